@@ -1,0 +1,652 @@
+//! All byte-level encoding lives here, so the encoder can be swapped without touching either side.
+//!
+//! Records other than events are bincode 2 (standard config: little endian, variable-length integers).
+//! Event batches, the bulk of every trace, use a packed layout of their own to stay well under 24 bytes an event:
+//! each field is an unsigned LEB128 varint, and the time, thread, address and aux fields are zigzag deltas
+//! against the previous event of the batch (consecutive events share threads and streams, and a free usually
+//! names the address its allocation returned).
+
+use crate::Api;
+use crate::{EndKind, Event, Hello, Record, TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE, VERSION};
+
+/// Frame kinds. Part of the format: never reuse a number. Readers skip kinds they do not know.
+pub mod kind {
+    pub const HELLO: u8 = 1;
+    pub const EVENTS: u8 = 2;
+    pub const DROPPED: u8 = 3;
+    pub const GOODBYE: u8 = 4;
+    pub const TICK: u8 = 5;
+    pub const PROCESS_END: u8 = 6;
+}
+
+/// Bytes before the first frame's payload: length (4) and kind (1).
+pub const FRAME_OVERHEAD: usize = 5;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("frame payload ends early")]
+    Short,
+    #[error("bad varint")]
+    BadVarint,
+    #[error("unknown API number {0}")]
+    BadApi(u8),
+    #[error("frame length {0} is over the limit")]
+    FrameTooLong(u32),
+    #[error("empty frame")]
+    EmptyFrame,
+    #[error("undecodable record: {0}")]
+    Bincode(String),
+    #[error("not a vramtrace trace (bad magic)")]
+    BadMagic,
+    #[error("trace format version {found} is newer than this vramtrace reads (up to {supported})")]
+    NewerVersion { found: u16, supported: u16 },
+    #[error("{0} trailing bytes after the record")]
+    Trailing(usize),
+}
+
+fn config() -> impl bincode::config::Config {
+    // The limit keeps a corrupt length from asking for gigabytes.
+    bincode::config::standard().with_limit::<{ MAX_FRAME as usize }>()
+}
+
+fn bincode_to(out: &mut Vec<u8>, value: &impl bincode::Encode) {
+    // Writing to a Vec cannot fail.
+    let _ = bincode::encode_into_std_write(value, out, config());
+}
+
+fn bincode_from<T: bincode::Decode<()>>(bytes: &[u8]) -> Result<T, DecodeError> {
+    let (v, used): (T, usize) = bincode::decode_from_slice(bytes, config())
+        .map_err(|e| DecodeError::Bincode(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(DecodeError::Trailing(bytes.len() - used));
+    }
+    Ok(v)
+}
+
+// ---- varints ---------------------------------------------------------------------------------------------
+
+#[inline]
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+#[inline]
+fn zigzag(d: i64) -> u64 {
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+#[inline]
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// A cursor over a payload; every read is bounds-checked.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    #[inline]
+    fn varint(&mut self) -> Result<u64, DecodeError> {
+        let mut v: u64 = 0;
+        let mut shift = 0u32;
+        loop {
+            let b = *self.bytes.get(self.pos).ok_or(DecodeError::Short)?;
+            self.pos += 1;
+            if shift == 63 && b > 1 {
+                return Err(DecodeError::BadVarint);
+            }
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+            shift += 7;
+            if shift > 63 {
+                return Err(DecodeError::BadVarint);
+            }
+        }
+    }
+
+    #[inline]
+    fn byte(&mut self) -> Result<u8, DecodeError> {
+        let b = *self.bytes.get(self.pos).ok_or(DecodeError::Short)?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+}
+
+// ---- frames ----------------------------------------------------------------------------------------------
+
+/// Appends one frame: a length placeholder, the kind, whatever `body` writes, then the real length.
+#[inline]
+pub fn put_frame(out: &mut Vec<u8>, kind: u8, body: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    out.extend_from_slice(&[0, 0, 0, 0, kind]);
+    body(out);
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Appends an events frame. The shim's hot path: no allocation beyond `out` growing.
+pub fn put_events(out: &mut Vec<u8>, pid: u32, events: &[Event]) {
+    put_frame(out, kind::EVENTS, |out| {
+        put_varint(out, pid as u64);
+        put_varint(out, events.len() as u64);
+        let (mut ts, mut tid, mut addr, mut aux) = (0u64, 0u32, 0u64, 0u64);
+        for e in events {
+            put_varint(out, zigzag(e.ts_ns.wrapping_sub(ts) as i64));
+            put_varint(out, zigzag(e.tid.wrapping_sub(tid) as i32 as i64));
+            out.push(e.api as u8);
+            out.push(e.flags);
+            // NO_DEVICE wraps to 0, so the common devices take one byte.
+            put_varint(out, e.device.wrapping_add(1) as u64);
+            put_varint(out, e.result as u64);
+            put_varint(out, zigzag(e.addr.wrapping_sub(addr) as i64));
+            put_varint(out, e.size);
+            put_varint(out, zigzag(e.aux.wrapping_sub(aux) as i64));
+            ts = e.ts_ns;
+            tid = e.tid;
+            addr = e.addr;
+            aux = e.aux;
+        }
+    });
+}
+
+/// Decodes an events payload, appending to `into`. Returns the pid.
+pub fn decode_events(payload: &[u8], into: &mut Vec<Event>) -> Result<u32, DecodeError> {
+    let mut c = Cursor {
+        bytes: payload,
+        pos: 0,
+    };
+    let pid = c.varint()? as u32;
+    let n = c.varint()?;
+    // Each event takes at least 9 bytes: a corrupt count cannot make us reserve much.
+    if n > (c.remaining() / 9) as u64 {
+        return Err(DecodeError::Short);
+    }
+    into.reserve(n as usize);
+    let (mut ts, mut tid, mut addr, mut aux) = (0u64, 0u32, 0u64, 0u64);
+    for _ in 0..n {
+        ts = ts.wrapping_add(unzigzag(c.varint()?) as u64);
+        tid = tid.wrapping_add(unzigzag(c.varint()?) as u32);
+        let api_byte = c.byte()?;
+        let api = Api::from_u8(api_byte).ok_or(DecodeError::BadApi(api_byte))?;
+        let flags = c.byte()?;
+        let device = (c.varint()? as u32).wrapping_sub(1);
+        let result = c.varint()? as u32;
+        addr = addr.wrapping_add(unzigzag(c.varint()?) as u64);
+        let size = c.varint()?;
+        aux = aux.wrapping_add(unzigzag(c.varint()?) as u64);
+        into.push(Event {
+            ts_ns: ts,
+            tid,
+            api,
+            flags,
+            device,
+            result,
+            addr,
+            size,
+            aux,
+        });
+    }
+    if c.remaining() != 0 {
+        return Err(DecodeError::Trailing(c.remaining()));
+    }
+    Ok(pid)
+}
+
+#[derive(bincode::Encode, bincode::Decode)]
+struct PidTs {
+    pid: u32,
+    ts_ns: u64,
+}
+
+#[derive(bincode::Encode, bincode::Decode)]
+struct DroppedBody {
+    pid: u32,
+    ts_ns: u64,
+    count: u64,
+}
+
+#[derive(bincode::Encode, bincode::Decode)]
+struct EndBody {
+    pid: u32,
+    ts_ns: u64,
+    kind: EndKind,
+}
+
+/// Appends any record as one frame.
+pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
+    match rec {
+        Record::Hello(h) => put_frame(out, kind::HELLO, |o| bincode_to(o, h)),
+        Record::Events { pid, events } => put_events(out, *pid, events),
+        Record::Dropped { pid, ts_ns, count } => put_frame(out, kind::DROPPED, |o| {
+            bincode_to(
+                o,
+                &DroppedBody {
+                    pid: *pid,
+                    ts_ns: *ts_ns,
+                    count: *count,
+                },
+            )
+        }),
+        Record::Goodbye { pid, ts_ns } => put_frame(out, kind::GOODBYE, |o| {
+            bincode_to(
+                o,
+                &PidTs {
+                    pid: *pid,
+                    ts_ns: *ts_ns,
+                },
+            )
+        }),
+        Record::Tick { pid, ts_ns } => put_frame(out, kind::TICK, |o| {
+            bincode_to(
+                o,
+                &PidTs {
+                    pid: *pid,
+                    ts_ns: *ts_ns,
+                },
+            )
+        }),
+        Record::ProcessEnd { pid, ts_ns, kind } => put_frame(out, kind::PROCESS_END, |o| {
+            bincode_to(
+                o,
+                &EndBody {
+                    pid: *pid,
+                    ts_ns: *ts_ns,
+                    kind: *kind,
+                },
+            )
+        }),
+    }
+}
+
+/// Decodes one frame's payload. `Ok(None)` for a kind this build does not know (a newer writer's addition).
+pub fn decode_record(kind: u8, payload: &[u8]) -> Result<Option<Record>, DecodeError> {
+    Ok(Some(match kind {
+        kind::HELLO => Record::Hello(bincode_from::<Hello>(payload)?),
+        kind::EVENTS => {
+            let mut events = Vec::new();
+            let pid = decode_events(payload, &mut events)?;
+            Record::Events { pid, events }
+        }
+        kind::DROPPED => {
+            let b: DroppedBody = bincode_from(payload)?;
+            Record::Dropped {
+                pid: b.pid,
+                ts_ns: b.ts_ns,
+                count: b.count,
+            }
+        }
+        kind::GOODBYE => {
+            let b: PidTs = bincode_from(payload)?;
+            Record::Goodbye {
+                pid: b.pid,
+                ts_ns: b.ts_ns,
+            }
+        }
+        kind::TICK => {
+            let b: PidTs = bincode_from(payload)?;
+            Record::Tick {
+                pid: b.pid,
+                ts_ns: b.ts_ns,
+            }
+        }
+        kind::PROCESS_END => {
+            let b: EndBody = bincode_from(payload)?;
+            Record::ProcessEnd {
+                pid: b.pid,
+                ts_ns: b.ts_ns,
+                kind: b.kind,
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+// ---- header ----------------------------------------------------------------------------------------------
+
+/// The bytes a trace file starts with.
+pub fn encode_header(h: &TraceHeader) -> Vec<u8> {
+    let mut body = Vec::new();
+    bincode_to(&mut body, h);
+    let mut out = Vec::with_capacity(14 + body.len());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Fixed part of the header: magic, version, header length.
+pub const HEADER_PREFIX: usize = 14;
+
+/// Checks the fixed prefix; returns (version, header body length).
+pub fn decode_header_prefix(prefix: &[u8; HEADER_PREFIX]) -> Result<(u16, u32), DecodeError> {
+    if prefix[..8] != MAGIC {
+        return Err(DecodeError::BadMagic);
+    }
+    let version = u16::from_le_bytes([prefix[8], prefix[9]]);
+    if version > VERSION {
+        return Err(DecodeError::NewerVersion {
+            found: version,
+            supported: VERSION,
+        });
+    }
+    let len = u32::from_le_bytes([prefix[10], prefix[11], prefix[12], prefix[13]]);
+    if len > MAX_FRAME {
+        return Err(DecodeError::FrameTooLong(len));
+    }
+    Ok((version, len))
+}
+
+pub fn decode_header_body(body: &[u8]) -> Result<TraceHeader, DecodeError> {
+    bincode_from(body)
+}
+
+// ---- splitting a byte stream into frames -----------------------------------------------------------------
+
+/// Finds whole frames in bytes arriving from a socket. The collector appends exactly those bytes to the trace,
+/// so the file never holds half a frame from a live process.
+#[derive(Default)]
+pub struct FrameSplitter {
+    buf: Vec<u8>,
+}
+
+impl FrameSplitter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Space to read into: the caller fills some of it and reports how much with `filled`.
+    pub fn spare(&mut self, want: usize) -> &mut [u8] {
+        let len = self.buf.len();
+        self.buf.resize(len + want, 0);
+        &mut self.buf[len..]
+    }
+
+    /// After reading `n` bytes into `spare(want)`, drops the unused rest.
+    pub fn filled(&mut self, want: usize, n: usize) {
+        let len = self.buf.len();
+        self.buf.truncate(len - want + n);
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The prefix of buffered bytes made of whole frames, or an error if a frame header is impossible.
+    pub fn whole(&self) -> Result<&[u8], DecodeError> {
+        let mut pos = 0;
+        while self.buf.len() - pos >= 4 {
+            let len = u32::from_le_bytes(self.buf[pos..pos + 4].try_into().unwrap());
+            if len == 0 {
+                return Err(DecodeError::EmptyFrame);
+            }
+            if len > MAX_FRAME {
+                return Err(DecodeError::FrameTooLong(len));
+            }
+            let end = pos + 4 + len as usize;
+            if end > self.buf.len() {
+                break;
+            }
+            pos = end;
+        }
+        Ok(&self.buf[..pos])
+    }
+
+    /// Forgets the first `n` bytes (the whole frames the caller has handled).
+    pub fn consume(&mut self, n: usize) {
+        self.buf.drain(..n);
+    }
+
+    /// Bytes of an incomplete frame still buffered.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// Iterates over the frames in a slice made of whole frames: yields (kind, payload).
+pub fn frames(bytes: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
+    let mut pos = 0;
+    std::iter::from_fn(move || {
+        if bytes.len() - pos < FRAME_OVERHEAD {
+            return None;
+        }
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        if len == 0 || pos + 4 + len > bytes.len() {
+            return None;
+        }
+        let kind = bytes[pos + 4];
+        let payload = &bytes[pos + 5..pos + 4 + len];
+        pos += 4 + len;
+        Some((kind, payload))
+    })
+}
+
+/// The device ordinal an event names, if any.
+pub fn device_of(e: &Event) -> Option<u32> {
+    (e.device != NO_DEVICE).then_some(e.device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flags;
+
+    fn sample(i: u64) -> Event {
+        Event {
+            ts_ns: 1_000_000_000 + i * 1500,
+            tid: 4242 + (i % 3) as u32,
+            api: Api::ALL[(i % 14) as usize],
+            flags: if i % 5 == 0 { flags::PTSZ } else { 0 },
+            device: if i % 4 == 0 {
+                NO_DEVICE
+            } else {
+                (i % 2) as u32
+            },
+            result: if i % 7 == 0 { 2 } else { 0 },
+            addr: 0x7f00_0000_0000u64.wrapping_add(i.wrapping_mul(0x20_0000)),
+            size: (i + 1) << 20,
+            aux: if i % 2 == 0 { 0 } else { 0x5555_0000 + i },
+        }
+    }
+
+    #[test]
+    fn events_round_trip_including_extremes() {
+        let mut evs: Vec<Event> = (0..500).map(sample).collect();
+        // Time going backwards across threads, max values, a zero address after a large one.
+        evs.push(Event {
+            ts_ns: 5,
+            tid: u32::MAX,
+            addr: u64::MAX,
+            size: u64::MAX,
+            aux: u64::MAX,
+            result: u32::MAX,
+            device: NO_DEVICE,
+            ..evs[0]
+        });
+        evs.push(Event {
+            ts_ns: u64::MAX,
+            tid: 0,
+            addr: 0,
+            size: 0,
+            aux: 0,
+            ..evs[1]
+        });
+        let mut buf = Vec::new();
+        put_events(&mut buf, 77, &evs);
+        let (k, payload) = frames(&buf).next().unwrap();
+        assert_eq!(k, kind::EVENTS);
+        let mut back = Vec::new();
+        assert_eq!(decode_events(payload, &mut back).unwrap(), 77);
+        assert_eq!(back, evs);
+    }
+
+    #[test]
+    fn typical_events_are_compact() {
+        // An alloc/free pair per step, same thread and stream: the 24-byte budget with room to spare.
+        let mut evs = Vec::new();
+        for i in 0..1000u64 {
+            let addr = 0x7f12_3400_0000 + (i % 8) * 0x40_0000;
+            let mut a = sample(0);
+            a.ts_ns = 10_000_000 + i * 20_000;
+            a.tid = 9000;
+            a.api = Api::MemAllocAsync;
+            a.flags = 0;
+            a.device = 0;
+            a.result = 0;
+            a.addr = addr;
+            a.size = 4 << 20;
+            a.aux = 0x5600_1234_5000;
+            let mut f = a;
+            f.api = Api::MemFreeAsync;
+            f.ts_ns += 9_000;
+            f.size = 0;
+            f.device = NO_DEVICE;
+            evs.push(a);
+            evs.push(f);
+        }
+        let mut buf = Vec::new();
+        put_events(&mut buf, 1, &evs);
+        let per_event = buf.len() as f64 / evs.len() as f64;
+        assert!(per_event < 16.0, "{per_event} bytes/event");
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let recs = vec![
+            Record::Hello(Hello {
+                pid: 1,
+                ppid: 0,
+                ts_ns: 3,
+                cmdline: vec!["python".into(), "train.py".into()],
+                hostname: "h".into(),
+                rank: Some(3),
+                local_rank: None,
+                slurm_procid: Some(7),
+                shim_version: "0.1.0".into(),
+                extra: vec![("k".into(), "v".into())],
+            }),
+            Record::Events {
+                pid: 9,
+                events: (0..3).map(sample).collect(),
+            },
+            Record::Dropped {
+                pid: 9,
+                ts_ns: 10,
+                count: 12345,
+            },
+            Record::Goodbye { pid: 9, ts_ns: 11 },
+            Record::Tick { pid: 9, ts_ns: 12 },
+            Record::ProcessEnd {
+                pid: 9,
+                ts_ns: 13,
+                kind: EndKind::CutMidFrame { partial_bytes: 17 },
+            },
+        ];
+        let mut buf = Vec::new();
+        for r in &recs {
+            put_record(&mut buf, r);
+        }
+        let back: Vec<Record> = frames(&buf)
+            .map(|(k, p)| decode_record(k, p).unwrap().unwrap())
+            .collect();
+        assert_eq!(back, recs);
+    }
+
+    #[test]
+    fn unknown_kind_is_skipped_not_an_error() {
+        assert_eq!(decode_record(200, b"whatever").unwrap(), None);
+    }
+
+    #[test]
+    fn corrupt_payloads_error_without_panicking() {
+        let mut buf = Vec::new();
+        put_events(&mut buf, 5, &(0..50).map(sample).collect::<Vec<_>>());
+        let payload = &buf[5..];
+        // Every truncation and a spread of single-byte corruptions: errors or (rarely) other events, no panic.
+        for cut in 0..payload.len() {
+            let _ = decode_events(&payload[..cut], &mut Vec::new());
+        }
+        for i in 0..payload.len() {
+            let mut p = payload.to_vec();
+            p[i] ^= 0xff;
+            let _ = decode_events(&p, &mut Vec::new());
+            let _ = decode_record(kind::HELLO, &p);
+        }
+        // A huge claimed count is refused before reserving memory.
+        let mut huge = Vec::new();
+        put_varint(&mut huge, 1);
+        put_varint(&mut huge, u64::MAX >> 1);
+        assert_eq!(
+            decode_events(&huge, &mut Vec::new()),
+            Err(DecodeError::Short)
+        );
+    }
+
+    #[test]
+    fn splitter_yields_only_whole_frames() {
+        let mut all = Vec::new();
+        for i in 0..10 {
+            put_record(
+                &mut all,
+                &Record::Tick {
+                    pid: i,
+                    ts_ns: i as u64,
+                },
+            );
+        }
+        let mut s = FrameSplitter::new();
+        let mut got = 0;
+        for chunk in all.chunks(3) {
+            s.push(chunk);
+            let whole = s.whole().unwrap().to_vec();
+            got += frames(&whole).count();
+            s.consume(whole.len());
+        }
+        assert_eq!(got, 10);
+        assert_eq!(s.pending(), 0);
+        let mut bad = FrameSplitter::new();
+        bad.push(&(MAX_FRAME + 1).to_le_bytes());
+        assert!(bad.whole().is_err());
+    }
+
+    #[test]
+    fn header_round_trip_and_version_check() {
+        let h = TraceHeader {
+            start_unix_ns: 1,
+            start_mono_ns: 2,
+            command: vec!["a".into()],
+            hostname: "x".into(),
+            vramtrace_version: "0.1.0".into(),
+            extra: vec![],
+        };
+        let bytes = encode_header(&h);
+        let prefix: [u8; HEADER_PREFIX] = bytes[..HEADER_PREFIX].try_into().unwrap();
+        let (v, len) = decode_header_prefix(&prefix).unwrap();
+        assert_eq!(v, VERSION);
+        assert_eq!(
+            decode_header_body(&bytes[HEADER_PREFIX..HEADER_PREFIX + len as usize]).unwrap(),
+            h
+        );
+        let mut newer = prefix;
+        newer[8..10].copy_from_slice(&(VERSION + 1).to_le_bytes());
+        assert!(matches!(
+            decode_header_prefix(&newer),
+            Err(DecodeError::NewerVersion { .. })
+        ));
+        let mut bad = prefix;
+        bad[0] = b'X';
+        assert_eq!(decode_header_prefix(&bad), Err(DecodeError::BadMagic));
+    }
+}

@@ -1,0 +1,240 @@
+//! The vocabulary both sides of vramtrace share: the events the shim records, the records it sends, and the
+//! trace file the collector writes. The shim links this crate, so it stays small: bincode and thiserror only.
+//!
+//! Layout of a trace file (docs/TRACE-FORMAT.md has the full description):
+//!
+//! ```text
+//! "VRAMTRC\0" | version: u16 LE | header length: u32 LE | header (bincode)
+//! then frames: length: u32 LE | kind: u8 | payload       (length counts kind + payload)
+//! ```
+//!
+//! The shim sends exactly these frames over its socket; the collector appends whole frames to the file as they
+//! arrive, so a trace cut short by any kill is readable up to its last whole frame.
+
+pub mod codec;
+pub mod reader;
+
+pub use codec::{DecodeError, FrameSplitter};
+pub use reader::{OpenError, Stop, TraceReader};
+
+/// First bytes of every trace file.
+pub const MAGIC: [u8; 8] = *b"VRAMTRC\0";
+/// Version of the trace format this build writes. Readers refuse newer versions with a clear message.
+pub const VERSION: u16 = 1;
+/// The largest frame either side accepts; anything longer is corruption, not data.
+pub const MAX_FRAME: u32 = 64 << 20;
+/// `Event::device` when the device is unknown (frees: the collector knows it from the allocation).
+pub const NO_DEVICE: u32 = u32::MAX;
+
+/// Flag bits of `Event::flags`.
+pub mod flags {
+    /// The `_ptsz` (per-thread default stream) variant of the entry point was called.
+    pub const PTSZ: u8 = 1;
+    /// vramtrace's cap refused the request; the driver was never called. `result` is then out-of-memory.
+    pub const CAP_REFUSED: u8 = 2;
+    /// Over the cap, but the cap is in warn mode: the request went to the driver anyway.
+    pub const CAP_EXCEEDED: u8 = 4;
+}
+
+/// The driver entry points vramtrace records. The numbers are part of the trace format: never reuse one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Api {
+    MemAlloc = 1,
+    MemAllocPitch = 2,
+    MemAllocManaged = 3,
+    MemFree = 4,
+    MemAllocAsync = 5,
+    MemAllocFromPoolAsync = 6,
+    MemFreeAsync = 7,
+    MemCreate = 8,
+    MemRelease = 9,
+    MemMap = 10,
+    MemUnmap = 11,
+    MemAddressReserve = 12,
+    MemAddressFree = 13,
+    MemGetInfo = 14,
+}
+
+/// What an event does to the memory a process holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Takes physical memory, keyed by the returned device pointer.
+    AllocPtr,
+    /// Gives back memory taken by `AllocPtr`.
+    FreePtr,
+    /// Takes physical memory, keyed by a `cuMemCreate` handle.
+    CreateHandle,
+    /// Gives back a `cuMemCreate` handle.
+    ReleaseHandle,
+    /// Address-space bookkeeping only (reserve, map, unmap, address free): no physical memory moves.
+    AddressSpace,
+    /// A memory-info query: `addr` = total, `size` = free, as the real driver reported them.
+    Info,
+}
+
+impl Api {
+    pub const ALL: [Api; 14] = [
+        Api::MemAlloc,
+        Api::MemAllocPitch,
+        Api::MemAllocManaged,
+        Api::MemFree,
+        Api::MemAllocAsync,
+        Api::MemAllocFromPoolAsync,
+        Api::MemFreeAsync,
+        Api::MemCreate,
+        Api::MemRelease,
+        Api::MemMap,
+        Api::MemUnmap,
+        Api::MemAddressReserve,
+        Api::MemAddressFree,
+        Api::MemGetInfo,
+    ];
+
+    pub fn from_u8(v: u8) -> Option<Api> {
+        Api::ALL.get((v as usize).wrapping_sub(1)).copied()
+    }
+
+    /// The driver's name for the entry point (the versioned one, without `_ptsz`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::MemAlloc => "cuMemAlloc_v2",
+            Api::MemAllocPitch => "cuMemAllocPitch_v2",
+            Api::MemAllocManaged => "cuMemAllocManaged",
+            Api::MemFree => "cuMemFree_v2",
+            Api::MemAllocAsync => "cuMemAllocAsync",
+            Api::MemAllocFromPoolAsync => "cuMemAllocFromPoolAsync",
+            Api::MemFreeAsync => "cuMemFreeAsync",
+            Api::MemCreate => "cuMemCreate",
+            Api::MemRelease => "cuMemRelease",
+            Api::MemMap => "cuMemMap",
+            Api::MemUnmap => "cuMemUnmap",
+            Api::MemAddressReserve => "cuMemAddressReserve",
+            Api::MemAddressFree => "cuMemAddressFree",
+            Api::MemGetInfo => "cuMemGetInfo_v2",
+        }
+    }
+
+    pub fn effect(self) -> Effect {
+        match self {
+            Api::MemAlloc
+            | Api::MemAllocPitch
+            | Api::MemAllocManaged
+            | Api::MemAllocAsync
+            | Api::MemAllocFromPoolAsync => Effect::AllocPtr,
+            Api::MemFree | Api::MemFreeAsync => Effect::FreePtr,
+            Api::MemCreate => Effect::CreateHandle,
+            Api::MemRelease => Effect::ReleaseHandle,
+            Api::MemMap | Api::MemUnmap | Api::MemAddressReserve | Api::MemAddressFree => {
+                Effect::AddressSpace
+            }
+            Api::MemGetInfo => Effect::Info,
+        }
+    }
+}
+
+/// One call into the driver, as the shim saw it. Fixed size and `Copy`: it travels through a channel from the
+/// calling thread to the shim's sender thread without allocating.
+///
+/// Field use by API: allocations put the returned pointer in `addr` (0 when the call failed), the bytes in `size`
+/// (pitch x height for `cuMemAllocPitch`), and the stream (async), pitch (pitch) or flags (managed) in `aux`.
+/// Frees put the pointer in `addr` and the stream in `aux`; `size` is 0 (the collector knows it).
+/// `cuMemCreate`/`cuMemRelease`: the handle in `addr`. `cuMemMap`: the address in `addr`, the handle in `aux`.
+/// `cuMemGetInfo`: `addr` = total, `size` = free, as the real driver answered.
+///
+/// Timestamps: allocations are stamped when the driver returns, frees when they are called, so that sorting by
+/// time puts a free before any reuse of its address by another thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// CLOCK_MONOTONIC, nanoseconds.
+    pub ts_ns: u64,
+    pub tid: u32,
+    pub api: Api,
+    pub flags: u8,
+    /// Device ordinal, or `NO_DEVICE`.
+    pub device: u32,
+    /// The `CUresult` the caller got back.
+    pub result: u32,
+    pub addr: u64,
+    pub size: u64,
+    pub aux: u64,
+}
+
+impl Event {
+    pub fn ok(&self) -> bool {
+        self.result == 0
+    }
+}
+
+/// A process announcing itself, first thing on its connection.
+#[derive(Clone, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Hello {
+    pub pid: u32,
+    pub ppid: u32,
+    pub ts_ns: u64,
+    pub cmdline: Vec<String>,
+    pub hostname: String,
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub slurm_procid: Option<u32>,
+    pub shim_version: String,
+    /// Room for later additions without a format version bump.
+    pub extra: Vec<(String, String)>,
+}
+
+/// How a process's connection ended, as the collector saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum EndKind {
+    /// The shim flushed and said goodbye (normal exit through `exit()`).
+    Goodbye,
+    /// The connection closed without a goodbye: killed, `_exit`, or crashed.
+    Vanished,
+    /// The connection closed in the middle of a frame; `partial_bytes` of it were lost.
+    CutMidFrame { partial_bytes: u32 },
+}
+
+/// Everything that travels, on the socket and in the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    Hello(Hello),
+    Events {
+        pid: u32,
+        events: Vec<Event>,
+    },
+    /// The shim's channel was full: `count` events since the last such record were not recorded.
+    Dropped {
+        pid: u32,
+        ts_ns: u64,
+        count: u64,
+    },
+    /// The shim flushed everything at exit.
+    Goodbye {
+        pid: u32,
+        ts_ns: u64,
+    },
+    /// The shim's sender is alive and has nothing older than `ts_ns` left to send.
+    Tick {
+        pid: u32,
+        ts_ns: u64,
+    },
+    /// Written by the collector when a process's connection closed.
+    ProcessEnd {
+        pid: u32,
+        ts_ns: u64,
+        kind: EndKind,
+    },
+}
+
+/// The header at the top of every trace file.
+#[derive(Clone, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct TraceHeader {
+    /// Wall clock at the start, ns since the Unix epoch (for people).
+    pub start_unix_ns: u64,
+    /// CLOCK_MONOTONIC at the start (event timestamps are on this clock).
+    pub start_mono_ns: u64,
+    pub command: Vec<String>,
+    pub hostname: String,
+    pub vramtrace_version: String,
+    /// Room for later additions without a format version bump.
+    pub extra: Vec<(String, String)>,
+}
