@@ -1,1 +1,43 @@
-fn main() {}
+//! `vramtrace`: parses the command line and hands each verb to its own module. Nothing else lives here.
+
+use std::path::PathBuf;
+
+use vramtrace_collector::{demo, exit, report, run};
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "vramtrace", version, about = "See, cap and explain the GPU memory of any CUDA program")]
+struct Cli {
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(Subcommand)]
+enum Verb {
+    /// Run a command with every process it starts traced: `vramtrace run [--out FILE] -- CMD...`
+    Run(run::RunArgs),
+    /// Report peaks, timelines and memory still live at the end, from a trace file.
+    Report {
+        /// The trace file written by `vramtrace run`.
+        file: PathBuf,
+        /// Print the documented JSON (docs/JSON-SCHEMA.md) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the bundled workload under `vramtrace run` (real GPU if present, simulated driver otherwise), then report.
+    Demo(demo::DemoArgs),
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => exit::usage(e),
+    };
+    let code = match cli.verb {
+        Verb::Run(args) => run::main(args),
+        Verb::Report { file, json } => report::main(&file, json),
+        Verb::Demo(args) => demo::main(args),
+    };
+    exit::with(code)
+}
