@@ -19,14 +19,26 @@ pub type Code = i32;
 pub fn usage(e: clap::Error) -> ! {
     use clap::error::ErrorKind;
     match e.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
-            process::exit(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { USAGE } else { OK })
+            process::exit(
+                if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    USAGE
+                } else {
+                    OK
+                },
+            )
         }
         _ => {
             // clap's message is several lines; the first says what is wrong.
             let msg = e.render().to_string();
-            let first = msg.lines().next().unwrap_or("bad usage").trim_start_matches("error: ");
+            let first = msg
+                .lines()
+                .next()
+                .unwrap_or("bad usage")
+                .trim_start_matches("error: ");
             eprintln!("vramtrace: {first} (see 'vramtrace --help')");
             process::exit(USAGE)
         }

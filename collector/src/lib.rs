@@ -6,5 +6,6 @@ pub mod exit;
 pub mod model;
 pub mod out_json;
 pub mod out_text;
+pub mod probe;
 pub mod report;
 pub mod run;

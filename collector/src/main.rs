@@ -2,12 +2,16 @@
 
 use std::path::PathBuf;
 
-use vramtrace_collector::{demo, exit, report, run};
+use vramtrace_collector::{demo, exit, probe, report, run};
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "vramtrace", version, about = "See, cap and explain the GPU memory of any CUDA program")]
+#[command(
+    name = "vramtrace",
+    version,
+    about = "See, cap and explain the GPU memory of any CUDA program"
+)]
 struct Cli {
     #[command(subcommand)]
     verb: Verb,
@@ -27,6 +31,9 @@ enum Verb {
     },
     /// Run the bundled workload under `vramtrace run` (real GPU if present, simulated driver otherwise), then report.
     Demo(demo::DemoArgs),
+    /// (internal) Print each device's total memory, asked of the driver.
+    #[command(name = "__probe", hide = true)]
+    Probe,
 }
 
 fn main() {
@@ -38,6 +45,7 @@ fn main() {
         Verb::Run(args) => run::main(args),
         Verb::Report { file, json } => report::main(&file, json),
         Verb::Demo(args) => demo::main(args),
+        Verb::Probe => probe::main(),
     };
     exit::with(code)
 }

@@ -1,13 +1,556 @@
-//! `vramtrace run`: being written.
-use crate::exit::Code;
+//! `vramtrace run`: start the command with the shim preloaded, receive every process's events over a Unix
+//! socket in a private directory, and append them to the trace as whole frames the moment they arrive, so that a
+//! run ended by anything (SIGKILL included) leaves a trace readable up to its last whole frame.
 
-#[derive(clap::Args)]
+use std::ffi::{CString, OsString};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use vramtrace_format::codec::{self, kind, FrameSplitter};
+use vramtrace_format::{EndKind, Record, TraceHeader};
+
+use crate::exit::{self, Code};
+use crate::out_text::units;
+use crate::probe;
+use vramtrace_format::cap::CapSpec;
+
+#[derive(clap::Args, Debug)]
 pub struct RunArgs {
+    /// Where to write the trace (default: vramtrace-<command>-<pid>.vtrace in the current directory).
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+    /// Overwrite the --out file if it exists (otherwise an existing file is never touched).
+    #[arg(long)]
+    pub force: bool,
+    /// Print nothing at the end (the trace is still written).
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Cap the job's device memory, all its processes together: a size (20GiB, 512MiB, 20G, bytes), a share
+    /// of each device (50%), or per device (0=20GiB,1=10GiB). Default: $VRAMTRACE_CAP, if set.
+    #[arg(long, value_name = "SPEC")]
+    pub cap: Option<String>,
+    /// What the cap does: `enforce` refuses allocations past it with CUDA's out-of-memory error; `warn` only
+    /// records them.
+    #[arg(long, value_enum, default_value_t = CapMode::Enforce)]
+    pub cap_mode: CapMode,
     /// The command to run, after `--`.
-    #[arg(last = true, required = true)]
-    pub command: Vec<String>,
+    #[arg(last = true, required = true, value_parser = clap::value_parser!(OsString))]
+    pub command: Vec<OsString>,
 }
 
-pub fn main(_args: RunArgs) -> Code {
-    0
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapMode {
+    Enforce,
+    Warn,
+}
+
+/// After the command exits, how long to wait for its other processes' connections to close.
+const LINGER: Duration = Duration::from_secs(2);
+
+pub fn main(args: RunArgs) -> Code {
+    // Signals are blocked before any thread exists, so every thread inherits the mask and they reach us only
+    // through the signalfd. The child starts with an empty mask (std resets it).
+    let signals = match Signals::block() {
+        Ok(s) => s,
+        Err(e) => return exit::fail(exit::FAILURE, format!("cannot set up signal handling: {e}")),
+    };
+    let prep = match Prepared::new(&args) {
+        Ok(p) => p,
+        Err(e) => return exit::fail(exit::USAGE, format!("{e:#}")),
+    };
+    prep.execute(&args, signals)
+}
+
+/// Everything made before the command starts. Any failure here is the user's input: exit 2, nothing started.
+struct Prepared {
+    shim: PathBuf,
+    out: PathBuf,
+    trace: Arc<Mutex<File>>,
+    dir: RuntimeDir,
+    listener: UnixListener,
+    socket: PathBuf,
+    cap: Option<String>,
+    ledger: PathBuf,
+}
+
+impl Prepared {
+    fn new(args: &RunArgs) -> anyhow::Result<Prepared> {
+        let shim = find_shim()?;
+        let cap = args
+            .cap
+            .clone()
+            .or_else(|| std::env::var("VRAMTRACE_CAP").ok().filter(|c| !c.trim().is_empty()));
+        let mut extra = Vec::new();
+        if let Some(spec) = &cap {
+            extra = check_cap(spec, args.cap_mode)?;
+        }
+        let out = args.out.clone().unwrap_or_else(|| default_out(&args.command));
+        let mut file = open_out(&out, args.force)?;
+        let header = TraceHeader {
+            start_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            start_mono_ns: mono_ns(),
+            command: args
+                .command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            hostname: hostname(),
+            vramtrace_version: env!("CARGO_PKG_VERSION").to_string(),
+            extra,
+        };
+        file.write_all(&codec::encode_header(&header))
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        let dir = RuntimeDir::create()?;
+        let socket = dir.path.join("sock");
+        let listener = UnixListener::bind(&socket)
+            .with_context(|| format!("cannot listen on {}", socket.display()))?;
+        let ledger = dir.path.join("ledger");
+        if cap.is_some() {
+            File::create(&ledger).with_context(|| format!("cannot create {}", ledger.display()))?;
+        }
+        Ok(Prepared {
+            shim,
+            out,
+            trace: Arc::new(Mutex::new(file)),
+            dir,
+            listener,
+            socket,
+            cap,
+            ledger,
+        })
+    }
+
+    fn execute(self, args: &RunArgs, signals: Signals) -> Code {
+        let conns = Arc::new(Connections::default());
+        spawn_acceptor(
+            self.listener.try_clone().ok(),
+            self.trace.clone(),
+            conns.clone(),
+        );
+
+        let mut cmd = Command::new(&args.command[0]);
+        cmd.args(&args.command[1..]);
+        let mut preload = OsString::from(&self.shim);
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            preload.push(":");
+            preload.push(old);
+        }
+        cmd.env("LD_PRELOAD", preload).env("VRAMTRACE_SOCKET", &self.socket);
+        if let Some(spec) = &self.cap {
+            let mode = if args.cap_mode == CapMode::Warn { "warn" } else { "enforce" };
+            cmd.env("VRAMTRACE_CAP", spec)
+                .env("VRAMTRACE_CAP_MODE", mode)
+                .env("VRAMTRACE_LEDGER", &self.ledger);
+        }
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let name = args.command[0].to_string_lossy();
+                // Nothing ran: the trace file we created holds only a header; take it away again.
+                let _ = std::fs::remove_file(&self.out);
+                return match e.kind() {
+                    io::ErrorKind::NotFound => {
+                        exit::fail(exit::NOT_FOUND, format!("{name}: command not found"))
+                    }
+                    io::ErrorKind::PermissionDenied => {
+                        exit::fail(exit::NOT_EXECUTABLE, format!("{name}: permission denied"))
+                    }
+                    _ => exit::fail(exit::NOT_EXECUTABLE, format!("{name}: cannot run: {e}")),
+                };
+            }
+        };
+        let status = supervise(child, &signals);
+
+        // The command is gone; its other processes may still be flushing. Wait for their connections, briefly.
+        let deadline = Instant::now() + LINGER;
+        while conns.open.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        let lingering = conns.open.load(Ordering::Acquire);
+        let code = exit_code(status);
+        if let Ok(f) = self.trace.lock() {
+            let _ = f.sync_data();
+        }
+        drop(self.dir);
+        if !args.quiet {
+            let mut msg = match crate::model::analyze(&self.out) {
+                Ok(a) => crate::report::summary(&a),
+                Err(e) => format!("cannot summarise the trace: {e}\n"),
+            };
+            if lingering > 0 {
+                msg.push_str(&format!(
+                    "{lingering} process(es) of the job were still connected {}s after the command ended; \
+                     the trace holds what they sent until then\n",
+                    LINGER.as_secs()
+                ));
+            }
+            eprint!("{}", indent_summary(&msg));
+            eprintln!("vramtrace: trace written to {}", self.out.display());
+        }
+        code
+    }
+}
+
+/// Checks a cap before anything starts: its syntax, and the devices it names against the machine's. Returns the
+/// trace header's record of it: the spec, the mode, and per device the cap and the device's size.
+fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<Vec<(String, String)>> {
+    let parsed = CapSpec::parse(spec).map_err(|e| anyhow::anyhow!("--cap {spec}: {e}"))?;
+    let mut extra = vec![
+        ("cap".to_string(), spec.to_string()),
+        ("cap_mode".to_string(), format!("{mode:?}").to_lowercase()),
+    ];
+    let Some(devices) = probe::devices() else {
+        eprintln!("vramtrace: no CUDA driver answered; the cap is applied to whatever devices the job finds");
+        return Ok(extra);
+    };
+    if let Some(d) = parsed.max_device() {
+        if d as usize >= devices.len() {
+            bail!(
+                "--cap {spec}: there is no device {d} (this machine has {} device{})",
+                devices.len(),
+                if devices.len() == 1 { "" } else { "s" }
+            );
+        }
+    }
+    for (i, total) in devices.iter().enumerate() {
+        extra.push((format!("device_total.{i}"), total.to_string()));
+        if let Some(a) = parsed.amount(i as u32) {
+            let bytes = a.bytes(*total);
+            if bytes > *total {
+                eprintln!(
+                    "vramtrace: the cap on device {i} ({}) is above its memory ({}): the device's own size is the limit",
+                    units::bytes(bytes),
+                    units::bytes(*total)
+                );
+            }
+            extra.push((format!("cap_bytes.{i}"), bytes.to_string()));
+        }
+    }
+    Ok(extra)
+}
+
+fn indent_summary(s: &str) -> String {
+    s.lines().map(|l| format!("vramtrace: {l}\n")).collect()
+}
+
+/// The child's exit code, or 128+N when signal N ended it, as a shell reports it.
+fn exit_code(status: io::Result<ExitStatus>) -> Code {
+    match status {
+        Ok(s) => s
+            .code()
+            .or_else(|| s.signal().map(|n| 128 + n))
+            .unwrap_or(exit::FAILURE),
+        Err(_) => exit::FAILURE,
+    }
+}
+
+/// Finds `libvramtrace.so`: `VRAMTRACE_SHIM`, else beside this executable, else `../lib/vramtrace/`.
+fn find_shim() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("VRAMTRACE_SHIM").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            bail!("VRAMTRACE_SHIM names {}, which is not a file", p.display());
+        }
+        return Ok(std::fs::canonicalize(&p).unwrap_or(p));
+    }
+    let exe = std::env::current_exe().context("cannot locate the vramtrace executable")?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let candidates = [
+        dir.join("libvramtrace.so"),
+        dir.join("../lib/vramtrace/libvramtrace.so"),
+    ];
+    for c in &candidates {
+        if c.is_file() {
+            return Ok(std::fs::canonicalize(c).unwrap_or_else(|_| c.clone()));
+        }
+    }
+    bail!(
+        "cannot find libvramtrace.so (looked in {} and {}); build it with `cargo build --release` or set VRAMTRACE_SHIM",
+        candidates[0].display(),
+        candidates[1].display()
+    )
+}
+
+fn default_out(command: &[OsString]) -> PathBuf {
+    let prog = Path::new(&command[0])
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "job".into());
+    let prog: String = prog
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    PathBuf::from(format!("vramtrace-{prog}-{}.vtrace", std::process::id()))
+}
+
+/// Opens the trace for writing. An existing file is kept unless `--force`: nothing the user gave is lost.
+fn open_out(out: &Path, force: bool) -> anyhow::Result<File> {
+    let mut o = OpenOptions::new();
+    o.write(true);
+    if force {
+        o.create(true).truncate(true);
+    } else {
+        o.create_new(true);
+    }
+    o.open(out).map_err(|e| match e.kind() {
+        io::ErrorKind::AlreadyExists => {
+            anyhow::anyhow!(
+                "{} already exists; choose another --out or add --force",
+                out.display()
+            )
+        }
+        _ => anyhow::anyhow!("cannot write the trace to {}: {e}", out.display()),
+    })
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|c| *c == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// CLOCK_MONOTONIC in ns: the clock the shim stamps events with.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+// ---- the private runtime directory -----------------------------------------------------------------------
+
+/// A directory only we can enter (mode 0700, from `mkdtemp`), holding the socket. Removed when dropped.
+struct RuntimeDir {
+    path: PathBuf,
+}
+
+impl RuntimeDir {
+    fn create() -> anyhow::Result<RuntimeDir> {
+        // A socket path must fit in 108 bytes: prefer the short per-user runtime dir, fall back to /tmp.
+        let mut bases: Vec<PathBuf> = Vec::new();
+        for var in ["XDG_RUNTIME_DIR", "TMPDIR"] {
+            if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+                bases.push(PathBuf::from(v));
+            }
+        }
+        bases.push(PathBuf::from("/tmp"));
+        let mut last = None;
+        for base in bases.iter().filter(|b| b.as_os_str().len() < 80) {
+            let template = CString::new(base.join("vramtrace-XXXXXX").as_os_str().as_bytes())?;
+            let mut raw = template.into_bytes_with_nul();
+            let p = unsafe { libc::mkdtemp(raw.as_mut_ptr().cast()) };
+            if p.is_null() {
+                last = Some(io::Error::last_os_error());
+                continue;
+            }
+            raw.pop();
+            return Ok(RuntimeDir {
+                path: PathBuf::from(OsString::from(std::ffi::OsStr::from_bytes(&raw))),
+            });
+        }
+        bail!(
+            "cannot create a private runtime directory: {}",
+            last.map_or("no usable base directory".into(), |e| e.to_string())
+        )
+    }
+}
+
+impl Drop for RuntimeDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+// ---- receiving ----------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Connections {
+    open: AtomicUsize,
+}
+
+fn spawn_acceptor(
+    listener: Option<UnixListener>,
+    trace: Arc<Mutex<File>>,
+    conns: Arc<Connections>,
+) {
+    let Some(listener) = listener else { return };
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            conns.open.fetch_add(1, Ordering::AcqRel);
+            let (trace, conns2) = (trace.clone(), conns.clone());
+            let spawned = thread::Builder::new()
+                .name("vramtrace-conn".into())
+                .spawn(move || {
+                    receive(stream, &trace);
+                    conns2.open.fetch_sub(1, Ordering::AcqRel);
+                });
+            if spawned.is_err() {
+                // The stream went down with the closure: that process stops recording, and nothing waits on it.
+                conns.open.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    });
+}
+
+/// One process's connection: append whole frames to the trace as they come; when it closes, say how.
+fn receive(mut stream: UnixStream, trace: &Mutex<File>) {
+    let mut split = FrameSplitter::new();
+    let mut pid: Option<u32> = None;
+    let mut goodbye = false;
+    let mut broken = false;
+    const READ: usize = 256 << 10;
+    loop {
+        let buf = split.spare(READ);
+        let n = match stream.read(buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                split.filled(READ, 0);
+                continue;
+            }
+            Err(_) => {
+                split.filled(READ, 0);
+                break;
+            }
+        };
+        split.filled(READ, n);
+        if n == 0 {
+            break;
+        }
+        let whole = match split.whole() {
+            Ok(w) => w,
+            // Not our protocol: stop listening to this peer; what it sent before stays in the trace.
+            Err(_) => break,
+        };
+        if whole.is_empty() {
+            continue;
+        }
+        for (k, payload) in codec::frames(whole) {
+            match k {
+                kind::HELLO if pid.is_none() => {
+                    if let Ok(Some(Record::Hello(h))) = codec::decode_record(k, payload) {
+                        pid = Some(h.pid);
+                    }
+                }
+                kind::GOODBYE => goodbye = true,
+                _ => {}
+            }
+        }
+        if let Ok(mut f) = trace.lock() {
+            if f.write_all(whole).is_err() {
+                broken = true;
+            }
+        }
+        let len = whole.len();
+        split.consume(len);
+        if broken {
+            break;
+        }
+    }
+    let Some(pid) = pid else { return };
+    let end = if split.pending() > 0 {
+        EndKind::CutMidFrame {
+            partial_bytes: split.pending() as u32,
+        }
+    } else if goodbye {
+        EndKind::Goodbye
+    } else {
+        EndKind::Vanished
+    };
+    let mut buf = Vec::new();
+    codec::put_record(
+        &mut buf,
+        &Record::ProcessEnd {
+            pid,
+            ts_ns: mono_ns(),
+            kind: end,
+        },
+    );
+    if let Ok(mut f) = trace.lock() {
+        let _ = f.write_all(&buf);
+    }
+}
+
+// ---- signals and the child -----------------------------------------------------------------------------
+
+const FORWARDED: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// The signals we forward, blocked and read from a signalfd.
+struct Signals {
+    fd: i32,
+}
+
+impl Signals {
+    fn block() -> io::Result<Signals> {
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in FORWARDED {
+                libc::sigaddset(&mut set, s);
+            }
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+            if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC);
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(Signals { fd })
+        }
+    }
+}
+
+/// Waits for the child, forwarding signals to it. A signal the terminal sent to the whole foreground group
+/// (si_code SI_KERNEL) already reached the child, so only signals sent to us alone are passed on.
+fn supervise(mut child: std::process::Child, signals: &Signals) -> io::Result<ExitStatus> {
+    let pid = child.id() as i32;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        let mut pfd = libc::pollfd {
+            fd: signals.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SIGCHLD arrives through the signalfd too; the timeout is only a safety net.
+        let r = unsafe { libc::poll(&mut pfd, 1, 200) };
+        if r <= 0 {
+            continue;
+        }
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        let n = unsafe { libc::read(signals.fd, &mut info as *mut _ as *mut libc::c_void, size) };
+        if n as usize != size {
+            continue;
+        }
+        let signo = info.ssi_signo as i32;
+        if FORWARDED.contains(&signo) && info.ssi_code != libc::SI_KERNEL {
+            unsafe { libc::kill(pid, signo) };
+        }
+    }
 }

@@ -1,1 +1,28 @@
-//! placeholder
+//! `libvramtrace.so`: preloaded into every process of a job, it sees the CUDA driver's memory calls through
+//! every door programs use, records each one for the collector, and (with a cap) refuses what would pass it.
+//!
+//! One module per concern:
+//! - `exports`: the exported C symbols, nothing but unpacking and calling `hooks`.
+//! - `driver`: finding the real driver: the real `dlsym`, the table of tracked functions, wrapper swapping.
+//! - `hooks`: what each intercepted call does around the real one.
+//! - `record`: events, the channel, the sender thread, fork and exit handling.
+//! - `cap`: the cap's policy (admission, what the process holds, the figures frameworks see), over `ledger`,
+//!   the per-device counts shared by every process of the job.
+//! - `settings`: what the environment says, read once.
+//! - `cuda`: the few driver types and codes the shim needs.
+//!
+//! Rules the code keeps (the host must never notice us): no work in ELF constructors, nothing allocated or
+//! locked on the `dlsym` path, the driver's result codes returned unchanged, no blocking of the host's threads,
+//! silent unless `VRAMTRACE_DEBUG` is set, and a fresh start after `fork`.
+
+// Every unsafe function here is a driver entry point or its hook: its contract is the CUDA API's own.
+#![allow(clippy::missing_safety_doc)]
+
+pub mod cap;
+pub mod cuda;
+pub mod driver;
+pub mod exports;
+pub mod hooks;
+pub mod ledger;
+pub mod record;
+pub mod settings;

@@ -1,0 +1,72 @@
+//! What devices the machine has, asked of the driver in a process of its own (`vramtrace __probe`), so the
+//! collector itself never loads libcuda, and a driver that hangs or crashes cannot take the collector with it.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::exit::Code;
+
+/// The devices' total memory in bytes, by ordinal. `None` when there is no usable driver.
+pub fn devices() -> Option<Vec<u64>> {
+    let exe = std::env::current_exe().ok()?;
+    let mut child = Command::new(exe)
+        .arg("__probe")
+        .env_remove("LD_PRELOAD")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    // A driver can take seconds to initialise; it must not take forever.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let out = child.wait_with_output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8(out.stdout).ok()?;
+    text.lines().map(|l| l.trim().parse().ok()).collect()
+}
+
+/// `vramtrace __probe`: prints each device's total memory, one line each. Exit 3 when there is no driver.
+pub fn main() -> Code {
+    type Init = unsafe extern "C" fn(u32) -> u32;
+    type Count = unsafe extern "C" fn(*mut i32) -> u32;
+    type Get = unsafe extern "C" fn(*mut i32, i32) -> u32;
+    type Total = unsafe extern "C" fn(*mut usize, i32) -> u32;
+    unsafe {
+        let Ok(lib) = libloading::Library::new("libcuda.so.1") else {
+            return 3;
+        };
+        let (Ok(init), Ok(count), Ok(get), Ok(total)) = (
+            lib.get::<Init>(b"cuInit\0"),
+            lib.get::<Count>(b"cuDeviceGetCount\0"),
+            lib.get::<Get>(b"cuDeviceGet\0"),
+            lib.get::<Total>(b"cuDeviceTotalMem_v2\0"),
+        ) else {
+            return 3;
+        };
+        let mut n = 0;
+        if init(0) != 0 || count(&mut n) != 0 {
+            return 3;
+        }
+        for i in 0..n {
+            let (mut d, mut bytes) = (0, 0usize);
+            if get(&mut d, i) != 0 || total(&mut bytes, d) != 0 {
+                return 3;
+            }
+            println!("{bytes}");
+        }
+    }
+    0
+}

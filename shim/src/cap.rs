@@ -1,0 +1,325 @@
+//! The cap's policy: which devices are capped at how much, whether a request may go to the driver, what the
+//! process holds (so a free gives back the right bytes on the right device), and the memory figures frameworks
+//! size themselves from.
+//!
+//! Counted: every physical allocation the shim tracks (plain, pitch, managed, async and pool, `cuMemCreate`),
+//! from the moment it is admitted until its free or release succeeds. Not counted: address reservations and
+//! mappings (no physical memory), what a stream-ordered pool keeps cached after `cuMemFreeAsync` (it reuses that
+//! for the next async allocation), and context, module and library memory (never passes these calls; the trace
+//! measures it from the driver's free memory instead).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::path::Path;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+
+use vramtrace_format::cap::{Amount, CapSpec};
+use vramtrace_format::NO_DEVICE;
+
+use crate::driver::{self, Sym};
+use crate::ledger::{Admit, Ledger, MAX_DEVICES};
+
+/// What admission decided for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// No cap applies (uncapped device, or no device known): the request goes on, uncounted.
+    Free,
+    /// Counted against the cap: keep it with `kept`, or give it back with `returned`.
+    Counted,
+    /// Over the cap in warn mode: counted, and the request goes on.
+    Exceeded,
+    /// Over the cap: the driver is not called; the caller gets out-of-memory.
+    Refused { cap: u64, used: u64 },
+}
+
+/// Which of the two id spaces an allocation lives in.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    /// Device pointers (cuMemAlloc*, cuMemFree*).
+    Ptr,
+    /// `cuMemCreate` handles.
+    Handle,
+}
+
+pub struct Cap {
+    ledger: Ledger,
+    spec: CapSpec,
+    warn: bool,
+    /// Per device: 0 until resolved, `NONE` for no cap, else bytes.
+    caps: [AtomicU64; MAX_DEVICES],
+    ptrs: LiveMap,
+    handles: LiveMap,
+}
+
+const NONE: u64 = u64::MAX;
+
+const UNINIT: u8 = 0;
+const STARTING: u8 = 1;
+const READY: u8 = 2;
+const OFF: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static CAP: AtomicPtr<Cap> = AtomicPtr::new(null_mut());
+static LEDGER_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+static HANDLER: AtomicBool = AtomicBool::new(false);
+
+/// The cap of this process, if one is set. Built at the first tracked call, like the recorder.
+#[inline]
+pub fn get() -> Option<&'static Cap> {
+    let p = CAP.load(Ordering::Acquire);
+    if !p.is_null() {
+        return Some(unsafe { &*p });
+    }
+    if STATE.load(Ordering::Acquire) == OFF {
+        return None;
+    }
+    start()
+}
+
+#[cold]
+fn start() -> Option<&'static Cap> {
+    loop {
+        match STATE.compare_exchange(UNINIT, STARTING, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                let cap = build();
+                CAP.store(
+                    cap.map_or(null_mut(), |c| c as *const _ as *mut _),
+                    Ordering::Release,
+                );
+                STATE.store(if cap.is_some() { READY } else { OFF }, Ordering::Release);
+                return cap;
+            }
+            Err(READY) => {
+                let p = CAP.load(Ordering::Acquire);
+                return (!p.is_null()).then(|| unsafe { &*p });
+            }
+            Err(OFF) => return None,
+            Err(_) => std::thread::yield_now(),
+        }
+    }
+}
+
+/// One line on stderr whatever `VRAMTRACE_DEBUG` says: a cap the user asked for and does not get must be told.
+fn warn_line(msg: std::fmt::Arguments) {
+    let line = format!("vramtrace: {msg}\n");
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+}
+
+fn build() -> Option<&'static Cap> {
+    let s = crate::settings::get();
+    let text = s.cap.as_deref()?;
+    let spec = match CapSpec::parse(text) {
+        Ok(spec) => spec,
+        Err(e) => {
+            warn_line(format_args!(
+                "VRAMTRACE_CAP={text:?} is not a valid cap ({e}); running uncapped"
+            ));
+            return None;
+        }
+    };
+    if !HANDLER.swap(true, Ordering::AcqRel) {
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    }
+    let ledger = match &s.ledger {
+        Some(path) => match Ledger::open_shared(Path::new(path)) {
+            Ok(l) => l,
+            Err(e) => {
+                warn_line(format_args!("{e}; this process is capped on its own"));
+                Ledger::private()
+            }
+        },
+        None => Ledger::private(),
+    };
+    LEDGER_FD.store(ledger.fd(), Ordering::Release);
+    crate::debug!(
+        "cap {text:?} ({})",
+        if s.cap_warn { "warn" } else { "enforce" }
+    );
+    Some(Box::leak(Box::new(Cap {
+        ledger,
+        spec,
+        warn: s.cap_warn,
+        caps: [const { AtomicU64::new(0) }; MAX_DEVICES],
+        ptrs: LiveMap::new(),
+        handles: LiveMap::new(),
+    })))
+}
+
+/// In a forked child: the parent's slot is the parent's. Close our copy of the lock's descriptor (so the
+/// parent's death is still seen) and start afresh at the next tracked call.
+extern "C" fn after_fork_in_child() {
+    CAP.store(null_mut(), Ordering::Release);
+    if STATE.load(Ordering::Acquire) == READY {
+        STATE.store(UNINIT, Ordering::Release);
+    }
+    let fd = LEDGER_FD.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// The device's total memory as the real driver reports it.
+fn physical_total(dev: u32) -> Option<u64> {
+    let get = driver::real(Sym::DeviceGet);
+    let total = driver::real(Sym::DeviceTotalMem);
+    if get.is_null() || total.is_null() {
+        return None;
+    }
+    unsafe {
+        let get: unsafe extern "C" fn(*mut i32, i32) -> u32 = std::mem::transmute(get);
+        let total: unsafe extern "C" fn(*mut usize, i32) -> u32 = std::mem::transmute(total);
+        let mut handle = 0i32;
+        let mut bytes = 0usize;
+        (get(&mut handle, dev as i32) == 0 && total(&mut bytes, handle) == 0)
+            .then_some(bytes as u64)
+    }
+}
+
+impl Cap {
+    /// The cap on `dev` in bytes, or `None`.
+    pub fn cap_of(&self, dev: u32) -> Option<u64> {
+        let i = dev as usize;
+        if i >= MAX_DEVICES {
+            return None;
+        }
+        let mut c = self.caps[i].load(Ordering::Acquire);
+        if c == 0 {
+            c = match self.spec.amount(dev) {
+                None => NONE,
+                Some(Amount::Bytes(b)) => b,
+                // A share needs the device's size; if the driver cannot say, leave the device uncapped for now.
+                Some(a @ Amount::Percent(_)) => match physical_total(dev) {
+                    Some(total) => a.bytes(total).max(1),
+                    None => return None,
+                },
+            };
+            self.caps[i].store(c, Ordering::Release);
+        }
+        (c != NONE).then_some(c)
+    }
+
+    /// Asks to hold `size` more bytes on `dev`.
+    #[inline]
+    pub fn admit(&self, dev: u32, size: u64) -> Decision {
+        if dev == NO_DEVICE {
+            return Decision::Free;
+        }
+        let Some(cap) = self.cap_of(dev) else {
+            return Decision::Free;
+        };
+        match self.ledger.admit(dev as usize, size, cap, false) {
+            Admit::Yes => Decision::Counted,
+            Admit::No { .. } if self.warn => {
+                self.ledger.admit(dev as usize, size, cap, true);
+                Decision::Exceeded
+            }
+            Admit::No { used } => Decision::Refused { cap, used },
+        }
+    }
+
+    /// The driver granted a counted request: remember it under `id` so its free gives the bytes back.
+    #[inline]
+    pub fn kept(&self, kind: Kind, id: u64, dev: u32, size: u64) {
+        // The id was already held: its free went by a path we do not see. Give the old bytes back rather
+        // than shrink the cap for the rest of the run.
+        if let Some((d, s)) = self.map(kind).insert(id, dev, size) {
+            self.ledger.release(d as usize, s);
+        }
+    }
+
+    /// The driver refused a counted request: give its bytes back.
+    #[inline]
+    pub fn returned(&self, dev: u32, size: u64) {
+        self.ledger.release(dev as usize, size);
+    }
+
+    /// `id` was freed or released successfully: give back what it held, if it was counted.
+    #[inline]
+    pub fn freed(&self, kind: Kind, id: u64) {
+        if let Some((dev, size)) = self.map(kind).remove(id) {
+            self.ledger.release(dev as usize, size);
+        }
+    }
+
+    fn map(&self, kind: Kind) -> &LiveMap {
+        match kind {
+            Kind::Ptr => &self.ptrs,
+            Kind::Handle => &self.handles,
+        }
+    }
+
+    /// The job's bytes in use on `dev`.
+    pub fn used(&self, dev: u32) -> u64 {
+        if (dev as usize) < MAX_DEVICES {
+            self.ledger.used(dev as usize)
+        } else {
+            0
+        }
+    }
+
+    /// The figures a framework should see for a capped device: total = min(cap, physical), free = min(physical
+    /// free, cap - in use), saturating, never more than total. Unchanged for an uncapped device.
+    pub fn virtual_info(&self, dev: u32, free: u64, total: u64) -> (u64, u64) {
+        match self.cap_of(dev) {
+            None => (free, total),
+            Some(cap) => {
+                let vtotal = cap.min(total);
+                let vfree = free.min(cap.saturating_sub(self.used(dev))).min(vtotal);
+                (vfree, vtotal)
+            }
+        }
+    }
+}
+
+// ---- the live map ----------------------------------------------------------------------------------------
+
+/// Hashes device addresses and handles: they are already well spread apart from their low alignment bits.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("only u64 keys")
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (x ^ (x >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Shard = Mutex<HashMap<u64, (u32, u64), BuildHasherDefault<IdHasher>>>;
+
+/// Id -> (device, bytes) for what this process holds under the cap; sharded so threads rarely meet.
+struct LiveMap {
+    shards: Box<[Shard]>,
+}
+
+const SHARDS: usize = 64;
+
+impl LiveMap {
+    fn new() -> LiveMap {
+        LiveMap {
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
+        }
+    }
+
+    #[inline]
+    fn shard(&self, id: u64) -> &Shard {
+        let h = (id ^ (id >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        &self.shards[(h >> 58) as usize % SHARDS]
+    }
+
+    fn insert(&self, id: u64, dev: u32, size: u64) -> Option<(u32, u64)> {
+        self.shard(id).lock().ok()?.insert(id, (dev, size))
+    }
+
+    fn remove(&self, id: u64) -> Option<(u32, u64)> {
+        self.shard(id).lock().ok()?.remove(&id)
+    }
+}

@@ -1,0 +1,325 @@
+//! Finding the real driver, and handing out wrappers in its place.
+//!
+//! Programs reach the driver through three doors (../shared/CUDA-NOTES.md): symbols bound at link time (our
+//! exports win, being preloaded), `dlsym` on a libcuda handle, and `cuGetProcAddress`. Each tracked function has
+//! a slot holding the real driver's address; the wrapper calls through it. Slots are filled by whichever door
+//! shows us the real address first, and all at once from the driver's own handle (`bind`), so that the
+//! pointers `cuGetProcAddress` returns can be recognised by identity and swapped for the matching wrapper.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+use crate::exports as x;
+
+/// The driver functions (symbols) the shim knows. Those before `CtxGetDevice` are wrapped; the rest it only calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Sym {
+    MemAlloc,
+    MemAllocPitch,
+    MemAllocManaged,
+    MemFree,
+    MemAllocAsync,
+    MemAllocAsyncPtsz,
+    MemAllocFromPoolAsync,
+    MemAllocFromPoolAsyncPtsz,
+    MemFreeAsync,
+    MemFreeAsyncPtsz,
+    MemCreate,
+    MemRelease,
+    MemMap,
+    MemUnmap,
+    MemAddressReserve,
+    MemAddressFree,
+    MemGetInfo,
+    DeviceTotalMem,
+    GetProcAddress,
+    GetProcAddressV2,
+    // Called, never wrapped:
+    CtxGetDevice,
+    DeviceGet,
+}
+
+const COUNT: usize = Sym::DeviceGet as usize + 1;
+const WRAPPED: usize = Sym::CtxGetDevice as usize;
+
+const ALL: [Sym; COUNT] = [
+    Sym::MemAlloc,
+    Sym::MemAllocPitch,
+    Sym::MemAllocManaged,
+    Sym::MemFree,
+    Sym::MemAllocAsync,
+    Sym::MemAllocAsyncPtsz,
+    Sym::MemAllocFromPoolAsync,
+    Sym::MemAllocFromPoolAsyncPtsz,
+    Sym::MemFreeAsync,
+    Sym::MemFreeAsyncPtsz,
+    Sym::MemCreate,
+    Sym::MemRelease,
+    Sym::MemMap,
+    Sym::MemUnmap,
+    Sym::MemAddressReserve,
+    Sym::MemAddressFree,
+    Sym::MemGetInfo,
+    Sym::DeviceTotalMem,
+    Sym::GetProcAddress,
+    Sym::GetProcAddressV2,
+    Sym::CtxGetDevice,
+    Sym::DeviceGet,
+];
+
+/// The driver's exact exported names, in `Sym` order.
+const NAMES: [&CStr; COUNT] = [
+    c"cuMemAlloc_v2",
+    c"cuMemAllocPitch_v2",
+    c"cuMemAllocManaged",
+    c"cuMemFree_v2",
+    c"cuMemAllocAsync",
+    c"cuMemAllocAsync_ptsz",
+    c"cuMemAllocFromPoolAsync",
+    c"cuMemAllocFromPoolAsync_ptsz",
+    c"cuMemFreeAsync",
+    c"cuMemFreeAsync_ptsz",
+    c"cuMemCreate",
+    c"cuMemRelease",
+    c"cuMemMap",
+    c"cuMemUnmap",
+    c"cuMemAddressReserve",
+    c"cuMemAddressFree",
+    c"cuMemGetInfo_v2",
+    c"cuDeviceTotalMem_v2",
+    c"cuGetProcAddress",
+    c"cuGetProcAddress_v2",
+    c"cuCtxGetDevice",
+    c"cuDeviceGet",
+];
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+static REAL: [AtomicPtr<c_void>; COUNT] = [EMPTY; COUNT];
+static BOUND: AtomicBool = AtomicBool::new(false);
+
+impl Sym {
+    pub fn name(self) -> &'static CStr {
+        NAMES[self as usize]
+    }
+}
+
+/// The shim's own function standing in for `f`.
+fn wrapper(f: Sym) -> *mut c_void {
+    let p: *const () = match f {
+        Sym::MemAlloc => x::cuMemAlloc_v2 as *const (),
+        Sym::MemAllocPitch => x::cuMemAllocPitch_v2 as *const (),
+        Sym::MemAllocManaged => x::cuMemAllocManaged as *const (),
+        Sym::MemFree => x::cuMemFree_v2 as *const (),
+        Sym::MemAllocAsync => x::cuMemAllocAsync as *const (),
+        Sym::MemAllocAsyncPtsz => x::cuMemAllocAsync_ptsz as *const (),
+        Sym::MemAllocFromPoolAsync => x::cuMemAllocFromPoolAsync as *const (),
+        Sym::MemAllocFromPoolAsyncPtsz => x::cuMemAllocFromPoolAsync_ptsz as *const (),
+        Sym::MemFreeAsync => x::cuMemFreeAsync as *const (),
+        Sym::MemFreeAsyncPtsz => x::cuMemFreeAsync_ptsz as *const (),
+        Sym::MemCreate => x::cuMemCreate as *const (),
+        Sym::MemRelease => x::cuMemRelease as *const (),
+        Sym::MemMap => x::cuMemMap as *const (),
+        Sym::MemUnmap => x::cuMemUnmap as *const (),
+        Sym::MemAddressReserve => x::cuMemAddressReserve as *const (),
+        Sym::MemAddressFree => x::cuMemAddressFree as *const (),
+        Sym::MemGetInfo => x::cuMemGetInfo_v2 as *const (),
+        Sym::DeviceTotalMem => x::cuDeviceTotalMem_v2 as *const (),
+        Sym::GetProcAddress => x::cuGetProcAddress as *const (),
+        Sym::GetProcAddressV2 => x::cuGetProcAddress_v2 as *const (),
+        Sym::CtxGetDevice | Sym::DeviceGet => return null_mut(),
+    };
+    p as *mut c_void
+}
+
+/// The wrapped function with this exact name, if any. No allocation, no lock: it runs inside every `dlsym`.
+fn tracked(symbol: *const c_char) -> Option<Sym> {
+    if symbol.is_null() {
+        return None;
+    }
+    // Cheap rejection first: every tracked name starts with "cu".
+    if unsafe { *symbol as u8 != b'c' || *symbol.add(1) as u8 != b'u' } {
+        return None;
+    }
+    let name = unsafe { CStr::from_ptr(symbol) };
+    ALL[..WRAPPED]
+        .iter()
+        .copied()
+        .find(|f| NAMES[*f as usize] == name)
+}
+
+// ---- the real dlsym --------------------------------------------------------------------------------------
+
+pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+
+/// glibc's `dlsym`. Found with `dlvsym`, because a plain `dlsym` from here would land in our own export.
+/// `__libc_dlsym` and `_dl_sym` are gone since glibc 2.34.
+pub fn real_dlsym() -> Option<DlsymFn> {
+    let mut p = REAL_DLSYM.load(Ordering::Acquire);
+    if p.is_null() {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !p.is_null() {
+                break;
+            }
+        }
+        if p.is_null() {
+            return None;
+        }
+        REAL_DLSYM.store(p, Ordering::Release);
+    }
+    Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
+}
+
+/// Called by the `dlsym` trampoline (exports.rs) for every `dlsym` in the process. Returns the real `dlsym` when
+/// the call should go straight to it, with the caller's own return address so glibc resolves `RTLD_NEXT` and
+/// `RTLD_DEFAULT` from the caller's scope, exactly as without us; returns null when `dlsym_hook` must answer.
+/// `RTLD_NEXT` lookups always pass through: they come from other interposers, whose chain we leave alone.
+pub unsafe extern "C" fn dlsym_route(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    if handle != libc::RTLD_NEXT && tracked(symbol).is_some() {
+        return null_mut();
+    }
+    real_dlsym().map_or(null_mut(), |f| f as *mut c_void)
+}
+
+/// A `dlsym` of a tracked name: the real lookup, with the caller's handle, then our wrapper in place of the
+/// driver's function. Nothing is allocated or locked here.
+pub unsafe extern "C" fn dlsym_hook(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    let Some(real) = real_dlsym() else {
+        return null_mut();
+    };
+    let p = real(handle, symbol);
+    match tracked(symbol) {
+        Some(f) if !p.is_null() => adopt(f, p),
+        _ => p,
+    }
+}
+
+/// `p` is what the driver answered for `f`. Remember it as the real function and return the wrapper, unless
+/// the slot already holds a different function (another library exporting the same name: left alone).
+fn adopt(f: Sym, p: *mut c_void) -> *mut c_void {
+    let w = wrapper(f);
+    if p == w {
+        return p;
+    }
+    let slot = &REAL[f as usize];
+    let _ = slot.compare_exchange(null_mut(), p, Ordering::AcqRel, Ordering::Acquire);
+    if slot.load(Ordering::Acquire) == p {
+        w
+    } else {
+        p
+    }
+}
+
+// ---- the real functions ----------------------------------------------------------------------------------
+
+/// The real driver's `f`, finding the driver first if no door has shown it yet. Null if there is no driver.
+#[inline]
+pub fn real(f: Sym) -> *mut c_void {
+    let p = REAL[f as usize].load(Ordering::Acquire);
+    if !p.is_null() {
+        return p;
+    }
+    bind(null_mut());
+    REAL[f as usize].load(Ordering::Acquire)
+}
+
+/// Fills every slot from the driver's own handle. `anchor` is any address inside the driver, or null to
+/// find it: a slot some door already filled, the next `cuGetProcAddress` after us in the global scope (a
+/// program linked with `-lcuda`), or an already-loaded `libcuda.so.1`. Never loads the driver itself.
+#[cold]
+pub fn bind(anchor: *mut c_void) {
+    if BOUND.load(Ordering::Acquire) {
+        return;
+    }
+    let Some(real_dlsym) = real_dlsym() else {
+        return;
+    };
+    let mut anchor = anchor;
+    if anchor.is_null() {
+        anchor = REAL
+            .iter()
+            .map(|s| s.load(Ordering::Acquire))
+            .find(|p| !p.is_null())
+            .unwrap_or(null_mut());
+    }
+    if anchor.is_null() {
+        anchor = unsafe { real_dlsym(libc::RTLD_NEXT, c"cuGetProcAddress".as_ptr()) };
+    }
+    let handle = unsafe {
+        if anchor.is_null() {
+            libc::dlopen(
+                c"libcuda.so.1".as_ptr(),
+                libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+            )
+        } else {
+            let mut info: libc::Dl_info = std::mem::zeroed();
+            if libc::dladdr(anchor, &mut info) == 0 || info.dli_fname.is_null() {
+                return;
+            }
+            libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD)
+        }
+    };
+    if handle.is_null() {
+        return;
+    }
+    for f in ALL {
+        let p = unsafe { real_dlsym(handle, f.name().as_ptr()) };
+        if !p.is_null() && p != wrapper(f) {
+            let _ = REAL[f as usize].compare_exchange(
+                null_mut(),
+                p,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+    }
+    unsafe { libc::dlclose(handle) };
+    BOUND.store(true, Ordering::Release);
+    crate::debug!("bound the driver's functions");
+}
+
+/// What `cuGetProcAddress` returned, swapped for our wrapper when it is one of the tracked functions, matched
+/// by identity so that versions, `_ptsz` and flags stay the driver's own decision.
+pub fn swap_proc(p: *mut c_void) -> *mut c_void {
+    if p.is_null() {
+        return p;
+    }
+    for f in &ALL[..WRAPPED] {
+        if REAL[*f as usize].load(Ordering::Acquire) == p {
+            return wrapper(*f);
+        }
+    }
+    p
+}
+
+/// Whether `symbol` is the base name of a tracked function ("cuMemAlloc" for "cuMemAlloc_v2"): used only to
+/// say, in debug mode, that a lookup of a tracked function returned a pointer we did not recognise.
+pub fn is_tracked_base(symbol: &CStr) -> bool {
+    let s = symbol.to_bytes();
+    ALL[..WRAPPED].iter().any(|f| {
+        let n = f.name().to_bytes();
+        n.starts_with(s) && matches!(&n[s.len()..], b"" | b"_v2" | b"_ptsz")
+    })
+}
+
+/// The device of the calling thread's current context, or `NO_DEVICE`. Worker threads may have no context: the
+/// result is checked, never assumed.
+#[inline]
+pub fn current_device() -> u32 {
+    let f = real(Sym::CtxGetDevice);
+    if f.is_null() {
+        return vramtrace_format::NO_DEVICE;
+    }
+    let f: unsafe extern "C" fn(*mut c_int) -> u32 = unsafe { std::mem::transmute(f) };
+    let mut dev: c_int = -1;
+    if unsafe { f(&mut dev) } == 0 && dev >= 0 {
+        dev as u32
+    } else {
+        vramtrace_format::NO_DEVICE
+    }
+}

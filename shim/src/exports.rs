@@ -1,0 +1,201 @@
+//! The exported C symbols, and nothing else: each unpacks its arguments, calls its hook and returns the
+//! driver's result code unchanged. The names are the driver's exact versioned names, because that is what a
+//! program linked with `-lcuda` binds to (cuda.h `#define`s `cuMemAlloc` to `cuMemAlloc_v2`).
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+use crate::cuda::*;
+use crate::driver::Sym;
+use crate::hooks;
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
+    hooks::mem_alloc(dptr, bytesize)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    element_size: c_uint,
+) -> CUresult {
+    hooks::mem_alloc_pitch(dptr, pitch, width, height, element_size)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocManaged(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    flags: c_uint,
+) -> CUresult {
+    hooks::mem_alloc_managed(dptr, bytesize, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
+    hooks::mem_free(dptr)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    stream: CUstream,
+) -> CUresult {
+    hooks::mem_alloc_async(Sym::MemAllocAsync, dptr, bytesize, stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    stream: CUstream,
+) -> CUresult {
+    hooks::mem_alloc_async(Sym::MemAllocAsyncPtsz, dptr, bytesize, stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    hooks::mem_alloc_from_pool(Sym::MemAllocFromPoolAsync, dptr, bytesize, pool, stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    hooks::mem_alloc_from_pool(Sym::MemAllocFromPoolAsyncPtsz, dptr, bytesize, pool, stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    hooks::mem_free_async(Sym::MemFreeAsync, dptr, stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    hooks::mem_free_async(Sym::MemFreeAsyncPtsz, dptr, stream)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemCreate(
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    flags: u64,
+) -> CUresult {
+    hooks::mem_create(handle, size, prop, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
+    hooks::mem_release(handle)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemMap(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    flags: u64,
+) -> CUresult {
+    hooks::mem_map(ptr, size, offset, handle, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
+    hooks::mem_unmap(ptr, size)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAddressReserve(
+    ptr: *mut CUdeviceptr,
+    size: usize,
+    alignment: usize,
+    addr: CUdeviceptr,
+    flags: u64,
+) -> CUresult {
+    hooks::mem_address_reserve(ptr, size, alignment, addr, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
+    hooks::mem_address_free(ptr, size)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    hooks::mem_get_info(free, total)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
+    hooks::device_total_mem(bytes, dev)
+}
+
+/// The 4-argument lookup (CUDA 11.3 to 11.8 ABI).
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+) -> CUresult {
+    hooks::get_proc_address(symbol, pfn, cuda_version, flags, None)
+}
+
+/// The 5-argument lookup (CUDA 12.0 on): `cuGetProcAddress` in cuda.h is `#define`d to this.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CUresult {
+    hooks::get_proc_address(symbol, pfn, cuda_version, flags, Some(status))
+}
+
+/// `dlsym`, as a trampoline. It asks `driver::dlsym_route` whether the lookup concerns us; if not, it jumps
+/// straight into glibc's `dlsym` with the caller's return address still on the stack, so glibc resolves
+/// `RTLD_NEXT` and `RTLD_DEFAULT` from the caller's scope exactly as it would without the shim. Tracked names
+/// go to `driver::dlsym_hook`. Written as a naked function because only a tail jump keeps the caller's address.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // At entry rsp is 8 mod 16; two pushes and 8 bytes realign it for the call.
+    core::arch::naked_asm!(
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {route}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 2f",
+        "jmp rax",
+        "2:",
+        "jmp {hook}",
+        route = sym crate::driver::dlsym_route,
+        hook = sym crate::driver::dlsym_hook,
+    )
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!(
+    "vramtrace's dlsym trampoline is written for x86_64; other architectures need their own (see exports.rs)"
+);

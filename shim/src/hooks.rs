@@ -1,0 +1,576 @@
+//! What each intercepted call does around the real one: find the real function, call it with the caller's
+//! arguments unchanged, record what happened, return the driver's code.
+//!
+//! Allocations are stamped when the driver returns and frees when they are called, so that ordering events by
+//! time never puts the reuse of an address before the free that released it.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+
+use vramtrace_format::{flags, Api, NO_DEVICE};
+
+use crate::cap::{self, Decision, Kind};
+use crate::cuda::*;
+use crate::driver::{self, Sym};
+use crate::record;
+
+thread_local! {
+    /// Set while this thread is inside a hook: a tracked call the driver makes from inside another (or the
+    /// shim's own threads) goes straight through, neither recorded twice nor counted twice.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+struct Busy;
+
+impl Busy {
+    #[inline]
+    fn enter() -> Option<Busy> {
+        BUSY.with(|b| (!b.replace(true)).then_some(Busy))
+    }
+}
+
+impl Drop for Busy {
+    #[inline]
+    fn drop(&mut self) {
+        BUSY.with(|b| b.set(false));
+    }
+}
+
+/// Marks the calling thread as the shim's own: nothing it does is ever recorded.
+pub fn mark_own_thread() {
+    BUSY.with(|b| b.set(true));
+}
+
+/// The real function for `sym` as type `$t`, or the not-initialised code if there is no driver to call.
+macro_rules! real {
+    ($sym:expr, $t:ty) => {{
+        let p = driver::real($sym);
+        if p.is_null() {
+            return CUDA_ERROR_NOT_INITIALIZED;
+        }
+        std::mem::transmute::<*mut c_void, $t>(p)
+    }};
+}
+
+fn ptsz(sym: Sym) -> u8 {
+    match sym {
+        Sym::MemAllocAsyncPtsz | Sym::MemAllocFromPoolAsyncPtsz | Sym::MemFreeAsyncPtsz => {
+            flags::PTSZ
+        }
+        _ => 0,
+    }
+}
+
+#[inline(always)]
+unsafe fn returned(out: *const u64, r: CUresult) -> u64 {
+    if r == CUDA_SUCCESS && !out.is_null() {
+        *out
+    } else {
+        0
+    }
+}
+
+/// An allocation of `size` bytes on `dev`: the cap's admission, the driver call, then the event. Over the cap
+/// the driver is never called and the caller gets the driver's own out-of-memory code, so frameworks react as
+/// to a real OOM (PyTorch frees its cache, retries, raises `torch.OutOfMemoryError`).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn track_alloc(
+    api: Api,
+    flag: u8,
+    dev: u32,
+    size: u64,
+    aux: u64,
+    kind: Kind,
+    out: *const u64,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let cap = cap::get();
+    let decision = cap.map_or(Decision::Free, |c| c.admit(dev, size));
+    let flag = match decision {
+        Decision::Refused { .. } => {
+            let r = CUDA_ERROR_OUT_OF_MEMORY;
+            record::push(
+                api,
+                flag | flags::CAP_REFUSED,
+                dev,
+                r,
+                0,
+                size,
+                aux,
+                record::now(),
+            );
+            return r;
+        }
+        Decision::Exceeded => flag | flags::CAP_EXCEEDED,
+        Decision::Free | Decision::Counted => flag,
+    };
+    let r = call();
+    let id = returned(out, r);
+    if let (Some(c), Decision::Counted | Decision::Exceeded) = (cap, decision) {
+        if r == CUDA_SUCCESS {
+            c.kept(kind, id, dev, size);
+        } else {
+            c.returned(dev, size);
+        }
+    }
+    record::push(api, flag, dev, r, id, size, aux, record::now());
+    r
+}
+
+/// A release of what `id` names: stamped before the call (see the module's note), recorded after; when it
+/// succeeds, the cap gets back what `id` held.
+#[inline(always)]
+unsafe fn track_release(
+    api: Api,
+    flag: u8,
+    kind: Option<Kind>,
+    id: u64,
+    size: u64,
+    aux: u64,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let ts = record::now();
+    let r = call();
+    if let (CUDA_SUCCESS, Some(k), Some(c)) = (r, kind, cap::get()) {
+        c.freed(k, id);
+    }
+    record::push(api, flag, NO_DEVICE, r, id, size, aux, ts);
+    r
+}
+
+pub unsafe fn mem_alloc(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
+    let f = real!(
+        Sym::MemAlloc,
+        unsafe extern "C" fn(*mut CUdeviceptr, usize) -> CUresult
+    );
+    let Some(_busy) = Busy::enter() else {
+        return f(dptr, size);
+    };
+    let dev = driver::current_device();
+    track_alloc(
+        Api::MemAlloc,
+        0,
+        dev,
+        size as u64,
+        0,
+        Kind::Ptr,
+        dptr,
+        || f(dptr, size),
+    )
+}
+
+pub unsafe fn mem_alloc_pitch(
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    element_size: c_uint,
+) -> CUresult {
+    let f = real!(
+        Sym::MemAllocPitch,
+        unsafe extern "C" fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult
+    );
+    let Some(_busy) = Busy::enter() else {
+        return f(dptr, pitch, width, height, element_size);
+    };
+    let dev = driver::current_device();
+    // The driver picks the pitch; admit the likely size (rows padded to 512 bytes) and settle after.
+    let guess = (width.div_ceil(512) as u64 * 512).saturating_mul(height as u64);
+    let cap = cap::get();
+    let decision = cap.map_or(Decision::Free, |c| c.admit(dev, guess));
+    if let Decision::Refused { .. } = decision {
+        let r = CUDA_ERROR_OUT_OF_MEMORY;
+        record::push(
+            Api::MemAllocPitch,
+            flags::CAP_REFUSED,
+            dev,
+            r,
+            0,
+            guess,
+            0,
+            record::now(),
+        );
+        return r;
+    }
+    let r = f(dptr, pitch, width, height, element_size);
+    let p = if r == CUDA_SUCCESS && !pitch.is_null() {
+        *pitch as u64
+    } else {
+        0
+    };
+    let size = p.saturating_mul(height as u64);
+    let addr = returned(dptr, r);
+    let mut flag = if decision == Decision::Exceeded {
+        flags::CAP_EXCEEDED
+    } else {
+        0
+    };
+    if let (Some(c), Decision::Counted | Decision::Exceeded) = (cap, decision) {
+        c.returned(dev, guess);
+        if r == CUDA_SUCCESS {
+            match c.admit(dev, size) {
+                Decision::Refused { .. } => {
+                    // The driver's pitch made it bigger than the cap allows: undo it, as if refused up front.
+                    let free = driver::real(Sym::MemFree);
+                    if !free.is_null() {
+                        std::mem::transmute::<
+                            *mut c_void,
+                            unsafe extern "C" fn(CUdeviceptr) -> CUresult,
+                        >(free)(addr);
+                    }
+                    let r = CUDA_ERROR_OUT_OF_MEMORY;
+                    record::push(
+                        Api::MemAllocPitch,
+                        flags::CAP_REFUSED,
+                        dev,
+                        r,
+                        0,
+                        size,
+                        p,
+                        record::now(),
+                    );
+                    return r;
+                }
+                Decision::Exceeded => flag = flags::CAP_EXCEEDED,
+                _ => {}
+            }
+            c.kept(Kind::Ptr, addr, dev, size);
+        }
+    }
+    record::push(
+        Api::MemAllocPitch,
+        flag,
+        dev,
+        r,
+        addr,
+        size,
+        p,
+        record::now(),
+    );
+    r
+}
+
+pub unsafe fn mem_alloc_managed(dptr: *mut CUdeviceptr, size: usize, flags: c_uint) -> CUresult {
+    let f = real!(
+        Sym::MemAllocManaged,
+        unsafe extern "C" fn(*mut CUdeviceptr, usize, c_uint) -> CUresult
+    );
+    let Some(_busy) = Busy::enter() else {
+        return f(dptr, size, flags);
+    };
+    let dev = driver::current_device();
+    track_alloc(
+        Api::MemAllocManaged,
+        0,
+        dev,
+        size as u64,
+        flags as u64,
+        Kind::Ptr,
+        dptr,
+        || f(dptr, size, flags),
+    )
+}
+
+pub unsafe fn mem_free(dptr: CUdeviceptr) -> CUresult {
+    let f = real!(Sym::MemFree, unsafe extern "C" fn(CUdeviceptr) -> CUresult);
+    let Some(_busy) = Busy::enter() else {
+        return f(dptr);
+    };
+    track_release(Api::MemFree, 0, Some(Kind::Ptr), dptr, 0, 0, || f(dptr))
+}
+
+pub unsafe fn mem_alloc_async(
+    sym: Sym,
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    stream: CUstream,
+) -> CUresult {
+    let f = real!(
+        sym,
+        unsafe extern "C" fn(*mut CUdeviceptr, usize, CUstream) -> CUresult
+    );
+    let Some(_busy) = Busy::enter() else {
+        return f(dptr, size, stream);
+    };
+    let dev = driver::current_device();
+    track_alloc(
+        Api::MemAllocAsync,
+        ptsz(sym),
+        dev,
+        size as u64,
+        stream as u64,
+        Kind::Ptr,
+        dptr,
+        || f(dptr, size, stream),
+    )
+}
+
+pub unsafe fn mem_alloc_from_pool(
+    sym: Sym,
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> CUresult {
+    let f = real!(
+        sym,
+        unsafe extern "C" fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult
+    );
+    let Some(_busy) = Busy::enter() else {
+        return f(dptr, size, pool, stream);
+    };
+    let dev = driver::current_device();
+    track_alloc(
+        Api::MemAllocFromPoolAsync,
+        ptsz(sym),
+        dev,
+        size as u64,
+        stream as u64,
+        Kind::Ptr,
+        dptr,
+        || f(dptr, size, pool, stream),
+    )
+}
+
+pub unsafe fn mem_free_async(sym: Sym, dptr: CUdeviceptr, stream: CUstream) -> CUresult {
+    let f = real!(sym, unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult);
+    let Some(_busy) = Busy::enter() else {
+        return f(dptr, stream);
+    };
+    track_release(
+        Api::MemFreeAsync,
+        ptsz(sym),
+        Some(Kind::Ptr),
+        dptr,
+        0,
+        stream as u64,
+        || f(dptr, stream),
+    )
+}
+
+pub unsafe fn mem_create(
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    flags: u64,
+) -> CUresult {
+    let f = real!(
+        Sym::MemCreate,
+        unsafe extern "C" fn(
+            *mut CUmemGenericAllocationHandle,
+            usize,
+            *const CUmemAllocationProp,
+            u64,
+        ) -> CUresult
+    );
+    let Some(_busy) = Busy::enter() else {
+        return f(handle, size, prop, flags);
+    };
+    // Physical memory lives where the properties say, not on the current context's device.
+    let dev = match prop.as_ref() {
+        Some(p) if p.location.type_ == CU_MEM_LOCATION_TYPE_DEVICE && p.location.id >= 0 => {
+            p.location.id as u32
+        }
+        _ => NO_DEVICE,
+    };
+    track_alloc(
+        Api::MemCreate,
+        0,
+        dev,
+        size as u64,
+        0,
+        Kind::Handle,
+        handle,
+        || f(handle, size, prop, flags),
+    )
+}
+
+pub unsafe fn mem_release(handle: CUmemGenericAllocationHandle) -> CUresult {
+    let f = real!(
+        Sym::MemRelease,
+        unsafe extern "C" fn(CUmemGenericAllocationHandle) -> CUresult
+    );
+    let Some(_busy) = Busy::enter() else {
+        return f(handle);
+    };
+    track_release(Api::MemRelease, 0, Some(Kind::Handle), handle, 0, 0, || {
+        f(handle)
+    })
+}
+
+pub unsafe fn mem_map(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    flags: u64,
+) -> CUresult {
+    let f = real!(
+        Sym::MemMap,
+        unsafe extern "C" fn(
+            CUdeviceptr,
+            usize,
+            usize,
+            CUmemGenericAllocationHandle,
+            u64,
+        ) -> CUresult
+    );
+    let Some(_busy) = Busy::enter() else {
+        return f(ptr, size, offset, handle, flags);
+    };
+    let r = f(ptr, size, offset, handle, flags);
+    record::push(
+        Api::MemMap,
+        0,
+        NO_DEVICE,
+        r,
+        ptr,
+        size as u64,
+        handle,
+        record::now(),
+    );
+    r
+}
+
+pub unsafe fn mem_unmap(ptr: CUdeviceptr, size: usize) -> CUresult {
+    let f = real!(
+        Sym::MemUnmap,
+        unsafe extern "C" fn(CUdeviceptr, usize) -> CUresult
+    );
+    let Some(_busy) = Busy::enter() else {
+        return f(ptr, size);
+    };
+    track_release(Api::MemUnmap, 0, None, ptr, size as u64, 0, || f(ptr, size))
+}
+
+pub unsafe fn mem_address_reserve(
+    ptr: *mut CUdeviceptr,
+    size: usize,
+    alignment: usize,
+    addr: CUdeviceptr,
+    flags: u64,
+) -> CUresult {
+    let f = real!(
+        Sym::MemAddressReserve,
+        unsafe extern "C" fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, u64) -> CUresult
+    );
+    let Some(_busy) = Busy::enter() else {
+        return f(ptr, size, alignment, addr, flags);
+    };
+    let r = f(ptr, size, alignment, addr, flags);
+    record::push(
+        Api::MemAddressReserve,
+        0,
+        NO_DEVICE,
+        r,
+        returned(ptr, r),
+        size as u64,
+        0,
+        record::now(),
+    );
+    r
+}
+
+pub unsafe fn mem_address_free(ptr: CUdeviceptr, size: usize) -> CUresult {
+    let f = real!(
+        Sym::MemAddressFree,
+        unsafe extern "C" fn(CUdeviceptr, usize) -> CUresult
+    );
+    let Some(_busy) = Busy::enter() else {
+        return f(ptr, size);
+    };
+    track_release(Api::MemAddressFree, 0, None, ptr, size as u64, 0, || {
+        f(ptr, size)
+    })
+}
+
+pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> CUresult {
+    let f = real!(
+        Sym::MemGetInfo,
+        unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult
+    );
+    let Some(_busy) = Busy::enter() else {
+        return f(free, total);
+    };
+    let dev = driver::current_device();
+    let r = f(free, total);
+    if r == CUDA_SUCCESS && !free.is_null() && !total.is_null() {
+        // The trace keeps the driver's real figures; the caller sees the cap's.
+        record::push(
+            Api::MemGetInfo,
+            0,
+            dev,
+            r,
+            *total as u64,
+            *free as u64,
+            0,
+            record::now(),
+        );
+        if let Some(c) = cap::get() {
+            let (vfree, vtotal) = c.virtual_info(dev, *free as u64, *total as u64);
+            *free = vfree as usize;
+            *total = vtotal as usize;
+        }
+    }
+    r
+}
+
+pub unsafe fn device_total_mem(bytes: *mut usize, dev: CUdevice) -> CUresult {
+    let f = real!(
+        Sym::DeviceTotalMem,
+        unsafe extern "C" fn(*mut usize, CUdevice) -> CUresult
+    );
+    let r = f(bytes, dev);
+    // Device handles are ordinals in every driver we know.
+    if let (CUDA_SUCCESS, false, Some(c)) = (r, bytes.is_null(), cap::get()) {
+        if dev >= 0 {
+            *bytes = c.virtual_info(dev as u32, 0, *bytes as u64).1 as usize;
+        }
+    }
+    r
+}
+
+type GetProc4 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult;
+type GetProc5 =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
+
+/// Both `cuGetProcAddress` flavours: the real lookup with the caller's arguments, then the answer swapped for
+/// our wrapper when it is a tracked function (the self-query "cuGetProcAddress" included: the runtime does every
+/// later lookup through what that returns, so without the swap nothing after it would be seen).
+pub unsafe fn get_proc_address(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: Option<*mut c_int>,
+) -> CUresult {
+    let (sym, real) = match status {
+        Some(_) => (Sym::GetProcAddressV2, driver::real(Sym::GetProcAddressV2)),
+        None => (Sym::GetProcAddress, driver::real(Sym::GetProcAddress)),
+    };
+    if real.is_null() {
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    let r = match status {
+        Some(st) => {
+            std::mem::transmute::<*mut c_void, GetProc5>(real)(symbol, pfn, version, flags, st)
+        }
+        None => std::mem::transmute::<*mut c_void, GetProc4>(real)(symbol, pfn, version, flags),
+    };
+    if r == CUDA_SUCCESS && !pfn.is_null() && !(*pfn).is_null() {
+        driver::bind(real);
+        let found = *pfn;
+        let swapped = driver::swap_proc(found);
+        if swapped != found {
+            *pfn = swapped;
+        } else if !symbol.is_null() && driver::is_tracked_base(CStr::from_ptr(symbol)) {
+            crate::debug!(
+                "{:?}({:?}, version {version}, flags {flags}) returned a function we do not recognise",
+                sym.name(),
+                CStr::from_ptr(symbol)
+            );
+        }
+    }
+    r
+}

@@ -1,0 +1,363 @@
+//! Recording: the calling thread stamps a fixed-size event and offers it to a bounded channel, never waiting;
+//! a sender thread, started at the first tracked call, drains the channel in batches and writes them to the
+//! collector's socket. A full channel drops the event and counts it; the count reaches the trace.
+//!
+//! Lifecycle: nothing happens before the first tracked call. `fork` leaves the child without our sender thread
+//! (only the forking thread survives) and possibly with the channel mid-operation, so the child abandons the
+//! parent's recorder and builds its own at its next tracked call. At `exit` the recorder flushes, briefly.
+
+use std::cell::Cell;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::ptr::null_mut;
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering,
+};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
+use vramtrace_format::{codec, Api, Event, Hello, Record};
+
+/// Events the channel holds before the calling threads start dropping them. The sender drains continuously,
+/// so this only absorbs bursts; each slot is about 56 bytes.
+const CHANNEL_EVENTS: usize = 16 * 1024;
+/// The most events per frame.
+const BATCH: usize = 4096;
+/// How often an idle sender tells the collector it is alive (lets the collector order events across processes).
+const TICK: Duration = Duration::from_millis(100);
+/// How long `exit` waits for the last events to reach the collector.
+const EXIT_FLUSH: Duration = Duration::from_millis(500);
+
+enum Msg {
+    Event(Event),
+    /// Send everything queued, say goodbye, and confirm through `Recorder::flushed`.
+    Flush,
+}
+
+struct Recorder {
+    tx: Sender<Msg>,
+    /// False once the collector is gone: callers stop offering events.
+    alive: AtomicBool,
+    dropped: AtomicU64,
+    flushed: AtomicBool,
+    pid: u32,
+}
+
+const UNINIT: u8 = 0;
+const STARTING: u8 = 1;
+const READY: u8 = 2;
+const OFF: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static RECORDER: AtomicPtr<Recorder> = AtomicPtr::new(null_mut());
+/// The socket to the collector, so a forked child can close its copy.
+static SOCKET_FD: AtomicI32 = AtomicI32::new(-1);
+/// Bumped in every forked child: thread-id caches from before the fork are stale.
+static FORK_GEN: AtomicU32 = AtomicU32::new(0);
+static HANDLERS: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// (fork generation, tid): `gettid` is a system call, too slow for every event.
+    static TID: Cell<(u32, u32)> = const { Cell::new((u32::MAX, 0)) };
+}
+
+/// CLOCK_MONOTONIC in ns (a vDSO read, no system call); the collector's clock is the same.
+#[inline]
+pub fn now() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[inline]
+fn tid() -> u32 {
+    let gen = FORK_GEN.load(Ordering::Relaxed);
+    TID.with(|c| {
+        let (g, t) = c.get();
+        if g == gen {
+            return t;
+        }
+        let t = unsafe { libc::gettid() } as u32;
+        c.set((gen, t));
+        t
+    })
+}
+
+/// Offers one event to the sender. Never blocks; a no-op when nothing is recording.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn push(
+    api: Api,
+    flags: u8,
+    device: u32,
+    result: u32,
+    addr: u64,
+    size: u64,
+    aux: u64,
+    ts_ns: u64,
+) {
+    let Some(r) = recorder() else { return };
+    if !r.alive.load(Ordering::Relaxed) {
+        return;
+    }
+    let e = Event {
+        ts_ns,
+        tid: tid(),
+        api,
+        flags,
+        device,
+        result,
+        addr,
+        size,
+        aux,
+    };
+    if let Err(TrySendError::Full(_)) = r.tx.try_send(Msg::Event(e)) {
+        r.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[inline]
+fn recorder() -> Option<&'static Recorder> {
+    let p = RECORDER.load(Ordering::Acquire);
+    if !p.is_null() {
+        return Some(unsafe { &*p });
+    }
+    if STATE.load(Ordering::Relaxed) == OFF {
+        return None;
+    }
+    start()
+}
+
+/// First tracked call of this process (or of a forked child): settings, handlers, channel, sender thread.
+/// Concurrent first calls wait for the one that won; starting takes microseconds.
+#[cold]
+fn start() -> Option<&'static Recorder> {
+    loop {
+        match STATE.compare_exchange(UNINIT, STARTING, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                let rec = build();
+                RECORDER.store(
+                    rec.map_or(null_mut(), |r| r as *const _ as *mut _),
+                    Ordering::Release,
+                );
+                STATE.store(if rec.is_some() { READY } else { OFF }, Ordering::Release);
+                return rec;
+            }
+            Err(READY) => {
+                let p = RECORDER.load(Ordering::Acquire);
+                return (!p.is_null()).then(|| unsafe { &*p });
+            }
+            Err(OFF) => return None,
+            Err(_) => std::thread::yield_now(),
+        }
+    }
+}
+
+fn build() -> Option<&'static Recorder> {
+    let settings = crate::settings::get();
+    if !HANDLERS.swap(true, Ordering::AcqRel) {
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+            libc::atexit(flush_at_exit);
+        }
+    }
+    let path = settings.socket.clone()?;
+    let (tx, rx) = crossbeam_channel::bounded(CHANNEL_EVENTS);
+    // Leaked on purpose: a forked child abandons it rather than touch a channel another thread may have held.
+    let rec: &'static Recorder = Box::leak(Box::new(Recorder {
+        tx,
+        alive: AtomicBool::new(true),
+        dropped: AtomicU64::new(0),
+        flushed: AtomicBool::new(false),
+        pid: std::process::id(),
+    }));
+    let spawned = std::thread::Builder::new()
+        .name("vramtrace".into())
+        .stack_size(256 << 10)
+        .spawn(move || sender(rec, rx, path));
+    match spawned {
+        Ok(_) => Some(rec),
+        Err(e) => {
+            crate::debug!("cannot start the sender thread ({e}); not recording");
+            None
+        }
+    }
+}
+
+/// In a forked child: forget the parent's recorder (its thread did not survive) and close our copy of its
+/// socket, so the collector sees the parent's connection end when the parent does. Only atomic stores and
+/// `close`, both safe here.
+extern "C" fn after_fork_in_child() {
+    RECORDER.store(null_mut(), Ordering::Release);
+    STATE.store(UNINIT, Ordering::Release);
+    FORK_GEN.fetch_add(1, Ordering::Relaxed);
+    let fd = SOCKET_FD.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// At `exit`: ask the sender to send what is queued and say goodbye; wait a bounded moment for it.
+extern "C" fn flush_at_exit() {
+    let p = RECORDER.load(Ordering::Acquire);
+    if p.is_null() {
+        return;
+    }
+    let r = unsafe { &*p };
+    if r.pid != std::process::id() || !r.alive.load(Ordering::Acquire) {
+        return;
+    }
+    let deadline = Instant::now() + EXIT_FLUSH;
+    if r.tx.send_timeout(Msg::Flush, EXIT_FLUSH).is_err() {
+        return;
+    }
+    while !r.flushed.load(Ordering::Acquire)
+        && r.alive.load(Ordering::Acquire)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A connected Unix stream socket, written with `MSG_NOSIGNAL`: a collector that went away must never raise
+/// SIGPIPE in the host.
+struct Socket(i32);
+
+impl Socket {
+    fn connect(path: &OsString) -> Option<Socket> {
+        let bytes = path.as_bytes();
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        if bytes.len() >= addr.sun_path.len() {
+            return None;
+        }
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+            *d = *s as libc::c_char;
+        }
+        // CLOEXEC: a program this process execs must not hold our connection open.
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return None;
+        }
+        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        if unsafe { libc::connect(fd, &addr as *const _ as *const libc::sockaddr, len) } != 0 {
+            unsafe { libc::close(fd) };
+            return None;
+        }
+        SOCKET_FD.store(fd, Ordering::Release);
+        Some(Socket(fd))
+    }
+
+    fn send_all(&self, mut buf: &[u8]) -> bool {
+        while !buf.is_empty() {
+            let n =
+                unsafe { libc::send(self.0, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+            if n < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return false;
+            }
+            buf = &buf[n as usize..];
+        }
+        true
+    }
+}
+
+fn hello(pid: u32) -> Hello {
+    let cmdline = std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut host = [0u8; 256];
+    let hostname = if unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len()) } == 0 {
+        let end = host.iter().position(|c| *c == 0).unwrap_or(host.len());
+        String::from_utf8_lossy(&host[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    let num = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse().ok());
+    Hello {
+        pid,
+        ppid: unsafe { libc::getppid() } as u32,
+        ts_ns: now(),
+        cmdline,
+        hostname,
+        rank: num("RANK"),
+        local_rank: num("LOCAL_RANK"),
+        slurm_procid: num("SLURM_PROCID"),
+        shim_version: env!("CARGO_PKG_VERSION").to_string(),
+        extra: Vec::new(),
+    }
+}
+
+/// The sender thread: connect, announce, then batches until the channel closes or the collector goes away.
+fn sender(rec: &'static Recorder, rx: Receiver<Msg>, path: OsString) {
+    crate::hooks::mark_own_thread();
+    let stop = |why: &str| {
+        rec.alive.store(false, Ordering::Release);
+        crate::debug!("{why}; not recording");
+    };
+    let Some(sock) = Socket::connect(&path) else {
+        return stop("cannot connect to the collector");
+    };
+    let pid = rec.pid;
+    let mut buf = Vec::with_capacity(64 << 10);
+    codec::put_record(&mut buf, &Record::Hello(hello(pid)));
+    if !sock.send_all(&buf) {
+        return stop("the collector closed the connection");
+    }
+    let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
+    loop {
+        buf.clear();
+        batch.clear();
+        let mut flush = false;
+        let mut idle = false;
+        match rx.recv_timeout(TICK) {
+            Ok(Msg::Event(e)) => batch.push(e),
+            Ok(Msg::Flush) => flush = true,
+            Err(RecvTimeoutError::Timeout) => idle = true,
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        while !flush && batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(Msg::Event(e)) => batch.push(e),
+                Ok(Msg::Flush) => flush = true,
+                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+            }
+        }
+        if !batch.is_empty() {
+            codec::put_events(&mut buf, pid, &batch);
+        }
+        let dropped = rec.dropped.swap(0, Ordering::Relaxed);
+        if dropped > 0 {
+            codec::put_record(
+                &mut buf,
+                &Record::Dropped {
+                    pid,
+                    ts_ns: now(),
+                    count: dropped,
+                },
+            );
+        }
+        if idle {
+            codec::put_record(&mut buf, &Record::Tick { pid, ts_ns: now() });
+        }
+        if flush {
+            codec::put_record(&mut buf, &Record::Goodbye { pid, ts_ns: now() });
+        }
+        if !buf.is_empty() && !sock.send_all(&buf) {
+            return stop("the collector closed the connection");
+        }
+        if flush {
+            rec.flushed.store(true, Ordering::Release);
+        }
+    }
+}
