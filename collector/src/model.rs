@@ -1,1 +1,1022 @@
-//! (being written)
+//! Replays a trace into live sets, peaks and timelines.
+//!
+//! Physical memory is what [`Api::effect`] says: `AllocPtr` allocations keyed by (process, pointer) and
+//! `cuMemCreate` handles keyed by (process, handle) in a namespace of their own, given back by the matching
+//! frees and releases. Address-space calls (reserve, map, unmap, address free) never count as memory. Only
+//! calls that succeeded (`result == 0`) move memory; failed allocations are counted per process.
+//!
+//! Ordering: events of different processes interleave in the file by arrival, not by time. Each process's
+//! events are queued (each batch sorted by time), and a k-way merge hands them to the replay in time order:
+//! an event is replayed once no open process can still send anything older (the smallest watermark over open
+//! processes: the newest time each has sent in an event, tick or goodbye). A process stops holding the merge
+//! back when it says goodbye or its connection ends. At most [`MERGE_BOUND`] events wait; past that the oldest
+//! are replayed regardless. Memory stays proportional to the live set plus that bound, never to the number of
+//! events.
+//!
+//! When a process's connection ends, CUDA gives back everything it still held: the replay releases it at that
+//! moment (device totals drop) and lists it as live at the end: never freed before the process ended.
+//!
+//! All times in an [`Analysis`] are ns relative to the trace header's `start_mono_ns`.
+
+mod fasthash;
+mod timeline;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use vramtrace_format::codec::{self, kind};
+use vramtrace_format::{
+    flags, Api, Effect, EndKind, Event, Hello, OpenError, Record, TraceHeader, TraceReader,
+    NO_DEVICE,
+};
+
+use fasthash::FastMap;
+use timeline::TimelineBuilder;
+pub use timeline::{Bucket, Timeline, FIRST_BUCKET_NS, MAX_BUCKETS};
+
+/// How many live-at-end allocations the analysis lists (the largest).
+pub const LEAK_LIST: usize = 20;
+/// The most events waiting in the merge before the oldest are replayed regardless of watermarks.
+pub const MERGE_BOUND: usize = 1 << 20;
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+pub const CUDA_OOM: u32 = 2;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{}: {source}", path.display())]
+    Open { path: PathBuf, source: OpenError },
+}
+
+/// How a process's connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The shim said goodbye: a normal exit.
+    Goodbye,
+    /// The connection closed without a goodbye: killed, crashed or `_exit`.
+    Vanished,
+    /// The connection closed in the middle of a frame.
+    CutMidFrame { partial_bytes: u32 },
+    /// Still running when the trace ends (no end recorded).
+    Running,
+}
+
+impl Ended {
+    /// The JSON name.
+    pub fn key(self) -> &'static str {
+        match self {
+            Ended::Goodbye => "goodbye",
+            Ended::Vanished => "vanished",
+            Ended::CutMidFrame { .. } => "cut_mid_frame",
+            Ended::Running => "running",
+        }
+    }
+}
+
+/// One device's totals, summed over processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Device ordinal; `None` for allocations whose device the shim could not tell.
+    pub device: Option<u32>,
+    /// The most bytes in use at once, all processes together.
+    pub peak_bytes: u64,
+    /// When `peak_bytes` was first reached.
+    pub peak_time_ns: Option<u64>,
+    /// Bytes never freed before their process ended (or before the trace ended, for processes still running).
+    pub live_bytes_at_end: u64,
+    /// Bytes held at the end of the trace by processes still running then.
+    pub in_use_bytes_at_end: u64,
+    /// Successful allocations (pointer allocations and `cuMemCreate`).
+    pub allocations: u64,
+    pub largest_allocation_bytes: u64,
+    /// The latest `cuMemGetInfo` answer on this device: (total, free).
+    pub driver_total_bytes: Option<u64>,
+    pub driver_free_bytes: Option<u64>,
+    pub timeline: Timeline,
+}
+
+/// One process's memory on one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessDevice {
+    pub device: Option<u32>,
+    pub peak_bytes: u64,
+    pub live_bytes_at_end: u64,
+    pub allocations: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessStats {
+    pub pid: u32,
+    /// Whether the process sent its hello (the fields up to `slurm_procid` come from it).
+    pub announced: bool,
+    pub ppid: Option<u32>,
+    pub cmdline: Vec<String>,
+    pub hostname: Option<String>,
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub slurm_procid: Option<u32>,
+    /// When the process said hello (or was first seen).
+    pub start_ns: u64,
+    /// When its connection ended; `None` while running.
+    pub end_ns: Option<u64>,
+    pub ended: Ended,
+    /// The most bytes it held at once, all devices together.
+    pub peak_bytes: u64,
+    pub peak_time_ns: Option<u64>,
+    pub per_device: Vec<ProcessDevice>,
+    pub allocations: u64,
+    /// Frees and releases matched to a live allocation.
+    pub frees: u64,
+    pub failed_allocations: u64,
+    /// Failed allocations whose result was `CUDA_ERROR_OUT_OF_MEMORY` (cap refusals included).
+    pub oom_results: u64,
+    /// Allocations vramtrace's cap refused (the driver was never called).
+    pub cap_refusals: u64,
+    pub unmatched_frees: u64,
+    /// Allocations returned at an address still live in this process: the older one's free was not recorded.
+    pub lost_frees: u64,
+    pub largest_allocation_bytes: u64,
+    /// Bytes never freed before the process ended (or the trace ended).
+    pub live_bytes_at_end: u64,
+    pub live_allocations_at_end: u64,
+    /// Events the shim could not record (its queue was full).
+    pub dropped_events: u64,
+    /// The most virtual address space reserved at once (`cuMemAddressReserve`): not memory.
+    pub address_reserved_peak_bytes: u64,
+    /// The most bytes mapped at once (`cuMemMap`): backed by `cuMemCreate` handles, counted there.
+    pub mapped_peak_bytes: u64,
+}
+
+/// An allocation never freed before its process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveAlloc {
+    pub pid: u32,
+    pub device: Option<u32>,
+    pub api: Api,
+    /// The `_ptsz` variant was called.
+    pub ptsz: bool,
+    /// The pointer, or for `cuMemCreate` the handle.
+    pub address: u64,
+    pub bytes: u64,
+    pub alloc_time_ns: u64,
+    /// From the allocation to the end of its process (or of the trace).
+    pub age_ns: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Analysis {
+    pub header: TraceHeader,
+    pub format_version: u16,
+    /// The trace did not end cleanly (cut short, corrupt or unreadable past some point).
+    pub partial: bool,
+    /// Where and why reading stopped, when `partial`.
+    pub stopped: Option<String>,
+    /// Whole frames read.
+    pub frames: u64,
+    /// Frames of kinds this build does not know (a newer writer's), skipped.
+    pub unknown_frames: u64,
+    pub events: u64,
+    pub dropped_events: u64,
+    pub unmatched_frees: u64,
+    pub lost_frees: u64,
+    /// First and last time seen in any record; `None` without any.
+    pub first_ns: Option<u64>,
+    pub end_ns: u64,
+    pub duration_ns: u64,
+    /// Sorted by device ordinal (unknown last).
+    pub devices: Vec<DeviceStats>,
+    /// In order of first appearance. A pid reused (or re-announced after exec) appears again.
+    pub processes: Vec<ProcessStats>,
+    /// The largest allocations never freed before their process ended, largest first, at most [`LEAK_LIST`].
+    pub live_at_end: Vec<LiveAlloc>,
+    pub live_at_end_count: u64,
+    pub live_at_end_bytes: u64,
+}
+
+impl Analysis {
+    pub fn device(&self, device: u32) -> Option<&DeviceStats> {
+        self.devices.iter().find(|d| d.device == Some(device))
+    }
+
+    pub fn process(&self, pid: u32) -> Option<&ProcessStats> {
+        self.processes.iter().find(|p| p.pid == pid)
+    }
+}
+
+/// Reads and replays a trace file.
+pub fn analyze(path: &Path) -> Result<Analysis, ModelError> {
+    let file = File::open(path).map_err(|source| ModelError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    analyze_reader(BufReader::with_capacity(1 << 20, file)).map_err(|e| match e {
+        OpenError::Io(source) => ModelError::Read {
+            path: path.to_owned(),
+            source,
+        },
+        source => ModelError::Open {
+            path: path.to_owned(),
+            source,
+        },
+    })
+}
+
+/// Replays a trace from any reader (buffer it: frames are read a few bytes at a time).
+pub fn analyze_reader(r: impl Read) -> Result<Analysis, OpenError> {
+    analyze_bounded(r, MERGE_BOUND)
+}
+
+fn analyze_bounded(r: impl Read, bound: usize) -> Result<Analysis, OpenError> {
+    let (mut reader, header) = TraceReader::open(r)?;
+    let mut st = Replay::new(header.start_mono_ns, bound.max(8));
+    let mut batch: Vec<Event> = Vec::with_capacity(1024);
+    let mut unknown_frames = 0u64;
+    while let Some((k, payload)) = reader.next_frame() {
+        let bad = if k == kind::EVENTS {
+            batch.clear();
+            match codec::decode_events(payload, &mut batch) {
+                Ok(pid) => {
+                    st.on_events(pid, &mut batch);
+                    None
+                }
+                Err(e) => Some(e),
+            }
+        } else {
+            match codec::decode_record(k, payload) {
+                Ok(Some(rec)) => {
+                    st.on_record(rec);
+                    None
+                }
+                Ok(None) => {
+                    unknown_frames += 1;
+                    None
+                }
+                Err(e) => Some(e),
+            }
+        };
+        if let Some(e) = bad {
+            reader.mark_corrupt(e.to_string());
+            break;
+        }
+    }
+    let stopped = reader.stop().describe(reader.frames());
+    let mut a = st.finish(header);
+    a.format_version = reader.version;
+    a.partial = stopped.is_some();
+    a.stopped = stopped;
+    a.frames = reader.frames();
+    a.unknown_frames = unknown_frames;
+    Ok(a)
+}
+
+// ---- replay ----------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy)]
+struct Live {
+    size: u64,
+    /// Relative ns.
+    ts: u64,
+    dev: u16,
+    api: Api,
+    flags: u8,
+}
+
+#[derive(Default, Clone)]
+struct ProcDev {
+    cur: u64,
+    peak: u64,
+    live_end: u64,
+    allocations: u64,
+}
+
+struct Proc {
+    s: ProcessStats,
+    cur: u64,
+    dev: Vec<ProcDev>,
+    ptrs: FastMap<u64, Live>,
+    handles: FastMap<u64, Live>,
+    reserved: u64,
+    mapped: u64,
+    /// Events waiting for the merge, in time order.
+    queue: VecDeque<Event>,
+    /// The time of the merge heap's entry for the queue's front (set exactly when the queue is not empty).
+    heap_ts: Option<u64>,
+    /// Newest absolute time this process has sent.
+    wm: u64,
+    open: bool,
+    goodbye: bool,
+    end_seen: bool,
+    /// Absolute start time (hello or first sight), for telling an earlier image of the same pid apart.
+    start_abs: u64,
+    /// The slot this pid had before this one (exec or pid reuse).
+    prev: Option<usize>,
+}
+
+impl Proc {
+    fn new(pid: u32, ts: u64, rel: u64, prev: Option<usize>) -> Self {
+        Proc {
+            s: ProcessStats {
+                pid,
+                announced: false,
+                ppid: None,
+                cmdline: Vec::new(),
+                hostname: None,
+                rank: None,
+                local_rank: None,
+                slurm_procid: None,
+                start_ns: rel,
+                end_ns: None,
+                ended: Ended::Running,
+                peak_bytes: 0,
+                peak_time_ns: None,
+                per_device: Vec::new(),
+                allocations: 0,
+                frees: 0,
+                failed_allocations: 0,
+                oom_results: 0,
+                cap_refusals: 0,
+                unmatched_frees: 0,
+                lost_frees: 0,
+                largest_allocation_bytes: 0,
+                live_bytes_at_end: 0,
+                live_allocations_at_end: 0,
+                dropped_events: 0,
+                address_reserved_peak_bytes: 0,
+                mapped_peak_bytes: 0,
+            },
+            cur: 0,
+            dev: Vec::new(),
+            ptrs: FastMap::default(),
+            handles: FastMap::default(),
+            reserved: 0,
+            mapped: 0,
+            queue: VecDeque::new(),
+            heap_ts: None,
+            wm: ts,
+            open: true,
+            goodbye: false,
+            end_seen: false,
+            start_abs: ts,
+            prev,
+        }
+    }
+
+    #[inline]
+    fn dev(&mut self, d: usize) -> &mut ProcDev {
+        if self.dev.len() <= d {
+            self.dev.resize(d + 1, ProcDev::default());
+        }
+        &mut self.dev[d]
+    }
+}
+
+struct Dev {
+    device: u32,
+    cur: u64,
+    peak: u64,
+    peak_t: Option<u64>,
+    live_end: u64,
+    allocations: u64,
+    largest: u64,
+    info: Option<(u64, u64)>,
+    tl: TimelineBuilder,
+}
+
+/// Merge heap entries: (absolute time, what, slot). Events sort before an end at the same time.
+const WHAT_EVENTS: u8 = 0;
+const WHAT_END: u8 = 1;
+
+struct Replay {
+    start: u64,
+    /// See [`MERGE_BOUND`].
+    bound: usize,
+    procs: Vec<Proc>,
+    by_pid: HashMap<u32, usize>,
+    devs: Vec<Dev>,
+    /// Slots still open (holding the merge back).
+    open: Vec<usize>,
+    min_wm: u64,
+    wm_dirty: bool,
+    heap: BinaryHeap<Reverse<(u64, u8, usize)>>,
+    buffered: usize,
+    events: u64,
+    dropped: u64,
+    unmatched: u64,
+    lost: u64,
+    first_ts: Option<u64>,
+    last_ts: u64,
+    leaks: Vec<LiveAlloc>,
+    leak_count: u64,
+    leak_bytes: u64,
+}
+
+impl Replay {
+    fn new(start: u64, bound: usize) -> Self {
+        Replay {
+            start,
+            bound,
+            procs: Vec::new(),
+            by_pid: HashMap::new(),
+            devs: Vec::new(),
+            open: Vec::new(),
+            min_wm: u64::MAX,
+            wm_dirty: false,
+            heap: BinaryHeap::new(),
+            buffered: 0,
+            events: 0,
+            dropped: 0,
+            unmatched: 0,
+            lost: 0,
+            first_ts: None,
+            last_ts: 0,
+            leaks: Vec::new(),
+            leak_count: 0,
+            leak_bytes: 0,
+        }
+    }
+
+    #[inline]
+    fn rel(&self, ts: u64) -> u64 {
+        ts.saturating_sub(self.start)
+    }
+
+    fn observe(&mut self, ts: u64) {
+        self.first_ts = Some(self.first_ts.map_or(ts, |f| f.min(ts)));
+        self.last_ts = self.last_ts.max(ts);
+    }
+
+    // ---- processes and watermarks ----
+
+    fn new_slot(&mut self, pid: u32, ts: u64, prev: Option<usize>) -> usize {
+        let s = self.procs.len();
+        let rel = self.rel(ts);
+        self.procs.push(Proc::new(pid, ts, rel, prev));
+        self.by_pid.insert(pid, s);
+        self.open.push(s);
+        if !self.wm_dirty {
+            self.min_wm = self.min_wm.min(ts);
+        }
+        s
+    }
+
+    /// The slot a record of `pid` at time `ts` belongs to, created if the pid is new.
+    fn route(&mut self, pid: u32, ts: u64) -> usize {
+        let Some(mut s) = self.by_pid.get(&pid).copied() else {
+            return self.new_slot(pid, ts, None);
+        };
+        // Records older than this image's start that an earlier, still-open image of the pid could have sent.
+        while let Some(pv) = self.procs[s].prev {
+            if ts < self.procs[s].start_abs && !self.procs[pv].end_seen {
+                s = pv;
+            } else {
+                break;
+            }
+        }
+        s
+    }
+
+    fn advance(&mut self, s: usize, ts: u64) {
+        let p = &mut self.procs[s];
+        if ts > p.wm {
+            if p.open && p.wm == self.min_wm {
+                self.wm_dirty = true;
+            }
+            p.wm = ts;
+        }
+    }
+
+    fn close(&mut self, s: usize) {
+        let p = &mut self.procs[s];
+        if p.open {
+            p.open = false;
+            if p.wm == self.min_wm {
+                self.wm_dirty = true;
+            }
+            if let Some(i) = self.open.iter().position(|&o| o == s) {
+                self.open.swap_remove(i);
+            }
+        }
+    }
+
+    /// Events at or before this time can be replayed: no open process will send anything older.
+    fn limit(&mut self) -> u64 {
+        if self.wm_dirty {
+            self.min_wm = self
+                .open
+                .iter()
+                .map(|&s| self.procs[s].wm)
+                .min()
+                .unwrap_or(u64::MAX);
+            self.wm_dirty = false;
+        }
+        self.min_wm
+    }
+
+    // ---- records ----
+
+    fn on_events(&mut self, pid: u32, batch: &mut [Event]) {
+        if batch.is_empty() {
+            return;
+        }
+        self.events += batch.len() as u64;
+        if !batch.is_sorted_by_key(|e| e.ts_ns) {
+            batch.sort_by_key(|e| e.ts_ns);
+        }
+        let (lo, hi) = (batch[0].ts_ns, batch[batch.len() - 1].ts_ns);
+        self.observe(lo);
+        self.observe(hi);
+        let s = self.route(pid, lo);
+        self.enqueue(s, batch);
+        self.advance(s, hi);
+        if self.buffered > self.bound {
+            self.pump(u64::MAX, self.bound - self.bound / 8);
+        }
+        let limit = self.limit();
+        self.pump(limit, 0);
+    }
+
+    fn enqueue(&mut self, s: usize, batch: &[Event]) {
+        self.buffered += batch.len();
+        let p = &mut self.procs[s];
+        let in_order = p.queue.back().is_none_or(|b| b.ts_ns <= batch[0].ts_ns);
+        if in_order {
+            let was_empty = p.queue.is_empty();
+            p.queue.extend(batch.iter().copied());
+            if was_empty {
+                p.heap_ts = Some(batch[0].ts_ns);
+                self.heap.push(Reverse((batch[0].ts_ns, WHAT_EVENTS, s)));
+            }
+        } else {
+            // A batch older than what is already waiting (threads racing to the shim's queue): merge it in.
+            let mut all: Vec<Event> = p.queue.drain(..).collect();
+            all.extend_from_slice(batch);
+            all.sort_by_key(|e| e.ts_ns);
+            p.queue.extend(all);
+            let front = p.queue[0].ts_ns;
+            if p.heap_ts != Some(front) {
+                // The old entry goes stale; `pump` skips it.
+                p.heap_ts = Some(front);
+                self.heap.push(Reverse((front, WHAT_EVENTS, s)));
+            }
+        }
+    }
+
+    fn on_record(&mut self, rec: Record) {
+        match rec {
+            Record::Hello(h) => self.on_hello(h),
+            Record::Events { pid, mut events } => self.on_events(pid, &mut events),
+            Record::Dropped { pid, ts_ns, count } => {
+                self.observe(ts_ns);
+                let s = self.route(pid, ts_ns);
+                let p = &mut self.procs[s].s;
+                p.dropped_events = p.dropped_events.saturating_add(count);
+                self.dropped = self.dropped.saturating_add(count);
+            }
+            Record::Tick { pid, ts_ns } => {
+                self.observe(ts_ns);
+                let s = self.route(pid, ts_ns);
+                self.advance(s, ts_ns);
+                let limit = self.limit();
+                self.pump(limit, 0);
+            }
+            Record::Goodbye { pid, ts_ns } => {
+                self.observe(ts_ns);
+                let s = self.route(pid, ts_ns);
+                self.advance(s, ts_ns);
+                self.procs[s].goodbye = true;
+                self.close(s);
+                let limit = self.limit();
+                self.pump(limit, 0);
+            }
+            Record::ProcessEnd { pid, ts_ns, kind } => {
+                self.observe(ts_ns);
+                let s = self.route(pid, ts_ns);
+                let p = &mut self.procs[s];
+                if !p.end_seen {
+                    p.end_seen = true;
+                    p.s.ended = match kind {
+                        EndKind::Goodbye => Ended::Goodbye,
+                        EndKind::Vanished => Ended::Vanished,
+                        EndKind::CutMidFrame { partial_bytes } => {
+                            Ended::CutMidFrame { partial_bytes }
+                        }
+                    };
+                    p.s.end_ns = Some(ts_ns.saturating_sub(self.start));
+                    self.close(s);
+                    self.heap.push(Reverse((ts_ns, WHAT_END, s)));
+                }
+                let limit = self.limit();
+                self.pump(limit, 0);
+            }
+        }
+    }
+
+    fn on_hello(&mut self, h: Hello) {
+        self.observe(h.ts_ns);
+        let s = match self.by_pid.get(&h.pid).copied() {
+            Some(s) if !self.procs[s].s.announced && !self.procs[s].end_seen => s,
+            // A second hello: the pid exec'd a new program, or was reused after the first one ended.
+            Some(s) => self.new_slot(h.pid, h.ts_ns, Some(s)),
+            None => self.new_slot(h.pid, h.ts_ns, None),
+        };
+        self.advance(s, h.ts_ns);
+        let rel = self.rel(h.ts_ns);
+        let p = &mut self.procs[s];
+        p.s.announced = true;
+        p.s.ppid = Some(h.ppid);
+        p.s.cmdline = h.cmdline;
+        p.s.hostname = Some(h.hostname);
+        p.s.rank = h.rank;
+        p.s.local_rank = h.local_rank;
+        p.s.slurm_procid = h.slurm_procid;
+        p.s.start_ns = p.s.start_ns.min(rel);
+    }
+
+    // ---- the merge ----
+
+    /// Replays waiting events in time order up to `limit`; with `keep > 0`, stops once at most `keep` wait.
+    fn pump(&mut self, limit: u64, keep: usize) {
+        while let Some(&Reverse((ts, what, s))) = self.heap.peek() {
+            if ts > limit || (keep > 0 && self.buffered <= keep) {
+                break;
+            }
+            self.heap.pop();
+            if what == WHAT_END {
+                self.end_process(s, ts);
+                continue;
+            }
+            if self.procs[s].heap_ts != Some(ts) {
+                continue; // stale
+            }
+            self.procs[s].heap_ts = None;
+            // Replay this process's run of events up to the next other entry.
+            let bound = limit.min(self.heap.peek().map_or(u64::MAX, |r| r.0 .0));
+            loop {
+                let e = match self.procs[s].queue.front() {
+                    Some(e) if e.ts_ns <= bound => *e,
+                    _ => break,
+                };
+                self.procs[s].queue.pop_front();
+                self.buffered -= 1;
+                self.apply(s, &e);
+                if keep > 0 && self.buffered <= keep {
+                    break;
+                }
+            }
+            if let Some(f) = self.procs[s].queue.front() {
+                let f = f.ts_ns;
+                self.procs[s].heap_ts = Some(f);
+                self.heap.push(Reverse((f, WHAT_EVENTS, s)));
+            }
+        }
+    }
+
+    /// The process's connection ended at `ts`: replay whatever it still has waiting, then CUDA releases the rest.
+    fn end_process(&mut self, s: usize, ts: u64) {
+        while let Some(e) = self.procs[s].queue.pop_front() {
+            self.buffered -= 1;
+            self.apply(s, &e);
+        }
+        self.procs[s].heap_ts = None;
+        let t = self.rel(ts);
+        self.collect_live(s, t, true);
+    }
+
+    // ---- replaying one event ----
+
+    #[inline]
+    fn dev_index(&mut self, device: u32) -> usize {
+        if let Some(i) = self.devs.iter().position(|d| d.device == device) {
+            return i;
+        }
+        self.devs.push(Dev {
+            device,
+            cur: 0,
+            peak: 0,
+            peak_t: None,
+            live_end: 0,
+            allocations: 0,
+            largest: 0,
+            info: None,
+            tl: TimelineBuilder::default(),
+        });
+        self.devs.len() - 1
+    }
+
+    #[inline]
+    fn apply(&mut self, s: usize, e: &Event) {
+        let t = self.rel(e.ts_ns);
+        match e.api.effect() {
+            eff @ (Effect::AllocPtr | Effect::CreateHandle) => {
+                if e.result != 0 {
+                    let p = &mut self.procs[s].s;
+                    p.failed_allocations += 1;
+                    if e.result == CUDA_OOM {
+                        p.oom_results += 1;
+                    }
+                    if e.flags & flags::CAP_REFUSED != 0 {
+                        p.cap_refusals += 1;
+                    }
+                    return;
+                }
+                let d = self.dev_index(e.device);
+                let live = Live {
+                    size: e.size,
+                    ts: t,
+                    dev: d as u16,
+                    api: e.api,
+                    flags: e.flags,
+                };
+                let p = &mut self.procs[s];
+                let map = if eff == Effect::CreateHandle {
+                    &mut p.handles
+                } else {
+                    &mut p.ptrs
+                };
+                if let Some(old) = map.insert(e.addr, live) {
+                    p.s.lost_frees += 1;
+                    self.lost += 1;
+                    self.take(s, &old, t);
+                }
+                self.give(s, d, e.size, t);
+            }
+            eff @ (Effect::FreePtr | Effect::ReleaseHandle) => {
+                if e.result != 0 {
+                    return;
+                }
+                let p = &mut self.procs[s];
+                let map = if eff == Effect::ReleaseHandle {
+                    &mut p.handles
+                } else {
+                    &mut p.ptrs
+                };
+                match map.remove(&e.addr) {
+                    Some(old) => {
+                        p.s.frees += 1;
+                        self.take(s, &old, t);
+                    }
+                    None => {
+                        p.s.unmatched_frees += 1;
+                        self.unmatched += 1;
+                    }
+                }
+            }
+            Effect::AddressSpace => {
+                if e.result != 0 {
+                    return;
+                }
+                let p = &mut self.procs[s];
+                match e.api {
+                    Api::MemAddressReserve => {
+                        p.reserved = p.reserved.saturating_add(e.size);
+                        p.s.address_reserved_peak_bytes =
+                            p.s.address_reserved_peak_bytes.max(p.reserved);
+                    }
+                    Api::MemAddressFree => p.reserved = p.reserved.saturating_sub(e.size),
+                    Api::MemMap => {
+                        p.mapped = p.mapped.saturating_add(e.size);
+                        p.s.mapped_peak_bytes = p.s.mapped_peak_bytes.max(p.mapped);
+                    }
+                    Api::MemUnmap => p.mapped = p.mapped.saturating_sub(e.size),
+                    _ => {}
+                }
+            }
+            Effect::Info => {
+                if e.result == 0 {
+                    let d = self.dev_index(e.device);
+                    self.devs[d].info = Some((e.addr, e.size));
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn give(&mut self, s: usize, d: usize, size: u64, t: u64) {
+        let dv = &mut self.devs[d];
+        dv.cur = dv.cur.saturating_add(size);
+        dv.allocations += 1;
+        dv.largest = dv.largest.max(size);
+        if dv.cur > dv.peak {
+            dv.peak = dv.cur;
+            dv.peak_t = Some(t);
+        }
+        dv.tl.set(t, dv.cur);
+        let p = &mut self.procs[s];
+        p.cur = p.cur.saturating_add(size);
+        p.s.allocations += 1;
+        p.s.largest_allocation_bytes = p.s.largest_allocation_bytes.max(size);
+        if p.cur > p.s.peak_bytes {
+            p.s.peak_bytes = p.cur;
+            p.s.peak_time_ns = Some(t);
+        }
+        let pd = p.dev(d);
+        pd.cur = pd.cur.saturating_add(size);
+        pd.allocations += 1;
+        pd.peak = pd.peak.max(pd.cur);
+    }
+
+    #[inline]
+    fn take(&mut self, s: usize, l: &Live, t: u64) {
+        let d = l.dev as usize;
+        let dv = &mut self.devs[d];
+        dv.cur = dv.cur.saturating_sub(l.size);
+        dv.tl.set(t, dv.cur);
+        let p = &mut self.procs[s];
+        p.cur = p.cur.saturating_sub(l.size);
+        let pd = p.dev(d);
+        pd.cur = pd.cur.saturating_sub(l.size);
+    }
+
+    /// Everything process `s` still holds at `t` is live at its end; with `release`, CUDA gives it back at `t`.
+    fn collect_live(&mut self, s: usize, t: u64, release: bool) {
+        let p = &mut self.procs[s];
+        let pid = p.s.pid;
+        let ptrs = std::mem::take(&mut p.ptrs);
+        let handles = std::mem::take(&mut p.handles);
+        for (addr, l) in ptrs.into_iter().chain(handles) {
+            let p = &mut self.procs[s];
+            p.s.live_bytes_at_end = p.s.live_bytes_at_end.saturating_add(l.size);
+            p.s.live_allocations_at_end += 1;
+            let pd = p.dev(l.dev as usize);
+            pd.live_end = pd.live_end.saturating_add(l.size);
+            let dv = &mut self.devs[l.dev as usize];
+            dv.live_end = dv.live_end.saturating_add(l.size);
+            self.leak_count += 1;
+            self.leak_bytes = self.leak_bytes.saturating_add(l.size);
+            self.leaks.push(LiveAlloc {
+                pid,
+                device: (dv.device != NO_DEVICE).then_some(dv.device),
+                api: l.api,
+                ptsz: l.flags & flags::PTSZ != 0,
+                address: addr,
+                bytes: l.size,
+                alloc_time_ns: l.ts,
+                age_ns: t.saturating_sub(l.ts),
+            });
+            if self.leaks.len() >= 64 * LEAK_LIST {
+                trim_leaks(&mut self.leaks);
+            }
+            if release {
+                self.take(s, &l, t);
+            }
+        }
+    }
+
+    fn finish(mut self, header: TraceHeader) -> Analysis {
+        self.pump(u64::MAX, 0);
+        let end = self.rel(self.last_ts);
+        for s in 0..self.procs.len() {
+            let p = &mut self.procs[s];
+            if !p.end_seen && p.goodbye {
+                p.s.ended = Ended::Goodbye;
+            }
+            let at = p.s.end_ns.unwrap_or(end);
+            self.collect_live(s, at, false);
+        }
+        trim_leaks(&mut self.leaks);
+        let devs = &self.devs;
+        let dev_of = |d: usize| (devs[d].device != NO_DEVICE).then_some(devs[d].device);
+        let processes: Vec<ProcessStats> = self
+            .procs
+            .iter()
+            .map(|p| {
+                let mut s = p.s.clone();
+                s.per_device = p
+                    .dev
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, pd)| pd.allocations > 0)
+                    .map(|(d, pd)| ProcessDevice {
+                        device: dev_of(d),
+                        peak_bytes: pd.peak,
+                        live_bytes_at_end: pd.live_end,
+                        allocations: pd.allocations,
+                    })
+                    .collect();
+                s.per_device.sort_by_key(|pd| pd.device.unwrap_or(u32::MAX));
+                s
+            })
+            .collect();
+        let mut devices: Vec<DeviceStats> = self
+            .devs
+            .into_iter()
+            .map(|d| DeviceStats {
+                device: (d.device != NO_DEVICE).then_some(d.device),
+                peak_bytes: d.peak,
+                peak_time_ns: d.peak_t,
+                live_bytes_at_end: d.live_end,
+                in_use_bytes_at_end: d.cur,
+                allocations: d.allocations,
+                largest_allocation_bytes: d.largest,
+                driver_total_bytes: d.info.map(|i| i.0),
+                driver_free_bytes: d.info.map(|i| i.1),
+                timeline: d.tl.finish(end),
+            })
+            .collect();
+        devices.sort_by_key(|d| d.device.unwrap_or(u32::MAX));
+        let first = self.first_ts.map(|f| f.saturating_sub(self.start));
+        Analysis {
+            header,
+            format_version: 0,
+            partial: false,
+            stopped: None,
+            frames: 0,
+            unknown_frames: 0,
+            events: self.events,
+            dropped_events: self.dropped,
+            unmatched_frees: self.unmatched,
+            lost_frees: self.lost,
+            first_ns: first,
+            end_ns: end,
+            duration_ns: self.first_ts.map_or(0, |f| self.last_ts.saturating_sub(f)),
+            devices,
+            processes,
+            live_at_end: self.leaks,
+            live_at_end_count: self.leak_count,
+            live_at_end_bytes: self.leak_bytes,
+        }
+    }
+}
+
+/// Keeps the largest [`LEAK_LIST`], in a stable order: largest first, then oldest, then by pid and address.
+fn trim_leaks(v: &mut Vec<LiveAlloc>) {
+    v.sort_unstable_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(a.alloc_time_ns.cmp(&b.alloc_time_ns))
+            .then(a.pid.cmp(&b.pid))
+            .then(a.address.cmp(&b.address))
+    });
+    v.truncate(LEAK_LIST);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramtrace_format::codec::{encode_header, put_record};
+
+    fn ev(ts_ms: u64, api: Api, addr: u64, size: u64) -> Event {
+        Event {
+            ts_ns: 1_000_000_000 + ts_ms * 1_000_000,
+            tid: 1,
+            api,
+            flags: 0,
+            device: 0,
+            result: 0,
+            addr,
+            size,
+            aux: 0,
+        }
+    }
+
+    #[test]
+    fn past_the_bound_the_oldest_events_are_replayed_in_order() {
+        let header = TraceHeader {
+            start_unix_ns: 0,
+            start_mono_ns: 1_000_000_000,
+            command: vec![],
+            hostname: String::new(),
+            vramtrace_version: String::new(),
+            extra: vec![],
+        };
+        let mut t = encode_header(&header);
+        // Process 1 never sends anything after its hello, so only the bound lets events through; two
+        // other processes interleave by batch.
+        put_record(
+            &mut t,
+            &Record::Hello(Hello {
+                pid: 1,
+                ppid: 0,
+                ts_ns: 1_000_000_000,
+                cmdline: vec![],
+                hostname: String::new(),
+                rank: None,
+                local_rank: None,
+                slurm_procid: None,
+                shim_version: String::new(),
+                extra: vec![],
+            }),
+        );
+        for i in 0..500u64 {
+            let pid = 2 + (i % 2) as u32;
+            let base = i * 10;
+            let events = vec![
+                ev(base, Api::MemAlloc, 0x1000, (1 + i % 7) << 20),
+                ev(base + 4, Api::MemFree, 0x1000, 0),
+            ];
+            put_record(&mut t, &Record::Events { pid, events });
+        }
+        let unbounded = analyze_bounded(&t[..], usize::MAX).unwrap();
+        for bound in [8, 9, 50, 333] {
+            let a = analyze_bounded(&t[..], bound).unwrap();
+            assert_eq!(a.devices, unbounded.devices, "bound {bound}");
+            assert_eq!(a.processes, unbounded.processes, "bound {bound}");
+        }
+        assert_eq!(unbounded.devices[0].peak_bytes, 7 << 20);
+        assert_eq!(unbounded.unmatched_frees + unbounded.lost_frees, 0);
+    }
+}

@@ -1,1 +1,320 @@
-//! (being written)
+//! The documented JSON report (docs/JSON-SCHEMA.md, schema version [`SCHEMA_VERSION`]). Written by hand: a
+//! small value tree and a printer that escapes strings per RFC 8259. Sizes are integer bytes, times integer ns
+//! relative to the trace start.
+
+use std::fmt::Write;
+
+use crate::model::{Analysis, DeviceStats, LiveAlloc, ProcessStats};
+
+/// Bumped when a field changes meaning or goes away; new fields do not bump it.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// A JSON value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum J {
+    Null,
+    Bool(bool),
+    U(u64),
+    S(String),
+    A(Vec<J>),
+    O(Vec<(&'static str, J)>),
+}
+
+impl From<u64> for J {
+    fn from(v: u64) -> J {
+        J::U(v)
+    }
+}
+impl From<u32> for J {
+    fn from(v: u32) -> J {
+        J::U(v as u64)
+    }
+}
+impl From<bool> for J {
+    fn from(v: bool) -> J {
+        J::Bool(v)
+    }
+}
+impl From<&str> for J {
+    fn from(v: &str) -> J {
+        J::S(v.to_string())
+    }
+}
+impl From<String> for J {
+    fn from(v: String) -> J {
+        J::S(v)
+    }
+}
+impl<T: Into<J>> From<Option<T>> for J {
+    fn from(v: Option<T>) -> J {
+        v.map_or(J::Null, Into::into)
+    }
+}
+
+fn strings(v: &[String]) -> J {
+    J::A(v.iter().map(|s| J::S(s.clone())).collect())
+}
+
+/// The report as pretty-printed JSON, ending with a newline.
+pub fn render(a: &Analysis) -> String {
+    let mut out = String::new();
+    write_value(&mut out, &to_value(a), 0);
+    out.push('\n');
+    out
+}
+
+/// The report as a value tree.
+pub fn to_value(a: &Analysis) -> J {
+    let h = &a.header;
+    J::O(vec![
+        ("version", SCHEMA_VERSION.into()),
+        (
+            "trace",
+            J::O(vec![
+                ("command", strings(&h.command)),
+                ("hostname", h.hostname.as_str().into()),
+                ("start_unix_ns", h.start_unix_ns.into()),
+                ("format_version", (a.format_version as u64).into()),
+                ("vramtrace_version", h.vramtrace_version.as_str().into()),
+            ]),
+        ),
+        ("partial", a.partial.into()),
+        ("stopped", a.stopped.clone().into()),
+        ("frames", a.frames.into()),
+        ("unknown_frames", a.unknown_frames.into()),
+        ("events", a.events.into()),
+        ("dropped_events", a.dropped_events.into()),
+        ("unmatched_frees", a.unmatched_frees.into()),
+        ("lost_frees", a.lost_frees.into()),
+        ("first_event_ns", a.first_ns.into()),
+        ("end_ns", a.end_ns.into()),
+        ("duration_ns", a.duration_ns.into()),
+        ("live_at_end_count", a.live_at_end_count.into()),
+        ("live_at_end_bytes", a.live_at_end_bytes.into()),
+        ("devices", J::A(a.devices.iter().map(device).collect())),
+        ("processes", J::A(a.processes.iter().map(process).collect())),
+        (
+            "live_at_end",
+            J::A(a.live_at_end.iter().map(live).collect()),
+        ),
+    ])
+}
+
+fn device(d: &DeviceStats) -> J {
+    J::O(vec![
+        ("device", d.device.into()),
+        ("peak_bytes", d.peak_bytes.into()),
+        ("peak_time_ns", d.peak_time_ns.into()),
+        ("live_bytes_at_end", d.live_bytes_at_end.into()),
+        ("in_use_bytes_at_end", d.in_use_bytes_at_end.into()),
+        ("allocations", d.allocations.into()),
+        (
+            "largest_allocation_bytes",
+            d.largest_allocation_bytes.into(),
+        ),
+        ("driver_total_bytes", d.driver_total_bytes.into()),
+        ("driver_free_bytes", d.driver_free_bytes.into()),
+        ("timeline_bucket_ns", d.timeline.bucket_ns.into()),
+        (
+            "timeline",
+            J::A(
+                d.timeline
+                    .buckets
+                    .iter()
+                    .map(|b| {
+                        J::O(vec![
+                            ("t_ns", b.t_ns.into()),
+                            ("max_bytes", b.max_bytes.into()),
+                            ("last_bytes", b.last_bytes.into()),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+    ])
+}
+
+fn process(p: &ProcessStats) -> J {
+    let cut = match p.ended {
+        crate::model::Ended::CutMidFrame { partial_bytes } => J::U(partial_bytes as u64),
+        _ => J::Null,
+    };
+    J::O(vec![
+        ("pid", p.pid.into()),
+        ("announced", p.announced.into()),
+        ("ppid", p.ppid.into()),
+        ("cmdline", strings(&p.cmdline)),
+        ("hostname", p.hostname.clone().into()),
+        ("rank", p.rank.into()),
+        ("local_rank", p.local_rank.into()),
+        ("slurm_procid", p.slurm_procid.into()),
+        ("start_ns", p.start_ns.into()),
+        ("end_ns", p.end_ns.into()),
+        ("ended", p.ended.key().into()),
+        ("cut_bytes", cut),
+        ("peak_bytes", p.peak_bytes.into()),
+        ("peak_time_ns", p.peak_time_ns.into()),
+        (
+            "per_device",
+            J::A(
+                p.per_device
+                    .iter()
+                    .map(|d| {
+                        J::O(vec![
+                            ("device", d.device.into()),
+                            ("peak_bytes", d.peak_bytes.into()),
+                            ("live_bytes_at_end", d.live_bytes_at_end.into()),
+                            ("allocations", d.allocations.into()),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+        ("allocations", p.allocations.into()),
+        ("frees", p.frees.into()),
+        ("failed_allocations", p.failed_allocations.into()),
+        ("oom_results", p.oom_results.into()),
+        ("cap_refusals", p.cap_refusals.into()),
+        ("unmatched_frees", p.unmatched_frees.into()),
+        ("lost_frees", p.lost_frees.into()),
+        (
+            "largest_allocation_bytes",
+            p.largest_allocation_bytes.into(),
+        ),
+        ("live_bytes_at_end", p.live_bytes_at_end.into()),
+        ("live_allocations_at_end", p.live_allocations_at_end.into()),
+        ("dropped_events", p.dropped_events.into()),
+        (
+            "address_reserved_peak_bytes",
+            p.address_reserved_peak_bytes.into(),
+        ),
+        ("mapped_peak_bytes", p.mapped_peak_bytes.into()),
+    ])
+}
+
+fn live(l: &LiveAlloc) -> J {
+    J::O(vec![
+        ("pid", l.pid.into()),
+        ("device", l.device.into()),
+        ("api", l.api.name().into()),
+        ("ptsz", l.ptsz.into()),
+        ("address", l.address.into()),
+        ("bytes", l.bytes.into()),
+        ("alloc_time_ns", l.alloc_time_ns.into()),
+        ("age_ns", l.age_ns.into()),
+    ])
+}
+
+// ---- printing ----
+
+fn is_scalar(v: &J) -> bool {
+    !matches!(v, J::A(_) | J::O(_))
+}
+
+/// Containers holding only scalars go on one line; the rest one member per line, indented by two.
+pub fn write_value(out: &mut String, v: &J, indent: usize) {
+    match v {
+        J::Null => out.push_str("null"),
+        J::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        J::U(n) => {
+            let _ = write!(out, "{n}");
+        }
+        J::S(s) => write_str(out, s),
+        J::A(items) => {
+            if items.is_empty() {
+                out.push_str("[]");
+            } else if items.iter().all(is_scalar) {
+                out.push('[');
+                for (i, x) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    write_value(out, x, indent);
+                }
+                out.push(']');
+            } else {
+                out.push_str("[\n");
+                for (i, x) in items.iter().enumerate() {
+                    pad(out, indent + 2);
+                    write_value(out, x, indent + 2);
+                    out.push_str(if i + 1 < items.len() { ",\n" } else { "\n" });
+                }
+                pad(out, indent);
+                out.push(']');
+            }
+        }
+        J::O(members) => {
+            if members.is_empty() {
+                out.push_str("{}");
+            } else if members.iter().all(|(_, x)| is_scalar(x)) {
+                out.push('{');
+                for (i, (k, x)) in members.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    write_str(out, k);
+                    out.push_str(": ");
+                    write_value(out, x, indent);
+                }
+                out.push('}');
+            } else {
+                out.push_str("{\n");
+                for (i, (k, x)) in members.iter().enumerate() {
+                    pad(out, indent + 2);
+                    write_str(out, k);
+                    out.push_str(": ");
+                    write_value(out, x, indent + 2);
+                    out.push_str(if i + 1 < members.len() { ",\n" } else { "\n" });
+                }
+                pad(out, indent);
+                out.push('}');
+            }
+        }
+    }
+}
+
+fn pad(out: &mut String, n: usize) {
+    out.extend(std::iter::repeat_n(' ', n));
+}
+
+/// A JSON string: quotes, backslashes and control characters escaped; everything else as UTF-8.
+pub fn write_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_and_layout() {
+        let mut s = String::new();
+        write_str(&mut s, "a\"b\\c\nd\u{1}é\u{2028}");
+        assert_eq!(s, "\"a\\\"b\\\\c\\nd\\u0001é\u{2028}\"");
+        let v = J::O(vec![
+            ("a", J::A(vec![J::U(1), J::Null])),
+            ("b", J::A(vec![J::O(vec![("x", J::Bool(true))])])),
+            ("c", J::A(vec![])),
+        ]);
+        let mut s = String::new();
+        write_value(&mut s, &v, 0);
+        assert_eq!(
+            s,
+            "{\n  \"a\": [1, null],\n  \"b\": [\n    {\"x\": true}\n  ],\n  \"c\": []\n}"
+        );
+    }
+}

@@ -1,1 +1,440 @@
-//! (being written)
+//! The terminal report: devices (peak, when, a sparkline of the timeline), processes, what was still live at
+//! the end, and warnings. Fits in 100 columns.
+
+pub mod sparkline;
+pub mod units;
+
+use std::fmt::Write;
+use std::path::Path;
+
+use crate::model::{Analysis, DeviceStats, Ended, LiveAlloc, ProcessStats};
+use units::{bytes, bytes_exact, count, fit, printable, secs, utc};
+
+/// Width of the report.
+pub const WIDTH: usize = 100;
+/// Characters of a device's sparkline.
+pub const SPARK_COLUMNS: usize = 60;
+/// Rows of the process table before the rest is summed up.
+pub const MAX_PROCESS_ROWS: usize = 64;
+
+/// The whole report. `file` names the trace in the title.
+pub fn render(a: &Analysis, file: Option<&Path>) -> String {
+    let mut o = String::new();
+    if let Some(why) = &a.stopped {
+        wrap(&mut o, &format!("PARTIAL TRACE: {why}."), "", WIDTH);
+        wrap(
+            &mut o,
+            "Everything below covers only what was recorded before that point.",
+            "  ",
+            WIDTH,
+        );
+        o.push('\n');
+    }
+    header(&mut o, a, file);
+    devices(&mut o, a);
+    processes(&mut o, a);
+    live_at_end(&mut o, a);
+    address_space(&mut o, a);
+    warnings(&mut o, a);
+    o
+}
+
+/// A device's name for people: `GPU 0`, or `GPU ?` when the shim could not tell.
+pub fn device_name(device: Option<u32>) -> String {
+    match device {
+        Some(d) => format!("GPU {d}"),
+        None => "GPU ?".to_string(),
+    }
+}
+
+/// `python train.py --lr 3e-4`: argv[0] without its directory, the rest as given.
+pub fn short_command(argv: &[String]) -> String {
+    let mut it = argv.iter();
+    let Some(first) = it.next() else {
+        return String::new();
+    };
+    let base = first.rsplit('/').next().unwrap_or(first);
+    printable(
+        &std::iter::once(base)
+            .chain(it.map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
+/// How a process ended, in a few words.
+pub fn ended_label(e: Ended) -> &'static str {
+    match e {
+        Ended::Goodbye => "exited",
+        Ended::Vanished => "vanished",
+        Ended::CutMidFrame { .. } => "cut mid-frame",
+        Ended::Running => "still running",
+    }
+}
+
+fn header(o: &mut String, a: &Analysis, file: Option<&Path>) {
+    let h = &a.header;
+    match file {
+        Some(f) => writeln!(o, "vramtrace report: {}", f.display()),
+        None => writeln!(o, "vramtrace report"),
+    }
+    .ok();
+    let cmd = printable(&h.command.join(" "));
+    writeln!(o, "  command   {}", fit(&cmd, WIDTH - 12)).ok();
+    writeln!(
+        o,
+        "  host      {}, started {}",
+        fit(&printable(&h.hostname), 40),
+        utc(h.start_unix_ns)
+    )
+    .ok();
+    writeln!(
+        o,
+        "  recorded  {} events from {} process{} over {} (trace format {})",
+        count(a.events),
+        count(a.processes.len() as u64),
+        if a.processes.len() == 1 { "" } else { "es" },
+        secs(a.end_ns),
+        a.format_version
+    )
+    .ok();
+}
+
+fn devices(o: &mut String, a: &Analysis) {
+    o.push('\n');
+    if a.devices.is_empty() {
+        writeln!(o, "No GPU memory was allocated in this trace.").ok();
+        return;
+    }
+    for d in &a.devices {
+        device(o, a, d);
+    }
+}
+
+fn device(o: &mut String, a: &Analysis, d: &DeviceStats) {
+    let name = device_name(d.device);
+    let pad = " ".repeat(name.len() + 2);
+    match d.peak_time_ns {
+        Some(t) => writeln!(
+            o,
+            "{name}  peak {} at {}",
+            bytes_exact(d.peak_bytes),
+            secs(t)
+        ),
+        None => writeln!(o, "{name}  nothing allocated"),
+    }
+    .ok();
+    if d.allocations > 0 {
+        writeln!(
+            o,
+            "{pad}live at end {}, {} allocation{}, largest {}",
+            bytes(d.live_bytes_at_end),
+            count(d.allocations),
+            if d.allocations == 1 { "" } else { "s" },
+            bytes(d.largest_allocation_bytes)
+        )
+        .ok();
+    }
+    if d.in_use_bytes_at_end > 0 {
+        writeln!(
+            o,
+            "{pad}in use when the trace ends: {} (processes still running)",
+            bytes(d.in_use_bytes_at_end)
+        )
+        .ok();
+    }
+    if let (Some(total), Some(free)) = (d.driver_total_bytes, d.driver_free_bytes) {
+        writeln!(
+            o,
+            "{pad}the driver last reported {} free of {}",
+            bytes(free),
+            bytes(total)
+        )
+        .ok();
+    }
+    let line = sparkline::sparkline(&d.timeline, a.end_ns, d.peak_bytes, SPARK_COLUMNS);
+    if !line.trim().is_empty() {
+        let right = secs(a.end_ns);
+        writeln!(o, "{pad}{}", line.trim_end()).ok();
+        writeln!(
+            o,
+            "{pad}0 s{}{right}",
+            " ".repeat(SPARK_COLUMNS.saturating_sub(3 + right.len()))
+        )
+        .ok();
+    }
+    o.push('\n');
+}
+
+fn processes(o: &mut String, a: &Analysis) {
+    if a.processes.is_empty() {
+        return;
+    }
+    writeln!(o, "PROCESSES").ok();
+    let row = |pid: &str,
+               rank: &str,
+               cmd: &str,
+               peak: &str,
+               live: &str,
+               allocs: &str,
+               failed: &str,
+               ended: &str| {
+        format!(
+            "  {pid:>7}  {rank:>4}  {cmd:<22} {peak:>10}  {live:>11}  {allocs:>8}  {failed:>10}  {ended}"
+        )
+    };
+    writeln!(
+        o,
+        "{}",
+        row(
+            "PID",
+            "RANK",
+            "COMMAND",
+            "PEAK",
+            "LIVE AT END",
+            "ALLOCS",
+            "FAILED/OOM",
+            "ENDED"
+        )
+    )
+    .ok();
+    for p in a.processes.iter().take(MAX_PROCESS_ROWS) {
+        let cmd = if p.announced {
+            short_command(&p.cmdline)
+        } else {
+            "(no hello)".to_string()
+        };
+        let failed = if p.failed_allocations == 0 {
+            "-".to_string()
+        } else {
+            format!("{}/{}", p.failed_allocations, p.oom_results)
+        };
+        let line = row(
+            &p.pid.to_string(),
+            &p.rank.map_or("-".to_string(), |r| r.to_string()),
+            &fit(&cmd, 22),
+            &bytes(p.peak_bytes),
+            &bytes(p.live_bytes_at_end),
+            &count(p.allocations),
+            &failed,
+            ended_label(p.ended),
+        );
+        writeln!(o, "{}", line.trim_end()).ok();
+    }
+    if a.processes.len() > MAX_PROCESS_ROWS {
+        let rest: &[ProcessStats] = &a.processes[MAX_PROCESS_ROWS..];
+        writeln!(
+            o,
+            "  ... and {} more processes (peaks up to {}; --json lists them all)",
+            rest.len(),
+            bytes(rest.iter().map(|p| p.peak_bytes).max().unwrap_or(0))
+        )
+        .ok();
+    }
+    if a.processes.iter().any(|p| p.ended == Ended::Vanished) {
+        writeln!(
+            o,
+            "  vanished: the connection closed without a goodbye (killed, crashed, or _exit)"
+        )
+        .ok();
+    }
+    o.push('\n');
+}
+
+fn api_label(l: &LiveAlloc) -> String {
+    if l.ptsz {
+        format!("{}_ptsz", l.api.name())
+    } else {
+        l.api.name().to_string()
+    }
+}
+
+fn live_at_end(o: &mut String, a: &Analysis) {
+    if a.live_at_end_count == 0 {
+        if !a.devices.is_empty() {
+            writeln!(
+                o,
+                "LIVE AT END: nothing; every allocation was freed before its process ended.\n"
+            )
+            .ok();
+        }
+        return;
+    }
+    wrap(
+        o,
+        &format!(
+            "LIVE AT END: {} allocation{} ({}) never freed before their process ended. CUDA frees \
+             them at exit; large, old ones are leak candidates.",
+            count(a.live_at_end_count),
+            if a.live_at_end_count == 1 { "" } else { "s" },
+            bytes(a.live_at_end_bytes)
+        ),
+        "",
+        WIDTH,
+    );
+    let row = |size: &str, pid: &str, gpu: &str, api: &str, addr: &str, at: &str, age: &str| {
+        format!("  {size:>11}  {pid:>7}  {gpu:>3}  {api:<28} {addr:>16}  {at:>10}  {age:>10}")
+    };
+    writeln!(
+        o,
+        "{}",
+        row("SIZE", "PID", "GPU", "API", "ADDRESS", "ALLOCATED", "AGE")
+    )
+    .ok();
+    for l in &a.live_at_end {
+        writeln!(
+            o,
+            "{}",
+            row(
+                &bytes(l.bytes),
+                &l.pid.to_string(),
+                &l.device.map_or("?".to_string(), |d| d.to_string()),
+                &api_label(l),
+                &format!("{:#x}", l.address),
+                &secs(l.alloc_time_ns),
+                &secs(l.age_ns),
+            )
+        )
+        .ok();
+    }
+    let shown = a
+        .live_at_end
+        .iter()
+        .fold(0u64, |s, l| s.saturating_add(l.bytes));
+    let more = a.live_at_end_count - a.live_at_end.len() as u64;
+    if more > 0 {
+        writeln!(
+            o,
+            "  ... and {} smaller ones, {} in all",
+            count(more),
+            bytes(a.live_at_end_bytes.saturating_sub(shown))
+        )
+        .ok();
+    }
+    o.push('\n');
+}
+
+fn address_space(o: &mut String, a: &Analysis) {
+    let with: Vec<&ProcessStats> = a
+        .processes
+        .iter()
+        .filter(|p| p.address_reserved_peak_bytes > 0 || p.mapped_peak_bytes > 0)
+        .collect();
+    if with.is_empty() {
+        return;
+    }
+    writeln!(
+        o,
+        "VIRTUAL ADDRESS SPACE (not memory: mapped memory is counted as its cuMemCreate handles)"
+    )
+    .ok();
+    for p in with.iter().take(16) {
+        writeln!(
+            o,
+            "  pid {}: reserved up to {}, mapped up to {}",
+            p.pid,
+            bytes(p.address_reserved_peak_bytes),
+            bytes(p.mapped_peak_bytes)
+        )
+        .ok();
+    }
+    if with.len() > 16 {
+        writeln!(o, "  ... and {} more processes", with.len() - 16).ok();
+    }
+    o.push('\n');
+}
+
+fn warnings(o: &mut String, a: &Analysis) {
+    let mut w: Vec<String> = Vec::new();
+    if a.dropped_events > 0 {
+        w.push(format!(
+            "{} events were dropped by the shim (its queue was full): the numbers above can be low, \
+             and frees of unrecorded allocations show up as unmatched.",
+            count(a.dropped_events)
+        ));
+    }
+    if a.unmatched_frees > 0 {
+        w.push(format!(
+            "{} free{} named no live allocation (its allocation was not recorded) and {} ignored.",
+            count(a.unmatched_frees),
+            if a.unmatched_frees == 1 { "" } else { "s" },
+            if a.unmatched_frees == 1 {
+                "was"
+            } else {
+                "were"
+            }
+        ));
+    }
+    if a.lost_frees > 0 {
+        w.push(format!(
+            "{} allocation{} came back at an address still live in the same process (a free was not \
+             recorded); the older allocation was counted as freed then.",
+            count(a.lost_frees),
+            if a.lost_frees == 1 { "" } else { "s" }
+        ));
+    }
+    let refused: u64 = a.processes.iter().map(|p| p.cap_refusals).sum();
+    if refused > 0 {
+        w.push(format!(
+            "{} allocation{} refused by the vramtrace cap.",
+            count(refused),
+            if refused == 1 { " was" } else { "s were" }
+        ));
+    }
+    if a.unknown_frames > 0 {
+        w.push(format!(
+            "{} frame{} of a kind this vramtrace does not know (written by a newer one) {} skipped.",
+            count(a.unknown_frames),
+            if a.unknown_frames == 1 { "" } else { "s" },
+            if a.unknown_frames == 1 { "was" } else { "were" }
+        ));
+    }
+    if w.is_empty() {
+        return;
+    }
+    writeln!(o, "WARNINGS").ok();
+    for line in w {
+        wrap(o, &format!("- {line}"), "  ", WIDTH);
+    }
+}
+
+/// Word-wraps `text` to `width` columns; lines after the first start with `indent`.
+fn wrap(o: &mut String, text: &str, indent: &str, width: usize) {
+    let mut line = String::new();
+    let mut len = 0;
+    let mut words = 0;
+    for word in text.split_whitespace() {
+        let wl = word.chars().count();
+        if words > 0 && len + 1 + wl > width {
+            writeln!(o, "{line}").ok();
+            line = indent.to_string();
+            len = indent.chars().count();
+            words = 0;
+        } else if words > 0 {
+            line.push(' ');
+            len += 1;
+        }
+        line.push_str(word);
+        len += wl;
+        words += 1;
+    }
+    if words > 0 {
+        writeln!(o, "{line}").ok();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wraps_at_width() {
+        let mut o = String::new();
+        wrap(&mut o, "aaa bbb ccc ddd", "  ", 8);
+        assert_eq!(o, "aaa bbb\n  ccc\n  ddd\n");
+        assert_eq!(
+            short_command(&["/usr/bin/python3".into(), "t.py".into()]),
+            "python3 t.py"
+        );
+    }
+}

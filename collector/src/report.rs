@@ -1,7 +1,78 @@
-//! `vramtrace report`: being written.
-use crate::exit::Code;
+//! `vramtrace report FILE [--json]`: replays a trace and prints the text report or the documented JSON.
+//!
+//! A file that cannot be read as a trace (missing, unreadable, empty, not a trace, a newer format) is one
+//! line on stderr and exit 2. A trace cut short or corrupt part way is still reported, up to where it stops,
+//! with a note saying where (exit 0; the JSON has `"partial": true` and the sentence in `"stopped"`).
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
 use std::path::Path;
 
-pub fn main(_file: &Path, _json: bool) -> Code {
-    0
+use crate::exit::{self, Code};
+use crate::model::{self, Analysis};
+use crate::out_json;
+use crate::out_text::units::{bytes, count, secs};
+use crate::out_text::{device_name, render as render_text};
+
+pub fn main(file: &Path, json: bool) -> Code {
+    let a = match model::analyze(file) {
+        Ok(a) => a,
+        Err(e) => return exit::fail(exit::USAGE, e),
+    };
+    let text = if json {
+        out_json::render(&a)
+    } else {
+        render_text(&a, Some(file))
+    };
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => exit::OK,
+        // `vramtrace report t | head`: the reader has seen what it wanted.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => exit::OK,
+        Err(e) => exit::fail(exit::FAILURE, format_args!("cannot write the report: {e}")),
+    }
+}
+
+/// A few lines for the end of `vramtrace run` (the caller prints them on stderr and adds the trace's path):
+/// each device's peak and when, processes, events, dropped events, and what was live at the end. Every line
+/// ends with a newline.
+pub fn summary(a: &Analysis) -> String {
+    let mut o = String::new();
+    if let Some(why) = &a.stopped {
+        writeln!(o, "partial trace: {why}").ok();
+    }
+    if a.devices.iter().all(|d| d.peak_bytes == 0) {
+        writeln!(o, "no GPU memory was allocated").ok();
+    }
+    for d in a.devices.iter().filter(|d| d.peak_bytes > 0) {
+        writeln!(
+            o,
+            "{} peak {} at {} ({} allocations)",
+            device_name(d.device),
+            bytes(d.peak_bytes),
+            secs(d.peak_time_ns.unwrap_or(0)),
+            count(d.allocations)
+        )
+        .ok();
+    }
+    writeln!(
+        o,
+        "{} process{} traced, {} events, {} dropped",
+        count(a.processes.len() as u64),
+        if a.processes.len() == 1 { "" } else { "es" },
+        count(a.events),
+        count(a.dropped_events)
+    )
+    .ok();
+    if a.live_at_end_count > 0 {
+        writeln!(
+            o,
+            "live at end (never freed before the process ended): {} in {} allocation{}",
+            bytes(a.live_at_end_bytes),
+            count(a.live_at_end_count),
+            if a.live_at_end_count == 1 { "" } else { "s" }
+        )
+        .ok();
+    }
+    o
 }

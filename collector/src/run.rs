@@ -86,15 +86,19 @@ struct Prepared {
 impl Prepared {
     fn new(args: &RunArgs) -> anyhow::Result<Prepared> {
         let shim = find_shim()?;
-        let cap = args
-            .cap
-            .clone()
-            .or_else(|| std::env::var("VRAMTRACE_CAP").ok().filter(|c| !c.trim().is_empty()));
+        let cap = args.cap.clone().or_else(|| {
+            std::env::var("VRAMTRACE_CAP")
+                .ok()
+                .filter(|c| !c.trim().is_empty())
+        });
         let mut extra = Vec::new();
         if let Some(spec) = &cap {
             extra = check_cap(spec, args.cap_mode)?;
         }
-        let out = args.out.clone().unwrap_or_else(|| default_out(&args.command));
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| default_out(&args.command));
         let mut file = open_out(&out, args.force)?;
         let header = TraceHeader {
             start_unix_ns: std::time::SystemTime::now()
@@ -147,9 +151,14 @@ impl Prepared {
             preload.push(":");
             preload.push(old);
         }
-        cmd.env("LD_PRELOAD", preload).env("VRAMTRACE_SOCKET", &self.socket);
+        cmd.env("LD_PRELOAD", preload)
+            .env("VRAMTRACE_SOCKET", &self.socket);
         if let Some(spec) = &self.cap {
-            let mode = if args.cap_mode == CapMode::Warn { "warn" } else { "enforce" };
+            let mode = if args.cap_mode == CapMode::Warn {
+                "warn"
+            } else {
+                "enforce"
+            };
             cmd.env("VRAMTRACE_CAP", spec)
                 .env("VRAMTRACE_CAP_MODE", mode)
                 .env("VRAMTRACE_LEDGER", &self.ledger);

@@ -1,0 +1,171 @@
+//! A device's bytes in use over time, downsampled as it is built: buckets start 1 ms wide; when a value would
+//! land past the last of `MAX_BUCKETS`, neighbouring pairs merge and the width doubles. Each bucket keeps the
+//! highest value seen in it and the value at its end, so a peak is never lost to downsampling.
+
+/// Width of the first buckets.
+pub const FIRST_BUCKET_NS: u64 = 1_000_000;
+/// The most buckets a timeline holds.
+pub const MAX_BUCKETS: usize = 2048;
+
+/// One bucket: it covers `[t_ns, t_ns + bucket_ns)` relative to the trace start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bucket {
+    pub t_ns: u64,
+    /// The most bytes in use at any moment in the bucket.
+    pub max_bytes: u64,
+    /// Bytes in use at the end of the bucket.
+    pub last_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Timeline {
+    /// Width of every bucket, ns.
+    pub bucket_ns: u64,
+    /// From the trace start, without gaps, up to the end of the trace.
+    pub buckets: Vec<Bucket>,
+}
+
+impl Timeline {
+    /// The most bytes in use at any moment of `[from, to)`, or `None` when no bucket covers any of it.
+    pub fn max_between(&self, from: u64, to: u64) -> Option<u64> {
+        if self.bucket_ns == 0 || self.buckets.is_empty() || to <= from {
+            return None;
+        }
+        let first = (from / self.bucket_ns) as usize;
+        let last = ((to - 1) / self.bucket_ns) as usize;
+        self.buckets
+            .get(first..=last.min(self.buckets.len() - 1))
+            .and_then(|b| b.iter().map(|b| b.max_bytes).max())
+    }
+}
+
+/// Builds a timeline from (time, value) changes whose times never go backwards (later ones are clamped).
+#[derive(Debug, Clone)]
+pub(crate) struct TimelineBuilder {
+    width: u64,
+    /// (max, last) per bucket.
+    b: Vec<(u64, u64)>,
+    last_t: u64,
+    last_v: u64,
+}
+
+impl Default for TimelineBuilder {
+    fn default() -> Self {
+        TimelineBuilder {
+            width: FIRST_BUCKET_NS,
+            b: Vec::new(),
+            last_t: 0,
+            last_v: 0,
+        }
+    }
+}
+
+impl TimelineBuilder {
+    /// The value becomes `v` at time `t` (ns from the trace start).
+    #[inline]
+    pub fn set(&mut self, t: u64, v: u64) {
+        let t = t.max(self.last_t);
+        self.last_t = t;
+        let len = self.b.len();
+        // The common case: still inside the last bucket.
+        let idx = if len > 0 && t < (len as u64).saturating_mul(self.width) {
+            len - 1
+        } else {
+            let mut idx = t / self.width;
+            while idx >= MAX_BUCKETS as u64 {
+                self.halve();
+                idx = t / self.width;
+            }
+            let idx = idx as usize;
+            while self.b.len() <= idx {
+                self.b.push((self.last_v, self.last_v));
+            }
+            idx
+        };
+        let bucket = &mut self.b[idx];
+        bucket.0 = bucket.0.max(v);
+        bucket.1 = v;
+        self.last_v = v;
+    }
+
+    fn halve(&mut self) {
+        let merged: Vec<(u64, u64)> = self
+            .b
+            .chunks(2)
+            .map(|c| match c {
+                [a, b] => (a.0.max(b.0), b.1),
+                [a] => *a,
+                _ => unreachable!(),
+            })
+            .collect();
+        self.b = merged;
+        self.width *= 2;
+    }
+
+    /// Extends the timeline to `end` (the value holds) and hands it out.
+    pub fn finish(mut self, end: u64) -> Timeline {
+        if !self.b.is_empty() || self.last_v != 0 {
+            let v = self.last_v;
+            self.set(end, v);
+        }
+        Timeline {
+            bucket_ns: self.width,
+            buckets: self
+                .b
+                .iter()
+                .enumerate()
+                .map(|(i, &(max, last))| Bucket {
+                    t_ns: i as u64 * self.width,
+                    max_bytes: max,
+                    last_bytes: last,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_max_and_last_and_fills_gaps() {
+        let mut b = TimelineBuilder::default();
+        b.set(500_000, 10);
+        b.set(600_000, 30);
+        b.set(700_000, 5);
+        b.set(3_200_000, 0);
+        let t = b.finish(3_999_999);
+        assert_eq!(t.bucket_ns, FIRST_BUCKET_NS);
+        let got: Vec<(u64, u64)> = t
+            .buckets
+            .iter()
+            .map(|b| (b.max_bytes, b.last_bytes))
+            .collect();
+        // Bucket 3 held 5 until the free at 3.2 ms.
+        assert_eq!(got, vec![(30, 5), (5, 5), (5, 5), (5, 0)]);
+    }
+
+    #[test]
+    fn halves_when_full_and_never_loses_a_peak() {
+        let mut b = TimelineBuilder::default();
+        // One short spike in the middle of a long run.
+        for ms in 0..10_000u64 {
+            let v = if ms == 4321 { 1_000 } else { ms % 7 };
+            b.set(ms * FIRST_BUCKET_NS, v);
+        }
+        let t = b.finish(10_000 * FIRST_BUCKET_NS);
+        assert!(t.buckets.len() <= MAX_BUCKETS);
+        assert_eq!(t.bucket_ns, 8 * FIRST_BUCKET_NS);
+        assert_eq!(t.buckets.iter().map(|b| b.max_bytes).max(), Some(1_000));
+        assert_eq!(
+            t.max_between(4321 * FIRST_BUCKET_NS, 4322 * FIRST_BUCKET_NS),
+            Some(1_000)
+        );
+        // Times going backwards are clamped, not a panic.
+        let mut b = TimelineBuilder::default();
+        b.set(5_000_000, 1);
+        b.set(1_000, 2);
+        assert_eq!(b.finish(0).buckets.last().unwrap().last_bytes, 2);
+    }
+}

@@ -1,0 +1,123 @@
+//! Numbers for people: sizes, durations, counts and dates.
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+const TIB: u64 = 1 << 40;
+
+/// `10.50 GiB`, `3.00 MiB`, `512 B`: two decimals in the largest unit that fits.
+pub fn bytes(b: u64) -> String {
+    let (unit, name) = match b {
+        b if b >= TIB => (TIB, "TiB"),
+        b if b >= GIB => (GIB, "GiB"),
+        b if b >= MIB => (MIB, "MiB"),
+        b if b >= KIB => (KIB, "KiB"),
+        _ => return format!("{b} B"),
+    };
+    format!("{:.2} {name}", b as f64 / unit as f64)
+}
+
+/// `1,234,567`.
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let first = match digits.len() % 3 {
+        0 => 3,
+        r => r,
+    };
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    out.push_str(&digits[..first]);
+    for group in digits.as_bytes()[first..].chunks(3) {
+        out.push(',');
+        out.extend(group.iter().map(|&b| b as char));
+    }
+    out
+}
+
+/// `10.50 GiB (11,274,289,152 bytes)`.
+pub fn bytes_exact(b: u64) -> String {
+    if b < KIB {
+        return bytes(b);
+    }
+    format!("{} ({} bytes)", bytes(b), count(b))
+}
+
+/// Seconds with millisecond precision: `3.215 s`.
+pub fn secs(ns: u64) -> String {
+    format!("{}.{:03} s", ns / 1_000_000_000, (ns / 1_000_000) % 1000)
+}
+
+/// `2026-03-21 12:34:56 UTC` from ns since the Unix epoch.
+pub fn utc(unix_ns: u64) -> String {
+    let secs = unix_ns / 1_000_000_000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// Control characters (a newline in an argument, an escape sequence) shown escaped, so that text from the
+/// traced program cannot break or restyle the report.
+pub fn printable(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// At most `width` characters, the end replaced by `…` when cut.
+pub fn fit(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(3 * MIB), "3.00 MiB");
+        assert_eq!(bytes(10 * GIB + GIB / 2), "10.50 GiB");
+        assert_eq!(bytes_exact(GIB), "1.00 GiB (1,073,741,824 bytes)");
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1000), "1,000");
+        assert_eq!(count(1_234_567), "1,234,567");
+        assert_eq!(secs(3_215_999_999), "3.215 s");
+        assert_eq!(secs(0), "0.000 s");
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(
+            utc(1_709_251_200_000_000_000 + 3_723_000_000_000),
+            "2024-03-01 01:02:03 UTC"
+        );
+        assert_eq!(fit("abcdef", 4), "abc…");
+        assert_eq!(fit("abc", 4), "abc");
+        assert_eq!(printable("a\nb\u{1b}[31m"), "a\\nb\\u{1b}[31m");
+    }
+}

@@ -1,0 +1,268 @@
+//! `vramtrace report` through the real binary: exit codes, one-line errors, the text report and the JSON.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::*;
+use vramtrace_collector::model::analyze_reader;
+use vramtrace_collector::report::summary;
+use vramtrace_format::codec::encode_header;
+use vramtrace_format::{EndKind, Record};
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let d =
+            std::env::temp_dir().join(format!("vramtrace-report-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+
+    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn report(file: &Path, json: bool) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vramtrace"));
+    c.arg("report").arg(file);
+    if json {
+        c.arg("--json");
+    }
+    c.env("RUST_BACKTRACE", "1").output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8(b.to_vec()).unwrap()
+}
+
+/// One line on stderr, exit 2, nothing on stdout, no panic.
+fn assert_usage_error(out: &Output, want: &str) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("vramtrace: "), "{err}");
+    assert!(err.contains(want), "want {want:?} in {err:?}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+fn sample() -> Vec<Record> {
+    vec![
+        hello(11, 0),
+        hello(12, 0),
+        events(
+            11,
+            vec![
+                ev(1, vramtrace_format::Api::MemGetInfo, 0, 80 * GIB, 79 * GIB),
+                alloc(10, 0, 0xa000, 6 * GIB),
+                alloc(11, 0, 0xb000, 512 * MIB),
+            ],
+        ),
+        events(12, vec![alloc(30, 1, 0xa000, GIB), free(35, 0xdead)]),
+        events(11, vec![free(20, 0xa000)]),
+        end(11, 50, EndKind::Goodbye),
+        events(12, vec![alloc(60, 1, 0xc000, 3 * MIB)]),
+        Record::Dropped {
+            pid: 12,
+            ts_ns: START + 61 * MS,
+            count: 5,
+        },
+        tick(12, 1500),
+    ]
+}
+
+#[test]
+fn unreadable_inputs_are_one_line_and_exit_2() {
+    let d = TempDir::new("errors");
+    assert_usage_error(&report(&d.0.join("missing.vtrace"), false), "cannot read");
+    assert_usage_error(&report(&d.0.join("missing.vtrace"), true), "No such file");
+    assert_usage_error(&report(&d.file("empty.vtrace", b""), false), "empty");
+    assert_usage_error(
+        &report(&d.file("junk.vtrace", b"this is not a trace at all"), true),
+        "not a vramtrace trace",
+    );
+    let mut newer = encode_header(&header());
+    newer[8..10].copy_from_slice(&(vramtrace_format::VERSION + 1).to_le_bytes());
+    assert_usage_error(&report(&d.file("newer.vtrace", &newer), false), "newer");
+    let hdr = encode_header(&header());
+    assert_usage_error(
+        &report(&d.file("header.vtrace", &hdr[..hdr.len() - 3]), false),
+        "header",
+    );
+    let dir = d.0.join("adir");
+    std::fs::create_dir_all(&dir).unwrap();
+    assert_usage_error(&report(&dir, false), "cannot read");
+}
+
+#[test]
+fn text_report_has_devices_processes_leaks_and_warnings() {
+    let d = TempDir::new("text");
+    let f = d.file("t.vtrace", &trace(&sample()));
+    let out = report(&f, false);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.starts_with("vramtrace report: "), "{s}");
+    assert!(!s.contains("PARTIAL"));
+    assert!(
+        s.contains("GPU 0  peak 6.50 GiB (6,979,321,856 bytes) at 0.011 s"),
+        "{s}"
+    );
+    assert!(
+        s.contains("GPU 1  peak 1.00 GiB (1,076,887,552 bytes) at 0.060 s"),
+        "{s}"
+    );
+    // Control characters in the command are shown escaped, not printed.
+    assert!(
+        s.contains(r#"command   python train.py --say "hi"\n"#),
+        "{s}"
+    );
+    assert!(
+        s.contains("the driver last reported 79.00 GiB free of 80.00 GiB"),
+        "{s}"
+    );
+    assert!(s.contains("worker11 --x"), "{s}");
+    assert!(s.contains("still running"), "{s}");
+    assert!(s.contains("LIVE AT END: 3 allocations (1.50 GiB)"), "{s}");
+    assert!(s.contains("5 events were dropped"), "{s}");
+    assert!(s.contains("1 free named no live allocation"), "{s}");
+    assert!(s.contains('█'), "{s}");
+    for line in s.lines() {
+        assert!(line.chars().count() <= 100, "too wide: {line}");
+    }
+}
+
+#[test]
+fn json_report_parses_and_has_the_schema_fields() {
+    let d = TempDir::new("json");
+    let f = d.file("t.vtrace", &trace(&sample()));
+    let out = report(&f, true);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let checked = python_check(
+        &out.stdout,
+        r#"
+assert d["version"] == 1
+t = d["trace"]
+assert t["command"] == ["python", "train.py", "--say \"hi\"\n"], t
+assert t["hostname"] == "node7" and t["start_unix_ns"] == 1700000000000000000 and t["format_version"] == 1
+assert d["partial"] is False and d["stopped"] is None
+assert d["events"] == 7 and d["dropped_events"] == 5 and d["unmatched_frees"] == 1
+assert d["duration_ns"] == 1500 * 10**6
+g0, g1 = d["devices"]
+assert g0["device"] == 0 and g0["peak_bytes"] == 6979321856 and g0["peak_time_ns"] == 11 * 10**6
+assert g0["driver_total_bytes"] == 80 << 30 and g0["driver_free_bytes"] == 79 << 30
+assert g1["driver_total_bytes"] is None
+assert g0["live_bytes_at_end"] == 512 << 20 and g0["allocations"] == 2
+assert g0["largest_allocation_bytes"] == 6 << 30
+assert max(b["max_bytes"] for b in g0["timeline"]) == 6979321856
+assert all(set(b) == {"t_ns", "max_bytes", "last_bytes"} for b in g0["timeline"])
+p11, p12 = d["processes"]
+for p in d["processes"]:
+    for k in ["pid", "ppid", "cmdline", "rank", "local_rank", "peak_bytes", "peak_time_ns", "per_device",
+              "allocations", "frees", "failed_allocations", "oom_results", "cap_refusals",
+              "largest_allocation_bytes", "live_bytes_at_end", "dropped_events", "ended"]:
+        assert k in p, k
+assert p11["pid"] == 11 and p11["ended"] == "goodbye" and p11["end_ns"] == 50 * 10**6
+assert p11["per_device"] == [{"device": 0, "peak_bytes": 6979321856, "live_bytes_at_end": 512 << 20, "allocations": 2}]
+assert p12["ended"] == "running" and p12["dropped_events"] == 5 and p12["unmatched_frees"] == 1
+assert p12["rank"] == 2 and p12["cmdline"] == ["/usr/bin/worker12", "--x"]
+live = d["live_at_end"]
+assert [l["bytes"] for l in live] == [1 << 30, 512 << 20, 3 << 20]
+assert live[0] == {"pid": 12, "device": 1, "api": "cuMemAlloc_v2", "ptsz": False, "address": 0xa000,
+                   "bytes": 1 << 30, "alloc_time_ns": 30 * 10**6, "age_ns": 1470 * 10**6}
+assert live[1]["age_ns"] == 39 * 10**6
+print("ok")
+"#,
+    );
+    assert_eq!(checked.trim(), "ok");
+}
+
+#[test]
+fn a_cut_trace_is_reported_with_the_note_and_exit_0() {
+    let d = TempDir::new("cut");
+    let full = trace(&sample());
+    let f = d.file("cut.vtrace", &full[..full.len() - 4]);
+    let out = report(&f, false);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(
+        s.starts_with("PARTIAL TRACE: the trace is cut short"),
+        "{s}"
+    );
+    assert!(s.contains("GPU 0  peak 6.50 GiB"), "{s}");
+    let out = report(&f, true);
+    assert_eq!(out.status.code(), Some(0));
+    let checked = python_check(
+        &out.stdout,
+        r#"
+assert d["partial"] is True
+assert d["stopped"].startswith("the trace is cut short"), d["stopped"]
+assert d["devices"][0]["peak_bytes"] == 6979321856
+print("ok")
+"#,
+    );
+    assert_eq!(checked.trim(), "ok");
+}
+
+#[test]
+fn an_empty_trace_reports_nothing_allocated() {
+    let d = TempDir::new("none");
+    let f = d.file("none.vtrace", &encode_header(&header()));
+    let out = report(&f, false);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("No GPU memory was allocated"));
+    let out = report(&f, true);
+    let checked = python_check(
+        &out.stdout,
+        "assert d['devices'] == [] and d['processes'] == [] and d['live_at_end'] == []\nprint('ok')",
+    );
+    assert_eq!(checked.trim(), "ok");
+}
+
+#[test]
+fn summary_names_peaks_processes_and_leaks() {
+    let a = analyze_reader(&trace(&sample())[..]).unwrap();
+    let s = summary(&a);
+    assert_eq!(
+        s,
+        "GPU 0 peak 6.50 GiB at 0.011 s (2 allocations)\n\
+         GPU 1 peak 1.00 GiB at 0.060 s (2 allocations)\n\
+         2 processes traced, 7 events, 5 dropped\n\
+         live at end (never freed before the process ended): 1.50 GiB in 3 allocations\n"
+    );
+}
+
+/// Runs `script` with the JSON parsed as `d`; returns its stdout.
+fn python_check(json: &[u8], script: &str) -> String {
+    let program = format!("import json, sys\nd = json.loads(sys.stdin.read())\n{script}\n");
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(program)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    child.stdin.take().unwrap().write_all(json).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "python: {}\njson: {}",
+        text(&out.stderr),
+        text(json)
+    );
+    text(&out.stdout)
+}
