@@ -612,6 +612,8 @@ impl Replay {
                 let limit = self.limit();
                 self.pump(limit, 0);
             }
+            // Out-of-memory snapshots are the post-mortem's business (issue 4); the replay itself needs none.
+            Record::Oom(_) => {}
         }
     }
 

@@ -7,7 +7,7 @@
 //! names the address its allocation returned).
 
 use crate::Api;
-use crate::{EndKind, Event, Hello, Record, TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE, VERSION};
+use crate::{EndKind, Event, Hello, Oom, Record, TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE, VERSION};
 
 /// Frame kinds. Part of the format: never reuse a number. Readers skip kinds they do not know.
 pub mod kind {
@@ -17,6 +17,7 @@ pub mod kind {
     pub const GOODBYE: u8 = 4;
     pub const TICK: u8 = 5;
     pub const PROCESS_END: u8 = 6;
+    pub const OOM: u8 = 7;
 }
 
 /// Bytes before the first frame's payload: length (4) and kind (1).
@@ -257,6 +258,7 @@ pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
                 },
             )
         }),
+        Record::Oom(o) => put_frame(out, kind::OOM, |out| bincode_to(out, o)),
         Record::ProcessEnd { pid, ts_ns, kind } => put_frame(out, kind::PROCESS_END, |o| {
             bincode_to(
                 o,
@@ -301,6 +303,7 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<Option<Record>, DecodeE
                 ts_ns: b.ts_ns,
             }
         }
+        kind::OOM => Record::Oom(bincode_from::<Oom>(payload)?),
         kind::PROCESS_END => {
             let b: EndBody = bincode_from(payload)?;
             Record::ProcessEnd {
@@ -553,6 +556,22 @@ mod tests {
                 ts_ns: 13,
                 kind: EndKind::CutMidFrame { partial_bytes: 17 },
             },
+            Record::Oom(Oom {
+                pid: 9,
+                tid: 10,
+                ts_ns: 14,
+                device: 1,
+                api: Api::MemAllocAsync as u8,
+                flags: crate::flags::CAP_REFUSED,
+                requested_bytes: 1 << 30,
+                result: 2,
+                device_free_bytes: Some(5 << 30),
+                device_total_bytes: Some(80 << 30),
+                cap_bytes: Some(4 << 30),
+                job_used_bytes: Some(3 << 30),
+                process_used_bytes: None,
+                extra: vec![],
+            }),
         ];
         let mut buf = Vec::new();
         for r in &recs {

@@ -27,6 +27,9 @@ pub const MAX_FRAME: u32 = 64 << 20;
 /// `Event::device` when the device is unknown (frees: the collector knows it from the allocation).
 pub const NO_DEVICE: u32 = u32::MAX;
 
+/// The byte the collector sends back on a connection once an `Oom` frame is safely in the trace.
+pub const OOM_ACK: u8 = 0x06;
+
 /// Flag bits of `Event::flags`.
 pub mod flags {
     /// The `_ptsz` (per-thread default stream) variant of the entry point was called.
@@ -224,6 +227,38 @@ pub enum Record {
         ts_ns: u64,
         kind: EndKind,
     },
+    /// A tracked allocation failed with out-of-memory (the device's or the cap's). Sent synchronously: the
+    /// shim waits (at most a second) for the collector's acknowledgement before the program sees the error.
+    Oom(Oom),
+}
+
+/// What the shim knew at the moment an allocation failed for lack of memory.
+#[derive(Clone, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Oom {
+    pub pid: u32,
+    pub tid: u32,
+    pub ts_ns: u64,
+    /// Device ordinal, or `NO_DEVICE`.
+    pub device: u32,
+    /// `Api` number of the call that failed.
+    pub api: u8,
+    /// `flags` bits of the call (`CAP_REFUSED` when the cap, not the device, said no).
+    pub flags: u8,
+    pub requested_bytes: u64,
+    /// The `CUresult` the program got.
+    pub result: u32,
+    /// The real driver's free and total memory for the device at that moment (`cuMemGetInfo_v2`, not the
+    /// cap's virtual figures); `None` if the driver could not say (no current context).
+    pub device_free_bytes: Option<u64>,
+    pub device_total_bytes: Option<u64>,
+    /// The cap on the device, if one applied.
+    pub cap_bytes: Option<u64>,
+    /// The job's bytes in use on the device by the cap's ledger (all processes), when capped.
+    pub job_used_bytes: Option<u64>,
+    /// This process's bytes in use on the device by the cap's ledger, when capped.
+    pub process_used_bytes: Option<u64>,
+    /// Room for later additions without a format version bump.
+    pub extra: Vec<(String, String)>,
 }
 
 /// The header at the top of every trace file.
