@@ -259,6 +259,15 @@ impl Cap {
         }
     }
 
+    /// This process's bytes in use on `dev`.
+    pub fn process_used(&self, dev: u32) -> u64 {
+        if (dev as usize) < MAX_DEVICES {
+            self.ledger.own(dev as usize)
+        } else {
+            0
+        }
+    }
+
     /// The figures a framework should see for a capped device: total = min(cap, physical), free = min(physical
     /// free, cap - in use), saturating, never more than total. Unchanged for an uncapped device.
     pub fn virtual_info(&self, dev: u32, free: u64, total: u64) -> (u64, u64) {

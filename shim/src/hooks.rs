@@ -115,7 +115,45 @@ unsafe fn track_alloc(
         }
     }
     record::push(api, flag, dev, r, id, size, aux, record::now());
+    if r == CUDA_ERROR_OUT_OF_MEMORY {
+        out_of_memory(api, flag, dev, size, r);
+    }
     r
+}
+
+/// An allocation failed for lack of memory: gather what only this moment can tell (the driver's real free and
+/// total, the cap's counts) and hand it to the collector before the program sees the error.
+#[cold]
+fn out_of_memory(api: Api, flag: u8, dev: u32, size: u64, result: CUresult) {
+    let ts_ns = record::now();
+    let (mut free, mut total) = (0usize, 0usize);
+    let info = driver::real(Sym::MemGetInfo);
+    let known = !info.is_null()
+        && unsafe {
+            std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult,
+            >(info)(&mut free, &mut total)
+        } == CUDA_SUCCESS;
+    let cap = cap::get();
+    let cap_bytes = cap.and_then(|c| c.cap_of(dev));
+    let capped = cap.filter(|_| cap_bytes.is_some());
+    record::oom(vramtrace_format::Oom {
+        pid: std::process::id(),
+        tid: unsafe { libc::gettid() } as u32,
+        ts_ns,
+        device: dev,
+        api: api as u8,
+        flags: flag,
+        requested_bytes: size,
+        result,
+        device_free_bytes: known.then_some(free as u64),
+        device_total_bytes: known.then_some(total as u64),
+        cap_bytes,
+        job_used_bytes: capped.map(|c| c.used(dev)),
+        process_used_bytes: capped.map(|c| c.process_used(dev)),
+        extra: Vec::new(),
+    });
 }
 
 /// A release of what `id` names: stamped before the call (see the module's note), recorded after; when it

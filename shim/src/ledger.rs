@@ -187,6 +187,11 @@ impl Ledger {
         self.shared.used[dev].load(Ordering::Acquire)
     }
 
+    /// This process's bytes in use on `dev`.
+    pub fn own(&self, dev: usize) -> u64 {
+        self.shared.slots[self.slot][dev].load(Ordering::Acquire)
+    }
+
     /// Counts `size` bytes on `dev` if that keeps the job within `cap`; with `force`, counts them regardless
     /// (warn mode). Dead processes' shares are given back before a refusal.
     pub fn admit(&self, dev: usize, size: u64, cap: u64, force: bool) -> Admit {

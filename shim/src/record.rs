@@ -16,7 +16,7 @@ use std::sync::atomic::{
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
-use vramtrace_format::{codec, Api, Event, Hello, Record};
+use vramtrace_format::{codec, Api, Event, Hello, Oom, Record, OOM_ACK};
 
 /// Events the channel holds before the calling threads start dropping them. The sender drains continuously,
 /// so this only absorbs bursts; each slot is about 56 bytes.
@@ -27,11 +27,16 @@ const BATCH: usize = 4096;
 const TICK: Duration = Duration::from_millis(100);
 /// How long `exit` waits for the last events to reach the collector.
 const EXIT_FLUSH: Duration = Duration::from_millis(500);
+/// How long an allocation that ran out of memory waits for the collector to hold the evidence.
+const OOM_WAIT: Duration = Duration::from_secs(1);
 
 enum Msg {
     Event(Event),
     /// Send everything queued, say goodbye, and confirm through `Recorder::flushed`.
     Flush,
+    /// Send everything queued, then this out-of-memory record; tell the waiting thread once the collector
+    /// has acknowledged it.
+    Oom(Box<Oom>, Sender<()>),
 }
 
 struct Recorder {
@@ -222,6 +227,27 @@ extern "C" fn flush_at_exit() {
     }
 }
 
+/// Hands an out-of-memory record to the collector and waits, at most `OOM_WAIT` in all, until it is in the
+/// trace: the program's next instruction may be its death. Everything the process recorded before it goes
+/// first, in order. Returns whether the collector confirmed.
+pub fn oom(o: Oom) -> bool {
+    let Some(r) = recorder() else { return false };
+    if !r.alive.load(Ordering::Acquire) {
+        return false;
+    }
+    let deadline = Instant::now() + OOM_WAIT;
+    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+    if r.tx
+        .send_timeout(Msg::Oom(Box::new(o), done_tx), OOM_WAIT)
+        .is_err()
+    {
+        return false;
+    }
+    done_rx
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .is_ok()
+}
+
 /// A connected Unix stream socket, written with `MSG_NOSIGNAL`: a collector that went away must never raise
 /// SIGPIPE in the host.
 struct Socket(i32);
@@ -264,6 +290,34 @@ impl Socket {
             buf = &buf[n as usize..];
         }
         true
+    }
+
+    /// Waits until `deadline` for the collector's acknowledgement byte.
+    fn await_ack(&self, deadline: Instant) -> bool {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let mut pfd = libc::pollfd {
+                fd: self.0,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
+                continue;
+            }
+            let mut b = 0u8;
+            let n =
+                unsafe { libc::recv(self.0, (&mut b as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
+            if n == 1 && b == OOM_ACK {
+                return true;
+            }
+            if n == 0 {
+                return false;
+            }
+        }
     }
 }
 
@@ -320,16 +374,19 @@ fn sender(rec: &'static Recorder, rx: Receiver<Msg>, path: OsString) {
         batch.clear();
         let mut flush = false;
         let mut idle = false;
+        let mut oom = None;
         match rx.recv_timeout(TICK) {
             Ok(Msg::Event(e)) => batch.push(e),
             Ok(Msg::Flush) => flush = true,
+            Ok(Msg::Oom(o, done)) => oom = Some((o, done)),
             Err(RecvTimeoutError::Timeout) => idle = true,
             Err(RecvTimeoutError::Disconnected) => return,
         }
-        while !flush && batch.len() < BATCH {
+        while !flush && oom.is_none() && batch.len() < BATCH {
             match rx.try_recv() {
                 Ok(Msg::Event(e)) => batch.push(e),
                 Ok(Msg::Flush) => flush = true,
+                Ok(Msg::Oom(o, done)) => oom = Some((o, done)),
                 Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
             }
         }
@@ -350,11 +407,19 @@ fn sender(rec: &'static Recorder, rx: Receiver<Msg>, path: OsString) {
         if idle {
             codec::put_record(&mut buf, &Record::Tick { pid, ts_ns: now() });
         }
+        if let Some((o, _)) = &oom {
+            codec::put_record(&mut buf, &Record::Oom((**o).clone()));
+        }
         if flush {
             codec::put_record(&mut buf, &Record::Goodbye { pid, ts_ns: now() });
         }
         if !buf.is_empty() && !sock.send_all(&buf) {
             return stop("the collector closed the connection");
+        }
+        if let Some((_, done)) = oom {
+            if sock.await_ack(Instant::now() + OOM_WAIT) {
+                let _ = done.send(());
+            }
         }
         if flush {
             rec.flushed.store(true, Ordering::Release);
