@@ -15,7 +15,9 @@ for f in vramtrace libvramtrace.so vramtrace-workload libfakecuda.so; do
         echo "prepare.sh: $target/$f missing (not built)" >&2
     fi
 done
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
+exclude="$(git rev-parse --git-path info/exclude)"
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >>"$exclude"
 # The device tool carries 64 MiB at most: drop debug info from the copies if they are too big.
 if [ "$(du -sm .gpu | cut -f1)" -gt 48 ]; then
     strip --strip-debug .gpu/* || true

@@ -15,7 +15,7 @@ use std::sync::atomic::{
 };
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
+use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
 use vramtrace_format::{codec, Api, Event, Hello, Oom, Record, OOM_ACK};
 
 /// Events the channel holds before the calling threads start dropping them. The sender drains continuously,
@@ -25,6 +25,12 @@ const CHANNEL_EVENTS: usize = 16 * 1024;
 const BATCH: usize = 4096;
 /// How often an idle sender tells the collector it is alive (lets the collector order events across processes).
 const TICK: Duration = Duration::from_millis(100);
+/// The sender polls the channel rather than blocking on it: a blocked receiver would make every `try_send` pay
+/// a futex wake-up (measured: 3 us per alloc/free pair on an H200). It naps this long when there was work...
+const NAP_MIN: Duration = Duration::from_millis(1);
+/// ...doubling while idle up to this, and is woken early only when the channel passes a quarter full.
+const NAP_MAX: Duration = Duration::from_millis(16);
+const WAKE_AT: usize = CHANNEL_EVENTS / 4;
 /// How long `exit` waits for the last events to reach the collector.
 const EXIT_FLUSH: Duration = Duration::from_millis(500);
 /// How long an allocation that ran out of memory waits for the collector to hold the evidence.
@@ -41,6 +47,8 @@ enum Msg {
 
 struct Recorder {
     tx: Sender<Msg>,
+    /// The sender thread, to wake when the channel fills.
+    thread: std::sync::OnceLock<std::thread::Thread>,
     /// False once the collector is gone: callers stop offering events.
     alive: AtomicBool,
     dropped: AtomicU64,
@@ -119,8 +127,25 @@ pub fn push(
         size,
         aux,
     };
-    if let Err(TrySendError::Full(_)) = r.tx.try_send(Msg::Event(e)) {
-        r.dropped.fetch_add(1, Ordering::Relaxed);
+    match r.tx.try_send(Msg::Event(e)) {
+        Ok(()) => {
+            if r.tx.len() >= WAKE_AT {
+                r.wake();
+            }
+        }
+        Err(TrySendError::Full(_)) => {
+            r.dropped.fetch_add(1, Ordering::Relaxed);
+            r.wake();
+        }
+        Err(TrySendError::Disconnected(_)) => {}
+    }
+}
+
+impl Recorder {
+    fn wake(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
     }
 }
 
@@ -174,6 +199,7 @@ fn build() -> Option<&'static Recorder> {
     // Leaked on purpose: a forked child abandons it rather than touch a channel another thread may have held.
     let rec: &'static Recorder = Box::leak(Box::new(Recorder {
         tx,
+        thread: std::sync::OnceLock::new(),
         alive: AtomicBool::new(true),
         dropped: AtomicU64::new(0),
         flushed: AtomicBool::new(false),
@@ -184,7 +210,10 @@ fn build() -> Option<&'static Recorder> {
         .stack_size(256 << 10)
         .spawn(move || sender(rec, rx, path));
     match spawned {
-        Ok(_) => Some(rec),
+        Ok(handle) => {
+            let _ = rec.thread.set(handle.thread().clone());
+            Some(rec)
+        }
         Err(e) => {
             crate::debug!("cannot start the sender thread ({e}); not recording");
             None
@@ -219,6 +248,7 @@ extern "C" fn flush_at_exit() {
     if r.tx.send_timeout(Msg::Flush, EXIT_FLUSH).is_err() {
         return;
     }
+    r.wake();
     while !r.flushed.load(Ordering::Acquire)
         && r.alive.load(Ordering::Acquire)
         && Instant::now() < deadline
@@ -369,19 +399,30 @@ fn sender(rec: &'static Recorder, rx: Receiver<Msg>, path: OsString) {
         return stop("the collector closed the connection");
     }
     let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
+    let mut nap = NAP_MIN;
+    let mut last_sent = Instant::now();
     loop {
         buf.clear();
         batch.clear();
         let mut flush = false;
         let mut idle = false;
         let mut oom = None;
-        match rx.recv_timeout(TICK) {
+        match rx.try_recv() {
             Ok(Msg::Event(e)) => batch.push(e),
             Ok(Msg::Flush) => flush = true,
             Ok(Msg::Oom(o, done)) => oom = Some((o, done)),
-            Err(RecvTimeoutError::Timeout) => idle = true,
-            Err(RecvTimeoutError::Disconnected) => return,
+            Err(TryRecvError::Disconnected) => return,
+            Err(TryRecvError::Empty) => {
+                if last_sent.elapsed() < TICK {
+                    std::thread::park_timeout(nap);
+                    nap = (nap * 2).min(NAP_MAX);
+                    continue;
+                }
+                idle = true;
+            }
         }
+        nap = NAP_MIN;
+        last_sent = Instant::now();
         while !flush && oom.is_none() && batch.len() < BATCH {
             match rx.try_recv() {
                 Ok(Msg::Event(e)) => batch.push(e),
