@@ -7,7 +7,9 @@
 //! names the address its allocation returned).
 
 use crate::Api;
-use crate::{EndKind, Event, Hello, Oom, Record, TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE, VERSION};
+use crate::{
+    EndKind, Event, Hello, Oom, Record, TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE, VERSION,
+};
 
 /// Frame kinds. Part of the format: never reuse a number. Readers skip kinds they do not know.
 pub mod kind {
@@ -451,16 +453,16 @@ mod tests {
             ts_ns: 1_000_000_000 + i * 1500,
             tid: 4242 + (i % 3) as u32,
             api: Api::ALL[(i % 14) as usize],
-            flags: if i % 5 == 0 { flags::PTSZ } else { 0 },
-            device: if i % 4 == 0 {
+            flags: if i.is_multiple_of(5) { flags::PTSZ } else { 0 },
+            device: if i.is_multiple_of(4) {
                 NO_DEVICE
             } else {
                 (i % 2) as u32
             },
-            result: if i % 7 == 0 { 2 } else { 0 },
+            result: if i.is_multiple_of(7) { 2 } else { 0 },
             addr: 0x7f00_0000_0000u64.wrapping_add(i.wrapping_mul(0x20_0000)),
             size: (i + 1) << 20,
-            aux: if i % 2 == 0 { 0 } else { 0x5555_0000 + i },
+            aux: if i.is_multiple_of(2) { 0 } else { 0x5555_0000 + i },
         }
     }
 

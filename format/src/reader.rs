@@ -287,7 +287,7 @@ mod tests {
         for cut in hdr + 1..full.len() {
             let (recs, stop) = read_all(&full[..cut]);
             assert_eq!(recs.len(), (cut - hdr) / frame, "cut at {cut}");
-            if (cut - hdr) % frame != 0 {
+            if !(cut - hdr).is_multiple_of(frame) {
                 assert!(
                     matches!(stop, Stop::Truncated { .. }),
                     "cut at {cut}: {stop:?}"

@@ -1,0 +1,164 @@
+//! `probe [COMMAND]...`: a scriptable driver client for tests. It calls `cuInit`, makes device 0's primary
+//! context current, prints `ready pid=<pid>`, then runs each argument as a command, or, with no arguments,
+//! each line of stdin (answering each on one flushed stdout line, so a test can drive it step by step).
+//! Functions are found with `dlsym` of their exact names. Numbers are decimal or 0x-hex.
+//!
+//! ```text
+//! alloc <bytes>          -> <rc> <addr>        cuMemAlloc_v2
+//! alloc_async <bytes>    -> <rc> <addr>        cuMemAllocAsync (stream 0)
+//! free <addr>            -> <rc>               cuMemFree_v2
+//! free_async <addr>      -> <rc>               cuMemFreeAsync (stream 0)
+//! alloc32 <bytes>        -> <rc> <addr>        legacy cuMemAlloc (32-bit pointer)
+//! free32 <addr>          -> <rc>               legacy cuMemFree
+//! info                   -> <rc> <free> <total>   cuMemGetInfo_v2
+//! info32                 -> <rc> <free> <total>   legacy cuMemGetInfo (unsigned int)
+//! create <dev> <bytes>   -> <rc> <handle>      cuMemCreate (pinned, on device <dev>)
+//! release <handle>       -> <rc>               cuMemRelease
+//! device <n>             -> <rc>               make device n's primary context current
+//! exit [code]            -> (exits normally with code, default 0)
+//! ```
+
+use std::ffi::{c_int, c_uint};
+use std::io::{BufRead, Write};
+
+use vramtrace_test_programs::*;
+
+struct Probe {
+    h: LibCuda,
+}
+
+impl Probe {
+    fn f<T: Copy>(&self, name: &str) -> T {
+        self.h.func(name)
+    }
+
+    fn device(&self, n: c_int) -> CUresult {
+        type Retain = unsafe extern "C" fn(*mut CUcontext, CUdevice) -> CUresult;
+        type SetCurrent = unsafe extern "C" fn(CUcontext) -> CUresult;
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        // SAFETY: driver calls with valid out-pointers.
+        unsafe {
+            let rc = self.f::<Retain>("cuDevicePrimaryCtxRetain")(&mut ctx, n);
+            if rc != 0 {
+                return rc;
+            }
+            self.f::<SetCurrent>("cuCtxSetCurrent")(ctx)
+        }
+    }
+
+    /// Runs one command; `None` means exit with that code.
+    fn run(&self, line: &str) -> Result<String, i32> {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| -> u64 {
+            let s = w.get(i).copied().unwrap_or("");
+            let v = match s.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16),
+                None => s.parse(),
+            };
+            v.unwrap_or_else(|_| fail(&format!("probe: bad number {s:?} in {line:?}")))
+        };
+        type Alloc = unsafe extern "C" fn(*mut u64, usize) -> CUresult;
+        type AllocAsync = unsafe extern "C" fn(*mut u64, usize, CUstream) -> CUresult;
+        type Free = unsafe extern "C" fn(u64) -> CUresult;
+        type FreeAsync = unsafe extern "C" fn(u64, CUstream) -> CUresult;
+        type Alloc32 = unsafe extern "C" fn(*mut c_uint, c_uint) -> CUresult;
+        type Free32 = unsafe extern "C" fn(c_uint) -> CUresult;
+        type Info = unsafe extern "C" fn(*mut usize, *mut usize) -> CUresult;
+        type Info32 = unsafe extern "C" fn(*mut c_uint, *mut c_uint) -> CUresult;
+        type Create =
+            unsafe extern "C" fn(*mut u64, usize, *const CUmemAllocationProp, u64) -> CUresult;
+        type Release = unsafe extern "C" fn(u64) -> CUresult;
+        let null = std::ptr::null_mut();
+        // SAFETY: driver calls with valid out-pointers.
+        let out = unsafe {
+            match w.first().copied().unwrap_or("") {
+                "alloc" => {
+                    let mut p = 0;
+                    let rc = self.f::<Alloc>("cuMemAlloc_v2")(&mut p, num(1) as usize);
+                    format!("{rc} {p:#x}")
+                }
+                "alloc_async" => {
+                    let mut p = 0;
+                    let rc = self.f::<AllocAsync>("cuMemAllocAsync")(&mut p, num(1) as usize, null);
+                    format!("{rc} {p:#x}")
+                }
+                "free" => format!("{}", self.f::<Free>("cuMemFree_v2")(num(1))),
+                "free_async" => format!("{}", self.f::<FreeAsync>("cuMemFreeAsync")(num(1), null)),
+                "alloc32" => {
+                    let mut p: c_uint = 0;
+                    let rc = self.f::<Alloc32>("cuMemAlloc")(&mut p, num(1) as c_uint);
+                    format!("{rc} {p:#x}")
+                }
+                "free32" => format!("{}", self.f::<Free32>("cuMemFree")(num(1) as c_uint)),
+                "info" => {
+                    let (mut free, mut total) = (0, 0);
+                    let rc = self.f::<Info>("cuMemGetInfo_v2")(&mut free, &mut total);
+                    format!("{rc} {free} {total}")
+                }
+                "info32" => {
+                    let (mut free, mut total) = (0, 0);
+                    let rc = self.f::<Info32>("cuMemGetInfo")(&mut free, &mut total);
+                    format!("{rc} {free} {total}")
+                }
+                "create" => {
+                    let prop = CUmemAllocationProp {
+                        type_: 1,
+                        requested_handle_types: 0,
+                        location: CUmemLocation {
+                            type_: 1,
+                            id: num(1) as c_int,
+                        },
+                        win32_handle_meta_data: null,
+                        alloc_flags: [0; 8],
+                    };
+                    let mut h = 0;
+                    let rc = self.f::<Create>("cuMemCreate")(&mut h, num(2) as usize, &prop, 0);
+                    format!("{rc} {h:#x}")
+                }
+                "release" => format!("{}", self.f::<Release>("cuMemRelease")(num(1))),
+                "device" => format!("{}", self.device(num(1) as c_int)),
+                "exit" => return Err(if w.len() > 1 { num(1) as i32 } else { 0 }),
+                "" => String::new(),
+                other => fail(&format!("probe: unknown command {other:?}")),
+            }
+        };
+        Ok(out)
+    }
+}
+
+fn main() {
+    let probe = Probe { h: open_libcuda() };
+    type Init = unsafe extern "C" fn(c_uint) -> CUresult;
+    // SAFETY: a driver call.
+    let rc = unsafe { probe.f::<Init>("cuInit")(0) };
+    if rc != 0 {
+        fail(&format!("cuInit returned {rc}"));
+    }
+    let rc = probe.device(0);
+    if rc != 0 {
+        fail(&format!("device 0 context setup returned {rc}"));
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "ready pid={}", std::process::id());
+    let _ = out.flush();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut step = |line: &str| match probe.run(line) {
+        Ok(s) => {
+            let _ = writeln!(out, "{s}");
+            let _ = out.flush();
+        }
+        Err(code) => std::process::exit(code),
+    };
+    if args.is_empty() {
+        for line in std::io::stdin().lock().lines() {
+            match line {
+                Ok(l) => step(&l),
+                Err(_) => break,
+            }
+        }
+    } else {
+        for a in &args {
+            step(a);
+        }
+    }
+}
