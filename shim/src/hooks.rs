@@ -125,6 +125,10 @@ unsafe fn track_alloc(
 /// total, the cap's counts) and hand it to the collector before the program sees the error.
 #[cold]
 fn out_of_memory(api: Api, flag: u8, dev: u32, size: u64, result: CUresult) {
+    // Nobody to tell: make no extra driver call.
+    if !record::active() {
+        return;
+    }
     let ts_ns = record::now();
     let (mut free, mut total) = (0usize, 0usize);
     let info = driver::real(Sym::MemGetInfo);

@@ -49,12 +49,16 @@ struct Recorder {
     tx: Sender<Msg>,
     /// The sender thread, to wake when the channel fills.
     thread: std::sync::OnceLock<std::thread::Thread>,
-    /// False once the collector is gone: callers stop offering events.
-    alive: AtomicBool,
+    /// `CONNECTING`, `CONNECTED`, or `GONE` (no collector, or it went away: callers stop offering events).
+    link: AtomicU8,
     dropped: AtomicU64,
     flushed: AtomicBool,
     pid: u32,
 }
+
+const CONNECTING: u8 = 0;
+const CONNECTED: u8 = 1;
+const GONE: u8 = 2;
 
 const UNINIT: u8 = 0;
 const STARTING: u8 = 1;
@@ -115,7 +119,7 @@ pub fn push(
     ts_ns: u64,
 ) {
     let Some(r) = recorder() else { return };
-    if !r.alive.load(Ordering::Relaxed) {
+    if r.link.load(Ordering::Relaxed) == GONE {
         return;
     }
     let e = Event {
@@ -208,7 +212,7 @@ fn build() -> Option<&'static Recorder> {
     let rec: &'static Recorder = Box::leak(Box::new(Recorder {
         tx,
         thread: std::sync::OnceLock::new(),
-        alive: AtomicBool::new(true),
+        link: AtomicU8::new(CONNECTING),
         dropped: AtomicU64::new(0),
         flushed: AtomicBool::new(false),
         pid: std::process::id(),
@@ -249,7 +253,7 @@ extern "C" fn flush_at_exit() {
         return;
     }
     let r = unsafe { &*p };
-    if r.pid != std::process::id() || !r.alive.load(Ordering::Acquire) {
+    if r.pid != std::process::id() || r.link.load(Ordering::Acquire) == GONE {
         return;
     }
     let deadline = Instant::now() + EXIT_FLUSH;
@@ -258,11 +262,21 @@ extern "C" fn flush_at_exit() {
     }
     r.wake();
     while !r.flushed.load(Ordering::Acquire)
-        && r.alive.load(Ordering::Acquire)
+        && r.link.load(Ordering::Acquire) != GONE
         && Instant::now() < deadline
     {
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Whether events reach a collector. Waits (briefly) for a connection still being made.
+pub fn active() -> bool {
+    let Some(r) = recorder() else { return false };
+    let deadline = Instant::now() + Duration::from_millis(200);
+    while r.link.load(Ordering::Acquire) == CONNECTING && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    r.link.load(Ordering::Acquire) == CONNECTED
 }
 
 /// Hands an out-of-memory record to the collector and waits, at most `OOM_WAIT` in all, until it is in the
@@ -270,7 +284,7 @@ extern "C" fn flush_at_exit() {
 /// first, in order. Returns whether the collector confirmed.
 pub fn oom(o: Oom) -> bool {
     let Some(r) = recorder() else { return false };
-    if !r.alive.load(Ordering::Acquire) {
+    if r.link.load(Ordering::Acquire) == GONE {
         return false;
     }
     let deadline = Instant::now() + OOM_WAIT;
@@ -394,7 +408,7 @@ fn hello(pid: u32) -> Hello {
 fn sender(rec: &'static Recorder, rx: Receiver<Msg>, path: OsString) {
     crate::hooks::mark_own_thread();
     let stop = |why: &str| {
-        rec.alive.store(false, Ordering::Release);
+        rec.link.store(GONE, Ordering::Release);
         crate::debug!("{why}; not recording");
     };
     let Some(sock) = Socket::connect(&path) else {
@@ -406,6 +420,7 @@ fn sender(rec: &'static Recorder, rx: Receiver<Msg>, path: OsString) {
     if !sock.send_all(&buf) {
         return stop("the collector closed the connection");
     }
+    rec.link.store(CONNECTED, Ordering::Release);
     let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
     let mut nap = NAP_MIN;
     let mut last_sent = Instant::now();
