@@ -7,7 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use vramtrace_format::codec::{self, kind, FrameSplitter};
-use vramtrace_format::{EndKind, Record, TraceHeader};
+use vramtrace_format::{EndKind, Record, TraceHeader, OOM_ACK};
 
 use crate::exit::{self, Code};
 use crate::out_text::units;
@@ -59,7 +59,7 @@ const LINGER: Duration = Duration::from_secs(2);
 
 pub fn main(args: RunArgs) -> Code {
     // Signals are blocked before any thread exists, so every thread inherits the mask and they reach us only
-    // through the signalfd. The child starts with an empty mask (std resets it).
+    // through the signalfd. The child gets an empty mask back before it execs.
     let signals = match Signals::block() {
         Ok(s) => s,
         Err(e) => return exit::fail(exit::FAILURE, format!("cannot set up signal handling: {e}")),
@@ -162,6 +162,15 @@ impl Prepared {
             cmd.env("VRAMTRACE_CAP", spec)
                 .env("VRAMTRACE_CAP_MODE", mode)
                 .env("VRAMTRACE_LEDGER", &self.ledger);
+        }
+        // Our blocked signals must not be the command's: std does not reset the mask it inherits.
+        unsafe {
+            cmd.pre_exec(|| {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+                Ok(())
+            });
         }
         let child = match cmd.spawn() {
             Ok(c) => c,
@@ -431,6 +440,7 @@ fn receive(mut stream: UnixStream, trace: &Mutex<File>) {
     let mut pid: Option<u32> = None;
     let mut goodbye = false;
     let mut broken = false;
+    let mut oom;
     const READ: usize = 256 << 10;
     loop {
         let buf = split.spare(READ);
@@ -457,6 +467,7 @@ fn receive(mut stream: UnixStream, trace: &Mutex<File>) {
         if whole.is_empty() {
             continue;
         }
+        oom = false;
         for (k, payload) in codec::frames(whole) {
             match k {
                 kind::HELLO if pid.is_none() => {
@@ -465,6 +476,7 @@ fn receive(mut stream: UnixStream, trace: &Mutex<File>) {
                     }
                 }
                 kind::GOODBYE => goodbye = true,
+                kind::OOM => oom = true,
                 _ => {}
             }
         }
@@ -475,6 +487,10 @@ fn receive(mut stream: UnixStream, trace: &Mutex<File>) {
         }
         let len = whole.len();
         split.consume(len);
+        // The shim holds the failing allocation until the evidence is in the file: now it is.
+        if oom && !broken {
+            let _ = stream.write_all(&[OOM_ACK]);
+        }
         if broken {
             break;
         }
