@@ -1,10 +1,14 @@
-//! The collector: one module per verb (`run`, `report`, `demo`), one per output format (`out_text`,
-//! `out_json`), over `model`, which replays a trace into live sets, peaks and timelines.
+//! The collector: one module per verb (`run`, `report`, `oom`, `demo`), one per output format (`out_text`,
+//! `out_json`, `out_oom_text`, `out_oom_json`), over `model`, which replays a trace into live sets, peaks,
+//! timelines and out-of-memory snapshots.
 
 pub mod demo;
 pub mod exit;
 pub mod model;
+pub mod oom;
 pub mod out_json;
+pub mod out_oom_json;
+pub mod out_oom_text;
 pub mod out_text;
 pub mod probe;
 pub mod report;

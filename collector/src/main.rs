@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use vramtrace_collector::{demo, exit, probe, report, run};
+use vramtrace_collector::{demo, exit, oom, probe, report, run};
 
 use clap::{Parser, Subcommand};
 
@@ -29,6 +29,14 @@ enum Verb {
         #[arg(long)]
         json: bool,
     },
+    /// Explain an out-of-memory death from a trace file: the cause, what was live, advice (docs/OOM.md).
+    Oom {
+        /// The trace file written by `vramtrace run`.
+        file: PathBuf,
+        /// Print the documented JSON (docs/JSON-SCHEMA.md) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the bundled workload under `vramtrace run` (real GPU if present, simulated driver otherwise), then report.
     Demo(demo::DemoArgs),
     /// (internal) Print each device's total memory, asked of the driver.
@@ -44,6 +52,7 @@ fn main() {
     let code = match cli.verb {
         Verb::Run(args) => run::main(args),
         Verb::Report { file, json } => report::main(&file, json),
+        Verb::Oom { file, json } => oom::main(&file, json),
         Verb::Demo(args) => demo::main(args),
         Verb::Probe => probe::main(),
     };

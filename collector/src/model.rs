@@ -16,6 +16,11 @@
 //! When a process's connection ends, CUDA gives back everything it still held: the replay releases it at that
 //! moment (device totals drop) and lists it as live at the end: never freed before the process ended.
 //!
+//! Out-of-memory records go through the same merge: an [`OomSnapshot`] is taken when the replay reaches the
+//! record's time, so every event of every process up to that moment has been applied (events at the same
+//! nanosecond first; a process end at the same nanosecond after). The snapshot scans the live set once; at most
+//! [`MAX_OOM_SNAPSHOTS`] are taken (the first ones), the rest are counted.
+//!
 //! All times in an [`Analysis`] are ns relative to the trace header's `start_mono_ns`.
 
 mod fasthash;
@@ -29,7 +34,7 @@ use std::path::{Path, PathBuf};
 
 use vramtrace_format::codec::{self, kind};
 use vramtrace_format::{
-    flags, Api, Effect, EndKind, Event, Hello, OpenError, Record, TraceHeader, TraceReader,
+    flags, Api, Effect, EndKind, Event, Hello, Oom, OpenError, Record, TraceHeader, TraceReader,
     NO_DEVICE,
 };
 
@@ -43,6 +48,32 @@ pub const LEAK_LIST: usize = 20;
 pub const MERGE_BOUND: usize = 1 << 20;
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
 pub const CUDA_OOM: u32 = 2;
+/// The most out-of-memory records given a full snapshot; the rest are counted in [`Analysis::oom_records`].
+pub const MAX_OOM_SNAPSHOTS: usize = 16;
+/// The largest live allocations an out-of-memory snapshot lists.
+pub const OOM_TOP_LIVE: usize = 10;
+/// How far back an out-of-memory snapshot's timeline reaches.
+pub const OOM_WINDOW_NS: u64 = 10_000_000_000;
+/// The most points of an out-of-memory snapshot's timeline (neighbouring buckets are merged past that).
+pub const OOM_TIMELINE_POINTS: usize = 100;
+/// "Recently" for stream-ordered frees before an out-of-memory event: the last second, in 100 ms steps.
+pub const ASYNC_RECENT_NS: u64 = 1_000_000_000;
+const ASYNC_STEP_NS: u64 = ASYNC_RECENT_NS / ASYNC_STEPS as u64;
+const ASYNC_STEPS: usize = 10;
+/// A leak trend needs at least this many minima, each no lower than the one before.
+pub const LEAK_MIN_MINIMA: usize = 3;
+/// ... and the last above the first by more than this share of the first (percent), and by at least 1 MiB.
+pub const LEAK_MIN_RISE_PCT: u64 = 5;
+/// Peaks and troughs count when the timeline moves at least this share (percent) of its range.
+pub const TURN_PCT: u64 = 10;
+/// Upper bounds (exclusive) of the size classes of an out-of-memory snapshot, with their names.
+pub const SIZE_CLASSES: [(&str, u64); 5] = [
+    ("< 1 MiB", 1 << 20),
+    ("1-16 MiB", 16 << 20),
+    ("16-256 MiB", 256 << 20),
+    ("256 MiB-2 GiB", 2 << 30),
+    (">= 2 GiB", u64::MAX),
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -96,7 +127,29 @@ pub struct DeviceStats {
     /// The latest `cuMemGetInfo` answer on this device: (total, free).
     pub driver_total_bytes: Option<u64>,
     pub driver_free_bytes: Option<u64>,
+    /// The device's memory as best known: the latest `cuMemGetInfo`, else an out-of-memory record's, else the
+    /// trace header's `device_total.N` (probed when a cap was given).
+    pub total_bytes: Option<u64>,
+    /// The cap on this device: the trace header's `cap_bytes.N`, else an out-of-memory record's.
+    pub cap_bytes: Option<u64>,
     pub timeline: Timeline,
+}
+
+impl DeviceStats {
+    /// What the job could have used on this device: the cap when there is one (and the device total, if lower),
+    /// else the device total; `None` when neither is known.
+    pub fn limit_bytes(&self) -> Option<u64> {
+        match (self.cap_bytes, self.total_bytes) {
+            (Some(c), Some(t)) => Some(c.min(t)),
+            (c, t) => c.or(t),
+        }
+    }
+
+    /// `limit_bytes - peak_bytes`, saturating at 0 (a peak over the cap in warn mode has no headroom).
+    pub fn headroom_bytes(&self) -> Option<u64> {
+        self.limit_bytes()
+            .map(|l| l.saturating_sub(self.peak_bytes))
+    }
 }
 
 /// One process's memory on one device.
@@ -195,6 +248,129 @@ pub struct Analysis {
     pub live_at_end: Vec<LiveAlloc>,
     pub live_at_end_count: u64,
     pub live_at_end_bytes: u64,
+    /// Out-of-memory records in the trace (all of them, snapshotted or not).
+    pub oom_records: u64,
+    /// Snapshots of the first [`MAX_OOM_SNAPSHOTS`] out-of-memory records, in time order.
+    pub ooms: Vec<OomSnapshot>,
+}
+
+/// A live allocation at the moment of an out-of-memory event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OomAlloc {
+    pub pid: u32,
+    pub tid: u32,
+    pub device: Option<u32>,
+    pub api: Api,
+    pub ptsz: bool,
+    /// The pointer, or for `cuMemCreate` the handle.
+    pub address: u64,
+    pub bytes: u64,
+    pub alloc_time_ns: u64,
+    /// From the allocation to the out-of-memory event.
+    pub age_ns: u64,
+}
+
+/// One process of the job at the moment of an out-of-memory event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OomProcess {
+    pub pid: u32,
+    pub announced: bool,
+    pub rank: Option<u32>,
+    pub cmdline: Vec<String>,
+    /// Live bytes on the event's device.
+    pub device_live_bytes: u64,
+    /// Live bytes per device (devices where it held something), by device ordinal.
+    pub per_device: Vec<(Option<u32>, u64)>,
+    /// Whether it allocated on the event's device before the event (or is the process that failed): it has a
+    /// CUDA context there.
+    pub on_device: bool,
+}
+
+/// Live allocations of one size class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeClass {
+    pub label: &'static str,
+    /// Sizes in `[min_bytes, max_bytes)`; `max_bytes` is `None` for the last class.
+    pub min_bytes: u64,
+    pub max_bytes: Option<u64>,
+    pub count: u64,
+    pub bytes: u64,
+}
+
+/// A low point of a device's bytes in use between two peaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Minimum {
+    pub t_ns: u64,
+    pub bytes: u64,
+}
+
+/// Allocations of one (api, size), made between the first and last minima of a leak trend and still live at
+/// the out-of-memory event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeakGroup {
+    pub api: Api,
+    pub bytes_each: u64,
+    pub count: u64,
+    pub bytes: u64,
+}
+
+/// Bytes in use rising across repeated cycles: the minima between peaks, each no lower than the one before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeakTrend {
+    /// The trailing run of non-decreasing minima (at least [`LEAK_MIN_MINIMA`]).
+    pub minima: Vec<Minimum>,
+    /// Last minimum - first.
+    pub rise_bytes: u64,
+    /// Filled in out-of-memory snapshots only: the largest groups (at most 10), largest first.
+    pub groups: Vec<LeakGroup>,
+    /// Groups beyond those listed.
+    pub more_groups: u64,
+}
+
+/// What the replay knew when it reached an out-of-memory record. Device figures are for the event's device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OomSnapshot {
+    /// Relative ns.
+    pub time_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub device: Option<u32>,
+    /// The failing entry point (`None`: a number this build does not know, in `api_code`).
+    pub api: Option<Api>,
+    pub api_code: u8,
+    pub ptsz: bool,
+    /// The cap, not the device, refused it.
+    pub cap_refused: bool,
+    pub requested_bytes: u64,
+    pub result: u32,
+    /// From the record: the real driver's figures, the cap, and the cap's ledger.
+    pub device_free_bytes: Option<u64>,
+    pub device_total_bytes: Option<u64>,
+    pub cap_bytes: Option<u64>,
+    pub ledger_job_bytes: Option<u64>,
+    pub ledger_process_bytes: Option<u64>,
+    /// The job's live bytes on the device, all processes, as the trace replays them.
+    pub job_live_trace_bytes: u64,
+    /// The job's peak on the device up to the event, and when.
+    pub job_peak_bytes: u64,
+    pub job_peak_time_ns: Option<u64>,
+    /// Processes of the job with a context on the device (allocated there, or the one that failed).
+    pub job_processes_on_device: u64,
+    /// Live processes holding memory (or the one that failed), in order of first appearance.
+    pub processes: Vec<OomProcess>,
+    /// Live allocations on the device.
+    pub live_count: u64,
+    /// The largest of them, largest first (at most [`OOM_TOP_LIVE`]).
+    pub top_live: Vec<OomAlloc>,
+    pub size_classes: Vec<SizeClass>,
+    /// The device's bytes in use over the last [`OOM_WINDOW_NS`] (at most), up to the event.
+    pub timeline: Timeline,
+    /// Bytes freed with `cuMemFreeAsync` on the device in the last [`ASYNC_RECENT_NS`].
+    pub async_freed_recent_bytes: u64,
+    /// Minima rising across cycles on the device up to the event.
+    pub leak: Option<LeakTrend>,
+    /// Events the shim reported dropped before the event (all processes).
+    pub dropped_events: u64,
 }
 
 impl Analysis {
@@ -204,6 +380,11 @@ impl Analysis {
 
     pub fn process(&self, pid: u32) -> Option<&ProcessStats> {
         self.processes.iter().find(|p| p.pid == pid)
+    }
+
+    /// Out-of-memory records that got no snapshot.
+    pub fn ooms_not_snapshotted(&self) -> u64 {
+        self.oom_records.saturating_sub(self.ooms.len() as u64)
     }
 }
 
@@ -283,6 +464,7 @@ struct Live {
     dev: u16,
     api: Api,
     flags: u8,
+    tid: u32,
 }
 
 #[derive(Default, Clone)]
@@ -310,6 +492,8 @@ struct Proc {
     open: bool,
     goodbye: bool,
     end_seen: bool,
+    /// Its end was replayed: CUDA gave back what it held.
+    released: bool,
     /// Absolute start time (hello or first sight), for telling an earlier image of the same pid apart.
     start_abs: u64,
     /// The slot this pid had before this one (exec or pid reuse).
@@ -360,6 +544,7 @@ impl Proc {
             open: true,
             goodbye: false,
             end_seen: false,
+            released: false,
             start_abs: ts,
             prev,
         }
@@ -384,11 +569,18 @@ struct Dev {
     largest: u64,
     info: Option<(u64, u64)>,
     tl: TimelineBuilder,
+    /// Bytes freed with `cuMemFreeAsync` per 100 ms step: (step number, bytes), a ring over the last second.
+    async_freed: [(u64, u64); ASYNC_STEPS],
+    /// The largest device total an out-of-memory record gave, and the cap one gave.
+    oom_total: Option<u64>,
+    oom_cap: Option<u64>,
 }
 
-/// Merge heap entries: (absolute time, what, slot). Events sort before an end at the same time.
+/// Merge heap entries: (absolute time, what, slot or out-of-memory id). At the same time events come first,
+/// then out-of-memory snapshots, then process ends.
 const WHAT_EVENTS: u8 = 0;
-const WHAT_END: u8 = 1;
+const WHAT_OOM: u8 = 1;
+const WHAT_END: u8 = 2;
 
 struct Replay {
     start: u64,
@@ -412,6 +604,11 @@ struct Replay {
     leaks: Vec<LiveAlloc>,
     leak_count: u64,
     leak_bytes: u64,
+    /// Out-of-memory records waiting for the merge to reach their time: id -> (slot, record).
+    pending_ooms: HashMap<usize, (usize, Oom)>,
+    next_oom: usize,
+    oom_records: u64,
+    ooms: Vec<OomSnapshot>,
 }
 
 impl Replay {
@@ -436,6 +633,10 @@ impl Replay {
             leaks: Vec::new(),
             leak_count: 0,
             leak_bytes: 0,
+            pending_ooms: HashMap::new(),
+            next_oom: 0,
+            oom_records: 0,
+            ooms: Vec::new(),
         }
     }
 
@@ -612,8 +813,21 @@ impl Replay {
                 let limit = self.limit();
                 self.pump(limit, 0);
             }
-            // Out-of-memory snapshots are the post-mortem's business (issue 4); the replay itself needs none.
-            Record::Oom(_) => {}
+            Record::Oom(o) => {
+                let ts = o.ts_ns;
+                self.observe(ts);
+                let s = self.route(o.pid, ts);
+                self.advance(s, ts);
+                self.oom_records += 1;
+                if self.ooms.len() + self.pending_ooms.len() < MAX_OOM_SNAPSHOTS {
+                    let id = self.next_oom;
+                    self.next_oom += 1;
+                    self.pending_ooms.insert(id, (s, o));
+                    self.heap.push(Reverse((ts, WHAT_OOM, id)));
+                }
+                let limit = self.limit();
+                self.pump(limit, 0);
+            }
         }
     }
 
@@ -651,6 +865,10 @@ impl Replay {
                 self.end_process(s, ts);
                 continue;
             }
+            if what == WHAT_OOM {
+                self.snapshot(s, ts);
+                continue;
+            }
             if self.procs[s].heap_ts != Some(ts) {
                 continue; // stale
             }
@@ -684,6 +902,7 @@ impl Replay {
             self.apply(s, &e);
         }
         self.procs[s].heap_ts = None;
+        self.procs[s].released = true;
         let t = self.rel(ts);
         self.collect_live(s, t, true);
     }
@@ -705,6 +924,9 @@ impl Replay {
             largest: 0,
             info: None,
             tl: TimelineBuilder::default(),
+            async_freed: [(u64::MAX, 0); ASYNC_STEPS],
+            oom_total: None,
+            oom_cap: None,
         });
         self.devs.len() - 1
     }
@@ -732,6 +954,7 @@ impl Replay {
                     dev: d as u16,
                     api: e.api,
                     flags: e.flags,
+                    tid: e.tid,
                 };
                 let p = &mut self.procs[s];
                 let map = if eff == Effect::CreateHandle {
@@ -760,6 +983,9 @@ impl Replay {
                     Some(old) => {
                         p.s.frees += 1;
                         self.take(s, &old, t);
+                        if e.api == Api::MemFreeAsync {
+                            self.note_async_free(old.dev as usize, t, old.size);
+                        }
                     }
                     None => {
                         p.s.unmatched_frees += 1;
@@ -831,6 +1057,199 @@ impl Replay {
         p.cur = p.cur.saturating_sub(l.size);
         let pd = p.dev(d);
         pd.cur = pd.cur.saturating_sub(l.size);
+    }
+
+    /// A `cuMemFreeAsync` of `size` bytes on device index `d` at `t`.
+    fn note_async_free(&mut self, d: usize, t: u64, size: u64) {
+        let step = t / ASYNC_STEP_NS;
+        let slot = &mut self.devs[d].async_freed[(step % ASYNC_STEPS as u64) as usize];
+        if slot.0 != step {
+            *slot = (step, 0);
+        }
+        slot.1 = slot.1.saturating_add(size);
+    }
+
+    /// The replay reached out-of-memory record `id` (at absolute time `ts`): everything up to then is applied.
+    fn snapshot(&mut self, id: usize, ts: u64) {
+        let Some((s, o)) = self.pending_ooms.remove(&id) else {
+            return;
+        };
+        let t = self.rel(ts);
+        let d = self.devs.iter().position(|x| x.device == o.device);
+        let device = (o.device != NO_DEVICE).then_some(o.device);
+        if let Some(d) = d {
+            let dv = &mut self.devs[d];
+            if let Some(total) = o.device_total_bytes {
+                dv.oom_total = Some(dv.oom_total.map_or(total, |x| x.max(total)));
+            }
+            if o.cap_bytes.is_some() {
+                dv.oom_cap = o.cap_bytes;
+            }
+        }
+        let (job_live, job_peak, job_peak_t, async_recent) = match d {
+            Some(d) => {
+                let dv = &self.devs[d];
+                let now = t / ASYNC_STEP_NS;
+                let recent = dv
+                    .async_freed
+                    .iter()
+                    .filter(|(step, _)| *step <= now && now - *step < ASYNC_STEPS as u64)
+                    .fold(0u64, |a, (_, b)| a.saturating_add(*b));
+                (dv.cur, dv.peak, dv.peak_t, recent)
+            }
+            None => (0, 0, None, 0),
+        };
+        let full = d
+            .map(|d| self.devs[d].tl.clone().finish(t))
+            .unwrap_or_default();
+        let mut leak = leak_trend(&full);
+        let timeline = window(&full, t.saturating_sub(OOM_WINDOW_NS), OOM_TIMELINE_POINTS);
+        drop(full);
+
+        // Processes.
+        let devs = &self.devs;
+        let dev_of = |i: usize| (devs[i].device != NO_DEVICE).then_some(devs[i].device);
+        let mut processes = Vec::new();
+        let mut on_device = 0u64;
+        for (i, p) in self.procs.iter().enumerate() {
+            if p.released {
+                continue;
+            }
+            let used =
+                i == s || d.is_some_and(|d| p.dev.get(d).is_some_and(|pd| pd.allocations > 0));
+            on_device += used as u64;
+            let mut per_device: Vec<(Option<u32>, u64)> = p
+                .dev
+                .iter()
+                .enumerate()
+                .filter(|(_, pd)| pd.cur > 0)
+                .map(|(di, pd)| (dev_of(di), pd.cur))
+                .collect();
+            if per_device.is_empty() && i != s {
+                continue;
+            }
+            per_device.sort_by_key(|(dv, _)| dv.unwrap_or(u32::MAX));
+            processes.push(OomProcess {
+                pid: p.s.pid,
+                announced: p.s.announced,
+                rank: p.s.rank,
+                cmdline: p.s.cmdline.clone(),
+                device_live_bytes: d.and_then(|d| p.dev.get(d)).map_or(0, |pd| pd.cur),
+                per_device,
+                on_device: used,
+            });
+        }
+
+        // One pass over the live set of the device.
+        let mut classes: Vec<SizeClass> = SIZE_CLASSES
+            .iter()
+            .enumerate()
+            .map(|(i, &(label, max))| SizeClass {
+                label,
+                min_bytes: if i == 0 { 0 } else { SIZE_CLASSES[i - 1].1 },
+                max_bytes: (max != u64::MAX).then_some(max),
+                count: 0,
+                bytes: 0,
+            })
+            .collect();
+        let mut top: Vec<OomAlloc> = Vec::new();
+        // The smallest size still in the top list after the last trim: anything smaller cannot get in.
+        let mut floor = 0u64;
+        let mut live_count = 0u64;
+        let span = leak
+            .as_ref()
+            .map(|l| (l.minima[0].t_ns, l.minima[l.minima.len() - 1].t_ns));
+        let mut groups: HashMap<(Api, u64), u64> = HashMap::new();
+        if let Some(d) = d {
+            for p in self.procs.iter().filter(|p| !p.released) {
+                for (&addr, l) in p.ptrs.iter().chain(p.handles.iter()) {
+                    if l.dev as usize != d {
+                        continue;
+                    }
+                    live_count += 1;
+                    let c = SIZE_CLASSES
+                        .iter()
+                        .position(|&(_, max)| l.size < max)
+                        .unwrap_or(SIZE_CLASSES.len() - 1);
+                    classes[c].count += 1;
+                    classes[c].bytes = classes[c].bytes.saturating_add(l.size);
+                    if let Some((from, to)) = span {
+                        if l.ts > from && l.ts <= to {
+                            *groups.entry((l.api, l.size)).or_default() += 1;
+                        }
+                    }
+                    if l.size < floor {
+                        continue;
+                    }
+                    top.push(OomAlloc {
+                        pid: p.s.pid,
+                        tid: l.tid,
+                        device,
+                        api: l.api,
+                        ptsz: l.flags & flags::PTSZ != 0,
+                        address: addr,
+                        bytes: l.size,
+                        alloc_time_ns: l.ts,
+                        age_ns: t.saturating_sub(l.ts),
+                    });
+                    if top.len() >= 8 * OOM_TOP_LIVE {
+                        trim_top(&mut top);
+                        floor = top[top.len() - 1].bytes;
+                    }
+                }
+            }
+        }
+        trim_top(&mut top);
+        if let Some(l) = leak.as_mut() {
+            let mut g: Vec<LeakGroup> = groups
+                .into_iter()
+                .map(|((api, size), count)| LeakGroup {
+                    api,
+                    bytes_each: size,
+                    count,
+                    bytes: size.saturating_mul(count),
+                })
+                .collect();
+            g.sort_unstable_by(|a, b| {
+                b.bytes
+                    .cmp(&a.bytes)
+                    .then(b.count.cmp(&a.count))
+                    .then(a.api.cmp(&b.api))
+                    .then(a.bytes_each.cmp(&b.bytes_each))
+            });
+            l.more_groups = g.len().saturating_sub(10) as u64;
+            g.truncate(10);
+            l.groups = g;
+        }
+        self.ooms.push(OomSnapshot {
+            time_ns: t,
+            pid: o.pid,
+            tid: o.tid,
+            device,
+            api: Api::from_u8(o.api),
+            api_code: o.api,
+            ptsz: o.flags & flags::PTSZ != 0,
+            cap_refused: o.flags & flags::CAP_REFUSED != 0,
+            requested_bytes: o.requested_bytes,
+            result: o.result,
+            device_free_bytes: o.device_free_bytes,
+            device_total_bytes: o.device_total_bytes,
+            cap_bytes: o.cap_bytes,
+            ledger_job_bytes: o.job_used_bytes,
+            ledger_process_bytes: o.process_used_bytes,
+            job_live_trace_bytes: job_live,
+            job_peak_bytes: job_peak,
+            job_peak_time_ns: job_peak_t,
+            job_processes_on_device: on_device,
+            processes,
+            live_count,
+            top_live: top,
+            size_classes: classes,
+            timeline,
+            async_freed_recent_bytes: async_recent,
+            leak,
+            dropped_events: self.dropped,
+        });
     }
 
     /// Everything process `s` still holds at `t` is live at its end; with `release`, CUDA gives it back at `t`.
@@ -916,10 +1335,26 @@ impl Replay {
                 largest_allocation_bytes: d.largest,
                 driver_total_bytes: d.info.map(|i| i.0),
                 driver_free_bytes: d.info.map(|i| i.1),
+                total_bytes: d.info.map(|i| i.0).or(d.oom_total),
+                cap_bytes: d.oom_cap,
                 timeline: d.tl.finish(end),
             })
             .collect();
         devices.sort_by_key(|d| d.device.unwrap_or(u32::MAX));
+        let from_header = |key: &str, dev: Option<u32>| -> Option<u64> {
+            let want = format!("{key}.{}", dev?);
+            header
+                .extra
+                .iter()
+                .find(|(k, _)| *k == want)
+                .and_then(|(_, v)| v.trim().parse().ok())
+        };
+        for d in &mut devices {
+            d.total_bytes = d.total_bytes.or(from_header("device_total", d.device));
+            d.cap_bytes = from_header("cap_bytes", d.device).or(d.cap_bytes);
+        }
+        let mut ooms = self.ooms;
+        ooms.sort_by_key(|o| o.time_ns);
         let first = self.first_ts.map(|f| f.saturating_sub(self.start));
         Analysis {
             header,
@@ -940,8 +1375,138 @@ impl Replay {
             live_at_end: self.leaks,
             live_at_end_count: self.leak_count,
             live_at_end_bytes: self.leak_bytes,
+            oom_records: self.oom_records,
+            ooms,
         }
     }
+}
+
+/// Keeps the largest [`OOM_TOP_LIVE`], largest first, then oldest, then by pid and address.
+fn trim_top(v: &mut Vec<OomAlloc>) {
+    v.sort_unstable_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(a.alloc_time_ns.cmp(&b.alloc_time_ns))
+            .then(a.pid.cmp(&b.pid))
+            .then(a.address.cmp(&b.address))
+    });
+    v.truncate(OOM_TOP_LIVE);
+}
+
+/// The part of `tl` from `from` on, with neighbouring buckets merged until at most `points` remain.
+fn window(tl: &Timeline, from: u64, points: usize) -> Timeline {
+    let w = tl.bucket_ns;
+    let kept: Vec<Bucket> = tl
+        .buckets
+        .iter()
+        .filter(|b| b.t_ns.saturating_add(w) > from)
+        .copied()
+        .collect();
+    let k = kept.len().div_ceil(points.max(1)).max(1);
+    Timeline {
+        bucket_ns: w.saturating_mul(k as u64),
+        buckets: kept
+            .chunks(k)
+            .map(|c| Bucket {
+                t_ns: c[0].t_ns,
+                max_bytes: c.iter().map(|b| b.max_bytes).max().unwrap_or(0),
+                last_bytes: c[c.len() - 1].last_bytes,
+            })
+            .collect(),
+    }
+}
+
+/// The low points between peaks of a timeline, in time order. Peaks and troughs are the turns of a zigzag that
+/// ignores moves smaller than [`TURN_PCT`] % of the timeline's range: a trough is the lowest point after a peak
+/// once the bytes rose again by that much. Each bucket is read as its highest value, then its value at its end
+/// (the time of the latter is the bucket's end).
+pub fn minima(tl: &Timeline) -> Vec<Minimum> {
+    let w = tl.bucket_ns;
+    let samples = tl.buckets.iter().flat_map(|b| {
+        [
+            Minimum {
+                t_ns: b.t_ns,
+                bytes: b.max_bytes,
+            },
+            Minimum {
+                t_ns: b.t_ns.saturating_add(w),
+                bytes: b.last_bytes,
+            },
+        ]
+    });
+    let (lo, hi) = samples.clone().fold((u64::MAX, 0), |(lo, hi), m| {
+        (lo.min(m.bytes), hi.max(m.bytes))
+    });
+    let mut out = Vec::new();
+    if hi <= lo {
+        return out;
+    }
+    let h = ((hi - lo) / 100 * TURN_PCT).max(1);
+    // None: no direction yet (tracking both ends); Some(true): rising (candidate peak); Some(false): falling
+    // (candidate trough, after a peak).
+    let mut rising: Option<bool> = None;
+    let (mut min0, mut max0) = (u64::MAX, 0u64);
+    let mut cand = Minimum { t_ns: 0, bytes: 0 };
+    for m in samples {
+        match rising {
+            None => {
+                min0 = min0.min(m.bytes);
+                max0 = max0.max(m.bytes);
+                if m.bytes >= min0.saturating_add(h) {
+                    rising = Some(true);
+                    cand = m;
+                } else if m.bytes.saturating_add(h) <= max0 {
+                    // It started high and fell: the start was a peak.
+                    rising = Some(false);
+                    cand = m;
+                }
+            }
+            Some(true) => {
+                if m.bytes >= cand.bytes {
+                    cand = m;
+                } else if cand.bytes - m.bytes >= h {
+                    rising = Some(false);
+                    cand = m;
+                }
+            }
+            Some(false) => {
+                if m.bytes < cand.bytes {
+                    cand = m;
+                } else if m.bytes - cand.bytes >= h {
+                    out.push(cand);
+                    rising = Some(true);
+                    cand = m;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A leak trend in a timeline: the trailing run of [`minima`] in which each is no lower than the one before,
+/// at least [`LEAK_MIN_MINIMA`] long, the last above the first by more than [`LEAK_MIN_RISE_PCT`] % of the first
+/// and by at least 1 MiB. `groups` is left empty (out-of-memory snapshots fill it).
+pub fn leak_trend(tl: &Timeline) -> Option<LeakTrend> {
+    let m = minima(tl);
+    let mut start = m.len().checked_sub(1)?;
+    while start > 0 && m[start - 1].bytes <= m[start].bytes {
+        start -= 1;
+    }
+    let run = &m[start..];
+    if run.len() < LEAK_MIN_MINIMA {
+        return None;
+    }
+    let (first, last) = (run[0].bytes, run[run.len() - 1].bytes);
+    let rise = last - first;
+    if rise < 1 << 20 || rise as u128 * 100 <= first as u128 * LEAK_MIN_RISE_PCT as u128 {
+        return None;
+    }
+    Some(LeakTrend {
+        minima: run.to_vec(),
+        rise_bytes: rise,
+        groups: Vec::new(),
+        more_groups: 0,
+    })
 }
 
 /// Keeps the largest [`LEAK_LIST`], in a stable order: largest first, then oldest, then by pid and address.

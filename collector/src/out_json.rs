@@ -114,6 +114,9 @@ fn device(d: &DeviceStats) -> J {
         ),
         ("driver_total_bytes", d.driver_total_bytes.into()),
         ("driver_free_bytes", d.driver_free_bytes.into()),
+        ("total_bytes", d.total_bytes.into()),
+        ("cap_bytes", d.cap_bytes.into()),
+        ("headroom_bytes", d.headroom_bytes().into()),
         ("timeline_bucket_ns", d.timeline.bucket_ns.into()),
         (
             "timeline",

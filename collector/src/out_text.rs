@@ -152,6 +152,9 @@ fn device(o: &mut String, a: &Analysis, d: &DeviceStats) {
         )
         .ok();
     }
+    if let Some(h) = crate::out_oom_text::headroom_line(d) {
+        writeln!(o, "{pad}{h}").ok();
+    }
     let line = sparkline::sparkline(&d.timeline, a.end_ns, d.peak_bytes, SPARK_COLUMNS);
     if !line.trim().is_empty() {
         let right = secs(a.end_ns);

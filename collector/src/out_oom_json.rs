@@ -1,0 +1,337 @@
+//! The documented JSON of `vramtrace oom --json` (docs/JSON-SCHEMA.md, "`vramtrace oom --json`", schema version
+//! [`OOM_SCHEMA_VERSION`]). Same conventions as the report's JSON: integer bytes, integer ns relative to the
+//! trace start, `null` for "not known".
+
+use crate::model::{self, Analysis, LeakTrend, OomSnapshot, Timeline};
+use crate::oom::diagnose::{diagnose, Diagnosis, Finding};
+use crate::out_json::{write_value, J};
+use crate::out_oom_text::api_label;
+
+/// Bumped when a field changes meaning or goes away; new fields do not bump it.
+pub const OOM_SCHEMA_VERSION: u64 = 1;
+
+/// The message when the trace holds no out-of-memory record.
+pub const NO_OOM: &str = "no out-of-memory event was recorded";
+
+/// Pretty-printed, ending with a newline.
+pub fn render(a: &Analysis) -> String {
+    let mut out = String::new();
+    write_value(&mut out, &to_value(a), 0);
+    out.push('\n');
+    out
+}
+
+fn strings(v: &[String]) -> J {
+    J::A(v.iter().map(|s| J::S(s.clone())).collect())
+}
+
+pub fn to_value(a: &Analysis) -> J {
+    let h = &a.header;
+    let oom_results: u64 = a.processes.iter().map(|p| p.oom_results).sum();
+    J::O(vec![
+        ("version", OOM_SCHEMA_VERSION.into()),
+        ("kind", "oom".into()),
+        (
+            "trace",
+            J::O(vec![
+                ("command", strings(&h.command)),
+                ("hostname", h.hostname.as_str().into()),
+                ("start_unix_ns", h.start_unix_ns.into()),
+                ("format_version", (a.format_version as u64).into()),
+                ("vramtrace_version", h.vramtrace_version.as_str().into()),
+            ]),
+        ),
+        ("partial", a.partial.into()),
+        ("stopped", a.stopped.clone().into()),
+        ("end_ns", a.end_ns.into()),
+        ("oom_recorded", (a.oom_records > 0).into()),
+        (
+            "message",
+            if a.oom_records == 0 {
+                J::S(NO_OOM.to_string())
+            } else {
+                J::Null
+            },
+        ),
+        ("oom_records", a.oom_records.into()),
+        ("oom_not_analysed", a.ooms_not_snapshotted().into()),
+        ("oom_results", oom_results.into()),
+        (
+            "ooms",
+            J::A(a.ooms.iter().map(|s| oom(s, &diagnose(a, s))).collect()),
+        ),
+        (
+            "processes",
+            J::A(
+                a.processes
+                    .iter()
+                    .map(|p| {
+                        let cut = match p.ended {
+                            model::Ended::CutMidFrame { partial_bytes } => {
+                                J::U(partial_bytes as u64)
+                            }
+                            _ => J::Null,
+                        };
+                        J::O(vec![
+                            ("pid", p.pid.into()),
+                            ("rank", p.rank.into()),
+                            ("cmdline", strings(&p.cmdline)),
+                            ("ended", p.ended.key().into()),
+                            ("end_ns", p.end_ns.into()),
+                            ("cut_bytes", cut),
+                            ("peak_bytes", p.peak_bytes.into()),
+                            ("live_at_end_bytes", p.live_bytes_at_end.into()),
+                            (
+                                "live_at_end",
+                                J::A(
+                                    p.per_device
+                                        .iter()
+                                        .filter(|d| d.live_bytes_at_end > 0)
+                                        .map(|d| {
+                                            J::O(vec![
+                                                ("device", d.device.into()),
+                                                ("bytes", d.live_bytes_at_end.into()),
+                                            ])
+                                        })
+                                        .collect(),
+                                ),
+                            ),
+                            ("oom_results", p.oom_results.into()),
+                            ("cap_refusals", p.cap_refusals.into()),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+        (
+            "devices",
+            J::A(
+                a.devices
+                    .iter()
+                    .map(|d| {
+                        J::O(vec![
+                            ("device", d.device.into()),
+                            ("peak_bytes", d.peak_bytes.into()),
+                            ("peak_time_ns", d.peak_time_ns.into()),
+                            ("total_bytes", d.total_bytes.into()),
+                            ("cap_bytes", d.cap_bytes.into()),
+                            ("limit_bytes", d.limit_bytes().into()),
+                            ("headroom_bytes", d.headroom_bytes().into()),
+                            ("live_bytes_at_end", d.live_bytes_at_end.into()),
+                            (
+                                "leak_trend",
+                                model::leak_trend(&d.timeline)
+                                    .as_ref()
+                                    .map_or(J::Null, leak),
+                            ),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+    ])
+}
+
+fn timeline(tl: &Timeline) -> J {
+    J::A(
+        tl.buckets
+            .iter()
+            .map(|b| {
+                J::O(vec![
+                    ("t_ns", b.t_ns.into()),
+                    ("max_bytes", b.max_bytes.into()),
+                    ("last_bytes", b.last_bytes.into()),
+                ])
+            })
+            .collect(),
+    )
+}
+
+fn leak(l: &LeakTrend) -> J {
+    J::O(vec![
+        (
+            "minima",
+            J::A(
+                l.minima
+                    .iter()
+                    .map(|m| J::O(vec![("t_ns", m.t_ns.into()), ("bytes", m.bytes.into())]))
+                    .collect(),
+            ),
+        ),
+        ("rise_bytes", l.rise_bytes.into()),
+        (
+            "groups",
+            J::A(
+                l.groups
+                    .iter()
+                    .map(|g| {
+                        J::O(vec![
+                            ("api", g.api.name().into()),
+                            ("bytes_each", g.bytes_each.into()),
+                            ("count", g.count.into()),
+                            ("bytes", g.bytes.into()),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+        ("more_groups", l.more_groups.into()),
+    ])
+}
+
+fn finding(f: &Finding) -> J {
+    let mut m: Vec<(&'static str, J)> = vec![("kind", f.key().into()), ("text", f.text().into())];
+    match f {
+        Finding::Fit {
+            needed_bytes,
+            available_bytes,
+            short_bytes,
+            limited_by,
+        } => {
+            m.push(("needed_bytes", (*needed_bytes).into()));
+            m.push(("available_bytes", (*available_bytes).into()));
+            m.push(("short_bytes", (*short_bytes).into()));
+            m.push(("limited_by", (*limited_by).into()));
+        }
+        Finding::LeakTrend(l) => {
+            if let J::O(fields) = leak(l) {
+                m.extend(fields);
+            }
+        }
+        Finding::PoolCache {
+            freed_bytes,
+            shortfall_bytes,
+        } => {
+            m.push(("freed_bytes", (*freed_bytes).into()));
+            m.push(("shortfall_bytes", (*shortfall_bytes).into()));
+        }
+        Finding::LedgerDiffers {
+            ledger_bytes,
+            trace_bytes,
+        } => {
+            m.push(("ledger_bytes", (*ledger_bytes).into()));
+            m.push(("trace_bytes", (*trace_bytes).into()));
+        }
+        Finding::DroppedEvents { count } => m.push(("count", (*count).into())),
+        Finding::NoDriverFigures => {}
+    }
+    J::O(m)
+}
+
+fn oom(s: &OomSnapshot, d: &Diagnosis) -> J {
+    J::O(vec![
+        ("time_ns", s.time_ns.into()),
+        ("pid", s.pid.into()),
+        ("tid", s.tid.into()),
+        ("device", s.device.into()),
+        ("api", api_label(s.api, s.api_code, false).into()),
+        ("ptsz", s.ptsz.into()),
+        ("cap_refused", s.cap_refused.into()),
+        ("requested_bytes", s.requested_bytes.into()),
+        ("result", s.result.into()),
+        ("cause", d.cause.key().into()),
+        ("cause_rule", d.rule.into()),
+        ("cause_reason", d.reason.as_str().into()),
+        ("device_free_bytes", s.device_free_bytes.into()),
+        ("device_total_bytes", s.device_total_bytes.into()),
+        ("cap_bytes", d.cap_bytes.into()),
+        ("job_live_bytes", d.job_live_bytes.into()),
+        ("job_live_source", d.job_live_source.into()),
+        ("job_live_trace_bytes", s.job_live_trace_bytes.into()),
+        ("ledger_job_bytes", s.ledger_job_bytes.into()),
+        ("ledger_process_bytes", s.ledger_process_bytes.into()),
+        ("shortfall_bytes", d.shortfall_bytes.into()),
+        ("outside_job_bytes", d.outside_job_bytes.into()),
+        ("context_estimate_bytes", d.context_estimate_bytes.into()),
+        ("outside_excess_bytes", d.outside_excess_bytes.into()),
+        ("job_processes_on_device", s.job_processes_on_device.into()),
+        (
+            "async_freed_recent_bytes",
+            s.async_freed_recent_bytes.into(),
+        ),
+        ("job_peak_bytes", s.job_peak_bytes.into()),
+        ("job_peak_time_ns", s.job_peak_time_ns.into()),
+        ("needed_bytes", d.needed_bytes.into()),
+        ("available_bytes", d.available_bytes.into()),
+        ("short_of_fitting_bytes", d.short_of_fitting_bytes.into()),
+        ("suggested_cap_bytes", d.suggested_cap_bytes.into()),
+        ("dropped_events", s.dropped_events.into()),
+        ("live_count", s.live_count.into()),
+        (
+            "processes",
+            J::A(
+                s.processes
+                    .iter()
+                    .map(|p| {
+                        J::O(vec![
+                            ("pid", p.pid.into()),
+                            ("rank", p.rank.into()),
+                            ("cmdline", strings(&p.cmdline)),
+                            ("device_live_bytes", p.device_live_bytes.into()),
+                            ("on_device", p.on_device.into()),
+                            (
+                                "live",
+                                J::A(
+                                    p.per_device
+                                        .iter()
+                                        .map(|(dv, b)| {
+                                            J::O(vec![
+                                                ("device", (*dv).into()),
+                                                ("bytes", (*b).into()),
+                                            ])
+                                        })
+                                        .collect(),
+                                ),
+                            ),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+        (
+            "top_live",
+            J::A(
+                s.top_live
+                    .iter()
+                    .map(|l| {
+                        J::O(vec![
+                            ("pid", l.pid.into()),
+                            ("tid", l.tid.into()),
+                            ("device", l.device.into()),
+                            ("api", l.api.name().into()),
+                            ("ptsz", l.ptsz.into()),
+                            ("address", l.address.into()),
+                            ("bytes", l.bytes.into()),
+                            ("alloc_time_ns", l.alloc_time_ns.into()),
+                            ("age_ns", l.age_ns.into()),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+        (
+            "size_classes",
+            J::A(
+                s.size_classes
+                    .iter()
+                    .map(|c| {
+                        J::O(vec![
+                            ("label", c.label.into()),
+                            ("min_bytes", c.min_bytes.into()),
+                            ("max_bytes", c.max_bytes.into()),
+                            ("count", c.count.into()),
+                            ("bytes", c.bytes.into()),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+        ("timeline_bucket_ns", s.timeline.bucket_ns.into()),
+        ("timeline", timeline(&s.timeline)),
+        ("findings", J::A(d.findings.iter().map(finding).collect())),
+        (
+            "advice",
+            J::A(d.advice.iter().map(|x| J::S(x.clone())).collect()),
+        ),
+    ])
+}

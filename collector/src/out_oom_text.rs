@@ -1,0 +1,612 @@
+//! The terminal out-of-memory report (`vramtrace oom`): per event the cause and the figures that decided it,
+//! the memory at that moment (processes, largest live allocations, size classes, the seconds before), findings
+//! and advice; then how each process ended and each device's peak and headroom. Fits in 100 columns.
+
+use std::fmt::Write;
+use std::path::Path;
+
+use vramtrace_format::Api;
+
+use crate::model::{self, Analysis, DeviceStats, Ended, OomSnapshot, Timeline};
+use crate::oom::diagnose::{diagnose, leak_text, Diagnosis, CONTEXT_ESTIMATE_BYTES};
+use crate::out_text::sparkline::sparkline;
+use crate::out_text::units::{bytes, bytes_exact, count, fit, printable, secs};
+use crate::out_text::{device_name, ended_label, short_command, WIDTH};
+
+/// Rows of a process table before the rest is summed up.
+const MAX_ROWS: usize = 32;
+/// Characters of the timeline before an event.
+const SPARK: usize = 60;
+
+/// The whole report. `file` names the trace in the title.
+pub fn render(a: &Analysis, file: Option<&Path>) -> String {
+    let mut o = String::new();
+    match file {
+        Some(f) => writeln!(o, "vramtrace oom: {}", f.display()),
+        None => writeln!(o, "vramtrace oom"),
+    }
+    .ok();
+    let cmd = printable(&a.header.command.join(" "));
+    writeln!(o, "  command   {}", fit(&cmd, WIDTH - 12)).ok();
+    if let Some(why) = &a.stopped {
+        wrap(
+            &mut o,
+            &format!(
+                "  PARTIAL TRACE: {why}. What follows covers what was recorded before that point{}.",
+                if a.ooms.is_empty() {
+                    ""
+                } else {
+                    "; the out-of-memory records below are whole"
+                }
+            ),
+            "    ",
+        );
+    }
+    o.push('\n');
+    if a.oom_records == 0 {
+        no_oom(&mut o, a);
+    } else {
+        for (i, s) in a.ooms.iter().enumerate() {
+            event(&mut o, a, s, &diagnose(a, s), i + 1);
+        }
+        let rest = a.ooms_not_snapshotted();
+        if rest > 0 {
+            wrap(
+                &mut o,
+                &format!(
+                    "{} more out-of-memory event{} recorded after these (only the first {} are analysed).",
+                    count(rest),
+                    if rest == 1 { " was" } else { "s were" },
+                    model::MAX_OOM_SNAPSHOTS
+                ),
+                "  ",
+            );
+            o.push('\n');
+        }
+    }
+    endings(&mut o, a);
+    devices(&mut o, a);
+    o
+}
+
+/// `cuMemAlloc_v2`, `cuMemAllocAsync_ptsz`, `api 99` for a number this build does not know.
+pub fn api_label(api: Option<Api>, code: u8, ptsz: bool) -> String {
+    match api {
+        Some(a) if ptsz => format!("{}_ptsz", a.name()),
+        Some(a) => a.name().to_string(),
+        None => format!("api {code}"),
+    }
+}
+
+/// The report's "peak and headroom" line for a device, when its total or cap is known.
+pub fn headroom_line(d: &DeviceStats) -> Option<String> {
+    let limit = d.limit_bytes()?;
+    let of = match (d.cap_bytes, d.total_bytes) {
+        (Some(c), Some(t)) if c <= t => format!("the {} cap (device {})", bytes(c), bytes(t)),
+        (Some(c), None) => format!("the {} cap", bytes(c)),
+        (_, Some(t)) => format!("the device's {}", bytes(t)),
+        (None, None) => return None,
+    };
+    Some(if d.peak_bytes > limit {
+        format!(
+            "no headroom: the peak {} is {} over {of}",
+            bytes(d.peak_bytes),
+            bytes(d.peak_bytes - limit)
+        )
+    } else {
+        format!(
+            "headroom {}: peak {} of {of}",
+            bytes(limit - d.peak_bytes),
+            bytes(d.peak_bytes)
+        )
+    })
+}
+
+fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize) {
+    let gpu = device_name(s.device);
+    writeln!(
+        o,
+        "OUT OF MEMORY {n} of {} on {gpu} at {}",
+        count(a.oom_records),
+        secs(s.time_ns)
+    )
+    .ok();
+    let who = a
+        .processes
+        .iter()
+        .find(|p| p.pid == s.pid && p.start_ns <= s.time_ns)
+        .or_else(|| a.process(s.pid));
+    let mut whom = format!("pid {}", s.pid);
+    if let Some(p) = who {
+        if let Some(r) = p.rank {
+            whom.push_str(&format!(" (rank {r})"));
+        }
+        if p.announced {
+            whom.push_str(&format!(" {}", fit(&short_command(&p.cmdline), 30)));
+        }
+    }
+    let by = if s.cap_refused {
+        "refused by the vramtrace cap"
+    } else {
+        "refused by the driver"
+    };
+    wrap(
+        o,
+        &format!(
+            "  {whom}, thread {}: {} of {} {by} (CUresult {}).",
+            s.tid,
+            api_label(s.api, s.api_code, s.ptsz),
+            bytes_exact(s.requested_bytes),
+            s.result
+        ),
+        "    ",
+    );
+    o.push('\n');
+    writeln!(o, "  CAUSE: {} ({})", d.cause.key(), d.cause.title()).ok();
+    wrap(o, &format!("    Because {}.", d.reason), "    ");
+    o.push('\n');
+
+    writeln!(o, "  FIGURES ON {gpu}").ok();
+    let fig = |o: &mut String, name: &str, v: Option<u64>, note: &str| {
+        let v = v.map_or("unknown".to_string(), bytes);
+        let line = format!("    {name:<26}{v:>12}   {note}");
+        writeln!(o, "{}", line.trim_end()).ok();
+    };
+    fig(o, "requested", Some(s.requested_bytes), "");
+    fig(
+        o,
+        "device total",
+        s.device_total_bytes,
+        "the driver's, at the event",
+    );
+    fig(
+        o,
+        "device free",
+        s.device_free_bytes,
+        "the driver's, at the event",
+    );
+    match d.cap_bytes {
+        Some(c) => fig(
+            o,
+            "cap",
+            Some(c),
+            if s.cap_refused { "refused it" } else { "" },
+        ),
+        None => writeln!(o, "    {:<26}{:>12}", "cap", "none").map_or((), |_| ()),
+    }
+    let src = if d.job_live_source == "ledger" {
+        format!(
+            "the cap's ledger (the trace: {})",
+            bytes(s.job_live_trace_bytes)
+        )
+    } else {
+        "the trace, all job processes".to_string()
+    };
+    fig(o, "job live", Some(d.job_live_bytes), &src);
+    if let Some(p) = s.ledger_process_bytes {
+        fig(
+            o,
+            "  this process",
+            Some(p),
+            "the cap's ledger, pid of the event",
+        );
+    }
+    fig(
+        o,
+        "outside the job",
+        d.outside_job_bytes,
+        "total - free - job live",
+    );
+    if d.outside_job_bytes.is_some() {
+        let n = s.job_processes_on_device;
+        fig(
+            o,
+            "  job contexts (estimate)",
+            Some(
+                d.context_estimate_bytes
+                    .min(d.outside_job_bytes.unwrap_or(0)),
+            ),
+            &format!(
+                "~{} x {n} job process{} on the device",
+                bytes(CONTEXT_ESTIMATE_BYTES),
+                if n == 1 { "" } else { "es" }
+            ),
+        );
+        fig(
+            o,
+            "  others (estimate)",
+            d.outside_excess_bytes,
+            "processes outside the job, libraries",
+        );
+    }
+    fig(o, "shortfall", d.shortfall_bytes, "requested - free");
+    fig(
+        o,
+        "freed async, last second",
+        Some(s.async_freed_recent_bytes),
+        "cuMemFreeAsync: a pool may still cache it",
+    );
+    fig(
+        o,
+        "job peak so far",
+        Some(s.job_peak_bytes),
+        &s.job_peak_time_ns
+            .map_or(String::new(), |t| format!("at {}", secs(t))),
+    );
+    fig(
+        o,
+        "needed",
+        Some(d.needed_bytes),
+        "max(peak, job live + requested)",
+    );
+    fig(
+        o,
+        "could give",
+        d.available_bytes,
+        "min(cap, free + job live)",
+    );
+    o.push('\n');
+
+    event_processes(o, s);
+    top_live(o, s);
+    classes(o, s);
+    window(o, s, d);
+
+    if !d.findings.is_empty() {
+        writeln!(o, "  FINDINGS").ok();
+        for f in &d.findings {
+            wrap(o, &format!("  - {}", f.text()), "    ");
+        }
+        o.push('\n');
+    }
+    writeln!(o, "  ADVICE").ok();
+    for line in &d.advice {
+        wrap(o, &format!("  - {line}"), "    ");
+    }
+    o.push('\n');
+}
+
+fn event_processes(o: &mut String, s: &OomSnapshot) {
+    if s.processes.is_empty() {
+        return;
+    }
+    let gpu = device_name(s.device);
+    writeln!(o, "  PROCESSES AT THE EVENT (bytes live)").ok();
+    let row = |pid: &str, rank: &str, cmd: &str, here: &str, all: &str| {
+        format!("    {pid:>7}  {rank:>4}  {cmd:<30} {here:>12}  {all:>12}")
+    };
+    writeln!(o, "{}", row("PID", "RANK", "COMMAND", &gpu, "ALL GPUS")).ok();
+    for p in s.processes.iter().take(MAX_ROWS) {
+        let cmd = if p.announced {
+            short_command(&p.cmdline)
+        } else {
+            "(no hello)".to_string()
+        };
+        let all = p
+            .per_device
+            .iter()
+            .fold(0u64, |x, (_, b)| x.saturating_add(*b));
+        let mark = if p.pid == s.pid { "*" } else { "" };
+        let line = row(
+            &format!("{mark}{}", p.pid),
+            &p.rank.map_or("-".to_string(), |r| r.to_string()),
+            &fit(&cmd, 30),
+            &bytes(p.device_live_bytes),
+            &bytes(all),
+        );
+        writeln!(o, "{}", line.trim_end()).ok();
+    }
+    if s.processes.len() > MAX_ROWS {
+        writeln!(o, "    ... and {} more", s.processes.len() - MAX_ROWS).ok();
+    }
+    writeln!(o, "    * the process whose allocation failed").ok();
+    o.push('\n');
+}
+
+fn top_live(o: &mut String, s: &OomSnapshot) {
+    if s.top_live.is_empty() {
+        writeln!(
+            o,
+            "  LARGEST LIVE ALLOCATIONS: none on {}\n",
+            device_name(s.device)
+        )
+        .ok();
+        return;
+    }
+    writeln!(
+        o,
+        "  LARGEST LIVE ALLOCATIONS ({} live on {})",
+        count(s.live_count),
+        device_name(s.device)
+    )
+    .ok();
+    let row = |size: &str, pid: &str, tid: &str, api: &str, addr: &str, age: &str| {
+        format!("    {size:>11}  {pid:>7}  {tid:>7}  {api:<28} {addr:>16}  {age:>10}")
+    };
+    writeln!(o, "{}", row("SIZE", "PID", "TID", "API", "ADDRESS", "AGE")).ok();
+    for l in &s.top_live {
+        writeln!(
+            o,
+            "{}",
+            row(
+                &bytes(l.bytes),
+                &l.pid.to_string(),
+                &l.tid.to_string(),
+                &api_label(Some(l.api), l.api as u8, l.ptsz),
+                &format!("{:#x}", l.address),
+                &secs(l.age_ns),
+            )
+        )
+        .ok();
+    }
+    o.push('\n');
+}
+
+fn classes(o: &mut String, s: &OomSnapshot) {
+    if s.live_count == 0 {
+        return;
+    }
+    writeln!(o, "  LIVE BY SIZE").ok();
+    for c in &s.size_classes {
+        writeln!(
+            o,
+            "    {:<16}{:>10} allocation{:<2}{:>12}",
+            c.label,
+            count(c.count),
+            if c.count == 1 { "" } else { "s" },
+            bytes(c.bytes)
+        )
+        .ok();
+    }
+    o.push('\n');
+}
+
+fn window(o: &mut String, s: &OomSnapshot, d: &Diagnosis) {
+    let tl = &s.timeline;
+    let Some(first) = tl.buckets.first() else {
+        return;
+    };
+    let start = first.t_ns;
+    let span = s.time_ns.saturating_sub(start).max(1);
+    let shifted = Timeline {
+        bucket_ns: tl.bucket_ns,
+        buckets: tl
+            .buckets
+            .iter()
+            .map(|b| model::Bucket {
+                t_ns: b.t_ns - start,
+                ..*b
+            })
+            .collect(),
+    };
+    let max = tl.buckets.iter().map(|b| b.max_bytes).max().unwrap_or(0);
+    let mut beside = vec![format!("max {}", bytes(max))];
+    if let Some(c) = d.cap_bytes {
+        beside.push(format!("cap {}", bytes(c)));
+    }
+    if let Some(t) = d.total_bytes {
+        beside.push(format!("device {}", bytes(t)));
+    }
+    writeln!(
+        o,
+        "  {} BEFORE THE EVENT, job bytes in use ({})",
+        device_name(s.device),
+        beside.join(", ")
+    )
+    .ok();
+    let line = sparkline(&shifted, span, max, SPARK);
+    writeln!(o, "    {}", line.trim_end()).ok();
+    let left = format!("-{}", secs(span));
+    writeln!(
+        o,
+        "    {left}{}event",
+        " ".repeat(SPARK.saturating_sub(left.len() + 5))
+    )
+    .ok();
+    o.push('\n');
+}
+
+fn no_oom(o: &mut String, a: &Analysis) {
+    writeln!(o, "No out-of-memory event was recorded.").ok();
+    let ooms: u64 = a.processes.iter().map(|p| p.oom_results).sum();
+    if ooms > 0 {
+        wrap(
+            o,
+            &format!(
+                "  But {} allocation{} failed with CUDA_ERROR_OUT_OF_MEMORY without an out-of-memory record \
+                 (a shim older than this vramtrace, or the collector was gone): `vramtrace report` lists them \
+                 per process.",
+                count(ooms),
+                if ooms == 1 { "" } else { "s" }
+            ),
+            "    ",
+        );
+    }
+    let vanished = a
+        .processes
+        .iter()
+        .filter(|p| matches!(p.ended, Ended::Vanished | Ended::CutMidFrame { .. }))
+        .count();
+    if vanished > 0 {
+        wrap(
+            o,
+            &format!(
+                "  {vanished} process{} ended without a goodbye: killed (a signal, the host's OOM killer, a \
+                 scheduler's time limit) or crashed. `dmesg` and the scheduler's log say which.",
+                if vanished == 1 { "" } else { "es" }
+            ),
+            "    ",
+        );
+    }
+    o.push('\n');
+}
+
+fn endings(o: &mut String, a: &Analysis) {
+    if a.processes.is_empty() {
+        return;
+    }
+    writeln!(o, "HOW EACH PROCESS ENDED").ok();
+    let row = |pid: &str, rank: &str, cmd: &str, ended: &str, at: &str, peak: &str, live: &str| {
+        format!("  {pid:>7}  {rank:>4}  {cmd:<24} {ended:<14} {at:>10}  {peak:>11}  {live:>11}")
+    };
+    writeln!(
+        o,
+        "{}",
+        row(
+            "PID",
+            "RANK",
+            "COMMAND",
+            "ENDED",
+            "AT",
+            "PEAK",
+            "LIVE AT END"
+        )
+    )
+    .ok();
+    for p in a.processes.iter().take(MAX_ROWS) {
+        let cmd = if p.announced {
+            short_command(&p.cmdline)
+        } else {
+            "(no hello)".to_string()
+        };
+        let line = row(
+            &p.pid.to_string(),
+            &p.rank.map_or("-".to_string(), |r| r.to_string()),
+            &fit(&cmd, 24),
+            ended_label(p.ended),
+            &p.end_ns.map_or("-".to_string(), secs),
+            &bytes(p.peak_bytes),
+            &bytes(p.live_bytes_at_end),
+        );
+        writeln!(o, "{}", line.trim_end()).ok();
+        if p.per_device
+            .iter()
+            .filter(|d| d.live_bytes_at_end > 0)
+            .count()
+            > 1
+        {
+            let per: Vec<String> = p
+                .per_device
+                .iter()
+                .filter(|d| d.live_bytes_at_end > 0)
+                .map(|d| format!("{} {}", device_name(d.device), bytes(d.live_bytes_at_end)))
+                .collect();
+            wrap(
+                o,
+                &format!("           live at end: {}", per.join(", ")),
+                "             ",
+            );
+        }
+    }
+    if a.processes.len() > MAX_ROWS {
+        writeln!(
+            o,
+            "  ... and {} more processes (--json lists them all)",
+            a.processes.len() - MAX_ROWS
+        )
+        .ok();
+    }
+    o.push('\n');
+}
+
+fn devices(o: &mut String, a: &Analysis) {
+    if a.devices.is_empty() {
+        writeln!(o, "No GPU memory was allocated in this trace.").ok();
+        return;
+    }
+    writeln!(o, "DEVICES: PEAK AND HEADROOM").ok();
+    for d in &a.devices {
+        let mut line = format!(
+            "  {}  peak {}{}",
+            device_name(d.device),
+            bytes(d.peak_bytes),
+            d.peak_time_ns
+                .map_or(String::new(), |t| format!(" at {}", secs(t)))
+        );
+        match headroom_line(d) {
+            Some(h) => line.push_str(&format!("; {h}")),
+            None => line.push_str("; device size unknown (no cuMemGetInfo, no cap)"),
+        }
+        wrap(o, &line, "    ");
+        if let Some(l) = model::leak_trend(&d.timeline) {
+            wrap(o, &format!("    {}", leak_text(&l)), "      ");
+        }
+    }
+}
+
+/// Holds a number and its unit together while wrapping.
+const GLUE: char = '\u{e000}';
+
+/// `8.00 GiB` -> `8.00<GLUE>GiB`, so that a size is never split across lines.
+fn glue_units(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut prev: Option<char> = None;
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        rest = &rest[c.len_utf8()..];
+        if c == ' ' && prev.is_some_and(|p| p.is_ascii_digit()) {
+            let unit = rest
+                .split(|x: char| !x.is_ascii_alphabetic())
+                .next()
+                .unwrap_or("");
+            if matches!(unit, "B" | "KiB" | "MiB" | "GiB" | "TiB" | "s") {
+                out.push(GLUE);
+                prev = Some(GLUE);
+                continue;
+            }
+        }
+        out.push(c);
+        prev = Some(c);
+    }
+    out
+}
+
+/// Word-wraps `text` to [`WIDTH`] columns; lines after the first start with `indent`. Leading spaces of `text`
+/// are kept; a size and its unit stay on one line.
+fn wrap(o: &mut String, text: &str, indent: &str) {
+    let glued = glue_units(text);
+    let text = glued.as_str();
+    let lead = &text[..text.len() - text.trim_start().len()];
+    let mut line = lead.to_string();
+    let mut len = lead.chars().count();
+    let mut words = 0;
+    let flush = |o: &mut String, line: &str| {
+        writeln!(o, "{}", line.replace(GLUE, " ")).ok();
+    };
+    for word in text.split_whitespace() {
+        let wl = word.chars().count();
+        if words > 0 && len + 1 + wl > WIDTH {
+            flush(o, &line);
+            line = indent.to_string();
+            len = indent.chars().count();
+            words = 0;
+        } else if words > 0 {
+            line.push(' ');
+            len += 1;
+        }
+        line.push_str(word);
+        len += wl;
+        words += 1;
+    }
+    if words > 0 {
+        flush(o, &line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_stay_whole_when_wrapped() {
+        assert_eq!(
+            glue_units("of 8.00 GiB cap, 3 B"),
+            "of 8.00\u{e000}GiB cap, 3\u{e000}B"
+        );
+        assert_eq!(glue_units("3 processes"), "3 processes");
+        let mut o = String::new();
+        let text = format!("{} 8.00 GiB", "x".repeat(WIDTH - 6));
+        wrap(&mut o, &text, "  ");
+        assert_eq!(o, format!("{}\n  8.00 GiB\n", "x".repeat(WIDTH - 6)));
+    }
+}
