@@ -10,6 +10,8 @@
 //!
 //! Only std and libc.
 
+pub mod traced;
+
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};

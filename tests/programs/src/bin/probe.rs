@@ -15,6 +15,8 @@
 //! create <dev> <bytes>   -> <rc> <handle>      cuMemCreate (pinned, on device <dev>)
 //! release <handle>       -> <rc>               cuMemRelease
 //! device <n>             -> <rc>               make device n's primary context current
+//! fork <bytes>           -> <status> <pid>     fork; the child re-initialises CUDA, allocates and frees
+//!                                              <bytes> and exits 0 if both succeeded; the parent waits
 //! exit [code]            -> (exits normally with code, default 0)
 //! ```
 
@@ -117,6 +119,23 @@ impl Probe {
                 }
                 "release" => format!("{}", self.f::<Release>("cuMemRelease")(num(1))),
                 "device" => format!("{}", self.device(num(1) as c_int)),
+                "fork" => {
+                    let bytes = num(1) as usize;
+                    let pid = libc::fork();
+                    if pid == 0 {
+                        // The child: CUDA state does not survive fork, so start again, as real programs must.
+                        type Init = unsafe extern "C" fn(c_uint) -> CUresult;
+                        let mut p = 0;
+                        let ok = self.f::<Init>("cuInit")(0) == 0
+                            && self.device(0) == 0
+                            && self.f::<Alloc>("cuMemAlloc_v2")(&mut p, bytes) == 0
+                            && self.f::<Free>("cuMemFree_v2")(p) == 0;
+                        libc::exit(if ok { 0 } else { 1 });
+                    }
+                    let mut status = 0;
+                    libc::waitpid(pid, &mut status, 0);
+                    format!("{} {pid}", libc::WEXITSTATUS(status))
+                }
                 "exit" => return Err(if w.len() > 1 { num(1) as i32 } else { 0 }),
                 "" => String::new(),
                 other => fail(&format!("probe: unknown command {other:?}")),

@@ -1,0 +1,214 @@
+//! Running programs under `vramtrace run` on the simulated driver, and reading back both sides: the trace
+//! (what the shim recorded) and the driver's log (what the driver saw), so tests compare the two.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use vramtrace_format::{
+    flags, Api, EndKind, Event, Hello, Oom, Record, Stop, TraceHeader, TraceReader,
+};
+
+use crate::{artifact, wait_with_timeout, FakeCuda, LogLine, RunResult};
+
+/// The `vramtrace` binary.
+pub fn vramtrace() -> PathBuf {
+    artifact("vramtrace")
+}
+
+/// `libvramtrace.so`.
+pub fn shim() -> PathBuf {
+    artifact("libvramtrace.so")
+}
+
+impl FakeCuda {
+    /// `vramtrace run [vt_args] --out <dir>/<name>.vtrace -- program args`, on this fake. Returns the run's
+    /// result and the trace path.
+    pub fn traced<S: AsRef<OsStr>>(
+        &self,
+        name: &str,
+        vt_args: &[&str],
+        program: impl AsRef<OsStr>,
+        args: &[S],
+    ) -> (RunResult, PathBuf) {
+        let trace = self.dir().join(format!("{name}.vtrace"));
+        let mut c = self.command(vramtrace());
+        c.arg("run")
+            .args(vt_args)
+            .arg("--out")
+            .arg(&trace)
+            .arg("--")
+            .arg(program)
+            .args(args);
+        let child = c
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start vramtrace run");
+        (
+            wait_with_timeout(child, std::time::Duration::from_secs(120), name),
+            trace,
+        )
+    }
+}
+
+/// Everything a trace holds, by kind.
+#[derive(Debug)]
+pub struct Trace {
+    pub header: TraceHeader,
+    pub hellos: Vec<Hello>,
+    /// Events per pid, in the order the shim sent them.
+    pub events: BTreeMap<u32, Vec<Event>>,
+    pub ooms: Vec<Oom>,
+    pub ends: Vec<(u32, EndKind)>,
+    pub dropped: u64,
+    pub goodbyes: Vec<u32>,
+    pub stop: Stop,
+}
+
+impl Trace {
+    pub fn all_events(&self) -> Vec<Event> {
+        self.events.values().flatten().copied().collect()
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        self.events.keys().copied().collect()
+    }
+}
+
+pub fn read_trace(path: &Path) -> Trace {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let (mut r, header) = TraceReader::open(std::io::BufReader::new(f)).expect("a trace");
+    let mut t = Trace {
+        header,
+        hellos: vec![],
+        events: BTreeMap::new(),
+        ooms: vec![],
+        ends: vec![],
+        dropped: 0,
+        goodbyes: vec![],
+        stop: Stop::Reading,
+    };
+    while let Some(rec) = r.next_record() {
+        match rec {
+            Record::Hello(h) => t.hellos.push(h),
+            Record::Events { pid, events } => t.events.entry(pid).or_default().extend(events),
+            Record::Dropped { count, .. } => t.dropped += count,
+            Record::Goodbye { pid, .. } => t.goodbyes.push(pid),
+            Record::Tick { .. } => {}
+            Record::ProcessEnd { pid, kind, .. } => t.ends.push((pid, kind)),
+            Record::Oom(o) => t.ooms.push(o),
+        }
+    }
+    t.stop = r.stop().clone();
+    t
+}
+
+/// The trace API and `_ptsz` flag for a driver-log function name, if the shim tracks it.
+pub fn tracked(func: &str) -> Option<(Api, bool)> {
+    let (base, ptsz) = match func.strip_suffix("_ptsz") {
+        Some(b) => (b, true),
+        None => (func, false),
+    };
+    Api::ALL
+        .iter()
+        .find(|a| a.name() == base)
+        .map(|a| (*a, ptsz))
+}
+
+/// Asserts that the shim recorded exactly the tracked calls the driver saw, one for one and in order, with the
+/// same results, addresses, sizes, streams and handles. Two differences are allowed and counted: the shim's
+/// own `cuMemGetInfo_v2` at an out-of-memory moment (in the log, not recorded; at most `ooms` of them), and
+/// requests the cap refused (recorded, never reaching the driver). Returns how many calls were compared.
+pub fn assert_trace_matches_log(log: &[LogLine], events: &[Event], ooms: usize) -> usize {
+    // Threads interleave differently in the driver and in the channel: compare each thread's own sequence.
+    let tids: std::collections::BTreeSet<u32> = log
+        .iter()
+        .map(|l| l.tid)
+        .chain(events.iter().map(|e| e.tid))
+        .collect();
+    if tids.len() > 1 {
+        return tids
+            .iter()
+            .map(|t| {
+                let l: Vec<LogLine> = log.iter().filter(|l| l.tid == *t).cloned().collect();
+                let e: Vec<Event> = events.iter().filter(|e| e.tid == *t).copied().collect();
+                assert_thread_matches_log(&l, &e, ooms)
+            })
+            .sum();
+    }
+    assert_thread_matches_log(log, events, ooms)
+}
+
+fn assert_thread_matches_log(log: &[LogLine], events: &[Event], ooms: usize) -> usize {
+    let calls: Vec<(&LogLine, Api, bool)> = log
+        .iter()
+        .filter_map(|l| tracked(&l.func).map(|(a, p)| (l, a, p)))
+        .collect();
+    let events: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.flags & flags::CAP_REFUSED == 0)
+        .collect();
+    let (mut i, mut j, mut skipped_info) = (0, 0, 0);
+    while i < calls.len() {
+        let (l, api, ptsz) = calls[i];
+        let Some(e) = events.get(j) else {
+            panic!(
+                "the driver saw {l:?} but the trace ends ({} events compared)",
+                j
+            );
+        };
+        if api == Api::MemGetInfo && e.api != Api::MemGetInfo {
+            skipped_info += 1;
+            i += 1;
+            continue;
+        }
+        let what = format!("call {i} {l:?} vs event {j} {e:?}");
+        assert_eq!(e.api, api, "{what}");
+        assert_eq!(e.flags & flags::PTSZ != 0, ptsz, "{what}");
+        assert_eq!(e.result, l.rc, "{what}");
+        assert_eq!(e.addr, l.addr, "{what}");
+        match api.effect() {
+            vramtrace_format::Effect::AllocPtr => {
+                assert_eq!(e.size, l.size, "{what}");
+                if matches!(
+                    api,
+                    Api::MemAllocAsync | Api::MemAllocFromPoolAsync | Api::MemAllocPitch
+                ) {
+                    assert_eq!(e.aux, l.aux, "{what}");
+                }
+            }
+            vramtrace_format::Effect::CreateHandle => {
+                assert_eq!(e.size, l.size, "{what}");
+                assert_eq!(e.device as u64, l.aux, "{what}: device");
+            }
+            vramtrace_format::Effect::AddressSpace | vramtrace_format::Effect::Info => {
+                assert_eq!(e.size, l.size, "{what}");
+                if api == Api::MemMap {
+                    assert_eq!(e.aux, l.aux, "{what}: handle");
+                }
+            }
+            vramtrace_format::Effect::FreePtr => {
+                if api == Api::MemFreeAsync {
+                    assert_eq!(e.aux, l.aux, "{what}: stream");
+                }
+            }
+            vramtrace_format::Effect::ReleaseHandle => {}
+        }
+        i += 1;
+        j += 1;
+    }
+    assert_eq!(
+        j,
+        events.len(),
+        "the trace holds events the driver never saw: {:?}",
+        &events[j..]
+    );
+    assert!(
+        skipped_info <= ooms,
+        "{skipped_info} cuMemGetInfo_v2 calls were not recorded"
+    );
+    j
+}

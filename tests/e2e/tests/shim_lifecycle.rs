@@ -1,0 +1,333 @@
+//! The shim never harms its host: no collector, a collector that dies, a program that dies, fork, signals,
+//! and `dlsym` lookups that must keep glibc's own semantics. And `vramtrace run`'s exit codes.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use vramtrace_collector::model;
+use vramtrace_e2e::traced::{assert_trace_matches_log, read_trace, shim, vramtrace};
+use vramtrace_e2e::*;
+use vramtrace_format::EndKind;
+
+#[test]
+fn no_collector_or_a_missing_one_leaves_the_program_unharmed_and_silent() {
+    for socket in [None, Some("/nonexistent/vramtrace.sock")] {
+        let mut fc = FakeCuda::new().env("LD_PRELOAD", shim());
+        if let Some(s) = socket {
+            fc = fc.env("VRAMTRACE_SOCKET", s);
+        }
+        let run = fc.run(program("door_runtime"), &[] as &[&str]);
+        run.assert_success("door_runtime preloaded without a collector");
+        assert!(run.stdout.contains("PASS"));
+        assert_eq!(run.stderr, "", "the shim must be silent unless asked");
+        // The driver saw the whole pattern: the shim forwarded everything.
+        check_pattern_log(&fc.log(), 1, 1, DEFAULT_DEVICE_BYTES);
+    }
+}
+
+#[test]
+fn a_dead_collector_never_stops_the_program() {
+    let fc = FakeCuda::new();
+    let path = fc.dir().join("dead.vtrace");
+    let mut c = fc.command(vramtrace());
+    c.args(["run", "--out"])
+        .arg(&path)
+        .arg("--")
+        .arg(program("probe"));
+    let mut p = Probe::start(c);
+    assert_eq!(p.cmd2("alloc 1048576").0, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    // SIGKILL the collector (the probe's parent): the program goes on.
+    unsafe { libc::kill(p.pid as i32, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(100));
+    for _ in 0..100 {
+        let (rc, a) = p.cmd2("alloc 2097152");
+        assert_eq!(rc, 0);
+        assert_eq!(p.cmd(&format!("free {a}")).trim(), "0");
+    }
+    // The trace holds what arrived before the kill, readable.
+    let t = read_trace(&path);
+    assert!(!t.all_events().is_empty());
+    assert!(t.all_events().iter().any(|e| e.size == 1 << 20));
+    p.finish();
+}
+
+#[test]
+fn a_killed_program_leaves_a_readable_trace_and_its_signal_as_exit_code() {
+    let fc = FakeCuda::new();
+    let script = format!(
+        "{} 'alloc 3145728' 'alloc 5242880' >/dev/null; (echo 'alloc 7340032'; sleep 5) 2>/dev/null | {} & sleep 1; kill -9 $!; wait $!",
+        program("probe").display(),
+        program("probe").display()
+    );
+    let (run, path) = fc.traced("killed", &[], "bash", &["-c", &script]);
+    assert_eq!(run.status.code(), Some(137), "{}", run.stderr);
+    let t = read_trace(&path);
+    assert_eq!(t.pids().len(), 2);
+    let a = model::analyze(&path).unwrap();
+    assert_eq!(a.device(0).unwrap().peak_bytes, 8 << 20);
+    let killed = t
+        .events
+        .iter()
+        .find(|(_, e)| e.iter().any(|e| e.size == 7 << 20))
+        .unwrap()
+        .0;
+    assert!(
+        t.ends.contains(&(*killed, EndKind::Vanished)),
+        "{:?}",
+        t.ends
+    );
+    assert!(!t.goodbyes.contains(killed));
+}
+
+#[test]
+fn forked_children_are_traced_as_themselves() {
+    let fc = FakeCuda::new();
+    let (run, path) = fc.traced(
+        "fork",
+        &[],
+        program("hammer"),
+        &[
+            "--procs",
+            "3",
+            "--threads",
+            "2",
+            "--iters",
+            "400",
+            "--size",
+            "1048576",
+            "--init-before-fork",
+        ],
+    );
+    run.assert_success("hammer");
+    let t = read_trace(&path);
+    let log = fc.log();
+    assert_eq!(t.pids().len(), 3, "pids {:?}", t.pids());
+    for pid in t.pids() {
+        let mine: Vec<LogLine> = log.iter().filter(|l| l.pid == pid).cloned().collect();
+        assert_eq!(assert_trace_matches_log(&mine, &t.events[&pid], 0), 1600);
+        assert!(
+            t.hellos.iter().any(|h| h.pid == pid),
+            "pid {pid} announced itself"
+        );
+    }
+    assert_eq!(t.dropped, 0);
+}
+
+/// A process that is already recording forks: the child must not touch the parent's channel or thread, must
+/// announce itself under its own pid, and the parent must go on recording.
+#[test]
+fn a_recording_parent_forks_and_both_stay_traced() {
+    let fc = FakeCuda::new();
+    let (run, path) = fc.traced(
+        "forkparent",
+        &[],
+        program("probe"),
+        &[
+            "alloc 1048576",
+            "fork 3145728",
+            "fork 5242880",
+            "alloc 2097152",
+        ],
+    );
+    run.assert_success("probe fork");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(
+        lines[2].starts_with("0 ") && lines[3].starts_with("0 "),
+        "{}",
+        run.stdout
+    );
+    let kids: Vec<u32> = lines[2..4]
+        .iter()
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+        .collect();
+    let t = read_trace(&path);
+    let parent = t
+        .hellos
+        .iter()
+        .find(|h| !kids.contains(&h.pid))
+        .unwrap()
+        .pid;
+    for (pid, size) in [(kids[0], 3u64 << 20), (kids[1], 5 << 20)] {
+        let ev = &t.events[&pid];
+        assert_eq!(ev.len(), 2, "child {pid}: {ev:?}");
+        assert_eq!(ev[0].size, size);
+        assert!(t.hellos.iter().any(|h| h.pid == pid && h.ppid == parent));
+    }
+    let sizes: Vec<u64> = t.events[&parent].iter().map(|e| e.size).collect();
+    assert_eq!(
+        sizes,
+        vec![1 << 20, 2 << 20],
+        "the parent kept recording after its forks"
+    );
+    for pid in t.pids() {
+        let mine: Vec<LogLine> = fc.log().into_iter().filter(|l| l.pid == pid).collect();
+        assert_trace_matches_log(&mine, &t.events[&pid], 0);
+    }
+}
+
+#[test]
+fn an_oom_reaches_the_trace_even_when_the_process_dies_right_after() {
+    let fc = FakeCuda::new();
+    let path = fc.dir().join("oomkill.vtrace");
+    let mut c = fc.command(vramtrace());
+    c.args(["run", "--out"])
+        .arg(&path)
+        .arg("--")
+        .arg(program("probe"));
+    let mut p = Probe::start(c);
+    assert_eq!(p.cmd2("alloc 4194304").0, 0);
+    assert_eq!(p.cmd2(&format!("alloc {}", DEFAULT_DEVICE_BYTES * 2)).0, 2);
+    // The allocation returned: the collector already holds the evidence. Kill the program at once.
+    let child =
+        std::fs::read_to_string(format!("/proc/{}/task/{}/children", p.pid, p.pid)).unwrap();
+    let probe_pid: i32 = child.split_whitespace().next().unwrap().parse().unwrap();
+    unsafe { libc::kill(probe_pid, libc::SIGKILL) };
+    let status = p.finish();
+    assert_eq!(status.code(), Some(137));
+    let t = read_trace(&path);
+    assert_eq!(t.ooms.len(), 1);
+    assert_eq!(t.ooms[0].requested_bytes, DEFAULT_DEVICE_BYTES * 2);
+    assert_eq!(t.ooms[0].pid, probe_pid as u32);
+}
+
+#[test]
+fn exit_codes_follow_the_command() {
+    let fc = FakeCuda::new();
+    let (r, _) = fc.traced("code3", &[], "sh", &["-c", "exit 3"]);
+    assert_eq!(r.status.code(), Some(3));
+    let (r, _) = fc.traced("term", &[], "sh", &["-c", "kill -TERM $$"]);
+    assert_eq!(r.status.code(), Some(143));
+    let (r, p) = fc.traced("nf", &[], "/nonexistent/command", &[] as &[&str]);
+    assert_eq!(r.status.code(), Some(127));
+    assert!(r.stderr.contains("command not found"), "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(!p.exists(), "nothing ran, so no trace is left behind");
+    let noexec = fc.dir().join("noexec.sh");
+    std::fs::write(&noexec, "#!/bin/sh\n").unwrap();
+    let (r, _) = fc.traced("ne", &[], &noexec, &[] as &[&str]);
+    assert_eq!(r.status.code(), Some(126));
+}
+
+fn vt(args: &[&str]) -> RunResult {
+    let child = std::process::Command::new(vramtrace())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_with_timeout(child, Duration::from_secs(30), "vramtrace")
+}
+
+#[test]
+fn bad_usage_is_one_line_and_exit_2() {
+    let dir = TempDir::new("badusage");
+    let existing = dir.path().join("keep.vtrace");
+    std::fs::write(&existing, b"precious").unwrap();
+    let existing = existing.to_str().unwrap().to_string();
+    for args in [
+        vec!["run"],
+        vec!["run", "--"],
+        vec!["run", "--bogus", "--", "true"],
+        vec!["frobnicate"],
+        vec!["run", "--out", "/nonexistent/dir/x.vtrace", "--", "true"],
+        vec!["run", "--out", &existing, "--", "true"],
+    ] {
+        let r = vt(&args);
+        assert_eq!(r.status.code(), Some(2), "{args:?}: {}", r.stderr);
+        assert_eq!(r.stderr.trim().lines().count(), 1, "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.contains("panicked"), "{args:?}");
+    }
+    assert_eq!(
+        std::fs::read(&existing).unwrap(),
+        b"precious",
+        "an existing file is never overwritten"
+    );
+}
+
+#[test]
+fn signals_sent_to_vramtrace_reach_the_command() {
+    let fc = FakeCuda::new();
+    let path = fc.dir().join("sig.vtrace");
+    let mut c = fc.command(vramtrace());
+    c.args(["run", "--out"])
+        .arg(&path)
+        .args(["--", "sleep", "30"]);
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let start = std::time::Instant::now();
+    let r = wait_with_timeout(child, Duration::from_secs(20), "vramtrace run sleep");
+    assert_eq!(r.status.code(), Some(143));
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+/// A program that resolves symbols with RTLD_DEFAULT and RTLD_NEXT: under the shim it must get exactly what it
+/// gets without it (the trampoline hands untracked lookups to glibc with the caller's return address).
+#[test]
+fn dlsym_keeps_glibc_semantics_for_everything_else() {
+    let dir = TempDir::new("dlsym");
+    let src = dir.path().join("lookups.c");
+    std::fs::write(
+        &src,
+        r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+/* An interposer-style malloc: resolves the next one with RTLD_NEXT, as profilers and other shims do. */
+static void *(*next_malloc)(size_t);
+void *malloc(size_t n) {
+    if (!next_malloc) next_malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+    return next_malloc ? next_malloc(n) : NULL;
+}
+int main(void) {
+    void *p = malloc(64);
+    printf("next_malloc_is_not_self=%d\n", next_malloc != NULL && (void *)next_malloc != (void *)malloc);
+    printf("printf=%p\n", dlsym(RTLD_DEFAULT, "printf"));
+    printf("missing=%p\n", dlsym(RTLD_DEFAULT, "no_such_symbol_anywhere"));
+    printf("err=%s\n", dlerror() ? "set" : "clear");
+    free(p);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let bin = dir.path().join("lookups");
+    let ok = std::process::Command::new("cc")
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .arg("-ldl")
+        .status()
+        .expect("cc");
+    assert!(ok.success());
+    let plain = FakeCuda::new().run(&bin, &[] as &[&str]);
+    plain.assert_success("plain");
+    let shimmed = FakeCuda::new()
+        .env("LD_PRELOAD", shim())
+        .run(&bin, &[] as &[&str]);
+    shimmed.assert_success("under the shim");
+    assert!(plain.stdout.contains("next_malloc_is_not_self=1"));
+    assert!(plain.stdout.contains("missing=(nil)") && plain.stdout.contains("err=set"));
+    // Same answers; printf's address differs only if the library moved, so compare presence.
+    let norm = |s: &str| {
+        s.lines()
+            .map(|l| {
+                if l.starts_with("printf=") {
+                    "printf=<addr>".into()
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(norm(&plain.stdout), norm(&shimmed.stdout));
+    assert!(!shimmed.stdout.contains("printf=(nil)"));
+}
