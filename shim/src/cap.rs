@@ -235,12 +235,24 @@ impl Cap {
         self.ledger.release(dev as usize, size);
     }
 
-    /// `id` was freed or released successfully: give back what it held, if it was counted.
+    /// About to free `id`: take its entry out first. Once the driver has freed it, another thread may be
+    /// handed the same address and record it; had our entry still been there, its removal would have taken
+    /// the newcomer's bytes instead. Returns what `id` held, if it was counted.
     #[inline]
-    pub fn freed(&self, kind: Kind, id: u64) {
-        if let Some((dev, size)) = self.map(kind).remove(id) {
-            self.ledger.release(dev as usize, size);
-        }
+    pub fn take(&self, kind: Kind, id: u64) -> Option<(u32, u64)> {
+        self.map(kind).remove(id)
+    }
+
+    /// The free of a taken entry succeeded: give its bytes back.
+    #[inline]
+    pub fn freed(&self, held: (u32, u64)) {
+        self.ledger.release(held.0 as usize, held.1);
+    }
+
+    /// The free of a taken entry failed: `id` is still allocated, so it still counts.
+    #[inline]
+    pub fn restore(&self, kind: Kind, id: u64, held: (u32, u64)) {
+        self.map(kind).insert(id, held.0, held.1);
     }
 
     fn map(&self, kind: Kind) -> &LiveMap {

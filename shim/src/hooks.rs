@@ -100,6 +100,7 @@ unsafe fn track_alloc(
                 aux,
                 record::now(),
             );
+            out_of_memory(api, flag | flags::CAP_REFUSED, dev, size, r);
             return r;
         }
         Decision::Exceeded => flag | flags::CAP_EXCEEDED,
@@ -160,8 +161,9 @@ fn out_of_memory(api: Api, flag: u8, dev: u32, size: u64, result: CUresult) {
     });
 }
 
-/// A release of what `id` names: stamped before the call (see the module's note), recorded after; when it
-/// succeeds, the cap gets back what `id` held.
+/// A release of what `id` names: stamped before the call (see the module's note), recorded after. The cap's
+/// entry for `id` is taken out before the driver frees it (see `Cap::take`), and its bytes given back only once
+/// the free succeeded.
 #[inline(always)]
 unsafe fn track_release(
     api: Api,
@@ -173,9 +175,15 @@ unsafe fn track_release(
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
     let ts = record::now();
+    let cap = kind.and_then(|k| cap::get().map(|c| (c, k)));
+    let held = cap.and_then(|(c, k)| c.take(k, id));
     let r = call();
-    if let (CUDA_SUCCESS, Some(k), Some(c)) = (r, kind, cap::get()) {
-        c.freed(k, id);
+    if let (Some((c, k)), Some(h)) = (cap, held) {
+        if r == CUDA_SUCCESS {
+            c.freed(h);
+        } else {
+            c.restore(k, id, h);
+        }
     }
     record::push(api, flag, NO_DEVICE, r, id, size, aux, ts);
     r
@@ -233,6 +241,7 @@ pub unsafe fn mem_alloc_pitch(
             0,
             record::now(),
         );
+        out_of_memory(Api::MemAllocPitch, flags::CAP_REFUSED, dev, guess, r);
         return r;
     }
     let r = f(dptr, pitch, width, height, element_size);
@@ -272,6 +281,7 @@ pub unsafe fn mem_alloc_pitch(
                         p,
                         record::now(),
                     );
+                    out_of_memory(Api::MemAllocPitch, flags::CAP_REFUSED, dev, size, r);
                     return r;
                 }
                 Decision::Exceeded => flag = flags::CAP_EXCEEDED,
@@ -290,6 +300,9 @@ pub unsafe fn mem_alloc_pitch(
         p,
         record::now(),
     );
+    if r == CUDA_ERROR_OUT_OF_MEMORY {
+        out_of_memory(Api::MemAllocPitch, flag, dev, guess, r);
+    }
     r
 }
 
