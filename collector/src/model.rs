@@ -189,6 +189,8 @@ pub struct ProcessStats {
     pub oom_results: u64,
     /// Allocations vramtrace's cap refused (the driver was never called).
     pub cap_refusals: u64,
+    /// Allocations that passed the cap in warn mode (let through, flagged).
+    pub cap_exceeded: u64,
     pub unmatched_frees: u64,
     /// Allocations returned at an address still live in this process: the older one's free was not recorded.
     pub lost_frees: u64,
@@ -523,6 +525,7 @@ impl Proc {
                 failed_allocations: 0,
                 oom_results: 0,
                 cap_refusals: 0,
+                cap_exceeded: 0,
                 unmatched_frees: 0,
                 lost_frees: 0,
                 largest_allocation_bytes: 0,
@@ -946,6 +949,9 @@ impl Replay {
                         p.cap_refusals += 1;
                     }
                     return;
+                }
+                if e.flags & flags::CAP_EXCEEDED != 0 {
+                    self.procs[s].s.cap_exceeded += 1;
                 }
                 let d = self.dev_index(e.device);
                 let live = Live {

@@ -76,7 +76,8 @@ struct Prepared {
     shim: PathBuf,
     out: PathBuf,
     trace: Arc<Mutex<File>>,
-    dir: RuntimeDir,
+    /// Held for its Drop: the directory goes when the run ends.
+    _dir: RuntimeDir,
     listener: UnixListener,
     socket: PathBuf,
     cap: Option<String>,
@@ -128,7 +129,7 @@ impl Prepared {
             shim,
             out,
             trace: Arc::new(Mutex::new(file)),
-            dir,
+            _dir: dir,
             listener,
             socket,
             cap,
@@ -201,24 +202,87 @@ impl Prepared {
         if let Ok(f) = self.trace.lock() {
             let _ = f.sync_data();
         }
-        drop(self.dir);
-        if !args.quiet {
-            let mut msg = match crate::model::analyze(&self.out) {
-                Ok(a) => crate::report::summary(&a),
-                Err(e) => format!("cannot summarise the trace: {e}\n"),
-            };
-            if lingering > 0 {
-                msg.push_str(&format!(
-                    "{lingering} process(es) of the job were still connected {}s after the command ended; \
-                     the trace holds what they sent until then\n",
-                    LINGER.as_secs()
-                ));
+        let mut msg = String::new();
+        match crate::model::analyze(&self.out) {
+            Ok(a) => {
+                msg.push_str(&crate::report::summary(&a));
+                let exceeded: u64 = a.processes.iter().map(|p| p.cap_exceeded).sum();
+                if exceeded > 0 {
+                    msg.push_str(&format!(
+                        "the job went past its cap {exceeded} time(s) (--cap-mode warn let them through)\n"
+                    ));
+                }
+                msg.push_str(&self.post_mortem(&a, code));
             }
+            Err(e) => msg.push_str(&format!("cannot summarise the trace: {e}\n")),
+        }
+        if lingering > 0 {
+            msg.push_str(&format!(
+                "{lingering} process(es) of the job were still connected {}s after the command ended; \
+                 the trace holds what they sent until then\n",
+                LINGER.as_secs()
+            ));
+        }
+        if !args.quiet {
             eprint!("{}", indent_summary(&msg));
             eprintln!("vramtrace: trace written to {}", self.out.display());
         }
         code
     }
+}
+
+impl Prepared {
+    /// When the job met an out-of-memory error or ended badly, the post-mortem goes beside the trace (even
+    /// with --quiet: it is the evidence) and its gist into the summary.
+    fn post_mortem(&self, a: &crate::model::Analysis, code: Code) -> String {
+        let oom = a.oom_records > 0;
+        if !oom && code == exit::OK {
+            return String::new();
+        }
+        let mut msg = String::new();
+        if let Some(s) = crate::oom::summary(a) {
+            msg.push_str(&s);
+        } else {
+            let how = if code > 128 {
+                format!("was ended by signal {}", code - 128)
+            } else {
+                format!("exited with code {code}")
+            };
+            msg.push_str(&format!(
+                "the command {how}; no out-of-memory error was recorded\n"
+            ));
+        }
+        let kind = if oom { "oom" } else { "postmortem" };
+        match write_beside(&self.out, kind, &crate::oom::render(a, false)) {
+            Ok(p) => msg.push_str(&format!(
+                "post-mortem written to {} (vramtrace oom reads the trace too)\n",
+                p.display()
+            )),
+            Err(e) => msg.push_str(&format!("cannot write the post-mortem: {e}\n")),
+        }
+        msg
+    }
+}
+
+/// Writes `text` to `<trace stem>.<kind>.txt`, never over an existing file (a numbered name instead).
+fn write_beside(trace: &Path, kind: &str, text: &str) -> io::Result<PathBuf> {
+    for n in 0..100 {
+        let ext = if n == 0 {
+            format!("{kind}.txt")
+        } else {
+            format!("{kind}.{n}.txt")
+        };
+        let path = trace.with_extension(ext);
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(mut f) => return f.write_all(text.as_bytes()).map(|_| path),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "too many post-mortems beside the trace",
+    ))
 }
 
 /// Checks a cap before anything starts: its syntax, and the devices it names against the machine's. Returns the

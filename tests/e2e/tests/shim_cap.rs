@@ -1,0 +1,273 @@
+//! The cap on the simulated driver: exact at the boundary through every allocation path, never passed by many
+//! processes and threads together (checked against the driver's own count), a killed process's share given
+//! back, the virtual memory figures, warn mode, and bad specs refused before anything starts.
+
+use vramtrace_collector::model;
+use vramtrace_e2e::traced::{read_trace, shim, vramtrace};
+use vramtrace_e2e::*;
+use vramtrace_format::{flags, Api};
+
+const CAP: u64 = 10 * MIB;
+
+fn ans(p: &mut Probe, cmd: &str) -> (u32, u64) {
+    p.cmd2(cmd)
+}
+
+fn capped_probe(fc: &FakeCuda, name: &str, vt_args: &[&str]) -> (Probe, std::path::PathBuf) {
+    let path = fc.dir().join(format!("{name}.vtrace"));
+    let mut c = fc.command(vramtrace());
+    c.arg("run")
+        .args(vt_args)
+        .arg("--out")
+        .arg(&path)
+        .arg("--")
+        .arg(program("probe"));
+    (Probe::start(c), path)
+}
+
+#[test]
+fn refuses_exactly_at_the_boundary_on_every_path() {
+    let fc = FakeCuda::new();
+    let (mut p, path) = capped_probe(&fc, "boundary", &["--cap", "10MiB"]);
+    let (rc, a) = ans(&mut p, "alloc 6291456");
+    assert_eq!(rc, 0);
+    let (rc, b) = ans(&mut p, "alloc_async 4194304");
+    assert_eq!(rc, 0);
+    // Exactly at the cap: one more byte is refused, on each path, with the driver's own out-of-memory code.
+    assert_eq!(ans(&mut p, "alloc 1").0, 2);
+    assert_eq!(ans(&mut p, "alloc_async 1").0, 2);
+    assert_eq!(ans(&mut p, "create 0 2097152").0, 2);
+    // cuMemCreate on device 1 is not under a "10MiB" cap of device 1? It is: a plain size caps every device.
+    assert_eq!(ans(&mut p, "create 1 2097152").0, 0);
+    // Giving back makes room again, exactly.
+    assert_eq!(p.cmd(&format!("free_async {b}")).trim(), "0");
+    let (rc, b2) = ans(&mut p, "alloc 4194304");
+    assert_eq!(rc, 0);
+    assert_eq!(ans(&mut p, "alloc 1").0, 2);
+    assert_eq!(p.cmd(&format!("free {b2}")).trim(), "0");
+    assert_eq!(p.cmd(&format!("free {a}")).trim(), "0");
+    let (rc, _) = ans(&mut p, "alloc 10485760");
+    assert_eq!(rc, 0, "the whole cap in one piece");
+    p.finish();
+    // The refused requests never reached the driver.
+    let log = fc.log();
+    assert!(
+        !log.iter()
+            .any(|l| l.size == 1 && l.func.starts_with("cuMemAlloc")),
+        "{log:?}"
+    );
+    assert_eq!(log.iter().filter(|l| l.func == "cuMemCreate").count(), 1);
+    let t = read_trace(&path);
+    let refused: Vec<_> = t
+        .all_events()
+        .into_iter()
+        .filter(|e| e.flags & flags::CAP_REFUSED != 0)
+        .collect();
+    assert_eq!(refused.len(), 4);
+    assert!(refused.iter().all(|e| e.result == 2 && e.addr == 0));
+    assert_eq!(t.ooms.len(), 4);
+    assert!(t
+        .ooms
+        .iter()
+        .all(|o| o.cap_bytes == Some(CAP) && o.flags & flags::CAP_REFUSED != 0));
+    assert_eq!(t.ooms[0].job_used_bytes, Some(CAP));
+    let a = model::analyze(&path).unwrap();
+    assert_eq!(a.device(0).unwrap().peak_bytes, CAP);
+    assert_eq!(a.processes[0].cap_refusals, 4);
+}
+
+#[test]
+fn frameworks_see_the_cap_as_the_device() {
+    let fc = FakeCuda::new();
+    let (mut p, _) = capped_probe(&fc, "info", &["--cap", "10MiB"]);
+    let info = |p: &mut Probe| -> (u64, u64) {
+        let a = p.cmd("info");
+        let w: Vec<u64> = a.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        assert_eq!(w[0], 0, "cuMemGetInfo never fails because of the cap");
+        (w[1], w[2])
+    };
+    assert_eq!(info(&mut p), (CAP, CAP));
+    let (_, a) = ans(&mut p, "alloc 3145728");
+    assert_eq!(info(&mut p), (CAP - 3 * MIB, CAP));
+    let (_, b) = ans(&mut p, "alloc 7340032");
+    assert_eq!(
+        info(&mut p),
+        (0, CAP),
+        "saturates at zero, never underflows"
+    );
+    p.cmd(&format!("free {a}"));
+    p.cmd(&format!("free {b}"));
+    assert_eq!(info(&mut p), (CAP, CAP));
+    p.finish();
+
+    // A share of the device, and per-device caps that leave other devices alone.
+    let (mut p, _) = capped_probe(&fc, "pct", &["--cap", "50%"]);
+    assert_eq!(
+        info(&mut p),
+        (DEFAULT_DEVICE_BYTES / 2, DEFAULT_DEVICE_BYTES / 2)
+    );
+    p.finish();
+    let (mut p, _) = capped_probe(&fc, "perdev", &["--cap", "1=10MiB"]);
+    assert_eq!(info(&mut p), (DEFAULT_DEVICE_BYTES, DEFAULT_DEVICE_BYTES));
+    assert_eq!(ans(&mut p, "alloc 20971520").0, 0, "device 0 is not capped");
+    assert_eq!(p.cmd("device 1").trim(), "0");
+    assert_eq!(info(&mut p), (CAP, CAP));
+    assert_eq!(ans(&mut p, "alloc 20971520").0, 2, "device 1 is");
+    p.finish();
+}
+
+#[test]
+fn many_processes_and_threads_never_pass_the_cap() {
+    // The driver's own shared count is the judge: its peak over every process must stay within the cap.
+    let fc = FakeCuda::new().with_state();
+    let (run, path) = fc.traced(
+        "hammer",
+        &["--cap", "64MiB"],
+        program("hammer"),
+        &[
+            "--procs",
+            "4",
+            "--threads",
+            "4",
+            "--iters",
+            "1500",
+            "--size",
+            "5242880",
+            "--hold-us",
+            "50",
+        ],
+    );
+    run.assert_success("hammer under a cap");
+    let counts: Vec<u64> = run
+        .stdout
+        .split_whitespace()
+        .filter_map(|w| w.split_once('=').and_then(|(_, v)| v.parse().ok()))
+        .collect();
+    let (ok, oom) = (counts[0], counts[1]);
+    assert!(
+        ok > 0 && oom > 0,
+        "the cap must have been reached: ok={ok} oom={oom}"
+    );
+    let state = fc.state();
+    assert!(
+        state[0].peak <= 64 * MIB,
+        "the driver held {} bytes at its peak",
+        state[0].peak
+    );
+    assert!(
+        state[0].peak >= 40 * MIB,
+        "peak {} is suspiciously low",
+        state[0].peak
+    );
+    let a = model::analyze(&path).unwrap();
+    assert!(a.device(0).unwrap().peak_bytes <= 64 * MIB);
+    assert_eq!(a.processes.iter().map(|p| p.cap_refusals).sum::<u64>(), oom);
+}
+
+#[test]
+fn a_killed_process_gives_its_share_back() {
+    let fc = FakeCuda::new();
+    let probe = program("probe");
+    let script = format!(
+        "(echo 'alloc 8388608'; sleep 5) 2>/dev/null | {p} & sleep 1; kill -9 $!; wait $! 2>/dev/null; {p} 'alloc 8388608'",
+        p = probe.display()
+    );
+    let (run, _) = fc.traced("killshare", &["--cap", "10MiB"], "bash", &["-c", &script]);
+    let lines: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with("ready"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(
+        lines[0].starts_with("0 "),
+        "the first process got its 8 MiB: {}",
+        run.stdout
+    );
+    assert!(
+        lines[1].starts_with("0 "),
+        "the dead process's 8 MiB came back: {}",
+        run.stdout
+    );
+}
+
+#[test]
+fn warn_mode_lets_through_and_flags() {
+    let fc = FakeCuda::new();
+    let (run, path) = fc.traced(
+        "warn",
+        &["--cap", "10MiB", "--cap-mode", "warn"],
+        program("probe"),
+        &["alloc 8388608", "alloc 8388608"],
+    );
+    run.assert_success("warn");
+    assert_eq!(
+        run.stdout.lines().filter(|l| l.starts_with("0 0x")).count(),
+        2
+    );
+    let t = read_trace(&path);
+    let evs = t.all_events();
+    let allocs: Vec<_> = evs.iter().filter(|e| e.api == Api::MemAlloc).collect();
+    assert_eq!(allocs[0].flags & flags::CAP_EXCEEDED, 0);
+    assert_ne!(allocs[1].flags & flags::CAP_EXCEEDED, 0);
+    assert!(
+        run.stderr.contains("went past its cap 1 time"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn bad_caps_are_refused_before_anything_starts() {
+    let fc = FakeCuda::new();
+    for cap in ["12XB", "0", "-1", "150%", "5=1GiB", "", "0=1GiB,0=2GiB"] {
+        let (run, path) = fc.traced("bad", &["--cap", cap], program("probe"), &["alloc 1"]);
+        assert_eq!(run.status.code(), Some(2), "--cap {cap:?}: {}", run.stderr);
+        assert_eq!(
+            run.stderr.trim().lines().count(),
+            1,
+            "--cap {cap:?}: {}",
+            run.stderr
+        );
+        assert!(run.stdout.is_empty(), "nothing started for --cap {cap:?}");
+        assert!(!path.exists());
+    }
+    // Above the device: a warning, then the run.
+    let (run, _) = fc.traced("big", &["--cap", "100GiB"], program("probe"), &["alloc 1"]);
+    run.assert_success("cap above the device");
+    assert!(run.stderr.contains("above its memory"), "{}", run.stderr);
+}
+
+#[test]
+fn the_shim_caps_without_the_wrapper_and_survives_a_bad_spec() {
+    // A container that preloads the shim for every process: VRAMTRACE_CAP alone caps each process.
+    let run = FakeCuda::new()
+        .env("LD_PRELOAD", shim())
+        .env("VRAMTRACE_CAP", "4MiB")
+        .run(
+            program("probe"),
+            &["alloc 3145728", "alloc 2097152", "info"],
+        );
+    run.assert_success("VRAMTRACE_CAP");
+    let out: Vec<&str> = run.stdout.lines().skip(1).collect();
+    assert!(
+        out[0].starts_with("0 ") && out[1].starts_with("2 "),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(out[2], format!("0 {} {}", MIB, 4 * MIB));
+    assert_eq!(run.stderr, "");
+    // A malformed one: one line, and the process runs uncapped rather than dying.
+    let run = FakeCuda::new()
+        .env("LD_PRELOAD", shim())
+        .env("VRAMTRACE_CAP", "12XB")
+        .run(program("probe"), &["alloc 104857600"]);
+    run.assert_success("bad VRAMTRACE_CAP");
+    assert!(
+        run.stdout.lines().nth(1).unwrap().starts_with("0 "),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(run.stderr.contains("VRAMTRACE_CAP"));
+}
