@@ -462,7 +462,11 @@ mod tests {
             result: if i.is_multiple_of(7) { 2 } else { 0 },
             addr: 0x7f00_0000_0000u64.wrapping_add(i.wrapping_mul(0x20_0000)),
             size: (i + 1) << 20,
-            aux: if i.is_multiple_of(2) { 0 } else { 0x5555_0000 + i },
+            aux: if i.is_multiple_of(2) {
+                0
+            } else {
+                0x5555_0000 + i
+            },
         }
     }
 

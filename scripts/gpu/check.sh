@@ -2,7 +2,7 @@
 # vramtrace on a real GPU: every case runs under `DIR/vramtrace run`, then `vramtrace report --json`, and the trace's
 # device peak is compared with the framework's own figure. Prints a table LAST (the device tool keeps the last
 # 12,000 characters); the full log is $OUT/gpu-log.txt, the table $OUT/gpu-table.md, case outputs and JSON
-# reports $OUT/gpu-details.tgz. Traces stay on the machine (in a /tmp/vramtrace-check.* folder).
+# reports $OUT/gpu-details.tgz, the PyTorch and JAX traces $OUT/gpu-traces.tgz (the rest stay in /tmp/vramtrace-check.*).
 #
 # Usage (on the GPU machine, from the repository root):  bash scripts/gpu/check.sh DIR
 #   DIR holds the carried build: vramtrace, libvramtrace.so, vramtrace-workload (see docs/GPU.md).
@@ -12,6 +12,9 @@
 # A case that fails under vramtrace is run once more without it, so the note says whose failure it is.
 #
 # match: yes = equal to the byte; close = within max(2 MiB, 1%); NO = further apart, or the case failed.
+# PyTorch and JAX rows compare the allocator's part of the trace (vtread.py split reads the whole trace; torch_case.py
+# dumps torch.cuda.memory_snapshot() to tell its segments apart) with the framework's figure; what libraries
+# allocate outside the allocator (cuBLAS/cuBLASLt workspaces, live until exit) is reported in the note.
 # Environment: OUT (default /tmp/vramtrace-gpu-out), PYTHON (default python3), CHECK_DEADLINE_S (default 510:
 # no case starts later than this many seconds into the run, and none is allowed to run past it).
 
@@ -85,6 +88,7 @@ reap() {
 }
 
 CASE_ENV=()
+SPLIT=""
 
 # traced NAME LIMIT CMD...: runs CMD under `vramtrace run` with CASE_ENV, then reads the trace's JSON report.
 # Sets C_RC C_OUT C_PEAK (device peak) C_PPEAK (process peak) C_EVENTS C_DROPPED C_NDEV C_NPROC C_TRACE_NOTE.
@@ -174,7 +178,67 @@ check() {
     fig=$(field framework_peak_bytes)
     [ -z "$fig" ] && fig=$(field peak_expected_bytes)
     expected=$(field expected_bytes)
-    judge "$name" "$fig" "$expected" "$extra"
+    if [ -n "$SPLIT" ]; then
+        split_judge "$name" "$fig" "$expected" "$SPLIT" "$extra"
+    else
+        judge "$name" "$fig" "$expected" "$extra"
+    fi
+}
+
+# split_judge NAME FIGURE EXPECTED MODE NOTE: reads the whole trace (vtread.py split), splits the device's bytes into
+# the framework allocator's (MODE: torch-default = cuMemAlloc_v2 at a segment address of torch.cuda.memory_snapshot();
+# torch-expandable = cuMemCreate handles; torch-async = cuMemAllocAsync; jax = the BFC pool's regions) and the rest
+# (cuBLAS/cuBLASLt workspaces and other libraries), and compares the allocator's own peak with FIGURE: yes only
+# when equal to the byte. The rest is reported in the note.
+split_judge() {
+    local name=$1 fig=$2 expected=$3 mode=$4 note=$5 line k who match d ad tol
+    local -A S=()
+    if ! [[ "$fig" =~ ^[0-9]+$ ]] || [ -n "$C_TRACE_NOTE" ] || ! [[ "$C_PEAK" =~ ^[0-9]+$ ]]; then
+        judge "$name" "$fig" "$expected" "$note"
+        return 0
+    fi
+    local args=(split "$WORK/$name.vtrace" --mode "$mode" --figure "$fig")
+    [ -f "$WORK/$name.snapshot.json" ] && args+=(--snapshot "$WORK/$name.snapshot.json")
+    while IFS= read -r line; do
+        k=${line%%=*}
+        [ -n "$k" ] && S[$k]=${line#*=}
+    done < <(timeout 180 "$PY" "$HERE/vtread.py" "${args[@]}" 2>>"$LOG")
+    log "--- $name split ($mode): $(for k in "${!S[@]}"; do printf '%s=%s; ' "$k" "${S[$k]}"; done)"
+    if ! [[ "${S[in_peak]:-}" =~ ^[0-9]+$ ]] || ! [[ "${S[total_peak]:-}" =~ ^[0-9]+$ ]]; then
+        judge "$name" "$fig" "$expected" "split failed (${S[error]:-vtread.py: see log}); $note"
+        return 0
+    fi
+    if [ "$mode" = jax ]; then
+        who="outside the BFC pool"
+    else
+        who="libraries outside PyTorch's allocator"
+    fi
+    d=$((${S[in_peak]} - fig))
+    ad=${d#-}
+    tol=$((fig / 100))
+    ((tol < 2 * MIB)) && tol=$((2 * MIB))
+    if ((d == 0)); then
+        match=yes
+    elif ((ad <= tol)); then
+        match=close
+    else
+        match=NO
+    fi
+    note="$who: ${S[out_at_peak]} bytes at the peak (${S[out_desc]}); allocator = ${S[rule]}; $note"
+    ((d != 0)) && note="allocator-figure $(smib "$d") (rounding that matches: ${S[rounding_that_matches]:-?}); $note"
+    [ "${S[in_at_peak]}" != "${S[in_peak]}" ] && note="$note; allocator part at the device peak ${S[in_at_peak]}"
+    [ "${S[total_peak]}" != "$C_PEAK" ] && note="$note; replayed device peak ${S[total_peak]} != report's $C_PEAK"
+    [ -n "${S[snapshot_segments]:-}" ] &&
+        note="$note; snapshot ${S[snapshot_segments]} segments, ${S[snapshot_segment_bytes]} bytes${S[snapshot_error]:+ (${S[snapshot_error]})}"
+    [ -n "${S[handles_mapped_in_segments]:-}" ] && note="$note; handles mapped in segments ${S[handles_mapped_in_segments]}"
+    if [[ "$expected" =~ ^[0-9]+$ ]] && [ "$expected" != "$fig" ]; then
+        note="$note; expected $(bytes "$expected")"
+    fi
+    [[ "$C_DROPPED" =~ ^[1-9] ]] && note="$note; DROPPED $C_DROPPED events"
+    [[ "$C_NPROC" =~ ^[0-9]+$ ]] && ((C_NPROC != 1)) && note="$note; $C_NPROC processes"
+    note="$note; events $C_EVENTS"
+    row "$name" "$(bytes "$fig")" "allocator $(bytes "${S[in_peak]}") of peak $(bytes "$C_PEAK")" "$match" "$note"
+    say "$name: $match (figure $fig, allocator part ${S[in_peak]}, outside ${S[out_at_peak]}, trace peak $C_PEAK)"
 }
 
 # judge NAME FIGURE EXPECTED NOTE: compares the trace's device peak (C_PEAK) with FIGURE and adds the row.
@@ -234,12 +298,14 @@ finish() {
             "${SECONDS}s; log $LOG; traces in $WORK"
     } >"$TABLE"
     (cd "$WORK" && tar -czf "$OUT/gpu-details.tgz" -- *.out *.json *.err *.log 2>/dev/null)
+    # The traces of the split cases, small enough to bring back for a second look.
+    (cd "$WORK" && tar -czf "$OUT/gpu-traces.tgz" -- torch-*.vtrace jax-*.vtrace 2>/dev/null)
     cat "$TABLE" >>"$LOG"
     echo
     echo "=================== vramtrace GPU check: results ($TABLE) ==================="
     cat "$TABLE"
 }
-trap 'finish; exit 0' TERM INT
+trap 'exit 0' TERM INT # the EXIT trap prints the table (running finish inside this trap can upset bash's parser)
 trap 'finish' EXIT
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -354,16 +420,23 @@ fi
 # ---------------------------------------------------------------------------------------------------------------
 # 1-4. PyTorch: the caching allocator, expandable segments, the cudaMallocAsync backend, no caching.
 
+# The trace holds PyTorch's allocations and those of libraries that call the driver themselves (cuBLAS/cuBLASLt
+# workspaces, live until exit): the allocator's part (told apart with torch.cuda.memory_snapshot()) must equal
+# PyTorch's figure exactly; the rest is reported.
 if have torch; then
-    CASE_ENV=()
+    CASE_ENV=(VT_SNAPSHOT="$WORK/torch-default.snapshot.json")
+    SPLIT=torch-default
     check torch-default 120 "max_memory_reserved, caching allocator" -- "$PY" -u "$HERE/torch_case.py" default
-    CASE_ENV=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
+    CASE_ENV=(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True VT_SNAPSHOT="$WORK/torch-expandable.snapshot.json")
+    SPLIT=torch-expandable
     check torch-expandable 120 "max_memory_reserved, expandable_segments (cuMemCreate)" -- \
         "$PY" -u "$HERE/torch_case.py" expandable
-    CASE_ENV=(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync)
+    CASE_ENV=(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync VT_SNAPSHOT="$WORK/torch-mallocasync.snapshot.json")
+    SPLIT=torch-async
     check torch-mallocasync 120 "max_memory_allocated, cudaMallocAsync backend" -- \
         "$PY" -u "$HERE/torch_case.py" async
     amend torch-mallocasync "max_memory_reserved $(bytes "$(field max_memory_reserved)")"
+    SPLIT=""
     CASE_ENV=(PYTORCH_NO_CUDA_MEMORY_CACHING=1)
     check torch-nocache 120 "script's held peak, PYTORCH_NO_CUDA_MEMORY_CACHING=1" -- \
         "$PY" -u "$HERE/torch_case.py" nocache
@@ -387,7 +460,9 @@ fi
 # ---------------------------------------------------------------------------------------------------------------
 # 5. JAX: without preallocation (known arrays), and with the default preallocation (75% of the total).
 
+# The trace also holds small allocations outside XLA's BFC pool: the pool's part must equal its figure exactly.
 if have jax; then
+    SPLIT=jax
     CASE_ENV=(JAX_PLATFORMS=cuda XLA_PYTHON_CLIENT_PREALLOCATE=false)
     check jax-noprealloc 120 "BFC pool peak; PREALLOCATE=false" -- "$PY" -u "$HERE/jax_case.py" noprealloc
     amend jax-noprealloc "figure=$(field figure), peak_bytes_in_use $(bytes "$(field peak_bytes_in_use)")"
@@ -398,6 +473,7 @@ if have jax; then
         amend jax-prealloc "figure=$(field figure); trace peak = $(awk -v p="$C_PEAK" -v t="$total" \
             'BEGIN { printf "%.2f%%", 100 * p / t }') of total $(bytes "$total") (XLA fraction $(field fraction))"
     fi
+    SPLIT=""
     CASE_ENV=()
 else
     row "jax-*" "-" "-" "SKIP" "jax not importable"

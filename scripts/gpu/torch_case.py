@@ -8,7 +8,11 @@
               figures are 0 there, so the figure is the peak of the bytes this script held (sum of nbytes)
 
 Prints one line `RESULT framework_peak_bytes=<n> expected_bytes=<n> figure=<name> ...`.
+With VT_SNAPSHOT=FILE (modes default, expandable, async), writes at the end torch.cuda.memory_snapshot()'s segments
+(address, total_size, ...) and PyTorch's own figures to FILE as JSON, for check.sh to tell the allocator's
+allocations in the trace from those of libraries outside it (cuBLAS/cuBLASLt workspaces).
 Exit 3 (with a SKIP line) when torch is not installed, 4 when CUDA is not usable."""
+import json
 import os
 import sys
 
@@ -77,6 +81,29 @@ def held_pattern(torch, dev):
     return peak, n
 
 
+def dump_snapshot(torch, path, backend):
+    """Segments of PyTorch's allocator now (default: one cudaMalloc each, at `address`; expandable: a VA range
+    backed by cuMemCreate handles, `total_size` mapped bytes; cudaMallocAsync: usually none)."""
+    data = {"backend": backend, "segments": [], "memory_reserved": torch.cuda.memory_reserved(),
+            "max_memory_reserved": torch.cuda.max_memory_reserved(),
+            "max_memory_allocated": torch.cuda.max_memory_allocated()}
+    try:
+        for sg in torch.cuda.memory_snapshot():
+            data["segments"].append({k: sg.get(k) for k in ("device", "address", "total_size", "allocated_size",
+                                                             "active_size", "segment_type", "is_expandable")})
+    except Exception as e:  # noqa: BLE001
+        data["error"] = f"{type(e).__name__}: {e}"[:200].replace("\n", " ")
+    try:
+        with open(path, "w") as f:
+            json.dump(data, f)
+    except OSError as e:
+        print(f"snapshot not written: {e}", flush=True)
+        return
+    print(f"snapshot segments={len(data['segments'])} "
+          f"bytes={sum(int(x.get('total_size') or 0) for x in data['segments'])} "
+          f"memory_reserved={data['memory_reserved']} error={data.get('error', '')}", flush=True)
+
+
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "default"
     try:
@@ -116,6 +143,8 @@ def main():
         print(f"stats unavailable: {e}", flush=True)
     free, total = torch.cuda.mem_get_info()
     print(f"mem_get_info free={free} total={total} param_bytes={params}", flush=True)
+    if os.environ.get("VT_SNAPSHOT"):
+        dump_snapshot(torch, os.environ["VT_SNAPSHOT"], backend)
     if mode == "async":
         figure, value = "max_memory_allocated", allocated
     else:

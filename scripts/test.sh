@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls this): formatting, lints, a build of every artifact the
+# end-to-end tests run (the shim, the collector, the simulated driver, the door programs, the workload),
+# then every test. No GPU needed: the tests run against the simulated driver (tests/fakecuda).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# The tests compile one C door program (cc) and check JSON with python3; install them if this machine lacks them.
+need=()
+command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "test.sh: installing ${need[*]}"
+    apt-get update -qq && apt-get install -y -qq "${need[@]}"
+fi
+for c in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c" 2>/dev/null || true
+done
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo build --workspace --locked
+cargo test --workspace --locked
