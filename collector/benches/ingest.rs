@@ -79,6 +79,7 @@ impl Proc {
             } else {
                 0
             },
+            stack: 0,
         }
     }
 

@@ -831,6 +831,8 @@ impl Replay {
                 let limit = self.limit();
                 self.pump(limit, 0);
             }
+            // Call sites (format version 2) are not used by the replay yet.
+            Record::Stack(_) | Record::Objects(_) | Record::Note { .. } => {}
         }
     }
 
@@ -1543,6 +1545,7 @@ mod tests {
             addr,
             size,
             aux: 0,
+            stack: 0,
         }
     }
 

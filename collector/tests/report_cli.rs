@@ -157,7 +157,7 @@ fn json_report_parses_and_has_the_schema_fields() {
 assert d["version"] == 1
 t = d["trace"]
 assert t["command"] == ["python", "train.py", "--say \"hi\"\n"], t
-assert t["hostname"] == "node7" and t["start_unix_ns"] == 1700000000000000000 and t["format_version"] == 1
+assert t["hostname"] == "node7" and t["start_unix_ns"] == 1700000000000000000 and t["format_version"] == vramtrace_format_version
 assert d["partial"] is False and d["stopped"] is None
 assert d["events"] == 7 and d["dropped_events"] == 5 and d["unmatched_frees"] == 1
 assert d["duration_ns"] == 1500 * 10**6
@@ -247,7 +247,10 @@ fn summary_names_peaks_processes_and_leaks() {
 
 /// Runs `script` with the JSON parsed as `d`; returns its stdout.
 fn python_check(json: &[u8], script: &str) -> String {
-    let program = format!("import json, sys\nd = json.loads(sys.stdin.read())\n{script}\n");
+    let program = format!(
+        "import json, sys\nvramtrace_format_version = {}\nd = json.loads(sys.stdin.read())\n{script}\n",
+        vramtrace_format::VERSION
+    );
     let mut child = Command::new("python3")
         .arg("-c")
         .arg(program)

@@ -8,7 +8,8 @@
 
 use crate::Api;
 use crate::{
-    EndKind, Event, Hello, Oom, Record, TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE, VERSION,
+    EndKind, Event, Hello, Objects, Oom, Record, Stack, TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE,
+    VERSION,
 };
 
 /// Frame kinds. Part of the format: never reuse a number. Readers skip kinds they do not know.
@@ -20,6 +21,11 @@ pub mod kind {
     pub const TICK: u8 = 5;
     pub const PROCESS_END: u8 = 6;
     pub const OOM: u8 = 7;
+    /// Events with a stack id each (version 2); kind 2 is read as events without.
+    pub const EVENTS_STACKS: u8 = 8;
+    pub const STACK: u8 = 9;
+    pub const OBJECTS: u8 = 10;
+    pub const NOTE: u8 = 11;
 }
 
 /// Bytes before the first frame's payload: length (4) and kind (1).
@@ -139,9 +145,9 @@ pub fn put_frame(out: &mut Vec<u8>, kind: u8, body: impl FnOnce(&mut Vec<u8>)) {
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
 }
 
-/// Appends an events frame. The shim's hot path: no allocation beyond `out` growing.
+/// Appends an events frame (kind 8: with stack ids). The shim's hot path: no allocation beyond `out` growing.
 pub fn put_events(out: &mut Vec<u8>, pid: u32, events: &[Event]) {
-    put_frame(out, kind::EVENTS, |out| {
+    put_frame(out, kind::EVENTS_STACKS, |out| {
         put_varint(out, pid as u64);
         put_varint(out, events.len() as u64);
         let (mut ts, mut tid, mut addr, mut aux) = (0u64, 0u32, 0u64, 0u64);
@@ -156,6 +162,7 @@ pub fn put_events(out: &mut Vec<u8>, pid: u32, events: &[Event]) {
             put_varint(out, zigzag(e.addr.wrapping_sub(addr) as i64));
             put_varint(out, e.size);
             put_varint(out, zigzag(e.aux.wrapping_sub(aux) as i64));
+            put_varint(out, e.stack as u64);
             ts = e.ts_ns;
             tid = e.tid;
             addr = e.addr;
@@ -164,8 +171,18 @@ pub fn put_events(out: &mut Vec<u8>, pid: u32, events: &[Event]) {
     });
 }
 
-/// Decodes an events payload, appending to `into`. Returns the pid.
+/// Decodes an events payload of kind 8 (with stack ids), appending to `into`. Returns the pid.
 pub fn decode_events(payload: &[u8], into: &mut Vec<Event>) -> Result<u32, DecodeError> {
+    decode_events_of(kind::EVENTS_STACKS, payload, into)
+}
+
+/// Decodes an events payload of `kind` (2: without stack ids, version 1; 8: with), appending to `into`.
+pub fn decode_events_of(
+    kind: u8,
+    payload: &[u8],
+    into: &mut Vec<Event>,
+) -> Result<u32, DecodeError> {
+    let stacks = kind == self::kind::EVENTS_STACKS;
     let mut c = Cursor {
         bytes: payload,
         pos: 0,
@@ -189,6 +206,7 @@ pub fn decode_events(payload: &[u8], into: &mut Vec<Event>) -> Result<u32, Decod
         addr = addr.wrapping_add(unzigzag(c.varint()?) as u64);
         let size = c.varint()?;
         aux = aux.wrapping_add(unzigzag(c.varint()?) as u64);
+        let stack = if stacks { c.varint()? as u32 } else { 0 };
         into.push(Event {
             ts_ns: ts,
             tid,
@@ -199,6 +217,7 @@ pub fn decode_events(payload: &[u8], into: &mut Vec<Event>) -> Result<u32, Decod
             addr,
             size,
             aux,
+            stack,
         });
     }
     if c.remaining() != 0 {
@@ -261,6 +280,11 @@ pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
             )
         }),
         Record::Oom(o) => put_frame(out, kind::OOM, |out| bincode_to(out, o)),
+        Record::Stack(st) => put_frame(out, kind::STACK, |out| bincode_to(out, st)),
+        Record::Objects(ob) => put_frame(out, kind::OBJECTS, |out| bincode_to(out, ob)),
+        Record::Note { pid, ts_ns, text } => put_frame(out, kind::NOTE, |out| {
+            bincode_to(out, &(*pid, *ts_ns, text.as_str()))
+        }),
         Record::ProcessEnd { pid, ts_ns, kind } => put_frame(out, kind::PROCESS_END, |o| {
             bincode_to(
                 o,
@@ -278,10 +302,16 @@ pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
 pub fn decode_record(kind: u8, payload: &[u8]) -> Result<Option<Record>, DecodeError> {
     Ok(Some(match kind {
         kind::HELLO => Record::Hello(bincode_from::<Hello>(payload)?),
-        kind::EVENTS => {
+        kind::EVENTS | kind::EVENTS_STACKS => {
             let mut events = Vec::new();
-            let pid = decode_events(payload, &mut events)?;
+            let pid = decode_events_of(kind, payload, &mut events)?;
             Record::Events { pid, events }
+        }
+        kind::STACK => Record::Stack(bincode_from::<Stack>(payload)?),
+        kind::OBJECTS => Record::Objects(bincode_from::<Objects>(payload)?),
+        kind::NOTE => {
+            let (pid, ts_ns, text): (u32, u64, String) = bincode_from(payload)?;
+            Record::Note { pid, ts_ns, text }
         }
         kind::DROPPED => {
             let b: DroppedBody = bincode_from(payload)?;
@@ -467,6 +497,7 @@ mod tests {
             } else {
                 0x5555_0000 + i
             },
+            stack: (i % 5) as u32,
         }
     }
 
@@ -495,7 +526,7 @@ mod tests {
         let mut buf = Vec::new();
         put_events(&mut buf, 77, &evs);
         let (k, payload) = frames(&buf).next().unwrap();
-        assert_eq!(k, kind::EVENTS);
+        assert_eq!(k, kind::EVENTS_STACKS);
         let mut back = Vec::new();
         assert_eq!(decode_events(payload, &mut back).unwrap(), 77);
         assert_eq!(back, evs);
@@ -562,6 +593,31 @@ mod tests {
                 ts_ns: 13,
                 kind: EndKind::CutMidFrame { partial_bytes: 17 },
             },
+            Record::Stack(Stack {
+                pid: 9,
+                id: 3,
+                native: vec![0x55_0000_1234, 0x7f00_0000_0042],
+                python: vec![crate::PyFrame {
+                    file: "train.py".into(),
+                    function: "forward".into(),
+                    line: 88,
+                }],
+            }),
+            Record::Objects(Objects {
+                pid: 9,
+                ts_ns: 15,
+                objects: vec![crate::Object {
+                    path: "/usr/lib/libtorch.so".into(),
+                    bias: 0x7f00_0000_0000,
+                    text: vec![(0x7f00_0001_0000, 0x7f00_0100_0000)],
+                    build_id: vec![1, 2, 3, 4],
+                }],
+            }),
+            Record::Note {
+                pid: 9,
+                ts_ns: 16,
+                text: "python 3.14 is not supported".into(),
+            },
             Record::Oom(Oom {
                 pid: 9,
                 tid: 10,
@@ -587,6 +643,32 @@ mod tests {
             .map(|(k, p)| decode_record(k, p).unwrap().unwrap())
             .collect();
         assert_eq!(back, recs);
+    }
+
+    #[test]
+    fn version_1_events_without_stack_ids_still_read() {
+        // A kind-2 frame as version 1 wrote it: the same fields, no stack id.
+        let mut p = Vec::new();
+        for v in [42u64, 1, zigzag(1000), zigzag(7)] {
+            put_varint(&mut p, v); // pid, count, ts delta, tid delta
+        }
+        p.push(Api::MemAlloc as u8);
+        p.push(0);
+        for v in [1u64, 0, zigzag(0x7000), 4096, 0] {
+            put_varint(&mut p, v); // device+1, result, addr delta, size, aux delta
+        }
+        match decode_record(kind::EVENTS, &p).unwrap().unwrap() {
+            Record::Events { pid, events } => {
+                assert_eq!(pid, 42);
+                assert_eq!(events.len(), 1);
+                let e = events[0];
+                assert_eq!(
+                    (e.ts_ns, e.tid, e.device, e.addr, e.size, e.stack),
+                    (1000, 7, 0, 0x7000, 4096, 0)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -21,7 +21,9 @@ pub use reader::{OpenError, Stop, TraceReader};
 /// First bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"VRAMTRC\0";
 /// Version of the trace format this build writes. Readers refuse newer versions with a clear message.
-pub const VERSION: u16 = 1;
+/// 1: events without call sites. 2: events carry a stack id (frame kind 8), with stacks (9), loaded objects (10)
+/// and notes (11); a version-2 reader reads version-1 traces unchanged.
+pub const VERSION: u16 = 2;
 /// The largest frame either side accepts; anything longer is corruption, not data.
 pub const MAX_FRAME: u32 = 64 << 20;
 /// `Event::device` when the device is unknown (frees: the collector knows it from the allocation).
@@ -162,6 +164,8 @@ pub struct Event {
     pub addr: u64,
     pub size: u64,
     pub aux: u64,
+    /// The call site: a `Record::Stack` id of the same process, or 0 when none was captured.
+    pub stack: u32,
 }
 
 impl Event {
@@ -230,6 +234,57 @@ pub enum Record {
     /// A tracked allocation failed with out-of-memory (the device's or the cap's). Sent synchronously: the
     /// shim waits (at most a second) for the collector's acknowledgement before the program sees the error.
     Oom(Oom),
+    /// A call site, sent once per process before the first event that names it.
+    Stack(Stack),
+    /// The process's loaded objects, sent before the first stack and again whenever the set changes.
+    Objects(Objects),
+    /// Something the shim wants the report to say once (a Python version it cannot walk, say).
+    Note {
+        pid: u32,
+        ts_ns: u64,
+        text: String,
+    },
+}
+
+/// A call site: where an allocation came from.
+#[derive(Clone, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Stack {
+    pub pid: u32,
+    /// Unique within the process, never 0.
+    pub id: u32,
+    /// Return addresses, innermost first (the caller of the driver entry point first), at most 64. Absolute
+    /// addresses in the process; `Objects` maps them to files and offsets.
+    pub native: Vec<u64>,
+    /// The allocating thread's Python frames, innermost first; empty when it was running no Python.
+    pub python: Vec<PyFrame>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct PyFrame {
+    pub file: String,
+    pub function: String,
+    /// 0 when unknown.
+    pub line: u32,
+}
+
+/// The objects (executable and shared libraries) loaded in a process.
+#[derive(Clone, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Objects {
+    pub pid: u32,
+    pub ts_ns: u64,
+    pub objects: Vec<Object>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Object {
+    /// As the loader names it (empty for the main program: `/proc/self/exe` is resolved into it).
+    pub path: String,
+    /// The load bias: file virtual address + bias = address in the process.
+    pub bias: u64,
+    /// Executable segments, as absolute [start, end) ranges in the process.
+    pub text: Vec<(u64, u64)>,
+    /// The GNU build id (NT_GNU_BUILD_ID), empty when the object has none.
+    pub build_id: Vec<u8>,
 }
 
 /// What the shim knew at the moment an allocation failed for lack of memory.

@@ -132,6 +132,7 @@ pub fn push(
         addr,
         size,
         aux,
+        stack: 0,
     };
     match r.tx.try_send(Msg::Event(e)) {
         Ok(()) => {

@@ -32,6 +32,7 @@ pub fn ev(ms: u64, api: Api, device: u32, addr: u64, size: u64) -> Event {
         addr,
         size,
         aux: 0,
+        stack: 0,
     }
 }
 

@@ -100,6 +100,7 @@ pub fn read_trace(path: &Path) -> Trace {
             Record::Tick { .. } => {}
             Record::ProcessEnd { pid, kind, .. } => t.ends.push((pid, kind)),
             Record::Oom(o) => t.ooms.push(o),
+            Record::Stack(_) | Record::Objects(_) | Record::Note { .. } => {}
         }
     }
     t.stop = r.stop().clone();
