@@ -43,9 +43,25 @@ pub struct RunArgs {
     /// records them.
     #[arg(long, value_enum, default_value_t = CapMode::Enforce)]
     pub cap_mode: CapMode,
+    /// Which call sites to record for each allocation: native return addresses, the allocating thread's
+    /// Python frames, both, or none. Default: $VRAMTRACE_STACKS, else all.
+    #[arg(long, value_enum)]
+    pub stacks: Option<Stacks>,
+    /// Record call sites only for allocations of at least this many bytes (a size: 1MiB, 65536).
+    /// Default: $VRAMTRACE_STACK_MIN_BYTES, else the shim's default.
+    #[arg(long, value_name = "SIZE")]
+    pub stack_min_bytes: Option<String>,
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_parser = clap::value_parser!(OsString))]
     pub command: Vec<OsString>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stacks {
+    None,
+    Native,
+    Python,
+    All,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,6 +111,9 @@ impl Prepared {
         let mut extra = Vec::new();
         if let Some(spec) = &cap {
             extra = check_cap(spec, args.cap_mode)?;
+        }
+        if let Some(min) = &args.stack_min_bytes {
+            parse_size(min).map_err(|e| anyhow::anyhow!("--stack-min-bytes {min}: {e}"))?;
         }
         let out = args
             .out
@@ -154,6 +173,15 @@ impl Prepared {
         }
         cmd.env("LD_PRELOAD", preload)
             .env("VRAMTRACE_SOCKET", &self.socket);
+        if let Some(stacks) = args.stacks {
+            cmd.env("VRAMTRACE_STACKS", format!("{stacks:?}").to_lowercase());
+        }
+        if let Some(min) = &args.stack_min_bytes {
+            cmd.env(
+                "VRAMTRACE_STACK_MIN_BYTES",
+                parse_size(min).unwrap_or(0).to_string(),
+            );
+        }
         if let Some(spec) = &self.cap {
             let mode = if args.cap_mode == CapMode::Warn {
                 "warn"
@@ -283,6 +311,20 @@ fn write_beside(trace: &Path, kind: &str, text: &str) -> io::Result<PathBuf> {
         io::ErrorKind::AlreadyExists,
         "too many post-mortems beside the trace",
     ))
+}
+
+/// A size as the cap writes one (`1MiB`, `65536`), or 0 for "every allocation".
+fn parse_size(s: &str) -> Result<u64, String> {
+    if s.trim() == "0" {
+        return Ok(0);
+    }
+    match CapSpec::parse(s).map_err(|e| e.to_string())? {
+        CapSpec {
+            all: Some(vramtrace_format::cap::Amount::Bytes(b)),
+            devices,
+        } if devices.is_empty() => Ok(b),
+        _ => Err("not a size (examples: 1MiB, 65536, 0)".into()),
+    }
 }
 
 /// Checks a cap before anything starts: its syntax, and the devices it names against the machine's. Returns the
