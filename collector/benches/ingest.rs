@@ -6,6 +6,10 @@
 //! up to 1024 events in roughly arrival order (so processes' batches overlap in time), with ticks. Then it
 //! times the replay from memory and from a file, and reads the replay's peak RSS (VmHWM, reset before it).
 //!
+//! The "stacks" scenario gives each rank 200 call sites (stack records of 24 native and 8 Python frames, and
+//! its loaded objects) and every allocation one of them, so the replay also keeps each site's figures (live,
+//! allocated, live at each peak) and the report picks and labels the top ones.
+//!
 //! Targets: >= 5 M events/s on one core, <= 24 bytes per event, 10 M events in <= 2 s and <= 500 MB.
 //! `VRAMTRACE_BENCH_EVENTS` changes the number of events (default 10 M).
 
@@ -14,7 +18,12 @@ use std::time::Instant;
 
 use vramtrace_collector::model::{analyze, analyze_reader, Analysis};
 use vramtrace_format::codec::{encode_header, put_events, put_record};
-use vramtrace_format::{Api, EndKind, Event, Hello, Record, TraceHeader, NO_DEVICE};
+use vramtrace_format::{
+    Api, EndKind, Event, Hello, Object, Objects, PyFrame, Record, Stack, TraceHeader, NO_DEVICE,
+};
+
+/// Call sites per rank in the stacks scenario.
+const STACKS: u64 = 200;
 
 const START: u64 = 5_000_000_000;
 
@@ -45,6 +54,8 @@ struct Proc {
     free_lists: Vec<Vec<u64>>,
     bump: u64,
     next_handle: u64,
+    /// Give allocations one of [`STACKS`] call sites.
+    stacks: bool,
 }
 
 impl Proc {
@@ -58,6 +69,7 @@ impl Proc {
             free_lists: vec![Vec::new(); 20],
             bump: 0x7f00_0000_0000 + ((pid as u64) << 36),
             next_handle: 1,
+            stacks: false,
         }
     }
 
@@ -79,7 +91,15 @@ impl Proc {
             } else {
                 0
             },
-            stack: 0,
+            stack: if self.stacks
+                && matches!(
+                    api.effect(),
+                    vramtrace_format::Effect::AllocPtr | vramtrace_format::Effect::CreateHandle
+                ) {
+                1 + self.rng.below(STACKS) as u32
+            } else {
+                0
+            },
         }
     }
 
@@ -159,7 +179,49 @@ impl Proc {
     }
 }
 
-fn generate(n_events: u64, procs: u32, silent: bool) -> Vec<u8> {
+/// A rank's loaded objects and its [`STACKS`] call sites.
+fn call_sites(out: &mut Vec<u8>, pid: u32) {
+    let lib = |i: u64| 0x7e00_0000_0000 + i * 0x1000_0000;
+    let objects = (0..40u64)
+        .map(|i| Object {
+            path: format!("/opt/env/lib/libbench{i}.so"),
+            bias: lib(i),
+            text: vec![(lib(i) + 0x1000, lib(i) + 0x80_0000)],
+            build_id: vec![i as u8; 20],
+        })
+        .collect();
+    put_record(
+        out,
+        &Record::Objects(Objects {
+            pid,
+            ts_ns: START + 2_000,
+            objects,
+        }),
+    );
+    for id in 1..=STACKS {
+        let native = (0..24u64)
+            .map(|k| lib((id + k) % 40) + 0x1000 + id * 0x100 + k * 8)
+            .collect();
+        let python = (0..8u64)
+            .map(|k| PyFrame {
+                file: format!("/home/u/proj/module{}.py", (id + k) % 17),
+                function: format!("function_{}", (id * 7 + k) % 53),
+                line: (10 + id + k) as u32,
+            })
+            .collect();
+        put_record(
+            out,
+            &Record::Stack(Stack {
+                pid,
+                id: id as u32,
+                native,
+                python,
+            }),
+        );
+    }
+}
+
+fn generate(n_events: u64, procs: u32, silent: bool, stacks: bool) -> Vec<u8> {
     let header = TraceHeader {
         start_unix_ns: 1_700_000_000_000_000_000,
         start_mono_ns: START,
@@ -189,8 +251,12 @@ fn generate(n_events: u64, procs: u32, silent: bool) -> Vec<u8> {
             extra: vec![],
         })
     };
-    for (i, p) in ps.iter().enumerate() {
+    for (i, p) in ps.iter_mut().enumerate() {
         put_record(&mut out, &hello(p.pid, i as u32));
+        if stacks {
+            p.stacks = true;
+            call_sites(&mut out, p.pid);
+        }
     }
     if silent {
         // A process that says hello and then nothing: the merge waits on it until its bound.
@@ -284,9 +350,9 @@ struct Row {
     base_kb: Option<u64>,
 }
 
-fn scenario(name: &str, n: u64, procs: u32, silent: bool) -> Row {
+fn scenario(name: &str, n: u64, procs: u32, silent: bool, stacks: bool) -> Row {
     let t = Instant::now();
-    let trace = generate(n, procs, silent);
+    let trace = generate(n, procs, silent, stacks);
     let gen_s = t.elapsed().as_secs_f64();
     let bytes = trace.len();
 
@@ -316,14 +382,18 @@ fn scenario(name: &str, n: u64, procs: u32, silent: bool) -> Row {
     let _ = std::fs::remove_file(&path);
     assert_eq!(a.events, b.events);
     assert_eq!(a.devices, b.devices);
+    assert_eq!(a.call_sites, b.call_sites);
+    assert_eq!(b.call_sites.present, stacks);
     eprintln!(
         "  [{name}] generated in {gen_s:.2} s: {} processes, peak on GPU 0 {} bytes, {} live at end, \
-         {} lost / {} unmatched frees",
+         {} lost / {} unmatched frees, {} stacks, {} call sites listed",
         b.processes.len(),
         b.devices.first().map_or(0, |d| d.peak_bytes),
         b.live_at_end_count,
         b.lost_frees,
-        b.unmatched_frees
+        b.unmatched_frees,
+        b.call_sites.stacks,
+        b.call_sites.sites.len()
     );
     Row {
         name: name.to_string(),
@@ -348,8 +418,10 @@ fn main() {
     }
     eprintln!("vramtrace ingest benchmark: generating {n} events per scenario...");
     let rows = vec![
-        scenario("8 ranks", n, 8, false),
-        scenario("8 ranks + 1 silent", n, 8, true),
+        scenario("8 ranks", n, 8, false, false),
+        scenario("8 ranks + 1 silent", n, 8, true, false),
+        scenario("8 ranks, 200 stacks", n, 8, false, true),
+        scenario("+ 1 silent, stacks", n, 8, true, true),
     ];
     println!();
     println!(

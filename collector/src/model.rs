@@ -23,7 +23,7 @@
 //!
 //! All times in an [`Analysis`] are ns relative to the trace header's `start_mono_ns`.
 
-mod fasthash;
+pub(crate) mod fasthash;
 mod timeline;
 
 use std::cmp::Reverse;
@@ -38,6 +38,8 @@ use vramtrace_format::{
     NO_DEVICE,
 };
 
+use crate::callsites::{self, Agg, CallSites, DeviceSites, SiteBytes, NO_SITE, SITES_LISTED};
+use crate::symbols::Symbolizer;
 use fasthash::FastMap;
 use timeline::TimelineBuilder;
 pub use timeline::{Bucket, Timeline, FIRST_BUCKET_NS, MAX_BUCKETS};
@@ -220,6 +222,8 @@ pub struct LiveAlloc {
     pub alloc_time_ns: u64,
     /// From the allocation to the end of its process (or of the trace).
     pub age_ns: u64,
+    /// Its call site: an index into [`Analysis::call_sites`]`.sites`.
+    pub site: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -254,6 +258,8 @@ pub struct Analysis {
     pub oom_records: u64,
     /// Snapshots of the first [`MAX_OOM_SNAPSHOTS`] out-of-memory records, in time order.
     pub ooms: Vec<OomSnapshot>,
+    /// Where allocations came from (traces with stacks), and the shim's notes.
+    pub call_sites: CallSites,
 }
 
 /// A live allocation at the moment of an out-of-memory event.
@@ -270,6 +276,8 @@ pub struct OomAlloc {
     pub alloc_time_ns: u64,
     /// From the allocation to the out-of-memory event.
     pub age_ns: u64,
+    /// Its call site: an index into [`Analysis::call_sites`]`.sites`.
+    pub site: Option<usize>,
 }
 
 /// One process of the job at the moment of an out-of-memory event.
@@ -327,6 +335,23 @@ pub struct LeakTrend {
     pub groups: Vec<LeakGroup>,
     /// Groups beyond those listed.
     pub more_groups: u64,
+    /// Filled in out-of-memory snapshots of traces with stacks: the same allocations by call site, largest
+    /// first (at most [`SITES_LISTED`]).
+    pub sites: Vec<LeakSite>,
+    /// Call sites beyond those listed.
+    pub more_sites: u64,
+}
+
+/// Allocations of one call site made between the first and last minima of a leak trend and still live at the
+/// out-of-memory event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeakSite {
+    /// An index into [`Analysis::call_sites`]`.sites`.
+    pub site: usize,
+    pub count: u64,
+    pub bytes: u64,
+    /// The call site in one line.
+    pub label: String,
 }
 
 /// What the replay knew when it reached an out-of-memory record. Device figures are for the event's device.
@@ -371,6 +396,11 @@ pub struct OomSnapshot {
     pub async_freed_recent_bytes: u64,
     /// Minima rising across cycles on the device up to the event.
     pub leak: Option<LeakTrend>,
+    /// Live bytes on the device by call site, largest first (at most [`SITES_LISTED`]); traces with stacks.
+    pub by_site: Vec<SiteBytes>,
+    /// Live bytes of call sites not listed, and of allocations without a call site.
+    pub by_site_unlisted_bytes: u64,
+    pub no_site_bytes: u64,
     /// Events the shim reported dropped before the event (all processes).
     pub dropped_events: u64,
 }
@@ -390,13 +420,20 @@ impl Analysis {
     }
 }
 
-/// Reads and replays a trace file.
+/// Reads and replays a trace file; call sites are symbolised from the files the trace names
+/// ([`Symbolizer::new`]).
 pub fn analyze(path: &Path) -> Result<Analysis, ModelError> {
     let file = File::open(path).map_err(|source| ModelError::Read {
         path: path.to_owned(),
         source,
     })?;
-    analyze_reader(BufReader::with_capacity(1 << 20, file)).map_err(|e| match e {
+    let mut sym = Symbolizer::new();
+    analyze_bounded(
+        BufReader::with_capacity(1 << 20, file),
+        MERGE_BOUND,
+        Some(&mut sym),
+    )
+    .map_err(|e| match e {
         OpenError::Io(source) => ModelError::Read {
             path: path.to_owned(),
             source,
@@ -408,20 +445,35 @@ pub fn analyze(path: &Path) -> Result<Analysis, ModelError> {
     })
 }
 
-/// Replays a trace from any reader (buffer it: frames are read a few bytes at a time).
+/// Replays a trace from any reader (buffer it: frames are read a few bytes at a time); call sites are
+/// symbolised from the files the trace names ([`Symbolizer::new`]).
 pub fn analyze_reader(r: impl Read) -> Result<Analysis, OpenError> {
-    analyze_bounded(r, MERGE_BOUND)
+    let mut sym = Symbolizer::new();
+    analyze_bounded(r, MERGE_BOUND, Some(&mut sym))
 }
 
-fn analyze_bounded(r: impl Read, bound: usize) -> Result<Analysis, OpenError> {
+/// [`analyze_reader`] with a given symboliser (its debug directories, its cache of objects), or none: native
+/// frames are then `module+offset` and no file is read.
+pub fn analyze_reader_with(
+    r: impl Read,
+    sym: Option<&mut Symbolizer>,
+) -> Result<Analysis, OpenError> {
+    analyze_bounded(r, MERGE_BOUND, sym)
+}
+
+fn analyze_bounded(
+    r: impl Read,
+    bound: usize,
+    sym: Option<&mut Symbolizer>,
+) -> Result<Analysis, OpenError> {
     let (mut reader, header) = TraceReader::open(r)?;
     let mut st = Replay::new(header.start_mono_ns, bound.max(8));
     let mut batch: Vec<Event> = Vec::with_capacity(1024);
     let mut unknown_frames = 0u64;
     while let Some((k, payload)) = reader.next_frame() {
-        let bad = if k == kind::EVENTS {
+        let bad = if k == kind::EVENTS || k == kind::EVENTS_STACKS {
             batch.clear();
-            match codec::decode_events(payload, &mut batch) {
+            match codec::decode_events_of(k, payload, &mut batch) {
                 Ok(pid) => {
                     st.on_events(pid, &mut batch);
                     None
@@ -447,7 +499,7 @@ fn analyze_bounded(r: impl Read, bound: usize) -> Result<Analysis, OpenError> {
         }
     }
     let stopped = reader.stop().describe(reader.frames());
-    let mut a = st.finish(header);
+    let mut a = st.finish(header, sym);
     a.format_version = reader.version;
     a.partial = stopped.is_some();
     a.stopped = stopped;
@@ -463,10 +515,12 @@ struct Live {
     size: u64,
     /// Relative ns.
     ts: u64,
+    tid: u32,
+    /// Its call site's aggregate, or `NO_SITE`.
+    site: u32,
     dev: u16,
     api: Api,
     flags: u8,
-    tid: u32,
 }
 
 #[derive(Default, Clone)]
@@ -500,6 +554,8 @@ struct Proc {
     start_abs: u64,
     /// The slot this pid had before this one (exec or pid reuse).
     prev: Option<usize>,
+    /// Its stacks, objects and call-site aggregates.
+    cs: callsites::ProcSites,
 }
 
 impl Proc {
@@ -550,6 +606,7 @@ impl Proc {
             released: false,
             start_abs: ts,
             prev,
+            cs: callsites::ProcSites::default(),
         }
     }
 
@@ -577,6 +634,8 @@ struct Dev {
     /// The largest device total an out-of-memory record gave, and the cap one gave.
     oom_total: Option<u64>,
     oom_cap: Option<u64>,
+    /// New peaks reached so far (call-site aggregates compare it: see `callsites`).
+    peak_seq: u64,
 }
 
 /// Merge heap entries: (absolute time, what, slot or out-of-memory id). At the same time events come first,
@@ -612,6 +671,8 @@ struct Replay {
     next_oom: usize,
     oom_records: u64,
     ooms: Vec<OomSnapshot>,
+    /// Stacks, notes and call-site aggregates.
+    cs: callsites::Store,
 }
 
 impl Replay {
@@ -640,6 +701,7 @@ impl Replay {
             next_oom: 0,
             oom_records: 0,
             ooms: Vec::new(),
+            cs: callsites::Store::default(),
         }
     }
 
@@ -831,8 +893,19 @@ impl Replay {
                 let limit = self.limit();
                 self.pump(limit, 0);
             }
-            // Call sites (format version 2) are not used by the replay yet.
-            Record::Stack(_) | Record::Objects(_) | Record::Note { .. } => {}
+            // Metadata: their times move no watermark and are no event's.
+            Record::Stack(st) => {
+                let s = self.route(st.pid, self.last_ts);
+                self.cs.on_stack(&mut self.procs[s].cs, st);
+            }
+            Record::Objects(o) => {
+                let s = self.route(o.pid, o.ts_ns);
+                self.cs.on_objects(&mut self.procs[s].cs, o.objects);
+            }
+            Record::Note { pid, ts_ns, text } => {
+                let t = self.rel(ts_ns);
+                self.cs.on_note(pid, t, text);
+            }
         }
     }
 
@@ -932,6 +1005,7 @@ impl Replay {
             async_freed: [(u64::MAX, 0); ASYNC_STEPS],
             oom_total: None,
             oom_cap: None,
+            peak_seq: 0,
         });
         self.devs.len() - 1
     }
@@ -956,13 +1030,20 @@ impl Replay {
                     self.procs[s].s.cap_exceeded += 1;
                 }
                 let d = self.dev_index(e.device);
+                let site = if e.stack != 0 {
+                    self.cs
+                        .site_for(&mut self.procs[s].cs, s, e.stack, d as u16)
+                } else {
+                    NO_SITE
+                };
                 let live = Live {
                     size: e.size,
                     ts: t,
+                    tid: e.tid,
+                    site,
                     dev: d as u16,
                     api: e.api,
                     flags: e.flags,
-                    tid: e.tid,
                 };
                 let p = &mut self.procs[s];
                 let map = if eff == Effect::CreateHandle {
@@ -975,7 +1056,7 @@ impl Replay {
                     self.lost += 1;
                     self.take(s, &old, t);
                 }
-                self.give(s, d, e.size, t);
+                self.give(s, d, e.size, t, site);
             }
             eff @ (Effect::FreePtr | Effect::ReleaseHandle) => {
                 if e.result != 0 {
@@ -1031,14 +1112,23 @@ impl Replay {
     }
 
     #[inline]
-    fn give(&mut self, s: usize, d: usize, size: u64, t: u64) {
+    fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32) {
         let dv = &mut self.devs[d];
+        if site != NO_SITE {
+            let a = &mut self.cs.aggs[site as usize];
+            a.sync(dv.peak_seq);
+            a.cur = a.cur.saturating_add(size);
+            a.live_count += 1;
+            a.allocations += 1;
+            a.bytes = a.bytes.saturating_add(size);
+        }
         dv.cur = dv.cur.saturating_add(size);
         dv.allocations += 1;
         dv.largest = dv.largest.max(size);
         if dv.cur > dv.peak {
             dv.peak = dv.cur;
             dv.peak_t = Some(t);
+            dv.peak_seq += 1;
         }
         dv.tl.set(t, dv.cur);
         let p = &mut self.procs[s];
@@ -1059,6 +1149,12 @@ impl Replay {
     fn take(&mut self, s: usize, l: &Live, t: u64) {
         let d = l.dev as usize;
         let dv = &mut self.devs[d];
+        if l.site != NO_SITE {
+            let a = &mut self.cs.aggs[l.site as usize];
+            a.sync(dv.peak_seq);
+            a.cur = a.cur.saturating_sub(l.size);
+            a.live_count = a.live_count.saturating_sub(1);
+        }
         dv.cur = dv.cur.saturating_sub(l.size);
         dv.tl.set(t, dv.cur);
         let p = &mut self.procs[s];
@@ -1168,6 +1264,7 @@ impl Replay {
             .as_ref()
             .map(|l| (l.minima[0].t_ns, l.minima[l.minima.len() - 1].t_ns));
         let mut groups: HashMap<(Api, u64), u64> = HashMap::new();
+        let mut site_groups: HashMap<u32, (u64, u64)> = HashMap::new();
         if let Some(d) = d {
             for p in self.procs.iter().filter(|p| !p.released) {
                 for (&addr, l) in p.ptrs.iter().chain(p.handles.iter()) {
@@ -1184,6 +1281,11 @@ impl Replay {
                     if let Some((from, to)) = span {
                         if l.ts > from && l.ts <= to {
                             *groups.entry((l.api, l.size)).or_default() += 1;
+                            if l.site != NO_SITE {
+                                let g = site_groups.entry(l.site).or_default();
+                                g.0 += 1;
+                                g.1 = g.1.saturating_add(l.size);
+                            }
                         }
                     }
                     if l.size < floor {
@@ -1199,6 +1301,7 @@ impl Replay {
                         bytes: l.size,
                         alloc_time_ns: l.ts,
                         age_ns: t.saturating_sub(l.ts),
+                        site: site_ref(l.site),
                     });
                     if top.len() >= 8 * OOM_TOP_LIVE {
                         trim_top(&mut top);
@@ -1228,7 +1331,38 @@ impl Replay {
             l.more_groups = g.len().saturating_sub(10) as u64;
             g.truncate(10);
             l.groups = g;
+            // By call site: indices are aggregates until `finish` turns them into sites.
+            let mut g: Vec<LeakSite> = site_groups
+                .into_iter()
+                .map(|(site, (count, bytes))| LeakSite {
+                    site: site as usize,
+                    count,
+                    bytes,
+                    label: String::new(),
+                })
+                .collect();
+            g.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+            l.more_sites = g.len().saturating_sub(SITES_LISTED) as u64;
+            g.truncate(SITES_LISTED);
+            l.sites = g;
         }
+        // Live bytes by call site on the device.
+        let (mut by_site, mut site_total) = (Vec::new(), 0u64);
+        if let Some(d) = d {
+            for (i, a) in self.cs.aggs.iter().enumerate() {
+                if a.dev as usize == d && a.cur > 0 {
+                    site_total = site_total.saturating_add(a.cur);
+                    by_site.push(SiteBytes {
+                        site: i,
+                        count: a.live_count,
+                        bytes: a.cur,
+                    });
+                }
+            }
+        }
+        by_site.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+        by_site.truncate(SITES_LISTED);
+        let listed = by_site.iter().fold(0u64, |x, b| x.saturating_add(b.bytes));
         self.ooms.push(OomSnapshot {
             time_ns: t,
             pid: o.pid,
@@ -1256,6 +1390,9 @@ impl Replay {
             timeline,
             async_freed_recent_bytes: async_recent,
             leak,
+            by_site,
+            by_site_unlisted_bytes: site_total.saturating_sub(listed),
+            no_site_bytes: job_live.saturating_sub(site_total),
             dropped_events: self.dropped,
         });
     }
@@ -1267,6 +1404,10 @@ impl Replay {
         let ptrs = std::mem::take(&mut p.ptrs);
         let handles = std::mem::take(&mut p.handles);
         for (addr, l) in ptrs.into_iter().chain(handles) {
+            if l.site != NO_SITE {
+                let a = &mut self.cs.aggs[l.site as usize];
+                a.live_end = a.live_end.saturating_add(l.size);
+            }
             let p = &mut self.procs[s];
             p.s.live_bytes_at_end = p.s.live_bytes_at_end.saturating_add(l.size);
             p.s.live_allocations_at_end += 1;
@@ -1285,6 +1426,7 @@ impl Replay {
                 bytes: l.size,
                 alloc_time_ns: l.ts,
                 age_ns: t.saturating_sub(l.ts),
+                site: site_ref(l.site),
             });
             if self.leaks.len() >= 64 * LEAK_LIST {
                 trim_leaks(&mut self.leaks);
@@ -1295,7 +1437,7 @@ impl Replay {
         }
     }
 
-    fn finish(mut self, header: TraceHeader) -> Analysis {
+    fn finish(mut self, header: TraceHeader, sym: Option<&mut Symbolizer>) -> Analysis {
         self.pump(u64::MAX, 0);
         let end = self.rel(self.last_ts);
         for s in 0..self.procs.len() {
@@ -1307,6 +1449,7 @@ impl Replay {
             self.collect_live(s, at, false);
         }
         trim_leaks(&mut self.leaks);
+        let call_sites = self.call_sites(sym);
         let devs = &self.devs;
         let dev_of = |d: usize| (devs[d].device != NO_DEVICE).then_some(devs[d].device);
         let processes: Vec<ProcessStats> = self
@@ -1385,7 +1528,183 @@ impl Replay {
             live_at_end_bytes: self.leak_bytes,
             oom_records: self.oom_records,
             ooms,
+            call_sites,
         }
+    }
+
+    /// The call sites the reports show, symbolised, with every site reference (aggregate indices until now)
+    /// turned into an index of `CallSites::sites`.
+    fn call_sites(&mut self, mut sym: Option<&mut Symbolizer>) -> CallSites {
+        let notes = self.cs.notes();
+        if !self.cs.any {
+            return CallSites {
+                notes,
+                ..CallSites::default()
+            };
+        }
+        let devs = &self.devs;
+        let aggs = &mut self.cs.aggs;
+        for a in aggs.iter_mut() {
+            a.sync(devs[a.dev as usize].peak_seq);
+        }
+        let aggs = &self.cs.aggs;
+        let mut rm = Remap::default();
+
+        // Each device's peak.
+        let mut per_dev: Vec<Vec<usize>> = vec![Vec::new(); devs.len()];
+        for (i, a) in aggs.iter().enumerate() {
+            if a.at_peak > 0 {
+                per_dev[a.dev as usize].push(i);
+            }
+        }
+        let mut at_peak = Vec::new();
+        for (d, mut list) in per_dev.into_iter().enumerate() {
+            let dv = &devs[d];
+            if dv.peak == 0 {
+                continue;
+            }
+            let total = list
+                .iter()
+                .fold(0u64, |x, &i| x.saturating_add(aggs[i].at_peak));
+            list.sort_unstable_by(|&a, &b| aggs[b].at_peak.cmp(&aggs[a].at_peak).then(a.cmp(&b)));
+            list.truncate(SITES_LISTED);
+            let sites: Vec<SiteBytes> = list
+                .iter()
+                .map(|&i| SiteBytes {
+                    site: rm.get(aggs, i),
+                    count: 0,
+                    bytes: aggs[i].at_peak,
+                })
+                .collect();
+            let listed = sites.iter().fold(0u64, |x, b| x.saturating_add(b.bytes));
+            at_peak.push(DeviceSites {
+                device: (dv.device != NO_DEVICE).then_some(dv.device),
+                peak_bytes: dv.peak,
+                sites,
+                unlisted_bytes: total.saturating_sub(listed),
+                no_site_bytes: dv.peak.saturating_sub(total),
+            });
+        }
+        at_peak.sort_by_key(|d| d.device.unwrap_or(u32::MAX));
+
+        // Bytes allocated, all devices together.
+        let mut allocated: HashMap<(u32, u32), u64> = HashMap::new();
+        for a in aggs {
+            let x = allocated.entry((a.slot, a.stack)).or_default();
+            *x = x.saturating_add(a.bytes);
+        }
+        let mut allocated: Vec<((u32, u32), u64)> = allocated.into_iter().collect();
+        allocated.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        allocated.truncate(SITES_LISTED);
+        let by_allocated: Vec<usize> = allocated
+            .iter()
+            .filter(|(_, b)| *b > 0)
+            .map(|&(k, _)| rm.key(k))
+            .collect();
+
+        // What the other lists name.
+        for l in &mut self.leaks {
+            l.site = l.site.map(|i| rm.get(aggs, i));
+        }
+        for o in &mut self.ooms {
+            for l in &mut o.top_live {
+                l.site = l.site.map(|i| rm.get(aggs, i));
+            }
+            for b in &mut o.by_site {
+                b.site = rm.get(aggs, b.site);
+            }
+            if let Some(l) = &mut o.leak {
+                for g in &mut l.sites {
+                    g.site = rm.get(aggs, g.site);
+                }
+            }
+        }
+
+        // The sites, with their figures and frames.
+        let mut sites: Vec<callsites::Site> = rm
+            .order
+            .iter()
+            .map(|&(slot, stack)| {
+                let p = &self.procs[slot as usize];
+                callsites::Site {
+                    pid: p.s.pid,
+                    stack,
+                    frames: Vec::new(),
+                    site: None,
+                    missing: true,
+                    allocations: 0,
+                    allocated_bytes: 0,
+                    live_bytes_at_end: 0,
+                    per_device: Vec::new(),
+                }
+            })
+            .collect();
+        for a in aggs {
+            let Some(&i) = rm.keys.get(&(a.slot, a.stack)) else {
+                continue;
+            };
+            let s = &mut sites[i];
+            s.allocations += a.allocations;
+            s.allocated_bytes = s.allocated_bytes.saturating_add(a.bytes);
+            s.live_bytes_at_end = s.live_bytes_at_end.saturating_add(a.live_end);
+            let dv = &devs[a.dev as usize];
+            s.per_device.push(callsites::SiteDevice {
+                device: (dv.device != NO_DEVICE).then_some(dv.device),
+                allocations: a.allocations,
+                allocated_bytes: a.bytes,
+                peak_bytes: a.at_peak,
+                live_bytes_at_end: a.live_end,
+            });
+        }
+        for (i, &(slot, stack)) in rm.order.iter().enumerate() {
+            let s = &mut sites[i];
+            s.per_device.sort_by_key(|d| d.device.unwrap_or(u32::MAX));
+            let p = &self.procs[slot as usize];
+            if let Some(frames) = self.cs.frames(&p.cs, stack, sym.as_deref_mut()) {
+                s.site = callsites::choose_site(&frames);
+                s.frames = frames;
+                s.missing = false;
+            }
+        }
+        for o in &mut self.ooms {
+            if let Some(l) = &mut o.leak {
+                for g in &mut l.sites {
+                    g.label = sites[g.site].label();
+                }
+            }
+        }
+        CallSites {
+            present: true,
+            stacks: self.cs.stacks_seen,
+            stacks_not_kept: self.cs.stacks_not_kept,
+            sites,
+            at_peak,
+            by_allocated,
+            notes,
+        }
+    }
+}
+
+/// Site references: (process slot, stack id) -> index in `CallSites::sites`, in order of first reference.
+#[derive(Default)]
+struct Remap {
+    keys: HashMap<(u32, u32), usize>,
+    order: Vec<(u32, u32)>,
+}
+
+impl Remap {
+    fn key(&mut self, k: (u32, u32)) -> usize {
+        let n = self.order.len();
+        let i = *self.keys.entry(k).or_insert(n);
+        if i == n {
+            self.order.push(k);
+        }
+        i
+    }
+
+    fn get(&mut self, aggs: &[Agg], agg: usize) -> usize {
+        let a = &aggs[agg];
+        self.key((a.slot, a.stack))
     }
 }
 
@@ -1514,7 +1833,15 @@ pub fn leak_trend(tl: &Timeline) -> Option<LeakTrend> {
         rise_bytes: rise,
         groups: Vec::new(),
         more_groups: 0,
+        sites: Vec::new(),
+        more_sites: 0,
     })
+}
+
+/// An aggregate index as a site reference (turned into an index of `CallSites::sites` by `finish`).
+#[inline]
+fn site_ref(site: u32) -> Option<usize> {
+    (site != NO_SITE).then_some(site as usize)
 }
 
 /// Keeps the largest [`LEAK_LIST`], in a stable order: largest first, then oldest, then by pid and address.
@@ -1586,9 +1913,9 @@ mod tests {
             ];
             put_record(&mut t, &Record::Events { pid, events });
         }
-        let unbounded = analyze_bounded(&t[..], usize::MAX).unwrap();
+        let unbounded = analyze_bounded(&t[..], usize::MAX, None).unwrap();
         for bound in [8, 9, 50, 333] {
-            let a = analyze_bounded(&t[..], bound).unwrap();
+            let a = analyze_bounded(&t[..], bound, None).unwrap();
             assert_eq!(a.devices, unbounded.devices, "bound {bound}");
             assert_eq!(a.processes, unbounded.processes, "bound {bound}");
         }

@@ -4,6 +4,7 @@
 
 use std::fmt::Write;
 
+use crate::callsites::{Frame, Site};
 use crate::model::{Analysis, DeviceStats, LiveAlloc, ProcessStats};
 
 /// Bumped when a field changes meaning or goes away; new fields do not bump it.
@@ -66,7 +67,8 @@ pub fn render(a: &Analysis) -> String {
 /// The report as a value tree.
 pub fn to_value(a: &Analysis) -> J {
     let h = &a.header;
-    J::O(vec![
+    let cs = a.call_sites.present;
+    let mut top = vec![
         ("version", SCHEMA_VERSION.into()),
         (
             "trace",
@@ -91,17 +93,122 @@ pub fn to_value(a: &Analysis) -> J {
         ("duration_ns", a.duration_ns.into()),
         ("live_at_end_count", a.live_at_end_count.into()),
         ("live_at_end_bytes", a.live_at_end_bytes.into()),
-        ("devices", J::A(a.devices.iter().map(device).collect())),
+        (
+            "devices",
+            J::A(a.devices.iter().map(|d| device(a, d)).collect()),
+        ),
         ("processes", J::A(a.processes.iter().map(process).collect())),
         (
             "live_at_end",
-            J::A(a.live_at_end.iter().map(live).collect()),
+            J::A(a.live_at_end.iter().map(|l| live(l, cs)).collect()),
         ),
+    ];
+    top.extend(call_site_fields(a));
+    if cs {
+        top.push((
+            "call_sites_by_allocated",
+            J::A(
+                a.call_sites
+                    .by_allocated
+                    .iter()
+                    .map(|&i| J::U(i as u64))
+                    .collect(),
+            ),
+        ));
+    }
+    J::O(top)
+}
+
+/// The fields every output with call sites carries: `notes` (when the trace has any or has stacks),
+/// `stacks`, `stacks_not_kept`, `call_sites` (when it has stacks). Nothing for a trace without either.
+pub fn call_site_fields(a: &Analysis) -> Vec<(&'static str, J)> {
+    let cs = &a.call_sites;
+    let mut m = Vec::new();
+    if !cs.present && cs.notes.is_empty() {
+        return m;
+    }
+    m.push((
+        "notes",
+        J::A(
+            cs.notes
+                .iter()
+                .map(|n| {
+                    J::O(vec![
+                        ("pid", n.pid.into()),
+                        ("time_ns", n.time_ns.into()),
+                        ("processes", n.processes.into()),
+                        ("text", n.text.as_str().into()),
+                    ])
+                })
+                .collect(),
+        ),
+    ));
+    if cs.present {
+        m.push(("stacks", cs.stacks.into()));
+        m.push(("stacks_not_kept", cs.stacks_not_kept.into()));
+        m.push((
+            "call_sites",
+            J::A(
+                cs.sites
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| site(i, s))
+                    .collect(),
+            ),
+        ));
+    }
+    m
+}
+
+fn site(id: usize, s: &Site) -> J {
+    J::O(vec![
+        ("id", (id as u64).into()),
+        ("pid", s.pid.into()),
+        ("stack", s.stack.into()),
+        ("label", s.label().into()),
+        ("site_frame", s.site.map(|i| i as u64).into()),
+        ("missing", s.missing.into()),
+        ("allocations", s.allocations.into()),
+        ("allocated_bytes", s.allocated_bytes.into()),
+        ("live_bytes_at_end", s.live_bytes_at_end.into()),
+        (
+            "per_device",
+            J::A(
+                s.per_device
+                    .iter()
+                    .map(|d| {
+                        J::O(vec![
+                            ("device", d.device.into()),
+                            ("allocations", d.allocations.into()),
+                            ("allocated_bytes", d.allocated_bytes.into()),
+                            ("peak_bytes", d.peak_bytes.into()),
+                            ("live_bytes_at_end", d.live_bytes_at_end.into()),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+        ("frames", J::A(s.frames.iter().map(frame).collect())),
     ])
 }
 
-fn device(d: &DeviceStats) -> J {
+/// One frame: `{kind, function, file, line, module, offset, address, inlined, note}`.
+pub fn frame(f: &Frame) -> J {
     J::O(vec![
+        ("kind", f.kind.key().into()),
+        ("function", f.function.clone().into()),
+        ("file", f.file.clone().into()),
+        ("line", f.line.into()),
+        ("module", f.module.clone().into()),
+        ("offset", f.offset.into()),
+        ("address", f.address.into()),
+        ("inlined", f.inlined.into()),
+        ("note", f.note.clone().into()),
+    ])
+}
+
+fn device(a: &Analysis, d: &DeviceStats) -> J {
+    let mut m = vec![
         ("device", d.device.into()),
         ("peak_bytes", d.peak_bytes.into()),
         ("peak_time_ns", d.peak_time_ns.into()),
@@ -134,7 +241,32 @@ fn device(d: &DeviceStats) -> J {
                     .collect(),
             ),
         ),
-    ])
+    ];
+    if a.call_sites.present {
+        let v = match a.call_sites.at_peak_of(d.device) {
+            Some(p) => J::O(vec![
+                (
+                    "sites",
+                    J::A(
+                        p.sites
+                            .iter()
+                            .map(|b| {
+                                J::O(vec![
+                                    ("call_site", (b.site as u64).into()),
+                                    ("bytes", b.bytes.into()),
+                                ])
+                            })
+                            .collect(),
+                    ),
+                ),
+                ("unlisted_bytes", p.unlisted_bytes.into()),
+                ("no_site_bytes", p.no_site_bytes.into()),
+            ]),
+            None => J::Null,
+        };
+        m.push(("call_sites_at_peak", v));
+    }
+    J::O(m)
 }
 
 fn process(p: &ProcessStats) -> J {
@@ -195,8 +327,8 @@ fn process(p: &ProcessStats) -> J {
     ])
 }
 
-fn live(l: &LiveAlloc) -> J {
-    J::O(vec![
+fn live(l: &LiveAlloc, call_sites: bool) -> J {
+    let mut m = vec![
         ("pid", l.pid.into()),
         ("device", l.device.into()),
         ("api", l.api.name().into()),
@@ -205,7 +337,11 @@ fn live(l: &LiveAlloc) -> J {
         ("bytes", l.bytes.into()),
         ("alloc_time_ns", l.alloc_time_ns.into()),
         ("age_ns", l.age_ns.into()),
-    ])
+    ];
+    if call_sites {
+        m.push(("call_site", l.site.map(|i| i as u64).into()));
+    }
+    J::O(m)
 }
 
 // ---- printing ----

@@ -4,7 +4,7 @@
 
 use crate::model::{self, Analysis, LeakTrend, OomSnapshot, Timeline};
 use crate::oom::diagnose::{diagnose, Diagnosis, Finding};
-use crate::out_json::{write_value, J};
+use crate::out_json::{call_site_fields, write_value, J};
 use crate::out_oom_text::api_label;
 
 /// Bumped when a field changes meaning or goes away; new fields do not bump it.
@@ -28,7 +28,7 @@ fn strings(v: &[String]) -> J {
 pub fn to_value(a: &Analysis) -> J {
     let h = &a.header;
     let oom_results: u64 = a.processes.iter().map(|p| p.oom_results).sum();
-    J::O(vec![
+    let mut top = vec![
         ("version", OOM_SCHEMA_VERSION.into()),
         ("kind", "oom".into()),
         (
@@ -58,7 +58,7 @@ pub fn to_value(a: &Analysis) -> J {
         ("oom_results", oom_results.into()),
         (
             "ooms",
-            J::A(a.ooms.iter().map(|s| oom(s, &diagnose(a, s))).collect()),
+            J::A(a.ooms.iter().map(|s| oom(a, s, &diagnose(a, s))).collect()),
         ),
         (
             "processes",
@@ -122,14 +122,16 @@ pub fn to_value(a: &Analysis) -> J {
                                 "leak_trend",
                                 model::leak_trend(&d.timeline)
                                     .as_ref()
-                                    .map_or(J::Null, leak),
+                                    .map_or(J::Null, |l| leak(l, false)),
                             ),
                         ])
                     })
                     .collect(),
             ),
         ),
-    ])
+    ];
+    top.extend(call_site_fields(a));
+    J::O(top)
 }
 
 fn timeline(tl: &Timeline) -> J {
@@ -147,8 +149,9 @@ fn timeline(tl: &Timeline) -> J {
     )
 }
 
-fn leak(l: &LeakTrend) -> J {
-    J::O(vec![
+/// `call_sites`: the trace has stacks (the trend's `sites` are listed).
+fn leak(l: &LeakTrend, call_sites: bool) -> J {
+    let mut m = vec![
         (
             "minima",
             J::A(
@@ -176,10 +179,30 @@ fn leak(l: &LeakTrend) -> J {
             ),
         ),
         ("more_groups", l.more_groups.into()),
-    ])
+    ];
+    if call_sites {
+        m.push((
+            "sites",
+            J::A(
+                l.sites
+                    .iter()
+                    .map(|g| {
+                        J::O(vec![
+                            ("call_site", (g.site as u64).into()),
+                            ("label", g.label.as_str().into()),
+                            ("count", g.count.into()),
+                            ("bytes", g.bytes.into()),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ));
+        m.push(("more_sites", l.more_sites.into()));
+    }
+    J::O(m)
 }
 
-fn finding(f: &Finding) -> J {
+fn finding(f: &Finding, call_sites: bool) -> J {
     let mut m: Vec<(&'static str, J)> = vec![("kind", f.key().into()), ("text", f.text().into())];
     match f {
         Finding::Fit {
@@ -194,7 +217,7 @@ fn finding(f: &Finding) -> J {
             m.push(("limited_by", (*limited_by).into()));
         }
         Finding::LeakTrend(l) => {
-            if let J::O(fields) = leak(l) {
+            if let J::O(fields) = leak(l, call_sites) {
                 m.extend(fields);
             }
         }
@@ -218,8 +241,9 @@ fn finding(f: &Finding) -> J {
     J::O(m)
 }
 
-fn oom(s: &OomSnapshot, d: &Diagnosis) -> J {
-    J::O(vec![
+fn oom(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> J {
+    let cs = a.call_sites.present;
+    let mut m = vec![
         ("time_ns", s.time_ns.into()),
         ("pid", s.pid.into()),
         ("tid", s.tid.into()),
@@ -294,7 +318,7 @@ fn oom(s: &OomSnapshot, d: &Diagnosis) -> J {
                 s.top_live
                     .iter()
                     .map(|l| {
-                        J::O(vec![
+                        let mut m = vec![
                             ("pid", l.pid.into()),
                             ("tid", l.tid.into()),
                             ("device", l.device.into()),
@@ -304,7 +328,18 @@ fn oom(s: &OomSnapshot, d: &Diagnosis) -> J {
                             ("bytes", l.bytes.into()),
                             ("alloc_time_ns", l.alloc_time_ns.into()),
                             ("age_ns", l.age_ns.into()),
-                        ])
+                        ];
+                        if cs {
+                            m.push(("call_site", l.site.map(|i| i as u64).into()));
+                            m.push((
+                                "site",
+                                l.site
+                                    .and_then(|i| a.call_sites.sites.get(i))
+                                    .map(|x| x.label())
+                                    .into(),
+                            ));
+                        }
+                        J::O(m)
                     })
                     .collect(),
             ),
@@ -328,10 +363,36 @@ fn oom(s: &OomSnapshot, d: &Diagnosis) -> J {
         ),
         ("timeline_bucket_ns", s.timeline.bucket_ns.into()),
         ("timeline", timeline(&s.timeline)),
-        ("findings", J::A(d.findings.iter().map(finding).collect())),
+        (
+            "findings",
+            J::A(d.findings.iter().map(|f| finding(f, cs)).collect()),
+        ),
         (
             "advice",
             J::A(d.advice.iter().map(|x| J::S(x.clone())).collect()),
         ),
-    ])
+    ];
+    if cs {
+        m.push((
+            "live_by_call_site",
+            J::A(
+                s.by_site
+                    .iter()
+                    .map(|b| {
+                        J::O(vec![
+                            ("call_site", (b.site as u64).into()),
+                            ("count", b.count.into()),
+                            ("bytes", b.bytes.into()),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ));
+        m.push((
+            "live_by_call_site_unlisted_bytes",
+            s.by_site_unlisted_bytes.into(),
+        ));
+        m.push(("live_no_site_bytes", s.no_site_bytes.into()));
+    }
+    J::O(m)
 }

@@ -11,7 +11,7 @@ use crate::model::{self, Analysis, DeviceStats, Ended, OomSnapshot, Timeline};
 use crate::oom::diagnose::{diagnose, leak_text, Diagnosis, CONTEXT_ESTIMATE_BYTES};
 use crate::out_text::sparkline::sparkline;
 use crate::out_text::units::{bytes, bytes_exact, count, fit, printable, secs};
-use crate::out_text::{device_name, ended_label, short_command, WIDTH};
+use crate::out_text::{device_name, ended_label, short_command, site_lines, WIDTH};
 
 /// Rows of a process table before the rest is summed up.
 const MAX_ROWS: usize = 32;
@@ -64,6 +64,7 @@ pub fn render(a: &Analysis, file: Option<&Path>) -> String {
             o.push('\n');
         }
     }
+    crate::out_text::notes(&mut o, a);
     endings(&mut o, a);
     devices(&mut o, a);
     o
@@ -248,8 +249,9 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize)
     o.push('\n');
 
     event_processes(o, s);
-    top_live(o, s);
+    top_live(o, a, s);
     classes(o, s);
+    live_by_site(o, a, s);
     window(o, s, d);
 
     if !d.findings.is_empty() {
@@ -303,7 +305,7 @@ fn event_processes(o: &mut String, s: &OomSnapshot) {
     o.push('\n');
 }
 
-fn top_live(o: &mut String, s: &OomSnapshot) {
+fn top_live(o: &mut String, a: &Analysis, s: &OomSnapshot) {
     if s.top_live.is_empty() {
         writeln!(
             o,
@@ -338,6 +340,37 @@ fn top_live(o: &mut String, s: &OomSnapshot) {
             )
         )
         .ok();
+        if let Some(site) = l.site.and_then(|i| a.call_sites.sites.get(i)) {
+            let line = format!("                 at {}", printable(&site.label()));
+            writeln!(o, "{}", fit(&line, WIDTH)).ok();
+        }
+    }
+    o.push('\n');
+}
+
+fn live_by_site(o: &mut String, a: &Analysis, s: &OomSnapshot) {
+    if !a.call_sites.present || s.live_count == 0 {
+        return;
+    }
+    writeln!(
+        o,
+        "  LIVE BY CALL SITE ON {} (where the live bytes were allocated)",
+        device_name(s.device)
+    )
+    .ok();
+    for b in &s.by_site {
+        let lead = format!("    {:>11}  {:>7} live  ", bytes(b.bytes), count(b.count));
+        for line in site_lines(a, b.site, &lead) {
+            writeln!(o, "{line}").ok();
+        }
+    }
+    for (v, what) in [
+        (s.by_site_unlisted_bytes, "(other call sites)"),
+        (s.no_site_bytes, "(no call site recorded)"),
+    ] {
+        if v > 0 {
+            writeln!(o, "    {:>11}  {:>12}  {what}", bytes(v), "").ok();
+        }
     }
     o.push('\n');
 }

@@ -33,10 +33,152 @@ pub fn render(a: &Analysis, file: Option<&Path>) -> String {
     header(&mut o, a, file);
     devices(&mut o, a);
     processes(&mut o, a);
+    call_sites(&mut o, a);
     live_at_end(&mut o, a);
     address_space(&mut o, a);
+    notes(&mut o, a);
     warnings(&mut o, a);
     o
+}
+
+/// Callers shown under a call site in text (the JSON has every frame).
+pub const SITE_CALLERS: usize = 2;
+
+/// A call site in text: `lead` then the site (with `pid N:` before it when the trace has several processes),
+/// then its first [`SITE_CALLERS`] callers on lines of their own under it, each line within [`WIDTH`].
+pub fn site_lines(a: &Analysis, site: usize, lead: &str) -> Vec<String> {
+    let Some(s) = a.call_sites.sites.get(site) else {
+        return vec![format!("{lead}?")];
+    };
+    let pad = " ".repeat(lead.chars().count());
+    let room = WIDTH.saturating_sub(pad.len()).max(20);
+    let mut labels = s.short(SITE_CALLERS).into_iter();
+    let first = labels.next().unwrap_or_default();
+    let first = if a.processes.len() > 1 {
+        format!("pid {}: {first}", s.pid)
+    } else {
+        first
+    };
+    let mut out = vec![format!("{lead}{}", fit(&printable(&first), room))];
+    for l in labels {
+        out.push(format!("{pad}<- {}", fit(&printable(&l), room - 3)));
+    }
+    out
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "-".to_string();
+    }
+    format!("{}%", (part as u128 * 100 / whole as u128))
+}
+
+fn call_sites(o: &mut String, a: &Analysis) {
+    let cs = &a.call_sites;
+    if !cs.present {
+        return;
+    }
+    if !cs.at_peak.is_empty() {
+        writeln!(
+            o,
+            "CALL SITES AT EACH DEVICE'S PEAK (bytes live then, by where they were allocated)"
+        )
+        .ok();
+        for d in &cs.at_peak {
+            let when = a
+                .devices
+                .iter()
+                .find(|x| x.device == d.device)
+                .and_then(|x| x.peak_time_ns)
+                .map_or(String::new(), |t| format!(" at {}", secs(t)));
+            writeln!(
+                o,
+                "  {}  peak {}{when}",
+                device_name(d.device),
+                bytes(d.peak_bytes)
+            )
+            .ok();
+            for b in &d.sites {
+                let lead = format!(
+                    "    {:>11}  {:>4}  ",
+                    bytes(b.bytes),
+                    pct(b.bytes, d.peak_bytes)
+                );
+                for line in site_lines(a, b.site, &lead) {
+                    writeln!(o, "{line}").ok();
+                }
+            }
+            for (v, what) in [
+                (d.unlisted_bytes, "(other call sites)"),
+                (d.no_site_bytes, "(no call site recorded)"),
+            ] {
+                if v > 0 {
+                    writeln!(
+                        o,
+                        "    {:>11}  {:>4}  {what}",
+                        bytes(v),
+                        pct(v, d.peak_bytes)
+                    )
+                    .ok();
+                }
+            }
+        }
+        o.push('\n');
+    }
+    if !cs.by_allocated.is_empty() {
+        writeln!(o, "CALL SITES BY BYTES ALLOCATED").ok();
+        writeln!(
+            o,
+            "    {:>11}  {:>9}  {:>11}  SITE",
+            "ALLOCATED", "ALLOCS", "LIVE AT END"
+        )
+        .ok();
+        for &i in &cs.by_allocated {
+            let s = &cs.sites[i];
+            let lead = format!(
+                "    {:>11}  {:>9}  {:>11}  ",
+                bytes(s.allocated_bytes),
+                count(s.allocations),
+                bytes(s.live_bytes_at_end)
+            );
+            for line in site_lines(a, i, &lead) {
+                writeln!(o, "{line}").ok();
+            }
+        }
+        o.push('\n');
+    }
+    if cs.stacks_not_kept > 0 {
+        wrap(
+            o,
+            &format!(
+                "{} stack{} past the collector's limits {} not kept: {} allocations show no frames.",
+                count(cs.stacks_not_kept),
+                if cs.stacks_not_kept == 1 { "" } else { "s" },
+                if cs.stacks_not_kept == 1 { "was" } else { "were" },
+                if cs.stacks_not_kept == 1 { "its" } else { "their" }
+            ),
+            "  ",
+            WIDTH,
+        );
+        o.push('\n');
+    }
+}
+
+/// The shim's notes (each once), when the trace has any.
+pub fn notes(o: &mut String, a: &Analysis) {
+    if a.call_sites.notes.is_empty() {
+        return;
+    }
+    writeln!(o, "NOTES").ok();
+    for n in &a.call_sites.notes {
+        let who = if n.processes > 1 {
+            format!("pid {} and {} more", n.pid, n.processes - 1)
+        } else {
+            format!("pid {}", n.pid)
+        };
+        wrap(o, &format!("- {who}: {}", printable(&n.text)), "  ", WIDTH);
+    }
+    o.push('\n');
 }
 
 /// A device's name for people: `GPU 0`, or `GPU ?` when the shim could not tell.
@@ -299,6 +441,11 @@ fn live_at_end(o: &mut String, a: &Analysis) {
             )
         )
         .ok();
+        if let Some(site) = l.site {
+            for line in site_lines(a, site, "               at ") {
+                writeln!(o, "{line}").ok();
+            }
+        }
     }
     let shown = a
         .live_at_end

@@ -1,9 +1,9 @@
-//! A device's bytes in use over time, downsampled as it is built: buckets start 1 ms wide; when a value would
+//! A device's bytes in use over time, downsampled as it is built: buckets start 1 µs wide (so a short run still has a shape); when a value would
 //! land past the last of `MAX_BUCKETS`, neighbouring pairs merge and the width doubles. Each bucket keeps the
 //! highest value seen in it and the value at its end, so a peak is never lost to downsampling.
 
 /// Width of the first buckets.
-pub const FIRST_BUCKET_NS: u64 = 1_000_000;
+pub const FIRST_BUCKET_NS: u64 = 1_000;
 /// The most buckets a timeline holds.
 pub const MAX_BUCKETS: usize = 2048;
 
@@ -131,18 +131,19 @@ mod tests {
     #[test]
     fn keeps_max_and_last_and_fills_gaps() {
         let mut b = TimelineBuilder::default();
-        b.set(500_000, 10);
-        b.set(600_000, 30);
-        b.set(700_000, 5);
-        b.set(3_200_000, 0);
-        let t = b.finish(3_999_999);
+        let u = FIRST_BUCKET_NS;
+        b.set(u / 2, 10);
+        b.set(u * 6 / 10, 30);
+        b.set(u * 7 / 10, 5);
+        b.set(u * 32 / 10, 0);
+        let t = b.finish(4 * u - 1);
         assert_eq!(t.bucket_ns, FIRST_BUCKET_NS);
         let got: Vec<(u64, u64)> = t
             .buckets
             .iter()
             .map(|b| (b.max_bytes, b.last_bytes))
             .collect();
-        // Bucket 3 held 5 until the free at 3.2 ms.
+        // Bucket 3 held 5 until the free at 3.2 buckets in.
         assert_eq!(got, vec![(30, 5), (5, 5), (5, 5), (5, 0)]);
     }
 

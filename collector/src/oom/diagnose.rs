@@ -178,6 +178,15 @@ pub fn leak_text(l: &LeakTrend) -> String {
             g.join(", ")
         ));
     }
+    if !l.sites.is_empty() {
+        let g: Vec<String> = l
+            .sites
+            .iter()
+            .take(3)
+            .map(|g| format!("{} ({} in {})", g.label, bytes(g.bytes), count(g.count)))
+            .collect();
+        s.push_str(&format!(" Their call sites: {}.", g.join("; ")));
+    }
     s
 }
 

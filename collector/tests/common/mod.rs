@@ -1,8 +1,11 @@
 //! Builds traces in memory for the tests.
 #![allow(dead_code)]
 
-use vramtrace_format::codec::{encode_header, put_record};
-use vramtrace_format::{flags, Api, EndKind, Event, Hello, Record, TraceHeader, NO_DEVICE};
+use vramtrace_format::codec::{encode_header, put_frame, put_record, put_varint};
+use vramtrace_format::{
+    flags, Api, EndKind, Event, Hello, Object, Objects, PyFrame, Record, Stack, TraceHeader,
+    NO_DEVICE,
+};
 
 pub const START: u64 = 1_000_000_000;
 pub const MS: u64 = 1_000_000;
@@ -93,6 +96,94 @@ pub fn trace(records: &[Record]) -> Vec<u8> {
     let mut t = encode_header(&header());
     for r in records {
         put_record(&mut t, r);
+    }
+    t
+}
+
+/// `e` allocated at call site `stack`.
+pub fn with_stack(mut e: Event, stack: u32) -> Event {
+    e.stack = stack;
+    e
+}
+
+/// A Python frame.
+pub fn py(file: &str, function: &str, line: u32) -> PyFrame {
+    PyFrame {
+        file: file.into(),
+        function: function.into(),
+        line,
+    }
+}
+
+pub fn stack(pid: u32, id: u32, native: Vec<u64>, python: Vec<PyFrame>) -> Record {
+    Record::Stack(Stack {
+        pid,
+        id,
+        native,
+        python,
+    })
+}
+
+/// An object at `path` loaded with `bias`, its code at `text`.
+pub fn object(path: &str, bias: u64, text: (u64, u64), build_id: &[u8]) -> Object {
+    Object {
+        path: path.into(),
+        bias,
+        text: vec![text],
+        build_id: build_id.to_vec(),
+    }
+}
+
+pub fn objects(pid: u32, ms: u64, objects: Vec<Object>) -> Record {
+    Record::Objects(Objects {
+        pid,
+        ts_ns: START + ms * MS,
+        objects,
+    })
+}
+
+pub fn note(pid: u32, ms: u64, text: &str) -> Record {
+    Record::Note {
+        pid,
+        ts_ns: START + ms * MS,
+        text: text.into(),
+    }
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+/// The trace as a version-1 writer wrote it: version 1 in the header, events in frames of kind 2 (no stack
+/// ids). Only records a version-1 writer knew.
+pub fn trace_v1(records: &[Record]) -> Vec<u8> {
+    let mut t = encode_header(&header());
+    t[8..10].copy_from_slice(&1u16.to_le_bytes());
+    for r in records {
+        match r {
+            Record::Events { pid, events } => put_frame(&mut t, 2, |out| {
+                put_varint(out, *pid as u64);
+                put_varint(out, events.len() as u64);
+                let (mut ts, mut tid, mut addr, mut aux) = (0u64, 0u32, 0u64, 0u64);
+                for e in events {
+                    put_varint(out, zigzag(e.ts_ns.wrapping_sub(ts) as i64));
+                    put_varint(out, zigzag(e.tid.wrapping_sub(tid) as i32 as i64));
+                    out.push(e.api as u8);
+                    out.push(e.flags);
+                    put_varint(out, e.device.wrapping_add(1) as u64);
+                    put_varint(out, e.result as u64);
+                    put_varint(out, zigzag(e.addr.wrapping_sub(addr) as i64));
+                    put_varint(out, e.size);
+                    put_varint(out, zigzag(e.aux.wrapping_sub(aux) as i64));
+                    ts = e.ts_ns;
+                    tid = e.tid;
+                    addr = e.addr;
+                    aux = e.aux;
+                }
+            }),
+            Record::Stack(_) | Record::Objects(_) | Record::Note { .. } => {}
+            r => put_record(&mut t, r),
+        }
     }
     t
 }

@@ -1,0 +1,766 @@
+//! Call sites: where allocations came from (trace format 2's `Stack`, `Objects` and `Note` records).
+//!
+//! During the replay ([`Store`]) each process keeps its stacks (stack id -> native return addresses and Python
+//! frames, strings interned, memory bounded by [`MAX_STACKS`] and the frame limits), its loaded objects (every
+//! list it sent, merged: see [`ObjectTable`]), and per (process, stack, device) an aggregate: allocations,
+//! bytes allocated, bytes live now, bytes live at the device's peak, bytes live at the end.
+//!
+//! Bytes live at the peak cost O(1) an event: a device counts its new peaks (`peak_seq`); an aggregate that
+//! changes notes the count it saw, and when it next changes (or at the end) with a newer peak in between, its
+//! bytes then (unchanged since) were its bytes at that peak.
+//!
+//! At the end only the stacks a report shows are turned into [`Site`]s with frames, and only their native
+//! addresses are symbolised ([`crate::symbols`]). The frame chosen as *the* call site of a stack: its innermost
+//! Python frame outside the standard library and the frameworks' own packages ([`FRAMEWORK_PACKAGES`]), else its
+//! innermost Python frame; without Python frames, its innermost native frame outside the CUDA runtime, driver,
+//! shim and frameworks' libraries ([`INTERNAL_MODULES`]), else outside [`CORE_MODULES`], else the innermost.
+
+use std::collections::HashMap;
+
+use vramtrace_format::{Object, PyFrame, Stack};
+
+use crate::model::fasthash::FastMap;
+use crate::symbols::Symbolizer;
+
+/// Sites listed per list (each device's peak, bytes allocated, live at an out-of-memory event, what grew).
+pub const SITES_LISTED: usize = 10;
+/// Stacks kept, all processes together; later ones are counted, and their allocations show no frames.
+pub const MAX_STACKS: usize = 1 << 20;
+/// Native frames kept, all stacks together (8 bytes each).
+pub const MAX_NATIVE_FRAMES: usize = 16 << 20;
+/// Python frames kept, all stacks together (12 bytes each, strings interned).
+pub const MAX_PYTHON_FRAMES: usize = 8 << 20;
+/// Bytes of distinct Python file and function names kept.
+pub const MAX_STRING_BYTES: usize = 64 << 20;
+/// Native frames kept of one stack (the shim sends at most 64).
+pub const MAX_STACK_DEPTH: usize = 256;
+/// (process, stack, device) aggregates kept; allocations past that count as without a call site.
+pub const MAX_SITES: usize = 1 << 21;
+/// Distinct objects kept per process.
+pub const MAX_OBJECTS: usize = 1 << 16;
+/// Distinct notes kept.
+pub const MAX_NOTES: usize = 64;
+
+/// Native objects that are never the call site when another frame is: the CUDA driver and runtime, the shim,
+/// the frameworks' native libraries, the Python interpreter and the C/C++ runtimes. Matched on the start of the
+/// file's name; libraries under [`INTERNAL_DIRS`] too.
+pub const INTERNAL_MODULES: &[&str] = &[
+    "libcuda.so",
+    "libcudart",
+    "libvramtrace",
+    "libc10",
+    "libtorch",
+    "libcublas",
+    "libcudnn",
+    "libnccl",
+    "libcufft",
+    "libcurand",
+    "libcusparse",
+    "libcusolver",
+    "libnvrtc",
+    "libnvJitLink",
+    "libxla",
+    "xla_extension",
+    "libjax",
+    "libpython",
+    "python",
+    "libc.so",
+    "libstdc++",
+    "libpthread",
+    "libgcc_s",
+    "ld-linux",
+];
+/// Of those, the ones that are never the call site even when all frames are internal.
+pub const CORE_MODULES: &[&str] = &["libcuda.so", "libcudart", "libvramtrace"];
+/// Python packages whose frames are framework internals (in `site-packages` or `dist-packages`).
+pub const FRAMEWORK_PACKAGES: &[&str] =
+    &["torch", "jax", "jaxlib", "cupy", "cupyx", "cupy_backends"];
+
+/// Python or native.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameKind {
+    Python,
+    Native,
+}
+
+impl FrameKind {
+    /// The JSON name.
+    pub fn key(self) -> &'static str {
+        match self {
+            FrameKind::Python => "python",
+            FrameKind::Native => "native",
+        }
+    }
+}
+
+/// One frame of a call stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub kind: FrameKind,
+    /// Python: the function; native: the demangled function (debug info or symbol table), when known.
+    pub function: Option<String>,
+    /// Python: the source file; native: the source file from debug info.
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// Native: the object (executable or library) the address is in, as the loader named it.
+    pub module: Option<String>,
+    /// Native: the address in the object's own terms (address - load bias): `module+0xoffset`.
+    pub offset: Option<u64>,
+    /// Native: the return address in the process.
+    pub address: Option<u64>,
+    /// Native: a function inlined at this address into the next frame.
+    pub inlined: bool,
+    /// Why a native frame is not (fully) symbolised, when there is something to say.
+    pub note: Option<String>,
+}
+
+/// A call site: one stack of one process, with its figures. `frames` holds its Python frames first (innermost
+/// first), then its native frames (innermost first, inlined functions expanded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Site {
+    pub pid: u32,
+    /// The stack id in the trace.
+    pub stack: u32,
+    pub frames: Vec<Frame>,
+    /// The index in `frames` of the frame chosen as the call site; `None` without frames.
+    pub site: Option<usize>,
+    /// The stack's frames are not in the trace (never sent, or past [`MAX_STACKS`]).
+    pub missing: bool,
+    pub allocations: u64,
+    pub allocated_bytes: u64,
+    pub live_bytes_at_end: u64,
+    /// Per device it allocated on, by ordinal.
+    pub per_device: Vec<SiteDevice>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SiteDevice {
+    pub device: Option<u32>,
+    pub allocations: u64,
+    pub allocated_bytes: u64,
+    /// Its bytes live when the device reached its peak.
+    pub peak_bytes: u64,
+    pub live_bytes_at_end: u64,
+}
+
+/// Bytes of one call site in a list: `site` indexes [`CallSites::sites`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SiteBytes {
+    pub site: usize,
+    /// Allocations (live ones, for live bytes).
+    pub count: u64,
+    pub bytes: u64,
+}
+
+/// The call sites of what was live at a device's peak.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceSites {
+    pub device: Option<u32>,
+    pub peak_bytes: u64,
+    /// The largest, largest first (at most [`SITES_LISTED`]).
+    pub sites: Vec<SiteBytes>,
+    /// Bytes at the peak of the sites not listed.
+    pub unlisted_bytes: u64,
+    /// Bytes at the peak allocated without a call site (stack 0, or past [`MAX_SITES`]).
+    pub no_site_bytes: u64,
+}
+
+/// Something the shim said (once, however many processes said it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub text: String,
+    /// The first process that said it, and when (relative ns).
+    pub pid: u32,
+    pub time_ns: u64,
+    /// How many processes said it.
+    pub processes: u64,
+}
+
+/// Everything about call sites in an analysis.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallSites {
+    /// The trace has stacks (or allocations naming one): reports show call sites.
+    pub present: bool,
+    /// Stacks in the trace, and those not kept (past the limits).
+    pub stacks: u64,
+    pub stacks_not_kept: u64,
+    /// The sites that lists refer to (by index).
+    pub sites: Vec<Site>,
+    /// One per device with a peak, by device ordinal.
+    pub at_peak: Vec<DeviceSites>,
+    /// The sites that allocated the most bytes, most first (at most [`SITES_LISTED`]).
+    pub by_allocated: Vec<usize>,
+    pub notes: Vec<Note>,
+}
+
+impl CallSites {
+    pub fn at_peak_of(&self, device: Option<u32>) -> Option<&DeviceSites> {
+        self.at_peak.iter().find(|d| d.device == device)
+    }
+}
+
+impl Frame {
+    /// One line: `train.py:88 in build_model`, `alloc_weights at src/prog.c:12`, `alloc_weights in prog`,
+    /// `libfoo.so+0x1234`, `0x7f3a12345678`.
+    pub fn label(&self) -> String {
+        let mut s = match self.kind {
+            FrameKind::Python => {
+                let file = self.file.as_deref().map_or("?".to_string(), short_path);
+                let mut s = match self.line {
+                    Some(l) if l > 0 => format!("{file}:{l}"),
+                    _ => file,
+                };
+                if let Some(f) = &self.function {
+                    s.push_str(&format!(" in {f}"));
+                }
+                s
+            }
+            FrameKind::Native => {
+                let module = self.module.as_deref().map(base_name);
+                match (&self.function, &self.file, module) {
+                    (Some(f), Some(file), _) => match self.line {
+                        Some(l) if l > 0 => format!("{f} at {}:{l}", short_path(file)),
+                        _ => format!("{f} at {}", short_path(file)),
+                    },
+                    (Some(f), None, Some(m)) => format!("{f} in {m}"),
+                    (Some(f), None, None) => f.clone(),
+                    (None, _, Some(m)) => format!("{m}+{:#x}", self.offset.unwrap_or(0)),
+                    (None, _, None) => format!("{:#x}", self.address.unwrap_or(0)),
+                }
+            }
+        };
+        if self.inlined {
+            s.push_str(" (inlined)");
+        }
+        if self.note.as_deref() == Some(crate::symbols::REBUILT) {
+            s.push_str(" (rebuilt since: not symbolised)");
+        }
+        s
+    }
+}
+
+impl Site {
+    /// The frame chosen as the call site.
+    pub fn site_frame(&self) -> Option<&Frame> {
+        self.frames.get(self.site?)
+    }
+
+    /// The call site in one line (`stack N (frames not recorded)` without frames).
+    pub fn label(&self) -> String {
+        match self.site_frame() {
+            Some(f) => f.label(),
+            None if self.missing => format!("stack {} (frames not recorded)", self.stack),
+            None => format!("stack {} (no frames)", self.stack),
+        }
+    }
+
+    /// The call site and up to `callers` frames of the same kind after it (its callers: Python frames come
+    /// before the native ones they sit on, so a native frame is no Python frame's caller), one label each.
+    pub fn short(&self, callers: usize) -> Vec<String> {
+        match self.site {
+            Some(i) => self.frames[i..]
+                .iter()
+                .take_while(|f| f.kind == self.frames[i].kind)
+                .take(callers + 1)
+                .map(Frame::label)
+                .collect(),
+            None => vec![self.label()],
+        }
+    }
+}
+
+/// The last two components of a path: `proj/train.py`.
+pub fn short_path(p: &str) -> String {
+    let mut parts = p.rsplitn(3, '/');
+    let last = parts.next().unwrap_or(p);
+    match parts.next() {
+        Some(dir) if !dir.is_empty() => format!("{dir}/{last}"),
+        _ => last.to_string(),
+    }
+}
+
+fn base_name(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+/// Directories whose native libraries are framework internals (PyTorch's, JAX's, CuPy's, NVIDIA's wheels).
+pub const INTERNAL_DIRS: &[&str] = &[
+    "/torch/lib/",
+    "/jaxlib/",
+    "/cupy_backends/",
+    "/cupy/",
+    "/nvidia/",
+];
+
+fn module_in(path: &str, list: &[&str], dirs: &[&str]) -> bool {
+    let base = base_name(path);
+    list.iter().any(|m| base.starts_with(m)) || dirs.iter().any(|d| path.contains(d))
+}
+
+/// A Python file of the standard library or of a framework's own package.
+pub fn is_library_python(file: &str) -> bool {
+    if file.starts_with('<') {
+        return true; // <frozen importlib._bootstrap>, <string>...
+    }
+    for pkgs in ["/site-packages/", "/dist-packages/"] {
+        if let Some(i) = file.find(pkgs) {
+            let rest = &file[i + pkgs.len()..];
+            let top = rest.split('/').next().unwrap_or("");
+            let top = top.strip_suffix(".py").unwrap_or(top);
+            return FRAMEWORK_PACKAGES.contains(&top);
+        }
+    }
+    // The standard library: .../lib/python3.12/...
+    file.contains("/lib/python")
+}
+
+/// The index of the frame chosen as the call site (see the module's documentation).
+pub fn choose_site(frames: &[Frame]) -> Option<usize> {
+    let py: Vec<usize> = (0..frames.len())
+        .filter(|&i| frames[i].kind == FrameKind::Python)
+        .collect();
+    if let Some(&first) = py.first() {
+        return Some(
+            py.iter()
+                .copied()
+                .find(|&i| !frames[i].file.as_deref().is_some_and(is_library_python))
+                .unwrap_or(first),
+        );
+    }
+    let outside = |list: &[&str], dirs: &[&str]| {
+        (0..frames.len()).find(|&i| {
+            !frames[i]
+                .module
+                .as_deref()
+                .is_some_and(|m| module_in(m, list, dirs))
+        })
+    };
+    if frames.is_empty() {
+        return None;
+    }
+    outside(INTERNAL_MODULES, INTERNAL_DIRS)
+        .or_else(|| outside(CORE_MODULES, &[]))
+        .or(Some(0))
+}
+
+// ---- during the replay ----------------------------------------------------------------------------------
+
+/// No call site.
+pub(crate) const NO_SITE: u32 = u32::MAX;
+
+/// The figures of one (process slot, stack id, device index).
+#[derive(Clone)]
+pub(crate) struct Agg {
+    pub slot: u32,
+    pub stack: u32,
+    pub dev: u16,
+    /// The device's `peak_seq` when this last changed.
+    pub seen: u64,
+    pub cur: u64,
+    pub at_peak: u64,
+    pub live_count: u64,
+    pub allocations: u64,
+    pub bytes: u64,
+    pub live_end: u64,
+}
+
+impl Agg {
+    /// Before a change at a moment when the device has seen `peak_seq` peaks: the bytes now were the bytes at
+    /// every peak since the last change.
+    #[inline]
+    pub fn sync(&mut self, peak_seq: u64) {
+        if self.seen < peak_seq {
+            self.at_peak = self.cur;
+            self.seen = peak_seq;
+        }
+    }
+}
+
+/// A stack as kept: ranges of the frame arenas.
+#[derive(Clone, Copy)]
+struct RawStack {
+    native: u32,
+    native_len: u32,
+    python: u32,
+    python_len: u32,
+    /// The process's objects generation when it arrived.
+    gen: u32,
+}
+
+/// One loaded object as a process listed it, over all its lists.
+#[derive(Clone)]
+pub(crate) struct ObjEntry {
+    pub path: Box<str>,
+    pub bias: u64,
+    pub text: Vec<(u64, u64)>,
+    pub build_id: Vec<u8>,
+    /// The first and last lists (generations) naming it.
+    first: u32,
+    last: u32,
+}
+
+/// A process's loaded objects: every list it sent, merged. An address is looked up in the objects loaded when
+/// its stack arrived, else in the latest list, else in earlier ones (newest first).
+#[derive(Default)]
+pub(crate) struct ObjectTable {
+    gen: u32,
+    entries: Vec<ObjEntry>,
+    index: HashMap<(Box<str>, u64, Vec<u8>), usize>,
+}
+
+impl ObjectTable {
+    fn update(&mut self, objects: Vec<Object>) {
+        self.gen += 1;
+        for o in objects {
+            let key = (o.path.into_boxed_str(), o.bias, o.build_id);
+            match self.index.get(&key) {
+                Some(&i) => {
+                    let e = &mut self.entries[i];
+                    e.last = self.gen;
+                    e.text = o.text;
+                }
+                None if self.entries.len() < MAX_OBJECTS => {
+                    self.entries.push(ObjEntry {
+                        path: key.0.clone(),
+                        bias: key.1,
+                        text: o.text,
+                        build_id: key.2.clone(),
+                        first: self.gen,
+                        last: self.gen,
+                    });
+                    self.index.insert(key, self.entries.len() - 1);
+                }
+                None => {}
+            }
+        }
+    }
+
+    pub fn find(&self, addr: u64, gen: u32) -> Option<&ObjEntry> {
+        let has = |e: &&ObjEntry| e.text.iter().any(|&(a, b)| addr >= a && addr < b);
+        let alive = |e: &&ObjEntry| e.first <= gen && gen <= e.last;
+        self.entries
+            .iter()
+            .filter(has)
+            .max_by_key(|e| (alive(e), e.last))
+    }
+}
+
+/// A process's call-site state.
+pub(crate) struct ProcSites {
+    /// Stack id -> kept stack.
+    stacks: FastMap<u32, u32>,
+    /// (stack id << 16 | device index) -> aggregate.
+    sites: FastMap<u64, u32>,
+    last: (u64, u32),
+    pub objects: ObjectTable,
+}
+
+impl Default for ProcSites {
+    fn default() -> Self {
+        ProcSites {
+            stacks: FastMap::default(),
+            sites: FastMap::default(),
+            last: (u64::MAX, NO_SITE),
+            objects: ObjectTable::default(),
+        }
+    }
+}
+
+/// All processes' stacks, interned names, aggregates and notes.
+#[derive(Default)]
+pub(crate) struct Store {
+    strings: Vec<Box<str>>,
+    string_ids: HashMap<Box<str>, u32>,
+    string_bytes: usize,
+    python: Vec<[u32; 3]>,
+    native: Vec<u64>,
+    stacks: Vec<RawStack>,
+    pub aggs: Vec<Agg>,
+    notes: Vec<(Note, Vec<u32>)>,
+    pub stacks_seen: u64,
+    pub stacks_not_kept: u64,
+    /// Stack or objects records seen, or an event naming a stack.
+    pub any: bool,
+}
+
+impl Store {
+    fn intern(&mut self, s: String) -> Option<u32> {
+        if let Some(&i) = self.string_ids.get(s.as_str()) {
+            return Some(i);
+        }
+        if self.string_bytes + s.len() > MAX_STRING_BYTES {
+            return None;
+        }
+        self.string_bytes += s.len();
+        let b: Box<str> = s.into_boxed_str();
+        let i = self.strings.len() as u32;
+        self.strings.push(b.clone());
+        self.string_ids.insert(b, i);
+        Some(i)
+    }
+
+    pub fn on_stack(&mut self, ps: &mut ProcSites, st: Stack) {
+        self.any = true;
+        self.stacks_seen += 1;
+        if st.id == 0 || ps.stacks.contains_key(&st.id) {
+            return;
+        }
+        let native_len = st.native.len().min(MAX_STACK_DEPTH);
+        let python_len = st.python.len().min(MAX_STACK_DEPTH);
+        if self.stacks.len() >= MAX_STACKS
+            || self.native.len() + native_len > MAX_NATIVE_FRAMES
+            || self.python.len() + python_len > MAX_PYTHON_FRAMES
+        {
+            self.stacks_not_kept += 1;
+            return;
+        }
+        let mut py = Vec::with_capacity(python_len);
+        for PyFrame {
+            file,
+            function,
+            line,
+        } in st.python.into_iter().take(python_len)
+        {
+            match (self.intern(file), self.intern(function)) {
+                (Some(f), Some(g)) => py.push([f, g, line]),
+                _ => {
+                    self.stacks_not_kept += 1;
+                    return;
+                }
+            }
+        }
+        let raw = RawStack {
+            native: self.native.len() as u32,
+            native_len: native_len as u32,
+            python: self.python.len() as u32,
+            python_len: py.len() as u32,
+            gen: ps.objects.gen,
+        };
+        self.native.extend_from_slice(&st.native[..native_len]);
+        self.python.extend(py);
+        ps.stacks.insert(st.id, self.stacks.len() as u32);
+        self.stacks.push(raw);
+    }
+
+    pub fn on_objects(&mut self, ps: &mut ProcSites, objects: Vec<Object>) {
+        self.any = true;
+        ps.objects.update(objects);
+    }
+
+    pub fn on_note(&mut self, pid: u32, time_ns: u64, text: String) {
+        if let Some((n, pids)) = self.notes.iter_mut().find(|(n, _)| n.text == text) {
+            if !pids.contains(&pid) && pids.len() < 4096 {
+                pids.push(pid);
+                n.processes += 1;
+            }
+            return;
+        }
+        if self.notes.len() < MAX_NOTES {
+            self.notes.push((
+                Note {
+                    text,
+                    pid,
+                    time_ns,
+                    processes: 1,
+                },
+                vec![pid],
+            ));
+        }
+    }
+
+    /// The aggregate of an allocation of `stack` on device index `dev` by process slot `slot`.
+    #[inline]
+    pub fn site_for(&mut self, ps: &mut ProcSites, slot: usize, stack: u32, dev: u16) -> u32 {
+        if stack == 0 {
+            return NO_SITE;
+        }
+        let key = (stack as u64) << 16 | dev as u64;
+        if ps.last.0 == key {
+            return ps.last.1;
+        }
+        let idx = match ps.sites.get(&key) {
+            Some(&i) => i,
+            None => {
+                if self.aggs.len() >= MAX_SITES {
+                    return NO_SITE;
+                }
+                self.any = true;
+                let i = self.aggs.len() as u32;
+                self.aggs.push(Agg {
+                    slot: slot as u32,
+                    stack,
+                    dev,
+                    seen: 0,
+                    cur: 0,
+                    at_peak: 0,
+                    live_count: 0,
+                    allocations: 0,
+                    bytes: 0,
+                    live_end: 0,
+                });
+                ps.sites.insert(key, i);
+                i
+            }
+        };
+        ps.last = (key, idx);
+        idx
+    }
+
+    pub fn notes(&self) -> Vec<Note> {
+        self.notes.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// The frames of stack `id` of a process, Python first then native, symbolised with `sym` (without it,
+    /// native frames are `module+offset`). `None` when the stack is not kept.
+    pub fn frames(
+        &self,
+        ps: &ProcSites,
+        id: u32,
+        mut sym: Option<&mut Symbolizer>,
+    ) -> Option<Vec<Frame>> {
+        let raw = *self.stacks.get(*ps.stacks.get(&id)? as usize)?;
+        let mut out = Vec::new();
+        let py = &self.python[raw.python as usize..(raw.python + raw.python_len) as usize];
+        for &[file, function, line] in py {
+            let text =
+                |i: u32| Some(self.strings[i as usize].to_string()).filter(|s| !s.is_empty());
+            out.push(Frame {
+                kind: FrameKind::Python,
+                function: text(function),
+                file: text(file),
+                line: (line > 0).then_some(line),
+                module: None,
+                offset: None,
+                address: None,
+                inlined: false,
+                note: None,
+            });
+        }
+        let native = &self.native[raw.native as usize..(raw.native + raw.native_len) as usize];
+        for &addr in native {
+            let raw_frame = |module: Option<&ObjEntry>, note: Option<&str>| Frame {
+                kind: FrameKind::Native,
+                function: None,
+                file: None,
+                line: None,
+                module: module.map(|o| {
+                    if o.path.is_empty() {
+                        "(main program)".to_string()
+                    } else {
+                        o.path.to_string()
+                    }
+                }),
+                offset: module.map(|o| addr.wrapping_sub(o.bias)),
+                address: Some(addr),
+                inlined: false,
+                note: note.map(str::to_string),
+            };
+            let Some(o) = ps.objects.find(addr, raw.gen) else {
+                out.push(raw_frame(
+                    None,
+                    Some("in no loaded object (JIT or anonymous memory)"),
+                ));
+                continue;
+            };
+            let Some(s) = sym.as_deref_mut() else {
+                out.push(raw_frame(Some(o), None));
+                continue;
+            };
+            let r = s.resolve(&o.path, &o.build_id, o.bias, addr);
+            if r.frames.is_empty() {
+                out.push(raw_frame(Some(o), r.note));
+                continue;
+            }
+            for f in r.frames {
+                let mut fr = raw_frame(Some(o), r.note);
+                fr.function = f.function;
+                fr.file = f.file;
+                fr.line = f.line;
+                fr.inlined = f.inlined;
+                out.push(fr);
+            }
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn py(file: &str) -> Frame {
+        Frame {
+            kind: FrameKind::Python,
+            function: Some("f".into()),
+            file: Some(file.into()),
+            line: Some(3),
+            module: None,
+            offset: None,
+            address: None,
+            inlined: false,
+            note: None,
+        }
+    }
+
+    fn native(module: &str) -> Frame {
+        Frame {
+            kind: FrameKind::Native,
+            function: None,
+            file: None,
+            line: None,
+            module: Some(module.into()),
+            offset: Some(0x10),
+            address: Some(0x1010),
+            inlined: false,
+            note: None,
+        }
+    }
+
+    #[test]
+    fn the_site_skips_library_and_internal_frames() {
+        let f = vec![
+            py("/usr/lib/python3.12/site-packages/torch/nn/modules/module.py"),
+            py("/usr/lib/python3.12/functools.py"),
+            py("/home/u/train.py"),
+            py("/home/u/main.py"),
+        ];
+        assert_eq!(choose_site(&f), Some(2));
+        let f = vec![py("/x/site-packages/torch/a.py"), py("<frozen runpy>")];
+        assert_eq!(choose_site(&f), Some(0));
+        let f = vec![
+            native("/usr/lib/x86_64-linux-gnu/libcudart.so.12"),
+            native("/opt/conda/lib/python3.11/site-packages/torch/lib/libc10_cuda.so"),
+            native("/home/u/app"),
+        ];
+        assert_eq!(choose_site(&f), Some(2));
+        let f = vec![
+            native("/usr/lib/libcudart.so.12"),
+            native("/x/libtorch_cuda.so"),
+        ];
+        assert_eq!(choose_site(&f), Some(1));
+        assert_eq!(choose_site(&[]), None);
+        assert!(!is_library_python(
+            "/x/site-packages/transformers/models/llama.py"
+        ));
+        assert!(is_library_python("/x/dist-packages/jax/_src/api.py"));
+    }
+
+    #[test]
+    fn labels() {
+        let mut f = py("/home/u/proj/train.py");
+        f.function = Some("build_model".into());
+        assert_eq!(f.label(), "proj/train.py:3 in build_model");
+        let mut n = native("/usr/lib/libfoo.so");
+        assert_eq!(n.label(), "libfoo.so+0x10");
+        n.function = Some("foo".into());
+        assert_eq!(n.label(), "foo in libfoo.so");
+        n.file = Some("/src/foo.c".into());
+        n.line = Some(9);
+        assert_eq!(n.label(), "foo at src/foo.c:9");
+        let mut a = native("x");
+        a.module = None;
+        assert_eq!(a.label(), "0x1010");
+        assert_eq!(short_path("train.py"), "train.py");
+        assert_eq!(short_path("/train.py"), "train.py");
+    }
+}
