@@ -13,6 +13,11 @@ use crate::out_text::sparkline::sparkline;
 use crate::out_text::units::{bytes, bytes_exact, count, fit, printable, secs};
 use crate::out_text::{device_name, ended_label, short_command, site_lines, WIDTH};
 
+/// Word-wraps to the report's width (the one wrapping rule of every text output: out_text::wrap).
+fn wrap(o: &mut String, text: &str, indent: &str) {
+    crate::out_text::wrap(o, text, indent, WIDTH);
+}
+
 /// Rows of a process table before the rest is summed up.
 const MAX_ROWS: usize = 32;
 /// Characters of the timeline before an event.
@@ -567,76 +572,12 @@ fn devices(o: &mut String, a: &Analysis) {
     }
 }
 
-/// Holds a number and its unit together while wrapping.
-const GLUE: char = '\u{e000}';
-
-/// `8.00 GiB` -> `8.00<GLUE>GiB`, so that a size is never split across lines.
-fn glue_units(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut prev: Option<char> = None;
-    let mut rest = text;
-    while let Some(c) = rest.chars().next() {
-        rest = &rest[c.len_utf8()..];
-        if c == ' ' && prev.is_some_and(|p| p.is_ascii_digit()) {
-            let unit = rest
-                .split(|x: char| !x.is_ascii_alphabetic())
-                .next()
-                .unwrap_or("");
-            if matches!(unit, "B" | "KiB" | "MiB" | "GiB" | "TiB" | "s") {
-                out.push(GLUE);
-                prev = Some(GLUE);
-                continue;
-            }
-        }
-        out.push(c);
-        prev = Some(c);
-    }
-    out
-}
-
-/// Word-wraps `text` to [`WIDTH`] columns; lines after the first start with `indent`. Leading spaces of `text`
-/// are kept; a size and its unit stay on one line.
-fn wrap(o: &mut String, text: &str, indent: &str) {
-    let glued = glue_units(text);
-    let text = glued.as_str();
-    let lead = &text[..text.len() - text.trim_start().len()];
-    let mut line = lead.to_string();
-    let mut len = lead.chars().count();
-    let mut words = 0;
-    let flush = |o: &mut String, line: &str| {
-        writeln!(o, "{}", line.replace(GLUE, " ")).ok();
-    };
-    for word in text.split_whitespace() {
-        let wl = word.chars().count();
-        if words > 0 && len + 1 + wl > WIDTH {
-            flush(o, &line);
-            line = indent.to_string();
-            len = indent.chars().count();
-            words = 0;
-        } else if words > 0 {
-            line.push(' ');
-            len += 1;
-        }
-        line.push_str(word);
-        len += wl;
-        words += 1;
-    }
-    if words > 0 {
-        flush(o, &line);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn sizes_stay_whole_when_wrapped() {
-        assert_eq!(
-            glue_units("of 8.00 GiB cap, 3 B"),
-            "of 8.00\u{e000}GiB cap, 3\u{e000}B"
-        );
-        assert_eq!(glue_units("3 processes"), "3 processes");
         let mut o = String::new();
         let text = format!("{} 8.00 GiB", "x".repeat(WIDTH - 6));
         wrap(&mut o, &text, "  ");

@@ -548,15 +548,48 @@ fn warnings(o: &mut String, a: &Analysis) {
     }
 }
 
-/// Word-wraps `text` to `width` columns; lines after the first start with `indent`.
-fn wrap(o: &mut String, text: &str, indent: &str, width: usize) {
-    let mut line = String::new();
-    let mut len = 0;
+const GLUE: char = '\u{e000}';
+
+/// `8.00 GiB` -> `8.00<GLUE>GiB`, so that a size is never split across lines.
+fn glue_units(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut prev: Option<char> = None;
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        rest = &rest[c.len_utf8()..];
+        if c == ' ' && prev.is_some_and(|p| p.is_ascii_digit()) {
+            let unit = rest
+                .split(|x: char| !x.is_ascii_alphabetic())
+                .next()
+                .unwrap_or("");
+            if matches!(unit, "B" | "KiB" | "MiB" | "GiB" | "TiB" | "s") {
+                out.push(GLUE);
+                prev = Some(GLUE);
+                continue;
+            }
+        }
+        out.push(c);
+        prev = Some(c);
+    }
+    out
+}
+
+/// Word-wraps `text` to `width` columns; lines after the first start with `indent`. Leading spaces of `text` are
+/// kept; a size and its unit stay on one line.
+pub fn wrap(o: &mut String, text: &str, indent: &str, width: usize) {
+    let glued = glue_units(text);
+    let text = glued.as_str();
+    let lead = &text[..text.len() - text.trim_start().len()];
+    let mut line = lead.to_string();
+    let mut len = lead.chars().count();
     let mut words = 0;
+    let flush = |o: &mut String, line: &str| {
+        writeln!(o, "{}", line.replace(GLUE, " ")).ok();
+    };
     for word in text.split_whitespace() {
         let wl = word.chars().count();
         if words > 0 && len + 1 + wl > width {
-            writeln!(o, "{line}").ok();
+            flush(o, &line);
             line = indent.to_string();
             len = indent.chars().count();
             words = 0;
@@ -569,13 +602,22 @@ fn wrap(o: &mut String, text: &str, indent: &str, width: usize) {
         words += 1;
     }
     if words > 0 {
-        writeln!(o, "{line}").ok();
+        flush(o, &line);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_size_and_its_unit_are_glued() {
+        assert_eq!(
+            glue_units("of 8.00 GiB cap, 3 B"),
+            "of 8.00\u{e000}GiB cap, 3\u{e000}B"
+        );
+        assert_eq!(glue_units("3 processes"), "3 processes");
+    }
 
     #[test]
     fn wraps_at_width() {
