@@ -14,7 +14,8 @@
 # NO = not; SKIP = not run (framework missing, verb missing, time spent).
 #
 # Cases: a cap-torch, b cap-jax, c cap-two-procs, d cap-warn, e oom-pressure, f oom-cap, g oom-external,
-# h oom-killed (run in the order a b c d f e h g: the hog of g fills 90% of the GPU, so it goes last).
+# h oom-killed, i nvml-cap, j nvml-nocap (run in the order a b i j c d f e h g: the hog of g fills 90% of the GPU, so
+# it goes last). i and j need pynvml (nvidia-ml-py), not torch.
 
 set -u
 set -o pipefail
@@ -537,6 +538,87 @@ case_oom_cap() {
 }
 
 # ---------------------------------------------------------------------------------------------------------------
+# i. nvml-cap: --cap 4GiB, 256 MiB held through cuMemAlloc_v2 (ctypes): pynvml's nvmlDeviceGetMemoryInfo (v1 and v2)
+#    report the capped device, as cuMemGetInfo_v2 does. Before the driver is initialised NVML's own figures stand.
+
+NVML_MIB=256
+
+# nvml_v2_rows NAME TOTAL FREE RESERVED USED: the v2 rows, or one SKIP row when pynvml has no v2.
+nvml_v2_rows() {
+    local n=$1 t=$2 f=$3 rs=$4 u=$5 gt gf gr gu
+    if [ "$(field has_v2)" != 1 ]; then
+        row $n "pynvml v2 (nvmlMemory_v2)" "-" "-" "SKIP" "this pynvml has no nvmlMemory_v2${C_NOTE:+; $C_NOTE}$(field v2_error | sed 's/^/; error /')"
+        return
+    fi
+    gt=$(field v2_total) gf=$(field v2_free) gr=$(field v2_reserved) gu=$(field v2_used)
+    row $n "pynvml v2 total" "$(bytes "$t")" "$(bytes "$gt")" "$([ "$gt" = "$t" ] && echo yes || echo NO)" "nvmlDeviceGetMemoryInfo_v2"
+    row $n "pynvml v2 reserved + used + free = total" "$(bytes "$gt")" "$(bytes $((gr + gu + gf)))" "$(isnum "$gr" && yn "gr + gu + gf == gt" || echo NO)" \
+        "reserved $(bytes "$gr"), used $(bytes "$gu"), free $(bytes "$gf")"
+    if [ -n "$f" ]; then
+        row $n "pynvml v2 free, used" "$(bytes "$f"), $(bytes "$u")" "$(bytes "$gf"), $(bytes "$gu")" \
+            "$([ "$gf" = "$f" ] && [ "$gu" = "$u" ] && echo yes || echo NO)" "reserved $(bytes "$gr") (expected $(bytes "$rs"))"
+    fi
+}
+
+case_nvml_cap() {
+    local n=nvml-cap cap=4294967296 a t f u pre smi
+    time_for 30 $n || return 0
+    CASE_ENV=()
+    vrun $n 90 --cap 4GiB -- "$PY" -u "$CASE_PY" nvml $NVML_MIB
+    ran $n || return 0
+    a=$((NVML_MIB * MIB))
+    t=$(field v1_total) f=$(field v1_free) u=$(field v1_used)
+    row $n "pynvml nvmlDeviceGetMemoryInfo total" "$(bytes $cap)" "$(bytes "$t")" "$([ "$t" = $cap ] && echo yes || echo NO)" \
+        "CUDA device 0 = NVML index $(field nvml_index) of $(field nvml_devices) ($(field uuid))"
+    row $n "pynvml v1 free" "$(bytes $((cap - a)))" "$(bytes "$f")" "$([ "$f" = $((cap - a)) ] && echo yes || echo NO)" "cap - the job's $NVML_MIB MiB"
+    row $n "pynvml v1 used" "$(bytes $a)" "$(bytes "$u")" "$([ "$u" = $a ] && echo yes || echo NO)" "total - free"
+    row $n "cuMemGetInfo_v2 (free, total) = pynvml's" "$(field v1_free), $(field v1_total)" "$(field cu_free), $(field cu_total)" \
+        "$([ "$(field cu_free)" = "$f" ] && [ "$(field cu_total)" = "$t" ] && echo yes || echo NO)" "rc $(field cu_rc)"
+    nvml_v2_rows $n $cap $((cap - a)) 0 $a
+    pre=$(field pre_total) smi=$(field smi_total_mib)
+    row $n "pynvml total before cuInit (NVML's own)" "physical ($smi MiB, nvidia-smi)" "$(bytes "$pre")" \
+        "$(isnum "$pre" && isnum "$smi" && yn "pre / $MIB == smi || (pre + $MIB - 1) / $MIB == smi" || echo NO)" \
+        "documented: before the driver is initialised no GPU is known as a CUDA device"
+}
+
+# ---------------------------------------------------------------------------------------------------------------
+# j. nvml-nocap: no cap, 256 MiB held: pynvml's figures are NVML's, equal to nvidia-smi's (run outside the job).
+
+case_nvml_nocap() {
+    local n=nvml-nocap t f u pre st sr su sf gr gu d
+    time_for 30 $n || return 0
+    CASE_ENV=()
+    vrun $n 90 -- "$PY" -u "$CASE_PY" nvml $NVML_MIB
+    ran $n || return 0
+    t=$(field v1_total) f=$(field v1_free) u=$(field v1_used) pre=$(field pre_total)
+    st=$(field smi_total_mib) sr=$(field smi_reserved_mib) su=$(field smi_used_mib) sf=$(field smi_free_mib)
+    row $n "pynvml total = nvidia-smi memory.total" "$st MiB" "$(bytes "$t")" \
+        "$(isnum "$t" && isnum "$st" && yn "t / $MIB == st || (t + $MIB - 1) / $MIB == st" || echo NO)" "before cuInit $(bytes "$pre")"
+    row $n "pynvml total unchanged by cuInit" "$(bytes "$pre")" "$(bytes "$t")" "$([ "$t" = "$pre" ] && echo yes || echo NO)" ""
+    if isnum "$sf" && isnum "$f"; then
+        d=$((f / MIB - sf))
+        row $n "pynvml v1 free ~ nvidia-smi memory.free" "$sf MiB" "$((f / MIB)) MiB" "$( ((d == 0)) && echo yes || { ((${d#-} <= 16)) && echo close || echo NO; })" \
+            "queried a moment apart (tolerance 16 MiB); v1 used $(bytes "$u")"
+    else
+        row $n "pynvml v1 free ~ nvidia-smi memory.free" "${sf:--}" "$(bytes "$f")" "NO" "no nvidia-smi figure"
+    fi
+    if [ "$(field has_v2)" = 1 ]; then
+        gr=$(field v2_reserved) gu=$(field v2_used)
+        if isnum "$sr"; then
+            row $n "pynvml v2 reserved = nvidia-smi memory.reserved" "$sr MiB" "$(bytes "$gr")" \
+                "$(isnum "$gr" && yn "gr / $MIB == sr || (gr + $MIB - 1) / $MIB == sr" || echo NO)" ""
+        fi
+        if isnum "$su" && isnum "$gu"; then
+            d=$((gu / MIB - su))
+            row $n "pynvml v2 used ~ nvidia-smi memory.used" "$su MiB" "$((gu / MIB)) MiB" "$( ((d == 0)) && echo yes || { ((${d#-} <= 16)) && echo close || echo NO; })" \
+                "tolerance 16 MiB; includes the job's $NVML_MIB MiB and its context"
+        fi
+    else
+        row $n "pynvml v2" "-" "-" "SKIP" "this pynvml has no nvmlMemory_v2"
+    fi
+}
+
+# ---------------------------------------------------------------------------------------------------------------
 # g. oom-external: a process outside the job holds 90% of the GPU; the job (no cap) takes 2 GiB tensors until OOM.
 
 case_oom_external() {
@@ -598,6 +680,8 @@ if have jax; then
 else
     row cap-jax "jax importable" "yes" "no" "SKIP" "$(echo "$VERSIONS" | grep '^jax ' | cut -c1-100)"
 fi
+case_nvml_cap
+case_nvml_nocap
 if have torch; then
     case_two_procs
     case_cap_warn

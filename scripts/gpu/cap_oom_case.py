@@ -11,6 +11,9 @@
   warn MIB       one tensor of MIB MiB, which must succeed (cap-warn)
   jax            JAX with its default preallocation: memory_stats() (cap-jax)
   hog FILE FRAC  outside the job: torch.empty(total * FRAC bytes), writes FILE, sleeps until killed (oom-external)
+  nvml MIB       pynvml's figures (v1, and v2 when pynvml has it) for CUDA device 0's GPU, found by UUID, before the
+                 driver is initialised and after it holds MIB MiB (cuMemAlloc_v2 through ctypes); beside them
+                 cuMemGetInfo_v2's and nvidia-smi's (run without the shim) (nvml-cap, nvml-nocap). No torch needed.
 
 Every mode prints `START pid=<n> ...` first and one line `RESULT k=v ...` (no spaces in values); the error's
 message goes to a `MSG ...` line. Exit 3 (SKIP line) when the framework is missing, 4 when CUDA is unusable, 0
@@ -286,6 +289,94 @@ def hog(path, frac):
     return 0
 
 
+def smi_memory(uuid):
+    """nvidia-smi's memory.total/reserved/used/free in MiB for the GPU with this UUID, run without the shim (it would
+    otherwise be part of the job). reserved is None where nvidia-smi does not know the field."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    for fields in ("memory.total,memory.reserved,memory.used,memory.free", "memory.total,memory.used,memory.free"):
+        try:
+            r = subprocess.run(["nvidia-smi", f"--query-gpu=uuid,{fields}", "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=20, env=env)
+        except Exception as e:  # noqa: BLE001
+            out(f"nvidia-smi failed: {e}")
+            return {}
+        if r.returncode != 0:
+            out(f"nvidia-smi --query-gpu={fields}: exit {r.returncode}: {r.stderr.strip()[:120]}")
+            continue
+        for line in r.stdout.splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if parts and parts[0] == uuid:
+                vals = dict(zip(fields.split(","), parts[1:]))
+                return {k.split(".")[1]: (int(v) if v.isdigit() else None) for k, v in vals.items()}
+    return {}
+
+
+def nvml_mode(mib):
+    try:
+        import pynvml
+    except ImportError:
+        out("SKIP pynvml (nvidia-ml-py) is not installed")
+        return 3
+    import ctypes
+
+    def text(v):
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    pynvml.nvmlInit()
+    n = pynvml.nvmlDeviceGetCount()
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
+    uuids = [text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
+    # Before the driver is initialised: nothing says yet which CUDA device a GPU is, so NVML's own figures.
+    pre = {u: pynvml.nvmlDeviceGetMemoryInfo(h) for u, h in zip(uuids, handles)}
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        out(f"FAIL no libcuda.so.1: {e}")
+        return 4
+    dev, ctx, raw = ctypes.c_int(0), ctypes.c_void_p(), (ctypes.c_ubyte * 16)()
+    for what, rc in (("cuInit", lambda: cu.cuInit(0)),
+                     ("cuDeviceGet", lambda: cu.cuDeviceGet(ctypes.byref(dev), 0)),
+                     ("cuDeviceGetUuid_v2", lambda: cu.cuDeviceGetUuid_v2(raw, dev)),
+                     ("cuDevicePrimaryCtxRetain", lambda: cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)),
+                     ("cuCtxSetCurrent", lambda: cu.cuCtxSetCurrent(ctx))):
+        r = rc()
+        if r != 0:
+            out(f"FAIL {what} returned {r}")
+            return 4
+    h = bytes(raw).hex()
+    uuid = f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+    if uuid not in uuids:
+        out(f"FAIL CUDA device 0 ({uuid}) is none of NVML's devices {uuids}")
+        return 4
+    handle = handles[uuids.index(uuid)]
+    ptr = ctypes.c_uint64(0)
+    r = cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(mib * MiB))
+    if r != 0:
+        out(f"FAIL cuMemAlloc_v2({mib} MiB) returned {r}")
+        return 4
+    v1 = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    kw = {}
+    if hasattr(pynvml, "nvmlMemory_v2"):
+        try:
+            v2 = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+            kw = dict(v2_total=v2.total, v2_reserved=v2.reserved, v2_free=v2.free, v2_used=v2.used)
+        except Exception as e:  # noqa: BLE001
+            out(f"MSG nvmlDeviceGetMemoryInfo_v2: {type(e).__name__}: {first_line(e)}")
+            kw = dict(v2_error=type(e).__name__)
+    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    r = cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))
+    smi = smi_memory(uuid)
+    result(uuid=uuid, nvml_devices=n, nvml_index=uuids.index(uuid), alloc=mib * MiB,
+           pre_total=pre[uuid].total, pre_free=pre[uuid].free, pre_used=pre[uuid].used,
+           v1_total=v1.total, v1_free=v1.free, v1_used=v1.used, has_v2=int("v2_total" in kw), **kw,
+           cu_rc=r, cu_free=free.value, cu_total=total.value,
+           smi_total_mib=smi.get("total"), smi_reserved_mib=smi.get("reserved"), smi_used_mib=smi.get("used"),
+           smi_free_mib=smi.get("free"))
+    cu.cuMemFree_v2(ptr)
+    pynvml.nvmlShutdown()
+    return 0
+
+
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     arg = sys.argv[2] if len(sys.argv) > 2 else ""
@@ -299,6 +390,8 @@ def main():
         return warn(int(arg or 2048))
     if mode == "jax":
         return jax_mode()
+    if mode == "nvml":
+        return nvml_mode(int(arg or 256))
     if mode == "hog":
         return hog(arg, float(sys.argv[3]) if len(sys.argv) > 3 else 0.9)
     out(f"FAIL unknown mode {mode!r}")

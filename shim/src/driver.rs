@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use crate::exports as x;
 
 /// The driver functions (symbols) the shim knows. Those before `CtxGetDevice` are wrapped; the rest it only calls.
+/// The `Nvml*` ones live in NVML (`libnvidia-ml.so.1`), not in the driver: `bind` leaves them alone and
+/// `real_nvml` finds them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Sym {
@@ -36,12 +38,17 @@ pub enum Sym {
     DeviceTotalMem,
     GetProcAddress,
     GetProcAddressV2,
+    NvmlMemoryInfo,
+    NvmlMemoryInfoV2,
     // Called, never wrapped:
     CtxGetDevice,
     DeviceGet,
+    DeviceGetCount,
+    DeviceGetUuidV2,
+    NvmlDeviceGetUuid,
 }
 
-const COUNT: usize = Sym::DeviceGet as usize + 1;
+const COUNT: usize = Sym::NvmlDeviceGetUuid as usize + 1;
 const WRAPPED: usize = Sym::CtxGetDevice as usize;
 
 const ALL: [Sym; COUNT] = [
@@ -65,11 +72,16 @@ const ALL: [Sym; COUNT] = [
     Sym::DeviceTotalMem,
     Sym::GetProcAddress,
     Sym::GetProcAddressV2,
+    Sym::NvmlMemoryInfo,
+    Sym::NvmlMemoryInfoV2,
     Sym::CtxGetDevice,
     Sym::DeviceGet,
+    Sym::DeviceGetCount,
+    Sym::DeviceGetUuidV2,
+    Sym::NvmlDeviceGetUuid,
 ];
 
-/// The driver's exact exported names, in `Sym` order.
+/// The exact exported names (the driver's, and NVML's), in `Sym` order.
 const NAMES: [&CStr; COUNT] = [
     c"cuMemAlloc_v2",
     c"cuMemAllocPitch_v2",
@@ -91,8 +103,13 @@ const NAMES: [&CStr; COUNT] = [
     c"cuDeviceTotalMem_v2",
     c"cuGetProcAddress",
     c"cuGetProcAddress_v2",
+    c"nvmlDeviceGetMemoryInfo",
+    c"nvmlDeviceGetMemoryInfo_v2",
     c"cuCtxGetDevice",
     c"cuDeviceGet",
+    c"cuDeviceGetCount",
+    c"cuDeviceGetUuid_v2",
+    c"nvmlDeviceGetUUID",
 ];
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -103,6 +120,14 @@ static BOUND: AtomicBool = AtomicBool::new(false);
 impl Sym {
     pub fn name(self) -> &'static CStr {
         NAMES[self as usize]
+    }
+
+    /// Whether this is an NVML function (found in NVML's library, not the driver's).
+    pub fn is_nvml(self) -> bool {
+        matches!(
+            self,
+            Sym::NvmlMemoryInfo | Sym::NvmlMemoryInfoV2 | Sym::NvmlDeviceGetUuid
+        )
     }
 }
 
@@ -129,7 +154,13 @@ fn wrapper(f: Sym) -> *mut c_void {
         Sym::DeviceTotalMem => x::cuDeviceTotalMem_v2 as *const (),
         Sym::GetProcAddress => x::cuGetProcAddress as *const (),
         Sym::GetProcAddressV2 => x::cuGetProcAddress_v2 as *const (),
-        Sym::CtxGetDevice | Sym::DeviceGet => return null_mut(),
+        Sym::NvmlMemoryInfo => x::nvmlDeviceGetMemoryInfo as *const (),
+        Sym::NvmlMemoryInfoV2 => x::nvmlDeviceGetMemoryInfo_v2 as *const (),
+        Sym::CtxGetDevice
+        | Sym::DeviceGet
+        | Sym::DeviceGetCount
+        | Sym::DeviceGetUuidV2
+        | Sym::NvmlDeviceGetUuid => return null_mut(),
     };
     p as *mut c_void
 }
@@ -139,8 +170,12 @@ fn tracked(symbol: *const c_char) -> Option<Sym> {
     if symbol.is_null() {
         return None;
     }
-    // Cheap rejection first: every tracked name starts with "cu".
-    if unsafe { *symbol as u8 != b'c' || *symbol.add(1) as u8 != b'u' } {
+    // Cheap rejection first: every tracked name starts with "cu" or "nvml". Each byte is read only when the ones
+    // before it matched (so none past the terminating NUL).
+    let at = |i: usize| unsafe { *symbol.add(i) as u8 };
+    let cu = at(0) == b'c' && at(1) == b'u';
+    let nvml = at(0) == b'n' && at(1) == b'v' && at(2) == b'm' && at(3) == b'l';
+    if !(cu || nvml) {
         return None;
     }
     let name = unsafe { CStr::from_ptr(symbol) };
@@ -241,9 +276,11 @@ pub fn bind(anchor: *mut c_void) {
     };
     let mut anchor = anchor;
     if anchor.is_null() {
-        anchor = REAL
+        // NVML's slots point into another library: never an anchor for the driver.
+        anchor = ALL
             .iter()
-            .map(|s| s.load(Ordering::Acquire))
+            .filter(|f| !f.is_nvml())
+            .map(|f| REAL[*f as usize].load(Ordering::Acquire))
             .find(|p| !p.is_null())
             .unwrap_or(null_mut());
     }
@@ -267,7 +304,7 @@ pub fn bind(anchor: *mut c_void) {
     if handle.is_null() {
         return;
     }
-    for f in ALL {
+    for f in ALL.into_iter().filter(|f| !f.is_nvml()) {
         let p = unsafe { real_dlsym(handle, f.name().as_ptr()) };
         if !p.is_null() && p != wrapper(f) {
             let _ = REAL[f as usize].compare_exchange(
@@ -283,13 +320,73 @@ pub fn bind(anchor: *mut c_void) {
     crate::debug!("bound the driver's functions");
 }
 
+/// NVML's `f` (`Sym::is_nvml`), null if no NVML is loaded. A `dlsym` door that already handed out our wrapper
+/// filled its slot with what the caller's own handle answered; the rest are looked up in the library holding
+/// that function, else the next definition after us in the global scope (a program linked with
+/// `-lnvidia-ml`), else an already-loaded `libnvidia-ml.so.1`. Never loads NVML itself.
+pub fn real_nvml(f: Sym) -> *mut c_void {
+    debug_assert!(f.is_nvml());
+    let p = REAL[f as usize].load(Ordering::Acquire);
+    if !p.is_null() {
+        return p;
+    }
+    bind_nvml();
+    REAL[f as usize].load(Ordering::Acquire)
+}
+
+#[cold]
+fn bind_nvml() {
+    let Some(real_dlsym) = real_dlsym() else {
+        return;
+    };
+    let mut anchor = ALL
+        .iter()
+        .filter(|f| f.is_nvml())
+        .map(|f| REAL[*f as usize].load(Ordering::Acquire))
+        .find(|p| !p.is_null())
+        .unwrap_or(null_mut());
+    if anchor.is_null() {
+        anchor = unsafe { real_dlsym(libc::RTLD_NEXT, Sym::NvmlMemoryInfo.name().as_ptr()) };
+    }
+    let handle = unsafe {
+        if anchor.is_null() {
+            libc::dlopen(
+                c"libnvidia-ml.so.1".as_ptr(),
+                libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+            )
+        } else {
+            let mut info: libc::Dl_info = std::mem::zeroed();
+            if libc::dladdr(anchor, &mut info) == 0 || info.dli_fname.is_null() {
+                return;
+            }
+            libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD)
+        }
+    };
+    if handle.is_null() {
+        return;
+    }
+    for f in ALL.into_iter().filter(|f| f.is_nvml()) {
+        let p = unsafe { real_dlsym(handle, f.name().as_ptr()) };
+        if !p.is_null() && p != wrapper(f) {
+            let _ = REAL[f as usize].compare_exchange(
+                null_mut(),
+                p,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+    }
+    unsafe { libc::dlclose(handle) };
+    crate::debug!("bound NVML's functions");
+}
+
 /// What `cuGetProcAddress` returned, swapped for our wrapper when it is one of the tracked functions, matched
 /// by identity so that versions, `_ptsz` and flags stay the driver's own decision.
 pub fn swap_proc(p: *mut c_void) -> *mut c_void {
     if p.is_null() {
         return p;
     }
-    for f in &ALL[..WRAPPED] {
+    for f in ALL[..WRAPPED].iter().filter(|f| !f.is_nvml()) {
         if REAL[*f as usize].load(Ordering::Acquire) == p {
             return wrapper(*f);
         }
@@ -301,7 +398,7 @@ pub fn swap_proc(p: *mut c_void) -> *mut c_void {
 /// say, in debug mode, that a lookup of a tracked function returned a pointer we did not recognise.
 pub fn is_tracked_base(symbol: &CStr) -> bool {
     let s = symbol.to_bytes();
-    ALL[..WRAPPED].iter().any(|f| {
+    ALL[..WRAPPED].iter().filter(|f| !f.is_nvml()).any(|f| {
         let n = f.name().to_bytes();
         n.starts_with(s) && matches!(&n[s.len()..], b"" | b"_v2" | b"_ptsz")
     })

@@ -1,6 +1,7 @@
 //! The exported C symbols, and nothing else: each unpacks its arguments, calls its hook and returns the
 //! driver's result code unchanged. The names are the driver's exact versioned names, because that is what a
-//! program linked with `-lcuda` binds to (cuda.h `#define`s `cuMemAlloc` to `cuMemAlloc_v2`).
+//! program linked with `-lcuda` binds to (cuda.h `#define`s `cuMemAlloc` to `cuMemAlloc_v2`). NVML's two memory
+//! functions are here too, for programs linked with `-lnvidia-ml` (nvml.rs).
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
@@ -9,6 +10,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use crate::cuda::*;
 use crate::driver::Sym;
 use crate::hooks;
+use crate::nvml;
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
@@ -166,6 +168,24 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     status: *mut c_int,
 ) -> CUresult {
     hooks::get_proc_address(symbol, pfn, cuda_version, flags, Some(status))
+}
+
+/// NVML's memory figures (v1), for programs linked with `-lnvidia-ml`; `dlsym` hands out the same function.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
+    device: nvml::NvmlDevice,
+    memory: *mut nvml::NvmlMemory,
+) -> nvml::NvmlReturn {
+    nvml::memory_info(device, memory)
+}
+
+/// NVML's memory figures (v2: with the driver's reservation apart).
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
+    device: nvml::NvmlDevice,
+    memory: *mut nvml::NvmlMemoryV2,
+) -> nvml::NvmlReturn {
+    nvml::memory_info_v2(device, memory)
 }
 
 /// `dlsym`, as a trampoline. It asks `driver::dlsym_route` whether the lookup concerns us; if not, it jumps

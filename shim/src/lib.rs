@@ -8,6 +8,7 @@
 //! - `record`: events, the channel, the sender thread, fork and exit handling.
 //! - `cap`: the cap's policy (admission, what the process holds, the figures frameworks see), over `ledger`,
 //!   the per-device counts shared by every process of the job.
+//! - `nvml`: NVML's memory figures, made to agree with the cap.
 //! - `settings`: what the environment says, read once.
 //! - `cuda`: the few driver types and codes the shim needs.
 //!
@@ -24,5 +25,6 @@ pub mod driver;
 pub mod exports;
 pub mod hooks;
 pub mod ledger;
+pub mod nvml;
 pub mod record;
 pub mod settings;

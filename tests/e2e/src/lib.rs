@@ -1,7 +1,8 @@
 //! Test harness: finds the built artifacts and runs programs against the simulated driver.
 //!
 //! - [`program`], [`fakecuda_lib`], [`target_dir`]: built artifacts (`cargo build --workspace` first).
-//! - [`fake_lib_dir`]: a private directory with `libcuda.so.1` and `libcuda.so` -> `libfakecuda.so`.
+//! - [`fake_lib_dir`]: a private directory with `libcuda.so.1` and `libcuda.so` -> `libfakecuda.so`, and
+//!   `libnvidia-ml.so.1` and `libnvidia-ml.so` -> `libfakenvml.so` (the simulated NVML, tests/fakenvml).
 //! - [`door_linked`]: `tests/programs/c/door_linked.c` compiled with `cc -lcuda` (once per test process).
 //! - [`FakeCuda`]: an environment for running programs on the fake (its own temp dir, driver log,
 //!   optional shared device state, extra variables such as `LD_PRELOAD`), and reading back what the driver
@@ -67,6 +68,11 @@ pub fn artifact(name: &str) -> PathBuf {
 /// `target/<profile>/libfakecuda.so`.
 pub fn fakecuda_lib() -> PathBuf {
     artifact("libfakecuda.so")
+}
+
+/// `target/<profile>/libfakenvml.so`.
+pub fn fakenvml_lib() -> PathBuf {
+    artifact("libfakenvml.so")
 }
 
 /// A test program of `tests/programs` (`door_dlsym`, `door_runtime`, `hammer`, `probe`).
@@ -137,8 +143,9 @@ impl Drop for TempDir {
     }
 }
 
-/// A private directory holding `libcuda.so.1` and `libcuda.so`, symlinks to `libfakecuda.so`: put it
-/// first on `LD_LIBRARY_PATH` (what [`FakeCuda`] does).
+/// A private directory holding `libcuda.so.1` and `libcuda.so`, symlinks to `libfakecuda.so`, and
+/// `libnvidia-ml.so.1` and `libnvidia-ml.so`, symlinks to `libfakenvml.so`: put it first on `LD_LIBRARY_PATH`
+/// (what [`FakeCuda`] does).
 pub fn fake_lib_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -149,6 +156,12 @@ pub fn fake_lib_dir() -> &'static Path {
             let link = dir.join(name);
             let _ = std::fs::remove_file(&link);
             std::os::unix::fs::symlink(&lib, &link).expect("symlink libcuda");
+        }
+        let nvml = fakenvml_lib();
+        for name in ["libnvidia-ml.so.1", "libnvidia-ml.so"] {
+            let link = dir.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&nvml, &link).expect("symlink libnvidia-ml");
         }
         dir
     })
@@ -398,12 +411,13 @@ impl FakeCuda {
     }
 
     /// A command for `program` with the environment set: `LD_LIBRARY_PATH` led by [`fake_lib_dir`],
-    /// `FAKECUDA_LOG`, `FAKECUDA_STATE` if any, the extra variables; inherited `FAKECUDA_*` and
-    /// `LD_PRELOAD` are removed first.
+    /// `FAKECUDA_LOG`, `FAKECUDA_STATE` if any, the extra variables; inherited `FAKECUDA_*`, `FAKENVML_*`
+    /// and `LD_PRELOAD` are removed first.
     pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
         let mut c = Command::new(program);
         for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("FAKECUDA_") {
+            let k_s = k.to_string_lossy();
+            if k_s.starts_with("FAKECUDA_") || k_s.starts_with("FAKENVML_") {
                 c.env_remove(&k);
             }
         }
