@@ -13,6 +13,7 @@ use crate::cap::{self, Decision, Kind};
 use crate::cuda::*;
 use crate::driver::{self, Sym};
 use crate::record;
+use crate::stacks;
 
 thread_local! {
     /// Set while this thread is inside a hook: a tracked call the driver makes from inside another (or the
@@ -90,6 +91,7 @@ unsafe fn track_alloc(
     let flag = match decision {
         Decision::Refused { .. } => {
             let r = CUDA_ERROR_OUT_OF_MEMORY;
+            let ts = record::now();
             record::push(
                 api,
                 flag | flags::CAP_REFUSED,
@@ -98,7 +100,8 @@ unsafe fn track_alloc(
                 0,
                 size,
                 aux,
-                record::now(),
+                ts,
+                stacks::site(size, true),
             );
             out_of_memory(api, flag | flags::CAP_REFUSED, dev, size, r);
             return r;
@@ -115,7 +118,9 @@ unsafe fn track_alloc(
             c.returned(dev, size);
         }
     }
-    record::push(api, flag, dev, r, id, size, aux, record::now());
+    let ts = record::now();
+    let stack = stacks::site(size, r != CUDA_SUCCESS);
+    record::push(api, flag, dev, r, id, size, aux, ts, stack);
     if r == CUDA_ERROR_OUT_OF_MEMORY {
         out_of_memory(api, flag, dev, size, r);
     }
@@ -185,7 +190,7 @@ unsafe fn track_release(
             c.restore(k, id, h);
         }
     }
-    record::push(api, flag, NO_DEVICE, r, id, size, aux, ts);
+    record::push(api, flag, NO_DEVICE, r, id, size, aux, ts, 0);
     r
 }
 
@@ -231,6 +236,7 @@ pub unsafe fn mem_alloc_pitch(
     let decision = cap.map_or(Decision::Free, |c| c.admit(dev, guess));
     if let Decision::Refused { .. } = decision {
         let r = CUDA_ERROR_OUT_OF_MEMORY;
+        let ts = record::now();
         record::push(
             Api::MemAllocPitch,
             flags::CAP_REFUSED,
@@ -239,7 +245,8 @@ pub unsafe fn mem_alloc_pitch(
             0,
             guess,
             0,
-            record::now(),
+            ts,
+            stacks::site(guess, true),
         );
         out_of_memory(Api::MemAllocPitch, flags::CAP_REFUSED, dev, guess, r);
         return r;
@@ -271,6 +278,7 @@ pub unsafe fn mem_alloc_pitch(
                         >(free)(addr);
                     }
                     let r = CUDA_ERROR_OUT_OF_MEMORY;
+                    let ts = record::now();
                     record::push(
                         Api::MemAllocPitch,
                         flags::CAP_REFUSED,
@@ -279,7 +287,8 @@ pub unsafe fn mem_alloc_pitch(
                         0,
                         size,
                         p,
-                        record::now(),
+                        ts,
+                        stacks::site(size, true),
                     );
                     out_of_memory(Api::MemAllocPitch, flags::CAP_REFUSED, dev, size, r);
                     return r;
@@ -290,16 +299,13 @@ pub unsafe fn mem_alloc_pitch(
             c.kept(Kind::Ptr, addr, dev, size);
         }
     }
-    record::push(
-        Api::MemAllocPitch,
-        flag,
-        dev,
-        r,
-        addr,
-        size,
-        p,
-        record::now(),
+    let ts = record::now();
+    // A failed pitch allocation has no size yet: the request's.
+    let stack = stacks::site(
+        if r == CUDA_SUCCESS { size } else { guess },
+        r != CUDA_SUCCESS,
     );
+    record::push(Api::MemAllocPitch, flag, dev, r, addr, size, p, ts, stack);
     if r == CUDA_ERROR_OUT_OF_MEMORY {
         out_of_memory(Api::MemAllocPitch, flag, dev, guess, r);
     }
@@ -484,6 +490,7 @@ pub unsafe fn mem_map(
         size as u64,
         handle,
         record::now(),
+        0,
     );
     r
 }
@@ -523,6 +530,7 @@ pub unsafe fn mem_address_reserve(
         size as u64,
         0,
         record::now(),
+        0,
     );
     r
 }
@@ -561,6 +569,7 @@ pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> CUresult {
             *free as u64,
             0,
             record::now(),
+            0,
         );
         if let Some(c) = cap::get() {
             let (vfree, vtotal) = c.virtual_info(dev, *free as u64, *total as u64);

@@ -8,7 +8,8 @@
 //! - `record`: events, the channel, the sender thread, fork and exit handling.
 //! - `cap`: the cap's policy (admission, what the process holds, the figures frameworks see), over `ledger`,
 //!   the per-device counts shared by every process of the job.
-//! - `nvml`: NVML's memory figures, made to agree with the cap.
+//! - `stacks`: each allocation's call site (native return addresses and, through `pystack`, Python frames),
+//!   interned per process; `objects`: the loaded objects the collector needs to resolve them.
 //! - `settings`: what the environment says, read once.
 //! - `cuda`: the few driver types and codes the shim needs.
 //!
@@ -26,5 +27,8 @@ pub mod exports;
 pub mod hooks;
 pub mod ledger;
 pub mod nvml;
+pub mod objects;
+pub mod pystack;
 pub mod record;
 pub mod settings;
+pub mod stacks;

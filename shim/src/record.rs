@@ -5,6 +5,9 @@
 //! Lifecycle: nothing happens before the first tracked call. `fork` leaves the child without our sender thread
 //! (only the forking thread survives) and possibly with the channel mid-operation, so the child abandons the
 //! parent's recorder and builds its own at its next tracked call. At `exit` the recorder flushes, briefly.
+//!
+//! Call sites (`stacks`) travel in the same channel: a new stack is queued before the first event naming it,
+//! and the sender, before it sends a stack, sends the process's loaded objects (`objects`) when they changed.
 
 use std::cell::Cell;
 use std::ffi::OsString;
@@ -16,7 +19,7 @@ use std::sync::atomic::{
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
-use vramtrace_format::{codec, Api, Event, Hello, Oom, Record, OOM_ACK};
+use vramtrace_format::{codec, Api, Event, Hello, Oom, Record, Stack, OOM_ACK};
 
 /// Events the channel holds before the calling threads start dropping them. The sender drains continuously,
 /// so this only absorbs bursts; each slot is about 56 bytes.
@@ -35,6 +38,8 @@ const WAKE_AT: usize = CHANNEL_EVENTS / 4;
 const EXIT_FLUSH: Duration = Duration::from_millis(500);
 /// How long an allocation that ran out of memory waits for the collector to hold the evidence.
 const OOM_WAIT: Duration = Duration::from_secs(1);
+/// The sender stops draining and writes once its buffer holds this much (stacks can be large).
+const BUF_MAX: usize = 1 << 20;
 
 enum Msg {
     Event(Event),
@@ -43,9 +48,13 @@ enum Msg {
     /// Send everything queued, then this out-of-memory record; tell the waiting thread once the collector
     /// has acknowledged it.
     Oom(Box<Oom>, Sender<()>),
+    /// A call site, queued before the first event naming it.
+    Stack(Box<Stack>),
+    /// A note for the report: (time, text).
+    Note(u64, String),
 }
 
-struct Recorder {
+pub(crate) struct Recorder {
     tx: Sender<Msg>,
     /// The sender thread, to wake when the channel fills.
     thread: std::sync::OnceLock<std::thread::Thread>,
@@ -54,6 +63,8 @@ struct Recorder {
     dropped: AtomicU64,
     flushed: AtomicBool,
     pid: u32,
+    /// This process's call sites (a forked child's new recorder starts with none).
+    stacks: crate::stacks::Table,
 }
 
 const CONNECTING: u8 = 0;
@@ -105,7 +116,8 @@ fn tid() -> u32 {
     })
 }
 
-/// Offers one event to the sender. Never blocks; a no-op when nothing is recording.
+/// Offers one event to the sender. Never blocks; a no-op when nothing is recording. `stack`: the call site's
+/// id from `stacks::site` (0: none), whose stack is already queued.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn push(
@@ -117,6 +129,7 @@ pub fn push(
     size: u64,
     aux: u64,
     ts_ns: u64,
+    stack: u32,
 ) {
     let Some(r) = recorder() else { return };
     if r.link.load(Ordering::Relaxed) == GONE {
@@ -132,7 +145,7 @@ pub fn push(
         addr,
         size,
         aux,
-        stack: 0,
+        stack,
     };
     match r.tx.try_send(Msg::Event(e)) {
         Ok(()) => {
@@ -160,6 +173,30 @@ impl Recorder {
             t.unpark();
         }
     }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub(crate) fn stacks(&self) -> &crate::stacks::Table {
+        &self.stacks
+    }
+
+    /// Queues a new call site, never waiting. Whether it was queued.
+    pub(crate) fn offer_stack(&self, s: Box<Stack>) -> bool {
+        self.tx.try_send(Msg::Stack(s)).is_ok()
+    }
+
+    /// Queues a note for the report, never waiting.
+    pub(crate) fn note(&self, text: String) {
+        let _ = self.tx.try_send(Msg::Note(now(), text));
+    }
+}
+
+/// The recorder of this process if it is recording (or still connecting), starting it at the first call.
+#[inline]
+pub(crate) fn live() -> Option<&'static Recorder> {
+    recorder().filter(|r| r.link.load(Ordering::Relaxed) != GONE)
 }
 
 #[inline]
@@ -217,6 +254,7 @@ fn build() -> Option<&'static Recorder> {
         dropped: AtomicU64::new(0),
         flushed: AtomicBool::new(false),
         pid: std::process::id(),
+        stacks: crate::stacks::Table::default(),
     }));
     let spawned = std::thread::Builder::new()
         .name("vramtrace".into())
@@ -423,6 +461,7 @@ fn sender(rec: &'static Recorder, rx: Receiver<Msg>, path: OsString) {
     }
     rec.link.store(CONNECTED, Ordering::Release);
     let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
+    let mut objects = crate::objects::Tracker::default();
     let mut nap = NAP_MIN;
     let mut last_sent = Instant::now();
     loop {
@@ -431,10 +470,8 @@ fn sender(rec: &'static Recorder, rx: Receiver<Msg>, path: OsString) {
         let mut flush = false;
         let mut idle = false;
         let mut oom = None;
-        match rx.try_recv() {
-            Ok(Msg::Event(e)) => batch.push(e),
-            Ok(Msg::Flush) => flush = true,
-            Ok(Msg::Oom(o, done)) => oom = Some((o, done)),
+        let mut next = match rx.try_recv() {
+            Ok(m) => Some(m),
             Err(TryRecvError::Disconnected) => return,
             Err(TryRecvError::Empty) => {
                 if last_sent.elapsed() < TICK {
@@ -443,17 +480,47 @@ fn sender(rec: &'static Recorder, rx: Receiver<Msg>, path: OsString) {
                     continue;
                 }
                 idle = true;
+                None
             }
-        }
+        };
         nap = NAP_MIN;
         last_sent = Instant::now();
-        while !flush && oom.is_none() && batch.len() < BATCH {
-            match rx.try_recv() {
-                Ok(Msg::Event(e)) => batch.push(e),
-                Ok(Msg::Flush) => flush = true,
-                Ok(Msg::Oom(o, done)) => oom = Some((o, done)),
-                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+        // Drain in channel order: a stack or a note ends the batch before it, so each reaches the collector
+        // exactly where it was queued.
+        while let Some(m) = next.take() {
+            match m {
+                Msg::Event(e) => batch.push(e),
+                Msg::Flush => flush = true,
+                Msg::Oom(o, done) => oom = Some((o, done)),
+                Msg::Stack(st) => {
+                    if !batch.is_empty() {
+                        codec::put_events(&mut buf, pid, &batch);
+                        batch.clear();
+                    }
+                    if let Some(objects) = objects.changed() {
+                        codec::put_record(
+                            &mut buf,
+                            &Record::Objects(vramtrace_format::Objects {
+                                pid,
+                                ts_ns: now(),
+                                objects,
+                            }),
+                        );
+                    }
+                    codec::put_record(&mut buf, &Record::Stack(*st));
+                }
+                Msg::Note(ts_ns, text) => {
+                    if !batch.is_empty() {
+                        codec::put_events(&mut buf, pid, &batch);
+                        batch.clear();
+                    }
+                    codec::put_record(&mut buf, &Record::Note { pid, ts_ns, text });
+                }
             }
+            if flush || oom.is_some() || batch.len() >= BATCH || buf.len() >= BUF_MAX {
+                break;
+            }
+            next = rx.try_recv().ok();
         }
         if !batch.is_empty() {
             codec::put_events(&mut buf, pid, &batch);

@@ -16,7 +16,33 @@ pub struct Settings {
     pub cap_warn: bool,
     /// `VRAMTRACE_LEDGER`: the job's shared ledger file. Unset: the cap covers this process alone.
     pub ledger: Option<OsString>,
+    /// `VRAMTRACE_STACKS=none|native|python|all` (default all): capture the native return addresses of each
+    /// allocation's call site.
+    pub stacks_native: bool,
+    /// ... and the allocating thread's Python frames.
+    pub stacks_python: bool,
+    /// `VRAMTRACE_STACK_MIN_BYTES` (bytes, or a size such as `1MiB`; default [`DEFAULT_STACK_MIN_BYTES`]):
+    /// successful allocations smaller than this get no call site. Failed ones always get one.
+    pub stack_min_bytes: u64,
 }
+
+/// Allocations below this many bytes get no call site unless they fail. Why 1 MiB (bench_pairs on an H200,
+/// driver 580; scripts/bench.sh has the same rows on the simulated driver):
+/// - the capture's cost does not depend on the size but on the depth and on whether the thread saw the call
+///   chain recently: a repeated chain adds 0.05 us at 10 frames and 0.12 us at 50; a chain the thread has not
+///   seen among its last 8 pays libgcc's unwinder, 1.7 us at 11 frames and 4.5 to 5.8 us at 51;
+/// - `cuMemAlloc_v2` + `cuMemFree_v2` cost 46 to 52 us a pair at every size from 4 KiB to 16 MiB, so for them
+///   any threshold would do (at worst +12%);
+/// - pool allocations (`cuMemAllocAsync` + `cuMemFreeAsync` served from the driver's pool) cost 0.52 us a
+///   pair: there an unseen chain would multiply the call's cost by 3 to 10. Those are the frequent, small,
+///   per-tensor allocations (PyTorch's `cudaMallocAsync` backend, CuPy's async pool).
+///
+/// Every framework's caching allocator asks the driver for segments of 2 MiB or more (PyTorch's smallest
+/// segment is 2 MiB, JAX/XLA reserves arenas), so all of them keep their call sites at 1 MiB, while the
+/// small pool allocations, where the capture would cost most and which weigh least in a device's memory, go
+/// without. Failed allocations of any size keep theirs (they are what an out-of-memory report needs).
+/// `VRAMTRACE_STACK_MIN_BYTES=0` records every allocation's call site.
+pub const DEFAULT_STACK_MIN_BYTES: u64 = 1 << 20;
 
 static SETTINGS: OnceLock<Settings> = OnceLock::new();
 
@@ -28,7 +54,66 @@ pub fn get() -> &'static Settings {
         cap: std::env::var("VRAMTRACE_CAP").ok().filter(|s| !s.trim().is_empty()),
         cap_warn: matches!(std::env::var("VRAMTRACE_CAP_MODE").as_deref(), Ok("warn")),
         ledger: std::env::var_os("VRAMTRACE_LEDGER").filter(|s| !s.is_empty()),
+        ..stacks(
+            std::env::var("VRAMTRACE_STACKS").ok().as_deref(),
+            std::env::var("VRAMTRACE_STACK_MIN_BYTES").ok().as_deref(),
+        )
     })
+}
+
+/// The stack settings from `VRAMTRACE_STACKS` and `VRAMTRACE_STACK_MIN_BYTES`. A bad value gets one line on
+/// stderr (the user asked for something and does not get it) and the default.
+fn stacks(mode: Option<&str>, min: Option<&str>) -> Settings {
+    let (native, python) = match mode.map(|m| m.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("") | Some("all") => (true, true),
+        Some("none") => (false, false),
+        Some("native") => (true, false),
+        Some("python") => (false, true),
+        Some(_) => {
+            say(format_args!(
+                "VRAMTRACE_STACKS={:?} is not none, native, python or all; using all",
+                mode.unwrap_or_default()
+            ));
+            (true, true)
+        }
+    };
+    let stack_min_bytes = match min.map(str::trim).filter(|m| !m.is_empty()) {
+        None => DEFAULT_STACK_MIN_BYTES,
+        Some(m) => parse_size(m).unwrap_or_else(|| {
+            say(format_args!(
+                "VRAMTRACE_STACK_MIN_BYTES={m:?} is not a size; using {DEFAULT_STACK_MIN_BYTES}"
+            ));
+            DEFAULT_STACK_MIN_BYTES
+        }),
+    };
+    Settings {
+        stacks_native: native,
+        stacks_python: python,
+        stack_min_bytes,
+        ..Settings::default()
+    }
+}
+
+/// A byte count, or a size as the cap writes one (`1MiB`, `64K`); `0` is every allocation.
+fn parse_size(s: &str) -> Option<u64> {
+    if let Ok(n) = s.parse::<u64>() {
+        return Some(n);
+    }
+    match vramtrace_format::cap::CapSpec::parse(s).ok()? {
+        vramtrace_format::cap::CapSpec {
+            all: Some(vramtrace_format::cap::Amount::Bytes(b)),
+            devices,
+        } if devices.is_empty() => Some(b),
+        _ => None,
+    }
+}
+
+/// One line on stderr, whatever `VRAMTRACE_DEBUG` says.
+fn say(args: std::fmt::Arguments) {
+    let line = format!("vramtrace[{}]: {}\n", std::process::id(), args);
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), line.len());
+    }
 }
 
 /// One line on stderr when `VRAMTRACE_DEBUG` is set. Written with one `write(2)`: no locks, no stdio.
@@ -45,4 +130,29 @@ pub fn debug(args: std::fmt::Arguments) {
 #[macro_export]
 macro_rules! debug {
     ($($t:tt)*) => { $crate::settings::debug(format_args!($($t)*)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_settings_and_their_defaults() {
+        let s = stacks(None, None);
+        assert!(s.stacks_native && s.stacks_python);
+        assert_eq!(s.stack_min_bytes, DEFAULT_STACK_MIN_BYTES);
+        let s = stacks(Some("none"), Some("0"));
+        assert!(!s.stacks_native && !s.stacks_python);
+        assert_eq!(s.stack_min_bytes, 0);
+        let s = stacks(Some("Native"), Some("1MiB"));
+        assert!(s.stacks_native && !s.stacks_python);
+        assert_eq!(s.stack_min_bytes, 1 << 20);
+        let s = stacks(Some("python"), Some(" 4096 "));
+        assert!(!s.stacks_native && s.stacks_python);
+        assert_eq!(s.stack_min_bytes, 4096);
+        // Bad values: the defaults (and a line on stderr).
+        let s = stacks(Some("everything"), Some("50%"));
+        assert!(s.stacks_native && s.stacks_python);
+        assert_eq!(s.stack_min_bytes, DEFAULT_STACK_MIN_BYTES);
+    }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use vramtrace_format::{
-    flags, Api, EndKind, Event, Hello, Oom, Record, Stop, TraceHeader, TraceReader,
+    flags, Api, EndKind, Event, Hello, Objects, Oom, Record, Stack, Stop, TraceHeader, TraceReader,
 };
 
 use crate::{artifact, wait_with_timeout, FakeCuda, LogLine, RunResult};
@@ -66,6 +66,17 @@ pub struct Trace {
     pub dropped: u64,
     pub goodbyes: Vec<u32>,
     pub stop: Stop,
+    /// Call sites, in the order they arrived.
+    pub stacks: Vec<Stack>,
+    /// Loaded-object lists, in the order they arrived.
+    pub objects: Vec<Objects>,
+    /// Notes: (pid, text).
+    pub notes: Vec<(u32, String)>,
+    /// Where things were in the file (the index of the record that carried them), parallel to `events` (per
+    /// pid), `stacks` and `objects`: to check what came before what.
+    pub event_records: BTreeMap<u32, Vec<usize>>,
+    pub stack_records: Vec<usize>,
+    pub objects_records: Vec<usize>,
 }
 
 impl Trace {
@@ -75,6 +86,69 @@ impl Trace {
 
     pub fn pids(&self) -> Vec<u32> {
         self.events.keys().copied().collect()
+    }
+
+    /// Process `pid`'s stack `id`.
+    pub fn stack(&self, pid: u32, id: u32) -> Option<&Stack> {
+        self.stacks.iter().find(|s| s.pid == pid && s.id == id)
+    }
+
+    /// The objects process `pid` had loaded when it sent stack `id` (the last list it sent before it).
+    pub fn objects_for(&self, pid: u32, id: u32) -> Option<&Objects> {
+        let i = self
+            .stacks
+            .iter()
+            .position(|s| s.pid == pid && s.id == id)?;
+        let at = self.stack_records[i];
+        self.objects
+            .iter()
+            .zip(&self.objects_records)
+            .rfind(|(o, r)| o.pid == pid && **r < at)
+            .map(|(o, _)| o)
+    }
+
+    /// Asserts the stacks' rules: ids are nonzero and unique per process, each stack is sent once and before
+    /// the first event that names it, every stack an event names exists, and a process's first stack comes
+    /// after a list of its objects.
+    pub fn assert_stacks_precede_their_events(&self) {
+        let mut seen = std::collections::BTreeSet::new();
+        for (s, at) in self.stacks.iter().zip(&self.stack_records) {
+            assert_ne!(s.id, 0, "stack id 0 sent: {s:?}");
+            assert!(
+                seen.insert((s.pid, s.id)),
+                "stack {} of {} sent twice",
+                s.id,
+                s.pid
+            );
+            assert!(
+                self.objects
+                    .iter()
+                    .zip(&self.objects_records)
+                    .any(|(o, r)| o.pid == s.pid && r < at),
+                "stack {} of {} came before any objects of its process",
+                s.id,
+                s.pid
+            );
+        }
+        for (pid, events) in &self.events {
+            for (e, at) in events.iter().zip(&self.event_records[pid]) {
+                if e.stack == 0 {
+                    continue;
+                }
+                let i = self
+                    .stacks
+                    .iter()
+                    .position(|s| s.pid == *pid && s.id == e.stack)
+                    .unwrap_or_else(|| {
+                        panic!("{pid}: event names unknown stack {}: {e:?}", e.stack)
+                    });
+                assert!(
+                    self.stack_records[i] < *at,
+                    "{pid}: stack {} arrived after an event naming it",
+                    e.stack
+                );
+            }
+        }
     }
 }
 
@@ -90,17 +164,39 @@ pub fn read_trace(path: &Path) -> Trace {
         dropped: 0,
         goodbyes: vec![],
         stop: Stop::Reading,
+        stacks: vec![],
+        objects: vec![],
+        notes: vec![],
+        event_records: BTreeMap::new(),
+        stack_records: vec![],
+        objects_records: vec![],
     };
+    let mut n = 0usize;
     while let Some(rec) = r.next_record() {
+        n += 1;
         match rec {
             Record::Hello(h) => t.hellos.push(h),
-            Record::Events { pid, events } => t.events.entry(pid).or_default().extend(events),
+            Record::Events { pid, events } => {
+                t.event_records
+                    .entry(pid)
+                    .or_default()
+                    .extend(std::iter::repeat_n(n, events.len()));
+                t.events.entry(pid).or_default().extend(events)
+            }
             Record::Dropped { count, .. } => t.dropped += count,
             Record::Goodbye { pid, .. } => t.goodbyes.push(pid),
             Record::Tick { .. } => {}
             Record::ProcessEnd { pid, kind, .. } => t.ends.push((pid, kind)),
             Record::Oom(o) => t.ooms.push(o),
-            Record::Stack(_) | Record::Objects(_) | Record::Note { .. } => {}
+            Record::Stack(s) => {
+                t.stacks.push(s);
+                t.stack_records.push(n);
+            }
+            Record::Objects(o) => {
+                t.objects.push(o);
+                t.objects_records.push(n);
+            }
+            Record::Note { pid, text, .. } => t.notes.push((pid, text)),
         }
     }
     t.stop = r.stop().clone();

@@ -1,0 +1,1501 @@
+//! The calling thread's Python frames (file, line, function), read without the GIL.
+//!
+//! The allocating thread is inside a driver call, so its Python frames sit still above it: PyTorch, JAX, CuPy
+//! and ctypes release the GIL around the call, but the thread's own frames cannot change until it returns. The
+//! walk reads them directly: it never takes the GIL, never touches a reference count, never calls Python code
+//! and never creates a Python object. The only interpreter functions it calls are
+//! `PyGILState_GetThisThreadState` (this thread's `PyThreadState`, from a thread-local key) and
+//! `PyCode_Addr2Line` (a line from a code object and a byte offset; it only reads the immutable code object).
+//!
+//! Everything is found at run time with glibc's `dlsym(RTLD_DEFAULT, ...)` (statically linked `python3` and
+//! `libpython3.x.so` alike; no link dependency on Python) and cached once per process, without a lock.
+//!
+//! Layouts (release builds with the GIL, 64-bit Linux: checked on x86-64; aarch64 shares the LP64 layout):
+//! - 3.10: `tstate->frame`, a chain of `PyFrameObject` (`f_back`, `f_code`, `f_lasti` counted in code units).
+//! - 3.11, 3.12: `tstate->cframe->current_frame`, a chain of `_PyInterpreterFrame` (`previous`, `f_code`,
+//!   `prev_instr`); 3.12 hides its entry frames (owner `FRAME_OWNED_BY_CSTACK`).
+//! - 3.13 and later: the offsets come from `_PyRuntime.debug_offsets` (cookie `xdebugpy`), which CPython
+//!   keeps for out-of-process debuggers: `tstate->current_frame`, `f_executable` (a tagged reference from
+//!   3.14), `instr_ptr`, owners 3 and up hidden, the code object's fields and the string layout. The sections
+//!   are located by their contents rather than by position, so fields added between minor versions do not
+//!   move them (`parse_debug_offsets`).
+//!
+//! The 3.10-3.12 offsets were taken from CPython's headers (`Include/cpython/pystate.h`,
+//! `Include/internal/pycore_frame.h`, `Include/cpython/code.h`, `Include/cpython/unicodeobject.h`) and are
+//! stable within each minor version. Function names are `co_qualname` from 3.11 (`Class.method`,
+//! `f.<locals>.<lambda>`), `co_name` on 3.10. Lines: `PyCode_Addr2Line(code, offset)` with the byte offset of
+//! the frame's current instruction from the first one (`f_lasti * 2` on 3.10).
+//!
+//! Defence (a wrong offset must never crash the host): Pythons older than 3.10, debug builds, free-threaded
+//! builds and any object header other than the release one (`PyCode_Type.ob_type == &PyType_Type` at offset
+//! 8) are refused up front. The first walk that finds Python frames in a process reads everything with
+//! `process_vm_readv` on our own pid (or, where seccomp forbids it, through a pipe), which reports an
+//! unreadable address instead of faulting, and checks every step: the thread state's `thread_id` is this
+//! thread's, every code object and string has the right type, every instruction offset lies inside its code.
+//! Any failure turns the walker off for the process (`Walk::Unsupported`); only after it passed are later walks
+//! direct memory reads. Every walk still checks each pointer (non-null, aligned, in user space) and each
+//! object's type before trusting it, stops at [`MAX_FRAMES`] frames, and detects loops.
+//!
+//! Cost (`vramtrace_debug_pystack_ns`, release build, 2 shared cores, CPython 3.10-3.13): about 1.1-1.5 us
+//! for a 20-frame stack, most of it the allocation of the 40 strings of the `PyFrame`s. Lines are cached per
+//! (code, instruction) in [`LINES`]: `PyCode_Addr2Line` alone scans a line table from its start, which for a
+//! long script's `<module>` is thousands of entries.
+//!
+//! Not covered: a Python loaded with `RTLD_LOCAL` by a host that embeds it (its symbols are not in the global
+//! scope), or loaded only after this process's first walk (the look-up happens once); sub-interpreters' own
+//! threads (the walk follows the thread's main-interpreter state).
+//!
+//! Diagnostics: `vramtrace_debug_pystack` and `vramtrace_debug_pystack_ns`, exported C functions that a
+//! Python program can call through ctypes (which drops the GIL around the call, as frameworks do) to see
+//! what the walker reads and what it costs.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+use vramtrace_format::PyFrame;
+
+/// What a walk found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walk {
+    /// No Python interpreter in this process, or the thread is not running Python code.
+    NoPython,
+    /// Frames were appended (at least one).
+    Walked,
+    /// An interpreter this walker cannot read (the reason, for a note in the trace). Said once; the caller
+    /// stops asking.
+    Unsupported(&'static str),
+}
+
+/// The most frames kept (the innermost ones).
+pub const MAX_FRAMES: usize = 128;
+/// The most frames looked at, hidden ones included.
+const MAX_STEPS: usize = 1024;
+/// Strings (file names, function names) are cut to this many characters.
+pub const MAX_CHARS: usize = 4096;
+
+/// From 3.12, frames whose owner is 3 or more are the interpreter's own (entry frames, shims); tracebacks
+/// skip them too.
+const OWNER_HIDDEN: u8 = 3;
+
+/// How a thread's frames are chained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    /// 3.10: `tstate->frame` is a `PyFrameObject`; `fr_instr` is `f_lasti`, an `int` counted in code units.
+    FrameObject,
+    /// 3.11, 3.12: `tstate->cframe` is a `_PyCFrame`, whose `current` field is the innermost frame;
+    /// `fr_instr` is `prev_instr`.
+    CFrame { current: usize },
+    /// 3.13+: `tstate->current_frame`; `fr_instr` is `instr_ptr`; `f_executable` may carry tag bits.
+    Direct,
+}
+
+/// Byte offsets into the interpreter's structures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Offsets {
+    shape: Shape,
+    /// `PyThreadState`: the frame (3.10), the `_PyCFrame` (3.11, 3.12) or the current frame (3.13+).
+    ts_frame: usize,
+    /// `PyThreadState.thread_id` (`pthread_self()` of its thread).
+    ts_thread_id: usize,
+    fr_previous: usize,
+    fr_code: usize,
+    fr_instr: usize,
+    /// The frame's `owner` byte, where entry frames are to be skipped (3.12+).
+    fr_owner: Option<usize>,
+    co_filename: usize,
+    /// `co_qualname` from 3.11, `co_name` on 3.10.
+    co_name: usize,
+    /// 3.10: `co_code` (a bytes object); 3.11+: `co_code_adaptive`, the first instruction, inline.
+    co_code: usize,
+    /// `co_linetable` and `co_firstlineno`: with the code's address, what names a line in the line cache.
+    co_linetable: usize,
+    co_firstlineno: usize,
+    /// Where a compact ASCII string's characters start (`sizeof(PyASCIIObject)`).
+    str_ascii_data: usize,
+    /// Where a compact non-ASCII string's characters start (`sizeof(PyCompactUnicodeObject)`); a legacy
+    /// string's data pointer is there too.
+    str_compact_data: usize,
+    /// 3.10, 3.11: a string must have its `ready` bit (bit 7 of the state) set.
+    str_ready_bit: bool,
+}
+
+// PyObject (release builds with the GIL): ob_refcnt, ob_type; PyVarObject adds ob_size.
+const OB_TYPE: usize = 8;
+const OB_SIZE: usize = 16;
+// PyASCIIObject: length at 16, the state bit field at 32 (interned:2, kind:3, compact:1, ascii:1, ...).
+const STR_LENGTH: usize = 16;
+const STR_STATE: usize = 32;
+
+/// 3.10 (Include/cpython/pystate.h, cpython/frameobject.h, cpython/code.h, cpython/unicodeobject.h).
+const OFFSETS_310: Offsets = Offsets {
+    shape: Shape::FrameObject,
+    ts_frame: 24,
+    ts_thread_id: 176,
+    fr_previous: 24,
+    fr_code: 32,
+    fr_instr: 96,
+    fr_owner: None,
+    co_filename: 104,
+    co_name: 112,
+    co_code: 48,
+    co_linetable: 120,
+    co_firstlineno: 40,
+    str_ascii_data: 48,
+    str_compact_data: 72,
+    str_ready_bit: true,
+};
+
+/// 3.11 (also internal/pycore_frame.h).
+const OFFSETS_311: Offsets = Offsets {
+    shape: Shape::CFrame { current: 8 },
+    ts_frame: 56,
+    ts_thread_id: 152,
+    fr_previous: 48,
+    fr_code: 32,
+    fr_instr: 56,
+    fr_owner: None,
+    co_filename: 112,
+    co_name: 128,
+    co_code: 184,
+    co_linetable: 136,
+    co_firstlineno: 72,
+    str_ascii_data: 48,
+    str_compact_data: 72,
+    str_ready_bit: true,
+};
+
+/// 3.12 (the string's `wstr` is gone: its data moves 8 bytes up).
+const OFFSETS_312: Offsets = Offsets {
+    shape: Shape::CFrame { current: 0 },
+    ts_frame: 56,
+    ts_thread_id: 136,
+    fr_previous: 8,
+    fr_code: 0,
+    fr_instr: 56,
+    fr_owner: Some(70),
+    co_filename: 112,
+    co_name: 128,
+    co_code: 192,
+    co_linetable: 136,
+    co_firstlineno: 68,
+    str_ascii_data: 40,
+    str_compact_data: 56,
+    str_ready_bit: false,
+};
+
+type ThisThreadState = unsafe extern "C" fn() -> *mut c_void;
+type Addr2Line = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+
+/// A Python this walker can read.
+struct Python {
+    off: Offsets,
+    addr2line: Addr2Line,
+    code_type: usize,
+    unicode_type: usize,
+    /// 3.10: the type of `co_code`.
+    bytes_type: usize,
+}
+
+/// What the process has, found once.
+struct Found {
+    this_tstate: ThisThreadState,
+    python: Result<Python, &'static str>,
+}
+
+/// `None` (no Python in the process) or what was found: a leaked box, published once.
+static FOUND: AtomicPtr<Option<Found>> = AtomicPtr::new(std::ptr::null_mut());
+
+const PENDING: u8 = 0;
+const VALID: u8 = 1;
+const FAILED: u8 = 2;
+/// Whether a walk with safe reads has passed in this process (then walks read memory directly).
+static VALIDATION: AtomicU8 = AtomicU8::new(PENDING);
+static FAIL_REASON: AtomicPtr<&'static str> = AtomicPtr::new(std::ptr::null_mut());
+/// Validation walks that met a thread state of another thread; too many and the layout is taken as wrong.
+static OTHER_THREAD: AtomicU32 = AtomicU32::new(0);
+
+const R_OLD: &str =
+    "Python frames unavailable: this Python is older than 3.10 (native stacks only)";
+const R_DEBUG: &str = "Python frames unavailable: a debug build of Python (native stacks only)";
+const R_HEADER: &str =
+    "Python frames unavailable: this Python's objects have another header (a free-threaded \
+     or trace-refs build; native stacks only)";
+const R_SYMBOLS: &str =
+    "Python frames unavailable: PyCode_Type, PyUnicode_Type or PyCode_Addr2Line not found (native stacks only)";
+const R_RUNTIME: &str =
+    "Python frames unavailable: _PyRuntime not found or unreadable (native stacks only)";
+const R_PANIC: &str = "Python frames unavailable: the frame walker failed (native stacks only)";
+
+/// Appends the calling thread's Python frames, innermost first, without the GIL. Never panics, never blocks
+/// (past the first call of the process, which looks the interpreter's symbols up).
+pub fn walk(out: &mut Vec<PyFrame>) -> Walk {
+    let start = out.len();
+    match catch_unwind(AssertUnwindSafe(|| walk_inner(out))) {
+        Ok(w) => w,
+        Err(_) => {
+            out.truncate(start);
+            fail(R_PANIC);
+            Walk::Unsupported(R_PANIC)
+        }
+    }
+}
+
+fn walk_inner(out: &mut Vec<PyFrame>) -> Walk {
+    let Some(found) = found() else {
+        return Walk::NoPython;
+    };
+    // SAFETY: PyGILState_GetThisThreadState reads a thread-local key (NULL when the runtime has none yet);
+    // it needs no GIL.
+    let ts = unsafe { (found.this_tstate)() } as usize;
+    if ts == 0 {
+        return Walk::NoPython;
+    }
+    let py = match &found.python {
+        Ok(py) => py,
+        Err(why) => return Walk::Unsupported(why),
+    };
+    let start = out.len();
+    match VALIDATION.load(Ordering::Acquire) {
+        VALID => {
+            // Anything odd ends the walk: what was read before it stays.
+            let _ = walk_frames(py, &Direct, ts, out, false);
+            if out.len() > start {
+                Walk::Walked
+            } else {
+                Walk::NoPython
+            }
+        }
+        FAILED => Walk::Unsupported(fail_reason()),
+        _ => validate(py, ts, out),
+    }
+}
+
+/// A walk with safe reads and every check; passing it lets later walks read memory directly.
+fn validate(py: &Python, ts: usize, out: &mut Vec<PyFrame>) -> Walk {
+    let mem = Safe::new();
+    let mut frames = Vec::new();
+    match walk_frames(py, &mem, ts, &mut frames, true) {
+        Ok(()) if frames.is_empty() => Walk::NoPython,
+        Ok(()) if frames.iter().all(|f| f.line == 0) => {
+            let why =
+                "Python frames unavailable: no frame's line could be read (native stacks only)";
+            fail(why);
+            Walk::Unsupported(why)
+        }
+        Ok(()) => {
+            VALIDATION.store(VALID, Ordering::Release);
+            out.append(&mut frames);
+            Walk::Walked
+        }
+        Err(Stop::OtherThread) => {
+            if OTHER_THREAD.fetch_add(1, Ordering::Relaxed) + 1 >= 8 {
+                let why = "Python frames unavailable: thread states do not read as this thread's (native \
+                           stacks only)";
+                fail(why);
+                return Walk::Unsupported(why);
+            }
+            Walk::NoPython
+        }
+        Err(Stop::Bad(why)) => {
+            fail(why);
+            Walk::Unsupported(why)
+        }
+    }
+}
+
+fn fail(why: &'static str) {
+    FAIL_REASON.store(Box::into_raw(Box::new(why)), Ordering::Release);
+    VALIDATION.store(FAILED, Ordering::Release);
+}
+
+fn fail_reason() -> &'static str {
+    let p = FAIL_REASON.load(Ordering::Acquire);
+    if p.is_null() {
+        R_PANIC
+    } else {
+        // SAFETY: a leaked box, never freed.
+        unsafe { *p }
+    }
+}
+
+/// What the process has, looked up on the first call. Concurrent first calls may each look; one result is
+/// kept (no lock, so no thread ever waits, and a fork in the middle leaves nothing half done).
+fn found() -> Option<&'static Found> {
+    let mut p = FOUND.load(Ordering::Acquire);
+    if p.is_null() {
+        let new = Box::into_raw(Box::new(probe()));
+        p = match FOUND.compare_exchange(
+            std::ptr::null_mut(),
+            new,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => new,
+            Err(existing) => {
+                // SAFETY: ours, never published.
+                drop(unsafe { Box::from_raw(new) });
+                existing
+            }
+        };
+    }
+    // SAFETY: published boxes are never freed.
+    unsafe { (*p).as_ref() }
+}
+
+fn sym(name: &CStr) -> usize {
+    match crate::driver::real_dlsym() {
+        // SAFETY: glibc's dlsym with a NUL-terminated name.
+        Some(dlsym) => unsafe { dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as usize },
+        None => 0,
+    }
+}
+
+fn probe() -> Option<Found> {
+    let this_tstate = sym(c"PyGILState_GetThisThreadState");
+    if this_tstate == 0 {
+        return None;
+    }
+    // SAFETY: the interpreter's own function, of this signature in every version.
+    let this_tstate = unsafe { std::mem::transmute::<usize, ThisThreadState>(this_tstate) };
+    Some(Found {
+        this_tstate,
+        python: python(),
+    })
+}
+
+/// `PY_VERSION_HEX` of the process's Python, when it says.
+fn version() -> Option<u64> {
+    let v = sym(c"Py_Version");
+    if v != 0 {
+        // 3.11+: `const unsigned long Py_Version`.
+        return Safe::new().word(v).map(|v| v as u64);
+    }
+    let f = sym(c"Py_GetVersion");
+    if f == 0 {
+        return None;
+    }
+    // SAFETY: `const char *Py_GetVersion(void)`, "3.10.13 (main, ...)": formats constants into a static
+    // buffer, no Python objects involved.
+    let s = unsafe {
+        let f = std::mem::transmute::<usize, unsafe extern "C" fn() -> *const c_char>(f);
+        let p = f();
+        if p.is_null() {
+            return None;
+        }
+        CStr::from_ptr(p).to_bytes()
+    };
+    let mut parts = s
+        .split(|b| !b.is_ascii_digit())
+        .take(2)
+        .map(|d| std::str::from_utf8(d).ok()?.parse::<u64>().ok());
+    let major = parts.next()??;
+    let minor = parts.next()??;
+    Some((major << 24) | (minor << 16))
+}
+
+fn python() -> Result<Python, &'static str> {
+    let version = version().ok_or(R_OLD)?;
+    let (major, minor) = (version >> 24, (version >> 16) & 0xff);
+    if major != 3 || minor < 10 {
+        return Err(R_OLD);
+    }
+    // Reference-count debugging (every debug build) exports these; release builds do not.
+    for name in [
+        c"_Py_RefTotal",
+        c"_Py_GetRefTotal",
+        c"_Py_GetGlobalRefTotal",
+        c"_Py_INCREF_IncRefTotal",
+        c"_Py_NegativeRefcount",
+    ] {
+        if sym(name) != 0 {
+            return Err(R_DEBUG);
+        }
+    }
+    let code_type = sym(c"PyCode_Type");
+    let unicode_type = sym(c"PyUnicode_Type");
+    let type_type = sym(c"PyType_Type");
+    let addr2line = sym(c"PyCode_Addr2Line");
+    if code_type == 0 || unicode_type == 0 || type_type == 0 || addr2line == 0 {
+        return Err(R_SYMBOLS);
+    }
+    let mem = Safe::new();
+    // The release object header: static type objects have `ob_type == &PyType_Type` at offset 8.
+    for t in [code_type, unicode_type, type_type] {
+        if mem.word(t + OB_TYPE) != Some(type_type) {
+            return Err(R_HEADER);
+        }
+    }
+    let mut bytes_type = 0;
+    let off = match minor {
+        10 => {
+            bytes_type = sym(c"PyBytes_Type");
+            if bytes_type == 0 || mem.word(bytes_type + OB_TYPE) != Some(type_type) {
+                return Err(R_SYMBOLS);
+            }
+            OFFSETS_310
+        }
+        11 => OFFSETS_311,
+        12 => OFFSETS_312,
+        _ => {
+            let runtime = sym(c"_PyRuntime");
+            let mut raw = [0u8; DEBUG_SLOTS * 8];
+            if runtime == 0 || !mem.copy(runtime, &mut raw) {
+                return Err(R_RUNTIME);
+            }
+            let mut slots = [0u64; DEBUG_SLOTS];
+            for (s, b) in slots.iter_mut().zip(raw.chunks_exact(8)) {
+                *s = u64::from_ne_bytes(b.try_into().unwrap_or_default());
+            }
+            parse_debug_offsets(&slots, version)?
+        }
+    };
+    Ok(Python {
+        off,
+        // SAFETY: `int PyCode_Addr2Line(PyCodeObject *, int)` in every version.
+        addr2line: unsafe { std::mem::transmute::<usize, Addr2Line>(addr2line) },
+        code_type,
+        unicode_type,
+        bytes_type,
+    })
+}
+
+/// How many 64-bit words of `_PyRuntime.debug_offsets` are read (3.13 uses 73, 3.14 about 100).
+const DEBUG_SLOTS: usize = 192;
+
+/// The offsets of 3.13+ from `_Py_DebugOffsets` read as 64-bit words. Its sections gain fields between minor
+/// versions, so each section the walker needs is found by what it holds, then checked:
+/// - thread state: `size, prev = 0, next = 8, interp = 16, current_frame, thread_id, ...`;
+/// - interpreter frame: `size, previous = 8, executable = 0, instr_ptr, localsplus, owner, ...`;
+/// - code object: `size, filename, name = filename + 8, qualname = name + 8, linetable, firstlineno, argcount,
+///   localsplusnames, localspluskinds, co_code_adaptive, ...`;
+/// - unicode object: `size, state = 32, length = 16, asciiobject_size = 40`.
+fn parse_debug_offsets(s: &[u64], version: u64) -> Result<Offsets, &'static str> {
+    const BAD: &str =
+        "Python frames unavailable: _PyRuntime's debug offsets do not read as expected (native \
+                       stacks only)";
+    if s.len() < 16 || s[0].to_ne_bytes() != *b"xdebugpy" {
+        return Err(BAD);
+    }
+    if s[1] >> 16 != version >> 16 {
+        return Err(BAD);
+    }
+    if s[2] != 0 {
+        return Err(
+            "Python frames unavailable: a free-threaded build of Python (native stacks only)",
+        );
+    }
+    let find = |from: usize, width: usize, ok: &dyn Fn(&[u64]) -> bool| {
+        (from..s.len().saturating_sub(width - 1)).find(|&i| ok(&s[i..i + width]))
+    };
+    let small = |v: u64, below: u64| v < below && v.is_multiple_of(8);
+    let ts = find(3, 6, &|w| {
+        (64..1 << 20).contains(&w[0]) && w[1] == 0 && w[2] == 8 && w[3] == 16
+    })
+    .ok_or(BAD)?;
+    let ts_size = s[ts];
+    let (ts_frame, ts_thread_id) = (s[ts + 4], s[ts + 5]);
+    if !small(ts_frame, ts_size)
+        || !small(ts_thread_id, ts_size)
+        || ts_frame < 24
+        || ts_thread_id < 24
+    {
+        return Err(BAD);
+    }
+    let fr = find(ts + 6, 6, &|w| {
+        (24..4096).contains(&w[0]) && w[1] == 8 && w[2] == 0
+    })
+    .ok_or(BAD)?;
+    let fr_size = s[fr];
+    let (fr_instr, fr_owner) = (s[fr + 3], s[fr + 5]);
+    if !small(fr_instr, fr_size) || fr_instr < 16 || fr_owner >= fr_size {
+        return Err(BAD);
+    }
+    let co = find(fr + 6, 10, &|w| {
+        (64..4096).contains(&w[0]) && w[1] >= 24 && w[2] == w[1] + 8 && w[3] == w[2] + 8
+    })
+    .ok_or(BAD)?;
+    let co_size = s[co];
+    let (co_filename, co_qualname, co_code) = (s[co + 1], s[co + 3], s[co + 9]);
+    let (co_linetable, co_firstlineno) = (s[co + 4], s[co + 5]);
+    if !small(co_qualname, co_size)
+        || !small(co_linetable, co_size)
+        || co_firstlineno >= co_size
+        || !co_firstlineno.is_multiple_of(4)
+        || co_code < co_qualname
+        || co_code >= co_size
+        || co_size - co_code > 32
+    {
+        return Err(BAD);
+    }
+    let uni = find(co + 10, 4, &|w| {
+        (40..512).contains(&w[0])
+            && w[1] == STR_STATE as u64
+            && w[2] == STR_LENGTH as u64
+            && w[3] == 40
+    })
+    .ok_or(BAD)?;
+    let ascii = s[uni + 3] as usize;
+    Ok(Offsets {
+        shape: Shape::Direct,
+        ts_frame: ts_frame as usize,
+        ts_thread_id: ts_thread_id as usize,
+        fr_previous: 8,
+        fr_code: 0,
+        fr_instr: fr_instr as usize,
+        fr_owner: Some(fr_owner as usize),
+        co_filename: co_filename as usize,
+        co_name: co_qualname as usize,
+        co_code: co_code as usize,
+        co_linetable: co_linetable as usize,
+        co_firstlineno: co_firstlineno as usize,
+        str_ascii_data: ascii,
+        // PyCompactUnicodeObject: PyASCIIObject, utf8_length, utf8.
+        str_compact_data: ascii + 16,
+        str_ready_bit: false,
+    })
+}
+
+/// Why a walk stopped early.
+#[derive(Debug, PartialEq, Eq)]
+enum Stop {
+    /// The thread state is another thread's (or does not read as one).
+    OtherThread,
+    /// Something did not read as the layout says.
+    Bad(&'static str),
+}
+
+const B_FRAME: &str =
+    "Python frames unavailable: a frame pointer does not read as one (native stacks only)";
+const B_CODE: &str =
+    "Python frames unavailable: a frame's code does not read as a code object (native stacks \
+     only)";
+const B_STRING: &str =
+    "Python frames unavailable: a code object's names do not read as strings (native stacks \
+     only)";
+const B_INSTR: &str =
+    "Python frames unavailable: a frame's instruction lies outside its code (native stacks \
+     only)";
+const B_LOOP: &str = "Python frames unavailable: the frame chain loops (native stacks only)";
+
+/// A plausible object or frame address: in user space, not in the first page, 8-aligned.
+#[inline]
+fn ptr_ok(p: usize) -> bool {
+    (0x1000..1 << 48).contains(&p) && p.is_multiple_of(8)
+}
+
+/// Appends the frames of thread state `ts`, innermost first. `strict`: every oddity is an error; otherwise
+/// odd strings become "?" and an odd instruction offset line 0, while anything that breaks the chain still
+/// ends the walk (with the frames read so far kept).
+fn walk_frames<M: Mem>(
+    py: &Python,
+    m: &M,
+    ts: usize,
+    out: &mut Vec<PyFrame>,
+    strict: bool,
+) -> Result<(), Stop> {
+    let o = &py.off;
+    if !ptr_ok(ts) {
+        return Err(Stop::OtherThread);
+    }
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as usize;
+    if m.word(ts + o.ts_thread_id) != Some(me) {
+        return Err(Stop::OtherThread);
+    }
+    let mut frame = match o.shape {
+        Shape::CFrame { current } => {
+            let cf = m.word(ts + o.ts_frame).ok_or(Stop::Bad(B_FRAME))?;
+            if !ptr_ok(cf) {
+                return Err(Stop::Bad(B_FRAME));
+            }
+            m.word(cf + current).ok_or(Stop::Bad(B_FRAME))?
+        }
+        _ => m.word(ts + o.ts_frame).ok_or(Stop::Bad(B_FRAME))?,
+    };
+    let mut kept = 0;
+    // Brent's loop detection: `mark` jumps to the current frame after 1, 2, 4, ... steps.
+    let (mut mark, mut span, mut since) = (0usize, 1usize, 0usize);
+    for _ in 0..MAX_STEPS {
+        if frame == 0 || kept == MAX_FRAMES {
+            return Ok(());
+        }
+        if !ptr_ok(frame) {
+            return Err(Stop::Bad(B_FRAME));
+        }
+        if frame == mark {
+            return Err(Stop::Bad(B_LOOP));
+        }
+        since += 1;
+        if since == span {
+            (mark, span, since) = (frame, span * 2, 0);
+        }
+        let hidden = match o.fr_owner {
+            Some(at) => m.u8(frame + at).ok_or(Stop::Bad(B_FRAME))? >= OWNER_HIDDEN,
+            None => false,
+        };
+        if !hidden {
+            let mut code = m.word(frame + o.fr_code).ok_or(Stop::Bad(B_FRAME))?;
+            if o.shape == Shape::Direct {
+                // 3.14+: a `_PyStackRef`, whose low bits are tags.
+                code &= !7;
+            }
+            if !ptr_ok(code) || m.word(code + OB_TYPE) != Some(py.code_type) {
+                return Err(Stop::Bad(B_CODE));
+            }
+            let file = string(py, m, code + o.co_filename);
+            let function = string(py, m, code + o.co_name);
+            let line = line(py, m, frame, code, !strict);
+            if strict && (file.is_none() || function.is_none()) {
+                return Err(Stop::Bad(B_STRING));
+            }
+            let line = match line {
+                Some(l) => l,
+                None if strict => return Err(Stop::Bad(B_INSTR)),
+                None => 0,
+            };
+            out.push(PyFrame {
+                file: file.unwrap_or_else(|| "?".into()),
+                function: function.unwrap_or_else(|| "?".into()),
+                line,
+            });
+            kept += 1;
+        }
+        frame = m.word(frame + o.fr_previous).ok_or(Stop::Bad(B_FRAME))?;
+    }
+    Ok(())
+}
+
+/// The line `frame` is at (0 when its code has none there); `None` when its instruction lies outside its
+/// code. `cached`: through [`LINES`].
+fn line<M: Mem>(py: &Python, m: &M, frame: usize, code: usize, cached: bool) -> Option<u32> {
+    let o = &py.off;
+    let (offset, code_bytes) = match o.shape {
+        Shape::FrameObject => {
+            // f_lasti counts code units; -1 before the first instruction.
+            let lasti = m.i32(frame + o.fr_instr)? as i64;
+            let bytes = m.word(code + o.co_code)?;
+            if !ptr_ok(bytes) || m.word(bytes + OB_TYPE)? != py.bytes_type {
+                return None;
+            }
+            (lasti * 2, m.word(bytes + OB_SIZE)? as i64)
+        }
+        _ => {
+            // The current (3.13+) or previous (3.11, 3.12: one code unit before the first when the frame
+            // has not started) instruction, against the first one.
+            let instr = m.word(frame + o.fr_instr)? as i64;
+            let first = (code + o.co_code) as i64;
+            // Py_SIZE of a code object counts its code units.
+            (
+                instr.wrapping_sub(first),
+                (m.word(code + OB_SIZE)? as i64).saturating_mul(2),
+            )
+        }
+    };
+    if offset < -2 || offset >= code_bytes || offset % 2 != 0 || code_bytes > i32::MAX as i64 {
+        return None;
+    }
+    let mut slot = None;
+    if cached {
+        let key = line_key(
+            code,
+            offset,
+            m.word(code + o.co_linetable)?,
+            m.u32(code + o.co_firstlineno)?,
+        );
+        let s = &LINES[key as usize % LINES.len()];
+        let tag = (key >> LINE_BITS) | 1;
+        let e = s.load(Ordering::Relaxed);
+        if e >> LINE_BITS == tag {
+            return Some((e & LINE_MASK) as u32);
+        }
+        slot = Some((s, tag));
+    }
+    // SAFETY: `code` is a code object (its type was checked); PyCode_Addr2Line only reads it.
+    let line = unsafe { (py.addr2line)(code as *mut c_void, offset as c_int) }.max(0) as u32;
+    if let Some((s, tag)) = slot {
+        if u64::from(line) <= LINE_MASK {
+            s.store((tag << LINE_BITS) | u64::from(line), Ordering::Relaxed);
+        }
+    }
+    Some(line)
+}
+
+/// Lines already computed, shared by the process's threads: `PyCode_Addr2Line` scans the code's line table
+/// from its start, which for the `<module>` code of a long script is thousands of entries, and the outer
+/// frames of a program's allocations are the same few at the same instructions. Each entry is one word,
+/// `tag << LINE_BITS | line`, the tag being the high bits of a hash of (code address, instruction offset, line
+/// table address, first line): a torn or colliding entry cannot be read as another's. A code object freed
+/// and another built at the same address, with its line table at the same address, the same first line and a
+/// frame at the same offset, could be given the old line: a wrong line number, never a fault.
+static LINES: [AtomicU64; 4096] = [const { AtomicU64::new(0) }; 4096];
+const LINE_BITS: u32 = 24;
+const LINE_MASK: u64 = (1 << LINE_BITS) - 1;
+
+fn line_key(code: usize, offset: i64, linetable: usize, firstlineno: u32) -> u64 {
+    let mut h = (code as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for v in [offset as u64, linetable as u64, u64::from(firstlineno)] {
+        h = (h.rotate_left(29) ^ v).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    }
+    h ^ (h >> 31)
+}
+
+/// The `str` object whose address is stored at `at`, as UTF-8 (cut to [`MAX_CHARS`]; characters that are not
+/// Unicode scalar values become U+FFFD); `None` when it does not read as a `str`.
+fn string<M: Mem>(py: &Python, m: &M, at: usize) -> Option<String> {
+    let obj = m.word(at)?;
+    if !ptr_ok(obj) || m.word(obj + OB_TYPE)? != py.unicode_type {
+        return None;
+    }
+    decode_str(&py.off, m, obj)
+}
+
+/// Decodes a `str` at `obj` (type already checked).
+fn decode_str<M: Mem>(o: &Offsets, m: &M, obj: usize) -> Option<String> {
+    let len = m.word(obj + STR_LENGTH)? as isize;
+    if len < 0 {
+        return None;
+    }
+    let n = (len as usize).min(MAX_CHARS);
+    let state = m.u32(obj + STR_STATE)?;
+    let kind = (state >> 2) & 7;
+    let compact = state & (1 << 5) != 0;
+    let ascii = state & (1 << 6) != 0;
+    if o.str_ready_bit && state & (1 << 7) == 0 {
+        return None;
+    }
+    let data = match (compact, ascii) {
+        (true, true) => obj + o.str_ascii_data,
+        (true, false) => obj + o.str_compact_data,
+        (false, _) => {
+            let p = m.word(obj + o.str_compact_data)?;
+            if p < 0x1000 {
+                return None;
+            }
+            p
+        }
+    };
+    match kind {
+        1 if ascii => m.with_bytes(data, n, |b| match std::str::from_utf8(b) {
+            Ok(s) => s.to_owned(),
+            Err(_) => String::from_utf8_lossy(b).into_owned(),
+        }),
+        1 => m.with_bytes(data, n, |b| b.iter().map(|&c| c as char).collect()),
+        2 if !ascii => m.with_bytes(data, n * 2, |b| {
+            b.chunks_exact(2)
+                .map(|c| u32::from(u16::from_ne_bytes([c[0], c[1]])))
+                .map(|c| char::from_u32(c).unwrap_or('\u{fffd}'))
+                .collect()
+        }),
+        4 if !ascii => m.with_bytes(data, n * 4, |b| {
+            b.chunks_exact(4)
+                .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .map(|c| char::from_u32(c).unwrap_or('\u{fffd}'))
+                .collect()
+        }),
+        _ => None,
+    }
+}
+
+/// Reading the process's own memory.
+trait Mem {
+    /// Fills `dst` from `addr`; false when that memory cannot be read.
+    fn copy(&self, addr: usize, dst: &mut [u8]) -> bool;
+
+    /// Calls `f` with the `len` bytes at `addr`.
+    fn with_bytes<R>(&self, addr: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let mut v = vec![0u8; len];
+        self.copy(addr, &mut v).then(|| f(&v))
+    }
+
+    fn word(&self, addr: usize) -> Option<usize> {
+        let mut b = [0u8; 8];
+        (addr.is_multiple_of(8) && self.copy(addr, &mut b)).then(|| usize::from_ne_bytes(b))
+    }
+
+    fn u32(&self, addr: usize) -> Option<u32> {
+        let mut b = [0u8; 4];
+        (addr.is_multiple_of(4) && self.copy(addr, &mut b)).then(|| u32::from_ne_bytes(b))
+    }
+
+    fn i32(&self, addr: usize) -> Option<i32> {
+        self.u32(addr).map(|v| v as i32)
+    }
+
+    fn u8(&self, addr: usize) -> Option<u8> {
+        let mut b = [0u8; 1];
+        self.copy(addr, &mut b).then_some(b[0])
+    }
+}
+
+/// Plain loads, for a layout that passed validation. Addresses outside user space are refused.
+struct Direct;
+
+#[inline]
+fn range_ok(addr: usize, len: usize) -> bool {
+    addr >= 0x1000 && addr.checked_add(len).is_some_and(|end| end <= 1 << 48)
+}
+
+impl Mem for Direct {
+    #[inline]
+    fn copy(&self, addr: usize, dst: &mut [u8]) -> bool {
+        if !range_ok(addr, dst.len()) {
+            return false;
+        }
+        // SAFETY: the layout was validated with safe reads; every address here was derived from it.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len()) };
+        true
+    }
+
+    #[inline]
+    fn with_bytes<R>(&self, addr: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if !range_ok(addr, len) {
+            return None;
+        }
+        // SAFETY: as in `copy`.
+        Some(f(unsafe {
+            std::slice::from_raw_parts(addr as *const u8, len)
+        }))
+    }
+}
+
+/// Reads that report an unreadable address instead of faulting: `process_vm_readv` on our own pid, or, where
+/// that is refused (seccomp), a write of the memory into a pipe (`EFAULT`) and a read back.
+struct Safe {
+    pid: libc::pid_t,
+    pipe: std::cell::Cell<Option<[c_int; 2]>>,
+}
+
+impl Safe {
+    fn new() -> Safe {
+        Safe {
+            // SAFETY: no preconditions.
+            pid: unsafe { libc::getpid() },
+            pipe: std::cell::Cell::new(None),
+        }
+    }
+
+    fn vm_readv(&self, addr: usize, dst: &mut [u8]) -> Result<bool, ()> {
+        let local = libc::iovec {
+            iov_base: dst.as_mut_ptr().cast(),
+            iov_len: dst.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut c_void,
+            iov_len: dst.len(),
+        };
+        // SAFETY: `local` is our buffer; the kernel checks `remote`.
+        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        if n >= 0 {
+            return Ok(n as usize == dst.len());
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENOSYS) | Some(libc::EPERM) | Some(libc::EACCES) => Err(()),
+            _ => Ok(false),
+        }
+    }
+
+    fn through_pipe(&self, addr: usize, dst: &mut [u8]) -> bool {
+        let fds = match self.pipe.get() {
+            Some(fds) => fds,
+            None => {
+                let mut fds = [0 as c_int; 2];
+                // SAFETY: fds has room for two descriptors.
+                if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0
+                {
+                    return false;
+                }
+                self.pipe.set(Some(fds));
+                fds
+            }
+        };
+        for (i, chunk) in dst.chunks_mut(4096).enumerate() {
+            let from = addr + i * 4096;
+            // SAFETY: the kernel reads `from` on our behalf and fails with EFAULT where it cannot.
+            let w = unsafe { libc::write(fds[1], from as *const c_void, chunk.len()) };
+            if w != chunk.len() as isize {
+                if w > 0 {
+                    let mut sink = [0u8; 4096];
+                    // SAFETY: draining what was written into our buffer.
+                    unsafe { libc::read(fds[0], sink.as_mut_ptr().cast(), w as usize) };
+                }
+                return false;
+            }
+            // SAFETY: reading back into `chunk`.
+            let r = unsafe { libc::read(fds[0], chunk.as_mut_ptr().cast(), chunk.len()) };
+            if r != chunk.len() as isize {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl Drop for Safe {
+    fn drop(&mut self) {
+        if let Some([r, w]) = self.pipe.get() {
+            // SAFETY: our own descriptors.
+            unsafe {
+                libc::close(r);
+                libc::close(w);
+            }
+        }
+    }
+}
+
+impl Mem for Safe {
+    fn copy(&self, addr: usize, dst: &mut [u8]) -> bool {
+        if !range_ok(addr, dst.len()) {
+            return false;
+        }
+        if dst.is_empty() {
+            return true;
+        }
+        match self.vm_readv(addr, dst) {
+            Ok(ok) => ok,
+            Err(()) => self.through_pipe(addr, dst),
+        }
+    }
+}
+
+/// Diagnostic (documented, kept): the calling thread's Python frames as text, one `file:line function` per
+/// line, innermost first, written to `buf` (at most `len` bytes, cut at a line's end, then a NUL when there is
+/// room). Returns the bytes written, 0 when the thread runs no Python; on an interpreter the walker cannot
+/// read, writes `unsupported: <why>` and returns minus its length. ctypes drops the GIL around the call, so
+/// this is the walk an allocation inside a framework gets.
+#[no_mangle]
+pub unsafe extern "C" fn vramtrace_debug_pystack(buf: *mut u8, len: usize) -> isize {
+    let mut frames = Vec::new();
+    let (text, sign) = match walk(&mut frames) {
+        Walk::NoPython => (String::new(), 1),
+        Walk::Walked => {
+            let mut s = String::new();
+            for f in &frames {
+                s.push_str(&format!("{}:{} {}\n", f.file, f.line, f.function));
+            }
+            (s, 1)
+        }
+        Walk::Unsupported(why) => (format!("unsupported: {why}\n"), -1),
+    };
+    let mut n = text.len().min(len);
+    if n < text.len() {
+        n = text.as_bytes()[..n]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+    }
+    if !buf.is_null() && len > 0 {
+        // SAFETY: the caller's buffer holds `len` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf, n);
+            if n < len {
+                *buf.add(n) = 0;
+            }
+        }
+    }
+    sign * n as isize
+}
+
+/// Diagnostic (documented, kept): walks the calling thread's Python frames `iterations` times and returns the
+/// mean nanoseconds per walk (the `PyFrame` strings included), 0 for no iterations.
+#[no_mangle]
+pub extern "C" fn vramtrace_debug_pystack_ns(iterations: u32) -> u64 {
+    if iterations == 0 {
+        return 0;
+    }
+    let mut frames = Vec::new();
+    let t = std::time::Instant::now();
+    for _ in 0..iterations {
+        frames.clear();
+        std::hint::black_box(walk(&mut frames));
+    }
+    (t.elapsed().as_nanos() / u128::from(iterations)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_without_python_has_no_frames() {
+        let mut out = Vec::new();
+        assert_eq!(walk(&mut out), Walk::NoPython);
+        assert!(out.is_empty());
+        let mut buf = [0xffu8; 16];
+        assert_eq!(
+            unsafe { vramtrace_debug_pystack(buf.as_mut_ptr(), buf.len()) },
+            0
+        );
+        assert_eq!(buf[0], 0);
+    }
+
+    /// `_Py_DebugOffsets` of 3.13.0 as 64-bit words (what x86-64 `python3.13` holds).
+    fn slots_313() -> Vec<u64> {
+        let mut s = vec![u64::from_ne_bytes(*b"xdebugpy"), 0x030d00f0, 0];
+        s.extend([50_000, 1000, 1008]); // runtime_state
+        s.extend([
+            9000, 8, 0, 7000, 7100, 7200, 7300, 7400, 7500, 7600, 0, 7700, 7800,
+        ]); // interpreter_state
+        s.extend([400, 0, 8, 16, 72, 152, 160, 200, 32]); // thread_state
+        s.extend([80, 8, 0, 56, 72, 70]); // interpreter_frame
+        s.extend([208, 112, 120, 128, 136, 68, 60, 96, 104, 200]); // code_object
+        s.extend([16, 8]); // pyobject
+        s.extend([920, 24, 88, 168]); // type_object
+        s.extend([
+            32, 24, 16, 40, 24, 16, 48, 32, 40, 24, 16, 24, 16, 33, 16, 32,
+        ]); // tuple..bytes
+        s.extend([64, 32, 16, 40]); // unicode_object
+        s.extend([400, 60]); // gc
+        s
+    }
+
+    /// 3.14's layout: sections gained fields (`threads_main`, `stackpointer`, `co_tlbc`, a set section, ...).
+    fn slots_314() -> Vec<u64> {
+        let mut s = vec![u64::from_ne_bytes(*b"xdebugpy"), 0x030e00f0, 0];
+        s.extend([60_000, 1000, 1008]);
+        s.extend([
+            9000, 8, 0, 7000, 7008, 7100, 7200, 7300, 7400, 7500, 7600, 0, 7700, 7800, 7900, 0,
+        ]);
+        s.extend([420, 0, 8, 16, 80, 160, 168, 208, 40]);
+        s.extend([88, 8, 0, 56, 80, 74, 64, 0]);
+        s.extend([216, 112, 120, 128, 136, 68, 60, 96, 104, 208, 0]);
+        s.extend([
+            16, 8, 920, 24, 88, 168, 32, 24, 16, 40, 24, 16, 200, 24, 40, 32,
+        ]);
+        s.extend([48, 32, 40, 24, 16, 24, 16, 33, 16, 32]);
+        s.extend([64, 32, 16, 40, 400, 60, 120, 80, 96, 88]);
+        s
+    }
+
+    #[test]
+    fn debug_offsets_are_found_by_content() {
+        let o = parse_debug_offsets(&slots_313(), 0x030d00f0).unwrap();
+        assert_eq!(
+            o,
+            Offsets {
+                shape: Shape::Direct,
+                ts_frame: 72,
+                ts_thread_id: 152,
+                fr_previous: 8,
+                fr_code: 0,
+                fr_instr: 56,
+                fr_owner: Some(70),
+                co_filename: 112,
+                co_name: 128,
+                co_code: 200,
+                co_linetable: 136,
+                co_firstlineno: 68,
+                str_ascii_data: 40,
+                str_compact_data: 56,
+                str_ready_bit: false,
+            }
+        );
+        let o = parse_debug_offsets(&slots_314(), 0x030e01f0).unwrap();
+        assert_eq!(
+            (
+                o.ts_frame,
+                o.ts_thread_id,
+                o.fr_instr,
+                o.fr_owner,
+                o.co_name,
+                o.co_code
+            ),
+            (80, 160, 56, Some(74), 128, 208)
+        );
+    }
+
+    #[test]
+    fn debug_offsets_that_do_not_fit_are_refused() {
+        let good = slots_313();
+        let mut s = good.clone();
+        s[0] = u64::from_ne_bytes(*b"xdebugpz");
+        assert!(parse_debug_offsets(&s, 0x030d00f0).is_err(), "cookie");
+        assert!(
+            parse_debug_offsets(&good, 0x030e00f0).is_err(),
+            "another version"
+        );
+        let mut s = good.clone();
+        s[2] = 1;
+        assert!(parse_debug_offsets(&s, 0x030d00f0)
+            .unwrap_err()
+            .contains("free-threaded"));
+        let mut s = good.clone();
+        let i = s.iter().position(|&v| v == 152).unwrap();
+        s[i] = 100_000; // thread_id outside the thread state
+        assert!(parse_debug_offsets(&s, 0x030d00f0).is_err(), "thread_id");
+        let mut s = good;
+        let i = s.windows(4).position(|w| w == [64, 32, 16, 40]).unwrap();
+        s[i + 3] = 48; // another string header
+        assert!(
+            parse_debug_offsets(&s, 0x030d00f0).is_err(),
+            "string layout"
+        );
+        assert!(parse_debug_offsets(&[], 0x030d00f0).is_err());
+    }
+
+    /// A fake `str` object in our own memory: header words, then `data` at `data_at`.
+    fn fake_str(ty: usize, len: usize, state: u32, data_at: usize, data: &[u8]) -> Vec<u64> {
+        let mut b = vec![0u8; data_at + data.len() + 8];
+        b[OB_TYPE..OB_TYPE + 8].copy_from_slice(&ty.to_ne_bytes());
+        b[STR_LENGTH..STR_LENGTH + 8].copy_from_slice(&len.to_ne_bytes());
+        b[STR_STATE..STR_STATE + 4].copy_from_slice(&state.to_ne_bytes());
+        b[data_at..data_at + data.len()].copy_from_slice(data);
+        b.chunks(8)
+            .map(|c| {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                u64::from_ne_bytes(w)
+            })
+            .collect()
+    }
+
+    const COMPACT: u32 = 1 << 5;
+    const ASCII: u32 = 1 << 6;
+    const READY: u32 = 1 << 7;
+
+    fn kind(k: u32) -> u32 {
+        k << 2
+    }
+
+    #[test]
+    fn strings_of_every_kind_decode() {
+        let ty = 0x5555_0000usize;
+        for o in [OFFSETS_311, OFFSETS_312] {
+            let ready = if o.str_ready_bit { READY } else { 0 };
+            let check = |obj: &[u64], want: Option<&str>| {
+                let addr = obj.as_ptr() as usize;
+                assert_eq!(decode_str(&o, &Direct, addr).as_deref(), want);
+                assert_eq!(decode_str(&o, &Safe::new(), addr).as_deref(), want);
+            };
+            let a = fake_str(
+                ty,
+                5,
+                kind(1) | COMPACT | ASCII | ready,
+                o.str_ascii_data,
+                b"train",
+            );
+            check(&a, Some("train"));
+            let l1 = fake_str(
+                ty,
+                3,
+                kind(1) | COMPACT | ready,
+                o.str_compact_data,
+                &[0x66, 0xe9, 0x65],
+            );
+            check(&l1, Some("f\u{e9}e"));
+            let u2: Vec<u8> = "関数x"
+                .encode_utf16()
+                .flat_map(|c| c.to_ne_bytes())
+                .collect();
+            let s2 = fake_str(ty, 3, kind(2) | COMPACT | ready, o.str_compact_data, &u2);
+            check(&s2, Some("関数x"));
+            let u4: Vec<u8> = [0x2_0000u32, 'a' as u32, 0xd800]
+                .iter()
+                .flat_map(|c| c.to_ne_bytes())
+                .collect();
+            let s4 = fake_str(ty, 3, kind(4) | COMPACT | ready, o.str_compact_data, &u4);
+            check(&s4, Some("𠀀a\u{fffd}"));
+            // A legacy (non-compact) string: a pointer to its characters.
+            let chars = *b"legacy\0\0";
+            let ptr = (chars.as_ptr() as usize).to_ne_bytes();
+            let legacy = fake_str(ty, 6, kind(1) | ASCII | ready, o.str_compact_data, &ptr);
+            check(&legacy, Some("legacy"));
+            // Cut to MAX_CHARS.
+            let long = vec![b'x'; MAX_CHARS + 10];
+            let l = fake_str(
+                ty,
+                long.len(),
+                kind(1) | COMPACT | ASCII | ready,
+                o.str_ascii_data,
+                &long,
+            );
+            check(&l, Some(&"x".repeat(MAX_CHARS)));
+            // Nonsense kinds and lengths.
+            check(
+                &fake_str(ty, 1, kind(3) | COMPACT | ready, o.str_compact_data, b"a"),
+                None,
+            );
+            check(
+                &fake_str(
+                    ty,
+                    1,
+                    kind(2) | COMPACT | ASCII | ready,
+                    o.str_ascii_data,
+                    b"a",
+                ),
+                None,
+            );
+            check(
+                &fake_str(
+                    ty,
+                    usize::MAX,
+                    kind(1) | COMPACT | ASCII | ready,
+                    o.str_ascii_data,
+                    b"a",
+                ),
+                None,
+            );
+        }
+        // 3.10/3.11 strings that are not ready are refused.
+        let o = OFFSETS_311;
+        let nr = fake_str(ty, 1, kind(1) | COMPACT | ASCII, o.str_ascii_data, b"a");
+        assert_eq!(decode_str(&o, &Direct, nr.as_ptr() as usize), None);
+    }
+
+    #[test]
+    fn safe_reads_report_unreadable_memory() {
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        } as usize;
+        assert_ne!(page as *mut c_void, libc::MAP_FAILED);
+        unsafe {
+            *(page as *mut u64) = 0x1122_3344_5566_7788;
+            libc::munmap((page + 4096) as *mut c_void, 4096);
+        }
+        let safe = Safe::new();
+        assert_eq!(safe.word(page), Some(0x1122_3344_5566_7788));
+        assert_eq!(safe.word(page + 4096), None, "unmapped");
+        let mut b = [0u8; 16];
+        assert!(
+            !safe.copy(page + 4088, &mut b),
+            "straddles the unmapped page"
+        );
+        assert_eq!(safe.word(0), None);
+        assert_eq!(safe.word(page + 4), None, "misaligned word");
+        // The pipe fallback agrees.
+        let mut w = [0u8; 8];
+        assert!(safe.through_pipe(page, &mut w));
+        assert_eq!(u64::from_ne_bytes(w), 0x1122_3344_5566_7788);
+        assert!(!safe.through_pipe(page + 4096, &mut w));
+        assert!(!safe.through_pipe(page + 4088, &mut b));
+        let mut big = vec![0u8; 4096];
+        assert!(safe.through_pipe(page, &mut big));
+        assert!(safe.through_pipe(page, &mut w), "the pipe is left empty");
+        assert_eq!(u64::from_ne_bytes(w), 0x1122_3344_5566_7788);
+        unsafe { libc::munmap(page as *mut c_void, 4096) };
+    }
+
+    unsafe extern "C" fn fake_addr2line(_code: *mut c_void, offset: c_int) -> c_int {
+        1000 + offset
+    }
+
+    /// Objects laid out in our own memory as `off` says, for walking without an interpreter.
+    struct Heap {
+        blocks: Vec<Vec<u64>>,
+        code_type: Vec<u64>,
+        unicode_type: Vec<u64>,
+    }
+
+    impl Heap {
+        fn new() -> Heap {
+            Heap {
+                blocks: Vec::new(),
+                code_type: vec![0; 64],
+                unicode_type: vec![0; 64],
+            }
+        }
+
+        fn alloc(&mut self, words: usize) -> usize {
+            self.blocks.push(vec![0; words]);
+            self.blocks.last().unwrap().as_ptr() as usize
+        }
+
+        fn set(&mut self, addr: usize, value: u64) {
+            unsafe { *(addr as *mut u64) = value };
+        }
+
+        fn set_u8(&mut self, addr: usize, value: u8) {
+            unsafe { *(addr as *mut u8) = value };
+        }
+
+        fn python(&self, off: Offsets) -> Python {
+            Python {
+                off,
+                addr2line: fake_addr2line,
+                code_type: self.code_type.as_ptr() as usize,
+                unicode_type: self.unicode_type.as_ptr() as usize,
+                bytes_type: 0,
+            }
+        }
+
+        fn str(&mut self, off: &Offsets, s: &str) -> usize {
+            let ty = self.unicode_type.as_ptr() as usize;
+            let state = kind(1) | COMPACT | ASCII | if off.str_ready_bit { READY } else { 0 };
+            let words = fake_str(ty, s.len(), state, off.str_ascii_data, s.as_bytes());
+            self.blocks.push(words);
+            self.blocks.last().unwrap().as_ptr() as usize
+        }
+
+        /// A code object named `name` whose frames will be at code unit `unit`.
+        fn code(&mut self, off: &Offsets, name: &str) -> usize {
+            let code = self.alloc(off.co_code / 8 + 64);
+            let (file, func) = (self.str(off, "f.py"), self.str(off, name));
+            self.set(code + OB_TYPE, self.code_type.as_ptr() as u64);
+            self.set(code + OB_SIZE, 100);
+            self.set(code + off.co_filename, file as u64);
+            self.set(code + off.co_name, func as u64);
+            code
+        }
+
+        /// A frame running `code` at code unit `unit`, called from `previous`.
+        fn frame(
+            &mut self,
+            off: &Offsets,
+            code: usize,
+            unit: usize,
+            previous: usize,
+            tag: u64,
+        ) -> usize {
+            let f = self.alloc(16);
+            self.set(f + off.fr_code, code as u64 | tag);
+            self.set(f + off.fr_previous, previous as u64);
+            self.set(f + off.fr_instr, (code + off.co_code + 2 * unit) as u64);
+            f
+        }
+
+        fn tstate(&mut self, off: &Offsets, innermost: usize, thread: usize) -> usize {
+            let ts = self.alloc(64);
+            self.set(ts + off.ts_thread_id, thread as u64);
+            match off.shape {
+                Shape::CFrame { current } => {
+                    let cf = self.alloc(4);
+                    self.set(cf + current, innermost as u64);
+                    self.set(ts + off.ts_frame, cf as u64);
+                }
+                _ => self.set(ts + off.ts_frame, innermost as u64),
+            }
+            ts
+        }
+    }
+
+    fn me() -> usize {
+        unsafe { libc::pthread_self() as usize }
+    }
+
+    fn names(frames: &[PyFrame]) -> Vec<(&str, u32)> {
+        frames
+            .iter()
+            .map(|f| (f.function.as_str(), f.line))
+            .collect()
+    }
+
+    #[test]
+    fn chains_walk_innermost_first_hiding_entry_frames() {
+        let direct = parse_debug_offsets(&slots_313(), 0x030d00f0).unwrap();
+        for off in [OFFSETS_311, OFFSETS_312, direct] {
+            let mut h = Heap::new();
+            let (outer, entry, inner) = (
+                h.code(&off, "outer"),
+                h.code(&off, "entry"),
+                h.code(&off, "inner"),
+            );
+            let f3 = h.frame(&off, outer, 7, 0, 0);
+            let f2 = h.frame(&off, entry, 0, f3, 0);
+            let tag = if off.shape == Shape::Direct { 1 } else { 0 };
+            let f1 = h.frame(&off, inner, 3, f2, tag);
+            if let Some(at) = off.fr_owner {
+                h.set_u8(f2 + at, OWNER_HIDDEN);
+            }
+            let ts = h.tstate(&off, f1, me());
+            let py = h.python(off);
+            for strict in [true, false] {
+                let mut out = Vec::new();
+                assert_eq!(walk_frames(&py, &Safe::new(), ts, &mut out, strict), Ok(()));
+                let mut want = vec![("inner", 1006), ("entry", 1000), ("outer", 1014)];
+                if off.fr_owner.is_some() {
+                    want.remove(1);
+                }
+                assert_eq!(names(&out), want, "{off:?}");
+                assert!(out.iter().all(|f| f.file == "f.py"));
+                let mut direct = Vec::new();
+                let _ = walk_frames(&py, &Direct, ts, &mut direct, strict);
+                assert_eq!(direct, out);
+            }
+            // Another thread's state.
+            let other = h.tstate(&off, f1, me() + 8);
+            let mut out = Vec::new();
+            assert_eq!(
+                walk_frames(&py, &Direct, other, &mut out, false),
+                Err(Stop::OtherThread)
+            );
+            assert!(out.is_empty());
+        }
+    }
+
+    #[test]
+    fn odd_chains_stop_the_walk() {
+        let off = OFFSETS_312;
+        let mut h = Heap::new();
+        let code = h.code(&off, "f");
+        let py = h.python(off);
+        // A loop: kept frames stay, strict walks fail.
+        let a = h.frame(&off, code, 1, 0, 0);
+        let b = h.frame(&off, code, 2, a, 0);
+        h.set(a + off.fr_previous, b as u64);
+        let ts = h.tstate(&off, b, me());
+        let mut out = Vec::new();
+        assert_eq!(
+            walk_frames(&py, &Direct, ts, &mut out, false),
+            Err(Stop::Bad(B_LOOP))
+        );
+        assert_eq!(names(&out), [("f", 1004), ("f", 1002)]);
+        assert_eq!(
+            walk_frames(&py, &Safe::new(), ts, &mut Vec::new(), true),
+            Err(Stop::Bad(B_LOOP))
+        );
+        // A long chain is cut at MAX_FRAMES.
+        let mut f = 0;
+        for _ in 0..MAX_FRAMES + 10 {
+            f = h.frame(&off, code, 1, f, 0);
+        }
+        let ts = h.tstate(&off, f, me());
+        let mut out = Vec::new();
+        assert_eq!(walk_frames(&py, &Direct, ts, &mut out, true), Ok(()));
+        assert_eq!(out.len(), MAX_FRAMES);
+        // Not a code object.
+        let bogus = h.alloc(64);
+        let f = h.frame(&off, bogus, 0, 0, 0);
+        let g = h.frame(&off, code, 1, f, 0);
+        let ts = h.tstate(&off, g, me());
+        let mut out = Vec::new();
+        assert_eq!(
+            walk_frames(&py, &Direct, ts, &mut out, false),
+            Err(Stop::Bad(B_CODE))
+        );
+        assert_eq!(out.len(), 1);
+        // An unmapped frame pointer: the safe reader says so.
+        let ts = h.tstate(&off, 0x10_0000_0000, me());
+        assert_eq!(
+            walk_frames(&py, &Safe::new(), ts, &mut Vec::new(), true),
+            Err(Stop::Bad(B_FRAME))
+        );
+        // An instruction outside its code: strict walks fail, others say line 0.
+        let f = h.frame(&off, code, 1000, 0, 0);
+        let ts = h.tstate(&off, f, me());
+        assert_eq!(
+            walk_frames(&py, &Direct, ts, &mut Vec::new(), true),
+            Err(Stop::Bad(B_INSTR))
+        );
+        let mut out = Vec::new();
+        assert_eq!(walk_frames(&py, &Direct, ts, &mut out, false), Ok(()));
+        assert_eq!(names(&out), [("f", 0)]);
+        // A name that is not a string.
+        h.set(code + off.co_name, bogus as u64);
+        let f = h.frame(&off, code, 1, 0, 0);
+        let ts = h.tstate(&off, f, me());
+        assert_eq!(
+            walk_frames(&py, &Direct, ts, &mut Vec::new(), true),
+            Err(Stop::Bad(B_STRING))
+        );
+        let mut out = Vec::new();
+        assert_eq!(walk_frames(&py, &Direct, ts, &mut out, false), Ok(()));
+        assert_eq!(names(&out), [("?", 1002)]);
+    }
+}

@@ -1,0 +1,626 @@
+//! Call sites: where each allocation came from.
+//!
+//! For an allocation of at least `VRAMTRACE_STACK_MIN_BYTES` (and for every failed one, whose call site is what
+//! an out-of-memory post-mortem needs most), the calling thread's return addresses are read with libgcc's
+//! `_Unwind_Backtrace` (the shim's own frames skipped, at most [`MAX_FRAMES`], innermost first) and, when asked
+//! for, its Python frames with [`crate::pystack::walk`]. The pair is interned per process: a 64-bit hash of the
+//! frames names it, the first sighting gets the next id (from 1) and its `Record::Stack` goes into the channel
+//! before the event that names it, so the collector always knows a stack before it meets its id.
+//!
+//! Cost (scripts/bench.sh): libgcc's unwinder takes about 0.1 us a frame, so each thread remembers its last
+//! few call chains ([`Chains`], x86-64) and recognises a repeated one by reading its return addresses where they
+//! lie, about 2 ns a frame. A stack already seen allocates nothing (beyond what the Python walker does). Each
+//! thread keeps a small cache of the hashes it has met; only a miss takes one of [`SHARDS`] locks of the
+//! process's table, and a new stack is offered to the channel while that lock is held, so no other thread can
+//! name the id before the stack is queued. The table lives in the process's recorder, which a forked child
+//! abandons: the child starts with an empty table and ids of its own. At most [`MAX_STACKS`] distinct stacks a
+//! process; past that, allocations get stack 0.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use vramtrace_format::{PyFrame, Stack};
+
+use crate::pystack::{self, Walk};
+use crate::record;
+use crate::settings;
+
+/// The most return addresses kept per stack (the innermost ones).
+pub const MAX_FRAMES: usize = 64;
+/// The most distinct stacks per process.
+pub const MAX_STACKS: u32 = 1 << 20;
+/// Locks of the interning table (a power of two).
+const SHARDS: usize = 64;
+/// Entries of each thread's cache (a power of two).
+const CACHE: usize = 128;
+
+const URC_NO_REASON: c_int = 0;
+const URC_NORMAL_STOP: c_int = 4;
+
+extern "C" {
+    // libgcc_s (already a NEEDED of the shim, through std's unwinder).
+    fn _Unwind_Backtrace(
+        trace: unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int,
+        arg: *mut c_void,
+    ) -> c_int;
+    fn _Unwind_GetIP(ctx: *mut c_void) -> usize;
+    fn _Unwind_GetCFA(ctx: *mut c_void) -> usize;
+    /// The ELF header of the object this code is linked into (defined by the linker): the shim's own image.
+    static __ehdr_start: libc::Elf64_Ehdr;
+}
+
+/// The call site of an allocation of `size` bytes that is being recorded now: a stack id, or 0 (stacks off,
+/// too small, nothing recording, or no frames). `failed`: the allocation failed (any size gets a stack).
+/// Only ever called from a hook that holds the reentrancy guard, on a host thread.
+#[inline]
+pub fn site(size: u64, failed: bool) -> u32 {
+    let s = settings::get();
+    if !(s.stacks_native || s.stacks_python) || (size < s.stack_min_bytes && !failed) {
+        return 0;
+    }
+    capture(s)
+}
+
+#[inline(never)]
+fn capture(s: &settings::Settings) -> u32 {
+    let Some(rec) = record::live() else { return 0 };
+    let table = rec.stacks();
+    // Read here, in the frame that unwinds: a repeated call chain finds this frame at the same address.
+    let sp = stack_pointer();
+    let mut ips = [0u64; MAX_FRAMES];
+    let done = LOCAL.try_with(|l| {
+        let Ok(mut l) = l.try_borrow_mut() else {
+            return None;
+        };
+        let l = l.get_or_insert_with(Local::new);
+        let n = if s.stacks_native {
+            native(&mut l.chains, sp, &mut ips)
+        } else {
+            0
+        };
+        let mut py = std::mem::take(&mut l.python);
+        py.clear();
+        if s.stacks_python && !table.python_off.load(Ordering::Relaxed) {
+            python(rec, table, &mut py);
+        }
+        let id = intern(rec, table, &mut l.ids, &ips[..n], &mut py);
+        l.python = py;
+        Some(id)
+    });
+    match done {
+        Ok(Some(id)) => id,
+        // A thread being torn down (or a reentry): native frames only, nothing cached.
+        _ if s.stacks_native => {
+            let n = unwind(&mut ips, None);
+            intern(rec, table, &mut Ids::default(), &ips[..n], &mut Vec::new())
+        }
+        _ => 0,
+    }
+}
+
+/// The calling thread's Python frames into `py`; an interpreter the walker cannot read is said once in the
+/// trace and never walked again in this process.
+fn python(rec: &record::Recorder, table: &Table, py: &mut Vec<PyFrame>) {
+    let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pystack::walk(py)));
+    let why = match walked {
+        Ok(Walk::NoPython) | Ok(Walk::Walked) => return,
+        Ok(Walk::Unsupported(why)) => why.to_string(),
+        Err(_) => "the Python frame walker failed: native stacks only".to_string(),
+    };
+    py.clear();
+    if !table.python_off.swap(true, Ordering::Relaxed) {
+        crate::debug!("{why}");
+        rec.note(why);
+    }
+}
+
+/// The id of (`native`, `python`), sending the stack first if it is new. `python` is taken when it is.
+fn intern(
+    rec: &record::Recorder,
+    table: &Table,
+    ids: &mut Ids,
+    native: &[u64],
+    python: &mut Vec<PyFrame>,
+) -> u32 {
+    if native.is_empty() && python.is_empty() {
+        return 0;
+    }
+    let h = hash(native, python);
+    let owner = table as *const Table as usize;
+    if let Some(id) = ids.get(owner, h) {
+        return id;
+    }
+    let make = || {
+        Box::new(Stack {
+            pid: rec.pid(),
+            id: 0,
+            native: native.to_vec(),
+            python: std::mem::take(python),
+        })
+    };
+    let id = table.intern(h, make, |s| rec.offer_stack(s));
+    if id != 0 {
+        ids.put(owner, h, id);
+    }
+    id
+}
+
+/// The process's stacks: hash -> id, sharded.
+pub struct Table {
+    shards: [Mutex<HashMap<u64, u32, BuildHasherDefault<Prehashed>>>; SHARDS],
+    /// The last id given.
+    last: AtomicU32,
+    /// The Python walker said it cannot read this interpreter (or failed): native stacks only.
+    python_off: AtomicBool,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table {
+            shards: std::array::from_fn(|_| Mutex::new(HashMap::default())),
+            last: AtomicU32::new(0),
+            python_off: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Table {
+    /// The id of the stack hashed `h`. A new one gets the next id, is built by `make` and handed to `offer`
+    /// while its shard is locked; it is remembered only if `offer` queued it (else 0, and it is tried again
+    /// next time).
+    fn intern(
+        &self,
+        h: u64,
+        make: impl FnOnce() -> Box<Stack>,
+        offer: impl FnOnce(Box<Stack>) -> bool,
+    ) -> u32 {
+        let shard = &self.shards[(h >> 32) as usize & (SHARDS - 1)];
+        let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&id) = map.get(&h) {
+            return id;
+        }
+        if self.last.load(Ordering::Relaxed) >= MAX_STACKS {
+            return 0;
+        }
+        let id = self.last.fetch_add(1, Ordering::Relaxed) + 1;
+        if id > MAX_STACKS {
+            return 0;
+        }
+        let mut stack = make();
+        stack.id = id;
+        if !offer(stack) {
+            return 0;
+        }
+        map.insert(h, id);
+        id
+    }
+
+    /// Distinct stacks given an id so far.
+    pub fn len(&self) -> u32 {
+        self.last.load(Ordering::Relaxed).min(MAX_STACKS)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The table's keys are already hashes.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | *b as u64;
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+/// A thread's recent stacks: hash -> id, direct-mapped, for the table `owner` (a forked child's new table
+/// makes every entry stale).
+#[derive(Default)]
+struct Ids {
+    owner: usize,
+    keys: Vec<u64>,
+    ids: Vec<u32>,
+}
+
+impl Ids {
+    #[inline]
+    fn slot(h: u64) -> usize {
+        (h >> 48) as usize & (CACHE - 1)
+    }
+
+    #[inline]
+    fn get(&mut self, owner: usize, h: u64) -> Option<u32> {
+        if self.owner != owner || self.keys.len() != CACHE {
+            // First use, or a forked child's first capture: its ids are new.
+            self.owner = owner;
+            self.keys.clear();
+            self.keys.resize(CACHE, 0);
+            self.ids.clear();
+            self.ids.resize(CACHE, 0);
+            return None;
+        }
+        let i = Self::slot(h);
+        (self.keys[i] == h).then_some(self.ids[i])
+    }
+
+    #[inline]
+    fn put(&mut self, owner: usize, h: u64, id: u32) {
+        if self.owner == owner && self.keys.len() == CACHE {
+            let i = Self::slot(h);
+            self.keys[i] = h;
+            self.ids[i] = id;
+        }
+    }
+}
+
+/// What a thread keeps between captures, allocated at its first one.
+struct Local {
+    ids: Ids,
+    chains: Chains,
+    /// The buffer the Python walker fills, reused.
+    python: Vec<PyFrame>,
+}
+
+impl Local {
+    fn new() -> Box<Local> {
+        Box::new(Local {
+            ids: Ids::default(),
+            chains: Chains::default(),
+            python: Vec::new(),
+        })
+    }
+}
+
+thread_local! {
+    static LOCAL: RefCell<Option<Box<Local>>> = const { RefCell::new(None) };
+}
+
+/// A 64-bit hash of the frames (never 0, the cache's empty key).
+fn hash(native: &[u64], python: &[PyFrame]) -> u64 {
+    let mut h = Mix(0x243f_6a88_85a3_08d3);
+    for ip in native {
+        h.word(*ip);
+    }
+    h.word(native.len() as u64);
+    for f in python {
+        h.bytes(f.file.as_bytes());
+        h.bytes(f.function.as_bytes());
+        h.word(f.line as u64);
+    }
+    h.word(python.len() as u64);
+    h.0.max(1)
+}
+
+struct Mix(u64);
+
+impl Mix {
+    #[inline]
+    fn word(&mut self, w: u64) {
+        // A folded 64x64->128 multiply, as wyhash mixes.
+        let m = ((self.0 ^ 0xa076_1d64_78bd_642f) as u128)
+            .wrapping_mul((w ^ 0xe703_7ed1_a0b4_28db) as u128);
+        self.0 = (m as u64) ^ ((m >> 64) as u64);
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        let mut chunks = b.chunks_exact(8);
+        for c in &mut chunks {
+            self.word(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        let mut last = [0u8; 8];
+        last[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+        self.word(u64::from_le_bytes(last));
+        self.word(b.len() as u64);
+    }
+}
+
+/// Where the shim's own code lies: executable segments of its image, found from its ELF header (no lock, no
+/// loader call).
+fn own_text() -> &'static [(u64, u64)] {
+    static TEXT: OnceLock<Vec<(u64, u64)>> = OnceLock::new();
+    TEXT.get_or_init(|| unsafe {
+        let ehdr = std::ptr::addr_of!(__ehdr_start);
+        let base = ehdr as u64;
+        let phdrs = std::slice::from_raw_parts(
+            (base + (*ehdr).e_phoff) as usize as *const libc::Elf64_Phdr,
+            (*ehdr).e_phnum as usize,
+        );
+        // The segment that maps the file's start holds the header: its vaddr says the bias.
+        let bias = phdrs
+            .iter()
+            .find(|p| p.p_type == libc::PT_LOAD && p.p_offset == 0)
+            .map_or(base, |p| base.wrapping_sub(p.p_vaddr));
+        phdrs
+            .iter()
+            .filter(|p| p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0)
+            .map(|p| {
+                let start = bias.wrapping_add(p.p_vaddr);
+                (start, start + p.p_memsz)
+            })
+            .collect()
+    })
+}
+
+/// Where the unwinder writes.
+struct Unwound<'a> {
+    ips: &'a mut [u64; MAX_FRAMES],
+    n: usize,
+    own: &'static [(u64, u64)],
+    /// Still in the shim's own frames (the innermost ones).
+    inside: bool,
+    /// Every frame, own frames included, for the chain cache; `None`: not wanted.
+    raw: Option<&'a mut Raw>,
+}
+
+/// Every frame of one unwinding, as the chain cache needs them.
+struct Raw {
+    ip: [u64; RAW_FRAMES],
+    /// Where each return address lies.
+    slot: [u64; RAW_FRAMES],
+    n: usize,
+    /// How many of the first frames are the shim's.
+    own: usize,
+    /// Every frame's return address was where the x86-64 ABI puts it (just below its callee's CFA).
+    plain: bool,
+}
+
+/// The most frames of the shim's own a cached chain may start with.
+const OWN_FRAMES: usize = 16;
+const RAW_FRAMES: usize = MAX_FRAMES + OWN_FRAMES;
+
+unsafe extern "C" fn each_frame(ctx: *mut c_void, arg: *mut c_void) -> c_int {
+    let u = &mut *(arg as *mut Unwound);
+    let ip = _Unwind_GetIP(ctx) as u64;
+    if ip == 0 {
+        return URC_NORMAL_STOP;
+    }
+    let own = u.inside && u.own.iter().any(|&(s, e)| ip >= s && ip < e);
+    if let Some(raw) = u.raw.as_deref_mut() {
+        if raw.n == RAW_FRAMES {
+            raw.plain = false;
+        } else {
+            // While the callback runs, the context's CFA is still the callee's: the call that led here pushed
+            // this frame's return address just below it. Checked (the stack is live) rather than assumed.
+            let slot = (_Unwind_GetCFA(ctx) as u64).wrapping_sub(8);
+            // Outer frames lie higher, all above this callback's own.
+            let here = 0u64;
+            let floor = if raw.n == 0 {
+                std::ptr::addr_of!(here) as u64
+            } else {
+                raw.slot[raw.n - 1]
+            };
+            if raw.plain && (slot <= floor || read_stack(slot) != ip) {
+                raw.plain = false;
+            }
+            raw.ip[raw.n] = ip;
+            raw.slot[raw.n] = slot;
+            raw.n += 1;
+            if own {
+                raw.own = raw.n;
+            }
+        }
+    }
+    if own {
+        return URC_NO_REASON;
+    }
+    u.inside = false;
+    u.ips[u.n] = ip;
+    u.n += 1;
+    if u.n == MAX_FRAMES {
+        URC_NORMAL_STOP
+    } else {
+        URC_NO_REASON
+    }
+}
+
+#[inline(always)]
+unsafe fn read_stack(addr: u64) -> u64 {
+    std::ptr::read_volatile(addr as usize as *const u64)
+}
+
+/// The calling thread's return addresses outside the shim, innermost first, as the unwinder gives them (return
+/// addresses: the instruction after each call). Returns how many. With `raw`, every frame is also kept there.
+#[inline(never)]
+fn unwind(ips: &mut [u64; MAX_FRAMES], raw: Option<&mut Raw>) -> usize {
+    let mut u = Unwound {
+        ips,
+        n: 0,
+        own: own_text(),
+        inside: true,
+        raw,
+    };
+    unsafe { _Unwind_Backtrace(each_frame, (&mut u as *mut Unwound).cast()) };
+    u.n
+}
+
+/// The chain cache (x86-64). Unwinding with libgcc costs about 0.1 us a frame; allocations mostly repeat a few
+/// call chains. A chain is remembered as the stack pointer of the capturing frame and, for every frame outward,
+/// the address where its return address lies and the value it had. The same stack pointer and the same values
+/// at every one of those addresses (read innermost first, stopping at the first difference, so only the live
+/// stack is ever read) is the same chain: each frame's size is fixed by its code, so equal return addresses
+/// put every outer frame where it was. Only chains whose every return address sat where the ABI puts it are
+/// remembered (a signal frame is not).
+#[derive(Default)]
+struct Chains {
+    chains: Vec<Chain>,
+    next: usize,
+}
+
+const CHAINS: usize = 8;
+
+struct Chain {
+    sp: u64,
+    /// (address, value) of each return address from the capturing frame's outward.
+    slots: Vec<(u64, u64)>,
+    /// Where in `slots` the frames outside the shim start.
+    native: usize,
+}
+
+impl Chains {
+    /// The cached chain that is live now, if any: its native frames into `ips`.
+    #[cfg(target_arch = "x86_64")]
+    fn find(&self, sp: u64, ips: &mut [u64; MAX_FRAMES]) -> Option<usize> {
+        let c = self.chains.iter().find(|c| {
+            c.sp == sp
+                && c.slots
+                    .iter()
+                    .all(|&(at, value)| unsafe { read_stack(at) } == value)
+        })?;
+        let n = c.slots.len() - c.native;
+        for (d, &(_, v)) in ips.iter_mut().zip(&c.slots[c.native..]) {
+            *d = v;
+        }
+        Some(n)
+    }
+
+    /// Remembers the chain of an unwinding done from the frame whose stack pointer is `sp` (frame 1 of `raw`:
+    /// frame 0 is `unwind`'s own).
+    #[cfg(target_arch = "x86_64")]
+    fn remember(&mut self, sp: u64, raw: &Raw) {
+        if !raw.plain || raw.own < 2 || raw.own > OWN_FRAMES || raw.n <= raw.own {
+            return;
+        }
+        // From the capturing frame's return address (frame 2's ip) outward.
+        let slots = (2..raw.n).map(|j| (raw.slot[j], raw.ip[j]));
+        // No remembered chain matched (`find` came first): a new one, in place of the oldest.
+        let i = if self.chains.len() < CHAINS {
+            self.chains.push(Chain {
+                sp: 0,
+                slots: Vec::with_capacity(RAW_FRAMES),
+                native: 0,
+            });
+            self.chains.len() - 1
+        } else {
+            let i = self.next;
+            self.next = (i + 1) % CHAINS;
+            i
+        };
+        let c = &mut self.chains[i];
+        c.sp = sp;
+        c.slots.clear();
+        c.slots.extend(slots);
+        c.native = raw.own - 2;
+    }
+}
+
+/// The native frames of the current call chain: from the cache when it is the one a thread's earlier capture
+/// saw, else unwound (and remembered).
+#[inline(always)]
+fn native(chains: &mut Chains, sp: u64, ips: &mut [u64; MAX_FRAMES]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if let Some(n) = chains.find(sp, ips) {
+            return n;
+        }
+        let mut raw = Raw {
+            ip: [0; RAW_FRAMES],
+            slot: [0; RAW_FRAMES],
+            n: 0,
+            own: 0,
+            plain: true,
+        };
+        let n = unwind(ips, Some(&mut raw));
+        chains.remember(sp, &raw);
+        n
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (chains, sp);
+        unwind(ips, None)
+    }
+}
+
+/// The stack pointer of the calling frame.
+#[inline(always)]
+fn stack_pointer() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let sp: u64;
+        unsafe {
+            std::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags));
+        }
+        sp
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(file: &str, function: &str, line: u32) -> PyFrame {
+        PyFrame {
+            file: file.into(),
+            function: function.into(),
+            line,
+        }
+    }
+
+    #[test]
+    fn hashes_tell_frames_apart() {
+        let a = hash(&[1, 2, 3], &[]);
+        assert_eq!(a, hash(&[1, 2, 3], &[]));
+        assert_ne!(a, hash(&[1, 2], &[]));
+        assert_ne!(a, hash(&[1, 2, 3, 0], &[]));
+        assert_ne!(a, hash(&[3, 2, 1], &[]));
+        let p = hash(&[1], &[frame("a.py", "f", 1)]);
+        assert_ne!(p, hash(&[1], &[frame("a.py", "f", 2)]));
+        assert_ne!(p, hash(&[1], &[frame("a.py", "g", 1)]));
+        assert_ne!(p, hash(&[1], &[frame("a.p", "yf", 1)]));
+        assert_ne!(hash(&[], &[]), 0);
+    }
+
+    #[test]
+    fn a_table_gives_ids_from_one_and_sends_each_stack_once() {
+        let t = Table::default();
+        let mut sent = Vec::new();
+        let mk = |id| {
+            move || {
+                Box::new(Stack {
+                    pid: 1,
+                    id,
+                    native: vec![],
+                    python: vec![],
+                })
+            }
+        };
+        let a = t.intern(10, mk(0), |s| {
+            sent.push(s.id);
+            true
+        });
+        let b = t.intern(11, mk(0), |s| {
+            sent.push(s.id);
+            true
+        });
+        let a2 = t.intern(10, mk(0), |_| panic!("sent twice"));
+        assert_eq!((a, b, a2), (1, 2, 1));
+        assert_eq!(sent, vec![1, 2]);
+        // A stack the channel refused is not remembered: tried again (with a new id).
+        assert_eq!(t.intern(12, mk(0), |_| false), 0);
+        assert_eq!(t.intern(12, mk(0), |_| true), 4);
+    }
+
+    #[test]
+    fn the_unwinder_skips_the_shim_and_finds_its_caller() {
+        // In a unit test the shim's code and its caller share one image: everything is "own", so nothing is
+        // kept. What can be checked: it returns, within bounds.
+        let mut ips = [0u64; MAX_FRAMES];
+        assert!(unwind(&mut ips, None) <= MAX_FRAMES);
+        assert!(!own_text().is_empty());
+    }
+}
