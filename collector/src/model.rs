@@ -370,6 +370,9 @@ pub struct OomSnapshot {
     pub cap_refused: bool,
     pub requested_bytes: u64,
     pub result: u32,
+    /// The failing request's own call site (an index into [`Analysis::call_sites`]`.sites`), when its
+    /// allocation event carried a stack.
+    pub request_site: Option<usize>,
     /// From the record: the real driver's figures, the cap, and the cap's ledger.
     pub device_free_bytes: Option<u64>,
     pub device_total_bytes: Option<u64>,
@@ -533,6 +536,8 @@ struct ProcDev {
 
 struct Proc {
     s: ProcessStats,
+    /// The last failed allocation: (tid, bytes, call-site aggregate), so an OOM record names its request's site.
+    last_failed: Option<(u32, u64, u32)>,
     cur: u64,
     dev: Vec<ProcDev>,
     ptrs: FastMap<u64, Live>,
@@ -561,6 +566,7 @@ struct Proc {
 impl Proc {
     fn new(pid: u32, ts: u64, rel: u64, prev: Option<usize>) -> Self {
         Proc {
+            last_failed: None,
             s: ProcessStats {
                 pid,
                 announced: false,
@@ -1016,6 +1022,13 @@ impl Replay {
         match e.api.effect() {
             eff @ (Effect::AllocPtr | Effect::CreateHandle) => {
                 if e.result != 0 {
+                    if e.stack != 0 {
+                        let d = self.dev_index(e.device);
+                        let site = self
+                            .cs
+                            .site_for(&mut self.procs[s].cs, s, e.stack, d as u16);
+                        self.procs[s].last_failed = Some((e.tid, e.size, site));
+                    }
                     let p = &mut self.procs[s].s;
                     p.failed_allocations += 1;
                     if e.result == CUDA_OOM {
@@ -1363,6 +1376,11 @@ impl Replay {
         by_site.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
         by_site.truncate(SITES_LISTED);
         let listed = by_site.iter().fold(0u64, |x, b| x.saturating_add(b.bytes));
+        // The request's own site: the process's last failed allocation, made by the same thread for as much.
+        let request_site = match self.procs[s].last_failed {
+            Some((tid, size, site)) if tid == o.tid && size == o.requested_bytes => site_ref(site),
+            _ => None,
+        };
         self.ooms.push(OomSnapshot {
             time_ns: t,
             pid: o.pid,
@@ -1374,6 +1392,7 @@ impl Replay {
             cap_refused: o.flags & flags::CAP_REFUSED != 0,
             requested_bytes: o.requested_bytes,
             result: o.result,
+            request_site,
             device_free_bytes: o.device_free_bytes,
             device_total_bytes: o.device_total_bytes,
             cap_bytes: o.cap_bytes,
@@ -1610,6 +1629,7 @@ impl Replay {
             for l in &mut o.top_live {
                 l.site = l.site.map(|i| rm.get(aggs, i));
             }
+            o.request_site = o.request_site.map(|i| rm.get(aggs, i));
             for b in &mut o.by_site {
                 b.site = rm.get(aggs, b.site);
             }

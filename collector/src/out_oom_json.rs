@@ -253,6 +253,19 @@ fn oom(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> J {
         ("cap_refused", s.cap_refused.into()),
         ("requested_bytes", s.requested_bytes.into()),
         ("result", s.result.into()),
+    ];
+    if cs {
+        // The failing request's own call site (an index into `call_sites`, and its one-line label).
+        m.push(("request_call_site", s.request_site.map(|i| i as u64).into()));
+        m.push((
+            "request_site",
+            s.request_site
+                .and_then(|i| a.call_sites.sites.get(i))
+                .map(|x| x.label())
+                .into(),
+        ));
+    }
+    m.extend([
         ("cause", d.cause.key().into()),
         ("cause_rule", d.rule.into()),
         ("cause_reason", d.reason.as_str().into()),
@@ -371,7 +384,7 @@ fn oom(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> J {
             "advice",
             J::A(d.advice.iter().map(|x| J::S(x.clone())).collect()),
         ),
-    ];
+    ]);
     if cs {
         m.push((
             "live_by_call_site",

@@ -147,6 +147,11 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize)
         ),
         "    ",
     );
+    if let Some(site) = s.request_site {
+        for line in site_lines(a, site, "    asked from ") {
+            writeln!(o, "{line}").ok();
+        }
+    }
     o.push('\n');
     writeln!(o, "  CAUSE: {} ({})", d.cause.key(), d.cause.title()).ok();
     wrap(o, &format!("    Because {}.", d.reason), "    ");

@@ -259,6 +259,7 @@ fn leaking() -> Vec<Record> {
     let at = 100 * cycles + 30;
     let mut refused = failed(alloc(at, 0, 0, 8 * GIB), 2);
     refused.stack = 2;
+    refused.tid = 101;
     evs.push(refused);
     vec![
         hello(100, 0),
@@ -310,6 +311,11 @@ fn an_oom_groups_live_bytes_by_site_and_names_the_sites_that_grew() {
         ]
     );
     assert_eq!((s.by_site_unlisted_bytes, s.no_site_bytes), (0, 0));
+    // The failing request names its own site (its event's stack), though a failed allocation is never live.
+    assert_eq!(
+        cs.sites[s.request_site.expect("the request's site")].label(),
+        "proj/train.py:30 in forward"
+    );
     // The largest live allocation is the activation, from forward().
     assert_eq!(s.top_live[0].bytes, 4 * GIB);
     assert_eq!(

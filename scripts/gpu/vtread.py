@@ -86,7 +86,8 @@ def bopt(b, pos):
     return bvar(b, pos + 1)
 
 
-def decode_events(p):
+def decode_events(p, with_stacks=False):
+    """Kind 2 (format 1) or kind 8 (format 2: a stack id after aux). Tuples keep their format-1 shape."""
     pid, pos = leb(p, 0)
     n, pos = leb(p, pos)
     ts = tid = addr = aux = 0
@@ -106,6 +107,8 @@ def decode_events(p):
         size, pos = leb(p, pos)
         v, pos = leb(p, pos)
         aux = (aux + unzz(v)) & M64
+        if with_stacks:
+            _stack, pos = leb(p, pos)
         out.append((ts, tid, api, flags, dev, result, addr, size, aux))
     return pid, out
 
@@ -148,8 +151,8 @@ def read_trace(path):
         pos += 4 + flen
         kinds[kind] = kinds.get(kind, 0) + 1
         try:
-            if kind == 2:
-                pid, evs = decode_events(payload)
+            if kind in (2, 8):
+                pid, evs = decode_events(payload, kind == 8)
                 for e in evs:
                     events.append((e[0], seq, pid, e))
                     seq += 1
