@@ -72,6 +72,22 @@ pub const INTERNAL_MODULES: &[&str] = &[
 ];
 /// Of those, the ones that are never the call site even when all frames are internal.
 pub const CORE_MODULES: &[&str] = &["libcuda.so", "libcudart", "libvramtrace"];
+/// The CUDA runtime linked statically into a program (nvcc's default) lives in the program's own file: its
+/// frames are told apart by function name instead. Matched on the start of the demangled name.
+pub const RUNTIME_FUNCTIONS: &[&str] = &[
+    "libcudart_static_",
+    "cudart::",
+    "__cudart",
+    "cudaMalloc",
+    "cudaFree",
+];
+
+/// Whether a native frame is CUDA plumbing by its function's name (a statically linked runtime).
+fn runtime_function(f: &Frame) -> bool {
+    f.function
+        .as_deref()
+        .is_some_and(|n| RUNTIME_FUNCTIONS.iter().any(|p| n.starts_with(p)))
+}
 /// Python packages whose frames are framework internals (in `site-packages` or `dist-packages`).
 pub const FRAMEWORK_PACKAGES: &[&str] =
     &["torch", "jax", "jaxlib", "cupy", "cupyx", "cupy_backends"];
@@ -329,10 +345,11 @@ pub fn choose_site(frames: &[Frame]) -> Option<usize> {
     }
     let outside = |list: &[&str], dirs: &[&str]| {
         (0..frames.len()).find(|&i| {
-            !frames[i]
-                .module
-                .as_deref()
-                .is_some_and(|m| module_in(m, list, dirs))
+            !runtime_function(&frames[i])
+                && !frames[i]
+                    .module
+                    .as_deref()
+                    .is_some_and(|m| module_in(m, list, dirs))
         })
     };
     if frames.is_empty() {
@@ -739,6 +756,18 @@ mod tests {
         ];
         assert_eq!(choose_site(&f), Some(1));
         assert_eq!(choose_site(&[]), None);
+        // nvcc's default: the runtime is inside the program itself; its frames are known by their names.
+        let named = |path: &str, function: &str| Frame {
+            function: Some(function.to_string()),
+            ..native(path)
+        };
+        let f = vec![
+            native("/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+            named("/home/u/allocs", "libcudart_static_3130888"),
+            named("/home/u/allocs", "cudaMalloc"),
+            named("/home/u/allocs", "main"),
+        ];
+        assert_eq!(choose_site(&f), Some(3));
         assert!(!is_library_python(
             "/x/site-packages/transformers/models/llama.py"
         ));
