@@ -263,48 +263,67 @@ pub fn real(f: Sym) -> *mut c_void {
     REAL[f as usize].load(Ordering::Acquire)
 }
 
-/// Fills every slot from the driver's own handle. `anchor` is any address inside the driver, or null to
-/// find it: a slot some door already filled, the next `cuGetProcAddress` after us in the global scope (a
-/// program linked with `-lcuda`), or an already-loaded `libcuda.so.1`. Never loads the driver itself.
-#[cold]
-pub fn bind(anchor: *mut c_void) {
-    if BOUND.load(Ordering::Acquire) {
-        return;
-    }
+/// A library whose functions fill a group of slots: the driver, or NVML.
+struct Library {
+    /// Which slots: `Sym::is_nvml` equal to this.
+    nvml: bool,
+    /// A function it exports, to find it in the global scope (a program linked with it).
+    probe: Sym,
+    /// Its soname, to find it already loaded.
+    soname: &'static CStr,
+    name: &'static str,
+}
+
+const DRIVER: Library = Library {
+    nvml: false,
+    probe: Sym::GetProcAddress,
+    soname: c"libcuda.so.1",
+    name: "the driver",
+};
+
+const NVML: Library = Library {
+    nvml: true,
+    probe: Sym::NvmlMemoryInfo,
+    soname: c"libnvidia-ml.so.1",
+    name: "NVML",
+};
+
+/// Fills every slot of `lib` from the library's own handle. `anchor` is any address inside it, or null to
+/// find it: a slot of its group some door already filled, the next definition of its probe function after us
+/// in the global scope (a program linked with it), or an already-loaded copy by soname. Never loads the library
+/// itself. Returns whether the library was found.
+fn bind_library(lib: &Library, anchor: *mut c_void) -> bool {
     let Some(real_dlsym) = real_dlsym() else {
-        return;
+        return false;
     };
     let mut anchor = anchor;
     if anchor.is_null() {
-        // NVML's slots point into another library: never an anchor for the driver.
+        // The other group's slots point into another library: never an anchor for this one.
         anchor = ALL
             .iter()
-            .filter(|f| !f.is_nvml())
+            .filter(|f| f.is_nvml() == lib.nvml)
             .map(|f| REAL[*f as usize].load(Ordering::Acquire))
             .find(|p| !p.is_null())
             .unwrap_or(null_mut());
     }
     if anchor.is_null() {
-        anchor = unsafe { real_dlsym(libc::RTLD_NEXT, c"cuGetProcAddress".as_ptr()) };
+        anchor = unsafe { real_dlsym(libc::RTLD_NEXT, lib.probe.name().as_ptr()) };
     }
     let handle = unsafe {
         if anchor.is_null() {
-            libc::dlopen(
-                c"libcuda.so.1".as_ptr(),
-                libc::RTLD_LAZY | libc::RTLD_NOLOAD,
-            )
+            libc::dlopen(lib.soname.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD)
         } else {
             let mut info: libc::Dl_info = std::mem::zeroed();
             if libc::dladdr(anchor, &mut info) == 0 || info.dli_fname.is_null() {
-                return;
+                return false;
             }
             libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD)
         }
     };
     if handle.is_null() {
-        return;
+        return false;
     }
-    for f in ALL.into_iter().filter(|f| !f.is_nvml()) {
+    for f in ALL.into_iter().filter(|f| f.is_nvml() == lib.nvml) {
         let p = unsafe { real_dlsym(handle, f.name().as_ptr()) };
         if !p.is_null() && p != wrapper(f) {
             let _ = REAL[f as usize].compare_exchange(
@@ -316,68 +335,30 @@ pub fn bind(anchor: *mut c_void) {
         }
     }
     unsafe { libc::dlclose(handle) };
-    BOUND.store(true, Ordering::Release);
-    crate::debug!("bound the driver's functions");
+    crate::debug!("bound {}'s functions", lib.name);
+    true
+}
+
+/// Fills every driver slot from the driver's own handle (see `bind_library`); `anchor` is any address inside
+/// the driver, or null to find it.
+#[cold]
+pub fn bind(anchor: *mut c_void) {
+    if !BOUND.load(Ordering::Acquire) && bind_library(&DRIVER, anchor) {
+        BOUND.store(true, Ordering::Release);
+    }
 }
 
 /// NVML's `f` (`Sym::is_nvml`), null if no NVML is loaded. A `dlsym` door that already handed out our wrapper
-/// filled its slot with what the caller's own handle answered; the rest are looked up in the library holding
-/// that function, else the next definition after us in the global scope (a program linked with
-/// `-lnvidia-ml`), else an already-loaded `libnvidia-ml.so.1`. Never loads NVML itself.
+/// filled its slot with what the caller's own handle answered; the rest come from the library holding it
+/// (`bind_library`). Never loads NVML itself.
 pub fn real_nvml(f: Sym) -> *mut c_void {
     debug_assert!(f.is_nvml());
     let p = REAL[f as usize].load(Ordering::Acquire);
     if !p.is_null() {
         return p;
     }
-    bind_nvml();
+    bind_library(&NVML, null_mut());
     REAL[f as usize].load(Ordering::Acquire)
-}
-
-#[cold]
-fn bind_nvml() {
-    let Some(real_dlsym) = real_dlsym() else {
-        return;
-    };
-    let mut anchor = ALL
-        .iter()
-        .filter(|f| f.is_nvml())
-        .map(|f| REAL[*f as usize].load(Ordering::Acquire))
-        .find(|p| !p.is_null())
-        .unwrap_or(null_mut());
-    if anchor.is_null() {
-        anchor = unsafe { real_dlsym(libc::RTLD_NEXT, Sym::NvmlMemoryInfo.name().as_ptr()) };
-    }
-    let handle = unsafe {
-        if anchor.is_null() {
-            libc::dlopen(
-                c"libnvidia-ml.so.1".as_ptr(),
-                libc::RTLD_LAZY | libc::RTLD_NOLOAD,
-            )
-        } else {
-            let mut info: libc::Dl_info = std::mem::zeroed();
-            if libc::dladdr(anchor, &mut info) == 0 || info.dli_fname.is_null() {
-                return;
-            }
-            libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD)
-        }
-    };
-    if handle.is_null() {
-        return;
-    }
-    for f in ALL.into_iter().filter(|f| f.is_nvml()) {
-        let p = unsafe { real_dlsym(handle, f.name().as_ptr()) };
-        if !p.is_null() && p != wrapper(f) {
-            let _ = REAL[f as usize].compare_exchange(
-                null_mut(),
-                p,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-        }
-    }
-    unsafe { libc::dlclose(handle) };
-    crate::debug!("bound NVML's functions");
 }
 
 /// What `cuGetProcAddress` returned, swapped for our wrapper when it is one of the tracked functions, matched
