@@ -167,27 +167,34 @@ pub fn fake_lib_dir() -> &'static Path {
     })
 }
 
+/// Compiles the C program `src` into `out` with `cc`, linked against the fakes' directory (`-L`), with `flags`
+/// before the sources and `libs` after them. Panics with cc's message if it fails.
+pub fn compile_c(src: &Path, out: &Path, flags: &[&str], libs: &[&str]) {
+    let r = Command::new("cc")
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .arg("-L")
+        .arg(fake_lib_dir())
+        .args(libs)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run cc to build {}: {e}", src.display()));
+    assert!(
+        r.status.success(),
+        "cc failed to build {}:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&r.stderr)
+    );
+}
+
 /// `tests/programs/c/door_linked.c`, compiled with `cc ... -lcuda` against the fake (once per process).
 pub fn door_linked() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../programs/c/door_linked.c");
         let out = scratch_dir().join("door_linked");
-        let r = Command::new("cc")
-            .args(["-O1", "-Wall", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .arg("-L")
-            .arg(fake_lib_dir())
-            .args(["-lcuda", "-lpthread"])
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run cc to build door_linked: {e}"));
-        assert!(
-            r.status.success(),
-            "cc failed to build {}:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&r.stderr)
-        );
+        compile_c(&src, &out, &["-O1", "-Wall"], &["-lcuda", "-lpthread"]);
         out
     })
     .clone()

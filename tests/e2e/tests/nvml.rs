@@ -4,7 +4,6 @@
 //! NVML's own; the cap lands on the GPU with the same UUID when NVML's order is not CUDA's.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use vramtrace_e2e::*;
@@ -232,21 +231,7 @@ fn nvml_linked() -> PathBuf {
     EXE.get_or_init(|| {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../programs/c/nvml_linked.c");
         let out = scratch_dir().join("nvml_linked");
-        let r = Command::new("cc")
-            .args(["-O1", "-Wall", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .arg("-L")
-            .arg(fake_lib_dir())
-            .args(["-lnvidia-ml", "-lcuda"])
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run cc to build nvml_linked: {e}"));
-        assert!(
-            r.status.success(),
-            "cc failed to build {}:\n{}",
-            src.display(),
-            String::from_utf8_lossy(&r.stderr)
-        );
+        compile_c(&src, &out, &["-O1", "-Wall"], &["-lnvidia-ml", "-lcuda"]);
         out
     })
     .clone()

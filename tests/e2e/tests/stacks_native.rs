@@ -153,26 +153,11 @@ fn program() -> PathBuf {
         let src = dir.join("stacks_native.c");
         std::fs::write(&src, SOURCE).unwrap();
         let out = dir.join("stacks_native");
-        let r = Command::new("cc")
-            .args([
-                "-g",
-                "-O0",
-                "-fno-omit-frame-pointer",
-                "-rdynamic",
-                "-Wall",
-                "-o",
-            ])
-            .arg(&out)
-            .arg(&src)
-            .arg("-L")
-            .arg(fake_lib_dir())
-            .args(["-lcuda", "-lpthread"])
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run cc: {e}"));
-        assert!(
-            r.status.success(),
-            "cc failed:\n{}",
-            String::from_utf8_lossy(&r.stderr)
+        compile_c(
+            &src,
+            &out,
+            &["-g", "-O0", "-fno-omit-frame-pointer", "-rdynamic", "-Wall"],
+            &["-lcuda", "-lpthread"],
         );
         out
     })
