@@ -1,6 +1,8 @@
 //! Builds traces in memory for the tests.
 #![allow(dead_code)]
 
+pub mod cli;
+
 use vramtrace_format::codec::{encode_header, put_frame, put_record, put_varint};
 use vramtrace_format::{
     flags, Api, EndKind, Event, Hello, Object, Objects, PyFrame, Record, Stack, TraceHeader,

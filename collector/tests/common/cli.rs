@@ -1,0 +1,80 @@
+//! Running the real `vramtrace` binary in tests, and checking what it prints.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("vramtrace-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+
+    pub fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `vramtrace <verb> FILE [--json]`.
+pub fn vramtrace(verb: &str, file: &Path, json: bool) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vramtrace"));
+    c.arg(verb).arg(file);
+    if json {
+        c.arg("--json");
+    }
+    c.env("RUST_BACKTRACE", "1").output().unwrap()
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8(b.to_vec()).unwrap()
+}
+
+/// One line on stderr, exit 2, nothing on stdout, no panic.
+pub fn assert_usage_error(out: &Output, want: &str) {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("vramtrace: "), "{err}");
+    assert!(err.contains(want), "want {want:?} in {err:?}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// Runs the Python `script` with the JSON parsed as `d` (and `vramtrace_format_version` defined); returns its
+/// stdout. Fails the test if the script fails.
+pub fn python_check(json: &[u8], script: &str) -> String {
+    let program = format!(
+        "import json, sys\nvramtrace_format_version = {}\nd = json.loads(sys.stdin.read())\n{script}\n",
+        vramtrace_format::VERSION
+    );
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(program)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    child.stdin.take().unwrap().write_all(json).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "python: {}\njson: {}",
+        text(&out.stderr),
+        text(json)
+    );
+    text(&out.stdout)
+}
