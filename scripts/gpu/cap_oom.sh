@@ -31,6 +31,9 @@ PY="${PYTHON:-python3}"
 CASE_PY="$HERE/cap_oom_case.py"
 DEADLINE="${CAP_OOM_DEADLINE_S:-470}"
 TAG="vtcapoom-$$"
+# log, say, left, tmo, reap: shared with the other GPU scripts.
+TMO_MIN=5
+. "$HERE/lib.sh"
 MIB=1048576
 : >"$LOG"
 : >"$ROWS"
@@ -42,16 +45,6 @@ unset PYTORCH_CUDA_ALLOC_CONF PYTORCH_NO_CUDA_MEMORY_CACHING XLA_PYTHON_CLIENT_P
 # ---------------------------------------------------------------------------------------------------------------
 # Helpers (copied from check.sh, so that each script stands alone)
 
-log() { printf '%s\n' "$*" >>"$LOG"; }
-say() { printf '[%3ds] %s\n' "$SECONDS" "$*" | tee -a "$LOG"; }
-left() { echo $((DEADLINE - SECONDS)); }
-tmo() {
-    local want=$1 l
-    l=$(left)
-    ((l < want)) && want=$l
-    ((want < 5)) && want=5
-    echo "$want"
-}
 bytes() { awk -v b="$1" 'BEGIN { if (b !~ /^-?[0-9]+$/) { print (b == "" ? "-" : b); exit } printf "%.0f (%.1f MiB)", b, b / 1048576 }'; }
 smib() { awk -v b="$1" 'BEGIN { printf "%+.2f MiB", b / 1048576 }'; }
 isnum() { [[ "${1:-}" =~ ^-?[0-9]+$ ]]; }
@@ -72,18 +65,6 @@ time_for() {
 }
 last_error() { grep -v -e '^\s*$' -e '^vramtrace: ' -e '^    ' "$1" 2>/dev/null | tail -n1 | cut -c1-110; }
 
-# Ends processes a case left behind: those carrying its VT_CHECK_TAG (only processes this script started do).
-reap() {
-    local tag=$1 p pid
-    for p in /proc/[0-9]*; do
-        pid=${p#/proc/}
-        [ "$pid" = "$$" ] && continue
-        if grep -qxzF "VT_CHECK_TAG=$tag" "$p/environ" 2>/dev/null; then
-            log "reaping leftover pid $pid: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-160)"
-            kill -KILL "$pid" 2>/dev/null
-        fi
-    done
-}
 
 # nvidia-smi sampled every 0.2 s in the background: per-process used MiB and the GPU's used MiB.
 SMI_PID=""

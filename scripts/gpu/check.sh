@@ -31,6 +31,8 @@ ROWS="$WORK/rows.tsv"
 PY="${PYTHON:-python3}"
 DEADLINE="${CHECK_DEADLINE_S:-510}"
 TAG="vtcheck-$$"
+# log, say, left, tmo, reap: shared with the other GPU scripts.
+. "$HERE/lib.sh"
 MIB=1048576
 : >"$LOG"
 : >"$ROWS"
@@ -42,17 +44,6 @@ unset PYTORCH_CUDA_ALLOC_CONF PYTORCH_NO_CUDA_MEMORY_CACHING XLA_PYTHON_CLIENT_P
 # ---------------------------------------------------------------------------------------------------------------
 # Helpers
 
-log() { printf '%s\n' "$*" >>"$LOG"; }
-say() { printf '[%3ds] %s\n' "$SECONDS" "$*" | tee -a "$LOG"; }
-left() { echo $((DEADLINE - SECONDS)); }
-# A timeout of at most $1 seconds that ends before the deadline.
-tmo() {
-    local want=$1 l
-    l=$(left)
-    ((l < want)) && want=$l
-    ((want < 1)) && want=1
-    echo "$want"
-}
 row() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$ROWS"; }
 # amend NAME TEXT: appends TEXT to the note of the last row when that row is case NAME.
 amend() {
@@ -74,18 +65,6 @@ time_for() {
     fi
 }
 
-# Ends processes a case left behind: those carrying its VT_CHECK_TAG (only processes this script started do).
-reap() {
-    local tag=$1 p pid
-    for p in /proc/[0-9]*; do
-        pid=${p#/proc/}
-        [ "$pid" = "$$" ] && continue
-        if grep -qxzF "VT_CHECK_TAG=$tag" "$p/environ" 2>/dev/null; then
-            log "reaping leftover pid $pid: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-160)"
-            kill -KILL "$pid" 2>/dev/null
-        fi
-    done
-}
 
 CASE_ENV=()
 SPLIT=""

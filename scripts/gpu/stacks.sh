@@ -37,6 +37,9 @@ PY="${PYTHON:-python3}"
 CASE_PY="$HERE/stacks_case.py"
 DEADLINE="${STACKS_DEADLINE_S:-400}"
 TAG="vtstacks-$$"
+# log, say, left, tmo, reap: shared with the other GPU scripts.
+TMO_MIN=5
+. "$HERE/lib.sh"
 : >"$LOG"
 : >"$ROWS"
 
@@ -46,16 +49,6 @@ unset PYTORCH_CUDA_ALLOC_CONF PYTORCH_NO_CUDA_MEMORY_CACHING VRAMTRACE_CAP VRAMT
 # ---------------------------------------------------------------------------------------------------------------
 # Helpers
 
-log() { printf '%s\n' "$*" >>"$LOG"; }
-say() { printf '[%3ds] %s\n' "$SECONDS" "$*" | tee -a "$LOG"; }
-left() { echo $((DEADLINE - SECONDS)); }
-tmo() {
-    local want=$1 l
-    l=$(left)
-    ((l < want)) && want=$l
-    ((want < 5)) && want=5
-    echo "$want"
-}
 # row CASE CHECKED EXPECTED GOT PASS NOTE
 row() {
     local a=("$@") i
@@ -71,18 +64,6 @@ time_for() {
 }
 last_error() { grep -v -e '^\s*$' -e '^vramtrace: ' -e '^    ' "$1" 2>/dev/null | tail -n1 | cut -c1-110; }
 
-# Ends processes a case left behind: those carrying its VT_CHECK_TAG (only processes this script started do).
-reap() {
-    local tag=$1 p pid
-    for p in /proc/[0-9]*; do
-        pid=${p#/proc/}
-        [ "$pid" = "$$" ] && continue
-        if grep -qxzF "VT_CHECK_TAG=$tag" "$p/environ" 2>/dev/null; then
-            log "reaping leftover pid $pid: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-160)"
-            kill -KILL "$pid" 2>/dev/null
-        fi
-    done
-}
 
 CASE_ENV=()
 FULL=1
