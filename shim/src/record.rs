@@ -34,8 +34,10 @@ const NAP_MIN: Duration = Duration::from_millis(1);
 /// ...doubling while idle up to this, and is woken early only when the channel passes a quarter full.
 const NAP_MAX: Duration = Duration::from_millis(16);
 const WAKE_AT: usize = CHANNEL_EVENTS / 4;
-/// How long `exit` waits for the last events to reach the collector.
-const EXIT_FLUSH: Duration = Duration::from_millis(500);
+/// How long `exit` waits, at most, for the last events to reach the collector. Normally microseconds; the bound
+/// only matters for a process that exits right after its first tracked call (its sender may still be
+/// connecting) on a loaded machine (500 ms lost a forked child's events once), or a collector that hangs.
+const EXIT_FLUSH: Duration = Duration::from_secs(2);
 /// How long an allocation that ran out of memory waits for the collector to hold the evidence.
 const OOM_WAIT: Duration = Duration::from_secs(1);
 /// The sender stops draining and writes once its buffer holds this much (stacks can be large).
