@@ -71,6 +71,27 @@ unsafe fn returned(out: *const u64, r: CUresult) -> u64 {
     }
 }
 
+/// The cap said no: record the refused request (with its call site, whatever its size), hand the collector the
+/// out-of-memory record, and give the caller the driver's own out-of-memory code. The driver is never called.
+#[cold]
+fn refuse(api: Api, flag: u8, dev: u32, size: u64, aux: u64) -> CUresult {
+    let r = CUDA_ERROR_OUT_OF_MEMORY;
+    let flag = flag | flags::CAP_REFUSED;
+    record::push(
+        api,
+        flag,
+        dev,
+        r,
+        0,
+        size,
+        aux,
+        record::now(),
+        stacks::site(size, true),
+    );
+    out_of_memory(api, flag, dev, size, r);
+    r
+}
+
 /// An allocation of `size` bytes on `dev`: the cap's admission, the driver call, then the event. Over the cap
 /// the driver is never called and the caller gets the driver's own out-of-memory code, so frameworks react as
 /// to a real OOM (PyTorch frees its cache, retries, raises `torch.OutOfMemoryError`).
@@ -89,23 +110,7 @@ unsafe fn track_alloc(
     let cap = cap::get();
     let decision = cap.map_or(Decision::Free, |c| c.admit(dev, size));
     let flag = match decision {
-        Decision::Refused { .. } => {
-            let r = CUDA_ERROR_OUT_OF_MEMORY;
-            let ts = record::now();
-            record::push(
-                api,
-                flag | flags::CAP_REFUSED,
-                dev,
-                r,
-                0,
-                size,
-                aux,
-                ts,
-                stacks::site(size, true),
-            );
-            out_of_memory(api, flag | flags::CAP_REFUSED, dev, size, r);
-            return r;
-        }
+        Decision::Refused { .. } => return refuse(api, flag, dev, size, aux),
         Decision::Exceeded => flag | flags::CAP_EXCEEDED,
         Decision::Free | Decision::Counted => flag,
     };
@@ -235,21 +240,7 @@ pub unsafe fn mem_alloc_pitch(
     let cap = cap::get();
     let decision = cap.map_or(Decision::Free, |c| c.admit(dev, guess));
     if let Decision::Refused { .. } = decision {
-        let r = CUDA_ERROR_OUT_OF_MEMORY;
-        let ts = record::now();
-        record::push(
-            Api::MemAllocPitch,
-            flags::CAP_REFUSED,
-            dev,
-            r,
-            0,
-            guess,
-            0,
-            ts,
-            stacks::site(guess, true),
-        );
-        out_of_memory(Api::MemAllocPitch, flags::CAP_REFUSED, dev, guess, r);
-        return r;
+        return refuse(Api::MemAllocPitch, 0, dev, guess, 0);
     }
     let r = f(dptr, pitch, width, height, element_size);
     let p = if r == CUDA_SUCCESS && !pitch.is_null() {
@@ -277,21 +268,7 @@ pub unsafe fn mem_alloc_pitch(
                             unsafe extern "C" fn(CUdeviceptr) -> CUresult,
                         >(free)(addr);
                     }
-                    let r = CUDA_ERROR_OUT_OF_MEMORY;
-                    let ts = record::now();
-                    record::push(
-                        Api::MemAllocPitch,
-                        flags::CAP_REFUSED,
-                        dev,
-                        r,
-                        0,
-                        size,
-                        p,
-                        ts,
-                        stacks::site(size, true),
-                    );
-                    out_of_memory(Api::MemAllocPitch, flags::CAP_REFUSED, dev, size, r);
-                    return r;
+                    return refuse(Api::MemAllocPitch, 0, dev, size, p);
                 }
                 Decision::Exceeded => flag = flags::CAP_EXCEEDED,
                 _ => {}
