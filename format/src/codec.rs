@@ -8,8 +8,8 @@
 
 use crate::Api;
 use crate::{
-    EndKind, Event, Hello, Objects, Oom, Record, Stack, TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE,
-    VERSION,
+    Bridge, EndKind, Event, FrameworkSample, Hello, Objects, Oom, Record, Stack, TraceHeader,
+    MAGIC, MAX_FRAME, NO_DEVICE, VERSION,
 };
 
 /// Frame kinds. Part of the format: never reuse a number. Readers skip kinds they do not know.
@@ -26,6 +26,10 @@ pub mod kind {
     pub const STACK: u8 = 9;
     pub const OBJECTS: u8 = 10;
     pub const NOTE: u8 = 11;
+    /// A framework allocator's figures, from the Python bridge (no version bump: older readers skip it).
+    pub const FRAMEWORK_SAMPLE: u8 = 12;
+    /// Any other bridge record.
+    pub const BRIDGE: u8 = 13;
 }
 
 /// Bytes before the first frame's payload: length (4) and kind (1).
@@ -285,6 +289,10 @@ pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
         Record::Note { pid, ts_ns, text } => put_frame(out, kind::NOTE, |out| {
             bincode_to(out, &(*pid, *ts_ns, text.as_str()))
         }),
+        Record::FrameworkSample(f) => {
+            put_frame(out, kind::FRAMEWORK_SAMPLE, |out| bincode_to(out, f))
+        }
+        Record::Bridge(b) => put_frame(out, kind::BRIDGE, |out| bincode_to(out, b)),
         Record::ProcessEnd { pid, ts_ns, kind } => put_frame(out, kind::PROCESS_END, |o| {
             bincode_to(
                 o,
@@ -336,6 +344,10 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<Option<Record>, DecodeE
             }
         }
         kind::OOM => Record::Oom(bincode_from::<Oom>(payload)?),
+        kind::FRAMEWORK_SAMPLE => {
+            Record::FrameworkSample(bincode_from::<FrameworkSample>(payload)?)
+        }
+        kind::BRIDGE => Record::Bridge(bincode_from::<Bridge>(payload)?),
         kind::PROCESS_END => {
             let b: EndBody = bincode_from(payload)?;
             Record::ProcessEnd {
@@ -618,6 +630,28 @@ mod tests {
                 ts_ns: 16,
                 text: "python 3.14 is not supported".into(),
             },
+            Record::FrameworkSample(crate::FrameworkSample {
+                pid: 9,
+                ts_ns: 17,
+                framework: crate::Framework::Torch,
+                device: 1,
+                allocated: 28_991_029_248,
+                reserved: 59_055_800_320,
+                active: 28_991_029_248,
+                inactive_split: 30_064_771_072,
+                requested: 28_991_029_000,
+                alloc_retries: 1,
+                ooms: 1,
+            }),
+            Record::Bridge(crate::Bridge {
+                pid: 9,
+                tid: 11,
+                ts_ns: 18,
+                what: "oom".into(),
+                device: 1,
+                ack: true,
+                fields: vec![("requested".into(), "37580963840".into())],
+            }),
             Record::Oom(Oom {
                 pid: 9,
                 tid: 10,

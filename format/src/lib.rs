@@ -244,6 +244,86 @@ pub enum Record {
         ts_ns: u64,
         text: String,
     },
+    /// A framework allocator's own figures (allocated versus reserved), sampled by the Python bridge.
+    FrameworkSample(FrameworkSample),
+    /// Something the Python bridge saw: it attached, an out-of-memory error inside the framework, a snapshot
+    /// kept beside the trace, what it could not do.
+    Bridge(Bridge),
+}
+
+/// Which framework's allocator a bridge record describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum Framework {
+    /// PyTorch's CUDA caching allocator (or its `cudaMallocAsync` backend).
+    Torch,
+    /// XLA's allocator under JAX (`jax.Device.memory_stats()`).
+    Jax,
+}
+
+impl Framework {
+    pub fn name(self) -> &'static str {
+        match self {
+            Framework::Torch => "pytorch",
+            Framework::Jax => "jax",
+        }
+    }
+}
+
+/// One sample of a framework allocator's figures for one device of one process (frame kind 12). Sent only when
+/// a figure changed since the process's last sample of that device.
+#[derive(Clone, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct FrameworkSample {
+    pub pid: u32,
+    /// CLOCK_MONOTONIC when the figures were read.
+    pub ts_ns: u64,
+    pub framework: Framework,
+    pub device: u32,
+    /// Bytes in tensors (PyTorch `allocated_bytes.all.current`; JAX `bytes_in_use`).
+    pub allocated: u64,
+    /// Bytes the allocator holds from the driver (PyTorch `reserved_bytes.all.current`; JAX `bytes_reserved`,
+    /// else `pool_bytes`, else `bytes_limit`).
+    pub reserved: u64,
+    /// PyTorch `active_bytes.all.current` (allocated plus blocks awaiting a stream's free); 0 otherwise.
+    pub active: u64,
+    /// PyTorch `inactive_split_bytes.all.current`: free bytes inside segments that cannot be released.
+    pub inactive_split: u64,
+    /// PyTorch `requested_bytes.all.current` (what callers asked for, before rounding).
+    pub requested: u64,
+    /// PyTorch `num_alloc_retries`: the cache was flushed and a driver allocation retried.
+    pub alloc_retries: u64,
+    /// PyTorch `num_ooms`.
+    pub ooms: u64,
+}
+
+/// A bridge record other than a sample (frame kind 13): `what` says which, `fields` carry its figures as
+/// key/value text (docs/TRACE-FORMAT.md lists the keys per `what`).
+#[derive(Clone, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Bridge {
+    pub pid: u32,
+    pub tid: u32,
+    pub ts_ns: u64,
+    /// `attach`, `oom`, `snapshot`, `note`, `exit`.
+    pub what: String,
+    /// Device ordinal, or `NO_DEVICE`.
+    pub device: u32,
+    /// The bridge waits for the collector to hold this record (acknowledgement byte) before going on.
+    pub ack: bool,
+    pub fields: Vec<(String, String)>,
+}
+
+impl Bridge {
+    /// The value of `key`, if present.
+    pub fn field(&self, key: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of `key` as an unsigned integer, if present and one.
+    pub fn num(&self, key: &str) -> Option<u64> {
+        self.field(key).and_then(|v| v.trim().parse().ok())
+    }
 }
 
 /// A call site: where an allocation came from.

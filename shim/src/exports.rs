@@ -219,3 +219,32 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
 compile_error!(
     "vramtrace's dlsym trampoline is written for x86_64; other architectures need their own (see exports.rs)"
 );
+
+// ---- the Python bridge's door (bridge.rs): not driver entry points, called through ctypes ----
+
+#[no_mangle]
+pub extern "C" fn vramtrace_bridge_version() -> c_int {
+    crate::bridge::VERSION
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn vramtrace_framework_sample(
+    framework: c_uint,
+    device: c_uint,
+    values: *const u64,
+    n: c_uint,
+    ts_ns: u64,
+) -> c_int {
+    crate::bridge::sample(framework, device, values, n, ts_ns)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn vramtrace_bridge_record(
+    what: *const c_char,
+    device: c_uint,
+    fields: *const c_char,
+    len: usize,
+    ack: c_int,
+) -> c_int {
+    crate::bridge::record(what, device, fields, len, ack)
+}

@@ -12,6 +12,7 @@
 //!   interned per process; `objects`: the loaded objects the collector needs to resolve them.
 //! - `settings`: what the environment says, read once.
 //! - `cuda`: the few driver types and codes the shim needs.
+//! - `bridge`: the C functions the Python bridge calls to put a framework allocator's figures in the stream.
 //!
 //! Rules the code keeps (the host must never notice us): no work in ELF constructors, nothing allocated or
 //! locked on the `dlsym` path, the driver's result codes returned unchanged, no blocking of the host's threads,
@@ -20,6 +21,7 @@
 // Every unsafe function here is a driver entry point or its hook: its contract is the CUDA API's own.
 #![allow(clippy::missing_safety_doc)]
 
+pub mod bridge;
 pub mod cap;
 pub mod cuda;
 pub mod driver;

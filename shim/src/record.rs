@@ -47,9 +47,11 @@ enum Msg {
     Event(Event),
     /// Send everything queued, say goodbye, and confirm through `Recorder::flushed`.
     Flush,
-    /// Send everything queued, then this out-of-memory record; tell the waiting thread once the collector
-    /// has acknowledged it.
-    Oom(Box<Oom>, Sender<()>),
+    /// Send everything queued, then this record (an out-of-memory record, or a bridge record asking for it);
+    /// tell the waiting thread once the collector has acknowledged it.
+    Sync(Box<Record>, Sender<()>),
+    /// A record from the Python bridge, sent in its place among the events.
+    Record(Box<Record>),
     /// A call site, queued before the first event naming it.
     Stack(Box<Stack>),
     /// A note for the report: (time, text).
@@ -105,7 +107,7 @@ pub fn now() -> u64 {
 }
 
 #[inline]
-fn tid() -> u32 {
+pub(crate) fn tid() -> u32 {
     let gen = FORK_GEN.load(Ordering::Relaxed);
     TID.with(|c| {
         let (g, t) = c.get();
@@ -324,6 +326,12 @@ pub fn active() -> bool {
 /// trace: the program's next instruction may be its death. Everything the process recorded before it goes
 /// first, in order. Returns whether the collector confirmed.
 pub fn oom(o: Oom) -> bool {
+    send_sync(Record::Oom(o))
+}
+
+/// Sends `rec` after everything queued before it and waits, at most `OOM_WAIT` in all, for the collector to
+/// acknowledge it (an `Oom` record, or a `Bridge` record with `ack` set). Whether it did.
+pub(crate) fn send_sync(rec: Record) -> bool {
     let Some(r) = recorder() else { return false };
     if r.link.load(Ordering::Acquire) == GONE {
         return false;
@@ -331,7 +339,7 @@ pub fn oom(o: Oom) -> bool {
     let deadline = Instant::now() + OOM_WAIT;
     let (done_tx, done_rx) = crossbeam_channel::bounded(1);
     if r.tx
-        .send_timeout(Msg::Oom(Box::new(o), done_tx), OOM_WAIT)
+        .send_timeout(Msg::Sync(Box::new(rec), done_tx), OOM_WAIT)
         .is_err()
     {
         return false;
@@ -339,6 +347,33 @@ pub fn oom(o: Oom) -> bool {
     done_rx
         .recv_timeout(deadline.saturating_duration_since(Instant::now()))
         .is_ok()
+}
+
+/// What became of a record offered without waiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Offered {
+    Queued,
+    /// Nothing is recording in this process (no collector, or it went away).
+    NotRecording,
+    /// The channel was full: counted as dropped.
+    Dropped,
+}
+
+/// Offers a record (from the Python bridge) to the sender, never waiting; it travels in its place among the
+/// events. Starts the recorder if this is the process's first record.
+pub(crate) fn offer(rec: Record) -> Offered {
+    let Some(r) = live() else {
+        return Offered::NotRecording;
+    };
+    match r.tx.try_send(Msg::Record(Box::new(rec))) {
+        Ok(()) => Offered::Queued,
+        Err(TrySendError::Full(_)) => {
+            r.dropped.fetch_add(1, Ordering::Relaxed);
+            r.wake();
+            Offered::Dropped
+        }
+        Err(TrySendError::Disconnected(_)) => Offered::NotRecording,
+    }
 }
 
 /// A connected Unix stream socket, written with `MSG_NOSIGNAL`: a collector that went away must never raise
@@ -493,7 +528,14 @@ fn sender(rec: &'static Recorder, rx: Receiver<Msg>, path: OsString) {
             match m {
                 Msg::Event(e) => batch.push(e),
                 Msg::Flush => flush = true,
-                Msg::Oom(o, done) => oom = Some((o, done)),
+                Msg::Sync(o, done) => oom = Some((o, done)),
+                Msg::Record(rec) => {
+                    if !batch.is_empty() {
+                        codec::put_events(&mut buf, pid, &batch);
+                        batch.clear();
+                    }
+                    codec::put_record(&mut buf, &rec);
+                }
                 Msg::Stack(st) => {
                     if !batch.is_empty() {
                         codec::put_events(&mut buf, pid, &batch);
@@ -542,7 +584,7 @@ fn sender(rec: &'static Recorder, rx: Receiver<Msg>, path: OsString) {
             codec::put_record(&mut buf, &Record::Tick { pid, ts_ns: now() });
         }
         if let Some((o, _)) = &oom {
-            codec::put_record(&mut buf, &Record::Oom((**o).clone()));
+            codec::put_record(&mut buf, o);
         }
         if flush {
             codec::put_record(&mut buf, &Record::Goodbye { pid, ts_ns: now() });

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use vramtrace_format::{
-    flags, Api, EndKind, Event, Hello, Objects, Oom, Record, Stack, Stop, TraceHeader, TraceReader,
+    flags, Api, Bridge, EndKind, Event, FrameworkSample, Hello, Objects, Oom, Record, Stack, Stop,
+    TraceHeader, TraceReader,
 };
 
 use crate::{artifact, wait_with_timeout, FakeCuda, LogLine, RunResult};
@@ -72,6 +73,10 @@ pub struct Trace {
     pub objects: Vec<Objects>,
     /// Notes: (pid, text).
     pub notes: Vec<(u32, String)>,
+    /// The Python bridge's samples and other records, in the order they arrived, with the index of the record
+    /// that carried them.
+    pub samples: Vec<(usize, FrameworkSample)>,
+    pub bridge: Vec<(usize, Bridge)>,
     /// Where things were in the file (the index of the record that carried them), parallel to `events` (per
     /// pid), `stacks` and `objects`: to check what came before what.
     pub event_records: BTreeMap<u32, Vec<usize>>,
@@ -167,6 +172,8 @@ pub fn read_trace(path: &Path) -> Trace {
         stacks: vec![],
         objects: vec![],
         notes: vec![],
+        samples: vec![],
+        bridge: vec![],
         event_records: BTreeMap::new(),
         stack_records: vec![],
         objects_records: vec![],
@@ -197,6 +204,8 @@ pub fn read_trace(path: &Path) -> Trace {
                 t.objects_records.push(n);
             }
             Record::Note { pid, text, .. } => t.notes.push((pid, text)),
+            Record::FrameworkSample(f) => t.samples.push((n, f)),
+            Record::Bridge(b) => t.bridge.push((n, b)),
         }
     }
     t.stop = r.stop().clone();

@@ -1,0 +1,143 @@
+//! The door the Python bridge (bridge/vramtrace_bridge) uses to put what it sees inside a framework's
+//! allocator into this process's stream of events: the records travel through the same channel and sender as
+//! the driver's events, so they are ordered with them and survive exactly as they do. Called through ctypes,
+//! never on a driver call's path; each call builds one record (allocation is fine here).
+
+use std::ffi::{c_char, c_int, CStr};
+
+use vramtrace_format::{Bridge, Framework, FrameworkSample, Record, NO_DEVICE};
+
+use crate::record::{self, Offered};
+
+/// The version of this C interface; the bridge refuses to talk to a shim whose version it does not know.
+pub const VERSION: c_int = 1;
+
+/// Results the C functions return.
+pub const QUEUED: c_int = 0;
+pub const NOT_RECORDING: c_int = 1;
+pub const DROPPED: c_int = 2;
+pub const NOT_ACKNOWLEDGED: c_int = 3;
+pub const BAD_ARGUMENTS: c_int = -1;
+
+/// The figures of one sample, in the order the C interface takes them.
+pub const SAMPLE_VALUES: usize = 7;
+
+/// A framework allocator's figures for one device. `values`: allocated, reserved, active, inactive split,
+/// requested, allocation retries, out-of-memory count (`n` of them; missing ones are 0, extra ones ignored).
+/// `ts_ns`: CLOCK_MONOTONIC when they were read, or 0 for now.
+pub unsafe fn sample(framework: u32, device: u32, values: *const u64, n: u32, ts_ns: u64) -> c_int {
+    let framework = match framework {
+        1 => Framework::Torch,
+        2 => Framework::Jax,
+        _ => return BAD_ARGUMENTS,
+    };
+    if values.is_null() && n > 0 {
+        return BAD_ARGUMENTS;
+    }
+    let mut v = [0u64; SAMPLE_VALUES];
+    let n = (n as usize).min(SAMPLE_VALUES);
+    if n > 0 {
+        v[..n].copy_from_slice(std::slice::from_raw_parts(values, n));
+    }
+    let rec = Record::FrameworkSample(FrameworkSample {
+        pid: std::process::id(),
+        ts_ns: if ts_ns == 0 { record::now() } else { ts_ns },
+        framework,
+        device,
+        allocated: v[0],
+        reserved: v[1],
+        active: v[2],
+        inactive_split: v[3],
+        requested: v[4],
+        alloc_retries: v[5],
+        ooms: v[6],
+    });
+    offered(record::offer(rec))
+}
+
+/// Any other bridge record: `what` names it, `fields` is `key=value` lines (UTF-8, `len` bytes, not
+/// necessarily NUL-terminated). With `ack`, waits (at most a second) until the collector holds it.
+pub unsafe fn record(
+    what: *const c_char,
+    device: u32,
+    fields: *const c_char,
+    len: usize,
+    ack: c_int,
+) -> c_int {
+    if what.is_null() || (fields.is_null() && len > 0) {
+        return BAD_ARGUMENTS;
+    }
+    let what = CStr::from_ptr(what).to_string_lossy().into_owned();
+    let text = if len == 0 {
+        Vec::new()
+    } else {
+        std::slice::from_raw_parts(fields.cast::<u8>(), len).to_vec()
+    };
+    let rec = Bridge {
+        pid: std::process::id(),
+        tid: record::tid(),
+        ts_ns: record::now(),
+        what,
+        device: if device == u32::MAX {
+            NO_DEVICE
+        } else {
+            device
+        },
+        ack: ack != 0,
+        fields: parse_fields(&String::from_utf8_lossy(&text)),
+    };
+    if rec.ack {
+        if record::send_sync(Record::Bridge(rec)) {
+            QUEUED
+        } else if record::live().is_none() {
+            NOT_RECORDING
+        } else {
+            NOT_ACKNOWLEDGED
+        }
+    } else {
+        offered(record::offer(Record::Bridge(rec)))
+    }
+}
+
+fn offered(o: Offered) -> c_int {
+    match o {
+        Offered::Queued => QUEUED,
+        Offered::NotRecording => NOT_RECORDING,
+        Offered::Dropped => DROPPED,
+    }
+}
+
+/// `key=value` lines; a line without `=` is a key with an empty value; blank lines are skipped.
+pub fn parse_fields(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| match l.split_once('=') {
+            Some((k, v)) => (k.trim().to_string(), v.to_string()),
+            None => (l.trim().to_string(), String::new()),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_key_value_lines() {
+        let f = parse_fields(
+            "a=1\n\nsettings=expandable_segments:True,max_split_size_mb:128\nflag\n b = x=y \n",
+        );
+        assert_eq!(
+            f,
+            vec![
+                ("a".into(), "1".into()),
+                (
+                    "settings".into(),
+                    "expandable_segments:True,max_split_size_mb:128".into()
+                ),
+                ("flag".into(), String::new()),
+                ("b".into(), " x=y ".into()),
+            ]
+        );
+    }
+}
