@@ -2,6 +2,7 @@
 //! `out_json`, `out_oom_text`, `out_oom_json`), over `model`, which replays a trace into live sets, peaks,
 //! timelines and out-of-memory snapshots.
 
+pub mod bridge_files;
 pub mod callsites;
 pub mod demo;
 pub mod exit;

@@ -24,6 +24,7 @@
 //! All times in an [`Analysis`] are ns relative to the trace header's `start_mono_ns`.
 
 pub(crate) mod fasthash;
+pub mod framework;
 mod timeline;
 
 use std::cmp::Reverse;
@@ -41,6 +42,10 @@ use vramtrace_format::{
 use crate::callsites::{self, Agg, CallSites, DeviceSites, SiteBytes, NO_SITE, SITES_LISTED};
 use crate::symbols::Symbolizer;
 use fasthash::FastMap;
+pub use framework::{
+    BridgeProcess, BridgeSummary, DeviceFramework, Figures, FrameworkOom, KeptLine,
+    ProcessFramework, SnapshotReading,
+};
 use timeline::TimelineBuilder;
 pub use timeline::{Bucket, Timeline, FIRST_BUCKET_NS, MAX_BUCKETS};
 
@@ -135,6 +140,8 @@ pub struct DeviceStats {
     /// The cap on this device: the trace header's `cap_bytes.N`, else an out-of-memory record's.
     pub cap_bytes: Option<u64>,
     pub timeline: Timeline,
+    /// The frameworks' own figures on this device (the Python bridge), when any process sent them.
+    pub framework: Option<DeviceFramework>,
 }
 
 impl DeviceStats {
@@ -204,6 +211,8 @@ pub struct ProcessStats {
     pub dropped_events: u64,
     /// The most virtual address space reserved at once (`cuMemAddressReserve`): not memory.
     pub address_reserved_peak_bytes: u64,
+    /// Its framework allocator's figures per device (the Python bridge), when it sent any.
+    pub framework: Vec<ProcessFramework>,
     /// The most bytes mapped at once (`cuMemMap`): backed by `cuMemCreate` handles, counted there.
     pub mapped_peak_bytes: u64,
 }
@@ -254,8 +263,11 @@ pub struct Analysis {
     pub live_at_end: Vec<LiveAlloc>,
     pub live_at_end_count: u64,
     pub live_at_end_bytes: u64,
-    /// Out-of-memory records in the trace (all of them, snapshotted or not).
+    /// Out-of-memory errors recorded: the driver's failed requests, with those a framework retried behind one
+    /// error of its own counting once (see [`OomSnapshot::driver_ooms_folded`]).
     pub oom_records: u64,
+    /// What the Python bridge attached to and said.
+    pub bridge: BridgeSummary,
     /// Snapshots of the first [`MAX_OOM_SNAPSHOTS`] out-of-memory records, in time order.
     pub ooms: Vec<OomSnapshot>,
     /// Where allocations came from (traces with stacks), and the shim's notes.
@@ -406,6 +418,17 @@ pub struct OomSnapshot {
     pub no_site_bytes: u64,
     /// Events the shim reported dropped before the event (all processes).
     pub dropped_events: u64,
+    /// The framework's own out-of-memory record (PyTorch's observer), when the bridge sent one.
+    pub framework: Option<FrameworkOom>,
+    /// The failing process's framework figures on the device: the framework record's, else its last sample.
+    pub framework_figures: Option<Figures>,
+    /// The job's framework (allocated, reserved) on the device, all processes, at the event.
+    pub framework_job: Option<(u64, u64)>,
+    /// Allocated bytes (the framework's figure) rising across cycles up to the event.
+    pub framework_leak: Option<LeakTrend>,
+    /// Failed driver requests of the same error folded into this one (the allocator's retry after flushing
+    /// its cache).
+    pub driver_ooms_folded: u32,
 }
 
 impl Analysis {
@@ -596,6 +619,7 @@ impl Proc {
                 dropped_events: 0,
                 address_reserved_peak_bytes: 0,
                 mapped_peak_bytes: 0,
+                framework: Vec::new(),
             },
             cur: 0,
             dev: Vec::new(),
@@ -649,6 +673,11 @@ struct Dev {
 const WHAT_EVENTS: u8 = 0;
 const WHAT_OOM: u8 = 1;
 const WHAT_END: u8 = 2;
+/// A bridge record (a framework's figures or out-of-memory error), after the events of its nanosecond.
+const WHAT_FW: u8 = 3;
+/// A framework out-of-memory record folds the driver's failed requests for the same error made this long
+/// before it (the allocator flushing its cache and retrying).
+pub const FOLD_NS: u64 = 5_000_000_000;
 
 struct Replay {
     start: u64,
@@ -679,6 +708,10 @@ struct Replay {
     ooms: Vec<OomSnapshot>,
     /// Stacks, notes and call-site aggregates.
     cs: callsites::Store,
+    /// Bridge records waiting for the merge to reach their time: id -> (slot, record).
+    pending_fw: HashMap<usize, (usize, Record)>,
+    next_fw: usize,
+    fw: framework::FwReplay,
 }
 
 impl Replay {
@@ -708,6 +741,9 @@ impl Replay {
             oom_records: 0,
             ooms: Vec::new(),
             cs: callsites::Store::default(),
+            pending_fw: HashMap::new(),
+            next_fw: 0,
+            fw: framework::FwReplay::default(),
         }
     }
 
@@ -912,7 +948,120 @@ impl Replay {
                 let t = self.rel(ts_ns);
                 self.cs.on_note(pid, t, text);
             }
+            // The bridge's records ride the merge like out-of-memory records: applied at their time.
+            Record::FrameworkSample(ref f) => {
+                let (pid, ts) = (f.pid, f.ts_ns);
+                self.queue_fw(pid, ts, rec);
+            }
+            Record::Bridge(ref b) => {
+                let (pid, ts) = (b.pid, b.ts_ns);
+                self.queue_fw(pid, ts, rec);
+            }
         }
+    }
+
+    fn queue_fw(&mut self, pid: u32, ts: u64, rec: Record) {
+        self.observe(ts);
+        let s = self.route(pid, ts);
+        self.advance(s, ts);
+        let id = self.next_fw;
+        self.next_fw += 1;
+        self.pending_fw.insert(id, (s, rec));
+        self.heap.push(Reverse((ts, WHAT_FW, id)));
+        let limit = self.limit();
+        self.pump(limit, 0);
+    }
+
+    /// Replays bridge record `id` at `ts`.
+    fn on_fw(&mut self, id: usize, ts: u64) {
+        let Some((s, rec)) = self.pending_fw.remove(&id) else {
+            return;
+        };
+        let t = self.rel(ts);
+        match rec {
+            Record::FrameworkSample(f) => self.fw.on_sample(s, &f, t),
+            Record::Bridge(b) => {
+                let (pid, tid) = (b.pid, b.tid);
+                if let Some(fo) = self.fw.on_bridge(b, t) {
+                    self.fold_framework_oom(s, pid, tid, ts, fo);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Attaches a framework's out-of-memory record to the driver's snapshot of the same error (the last
+    /// failed request of that process and device within [`FOLD_NS`]; earlier ones were the allocator's
+    /// retries and fold into it), or snapshots it on its own when the driver saw no failure (PyTorch's
+    /// per-process memory fraction refuses before asking the driver).
+    fn fold_framework_oom(&mut self, s: usize, pid: u32, tid: u32, ts: u64, fo: FrameworkOom) {
+        let t = fo.time_ns;
+        let same: Vec<usize> = self
+            .ooms
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| {
+                o.pid == pid
+                    && o.device == fo.device
+                    && o.framework.is_none()
+                    && o.time_ns <= t
+                    && t - o.time_ns <= FOLD_NS
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let at = match same.last() {
+            Some(&last) => {
+                let folded = same.len() as u32 - 1;
+                let keep = self.ooms.remove(last);
+                for &i in same[..same.len() - 1].iter().rev() {
+                    self.ooms.remove(i);
+                }
+                self.ooms.push(keep);
+                let i = self.ooms.len() - 1;
+                self.ooms[i].driver_ooms_folded = folded;
+                // One error, however many driver requests failed behind it.
+                self.oom_records = self.oom_records.saturating_sub(folded as u64);
+                i
+            }
+            None => {
+                if self.ooms.len() >= MAX_OOM_SNAPSHOTS {
+                    return;
+                }
+                let id = self.next_oom;
+                self.next_oom += 1;
+                self.oom_records += 1;
+                let o = Oom {
+                    pid,
+                    tid,
+                    ts_ns: ts,
+                    device: fo.device.unwrap_or(NO_DEVICE),
+                    api: 0,
+                    flags: 0,
+                    requested_bytes: fo.requested_bytes,
+                    result: CUDA_OOM,
+                    device_free_bytes: fo.device_free_bytes,
+                    device_total_bytes: None,
+                    cap_bytes: None,
+                    job_used_bytes: None,
+                    process_used_bytes: None,
+                    extra: Vec::new(),
+                };
+                self.pending_ooms.insert(id, (s, o));
+                let before = self.ooms.len();
+                self.snapshot(id, ts);
+                if self.ooms.len() == before {
+                    return;
+                }
+                self.ooms.len() - 1
+            }
+        };
+        let o = &mut self.ooms[at];
+        o.framework_figures = Some(fo.figures);
+        if let Some(dev) = fo.device {
+            o.framework_job = self.fw.job_allocated(dev);
+            o.framework_leak = self.fw.leak_until(dev, t);
+        }
+        o.framework = Some(fo);
     }
 
     fn on_hello(&mut self, h: Hello) {
@@ -953,6 +1102,10 @@ impl Replay {
                 self.snapshot(s, ts);
                 continue;
             }
+            if what == WHAT_FW {
+                self.on_fw(s, ts);
+                continue;
+            }
             if self.procs[s].heap_ts != Some(ts) {
                 continue; // stale
             }
@@ -989,6 +1142,7 @@ impl Replay {
         self.procs[s].released = true;
         let t = self.rel(ts);
         self.collect_live(s, t, true);
+        self.fw.on_process_end(s, t);
     }
 
     // ---- replaying one event ----
@@ -1413,6 +1567,17 @@ impl Replay {
             by_site_unlisted_bytes: site_total.saturating_sub(listed),
             no_site_bytes: job_live.saturating_sub(site_total),
             dropped_events: self.dropped,
+            framework: None,
+            framework_figures: (o.device != NO_DEVICE)
+                .then(|| self.fw.figures(s, o.device))
+                .flatten(),
+            framework_job: (o.device != NO_DEVICE)
+                .then(|| self.fw.job_allocated(o.device))
+                .flatten(),
+            framework_leak: (o.device != NO_DEVICE)
+                .then(|| self.fw.leak_until(o.device, t))
+                .flatten(),
+            driver_ooms_folded: 0,
         });
     }
 
@@ -1469,13 +1634,17 @@ impl Replay {
         }
         trim_leaks(&mut self.leaks);
         let call_sites = self.call_sites(sym);
+        let fw = std::mem::take(&mut self.fw);
+        let (mut fw_procs, fw_devs, bridge) = fw.finish(end);
         let devs = &self.devs;
         let dev_of = |d: usize| (devs[d].device != NO_DEVICE).then_some(devs[d].device);
         let processes: Vec<ProcessStats> = self
             .procs
             .iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(slot, p)| {
                 let mut s = p.s.clone();
+                s.framework = fw_procs.remove(&slot).unwrap_or_default();
                 s.per_device = p
                     .dev
                     .iter()
@@ -1508,8 +1677,29 @@ impl Replay {
                 total_bytes: d.info.map(|i| i.0).or(d.oom_total),
                 cap_bytes: d.oom_cap,
                 timeline: d.tl.finish(end),
+                framework: None,
             })
             .collect();
+        for f in fw_devs {
+            match devices.iter_mut().find(|d| d.device == Some(f.device)) {
+                Some(d) => d.framework = Some(f),
+                None => devices.push(DeviceStats {
+                    device: Some(f.device),
+                    peak_bytes: 0,
+                    peak_time_ns: None,
+                    live_bytes_at_end: 0,
+                    in_use_bytes_at_end: 0,
+                    allocations: 0,
+                    largest_allocation_bytes: 0,
+                    driver_total_bytes: None,
+                    driver_free_bytes: None,
+                    total_bytes: None,
+                    cap_bytes: None,
+                    timeline: Timeline::default(),
+                    framework: Some(f),
+                }),
+            }
+        }
         devices.sort_by_key(|d| d.device.unwrap_or(u32::MAX));
         let from_header = |key: &str, dev: Option<u32>| -> Option<u64> {
             let want = format!("{key}.{}", dev?);
@@ -1546,6 +1736,7 @@ impl Replay {
             live_at_end_count: self.leak_count,
             live_at_end_bytes: self.leak_bytes,
             oom_records: self.oom_records,
+            bridge,
             ooms,
             call_sites,
         }

@@ -237,6 +237,99 @@ fn finding(f: &Finding, call_sites: bool) -> J {
         }
         Finding::DroppedEvents { count } => m.push(("count", (*count).into())),
         Finding::NoDriverFigures => {}
+        Finding::FrameworkFigures {
+            allocated_bytes,
+            reserved_bytes,
+            inactive_split_bytes,
+            largest_free_block_bytes,
+            free_in_live_segments_bytes,
+            alloc_retries,
+            settings,
+        } => {
+            m.push(("allocated_bytes", (*allocated_bytes).into()));
+            m.push(("reserved_bytes", (*reserved_bytes).into()));
+            m.push(("inactive_split_bytes", (*inactive_split_bytes).into()));
+            m.push((
+                "largest_free_block_bytes",
+                (*largest_free_block_bytes).into(),
+            ));
+            m.push((
+                "free_in_live_segments_bytes",
+                (*free_in_live_segments_bytes).into(),
+            ));
+            m.push(("alloc_retries", (*alloc_retries).into()));
+            m.push(("settings", settings.as_str().into()));
+        }
+        Finding::AllocatedLeakTrend(l) => {
+            if let J::O(fields) = leak(l, false) {
+                m.extend(fields);
+            }
+        }
+        Finding::AllocRetries { count } => m.push(("count", (*count).into())),
+        Finding::BackwardThread { thread } => m.push(("thread", thread.as_str().into())),
+    }
+    J::O(m)
+}
+
+/// The framework's own record of the error (`null` without the Python bridge).
+fn framework_oom(s: &OomSnapshot) -> J {
+    let Some(o) = &s.framework else {
+        return match s.framework_figures {
+            Some(f) => J::O(vec![
+                ("source", "sample".into()),
+                ("allocated_bytes", f.allocated.into()),
+                ("reserved_bytes", f.reserved.into()),
+                ("inactive_split_bytes", f.inactive_split.into()),
+                ("alloc_retries", f.alloc_retries.into()),
+            ]),
+            None => J::Null,
+        };
+    };
+    let f = o.figures;
+    let mut m = vec![
+        ("source", "observer".into()),
+        ("framework", o.framework.name().into()),
+        ("thread", o.thread.as_deref().into()),
+        ("requested_bytes", o.requested_bytes.into()),
+        ("allowed_or_total_bytes", o.allowed_or_total_bytes.into()),
+        ("device_free_bytes", o.device_free_bytes.into()),
+        ("allocated_bytes", f.allocated.into()),
+        ("reserved_bytes", f.reserved.into()),
+        ("active_bytes", f.active.into()),
+        ("inactive_split_bytes", f.inactive_split.into()),
+        ("requested_current_bytes", f.requested.into()),
+        ("alloc_retries", f.alloc_retries.into()),
+        ("num_ooms", f.ooms.into()),
+        ("backend", o.backend.as_deref().into()),
+        ("alloc_conf", o.alloc_conf.as_deref().into()),
+        ("expandable_segments", o.expandable_segments.into()),
+        ("max_split_size_bytes", o.max_split_size.into()),
+        ("segments", o.segments.into()),
+        ("largest_free_block_bytes", o.largest_free_block.into()),
+        (
+            "free_in_live_segments_bytes",
+            o.free_in_live_segments.into(),
+        ),
+        ("snapshot", o.snapshot_path.as_deref().into()),
+    ];
+    if let Some(r) = &o.snapshot {
+        m.push((
+            "kept",
+            J::A(
+                r.kept
+                    .iter()
+                    .map(|k| {
+                        J::O(vec![
+                            ("label", k.label.as_str().into()),
+                            ("bytes", k.bytes.into()),
+                            ("count", k.count.into()),
+                            ("during_rise_bytes", k.during_rise_bytes.into()),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ));
+        m.push(("snapshot_error", r.error.as_deref().into()));
     }
     J::O(m)
 }
@@ -265,6 +358,9 @@ fn oom(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> J {
                 .into(),
         ));
     }
+    m.push(("view", d.view.into()));
+    m.push(("framework", framework_oom(s)));
+    m.push(("driver_ooms_folded", s.driver_ooms_folded.into()));
     m.extend([
         ("cause", d.cause.key().into()),
         ("cause_rule", d.rule.into()),

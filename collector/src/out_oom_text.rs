@@ -136,17 +136,56 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize)
     } else {
         "refused by the driver"
     };
-    wrap(
-        o,
-        &format!(
-            "  {whom}, thread {}: {} of {} {by} (CUresult {}).",
-            s.tid,
-            api_label(s.api, s.api_code, s.ptsz),
-            bytes_exact(s.requested_bytes),
-            s.result
+    let fw = s.framework.as_ref();
+    match fw {
+        // The framework refused before asking the driver (PyTorch's per-process memory fraction).
+        Some(f) if s.api.is_none() && s.api_code == 0 => wrap(
+            o,
+            &format!(
+                "  {whom}, thread {}: {}'s allocator refused {} before asking the driver (its own \
+                 limit: {}).",
+                s.tid,
+                f.framework.name(),
+                bytes_exact(s.requested_bytes),
+                f.allowed_or_total_bytes
+                    .map_or("unknown".to_string(), bytes)
+            ),
+            "    ",
         ),
-        "    ",
-    );
+        _ => wrap(
+            o,
+            &format!(
+                "  {whom}, thread {}: {} of {} {by} (CUresult {}).",
+                s.tid,
+                api_label(s.api, s.api_code, s.ptsz),
+                bytes_exact(s.requested_bytes),
+                s.result
+            ),
+            "    ",
+        ),
+    }
+    if let Some(f) = fw {
+        let thread = match f.thread.as_deref() {
+            Some(t) if f.on_backward_thread() => format!(" on {t} (autograd's backward thread)"),
+            _ => String::new(),
+        };
+        let folded = match s.driver_ooms_folded {
+            0 => String::new(),
+            n => format!(
+                "; the driver refused {} request{} for it (the allocator flushed its cache and retried)",
+                n + 1,
+                if n == 0 { "" } else { "s" }
+            ),
+        };
+        wrap(
+            o,
+            &format!(
+                "    {} raised its out-of-memory error{thread}{folded}.",
+                f.framework.name()
+            ),
+            "    ",
+        );
+    }
     if let Some(site) = s.request_site {
         for line in site_lines(a, site, "    asked from ") {
             writeln!(o, "{line}").ok();
@@ -155,6 +194,14 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize)
     o.push('\n');
     writeln!(o, "  CAUSE: {} ({})", d.cause.key(), d.cause.title()).ok();
     wrap(o, &format!("    Because {}.", d.reason), "    ");
+    let view = match d.view {
+        "driver" => "the driver's calls only (no framework figures for this process)".to_string(),
+        v => format!(
+            "the driver's calls and {}'s allocator (the Python bridge)",
+            v.trim_start_matches("driver+")
+        ),
+    };
+    writeln!(o, "    Seen through {view}.").ok();
     o.push('\n');
 
     writeln!(o, "  FIGURES ON {gpu}").ok();
@@ -256,12 +303,40 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize)
         d.available_bytes,
         "min(cap, free + job live)",
     );
+    if let Some(f) = s.framework_figures {
+        let src = if fw.is_some() {
+            "at the error"
+        } else {
+            "last sample"
+        };
+        fig(o, "allocated (tensors)", Some(f.allocated), src);
+        fig(o, "reserved (segments)", Some(f.reserved), src);
+        fig(o, "cached", Some(f.cached()), "reserved - allocated");
+        fig(
+            o,
+            "inactive split",
+            Some(f.inactive_split),
+            "free, in segments that cannot be released",
+        );
+        if let Some(l) = fw.and_then(|f| f.largest_free_block) {
+            fig(o, "largest free block", Some(l), "in the cache's segments");
+        }
+        if let Some((al, _)) = s.framework_job {
+            fig(
+                o,
+                "job allocated",
+                Some(al),
+                "all processes' tensors on the device",
+            );
+        }
+    }
     o.push('\n');
 
     event_processes(o, s);
     top_live(o, a, s);
     classes(o, s);
     live_by_site(o, a, s);
+    kept_tensors(o, s);
     window(o, s, d);
 
     if !d.findings.is_empty() {
@@ -312,6 +387,61 @@ fn event_processes(o: &mut String, s: &OomSnapshot) {
         writeln!(o, "    ... and {} more", s.processes.len() - MAX_ROWS).ok();
     }
     writeln!(o, "    * the process whose allocation failed").ok();
+    o.push('\n');
+}
+
+/// The live tensors of the allocation history kept at the error, by the line that allocated them.
+fn kept_tensors(o: &mut String, s: &OomSnapshot) {
+    let Some(r) = s.framework.as_ref().and_then(|f| f.snapshot.as_ref()) else {
+        return;
+    };
+    writeln!(
+        o,
+        "  LIVE TENSORS BY THE LINE THAT ALLOCATED THEM (allocation history, {})",
+        r.path
+    )
+    .ok();
+    if let Some(e) = &r.error {
+        wrap(o, &format!("    could not read it: {e}"), "    ");
+        o.push('\n');
+        return;
+    }
+    for k in &r.kept {
+        let rise = if k.during_rise_bytes > 0 {
+            format!(
+                ", {} of it allocated while the low points rose",
+                bytes(k.during_rise_bytes)
+            )
+        } else {
+            String::new()
+        };
+        wrap(
+            o,
+            &format!(
+                "    {:>12}  {} tensor{}  {}{rise}",
+                bytes(k.bytes),
+                count(k.count),
+                if k.count == 1 { "" } else { "s" },
+                k.label
+            ),
+            "                  ",
+        );
+    }
+    if r.no_frames_bytes > 0 {
+        writeln!(
+            o,
+            "    {:>12}  without Python frames",
+            bytes(r.no_frames_bytes)
+        )
+        .ok();
+    }
+    if r.overflowed {
+        writeln!(
+            o,
+            "    (the history ring had wrapped: the oldest allocations' times are unknown)"
+        )
+        .ok();
+    }
     o.push('\n');
 }
 

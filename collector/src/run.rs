@@ -51,6 +51,14 @@ pub struct RunArgs {
     /// Default: $VRAMTRACE_STACK_MIN_BYTES, else the shim's default.
     #[arg(long, value_name = "SIZE")]
     pub stack_min_bytes: Option<String>,
+    /// The Python bridge: in Python processes, see inside PyTorch's allocator (allocated versus reserved, its
+    /// out-of-memory errors). `off` leaves Python alone. Default: $VRAMTRACE_PYTHON_AGENT, else on.
+    #[arg(long, value_enum, value_name = "on|off")]
+    pub python_agent: Option<OnOff>,
+    /// Keep PyTorch's allocation history with Python stacks (a ring of ENTRIES, default 100000), and dump it
+    /// beside the trace at each out-of-memory error and at exit: names the lines whose tensors are kept alive.
+    #[arg(long, value_name = "ENTRIES", num_args = 0..=1, default_missing_value = "100000")]
+    pub torch_history: Option<u64>,
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_parser = clap::value_parser!(OsString))]
     pub command: Vec<OsString>,
@@ -62,6 +70,12 @@ pub enum Stacks {
     Native,
     Python,
     All,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +112,8 @@ struct Prepared {
     socket: PathBuf,
     cap: Option<String>,
     ledger: PathBuf,
+    /// The Python bridge's directory, to put first on PYTHONPATH (none: `--python-agent off`).
+    bridge: Option<PathBuf>,
 }
 
 impl Prepared {
@@ -144,6 +160,22 @@ impl Prepared {
         if cap.is_some() {
             File::create(&ledger).with_context(|| format!("cannot create {}", ledger.display()))?;
         }
+        let agent = args.python_agent.unwrap_or_else(|| {
+            match std::env::var("VRAMTRACE_PYTHON_AGENT")
+                .as_deref()
+                .map(str::trim)
+            {
+                Ok("off" | "0" | "no" | "false") => OnOff::Off,
+                _ => OnOff::On,
+            }
+        });
+        let bridge = match agent {
+            OnOff::On => Some(
+                crate::bridge_files::write(&dir.path.join("python"))
+                    .context("cannot write the Python bridge into the runtime directory")?,
+            ),
+            OnOff::Off => None,
+        };
         Ok(Prepared {
             shim,
             out,
@@ -153,6 +185,7 @@ impl Prepared {
             socket,
             cap,
             ledger,
+            bridge,
         })
     }
 
@@ -173,6 +206,28 @@ impl Prepared {
         }
         cmd.env("LD_PRELOAD", preload)
             .env("VRAMTRACE_SOCKET", &self.socket);
+        // Snapshots and other files the job's processes write beside the trace.
+        cmd.env(
+            "VRAMTRACE_TRACE",
+            std::path::absolute(&self.out).unwrap_or_else(|_| self.out.clone()),
+        );
+        match &self.bridge {
+            Some(dir) => {
+                let mut path = dir.clone().into_os_string();
+                if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
+                    path.push(":");
+                    path.push(old);
+                }
+                cmd.env("PYTHONPATH", path)
+                    .env("VRAMTRACE_PYTHON_AGENT", "on");
+                if let Some(n) = args.torch_history.filter(|&n| n > 0) {
+                    cmd.env("VRAMTRACE_TORCH_HISTORY", n.to_string());
+                }
+            }
+            None => {
+                cmd.env("VRAMTRACE_PYTHON_AGENT", "off");
+            }
+        }
         if let Some(stacks) = args.stacks {
             cmd.env("VRAMTRACE_STACKS", format!("{stacks:?}").to_lowercase());
         }
@@ -546,7 +601,7 @@ fn receive(mut stream: UnixStream, trace: &Mutex<File>) {
     let mut pid: Option<u32> = None;
     let mut goodbye = false;
     let mut broken = false;
-    let mut oom;
+    let mut acks;
     const READ: usize = 256 << 10;
     loop {
         let buf = split.spare(READ);
@@ -573,7 +628,7 @@ fn receive(mut stream: UnixStream, trace: &Mutex<File>) {
         if whole.is_empty() {
             continue;
         }
-        oom = false;
+        acks = 0usize;
         for (k, payload) in codec::frames(whole) {
             match k {
                 kind::HELLO if pid.is_none() => {
@@ -582,7 +637,12 @@ fn receive(mut stream: UnixStream, trace: &Mutex<File>) {
                     }
                 }
                 kind::GOODBYE => goodbye = true,
-                kind::OOM => oom = true,
+                kind::OOM => acks += 1,
+                kind::BRIDGE => {
+                    if let Ok(Some(Record::Bridge(b))) = codec::decode_record(k, payload) {
+                        acks += usize::from(b.ack);
+                    }
+                }
                 _ => {}
             }
         }
@@ -593,9 +653,10 @@ fn receive(mut stream: UnixStream, trace: &Mutex<File>) {
         }
         let len = whole.len();
         split.consume(len);
-        // The shim holds the failing allocation until the evidence is in the file: now it is.
-        if oom && !broken {
-            let _ = stream.write_all(&[OOM_ACK]);
+        // The shim holds the failing allocation (or the bridge its record) until the evidence is in the file:
+        // now it is. One byte per record waiting.
+        if acks > 0 && !broken {
+            let _ = stream.write_all(&vec![OOM_ACK; acks]);
         }
         if broken {
             break;

@@ -19,6 +19,11 @@ pub enum Cause {
     Cap,
     /// The device had the bytes free (or the job's pools held them) but not as one block the allocation could get.
     Fragmentation,
+    /// PyTorch's cache held enough free bytes to cover what was short, but in blocks smaller than the request
+    /// (inside segments it could not give back).
+    FragmentationCache,
+    /// The request alone was larger than the device or the cap.
+    RequestTooLarge,
     /// Memory held outside the job filled the device.
     External,
     /// The job's own allocations filled what the device could give.
@@ -31,6 +36,8 @@ impl Cause {
         match self {
             Cause::Cap => "cap",
             Cause::Fragmentation => "fragmentation",
+            Cause::FragmentationCache => "fragmentation_cache",
+            Cause::RequestTooLarge => "request_too_large",
             Cause::External => "external",
             Cause::Pressure => "pressure",
         }
@@ -41,6 +48,8 @@ impl Cause {
         match self {
             Cause::Cap => "the vramtrace cap",
             Cause::Fragmentation => "fragmentation",
+            Cause::FragmentationCache => "fragmentation of PyTorch's cache",
+            Cause::RequestTooLarge => "a request larger than the device or the cap",
             Cause::External => "memory held outside the job",
             Cause::Pressure => "memory pressure from the job itself",
         }
@@ -71,6 +80,22 @@ pub enum Finding {
     DroppedEvents { count: u64 },
     /// The driver could not say how much was free: the cause was decided without it.
     NoDriverFigures,
+    /// The framework allocator's own figures at the event (the Python bridge).
+    FrameworkFigures {
+        allocated_bytes: u64,
+        reserved_bytes: u64,
+        inactive_split_bytes: u64,
+        largest_free_block_bytes: Option<u64>,
+        free_in_live_segments_bytes: Option<u64>,
+        alloc_retries: u64,
+        settings: String,
+    },
+    /// Allocated bytes (the framework's figure, which its cache hides from the driver) rising across cycles.
+    AllocatedLeakTrend(LeakTrend),
+    /// The allocator flushed its cache and retried before the error: the guides' danger zone.
+    AllocRetries { count: u64 },
+    /// The failing allocation was made on autograd's backward thread.
+    BackwardThread { thread: String },
 }
 
 impl Finding {
@@ -83,6 +108,10 @@ impl Finding {
             Finding::LedgerDiffers { .. } => "ledger_differs",
             Finding::DroppedEvents { .. } => "dropped_events",
             Finding::NoDriverFigures => "no_driver_figures",
+            Finding::FrameworkFigures { .. } => "framework_figures",
+            Finding::AllocatedLeakTrend(_) => "allocated_leak_trend",
+            Finding::AllocRetries { .. } => "alloc_retries",
+            Finding::BackwardThread { .. } => "backward_thread",
         }
     }
 
@@ -151,6 +180,54 @@ impl Finding {
             Finding::NoDriverFigures => "The driver could not say how much memory was free (no current \
                                          context): the cause was decided from the trace's figures alone."
                 .to_string(),
+            Finding::FrameworkFigures {
+                allocated_bytes,
+                reserved_bytes,
+                inactive_split_bytes,
+                largest_free_block_bytes,
+                free_in_live_segments_bytes,
+                alloc_retries,
+                settings,
+            } => {
+                let mut t = format!(
+                    "PyTorch's allocator in this process: {} allocated in tensors, {} reserved ({} cached, \
+                     {} of it inactive split)",
+                    bytes(*allocated_bytes),
+                    bytes(*reserved_bytes),
+                    bytes(reserved_bytes.saturating_sub(*allocated_bytes)),
+                    bytes(*inactive_split_bytes)
+                );
+                if let Some(l) = largest_free_block_bytes {
+                    t.push_str(&format!("; largest free block {}", bytes(*l)));
+                }
+                if let Some(f) = free_in_live_segments_bytes {
+                    t.push_str(&format!(
+                        "; {} free inside segments that hold live tensors (it cannot give those back)",
+                        bytes(*f)
+                    ));
+                }
+                t.push_str(&format!(
+                    "; {alloc_retries} cache flush{} and retr{}; settings: {settings}.",
+                    if *alloc_retries == 1 { "" } else { "es" },
+                    if *alloc_retries == 1 { "y" } else { "ies" }
+                ));
+                t
+            }
+            Finding::AllocatedLeakTrend(l) => format!(
+                "Allocated bytes (PyTorch's own figure; its cache hides them from the driver): {}",
+                leak_text(l)
+                    .trim_start_matches("Leak trend: ")
+                    .replacen("the low points", "The low points", 1)
+            ),
+            Finding::AllocRetries { count } => format!(
+                "PyTorch flushed its cache and retried a driver allocation {count} time{} before this \
+                 error: the allocator was already short of memory (the guides' early warning).",
+                if *count == 1 { "" } else { "s" }
+            ),
+            Finding::BackwardThread { thread } => format!(
+                "The failing allocation was made on autograd's backward thread ({thread}): the backward \
+                 pass ran out of memory, not the forward pass."
+            ),
         }
     }
 }
@@ -194,6 +271,9 @@ pub fn leak_text(l: &LeakTrend) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnosis {
     pub cause: Cause,
+    /// What the diagnosis could see: `driver` (the driver's calls only) or `driver+pytorch` / `driver+jax`
+    /// (the framework allocator's own figures too, from the Python bridge).
+    pub view: &'static str,
     /// Which rule decided (docs/OOM.md): `cap_refused`, `over_cap`, `free_at_least_request`,
     /// `pool_cached_async_frees`, `outside_excess`, `job_fills_device`, and without the driver's figures
     /// `no_driver_figures_pool`, `no_driver_figures_fits_total`, `no_driver_figures`.
@@ -266,7 +346,65 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
     let procs = format!("{n} job process{}", if n == 1 { "" } else { "es" });
 
     let b = bytes;
-    let (cause, rule, reason) = if s.cap_refused {
+    let fw = s.framework.as_ref();
+    let fig = s.framework_figures;
+    let known_total = total.or(dev.and_then(|d| d.total_bytes));
+    // The most any single request could get: the cap or the device, whichever is smaller.
+    let (limit_alone, limit_what) = match (cap, known_total) {
+        (Some(c), Some(t)) if c <= t => (Some(c), "the cap"),
+        (_, Some(t)) => (Some(t), "the device's total"),
+        (Some(c), None) => (Some(c), "the cap"),
+        (None, None) => (None, ""),
+    };
+    // What a new segment could get: the device's free memory, and under a cap the cap's room.
+    let room = {
+        let dev_room = free.or(fw.and_then(|f| f.device_free_bytes));
+        let cap_room = cap.map(|c| c.saturating_sub(job));
+        match (dev_room, cap_room) {
+            (Some(d), Some(c)) => Some(d.min(c)),
+            (d, c) => d.or(c),
+        }
+    };
+    // PyTorch's cache had the bytes that were short, but no block as large as the request.
+    let cache_frag = fig.zip(fw).and_then(|(f, o)| {
+        let largest = o.largest_free_block?;
+        let short = req.saturating_sub(room?);
+        let cached = f.cached();
+        (short > 0 && cached >= short && largest < req).then_some((f, cached, largest, short))
+    });
+    let (cause, rule, reason) = if let Some(l) = limit_alone.filter(|&l| req > l) {
+        (
+            Cause::RequestTooLarge,
+            "request_exceeds_limit",
+            format!(
+                "the request alone ({}) is larger than {limit_what} ({}): no amount of freeing other memory \
+                 makes it fit",
+                b(req),
+                b(l)
+            ),
+        )
+    } else if let Some((f, cached, largest, short)) = cache_frag {
+        let by_whom = if s.cap_refused {
+            "the cap"
+        } else {
+            "the driver"
+        };
+        (
+            Cause::FragmentationCache,
+            "cache_fragmented",
+            format!(
+                "PyTorch held {} reserved but only {} in tensors: {} cached, at least the {} that {by_whom} \
+                 could not give, yet its largest free block was {}, smaller than the {} request (the free \
+                 bytes lie between live tensors, in segments it cannot release)",
+                b(f.reserved),
+                b(f.allocated),
+                b(cached),
+                b(short),
+                b(largest),
+                b(req)
+            ),
+        )
+    } else if s.cap_refused {
         let reason = match cap {
             Some(c) => format!(
                 "the vramtrace cap refused it: the job held {} ({by}) of its {} cap and asked for {} more \
@@ -353,12 +491,20 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
                 ),
                 _ => String::new(),
             };
+            let tensors = match (fig, s.framework_job) {
+                (Some(_), Some((alloc, res))) => format!(
+                    "; of it, the framework had {} in tensors and {} cached",
+                    b(alloc),
+                    b(res.saturating_sub(alloc))
+                ),
+                _ => String::new(),
+            };
             (
                 Cause::Pressure,
                 "job_fills_device",
                 format!(
                     "the job's own allocations held {} ({by}) with {} free: the {} request was {} \
-                     short{out}",
+                     short{tensors}{out}",
                     b(job),
                     b(f),
                     b(req),
@@ -428,6 +574,31 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
     };
 
     let mut findings = Vec::new();
+    if let Some(f) = fig {
+        let settings = match fw {
+            Some(o) => settings_text(o),
+            None => "unknown (no out-of-memory record from the framework)".to_string(),
+        };
+        findings.push(Finding::FrameworkFigures {
+            allocated_bytes: f.allocated,
+            reserved_bytes: f.reserved,
+            inactive_split_bytes: f.inactive_split,
+            largest_free_block_bytes: fw.and_then(|o| o.largest_free_block),
+            free_in_live_segments_bytes: fw.and_then(|o| o.free_in_live_segments),
+            alloc_retries: f.alloc_retries,
+            settings,
+        });
+        if f.alloc_retries > 0 {
+            findings.push(Finding::AllocRetries {
+                count: f.alloc_retries,
+            });
+        }
+    }
+    if let Some(o) = fw.filter(|o| o.on_backward_thread()) {
+        findings.push(Finding::BackwardThread {
+            thread: o.thread.clone().unwrap_or_default(),
+        });
+    }
     if let (Some(av), Some(sh)) = (available, short) {
         findings.push(Finding::Fit {
             needed_bytes: needed,
@@ -435,6 +606,11 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
             short_bytes: sh,
             limited_by,
         });
+    }
+    // With the framework's figures the leak is read from allocated bytes (the cache hides it from the
+    // driver); the driver's own trend is kept when it shows one too.
+    if let Some(l) = &s.framework_leak {
+        findings.push(Finding::AllocatedLeakTrend(l.clone()));
     }
     if let Some(l) = &s.leak {
         findings.push(Finding::LeakTrend(l.clone()));
@@ -462,7 +638,24 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
         findings.push(Finding::NoDriverFigures);
     }
 
+    let view = match (fig, fw.map(|o| o.framework)) {
+        (None, None) => "driver",
+        (_, Some(vramtrace_format::Framework::Jax)) => "driver+jax",
+        _ => {
+            let pid_jax = a.process(s.pid).is_some_and(|p| {
+                p.framework
+                    .iter()
+                    .any(|f| f.framework == vramtrace_format::Framework::Jax)
+            });
+            if pid_jax {
+                "driver+jax"
+            } else {
+                "driver+pytorch"
+            }
+        }
+    };
     let mut d = Diagnosis {
+        view,
         cause,
         rule,
         reason,
@@ -483,6 +676,29 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
     };
     d.advice = advice(a, s, &d);
     d
+}
+
+/// The allocator settings an out-of-memory record carried, in a few words.
+pub fn settings_text(o: &crate::model::FrameworkOom) -> String {
+    let mut v = Vec::new();
+    if let Some(b) = &o.backend {
+        v.push(format!("backend {b}"));
+    }
+    v.push(match o.expandable_segments {
+        Some(true) => "expandable segments on".to_string(),
+        Some(false) | None => "expandable segments off".to_string(),
+    });
+    v.push(match o.max_split_size {
+        Some(m) => format!("max split size {}", bytes(m)),
+        None => "no max split size".to_string(),
+    });
+    if let Some(g) = &o.garbage_collection_threshold {
+        v.push(format!("garbage collection threshold {g}"));
+    }
+    if let Some(c) = o.alloc_conf.as_deref().filter(|c| !c.is_empty()) {
+        v.push(format!("PYTORCH_CUDA_ALLOC_CONF={c}"));
+    }
+    v.join(", ")
 }
 
 /// `20.25GiB`, `8GiB`: a cap spec for `--cap`.
@@ -506,6 +722,60 @@ fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<String> {
         .device
         .map_or("the GPU".to_string(), |d| format!("GPU {d}"));
     match d.cause {
+        Cause::RequestTooLarge => {
+            let limit = if d
+                .cap_bytes
+                .is_some_and(|c| d.total_bytes.is_none_or(|t| c <= t))
+            {
+                "the cap"
+            } else {
+                "the device"
+            };
+            v.push(format!(
+                "One allocation of {} cannot fit on {gpu}, whatever else is freed: {limit} is smaller. Find \
+                 the tensor (the call site above) and split the work: a smaller batch or sequence for that \
+                 operation, chunking it (e.g. attention or the loss over chunks), or sharding the tensor \
+                 across GPUs.",
+                b(s.requested_bytes)
+            ));
+            v.push(
+                "A size this large is often a bug: a wrong shape, a broadcast that materialised, or units \
+                 mixed up (elements for bytes). Check the shape at that line."
+                    .to_string(),
+            );
+        }
+        Cause::FragmentationCache => {
+            let o = s.framework.as_ref();
+            if o.and_then(|o| o.expandable_segments) != Some(true) {
+                v.push(
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow in place, so free \
+                     memory between tensors can serve a large request (PyTorch's own advice for this case)."
+                        .to_string(),
+                );
+            }
+            if o.is_none_or(|o| o.max_split_size.is_none()) {
+                v.push(format!(
+                    "Or PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{}: blocks larger than this are never split \
+                     for small tensors, so large ones stay available.",
+                    (s.requested_bytes >> 20).clamp(20, 1024)
+                ));
+            }
+            v.push(
+                "torch.cuda.empty_cache() between phases (after evaluation, before the next large \
+                 allocation) returns cached segments that hold no live tensor."
+                    .to_string(),
+            );
+            v.push(
+                "garbage_collection_threshold:0.8 (with torch.cuda.set_per_process_memory_fraction) makes \
+                 the allocator reclaim cached blocks before it runs out."
+                    .to_string(),
+            );
+            v.push(
+                "Allocate large persistent buffers first, before the churn of short-lived tensors breaks \
+                 up the cache."
+                    .to_string(),
+            );
+        }
         Cause::Pressure => {
             let shed = d
                 .short_of_fitting_bytes

@@ -1,0 +1,27 @@
+from . import cuda as _cuda
+
+_observers = []
+
+
+def _cuda_attach_out_of_memory_observer(fn):
+    if _cuda._backend != "native":
+        raise RuntimeError("cudaMallocAsync does not yet support attachOutOfMemoryObserver")
+    _observers.append(fn)
+
+
+def _cuda_memoryStats(device):
+    a = _cuda._alloc.get(device)
+    if a is None:
+        raise RuntimeError("invalid device")
+    def arr(v):
+        return {"all": {"current": v, "peak": v, "allocated": v, "freed": 0}}
+    return {
+        "allocated_bytes": arr(a.allocated),
+        "reserved_bytes": arr(a.reserved),
+        "active_bytes": arr(a.allocated),
+        "inactive_split_bytes": arr(a.inactive_split()),
+        "requested_bytes": arr(a.allocated),
+        "num_alloc_retries": a.retries,
+        "num_ooms": a.ooms,
+        "max_split_size": -1,
+    }

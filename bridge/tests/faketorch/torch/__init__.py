@@ -1,0 +1,16 @@
+"""A stand-in for torch, for the bridge's tests: the few APIs the bridge uses, with PyTorch's semantics
+(queued lazy calls run at CUDA initialisation, before `is_initialized()` turns true; an observer called with
+(device, alloc, allowed_or_total, device_free) before the error is raised), over a toy caching allocator whose
+segments come from the real (or simulated) driver through ctypes, so the shim sees them."""
+
+import ctypes
+import threading
+
+__version__ = "0.0-fake"
+
+from . import cuda  # noqa: E402
+from . import _C  # noqa: E402
+
+
+class OutOfMemoryError(RuntimeError):
+    pass

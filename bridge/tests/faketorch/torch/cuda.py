@@ -1,0 +1,183 @@
+import ctypes
+import os
+import threading
+
+_initialized = False
+_queued = []
+_lock = threading.Lock()
+_backend = "cudaMallocAsync" if "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") else "native"
+_alloc = {}
+_history = {"on": False}
+
+MB = 1 << 20
+
+
+class _Driver(object):
+    def __init__(self):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.lib.cuInit(0)
+        dev = ctypes.c_int(0)
+        self.lib.cuDeviceGet(ctypes.byref(dev), 0)
+        ctx = ctypes.c_void_p()
+        self.lib.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+
+    def malloc(self, n):
+        p = ctypes.c_uint64()
+        r = self.lib.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n))
+        return p.value if r == 0 else None
+
+    def free(self, p):
+        self.lib.cuMemFree_v2(ctypes.c_uint64(p))
+
+    def free_mem(self):
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        self.lib.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))
+        return free.value, total.value
+
+
+class _Allocator(object):
+    """Segments from the driver, carved first-fit into blocks; a failed segment request frees every wholly free
+    segment and retries once, as PyTorch's does."""
+
+    def __init__(self, driver, device):
+        self.d = driver
+        self.device = device
+        self.segments = []  # [addr, size, [[offset, size, live]]]
+        self.allocated = 0
+        self.reserved = 0
+        self.retries = 0
+        self.ooms = 0
+
+    def inactive_split(self):
+        return sum(b[1] for s in self.segments for b in s[2] if not b[2] and any(x[2] for x in s[2]))
+
+    def malloc(self, n):
+        for s in self.segments:
+            for i, b in enumerate(s[2]):
+                if not b[2] and b[1] >= n:
+                    if b[1] > n:
+                        s[2].insert(i + 1, [b[0] + n, b[1] - n, False])
+                    b[1] = n
+                    b[2] = True
+                    self.allocated += n
+                    return (s[0] + b[0], n)
+        size = max(n, 2 * MB)
+        p = self.d.malloc(size)
+        if p is None:
+            self.retries += 1
+            for s in [s for s in self.segments if not any(b[2] for b in s[2])]:
+                self.d.free(s[0])
+                self.reserved -= s[1]
+                self.segments.remove(s)
+            p = self.d.malloc(size)
+        if p is None:
+            self.ooms += 1
+            free, total = self.d.free_mem()
+            from . import _C
+            for obs in list(_C._observers):
+                obs(self.device, size, total, free)
+            import torch
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % size)
+        self.segments.append([p, size, [[0, size, False]]])
+        self.reserved += size
+        return self.malloc(n)
+
+    def free(self, t):
+        addr, n = t
+        for s in self.segments:
+            for b in s[2]:
+                if s[0] + b[0] == addr and b[2]:
+                    b[2] = False
+                    self.allocated -= n
+                    return
+
+    def snapshot(self):
+        return [
+            {
+                "device": self.device,
+                "address": s[0],
+                "total_size": s[1],
+                "is_expandable": False,
+                "blocks": [
+                    {"address": s[0] + b[0], "size": b[1], "state": "active_allocated" if b[2] else "inactive",
+                     "frames": []}
+                    for b in s[2]
+                ],
+            }
+            for s in self.segments
+        ]
+
+
+def _lazy_call(fn, **kw):
+    with _lock:
+        if _initialized:
+            fn()
+        else:
+            _queued.append(fn)
+
+
+def init():
+    """torch.cuda.init(): queued calls run under the lock, before is_initialized() says True."""
+    global _initialized
+    with _lock:
+        if _initialized:
+            return
+        _alloc[0] = _Allocator(_Driver(), 0)
+        for fn in _queued:
+            fn()
+        del _queued[:]
+        _initialized = True
+
+
+def is_initialized():
+    return _initialized
+
+
+def device_count():
+    return 1
+
+
+def get_allocator_backend():
+    return _backend
+
+
+def empty(nbytes, device=0):
+    init()
+    return _alloc[device].malloc(nbytes)
+
+
+def release(t, device=0):
+    _alloc[device].free(t)
+
+
+class memory(object):
+    @staticmethod
+    def memory_stats_as_nested_dict(device):
+        from . import _C
+        return _C._cuda_memoryStats(device)
+
+    @staticmethod
+    def _snapshot():
+        if _backend != "native":
+            raise RuntimeError("cudaMallocAsync does not yet support snapshot")
+        segs = []
+        for a in _alloc.values():
+            segs += a.snapshot()
+        return {"segments": segs, "device_traces": [[]]}
+
+    @staticmethod
+    def _record_memory_history(**kw):
+        _history["on"] = True
+
+
+def memory_stats(device=0):
+    from . import _C
+    out = {}
+    for k, v in _C._cuda_memoryStats(device).items():
+        if isinstance(v, dict):
+            for pool, d in v.items():
+                for f, x in d.items():
+                    out["%s.%s.%s" % (k, pool, f)] = x
+        else:
+            out[k] = v
+    return out
