@@ -18,6 +18,9 @@
 //! ([`LIBRARY_SOURCES`]: cargo's registry, Rust's own library, system headers)) or a PyTorch autograd node's
 //! `apply` (the backward pass, named by its node: [`autograd_node`]); else outside [`CORE_MODULES`] and the
 //! allocators' own functions ([`PLUMBING_FUNCTIONS`]); else outside [`CORE_MODULES`]; else the innermost.
+//!
+//! Two sites whose labels would read the same are told apart ([`distinguish`]): each label is extended with
+//! the first frame (a caller, else a frame it came through) or line that differs, until no two are equal.
 
 use std::collections::HashMap;
 
@@ -355,6 +358,20 @@ pub struct Site {
     pub live_bytes_at_end: u64,
     /// Per device it allocated on, by ordinal.
     pub per_device: Vec<SiteDevice>,
+    /// What its label adds to tell it apart from another site's that would read the same ([`distinguish`]).
+    pub extra: Vec<Extra>,
+}
+
+/// A part added to a call site's label by [`distinguish`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extra {
+    /// The site frame's own file and line (an autograd node's label does not show them).
+    Line,
+    /// A frame of the stack (an index into `frames`): a caller of the site (`<- ...`), or a frame it came
+    /// through (`via ...`).
+    Frame(usize),
+    /// Nothing in the stacks tells the sites apart: the process and the stack id.
+    Id,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -486,25 +503,212 @@ impl Site {
         }
     }
 
-    /// The call site in one line.
+    /// The call site in one line: [`Site::base_label`] and what tells it apart from the other sites
+    /// ([`Site::extra`]): `... <- caller`, `... <- … <- a caller further out`, `... via frame`, `... at
+    /// file:line`, `... (pid P, stack S)`.
     pub fn label(&self) -> String {
-        self.base_label()
+        let mut s = self.base_label();
+        let mut prev = self.site.unwrap_or(0);
+        for &e in &self.extra {
+            let part = self.extra_part(e, prev);
+            if let Extra::Frame(j) = e {
+                if self.is_caller(j) {
+                    prev = j;
+                }
+            }
+            s.push(' ');
+            s.push_str(&part);
+        }
+        s
     }
 
-    /// The call site and up to `callers` frames of the same kind after it (its callers: Python frames come
-    /// before the native ones they sit on, so a native frame is no Python frame's caller), one label each.
+    /// Whether frame `j` is a caller of the site: after it, of the same kind (Python frames come before the
+    /// native ones they sit on, so a native frame is no Python frame's caller).
+    fn is_caller(&self, j: usize) -> bool {
+        self.site.is_some_and(|i| {
+            j > i
+                && self.frames[i..=j]
+                    .iter()
+                    .all(|f| f.kind == self.frames[i].kind)
+        })
+    }
+
+    /// The site frame's file and line: `generated/Functions.cpp:123` (or what its label has instead).
+    fn site_line(&self) -> Option<String> {
+        let f = self.site_frame()?;
+        match (&f.file, f.line) {
+            (Some(file), Some(l)) if l > 0 => Some(format!("{}:{l}", short_path(file))),
+            (Some(file), _) => Some(short_path(file)),
+            _ => f
+                .offset
+                .map(|o| format!("{}+{o:#x}", f.module.as_deref().map_or("?", base_name))),
+        }
+    }
+
+    /// One part of the label as printed; `prev` is the last caller shown before it (or the site).
+    fn extra_part(&self, e: Extra, prev: usize) -> String {
+        match e {
+            Extra::Line => format!("at {}", self.site_line().unwrap_or_default()),
+            Extra::Frame(j) if self.is_caller(j) && j > prev + 1 => {
+                format!("<- … <- {}", self.frames[j].label())
+            }
+            Extra::Frame(j) if self.is_caller(j) => format!("<- {}", self.frames[j].label()),
+            Extra::Frame(j) => format!("via {}", self.frames[j].label()),
+            Extra::Id => format!("(pid {}, stack {})", self.pid, self.stack),
+        }
+    }
+
+    /// The call site in lines, for text: [`Site::base_label`]; then its first `callers` callers and those its
+    /// label adds (`<- ...`, with `<- …` where callers are skipped); then what else its label adds (`at ...`,
+    /// `via ...`, `(pid P, stack S)`).
     pub fn short(&self, callers: usize) -> Vec<String> {
-        match self.site {
-            Some(i) => std::iter::once(self.base_label())
-                .chain(
-                    self.frames[i + 1..]
-                        .iter()
-                        .take_while(|f| f.kind == self.frames[i].kind)
-                        .take(callers)
-                        .map(Frame::label),
-                )
-                .collect(),
-            None => vec![self.label()],
+        let mut out = vec![self.base_label()];
+        let Some(i) = self.site else {
+            return out;
+        };
+        if self.extra.contains(&Extra::Line) {
+            out.push(self.extra_part(Extra::Line, i));
+        }
+        let mut shown: Vec<usize> = (i + 1..self.frames.len())
+            .take_while(|&j| self.is_caller(j))
+            .take(callers)
+            .collect();
+        for &e in &self.extra {
+            if let Extra::Frame(j) = e {
+                if self.is_caller(j) && !shown.contains(&j) {
+                    shown.push(j);
+                }
+            }
+        }
+        shown.sort_unstable();
+        let mut prev = i;
+        for j in shown {
+            if j > prev + 1 {
+                out.push("<- …".to_string());
+            }
+            out.push(format!("<- {}", self.frames[j].label()));
+            prev = j;
+        }
+        for &e in &self.extra {
+            match e {
+                Extra::Frame(j) if self.is_caller(j) => {}
+                Extra::Line => {}
+                e => out.push(self.extra_part(e, i)),
+            }
+        }
+        out
+    }
+
+    /// What may tell this site apart from another whose label reads the same, in the order tried: its own
+    /// line (when its label lacks it), its callers outward, the frames of its kind inside it (nearest first),
+    /// then the others (those outside the allocators and the CUDA runtime first).
+    fn candidates(&self) -> Vec<Extra> {
+        let Some(i) = self.site else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if autograd_node(&self.frames[i]).is_some() && self.site_line().is_some() {
+            out.push(Extra::Line);
+        }
+        let kind = self.frames[i].kind;
+        out.extend(
+            (i + 1..self.frames.len())
+                .filter(|&j| self.is_caller(j))
+                .map(Extra::Frame),
+        );
+        out.extend(
+            (0..i)
+                .rev()
+                .filter(|&j| self.frames[j].kind == kind)
+                .map(Extra::Frame),
+        );
+        let others: Vec<usize> = (0..self.frames.len())
+            .filter(|&j| self.frames[j].kind != kind)
+            .collect();
+        let quiet = |j: &usize| {
+            let f = &self.frames[*j];
+            plumbing_native(f)
+                || f.module
+                    .as_deref()
+                    .is_some_and(|m| module_in(m, CORE_MODULES, &[]))
+        };
+        out.extend(
+            others
+                .iter()
+                .copied()
+                .filter(|j| !quiet(j))
+                .map(Extra::Frame),
+        );
+        out.extend(
+            others
+                .iter()
+                .copied()
+                .filter(|j| quiet(j))
+                .map(Extra::Frame),
+        );
+        out
+    }
+
+    /// How a candidate reads, to compare sites by.
+    fn candidate_text(&self, e: Extra) -> String {
+        match e {
+            Extra::Line => self.site_line().unwrap_or_default(),
+            Extra::Frame(j) => self.frames[j].label(),
+            Extra::Id => String::new(),
+        }
+    }
+}
+
+/// Rounds of [`distinguish`] at most (each adds one part to the labels of each group that reads the same).
+const MAX_DISTINGUISH_ROUNDS: usize = 64;
+
+/// Extends the labels of sites that would read the same until they differ: each group of equal labels gets,
+/// from each member's [`Site::candidates`], the first one that is not the same for all of them; sites that
+/// nothing tells apart get their process and stack id.
+pub fn distinguish(sites: &mut [Site]) {
+    let candidates: Vec<Vec<Extra>> = sites.iter().map(Site::candidates).collect();
+    let mut cursor = vec![0usize; sites.len()];
+    for _ in 0..MAX_DISTINGUISH_ROUNDS {
+        let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, s) in sites.iter().enumerate() {
+            groups.entry(s.label()).or_default().push(i);
+        }
+        let mut groups: Vec<Vec<usize>> = groups.into_values().filter(|g| g.len() > 1).collect();
+        if groups.is_empty() {
+            return;
+        }
+        groups.sort_unstable();
+        for g in groups {
+            let text = |i: usize, k: usize| {
+                candidates[i]
+                    .get(cursor[i] + k)
+                    .map(|&e| sites[i].candidate_text(e))
+            };
+            let left = g
+                .iter()
+                .map(|&i| candidates[i].len().saturating_sub(cursor[i]))
+                .max()
+                .unwrap_or(0);
+            let differs = (0..left).find(|&k| {
+                let first = text(g[0], k);
+                g.iter().any(|&i| text(i, k) != first)
+            });
+            for &i in &g {
+                match differs {
+                    Some(k) => {
+                        if let Some(&e) = candidates[i].get(cursor[i] + k) {
+                            sites[i].extra.push(e);
+                        }
+                        cursor[i] += k + 1;
+                    }
+                    None => {
+                        if !sites[i].extra.contains(&Extra::Id) {
+                            sites[i].extra.push(Extra::Id);
+                        }
+                        cursor[i] = candidates[i].len();
+                    }
+                }
+            }
         }
     }
 }
@@ -1020,6 +1224,7 @@ mod tests {
             allocated_bytes: 1,
             live_bytes_at_end: 0,
             per_device: Vec::new(),
+            extra: Vec::new(),
         }
     }
 
@@ -1295,6 +1500,100 @@ mod tests {
             sym("/usr/lib/x86_64-linux-gnu/libc.so.6", "start_thread", None, 0),
         ];
         assert_eq!(choose_site(&f), Some(2));
+    }
+
+    #[test]
+    fn equal_labels_are_told_apart_by_what_differs() {
+        // The demo's two sites: the same frame, called from two lines of `training`.
+        let mut sites = vec![site(1, 1, cudarc_stack(332)), site(1, 2, cudarc_stack(335))];
+        assert_eq!(sites[0].label(), sites[1].label());
+        distinguish(&mut sites);
+        assert_eq!(
+            sites[0].label(),
+            "vramtrace_workload::Gpu::alloc at src/main.rs:218 <- vramtrace_workload::training at \
+             src/main.rs:332 (inlined)"
+        );
+        assert!(
+            sites[1].label().ends_with("main.rs:335 (inlined)"),
+            "{}",
+            sites[1].label()
+        );
+        // In text: the site, its callers (the one that differs among them) and nothing else.
+        assert_eq!(
+            sites[1].short(2),
+            vec![
+                "vramtrace_workload::Gpu::alloc at src/main.rs:218",
+                "<- vramtrace_workload::training at src/main.rs:335 (inlined)",
+                "<- vramtrace_workload::main at src/main.rs:83",
+            ]
+        );
+        // A caller further out: the skipped ones are marked; the text shows the first two, then `<- …`.
+        let mut a = cudarc_stack(332);
+        let mut b = cudarc_stack(332);
+        a[10].line = Some(7);
+        a[10].file = Some("/work/workload/src/start.rs".into());
+        b[10].line = Some(8);
+        b[10].file = Some("/work/workload/src/start.rs".into());
+        let mut sites = vec![site(1, 1, a), site(1, 2, b)];
+        distinguish(&mut sites);
+        assert_eq!(
+            sites[0].label(),
+            "vramtrace_workload::Gpu::alloc at src/main.rs:218 <- … <- main at src/start.rs:7"
+        );
+        let lines = sites[1].short(2);
+        assert_eq!(lines.len(), 5, "{lines:#?}");
+        assert_eq!(lines[3], "<- …");
+        assert_eq!(lines[4], "<- main at src/start.rs:8");
+        // Two MmBackward0 allocations: the node's line tells them apart.
+        let mut sites = vec![
+            site(1, 1, backward_stack("MmBackward0", 1234)),
+            site(1, 2, backward_stack("MmBackward0", 1240)),
+            site(1, 3, backward_stack("AddmmBackward0", 1234)),
+        ];
+        distinguish(&mut sites);
+        let labels: Vec<String> = sites.iter().map(Site::label).collect();
+        assert_eq!(
+            labels,
+            vec![
+                "autograd MmBackward0 (backward pass) at generated/Functions.cpp:1234",
+                "autograd MmBackward0 (backward pass) at generated/Functions.cpp:1240",
+                "autograd AddmmBackward0 (backward pass)",
+            ]
+        );
+        // One Python line, two ops under it (native frames recorded too): the first native frame that differs
+        // outside the allocator.
+        let op = |name: &str| {
+            let mut f = backward_stack("MmBackward0", 1);
+            f.truncate(3);
+            f.push(sym(&format!("{TORCH_LIB}libtorch_cuda.so"), name, None, 0));
+            f.insert(0, py("/home/u/train.py"));
+            f
+        };
+        let mut sites = vec![
+            site(1, 1, op("at::native::mm_out_cuda(at::Tensor const&)")),
+            site(1, 2, op("at::native::add_out_cuda(at::Tensor const&)")),
+        ];
+        distinguish(&mut sites);
+        assert_eq!(
+            sites[1].label(),
+            "u/train.py:3 in f via at::native::add_out_cuda(at::Tensor const&) in libtorch_cuda.so"
+        );
+        // Nothing differs (two processes, one program): the process and the stack say which.
+        let mut sites = vec![site(7, 1, cudarc_stack(332)), site(8, 1, cudarc_stack(332))];
+        distinguish(&mut sites);
+        assert!(
+            sites[0].label().ends_with(" (pid 7, stack 1)"),
+            "{}",
+            sites[0].label()
+        );
+        assert_ne!(sites[0].label(), sites[1].label());
+        // Different labels are left as they are.
+        let mut sites = vec![
+            site(1, 1, cudarc_stack(332)),
+            site(1, 2, backward_stack("MmBackward0", 1)),
+        ];
+        distinguish(&mut sites);
+        assert!(sites.iter().all(|s| s.extra.is_empty()));
     }
 
     #[test]

@@ -1656,6 +1656,7 @@ impl Replay {
                     allocated_bytes: 0,
                     live_bytes_at_end: 0,
                     per_device: Vec::new(),
+                    extra: Vec::new(),
                 }
             })
             .collect();
@@ -1686,6 +1687,7 @@ impl Replay {
                 s.missing = false;
             }
         }
+        callsites::distinguish(&mut sites);
         for o in &mut self.ooms {
             if let Some(l) = &mut o.leak {
                 for g in &mut l.sites {

@@ -1,6 +1,8 @@
 //! The README's first command, `vramtrace demo`, on the simulated driver: its call sites must name the
-//! workload's own functions (workload/src/main.rs), not cudarc's allocation frames above them.
+//! workload's own functions (workload/src/main.rs), not cudarc's allocation frames above them, and no two of
+//! its sites may read the same.
 
+use std::collections::BTreeSet;
 use std::process::Command;
 
 use vramtrace_collector::model;
@@ -48,6 +50,8 @@ fn the_demo_names_the_workloads_own_functions() {
             s.frames
         );
     }
+    let labels: BTreeSet<String> = sites.iter().map(|s| s.label()).collect();
+    assert_eq!(labels.len(), sites.len(), "{labels:#?}");
 
     // The report the demo printed: each call site row names the workload, none names cudarc.
     let calls: Vec<&str> = stdout
@@ -79,6 +83,11 @@ fn the_demo_names_the_workloads_own_functions() {
     assert_eq!(labels.len(), sites.len(), "{json}");
     assert!(
         labels.iter().all(|l| l.starts_with("vramtrace_workload::")),
+        "{labels:?}"
+    );
+    assert_eq!(
+        labels.iter().collect::<BTreeSet<_>>().len(),
+        labels.len(),
         "{labels:?}"
     );
 }
