@@ -12,8 +12,15 @@
 //! At the end only the stacks a report shows are turned into [`Site`]s with frames, and only their native
 //! addresses are symbolised ([`crate::symbols`]). The frame chosen as *the* call site of a stack: its innermost
 //! Python frame outside the standard library and the frameworks' own packages ([`FRAMEWORK_PACKAGES`]), else its
-//! innermost Python frame; without Python frames, its innermost native frame outside the CUDA runtime, driver,
-//! shim and frameworks' libraries ([`INTERNAL_MODULES`]), else outside [`CORE_MODULES`], else the innermost.
+//! innermost Python frame; without Python frames, its innermost native frame that is the program's own (not in
+//! the CUDA runtime, driver, shim or frameworks' libraries ([`INTERNAL_MODULES`]), not library code by its
+//! function's name ([`LIBRARY_FUNCTIONS`]: c10, ATen, cudarc, Rust's std...) or its source file
+//! ([`LIBRARY_SOURCES`]: cargo's registry, Rust's own library, system headers)) or a PyTorch autograd node's
+//! `apply` (the backward pass, named by its node: [`autograd_node`]); else outside [`CORE_MODULES`] and the
+//! allocators' own functions ([`PLUMBING_FUNCTIONS`]); else outside [`CORE_MODULES`]; else the innermost.
+//!
+//! Two sites whose labels would read the same are told apart ([`distinguish`]): each label is extended with
+//! the first frame (a caller, else a frame it came through) or line that differs, until no two are equal.
 
 use std::collections::HashMap;
 
@@ -88,6 +95,210 @@ fn runtime_function(f: &Frame) -> bool {
         .as_deref()
         .is_some_and(|n| RUNTIME_FUNCTIONS.iter().any(|p| n.starts_with(p)))
 }
+/// Native functions that are library code wherever they are linked, by the start of their demangled name
+/// (after a leading `<`, `&`, `mut ` or `dyn ` of a trait implementation): Rust's standard library, the C++
+/// runtime, PyTorch (`c10`, ATen, `torch`, caffe2), CUDA's C++ libraries, Rust's CUDA crates (cudarc: its
+/// `malloc_async`, `CudaStream::alloc`, `CudaContext` internals) and the frameworks over them.
+pub const LIBRARY_FUNCTIONS: &[&str] = &[
+    "std::",
+    "core::",
+    "alloc::",
+    "__rust_",
+    "__gnu_cxx::",
+    "__cxxabiv1::",
+    "c10::",
+    "at::",
+    "torch::",
+    "caffe2::",
+    "thrust::",
+    "cub::",
+    "cudarc::",
+    "cust::",
+    "cust_raw::",
+    "candle_core::",
+    "candle_nn::",
+];
+/// The C runtime's functions that start a program or a thread (in the program's own file too).
+pub const CRT_FUNCTIONS: &[&str] = &[
+    "_start",
+    "__libc_start_main",
+    "__libc_start_main_impl",
+    "__libc_start_call_main",
+    "start_thread",
+    "clone",
+    "clone3",
+];
+/// Source files of library code, by a part of their path: third-party Rust crates (cargo's registry and git
+/// checkouts), Rust's standard library (`/rustc/<hash>/library/`, or the `rust-src` component), C and C++
+/// system headers, the headers of Python wheels (`site-packages/torch/include/...`) and of the CUDA toolkit.
+pub const LIBRARY_SOURCES: &[&str] = &[
+    "/.cargo/registry/",
+    "/.cargo/git/",
+    "/rustlib/src/rust/library/",
+    "/usr/include/",
+    "/site-packages/",
+    "/dist-packages/",
+    "/usr/local/cuda",
+];
+/// Of the library functions, the allocators' own and the runtimes': never the site while another frame
+/// outside [`CORE_MODULES`] is there (when a stack has none of the program's own frames).
+pub const PLUMBING_FUNCTIONS: &[&str] = &[
+    "c10::",
+    "at::empty",
+    "at::detail::empty",
+    "at::native::empty",
+    "at::_ops::empty",
+    "at::TensorBase::",
+    "cudarc::",
+    "cust::",
+    "cust_raw::",
+    "std::",
+    "core::",
+    "alloc::",
+    "__rust_",
+    "__gnu_cxx::",
+];
+/// PyTorch's autograd nodes outside `torch::autograd::generated` (whose every node counts), by class name.
+pub const AUTOGRAD_NODES: &[&str] = &[
+    "AccumulateGrad",
+    "CopyBackwards",
+    "CopySlices",
+    "PyNode",
+    "GraphRoot",
+    "Error",
+    "DelayedError",
+    "UndefinedGrad",
+    "UndefinedGradBackward",
+    "Identity",
+    "Scatter",
+    "Gather",
+];
+/// Frames of PyTorch's autograd engine that run a node: a stack through one of them is the backward pass.
+pub const AUTOGRAD_ENGINE: &[&str] = &[
+    "torch::autograd::Engine::",
+    "torch::autograd::Node::operator()",
+    "torch::autograd::call_function",
+];
+
+/// A demangled name without the `<`, `&`, `mut ` and `dyn ` before a trait implementation's type.
+fn name_path(n: &str) -> &str {
+    let mut n = n;
+    loop {
+        let m = n
+            .trim_start_matches(['<', '&'])
+            .trim_start_matches("mut ")
+            .trim_start_matches("dyn ");
+        if m.len() == n.len() {
+            return n;
+        }
+        n = m;
+    }
+}
+
+/// Whether a native frame is library code by its function's name or its source file.
+fn library_native(f: &Frame) -> bool {
+    let by_name = f.function.as_deref().is_some_and(|n| {
+        let p = name_path(n);
+        LIBRARY_FUNCTIONS.iter().any(|l| p.starts_with(l))
+            || CRT_FUNCTIONS.contains(&n)
+            || runtime_function(f)
+    });
+    let by_file = f
+        .file
+        .as_deref()
+        .is_some_and(|p| p.starts_with("/rustc/") || LIBRARY_SOURCES.iter().any(|l| p.contains(l)));
+    by_name || by_file
+}
+
+/// Whether a native frame is an allocator's or a runtime's own function (see [`PLUMBING_FUNCTIONS`]).
+fn plumbing_native(f: &Frame) -> bool {
+    runtime_function(f)
+        || f.function.as_deref().is_some_and(|n| {
+            let p = name_path(n);
+            PLUMBING_FUNCTIONS.iter().any(|l| p.starts_with(l)) || CRT_FUNCTIONS.contains(&n)
+        })
+}
+
+/// Whether a native frame is the program's own: outside the internal libraries, not library code.
+pub fn own_native(f: &Frame) -> bool {
+    f.kind == FrameKind::Native
+        && !f
+            .module
+            .as_deref()
+            .is_some_and(|m| module_in(m, INTERNAL_MODULES, INTERNAL_DIRS))
+        && !library_native(f)
+}
+
+/// The `::`-separated parts of a demangled C++ or Rust name, without its parameters: `a::B<c::D>::f(int)` ->
+/// `["a", "B<c::D>", "f"]`.
+fn name_parts(name: &str) -> Vec<String> {
+    let name = name.replace("(anonymous namespace)", "{anonymous}");
+    let mut parts = Vec::new();
+    let mut cur = String::new();
+    let mut depth = 0i32;
+    let mut chars = name.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            '(' if depth <= 0 => break,
+            ':' if depth <= 0 && chars.peek() == Some(&':') => {
+                chars.next();
+                parts.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    parts.push(cur);
+    parts
+}
+
+/// `MmBackward0`, `AddmmBackward1`: a generated node's class name.
+fn numbered_backward(node: &str) -> bool {
+    let digits = node.trim_end_matches(|c: char| c.is_ascii_digit());
+    digits.len() < node.len()
+        && digits.strip_suffix("Backward").is_some_and(|s| {
+            !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+}
+
+/// The PyTorch autograd node whose `apply` a native frame is, from its demangled name: any node of
+/// `torch::autograd::generated::` (`MmBackward0`, `AddmmBackward0`), any `*Backward<N>::apply` elsewhere, and
+/// the hand-written nodes of `torch::autograd::` ([`AUTOGRAD_NODES`]; a C++ custom function's `CppNode<F>`
+/// gives `F`). `None` for anything else (`torch::autograd::Function<F>::apply` is the forward pass).
+pub fn autograd_node(f: &Frame) -> Option<String> {
+    if f.kind != FrameKind::Native {
+        return None;
+    }
+    let parts = name_parts(f.function.as_deref()?);
+    let [ns @ .., node, last] = parts.as_slice() else {
+        return None;
+    };
+    if last != "apply" && last != "apply_with_saved" {
+        return None;
+    }
+    let torch = ns.len() >= 2 && ns[0] == "torch" && ns[1] == "autograd";
+    let generated = torch && ns.get(2).is_some_and(|n| n == "generated");
+    if let Some(inner) = node
+        .strip_prefix("CppNode<")
+        .and_then(|n| n.strip_suffix('>'))
+    {
+        return torch.then(|| inner.to_string());
+    }
+    let known = torch && AUTOGRAD_NODES.contains(&node.as_str());
+    (generated || known || numbered_backward(node)).then(|| node.clone())
+}
+
+/// Whether a native frame is PyTorch's autograd engine running a node.
+fn autograd_engine(f: &Frame) -> bool {
+    f.kind == FrameKind::Native
+        && f.function
+            .as_deref()
+            .is_some_and(|n| AUTOGRAD_ENGINE.iter().any(|e| n.starts_with(e)))
+}
+
 /// Python packages whose frames are framework internals (in `site-packages` or `dist-packages`).
 pub const FRAMEWORK_PACKAGES: &[&str] =
     &["torch", "jax", "jaxlib", "cupy", "cupyx", "cupy_backends"];
@@ -147,6 +358,20 @@ pub struct Site {
     pub live_bytes_at_end: u64,
     /// Per device it allocated on, by ordinal.
     pub per_device: Vec<SiteDevice>,
+    /// What its label adds to tell it apart from another site's that would read the same ([`distinguish`]).
+    pub extra: Vec<Extra>,
+}
+
+/// A part added to a call site's label by [`distinguish`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extra {
+    /// The site frame's own file and line (an autograd node's label does not show them).
+    Line,
+    /// A frame of the stack (an index into `frames`): a caller of the site (`<- ...`), or a frame it came
+    /// through (`via ...`).
+    Frame(usize),
+    /// Nothing in the stacks tells the sites apart: the process and the stack id.
+    Id,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -261,26 +486,229 @@ impl Site {
         self.frames.get(self.site?)
     }
 
-    /// The call site in one line (`stack N (frames not recorded)` without frames).
-    pub fn label(&self) -> String {
+    /// The call site's own frame in one line: its label; for an autograd node, `autograd MmBackward0
+    /// (backward pass)`; another frame of a stack through the autograd engine says `(backward pass)` after
+    /// it; `stack N (frames not recorded)` without frames.
+    pub fn base_label(&self) -> String {
         match self.site_frame() {
-            Some(f) => f.label(),
+            Some(f) => match autograd_node(f) {
+                Some(node) => format!("autograd {node} (backward pass)"),
+                None if f.kind == FrameKind::Native && self.frames.iter().any(autograd_engine) => {
+                    format!("{} (backward pass)", f.label())
+                }
+                None => f.label(),
+            },
             None if self.missing => format!("stack {} (frames not recorded)", self.stack),
             None => format!("stack {} (no frames)", self.stack),
         }
     }
 
-    /// The call site and up to `callers` frames of the same kind after it (its callers: Python frames come
-    /// before the native ones they sit on, so a native frame is no Python frame's caller), one label each.
+    /// The call site in one line: [`Site::base_label`] and what tells it apart from the other sites
+    /// ([`Site::extra`]): `... <- caller`, `... <- … <- a caller further out`, `... via frame`, `... at
+    /// file:line`, `... (pid P, stack S)`.
+    pub fn label(&self) -> String {
+        let mut s = self.base_label();
+        let mut prev = self.site.unwrap_or(0);
+        for &e in &self.extra {
+            let part = self.extra_part(e, prev);
+            if let Extra::Frame(j) = e {
+                if self.is_caller(j) {
+                    prev = j;
+                }
+            }
+            s.push(' ');
+            s.push_str(&part);
+        }
+        s
+    }
+
+    /// Whether frame `j` is a caller of the site: after it, of the same kind (Python frames come before the
+    /// native ones they sit on, so a native frame is no Python frame's caller).
+    fn is_caller(&self, j: usize) -> bool {
+        self.site.is_some_and(|i| {
+            j > i
+                && self.frames[i..=j]
+                    .iter()
+                    .all(|f| f.kind == self.frames[i].kind)
+        })
+    }
+
+    /// The site frame's file and line: `generated/Functions.cpp:123` (or what its label has instead).
+    fn site_line(&self) -> Option<String> {
+        let f = self.site_frame()?;
+        match (&f.file, f.line) {
+            (Some(file), Some(l)) if l > 0 => Some(format!("{}:{l}", short_path(file))),
+            (Some(file), _) => Some(short_path(file)),
+            _ => f
+                .offset
+                .map(|o| format!("{}+{o:#x}", f.module.as_deref().map_or("?", base_name))),
+        }
+    }
+
+    /// One part of the label as printed; `prev` is the last caller shown before it (or the site).
+    fn extra_part(&self, e: Extra, prev: usize) -> String {
+        match e {
+            Extra::Line => format!("at {}", self.site_line().unwrap_or_default()),
+            Extra::Frame(j) if self.is_caller(j) && j > prev + 1 => {
+                format!("<- … <- {}", self.frames[j].label())
+            }
+            Extra::Frame(j) if self.is_caller(j) => format!("<- {}", self.frames[j].label()),
+            Extra::Frame(j) => format!("via {}", self.frames[j].label()),
+            Extra::Id => format!("(pid {}, stack {})", self.pid, self.stack),
+        }
+    }
+
+    /// The call site in lines, for text: [`Site::base_label`]; then its first `callers` callers and those its
+    /// label adds (`<- ...`, with `<- …` where callers are skipped); then what else its label adds (`at ...`,
+    /// `via ...`, `(pid P, stack S)`).
     pub fn short(&self, callers: usize) -> Vec<String> {
-        match self.site {
-            Some(i) => self.frames[i..]
+        let mut out = vec![self.base_label()];
+        let Some(i) = self.site else {
+            return out;
+        };
+        if self.extra.contains(&Extra::Line) {
+            out.push(self.extra_part(Extra::Line, i));
+        }
+        let mut shown: Vec<usize> = (i + 1..self.frames.len())
+            .take_while(|&j| self.is_caller(j))
+            .take(callers)
+            .collect();
+        for &e in &self.extra {
+            if let Extra::Frame(j) = e {
+                if self.is_caller(j) && !shown.contains(&j) {
+                    shown.push(j);
+                }
+            }
+        }
+        shown.sort_unstable();
+        let mut prev = i;
+        for j in shown {
+            if j > prev + 1 {
+                out.push("<- …".to_string());
+            }
+            out.push(format!("<- {}", self.frames[j].label()));
+            prev = j;
+        }
+        for &e in &self.extra {
+            match e {
+                Extra::Frame(j) if self.is_caller(j) => {}
+                Extra::Line => {}
+                e => out.push(self.extra_part(e, i)),
+            }
+        }
+        out
+    }
+
+    /// What may tell this site apart from another whose label reads the same, in the order tried: its own
+    /// line (when its label lacks it), its callers outward, the frames of its kind inside it (nearest first),
+    /// then the others (those outside the allocators and the CUDA runtime first).
+    fn candidates(&self) -> Vec<Extra> {
+        let Some(i) = self.site else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if autograd_node(&self.frames[i]).is_some() && self.site_line().is_some() {
+            out.push(Extra::Line);
+        }
+        let kind = self.frames[i].kind;
+        out.extend(
+            (i + 1..self.frames.len())
+                .filter(|&j| self.is_caller(j))
+                .map(Extra::Frame),
+        );
+        out.extend(
+            (0..i)
+                .rev()
+                .filter(|&j| self.frames[j].kind == kind)
+                .map(Extra::Frame),
+        );
+        let others: Vec<usize> = (0..self.frames.len())
+            .filter(|&j| self.frames[j].kind != kind)
+            .collect();
+        let quiet = |j: &usize| {
+            let f = &self.frames[*j];
+            plumbing_native(f)
+                || f.module
+                    .as_deref()
+                    .is_some_and(|m| module_in(m, CORE_MODULES, &[]))
+        };
+        out.extend(
+            others
                 .iter()
-                .take_while(|f| f.kind == self.frames[i].kind)
-                .take(callers + 1)
-                .map(Frame::label)
-                .collect(),
-            None => vec![self.label()],
+                .copied()
+                .filter(|j| !quiet(j))
+                .map(Extra::Frame),
+        );
+        out.extend(
+            others
+                .iter()
+                .copied()
+                .filter(|j| quiet(j))
+                .map(Extra::Frame),
+        );
+        out
+    }
+
+    /// How a candidate reads, to compare sites by.
+    fn candidate_text(&self, e: Extra) -> String {
+        match e {
+            Extra::Line => self.site_line().unwrap_or_default(),
+            Extra::Frame(j) => self.frames[j].label(),
+            Extra::Id => String::new(),
+        }
+    }
+}
+
+/// Rounds of [`distinguish`] at most (each adds one part to the labels of each group that reads the same).
+const MAX_DISTINGUISH_ROUNDS: usize = 64;
+
+/// Extends the labels of sites that would read the same until they differ: each group of equal labels gets,
+/// from each member's [`Site::candidates`], the first one that is not the same for all of them; sites that
+/// nothing tells apart get their process and stack id.
+pub fn distinguish(sites: &mut [Site]) {
+    let candidates: Vec<Vec<Extra>> = sites.iter().map(Site::candidates).collect();
+    let mut cursor = vec![0usize; sites.len()];
+    for _ in 0..MAX_DISTINGUISH_ROUNDS {
+        let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, s) in sites.iter().enumerate() {
+            groups.entry(s.label()).or_default().push(i);
+        }
+        let mut groups: Vec<Vec<usize>> = groups.into_values().filter(|g| g.len() > 1).collect();
+        if groups.is_empty() {
+            return;
+        }
+        groups.sort_unstable();
+        for g in groups {
+            let text = |i: usize, k: usize| {
+                candidates[i]
+                    .get(cursor[i] + k)
+                    .map(|&e| sites[i].candidate_text(e))
+            };
+            let left = g
+                .iter()
+                .map(|&i| candidates[i].len().saturating_sub(cursor[i]))
+                .max()
+                .unwrap_or(0);
+            let differs = (0..left).find(|&k| {
+                let first = text(g[0], k);
+                g.iter().any(|&i| text(i, k) != first)
+            });
+            for &i in &g {
+                match differs {
+                    Some(k) => {
+                        if let Some(&e) = candidates[i].get(cursor[i] + k) {
+                            sites[i].extra.push(e);
+                        }
+                        cursor[i] += k + 1;
+                    }
+                    None => {
+                        if !sites[i].extra.contains(&Extra::Id) {
+                            sites[i].extra.push(Extra::Id);
+                        }
+                        cursor[i] = candidates[i].len();
+                    }
+                }
+            }
         }
     }
 }
@@ -343,20 +771,20 @@ pub fn choose_site(frames: &[Frame]) -> Option<usize> {
                 .unwrap_or(first),
         );
     }
-    let outside = |list: &[&str], dirs: &[&str]| {
-        (0..frames.len()).find(|&i| {
-            !runtime_function(&frames[i])
-                && !frames[i]
-                    .module
-                    .as_deref()
-                    .is_some_and(|m| module_in(m, list, dirs))
-        })
-    };
     if frames.is_empty() {
         return None;
     }
-    outside(INTERNAL_MODULES, INTERNAL_DIRS)
-        .or_else(|| outside(CORE_MODULES, &[]))
+    let outside_core = |i: usize| {
+        !runtime_function(&frames[i])
+            && !frames[i]
+                .module
+                .as_deref()
+                .is_some_and(|m| module_in(m, CORE_MODULES, &[]))
+    };
+    (0..frames.len())
+        .find(|&i| own_native(&frames[i]) || autograd_node(&frames[i]).is_some())
+        .or_else(|| (0..frames.len()).find(|&i| outside_core(i) && !plumbing_native(&frames[i])))
+        .or_else(|| (0..frames.len()).find(|&i| outside_core(i)))
         .or(Some(0))
 }
 
@@ -772,6 +1200,400 @@ mod tests {
             "/x/site-packages/transformers/models/llama.py"
         ));
         assert!(is_library_python("/x/dist-packages/jax/_src/api.py"));
+    }
+
+    /// A symbolised native frame.
+    fn sym(module: &str, function: &str, file: Option<&str>, line: u32) -> Frame {
+        Frame {
+            function: Some(function.to_string()),
+            file: file.map(str::to_string),
+            line: (line > 0).then_some(line),
+            ..native(module)
+        }
+    }
+
+    /// A site over `frames`, its site chosen as a report chooses it.
+    fn site(pid: u32, stack: u32, frames: Vec<Frame>) -> Site {
+        Site {
+            pid,
+            stack,
+            site: choose_site(&frames),
+            frames,
+            missing: false,
+            allocations: 1,
+            allocated_bytes: 1,
+            live_bytes_at_end: 0,
+            per_device: Vec::new(),
+            extra: Vec::new(),
+        }
+    }
+
+    const TORCH_LIB: &str = "/opt/env/lib/python3.12/site-packages/torch/lib/";
+
+    /// The native stack of an allocation on PyTorch's backward thread (no Python frames): the caching
+    /// allocator, an ATen op, the node's helper, the node's `apply`, the engine, the C++ runtime's thread.
+    fn backward_stack(node: &str, line: u32) -> Vec<Frame> {
+        let lib = |l: &str| format!("{TORCH_LIB}{l}");
+        vec![
+            native("/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+            sym(
+                &lib("libc10_cuda.so"),
+                "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)",
+                None,
+                0,
+            ),
+            sym(
+                &lib("libc10_cuda.so"),
+                "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate(unsigned long)",
+                None,
+                0,
+            ),
+            sym(
+                &lib("libtorch_cuda.so"),
+                "at::native::structured_mm_out_cuda::impl(at::Tensor const&, at::Tensor const&, at::Tensor const&)",
+                None,
+                0,
+            ),
+            sym(
+                &lib("libtorch_cpu.so"),
+                "torch::autograd::generated::details::mm_mat2_backward(at::Tensor const&, at::Tensor const&, c10::ArrayRef<c10::SymInt>, c10::ArrayRef<c10::SymInt>, c10::Layout, c10::Scalar const&)",
+                None,
+                0,
+            ),
+            sym(
+                &lib("libtorch_cpu.so"),
+                &format!("torch::autograd::generated::{node}::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)"),
+                Some("/pytorch/torch/csrc/autograd/generated/Functions.cpp"),
+                line,
+            ),
+            sym(
+                &lib("libtorch_cpu.so"),
+                "torch::autograd::Node::operator()(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)",
+                None,
+                0,
+            ),
+            sym(
+                &lib("libtorch_cpu.so"),
+                "torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&, torch::autograd::Node*, torch::autograd::InputBuffer&, std::shared_ptr<torch::autograd::ReadyQueue> const&)",
+                None,
+                0,
+            ),
+            sym(
+                &lib("libtorch_cpu.so"),
+                "torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)",
+                None,
+                0,
+            ),
+            sym(
+                "/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
+                "execute_native_thread_routine",
+                None,
+                0,
+            ),
+            sym("/usr/lib/x86_64-linux-gnu/libc.so.6", "start_thread", None, 0),
+        ]
+    }
+
+    #[test]
+    fn a_backward_thread_is_named_by_its_autograd_node() {
+        let f = backward_stack("MmBackward0", 1234);
+        assert_eq!(choose_site(&f), Some(5));
+        let s = site(1, 1, f);
+        assert_eq!(s.label(), "autograd MmBackward0 (backward pass)");
+        let s = site(1, 2, backward_stack("AddmmBackward0", 77));
+        assert_eq!(s.label(), "autograd AddmmBackward0 (backward pass)");
+        // The hand-written nodes, by their names; a C++ custom function by its own.
+        let node = |name: &str| autograd_node(&sym("/x/libtorch_cpu.so", name, None, 0));
+        assert_eq!(
+            node("torch::autograd::AccumulateGrad::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)")
+                .as_deref(),
+            Some("AccumulateGrad")
+        );
+        assert_eq!(
+            node("torch::autograd::CppNode<MyLinearFunction>::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)")
+                .as_deref(),
+            Some("MyLinearFunction")
+        );
+        assert_eq!(
+            node("torch::autograd::PyNode::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)")
+                .as_deref(),
+            Some("PyNode")
+        );
+        assert_eq!(
+            node("torch_npu::autograd::generated::NpuFusedAttentionBackward1::apply").as_deref(),
+            Some("NpuFusedAttentionBackward1")
+        );
+        // Not nodes: the forward pass of a custom function, the engine, the base class, other `apply`s.
+        for name in [
+            "torch::autograd::Function<MyLinearFunction>::apply<at::Tensor&>(at::Tensor&)",
+            "torch::autograd::Node::operator()(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)",
+            "torch::autograd::Node::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)",
+            "myproj::Backward::apply(int)",
+            "at::native::(anonymous namespace)::apply(int)",
+            "mm_backward",
+        ] {
+            assert_eq!(node(name), None, "{name}");
+        }
+        // A frame of the program's own inside the node (a C++ extension's backward) is the site.
+        let mut f = backward_stack("MmBackward0", 1234);
+        f.insert(
+            4,
+            sym(
+                "/home/u/ext/my_ext.so",
+                "my_ext::fused_backward(at::Tensor const&)",
+                Some("/home/u/ext/fused.cu"),
+                40,
+            ),
+        );
+        assert_eq!(choose_site(&f), Some(4));
+        // With Python frames, the Python rule holds.
+        let mut f = backward_stack("MmBackward0", 1234);
+        f.insert(0, py("/home/u/train.py"));
+        assert_eq!(choose_site(&f), Some(0));
+        // The engine without a named node: the innermost frame outside the allocator, marked as the backward
+        // pass.
+        let mut f = backward_stack("MmBackward0", 1234);
+        f.remove(5);
+        f.remove(4);
+        let s = site(1, 3, f);
+        assert_eq!(s.site, Some(3));
+        assert!(
+            s.label()
+                .starts_with("at::native::structured_mm_out_cuda::impl(")
+                && s.label().ends_with(" (backward pass)"),
+            "{}",
+            s.label()
+        );
+    }
+
+    /// The demo's stack: cudarc's allocation over the workload's own functions, over Rust's std and libc.
+    fn cudarc_stack(caller_line: u32) -> Vec<Frame> {
+        let exe = "/work/target/release/vramtrace-workload";
+        let reg =
+            "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/cudarc-0.19.10/src/driver";
+        let std = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library";
+        let mut inlined = sym(
+            exe,
+            "cudarc::driver::sys::cuMemAllocAsync",
+            Some(&format!("{reg}/sys/mod.rs")),
+            13214,
+        );
+        inlined.inlined = true;
+        let mut training = sym(
+            exe,
+            "vramtrace_workload::training",
+            Some("/work/workload/src/main.rs"),
+            caller_line,
+        );
+        training.inlined = true;
+        vec![
+            native("/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+            inlined,
+            sym(
+                exe,
+                "cudarc::driver::result::malloc_async",
+                Some(&format!("{reg}/result.rs")),
+                831,
+            ),
+            sym(
+                exe,
+                "cudarc::driver::safe::core::CudaStream::alloc",
+                Some(&format!("{reg}/safe/core.rs")),
+                1629,
+            ),
+            sym(
+                exe,
+                "cudarc::driver::safe::core::CudaStream::alloc_zeros",
+                Some(&format!("{reg}/safe/core.rs")),
+                1656,
+            ),
+            sym(
+                exe,
+                "vramtrace_workload::Gpu::alloc",
+                Some("/work/workload/src/main.rs"),
+                218,
+            ),
+            training,
+            sym(
+                exe,
+                "vramtrace_workload::main",
+                Some("/work/workload/src/main.rs"),
+                83,
+            ),
+            sym(
+                exe,
+                "core::ops::function::FnOnce::call_once",
+                Some(&format!("{std}/core/src/ops/function.rs")),
+                250,
+            ),
+            sym(
+                exe,
+                "std::sys::backtrace::__rust_begin_short_backtrace",
+                Some(&format!("{std}/std/src/sys/backtrace.rs")),
+                166,
+            ),
+            sym(exe, "main", None, 0),
+            sym(
+                "/lib/x86_64-linux-gnu/libc.so.6",
+                "__libc_start_call_main",
+                None,
+                0,
+            ),
+            sym(exe, "_start", None, 0),
+        ]
+    }
+
+    #[test]
+    fn rust_crates_and_std_are_library_code() {
+        let f = cudarc_stack(332);
+        assert_eq!(
+            choose_site(&f),
+            Some(5),
+            "the workload's own frame, under cudarc's"
+        );
+        // By the source file alone (a crate not named in the lists), or by the name alone (no debug info).
+        let exe = "/work/target/release/app";
+        let f = vec![
+            sym(
+                exe,
+                "some_gpu_crate::pool::Pool::get",
+                Some("/home/u/.cargo/registry/src/x/some_gpu_crate-1.0/src/pool.rs"),
+                10,
+            ),
+            sym(
+                exe,
+                "some_git_crate::alloc",
+                Some("/home/u/.cargo/git/checkouts/some_git_crate-1/abc/src/lib.rs"),
+                3,
+            ),
+            sym(
+                exe,
+                "<cudarc::driver::safe::core::CudaStream as core::clone::Clone>::clone",
+                None,
+                0,
+            ),
+            sym(
+                exe,
+                "<&mut alloc::vec::Vec<u8> as core::fmt::Write>::write_str",
+                None,
+                0,
+            ),
+            sym(
+                exe,
+                "std::vector<float, std::allocator<float> >::_M_realloc_insert",
+                Some("/usr/include/c++/12/bits/vector.tcc"),
+                9,
+            ),
+            sym(
+                exe,
+                "app::model::Linear::new",
+                Some("/home/u/app/src/model.rs"),
+                12,
+            ),
+        ];
+        assert_eq!(choose_site(&f), Some(5));
+        // Nothing of the program's own: the innermost frame outside the allocators and the runtime.
+        let f = vec![
+            native("/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+            sym(&format!("{TORCH_LIB}libc10_cuda.so"), "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)", None, 0),
+            sym(&format!("{TORCH_LIB}libtorch_cuda.so"), "at::native::cudnn_convolution(at::Tensor const&)", None, 0),
+            sym("/usr/lib/x86_64-linux-gnu/libc.so.6", "start_thread", None, 0),
+        ];
+        assert_eq!(choose_site(&f), Some(2));
+    }
+
+    #[test]
+    fn equal_labels_are_told_apart_by_what_differs() {
+        // The demo's two sites: the same frame, called from two lines of `training`.
+        let mut sites = vec![site(1, 1, cudarc_stack(332)), site(1, 2, cudarc_stack(335))];
+        assert_eq!(sites[0].label(), sites[1].label());
+        distinguish(&mut sites);
+        assert_eq!(
+            sites[0].label(),
+            "vramtrace_workload::Gpu::alloc at src/main.rs:218 <- vramtrace_workload::training at \
+             src/main.rs:332 (inlined)"
+        );
+        assert!(
+            sites[1].label().ends_with("main.rs:335 (inlined)"),
+            "{}",
+            sites[1].label()
+        );
+        // In text: the site, its callers (the one that differs among them) and nothing else.
+        assert_eq!(
+            sites[1].short(2),
+            vec![
+                "vramtrace_workload::Gpu::alloc at src/main.rs:218",
+                "<- vramtrace_workload::training at src/main.rs:335 (inlined)",
+                "<- vramtrace_workload::main at src/main.rs:83",
+            ]
+        );
+        // A caller further out: the skipped ones are marked; the text shows the first two, then `<- …`.
+        let mut a = cudarc_stack(332);
+        let mut b = cudarc_stack(332);
+        a[10].line = Some(7);
+        a[10].file = Some("/work/workload/src/start.rs".into());
+        b[10].line = Some(8);
+        b[10].file = Some("/work/workload/src/start.rs".into());
+        let mut sites = vec![site(1, 1, a), site(1, 2, b)];
+        distinguish(&mut sites);
+        assert_eq!(
+            sites[0].label(),
+            "vramtrace_workload::Gpu::alloc at src/main.rs:218 <- … <- main at src/start.rs:7"
+        );
+        let lines = sites[1].short(2);
+        assert_eq!(lines.len(), 5, "{lines:#?}");
+        assert_eq!(lines[3], "<- …");
+        assert_eq!(lines[4], "<- main at src/start.rs:8");
+        // Two MmBackward0 allocations: the node's line tells them apart.
+        let mut sites = vec![
+            site(1, 1, backward_stack("MmBackward0", 1234)),
+            site(1, 2, backward_stack("MmBackward0", 1240)),
+            site(1, 3, backward_stack("AddmmBackward0", 1234)),
+        ];
+        distinguish(&mut sites);
+        let labels: Vec<String> = sites.iter().map(Site::label).collect();
+        assert_eq!(
+            labels,
+            vec![
+                "autograd MmBackward0 (backward pass) at generated/Functions.cpp:1234",
+                "autograd MmBackward0 (backward pass) at generated/Functions.cpp:1240",
+                "autograd AddmmBackward0 (backward pass)",
+            ]
+        );
+        // One Python line, two ops under it (native frames recorded too): the first native frame that differs
+        // outside the allocator.
+        let op = |name: &str| {
+            let mut f = backward_stack("MmBackward0", 1);
+            f.truncate(3);
+            f.push(sym(&format!("{TORCH_LIB}libtorch_cuda.so"), name, None, 0));
+            f.insert(0, py("/home/u/train.py"));
+            f
+        };
+        let mut sites = vec![
+            site(1, 1, op("at::native::mm_out_cuda(at::Tensor const&)")),
+            site(1, 2, op("at::native::add_out_cuda(at::Tensor const&)")),
+        ];
+        distinguish(&mut sites);
+        assert_eq!(
+            sites[1].label(),
+            "u/train.py:3 in f via at::native::add_out_cuda(at::Tensor const&) in libtorch_cuda.so"
+        );
+        // Nothing differs (two processes, one program): the process and the stack say which.
+        let mut sites = vec![site(7, 1, cudarc_stack(332)), site(8, 1, cudarc_stack(332))];
+        distinguish(&mut sites);
+        assert!(
+            sites[0].label().ends_with(" (pid 7, stack 1)"),
+            "{}",
+            sites[0].label()
+        );
+        assert_ne!(sites[0].label(), sites[1].label());
+        // Different labels are left as they are.
+        let mut sites = vec![
+            site(1, 1, cudarc_stack(332)),
+            site(1, 2, backward_stack("MmBackward0", 1)),
+        ];
+        distinguish(&mut sites);
+        assert!(sites.iter().all(|s| s.extra.is_empty()));
     }
 
     #[test]

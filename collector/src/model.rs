@@ -1847,6 +1847,7 @@ impl Replay {
                     allocated_bytes: 0,
                     live_bytes_at_end: 0,
                     per_device: Vec::new(),
+                    extra: Vec::new(),
                 }
             })
             .collect();
@@ -1877,6 +1878,7 @@ impl Replay {
                 s.missing = false;
             }
         }
+        callsites::distinguish(&mut sites);
         for o in &mut self.ooms {
             if let Some(l) = &mut o.leak {
                 for g in &mut l.sites {

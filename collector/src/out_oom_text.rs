@@ -11,7 +11,7 @@ use crate::model::{self, Analysis, DeviceStats, Ended, OomSnapshot, Timeline};
 use crate::oom::diagnose::{diagnose, leak_text, Diagnosis, CONTEXT_ESTIMATE_BYTES};
 use crate::out_text::sparkline::sparkline;
 use crate::out_text::units::{bytes, bytes_exact, count, fit, printable, secs};
-use crate::out_text::{device_name, ended_label, short_command, site_lines, WIDTH};
+use crate::out_text::{device_name, ended_label, fit_label, short_command, site_lines, WIDTH};
 
 /// Word-wraps to the report's width (the one wrapping rule of every text output: out_text::wrap).
 fn wrap(o: &mut String, text: &str, indent: &str) {
@@ -481,8 +481,9 @@ fn top_live(o: &mut String, a: &Analysis, s: &OomSnapshot) {
         )
         .ok();
         if let Some(site) = l.site.and_then(|i| a.call_sites.sites.get(i)) {
-            let line = format!("                 at {}", printable(&site.label()));
-            writeln!(o, "{}", fit(&line, WIDTH)).ok();
+            let lead = "                 at ";
+            let label = fit_label(&printable(&site.label()), WIDTH - lead.len());
+            writeln!(o, "{lead}{label}").ok();
         }
     }
     o.push('\n');

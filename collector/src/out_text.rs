@@ -45,7 +45,8 @@ pub fn render(a: &Analysis, file: Option<&Path>) -> String {
 pub const SITE_CALLERS: usize = 2;
 
 /// A call site in text: `lead` then the site (with `pid N:` before it when the trace has several processes),
-/// then its first [`SITE_CALLERS`] callers on lines of their own under it, each line within [`WIDTH`].
+/// then its first [`SITE_CALLERS`] callers and what tells it apart from the other sites on lines of their own
+/// under it ([`crate::callsites::Site::short`]), each line within [`WIDTH`] ([`fit_label`]).
 pub fn site_lines(a: &Analysis, site: usize, lead: &str) -> Vec<String> {
     let Some(s) = a.call_sites.sites.get(site) else {
         return vec![format!("{lead}?")];
@@ -54,16 +55,155 @@ pub fn site_lines(a: &Analysis, site: usize, lead: &str) -> Vec<String> {
     let room = WIDTH.saturating_sub(pad.len()).max(20);
     let mut labels = s.short(SITE_CALLERS).into_iter();
     let first = labels.next().unwrap_or_default();
-    let first = if a.processes.len() > 1 {
-        format!("pid {}: {first}", s.pid)
+    let pid = if a.processes.len() > 1 {
+        format!("pid {}: ", s.pid)
     } else {
-        first
+        String::new()
     };
-    let mut out = vec![format!("{lead}{}", fit(&printable(&first), room))];
+    let mut out = vec![format!(
+        "{lead}{pid}{}",
+        fit_label(&printable(&first), room.saturating_sub(pid.len()))
+    )];
     for l in labels {
-        out.push(format!("{pad}<- {}", fit(&printable(&l), room - 3)));
+        out.push(format!("{pad}{}", fit_label(&printable(&l), room)));
     }
     out
+}
+
+/// A label within `width` characters, cut where it keeps what tells labels apart: a native frame's
+/// `function at dir/file:line` keeps `file:line` (and `(inlined)`) whole and loses the start of the function's
+/// name (its parameters first); a Python frame's `dir/file.py:line in function` keeps `file.py:line` and
+/// loses the end of the function's name; a relation before it (`<- `, `via `) stays. Anything else keeps
+/// both ends.
+pub fn fit_label(s: &str, width: usize) -> String {
+    let len = |x: &str| x.chars().count();
+    if len(s) <= width {
+        return s.to_string();
+    }
+    for lead in ["<- … <- ", "<- ", "via ", "at "] {
+        if let Some(rest) = s.strip_prefix(lead) {
+            if width > len(lead) + 8 {
+                return format!("{lead}{}", fit_label(rest, width - len(lead)));
+            }
+        }
+    }
+    // Python: the location first.
+    if let Some(j) = s.find(" in ") {
+        let loc = &s[..j];
+        if is_location(loc) {
+            let file = len(&loc[file_start(loc)..]) + 1;
+            let loc = shorten_dirs(loc, width.saturating_sub(10).max(file));
+            if width > len(&loc) + 6 {
+                return format!("{loc}{}", fit(&s[j..], width - len(&loc)));
+            }
+        }
+    }
+    // Native: the function, then where.
+    if let Some(i) = s.rfind(" at ").or_else(|| s.rfind(" in ")) {
+        const HEAD: usize = 6;
+        let (head, tail) = (&s[..i], &s[i..]);
+        let tail = match tail[1..].split_once(' ') {
+            Some((word, rest)) if len(tail) + HEAD > width => {
+                // The directories go first; the file and line stay whole while the name keeps 4 characters.
+                let file = len(&rest[file_start(rest)..]) + 1;
+                let room = width.saturating_sub(HEAD + len(word) + 2).max(file);
+                format!(" {word} {}", shorten_dirs(rest, room))
+            }
+            _ => tail.to_string(),
+        };
+        if len(&tail) + 4 <= width {
+            return format!(
+                "{}{tail}",
+                cut_start(&drop_parameters(head), width - len(&tail))
+            );
+        }
+    }
+    cut_middle(s, width)
+}
+
+/// `dir/file.py:12` or `file.rs:3`: ends in `:<digits>`.
+fn is_location(s: &str) -> bool {
+    s.rsplit_once(':')
+        .is_some_and(|(_, l)| !l.is_empty() && l.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// A path (with what follows it) within `width`: its directories dropped from the left, `…/` in their place.
+fn shorten_dirs(s: &str, width: usize) -> String {
+    let len = s.chars().count();
+    if len <= width {
+        return s.to_string();
+    }
+    let file_start = file_start(s);
+    let file = &s[file_start..];
+    if file_start > 0 && file.chars().count() < width {
+        let keep = width - file.chars().count() - 1;
+        let dirs: Vec<char> = s[..file_start].chars().collect();
+        let tail: String = dirs[dirs.len().saturating_sub(keep)..].iter().collect();
+        return format!("…{tail}{file}");
+    }
+    cut_start(s, width)
+}
+
+/// Where the file's name starts in a path followed by anything after a space.
+fn file_start(s: &str) -> usize {
+    s.split(' ')
+        .next()
+        .unwrap_or(s)
+        .rfind('/')
+        .map_or(0, |i| i + 1)
+}
+
+/// `a::b(int, long)` -> `a::b(…)` (C++ names carry their parameters).
+fn drop_parameters(s: &str) -> String {
+    if !s.ends_with(')') {
+        return s.to_string();
+    }
+    let mut depth = 0i32;
+    for (i, c) in s.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth -= 1;
+                if depth == 0 {
+                    return if i == 0 {
+                        s.to_string()
+                    } else {
+                        format!("{}(…)", &s[..i])
+                    };
+                }
+            }
+            _ => {}
+        }
+    }
+    s.to_string()
+}
+
+/// The end of `s` in `width` characters, `…` first when cut.
+fn cut_start(s: &str, width: usize) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    if chars.len() <= width {
+        return s.to_string();
+    }
+    let keep = width.saturating_sub(1);
+    std::iter::once('…')
+        .chain(chars[chars.len() - keep..].iter().copied())
+        .collect()
+}
+
+/// Both ends of `s` in `width` characters, `…` between them when cut.
+fn cut_middle(s: &str, width: usize) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    if chars.len() <= width {
+        return s.to_string();
+    }
+    let keep = width.saturating_sub(1);
+    let (a, b) = (keep / 2, keep - keep / 2);
+    chars[..a]
+        .iter()
+        .copied()
+        .chain(std::iter::once('…'))
+        .chain(chars[chars.len() - b..].iter().copied())
+        .collect()
 }
 
 fn pct(part: u64, whole: u64) -> String {
@@ -617,6 +757,43 @@ mod tests {
             "of 8.00\u{e000}GiB cap, 3\u{e000}B"
         );
         assert_eq!(glue_units("3 processes"), "3 processes");
+    }
+
+    #[test]
+    fn a_cut_label_keeps_what_tells_it_apart() {
+        // Two lines of one file, cut to 40: the file and line stay, the function's name loses its start.
+        let a = "cudarc::driver::safe::core::CudaStream::alloc_zeros at driver/safe/core.rs:1629";
+        let b = "cudarc::driver::safe::core::CudaStream::alloc_zeros at driver/safe/core.rs:1656";
+        let (fa, fb) = (fit_label(a, 40), fit_label(b, 40));
+        assert_eq!(fa, "…alloc_zeros at driver/safe/core.rs:1629");
+        assert_ne!(fa, fb);
+        assert!(
+            fb.ends_with("core.rs:1656") && fb.chars().count() <= 40,
+            "{fb}"
+        );
+        // Too narrow for the directory: it goes first; `(inlined)` stays.
+        let c = "vramtrace_workload::training at workload/src/main.rs:332 (inlined)";
+        assert_eq!(fit_label(c, 30), "…ing at …main.rs:332 (inlined)");
+        assert_eq!(fit_label(c, 30).chars().count(), 30);
+        // C++ parameters go before the name is cut; the relation before a caller stays.
+        let d = "<- at::native::structured_mm_out_cuda::impl(at::Tensor const&, at::Tensor const&) in libtorch_cuda.so";
+        let fd = fit_label(d, 60);
+        assert_eq!(
+            fd,
+            "<- …ive::structured_mm_out_cuda::impl(…) in libtorch_cuda.so"
+        );
+        // Python: the file and line stay, the function's end goes.
+        let e = "proj/models/transformer.py:1234 in forward_with_a_very_long_name_indeed_and_more";
+        assert_eq!(
+            fit_label(e, 48),
+            "proj/models/transformer.py:1234 in forward_with…"
+        );
+        // Short enough: unchanged; anything else keeps both ends.
+        assert_eq!(fit_label("libfoo.so+0x10", 40), "libfoo.so+0x10");
+        assert_eq!(
+            fit_label("stack 12345 (frames not recorded)", 20),
+            "stack 123… recorded)"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use vramtrace_collector::callsites::{FrameKind, Site};
+use vramtrace_collector::callsites::{self, Frame, FrameKind, Site};
 use vramtrace_collector::model::{analyze_reader, analyze_reader_with, Analysis};
 use vramtrace_collector::{oom, out_json, out_oom_json, out_oom_text, out_text};
 use vramtrace_format::{EndKind, Oom, Record};
@@ -25,30 +25,35 @@ fn site_of(a: &Analysis, pid: u32, stack: u32) -> &Site {
 const TRAIN: &str = "/home/u/proj/train.py";
 const TORCH: &str = "/opt/env/lib/python3.12/site-packages/torch/nn/modules/module.py";
 
+/// Process 100's objects: `libapp.so` (at 0x7000_0000) and the CUDA runtime (at 0x7100_0000), neither on disk.
+fn app_objects() -> Record {
+    objects(
+        100,
+        1,
+        vec![
+            object(
+                "/nonexistent/libapp.so",
+                0x7000_0000,
+                (0x7000_1000, 0x7000_9000),
+                &[7; 20],
+            ),
+            object(
+                "/nonexistent/libcudart.so.12",
+                0x7100_0000,
+                (0x7100_1000, 0x7100_9000),
+                &[],
+            ),
+        ],
+    )
+}
+
 /// Process 100: stack 1 (train.py build_model), stack 2 (torch frames over train.py step), stack 3 (native
 /// only, in a library that is not there), and allocations without a stack. GPU 0's peak is 13 MiB at 80 ms;
 /// GPU 1 gets stack 1 only.
 fn sample() -> Vec<Record> {
     vec![
         hello(100, 0),
-        objects(
-            100,
-            1,
-            vec![
-                object(
-                    "/nonexistent/libapp.so",
-                    0x7000_0000,
-                    (0x7000_1000, 0x7000_9000),
-                    &[7; 20],
-                ),
-                object(
-                    "/nonexistent/libcudart.so.12",
-                    0x7100_0000,
-                    (0x7100_1000, 0x7100_9000),
-                    &[],
-                ),
-            ],
-        ),
+        app_objects(),
         stack(
             100,
             1,
@@ -177,7 +182,7 @@ fn python_frames_come_first_and_the_site_skips_library_frames() {
     assert_eq!(s2.frames.len(), 4, "library frames stay in the full stack");
     assert_eq!(
         s2.short(2),
-        vec!["proj/train.py:20 in step", "proj/train.py:60 in main"]
+        vec!["proj/train.py:20 in step", "<- proj/train.py:60 in main"]
     );
     // Native only: the CUDA runtime is skipped; a missing file is module+offset; anonymous memory an address.
     let s3 = site_of(&a, 100, 3);
@@ -511,4 +516,143 @@ fn bad_call_site_input_is_never_an_error() {
         let _ =
             out_text::render(&a, None) + &out_json::render(&a) + &out_oom_text::render(&a, None);
     }
+}
+
+/// Two native stacks whose innermost own frame is the same (one helper, `libapp.so+0x2345`) called from two
+/// places, and a third from a Python line that two stacks share, told apart by a caller further out.
+fn same_frame_two_callers() -> Vec<Record> {
+    let layer_from_main = |line| {
+        vec![
+            py(TRAIN, "alloc", 5),
+            py(TRAIN, "layer", 9),
+            py(TRAIN, "main", line),
+        ]
+    };
+    vec![
+        hello(100, 0),
+        app_objects(),
+        stack(100, 1, vec![0x7100_1234, 0x7000_2345, 0x7000_3000], vec![]),
+        stack(100, 2, vec![0x7100_1234, 0x7000_2345, 0x7000_4000], vec![]),
+        // alloc() <- layer() <- main(), from two lines of main.
+        stack(100, 3, vec![], layer_from_main(70)),
+        stack(100, 4, vec![], layer_from_main(71)),
+        events(
+            100,
+            vec![
+                with_stack(alloc(10, 0, 0xa, 4 * MIB), 1),
+                with_stack(alloc(20, 0, 0xb, 2 * MIB), 2),
+                with_stack(alloc(30, 0, 0xc, 3 * MIB), 3),
+                with_stack(alloc(40, 0, 0xd, MIB), 4),
+            ],
+        ),
+        end(100, 100, EndKind::Goodbye),
+    ]
+}
+
+#[test]
+fn sites_that_would_read_the_same_get_labels_that_differ() {
+    let a = run(&same_frame_two_callers());
+    let labels: Vec<String> = (1..=4).map(|i| site_of(&a, 100, i).label()).collect();
+    assert_eq!(
+        labels,
+        vec![
+            "libapp.so+0x2345 <- libapp.so+0x3000",
+            "libapp.so+0x2345 <- libapp.so+0x4000",
+            "proj/train.py:5 in alloc <- … <- proj/train.py:70 in main",
+            "proj/train.py:5 in alloc <- … <- proj/train.py:71 in main",
+        ]
+    );
+    // The frame chosen stays the same: only the label grows.
+    assert_eq!(site_of(&a, 100, 1).site, Some(1));
+    // Every list of the report shows four different sites.
+    let text = out_text::render(&a, None);
+    for needle in [
+        "libapp.so+0x2345\n",
+        "<- libapp.so+0x3000\n",
+        "<- libapp.so+0x4000\n",
+        "<- proj/train.py:70 in main\n",
+        "<- proj/train.py:71 in main\n",
+    ] {
+        assert!(text.contains(needle), "{needle} in {text}");
+    }
+    for list in text.split("\n\n").filter(|l| l.contains("CALL SITES")) {
+        let blocks = site_blocks(list);
+        assert_eq!(blocks.len(), 4, "{list}");
+        let distinct: std::collections::BTreeSet<&String> = blocks.iter().collect();
+        assert_eq!(distinct.len(), 4, "{list}");
+    }
+    let j = out_json::render(&a);
+    for l in &labels {
+        assert!(j.contains(&format!("\"label\": \"{l}\"")), "{l} in {j}");
+    }
+}
+
+/// The rows of a text list of call sites: each site's lines (its figures left out) joined.
+fn site_blocks(list: &str) -> Vec<String> {
+    let mut blocks: Vec<String> = Vec::new();
+    for line in list.lines().skip(1) {
+        let Some(i) = line.find("  libapp").or_else(|| line.find("  proj/")) else {
+            if let (Some(b), Some(i)) = (blocks.last_mut(), line.find("<- ")) {
+                b.push_str(&line[i..]);
+            }
+            continue;
+        };
+        blocks.push(line[i..].trim().to_string());
+    }
+    blocks
+}
+
+/// A native frame as symbolisation gives it.
+fn symbolised(function: &str, file: &str, line: u32) -> Frame {
+    Frame {
+        kind: FrameKind::Native,
+        function: Some(function.to_string()),
+        file: Some(file.to_string()),
+        line: Some(line),
+        module: Some("/work/target/release/app".to_string()),
+        offset: Some(0x1000),
+        address: Some(0x5555_0000_1000),
+        inlined: false,
+        note: None,
+    }
+}
+
+#[test]
+fn long_labels_are_cut_where_they_do_not_differ() {
+    // Two sites in one long-named function of one file, on two lines: every row keeps its line.
+    let mut a = run(&same_frame_two_callers());
+    let long = "my_training_framework::engine::distributed::sharded::ShardedOptimizerState::materialise_buffers";
+    let file =
+        "/home/user/projects/my_training_framework/src/engine/distributed/sharded/optimizer.rs";
+    for (stack, line) in [(1, 4410), (2, 4417)] {
+        let s = a
+            .call_sites
+            .sites
+            .iter_mut()
+            .find(|s| s.stack == stack)
+            .unwrap();
+        s.frames = vec![
+            symbolised(long, file, line),
+            symbolised("app::main", "/home/user/app/src/main.rs", 3),
+        ];
+        s.site = callsites::choose_site(&s.frames);
+        s.extra.clear();
+    }
+    callsites::distinguish(&mut a.call_sites.sites);
+    let text = out_text::render(&a, None);
+    for line in text.lines() {
+        assert!(line.chars().count() <= 100, "too wide: {line}");
+    }
+    let lists: Vec<&str> = text
+        .split("\n\n")
+        .filter(|l| l.contains("CALL SITES"))
+        .collect();
+    assert_eq!(lists.len(), 2, "{text}");
+    for list in lists {
+        for want in ["sharded/optimizer.rs:4410\n", "sharded/optimizer.rs:4417\n"] {
+            assert!(list.contains(want), "{want} in {list}");
+        }
+    }
+    let text = out_oom_text::render(&a, None) + &text;
+    assert!(!text.contains("optimizer.rs:44…"), "{text}");
 }

@@ -207,6 +207,9 @@ fn printed(stdout: &str) -> (BTreeMap<String, u64>, Vec<u32>) {
 
 struct Run {
     trace: Trace,
+    /// The trace file, kept while `_fc` (its directory) lives.
+    path: PathBuf,
+    _fc: FakeCuda,
     addrs: BTreeMap<String, u64>,
     kids: Vec<u32>,
     stderr: String,
@@ -222,6 +225,8 @@ fn traced(name: &str, env: &[(&str, &str)], steps: &[&str]) -> Run {
     let (addrs, kids) = printed(&run.stdout);
     Run {
         trace: read_trace(&path),
+        path,
+        _fc: fc,
         addrs,
         kids,
         stderr: run.stderr,
@@ -400,6 +405,17 @@ fn callers_at_the_same_depth_are_told_apart() {
         // Same length as the other: only the return address into via_a / via_b differs.
         assert_eq!(s.native.len(), t.stack(pid, a).unwrap().native.len());
     }
+    // The report: both sites are alloc_weights at one line, so each label names its caller.
+    let an = vramtrace_collector::model::analyze(&r.path).unwrap();
+    let labels: Vec<String> = an.call_sites.sites.iter().map(|s| s.label()).collect();
+    assert_eq!(labels.len(), 2, "{labels:?}");
+    for (l, caller) in labels.iter().zip(["via_a", "via_b"]) {
+        assert!(
+            l.starts_with("alloc_weights at ") && l.contains(&format!(" <- {caller} at ")),
+            "{labels:?}"
+        );
+    }
+    assert_ne!(labels[0], labels[1]);
 }
 
 #[test]
