@@ -353,7 +353,11 @@ def _dump(snap, tag):
 
         tmp = path + ".part"
         with open(tmp, "wb") as f:
-            pickle.dump(snap, f, protocol=4)
+            # Protocol 4: memory_viz reads 2 to 4. Without the memo ("fast"): shared frames are written out
+            # each time, which the collector's reader (serde-pickle 1.2 mis-resolves shared references) needs.
+            p = pickle.Pickler(f, protocol=4)
+            p.fast = True
+            p.dump(snap)
         os.replace(tmp, path)
         return path
     except Exception as e:

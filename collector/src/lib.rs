@@ -16,3 +16,4 @@ pub mod probe;
 pub mod report;
 pub mod run;
 pub mod symbols;
+pub mod torch_snapshot;

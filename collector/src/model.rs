@@ -454,7 +454,7 @@ pub fn analyze(path: &Path) -> Result<Analysis, ModelError> {
         source,
     })?;
     let mut sym = Symbolizer::new();
-    analyze_bounded(
+    let mut a = analyze_bounded(
         BufReader::with_capacity(1 << 20, file),
         MERGE_BOUND,
         Some(&mut sym),
@@ -468,7 +468,36 @@ pub fn analyze(path: &Path) -> Result<Analysis, ModelError> {
             path: path.to_owned(),
             source,
         },
-    })
+    })?;
+    read_snapshots(&mut a, path);
+    Ok(a)
+}
+
+/// Reads the framework snapshots kept beside the trace (`--torch-history`) for the out-of-memory events that
+/// name one.
+fn read_snapshots(a: &mut Analysis, trace: &Path) {
+    let start_unix = a.header.start_unix_ns;
+    for o in &mut a.ooms {
+        let rise = o.framework_leak.as_ref().map(|l| {
+            let us = |t: u64| start_unix.saturating_add(t) / 1_000;
+            (us(l.minima[0].t_ns), us(l.minima[l.minima.len() - 1].t_ns))
+        });
+        let device = o.device;
+        let Some(f) = o.framework.as_mut() else {
+            continue;
+        };
+        let Some(recorded) = f.snapshot_path.clone() else {
+            continue;
+        };
+        f.snapshot = Some(match crate::torch_snapshot::locate(&recorded, trace) {
+            Some(p) => crate::torch_snapshot::read(&p, device, rise),
+            None => SnapshotReading {
+                path: recorded,
+                error: Some("not found (beside the trace or where it was written)".into()),
+                ..SnapshotReading::default()
+            },
+        });
+    }
 }
 
 /// Replays a trace from any reader (buffer it: frames are read a few bytes at a time); call sites are

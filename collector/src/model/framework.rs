@@ -516,7 +516,10 @@ pub fn rising_floor(tl: &Timeline) -> Option<LeakTrend> {
     }
     let mut lows = Vec::new();
     for w in 0..FLOOR_WINDOWS {
-        let (from, to) = ((w * n / FLOOR_WINDOWS) as usize, ((w + 1) * n / FLOOR_WINDOWS) as usize);
+        let (from, to) = (
+            (w * n / FLOOR_WINDOWS) as usize,
+            ((w + 1) * n / FLOOR_WINDOWS) as usize,
+        );
         let low = b[from..to].iter().min_by_key(|x| x.last_bytes)?;
         lows.push(Minimum {
             t_ns: low.t_ns.saturating_add(tl.bucket_ns),
@@ -560,7 +563,10 @@ mod tests {
         let ms = 1_000_000u64;
         let pts = (0..100u64).flat_map(move |i| {
             let base = (500 + kept * i) << 20;
-            [(i * 50 * ms, base), (i * 50 * ms + 20 * ms, base + (100 << 20))]
+            [
+                (i * 50 * ms, base),
+                (i * 50 * ms + 20 * ms, base + (100 << 20)),
+            ]
         });
         timeline(pts, 100 * 50 * ms)
     }

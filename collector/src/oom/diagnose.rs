@@ -9,6 +9,9 @@ use crate::out_text::units::{bytes, count};
 pub const CONTEXT_ESTIMATE_BYTES: u64 = 500 << 20;
 /// A suggested cap is rounded up to a multiple of this (0.25 GiB).
 pub const CAP_STEP_BYTES: u64 = 1 << 28;
+/// Fragmentation of PyTorch's cache is the cause only when the cache (reserved - allocated) is at least this
+/// share of what it reserved.
+pub const CACHE_SHARE_PCT: u64 = 10;
 /// The cap's ledger and the trace disagreeing by more than this is a finding.
 pub const LEDGER_SLACK_BYTES: u64 = 1 << 20;
 
@@ -370,7 +373,11 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
         let largest = o.largest_free_block?;
         let short = req.saturating_sub(room?);
         let cached = f.cached();
-        (short > 0 && cached >= short && largest < req).then_some((f, cached, largest, short))
+        // The cache must be a real share of what is reserved: a few stray blocks beside a job that filled
+        // its cap or device with live tensors are not why it failed.
+        let sizeable = cached.saturating_mul(100) >= f.reserved.saturating_mul(CACHE_SHARE_PCT);
+        (short > 0 && cached >= short && sizeable && largest < req)
+            .then_some((f, cached, largest, short))
     });
     let (cause, rule, reason) = if let Some(l) = limit_alone.filter(|&l| req > l) {
         (
@@ -813,7 +820,7 @@ fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<String> {
                 "Shard parameters, gradients and optimizer state across GPUs (FSDP, DeepSpeed ZeRO)."
                     .to_string(),
             );
-            if s.leak.is_some() {
+            if s.leak.is_some() || s.framework_leak.is_some() {
                 v.push(
                     "Bytes in use rose cycle over cycle before the event (see the leak finding): fix what \
                      is kept across steps first (tensors stored in lists, losses accumulated with their graph)."
@@ -882,6 +889,14 @@ fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<String> {
                  trace."
                     .to_string(),
             );
+            if s.framework_leak.is_some() || s.leak.is_some() {
+                v.push(
+                    "But first: bytes in use rose step after step before the event (see the leak finding), so \
+                     a larger cap only delays it. Fix what is kept across steps (outputs or losses stored \
+                     with their graph: store loss.item() or out.detach())."
+                        .to_string(),
+                );
+            }
         }
     }
     v

@@ -1,0 +1,306 @@
+//! Reads a PyTorch allocator snapshot the bridge kept beside the trace (`--torch-history`: the pickle of
+//! `torch.cuda.memory._snapshot()`, protocol 4) and groups the tensors live in it by the line that allocated
+//! them: the line whose tensors are kept alive, rather than the line that happened to grow a segment.
+//!
+//! The snapshot's shape (PyTorch's memory_snapshot.cpp): `segments` (each with `device` and `blocks`; a block's
+//! `state` is `active_allocated`, `active_pending_free` or `inactive`, and `frames` its allocation's Python
+//! stack, innermost first) and `device_traces` (per device, entries with `action`, `addr`, `time_us`: Unix
+//! microseconds).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use serde_pickle::{DeOptions, HashableValue, Value};
+
+use crate::callsites::{is_library_python, short_path};
+use crate::model::{KeptLine, SnapshotReading};
+
+/// Snapshots larger than this are not read (a dump with a long history reaches gigabytes); memory_viz opens
+/// them.
+pub const MAX_SNAPSHOT_BYTES: u64 = 512 << 20;
+/// Lines listed.
+pub const KEPT_LINES: usize = 10;
+
+/// Where a snapshot recorded at `recorded` is now: there, or beside `trace` (the trace and its files moved
+/// together, or the trace was renamed).
+pub fn locate(recorded: &str, trace: &Path) -> Option<PathBuf> {
+    let p = PathBuf::from(recorded);
+    if p.is_file() {
+        return Some(p);
+    }
+    let dir = trace.parent().unwrap_or(Path::new("."));
+    let name = p.file_name()?.to_string_lossy().into_owned();
+    let beside = dir.join(&name);
+    if beside.is_file() {
+        return Some(beside);
+    }
+    // `<old trace name>.torch-PID-TAG.pickle` beside a renamed trace.
+    let suffix = name.find(".torch-").map(|i| &name[i..])?;
+    let renamed = PathBuf::from(format!("{}{suffix}", trace.display()));
+    renamed.is_file().then_some(renamed)
+}
+
+/// Reads the snapshot at `path` for `device`; `rise_us`: the leak's rise as Unix microseconds
+/// [first low point, last low point], to say which live tensors were allocated during it.
+pub fn read(path: &Path, device: Option<u32>, rise_us: Option<(u64, u64)>) -> SnapshotReading {
+    let mut r = SnapshotReading {
+        path: path.display().to_string(),
+        ..SnapshotReading::default()
+    };
+    match load(path) {
+        Ok(v) => group(&v, device, rise_us, &mut r),
+        Err(e) => r.error = Some(e),
+    }
+    r
+}
+
+fn load(path: &Path) -> Result<Value, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.len() > MAX_SNAPSHOT_BYTES {
+        return Err(format!(
+            "{} bytes, over the {} MiB this reads (memory_viz opens it)",
+            meta.len(),
+            MAX_SNAPSHOT_BYTES >> 20
+        ));
+    }
+    let f = File::open(path).map_err(|e| e.to_string())?;
+    serde_pickle::value_from_reader(BufReader::new(f), DeOptions::new()).map_err(|e| {
+        let e = e.to_string();
+        if e.contains("recursive") {
+            // serde-pickle 1.2 mis-resolves a value the pickle shares between places; the bridge writes its
+            // snapshots without sharing (pickle's fast mode), a snapshot dumped by PyTorch itself shares.
+            "it shares values between places (pickle's memo), which this reader cannot follow; the \
+                 bridge's own snapshots (--torch-history) avoid that"
+                .to_string()
+        } else {
+            format!("not a readable pickle: {e}")
+        }
+    })
+}
+
+fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    match v {
+        Value::Dict(d) => d.get(&HashableValue::String(key.to_string())),
+        _ => None,
+    }
+}
+
+fn list(v: Option<&Value>) -> &[Value] {
+    match v {
+        Some(Value::List(l)) | Some(Value::Tuple(l)) => l,
+        _ => &[],
+    }
+}
+
+fn int(v: Option<&Value>) -> Option<i64> {
+    match v {
+        Some(Value::I64(i)) => Some(*i),
+        Some(Value::Int(b)) => b.to_string().parse().ok(),
+        Some(Value::Bool(b)) => Some(*b as i64),
+        _ => None,
+    }
+}
+
+fn text(v: Option<&Value>) -> Option<&str> {
+    match v {
+        Some(Value::String(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// `file:line in function` of the first frame that is the user's own (else the innermost frame).
+fn line_of(frames: &[Value]) -> Option<String> {
+    let label = |f: &Value| -> Option<String> {
+        let file = text(get(f, "filename"))?;
+        let line = int(get(f, "line")).unwrap_or(0);
+        let name = text(get(f, "name")).unwrap_or("?");
+        Some(format!("{}:{line} in {name}", short_path(file)))
+    };
+    frames
+        .iter()
+        .find(|f| text(get(f, "filename")).is_some_and(|p| !is_library_python(p)))
+        .or(frames.first())
+        .and_then(label)
+}
+
+fn group(v: &Value, device: Option<u32>, rise_us: Option<(u64, u64)>, r: &mut SnapshotReading) {
+    let on_device = |x: &Value| device.is_none_or(|d| int(get(x, "device")) == Some(d as i64));
+    // When each live block was allocated: the last `alloc` at its address in the device's trace.
+    let mut born: HashMap<i64, u64> = HashMap::new();
+    let traces = list(get(v, "device_traces"));
+    let dev_trace = match device {
+        Some(d) => traces.get(d as usize).map(|t| list(Some(t))).unwrap_or(&[]),
+        None => &[],
+    };
+    for e in dev_trace {
+        if text(get(e, "action")) == Some("alloc") {
+            if let (Some(a), Some(t)) = (int(get(e, "addr")), int(get(e, "time_us"))) {
+                born.insert(a, t.max(0) as u64);
+            }
+        }
+    }
+    r.overflowed = get(v, "allocator_settings")
+        .and_then(|s| get(s, "trace_alloc_overflowed"))
+        .is_some_and(|x| matches!(x, Value::Bool(true)));
+    let mut by_line: HashMap<String, KeptLine> = HashMap::new();
+    for seg in list(get(v, "segments")).iter().filter(|s| on_device(s)) {
+        for b in list(get(seg, "blocks")) {
+            if text(get(b, "state")) != Some("active_allocated") {
+                continue;
+            }
+            let size = int(get(b, "size")).unwrap_or(0).max(0) as u64;
+            r.live_tensors += 1;
+            r.live_bytes = r.live_bytes.saturating_add(size);
+            let Some(label) = line_of(list(get(b, "frames"))) else {
+                r.no_frames_bytes = r.no_frames_bytes.saturating_add(size);
+                continue;
+            };
+            let during = match (rise_us, int(get(b, "address")).and_then(|a| born.get(&a))) {
+                (Some((from, to)), Some(&t)) => t >= from && t <= to,
+                _ => false,
+            };
+            let k = by_line.entry(label.clone()).or_insert(KeptLine {
+                label,
+                bytes: 0,
+                count: 0,
+                during_rise_bytes: 0,
+            });
+            k.bytes = k.bytes.saturating_add(size);
+            k.count += 1;
+            if during {
+                k.during_rise_bytes = k.during_rise_bytes.saturating_add(size);
+            }
+        }
+    }
+    let mut kept: Vec<KeptLine> = by_line.into_values().collect();
+    kept.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.label.cmp(&b.label)));
+    kept.truncate(KEPT_LINES);
+    r.kept = kept;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(x: &str) -> Value {
+        Value::String(x.into())
+    }
+
+    fn dict(kv: Vec<(&str, Value)>) -> Value {
+        Value::Dict(
+            kv.into_iter()
+                .map(|(k, v)| (HashableValue::String(k.into()), v))
+                .collect(),
+        )
+    }
+
+    fn frame(file: &str, line: i64, name: &str) -> Value {
+        dict(vec![
+            ("filename", s(file)),
+            ("line", Value::I64(line)),
+            ("name", s(name)),
+        ])
+    }
+
+    #[test]
+    fn live_tensors_group_by_the_users_line() {
+        let lib = frame(
+            "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py",
+            134,
+            "forward",
+        );
+        let block = |addr: i64, size: i64, state: &str, user: Option<Value>| {
+            let frames = match user {
+                Some(u) => vec![lib.clone(), u],
+                None => vec![],
+            };
+            dict(vec![
+                ("address", Value::I64(addr)),
+                ("size", Value::I64(size)),
+                ("state", s(state)),
+                ("frames", Value::List(frames)),
+            ])
+        };
+        let train = || Some(frame("/home/u/train.py", 72, "keep"));
+        let snap = dict(vec![
+            (
+                "segments",
+                Value::List(vec![dict(vec![
+                    ("device", Value::I64(0)),
+                    (
+                        "blocks",
+                        Value::List(vec![
+                            block(100, 32 << 20, "active_allocated", train()),
+                            block(200, 32 << 20, "active_allocated", train()),
+                            block(300, 8 << 20, "inactive", train()),
+                            block(
+                                400,
+                                4 << 20,
+                                "active_allocated",
+                                Some(frame("/home/u/train.py", 80, "keep")),
+                            ),
+                            block(500, 1 << 20, "active_allocated", None),
+                        ]),
+                    ),
+                ])]),
+            ),
+            (
+                "device_traces",
+                Value::List(vec![Value::List(vec![
+                    dict(vec![
+                        ("action", s("alloc")),
+                        ("addr", Value::I64(100)),
+                        ("time_us", Value::I64(10)),
+                    ]),
+                    dict(vec![
+                        ("action", s("alloc")),
+                        ("addr", Value::I64(200)),
+                        ("time_us", Value::I64(50)),
+                    ]),
+                ])]),
+            ),
+        ]);
+        let mut r = SnapshotReading::default();
+        group(&snap, Some(0), Some((20, 60)), &mut r);
+        assert_eq!(r.live_tensors, 4);
+        assert_eq!(r.live_bytes, (32 + 32 + 4 + 1) << 20);
+        assert_eq!(r.no_frames_bytes, 1 << 20);
+        assert_eq!(r.kept.len(), 2);
+        assert_eq!(r.kept[0].label, "u/train.py:72 in keep");
+        assert_eq!((r.kept[0].bytes, r.kept[0].count), (64 << 20, 2));
+        // Only the block allocated at 50 us lies in the rise [20, 60].
+        assert_eq!(r.kept[0].during_rise_bytes, 32 << 20);
+        assert_eq!(r.kept[1].label, "u/train.py:80 in keep");
+        // Another device: nothing.
+        let mut r = SnapshotReading::default();
+        group(&snap, Some(1), None, &mut r);
+        assert_eq!(r.live_tensors, 0);
+    }
+
+    #[test]
+    fn unreadable_files_say_why() {
+        let dir = std::env::temp_dir().join(format!("vt-snap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bad = dir.join("bad.pickle");
+        std::fs::write(&bad, b"not a pickle").unwrap();
+        let r = read(&bad, Some(0), None);
+        assert!(
+            r.error
+                .as_deref()
+                .unwrap()
+                .contains("not a readable pickle"),
+            "{:?}",
+            r.error
+        );
+        let r = read(&dir, Some(0), None);
+        assert_eq!(r.error.as_deref(), Some("not a regular file"));
+        let r = read(&dir.join("missing.pickle"), Some(0), None);
+        assert!(r.error.is_some());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
