@@ -29,8 +29,22 @@ def install():
     if _installed:
         return
     _installed = True
+    # Tells the shim (read when it connects) that the bridge runs in this process; through putenv only, so
+    # the program's os.environ stays as it was. A child Python process puts its own pid there.
+    try:
+        os.putenv("VRAMTRACE_BRIDGE_PID", str(os.getpid()))
+        os.register_at_fork(after_in_child=_mark_child)
+    except Exception:
+        pass
     _hook.when_imported("torch", _on_torch)
     _hook.when_imported("jax", _on_jax)
+
+
+def _mark_child():
+    try:
+        os.putenv("VRAMTRACE_BRIDGE_PID", str(os.getpid()))
+    except Exception:
+        pass
 
 
 def _on_torch(torch):

@@ -476,7 +476,18 @@ fn hello(pid: u32) -> Hello {
         local_rank: num("LOCAL_RANK"),
         slurm_procid: num("SLURM_PROCID"),
         shim_version: env!("CARGO_PKG_VERSION").to_string(),
-        extra: Vec::new(),
+        extra: bridge_loaded(pid),
+    }
+}
+
+/// The Python bridge marks the processes it loaded in (`os.putenv`, so the program's `os.environ` is
+/// unchanged): the report can then name the Python processes it did not run in.
+fn bridge_loaded(pid: u32) -> Vec<(String, String)> {
+    match std::env::var("VRAMTRACE_BRIDGE_PID") {
+        Ok(v) if v.trim().parse::<u32>().ok() == Some(pid) => {
+            vec![("python_bridge".to_string(), "1".to_string())]
+        }
+        _ => Vec::new(),
     }
 }
 
