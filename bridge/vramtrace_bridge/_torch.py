@@ -139,6 +139,13 @@ def _attach_unsafe():
     _shim.record("attach", None, fields)
     _start_sampler()
     atexit.register(_at_exit)
+    # multiprocessing's forked children end in os._exit, which skips atexit; they run its finalizers first.
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
+        try:
+            mp_util.Finalize(None, _at_exit, exitpriority=-1000)
+        except Exception:
+            pass
 
 
 def _interval_ms():
@@ -385,14 +392,18 @@ def _exit_unsafe():
     _state["exit_done"] = True
     _state["thread"] = None  # the sampler stops
     torch = _state["torch"]
-    for d in sorted(set(_state["active"]) | set(_state["last"])):
-        vals = sample_device(d, force=True)
-        if vals is None:
+    # Every device: a short-lived process may end before the sampler first looked.
+    for d in range(_device_count(torch)):
+        vals = sample_device(d, force=d in _state["last"])
+        if vals is None or d not in _state["last"]:
             continue
+        # Acknowledged: everything the process queued before it reaches the trace too, even if the process
+        # then ends in os._exit.
         _shim.record(
             "exit",
             d,
             [("allocated", vals[0]), ("reserved", vals[1]), ("alloc_retries", vals[5]), ("ooms", vals[6])],
+            ack=True,
         )
     if _state["history"]:
         try:
