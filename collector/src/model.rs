@@ -213,6 +213,8 @@ pub struct ProcessStats {
     pub address_reserved_peak_bytes: u64,
     /// Its framework allocator's figures per device (the Python bridge), when it sent any.
     pub framework: Vec<ProcessFramework>,
+    /// The Python bridge was loaded in it (it said so in its hello).
+    pub python_bridge: bool,
     /// The most bytes mapped at once (`cuMemMap`): backed by `cuMemCreate` handles, counted there.
     pub mapped_peak_bytes: u64,
 }
@@ -649,6 +651,7 @@ impl Proc {
                 address_reserved_peak_bytes: 0,
                 mapped_peak_bytes: 0,
                 framework: Vec::new(),
+                python_bridge: false,
             },
             cur: 0,
             dev: Vec::new(),
@@ -1111,6 +1114,10 @@ impl Replay {
         p.s.rank = h.rank;
         p.s.local_rank = h.local_rank;
         p.s.slurm_procid = h.slurm_procid;
+        p.s.python_bridge = h
+            .extra
+            .iter()
+            .any(|(k, v)| k == "python_bridge" && v == "1");
         p.s.start_ns = p.s.start_ns.min(rel);
     }
 

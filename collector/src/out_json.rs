@@ -2,6 +2,7 @@
 //! small value tree and a printer that escapes strings per RFC 8259. Sizes are integer bytes, times integer ns
 //! relative to the trace start.
 
+mod framework;
 use std::fmt::Write;
 
 use crate::callsites::{Frame, Site};
@@ -98,6 +99,7 @@ pub fn to_value(a: &Analysis) -> J {
             J::A(a.devices.iter().map(|d| device(a, d)).collect()),
         ),
         ("processes", J::A(a.processes.iter().map(process).collect())),
+        ("bridge", framework::bridge(a)),
         (
             "live_at_end",
             J::A(a.live_at_end.iter().map(|l| live(l, cs)).collect()),
@@ -225,21 +227,10 @@ fn device(a: &Analysis, d: &DeviceStats) -> J {
         ("cap_bytes", d.cap_bytes.into()),
         ("headroom_bytes", d.headroom_bytes().into()),
         ("timeline_bucket_ns", d.timeline.bucket_ns.into()),
+        ("timeline", timeline(&d.timeline)),
         (
-            "timeline",
-            J::A(
-                d.timeline
-                    .buckets
-                    .iter()
-                    .map(|b| {
-                        J::O(vec![
-                            ("t_ns", b.t_ns.into()),
-                            ("max_bytes", b.max_bytes.into()),
-                            ("last_bytes", b.last_bytes.into()),
-                        ])
-                    })
-                    .collect(),
-            ),
+            "framework",
+            d.framework.as_ref().map_or(J::Null, framework::device),
         ),
     ];
     if a.call_sites.present {
@@ -267,6 +258,22 @@ fn device(a: &Analysis, d: &DeviceStats) -> J {
         m.push(("call_sites_at_peak", v));
     }
     J::O(m)
+}
+
+/// A timeline's buckets: `t_ns`, `max_bytes`, `last_bytes` each.
+pub fn timeline(tl: &crate::model::Timeline) -> J {
+    J::A(
+        tl.buckets
+            .iter()
+            .map(|b| {
+                J::O(vec![
+                    ("t_ns", b.t_ns.into()),
+                    ("max_bytes", b.max_bytes.into()),
+                    ("last_bytes", b.last_bytes.into()),
+                ])
+            })
+            .collect(),
+    )
 }
 
 fn process(p: &ProcessStats) -> J {
@@ -324,6 +331,8 @@ fn process(p: &ProcessStats) -> J {
             p.address_reserved_peak_bytes.into(),
         ),
         ("mapped_peak_bytes", p.mapped_peak_bytes.into()),
+        ("python_bridge", p.python_bridge.into()),
+        ("framework", framework::process(&p.framework)),
     ])
 }
 

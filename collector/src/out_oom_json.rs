@@ -2,7 +2,7 @@
 //! [`OOM_SCHEMA_VERSION`]). Same conventions as the report's JSON: integer bytes, integer ns relative to the
 //! trace start, `null` for "not known".
 
-use crate::model::{self, Analysis, LeakTrend, OomSnapshot, Timeline};
+use crate::model::{self, Analysis, LeakTrend, OomSnapshot};
 use crate::oom::diagnose::{diagnose, Diagnosis, Finding};
 use crate::out_json::{call_site_fields, write_value, J};
 use crate::out_oom_text::api_label;
@@ -134,23 +134,8 @@ pub fn to_value(a: &Analysis) -> J {
     J::O(top)
 }
 
-fn timeline(tl: &Timeline) -> J {
-    J::A(
-        tl.buckets
-            .iter()
-            .map(|b| {
-                J::O(vec![
-                    ("t_ns", b.t_ns.into()),
-                    ("max_bytes", b.max_bytes.into()),
-                    ("last_bytes", b.last_bytes.into()),
-                ])
-            })
-            .collect(),
-    )
-}
-
 /// `call_sites`: the trace has stacks (the trend's `sites` are listed).
-fn leak(l: &LeakTrend, call_sites: bool) -> J {
+pub fn leak(l: &LeakTrend, call_sites: bool) -> J {
     let mut m = vec![
         (
             "minima",
@@ -471,7 +456,7 @@ fn oom(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> J {
             ),
         ),
         ("timeline_bucket_ns", s.timeline.bucket_ns.into()),
-        ("timeline", timeline(&s.timeline)),
+        ("timeline", crate::out_json::timeline(&s.timeline)),
         (
             "findings",
             J::A(d.findings.iter().map(|f| finding(f, cs)).collect()),

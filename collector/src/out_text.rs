@@ -1,6 +1,7 @@
 //! The terminal report: devices (peak, when, a sparkline of the timeline), processes, what was still live at
 //! the end, and warnings. Fits in 100 columns.
 
+pub mod framework;
 pub mod sparkline;
 pub mod units;
 
@@ -36,6 +37,7 @@ pub fn render(a: &Analysis, file: Option<&Path>) -> String {
     call_sites(&mut o, a);
     live_at_end(&mut o, a);
     address_space(&mut o, a);
+    framework::bridge_section(&mut o, a);
     notes(&mut o, a);
     warnings(&mut o, a);
     o
@@ -448,6 +450,7 @@ fn device(o: &mut String, a: &Analysis, d: &DeviceStats) {
         )
         .ok();
     }
+    framework::device_lines(o, a, d, &pad);
     o.push('\n');
 }
 
@@ -549,10 +552,11 @@ fn live_at_end(o: &mut String, a: &Analysis) {
         o,
         &format!(
             "LIVE AT END: {} allocation{} ({}) never freed before their process ended. CUDA frees \
-             them at exit; large, old ones are leak candidates.",
+             them at exit; large, old ones are leak candidates{}.",
             count(a.live_at_end_count),
             if a.live_at_end_count == 1 { "" } else { "s" },
-            bytes(a.live_at_end_bytes)
+            bytes(a.live_at_end_bytes),
+            framework::cache_at_end_sentence(a).map_or(String::new(), |t| format!(". {t}"))
         ),
         "",
         WIDTH,

@@ -67,10 +67,12 @@ pub fn summary(a: &Analysis) -> String {
     if a.live_at_end_count > 0 {
         writeln!(
             o,
-            "live at end (never freed before the process ended): {} in {} allocation{}",
+            "live at end (never freed before the process ended): {} in {} allocation{}{}",
             bytes(a.live_at_end_bytes),
             count(a.live_at_end_count),
-            if a.live_at_end_count == 1 { "" } else { "s" }
+            if a.live_at_end_count == 1 { "" } else { "s" },
+            crate::out_text::framework::cache_at_end_sentence(a)
+                .map_or(String::new(), |t| format!("; {t}"))
         )
         .ok();
     }

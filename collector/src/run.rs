@@ -135,7 +135,24 @@ impl Prepared {
             .out
             .clone()
             .unwrap_or_else(|| default_out(&args.command));
+        let agent = args.python_agent.unwrap_or_else(|| {
+            match std::env::var("VRAMTRACE_PYTHON_AGENT")
+                .as_deref()
+                .map(str::trim)
+            {
+                Ok("off" | "0" | "no" | "false") => OnOff::Off,
+                _ => OnOff::On,
+            }
+        });
+        if agent == OnOff::Off && args.torch_history.is_some() {
+            bail!("--torch-history needs the Python bridge, which --python-agent off turns off");
+        }
         let mut file = open_out(&out, args.force)?;
+        // The report can then say which Python processes the bridge did not run in.
+        extra.push((
+            "python_agent".to_string(),
+            if agent == OnOff::On { "on" } else { "off" }.to_string(),
+        ));
         let header = TraceHeader {
             start_unix_ns: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -160,15 +177,6 @@ impl Prepared {
         if cap.is_some() {
             File::create(&ledger).with_context(|| format!("cannot create {}", ledger.display()))?;
         }
-        let agent = args.python_agent.unwrap_or_else(|| {
-            match std::env::var("VRAMTRACE_PYTHON_AGENT")
-                .as_deref()
-                .map(str::trim)
-            {
-                Ok("off" | "0" | "no" | "false") => OnOff::Off,
-                _ => OnOff::On,
-            }
-        });
         let bridge = match agent {
             OnOff::On => Some(
                 crate::bridge_files::write(&dir.path.join("python"))

@@ -470,8 +470,12 @@ impl FwReplay {
             .into_iter()
             .map(|d| {
                 let (r, o, n) = live_retries.get(&d.device).copied().unwrap_or_default();
+                // The leak is read up to the allocated peak: what follows (an error's unwinding, exit) is
+                // not the rise that led there.
                 let allocated = d.tl_allocated.finish(end);
-                let leak = allocated_leak(&allocated);
+                let leak = d
+                    .peak_allocated_t
+                    .and_then(|t| allocated_leak(&until(&allocated, t)));
                 DeviceFramework {
                     device: d.device,
                     frameworks: d
@@ -494,6 +498,17 @@ impl FwReplay {
             .collect();
         devices.sort_by_key(|d| d.device);
         (per_slot, devices, self.summary)
+    }
+}
+
+/// The timeline's buckets up to the one holding `t`.
+fn until(tl: &Timeline, t: u64) -> Timeline {
+    let n = t
+        .checked_div(tl.bucket_ns)
+        .map_or(0, |i| (i as usize + 1).min(tl.buckets.len()));
+    Timeline {
+        bucket_ns: tl.bucket_ns,
+        buckets: tl.buckets[..n].to_vec(),
     }
 }
 

@@ -1,0 +1,207 @@
+//! The text report's view of the frameworks' allocators (the Python bridge): allocated versus reserved per
+//! device, the cache flushes that warn of trouble, the leak read from allocated bytes, what was the cache at
+//! the end rather than live tensors, and where the bridge did not run.
+
+use std::fmt::Write as _;
+
+use super::sparkline;
+use super::units::{bytes, count, secs};
+use super::{short_command, wrap, SPARK_COLUMNS, WIDTH};
+use crate::model::{Analysis, DeviceStats};
+
+/// A framework's name for people.
+pub fn title(name: &str) -> String {
+    name.split('+')
+        .map(|n| match n {
+            "pytorch" => "PyTorch",
+            "jax" => "JAX",
+            other => other,
+        })
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+/// Under a device: the framework's allocated and reserved bytes over time, on one scale.
+pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
+    let Some(f) = &d.framework else {
+        return;
+    };
+    wrap(
+        o,
+        &format!(
+            "{pad}{}'s allocator ({} process{}): allocated peak {}{}, reserved peak {}",
+            title(&f.frameworks),
+            count(f.processes),
+            if f.processes == 1 { "" } else { "es" },
+            bytes(f.peak_allocated),
+            f.peak_allocated_time_ns
+                .map_or(String::new(), |t| format!(" at {}", secs(t))),
+            bytes(f.peak_reserved)
+        ),
+        pad,
+        WIDTH,
+    );
+    let scale = f.peak_reserved.max(f.peak_allocated);
+    for (name, tl) in [("allocated", &f.allocated), ("reserved ", &f.reserved)] {
+        let line = sparkline::sparkline(tl, a.end_ns, scale, SPARK_COLUMNS - 10);
+        if !line.trim().is_empty() {
+            writeln!(o, "{pad}{name} {}", line.trim_end()).ok();
+        }
+    }
+    if f.alloc_retries > 0 {
+        wrap(
+            o,
+            &format!(
+                "{pad}warning: the allocator flushed its cache and retried a driver allocation {} time{}: it \
+                 ran short of memory (the guides' early warning of an out-of-memory error).",
+                count(f.alloc_retries),
+                if f.alloc_retries == 1 { "" } else { "s" }
+            ),
+            pad,
+            WIDTH,
+        );
+    }
+    if let Some(l) = &f.leak {
+        let first = l.minima[0];
+        let last = l.minima[l.minima.len() - 1];
+        wrap(
+            o,
+            &format!(
+                "{pad}leak trend in allocated bytes: the low points rose over {} steps from {} at {} to {} at {} \
+                 (+{}); the cache hides this from the driver.",
+                l.minima.len(),
+                bytes(first.bytes),
+                secs(first.t_ns),
+                bytes(last.bytes),
+                secs(last.t_ns),
+                bytes(l.rise_bytes)
+            ),
+            pad,
+            WIDTH,
+        );
+    }
+}
+
+/// Bytes live at the end that were a framework's allocator's segments: (held by the allocator, of it in
+/// tensors at its last figures). The driver freed them at exit; they are not leaks by themselves.
+pub fn cache_at_end(a: &Analysis) -> (u64, u64) {
+    let mut held = 0u64;
+    let mut tensors = 0u64;
+    for p in &a.processes {
+        for f in &p.framework {
+            let live = p
+                .per_device
+                .iter()
+                .find(|pd| pd.device == Some(f.device))
+                .map_or(0, |pd| pd.live_bytes_at_end);
+            let h = live.min(f.last.reserved);
+            held = held.saturating_add(h);
+            tensors = tensors.saturating_add(f.last.allocated.min(h));
+        }
+    }
+    (held, tensors)
+}
+
+/// The sentence the live-at-end section and the run summary add, when frameworks held some of it.
+pub fn cache_at_end_sentence(a: &Analysis) -> Option<String> {
+    let (held, tensors) = cache_at_end(a);
+    (held > 0).then(|| {
+        format!(
+            "{} of it was the frameworks' allocator caches ({} in tensors at their last figures, {} cached), \
+             released by the driver at exit: not leaks by themselves",
+            bytes(held),
+            bytes(tensors),
+            bytes(held - tensors)
+        )
+    })
+}
+
+/// Whether a command line is a Python interpreter's.
+fn is_python(argv: &[String]) -> bool {
+    argv.first()
+        .and_then(|a| a.rsplit('/').next())
+        .is_some_and(|b| b.starts_with("python"))
+}
+
+/// What the bridge attached to, what it could not do, and the Python processes it did not run in.
+pub fn bridge_section(o: &mut String, a: &Analysis) {
+    let b = &a.bridge;
+    // Only traces that say the bridge was on can say where it did not run.
+    let agent = a
+        .header
+        .extra
+        .iter()
+        .find(|(k, _)| k == "python_agent")
+        .map(|(_, v)| v.as_str());
+    let missing: Vec<&crate::model::ProcessStats> = match agent {
+        Some("on") => a
+            .processes
+            .iter()
+            .filter(|p| {
+                p.announced
+                    && !p.python_bridge
+                    && p.allocations > 0
+                    && is_python(&p.cmdline)
+                    && !b.attached.iter().any(|x| x.pid == p.pid)
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let off = agent == Some("off")
+        && a.processes
+            .iter()
+            .any(|p| p.allocations > 0 && is_python(&p.cmdline));
+    if b.attached.is_empty() && b.notes.is_empty() && missing.is_empty() && !off {
+        return;
+    }
+    writeln!(o, "PYTHON BRIDGE").ok();
+    if off {
+        wrap(
+            o,
+            "- off for this run (--python-agent off): Python processes are seen through the driver only.",
+            "  ",
+            WIDTH,
+        );
+    }
+    for p in &b.attached {
+        let mut line = format!(
+            "- pid {}: attached to {} {}",
+            p.pid,
+            title(p.framework.name()),
+            p.framework_version.as_deref().unwrap_or("?")
+        );
+        if let Some(be) = &p.backend {
+            line.push_str(&format!(", backend {be}"));
+        }
+        if let Some(ms) = p.sample_ms {
+            line.push_str(&format!(", sampled every {ms} ms"));
+        }
+        if p.history_entries > 0 {
+            line.push_str(&format!(
+                ", allocation history of {} entries",
+                count(p.history_entries)
+            ));
+        }
+        for pr in &p.problems {
+            line.push_str(&format!("; could not: {pr}"));
+        }
+        wrap(o, &line, "  ", WIDTH);
+    }
+    for (pid, _, text) in &b.notes {
+        wrap(o, &format!("- pid {pid}: {text}"), "  ", WIDTH);
+    }
+    for p in missing {
+        wrap(
+            o,
+            &format!(
+                "- pid {} ({}) is a Python process that allocated GPU memory without the bridge (python -I or \
+                 -E, a PYTHONPATH it replaced, or --python-agent off): only the driver's view of it.",
+                p.pid,
+                short_command(&p.cmdline)
+            ),
+            "  ",
+            WIDTH,
+        );
+    }
+    o.push('\n');
+}

@@ -1,0 +1,154 @@
+//! The diagnosis rules that use the Python bridge's figures, against traces recorded on a real GPU (an H100,
+//! PyTorch 2.11, 2026-11-22, scripts/gpu/bridge.sh) and committed under tests/fixtures/gpu/. The figures
+//! asserted are PyTorch's own at the error, as bridge_case.py printed them there (docs/GPU-RESULTS.md).
+
+use std::path::{Path, PathBuf};
+
+use vramtrace_collector::model::{analyze, Analysis};
+use vramtrace_collector::oom::{diagnose, Cause, Diagnosis, Finding};
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gpu")
+        .join(name)
+}
+
+fn first_oom(name: &str) -> (Analysis, Diagnosis) {
+    let a = analyze(&fixture(name)).expect("fixture reads");
+    assert_eq!(a.ooms.len(), 1, "{name}: one out-of-memory error");
+    let d = diagnose(&a, &a.ooms[0]);
+    (a, d)
+}
+
+#[test]
+fn a_carved_cache_is_fragmentation_of_pytorchs_cache_not_pressure() {
+    let (a, d) = first_oom("frag.vtrace");
+    let s = &a.ooms[0];
+    // PyTorch's figures at the error (torch.cuda.memory_stats() and its snapshot, printed by the case).
+    let f = s.framework.as_ref().expect("PyTorch's OOM record");
+    assert_eq!(f.figures.allocated, 27_917_287_424);
+    assert_eq!(f.figures.reserved, 56_908_316_672);
+    assert_eq!(f.figures.inactive_split, 28_991_029_248);
+    assert_eq!(f.figures.alloc_retries, 1);
+    assert_eq!(f.largest_free_block, Some(GIB));
+    assert_eq!(f.free_in_live_segments, Some(28_991_029_248));
+    // The request and the allocator's retry were two driver failures: one error.
+    assert_eq!(s.driver_ooms_folded, 1);
+    assert_eq!(a.oom_records, 1);
+    assert_eq!(d.cause, Cause::FragmentationCache, "{}", d.reason);
+    assert_eq!(d.rule, "cache_fragmented");
+    assert_eq!(d.view, "driver+pytorch");
+    assert!(
+        d.advice[0].contains("expandable_segments:True"),
+        "{:?}",
+        d.advice
+    );
+    assert!(
+        !d.advice.iter().any(|x| x.starts_with("Shed")),
+        "{:?}",
+        d.advice
+    );
+
+    // Without the bridge's figures, the driver alone cannot tell: it is the driver-level verdict, and says so.
+    let mut blind = s.clone();
+    blind.framework = None;
+    blind.framework_figures = None;
+    let d = diagnose(&a, &blind);
+    assert_eq!(d.cause, Cause::Pressure);
+    assert_eq!(d.view, "driver");
+}
+
+#[test]
+fn kept_outputs_under_a_cap_show_allocated_rising_and_the_line_that_keeps_them() {
+    let (a, d) = first_oom("keep.vtrace");
+    let s = &a.ooms[0];
+    // The cap refused; a sliver of cache (97 MiB of 5.81 GiB) is no reason to call it fragmentation.
+    assert_eq!(d.cause, Cause::Cap, "{}", d.reason);
+    let leak = d
+        .findings
+        .iter()
+        .find_map(|f| match f {
+            Finding::AllocatedLeakTrend(l) => Some(l),
+            _ => None,
+        })
+        .expect("the leak, read from allocated bytes");
+    assert!(leak.minima.len() >= 4, "{leak:?}");
+    assert!(leak.rise_bytes > 4 * GIB, "{}", leak.rise_bytes);
+    assert!(
+        d.advice.iter().any(|x| x.contains("rose step after step")),
+        "{:?}",
+        d.advice
+    );
+    // The snapshot beside the trace names the line whose tensors are kept (bridge_case.py:79, `out = model(x)`).
+    let snap = s
+        .framework
+        .as_ref()
+        .unwrap()
+        .snapshot
+        .as_ref()
+        .expect("snapshot read");
+    assert_eq!(snap.error, None);
+    let top = &snap.kept[0];
+    assert!(
+        top.label.ends_with("bridge_case.py:79 in keep"),
+        "{}",
+        top.label
+    );
+    assert!(top.bytes > 5 * GIB && top.count > 100, "{top:?}");
+    assert!(top.during_rise_bytes > 4 * GIB, "{top:?}");
+    // The report's device view: PyTorch's peaks and the leak over the run.
+    let f = a.devices[0].framework.as_ref().unwrap();
+    assert_eq!(f.frameworks, "pytorch");
+    assert!(f.peak_allocated > 5 * GIB && f.peak_reserved >= f.peak_allocated);
+    assert!(f.leak.is_some());
+    assert_eq!(f.alloc_retries, 1);
+}
+
+#[test]
+fn an_oom_in_the_backward_pass_is_marked_as_such() {
+    let (a, d) = first_oom("backward.vtrace");
+    let f = a.ooms[0].framework.as_ref().unwrap();
+    assert_eq!(f.thread.as_deref(), Some("pt_autograd_0"));
+    assert!(d
+        .findings
+        .iter()
+        .any(|x| matches!(x, Finding::BackwardThread { thread } if thread == "pt_autograd_0")));
+    assert_eq!(d.cause, Cause::Cap);
+}
+
+#[test]
+fn a_request_larger_than_the_device_is_its_own_verdict() {
+    let (a, d) = first_oom("huge.vtrace");
+    assert_eq!(a.ooms[0].requested_bytes, 1 << 40);
+    assert_eq!(d.cause, Cause::RequestTooLarge, "{}", d.reason);
+    assert!(
+        d.reason.contains("larger than the device's total"),
+        "{}",
+        d.reason
+    );
+    assert!(
+        !d.advice.iter().any(|x| x.contains("Shed")),
+        "{:?}",
+        d.advice
+    );
+    // 80 GB H100: the device total the driver reported.
+    assert!(d.total_bytes.unwrap() > 79 * GIB && d.total_bytes.unwrap() < 80 * GIB + 512 * MIB);
+}
+
+#[test]
+fn live_at_end_tells_the_cache_from_tensors() {
+    let a = analyze(&fixture("keep.vtrace")).unwrap();
+    let p = &a.processes[0];
+    let f = &p.framework[0];
+    // The process's last figures (at exit, after the error unwound): reserved kept, few tensors.
+    assert!(f.last.reserved > 5 * GIB);
+    assert!(f.last.allocated < f.last.reserved / 10);
+    let (held, tensors) = vramtrace_collector::out_text::framework::cache_at_end(&a);
+    assert_eq!(held, f.last.reserved.min(p.live_bytes_at_end));
+    assert_eq!(tensors, f.last.allocated);
+    let text = vramtrace_collector::out_text::render(&a, None);
+    assert!(text.contains("allocator caches"), "{text}");
+}
