@@ -21,3 +21,5 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --locked
 cargo test --workspace --locked
+# The Python bridge's own tests (standard library only; the end-to-end ones are in tests/e2e/tests/bridge.rs).
+python3 -m unittest discover -s bridge/tests

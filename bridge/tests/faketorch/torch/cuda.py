@@ -59,6 +59,7 @@ class _Allocator(object):
                         s[2].insert(i + 1, [b[0] + n, b[1] - n, False])
                     b[1] = n
                     b[2] = True
+                    b.append(_frames())
                     self.allocated += n
                     return (s[0] + b[0], n)
         size = max(n, 2 * MB)
@@ -88,6 +89,7 @@ class _Allocator(object):
             for b in s[2]:
                 if s[0] + b[0] == addr and b[2]:
                     b[2] = False
+                    del b[3:]
                     self.allocated -= n
                     return
 
@@ -100,12 +102,20 @@ class _Allocator(object):
                 "is_expandable": False,
                 "blocks": [
                     {"address": s[0] + b[0], "size": b[1], "state": "active_allocated" if b[2] else "inactive",
-                     "frames": []}
+                     "frames": b[3] if len(b) > 3 else []}
                     for b in s[2]
                 ],
             }
             for s in self.segments
         ]
+
+
+def _frames():
+    """The allocation's Python stack, innermost first, as PyTorch's history records it (when it is on)."""
+    if not _history["on"]:
+        return []
+    import traceback
+    return [{"filename": f.filename, "line": f.lineno, "name": f.name} for f in reversed(traceback.extract_stack())]
 
 
 def _lazy_call(fn, **kw):
