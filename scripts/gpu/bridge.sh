@@ -32,6 +32,12 @@ run_case() { # NAME TIMEOUT VT_ARGS... -- (the case name is the bridge_case argu
     cat "$name.oom.txt" >>"$LOG"
 }
 
+if [ -n "${SAMPLER_ONLY:-}" ]; then
+    timeout 200 "$VT" run -q -o sampler.vtrace --force -- python3 "$CASE" sampler >sampler.out 2>&1
+    cat sampler.out
+    exit 0
+fi
+
 # (a) cache fragmentation
 run_case frag 180
 O="d['ooms'][0]"
@@ -41,14 +47,14 @@ row "(a) frag: cause, allocated, reserved, inactive split, largest free, retries
 
 # (b) kept outputs under a cap, with the allocation history
 run_case keep 240 --cap 6GiB --torch-history=20000
-got=$(field keep.oom.json "($O['cause'], [f['kind'] for f in $O['findings'] if 'leak' in f['kind']], $O['framework']['snapshot'] is not None)")
-row "(b) keep: cause, leak findings, snapshot kept" "cap or fragmentation_cache; allocated_leak_trend; True" "$got" "$(echo "$got" | grep -q "allocated_leak_trend" && echo "$got" | grep -q "True)" && echo yes || echo NO)"
+got=$(field keep.oom.json "($O['cause'], [f['kind'] for f in $O['findings'] if 'leak' in f['kind']], ($O['framework'].get('kept') or [{}])[0].get('label'))")
+row "(b) keep: cause, leak findings, top kept line" "cap; allocated_leak_trend; bridge_case.py:79 (out = model(x))" "$got" "$(echo "$got" | grep -q "'cap'" && echo "$got" | grep -q "allocated_leak_trend" && echo "$got" | grep -q "bridge_case.py:79" && echo yes || echo NO)"
 ls -la keep.vtrace* >>"$LOG" 2>&1
 
 # (c) OOM on autograd's backward thread
 run_case backward 180 --cap 3584MiB
 got=$(field backward.oom.json "($O['framework']['thread'], [f['kind'] for f in $O['findings'] if f['kind']=='backward_thread'], $O.get('request_site'))")
-row "(c) backward: thread, finding, request site" "pt_autograd_0; backward_thread; autograd node" "$got" "$(echo "$got" | grep -q "pt_autograd" && echo "$got" | grep -q "backward_thread" && echo yes || echo NO)"
+row "(c) backward: thread, finding, request site" "pt_autograd_0; backward_thread; autograd node" "$got" "$(echo "$got" | grep -q "pt_autograd" && echo "$got" | grep -q "backward_thread" && echo "$got" | grep -q "Backward" && echo yes || echo NO)"
 
 # request larger than the device
 run_case huge 120
@@ -69,6 +75,11 @@ pct() { python3 -c "print('%+.2f%%' % ((float('$1') / float('$2') - 1) * 100))" 
 row "(e) step median ms: off / on / history" "on <= off + 0.5%" "$off / $on / $hist ($(pct "$on" "$off"), history $(pct "$hist" "$off"))" "$(python3 -c "print('yes' if float('$on') <= float('$off') * 1.005 else 'NO')" 2>/dev/null)"
 samples=$(field step-on.report.json "1" >/dev/null; "$VT" report --json step-on.vtrace | python3 -c "import json,sys; d=json.load(sys.stdin); print([(x['device'], (x.get('framework') or {}).get('peak_allocated_bytes')) for x in d['devices']])" 2>>"$LOG")
 echo "step-on devices framework peaks: $samples" >>"$LOG"
+
+# (e) the same, inside one process: the sampler running against paused, interleaved
+timeout 200 "$VT" run -q -o sampler.vtrace --force -- python3 "$CASE" sampler >sampler.out 2>&1
+cat sampler.out >>"$LOG"
+row "(e) one process, sampler on vs paused: step ms, cost of one sample" "on <= paused + 0.5%" "$(res sampler.out on_ms) / $(res sampler.out off_ms) ($(res sampler.out pct)%); one sample $(res sampler.out sample_us) us every $(res sampler.out interval_ms) ms" "$(python3 -c "print('yes' if float('$(res sampler.out pct)') <= 0.5 else 'NO')" 2>/dev/null)"
 
 tar czf "$OUT/bridge-traces.tgz" ./*.vtrace ./*.json ./*.txt ./*.out ./*.pickle 2>/dev/null
 echo

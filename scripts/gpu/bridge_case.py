@@ -8,6 +8,9 @@ vramtrace recorded.
     backward  a graph whose backward pass needs more than the forward: the OOM happens on autograd's thread
     huge      a request larger than the whole device
     step      training-step timing (for the overhead comparison): prints the median step time
+    sampler   the bridge's steady cost inside one process: one sample's cost, and training steps with its
+              sampler running against paused, in interleaved blocks (run-to-run noise between processes, about
+              0.7% on an H100, is larger than the effect)
 """
 import os
 import sys
@@ -117,27 +120,68 @@ def huge():
     result(case="huge", oom=0)
 
 
-def step():
+def _model():
     torch.manual_seed(0)
     d = 2048
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(),
                                                       torch.nn.Linear(4 * d, d)) for _ in range(4)]).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(4096, d, device="cuda")
+    return model, opt, x
+
+
+def _one(model, opt, x):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    loss = model(x).float().pow(2).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def step():
+    model, opt, x = _model()
     times = []
     for i in range(int(os.environ.get("STEPS", "80"))):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        loss = model(x).float().pow(2).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        torch.cuda.synchronize()
+        dt = _one(model, opt, x)
         if i >= 20:
-            times.append(time.perf_counter() - t)
+            times.append(dt)
     times.sort()
     result(case="step", median_ms="%.4f" % (times[len(times) // 2] * 1e3), steps=len(times))
 
 
+def sampler():
+    from vramtrace_bridge import _torch as bridge  # loaded by vramtrace run's sitecustomize
+
+    model, opt, x = _model()
+    for _ in range(20):
+        _one(model, opt, x)
+    # One sample: read the stats and send them (force: as if they changed).
+    n = 2000
+    t = time.perf_counter()
+    for _ in range(n):
+        bridge.sample_device(0, force=True)
+    sample_us = (time.perf_counter() - t) / n * 1e6
+    on, off = [], []
+    for block in range(40):
+        running = block % 2 == 0
+        if running:
+            bridge._start_sampler()
+        else:
+            bridge._state["thread"] = None  # the sampler stops at its next wake-up
+            time.sleep(0.05)
+        for _ in range(12):
+            (on if running else off).append(_one(model, opt, x))
+    on.sort()
+    off.sort()
+    m_on, m_off = on[len(on) // 2], off[len(off) // 2]
+    result(case="sampler", sample_us="%.1f" % sample_us, interval_ms=bridge._interval_ms(),
+           on_ms="%.4f" % (m_on * 1e3), off_ms="%.4f" % (m_off * 1e3),
+           pct="%+.3f" % ((m_on / m_off - 1) * 100))
+
+
 if __name__ == "__main__":
-    {"frag": frag, "keep": keep, "backward": backward, "huge": huge, "step": step}[sys.argv[1]]()
+    {"frag": frag, "keep": keep, "backward": backward, "huge": huge, "step": step,
+     "sampler": sampler}[sys.argv[1]]()
