@@ -72,12 +72,14 @@ def _version(torch):
 
 
 def _after_fork():
-    # Only the forking thread survives: the sampler is gone. A child that uses CUDA again (spawn-safe code,
-    # or CUDA never initialised in the parent) attaches afresh through torch's own queued calls.
+    # Only the forking thread survives: the sampler is gone, and the allocator's figures in this copy of the
+    # parent's memory are the parent's, not ours: say nothing of them (CUDA cannot be used again here). A child
+    # of a parent that never initialised CUDA attaches afresh through torch's own queued call.
     _state["thread"] = None
     _state["last"] = {}
     _state["active"] = set()
-    _state["pid"] = os.getpid()
+    _state["attached"] = False
+    _state["pid"] = None
     _state["exit_done"] = False
 
 

@@ -206,6 +206,49 @@ fn forked_and_spawned_children_attach_on_their_own() {
 }
 
 #[test]
+fn a_child_forked_after_cuda_init_does_not_report_its_parents_figures() {
+    let fake = FakeCuda::new().env("FAKECUDA_DEVICES", "1");
+    let site = fake_torch(&fake);
+    let fake = fake.env("PYTHONPATH", &site);
+    let (r, trace) = fake.traced(
+        "forked",
+        &[],
+        "python3",
+        &[script("bridge_fork_after_init.py")],
+    );
+    r.assert_success("bridge_fork_after_init.py");
+    let child: u32 = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("child "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let t = read_trace(&trace);
+    assert!(
+        t.samples.iter().all(|(_, s)| s.pid != child),
+        "{:?}",
+        t.samples
+    );
+    assert!(
+        t.bridge.iter().all(|(_, b)| b.pid != child),
+        "{:?}",
+        t.bridge
+    );
+    // The parent's own figures are there, once.
+    let parent = t.pids()[0];
+    assert_ne!(parent, child);
+    assert!(t
+        .samples
+        .iter()
+        .any(|(_, s)| s.pid == parent && s.reserved == 256 * MIB));
+    let j = json("report", &trace);
+    let dev = &j["devices"][0]["framework"];
+    assert_eq!(dev["peak_reserved_bytes"].as_u64(), Some(256 * MIB));
+}
+
+#[test]
 fn python_processes_without_the_bridge_are_named() {
     let fake = FakeCuda::new().env("FAKECUDA_DEVICES", "1");
     // With the bridge: loaded, so nothing to say.
