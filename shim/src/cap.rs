@@ -11,8 +11,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::path::Path;
-use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use vramtrace_format::cap::{Amount, CapSpec};
@@ -55,50 +54,14 @@ pub struct Cap {
 
 const NONE: u64 = u64::MAX;
 
-const UNINIT: u8 = 0;
-const STARTING: u8 = 1;
-const READY: u8 = 2;
-const OFF: u8 = 3;
-
-static STATE: AtomicU8 = AtomicU8::new(UNINIT);
-static CAP: AtomicPtr<Cap> = AtomicPtr::new(null_mut());
+static CAP: crate::lazy::Lazy<Cap> = crate::lazy::Lazy::new();
 static LEDGER_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 static HANDLER: AtomicBool = AtomicBool::new(false);
 
 /// The cap of this process, if one is set. Built at the first tracked call, like the recorder.
 #[inline]
 pub fn get() -> Option<&'static Cap> {
-    let p = CAP.load(Ordering::Acquire);
-    if !p.is_null() {
-        return Some(unsafe { &*p });
-    }
-    if STATE.load(Ordering::Acquire) == OFF {
-        return None;
-    }
-    start()
-}
-
-#[cold]
-fn start() -> Option<&'static Cap> {
-    loop {
-        match STATE.compare_exchange(UNINIT, STARTING, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {
-                let cap = build();
-                CAP.store(
-                    cap.map_or(null_mut(), |c| c as *const _ as *mut _),
-                    Ordering::Release,
-                );
-                STATE.store(if cap.is_some() { READY } else { OFF }, Ordering::Release);
-                return cap;
-            }
-            Err(READY) => {
-                let p = CAP.load(Ordering::Acquire);
-                return (!p.is_null()).then(|| unsafe { &*p });
-            }
-            Err(OFF) => return None,
-            Err(_) => std::thread::yield_now(),
-        }
-    }
+    CAP.get_or_init(build)
 }
 
 /// One line on stderr whatever `VRAMTRACE_DEBUG` says: a cap the user asked for and does not get must be told.
@@ -107,7 +70,7 @@ fn warn_line(msg: std::fmt::Arguments) {
     unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
 }
 
-fn build() -> Option<&'static Cap> {
+fn build() -> Option<Cap> {
     let s = crate::settings::get();
     let text = s.cap.as_deref()?;
     let spec = match CapSpec::parse(text) {
@@ -137,23 +100,20 @@ fn build() -> Option<&'static Cap> {
         "cap {text:?} ({})",
         if s.cap_warn { "warn" } else { "enforce" }
     );
-    Some(Box::leak(Box::new(Cap {
+    Some(Cap {
         ledger,
         spec,
         warn: s.cap_warn,
         caps: [const { AtomicU64::new(0) }; MAX_DEVICES],
         ptrs: LiveMap::new(),
         handles: LiveMap::new(),
-    })))
+    })
 }
 
 /// In a forked child: the parent's slot is the parent's. Close our copy of the lock's descriptor (so the
 /// parent's death is still seen) and start afresh at the next tracked call.
 extern "C" fn after_fork_in_child() {
-    CAP.store(null_mut(), Ordering::Release);
-    if STATE.load(Ordering::Acquire) == READY {
-        STATE.store(UNINIT, Ordering::Release);
-    }
+    CAP.forget();
     let fd = LEDGER_FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
         unsafe { libc::close(fd) };

@@ -11,6 +11,7 @@
 //! - `stacks`: each allocation's call site (native return addresses and, through `pystack`, Python frames),
 //!   interned per process; `objects`: the loaded objects the collector needs to resolve them.
 //! - `settings`: what the environment says, read once.
+//! - `lazy`: building that state lazily, so that a `fork` in any state leaves it usable.
 //! - `cuda`: the few driver types and codes the shim needs.
 //! - `bridge`: the C functions the Python bridge calls to put a framework allocator's figures in the stream.
 //!
@@ -27,6 +28,7 @@ pub mod cuda;
 pub mod driver;
 pub mod exports;
 pub mod hooks;
+pub mod lazy;
 pub mod ledger;
 pub mod nvml;
 pub mod objects;

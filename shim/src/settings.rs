@@ -1,7 +1,6 @@
 //! What the environment tells the shim, read once at its first tracked call (never in a constructor).
 
 use std::ffi::OsString;
-use std::sync::OnceLock;
 
 /// The shim's settings for this process.
 #[derive(Debug, Default)]
@@ -44,21 +43,53 @@ pub struct Settings {
 /// `VRAMTRACE_STACK_MIN_BYTES=0` records every allocation's call site.
 pub const DEFAULT_STACK_MIN_BYTES: u64 = 1 << 20;
 
-static SETTINGS: OnceLock<Settings> = OnceLock::new();
+static SETTINGS: crate::lazy::Lazy<Settings> = crate::lazy::Lazy::new();
 
-/// Reads the environment the first time; the same answer ever after (a forked child keeps its parent's).
+/// Reads the environment the first time; the same answer ever after (a forked child keeps its parent's, or
+/// reads it afresh if the fork came while another thread was reading it).
 pub fn get() -> &'static Settings {
-    SETTINGS.get_or_init(|| Settings {
+    static NOTHING: Settings = Settings {
+        socket: None,
+        debug: false,
+        cap: None,
+        cap_warn: false,
+        ledger: None,
+        stacks_native: false,
+        stacks_python: false,
+        stack_min_bytes: u64::MAX,
+    };
+    // `read` always gives settings; `NOTHING` (record nothing, cap nothing) only keeps panics out of the host.
+    SETTINGS.get_or_init(|| Some(read())).unwrap_or(&NOTHING)
+}
+
+fn read() -> Settings {
+    test_slow_init();
+    Settings {
         socket: std::env::var_os("VRAMTRACE_SOCKET").filter(|s| !s.is_empty()),
         debug: matches!(std::env::var("VRAMTRACE_DEBUG").as_deref(), Ok(v) if !v.is_empty() && v != "0"),
-        cap: std::env::var("VRAMTRACE_CAP").ok().filter(|s| !s.trim().is_empty()),
+        cap: std::env::var("VRAMTRACE_CAP")
+            .ok()
+            .filter(|s| !s.trim().is_empty()),
         cap_warn: matches!(std::env::var("VRAMTRACE_CAP_MODE").as_deref(), Ok("warn")),
         ledger: std::env::var_os("VRAMTRACE_LEDGER").filter(|s| !s.is_empty()),
         ..stacks(
             std::env::var("VRAMTRACE_STACKS").ok().as_deref(),
             std::env::var("VRAMTRACE_STACK_MIN_BYTES").ok().as_deref(),
         )
-    })
+    }
+}
+
+/// Debug builds only (the tests' shim): `VRAMTRACE_TEST_SLOW_INIT_MS` makes the first read of the settings
+/// slow, so a test can fork while another thread is inside it.
+fn test_slow_init() {
+    if cfg!(debug_assertions) {
+        if let Some(ms) = std::env::var("VRAMTRACE_TEST_SLOW_INIT_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+    }
 }
 
 /// The stack settings from `VRAMTRACE_STACKS` and `VRAMTRACE_STACK_MIN_BYTES`. A bad value gets one line on

@@ -331,3 +331,26 @@ int main(void) {
     assert_eq!(norm(&plain.stdout), norm(&shimmed.stdout));
     assert!(!shimmed.stdout.contains("printf=(nil)"));
 }
+
+/// A fork while another thread is inside the shim's first-call set-up (settings, the cap): the child, which has
+/// only the forking thread, must still get through its own first call.
+#[test]
+fn a_fork_during_the_first_calls_set_up_leaves_the_child_usable() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("py/fork_while_starting.py");
+    for cap in [None, Some("1GiB")] {
+        let mut fc = FakeCuda::new()
+            .env("LD_PRELOAD", shim())
+            .env("VRAMTRACE_TEST_SLOW_INIT_MS", "400");
+        if let Some(c) = cap {
+            fc = fc.env("VRAMTRACE_CAP", c);
+        }
+        let run = fc.run("python3", &[&script]);
+        run.assert_success("fork_while_starting.py");
+        assert!(
+            run.stdout.contains("child ok"),
+            "cap {cap:?}: {} {}",
+            run.stdout,
+            run.stderr
+        );
+    }
+}
