@@ -62,6 +62,51 @@ pub enum LedgerError {
     Foreign(String),
     #[error("every one of the ledger's {MAX_SLOTS} process slots is taken")]
     Full,
+    #[error("cannot reserve the cap ledger {path}'s {FILE_SIZE} bytes: {err}")]
+    NoSpace { path: String, err: std::io::Error },
+}
+
+/// Whether the open file is a regular file that holds a ledger, or is still empty where the magic goes.
+fn is_ledger_or_empty(fd: i32) -> bool {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return false;
+    }
+    if st.st_size == 0 {
+        return true;
+    }
+    let mut magic = [0u8; 8];
+    let n = unsafe { libc::pread(fd, magic.as_mut_ptr().cast(), 8, 0) };
+    let m = u64::from_le_bytes(magic);
+    n >= 0 && (m == MAGIC || m == 0) && (n == 8 || magic[..n as usize].iter().all(|b| *b == 0))
+}
+
+/// The lowest free descriptor number at or above this is where the slot's lock lives: a host that closes
+/// and reopens its own low descriptors then never gets ours by number (and so never drops our lock, nor has a
+/// file of its own taken for the ledger).
+const HIGH_FD: i32 = 512;
+
+/// `fd` moved to a high number (close-on-exec), or left where it is if that cannot be done.
+fn high_fd(fd: i32) -> i32 {
+    if fd < 0 {
+        return fd;
+    }
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur as i64
+    } else {
+        0
+    };
+    let want = HIGH_FD.min((soft / 2) as i32);
+    if want <= fd {
+        return fd;
+    }
+    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, want) };
+    if high < 0 {
+        return fd;
+    }
+    unsafe { libc::close(fd) };
+    high
 }
 
 fn lock(fd: i32, slot: usize, kind: libc::c_short) -> bool {
@@ -82,38 +127,49 @@ impl Ledger {
         };
         let c = CString::new(path.as_os_str().as_bytes())
             .map_err(|_| open_err(std::io::ErrorKind::InvalidInput.into()))?;
-        let open = || unsafe {
+        // Never through a symbolic link: the ledger is the job's own file in its private directory.
+        let open = |extra| unsafe {
             libc::open(
                 c.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+                libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | extra,
                 0o600,
             )
         };
         // Two descriptions of the file: one for the mapping, one for the slot lock. A mapping keeps its file's
         // description alive, so if the lock sat on the mapped one, a forked child's inherited mapping would
         // keep a dead parent's lock held.
-        let map_fd = open();
+        let map_fd = open(libc::O_CREAT);
         if map_fd < 0 {
             return Err(open_err(std::io::Error::last_os_error()));
         }
-        // Growing to the same size is harmless when several processes race to create the file.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let sized = unsafe { libc::fstat(map_fd, &mut st) } == 0
-            && ((st.st_size as usize) >= FILE_SIZE
-                || unsafe { libc::ftruncate(map_fd, FILE_SIZE as libc::off_t) } == 0);
-        let p = if sized {
-            unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    FILE_SIZE,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    map_fd,
-                    0,
-                )
-            }
-        } else {
-            libc::MAP_FAILED
+        let closing = |e: LedgerError| {
+            unsafe { libc::close(map_fd) };
+            e
+        };
+        // What is there must be a ledger, or a regular file still empty (another process of the job is making
+        // it): anything else is never grown or written.
+        if !is_ledger_or_empty(map_fd) {
+            return Err(closing(LedgerError::Foreign(path.display().to_string())));
+        }
+        // Reserve every byte now. A mapping over holes raises SIGBUS at the first write the filesystem cannot
+        // back (a full disk), which would kill the host at its next allocation; a failure here is a clear
+        // fallback instead. Reserving what another process already reserved changes nothing.
+        let rc = unsafe { libc::posix_fallocate(map_fd, 0, FILE_SIZE as libc::off_t) };
+        if rc != 0 {
+            return Err(closing(LedgerError::NoSpace {
+                path: path.display().to_string(),
+                err: std::io::Error::from_raw_os_error(rc),
+            }));
+        }
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                FILE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map_fd,
+                0,
+            )
         };
         let err = std::io::Error::last_os_error();
         unsafe { libc::close(map_fd) };
@@ -128,7 +184,7 @@ impl Ledger {
             unsafe { libc::munmap(p, FILE_SIZE) };
             return Err(LedgerError::Foreign(path.display().to_string()));
         }
-        let fd = open();
+        let fd = high_fd(open(0));
         if fd < 0 {
             unsafe { libc::munmap(p, FILE_SIZE) };
             return Err(open_err(std::io::Error::last_os_error()));
@@ -305,6 +361,57 @@ mod tests {
         unsafe { libc::close(b.fd) };
         assert_eq!(a.admit(2, 30, 100, false), Admit::Yes);
         assert_eq!(a.used(2), 100);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn foreign_files_and_links_are_never_touched() {
+        // Someone else's file: refused, and left exactly as it was (not grown, not written).
+        let path = temp("foreign");
+        std::fs::write(&path, b"precious data, not a ledger").unwrap();
+        assert!(matches!(
+            Ledger::open_shared(&path),
+            Err(LedgerError::Foreign(_))
+        ));
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b"precious data, not a ledger"
+        );
+        // A symbolic link, even to a ledger: refused.
+        let real = temp("real");
+        Ledger::open_shared(&real).unwrap();
+        let link = temp("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(Ledger::open_shared(&link).is_err());
+        // A directory: refused.
+        let dir = temp("dir");
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(Ledger::open_shared(&dir).is_err());
+        for p in [&path, &real, &link] {
+            let _ = std::fs::remove_file(p);
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+
+    #[test]
+    fn the_file_is_reserved_whole_and_the_lock_sits_high() {
+        let path = temp("reserved");
+        let l = Ledger::open_shared(&path).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert!(meta.len() >= FILE_SIZE as u64);
+        // Every byte backed by the filesystem: no holes for a full disk to turn into SIGBUS.
+        use std::os::unix::fs::MetadataExt;
+        assert!(
+            meta.blocks() * 512 >= FILE_SIZE as u64,
+            "{} blocks",
+            meta.blocks()
+        );
+        assert!(l.fd >= 3);
+        let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+        if lim.rlim_cur >= 2 * HIGH_FD as u64 {
+            assert!(l.fd >= HIGH_FD, "lock descriptor {}", l.fd);
+        }
         let _ = std::fs::remove_file(&path);
     }
 

@@ -271,3 +271,51 @@ fn the_shim_caps_without_the_wrapper_and_survives_a_bad_spec() {
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
     assert!(run.stderr.contains("VRAMTRACE_CAP"));
 }
+
+/// The ledger's filesystem is full: the shim must not map holes it cannot back (SIGBUS at the next
+/// allocation); it caps the process on its own and says so once. Needs a mount namespace for a small tmpfs.
+#[test]
+fn a_full_filesystem_for_the_ledger_falls_back_to_a_process_cap() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("py/capped_allocs.py");
+    let mut run = None;
+    for ns in [
+        &["--mount"][..],
+        &["--user", "--map-root-user", "--mount"][..],
+    ] {
+        let probe = FakeCuda::new();
+        let dir = probe.dir().join("full");
+        std::fs::create_dir_all(&dir).unwrap();
+        let fc = probe
+            .env("LD_PRELOAD", shim())
+            .env("VRAMTRACE_CAP", "1GiB")
+            .env("VRAMTRACE_LEDGER", dir.join("ledger"));
+        let inner = format!(
+            "mount -t tmpfs -o size=64k tmpfs {d} && dd if=/dev/zero of={d}/filler bs=4k count=64 \
+             2>/dev/null; exec python3 {s}",
+            d = dir.display(),
+            s = script.display()
+        );
+        let r = fc.run("unshare", &[ns, &["sh", "-c", &inner]].concat());
+        // Ran (or died of a signal such as SIGBUS): the namespace worked.
+        if r.stdout.contains("rcs")
+            || std::os::unix::process::ExitStatusExt::signal(&r.status).is_some()
+        {
+            run = Some(r);
+            break;
+        }
+    }
+    let Some(r) = run else {
+        eprintln!("SKIP: no mount namespace here (unshare --mount failed)");
+        return;
+    };
+    assert!(r.success(), "{:?} {} {}", r.status, r.stdout, r.stderr);
+    assert!(r.stdout.contains("rcs 0 2"), "{}", r.stdout);
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(
+        lines[0].contains("cannot reserve the cap ledger"),
+        "{}",
+        r.stderr
+    );
+    assert!(lines[0].contains("capped on its own"), "{}", r.stderr);
+}
