@@ -260,7 +260,9 @@ pub unsafe fn mem_alloc_pitch(
         if r == CUDA_SUCCESS {
             match c.admit(dev, size) {
                 Decision::Refused { .. } => {
-                    // The driver's pitch made it bigger than the cap allows: undo it, as if refused up front.
+                    // The driver's pitch made it bigger than the cap allows: undo it, as if refused up front,
+                    // and take the driver's answer back from the caller: code that frees on its error path
+                    // must not free an address that is no longer its own.
                     let free = driver::real(Sym::MemFree);
                     if !free.is_null() {
                         std::mem::transmute::<
@@ -268,6 +270,10 @@ pub unsafe fn mem_alloc_pitch(
                             unsafe extern "C" fn(CUdeviceptr) -> CUresult,
                         >(free)(addr);
                     }
+                    if !dptr.is_null() {
+                        *dptr = 0;
+                    }
+                    *pitch = 0;
                     return refuse(Api::MemAllocPitch, 0, dev, size, p);
                 }
                 Decision::Exceeded => flag = flags::CAP_EXCEEDED,

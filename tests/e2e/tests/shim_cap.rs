@@ -319,3 +319,29 @@ fn a_full_filesystem_for_the_ledger_falls_back_to_a_process_cap() {
     );
     assert!(lines[0].contains("capped on its own"), "{}", r.stderr);
 }
+
+/// A pitched allocation refused after the driver made it (its real pitch passed the cap): the driver's memory
+/// is freed and the caller's `dptr` and `pitch` no longer hold the driver's answer (a caller that frees on its
+/// error path must not free an address that is not its own).
+#[test]
+fn a_pitch_refused_after_the_fact_takes_its_answer_back() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("py/pitch_over_cap.py");
+    let fc = FakeCuda::new()
+        .env("LD_PRELOAD", shim())
+        .env("VRAMTRACE_CAP", "1536MiB")
+        .env("FAKECUDA_PITCH_ALIGN", "2048");
+    let r = fc.run("python3", &[&script]);
+    r.assert_success("pitch_over_cap.py");
+    assert!(r.stdout.contains("rc 2 dptr 0x0 pitch 0"), "{}", r.stdout);
+    let log = fc.log();
+    let alloc = log
+        .iter()
+        .find(|l| l.func == "cuMemAllocPitch_v2" && l.rc == 0)
+        .expect("the driver allocated it");
+    assert_eq!(alloc.size, 2 << 30);
+    assert!(
+        log.iter()
+            .any(|l| l.func == "cuMemFree_v2" && l.addr == alloc.addr && l.rc == 0),
+        "{log:?}"
+    );
+}

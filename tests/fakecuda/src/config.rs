@@ -10,6 +10,7 @@
 //! - `FAKECUDA_LOG`: path of the driver's own call log (see `log`).
 //! - `FAKECUDA_SHADOW_MAX`: allocations up to this size get a host-side copy of their contents on first
 //!   write, so copies round-trip (default 64 MiB; 0 turns it off). Larger ones read back as zeros.
+//! - `FAKECUDA_PITCH_ALIGN`: the row alignment `cuMemAllocPitch` pads to (default 512; real GPUs differ).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -26,6 +27,7 @@ pub struct Config {
     pub state_path: Option<PathBuf>,
     pub log_path: Option<PathBuf>,
     pub shadow_max: u64,
+    pub pitch_align: u64,
 }
 
 impl Config {
@@ -78,6 +80,10 @@ fn read() -> Config {
         state_path: var("FAKECUDA_STATE").map(PathBuf::from),
         log_path: var("FAKECUDA_LOG").map(PathBuf::from),
         shadow_max,
+        pitch_align: var("FAKECUDA_PITCH_ALIGN")
+            .and_then(|s| parse_bytes(&s))
+            .filter(|a| a.is_power_of_two())
+            .unwrap_or(512),
     }
 }
 

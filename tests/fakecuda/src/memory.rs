@@ -6,7 +6,7 @@
 use std::ffi::{c_int, c_uint, c_void};
 
 use crate::alloc;
-use crate::driver::{self, check_init, current_device, lock, primary_ctx, Kind};
+use crate::driver::{check_init, current_device, lock, primary_ctx, Kind};
 use crate::log;
 use crate::types::*;
 use crate::{config, put, rc};
@@ -58,13 +58,14 @@ fn alloc_v1(dptr: *mut CUdeviceptr_v1, bytes: c_uint) -> CUresult {
     logged_alloc("cuMemAlloc", r, bytes as u64, 0)
 }
 
-/// Pitch = width rounded up to 512 bytes; bytes = pitch x height. Element size 4, 8 or 16.
+/// Pitch = width rounded up to the row alignment (`FAKECUDA_PITCH_ALIGN`, 512 by default); bytes = pitch x
+/// height. Element size 4, 8 or 16.
 fn pitch_of(width: u64, height: u64, elem: c_uint) -> Result<(u64, u64), CUresult> {
     if width == 0 || height == 0 || !matches!(elem, 4 | 8 | 16) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let pitch = width
-        .checked_next_multiple_of(driver::ALIGN)
+        .checked_next_multiple_of(crate::config::get().pitch_align)
         .ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
     let bytes = pitch.checked_mul(height).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
     Ok((pitch, bytes))
