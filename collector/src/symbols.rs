@@ -20,7 +20,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -348,7 +348,12 @@ struct Map {
 
 impl Map {
     fn open(path: &Path) -> std::io::Result<Map> {
-        let f = File::open(path)?;
+        // A trace names files it does not vouch for: a FIFO would block a plain open for good, so open without
+        // waiting and read nothing that is not a regular file.
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)?;
         let meta = f.metadata()?;
         let len = usize::try_from(meta.len()).unwrap_or(0);
         if !meta.is_file() || len == 0 {

@@ -350,3 +350,30 @@ fn cpp_names_are_demangled_from_debug_info_and_symbol_tables() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A trace names files it does not vouch for: one that is a FIFO (or a directory, a device) must neither hang
+/// the report nor be read; the frame is `module+offset`.
+#[test]
+fn a_fifo_named_by_a_trace_never_hangs_the_report() {
+    let d = dir("fifo");
+    let fifo = d.join("libfake.so");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let p = Probe {
+        bias: 0x7f00_0000_0000,
+        text: (0x7f00_0000_1000, 0x7f00_0010_0000),
+        ret: 0x7f00_0000_2345,
+        build_id: vec![1, 2, 3],
+    };
+    let bytes = trace_for(&p, &fifo, &p.build_id);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sym = Symbolizer::new();
+        let a = analyze_reader_with(&bytes[..], Some(&mut sym)).unwrap();
+        let _ = tx.send(only_site(&a).label());
+    });
+    let label = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the report finished (a FIFO must not block it)");
+    assert!(label.contains("libfake.so+0x"), "{label}");
+}
