@@ -40,9 +40,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "SPEC")]
     pub cap: Option<String>,
     /// What the cap does: `enforce` refuses allocations past it with CUDA's out-of-memory error; `warn` only
-    /// records them.
-    #[arg(long, value_enum, default_value_t = CapMode::Enforce)]
-    pub cap_mode: CapMode,
+    /// records them. Default: $VRAMTRACE_CAP_MODE, else enforce.
+    #[arg(long, value_enum)]
+    pub cap_mode: Option<CapMode>,
     /// Which call sites to record for each allocation: native return addresses, the allocating thread's
     /// Python frames, both, or none. Default: $VRAMTRACE_STACKS, else all.
     #[arg(long, value_enum)]
@@ -112,6 +112,7 @@ struct Prepared {
     socket: PathBuf,
     cap: Option<String>,
     ledger: PathBuf,
+    cap_mode: CapMode,
     /// The Python bridge's directory, to put first on PYTHONPATH (none: `--python-agent off`).
     bridge: Option<PathBuf>,
 }
@@ -124,9 +125,10 @@ impl Prepared {
                 .ok()
                 .filter(|c| !c.trim().is_empty())
         });
+        let mode = cap_mode(args)?;
         let mut extra = Vec::new();
         if let Some(spec) = &cap {
-            extra = check_cap(spec, args.cap_mode)?;
+            extra = check_cap(spec, mode)?;
         }
         if let Some(min) = &args.stack_min_bytes {
             parse_size(min).map_err(|e| anyhow::anyhow!("--stack-min-bytes {min}: {e}"))?;
@@ -193,6 +195,7 @@ impl Prepared {
             socket,
             cap,
             ledger,
+            cap_mode: mode,
             bridge,
         })
     }
@@ -246,7 +249,7 @@ impl Prepared {
             );
         }
         if let Some(spec) = &self.cap {
-            let mode = if args.cap_mode == CapMode::Warn {
+            let mode = if self.cap_mode == CapMode::Warn {
                 "warn"
             } else {
                 "enforce"
@@ -392,6 +395,21 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 /// Checks a cap before anything starts: its syntax, and the devices it names against the machine's. Returns the
 /// trace header's record of it: the spec, the mode, and per device the cap and the device's size.
+/// `--cap-mode`, else `VRAMTRACE_CAP_MODE` (as the shim reads it), else enforce; anything else is bad usage.
+fn cap_mode(args: &RunArgs) -> anyhow::Result<CapMode> {
+    if let Some(m) = args.cap_mode {
+        return Ok(m);
+    }
+    match std::env::var("VRAMTRACE_CAP_MODE")
+        .as_deref()
+        .map(str::trim)
+    {
+        Err(_) | Ok("") | Ok("enforce") => Ok(CapMode::Enforce),
+        Ok("warn") => Ok(CapMode::Warn),
+        Ok(other) => bail!("VRAMTRACE_CAP_MODE={other:?}: not enforce or warn"),
+    }
+}
+
 fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<Vec<(String, String)>> {
     let parsed = CapSpec::parse(spec).map_err(|e| anyhow::anyhow!("--cap {spec}: {e}"))?;
     let mut extra = vec![

@@ -345,3 +345,32 @@ fn a_pitch_refused_after_the_fact_takes_its_answer_back() {
         "{log:?}"
     );
 }
+
+/// `VRAMTRACE_CAP_MODE` is `run`'s default for `--cap-mode`, as the README says: `warn` lets an allocation past
+/// the cap through (the driver makes it) and the trace says warn; a value that is neither is bad usage.
+#[test]
+fn the_cap_mode_from_the_environment_is_runs_default() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("py/capped_allocs.py");
+    let fc = FakeCuda::new().env("VRAMTRACE_CAP_MODE", "warn");
+    let (r, trace) = fc.traced("warn", &["--cap", "1GiB"], "python3", &[&script]);
+    r.assert_success("capped_allocs.py in warn mode");
+    assert!(r.stdout.contains("rcs 0 0"), "{}", r.stdout);
+    let t = read_trace(&trace);
+    assert!(
+        t.header
+            .extra
+            .iter()
+            .any(|(k, v)| k == "cap_mode" && v == "warn"),
+        "{:?}",
+        t.header.extra
+    );
+    assert!(fc
+        .log()
+        .iter()
+        .any(|l| l.func == "cuMemAlloc_v2" && l.size == 2 << 30 && l.rc == 0));
+    let fc = FakeCuda::new().env("VRAMTRACE_CAP_MODE", "loose");
+    let (r, _) = fc.traced("bad", &["--cap", "1GiB"], "python3", &[&script]);
+    assert_eq!(r.status.code(), Some(2));
+    assert!(r.stderr.contains("VRAMTRACE_CAP_MODE"), "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+}
