@@ -191,23 +191,40 @@ pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_vo
 
 static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 
-/// glibc's `dlsym`. Found with `dlvsym`, because a plain `dlsym` from here would land in our own export.
-/// `__libc_dlsym` and `_dl_sym` are gone since glibc 2.34.
+/// The next `dlsym` after the shim: the one `RTLD_NEXT` finds from inside it. That is glibc's, unless another
+/// interposer of `dlsym` was preloaded after us (HAMi-core's `libvgpu.so`, a profiler): then it is theirs, so
+/// their hooks keep applying to lookups that pass through us. Found by asking glibc's own `dlsym` (reached with
+/// `dlvsym`, since a plain `dlsym` from here would land in our own export) for `RTLD_NEXT`'s "dlsym": glibc
+/// resolves `RTLD_NEXT` from its caller, which is this library. `__libc_dlsym` and `_dl_sym` are gone since
+/// glibc 2.34.
 pub fn real_dlsym() -> Option<DlsymFn> {
     let mut p = REAL_DLSYM.load(Ordering::Acquire);
     if p.is_null() {
+        let mut glibc = null_mut();
         for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
-            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
-            if !p.is_null() {
+            glibc = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !glibc.is_null() {
                 break;
             }
         }
-        if p.is_null() {
+        if glibc.is_null() {
             return None;
+        }
+        let glibc = unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(glibc) };
+        p = next_dlsym(glibc);
+        if p.is_null() || p == x::dlsym as *mut c_void {
+            p = glibc as *mut c_void;
         }
         REAL_DLSYM.store(p, Ordering::Release);
     }
     Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
+}
+
+/// `glibc(RTLD_NEXT, "dlsym")`, called from here so that "next" means after this library. Not inlined into a
+/// caller elsewhere: the return address glibc reads must be this library's.
+#[inline(never)]
+fn next_dlsym(glibc: DlsymFn) -> *mut c_void {
+    unsafe { glibc(libc::RTLD_NEXT, c"dlsym".as_ptr()) }
 }
 
 /// Called by the `dlsym` trampoline (exports.rs) for every `dlsym` in the process. Returns the real `dlsym` when

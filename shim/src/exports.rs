@@ -189,27 +189,39 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
 }
 
 /// `dlsym`, as a trampoline. It asks `driver::dlsym_route` whether the lookup concerns us; if not, it jumps
-/// straight into glibc's `dlsym` with the caller's return address still on the stack, so glibc resolves
+/// straight into the next `dlsym` (glibc's, or another interposer's preloaded after us) with the caller's return
+/// address still on the stack, so glibc resolves
 /// `RTLD_NEXT` and `RTLD_DEFAULT` from the caller's scope exactly as it would without the shim. Tracked names
 /// go to `driver::dlsym_hook`. Written as a naked function because only a tail jump keeps the caller's address.
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
-    // At entry rsp is 8 mod 16; two pushes and 8 bytes realign it for the call.
+    // At entry rsp is 8 mod 16; two pushes and 8 bytes realign it for the call. The CFI directives let
+    // profilers and debuggers unwind through it at every instruction; `endbr64` makes it a valid target of an
+    // indirect call on hosts that enforce indirect-branch tracking.
     core::arch::naked_asm!(
+        ".cfi_startproc",
+        "endbr64",
         "push rdi",
+        ".cfi_adjust_cfa_offset 8",
         "push rsi",
+        ".cfi_adjust_cfa_offset 8",
         "sub rsp, 8",
+        ".cfi_adjust_cfa_offset 8",
         "call {route}",
         "add rsp, 8",
+        ".cfi_adjust_cfa_offset -8",
         "pop rsi",
+        ".cfi_adjust_cfa_offset -8",
         "pop rdi",
+        ".cfi_adjust_cfa_offset -8",
         "test rax, rax",
         "jz 2f",
         "jmp rax",
         "2:",
         "jmp {hook}",
+        ".cfi_endproc",
         route = sym crate::driver::dlsym_route,
         hook = sym crate::driver::dlsym_hook,
     )

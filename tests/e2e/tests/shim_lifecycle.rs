@@ -354,3 +354,108 @@ fn a_fork_during_the_first_calls_set_up_leaves_the_child_usable() {
         );
     }
 }
+
+/// A second interposer of `dlsym` preloaded after the shim (HAMi-core's libvgpu.so does this) must still see
+/// every lookup that passes through the shim: untracked ones through the trampoline's jump, tracked ones
+/// through the shim's own lookup. The program still gets the shim's wrapper for a tracked name.
+#[test]
+fn a_dlsym_interposer_after_the_shim_stays_in_the_chain() {
+    let dir = TempDir::new("second-dlsym");
+    let lib_src = dir.path().join("second.c");
+    std::fs::write(
+        &lib_src,
+        r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <string.h>
+static int count;
+int second_count(void) { return count; }
+void *dlsym(void *handle, const char *name) {
+    static void *(*next)(void *, const char *);
+    if (!next) next = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!next) next = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    if (name && strncmp(name, "cu", 2) == 0) __atomic_add_fetch(&count, 1, __ATOMIC_SEQ_CST);
+    return next(handle, name);
+}
+"#,
+    )
+    .unwrap();
+    let lib = dir.path().join("libsecond.so");
+    compile_c(&lib_src, &lib, &["-shared", "-fPIC"], &["-ldl"]);
+    let prog_src = dir.path().join("lookups.c");
+    std::fs::write(
+        &prog_src,
+        r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+int main(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) { printf("no driver\n"); return 1; }
+    void *init = dlsym(h, "cuInit");
+    void *info = dlsym(h, "cuMemGetInfo_v2");
+    Dl_info where;
+    int ours = info && dladdr(info, &where) && strstr(where.dli_fname, "libvramtrace") != NULL;
+    int (*count)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "second_count");
+    printf("init=%d wrapper=%d second=%d\n", init != NULL, ours, count ? count() : -1);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let prog = dir.path().join("lookups");
+    compile_c(&prog_src, &prog, &[], &["-ldl"]);
+    let preload = format!("{}:{}", shim().display(), lib.display());
+    let r = FakeCuda::new()
+        .env("LD_PRELOAD", preload)
+        .run(&prog, &[] as &[&str]);
+    r.assert_success("lookups under the shim and a second interposer");
+    let line = r.stdout.lines().find(|l| l.starts_with("init=")).unwrap();
+    assert!(line.starts_with("init=1 wrapper=1 second="), "{line}");
+    let seen: i32 = line.rsplit('=').next().unwrap().parse().unwrap();
+    assert!(
+        seen >= 2,
+        "the second interposer saw {seen} lookups of cu* names: {line}"
+    );
+}
+
+/// The trampoline can be unwound through at every instruction (profilers sample inside it) and starts with
+/// `endbr64` (hosts enforcing indirect-branch tracking): its FDE covers it, with the CFA moving as it pushes.
+#[test]
+fn the_dlsym_trampoline_has_unwind_information() {
+    let so = shim();
+    let nm = std::process::Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&so)
+        .output()
+        .expect("nm");
+    let text = String::from_utf8_lossy(&nm.stdout);
+    let addr = text
+        .lines()
+        .find(|l| l.ends_with(" T dlsym"))
+        .and_then(|l| u64::from_str_radix(l.split_whitespace().next().unwrap(), 16).ok())
+        .expect("dlsym exported");
+    let frames = std::process::Command::new("readelf")
+        .arg("--debug-dump=frames-interp")
+        .arg(&so)
+        .output()
+        .expect("readelf");
+    let frames = String::from_utf8_lossy(&frames.stdout);
+    let fde = frames
+        .split("\n\n")
+        .find(|b| b.contains(&format!("pc={addr:016x}..")))
+        .unwrap_or_else(|| panic!("no FDE for dlsym at {addr:#x}"));
+    for cfa in ["rsp+8", "rsp+16", "rsp+24", "rsp+32"] {
+        assert!(fde.contains(cfa), "{cfa} missing from\n{fde}");
+    }
+    let dis = std::process::Command::new("objdump")
+        .arg("-d")
+        .arg(format!("--start-address={addr:#x}"))
+        .arg(format!("--stop-address={:#x}", addr + 4))
+        .arg(&so)
+        .output()
+        .expect("objdump");
+    let dis = String::from_utf8_lossy(&dis.stdout);
+    assert!(dis.contains("endbr64"), "endbr64 first:\n{dis}");
+}
