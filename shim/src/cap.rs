@@ -65,7 +65,7 @@ pub fn get() -> Option<&'static Cap> {
 }
 
 /// One line on stderr whatever `VRAMTRACE_DEBUG` says: a cap the user asked for and does not get must be told.
-fn warn_line(msg: std::fmt::Arguments) {
+pub(crate) fn warn_line(msg: std::fmt::Arguments) {
     let line = format!("vramtrace: {msg}\n");
     unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
 }

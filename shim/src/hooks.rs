@@ -71,6 +71,9 @@ unsafe fn returned(out: *const u64, r: CUresult) -> u64 {
     }
 }
 
+/// A tracked lookup answered with a function the shim cannot wrap was said on stderr (once per process).
+static BYPASS_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The cap said no: record the refused request (with its call site, whatever its size), hand the collector the
 /// out-of-memory record, and give the caller the driver's own out-of-memory code. The driver is never called.
 #[cold]
@@ -612,10 +615,19 @@ pub unsafe fn get_proc_address(
         if swapped != found {
             *pfn = swapped;
         } else if !symbol.is_null() && driver::is_tracked_base(CStr::from_ptr(symbol)) {
+            let name = CStr::from_ptr(symbol);
+            // Under a cap the user must hear it: memory allocated through that function escapes the cap.
+            if cap::get().is_some() && !BYPASS_SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                cap::warn_line(format_args!(
+                    "cuGetProcAddress({name:?}, version {version}) answered a function vramtrace does not \
+                     know (a legacy entry point, or a layer between the program and the driver): memory \
+                     allocated through it is not capped"
+                ));
+            }
             crate::debug!(
-                "{:?}({:?}, version {version}, flags {flags}) returned a function we do not recognise",
+                "{:?}({name:?}, version {version}, flags {flags}) returned a function we do not recognise",
                 sym.name(),
-                CStr::from_ptr(symbol)
             );
         }
     }

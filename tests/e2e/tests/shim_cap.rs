@@ -374,3 +374,33 @@ fn the_cap_mode_from_the_environment_is_runs_default() {
     assert!(r.stderr.contains("VRAMTRACE_CAP_MODE"), "{}", r.stderr);
     assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
 }
+
+/// A tracked function looked up through `cuGetProcAddress` and answered with something the shim cannot wrap
+/// (here the legacy 32-bit `cuMemAlloc`) escapes the cap: under a cap that is said once on stderr; without a cap
+/// nothing is said.
+#[test]
+fn an_unwrappable_lookup_under_a_cap_is_said_once() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("py/legacy_lookup.py");
+    let capped = FakeCuda::new()
+        .env("LD_PRELOAD", shim())
+        .env("VRAMTRACE_CAP", "1GiB")
+        .run("python3", &[&script]);
+    capped.assert_success("legacy_lookup.py capped");
+    assert!(
+        capped.stdout.contains("lookups 0:1 0:1"),
+        "{}",
+        capped.stdout
+    );
+    let lines: Vec<&str> = capped.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", capped.stderr);
+    assert!(
+        lines[0].contains("\"cuMemAlloc\"") && lines[0].contains("not capped"),
+        "{}",
+        lines[0]
+    );
+    let plain = FakeCuda::new()
+        .env("LD_PRELOAD", shim())
+        .run("python3", &[&script]);
+    plain.assert_success("legacy_lookup.py uncapped");
+    assert_eq!(plain.stderr, "");
+}
