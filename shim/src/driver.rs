@@ -244,11 +244,20 @@ pub unsafe extern "C" fn dlsym_hook(handle: *mut c_void, symbol: *const c_char) 
     let Some(real) = real_dlsym() else {
         return null_mut();
     };
-    let p = real(handle, symbol);
-    match tracked(symbol) {
-        Some(f) if !p.is_null() => adopt(f, p),
-        _ => p,
+    let mut p = real(handle, symbol);
+    let Some(f) = tracked(symbol) else {
+        return p;
+    };
+    if p == wrapper(f) {
+        // The lookup found our own export (`RTLD_DEFAULT`, or the program's global scope): the driver's is the
+        // next definition after us, if the driver is there at all. Without one the answer is null, as it
+        // would be without the shim (programs probe for the driver this way).
+        p = real(libc::RTLD_NEXT, symbol);
     }
+    if p.is_null() {
+        return p;
+    }
+    adopt(f, p)
 }
 
 /// `p` is what the driver answered for `f`. Remember it as the real function and return the wrapper, unless

@@ -459,3 +459,47 @@ fn the_dlsym_trampoline_has_unwind_information() {
     let dis = String::from_utf8_lossy(&dis.stdout);
     assert!(dis.contains("endbr64"), "endbr64 first:\n{dis}");
 }
+
+/// Programs probe for the driver with `dlsym(RTLD_DEFAULT, "cuMemAlloc_v2")`: without a driver the answer must
+/// stay null under the shim (its own export of that name is not a driver); with one linked in, it is the
+/// shim's wrapper.
+#[test]
+fn a_driver_probe_through_the_global_scope_answers_as_without_the_shim() {
+    let dir = TempDir::new("probe-default");
+    let src = dir.path().join("probe.c");
+    std::fs::write(
+        &src,
+        r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+int main(void) {
+    void *a = dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
+    void *b = dlsym(dlopen(NULL, RTLD_NOW), "cuMemGetInfo_v2");
+    Dl_info where;
+    int ours = a && dladdr(a, &where) && strstr(where.dli_fname, "libvramtrace") != NULL;
+    printf("default=%d global=%d wrapper=%d\n", a != NULL, b != NULL, ours);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let bare = dir.path().join("probe");
+    compile_c(&src, &bare, &[], &["-ldl"]);
+    let linked = dir.path().join("probe-linked");
+    compile_c(&src, &linked, &["-Wl,--no-as-needed"], &["-lcuda", "-ldl"]);
+    let run = |prog: &std::path::Path, preload: bool| {
+        let mut fc = FakeCuda::new();
+        if preload {
+            fc = fc.env("LD_PRELOAD", shim());
+        }
+        let r = fc.run(prog, &[] as &[&str]);
+        r.assert_success("probe");
+        r.stdout.trim().to_string()
+    };
+    assert_eq!(run(&bare, false), "default=0 global=0 wrapper=0");
+    assert_eq!(run(&bare, true), "default=0 global=0 wrapper=0");
+    assert_eq!(run(&linked, false), "default=1 global=1 wrapper=0");
+    assert_eq!(run(&linked, true), "default=1 global=1 wrapper=1");
+}
