@@ -16,11 +16,11 @@
 //! abandons: the child starts with an empty table and ids of its own. At most [`MAX_STACKS`] distinct stacks a
 //! process; past that, allocations get stack 0.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use vramtrace_format::{PyFrame, Stack};
@@ -72,11 +72,13 @@ fn capture(s: &settings::Settings) -> u32 {
     // Read here, in the frame that unwinds: a repeated call chain finds this frame at the same address.
     let sp = stack_pointer();
     let mut ips = [0u64; MAX_FRAMES];
-    let done = LOCAL.try_with(|l| {
-        let Ok(mut l) = l.try_borrow_mut() else {
+    let done = (|| {
+        let p = local()?;
+        if BUSY.try_with(|b| b.replace(true)).ok()? {
             return None;
-        };
-        let l = l.get_or_insert_with(Local::new);
+        }
+        // SAFETY: this thread's own state; `BUSY` keeps a reentrant capture (a signal handler) off it.
+        let l = unsafe { &mut *p };
         let n = if s.stacks_native {
             native(&mut l.chains, sp, &mut ips)
         } else {
@@ -89,10 +91,11 @@ fn capture(s: &settings::Settings) -> u32 {
         }
         let id = intern(rec, table, &mut l.ids, &ips[..n], &mut py);
         l.python = py;
+        let _ = BUSY.try_with(|b| b.set(false));
         Some(id)
-    });
+    })();
     match done {
-        Ok(Some(id)) => id,
+        Some(id) => id,
         // A thread being torn down (or a reentry): native frames only, nothing cached.
         _ if s.stacks_native => {
             let n = unwind(&mut ips, None);
@@ -285,8 +288,74 @@ impl Local {
     }
 }
 
+// A thread's `Local` is reached through a plain pointer in a constant thread-local: a thread-local with a
+// destructor would register it at the thread's first capture through `__cxa_thread_atexit_impl`, which takes the
+// dynamic loader's lock, inside the host's `cuMemAlloc` (a thread holding PyTorch's allocator mutex there, while
+// another thread in `dlopen` runs a constructor that allocates, would deadlock). A pthread key's destructor,
+// which takes no such lock, hands the state to a pool at thread exit; the next new thread takes it from there, so
+// after the first threads no capture allocates.
 thread_local! {
-    static LOCAL: RefCell<Option<Box<Local>>> = const { RefCell::new(None) };
+    static LOCAL: Cell<*mut Local> = const { Cell::new(std::ptr::null_mut()) };
+    /// This thread is inside a capture (a signal handler allocating mid-capture must not share its state).
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The key whose destructor returns a finished thread's state to [`SPARE`].
+static KEY: crate::lazy::Lazy<libc::pthread_key_t> = crate::lazy::Lazy::new();
+/// States of finished threads (and a few made at the process's first capture), for threads to come.
+const SPARES: usize = 64;
+static SPARE: [AtomicPtr<Local>; SPARES] = [const { AtomicPtr::new(std::ptr::null_mut()) }; SPARES];
+/// Made ahead, at the process's first capture, so the first threads' captures allocate nothing either.
+const MADE_AHEAD: usize = 4;
+
+extern "C" fn thread_done(p: *mut c_void) {
+    let p = p.cast::<Local>();
+    let _ = LOCAL.try_with(|c| c.set(std::ptr::null_mut()));
+    if !park(p) {
+        // SAFETY: this thread's own state, allocated by `Local::new`, reachable from nowhere else now.
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
+fn park(p: *mut Local) -> bool {
+    SPARE.iter().any(|s| {
+        s.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })
+}
+
+/// This thread's state: its own, a finished thread's, or a new one (only when no spare is left).
+fn local() -> Option<*mut Local> {
+    let p = LOCAL.try_with(|c| c.get()).ok()?;
+    if !p.is_null() {
+        return Some(p);
+    }
+    let key = KEY.get_or_init(|| {
+        let mut k: libc::pthread_key_t = 0;
+        if unsafe { libc::pthread_key_create(&mut k, Some(thread_done)) } != 0 {
+            return None;
+        }
+        for _ in 0..MADE_AHEAD {
+            let _ = park(Box::into_raw(Local::new()));
+        }
+        Some(k)
+    })?;
+    let p = match SPARE
+        .iter()
+        .map(|s| s.swap(std::ptr::null_mut(), Ordering::AcqRel))
+        .find(|q| !q.is_null())
+    {
+        Some(q) => {
+            // A finished thread's ids are this process's, still right; its call chains point into its stack,
+            // which is not this thread's: forgotten (emptied in place, nothing freed or allocated).
+            unsafe { (*q).chains.forget() };
+            q
+        }
+        None => Box::into_raw(Local::new()),
+    };
+    unsafe { libc::pthread_setspecific(*key, p.cast()) };
+    LOCAL.try_with(|c| c.set(p)).ok()?;
+    Some(p)
 }
 
 /// A 64-bit hash of the frames (never 0, the cache's empty key).
@@ -461,6 +530,17 @@ struct Chains {
 }
 
 const CHAINS: usize = 8;
+
+impl Chains {
+    /// Forgets every chain, keeping the buffers.
+    fn forget(&mut self) {
+        for c in &mut self.chains {
+            c.sp = 0;
+            c.slots.clear();
+        }
+        self.next = 0;
+    }
+}
 
 struct Chain {
     sp: u64,

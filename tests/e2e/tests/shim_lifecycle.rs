@@ -503,3 +503,122 @@ int main(void) {
     assert_eq!(run(&linked, false), "default=1 global=1 wrapper=0");
     assert_eq!(run(&linked, true), "default=1 global=1 wrapper=1");
 }
+
+/// A thread's first allocation with a call site must not wait for the dynamic loader's lock: here another
+/// thread is inside `dlopen` (whose constructor holds that lock and waits), and a thread that was already
+/// running makes its first 1 MiB allocation. It must finish while the constructor still waits (before the fix
+/// it waited for the lock, registering a thread-local destructor: a deadlock when the constructor waits for it).
+#[test]
+fn a_threads_first_allocation_never_waits_for_the_loader_lock() {
+    let dir = TempDir::new("loader-lock");
+    let ctor_src = dir.path().join("slowctor.c");
+    std::fs::write(
+        &ctor_src,
+        r#"
+#include <stdlib.h>
+#include <unistd.h>
+#include <poll.h>
+/* Holds the loader's lock (it runs inside dlopen) until told to go on, or 5 s. */
+__attribute__((constructor)) static void wait_for_go(void) {
+    int started = atoi(getenv("CTOR_STARTED_FD")), go = atoi(getenv("CTOR_GO_FD"));
+    char c = 1;
+    (void)!write(started, &c, 1);
+    struct pollfd p = {.fd = go, .events = POLLIN};
+    poll(&p, 1, 5000);
+}
+"#,
+    )
+    .unwrap();
+    let ctor = dir.path().join("libslowctor.so");
+    compile_c(&ctor_src, &ctor, &["-shared", "-fPIC"], &[]);
+    let prog_src = dir.path().join("prog.c");
+    std::fs::write(
+        &prog_src,
+        r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef unsigned long long CUdeviceptr;
+#define CUDA_SUCCESS 0
+CUresult cuInit(unsigned int);
+CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuCtxCreate_v2(CUcontext *, unsigned int, CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemFree_v2(CUdeviceptr);
+#define cuCtxCreate cuCtxCreate_v2
+#define cuMemAlloc cuMemAlloc_v2
+#define cuMemFree cuMemFree_v2
+static int started[2], go[2], start_b[2], done_b[2];
+static const char *lib;
+static double now_ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
+static void *loader(void *arg) { (void)arg; dlopen(lib, RTLD_NOW); return NULL; }
+static double b_ms = -1;
+static void *first_alloc(void *ctx) {
+    char c;
+    cuCtxSetCurrent((CUcontext)ctx); /* the driver's own per-thread set-up, before the loader is busy */
+    (void)!read(start_b[0], &c, 1);
+    CUdeviceptr p;
+    double t = now_ms();
+    CUresult r = cuMemAlloc(&p, 1 << 20);
+    b_ms = now_ms() - t;
+    if (r == CUDA_SUCCESS) cuMemFree(p);
+    c = 1;
+    (void)!write(done_b[1], &c, 1); /* (the thread's exit itself may wait for the loader: glibc's business) */
+    return NULL;
+}
+int main(int argc, char **argv) {
+    lib = argv[1];
+    if (pipe(started) || pipe(go) || pipe(start_b) || pipe(done_b)) return 2;
+    char buf[16];
+    sprintf(buf, "%d", started[1]); setenv("CTOR_STARTED_FD", buf, 1);
+    sprintf(buf, "%d", go[0]); setenv("CTOR_GO_FD", buf, 1);
+    CUdevice d; CUcontext ctx; CUdeviceptr w;
+    cuInit(0); cuDeviceGet(&d, 0); cuCtxCreate(&ctx, 0, d);
+    /* The process's first tracked call (allowed to set things up), on the main thread. */
+    if (cuMemAlloc(&w, 1 << 20) != CUDA_SUCCESS) return 3;
+    cuMemFree(w);
+    pthread_t b, l;
+    pthread_create(&b, NULL, first_alloc, ctx); /* before the loader's lock is taken */
+    pthread_create(&l, NULL, loader, NULL);
+    char c;
+    (void)!read(started[0], &c, 1);          /* the constructor runs: the loader's lock is held */
+    double t = now_ms();
+    (void)!write(start_b[1], &c, 1);
+    (void)!read(done_b[0], &c, 1);
+    double waited = now_ms() - t;
+    (void)!write(go[1], &c, 1);
+    pthread_join(b, NULL);
+    pthread_join(l, NULL);
+    printf("first_alloc_ms=%.0f waited_ms=%.0f\n", b_ms, waited);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let prog = dir.path().join("prog");
+    compile_c(&prog_src, &prog, &[], &["-lcuda", "-lpthread", "-ldl"]);
+    let r = FakeCuda::new()
+        .env("LD_PRELOAD", shim())
+        .env("VRAMTRACE_STACKS", "native")
+        .run(&prog, &[&ctor]);
+    r.assert_success("the loader-lock program");
+    let waited: f64 = r
+        .stdout
+        .split("waited_ms=")
+        .nth(1)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    assert!(
+        waited < 2000.0,
+        "the first allocation waited {waited} ms for the loader: {}",
+        r.stdout
+    );
+}
