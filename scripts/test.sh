@@ -20,6 +20,9 @@ done
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --locked
+# The shim as it ships (glibc 2.17 baseline): tests/e2e/tests/shim_glibc.rs checks what it needs and runs it.
+VRAMTRACE_COMPAT_SHIM="$(scripts/build-compat-shim.sh)"
+export VRAMTRACE_COMPAT_SHIM
 cargo test --workspace --locked
 # The Python bridge's own tests (standard library only; the end-to-end ones are in tests/e2e/tests/bridge.rs).
 python3 -m unittest discover -s bridge/tests

@@ -158,7 +158,7 @@ fn out_of_memory(api: Api, flag: u8, dev: u32, size: u64, result: CUresult) {
     let capped = cap.filter(|_| cap_bytes.is_some());
     record::oom(vramtrace_format::Oom {
         pid: std::process::id(),
-        tid: unsafe { libc::gettid() } as u32,
+        tid: record::tid(),
         ts_ns,
         device: dev,
         api: api as u8,

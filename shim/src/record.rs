@@ -114,7 +114,8 @@ pub(crate) fn tid() -> u32 {
         if g == gen {
             return t;
         }
-        let t = unsafe { libc::gettid() } as u32;
+        // The system call, not glibc's wrapper: `gettid()` only exists since glibc 2.30 (the shim targets 2.17).
+        let t = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
         c.set((gen, t));
         t
     })
