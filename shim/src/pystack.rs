@@ -200,6 +200,8 @@ struct Python {
 /// What the process has, found once.
 struct Found {
     this_tstate: ThisThreadState,
+    /// `Py_IsFinalizing` (3.13+) or `_Py_IsFinalizing` (3.10-3.12): both read one atomic, no GIL needed.
+    finalizing: Option<unsafe extern "C" fn() -> c_int>,
     python: Result<Python, &'static str>,
 }
 
@@ -249,6 +251,11 @@ fn walk_inner(out: &mut Vec<PyFrame>) -> Walk {
     // it needs no GIL.
     let ts = unsafe { (found.this_tstate)() } as usize;
     if ts == 0 {
+        return Walk::NoPython;
+    }
+    // While the interpreter is being torn down, frames and code objects are freed under us: native only.
+    // SAFETY: see `Found::finalizing`.
+    if found.finalizing.is_some_and(|f| unsafe { f() } != 0) {
         return Walk::NoPython;
     }
     let py = match &found.python {
@@ -358,8 +365,15 @@ fn probe() -> Option<Found> {
     }
     // SAFETY: the interpreter's own function, of this signature in every version.
     let this_tstate = unsafe { std::mem::transmute::<usize, ThisThreadState>(this_tstate) };
+    let fin = match sym(c"Py_IsFinalizing") {
+        0 => sym(c"_Py_IsFinalizing"),
+        f => f,
+    };
     Some(Found {
         this_tstate,
+        // SAFETY: `int Py_IsFinalizing(void)` / `int _Py_IsFinalizing(void)` in every version that has them.
+        finalizing: (fin != 0)
+            .then(|| unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> c_int>(fin) }),
         python: python(),
     })
 }

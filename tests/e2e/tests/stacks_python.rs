@@ -468,3 +468,35 @@ fn trace_stacks_carry_python_frames() {
         ]
     );
 }
+
+/// An allocation made while the interpreter is being torn down (a `__del__` run at finalization) records native
+/// frames only: the frames and code objects the walker would read are being freed.
+#[test]
+fn no_python_frames_are_read_while_the_interpreter_finalizes() {
+    let python = pythons()
+        .into_iter()
+        .find(|p| p.version >= (3, 10))
+        .expect("a Python 3.10+");
+    let fake = FakeCuda::new();
+    let script = py_dir().join("alloc_at_finalization.py");
+    let (r, trace) = fake.traced("finalizing", &[], &python.exe, &[&script]);
+    r.assert_success("alloc_at_finalization.py");
+    let t = read_trace(&trace);
+    let pid = t.pids()[0];
+    let by_size = |size: u64| {
+        let e = t.events[&pid]
+            .iter()
+            .find(|e| e.api == Api::MemAlloc && e.size == size)
+            .unwrap_or_else(|| panic!("an allocation of {size}"));
+        t.stack(pid, e.stack).expect("a call site").clone()
+    };
+    let running = by_size(4 * MIB);
+    assert!(
+        running.python.iter().any(|f| f.function == "running"),
+        "{:?}",
+        running.python
+    );
+    let teardown = by_size(8 * MIB);
+    assert!(teardown.python.is_empty(), "{:?}", teardown.python);
+    assert!(!teardown.native.is_empty());
+}
