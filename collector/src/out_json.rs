@@ -86,6 +86,7 @@ pub fn to_value(a: &Analysis) -> J {
         ("unknown_frames", a.unknown_frames.into()),
         ("events", a.events.into()),
         ("dropped_events", a.dropped_events.into()),
+        ("merge_inexact_events", a.merge_inexact_events.into()),
         ("unmatched_frees", a.unmatched_frees.into()),
         ("lost_frees", a.lost_frees.into()),
         ("first_event_ns", a.first_ns.into()),

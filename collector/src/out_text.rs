@@ -643,6 +643,14 @@ fn warnings(o: &mut String, a: &Analysis) {
             count(a.dropped_events)
         ));
     }
+    if a.merge_inexact_events > 0 {
+        w.push(format!(
+            "{} event{} reached the trace after events of later times had been replayed (a process broke \
+             its time order): they were replayed late, so peaks around them may be off.",
+            count(a.merge_inexact_events),
+            if a.merge_inexact_events == 1 { "" } else { "s" }
+        ));
+    }
     if a.unmatched_frees > 0 {
         w.push(format!(
             "{} free{} named no live allocation (its allocation was not recorded) and {} ignored.",
