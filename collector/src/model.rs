@@ -39,6 +39,7 @@ use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use vramtrace_format::codec::{self, kind};
+pub use vramtrace_format::ExitStatus;
 use vramtrace_format::{Api, Event, OpenError, TraceHeader, TraceReader};
 
 use crate::callsites::{CallSites, SiteBytes};
@@ -189,6 +190,9 @@ pub struct ProcessStats {
     /// When its connection ended; `None` while running.
     pub end_ns: Option<u64>,
     pub ended: Ended,
+    /// How it really ended (its exit code or signal), when `vramtrace run` reaped it: the command, and every
+    /// descendant orphaned to it. `None`: its own parent reaped it, or it was still running.
+    pub exit: Option<ExitStatus>,
     /// The most bytes it held at once, all devices together.
     pub peak_bytes: u64,
     pub peak_time_ns: Option<u64>,

@@ -344,7 +344,18 @@ pub fn short_command(argv: &[String]) -> String {
     )
 }
 
-/// How a process ended, in a few words.
+/// How a process ended, in a few words: its exit code or signal when vramtrace reaped it, else what its
+/// connection showed.
+pub fn ending_label(p: &ProcessStats) -> String {
+    use vramtrace_format::ExitStatus;
+    match p.exit {
+        Some(ExitStatus::Code(c)) => format!("exit {c}"),
+        Some(ExitStatus::Signal { signal, .. }) => vramtrace_format::signal_name(signal),
+        None => ended_label(p.ended).to_string(),
+    }
+}
+
+/// How a process's connection ended, in a few words.
 pub fn ended_label(e: Ended) -> &'static str {
     match e {
         Ended::Goodbye => "exited",
@@ -502,7 +513,7 @@ fn processes(o: &mut String, a: &Analysis) {
             &bytes(p.live_bytes_at_end),
             &count(p.allocations),
             &failed,
-            ended_label(p.ended),
+            &ending_label(p),
         );
         writeln!(o, "{}", line.trim_end()).ok();
     }
@@ -516,10 +527,14 @@ fn processes(o: &mut String, a: &Analysis) {
         )
         .ok();
     }
-    if a.processes.iter().any(|p| p.ended == Ended::Vanished) {
+    if a.processes
+        .iter()
+        .any(|p| p.ended == Ended::Vanished && p.exit.is_none())
+    {
         writeln!(
             o,
-            "  vanished: the connection closed without a goodbye (killed, crashed, or _exit)"
+            "  vanished: the connection closed without a goodbye, and its parent, not vramtrace, reaped it \
+             (killed, crashed, or _exit)"
         )
         .ok();
     }

@@ -80,6 +80,7 @@ impl Proc {
                 start_ns: rel,
                 end_ns: None,
                 ended: Ended::Running,
+                exit: None,
                 peak_bytes: 0,
                 peak_time_ns: None,
                 per_device: Vec::new(),
@@ -160,6 +161,8 @@ pub(super) struct Replay {
     pub(super) wm_dirty: bool,
     /// Every timed entry waits here until no open process can send anything older.
     pub(super) merge: Merge,
+    /// Exit statuses the wrapper reaped, attached to their processes at the end.
+    pub(super) exits: Vec<vramtrace_format::Exit>,
     /// The merge's hand-out buffer, kept between calls.
     pub(super) seg: Vec<Event>,
     /// Dropped-event counts waiting for the merge: id -> (slot, count).
@@ -199,6 +202,7 @@ impl Replay {
             },
             pending_drops: HashMap::new(),
             seg: Vec::with_capacity(4096),
+            exits: Vec::new(),
             procs: Vec::new(),
             by_pid: HashMap::new(),
             devs: Vec::new(),
@@ -423,6 +427,9 @@ impl Replay {
                 let t = self.rel(ts_ns);
                 self.cs.on_note(pid, t, text);
             }
+            // Attached at the end: the process's own frames may still follow (the collector reaps a process
+            // as soon as it dies, perhaps before its connection's last frames are written).
+            Record::Exit(x) => self.exits.push(x),
             // The bridge's records ride the merge like out-of-memory records: applied at their time.
             Record::FrameworkSample(ref f) => {
                 let (pid, ts) = (f.pid, f.ts_ns);
@@ -773,6 +780,15 @@ impl Replay {
             self.collect_live(s, at, false);
         }
         trim_leaks(&mut self.leaks);
+        // Each reaped status to the latest image of its pid that started before it.
+        for x in std::mem::take(&mut self.exits) {
+            let slot = (0..self.procs.len())
+                .rev()
+                .find(|&s| self.procs[s].s.pid == x.pid && self.procs[s].start_abs <= x.ts_ns);
+            if let Some(s) = slot {
+                self.procs[s].s.exit = Some(x.status);
+            }
+        }
         let call_sites = self.call_sites(sym);
         let fw = std::mem::take(&mut self.fw);
         let (mut fw_procs, fw_devs, bridge) = fw.finish(end);
