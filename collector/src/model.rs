@@ -553,6 +553,13 @@ fn replay_frames(
 ) -> Result<Analysis, OpenError> {
     let (mut reader, header) = TraceReader::open(r)?;
     let mut st = Replay::new(header.start_mono_ns, bound.max(8), reference);
+    if header
+        .extra
+        .iter()
+        .any(|(k, v)| k == "newcomer_ticks" && v == "1")
+    {
+        st.newcomers = Some(header.start_mono_ns);
+    }
     let mut batch: Vec<Event> = Vec::with_capacity(1024);
     let mut unknown_frames = 0u64;
     while let Some((k, payload)) = reader.next_frame() {

@@ -132,6 +132,8 @@ impl Prepared {
         if let Some(min) = &args.stack_min_bytes {
             parse_size(min).map_err(|e| anyhow::anyhow!("--stack-min-bytes {min}: {e}"))?;
         }
+        // The acceptor's ticks of pid 0 bound what processes still to come can hold (docs/TRACE-FORMAT.md).
+        extra.push(("newcomer_ticks".to_string(), "1".to_string()));
         let out = args
             .out
             .clone()
@@ -733,49 +735,96 @@ fn spawn_acceptor(
     let uid = unsafe { libc::geteuid() };
     thread::Builder::new()
         .name("vramtrace-accept".into())
-        .spawn(move || loop {
-            let stopping = conns.stop.load(Ordering::Acquire);
-            if !stopping {
-                if let Some(d) = delay {
-                    thread::sleep(d);
-                }
-            }
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nonblocking(false);
-                    if !peer_of_job(&stream, me, uid, &conns) {
-                        continue;
-                    }
-                    conns.open.fetch_add(1, Ordering::AcqRel);
-                    let (trace, conns2) = (trace.clone(), conns.clone());
-                    let spawned =
-                        thread::Builder::new()
-                            .name("vramtrace-conn".into())
-                            .spawn(move || {
-                                receive(stream, &trace);
-                                conns2.open.fetch_sub(1, Ordering::AcqRel);
-                            });
-                    if spawned.is_err() {
-                        // The stream went down with the closure: that process stops recording.
-                        conns.open.fetch_sub(1, Ordering::AcqRel);
+        .spawn(move || {
+            let mut last_tick = 0u64;
+            loop {
+                let stopping = conns.stop.load(Ordering::Acquire);
+                if !stopping {
+                    if let Some(d) = delay {
+                        thread::sleep(d);
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if stopping {
-                        return; // the backlog is empty and the job is over
+                // A round: the time, then everything waiting in the backlog, each with its hello in the trace.
+                let round = mono_ns();
+                let mut all_announced = true;
+                loop {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            if !peer_of_job(&stream, me, uid, &conns) {
+                                continue;
+                            }
+                            all_announced &= take(stream, &trace, &conns);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(_) => {
+                            all_announced = false;
+                            thread::sleep(Duration::from_millis(1));
+                            break;
+                        }
                     }
-                    let mut pfd = libc::pollfd {
-                        fd: listener.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    };
-                    unsafe { libc::poll(&mut pfd, 1, 50) };
                 }
-                Err(_) => thread::sleep(Duration::from_millis(1)),
+                if stopping {
+                    return; // the backlog is empty and the job is over
+                }
+                // Every process that connects from now on connected after `round`, and the shim stamps nothing
+                // before it has connected: no process still to come has anything older. The model holds its
+                // merge to this.
+                if all_announced && round >= last_tick + NEWCOMER_TICK_NS {
+                    last_tick = round;
+                    let mut buf = Vec::new();
+                    codec::put_record(
+                        &mut buf,
+                        &Record::Tick {
+                            pid: 0,
+                            ts_ns: round,
+                        },
+                    );
+                    if let Ok(mut w) = trace.lock() {
+                        w.write(0, &buf);
+                    }
+                }
+                let mut pfd = libc::pollfd {
+                    fd: listener.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                unsafe { libc::poll(&mut pfd, 1, 20) };
             }
         })
         .ok()
 }
+
+/// How often, at most, the acceptor promises that no new process has anything older (`Tick` of pid 0).
+const NEWCOMER_TICK_NS: u64 = 10_000_000;
+
+/// Takes an accepted connection of the job: its hello into the trace first (waiting briefly for it), then a
+/// receiver thread for the rest. Whether its hello is in the trace.
+fn take(stream: UnixStream, trace: &Arc<Mutex<TraceWriter>>, conns: &Arc<Connections>) -> bool {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(20)));
+    let mut conn = Conn::new(stream);
+    let deadline = Instant::now() + HELLO_WAIT;
+    while conn.pid.is_none() && Instant::now() < deadline && conn.pump(trace) {}
+    let announced = conn.pid.is_some();
+    let _ = conn.stream.set_read_timeout(None);
+    conns.open.fetch_add(1, Ordering::AcqRel);
+    let (trace, conns2) = (trace.clone(), conns.clone());
+    let spawned = thread::Builder::new()
+        .name("vramtrace-conn".into())
+        .spawn(move || {
+            while conn.pump(&trace) {}
+            conn.finish(&trace);
+            conns2.open.fetch_sub(1, Ordering::AcqRel);
+        });
+    if spawned.is_err() {
+        // The stream went down with the closure: that process stops recording.
+        conns.open.fetch_sub(1, Ordering::AcqRel);
+    }
+    announced
+}
+
+/// How long the acceptor waits for a new connection's hello (the shim sends it right after connecting).
+const HELLO_WAIT: Duration = Duration::from_millis(100);
 
 /// Whether the peer is a process of the job: ours (same user; the directory's name is known only to the job
 /// through its environment), or another user's that descends from vramtrace (a job process that dropped its
@@ -832,47 +881,76 @@ fn descends_from(mut pid: u32, ancestor: u32) -> bool {
     false
 }
 
-/// One process's connection: append whole frames to the trace as they come; when it closes, say how.
-fn receive(mut stream: UnixStream, trace: &Mutex<TraceWriter>) {
-    let mut split = FrameSplitter::new();
-    let mut pid: Option<u32> = None;
-    let mut goodbye = false;
-    let mut acks;
-    const READ: usize = 256 << 10;
-    loop {
-        let buf = split.spare(READ);
-        let n = match stream.read(buf) {
+/// One process's connection: whole frames go to the trace as they come; when it closes, say how.
+struct Conn {
+    stream: UnixStream,
+    split: FrameSplitter,
+    pid: Option<u32>,
+    goodbye: bool,
+    open: bool,
+}
+
+const READ: usize = 256 << 10;
+
+impl Conn {
+    fn new(stream: UnixStream) -> Conn {
+        Conn {
+            stream,
+            split: FrameSplitter::new(),
+            pid: None,
+            goodbye: false,
+            open: true,
+        }
+    }
+
+    /// Reads once and appends what is whole. False once the connection is done.
+    fn pump(&mut self, trace: &Mutex<TraceWriter>) -> bool {
+        if !self.open {
+            return false;
+        }
+        let buf = self.split.spare(READ);
+        let n = match self.stream.read(buf) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                split.filled(READ, 0);
-                continue;
+                self.split.filled(READ, 0);
+                return true;
+            }
+            // A timeout (while the acceptor waits for a hello) leaves the connection open.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.split.filled(READ, 0);
+                return true;
             }
             Err(_) => {
-                split.filled(READ, 0);
-                break;
+                self.split.filled(READ, 0);
+                self.open = false;
+                return false;
             }
         };
-        split.filled(READ, n);
+        self.split.filled(READ, n);
         if n == 0 {
-            break;
+            self.open = false;
+            return false;
         }
-        let whole = match split.whole() {
+        let whole = match self.split.whole() {
             Ok(w) => w,
             // Not our protocol: stop listening to this peer; what it sent before stays in the trace.
-            Err(_) => break,
+            Err(_) => {
+                self.open = false;
+                return false;
+            }
         };
         if whole.is_empty() {
-            continue;
+            return true;
         }
-        acks = 0usize;
+        let mut acks = 0usize;
         for (k, payload) in codec::frames(whole) {
             match k {
-                kind::HELLO if pid.is_none() => {
+                kind::HELLO if self.pid.is_none() => {
                     if let Ok(Some(Record::Hello(h))) = codec::decode_record(k, payload) {
-                        pid = Some(h.pid);
+                        self.pid = Some(h.pid);
                     }
                 }
-                kind::GOODBYE => goodbye = true,
+                kind::GOODBYE => self.goodbye = true,
                 kind::OOM => acks += 1,
                 kind::BRIDGE => {
                     if let Ok(Some(Record::Bridge(b))) = codec::decode_record(k, payload) {
@@ -884,36 +962,41 @@ fn receive(mut stream: UnixStream, trace: &Mutex<TraceWriter>) {
         }
         let written = trace
             .lock()
-            .is_ok_and(|mut w| w.write(pid.unwrap_or(0), whole));
+            .is_ok_and(|mut w| w.write(self.pid.unwrap_or(0), whole));
         let len = whole.len();
-        split.consume(len);
+        self.split.consume(len);
         // The shim holds the failing allocation (or the bridge its record) until the evidence is in the file:
         // now it is. One byte per record waiting. Nothing is acknowledged that the file does not hold.
         if acks > 0 && written {
-            let _ = stream.write_all(&vec![OOM_ACK; acks]);
+            let _ = self.stream.write_all(&vec![OOM_ACK; acks]);
         }
+        true
     }
-    let Some(pid) = pid else { return };
-    let end = if split.pending() > 0 {
-        EndKind::CutMidFrame {
-            partial_bytes: split.pending() as u32,
+
+    /// The connection closed: record how.
+    fn finish(self, trace: &Mutex<TraceWriter>) {
+        let Some(pid) = self.pid else { return };
+        let end = if self.split.pending() > 0 {
+            EndKind::CutMidFrame {
+                partial_bytes: self.split.pending() as u32,
+            }
+        } else if self.goodbye {
+            EndKind::Goodbye
+        } else {
+            EndKind::Vanished
+        };
+        let mut buf = Vec::new();
+        codec::put_record(
+            &mut buf,
+            &Record::ProcessEnd {
+                pid,
+                ts_ns: mono_ns(),
+                kind: end,
+            },
+        );
+        if let Ok(mut w) = trace.lock() {
+            w.write(pid, &buf);
         }
-    } else if goodbye {
-        EndKind::Goodbye
-    } else {
-        EndKind::Vanished
-    };
-    let mut buf = Vec::new();
-    codec::put_record(
-        &mut buf,
-        &Record::ProcessEnd {
-            pid,
-            ts_ns: mono_ns(),
-            kind: end,
-        },
-    );
-    if let Ok(mut w) = trace.lock() {
-        w.write(pid, &buf);
     }
 }
 

@@ -456,3 +456,34 @@ fn a_batch_older_than_what_was_replayed_is_counted_not_hidden() {
     let b = analyze_bounded(&trace(&fixed)[..], usize::MAX, None).unwrap();
     assert_eq!(b.merge_inexact_events, 0);
 }
+
+#[test]
+fn processes_still_to_come_hold_the_merge_to_the_collectors_promise() {
+    // Process 2 runs ahead to 40 ms; process 3 connects late, but its first events are at 10 ms. With the
+    // collector's ticks of pid 0 (up to 5 ms before process 3's hello), nothing of 3 is late; without them
+    // (an older trace) the merge had already passed 10 ms.
+    let recs = |with_ticks: bool| {
+        let mut h = header();
+        if with_ticks {
+            h.extra.push(("newcomer_ticks".into(), "1".into()));
+        }
+        let mut t = vramtrace_format::codec::encode_header(&h);
+        let mut put = |r: &Record| vramtrace_format::codec::put_record(&mut t, r);
+        put(&hello(2, 0));
+        put(&tick(0, 5));
+        put(&events(2, vec![alloc(20, 0, 0xa, MIB)]));
+        put(&events(2, vec![alloc(30, 0, 0xb, MIB)]));
+        put(&events(2, vec![alloc(40, 0, 0xc, MIB)]));
+        put(&hello(3, 9));
+        put(&events(3, vec![alloc(10, 0, 0xd, MIB), free(11, 0xd)]));
+        put(&tick(0, 50));
+        put(&end(2, 60, EndKind::Goodbye));
+        put(&end(3, 60, EndKind::Goodbye));
+        t
+    };
+    let a = analyze_bounded(&recs(true)[..], usize::MAX, None).unwrap();
+    assert_eq!(a.merge_inexact_events, 0);
+    assert_eq!(a.processes.len(), 2, "a tick of pid 0 is no process");
+    let old = analyze_bounded(&recs(false)[..], usize::MAX, None).unwrap();
+    assert_eq!(old.merge_inexact_events, 2);
+}

@@ -161,6 +161,9 @@ pub(super) struct Replay {
     pub(super) wm_dirty: bool,
     /// Every timed entry waits here until no open process can send anything older.
     pub(super) merge: Merge,
+    /// With a collector that promises for processes still to come (`newcomer_ticks` in the header): how far it
+    /// has promised. The merge goes no further.
+    pub(super) newcomers: Option<u64>,
     /// Exit statuses the wrapper reaped, attached to their processes at the end.
     pub(super) exits: Vec<vramtrace_format::Exit>,
     /// The merge's hand-out buffer, kept between calls.
@@ -203,6 +206,7 @@ impl Replay {
             pending_drops: HashMap::new(),
             seg: Vec::with_capacity(4096),
             exits: Vec::new(),
+            newcomers: None,
             procs: Vec::new(),
             by_pid: HashMap::new(),
             devs: Vec::new(),
@@ -316,7 +320,7 @@ impl Replay {
                 .unwrap_or(u64::MAX);
             self.wm_dirty = false;
         }
-        self.min_wm
+        self.min_wm.min(self.newcomers.unwrap_or(u64::MAX))
     }
 
     // ---- records ----
@@ -367,6 +371,13 @@ impl Replay {
                 let id = self.next_id();
                 self.pending_drops.insert(id, (s, count));
                 self.merge.push_record(WHAT_DROP, pid, 0, ts_ns, id);
+                self.pump();
+            }
+            // The collector's promise for processes still to come: none has anything older.
+            Record::Tick { pid: 0, ts_ns } => {
+                if let Some(n) = &mut self.newcomers {
+                    *n = (*n).max(ts_ns);
+                }
                 self.pump();
             }
             Record::Tick { pid, ts_ns } => {

@@ -227,3 +227,45 @@ fn a_trace_that_cannot_be_written_says_what_was_lost() {
     let a = model::analyze(&path).unwrap();
     assert!(!a.partial, "{:?}", a.stopped);
 }
+
+#[test]
+fn sixteen_processes_of_eight_racing_threads_give_the_time_ordered_peak() {
+    // 16 processes x 8 threads allocate 4 MiB buffers and hold each 5 ms, all at once on one device. The
+    // report's peak is exactly that of replaying every event in time order (the reference replay), nothing
+    // is out of order, and it is within 3% of the simulated driver's own device-wide maximum (which it cannot
+    // pass: allocations are stamped when the driver returns, frees when they are called).
+    let fc = FakeCuda::new().with_state().env(ENV_DEVICE_BYTES, "64GiB");
+    let (run, path) = fc.traced(
+        "race",
+        &["--stacks", "none"],
+        program("hammer"),
+        &[
+            "--procs",
+            "16",
+            "--threads",
+            "8",
+            "--iters",
+            "30",
+            "--size",
+            "4194304",
+            "--hold-us",
+            "5000",
+        ],
+    );
+    run.assert_success("hammer");
+    let a = model::analyze(&path).unwrap();
+    let reference = model::analyze_reference(std::fs::File::open(&path).unwrap()).unwrap();
+    assert_eq!(a.dropped_events, 0, "{}", run.stderr);
+    assert_eq!(a.events, 16 * 8 * 30 * 2);
+    assert_eq!(a.merge_inexact_events, 0);
+    let (peak, want) = (a.devices[0].peak_bytes, reference.devices[0].peak_bytes);
+    assert_eq!(peak, want);
+    assert_eq!(a.devices[0].peak_time_ns, reference.devices[0].peak_time_ns);
+    assert_eq!(a.devices[0].timeline, reference.devices[0].timeline);
+    let driver = fc.state()[0].peak;
+    assert!(peak <= driver, "trace {peak} > driver {driver}");
+    assert!(
+        peak * 100 >= driver * 97,
+        "trace peak {peak} more than 3% below the driver's {driver}"
+    );
+}
