@@ -10,6 +10,10 @@
 //! its loaded objects) and every allocation one of them, so the replay also keeps each site's figures (live,
 //! allocated, live at each peak) and the report picks and labels the top ones.
 //!
+//! The "late" scenarios send every other batch of a process after the next one (threads racing to the shim's
+//! queue), and "silent" adds a process that never sends after its hello: the merge then holds everything back
+//! and spills sorted runs to a temporary file past its bound (`MERGE_BOUND`).
+//!
 //! Targets: >= 5 M events/s on one core, <= 24 bytes per event, 10 M events in <= 2 s and <= 500 MB.
 //! `VRAMTRACE_BENCH_EVENTS` changes the number of events (default 10 M).
 
@@ -27,21 +31,9 @@ const STACKS: u64 = 200;
 
 const START: u64 = 5_000_000_000;
 
-/// xorshift64*: deterministic, fast, good enough for traffic.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        ((self.next() >> 32) * n) >> 32
-    }
-}
+#[path = "../tests/common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 struct Proc {
     pid: u32,
@@ -221,7 +213,7 @@ fn call_sites(out: &mut Vec<u8>, pid: u32) {
     }
 }
 
-fn generate(n_events: u64, procs: u32, silent: bool, stacks: bool) -> Vec<u8> {
+fn generate(n_events: u64, procs: u32, silent: bool, stacks: bool, late: bool) -> Vec<u8> {
     let header = TraceHeader {
         start_unix_ns: 1_700_000_000_000_000_000,
         start_mono_ns: START,
@@ -264,13 +256,17 @@ fn generate(n_events: u64, procs: u32, silent: bool, stacks: bool) -> Vec<u8> {
     }
     let mut rng = Rng(42);
     let mut batch = Vec::with_capacity(1100);
+    // `late`: every other batch of a process waits and arrives after the next one (threads racing to the
+    // shim's queue): half the batches are older than what their process sent before.
+    let mut held: Vec<Option<Vec<Event>>> = vec![None; ps.len()];
     let mut written = 0u64;
     let mut batches = 0u64;
     while written < n_events {
         // The process furthest behind sends next, as the collector would receive them.
-        let p = ps
+        let (pi, p) = ps
             .iter_mut()
-            .min_by_key(|p| p.now)
+            .enumerate()
+            .min_by_key(|(_, p)| p.now)
             .expect("at least one process");
         batch.clear();
         let want = 1 + rng.below(1024) as usize;
@@ -278,7 +274,17 @@ fn generate(n_events: u64, procs: u32, silent: bool, stacks: bool) -> Vec<u8> {
             p.step(&mut batch);
         }
         batch.truncate(1024);
-        put_events(&mut out, p.pid, &batch);
+        if late {
+            match held[pi].take() {
+                None => held[pi] = Some(batch.clone()),
+                Some(old) => {
+                    put_events(&mut out, p.pid, &batch);
+                    put_events(&mut out, p.pid, &old);
+                }
+            }
+        } else {
+            put_events(&mut out, p.pid, &batch);
+        }
         written += batch.len() as u64;
         batches += 1;
         if batches & 15 == 0 {
@@ -301,7 +307,10 @@ fn generate(n_events: u64, procs: u32, silent: bool, stacks: bool) -> Vec<u8> {
             );
         }
     }
-    for p in &ps {
+    for (pi, p) in ps.iter().enumerate() {
+        if let Some(old) = held[pi].take() {
+            put_events(&mut out, p.pid, &old);
+        }
         put_record(
             &mut out,
             &Record::Goodbye {
@@ -350,9 +359,9 @@ struct Row {
     base_kb: Option<u64>,
 }
 
-fn scenario(name: &str, n: u64, procs: u32, silent: bool, stacks: bool) -> Row {
+fn scenario(name: &str, n: u64, procs: u32, silent: bool, stacks: bool, late: bool) -> Row {
     let t = Instant::now();
-    let trace = generate(n, procs, silent, stacks);
+    let trace = generate(n, procs, silent, stacks, late);
     let gen_s = t.elapsed().as_secs_f64();
     let bytes = trace.len();
 
@@ -418,10 +427,12 @@ fn main() {
     }
     eprintln!("vramtrace ingest benchmark: generating {n} events per scenario...");
     let rows = vec![
-        scenario("8 ranks", n, 8, false, false),
-        scenario("8 ranks + 1 silent", n, 8, true, false),
-        scenario("8 ranks, 200 stacks", n, 8, false, true),
-        scenario("+ 1 silent, stacks", n, 8, true, true),
+        scenario("8 ranks", n, 8, false, false, false),
+        scenario("8 ranks + 1 silent", n, 8, true, false, false),
+        scenario("8 ranks, 200 stacks", n, 8, false, true, false),
+        scenario("+ 1 silent, stacks", n, 8, true, true, false),
+        scenario("8 ranks, late batches", n, 8, false, false, true),
+        scenario("+ 1 silent, late", n, 8, true, false, true),
     ];
     println!();
     println!(

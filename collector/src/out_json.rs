@@ -87,6 +87,7 @@ pub fn to_value(a: &Analysis) -> J {
         ("unknown_frames", a.unknown_frames.into()),
         ("events", a.events.into()),
         ("dropped_events", a.dropped_events.into()),
+        ("merge_inexact_events", a.merge_inexact_events.into()),
         ("unmatched_frees", a.unmatched_frees.into()),
         ("lost_frees", a.lost_frees.into()),
         ("first_event_ns", a.first_ns.into()),
@@ -293,6 +294,7 @@ fn process(p: &ProcessStats) -> J {
         ("start_ns", p.start_ns.into()),
         ("end_ns", p.end_ns.into()),
         ("ended", p.ended.key().into()),
+        ("exit", exit_json(p.exit)),
         ("cut_bytes", cut),
         ("peak_bytes", p.peak_bytes.into()),
         ("peak_time_ns", p.peak_time_ns.into()),
@@ -442,6 +444,20 @@ pub fn write_str(out: &mut String, s: &str) {
         }
     }
     out.push('"');
+}
+
+/// How a process ended, from its wait status: `{"code": 7}`, `{"signal": 9, "name": "SIGKILL", "core_dumped":
+/// false}`, or null when vramtrace did not reap it.
+pub fn exit_json(e: Option<crate::model::ExitStatus>) -> J {
+    match e {
+        None => J::Null,
+        Some(crate::model::ExitStatus::Code(c)) => J::O(vec![("code", J::U(c as u64))]),
+        Some(crate::model::ExitStatus::Signal { signal, core }) => J::O(vec![
+            ("signal", J::U(signal as u64)),
+            ("name", vramtrace_format::signal_name(signal).into()),
+            ("core_dumped", core.into()),
+        ]),
+    }
 }
 
 #[cfg(test)]

@@ -77,6 +77,7 @@ pub fn to_value(a: &Analysis) -> J {
                             ("rank", p.rank.into()),
                             ("cmdline", strings(&p.cmdline)),
                             ("ended", p.ended.key().into()),
+                            ("exit", crate::out_json::exit_json(p.exit)),
                             ("end_ns", p.end_ns.into()),
                             ("cut_bytes", cut),
                             ("peak_bytes", p.peak_bytes.into()),

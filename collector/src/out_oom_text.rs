@@ -596,18 +596,44 @@ fn no_oom(o: &mut String, a: &Analysis) {
             "    ",
         );
     }
-    let vanished = a
+    // How those without a goodbye really ended, where vramtrace reaped them.
+    for (p, x) in a
         .processes
         .iter()
         .filter(|p| matches!(p.ended, Ended::Vanished | Ended::CutMidFrame { .. }))
+        .filter_map(|p| p.exit.map(|x| (p, x)))
+    {
+        wrap(
+            o,
+            &format!(
+                "  pid {} ({}) {} without a goodbye{}.",
+                p.pid,
+                crate::out_text::short_command(&p.cmdline),
+                x.describe(),
+                match x {
+                    vramtrace_format::ExitStatus::Code(_) => " (it called _exit, or exec failed)",
+                    vramtrace_format::ExitStatus::Signal { .. } => "",
+                }
+            ),
+            "    ",
+        );
+    }
+    let vanished = a
+        .processes
+        .iter()
+        .filter(|p| {
+            matches!(p.ended, Ended::Vanished | Ended::CutMidFrame { .. }) && p.exit.is_none()
+        })
         .count();
     if vanished > 0 {
         wrap(
             o,
             &format!(
-                "  {vanished} process{} ended without a goodbye: killed (a signal, the host's OOM killer, a \
-                 scheduler's time limit) or crashed. `dmesg` and the scheduler's log say which.",
-                if vanished == 1 { "" } else { "es" }
+                "  {vanished} process{} ended without a goodbye, reaped by {} own parent so vramtrace did not \
+                 see how: killed (a signal, the host's OOM killer, a scheduler's time limit), crashed, or \
+                 _exit. `dmesg` and the scheduler's log say which.",
+                if vanished == 1 { "" } else { "es" },
+                if vanished == 1 { "its" } else { "their" }
             ),
             "    ",
         );

@@ -346,7 +346,18 @@ pub fn short_command(argv: &[String]) -> String {
     )
 }
 
-/// How a process ended, in a few words.
+/// How a process ended, in a few words: its exit code or signal when vramtrace reaped it, else what its
+/// connection showed.
+pub fn ending_label(p: &ProcessStats) -> String {
+    use vramtrace_format::ExitStatus;
+    match p.exit {
+        Some(ExitStatus::Code(c)) => format!("exit {c}"),
+        Some(ExitStatus::Signal { signal, .. }) => vramtrace_format::signal_name(signal),
+        None => ended_label(p.ended).to_string(),
+    }
+}
+
+/// How a process's connection ended, in a few words.
 pub fn ended_label(e: Ended) -> &'static str {
     match e {
         Ended::Goodbye => "exited",
@@ -505,7 +516,7 @@ fn processes(o: &mut String, a: &Analysis) {
             &bytes(p.live_bytes_at_end),
             &count(p.allocations),
             &failed,
-            ended_label(p.ended),
+            &ending_label(p),
         );
         writeln!(o, "{}", line.trim_end()).ok();
     }
@@ -519,10 +530,14 @@ fn processes(o: &mut String, a: &Analysis) {
         )
         .ok();
     }
-    if a.processes.iter().any(|p| p.ended == Ended::Vanished) {
+    if a.processes
+        .iter()
+        .any(|p| p.ended == Ended::Vanished && p.exit.is_none())
+    {
         writeln!(
             o,
-            "  vanished: the connection closed without a goodbye (killed, crashed, or _exit)"
+            "  vanished: the connection closed without a goodbye, and its parent, not vramtrace, reaped it \
+             (killed, crashed, or _exit)"
         )
         .ok();
     }
@@ -645,6 +660,14 @@ fn warnings(o: &mut String, a: &Analysis) {
             "{} events were dropped by the shim (its queue was full): the numbers above can be low, \
              and frees of unrecorded allocations show up as unmatched.",
             count(a.dropped_events)
+        ));
+    }
+    if a.merge_inexact_events > 0 {
+        w.push(format!(
+            "{} event{} reached the trace after events of later times had been replayed (a process broke \
+             its time order): they were replayed late, so peaks around them may be off.",
+            count(a.merge_inexact_events),
+            if a.merge_inexact_events == 1 { "" } else { "s" }
         ));
     }
     if a.unmatched_frees > 0 {

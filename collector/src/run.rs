@@ -5,12 +5,13 @@
 use std::ffi::{CString, OsString};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -105,7 +106,7 @@ pub fn main(args: RunArgs) -> Code {
 struct Prepared {
     shim: PathBuf,
     out: PathBuf,
-    trace: Arc<Mutex<File>>,
+    trace: Arc<Mutex<TraceWriter>>,
     /// Held for its Drop: the directory goes when the run ends.
     _dir: RuntimeDir,
     listener: UnixListener,
@@ -133,6 +134,8 @@ impl Prepared {
         if let Some(min) = &args.stack_min_bytes {
             parse_size(min).map_err(|e| anyhow::anyhow!("--stack-min-bytes {min}: {e}"))?;
         }
+        // The acceptor's ticks of pid 0 bound what processes still to come can hold (docs/TRACE-FORMAT.md).
+        extra.push(("newcomer_ticks".to_string(), "1".to_string()));
         let out = args
             .out
             .clone()
@@ -169,12 +172,18 @@ impl Prepared {
             vramtrace_version: env!("CARGO_PKG_VERSION").to_string(),
             extra,
         };
-        file.write_all(&codec::encode_header(&header))
+        let head = codec::encode_header(&header);
+        file.write_all(&head)
             .with_context(|| format!("cannot write {}", out.display()))?;
         let dir = RuntimeDir::create()?;
-        let socket = dir.path.join("sock");
+        // The directory lets others through (0711) but not list it, and the socket's name is random: a process of
+        // the job that dropped its privileges can still connect, knowing the path from its environment, while
+        // the peer check (`spawn_acceptor`) turns away anything that does not descend from the job.
+        let socket = dir.path.join(format!("sock-{:016x}", random_u64()));
         let listener = UnixListener::bind(&socket)
             .with_context(|| format!("cannot listen on {}", socket.display()))?;
+        set_mode(&dir.path, 0o711)?;
+        set_mode(&socket, 0o666)?;
         let ledger = dir.path.join("ledger");
         if cap.is_some() {
             File::create(&ledger).with_context(|| format!("cannot create {}", ledger.display()))?;
@@ -189,7 +198,7 @@ impl Prepared {
         Ok(Prepared {
             shim,
             out,
-            trace: Arc::new(Mutex::new(file)),
+            trace: Arc::new(Mutex::new(TraceWriter::new(file, head.len() as u64))),
             _dir: dir,
             listener,
             socket,
@@ -201,8 +210,11 @@ impl Prepared {
     }
 
     fn execute(self, args: &RunArgs, signals: Signals) -> Code {
+        // Every process of the job that loses its parent becomes ours: we learn how it ended (its wait status),
+        // and when none is left, that the job is over.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         let conns = Arc::new(Connections::default());
-        spawn_acceptor(
+        let acceptor = spawn_acceptor(
             self.listener.try_clone().ok(),
             self.trace.clone(),
             conns.clone(),
@@ -284,22 +296,32 @@ impl Prepared {
                 };
             }
         };
-        let status = supervise(child, &signals);
+        let status = supervise(child.id(), &signals, &self.trace, &conns);
+        // std's handle must not wait for a pid we reaped ourselves.
+        std::mem::forget(child);
 
-        // The command is gone; its other processes may still be flushing. Wait for their connections, briefly.
+        // The command is gone. Its other processes are ours now: wait, briefly, until none is left, then take
+        // every connection still waiting to be accepted (a process that connected and died before the acceptor
+        // got to it is not lost), then let the receivers read to the end.
         let deadline = Instant::now() + LINGER;
+        let running = reap_until(&signals, &self.trace, &conns, deadline);
+        conns.stop.store(true, Ordering::Release);
+        if let Some(a) = acceptor {
+            let _ = a.join();
+        }
         while conns.open.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(10));
+            thread::sleep(Duration::from_millis(5));
         }
         let lingering = conns.open.load(Ordering::Acquire);
         let code = exit_code(status);
-        if let Ok(f) = self.trace.lock() {
-            let _ = f.sync_data();
+        if let Ok(w) = self.trace.lock() {
+            let _ = w.file.sync_data();
         }
         let mut msg = String::new();
         match crate::model::analyze(&self.out) {
             Ok(a) => {
                 msg.push_str(&crate::report::summary(&a));
+                msg.push_str(&endings(&a));
                 let exceeded: u64 = a.processes.iter().map(|p| p.cap_exceeded).sum();
                 if exceeded > 0 {
                     msg.push_str(&format!(
@@ -310,10 +332,32 @@ impl Prepared {
             }
             Err(e) => msg.push_str(&format!("cannot summarise the trace: {e}\n")),
         }
-        if lingering > 0 {
+        let loss = self
+            .trace
+            .lock()
+            .map(|w| w.loss_report())
+            .unwrap_or_default();
+        let refused_any = conns.refused.lock().is_ok_and(|r| !r.is_empty());
+        if !loss.is_empty() || refused_any {
+            // What the trace lacks may well have allocated: never claim the job did not.
+            msg = msg.replace(
+                "no GPU memory was allocated\n",
+                "no GPU memory allocation reached the trace (below: what did not)\n",
+            );
+        }
+        msg.push_str(&loss);
+        if let Ok(refused) = conns.refused.lock() {
+            for (pid, uid) in refused.iter().take(8) {
+                msg.push_str(&format!(
+                    "refused a connection from pid {pid} (uid {uid}): not a process of this job\n"
+                ));
+            }
+        }
+        if lingering > 0 || running > 0 {
             msg.push_str(&format!(
-                "{lingering} process(es) of the job were still connected {}s after the command ended; \
-                 the trace holds what they sent until then\n",
+                "{} process(es) of the job were still running {}s after the command ended; the trace holds \
+                 what they recorded until then\n",
+                lingering.max(running),
                 LINGER.as_secs()
             ));
         }
@@ -450,15 +494,9 @@ fn indent_summary(s: &str) -> String {
     s.lines().map(|l| format!("vramtrace: {l}\n")).collect()
 }
 
-/// The child's exit code, or 128+N when signal N ended it, as a shell reports it.
-fn exit_code(status: io::Result<ExitStatus>) -> Code {
-    match status {
-        Ok(s) => s
-            .code()
-            .or_else(|| s.signal().map(|n| 128 + n))
-            .unwrap_or(exit::FAILURE),
-        Err(_) => exit::FAILURE,
-    }
+/// The command's exit code, or 128+N when signal N ended it, as a shell reports it.
+fn exit_code(status: Option<vramtrace_format::ExitStatus>) -> Code {
+    status.map_or(exit::FAILURE, |s| s.shell_code())
 }
 
 /// Finds `libvramtrace.so`: `VRAMTRACE_SHIM`, else beside this executable, else `../lib/vramtrace/`.
@@ -591,78 +629,354 @@ impl Drop for RuntimeDir {
 
 // ---- receiving ----------------------------------------------------------------------------------------
 
+/// The trace file, written in whole frames. When a write fails (a full disk), the file is cut back to its last
+/// whole frame and nothing more is written: what arrives after is counted per process, so the summary can say
+/// plainly what was lost.
+struct TraceWriter {
+    file: File,
+    /// Bytes in the file, all whole frames.
+    at: u64,
+    failed: Option<io::Error>,
+    /// After the failure: (frames, events) lost per pid, and the records of processes' ends lost.
+    lost: std::collections::BTreeMap<u32, (u64, u64)>,
+    lost_bytes: u64,
+}
+
+impl TraceWriter {
+    fn new(file: File, at: u64) -> TraceWriter {
+        TraceWriter {
+            file,
+            at,
+            failed: None,
+            lost: Default::default(),
+            lost_bytes: 0,
+        }
+    }
+
+    /// Appends whole frames of process `pid`. Whether they are in the file.
+    fn write(&mut self, pid: u32, frames: &[u8]) -> bool {
+        if self.failed.is_none() {
+            match self.file.write_all(frames) {
+                Ok(()) => {
+                    self.at += frames.len() as u64;
+                    return true;
+                }
+                Err(e) => {
+                    // A frame half written would end the readable trace early: cut it off.
+                    let _ = self.file.set_len(self.at);
+                    self.failed = Some(e);
+                }
+            }
+        }
+        let l = self.lost.entry(pid).or_default();
+        for (k, payload) in codec::frames(frames) {
+            l.0 += 1;
+            if k == kind::EVENTS || k == kind::EVENTS_STACKS {
+                l.1 += events_in(payload);
+            }
+        }
+        self.lost_bytes += frames.len() as u64;
+        false
+    }
+
+    /// What the summary says when the trace could not be written to its end.
+    fn loss_report(&self) -> String {
+        let Some(e) = &self.failed else {
+            return String::new();
+        };
+        let why = if e.raw_os_error() == Some(libc::ENOSPC) {
+            "the disk is full".to_string()
+        } else {
+            e.to_string()
+        };
+        let events: u64 = self.lost.values().map(|l| l.1).sum();
+        let frames: u64 = self.lost.values().map(|l| l.0).sum();
+        let mut m = format!(
+            "THE TRACE IS INCOMPLETE: writing it failed after {} bytes ({why}); lost after that: {} events in {} \
+             records ({} bytes) from {} process(es)",
+            self.at,
+            events,
+            frames,
+            self.lost_bytes,
+            self.lost.len()
+        );
+        let per: Vec<String> = self
+            .lost
+            .iter()
+            .take(8)
+            .map(|(pid, (_, ev))| format!("pid {pid}: {ev} events"))
+            .collect();
+        if !per.is_empty() {
+            m.push_str(&format!(" ({})", per.join(", ")));
+        }
+        m.push_str(". The figures above cover only what was written.\n");
+        m
+    }
+}
+
+/// The event count of an events frame's payload (its second varint), 0 if unreadable.
+fn events_in(payload: &[u8]) -> u64 {
+    let mut it = payload.iter();
+    let mut varint = || {
+        let (mut v, mut shift) = (0u64, 0);
+        for &b in it.by_ref() {
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+            shift += 7;
+            if shift > 63 {
+                return None;
+            }
+        }
+        None
+    };
+    varint().and_then(|_| varint()).unwrap_or(0)
+}
+
 #[derive(Default)]
 struct Connections {
     open: AtomicUsize,
+    /// Set when the job is over: the acceptor takes what waits in the backlog, then stops.
+    stop: AtomicBool,
+    /// Pids of the job that vramtrace reaped: the peer check knows them after /proc forgot them.
+    reaped: Mutex<std::collections::HashSet<u32>>,
+    /// Connections turned away: (pid, uid).
+    refused: Mutex<Vec<(u32, u32)>>,
 }
 
 fn spawn_acceptor(
     listener: Option<UnixListener>,
-    trace: Arc<Mutex<File>>,
+    trace: Arc<Mutex<TraceWriter>>,
     conns: Arc<Connections>,
-) {
-    let Some(listener) = listener else { return };
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            conns.open.fetch_add(1, Ordering::AcqRel);
-            let (trace, conns2) = (trace.clone(), conns.clone());
-            let spawned = thread::Builder::new()
-                .name("vramtrace-conn".into())
-                .spawn(move || {
-                    receive(stream, &trace);
-                    conns2.open.fetch_sub(1, Ordering::AcqRel);
-                });
-            if spawned.is_err() {
-                // The stream went down with the closure: that process stops recording, and nothing waits on it.
-                conns.open.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-    });
-}
-
-/// One process's connection: append whole frames to the trace as they come; when it closes, say how.
-fn receive(mut stream: UnixStream, trace: &Mutex<File>) {
-    let mut split = FrameSplitter::new();
-    let mut pid: Option<u32> = None;
-    let mut goodbye = false;
-    let mut broken = false;
-    let mut acks;
-    const READ: usize = 256 << 10;
-    loop {
-        let buf = split.spare(READ);
-        let n = match stream.read(buf) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                split.filled(READ, 0);
-                continue;
-            }
-            Err(_) => {
-                split.filled(READ, 0);
-                break;
-            }
-        };
-        split.filled(READ, n);
-        if n == 0 {
-            break;
-        }
-        let whole = match split.whole() {
-            Ok(w) => w,
-            // Not our protocol: stop listening to this peer; what it sent before stays in the trace.
-            Err(_) => break,
-        };
-        if whole.is_empty() {
-            continue;
-        }
-        acks = 0usize;
-        for (k, payload) in codec::frames(whole) {
-            match k {
-                kind::HELLO if pid.is_none() => {
-                    if let Ok(Some(Record::Hello(h))) = codec::decode_record(k, payload) {
-                        pid = Some(h.pid);
+) -> Option<thread::JoinHandle<()>> {
+    let listener = listener?;
+    listener.set_nonblocking(true).ok()?;
+    // A test hook: an acceptor this late loses, before the fix, every process that exits at once.
+    let delay = std::env::var("VRAMTRACE_TEST_ACCEPT_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis);
+    let me = std::process::id();
+    let uid = unsafe { libc::geteuid() };
+    thread::Builder::new()
+        .name("vramtrace-accept".into())
+        .spawn(move || {
+            let mut last_tick = 0u64;
+            loop {
+                let stopping = conns.stop.load(Ordering::Acquire);
+                if !stopping {
+                    if let Some(d) = delay {
+                        thread::sleep(d);
                     }
                 }
-                kind::GOODBYE => goodbye = true,
+                // A round: the time, then everything waiting in the backlog, each with its hello in the trace.
+                let round = mono_ns();
+                let mut all_announced = true;
+                loop {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            if !peer_of_job(&stream, me, uid, &conns) {
+                                continue;
+                            }
+                            all_announced &= take(stream, &trace, &conns);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(_) => {
+                            all_announced = false;
+                            thread::sleep(Duration::from_millis(1));
+                            break;
+                        }
+                    }
+                }
+                if stopping {
+                    return; // the backlog is empty and the job is over
+                }
+                // Every process that connects from now on connected after `round`, and the shim stamps nothing
+                // before it has connected: no process still to come has anything older. The model holds its
+                // merge to this.
+                if all_announced && round >= last_tick + NEWCOMER_TICK_NS {
+                    last_tick = round;
+                    let mut buf = Vec::new();
+                    codec::put_record(
+                        &mut buf,
+                        &Record::Tick {
+                            pid: 0,
+                            ts_ns: round,
+                        },
+                    );
+                    if let Ok(mut w) = trace.lock() {
+                        w.write(0, &buf);
+                    }
+                }
+                let mut pfd = libc::pollfd {
+                    fd: listener.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                unsafe { libc::poll(&mut pfd, 1, 20) };
+            }
+        })
+        .ok()
+}
+
+/// How often, at most, the acceptor promises that no new process has anything older (`Tick` of pid 0).
+const NEWCOMER_TICK_NS: u64 = 10_000_000;
+
+/// Takes an accepted connection of the job: its hello into the trace first (waiting briefly for it), then a
+/// receiver thread for the rest. Whether its hello is in the trace.
+fn take(stream: UnixStream, trace: &Arc<Mutex<TraceWriter>>, conns: &Arc<Connections>) -> bool {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(20)));
+    let mut conn = Conn::new(stream);
+    let deadline = Instant::now() + HELLO_WAIT;
+    while conn.pid.is_none() && Instant::now() < deadline && conn.pump(trace) {}
+    let announced = conn.pid.is_some();
+    let _ = conn.stream.set_read_timeout(None);
+    conns.open.fetch_add(1, Ordering::AcqRel);
+    let (trace, conns2) = (trace.clone(), conns.clone());
+    let spawned = thread::Builder::new()
+        .name("vramtrace-conn".into())
+        .spawn(move || {
+            while conn.pump(&trace) {}
+            conn.finish(&trace);
+            conns2.open.fetch_sub(1, Ordering::AcqRel);
+        });
+    if spawned.is_err() {
+        // The stream went down with the closure: that process stops recording.
+        conns.open.fetch_sub(1, Ordering::AcqRel);
+    }
+    announced
+}
+
+/// How long the acceptor waits for a new connection's hello (the shim sends it right after connecting).
+const HELLO_WAIT: Duration = Duration::from_millis(100);
+
+/// Whether the peer is a process of the job: ours (same user; the directory's name is known only to the job
+/// through its environment), or another user's that descends from vramtrace (a job process that dropped its
+/// privileges), or one vramtrace reaped. Anything else is turned away and counted.
+fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> bool {
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return false;
+    }
+    if cred.uid == uid {
+        return true;
+    }
+    let pid = cred.pid as u32;
+    if descends_from(pid, me) || conns.reaped.lock().is_ok_and(|r| r.contains(&pid)) {
+        return true;
+    }
+    if let Ok(mut r) = conns.refused.lock() {
+        r.push((pid, cred.uid));
+    }
+    false
+}
+
+/// Whether `pid`'s chain of parents (by /proc) reaches `ancestor`.
+fn descends_from(mut pid: u32, ancestor: u32) -> bool {
+    for _ in 0..4096 {
+        if pid == ancestor {
+            return true;
+        }
+        if pid <= 1 {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ')' ends it.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            return false;
+        };
+        match rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
+            Some(ppid) => pid = ppid,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// One process's connection: whole frames go to the trace as they come; when it closes, say how.
+struct Conn {
+    stream: UnixStream,
+    split: FrameSplitter,
+    pid: Option<u32>,
+    goodbye: bool,
+    open: bool,
+}
+
+const READ: usize = 256 << 10;
+
+impl Conn {
+    fn new(stream: UnixStream) -> Conn {
+        Conn {
+            stream,
+            split: FrameSplitter::new(),
+            pid: None,
+            goodbye: false,
+            open: true,
+        }
+    }
+
+    /// Reads once and appends what is whole. False once the connection is done.
+    fn pump(&mut self, trace: &Mutex<TraceWriter>) -> bool {
+        if !self.open {
+            return false;
+        }
+        let buf = self.split.spare(READ);
+        let n = match self.stream.read(buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                self.split.filled(READ, 0);
+                return true;
+            }
+            // A timeout (while the acceptor waits for a hello) leaves the connection open.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.split.filled(READ, 0);
+                return true;
+            }
+            Err(_) => {
+                self.split.filled(READ, 0);
+                self.open = false;
+                return false;
+            }
+        };
+        self.split.filled(READ, n);
+        if n == 0 {
+            self.open = false;
+            return false;
+        }
+        let whole = match self.split.whole() {
+            Ok(w) => w,
+            // Not our protocol: stop listening to this peer; what it sent before stays in the trace.
+            Err(_) => {
+                self.open = false;
+                return false;
+            }
+        };
+        if whole.is_empty() {
+            return true;
+        }
+        let mut acks = 0usize;
+        for (k, payload) in codec::frames(whole) {
+            match k {
+                kind::HELLO if self.pid.is_none() => {
+                    if let Ok(Some(Record::Hello(h))) = codec::decode_record(k, payload) {
+                        self.pid = Some(h.pid);
+                    }
+                }
+                kind::GOODBYE => self.goodbye = true,
                 kind::OOM => acks += 1,
                 kind::BRIDGE => {
                     if let Ok(Some(Record::Bridge(b))) = codec::decode_record(k, payload) {
@@ -672,44 +986,86 @@ fn receive(mut stream: UnixStream, trace: &Mutex<File>) {
                 _ => {}
             }
         }
-        if let Ok(mut f) = trace.lock() {
-            if f.write_all(whole).is_err() {
-                broken = true;
-            }
-        }
+        let written = trace
+            .lock()
+            .is_ok_and(|mut w| w.write(self.pid.unwrap_or(0), whole));
         let len = whole.len();
-        split.consume(len);
+        self.split.consume(len);
         // The shim holds the failing allocation (or the bridge its record) until the evidence is in the file:
-        // now it is. One byte per record waiting.
-        if acks > 0 && !broken {
-            let _ = stream.write_all(&vec![OOM_ACK; acks]);
+        // now it is. One byte per record waiting. Nothing is acknowledged that the file does not hold.
+        if acks > 0 && written {
+            let _ = self.stream.write_all(&vec![OOM_ACK; acks]);
         }
-        if broken {
-            break;
+        true
+    }
+
+    /// The connection closed: record how.
+    fn finish(self, trace: &Mutex<TraceWriter>) {
+        let Some(pid) = self.pid else { return };
+        let end = if self.split.pending() > 0 {
+            EndKind::CutMidFrame {
+                partial_bytes: self.split.pending() as u32,
+            }
+        } else if self.goodbye {
+            EndKind::Goodbye
+        } else {
+            EndKind::Vanished
+        };
+        let mut buf = Vec::new();
+        codec::put_record(
+            &mut buf,
+            &Record::ProcessEnd {
+                pid,
+                ts_ns: mono_ns(),
+                kind: end,
+            },
+        );
+        if let Ok(mut w) = trace.lock() {
+            w.write(pid, &buf);
         }
     }
-    let Some(pid) = pid else { return };
-    let end = if split.pending() > 0 {
-        EndKind::CutMidFrame {
-            partial_bytes: split.pending() as u32,
-        }
-    } else if goodbye {
-        EndKind::Goodbye
-    } else {
-        EndKind::Vanished
-    };
-    let mut buf = Vec::new();
-    codec::put_record(
-        &mut buf,
-        &Record::ProcessEnd {
-            pid,
-            ts_ns: mono_ns(),
-            kind: end,
-        },
-    );
-    if let Ok(mut f) = trace.lock() {
-        let _ = f.write_all(&buf);
+}
+
+/// How the job's processes ended that did not end well, from their wait statuses (at most 8 lines).
+fn endings(a: &crate::model::Analysis) -> String {
+    let bad: Vec<&crate::model::ProcessStats> = a
+        .processes
+        .iter()
+        .filter(|p| matches!(p.exit, Some(x) if x != vramtrace_format::ExitStatus::Code(0)))
+        .collect();
+    let mut m = String::new();
+    for p in bad.iter().take(8) {
+        let x = p.exit.expect("filtered");
+        m.push_str(&format!(
+            "pid {} ({}) {}\n",
+            p.pid,
+            crate::out_text::short_command(&p.cmdline),
+            x.describe()
+        ));
     }
+    if bad.len() > 8 {
+        m.push_str(&format!(
+            "... and {} more processes that did not exit 0\n",
+            bad.len() - 8
+        ));
+    }
+    m
+}
+
+fn random_u64() -> u64 {
+    let mut v = 0u64;
+    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
+    if n != 8 {
+        // No entropy source: still unlikely to be guessed by someone who cannot list the directory.
+        v = mono_ns() ^ (std::process::id() as u64) << 32;
+    }
+    v
+}
+
+fn set_mode(path: &Path, mode: u32) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("cannot set the mode of {}", path.display()))
 }
 
 // ---- signals and the child -----------------------------------------------------------------------------
@@ -742,33 +1098,114 @@ impl Signals {
     }
 }
 
-/// Waits for the child, forwarding signals to it. A signal the terminal sent to the whole foreground group
-/// (si_code SI_KERNEL) already reached the child, so only signals sent to us alone are passed on.
-fn supervise(mut child: std::process::Child, signals: &Signals) -> io::Result<ExitStatus> {
-    let pid = child.id() as i32;
+/// Reaps every child that has ended (the command, and descendants orphaned to us), writing each one's wait
+/// status into the trace. Returns the command's status when it is among them.
+fn reap(
+    command: u32,
+    trace: &Mutex<TraceWriter>,
+    conns: &Connections,
+) -> (Option<vramtrace_format::ExitStatus>, bool) {
+    let mut mine = None;
     loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status);
+        let mut status = 0;
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid == 0 {
+            return (mine, false);
         }
-        let mut pfd = libc::pollfd {
-            fd: signals.fd,
-            events: libc::POLLIN,
-            revents: 0,
+        if pid < 0 {
+            // ECHILD: no process of the job is left.
+            return (mine, true);
+        }
+        let Some(x) = vramtrace_format::ExitStatus::from_wait(status) else {
+            continue;
         };
-        // SIGCHLD arrives through the signalfd too; the timeout is only a safety net.
-        let r = unsafe { libc::poll(&mut pfd, 1, 200) };
-        if r <= 0 {
-            continue;
+        let pid = pid as u32;
+        if let Ok(mut r) = conns.reaped.lock() {
+            r.insert(pid);
         }
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        let n = unsafe { libc::read(signals.fd, &mut info as *mut _ as *mut libc::c_void, size) };
-        if n as usize != size {
-            continue;
+        if pid == command {
+            mine = Some(x);
         }
-        let signo = info.ssi_signo as i32;
-        if FORWARDED.contains(&signo) && info.ssi_code != libc::SI_KERNEL {
-            unsafe { libc::kill(pid, signo) };
+        let mut buf = Vec::new();
+        codec::put_record(
+            &mut buf,
+            &Record::Exit(vramtrace_format::Exit {
+                pid,
+                ts_ns: mono_ns(),
+                status: x,
+            }),
+        );
+        if let Ok(mut w) = trace.lock() {
+            w.write(pid, &buf);
         }
     }
+}
+
+/// Waits for the command, forwarding signals to it and reaping whatever else of the job ends meanwhile. A
+/// signal the terminal sent to the whole foreground group (si_code SI_KERNEL) already reached the command, so
+/// only signals sent to us alone are passed on.
+fn supervise(
+    command: u32,
+    signals: &Signals,
+    trace: &Mutex<TraceWriter>,
+    conns: &Connections,
+) -> Option<vramtrace_format::ExitStatus> {
+    loop {
+        let (mine, none_left) = reap(command, trace, conns);
+        if mine.is_some() {
+            return mine;
+        }
+        if none_left {
+            return None;
+        }
+        if let Some(signo) = wait_signal(signals, 200) {
+            if FORWARDED.contains(&signo.0) && signo.1 != libc::SI_KERNEL {
+                unsafe { libc::kill(command as i32, signo.0) };
+            }
+        }
+    }
+}
+
+/// After the command: reaps the rest of the job until none is left or `deadline`. Returns how many processes
+/// were still running then (at least one, if any).
+fn reap_until(
+    signals: &Signals,
+    trace: &Mutex<TraceWriter>,
+    conns: &Connections,
+    deadline: Instant,
+) -> usize {
+    loop {
+        if reap(0, trace, conns).1 {
+            return 0;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return children_left();
+        }
+        let _ = wait_signal(signals, left.as_millis().clamp(1, 50) as i32);
+    }
+}
+
+/// Our children still running (by /proc), at least 1 when the count cannot be read.
+fn children_left() -> usize {
+    let me = std::process::id();
+    std::fs::read_to_string(format!("/proc/{me}/task/{me}/children"))
+        .map(|s| s.split_whitespace().count().max(1))
+        .unwrap_or(1)
+}
+
+/// Waits up to `ms` for a signal on the signalfd: (signal, si_code).
+fn wait_signal(signals: &Signals, ms: i32) -> Option<(i32, i32)> {
+    let mut pfd = libc::pollfd {
+        fd: signals.fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
+        return None;
+    }
+    let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::signalfd_siginfo>();
+    let n = unsafe { libc::read(signals.fd, &mut info as *mut _ as *mut libc::c_void, size) };
+    (n as usize == size).then_some((info.ssi_signo as i32, info.ssi_code))
 }

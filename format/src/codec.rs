@@ -8,7 +8,7 @@
 
 use crate::Api;
 use crate::{
-    Bridge, EndKind, Event, FrameworkSample, Hello, Objects, Oom, Record, Stack, TraceHeader,
+    Bridge, EndKind, Event, Exit, FrameworkSample, Hello, Objects, Oom, Record, Stack, TraceHeader,
     MAGIC, MAX_FRAME, NO_DEVICE, VERSION,
 };
 
@@ -30,6 +30,8 @@ pub mod kind {
     pub const FRAMEWORK_SAMPLE: u8 = 12;
     /// Any other bridge record.
     pub const BRIDGE: u8 = 13;
+    /// How a process of the job ended, as the wrapper reaped it (no version bump: older readers skip it).
+    pub const EXIT: u8 = 14;
 }
 
 /// Bytes before the first frame's payload: length (4) and kind (1).
@@ -293,6 +295,7 @@ pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
             put_frame(out, kind::FRAMEWORK_SAMPLE, |out| bincode_to(out, f))
         }
         Record::Bridge(b) => put_frame(out, kind::BRIDGE, |out| bincode_to(out, b)),
+        Record::Exit(x) => put_frame(out, kind::EXIT, |out| bincode_to(out, x)),
         Record::ProcessEnd { pid, ts_ns, kind } => put_frame(out, kind::PROCESS_END, |o| {
             bincode_to(
                 o,
@@ -348,6 +351,7 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<Option<Record>, DecodeE
             Record::FrameworkSample(bincode_from::<FrameworkSample>(payload)?)
         }
         kind::BRIDGE => Record::Bridge(bincode_from::<Bridge>(payload)?),
+        kind::EXIT => Record::Exit(bincode_from::<Exit>(payload)?),
         kind::PROCESS_END => {
             let b: EndBody = bincode_from(payload)?;
             Record::ProcessEnd {
@@ -605,6 +609,19 @@ mod tests {
                 ts_ns: 13,
                 kind: EndKind::CutMidFrame { partial_bytes: 17 },
             },
+            Record::Exit(crate::Exit {
+                pid: 9,
+                ts_ns: 14,
+                status: crate::ExitStatus::Signal {
+                    signal: 9,
+                    core: false,
+                },
+            }),
+            Record::Exit(crate::Exit {
+                pid: 10,
+                ts_ns: 15,
+                status: crate::ExitStatus::Code(7),
+            }),
             Record::Stack(Stack {
                 pid: 9,
                 id: 3,

@@ -249,6 +249,121 @@ pub enum Record {
     /// Something the Python bridge saw: it attached, an out-of-memory error inside the framework, a snapshot
     /// kept beside the trace, what it could not do.
     Bridge(Bridge),
+    /// Written by the collector: how a process of the job ended, from the wait status it reaped (the command
+    /// itself, and every descendant orphaned to it: `vramtrace run` is their child subreaper).
+    Exit(Exit),
+}
+
+/// How a process ended, from its wait status (frame kind 14).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct Exit {
+    pub pid: u32,
+    /// CLOCK_MONOTONIC when the collector reaped it.
+    pub ts_ns: u64,
+    pub status: ExitStatus,
+}
+
+/// A wait status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum ExitStatus {
+    /// `exit(code)` or `_exit(code)`, or a return from `main`.
+    Code(i32),
+    /// Ended by signal `signal`; `core` when it dumped core.
+    Signal { signal: i32, core: bool },
+}
+
+impl ExitStatus {
+    /// From a raw `waitpid` status; `None` for a stopped or continued one.
+    pub fn from_wait(status: i32) -> Option<ExitStatus> {
+        if libc_like::exited(status) {
+            Some(ExitStatus::Code(libc_like::exit_code(status)))
+        } else if libc_like::signaled(status) {
+            Some(ExitStatus::Signal {
+                signal: libc_like::term_sig(status),
+                core: status & 0x80 != 0,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// The code a shell reports: the exit code, or 128 + the signal.
+    pub fn shell_code(self) -> i32 {
+        match self {
+            ExitStatus::Code(c) => c,
+            ExitStatus::Signal { signal, .. } => 128 + signal,
+        }
+    }
+
+    /// "exited with code 7", "killed by SIGKILL (signal 9)".
+    pub fn describe(self) -> String {
+        match self {
+            ExitStatus::Code(c) => format!("exited with code {c}"),
+            ExitStatus::Signal { signal, core } => format!(
+                "killed by {} (signal {signal}){}",
+                signal_name(signal),
+                if core { ", core dumped" } else { "" }
+            ),
+        }
+    }
+}
+
+/// The usual name of a Linux signal (`SIGKILL`), or `SIG<n>`.
+pub fn signal_name(signal: i32) -> String {
+    const NAMES: [&str; 32] = [
+        "",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    match NAMES.get(signal as usize) {
+        Some(n) if signal > 0 && !n.is_empty() => (*n).to_string(),
+        _ => format!("SIG{signal}"),
+    }
+}
+
+/// The `W*` macros of `<sys/wait.h>` (Linux), without a libc dependency in this crate.
+mod libc_like {
+    pub fn exited(s: i32) -> bool {
+        s & 0x7f == 0
+    }
+    pub fn exit_code(s: i32) -> i32 {
+        (s >> 8) & 0xff
+    }
+    pub fn signaled(s: i32) -> bool {
+        ((s & 0x7f) + 1) as i8 >> 1 > 0
+    }
+    pub fn term_sig(s: i32) -> i32 {
+        s & 0x7f
+    }
 }
 
 /// Which framework's allocator a bridge record describes.
@@ -408,4 +523,35 @@ pub struct TraceHeader {
     pub vramtrace_version: String,
     /// Room for later additions without a format version bump.
     pub extra: Vec<(String, String)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_statuses_read_as_the_shell_reads_them() {
+        // As <sys/wait.h> packs them: code << 8; the signal; 0x80 for a core dump; 0x7f stopped.
+        assert_eq!(ExitStatus::from_wait(7 << 8), Some(ExitStatus::Code(7)));
+        assert_eq!(ExitStatus::from_wait(0), Some(ExitStatus::Code(0)));
+        let kill = ExitStatus::from_wait(9).unwrap();
+        assert_eq!(
+            kill,
+            ExitStatus::Signal {
+                signal: 9,
+                core: false
+            }
+        );
+        assert_eq!(kill.shell_code(), 137);
+        assert_eq!(kill.describe(), "killed by SIGKILL (signal 9)");
+        assert_eq!(
+            ExitStatus::from_wait(0x80 | 11),
+            Some(ExitStatus::Signal {
+                signal: 11,
+                core: true
+            })
+        );
+        assert_eq!(ExitStatus::from_wait((19 << 8) | 0x7f), None);
+        assert_eq!(signal_name(64), "SIG64");
+    }
 }

@@ -26,7 +26,11 @@ struct Busy;
 impl Busy {
     #[inline]
     fn enter() -> Option<Busy> {
-        BUSY.with(|b| (!b.replace(true)).then_some(Busy))
+        let busy = BUSY.with(|b| (!b.replace(true)).then_some(Busy))?;
+        // The process's first tracked call connects (and says hello) before anything is stamped: no event of a
+        // process is older than its hello (the collector's promise for processes still to come relies on it).
+        record::start_now();
+        Some(busy)
     }
 }
 

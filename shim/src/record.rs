@@ -2,7 +2,8 @@
 //! a sender thread, started at the first tracked call, drains the channel in batches and writes them to the
 //! collector's socket. A full channel drops the event and counts it; the count reaches the trace.
 //!
-//! Lifecycle: nothing happens before the first tracked call. `fork` leaves the child without our sender thread
+//! Lifecycle: nothing happens before the first tracked call. That call connects to the collector and says hello
+//! from the calling thread (non-blocking, at most 200 ms), before anything is stamped, then starts the sender. `fork` leaves the child without our sender thread
 //! (only the forking thread survives) and possibly with the channel mid-operation, so the child abandons the
 //! parent's recorder and builds its own at its next tracked call. At `exit` the recorder flushes, briefly.
 //!
@@ -38,6 +39,8 @@ const WAKE_AT: usize = CHANNEL_EVENTS / 4;
 /// only matters for a process that exits right after its first tracked call (its sender may still be
 /// connecting) on a loaded machine (500 ms lost a forked child's events once), or a collector that hangs.
 const EXIT_FLUSH: Duration = Duration::from_secs(2);
+/// How long the first tracked call waits, at most, for room in the collector's backlog.
+const CONNECT_WAIT: Duration = Duration::from_millis(200);
 /// How long an allocation that ran out of memory waits for the collector to hold the evidence.
 const OOM_WAIT: Duration = Duration::from_secs(1);
 /// The sender stops draining and writes once its buffer holds this much (stacks can be large).
@@ -198,6 +201,12 @@ impl Recorder {
     }
 }
 
+/// Starts the recorder if this is the process's first tracked call (an atomic load otherwise).
+#[inline]
+pub(crate) fn start_now() {
+    let _ = recorder();
+}
+
 /// The recorder of this process if it is recording (or still connecting), starting it at the first call.
 #[inline]
 pub(crate) fn live() -> Option<&'static Recorder> {
@@ -250,12 +259,25 @@ fn build() -> Option<&'static Recorder> {
         }
     }
     let path = settings.socket.clone()?;
+    // Connected and announced from the calling thread, before its first event is stamped: the collector then
+    // knows of this process before any of its events exist (see `hooks::Busy::enter`).
+    let pid = std::process::id();
+    let Some(sock) = Socket::connect(&path) else {
+        crate::debug!("cannot connect to the collector; not recording");
+        return None;
+    };
+    let mut buf = Vec::with_capacity(1024);
+    codec::put_record(&mut buf, &Record::Hello(hello(pid)));
+    if !sock.send_all(&buf) {
+        crate::debug!("the collector closed the connection; not recording");
+        return None;
+    }
     let (tx, rx) = crossbeam_channel::bounded(CHANNEL_EVENTS);
     // Leaked on purpose: a forked child abandons it rather than touch a channel another thread may have held.
     let rec: &'static Recorder = Box::leak(Box::new(Recorder {
         tx,
         thread: std::sync::OnceLock::new(),
-        link: AtomicU8::new(CONNECTING),
+        link: AtomicU8::new(CONNECTED),
         dropped: AtomicU64::new(0),
         flushed: AtomicBool::new(false),
         pid: std::process::id(),
@@ -264,7 +286,7 @@ fn build() -> Option<&'static Recorder> {
     let spawned = std::thread::Builder::new()
         .name("vramtrace".into())
         .stack_size(256 << 10)
-        .spawn(move || sender(rec, rx, path));
+        .spawn(move || sender(rec, rx, sock));
     match spawned {
         Ok(handle) => {
             let _ = rec.thread.set(handle.thread().clone());
@@ -392,15 +414,37 @@ impl Socket {
         for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
             *d = *s as libc::c_char;
         }
-        // CLOEXEC: a program this process execs must not hold our connection open.
-        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        // CLOEXEC: a program this process execs must not hold our connection open. Non-blocking while
+        // connecting: a collector that stopped (a full backlog) must not hang the program's first CUDA call.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                0,
+            )
+        };
         if fd < 0 {
             return None;
         }
         let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-        if unsafe { libc::connect(fd, &addr as *const _ as *const libc::sockaddr, len) } != 0 {
-            unsafe { libc::close(fd) };
-            return None;
+        let deadline = Instant::now() + CONNECT_WAIT;
+        loop {
+            if unsafe { libc::connect(fd, &addr as *const _ as *const libc::sockaddr, len) } == 0 {
+                break;
+            }
+            let e = std::io::Error::last_os_error().raw_os_error();
+            if e == Some(libc::EINTR) {
+                continue;
+            }
+            if e != Some(libc::EAGAIN) || Instant::now() >= deadline {
+                unsafe { libc::close(fd) };
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        unsafe {
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
         }
         SOCKET_FD.store(fd, Ordering::Release);
         Some(Socket(fd))
@@ -493,22 +537,14 @@ fn bridge_loaded(pid: u32) -> Vec<(String, String)> {
 }
 
 /// The sender thread: connect, announce, then batches until the channel closes or the collector goes away.
-fn sender(rec: &'static Recorder, rx: Receiver<Msg>, path: OsString) {
+fn sender(rec: &'static Recorder, rx: Receiver<Msg>, sock: Socket) {
     crate::hooks::mark_own_thread();
     let stop = |why: &str| {
         rec.link.store(GONE, Ordering::Release);
         crate::debug!("{why}; not recording");
     };
-    let Some(sock) = Socket::connect(&path) else {
-        return stop("cannot connect to the collector");
-    };
     let pid = rec.pid;
     let mut buf = Vec::with_capacity(64 << 10);
-    codec::put_record(&mut buf, &Record::Hello(hello(pid)));
-    if !sock.send_all(&buf) {
-        return stop("the collector closed the connection");
-    }
-    rec.link.store(CONNECTED, Ordering::Release);
     let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
     let mut objects = crate::objects::Tracker::default();
     let mut nap = NAP_MIN;

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod rng;
 
 use vramtrace_format::codec::{encode_header, put_frame, put_record, put_varint};
 use vramtrace_format::{

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use vramtrace_format::{
-    flags, Api, Bridge, EndKind, Event, FrameworkSample, Hello, Objects, Oom, Record, Stack, Stop,
-    TraceHeader, TraceReader,
+    flags, Api, Bridge, EndKind, Event, Exit, FrameworkSample, Hello, Objects, Oom, Record, Stack,
+    Stop, TraceHeader, TraceReader,
 };
 
 use crate::{artifact, wait_with_timeout, FakeCuda, LogLine, RunResult};
@@ -64,6 +64,8 @@ pub struct Trace {
     pub events: BTreeMap<u32, Vec<Event>>,
     pub ooms: Vec<Oom>,
     pub ends: Vec<(u32, EndKind)>,
+    /// Wait statuses the wrapper reaped.
+    pub exits: Vec<Exit>,
     pub dropped: u64,
     pub goodbyes: Vec<u32>,
     pub stop: Stop,
@@ -177,6 +179,7 @@ pub fn read_trace(path: &Path) -> Trace {
         event_records: BTreeMap::new(),
         stack_records: vec![],
         objects_records: vec![],
+        exits: vec![],
     };
     let mut n = 0usize;
     while let Some(rec) = r.next_record() {
@@ -206,6 +209,7 @@ pub fn read_trace(path: &Path) -> Trace {
             Record::Note { pid, text, .. } => t.notes.push((pid, text)),
             Record::FrameworkSample(f) => t.samples.push((n, f)),
             Record::Bridge(b) => t.bridge.push((n, b)),
+            Record::Exit(x) => t.exits.push(x),
         }
     }
     t.stop = r.stop().clone();

@@ -1,0 +1,117 @@
+//! Rising floors: the minima between a timeline's peaks, a leak trend, and the list of what was never freed.
+
+use super::*;
+use crate::callsites::NO_SITE;
+
+/// The low points between peaks of a timeline, in time order. Peaks and troughs are the turns of a zigzag that
+/// ignores moves smaller than [`TURN_PCT`] % of the timeline's range: a trough is the lowest point after a peak
+/// once the bytes rose again by that much. Each bucket is read as its highest value, then its value at its end
+/// (the time of the latter is the bucket's end).
+pub fn minima(tl: &Timeline) -> Vec<Minimum> {
+    let w = tl.bucket_ns;
+    let samples = tl.buckets.iter().flat_map(|b| {
+        [
+            Minimum {
+                t_ns: b.t_ns,
+                bytes: b.max_bytes,
+            },
+            Minimum {
+                t_ns: b.t_ns.saturating_add(w),
+                bytes: b.last_bytes,
+            },
+        ]
+    });
+    let (lo, hi) = samples.clone().fold((u64::MAX, 0), |(lo, hi), m| {
+        (lo.min(m.bytes), hi.max(m.bytes))
+    });
+    let mut out = Vec::new();
+    if hi <= lo {
+        return out;
+    }
+    let h = ((hi - lo) / 100 * TURN_PCT).max(1);
+    // None: no direction yet (tracking both ends); Some(true): rising (candidate peak); Some(false): falling
+    // (candidate trough, after a peak).
+    let mut rising: Option<bool> = None;
+    let (mut min0, mut max0) = (u64::MAX, 0u64);
+    let mut cand = Minimum { t_ns: 0, bytes: 0 };
+    for m in samples {
+        match rising {
+            None => {
+                min0 = min0.min(m.bytes);
+                max0 = max0.max(m.bytes);
+                if m.bytes >= min0.saturating_add(h) {
+                    rising = Some(true);
+                    cand = m;
+                } else if m.bytes.saturating_add(h) <= max0 {
+                    // It started high and fell: the start was a peak.
+                    rising = Some(false);
+                    cand = m;
+                }
+            }
+            Some(true) => {
+                if m.bytes >= cand.bytes {
+                    cand = m;
+                } else if cand.bytes - m.bytes >= h {
+                    rising = Some(false);
+                    cand = m;
+                }
+            }
+            Some(false) => {
+                if m.bytes < cand.bytes {
+                    cand = m;
+                } else if m.bytes - cand.bytes >= h {
+                    out.push(cand);
+                    rising = Some(true);
+                    cand = m;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A leak trend in a timeline: the trailing run of [`minima`] in which each is no lower than the one before,
+/// at least [`LEAK_MIN_MINIMA`] long, the last above the first by more than [`LEAK_MIN_RISE_PCT`] % of the first
+/// and by at least 1 MiB. `groups` is left empty (out-of-memory snapshots fill it).
+pub fn leak_trend(tl: &Timeline) -> Option<LeakTrend> {
+    let m = minima(tl);
+    let mut start = m.len().checked_sub(1)?;
+    while start > 0 && m[start - 1].bytes <= m[start].bytes {
+        start -= 1;
+    }
+    let run = &m[start..];
+    if run.len() < LEAK_MIN_MINIMA {
+        return None;
+    }
+    let (first, last) = (run[0].bytes, run[run.len() - 1].bytes);
+    let rise = last - first;
+    if rise < 1 << 20 || rise as u128 * 100 <= first as u128 * LEAK_MIN_RISE_PCT as u128 {
+        return None;
+    }
+    Some(LeakTrend {
+        minima: run.to_vec(),
+        rise_bytes: rise,
+        groups: Vec::new(),
+        more_groups: 0,
+        sites: Vec::new(),
+        more_sites: 0,
+    })
+}
+
+/// An aggregate index as a site reference (turned into an index of `CallSites::sites` by `finish`).
+#[inline]
+pub(super) fn site_ref(site: u32) -> Option<usize> {
+    (site != NO_SITE).then_some(site as usize)
+}
+
+/// Keeps the largest [`LEAK_LIST`], in a stable order: largest first, then oldest, then by pid and address.
+pub(super) fn trim_leaks(v: &mut Vec<LiveAlloc>) {
+    v.sort_unstable_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(a.alloc_time_ns.cmp(&b.alloc_time_ns))
+            .then(a.pid.cmp(&b.pid))
+            .then(a.address.cmp(&b.address))
+    });
+    v.truncate(LEAK_LIST);
+}

@@ -1,0 +1,692 @@
+//! The merge: hands the replay every timed entry of every process (events, dropped counts, out-of-memory
+//! records, process ends, the bridge's records) in one total order, the [`Key`] order, whatever order the
+//! trace's frames arrived in.
+//!
+//! The contract (docs/ARCHITECTURE.md, "Time and order"): the replay sees exactly what sorting every entry of
+//! the trace by `Key` and replaying them one by one would show ([`Merge::reference`] is that plain sort, kept
+//! for the tests). The streaming merge gets there without holding the trace in memory:
+//!
+//! - Each process's entries wait in sorted runs. A batch in time order after the process's last one is
+//!   appended to its tail run; a batch older than that (a late batch) becomes a run of its own. Runs meet in one
+//!   binary heap of their fronts, so a late batch costs O(b log r), never a re-sort of what waits.
+//! - An entry is handed out once its time is below the `limit` the replay passes: the smallest promise of the
+//!   processes still open (a promise: no later record of that process is older). Entries at the limit's own
+//!   nanosecond wait (the process may still send another at that time).
+//! - Memory is bounded: past `bound` waiting events, every waiting run is merged into one sorted run in a
+//!   spill file (unlinked at once) and read back in small blocks when the merge reaches it. Nothing is handed
+//!   out early. Only when no spill file can be made are the oldest events handed out regardless, and counted.
+//! - An entry older than one already handed out (its process broke its promise) cannot be placed exactly: it
+//!   is handed out next, and counted ([`Merge::late`]), so a report never misorders silently.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+use vramtrace_format::{Api, Event};
+
+/// Entry kinds, in their order at the same nanosecond: the events, then what depends on them.
+pub(super) const WHAT_EVENTS: u8 = 0;
+pub(super) const WHAT_DROP: u8 = 1;
+pub(super) const WHAT_OOM: u8 = 2;
+pub(super) const WHAT_END: u8 = 3;
+/// A bridge record (a framework's figures or out-of-memory error), after the events of its nanosecond.
+pub(super) const WHAT_FW: u8 = 4;
+
+/// The total order of a trace's entries: time, kind, pid, thread, then the order of arrival in the file, which
+/// for one thread is its program order (a thread's records never overtake each other).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Key {
+    pub ts: u64,
+    pub what: u8,
+    pub pid: u32,
+    pub tid: u32,
+    pub seq: u64,
+}
+
+impl Key {
+    /// The key of event `e` of process `pid`, the `seq`th entry of the file.
+    #[inline]
+    fn event(pid: u32, seq: u64, e: &Event) -> Key {
+        Key {
+            ts: e.ts_ns,
+            what: WHAT_EVENTS,
+            pid,
+            tid: e.tid,
+            seq,
+        }
+    }
+
+    const MAX: Key = Key {
+        ts: u64::MAX,
+        what: u8::MAX,
+        pid: u32::MAX,
+        tid: u32::MAX,
+        seq: u64::MAX,
+    };
+}
+
+/// What the merge hands out.
+pub(super) enum Out {
+    /// Events of the process in slot `.0`, in the caller's buffer.
+    Events(usize),
+    /// A record: (kind, the replay's id for it (for `WHAT_END` the slot), absolute time).
+    Rec(u8, usize, u64),
+}
+
+#[derive(Clone, Copy)]
+struct Item {
+    seq: u64,
+    e: Event,
+}
+
+struct Run {
+    slot: usize,
+    pid: u32,
+    q: VecDeque<Item>,
+}
+
+impl Run {
+    #[inline]
+    fn key(&self, it: &Item) -> Key {
+        Key::event(self.pid, it.seq, &it.e)
+    }
+}
+
+/// Where a heap entry's front is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Src {
+    Run(usize),
+    Spill(usize),
+    Rec(usize),
+}
+
+/// A sorted run in the spill file: `[pos, end)` still to read, `buf` read ahead.
+struct SpillRun {
+    pos: u64,
+    end: u64,
+    buf: VecDeque<(Key, usize, Event)>,
+}
+
+/// One spilled event: slot u32, pid u32, seq u64, ts u64, tid u32, api u8, flags u8, device u32, result u32,
+/// addr u64, size u64, aux u64, stack u32.
+const SPILLED: usize = 66;
+/// The most events handed out at once.
+const SEGMENT: usize = 4096;
+/// Events read back from a spilled run at a time.
+const SPILL_BLOCK: usize = 1024;
+
+pub(super) struct Merge {
+    /// The plain reference: everything collected, sorted once at the end.
+    reference: Option<Vec<(Key, usize, Option<Event>)>>,
+    ref_next: usize,
+    /// The trace is read to its end: everything may go.
+    finished: bool,
+    runs: Vec<Run>,
+    free_runs: Vec<usize>,
+    /// Per slot: the run its next in-order batch is appended to.
+    tail: Vec<Option<usize>>,
+    heap: BinaryHeap<Reverse<(Key, Src)>>,
+    /// Events waiting in memory.
+    buffered: usize,
+    bound: usize,
+    seq: u64,
+    /// The last entry handed out.
+    last: Option<Key>,
+    late: u64,
+    forced: u64,
+    spill: Option<File>,
+    spill_len: u64,
+    spill_failed: bool,
+    spill_runs: Vec<SpillRun>,
+}
+
+impl Merge {
+    pub fn new(bound: usize) -> Self {
+        Merge {
+            reference: None,
+            ref_next: 0,
+            finished: false,
+            runs: Vec::new(),
+            free_runs: Vec::new(),
+            tail: Vec::new(),
+            heap: BinaryHeap::new(),
+            buffered: 0,
+            bound: bound.max(8),
+            seq: 0,
+            last: None,
+            late: 0,
+            forced: 0,
+            spill: None,
+            spill_len: 0,
+            spill_failed: false,
+            spill_runs: Vec::new(),
+        }
+    }
+
+    /// The plain reference: holds everything and hands it out, sorted by [`Key`], only after [`Merge::finish`].
+    pub fn reference() -> Self {
+        Merge {
+            reference: Some(Vec::new()),
+            ..Merge::new(usize::MAX)
+        }
+    }
+
+    /// Events that arrived after the merge had handed out something later (their process broke its promise),
+    /// or were handed out early because memory ran past the bound and no spill file could be made.
+    pub fn inexact(&self) -> u64 {
+        self.late + self.forced
+    }
+
+    #[inline]
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    #[inline]
+    fn check_late(&mut self, k: &Key) {
+        if self.last.is_some_and(|l| *k < l) {
+            self.late += 1;
+        }
+    }
+
+    /// The process's tail run, when a batch whose first event is at `first` (time, thread) continues it in order.
+    fn tail_for(&mut self, slot: usize, first: (u64, u32)) -> Option<usize> {
+        if self.tail.len() <= slot {
+            self.tail.resize(slot + 1, None);
+        }
+        let r = self.tail[slot]?;
+        let q = &self.runs[r].q;
+        q.back()
+            .is_none_or(|b| (b.e.ts_ns, b.e.tid) <= first)
+            .then_some(r)
+    }
+
+    /// Appends events in order to run `r`; an empty run gets its heap entry back.
+    fn append(&mut self, r: usize, items: impl IntoIterator<Item = Item>) {
+        let run = &mut self.runs[r];
+        let before = run.q.len();
+        run.q.extend(items);
+        self.buffered += run.q.len() - before;
+        if before == 0 && !run.q.is_empty() {
+            let k = run.key(&run.q[0]);
+            self.heap.push(Reverse((k, Src::Run(r))));
+        }
+    }
+
+    /// Counts the events of a sorted batch older than the last entry handed out.
+    fn count_late(&mut self, pid: u32, batch: &[Event], base: u64) {
+        let Some(l) = self.last else { return };
+        if batch[0].ts_ns > l.ts {
+            return;
+        }
+        for (i, e) in batch.iter().enumerate() {
+            let k = Key::event(pid, base + i as u64, e);
+            if k >= l {
+                break;
+            }
+            self.late += 1;
+        }
+    }
+
+    /// A batch of process `pid` (slot `slot`), in the order the file holds it.
+    pub fn push_events(&mut self, slot: usize, pid: u32, batch: &[Event]) {
+        if batch.is_empty() {
+            return;
+        }
+        let base = self.seq + 1;
+        self.seq += batch.len() as u64;
+        let item = |(i, e): (usize, &Event)| Item {
+            seq: base + i as u64,
+            e: *e,
+        };
+        let sorted = batch.is_sorted_by_key(|e| (e.ts_ns, e.tid));
+        if self.reference.is_none() && sorted {
+            // The common case: a batch in order after its process's tail run.
+            self.count_late(pid, batch, base);
+            if let Some(r) = self.tail_for(slot, (batch[0].ts_ns, batch[0].tid)) {
+                self.append(r, batch.iter().enumerate().map(item));
+                return;
+            }
+        }
+        let mut items: Vec<Item> = batch.iter().enumerate().map(item).collect();
+        if !sorted {
+            // Stable: one thread's events at the same nanosecond keep their order.
+            items.sort_by_key(|it| (it.e.ts_ns, it.e.tid));
+        }
+        if let Some(all) = &mut self.reference {
+            for it in items {
+                let k = Key::event(pid, it.seq, &it.e);
+                all.push((k, slot, Some(it.e)));
+            }
+            return;
+        }
+        if !sorted {
+            if let Some(l) = self.last {
+                for it in &items {
+                    let k = Key::event(pid, it.seq, &it.e);
+                    if k >= l {
+                        break;
+                    }
+                    self.late += 1;
+                }
+            }
+        }
+        if let Some(r) = self.tail_for(slot, (items[0].e.ts_ns, items[0].e.tid)) {
+            self.append(r, items);
+            return;
+        }
+        self.buffered += items.len();
+        // A new run: the first batch of the process, or one older than its tail (a late batch). An emptied
+        // tail run it replaces is free again (nothing refers to it: runs in the heap are never empty).
+        if let Some(old) = self.tail[slot] {
+            if self.runs[old].q.is_empty() {
+                self.free_runs.push(old);
+            }
+        }
+        let r = match self.free_runs.pop() {
+            Some(r) => {
+                let run = &mut self.runs[r];
+                run.slot = slot;
+                run.pid = pid;
+                run.q.extend(items);
+                r
+            }
+            None => {
+                self.runs.push(Run {
+                    slot,
+                    pid,
+                    q: items.into(),
+                });
+                self.runs.len() - 1
+            }
+        };
+        self.tail[slot] = Some(r);
+        let k = self.runs[r].key(&self.runs[r].q[0]);
+        self.heap.push(Reverse((k, Src::Run(r))));
+    }
+
+    /// A timed record: `id` is the replay's (for `WHAT_END`, the slot).
+    pub fn push_record(&mut self, what: u8, pid: u32, tid: u32, ts: u64, id: usize) {
+        let k = Key {
+            ts,
+            what,
+            pid,
+            tid,
+            seq: self.next_seq(),
+        };
+        if let Some(all) = &mut self.reference {
+            all.push((k, id, None));
+            return;
+        }
+        self.check_late(&k);
+        self.heap.push(Reverse((k, Src::Rec(id))));
+    }
+
+    /// Whether more events wait than the bound allows; [`Merge::relieve`] then makes room.
+    pub fn over_bound(&self) -> bool {
+        self.buffered > self.bound
+    }
+
+    /// Makes room past the bound: spills every waiting run into one sorted run on disk. Returns false when no
+    /// spill file could be made (the caller then hands out the oldest entries early: see [`Merge::force`]).
+    pub fn relieve(&mut self) -> bool {
+        if self.spill_failed {
+            return false;
+        }
+        if self.spill.is_none() {
+            match spill_file() {
+                Some(f) => self.spill = Some(f),
+                None => {
+                    self.spill_failed = true;
+                    return false;
+                }
+            }
+        }
+        let mut all: Vec<(Key, usize, Event)> = Vec::with_capacity(self.buffered);
+        for run in &mut self.runs {
+            for it in run.q.drain(..) {
+                let k = Key::event(run.pid, it.seq, &it.e);
+                all.push((k, run.slot, it.e));
+            }
+        }
+        all.sort_unstable_by_key(|x| x.0);
+        let start = self.spill_len;
+        let mut buf = Vec::with_capacity(SPILLED * 4096);
+        let file = self.spill.as_ref().expect("made above");
+        for chunk in all.chunks(4096) {
+            buf.clear();
+            for (k, slot, e) in chunk {
+                encode(&mut buf, k, *slot, e);
+            }
+            if file.write_all_at(&buf, self.spill_len).is_err() {
+                // Disk full: what was written of this run is dropped, and what is left goes back into memory
+                // as one run per slot... simpler and still exact: keep everything in memory from now on.
+                self.spill_failed = true;
+                self.restore(all, start);
+                return false;
+            }
+            self.spill_len += buf.len() as u64;
+        }
+        // The runs are gone: their heap entries with them.
+        let heap = std::mem::take(&mut self.heap);
+        self.heap = heap
+            .into_iter()
+            .filter(|Reverse((_, src))| !matches!(src, Src::Run(_)))
+            .collect();
+        self.free_runs = (0..self.runs.len()).collect();
+        self.tail.iter_mut().for_each(|t| *t = None);
+        self.buffered = 0;
+        if let Some(&(k, _, _)) = all.first() {
+            let i = self.spill_runs.len();
+            self.spill_runs.push(SpillRun {
+                pos: start,
+                end: self.spill_len,
+                buf: VecDeque::new(),
+            });
+            self.heap.push(Reverse((k, Src::Spill(i))));
+        }
+        true
+    }
+
+    /// After a failed spill: back into memory, one run per (slot, pid), in key order.
+    fn restore(&mut self, all: Vec<(Key, usize, Event)>, spill_start: u64) {
+        self.spill_len = spill_start;
+        let heap = std::mem::take(&mut self.heap);
+        self.heap = heap
+            .into_iter()
+            .filter(|Reverse((_, src))| !matches!(src, Src::Run(_)))
+            .collect();
+        for r in &mut self.runs {
+            r.q.clear();
+        }
+        self.free_runs = (0..self.runs.len()).collect();
+        self.tail.iter_mut().for_each(|t| *t = None);
+        self.buffered = 0;
+        let mut by_slot: Vec<Vec<Event>> = Vec::new();
+        let mut pids: Vec<u32> = Vec::new();
+        let mut seqs: Vec<Vec<u64>> = Vec::new();
+        for (k, slot, e) in all {
+            if by_slot.len() <= slot {
+                by_slot.resize(slot + 1, Vec::new());
+                pids.resize(slot + 1, 0);
+                seqs.resize(slot + 1, Vec::new());
+            }
+            by_slot[slot].push(e);
+            pids[slot] = k.pid;
+            seqs[slot].push(k.seq);
+        }
+        for (slot, evs) in by_slot.into_iter().enumerate() {
+            if evs.is_empty() {
+                continue;
+            }
+            let q: VecDeque<Item> = evs
+                .into_iter()
+                .zip(seqs[slot].iter())
+                .map(|(e, &seq)| Item { seq, e })
+                .collect();
+            self.buffered += q.len();
+            let r = self.free_runs.pop().unwrap_or_else(|| {
+                self.runs.push(Run {
+                    slot,
+                    pid: 0,
+                    q: VecDeque::new(),
+                });
+                self.runs.len() - 1
+            });
+            let run = &mut self.runs[r];
+            run.slot = slot;
+            run.pid = pids[slot];
+            run.q = q;
+            let k = run.key(&run.q[0]);
+            self.tail[slot] = Some(r);
+            self.heap.push(Reverse((k, Src::Run(r))));
+        }
+    }
+
+    /// The trace is read to its end: [`Merge::next`] hands out everything that waits.
+    pub fn finish(&mut self) {
+        self.finished = true;
+    }
+
+    /// Events waiting in memory.
+    pub fn buffered(&self) -> usize {
+        self.buffered
+    }
+
+    /// Hands out the next entries below `limit` (everything when `limit` is `u64::MAX` or the trace is read to
+    /// its end), in key order: a record, or a run of one process's events (put in `buf`, which is cleared
+    /// first) that no other waiting entry comes between. `force`: hand out regardless of the limit (counted as
+    /// inexact where it is not yet reached).
+    pub fn next(&mut self, limit: u64, force: bool, buf: &mut Vec<Event>) -> Option<Out> {
+        buf.clear();
+        if self.reference.is_some() {
+            return self.next_reference(buf);
+        }
+        let limit = if self.finished { u64::MAX } else { limit };
+        let open = |ts: u64| limit == u64::MAX || ts < limit;
+        loop {
+            let &Reverse((k, src)) = self.heap.peek()?;
+            if !open(k.ts) && !force {
+                return None;
+            }
+            // What may not be reached: the smaller of the top's children (the second-smallest entry). The top
+            // stays in place and is replaced below (one sift instead of a pop and a push).
+            let h = self.heap.as_slice();
+            let stop = match (h.get(1), h.get(2)) {
+                (Some(Reverse(a)), Some(Reverse(b))) => a.0.min(b.0),
+                (Some(Reverse(a)), None) => a.0,
+                _ => Key::MAX,
+            };
+            match src {
+                Src::Rec(id) => {
+                    self.heap.pop();
+                    self.last = Some(k);
+                    return Some(Out::Rec(k.what, id, k.ts));
+                }
+                Src::Run(r) => {
+                    let run = &mut self.runs[r];
+                    let mut last = k;
+                    while let Some(it) = run.q.front() {
+                        let k = run.key(it);
+                        if !((k.ts < stop.ts || k < stop)
+                            && (open(k.ts) || (force && buf.is_empty())))
+                            || buf.len() >= SEGMENT
+                        {
+                            break;
+                        }
+                        if !open(k.ts) {
+                            self.forced += 1;
+                        }
+                        buf.push(it.e);
+                        last = k;
+                        run.q.pop_front();
+                    }
+                    self.buffered -= buf.len();
+                    self.last = Some(last);
+                    let slot = run.slot;
+                    match run.q.front() {
+                        Some(it) => {
+                            let k = run.key(it);
+                            if let Some(mut top) = self.heap.peek_mut() {
+                                *top = Reverse((k, Src::Run(r)));
+                            }
+                        }
+                        None => {
+                            self.heap.pop();
+                            self.retire(r);
+                        }
+                    }
+                    if buf.is_empty() {
+                        continue;
+                    }
+                    return Some(Out::Events(slot));
+                }
+                Src::Spill(i) => {
+                    let mut slot = None;
+                    while let Some(&(k, s, e)) = self.spill_peek(i) {
+                        let same = slot.is_none_or(|x| x == s);
+                        if !same
+                            || !((k.ts < stop.ts || k < stop)
+                                && (open(k.ts) || (force && buf.is_empty())))
+                            || buf.len() >= SEGMENT
+                        {
+                            break;
+                        }
+                        if !open(k.ts) {
+                            self.forced += 1;
+                        }
+                        self.spill_pop(i);
+                        slot = Some(s);
+                        buf.push(e);
+                        self.last = Some(k);
+                    }
+                    match self.spill_peek(i).map(|x| x.0) {
+                        Some(nk) => {
+                            if let Some(mut top) = self.heap.peek_mut() {
+                                *top = Reverse((nk, Src::Spill(i)));
+                            }
+                        }
+                        None => {
+                            self.heap.pop();
+                        }
+                    }
+                    match slot {
+                        Some(s) => return Some(Out::Events(s)),
+                        None => continue,
+                    }
+                }
+            }
+        }
+    }
+
+    /// A run emptied: free it (unless it is still its process's tail, which takes the next in-order batch).
+    fn retire(&mut self, r: usize) {
+        let slot = self.runs[r].slot;
+        if self.tail.get(slot).copied().flatten() != Some(r) {
+            self.free_runs.push(r);
+        }
+    }
+
+    fn spill_fill(&mut self, i: usize) {
+        let run = &mut self.spill_runs[i];
+        if !run.buf.is_empty() || run.pos >= run.end {
+            return;
+        }
+        let n = (((run.end - run.pos) as usize) / SPILLED).min(SPILL_BLOCK);
+        let mut raw = vec![0u8; n * SPILLED];
+        let ok = self
+            .spill
+            .as_ref()
+            .is_some_and(|f| f.read_exact_at(&mut raw, run.pos).is_ok());
+        if !ok {
+            // The spill file cannot be read back: those events are lost to the report (counted as inexact).
+            self.forced += (run.end - run.pos) / SPILLED as u64;
+            run.pos = run.end;
+            return;
+        }
+        run.pos += raw.len() as u64;
+        for rec in raw.chunks_exact(SPILLED) {
+            if let Some(x) = decode(rec) {
+                run.buf.push_back(x);
+            }
+        }
+    }
+
+    fn spill_peek(&mut self, i: usize) -> Option<&(Key, usize, Event)> {
+        self.spill_fill(i);
+        self.spill_runs[i].buf.front()
+    }
+
+    fn spill_pop(&mut self, i: usize) -> Option<(Key, usize, Event)> {
+        self.spill_fill(i);
+        self.spill_runs[i].buf.pop_front()
+    }
+
+    fn next_reference(&mut self, buf: &mut Vec<Event>) -> Option<Out> {
+        if !self.finished {
+            return None;
+        }
+        let all = self.reference.as_mut().expect("reference");
+        if self.ref_next == 0 {
+            all.sort_by_key(|x| x.0);
+        }
+        let &(k, id, e) = all.get(self.ref_next)?;
+        self.ref_next += 1;
+        Some(match e {
+            Some(e) => {
+                buf.push(e);
+                Out::Events(id)
+            }
+            None => Out::Rec(k.what, id, k.ts),
+        })
+    }
+}
+
+/// A spill file nobody else can open: made in the temp directory and unlinked at once.
+fn spill_file() -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::env::temp_dir();
+    if let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(&dir)
+    {
+        return Some(f);
+    }
+    for n in 0..100u32 {
+        let p = dir.join(format!("vramtrace-merge-{}-{n}", std::process::id()));
+        if let Ok(f) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&p)
+        {
+            let _ = std::fs::remove_file(&p);
+            return Some(f);
+        }
+    }
+    None
+}
+
+fn encode(buf: &mut Vec<u8>, k: &Key, slot: usize, e: &Event) {
+    buf.extend_from_slice(&(slot as u32).to_le_bytes());
+    buf.extend_from_slice(&k.pid.to_le_bytes());
+    buf.extend_from_slice(&k.seq.to_le_bytes());
+    buf.extend_from_slice(&e.ts_ns.to_le_bytes());
+    buf.extend_from_slice(&e.tid.to_le_bytes());
+    buf.push(e.api as u8);
+    buf.push(e.flags);
+    buf.extend_from_slice(&e.device.to_le_bytes());
+    buf.extend_from_slice(&e.result.to_le_bytes());
+    buf.extend_from_slice(&e.addr.to_le_bytes());
+    buf.extend_from_slice(&e.size.to_le_bytes());
+    buf.extend_from_slice(&e.aux.to_le_bytes());
+    buf.extend_from_slice(&e.stack.to_le_bytes());
+}
+
+fn decode(b: &[u8]) -> Option<(Key, usize, Event)> {
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+    let slot = u32_at(0) as usize;
+    let pid = u32_at(4);
+    let seq = u64_at(8);
+    let e = Event {
+        ts_ns: u64_at(16),
+        tid: u32_at(24),
+        api: Api::from_u8(b[28])?,
+        flags: b[29],
+        device: u32_at(30),
+        result: u32_at(34),
+        addr: u64_at(38),
+        size: u64_at(46),
+        aux: u64_at(54),
+        stack: u32_at(62),
+    };
+    let k = Key::event(pid, seq, &e);
+    Some((k, slot, e))
+}

@@ -1,0 +1,374 @@
+//! Out-of-memory snapshots: what the replay knew when it reached an out-of-memory record, and a framework's
+//! own out-of-memory record folded into the driver's.
+
+use std::collections::HashMap;
+
+use vramtrace_format::{flags, Api, Oom, NO_DEVICE};
+
+use super::leak::{leak_trend, site_ref};
+use super::replay::Replay;
+use super::*;
+use crate::callsites::{SiteBytes, NO_SITE, SITES_LISTED};
+
+impl Replay {
+    /// Attaches a framework's out-of-memory record to the driver's snapshot of the same error (the last
+    /// failed request of that process and device within [`FOLD_NS`]; earlier ones were the allocator's
+    /// retries and fold into it), or snapshots it on its own when the driver saw no failure (PyTorch's
+    /// per-process memory fraction refuses before asking the driver).
+    pub(super) fn fold_framework_oom(
+        &mut self,
+        s: usize,
+        pid: u32,
+        tid: u32,
+        ts: u64,
+        fo: FrameworkOom,
+    ) {
+        let t = fo.time_ns;
+        let same: Vec<usize> = self
+            .ooms
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| {
+                o.pid == pid
+                    && o.device == fo.device
+                    && o.framework.is_none()
+                    && o.time_ns <= t
+                    && t - o.time_ns <= FOLD_NS
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let at = match same.last() {
+            Some(&last) => {
+                let folded = same.len() as u32 - 1;
+                let keep = self.ooms.remove(last);
+                for &i in same[..same.len() - 1].iter().rev() {
+                    self.ooms.remove(i);
+                }
+                self.ooms.push(keep);
+                let i = self.ooms.len() - 1;
+                self.ooms[i].driver_ooms_folded = folded;
+                // One error, however many driver requests failed behind it.
+                self.oom_records = self.oom_records.saturating_sub(folded as u64);
+                i
+            }
+            None => {
+                if self.ooms.len() >= MAX_OOM_SNAPSHOTS {
+                    return;
+                }
+                self.next_id += 1;
+                let id = self.next_id;
+                self.oom_records += 1;
+                let o = Oom {
+                    pid,
+                    tid,
+                    ts_ns: ts,
+                    device: fo.device.unwrap_or(NO_DEVICE),
+                    api: 0,
+                    flags: 0,
+                    requested_bytes: fo.requested_bytes,
+                    result: CUDA_OOM,
+                    device_free_bytes: fo.device_free_bytes,
+                    device_total_bytes: None,
+                    cap_bytes: None,
+                    job_used_bytes: None,
+                    process_used_bytes: None,
+                    extra: Vec::new(),
+                };
+                self.pending_ooms.insert(id, (s, o));
+                let before = self.ooms.len();
+                self.snapshot(id, ts);
+                if self.ooms.len() == before {
+                    return;
+                }
+                self.ooms.len() - 1
+            }
+        };
+        let o = &mut self.ooms[at];
+        o.framework_figures = Some(fo.figures);
+        if let Some(dev) = fo.device {
+            o.framework_job = self.fw.job_allocated(dev);
+            o.framework_leak = self.fw.leak_until(dev, t);
+        }
+        o.framework = Some(fo);
+    }
+
+    /// The replay reached out-of-memory record `id` (at absolute time `ts`): everything up to then is applied.
+    pub(super) fn snapshot(&mut self, id: usize, ts: u64) {
+        let Some((s, o)) = self.pending_ooms.remove(&id) else {
+            return;
+        };
+        // The first ones, in replay order, get a snapshot; the rest are counted.
+        if self.ooms.len() >= MAX_OOM_SNAPSHOTS {
+            return;
+        }
+        let t = self.rel(ts);
+        let d = self.devs.iter().position(|x| x.device == o.device);
+        let device = (o.device != NO_DEVICE).then_some(o.device);
+        if let Some(d) = d {
+            let dv = &mut self.devs[d];
+            if let Some(total) = o.device_total_bytes {
+                dv.oom_total = Some(dv.oom_total.map_or(total, |x| x.max(total)));
+            }
+            if o.cap_bytes.is_some() {
+                dv.oom_cap = o.cap_bytes;
+            }
+        }
+        let (job_live, job_peak, job_peak_t, async_recent) = match d {
+            Some(d) => {
+                let dv = &self.devs[d];
+                let now = t / ASYNC_STEP_NS;
+                let recent = dv
+                    .async_freed
+                    .iter()
+                    .filter(|(step, _)| *step <= now && now - *step < ASYNC_STEPS as u64)
+                    .fold(0u64, |a, (_, b)| a.saturating_add(*b));
+                (dv.cur, dv.peak, dv.peak_t, recent)
+            }
+            None => (0, 0, None, 0),
+        };
+        let full = d
+            .map(|d| self.devs[d].tl.clone().finish(t))
+            .unwrap_or_default();
+        let mut leak = leak_trend(&full);
+        let timeline = window(&full, t.saturating_sub(OOM_WINDOW_NS), OOM_TIMELINE_POINTS);
+        drop(full);
+
+        // Processes.
+        let devs = &self.devs;
+        let dev_of = |i: usize| (devs[i].device != NO_DEVICE).then_some(devs[i].device);
+        let mut processes = Vec::new();
+        let mut on_device = 0u64;
+        for (i, p) in self.procs.iter().enumerate() {
+            if p.released {
+                continue;
+            }
+            let used =
+                i == s || d.is_some_and(|d| p.dev.get(d).is_some_and(|pd| pd.allocations > 0));
+            on_device += used as u64;
+            let mut per_device: Vec<(Option<u32>, u64)> = p
+                .dev
+                .iter()
+                .enumerate()
+                .filter(|(_, pd)| pd.cur > 0)
+                .map(|(di, pd)| (dev_of(di), pd.cur))
+                .collect();
+            if per_device.is_empty() && i != s {
+                continue;
+            }
+            per_device.sort_by_key(|(dv, _)| dv.unwrap_or(u32::MAX));
+            processes.push(OomProcess {
+                pid: p.s.pid,
+                announced: p.s.announced,
+                rank: p.s.rank,
+                cmdline: p.s.cmdline.clone(),
+                device_live_bytes: d.and_then(|d| p.dev.get(d)).map_or(0, |pd| pd.cur),
+                per_device,
+                on_device: used,
+            });
+        }
+
+        // One pass over the live set of the device.
+        let mut classes: Vec<SizeClass> = SIZE_CLASSES
+            .iter()
+            .enumerate()
+            .map(|(i, &(label, max))| SizeClass {
+                label,
+                min_bytes: if i == 0 { 0 } else { SIZE_CLASSES[i - 1].1 },
+                max_bytes: (max != u64::MAX).then_some(max),
+                count: 0,
+                bytes: 0,
+            })
+            .collect();
+        let mut top: Vec<OomAlloc> = Vec::new();
+        // The smallest size still in the top list after the last trim: anything smaller cannot get in.
+        let mut floor = 0u64;
+        let mut live_count = 0u64;
+        let span = leak
+            .as_ref()
+            .map(|l| (l.minima[0].t_ns, l.minima[l.minima.len() - 1].t_ns));
+        let mut groups: HashMap<(Api, u64), u64> = HashMap::new();
+        let mut site_groups: HashMap<u32, (u64, u64)> = HashMap::new();
+        if let Some(d) = d {
+            for p in self.procs.iter().filter(|p| !p.released) {
+                for (&addr, l) in p.ptrs.iter().chain(p.handles.iter()) {
+                    if l.dev as usize != d {
+                        continue;
+                    }
+                    live_count += 1;
+                    let c = SIZE_CLASSES
+                        .iter()
+                        .position(|&(_, max)| l.size < max)
+                        .unwrap_or(SIZE_CLASSES.len() - 1);
+                    classes[c].count += 1;
+                    classes[c].bytes = classes[c].bytes.saturating_add(l.size);
+                    if let Some((from, to)) = span {
+                        if l.ts > from && l.ts <= to {
+                            *groups.entry((l.api, l.size)).or_default() += 1;
+                            if l.site != NO_SITE {
+                                let g = site_groups.entry(l.site).or_default();
+                                g.0 += 1;
+                                g.1 = g.1.saturating_add(l.size);
+                            }
+                        }
+                    }
+                    if l.size < floor {
+                        continue;
+                    }
+                    top.push(OomAlloc {
+                        pid: p.s.pid,
+                        tid: l.tid,
+                        device,
+                        api: l.api,
+                        ptsz: l.flags & flags::PTSZ != 0,
+                        address: addr,
+                        bytes: l.size,
+                        alloc_time_ns: l.ts,
+                        age_ns: t.saturating_sub(l.ts),
+                        site: site_ref(l.site),
+                    });
+                    if top.len() >= 8 * OOM_TOP_LIVE {
+                        trim_top(&mut top);
+                        floor = top[top.len() - 1].bytes;
+                    }
+                }
+            }
+        }
+        trim_top(&mut top);
+        if let Some(l) = leak.as_mut() {
+            let mut g: Vec<LeakGroup> = groups
+                .into_iter()
+                .map(|((api, size), count)| LeakGroup {
+                    api,
+                    bytes_each: size,
+                    count,
+                    bytes: size.saturating_mul(count),
+                })
+                .collect();
+            g.sort_unstable_by(|a, b| {
+                b.bytes
+                    .cmp(&a.bytes)
+                    .then(b.count.cmp(&a.count))
+                    .then(a.api.cmp(&b.api))
+                    .then(a.bytes_each.cmp(&b.bytes_each))
+            });
+            l.more_groups = g.len().saturating_sub(10) as u64;
+            g.truncate(10);
+            l.groups = g;
+            // By call site: indices are aggregates until `finish` turns them into sites.
+            let mut g: Vec<LeakSite> = site_groups
+                .into_iter()
+                .map(|(site, (count, bytes))| LeakSite {
+                    site: site as usize,
+                    count,
+                    bytes,
+                    label: String::new(),
+                })
+                .collect();
+            g.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+            l.more_sites = g.len().saturating_sub(SITES_LISTED) as u64;
+            g.truncate(SITES_LISTED);
+            l.sites = g;
+        }
+        // Live bytes by call site on the device.
+        let (mut by_site, mut site_total) = (Vec::new(), 0u64);
+        if let Some(d) = d {
+            for (i, a) in self.cs.aggs.iter().enumerate() {
+                if a.dev as usize == d && a.cur > 0 {
+                    site_total = site_total.saturating_add(a.cur);
+                    by_site.push(SiteBytes {
+                        site: i,
+                        count: a.live_count,
+                        bytes: a.cur,
+                    });
+                }
+            }
+        }
+        by_site.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+        by_site.truncate(SITES_LISTED);
+        let listed = by_site.iter().fold(0u64, |x, b| x.saturating_add(b.bytes));
+        // The request's own site: the process's last failed allocation, made by the same thread for as much.
+        let request_site = match self.procs[s].last_failed {
+            Some((tid, size, site)) if tid == o.tid && size == o.requested_bytes => site_ref(site),
+            _ => None,
+        };
+        self.ooms.push(OomSnapshot {
+            time_ns: t,
+            pid: o.pid,
+            tid: o.tid,
+            device,
+            api: Api::from_u8(o.api),
+            api_code: o.api,
+            ptsz: o.flags & flags::PTSZ != 0,
+            cap_refused: o.flags & flags::CAP_REFUSED != 0,
+            requested_bytes: o.requested_bytes,
+            result: o.result,
+            request_site,
+            device_free_bytes: o.device_free_bytes,
+            device_total_bytes: o.device_total_bytes,
+            cap_bytes: o.cap_bytes,
+            ledger_job_bytes: o.job_used_bytes,
+            ledger_process_bytes: o.process_used_bytes,
+            job_live_trace_bytes: job_live,
+            job_peak_bytes: job_peak,
+            job_peak_time_ns: job_peak_t,
+            job_processes_on_device: on_device,
+            processes,
+            live_count,
+            top_live: top,
+            size_classes: classes,
+            timeline,
+            async_freed_recent_bytes: async_recent,
+            leak,
+            by_site,
+            by_site_unlisted_bytes: site_total.saturating_sub(listed),
+            no_site_bytes: job_live.saturating_sub(site_total),
+            dropped_events: self.dropped,
+            framework: None,
+            framework_figures: (o.device != NO_DEVICE)
+                .then(|| self.fw.figures(s, o.device))
+                .flatten(),
+            framework_job: (o.device != NO_DEVICE)
+                .then(|| self.fw.job_allocated(o.device))
+                .flatten(),
+            framework_leak: (o.device != NO_DEVICE)
+                .then(|| self.fw.leak_until(o.device, t))
+                .flatten(),
+            driver_ooms_folded: 0,
+        });
+    }
+}
+
+/// Keeps the largest [`OOM_TOP_LIVE`], largest first, then oldest, then by pid and address.
+pub(super) fn trim_top(v: &mut Vec<OomAlloc>) {
+    v.sort_unstable_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(a.alloc_time_ns.cmp(&b.alloc_time_ns))
+            .then(a.pid.cmp(&b.pid))
+            .then(a.address.cmp(&b.address))
+    });
+    v.truncate(OOM_TOP_LIVE);
+}
+
+/// The part of `tl` from `from` on, with neighbouring buckets merged until at most `points` remain.
+pub(super) fn window(tl: &Timeline, from: u64, points: usize) -> Timeline {
+    let w = tl.bucket_ns;
+    let kept: Vec<Bucket> = tl
+        .buckets
+        .iter()
+        .filter(|b| b.t_ns.saturating_add(w) > from)
+        .copied()
+        .collect();
+    let k = kept.len().div_ceil(points.max(1)).max(1);
+    Timeline {
+        bucket_ns: w.saturating_mul(k as u64),
+        buckets: kept
+            .chunks(k)
+            .map(|c| Bucket {
+                t_ns: c[0].t_ns,
+                max_bytes: c.iter().map(|b| b.max_bytes).max().unwrap_or(0),
+                last_bytes: c[c.len() - 1].last_bytes,
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,917 @@
+//! The replay: live sets, peaks, timelines and per-process figures, applied entry by entry in the order the
+//! merge ([`super::merge`]) hands them out.
+
+use std::collections::HashMap;
+
+use vramtrace_format::{
+    flags, Api, Effect, EndKind, Event, Hello, Oom, Record, TraceHeader, NO_DEVICE,
+};
+
+use super::fasthash::FastMap;
+use super::framework;
+use super::leak::{site_ref, trim_leaks};
+use super::merge::{Merge, Out, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
+use super::timeline::TimelineBuilder;
+use super::*;
+use crate::callsites::{self, NO_SITE};
+use crate::symbols::Symbolizer;
+
+#[derive(Clone, Copy)]
+pub(super) struct Live {
+    pub(super) size: u64,
+    /// Relative ns.
+    pub(super) ts: u64,
+    pub(super) tid: u32,
+    /// Its call site's aggregate, or `NO_SITE`.
+    pub(super) site: u32,
+    pub(super) dev: u16,
+    pub(super) api: Api,
+    pub(super) flags: u8,
+}
+
+#[derive(Default, Clone)]
+pub(super) struct ProcDev {
+    pub(super) cur: u64,
+    pub(super) peak: u64,
+    pub(super) live_end: u64,
+    pub(super) allocations: u64,
+}
+
+pub(super) struct Proc {
+    pub(super) s: ProcessStats,
+    /// The last failed allocation: (tid, bytes, call-site aggregate), so an OOM record names its request's site.
+    pub(super) last_failed: Option<(u32, u64, u32)>,
+    pub(super) cur: u64,
+    pub(super) dev: Vec<ProcDev>,
+    pub(super) ptrs: FastMap<u64, Live>,
+    pub(super) handles: FastMap<u64, Live>,
+    pub(super) reserved: u64,
+    pub(super) mapped: u64,
+    /// Its promise: no later record of it is older than this (absolute time).
+    pub(super) wm: u64,
+    /// The newest time of its latest record, which becomes the promise when the next record arrives.
+    pub(super) pending_wm: u64,
+    pub(super) open: bool,
+    pub(super) goodbye: bool,
+    pub(super) end_seen: bool,
+    /// Its end was replayed: CUDA gave back what it held.
+    pub(super) released: bool,
+    /// Absolute start time (hello or first sight), for telling an earlier image of the same pid apart.
+    pub(super) start_abs: u64,
+    /// The slot this pid had before this one (exec or pid reuse).
+    pub(super) prev: Option<usize>,
+    /// Its stacks, objects and call-site aggregates.
+    pub(super) cs: callsites::ProcSites,
+}
+
+impl Proc {
+    fn new(pid: u32, ts: u64, rel: u64, prev: Option<usize>) -> Self {
+        Proc {
+            last_failed: None,
+            s: ProcessStats {
+                pid,
+                announced: false,
+                ppid: None,
+                cmdline: Vec::new(),
+                hostname: None,
+                rank: None,
+                local_rank: None,
+                slurm_procid: None,
+                start_ns: rel,
+                end_ns: None,
+                ended: Ended::Running,
+                exit: None,
+                peak_bytes: 0,
+                peak_time_ns: None,
+                per_device: Vec::new(),
+                allocations: 0,
+                frees: 0,
+                failed_allocations: 0,
+                oom_results: 0,
+                cap_refusals: 0,
+                cap_exceeded: 0,
+                unmatched_frees: 0,
+                lost_frees: 0,
+                largest_allocation_bytes: 0,
+                live_bytes_at_end: 0,
+                live_allocations_at_end: 0,
+                dropped_events: 0,
+                address_reserved_peak_bytes: 0,
+                mapped_peak_bytes: 0,
+                framework: Vec::new(),
+                python_bridge: false,
+            },
+            cur: 0,
+            dev: Vec::new(),
+            ptrs: FastMap::default(),
+            handles: FastMap::default(),
+            reserved: 0,
+            mapped: 0,
+            wm: ts,
+            pending_wm: 0,
+            open: true,
+            goodbye: false,
+            end_seen: false,
+            released: false,
+            start_abs: ts,
+            prev,
+            cs: callsites::ProcSites::default(),
+        }
+    }
+
+    #[inline]
+    fn dev(&mut self, d: usize) -> &mut ProcDev {
+        if self.dev.len() <= d {
+            self.dev.resize(d + 1, ProcDev::default());
+        }
+        &mut self.dev[d]
+    }
+}
+
+pub(super) struct Dev {
+    pub(super) device: u32,
+    pub(super) cur: u64,
+    pub(super) peak: u64,
+    pub(super) peak_t: Option<u64>,
+    pub(super) live_end: u64,
+    pub(super) allocations: u64,
+    pub(super) largest: u64,
+    pub(super) info: Option<(u64, u64)>,
+    pub(super) tl: TimelineBuilder,
+    /// Bytes freed with `cuMemFreeAsync` per 100 ms step: (step number, bytes), a ring over the last second.
+    pub(super) async_freed: [(u64, u64); ASYNC_STEPS],
+    /// The largest device total an out-of-memory record gave, and the cap one gave.
+    pub(super) oom_total: Option<u64>,
+    pub(super) oom_cap: Option<u64>,
+    /// New peaks reached so far (call-site aggregates compare it: see `callsites`).
+    pub(super) peak_seq: u64,
+}
+
+/// A framework out-of-memory record folds the driver's failed requests for the same error made this long
+/// before it (the allocator flushing its cache and retrying).
+pub const FOLD_NS: u64 = 5_000_000_000;
+
+pub(super) struct Replay {
+    pub(super) start: u64,
+    pub(super) procs: Vec<Proc>,
+    pub(super) by_pid: HashMap<u32, usize>,
+    pub(super) devs: Vec<Dev>,
+    /// Slots still open (holding the merge back).
+    pub(super) open: Vec<usize>,
+    pub(super) min_wm: u64,
+    pub(super) wm_dirty: bool,
+    /// Every timed entry waits here until no open process can send anything older.
+    pub(super) merge: Merge,
+    /// With a collector that promises for processes still to come (`newcomer_ticks` in the header): how far it
+    /// has promised. The merge goes no further.
+    pub(super) newcomers: Option<u64>,
+    /// Exit statuses the wrapper reaped, attached to their processes at the end.
+    pub(super) exits: Vec<vramtrace_format::Exit>,
+    /// The merge's hand-out buffer, kept between calls.
+    pub(super) seg: Vec<Event>,
+    /// Dropped-event counts waiting for the merge: id -> (slot, count).
+    pub(super) pending_drops: HashMap<usize, (usize, u64)>,
+    pub(super) events: u64,
+    pub(super) dropped: u64,
+    pub(super) unmatched: u64,
+    pub(super) lost: u64,
+    pub(super) first_ts: Option<u64>,
+    pub(super) last_ts: u64,
+    pub(super) leaks: Vec<LiveAlloc>,
+    pub(super) leak_count: u64,
+    pub(super) leak_bytes: u64,
+    /// Out-of-memory records waiting for the merge to reach their time: id -> (slot, record).
+    pub(super) pending_ooms: HashMap<usize, (usize, Oom)>,
+    pub(super) oom_records: u64,
+    pub(super) ooms: Vec<OomSnapshot>,
+    /// Stacks, notes and call-site aggregates.
+    pub(super) cs: callsites::Store,
+    /// Bridge records waiting for the merge to reach their time: id -> (slot, record).
+    pub(super) pending_fw: HashMap<usize, (usize, Record)>,
+    /// The next id of a waiting record (out-of-memory, bridge, dropped count).
+    pub(super) next_id: usize,
+    pub(super) fw: framework::FwReplay,
+}
+
+impl Replay {
+    /// A streaming replay holding at most about `bound` events in memory; `reference`: the plain one that sorts
+    /// everything at the end (the tests' yardstick).
+    pub(super) fn new(start: u64, bound: usize, reference: bool) -> Self {
+        Replay {
+            start,
+            merge: if reference {
+                Merge::reference()
+            } else {
+                Merge::new(bound)
+            },
+            pending_drops: HashMap::new(),
+            seg: Vec::with_capacity(4096),
+            exits: Vec::new(),
+            newcomers: None,
+            procs: Vec::new(),
+            by_pid: HashMap::new(),
+            devs: Vec::new(),
+            open: Vec::new(),
+            min_wm: u64::MAX,
+            wm_dirty: false,
+            events: 0,
+            dropped: 0,
+            unmatched: 0,
+            lost: 0,
+            first_ts: None,
+            last_ts: 0,
+            leaks: Vec::new(),
+            leak_count: 0,
+            leak_bytes: 0,
+            pending_ooms: HashMap::new(),
+            oom_records: 0,
+            ooms: Vec::new(),
+            cs: callsites::Store::default(),
+            pending_fw: HashMap::new(),
+            next_id: 0,
+            fw: framework::FwReplay::default(),
+        }
+    }
+
+    #[inline]
+    pub(super) fn rel(&self, ts: u64) -> u64 {
+        ts.saturating_sub(self.start)
+    }
+
+    fn observe(&mut self, ts: u64) {
+        self.first_ts = Some(self.first_ts.map_or(ts, |f| f.min(ts)));
+        self.last_ts = self.last_ts.max(ts);
+    }
+
+    // ---- processes and watermarks ----
+
+    fn new_slot(&mut self, pid: u32, ts: u64, prev: Option<usize>) -> usize {
+        let s = self.procs.len();
+        let rel = self.rel(ts);
+        self.procs.push(Proc::new(pid, ts, rel, prev));
+        self.by_pid.insert(pid, s);
+        self.open.push(s);
+        if !self.wm_dirty {
+            self.min_wm = self.min_wm.min(ts);
+        }
+        s
+    }
+
+    /// The slot a record of `pid` at time `ts` belongs to, created if the pid is new.
+    fn route(&mut self, pid: u32, ts: u64) -> usize {
+        let Some(mut s) = self.by_pid.get(&pid).copied() else {
+            return self.new_slot(pid, ts, None);
+        };
+        // Records older than this image's start that an earlier, still-open image of the pid could have sent.
+        while let Some(pv) = self.procs[s].prev {
+            if ts < self.procs[s].start_abs && !self.procs[pv].end_seen {
+                s = pv;
+            } else {
+                break;
+            }
+        }
+        s
+    }
+
+    /// A batch of process `s` with times up to `ts`. Its promise moves to the newest time of the batch before
+    /// this one: the records that follow a batch (an out-of-memory record after the batch holding its failure)
+    /// may be older than the batch's newest event, never older than its oldest.
+    fn advance(&mut self, s: usize, ts: u64) {
+        let p = &mut self.procs[s];
+        let promise = std::mem::replace(&mut p.pending_wm, ts);
+        self.promise(s, promise);
+    }
+
+    /// A tick, goodbye or hello: nothing older than `ts` will follow, at once.
+    fn promise_now(&mut self, s: usize, ts: u64) {
+        self.promise(s, ts);
+    }
+
+    fn promise(&mut self, s: usize, ts: u64) {
+        let p = &mut self.procs[s];
+        if ts > p.wm {
+            if p.open && p.wm == self.min_wm {
+                self.wm_dirty = true;
+            }
+            p.wm = ts;
+        }
+    }
+
+    fn close(&mut self, s: usize) {
+        let p = &mut self.procs[s];
+        if p.open {
+            p.open = false;
+            if p.wm == self.min_wm {
+                self.wm_dirty = true;
+            }
+            if let Some(i) = self.open.iter().position(|&o| o == s) {
+                self.open.swap_remove(i);
+            }
+        }
+    }
+
+    /// Events at or before this time can be replayed: no open process will send anything older.
+    fn limit(&mut self) -> u64 {
+        if self.wm_dirty {
+            self.min_wm = self
+                .open
+                .iter()
+                .map(|&s| self.procs[s].wm)
+                .min()
+                .unwrap_or(u64::MAX);
+            self.wm_dirty = false;
+        }
+        self.min_wm.min(self.newcomers.unwrap_or(u64::MAX))
+    }
+
+    // ---- records ----
+
+    pub(super) fn on_events(&mut self, pid: u32, batch: &[Event]) {
+        if batch.is_empty() {
+            return;
+        }
+        self.events += batch.len() as u64;
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        for e in batch {
+            lo = lo.min(e.ts_ns);
+            hi = hi.max(e.ts_ns);
+        }
+        self.observe(lo);
+        self.observe(hi);
+        let s = self.route(pid, lo);
+        self.merge.push_events(s, pid, batch);
+        self.advance(s, hi);
+        if self.merge.over_bound() && !self.merge.relieve() {
+            // No spill file: the oldest go out early (counted by the merge as inexact).
+            let keep = self.merge.buffered() - self.merge.buffered() / 8;
+            let limit = self.limit();
+            let mut buf = std::mem::take(&mut self.seg);
+            while self.merge.buffered() > keep {
+                match self.merge.next(limit, true, &mut buf) {
+                    Some(x) => self.replay_one(x, &buf),
+                    None => break,
+                }
+            }
+            self.seg = buf;
+        }
+        self.pump();
+    }
+
+    fn next_id(&mut self) -> usize {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    pub(super) fn on_record(&mut self, rec: Record) {
+        match rec {
+            Record::Hello(h) => self.on_hello(h),
+            Record::Events { pid, events } => self.on_events(pid, &events),
+            Record::Dropped { pid, ts_ns, count } => {
+                self.observe(ts_ns);
+                let s = self.route(pid, ts_ns);
+                let id = self.next_id();
+                self.pending_drops.insert(id, (s, count));
+                self.merge.push_record(WHAT_DROP, pid, 0, ts_ns, id);
+                self.pump();
+            }
+            // The collector's promise for processes still to come: none has anything older.
+            Record::Tick { pid: 0, ts_ns } => {
+                if let Some(n) = &mut self.newcomers {
+                    *n = (*n).max(ts_ns);
+                }
+                self.pump();
+            }
+            Record::Tick { pid, ts_ns } => {
+                self.observe(ts_ns);
+                let s = self.route(pid, ts_ns);
+                self.promise_now(s, ts_ns);
+                self.pump();
+            }
+            Record::Goodbye { pid, ts_ns } => {
+                self.observe(ts_ns);
+                let s = self.route(pid, ts_ns);
+                self.promise_now(s, ts_ns);
+                self.procs[s].goodbye = true;
+                self.close(s);
+                self.pump();
+            }
+            Record::ProcessEnd { pid, ts_ns, kind } => {
+                self.observe(ts_ns);
+                let s = self.route(pid, ts_ns);
+                let p = &mut self.procs[s];
+                if !p.end_seen {
+                    p.end_seen = true;
+                    p.s.ended = match kind {
+                        EndKind::Goodbye => Ended::Goodbye,
+                        EndKind::Vanished => Ended::Vanished,
+                        EndKind::CutMidFrame { partial_bytes } => {
+                            Ended::CutMidFrame { partial_bytes }
+                        }
+                    };
+                    p.s.end_ns = Some(ts_ns.saturating_sub(self.start));
+                    self.close(s);
+                    self.merge.push_record(WHAT_END, pid, 0, ts_ns, s);
+                }
+                self.pump();
+            }
+            Record::Oom(o) => {
+                let ts = o.ts_ns;
+                self.observe(ts);
+                // Follows the batch holding its failure: it moves no promise (nor do the bridge's records).
+                let s = self.route(o.pid, ts);
+                self.oom_records += 1;
+                let id = self.next_id();
+                let (pid, tid) = (o.pid, o.tid);
+                self.pending_ooms.insert(id, (s, o));
+                self.merge.push_record(WHAT_OOM, pid, tid, ts, id);
+                self.pump();
+            }
+            // Metadata: their times move no watermark and are no event's.
+            Record::Stack(st) => {
+                let s = self.route(st.pid, self.last_ts);
+                self.cs.on_stack(&mut self.procs[s].cs, st);
+            }
+            Record::Objects(o) => {
+                let s = self.route(o.pid, o.ts_ns);
+                self.cs.on_objects(&mut self.procs[s].cs, o.objects);
+            }
+            Record::Note { pid, ts_ns, text } => {
+                let t = self.rel(ts_ns);
+                self.cs.on_note(pid, t, text);
+            }
+            // Attached at the end: the process's own frames may still follow (the collector reaps a process
+            // as soon as it dies, perhaps before its connection's last frames are written).
+            Record::Exit(x) => self.exits.push(x),
+            // The bridge's records ride the merge like out-of-memory records: applied at their time.
+            Record::FrameworkSample(ref f) => {
+                let (pid, ts) = (f.pid, f.ts_ns);
+                self.queue_fw(pid, ts, rec);
+            }
+            Record::Bridge(ref b) => {
+                let (pid, ts) = (b.pid, b.ts_ns);
+                self.queue_fw(pid, ts, rec);
+            }
+        }
+    }
+
+    fn queue_fw(&mut self, pid: u32, ts: u64, rec: Record) {
+        self.observe(ts);
+        let s = self.route(pid, ts);
+        let id = self.next_id();
+        self.pending_fw.insert(id, (s, rec));
+        self.merge.push_record(WHAT_FW, pid, 0, ts, id);
+        self.pump();
+    }
+
+    /// Replays bridge record `id` at `ts`.
+    pub(super) fn on_fw(&mut self, id: usize, ts: u64) {
+        let Some((s, rec)) = self.pending_fw.remove(&id) else {
+            return;
+        };
+        let t = self.rel(ts);
+        match rec {
+            Record::FrameworkSample(f) => self.fw.on_sample(s, &f, t),
+            Record::Bridge(b) => {
+                let (pid, tid) = (b.pid, b.tid);
+                if let Some(fo) = self.fw.on_bridge(b, t) {
+                    self.fold_framework_oom(s, pid, tid, ts, fo);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_hello(&mut self, h: Hello) {
+        self.observe(h.ts_ns);
+        let s = match self.by_pid.get(&h.pid).copied() {
+            Some(s) if !self.procs[s].s.announced && !self.procs[s].end_seen => s,
+            // A second hello: the pid exec'd a new program, or was reused after the first one ended.
+            Some(s) => self.new_slot(h.pid, h.ts_ns, Some(s)),
+            None => self.new_slot(h.pid, h.ts_ns, None),
+        };
+        self.promise_now(s, h.ts_ns);
+        let rel = self.rel(h.ts_ns);
+        let p = &mut self.procs[s];
+        p.s.announced = true;
+        p.s.ppid = Some(h.ppid);
+        p.s.cmdline = h.cmdline;
+        p.s.hostname = Some(h.hostname);
+        p.s.rank = h.rank;
+        p.s.local_rank = h.local_rank;
+        p.s.slurm_procid = h.slurm_procid;
+        p.s.python_bridge = h
+            .extra
+            .iter()
+            .any(|(k, v)| k == "python_bridge" && v == "1");
+        p.s.start_ns = p.s.start_ns.min(rel);
+    }
+
+    // ---- the merge ----
+
+    /// Replays what the merge can hand out now: everything older than every open process's promise.
+    pub(super) fn pump(&mut self) {
+        let limit = self.limit();
+        let mut buf = std::mem::take(&mut self.seg);
+        while let Some(x) = self.merge.next(limit, false, &mut buf) {
+            self.replay_one(x, &buf);
+        }
+        self.seg = buf;
+    }
+
+    fn replay_one(&mut self, x: Out, buf: &[Event]) {
+        match x {
+            Out::Events(s) => {
+                for e in buf {
+                    self.apply(s, e);
+                }
+            }
+            Out::Rec(WHAT_END, s, ts) => self.end_process(s, ts),
+            Out::Rec(WHAT_OOM, id, ts) => self.snapshot(id, ts),
+            Out::Rec(WHAT_FW, id, ts) => self.on_fw(id, ts),
+            Out::Rec(WHAT_DROP, id, _) => {
+                if let Some((s, count)) = self.pending_drops.remove(&id) {
+                    let p = &mut self.procs[s].s;
+                    p.dropped_events = p.dropped_events.saturating_add(count);
+                    self.dropped = self.dropped.saturating_add(count);
+                }
+            }
+            Out::Rec(..) => {}
+        }
+    }
+
+    /// The process's connection ended at `ts`, after every event of it before then: CUDA releases the rest.
+    fn end_process(&mut self, s: usize, ts: u64) {
+        self.procs[s].released = true;
+        let t = self.rel(ts);
+        self.collect_live(s, t, true);
+        self.fw.on_process_end(s, t);
+    }
+
+    // ---- replaying one event ----
+
+    #[inline]
+    pub(super) fn dev_index(&mut self, device: u32) -> usize {
+        if let Some(i) = self.devs.iter().position(|d| d.device == device) {
+            return i;
+        }
+        self.devs.push(Dev {
+            device,
+            cur: 0,
+            peak: 0,
+            peak_t: None,
+            live_end: 0,
+            allocations: 0,
+            largest: 0,
+            info: None,
+            tl: TimelineBuilder::default(),
+            async_freed: [(u64::MAX, 0); ASYNC_STEPS],
+            oom_total: None,
+            oom_cap: None,
+            peak_seq: 0,
+        });
+        self.devs.len() - 1
+    }
+
+    #[inline]
+    pub(super) fn apply(&mut self, s: usize, e: &Event) {
+        let t = self.rel(e.ts_ns);
+        match e.api.effect() {
+            eff @ (Effect::AllocPtr | Effect::CreateHandle) => {
+                if e.result != 0 {
+                    if e.stack != 0 {
+                        let d = self.dev_index(e.device);
+                        let site = self
+                            .cs
+                            .site_for(&mut self.procs[s].cs, s, e.stack, d as u16);
+                        self.procs[s].last_failed = Some((e.tid, e.size, site));
+                    }
+                    let p = &mut self.procs[s].s;
+                    p.failed_allocations += 1;
+                    if e.result == CUDA_OOM {
+                        p.oom_results += 1;
+                    }
+                    if e.flags & flags::CAP_REFUSED != 0 {
+                        p.cap_refusals += 1;
+                    }
+                    return;
+                }
+                if e.flags & flags::CAP_EXCEEDED != 0 {
+                    self.procs[s].s.cap_exceeded += 1;
+                }
+                let d = self.dev_index(e.device);
+                let site = if e.stack != 0 {
+                    self.cs
+                        .site_for(&mut self.procs[s].cs, s, e.stack, d as u16)
+                } else {
+                    NO_SITE
+                };
+                let live = Live {
+                    size: e.size,
+                    ts: t,
+                    tid: e.tid,
+                    site,
+                    dev: d as u16,
+                    api: e.api,
+                    flags: e.flags,
+                };
+                let p = &mut self.procs[s];
+                let map = if eff == Effect::CreateHandle {
+                    &mut p.handles
+                } else {
+                    &mut p.ptrs
+                };
+                if let Some(old) = map.insert(e.addr, live) {
+                    p.s.lost_frees += 1;
+                    self.lost += 1;
+                    self.take(s, &old, t);
+                }
+                self.give(s, d, e.size, t, site);
+            }
+            eff @ (Effect::FreePtr | Effect::ReleaseHandle) => {
+                if e.result != 0 {
+                    return;
+                }
+                let p = &mut self.procs[s];
+                let map = if eff == Effect::ReleaseHandle {
+                    &mut p.handles
+                } else {
+                    &mut p.ptrs
+                };
+                match map.remove(&e.addr) {
+                    Some(old) => {
+                        p.s.frees += 1;
+                        self.take(s, &old, t);
+                        if e.api == Api::MemFreeAsync {
+                            self.note_async_free(old.dev as usize, t, old.size);
+                        }
+                    }
+                    None => {
+                        p.s.unmatched_frees += 1;
+                        self.unmatched += 1;
+                    }
+                }
+            }
+            Effect::AddressSpace => {
+                if e.result != 0 {
+                    return;
+                }
+                let p = &mut self.procs[s];
+                match e.api {
+                    Api::MemAddressReserve => {
+                        p.reserved = p.reserved.saturating_add(e.size);
+                        p.s.address_reserved_peak_bytes =
+                            p.s.address_reserved_peak_bytes.max(p.reserved);
+                    }
+                    Api::MemAddressFree => p.reserved = p.reserved.saturating_sub(e.size),
+                    Api::MemMap => {
+                        p.mapped = p.mapped.saturating_add(e.size);
+                        p.s.mapped_peak_bytes = p.s.mapped_peak_bytes.max(p.mapped);
+                    }
+                    Api::MemUnmap => p.mapped = p.mapped.saturating_sub(e.size),
+                    _ => {}
+                }
+            }
+            Effect::Info => {
+                if e.result == 0 {
+                    let d = self.dev_index(e.device);
+                    self.devs[d].info = Some((e.addr, e.size));
+                }
+            }
+        }
+    }
+
+    #[inline]
+    pub(super) fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32) {
+        let dv = &mut self.devs[d];
+        if site != NO_SITE {
+            let a = &mut self.cs.aggs[site as usize];
+            a.sync(dv.peak_seq);
+            a.cur = a.cur.saturating_add(size);
+            a.live_count += 1;
+            a.allocations += 1;
+            a.bytes = a.bytes.saturating_add(size);
+        }
+        dv.cur = dv.cur.saturating_add(size);
+        dv.allocations += 1;
+        dv.largest = dv.largest.max(size);
+        if dv.cur > dv.peak {
+            dv.peak = dv.cur;
+            dv.peak_t = Some(t);
+            dv.peak_seq += 1;
+        }
+        dv.tl.set(t, dv.cur);
+        let p = &mut self.procs[s];
+        p.cur = p.cur.saturating_add(size);
+        p.s.allocations += 1;
+        p.s.largest_allocation_bytes = p.s.largest_allocation_bytes.max(size);
+        if p.cur > p.s.peak_bytes {
+            p.s.peak_bytes = p.cur;
+            p.s.peak_time_ns = Some(t);
+        }
+        let pd = p.dev(d);
+        pd.cur = pd.cur.saturating_add(size);
+        pd.allocations += 1;
+        pd.peak = pd.peak.max(pd.cur);
+    }
+
+    #[inline]
+    pub(super) fn take(&mut self, s: usize, l: &Live, t: u64) {
+        let d = l.dev as usize;
+        let dv = &mut self.devs[d];
+        if l.site != NO_SITE {
+            let a = &mut self.cs.aggs[l.site as usize];
+            a.sync(dv.peak_seq);
+            a.cur = a.cur.saturating_sub(l.size);
+            a.live_count = a.live_count.saturating_sub(1);
+        }
+        dv.cur = dv.cur.saturating_sub(l.size);
+        dv.tl.set(t, dv.cur);
+        let p = &mut self.procs[s];
+        p.cur = p.cur.saturating_sub(l.size);
+        let pd = p.dev(d);
+        pd.cur = pd.cur.saturating_sub(l.size);
+    }
+
+    /// A `cuMemFreeAsync` of `size` bytes on device index `d` at `t`.
+    fn note_async_free(&mut self, d: usize, t: u64, size: u64) {
+        let step = t / ASYNC_STEP_NS;
+        let slot = &mut self.devs[d].async_freed[(step % ASYNC_STEPS as u64) as usize];
+        if slot.0 != step {
+            *slot = (step, 0);
+        }
+        slot.1 = slot.1.saturating_add(size);
+    }
+
+    /// Everything process `s` still holds at `t` is live at its end; with `release`, CUDA gives it back at `t`.
+    pub(super) fn collect_live(&mut self, s: usize, t: u64, release: bool) {
+        let p = &mut self.procs[s];
+        let pid = p.s.pid;
+        let ptrs = std::mem::take(&mut p.ptrs);
+        let handles = std::mem::take(&mut p.handles);
+        for (addr, l) in ptrs.into_iter().chain(handles) {
+            if l.site != NO_SITE {
+                let a = &mut self.cs.aggs[l.site as usize];
+                a.live_end = a.live_end.saturating_add(l.size);
+            }
+            let p = &mut self.procs[s];
+            p.s.live_bytes_at_end = p.s.live_bytes_at_end.saturating_add(l.size);
+            p.s.live_allocations_at_end += 1;
+            let pd = p.dev(l.dev as usize);
+            pd.live_end = pd.live_end.saturating_add(l.size);
+            let dv = &mut self.devs[l.dev as usize];
+            dv.live_end = dv.live_end.saturating_add(l.size);
+            self.leak_count += 1;
+            self.leak_bytes = self.leak_bytes.saturating_add(l.size);
+            self.leaks.push(LiveAlloc {
+                pid,
+                device: (dv.device != NO_DEVICE).then_some(dv.device),
+                api: l.api,
+                ptsz: l.flags & flags::PTSZ != 0,
+                address: addr,
+                bytes: l.size,
+                alloc_time_ns: l.ts,
+                age_ns: t.saturating_sub(l.ts),
+                site: site_ref(l.site),
+            });
+            if self.leaks.len() >= 64 * LEAK_LIST {
+                trim_leaks(&mut self.leaks);
+            }
+            if release {
+                self.take(s, &l, t);
+            }
+        }
+    }
+
+    pub(super) fn finish(mut self, header: TraceHeader, sym: Option<&mut Symbolizer>) -> Analysis {
+        self.merge.finish();
+        self.pump();
+        let merge_inexact_events = self.merge.inexact();
+        let end = self.rel(self.last_ts);
+        for s in 0..self.procs.len() {
+            let p = &mut self.procs[s];
+            if !p.end_seen && p.goodbye {
+                p.s.ended = Ended::Goodbye;
+            }
+            let at = p.s.end_ns.unwrap_or(end);
+            self.collect_live(s, at, false);
+        }
+        trim_leaks(&mut self.leaks);
+        // Each reaped status to the latest image of its pid that started before it.
+        for x in std::mem::take(&mut self.exits) {
+            let slot = (0..self.procs.len())
+                .rev()
+                .find(|&s| self.procs[s].s.pid == x.pid && self.procs[s].start_abs <= x.ts_ns);
+            if let Some(s) = slot {
+                self.procs[s].s.exit = Some(x.status);
+            }
+        }
+        let call_sites = self.call_sites(sym);
+        let fw = std::mem::take(&mut self.fw);
+        let (mut fw_procs, fw_devs, bridge) = fw.finish(end);
+        let devs = &self.devs;
+        let dev_of = |d: usize| (devs[d].device != NO_DEVICE).then_some(devs[d].device);
+        let processes: Vec<ProcessStats> = self
+            .procs
+            .iter()
+            .enumerate()
+            .map(|(slot, p)| {
+                let mut s = p.s.clone();
+                s.framework = fw_procs.remove(&slot).unwrap_or_default();
+                s.per_device = p
+                    .dev
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, pd)| pd.allocations > 0)
+                    .map(|(d, pd)| ProcessDevice {
+                        device: dev_of(d),
+                        peak_bytes: pd.peak,
+                        live_bytes_at_end: pd.live_end,
+                        allocations: pd.allocations,
+                    })
+                    .collect();
+                s.per_device.sort_by_key(|pd| pd.device.unwrap_or(u32::MAX));
+                s
+            })
+            .collect();
+        let mut devices: Vec<DeviceStats> = self
+            .devs
+            .into_iter()
+            .map(|d| DeviceStats {
+                device: (d.device != NO_DEVICE).then_some(d.device),
+                peak_bytes: d.peak,
+                peak_time_ns: d.peak_t,
+                live_bytes_at_end: d.live_end,
+                in_use_bytes_at_end: d.cur,
+                allocations: d.allocations,
+                largest_allocation_bytes: d.largest,
+                driver_total_bytes: d.info.map(|i| i.0),
+                driver_free_bytes: d.info.map(|i| i.1),
+                total_bytes: d.info.map(|i| i.0).or(d.oom_total),
+                cap_bytes: d.oom_cap,
+                timeline: d.tl.finish(end),
+                framework: None,
+            })
+            .collect();
+        for f in fw_devs {
+            match devices.iter_mut().find(|d| d.device == Some(f.device)) {
+                Some(d) => d.framework = Some(f),
+                None => devices.push(DeviceStats {
+                    device: Some(f.device),
+                    peak_bytes: 0,
+                    peak_time_ns: None,
+                    live_bytes_at_end: 0,
+                    in_use_bytes_at_end: 0,
+                    allocations: 0,
+                    largest_allocation_bytes: 0,
+                    driver_total_bytes: None,
+                    driver_free_bytes: None,
+                    total_bytes: None,
+                    cap_bytes: None,
+                    timeline: Timeline::default(),
+                    framework: Some(f),
+                }),
+            }
+        }
+        devices.sort_by_key(|d| d.device.unwrap_or(u32::MAX));
+        let from_header = |key: &str, dev: Option<u32>| -> Option<u64> {
+            let want = format!("{key}.{}", dev?);
+            header
+                .extra
+                .iter()
+                .find(|(k, _)| *k == want)
+                .and_then(|(_, v)| v.trim().parse().ok())
+        };
+        for d in &mut devices {
+            d.total_bytes = d.total_bytes.or(from_header("device_total", d.device));
+            d.cap_bytes = from_header("cap_bytes", d.device).or(d.cap_bytes);
+        }
+        let mut ooms = self.ooms;
+        ooms.sort_by_key(|o| o.time_ns);
+        let first = self.first_ts.map(|f| f.saturating_sub(self.start));
+        Analysis {
+            header,
+            format_version: 0,
+            partial: false,
+            stopped: None,
+            frames: 0,
+            unknown_frames: 0,
+            events: self.events,
+            dropped_events: self.dropped,
+            unmatched_frees: self.unmatched,
+            lost_frees: self.lost,
+            first_ns: first,
+            end_ns: end,
+            duration_ns: self.first_ts.map_or(0, |f| self.last_ts.saturating_sub(f)),
+            devices,
+            processes,
+            live_at_end: self.leaks,
+            live_at_end_count: self.leak_count,
+            live_at_end_bytes: self.leak_bytes,
+            oom_records: self.oom_records,
+            merge_inexact_events,
+            bridge,
+            ooms,
+            call_sites,
+        }
+    }
+}

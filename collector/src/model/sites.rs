@@ -1,0 +1,190 @@
+//! The call sites the reports show: each device's peak by site, bytes allocated by site, and every site
+//! reference turned into an index of `CallSites::sites`.
+
+use std::collections::HashMap;
+
+use vramtrace_format::NO_DEVICE;
+
+use super::replay::Replay;
+use crate::callsites::{self, Agg, CallSites, DeviceSites, SiteBytes, SITES_LISTED};
+use crate::symbols::Symbolizer;
+
+impl Replay {
+    /// The call sites the reports show, symbolised, with every site reference (aggregate indices until now)
+    /// turned into an index of `CallSites::sites`.
+    pub(super) fn call_sites(&mut self, mut sym: Option<&mut Symbolizer>) -> CallSites {
+        let notes = self.cs.notes();
+        if !self.cs.any {
+            return CallSites {
+                notes,
+                ..CallSites::default()
+            };
+        }
+        let devs = &self.devs;
+        let aggs = &mut self.cs.aggs;
+        for a in aggs.iter_mut() {
+            a.sync(devs[a.dev as usize].peak_seq);
+        }
+        let aggs = &self.cs.aggs;
+        let mut rm = Remap::default();
+
+        // Each device's peak.
+        let mut per_dev: Vec<Vec<usize>> = vec![Vec::new(); devs.len()];
+        for (i, a) in aggs.iter().enumerate() {
+            if a.at_peak > 0 {
+                per_dev[a.dev as usize].push(i);
+            }
+        }
+        let mut at_peak = Vec::new();
+        for (d, mut list) in per_dev.into_iter().enumerate() {
+            let dv = &devs[d];
+            if dv.peak == 0 {
+                continue;
+            }
+            let total = list
+                .iter()
+                .fold(0u64, |x, &i| x.saturating_add(aggs[i].at_peak));
+            list.sort_unstable_by(|&a, &b| aggs[b].at_peak.cmp(&aggs[a].at_peak).then(a.cmp(&b)));
+            list.truncate(SITES_LISTED);
+            let sites: Vec<SiteBytes> = list
+                .iter()
+                .map(|&i| SiteBytes {
+                    site: rm.get(aggs, i),
+                    count: 0,
+                    bytes: aggs[i].at_peak,
+                })
+                .collect();
+            let listed = sites.iter().fold(0u64, |x, b| x.saturating_add(b.bytes));
+            at_peak.push(DeviceSites {
+                device: (dv.device != NO_DEVICE).then_some(dv.device),
+                peak_bytes: dv.peak,
+                sites,
+                unlisted_bytes: total.saturating_sub(listed),
+                no_site_bytes: dv.peak.saturating_sub(total),
+            });
+        }
+        at_peak.sort_by_key(|d| d.device.unwrap_or(u32::MAX));
+
+        // Bytes allocated, all devices together.
+        let mut allocated: HashMap<(u32, u32), u64> = HashMap::new();
+        for a in aggs {
+            let x = allocated.entry((a.slot, a.stack)).or_default();
+            *x = x.saturating_add(a.bytes);
+        }
+        let mut allocated: Vec<((u32, u32), u64)> = allocated.into_iter().collect();
+        allocated.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        allocated.truncate(SITES_LISTED);
+        let by_allocated: Vec<usize> = allocated
+            .iter()
+            .filter(|(_, b)| *b > 0)
+            .map(|&(k, _)| rm.key(k))
+            .collect();
+
+        // What the other lists name.
+        for l in &mut self.leaks {
+            l.site = l.site.map(|i| rm.get(aggs, i));
+        }
+        for o in &mut self.ooms {
+            for l in &mut o.top_live {
+                l.site = l.site.map(|i| rm.get(aggs, i));
+            }
+            o.request_site = o.request_site.map(|i| rm.get(aggs, i));
+            for b in &mut o.by_site {
+                b.site = rm.get(aggs, b.site);
+            }
+            if let Some(l) = &mut o.leak {
+                for g in &mut l.sites {
+                    g.site = rm.get(aggs, g.site);
+                }
+            }
+        }
+
+        // The sites, with their figures and frames.
+        let mut sites: Vec<callsites::Site> = rm
+            .order
+            .iter()
+            .map(|&(slot, stack)| {
+                let p = &self.procs[slot as usize];
+                callsites::Site {
+                    pid: p.s.pid,
+                    stack,
+                    frames: Vec::new(),
+                    site: None,
+                    missing: true,
+                    allocations: 0,
+                    allocated_bytes: 0,
+                    live_bytes_at_end: 0,
+                    per_device: Vec::new(),
+                    extra: Vec::new(),
+                }
+            })
+            .collect();
+        for a in aggs {
+            let Some(&i) = rm.keys.get(&(a.slot, a.stack)) else {
+                continue;
+            };
+            let s = &mut sites[i];
+            s.allocations += a.allocations;
+            s.allocated_bytes = s.allocated_bytes.saturating_add(a.bytes);
+            s.live_bytes_at_end = s.live_bytes_at_end.saturating_add(a.live_end);
+            let dv = &devs[a.dev as usize];
+            s.per_device.push(callsites::SiteDevice {
+                device: (dv.device != NO_DEVICE).then_some(dv.device),
+                allocations: a.allocations,
+                allocated_bytes: a.bytes,
+                peak_bytes: a.at_peak,
+                live_bytes_at_end: a.live_end,
+            });
+        }
+        for (i, &(slot, stack)) in rm.order.iter().enumerate() {
+            let s = &mut sites[i];
+            s.per_device.sort_by_key(|d| d.device.unwrap_or(u32::MAX));
+            let p = &self.procs[slot as usize];
+            if let Some(frames) = self.cs.frames(&p.cs, stack, sym.as_deref_mut()) {
+                s.site = callsites::choose_site(&frames);
+                s.frames = frames;
+                s.missing = false;
+            }
+        }
+        callsites::distinguish(&mut sites);
+        for o in &mut self.ooms {
+            if let Some(l) = &mut o.leak {
+                for g in &mut l.sites {
+                    g.label = sites[g.site].label();
+                }
+            }
+        }
+        CallSites {
+            present: true,
+            stacks: self.cs.stacks_seen,
+            stacks_not_kept: self.cs.stacks_not_kept,
+            sites,
+            at_peak,
+            by_allocated,
+            notes,
+        }
+    }
+}
+
+/// Site references: (process slot, stack id) -> index in `CallSites::sites`, in order of first reference.
+#[derive(Default)]
+struct Remap {
+    keys: HashMap<(u32, u32), usize>,
+    order: Vec<(u32, u32)>,
+}
+
+impl Remap {
+    fn key(&mut self, k: (u32, u32)) -> usize {
+        let n = self.order.len();
+        let i = *self.keys.entry(k).or_insert(n);
+        if i == n {
+            self.order.push(k);
+        }
+        i
+    }
+
+    fn get(&mut self, aggs: &[Agg], agg: usize) -> usize {
+        let a = &aggs[agg];
+        self.key((a.slot, a.stack))
+    }
+}

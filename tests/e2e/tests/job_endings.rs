@@ -1,0 +1,271 @@
+//! Every process of the job is traced or named, and how it ended is known: exit codes and signals learned as
+//! the job's child subreaper, no connection lost when the command ends before the collector accepted it, a
+//! process that dropped its privileges still traced, and a trace that cannot be written said plainly.
+
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::time::Duration;
+
+use vramtrace_collector::model::{self, ExitStatus};
+use vramtrace_e2e::traced::{read_trace, vramtrace};
+use vramtrace_e2e::*;
+use vramtrace_format::EndKind;
+
+#[test]
+fn each_process_is_named_with_its_exit_code_or_signal() {
+    let fc = FakeCuda::new();
+    let probe = program("probe");
+    let out = fc.dir().join("k.out");
+    // Two orphans (their subshell exits at once, so vramtrace reaps them): one exits 7 after allocating, one
+    // is SIGKILLed while holding memory; the command itself exits 3.
+    let script = format!(
+        "( {p} 'alloc 2097152' 'exit 7' >/dev/null & ); \
+         ( (echo 'alloc 3145728'; sleep 0.3) | {p} > {o} & ); \
+         while [ \"$(wc -l < {o} 2>/dev/null || echo 0)\" -lt 2 ]; do sleep 0.01; done; \
+         kill -9 \"$(sed -n 's/^ready pid=//p' {o})\"; exit 3",
+        p = probe.display(),
+        o = out.display()
+    );
+    let (run, path) = fc.traced("endings", &[], "bash", &["-c", &script]);
+    assert_eq!(run.status.code(), Some(3), "{}", run.stderr);
+    let a = model::analyze(&path).unwrap();
+    let by_size = |bytes: u64| {
+        a.processes
+            .iter()
+            .find(|p| p.peak_bytes == bytes)
+            .unwrap_or_else(|| panic!("no process with {bytes} bytes: {:?}", a.processes))
+    };
+    let exited = by_size(2 << 20);
+    let killed = by_size(3 << 20);
+    assert_eq!(exited.exit, Some(ExitStatus::Code(7)));
+    assert_eq!(
+        killed.exit,
+        Some(ExitStatus::Signal {
+            signal: 9,
+            core: false
+        })
+    );
+    assert_eq!(killed.ended, model::Ended::Vanished);
+    // The summary names them, not "killed or crashed".
+    assert!(
+        run.stderr.contains(&format!(
+            "pid {} (probe alloc 2097152 exit 7) exited with code 7",
+            exited.pid
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "pid {} (probe) killed by SIGKILL (signal 9)",
+            killed.pid
+        )),
+        "{}",
+        run.stderr
+    );
+    // So do the report (its ENDED column) and the post-mortem.
+    let report = vt(&fc, &["report", path.to_str().unwrap()]);
+    assert!(
+        report.contains("exit 7") && report.contains("SIGKILL"),
+        "{report}"
+    );
+    let json = vt(&fc, &["report", "--json", path.to_str().unwrap()]);
+    assert!(json.contains(r#""exit": {"code": 7}"#), "{json}");
+    assert!(
+        json.contains(r#""exit": {"signal": 9, "name": "SIGKILL", "core_dumped": false}"#),
+        "{json}"
+    );
+}
+
+/// `vramtrace ARGS`, which must succeed: its stdout.
+fn vt(fc: &FakeCuda, args: &[&str]) -> String {
+    let out = fc.command(vramtrace()).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_connection_not_yet_accepted_when_the_command_ends_is_not_lost() {
+    // The acceptor is made slow (a test hook): each process connects, records and exits long before it is
+    // accepted; the command ends first. Every one of them is in the trace, whole, with its goodbye.
+    let fc = FakeCuda::new();
+    let probe = program("probe");
+    let script = format!(
+        "for i in 1 2 3; do ( {p} 'alloc 1048576' 'alloc 2097152' >/dev/null & ); done; \
+         {p} 'alloc 4194304' >/dev/null",
+        p = probe.display()
+    );
+    let mut c = fc.command(vramtrace());
+    let path = fc.dir().join("late.vtrace");
+    c.env("VRAMTRACE_TEST_ACCEPT_DELAY_MS", "150")
+        .args([
+            "run",
+            "--out",
+            path.to_str().unwrap(),
+            "--",
+            "bash",
+            "-c",
+            &script,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let run = wait_with_timeout(c.spawn().unwrap(), Duration::from_secs(60), "late");
+    run.assert_success("late accept");
+    let t = read_trace(&path);
+    assert_eq!(t.pids().len(), 4, "{:?}\n{}", t.pids(), run.stderr);
+    assert_eq!(t.all_events().len(), 7);
+    for pid in t.pids() {
+        assert!(t.goodbyes.contains(&pid), "pid {pid}: {:?}", t.goodbyes);
+        assert!(t.ends.contains(&(pid, EndKind::Goodbye)), "{:?}", t.ends);
+    }
+    // The three orphans were reaped by vramtrace (the last probe by its shell).
+    let reaped = t
+        .pids()
+        .iter()
+        .filter(|pid| t.exits.iter().any(|x| x.pid == **pid))
+        .count();
+    assert!(reaped >= 3, "{:?} {:?}", t.pids(), t.exits);
+}
+
+#[test]
+fn a_process_that_drops_its_privileges_is_still_traced() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to drop privileges");
+        return;
+    }
+    let fc = FakeCuda::new();
+    let probe = program("probe");
+    let script = format!(
+        "{p} 'alloc 1048576' >/dev/null; \
+         setpriv --reuid=65534 --regid=65534 --clear-groups {p} 'alloc 2097152' 'alloc 4194304' >/dev/null",
+        p = probe.display()
+    );
+    let (run, path) = fc.traced("privdrop", &[], "bash", &["-c", &script]);
+    if run.stderr.contains("setpriv: not found")
+        || run.stderr.contains("setpriv: command not found")
+    {
+        eprintln!("skipped: no setpriv");
+        return;
+    }
+    run.assert_success("privilege drop");
+    let a = model::analyze(&path).unwrap();
+    assert_eq!(a.processes.len(), 2, "{}", run.stderr);
+    let dropped = a.processes.iter().find(|p| p.allocations == 2).unwrap();
+    assert_eq!(dropped.peak_bytes, 6 << 20);
+    assert!(!run.stderr.contains("no GPU memory was allocated"));
+    assert!(!run.stderr.contains("refused"), "{}", run.stderr);
+}
+
+#[test]
+fn a_trace_that_cannot_be_written_says_what_was_lost() {
+    // The trace may grow to 2,000 bytes (RLIMIT_FSIZE; SIGXFSZ ignored, so writes past it fail as a full
+    // disk's would): the header fits, the job's 300 allocations do not.
+    let fc = FakeCuda::new();
+    let probe = program("probe");
+    let path = fc.dir().join("full.vtrace");
+    let mut c = fc.command(vramtrace());
+    c.env_remove("FAKECUDA_LOG")
+        .args([
+            "run",
+            "--python-agent",
+            "off",
+            "--out",
+            path.to_str().unwrap(),
+            "--",
+            "bash",
+            "-c",
+            &format!(
+                "yes alloc 1024 | head -300 | {} >/dev/null",
+                probe.display()
+            ),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let lim = libc::rlimit {
+                rlim_cur: 2000,
+                rlim_max: 2000,
+            };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
+            Ok(())
+        });
+    }
+    let run = wait_with_timeout(c.spawn().unwrap(), Duration::from_secs(60), "full");
+    run.assert_success("full disk");
+    assert!(
+        run.stderr
+            .contains("THE TRACE IS INCOMPLETE: writing it failed after"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("File too large"), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("no GPU memory was allocated"),
+        "{}",
+        run.stderr
+    );
+    // Every event is either in the trace or counted as lost.
+    let t = read_trace(&path);
+    let lost: u64 = run
+        .stderr
+        .split("lost after that: ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}", run.stderr));
+    assert_eq!(t.all_events().len() as u64 + lost, 300, "{}", run.stderr);
+    // What was written is whole frames: the report reads it without a cut.
+    assert!(std::fs::metadata(&path).unwrap().len() <= 2000);
+    let a = model::analyze(&path).unwrap();
+    assert!(!a.partial, "{:?}", a.stopped);
+}
+
+#[test]
+fn sixteen_processes_of_eight_racing_threads_give_the_time_ordered_peak() {
+    // 16 processes x 8 threads allocate 4 MiB buffers and hold each 5 ms, all at once on one device. The
+    // report's peak is exactly that of replaying every event in time order (the reference replay), nothing
+    // is out of order, and it is within 3% of the simulated driver's own device-wide maximum (which it cannot
+    // pass: allocations are stamped when the driver returns, frees when they are called).
+    let fc = FakeCuda::new().with_state().env(ENV_DEVICE_BYTES, "64GiB");
+    let (run, path) = fc.traced(
+        "race",
+        &["--stacks", "none"],
+        program("hammer"),
+        &[
+            "--procs",
+            "16",
+            "--threads",
+            "8",
+            "--iters",
+            "30",
+            "--size",
+            "4194304",
+            "--hold-us",
+            "5000",
+        ],
+    );
+    run.assert_success("hammer");
+    let a = model::analyze(&path).unwrap();
+    let reference = model::analyze_reference(std::fs::File::open(&path).unwrap()).unwrap();
+    assert_eq!(a.dropped_events, 0, "{}", run.stderr);
+    assert_eq!(a.events, 16 * 8 * 30 * 2);
+    assert_eq!(a.merge_inexact_events, 0);
+    let (peak, want) = (a.devices[0].peak_bytes, reference.devices[0].peak_bytes);
+    assert_eq!(peak, want);
+    assert_eq!(a.devices[0].peak_time_ns, reference.devices[0].peak_time_ns);
+    assert_eq!(a.devices[0].timeline, reference.devices[0].timeline);
+    let driver = fc.state()[0].peak;
+    assert!(peak <= driver, "trace {peak} > driver {driver}");
+    assert!(
+        peak * 100 >= driver * 97,
+        "trace peak {peak} more than 3% below the driver's {driver}"
+    );
+}
