@@ -13,10 +13,7 @@
 use std::cell::Cell;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
-use std::ptr::null_mut;
-use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering,
-};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
@@ -78,13 +75,8 @@ const CONNECTING: u8 = 0;
 const CONNECTED: u8 = 1;
 const GONE: u8 = 2;
 
-const UNINIT: u8 = 0;
-const STARTING: u8 = 1;
-const READY: u8 = 2;
-const OFF: u8 = 3;
-
-static STATE: AtomicU8 = AtomicU8::new(UNINIT);
-static RECORDER: AtomicPtr<Recorder> = AtomicPtr::new(null_mut());
+/// This process's recorder (leaked: a forked child abandons its parent's, which another thread may be using).
+static RECORDER: crate::lazy::Lazy<&'static Recorder> = crate::lazy::Lazy::new();
 /// The socket to the collector, so a forked child can close its copy.
 static SOCKET_FD: AtomicI32 = AtomicI32::new(-1);
 /// Bumped in every forked child: thread-id caches from before the fork are stale.
@@ -215,39 +207,10 @@ pub(crate) fn live() -> Option<&'static Recorder> {
 
 #[inline]
 fn recorder() -> Option<&'static Recorder> {
-    let p = RECORDER.load(Ordering::Acquire);
-    if !p.is_null() {
-        return Some(unsafe { &*p });
-    }
-    if STATE.load(Ordering::Relaxed) == OFF {
-        return None;
-    }
-    start()
-}
-
-/// First tracked call of this process (or of a forked child): settings, handlers, channel, sender thread.
-/// Concurrent first calls wait for the one that won; starting takes microseconds.
-#[cold]
-fn start() -> Option<&'static Recorder> {
-    loop {
-        match STATE.compare_exchange(UNINIT, STARTING, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {
-                let rec = build();
-                RECORDER.store(
-                    rec.map_or(null_mut(), |r| r as *const _ as *mut _),
-                    Ordering::Release,
-                );
-                STATE.store(if rec.is_some() { READY } else { OFF }, Ordering::Release);
-                return rec;
-            }
-            Err(READY) => {
-                let p = RECORDER.load(Ordering::Acquire);
-                return (!p.is_null()).then(|| unsafe { &*p });
-            }
-            Err(OFF) => return None,
-            Err(_) => std::thread::yield_now(),
-        }
-    }
+    // First tracked call of this process (or of a forked child): settings, handlers, channel, sender thread.
+    // Concurrent first calls wait for the one that won; a fork while it runs leaves the child able to start
+    // its own (crate::lazy).
+    RECORDER.get_or_init(build).copied()
 }
 
 fn build() -> Option<&'static Recorder> {
@@ -303,8 +266,7 @@ fn build() -> Option<&'static Recorder> {
 /// socket, so the collector sees the parent's connection end when the parent does. Only atomic stores and
 /// `close`, both safe here.
 extern "C" fn after_fork_in_child() {
-    RECORDER.store(null_mut(), Ordering::Release);
-    STATE.store(UNINIT, Ordering::Release);
+    RECORDER.forget();
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
     let fd = SOCKET_FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
@@ -314,11 +276,9 @@ extern "C" fn after_fork_in_child() {
 
 /// At `exit`: ask the sender to send what is queued and say goodbye; wait a bounded moment for it.
 extern "C" fn flush_at_exit() {
-    let p = RECORDER.load(Ordering::Acquire);
-    if p.is_null() {
+    let Some(&r) = RECORDER.peek() else {
         return;
-    }
-    let r = unsafe { &*p };
+    };
     if r.pid != std::process::id() || r.link.load(Ordering::Acquire) == GONE {
         return;
     }

@@ -556,7 +556,7 @@ CUresult cuMemFree_v2(CUdeviceptr);
 #define cuCtxCreate cuCtxCreate_v2
 #define cuMemAlloc cuMemAlloc_v2
 #define cuMemFree cuMemFree_v2
-static int started[2], go[2], start_b[2], done_b[2];
+static int started[2], go[2], start_b[2], done_b[2], ready_b[2];
 static const char *lib;
 static double now_ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
 static void *loader(void *arg) { (void)arg; dlopen(lib, RTLD_NOW); return NULL; }
@@ -564,6 +564,8 @@ static double b_ms = -1;
 static void *first_alloc(void *ctx) {
     char c;
     cuCtxSetCurrent((CUcontext)ctx); /* the driver's own per-thread set-up, before the loader is busy */
+    c = 1;
+    (void)!write(ready_b[1], &c, 1);
     (void)!read(start_b[0], &c, 1);
     CUdeviceptr p;
     double t = now_ms();
@@ -576,7 +578,7 @@ static void *first_alloc(void *ctx) {
 }
 int main(int argc, char **argv) {
     lib = argv[1];
-    if (pipe(started) || pipe(go) || pipe(start_b) || pipe(done_b)) return 2;
+    if (pipe(started) || pipe(go) || pipe(start_b) || pipe(done_b) || pipe(ready_b)) return 2;
     char buf[16];
     sprintf(buf, "%d", started[1]); setenv("CTOR_STARTED_FD", buf, 1);
     sprintf(buf, "%d", go[0]); setenv("CTOR_GO_FD", buf, 1);
@@ -587,8 +589,9 @@ int main(int argc, char **argv) {
     cuMemFree(w);
     pthread_t b, l;
     pthread_create(&b, NULL, first_alloc, ctx); /* before the loader's lock is taken */
-    pthread_create(&l, NULL, loader, NULL);
     char c;
+    (void)!read(ready_b[0], &c, 1);          /* b's driver-side set-up done */
+    pthread_create(&l, NULL, loader, NULL);
     (void)!read(started[0], &c, 1);          /* the constructor runs: the loader's lock is held */
     double t = now_ms();
     (void)!write(start_b[1], &c, 1);
@@ -605,11 +608,16 @@ int main(int argc, char **argv) {
     .unwrap();
     let prog = dir.path().join("prog");
     compile_c(&prog_src, &prog, &[], &["-lcuda", "-lpthread", "-ldl"]);
-    let r = FakeCuda::new()
-        .env("LD_PRELOAD", shim())
-        .env("VRAMTRACE_STACKS", "native")
-        .run(&prog, &[&ctor]);
+    // Under `vramtrace run`, so that allocations are recorded with their call sites.
+    let fc = FakeCuda::new();
+    let (r, trace) = fc.traced("loader", &["--stacks", "native"], &prog, &[&ctor]);
     r.assert_success("the loader-lock program");
+    let t = vramtrace_e2e::traced::read_trace(&trace);
+    let sited = t.all_events().iter().filter(|e| e.stack != 0).count();
+    assert!(
+        sited >= 2,
+        "both first allocations carry a call site ({sited})"
+    );
     let waited: f64 = r
         .stdout
         .split("waited_ms=")
