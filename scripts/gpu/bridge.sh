@@ -11,6 +11,7 @@ W=$(mktemp -d /tmp/vt-bridge.XXXX)
 LOG=$OUT/bridge-log.txt
 : >"$LOG"
 CASE=$(pwd)/scripts/gpu/bridge_case.py
+HERE_DIR=$(pwd)/scripts/gpu
 VT="$DIR/vramtrace"
 export VRAMTRACE_SHIM="$DIR/libvramtrace.so"
 cd "$W" || exit 0
@@ -48,7 +49,8 @@ row "(a) frag: cause, allocated, reserved, inactive split, largest free, retries
 # (b) kept outputs under a cap, with the allocation history
 run_case keep 240 --cap 6GiB --torch-history=20000
 got=$(field keep.oom.json "($O['cause'], [f['kind'] for f in $O['findings'] if 'leak' in f['kind']], ($O['framework'].get('kept') or [{}])[0].get('label'))")
-row "(b) keep: cause, leak findings, top kept line" "cap; allocated_leak_trend; bridge_case.py:79 (out = model(x))" "$got" "$(echo "$got" | grep -q "'cap'" && echo "$got" | grep -q "allocated_leak_trend" && echo "$got" | grep -q "bridge_case.py:79" && echo yes || echo NO)"
+keep_line=$(grep -n "out = model(x)  # the line whose tensors are kept" "$CASE" | cut -d: -f1)
+row "(b) keep: cause, leak findings, top kept line" "cap; allocated_leak_trend; bridge_case.py:$keep_line (out = model(x))" "$got" "$(echo "$got" | grep -q "'cap'" && echo "$got" | grep -q "allocated_leak_trend" && echo "$got" | grep -q "bridge_case.py:$keep_line in" && echo yes || echo NO)"
 ls -la keep.vtrace* >>"$LOG" 2>&1
 
 # (c) OOM on autograd's backward thread
@@ -60,6 +62,25 @@ row "(c) backward: thread, finding, request site" "pt_autograd_0; backward_threa
 run_case huge 120
 got=$(field huge.oom.json "($O['cause'], $O['requested_bytes'])")
 row "huge: cause, requested" "('request_too_large', $((1 << 40)))" "$got" "$([ "$got" = "('request_too_large', $((1 << 40)))" ] && echo yes || echo NO)"
+
+# JAX: XLA's figures through the bridge
+run_case jax 180
+got=$("$VT" report --json jax.vtrace | python3 -c "import json,sys; d=json.load(sys.stdin); print([f['last']['allocated_bytes'] for p in d['processes'] for f in p['framework'] if f['framework']=='jax'])" 2>>"$LOG")
+row "jax: bytes_in_use at the end" "[$(res jax.out bytes_in_use)]" "$got" "$([ "$got" = "[$(res jax.out bytes_in_use)]" ] && echo yes || echo NO)"
+
+# Issue 9 today: fork children ending in os._exit, and a process that os._exits right after allocating
+run_case forked 240
+kids=$(res forked.out pids)
+n=0; for k in ${kids//,/ }; do "$VT" report --json forked.vtrace | python3 -c "
+import json,sys; d=json.load(sys.stdin)
+print(sum(1 for p in d['processes'] if p['pid']==$k and p['allocations']>0))" 2>>"$LOG" | grep -q 1 && n=$((n+1)); done
+row "forked: children whose allocations are in the trace" "3 of 3" "$n of 3" "$([ "$n" = 3 ] && echo yes || echo NO)"
+run_case osexit 120
+p=$(res osexit.out pid)
+got=$("$VT" report --json osexit.vtrace | python3 -c "
+import json,sys; d=json.load(sys.stdin)
+print(max([p['peak_bytes'] for p in d['processes'] if p['pid']==$p] or [0]))" 2>>"$LOG")
+row "osexit: the 256 MiB allocation in the trace" ">= 268435456" "$got" "$(python3 -c "print('yes' if int('${got:-0}') >= 268435456 else 'NO')" 2>/dev/null)"
 
 # (e) overhead: the bridge on (default) against off, and --torch-history, interleaved 3 times each
 for i in 1 2 3; do

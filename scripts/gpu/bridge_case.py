@@ -8,6 +8,10 @@ vramtrace recorded.
     backward  a graph whose backward pass needs more than the forward: the OOM happens on autograd's thread
     huge      a request larger than the whole device
     step      training-step timing (for the overhead comparison): prints the median step time
+    jax       JAX arrays held to the end: XLA's bytes_in_use, as the bridge's exit figures should say
+    forked    multiprocessing children started with fork, each allocating 256 MiB through torch and ending in
+              os._exit (as multiprocessing's children do): their allocations must be in the trace
+    osexit    256 MiB allocated through torch, then os._exit(0) at once
     sampler   the bridge's steady cost inside one process: one sample's cost, and training steps with its
               sampler running against paused, in interleaved blocks (run-to-run noise between processes, about
               0.7% on an H100, is larger than the effect)
@@ -182,6 +186,47 @@ def sampler():
            pct="%+.3f" % ((m_on / m_off - 1) * 100))
 
 
+def jax_case():
+    import jax
+    import jax.numpy as jnp
+
+    xs = [jnp.ones((64, 1024, 1024), dtype=jnp.float32) for _ in range(3)]
+    for x in xs:
+        x.block_until_ready()
+    stats = jax.devices()[0].memory_stats()
+    result(case="jax", bytes_in_use=stats["bytes_in_use"])
+    globals()["kept"] = xs
+
+
+def _child(q):
+    t = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    q.put(os.getpid())
+    del t
+
+
+def forked():
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_child, args=(q,)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    pids = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(120)
+    result(case="forked", pids=",".join(str(p) for p in pids))
+
+
+def osexit():
+    t = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    result(case="osexit", pid=os.getpid())
+    sys.stdout.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     {"frag": frag, "keep": keep, "backward": backward, "huge": huge, "step": step,
-     "sampler": sampler}[sys.argv[1]]()
+     "sampler": sampler, "jax": jax_case, "forked": forked, "osexit": osexit}[sys.argv[1]]()
