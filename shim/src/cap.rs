@@ -192,7 +192,17 @@ impl Cap {
     /// The driver refused a counted request: give its bytes back.
     #[inline]
     pub fn returned(&self, dev: u32, size: u64) {
-        self.ledger.release(dev as usize, size);
+        if (dev as usize) < MAX_DEVICES {
+            self.ledger.release(dev as usize, size);
+        }
+    }
+
+    /// Counts `size` bytes the device already holds (a pool grew): never refused, it has happened.
+    #[inline]
+    pub fn count(&self, dev: u32, size: u64) {
+        if (dev as usize) < MAX_DEVICES {
+            self.ledger.admit(dev as usize, size, u64::MAX, true);
+        }
     }
 
     /// About to free `id`: take its entry out first. Once the driver has freed it, another thread may be

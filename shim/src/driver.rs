@@ -45,6 +45,8 @@ pub enum Sym {
     DeviceGet,
     DeviceGetCount,
     DeviceGetUuidV2,
+    DeviceGetMemPool,
+    MemPoolGetAttribute,
     NvmlDeviceGetUuid,
 }
 
@@ -78,6 +80,8 @@ const ALL: [Sym; COUNT] = [
     Sym::DeviceGet,
     Sym::DeviceGetCount,
     Sym::DeviceGetUuidV2,
+    Sym::DeviceGetMemPool,
+    Sym::MemPoolGetAttribute,
     Sym::NvmlDeviceGetUuid,
 ];
 
@@ -109,6 +113,8 @@ const NAMES: [&CStr; COUNT] = [
     c"cuDeviceGet",
     c"cuDeviceGetCount",
     c"cuDeviceGetUuid_v2",
+    c"cuDeviceGetMemPool",
+    c"cuMemPoolGetAttribute",
     c"nvmlDeviceGetUUID",
 ];
 
@@ -160,6 +166,8 @@ fn wrapper(f: Sym) -> *mut c_void {
         | Sym::DeviceGet
         | Sym::DeviceGetCount
         | Sym::DeviceGetUuidV2
+        | Sym::DeviceGetMemPool
+        | Sym::MemPoolGetAttribute
         | Sym::NvmlDeviceGetUuid => return null_mut(),
     };
     p as *mut c_void

@@ -12,6 +12,7 @@ use vramtrace_format::{flags, Api, NO_DEVICE};
 use crate::cap::{self, Decision, Kind};
 use crate::cuda::*;
 use crate::driver::{self, Sym};
+use crate::pools;
 use crate::record;
 use crate::stacks;
 
@@ -345,13 +346,13 @@ pub unsafe fn mem_alloc_async(
         return f(dptr, size, stream);
     };
     let dev = driver::current_device();
-    track_alloc(
+    track_pool_alloc(
         Api::MemAllocAsync,
         ptsz(sym),
         dev,
+        None,
         size as u64,
         stream as u64,
-        Kind::Ptr,
         dptr,
         || f(dptr, size, stream),
     )
@@ -372,16 +373,67 @@ pub unsafe fn mem_alloc_from_pool(
         return f(dptr, size, pool, stream);
     };
     let dev = driver::current_device();
-    track_alloc(
+    track_pool_alloc(
         Api::MemAllocFromPoolAsync,
         ptsz(sym),
         dev,
+        Some(pool),
         size as u64,
         stream as u64,
-        Kind::Ptr,
         dptr,
         || f(dptr, size, pool, stream),
     )
+}
+
+/// A stream-ordered allocation: under a cap on `dev`, its pool is counted by its reservation (pools.rs), the
+/// growth it can cause admitted first; otherwise (no cap, or a pool the driver will not describe) as any
+/// allocation, by its size.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn track_pool_alloc(
+    api: Api,
+    flag: u8,
+    dev: u32,
+    pool: Option<CUmemoryPool>,
+    size: u64,
+    aux: u64,
+    out: *const u64,
+    call: impl FnOnce() -> CUresult,
+) -> CUresult {
+    let cap = cap::get().filter(|c| c.cap_of(dev).is_some());
+    let followed = cap.and_then(|c| {
+        let p = pool.or_else(|| pools::current(dev))?;
+        pools::before(c, p, dev, size).map(|x| (c, x))
+    });
+    let Some((c, (entry, growth))) = followed else {
+        return track_alloc(api, flag, dev, size, aux, Kind::Ptr, out, call);
+    };
+    let mut decision = c.admit(dev, growth);
+    if let Decision::Refused { .. } = decision {
+        // Pools may have given memory back since they were last looked at: settle them, then ask again.
+        pools::settle_all(c);
+        decision = c.admit(dev, growth);
+    }
+    let flag = match decision {
+        Decision::Refused { .. } => return refuse(api, flag, dev, size, aux),
+        Decision::Exceeded => flag | flags::CAP_EXCEEDED,
+        Decision::Free | Decision::Counted => flag,
+    };
+    let r = call();
+    let id = returned(out, r);
+    let admitted = if matches!(decision, Decision::Counted | Decision::Exceeded) {
+        growth
+    } else {
+        0
+    };
+    pools::after(c, entry, dev, admitted);
+    let ts = record::now();
+    let stack = stacks::site(size, r != CUDA_SUCCESS);
+    record::push(api, flag, dev, r, id, size, aux, ts, stack);
+    if r == CUDA_ERROR_OUT_OF_MEMORY {
+        out_of_memory(api, flag, dev, size, r);
+    }
+    r
 }
 
 pub unsafe fn mem_free_async(sym: Sym, dptr: CUdeviceptr, stream: CUstream) -> CUresult {
@@ -389,7 +441,7 @@ pub unsafe fn mem_free_async(sym: Sym, dptr: CUdeviceptr, stream: CUstream) -> C
     let Some(_busy) = Busy::enter() else {
         return f(dptr, stream);
     };
-    track_release(
+    let r = track_release(
         Api::MemFreeAsync,
         ptsz(sym),
         Some(Kind::Ptr),
@@ -397,7 +449,12 @@ pub unsafe fn mem_free_async(sym: Sym, dptr: CUdeviceptr, stream: CUstream) -> C
         0,
         stream as u64,
         || f(dptr, stream),
-    )
+    );
+    // The pool may have given memory back (below its release threshold, it keeps it).
+    if let Some(c) = cap::get() {
+        pools::settle_all(c);
+    }
+    r
 }
 
 pub unsafe fn mem_create(
@@ -562,6 +619,7 @@ pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> CUresult {
             0,
         );
         if let Some(c) = cap::get() {
+            pools::settle_all(c);
             let (vfree, vtotal) = c.virtual_info(dev, *free as u64, *total as u64);
             *free = vfree as usize;
             *total = vtotal as usize;

@@ -7,7 +7,8 @@
 //! - `hooks`: what each intercepted call does around the real one.
 //! - `record`: events, the channel, the sender thread, fork and exit handling.
 //! - `cap`: the cap's policy (admission, what the process holds, the figures frameworks see), over `ledger`,
-//!   the per-device counts shared by every process of the job.
+//!   the per-device counts shared by every process of the job; `pools`: stream-ordered pools counted by what
+//!   they reserve.
 //! - `stacks`: each allocation's call site (native return addresses and, through `pystack`, Python frames),
 //!   interned per process; `objects`: the loaded objects the collector needs to resolve them.
 //! - `settings`: what the environment says, read once.
@@ -32,6 +33,7 @@ pub mod lazy;
 pub mod ledger;
 pub mod nvml;
 pub mod objects;
+pub mod pools;
 pub mod pystack;
 pub mod record;
 pub mod settings;

@@ -404,3 +404,31 @@ fn an_unwrappable_lookup_under_a_cap_is_said_once() {
     plain.assert_success("legacy_lookup.py uncapped");
     assert_eq!(plain.stderr, "");
 }
+
+/// Stream-ordered pools keep freed memory (PyTorch's `cudaMallocAsync` backend keeps all of it): the cap counts
+/// a pool by what it reserves, so a second process of the job cannot take what the first one's pool holds, and
+/// the device (the simulated driver's own count, all processes) never holds more than the cap. After the pool is
+/// trimmed, the memory is the job's again.
+#[test]
+fn a_pool_keeping_freed_memory_counts_against_the_cap() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("py/pool_two_processes.py");
+    let fc = FakeCuda::new().with_state().env("FAKECUDA_DEVICES", "1");
+    let (r, _) = fc.traced("pools", &["--cap", "4GiB"], "python3", &[&script]);
+    r.assert_success("pool_two_processes.py");
+    assert!(
+        r.stdout.contains("second 2"),
+        "the second process is refused: {}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("third 0"),
+        "after the trim, the third gets it: {}",
+        r.stdout
+    );
+    let st = fc.state();
+    assert!(
+        st[0].peak <= 4 << 30,
+        "the device held {} bytes at most, over the 4 GiB cap",
+        st[0].peak
+    );
+}

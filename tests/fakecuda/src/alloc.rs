@@ -22,18 +22,32 @@ pub fn admit(dev: usize, bytes: u64) -> Result<(), CUresult> {
 
 /// A new allocation of `bytes` (> 0) on `dev`; nothing is allocated on failure.
 pub fn allocate(d: &mut Driver, dev: usize, bytes: u64, kind: Kind) -> Result<u64, CUresult> {
-    admit(dev, bytes)?;
+    // A pool's allocation takes device memory only when the pool must grow: its cache serves the rest.
+    let counted = match kind {
+        Kind::Pool(p) => d.pools.get(&p).map_or(bytes, |pool| pool.growth_for(bytes)),
+        _ => bytes,
+    };
+    if let Some(largest) = config::get().largest_free {
+        if bytes > largest {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+    }
+    if counted > 0 {
+        admit(dev, counted)?;
+    }
     let placed = match kind {
         Kind::Legacy => d.legacy.take(bytes, ALIGN),
         Kind::Managed => map_host(bytes),
         Kind::Device | Kind::Pool(_) => d.regions[dev].take(bytes, ALIGN),
     };
     let Some((addr, slot)) = placed else {
-        state::release(dev, bytes);
+        state::release(dev, counted);
         return Err(CUDA_ERROR_OUT_OF_MEMORY);
     };
     if let Kind::Pool(p) = kind {
         if let Some(pool) = d.pools.get_mut(&p) {
+            pool.reserved += counted;
+            pool.reserved_high = pool.reserved_high.max(pool.reserved);
             pool.used += bytes;
             pool.used_high = pool.used_high.max(pool.used);
         }
@@ -64,9 +78,17 @@ pub fn free(d: &mut Driver, ptr: u64) -> Result<u64, CUresult> {
         Kind::Device => d.regions[a.device].give(ptr, a.slot),
         Kind::Pool(p) => {
             d.regions[a.device].give(ptr, a.slot);
-            if let Some(pool) = d.pools.get_mut(&p) {
-                pool.used = pool.used.saturating_sub(a.size);
-            }
+            // The pool keeps the freed bytes, up to its release threshold; the device gets back the rest.
+            let back = match d.pools.get_mut(&p) {
+                Some(pool) => {
+                    pool.used = pool.used.saturating_sub(a.size);
+                    let keep = pool.release_threshold;
+                    pool.shrink_to(keep)
+                }
+                None => a.size,
+            };
+            state::release(a.device, back);
+            return Ok(a.size);
         }
     }
     state::release(a.device, a.size);

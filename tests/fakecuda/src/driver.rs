@@ -139,11 +139,34 @@ pub struct Event {
     pub recorded: Option<Instant>,
 }
 
+/// A stream-ordered pool, as the real driver keeps one: `reserved` is the device memory it holds (what the device
+/// counts), `used` what its live allocations take; freed memory stays reserved up to `release_threshold` (the
+/// real driver gives the excess back at the next synchronisation; here at once), and `cuMemPoolTrimTo` gives
+/// back the rest.
+#[derive(Default)]
 pub struct Pool {
     pub device: usize,
     pub release_threshold: u64,
     pub used: u64,
     pub used_high: u64,
+    pub reserved: u64,
+    pub reserved_high: u64,
+}
+
+impl Pool {
+    /// Bytes the pool must add to serve `bytes` more (0: its cache covers them).
+    pub fn growth_for(&self, bytes: u64) -> u64 {
+        let cached = self.reserved.saturating_sub(self.used);
+        bytes.saturating_sub(cached)
+    }
+
+    /// Gives back reserved memory down to `max(used, keep)`; returns the bytes given back.
+    pub fn shrink_to(&mut self, keep: u64) -> u64 {
+        let target = self.reserved.min(keep.max(self.used));
+        let freed = self.reserved - target;
+        self.reserved = target;
+        freed
+    }
 }
 
 #[derive(Default, Clone, Copy)]
@@ -190,9 +213,7 @@ impl Driver {
                 default_pool(d),
                 Pool {
                     device: d,
-                    release_threshold: 0,
-                    used: 0,
-                    used_high: 0,
+                    ..Pool::default()
                 },
             );
         }

@@ -1,5 +1,6 @@
 //! Memory pools for the stream-ordered allocator: each device's default pool, created pools, attributes.
-//! Pools cache nothing (a stream-ordered free gives the memory back at once), so trimming is a no-op.
+//! A pool keeps freed memory reserved up to its release threshold (0 by default: given back at once), and
+//! `cuMemPoolTrimTo` gives back what is above the bytes asked to keep: the device counts what pools reserve.
 
 use std::ffi::{c_int, c_void};
 
@@ -46,9 +47,7 @@ fn create(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> Result<usize
         h,
         Pool {
             device: d,
-            release_threshold: 0,
-            used: 0,
-            used_high: 0,
+            ..Pool::default()
         },
     );
     put(pool, h as CUmemoryPool)?;
@@ -79,7 +78,11 @@ fn destroy(pool: CUmemoryPool) -> Result<(), CUresult> {
     let is_default = g.pools.get(&p).map(|x| default_pool(x.device) == p);
     match is_default {
         Some(false) => {
-            let d = g.pools.remove(&p).map_or(0, |x| x.device);
+            let (d, held) = g
+                .pools
+                .remove(&p)
+                .map_or((0, 0), |x| (x.device, x.reserved));
+            crate::state::release(d, held);
             if g.current_pool[d] == p {
                 g.current_pool[d] = default_pool(d);
             }
@@ -89,13 +92,17 @@ fn destroy(pool: CUmemoryPool) -> Result<(), CUresult> {
     }
 }
 
-fn trim(pool: CUmemoryPool) -> Result<(), CUresult> {
+fn trim(pool: CUmemoryPool, keep: u64) -> Result<(), CUresult> {
     check_init()?;
-    if lock().pools.contains_key(&(pool as usize)) {
-        Ok(())
-    } else {
-        Err(CUDA_ERROR_INVALID_VALUE)
-    }
+    let mut g = lock();
+    let p = g
+        .pools
+        .get_mut(&(pool as usize))
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let dev = p.device;
+    let freed = p.shrink_to(keep);
+    crate::state::release(dev, freed);
+    Ok(())
 }
 
 fn set_attribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void) -> Result<(), CUresult> {
@@ -116,7 +123,11 @@ fn set_attribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void) -> Result<
             Ok(())
         }
         // RESERVED_MEM_HIGH / USED_MEM_HIGH: reset to the current value.
-        6 | 8 => {
+        6 => {
+            p.reserved_high = p.reserved;
+            Ok(())
+        }
+        8 => {
             p.used_high = p.used;
             Ok(())
         }
@@ -134,8 +145,10 @@ fn get_attribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void) -> Result<
     match attr {
         1..=3 => put(value.cast::<c_int>(), 1),
         4 => put(value.cast::<u64>(), p.release_threshold),
-        5 | 7 => put(value.cast::<u64>(), p.used),
-        6 | 8 => put(value.cast::<u64>(), p.used_high),
+        5 => put(value.cast::<u64>(), p.reserved),
+        6 => put(value.cast::<u64>(), p.reserved_high),
+        7 => put(value.cast::<u64>(), p.used),
+        8 => put(value.cast::<u64>(), p.used_high),
         9 => put(
             value.cast::<c_int>(),
             CU_MEM_ALLOCATION_TYPE_PINNED as c_int,
@@ -159,7 +172,7 @@ export! {
         r
     };
     fn cuMemPoolTrimTo(pool: CUmemoryPool, min_keep: usize) => {
-        let r = rc(trim(pool));
+        let r = rc(trim(pool, min_keep as u64));
         log::call("cuMemPoolTrimTo", r, pool as u64, min_keep as u64, 0);
         r
     };

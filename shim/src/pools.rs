@@ -1,0 +1,142 @@
+//! Stream-ordered pools under the cap. The GPU counts what a pool *reserves*, not what its allocations use: a
+//! pool keeps freed memory (PyTorch's `cudaMallocAsync` backend sets the release threshold to the maximum), so
+//! counting allocations let two processes of one job hold 6 GiB under a 4 GiB cap. Here each pool the process
+//! allocates from is counted in the cap's ledger by its reservation (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`):
+//!
+//! - before a stream-ordered allocation, the growth it can cause (`used + size - reserved`) is admitted, so the
+//!   cap refuses before the pool grows past it;
+//! - after it, the ledger's count for the pool is settled to the pool's reservation (the real growth, which the
+//!   driver may round up), and the admitted growth given back: counted first, then given back, so the job is
+//!   never under-counted in between;
+//! - after a stream-ordered free, at `cuMemGetInfo`, and before a refusal, every known pool is settled again:
+//!   memory a pool gave back (release threshold, `cuMemPoolTrimTo`, a destroyed pool) comes back to the job.
+//!
+//! Settling is a compare-and-swap of the pool's counted bytes to the reservation read, applying the difference
+//! to the ledger, so threads settling the same pool at once add up exactly.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::cap::Cap;
+use crate::cuda::*;
+use crate::driver::{self, Sym};
+
+/// Pools a process can be followed through (every framework uses one or two per device).
+const MAX_POOLS: usize = 64;
+const RESERVED_MEM_CURRENT: c_int = 5;
+const USED_MEM_CURRENT: c_int = 7;
+
+pub struct Entry {
+    /// The pool's handle; 0: free.
+    pool: AtomicU64,
+    dev: AtomicU32,
+    /// Its bytes counted in the ledger now.
+    counted: AtomicU64,
+}
+
+static POOLS: [Entry; MAX_POOLS] = [const {
+    Entry {
+        pool: AtomicU64::new(0),
+        dev: AtomicU32::new(0),
+        counted: AtomicU64::new(0),
+    }
+}; MAX_POOLS];
+
+/// A pool attribute of type `cuuint64_t`, if the driver answers.
+fn attribute(pool: CUmemoryPool, attr: c_int) -> Option<u64> {
+    let f = driver::real(Sym::MemPoolGetAttribute);
+    if f.is_null() {
+        return None;
+    }
+    let f: unsafe extern "C" fn(CUmemoryPool, c_int, *mut c_void) -> CUresult =
+        unsafe { std::mem::transmute(f) };
+    let mut v: u64 = 0;
+    (unsafe { f(pool, attr, (&mut v as *mut u64).cast()) } == CUDA_SUCCESS).then_some(v)
+}
+
+/// The pool `cuMemAllocAsync` takes from on `dev` (its current pool).
+pub fn current(dev: u32) -> Option<CUmemoryPool> {
+    let f = driver::real(Sym::DeviceGetMemPool);
+    if f.is_null() || dev == vramtrace_format::NO_DEVICE {
+        return None;
+    }
+    let f: unsafe extern "C" fn(*mut CUmemoryPool, CUdevice) -> CUresult =
+        unsafe { std::mem::transmute(f) };
+    let mut p: CUmemoryPool = std::ptr::null_mut();
+    (unsafe { f(&mut p, dev as CUdevice) } == CUDA_SUCCESS && !p.is_null()).then_some(p)
+}
+
+/// The entry following `pool` (on `dev`), claimed if new; `None` when the table is full.
+fn entry(pool: CUmemoryPool, dev: u32) -> Option<&'static Entry> {
+    let key = pool as u64;
+    if let Some(e) = POOLS.iter().find(|e| e.pool.load(Ordering::Acquire) == key) {
+        return Some(e);
+    }
+    for e in &POOLS {
+        if e.pool
+            .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            e.dev.store(dev, Ordering::Release);
+            return Some(e);
+        }
+        if e.pool.load(Ordering::Acquire) == key {
+            return Some(e);
+        }
+    }
+    None
+}
+
+/// Makes the ledger count `e`'s pool by its reservation now (0 for a pool the driver no longer knows).
+fn settle(cap: &Cap, e: &Entry) {
+    let pool = e.pool.load(Ordering::Acquire);
+    if pool == 0 {
+        return;
+    }
+    let reserved = attribute(pool as CUmemoryPool, RESERVED_MEM_CURRENT).unwrap_or(0);
+    let dev = e.dev.load(Ordering::Acquire);
+    let mut old = e.counted.load(Ordering::Acquire);
+    loop {
+        match e
+            .counted
+            .compare_exchange(old, reserved, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => break,
+            Err(now) => old = now,
+        }
+    }
+    if reserved > old {
+        cap.count(dev, reserved - old);
+    } else if old > reserved {
+        cap.returned(dev, old - reserved);
+    }
+}
+
+/// Settles every pool this process allocated from (after a free, at `cuMemGetInfo`, before a refusal).
+pub fn settle_all(cap: &Cap) {
+    for e in &POOLS {
+        if e.pool.load(Ordering::Acquire) != 0 {
+            settle(cap, e);
+        }
+    }
+}
+
+/// A stream-ordered allocation about to be made from `pool` on `dev`: settles the pool and returns it with the
+/// bytes the allocation can make it grow by (to admit before the call). `None`: the pool cannot be followed
+/// (the driver does not answer, the table is full): the caller counts the allocation by its size instead.
+pub fn before(cap: &Cap, pool: CUmemoryPool, dev: u32, size: u64) -> Option<(&'static Entry, u64)> {
+    let e = entry(pool, dev)?;
+    let reserved = attribute(pool, RESERVED_MEM_CURRENT)?;
+    let used = attribute(pool, USED_MEM_CURRENT)?;
+    settle(cap, e);
+    Some((e, used.saturating_add(size).saturating_sub(reserved)))
+}
+
+/// After the call: the pool's real reservation counted, then the admitted growth given back (in that order,
+/// so the job is never under-counted in between).
+pub fn after(cap: &Cap, e: &Entry, dev: u32, admitted: u64) {
+    settle(cap, e);
+    if admitted > 0 {
+        cap.returned(dev, admitted);
+    }
+}
