@@ -117,10 +117,8 @@ unsafe fn track_alloc(
 ) -> CUresult {
     let cap = cap::get();
     let decision = cap.map_or(Decision::Free, |c| c.admit(dev, size));
-    let flag = match decision {
-        Decision::Refused { .. } => return refuse(api, flag, dev, size, aux),
-        Decision::Exceeded => flag | flags::CAP_EXCEEDED,
-        Decision::Free | Decision::Counted => flag,
+    let Some(flag) = admitted_flag(decision, flag) else {
+        return refuse(api, flag, dev, size, aux);
     };
     let r = call();
     let id = returned(out, r);
@@ -131,6 +129,23 @@ unsafe fn track_alloc(
             c.returned(dev, size);
         }
     }
+    allocated(api, flag, dev, r, id, size, aux)
+}
+
+/// The event's flags for a request the cap let through (`None`: the cap refused it).
+#[inline(always)]
+fn admitted_flag(decision: Decision, flag: u8) -> Option<u8> {
+    match decision {
+        Decision::Refused { .. } => None,
+        Decision::Exceeded => Some(flag | flags::CAP_EXCEEDED),
+        Decision::Free | Decision::Counted => Some(flag),
+    }
+}
+
+/// The driver answered an allocation: record it (with its call site), and an out-of-memory record if it failed
+/// for lack of memory. Returns the driver's code.
+#[inline(always)]
+fn allocated(api: Api, flag: u8, dev: u32, r: CUresult, id: u64, size: u64, aux: u64) -> CUresult {
     let ts = record::now();
     let stack = stacks::site(size, r != CUDA_SUCCESS);
     record::push(api, flag, dev, r, id, size, aux, ts, stack);
@@ -414,10 +429,8 @@ unsafe fn track_pool_alloc(
         pools::settle_all(c);
         decision = c.admit(dev, growth);
     }
-    let flag = match decision {
-        Decision::Refused { .. } => return refuse(api, flag, dev, size, aux),
-        Decision::Exceeded => flag | flags::CAP_EXCEEDED,
-        Decision::Free | Decision::Counted => flag,
+    let Some(flag) = admitted_flag(decision, flag) else {
+        return refuse(api, flag, dev, size, aux);
     };
     let r = call();
     let id = returned(out, r);
@@ -427,13 +440,7 @@ unsafe fn track_pool_alloc(
         0
     };
     pools::after(c, entry, dev, admitted);
-    let ts = record::now();
-    let stack = stacks::site(size, r != CUDA_SUCCESS);
-    record::push(api, flag, dev, r, id, size, aux, ts, stack);
-    if r == CUDA_ERROR_OUT_OF_MEMORY {
-        out_of_memory(api, flag, dev, size, r);
-    }
-    r
+    allocated(api, flag, dev, r, id, size, aux)
 }
 
 pub unsafe fn mem_free_async(sym: Sym, dptr: CUdeviceptr, stream: CUstream) -> CUresult {

@@ -4,12 +4,9 @@ see the interpreter finalizing and record native frames only)."""
 import ctypes
 import sys
 
-cuda = ctypes.CDLL("libcuda.so.1")
-cuda.cuInit(0)
-dev = ctypes.c_int()
-cuda.cuDeviceGet(ctypes.byref(dev), 0)
-ctx = ctypes.c_void_p()
-cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+from fakectx import open_driver
+
+cuda, dev, ctx = open_driver()
 alloc = cuda.cuMemAlloc_v2
 size = ctypes.c_size_t
 

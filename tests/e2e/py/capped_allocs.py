@@ -2,12 +2,9 @@
 first passes and the second is refused (2, CUDA_ERROR_OUT_OF_MEMORY)."""
 import ctypes
 
-cuda = ctypes.CDLL("libcuda.so.1")
-cuda.cuInit(0)
-dev = ctypes.c_int()
-cuda.cuDeviceGet(ctypes.byref(dev), 0)
-ctx = ctypes.c_void_p()
-cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+from fakectx import open_driver
+
+cuda, dev, ctx = open_driver()
 rcs = []
 for size in (64 << 20, 2 << 30):
     p = ctypes.c_uint64()

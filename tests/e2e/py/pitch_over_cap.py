@@ -2,12 +2,9 @@
 allocated it. Prints the result code and what the caller's dptr and pitch hold afterwards."""
 import ctypes
 
-cuda = ctypes.CDLL("libcuda.so.1")
-cuda.cuInit(0)
-dev = ctypes.c_int()
-cuda.cuDeviceGet(ctypes.byref(dev), 0)
-ctx = ctypes.c_void_p()
-cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+from fakectx import open_driver
+
+cuda, dev, ctx = open_driver()
 p = ctypes.c_uint64(0xDEAD)
 pitch = ctypes.c_size_t(0xBEEF)
 # 520-byte rows x 1 Mi rows: the shim guesses 1024 B/row (512-byte padding) = 1 GiB; the driver pads to 2048.

@@ -8,12 +8,9 @@ import subprocess
 import sys
 
 GiB = 1 << 30
-cuda = ctypes.CDLL("libcuda.so.1")
-cuda.cuInit(0)
-dev = ctypes.c_int()
-cuda.cuDeviceGet(ctypes.byref(dev), 0)
-ctx = ctypes.c_void_p()
-cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+from fakectx import open_driver
+
+cuda, dev, ctx = open_driver()
 
 
 def alloc_async(size):
