@@ -81,34 +81,6 @@ fn is_ledger_or_empty(fd: i32) -> bool {
     n >= 0 && (m == MAGIC || m == 0) && (n == 8 || magic[..n as usize].iter().all(|b| *b == 0))
 }
 
-/// The lowest free descriptor number at or above this is where the slot's lock lives: a host that closes
-/// and reopens its own low descriptors then never gets ours by number (and so never drops our lock, nor has a
-/// file of its own taken for the ledger).
-const HIGH_FD: i32 = 512;
-
-/// `fd` moved to a high number (close-on-exec), or left where it is if that cannot be done.
-fn high_fd(fd: i32) -> i32 {
-    if fd < 0 {
-        return fd;
-    }
-    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-        lim.rlim_cur as i64
-    } else {
-        0
-    };
-    let want = HIGH_FD.min((soft / 2) as i32);
-    if want <= fd {
-        return fd;
-    }
-    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, want) };
-    if high < 0 {
-        return fd;
-    }
-    unsafe { libc::close(fd) };
-    high
-}
-
 fn lock(fd: i32, slot: usize, kind: libc::c_short) -> bool {
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = kind;
@@ -184,7 +156,7 @@ impl Ledger {
             unsafe { libc::munmap(p, FILE_SIZE) };
             return Err(LedgerError::Foreign(path.display().to_string()));
         }
-        let fd = high_fd(open(0));
+        let fd = crate::fds::high_fd(open(0));
         if fd < 0 {
             unsafe { libc::munmap(p, FILE_SIZE) };
             return Err(open_err(std::io::Error::last_os_error()));
@@ -409,8 +381,8 @@ mod tests {
         assert!(l.fd >= 3);
         let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
         unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-        if lim.rlim_cur >= 2 * HIGH_FD as u64 {
-            assert!(l.fd >= HIGH_FD, "lock descriptor {}", l.fd);
+        if lim.rlim_cur >= 2 * crate::fds::HIGH_FD as u64 {
+            assert!(l.fd >= crate::fds::HIGH_FD, "lock descriptor {}", l.fd);
         }
         let _ = std::fs::remove_file(&path);
     }

@@ -28,6 +28,7 @@ pub mod cap;
 pub mod cuda;
 pub mod driver;
 pub mod exports;
+pub mod fds;
 pub mod hooks;
 pub mod lazy;
 pub mod ledger;

@@ -361,7 +361,12 @@ pub(crate) fn offer(rec: Record) -> Offered {
 
 /// A connected Unix stream socket, written with `MSG_NOSIGNAL`: a collector that went away must never raise
 /// SIGPIPE in the host.
-struct Socket(i32);
+struct Socket {
+    fd: i32,
+    /// The socket's identity (device, inode) when it was made: a host that closes our descriptor and gets the
+    /// number back for a file or socket of its own must never receive our bytes, nor have its data read.
+    id: (u64, u64),
+}
 
 impl Socket {
     fn connect(path: &OsString) -> Option<Socket> {
@@ -406,14 +411,25 @@ impl Socket {
             let fl = libc::fcntl(fd, libc::F_GETFL);
             libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
         }
+        // Out of the way of the host's own low descriptors (close-on-exec kept).
+        let fd = crate::fds::high_fd(fd);
+        let id = identity(fd)?;
         SOCKET_FD.store(fd, Ordering::Release);
-        Some(Socket(fd))
+        Some(Socket { fd, id })
+    }
+
+    /// Whether the descriptor is still the socket we made.
+    fn ours(&self) -> bool {
+        identity(self.fd) == Some(self.id)
     }
 
     fn send_all(&self, mut buf: &[u8]) -> bool {
+        if !self.ours() {
+            return false;
+        }
         while !buf.is_empty() {
             let n =
-                unsafe { libc::send(self.0, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+                unsafe { libc::send(self.fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
             if n < 0 {
                 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                     continue;
@@ -432,8 +448,11 @@ impl Socket {
             if left.is_zero() {
                 return false;
             }
+            if !self.ours() {
+                return false;
+            }
             let mut pfd = libc::pollfd {
-                fd: self.0,
+                fd: self.fd,
                 events: libc::POLLIN,
                 revents: 0,
             };
@@ -443,7 +462,7 @@ impl Socket {
             }
             let mut b = 0u8;
             let n =
-                unsafe { libc::recv(self.0, (&mut b as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
+                unsafe { libc::recv(self.fd, (&mut b as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
             if n == 1 && b == OOM_ACK {
                 return true;
             }
@@ -452,6 +471,12 @@ impl Socket {
             }
         }
     }
+}
+
+/// (device, inode) of an open descriptor.
+fn identity(fd: i32) -> Option<(u64, u64)> {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
 fn hello(pid: u32) -> Hello {

@@ -630,3 +630,22 @@ int main(int argc, char **argv) {
         r.stdout
     );
 }
+
+/// A host that closes the shim's socket and reuses its number for a socket of its own must never receive the
+/// shim's bytes (nor have its data read as an acknowledgement): the shim checks the descriptor is still the
+/// socket it made before every write, and its descriptor sits high, out of the way of the host's own.
+#[test]
+fn a_reused_socket_descriptor_never_receives_the_shims_bytes() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("py/steal_socket_fd.py");
+    let fc = FakeCuda::new();
+    let (r, _) = fc.traced("stolen", &[], "python3", &[&script]);
+    r.assert_success("steal_socket_fd.py");
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("stolen_fd"))
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    assert!(line.ends_with("received 0"), "{line}");
+    let fd: i32 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(fd >= 100, "the shim's socket sat at descriptor {fd}");
+}
