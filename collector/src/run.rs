@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use vramtrace_format::codec::{self, kind, FrameSplitter};
-use vramtrace_format::{EndKind, Record, TraceHeader, OOM_ACK};
+use vramtrace_format::{EndKind, Record, TraceHeader, OOM_ACK, OOM_NAK};
 
 use crate::exit::{self, Code};
 use crate::out_text::units;
@@ -992,9 +992,11 @@ impl Conn {
         let len = whole.len();
         self.split.consume(len);
         // The shim holds the failing allocation (or the bridge its record) until the evidence is in the file:
-        // now it is. One byte per record waiting. Nothing is acknowledged that the file does not hold.
-        if acks > 0 && written {
-            let _ = self.stream.write_all(&vec![OOM_ACK; acks]);
+        // one answer per record waiting, in order, so the shim matches each to its own record. Nothing is
+        // acknowledged that the file does not hold.
+        if acks > 0 {
+            let answer = if written { OOM_ACK } else { OOM_NAK };
+            let _ = self.stream.write_all(&vec![answer; acks]);
         }
         true
     }

@@ -29,8 +29,11 @@ pub const MAX_FRAME: u32 = 64 << 20;
 /// `Event::device` when the device is unknown (frees: the collector knows it from the allocation).
 pub const NO_DEVICE: u32 = u32::MAX;
 
-/// The byte the collector sends back on a connection once an `Oom` frame is safely in the trace.
+/// The byte the collector sends back on a connection once an `Oom` frame (or a `Bridge` frame with `ack`) is
+/// safely in the trace. Every such frame gets exactly one answer, in order: this, or [`OOM_NAK`].
 pub const OOM_ACK: u8 = 0x06;
+/// The answer for such a frame the collector could not write (a full disk): it is not in the trace.
+pub const OOM_NAK: u8 = 0x15;
 
 /// Flag bits of `Event::flags`.
 pub mod flags {

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, O
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
-use vramtrace_format::{codec, Api, Event, Hello, Oom, Record, Stack, OOM_ACK};
+use vramtrace_format::{codec, Api, Event, Hello, Oom, Record, Stack, OOM_ACK, OOM_NAK};
 
 /// Events the channel holds before the calling threads start dropping them. The sender drains continuously,
 /// so this only absorbs bursts; each slot is about 56 bytes.
@@ -441,14 +441,14 @@ impl Socket {
         true
     }
 
-    /// Waits until `deadline` for the collector's acknowledgement byte.
-    fn await_ack(&self, deadline: Instant) -> bool {
+    /// Waits until `deadline` for the collector's answer to the `nth` record sent that waits for one (counting
+    /// from 1; `answered` counts the answers read so far on this connection). Answers come one per such record,
+    /// in order, so a late answer to an earlier record (one that gave up waiting) is skipped, never taken for
+    /// this one. Whether this record's answer says it is in the trace.
+    fn await_ack(&self, nth: u64, answered: &mut u64, deadline: Instant) -> bool {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            if !self.ours() {
+            if left.is_zero() || !self.ours() {
                 return false;
             }
             let mut pfd = libc::pollfd {
@@ -463,11 +463,14 @@ impl Socket {
             let mut b = 0u8;
             let n =
                 unsafe { libc::recv(self.fd, (&mut b as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
-            if n == 1 && b == OOM_ACK {
-                return true;
-            }
             if n == 0 {
                 return false;
+            }
+            if n == 1 && (b == OOM_ACK || b == OOM_NAK) {
+                *answered += 1;
+                if *answered == nth {
+                    return b == OOM_ACK;
+                }
             }
         }
     }
@@ -531,6 +534,8 @@ fn sender(rec: &'static Recorder, rx: Receiver<Msg>, sock: Socket) {
     let pid = rec.pid;
     let mut buf = Vec::with_capacity(64 << 10);
     let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
+    // Records sent that wait for the collector's answer, and answers read: matched in order (`await_ack`).
+    let (mut syncs_sent, mut answered) = (0u64, 0u64);
     let mut objects = crate::objects::Tracker::default();
     let mut nap = NAP_MIN;
     let mut last_sent = Instant::now();
@@ -626,12 +631,53 @@ fn sender(rec: &'static Recorder, rx: Receiver<Msg>, sock: Socket) {
             return stop("the collector closed the connection");
         }
         if let Some((_, done)) = oom {
-            if sock.await_ack(Instant::now() + OOM_WAIT) {
+            syncs_sent += 1;
+            if sock.await_ack(syncs_sent, &mut answered, Instant::now() + OOM_WAIT) {
                 let _ = done.send(());
             }
         }
         if flush {
             rec.flushed.store(true, Ordering::Release);
+        }
+    }
+}
+
+#[cfg(test)]
+mod ack_tests {
+    use super::*;
+
+    fn pair() -> (Socket, i32) {
+        let mut fds = [0i32; 2];
+        assert_eq!(
+            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) },
+            0
+        );
+        let id = identity(fds[0]).unwrap();
+        (Socket { fd: fds[0], id }, fds[1])
+    }
+
+    fn answer(fd: i32, b: u8) {
+        assert_eq!(unsafe { libc::write(fd, (&b as *const u8).cast(), 1) }, 1);
+    }
+
+    #[test]
+    fn each_record_gets_its_own_answer_never_an_earlier_ones() {
+        let (sock, peer) = pair();
+        let soon = || Instant::now() + Duration::from_millis(50);
+        let mut answered = 0;
+        // The first record gave up waiting; its answer arrives late, while the second waits: not the second's.
+        answer(peer, OOM_ACK);
+        assert!(!sock.await_ack(2, &mut answered, soon()));
+        assert_eq!(answered, 1);
+        answer(peer, OOM_ACK);
+        assert!(sock.await_ack(2, &mut answered, soon()));
+        // A record the collector could not write is answered "not in the trace".
+        answer(peer, OOM_NAK);
+        assert!(!sock.await_ack(3, &mut answered, soon()));
+        assert_eq!(answered, 3);
+        unsafe {
+            libc::close(sock.fd);
+            libc::close(peer);
         }
     }
 }
