@@ -50,6 +50,19 @@ pub struct Cap {
     caps: [AtomicU64; MAX_DEVICES],
     ptrs: LiveMap,
     handles: LiveMap,
+    /// Where `cuMemCreate` handles are mapped: a handle released while still mapped keeps its memory (the
+    /// driver frees it at its last unmap), so it stays counted until then.
+    maps: Mutex<Maps>,
+}
+
+#[derive(Default)]
+struct Maps {
+    /// Mapping start -> (end, handle).
+    by_addr: std::collections::BTreeMap<u64, (u64, u64)>,
+    /// Handle -> mappings of it.
+    count: HashMap<u64, u32>,
+    /// Handles released while mapped: what they still hold, (device, bytes).
+    released: HashMap<u64, (u32, u64)>,
 }
 
 const NONE: u64 = u64::MAX;
@@ -107,6 +120,7 @@ fn build() -> Option<Cap> {
         caps: [const { AtomicU64::new(0) }; MAX_DEVICES],
         ptrs: LiveMap::new(),
         handles: LiveMap::new(),
+        maps: Mutex::new(Maps::default()),
     })
 }
 
@@ -217,6 +231,54 @@ impl Cap {
     #[inline]
     pub fn freed(&self, held: (u32, u64)) {
         self.ledger.release(held.0 as usize, held.1);
+    }
+
+    /// `cuMemRelease` of a taken handle succeeded: its bytes come back now, or, while the handle is still
+    /// mapped, at its last unmap (the driver keeps the memory until then).
+    pub fn released_handle(&self, handle: u64, held: (u32, u64)) {
+        if let Ok(mut m) = self.maps.lock() {
+            if m.count.get(&handle).is_some_and(|&n| n > 0) {
+                m.released.insert(handle, held);
+                return;
+            }
+        }
+        self.freed(held);
+    }
+
+    /// `cuMemMap` of `handle` at `[ptr, ptr + size)` succeeded.
+    pub fn mapped(&self, ptr: u64, size: u64, handle: u64) {
+        if let Ok(mut m) = self.maps.lock() {
+            m.by_addr.insert(ptr, (ptr.saturating_add(size), handle));
+            *m.count.entry(handle).or_default() += 1;
+        }
+    }
+
+    /// `cuMemUnmap` of `[ptr, ptr + size)` succeeded: a released handle unmapped for the last time gives its
+    /// bytes back.
+    pub fn unmapped(&self, ptr: u64, size: u64) {
+        let mut back = Vec::new();
+        if let Ok(mut m) = self.maps.lock() {
+            let end = ptr.saturating_add(size);
+            let gone: Vec<u64> = m.by_addr.range(ptr..end).map(|(a, _)| *a).collect();
+            for a in gone {
+                let Some((_, h)) = m.by_addr.remove(&a) else {
+                    continue;
+                };
+                let left = m.count.get_mut(&h).map(|n| {
+                    *n = n.saturating_sub(1);
+                    *n
+                });
+                if left == Some(0) {
+                    m.count.remove(&h);
+                    if let Some(held) = m.released.remove(&h) {
+                        back.push(held);
+                    }
+                }
+            }
+        }
+        for held in back {
+            self.freed(held);
+        }
     }
 
     /// The free of a taken entry failed: `id` is still allocated, so it still counts.

@@ -212,10 +212,10 @@ unsafe fn track_release(
     let held = cap.and_then(|(c, k)| c.take(k, id));
     let r = call();
     if let (Some((c, k)), Some(h)) = (cap, held) {
-        if r == CUDA_SUCCESS {
-            c.freed(h);
-        } else {
-            c.restore(k, id, h);
+        match (r == CUDA_SUCCESS, k) {
+            (true, Kind::Handle) => c.released_handle(id, h),
+            (true, Kind::Ptr) => c.freed(h),
+            (false, _) => c.restore(k, id, h),
         }
     }
     record::push(api, flag, NO_DEVICE, r, id, size, aux, ts, 0);
@@ -535,6 +535,9 @@ pub unsafe fn mem_map(
         return f(ptr, size, offset, handle, flags);
     };
     let r = f(ptr, size, offset, handle, flags);
+    if let (CUDA_SUCCESS, Some(c)) = (r, cap::get()) {
+        c.mapped(ptr, size as u64, handle);
+    }
     record::push(
         Api::MemMap,
         0,
@@ -557,7 +560,11 @@ pub unsafe fn mem_unmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     let Some(_busy) = Busy::enter() else {
         return f(ptr, size);
     };
-    track_release(Api::MemUnmap, 0, None, ptr, size as u64, 0, || f(ptr, size))
+    let r = track_release(Api::MemUnmap, 0, None, ptr, size as u64, 0, || f(ptr, size));
+    if let (CUDA_SUCCESS, Some(c)) = (r, cap::get()) {
+        c.unmapped(ptr, size as u64);
+    }
+    r
 }
 
 pub unsafe fn mem_address_reserve(

@@ -432,3 +432,25 @@ fn a_pool_keeping_freed_memory_counts_against_the_cap() {
         st[0].peak
     );
 }
+
+/// `cuMemRelease` of a handle still mapped does not free its memory (the driver frees it at the last unmap):
+/// the cap keeps counting it until then, so the device never holds more than the cap.
+#[test]
+fn a_handle_released_while_mapped_counts_until_its_last_unmap() {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("py/release_while_mapped.py");
+    let fc = FakeCuda::new()
+        .with_state()
+        .env("FAKECUDA_DEVICES", "1")
+        .env("LD_PRELOAD", shim())
+        .env("VRAMTRACE_CAP", "1GiB");
+    let r = fc.run("python3", &[&script]);
+    r.assert_success("release_while_mapped.py");
+    assert!(r.stdout.contains("rcs 2 0"), "{}", r.stdout);
+    let st = fc.state();
+    assert!(
+        st[0].peak <= 1 << 30,
+        "the device held {} bytes at most",
+        st[0].peak
+    );
+}
