@@ -7,6 +7,7 @@
 //! stderr).
 
 pub mod memory_viz;
+pub mod perfetto;
 pub mod pickle;
 
 use std::fs::{self, File};
@@ -20,6 +21,8 @@ use crate::model::{self, Analysis};
 pub enum Format {
     /// A snapshot pickle for PyTorch's memory_viz (pytorch.org/memory_viz).
     MemoryViz,
+    /// Perfetto's protobuf trace (ui.perfetto.dev): counters per device and per process, instants.
+    Perfetto,
 }
 
 #[derive(Debug, clap::Args)]
@@ -86,6 +89,14 @@ fn write(args: &ExportArgs, w: BufWriter<File>) -> Result<(Analysis, Vec<String>
             let mut w = tap.write(&a, w).map_err(io_err)?;
             w.flush().map_err(io_err)?;
             Ok((a, tap.notes()))
+        }
+        Format::Perfetto => {
+            let mut tap = perfetto::Perfetto::new(w);
+            let a = model::analyze_tapped(&args.trace, &mut tap)
+                .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
+            let notes = tap.notes();
+            tap.end().map_err(io_err)?;
+            Ok((a, notes))
         }
     }
 }

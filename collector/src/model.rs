@@ -588,6 +588,9 @@ fn replay_frames_tapped(
     let (mut reader, header) = TraceReader::open(r)?;
     let mut st = Replay::new(header.start_mono_ns, bound.max(8), reference);
     st.tap = tap;
+    if let Some(t) = st.tap.as_mut() {
+        t.start(&header);
+    }
     if header
         .extra
         .iter()

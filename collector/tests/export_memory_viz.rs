@@ -5,13 +5,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use common::cli::{assert_usage_error, text, TempDir};
 use common::*;
 use vramtrace_collector::model::{analyze, Analysis};
-use vramtrace_format::{flags, Api, EndKind, Oom, Record, NO_DEVICE};
 
 fn export(trace: &Path, out: &Path, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_vramtrace"))
@@ -51,78 +50,10 @@ fn exported(dir: &TempDir, trace: &Path, extra: &[&str]) -> (Analysis, String) {
     (analyze(trace).unwrap(), check(&out))
 }
 
-fn oom(pid: u32, ms: u64, device: u32, requested: u64, free: u64, cap_refused: bool) -> Record {
-    Record::Oom(Oom {
-        pid,
-        tid: 1,
-        ts_ns: START + ms * MS,
-        device,
-        api: Api::MemAlloc as u8,
-        flags: if cap_refused { flags::CAP_REFUSED } else { 0 },
-        requested_bytes: requested,
-        result: 2,
-        device_free_bytes: Some(free),
-        device_total_bytes: Some(80 * GIB),
-        cap_bytes: None,
-        job_used_bytes: None,
-        process_used_bytes: None,
-        extra: vec![],
-    })
-}
-
-/// Two processes on two devices: call sites, a lost free, the same address in both processes at once, an
-/// address past 2^63, a process ending with memory held, a cuMemCreate handle mapped and unmapped, an OOM.
-fn synthetic() -> Vec<u8> {
-    let mut create = ev(5, Api::MemCreate, 1, 7, 64 * MIB);
-    create.stack = 2;
-    let mut map = ev(6, Api::MemMap, NO_DEVICE, 0x7f00_0000_0000, 64 * MIB);
-    map.aux = 7;
-    let unmap = ev(30, Api::MemUnmap, NO_DEVICE, 0x7f00_0000_0000, 64 * MIB);
-    let release = ev(31, Api::MemRelease, NO_DEVICE, 7, 0);
-    trace(&[
-        hello(11, 0),
-        hello(12, 0),
-        stack(
-            11,
-            1,
-            vec![],
-            vec![py("train.py", "step", 42), py("train.py", "<module>", 7)],
-        ),
-        stack(11, 2, vec![], vec![py("model.py", "grow", 9)]),
-        events(
-            11,
-            vec![
-                with_stack(alloc(1, 0, 0xa000_0000, 2 * GIB), 1),
-                alloc(2, 0, 0x3_0000_0000, 4 * MIB),
-                // The same pointer again: its free was not recorded.
-                alloc(3, 0, 0x3_0000_0000, 8 * MIB),
-                create,
-                map,
-                free(20, 0xa000_0000),
-                unmap,
-                release,
-            ],
-        ),
-        // Process 12 holds the same address as 11 at the same time (each process has its own), and one past
-        // 2^63 that must still be written as a 64-bit signed integer.
-        events(
-            12,
-            vec![
-                alloc(4, 0, 0xa000_0000, GIB),
-                alloc(8, 1, 0x8000_0000_0000_1000, 32 * MIB),
-            ],
-        ),
-        oom(11, 25, 0, 80 * GIB, 3 * GIB, false),
-        tick(11, 40),
-        end(12, 50, EndKind::Vanished),
-        tick(11, 60),
-    ])
-}
-
 #[test]
 fn a_synthetic_trace_replays_backwards_from_its_segments() {
     let dir = TempDir::new("mv-synthetic");
-    let t = dir.file("t.vtrace", &synthetic());
+    let t = dir.file("t.vtrace", &export_trace());
     let (a, s) = exported(&dir, &t, &[]);
     // Device 0: pointer allocations only, so its segments' peak is the report's.
     assert_eq!(
@@ -146,7 +77,7 @@ fn a_synthetic_trace_replays_backwards_from_its_segments() {
     // The mapping is drawn on device 1 (its handle's), mapped and unmapped.
     assert_eq!(
         figure(&s, "d['devices']['1']['actions']"),
-        "['alloc', 'free_completed', 'segment_alloc', 'segment_free', 'segment_map', 'segment_unmap']"
+        "['alloc', 'free_completed', 'oom', 'segment_alloc', 'segment_free', 'segment_map', 'segment_unmap']"
     );
     // The clash of addresses and the handle are said.
     let notes = figure(&s, "'\\n'.join(d['notes'])");
@@ -157,7 +88,7 @@ fn a_synthetic_trace_replays_backwards_from_its_segments() {
 #[test]
 fn call_sites_are_the_frames() {
     let dir = TempDir::new("mv-frames");
-    let t = dir.file("t.vtrace", &synthetic());
+    let t = dir.file("t.vtrace", &export_trace());
     let out = dir.0.join("f.pickle");
     assert_eq!(export(&t, &out, &[]).status.code(), Some(0));
     let got = Command::new("python3")
@@ -179,12 +110,6 @@ fn call_sites_are_the_frames() {
             header().start_unix_ns / 1000 + 1000
         )
     );
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/gpu")
-        .join(name)
 }
 
 #[test]
@@ -234,7 +159,7 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_usage_error(&export(&junk, &out, &[]), "junk.vtrace");
     assert!(!out.exists());
     std::fs::write(&out, b"keep me").unwrap();
-    let t = dir.file("t.vtrace", &synthetic());
+    let t = dir.file("t.vtrace", &export_trace());
     assert_usage_error(&export(&t, &out, &[]), "--force");
     assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
     assert_eq!(export(&t, &out, &["--force"]).status.code(), Some(0));

@@ -2,7 +2,7 @@
 //! (docs/ARCHITECTURE.md, "Time and order"), with the figures the report is made of. The exports
 //! (`crate::export`) stream from it; nothing is kept for them here.
 
-use vramtrace_format::Oom;
+use vramtrace_format::{Oom, TraceHeader};
 
 use super::ProcessStats;
 use crate::callsites::Frame;
@@ -60,6 +60,8 @@ pub struct OomStep<'a> {
 pub type Frames<'a> = dyn FnMut(usize, u32) -> Option<Vec<Frame>> + 'a;
 
 pub trait Tap {
+    /// The trace's header, before anything else.
+    fn start(&mut self, _header: &TraceHeader) {}
     fn step(&mut self, s: &Step);
     fn oom(&mut self, _o: &OomStep) {}
     /// The trace is replayed: resolve the call sites the tap needs (symbolised offline, as the report's).
