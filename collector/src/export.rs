@@ -58,10 +58,13 @@ pub fn main(args: ExportArgs) -> Code {
     }
 }
 
-struct Failed(Code, String);
+/// Why an export failed: the exit code and the one line said.
+#[derive(Debug)]
+pub struct Failed(pub Code, pub String);
 
-/// Writes the export; on any failure the output is removed (nothing half-written is left behind).
-fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
+/// Writes the export, and returns the analysis and the notes for the reader; on any failure the output is
+/// removed (nothing half-written is left behind).
+pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
     if args.out == args.trace {
         return Err(Failed(exit::USAGE, "--out names the trace itself".into()));
     }

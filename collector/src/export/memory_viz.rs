@@ -13,13 +13,14 @@
 //! memory_viz has one address space per device: an allocation whose range another process holds at that
 //! moment is drawn at a synthetic address past [`SYNTHETIC_BASE`] (counted, said).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, Write};
 
 use vramtrace_format::NO_DEVICE;
 
 use super::pickle::{Pickler, BATCH};
 use crate::callsites::{Frame, FrameKind};
+use crate::model::fasthash::FastMap;
 use crate::model::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::Analysis;
 
@@ -122,10 +123,10 @@ pub struct MemoryViz {
     max_events: usize,
     devices: Vec<DeviceTrace>,
     /// Live pointer allocations: (slot, pointer) -> segment.
-    live: HashMap<(usize, u64), Seg>,
+    live: FastMap<(usize, u64), Seg>,
     /// Live mappings: (slot, address) -> segment.
-    mapped: HashMap<(usize, u64), Seg>,
-    sites: HashMap<(usize, u32), u32>,
+    mapped: FastMap<(usize, u64), Seg>,
+    sites: FastMap<(usize, u32), u32>,
     site_keys: Vec<(usize, u32)>,
     frames: Vec<Vec<Frame>>,
     no_device: u64,
@@ -139,9 +140,9 @@ impl MemoryViz {
         MemoryViz {
             max_events: max_events.max(1),
             devices: Vec::new(),
-            live: HashMap::new(),
-            mapped: HashMap::new(),
-            sites: HashMap::new(),
+            live: FastMap::default(),
+            mapped: FastMap::default(),
+            sites: FastMap::default(),
             site_keys: Vec::new(),
             frames: Vec::new(),
             no_device: 0,
