@@ -176,6 +176,7 @@ pub struct Perfetto<W: Write> {
     instants_left_out: u64,
     labels: HashMap<(usize, u32), (String, String)>,
     written_packets: u64,
+    last_tracks: (u64, u64),
 }
 
 impl<W: Write> Perfetto<W> {
@@ -192,6 +193,7 @@ impl<W: Write> Perfetto<W> {
             instants_left_out: 0,
             labels: HashMap::new(),
             written_packets: 0,
+            last_tracks: (0, 0),
         }
     }
 
@@ -389,15 +391,19 @@ impl<W: Write> Tap for Perfetto<W> {
             return;
         }
         let dev = device_track(s.device);
-        if !self.tracks.contains_key(&dev) {
-            let name = format!("{} bytes in use (job)", device_name(s.device));
-            self.counter_track(dev, JOB_TRACK, name);
-        }
         let proc_dev = process_device_track(s.slot, s.device);
-        if !self.tracks.contains_key(&proc_dev) {
-            self.process_track(s.slot, s.process);
-            let name = format!("{} bytes in use", device_name(s.device));
-            self.counter_track(proc_dev, process_track(s.slot), name);
+        // The tracks of the last change are described already (the replay hands out runs of one process).
+        if self.last_tracks != (dev, proc_dev) {
+            if !self.tracks.contains_key(&dev) {
+                let name = format!("{} bytes in use (job)", device_name(s.device));
+                self.counter_track(dev, JOB_TRACK, name);
+            }
+            if !self.tracks.contains_key(&proc_dev) {
+                self.process_track(s.slot, s.process);
+                let name = format!("{} bytes in use", device_name(s.device));
+                self.counter_track(proc_dev, process_track(s.slot), name);
+            }
+            self.last_tracks = (dev, proc_dev);
         }
         self.counter(s.t_ns, dev, s.device_bytes);
         self.counter(s.t_ns, proc_dev, s.process_device_bytes);
