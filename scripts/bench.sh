@@ -6,6 +6,7 @@
 #      call chain and for chains the thread has not seen lately (bench_pairs --sites 16)
 #   2. 256 processes starting under one cap: wall time with and without the cap
 #   3. collector ingest: cargo bench -p vramtrace --bench ingest (10M events)
+#   4. export: cargo bench -p vramtrace --bench export (10M events to Perfetto and memory_viz)
 # Usage: scripts/bench.sh            (builds release first)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -100,3 +101,6 @@ echo "processes in the last trace: $procs (expected 256)"
 echo
 echo "## Collector ingest (cargo bench -p vramtrace --bench ingest)"
 cargo bench -p vramtrace --bench ingest --quiet 2>/dev/null | tail -n 20
+echo
+echo "## Export (cargo bench -p vramtrace --bench export: 10M events, 8 ranks)"
+cargo bench -p vramtrace --bench export --quiet 2>/dev/null | tail -n 8

@@ -213,7 +213,8 @@ fn call_sites(out: &mut Vec<u8>, pid: u32) {
     }
 }
 
-fn generate(n_events: u64, procs: u32, silent: bool, stacks: bool, late: bool) -> Vec<u8> {
+/// A trace of `n_events` events of `procs` ranks (also the export benchmark's, benches/export.rs).
+pub fn generate(n_events: u64, procs: u32, silent: bool, stacks: bool, late: bool) -> Vec<u8> {
     let header = TraceHeader {
         start_unix_ns: 1_700_000_000_000_000_000,
         start_mono_ns: START,
@@ -330,7 +331,8 @@ fn generate(n_events: u64, procs: u32, silent: bool, stacks: bool, late: bool) -
     out
 }
 
-fn status_kb(field: &str) -> Option<u64> {
+/// A `/proc/self/status` figure in kB (VmRSS, VmHWM).
+pub fn status_kb(field: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     s.lines()
         .find(|l| l.starts_with(field))?
@@ -415,16 +417,21 @@ fn scenario(name: &str, n: u64, procs: u32, silent: bool, stacks: bool, late: bo
     }
 }
 
-fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing special: run small then.
+/// How many events a scenario has: `VRAMTRACE_BENCH_EVENTS`, else 10 M under `cargo bench` (which passes
+/// `--bench`) and 200 k under `cargo test --benches`. Says when the build is not optimised.
+pub fn bench_events() -> u64 {
     let quick = !std::env::args().any(|a| a == "--bench");
-    let n: u64 = std::env::var("VRAMTRACE_BENCH_EVENTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 200_000 } else { 10_000_000 });
     if cfg!(debug_assertions) {
         eprintln!("(debug build: the numbers mean nothing; use cargo bench)");
     }
+    std::env::var("VRAMTRACE_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 200_000 } else { 10_000_000 })
+}
+
+fn main() {
+    let n = bench_events();
     eprintln!("vramtrace ingest benchmark: generating {n} events per scenario...");
     let rows = vec![
         scenario("8 ranks", n, 8, false, false, false),

@@ -1,4 +1,4 @@
-//! The collector: one module per verb (`run`, `report`, `oom`, `demo`), one per output format (`out_text`,
+//! The collector: one module per verb (`run`, `report`, `oom`, `export`, `demo`), one per output format (`out_text`,
 //! `out_json`, `out_oom_text`, `out_oom_json`), over `model`, which replays a trace into live sets, peaks,
 //! timelines and out-of-memory snapshots.
 
@@ -6,6 +6,7 @@ pub mod bridge_files;
 pub mod callsites;
 pub mod demo;
 pub mod exit;
+pub mod export;
 pub mod model;
 pub mod oom;
 pub mod out_json;

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use vramtrace_collector::{demo, exit, oom, probe, report, run};
+use vramtrace_collector::{demo, exit, export, oom, probe, report, run};
 
 use clap::{Parser, Subcommand};
 
@@ -37,6 +37,8 @@ enum Verb {
         #[arg(long)]
         json: bool,
     },
+    /// Write a trace for a viewer people already use: `vramtrace export TRACE --format memory-viz --out FILE`.
+    Export(export::ExportArgs),
     /// Run the bundled workload under `vramtrace run` (real GPU if present, simulated driver otherwise), then report.
     Demo(demo::DemoArgs),
     /// (internal) Print each device's total memory, asked of the driver.
@@ -53,6 +55,7 @@ fn main() {
         Verb::Run(args) => run::main(args),
         Verb::Report { file, json } => report::main(&file, json),
         Verb::Oom { file, json } => oom::main(&file, json),
+        Verb::Export(args) => export::main(args),
         Verb::Demo(args) => demo::main(args),
         Verb::Probe => probe::main(),
     };

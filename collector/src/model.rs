@@ -32,6 +32,7 @@ pub mod merge;
 mod oom_snapshot;
 pub mod replay;
 mod sites;
+pub mod tap;
 pub mod timeline;
 
 use std::fs::File;
@@ -462,16 +463,29 @@ impl Analysis {
 /// Reads and replays a trace file; call sites are symbolised from the files the trace names
 /// ([`Symbolizer::new`]).
 pub fn analyze(path: &Path) -> Result<Analysis, ModelError> {
+    let mut a = replay_file(path, None)?;
+    read_snapshots(&mut a, path);
+    Ok(a)
+}
+
+/// [`analyze`] with a [`tap::Tap`] told of every change to memory as the replay applies it (the exports);
+/// the framework snapshots kept beside the trace are not read.
+pub fn analyze_tapped(path: &Path, tap: &mut dyn tap::Tap) -> Result<Analysis, ModelError> {
+    replay_file(path, Some(tap))
+}
+
+fn replay_file(path: &Path, tap: Option<&mut dyn tap::Tap>) -> Result<Analysis, ModelError> {
     let file = File::open(path).map_err(|source| ModelError::Read {
         path: path.to_owned(),
         source,
     })?;
     let mut sym = Symbolizer::new();
-    let mut a = replay_frames(
+    replay_frames_tapped(
         BufReader::with_capacity(1 << 20, file),
         MERGE_BOUND,
         false,
         Some(&mut sym),
+        tap,
     )
     .map_err(|e| match e {
         OpenError::Io(source) => ModelError::Read {
@@ -482,9 +496,7 @@ pub fn analyze(path: &Path) -> Result<Analysis, ModelError> {
             path: path.to_owned(),
             source,
         },
-    })?;
-    read_snapshots(&mut a, path);
-    Ok(a)
+    })
 }
 
 /// Reads the framework snapshots kept beside the trace (`--torch-history`) for the out-of-memory events that
@@ -547,14 +559,38 @@ pub fn analyze_bounded(
     replay_frames(r, bound, false, sym)
 }
 
+/// [`analyze_reader_with`] with a tap (tests).
+#[doc(hidden)]
+pub fn analyze_reader_tapped(
+    r: impl Read,
+    sym: Option<&mut Symbolizer>,
+    tap: &mut dyn tap::Tap,
+) -> Result<Analysis, OpenError> {
+    replay_frames_tapped(r, MERGE_BOUND, false, sym, Some(tap))
+}
+
 fn replay_frames(
     r: impl Read,
     bound: usize,
     reference: bool,
     sym: Option<&mut Symbolizer>,
 ) -> Result<Analysis, OpenError> {
+    replay_frames_tapped(r, bound, reference, sym, None)
+}
+
+fn replay_frames_tapped(
+    r: impl Read,
+    bound: usize,
+    reference: bool,
+    sym: Option<&mut Symbolizer>,
+    tap: Option<&mut dyn tap::Tap>,
+) -> Result<Analysis, OpenError> {
     let (mut reader, header) = TraceReader::open(r)?;
     let mut st = Replay::new(header.start_mono_ns, bound.max(8), reference);
+    st.tap = tap;
+    if let Some(t) = st.tap.as_mut() {
+        t.start(&header);
+    }
     if header
         .extra
         .iter()

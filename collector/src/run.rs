@@ -544,8 +544,9 @@ fn default_out(command: &[OsString]) -> PathBuf {
     PathBuf::from(format!("vramtrace-{prog}-{}.vtrace", std::process::id()))
 }
 
-/// Opens the trace for writing. An existing file is kept unless `--force`: nothing the user gave is lost.
-fn open_out(out: &Path, force: bool) -> anyhow::Result<File> {
+/// Opens the trace (or an export) for writing. An existing file is kept unless `--force`: nothing the user
+/// gave is lost.
+pub(crate) fn open_out(out: &Path, force: bool) -> anyhow::Result<File> {
     let mut o = OpenOptions::new();
     o.write(true);
     if force {
@@ -560,7 +561,7 @@ fn open_out(out: &Path, force: bool) -> anyhow::Result<File> {
                 out.display()
             )
         }
-        _ => anyhow::anyhow!("cannot write the trace to {}: {e}", out.display()),
+        _ => anyhow::anyhow!("cannot write {}: {e}", out.display()),
     })
 }
 

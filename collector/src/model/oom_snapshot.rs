@@ -10,7 +10,35 @@ use super::replay::Replay;
 use super::*;
 use crate::callsites::{SiteBytes, NO_SITE, SITES_LISTED};
 
-impl Replay {
+impl Replay<'_> {
+    /// Tells the tap of out-of-memory record `o` of slot `s`, replayed at `ts`.
+    fn tap_oom(&mut self, s: usize, o: &Oom, ts: u64) {
+        let stack = match self.procs[s].last_failed {
+            Some((tid, size, site))
+                if tid == o.tid && size == o.requested_bytes && site != NO_SITE =>
+            {
+                self.cs.aggs[site as usize].stack
+            }
+            _ => 0,
+        };
+        let device_bytes = self
+            .devs
+            .iter()
+            .find(|d| d.device == o.device)
+            .map_or(0, |d| d.cur);
+        let step = super::tap::OomStep {
+            t_ns: self.rel(ts),
+            slot: s,
+            process: &self.procs[s].s,
+            oom: o,
+            stack,
+            device_bytes,
+        };
+        if let Some(tap) = self.tap.as_mut() {
+            tap.oom(&step);
+        }
+    }
+
     /// Attaches a framework's out-of-memory record to the driver's snapshot of the same error (the last
     /// failed request of that process and device within [`FOLD_NS`]; earlier ones were the allocator's
     /// retries and fold into it), or snapshots it on its own when the driver saw no failure (PyTorch's
@@ -97,6 +125,9 @@ impl Replay {
         let Some((s, o)) = self.pending_ooms.remove(&id) else {
             return;
         };
+        if self.tap.is_some() {
+            self.tap_oom(s, &o, ts);
+        }
         // The first ones, in replay order, get a snapshot; the rest are counted.
         if self.ooms.len() >= MAX_OOM_SNAPSHOTS {
             return;

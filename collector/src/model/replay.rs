@@ -11,6 +11,7 @@ use super::fasthash::FastMap;
 use super::framework;
 use super::leak::{site_ref, trim_leaks};
 use super::merge::{Merge, Out, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
+use super::tap::{Change, Step, Tap};
 use super::timeline::TimelineBuilder;
 use super::*;
 use crate::callsites::{self, NO_SITE};
@@ -151,7 +152,7 @@ pub(super) struct Dev {
 /// before it (the allocator flushing its cache and retrying).
 pub const FOLD_NS: u64 = 5_000_000_000;
 
-pub(super) struct Replay {
+pub(super) struct Replay<'t> {
     pub(super) start: u64,
     pub(super) procs: Vec<Proc>,
     pub(super) by_pid: HashMap<u32, usize>,
@@ -191,9 +192,11 @@ pub(super) struct Replay {
     /// The next id of a waiting record (out-of-memory, bridge, dropped count).
     pub(super) next_id: usize,
     pub(super) fw: framework::FwReplay,
+    /// The exports' tap: every change to memory, as it is applied.
+    pub(super) tap: Option<&'t mut dyn Tap>,
 }
 
-impl Replay {
+impl<'t> Replay<'t> {
     /// A streaming replay holding at most about `bound` events in memory; `reference`: the plain one that sorts
     /// everything at the end (the tests' yardstick).
     pub(super) fn new(start: u64, bound: usize, reference: bool) -> Self {
@@ -230,6 +233,7 @@ impl Replay {
             pending_fw: HashMap::new(),
             next_id: 0,
             fw: framework::FwReplay::default(),
+            tap: None,
         }
     }
 
@@ -620,12 +624,27 @@ impl Replay {
                 } else {
                     &mut p.ptrs
                 };
+                let handle = eff == Effect::CreateHandle;
                 if let Some(old) = map.insert(e.addr, live) {
                     p.s.lost_frees += 1;
                     self.lost += 1;
                     self.take(s, &old, t);
+                    self.tap_live(Change::Free, s, handle, e.addr, &old, t);
                 }
                 self.give(s, d, e.size, t, site);
+                if self.tap.is_some() {
+                    self.tap_step(
+                        Change::Alloc,
+                        s,
+                        d,
+                        handle,
+                        e.addr,
+                        e.size,
+                        e.stack,
+                        e.flags,
+                        t,
+                    );
+                }
             }
             eff @ (Effect::FreePtr | Effect::ReleaseHandle) => {
                 if e.result != 0 {
@@ -641,6 +660,14 @@ impl Replay {
                     Some(old) => {
                         p.s.frees += 1;
                         self.take(s, &old, t);
+                        self.tap_live(
+                            Change::Free,
+                            s,
+                            eff == Effect::ReleaseHandle,
+                            e.addr,
+                            &old,
+                            t,
+                        );
                         if e.api == Api::MemFreeAsync {
                             self.note_async_free(old.dev as usize, t, old.size);
                         }
@@ -669,6 +696,9 @@ impl Replay {
                     }
                     Api::MemUnmap => p.mapped = p.mapped.saturating_sub(e.size),
                     _ => {}
+                }
+                if self.tap.is_some() && matches!(e.api, Api::MemMap | Api::MemUnmap) {
+                    self.tap_map(s, e, t);
                 }
             }
             Effect::Info => {
@@ -732,6 +762,105 @@ impl Replay {
         pd.cur = pd.cur.saturating_sub(l.size);
     }
 
+    /// Tells the tap of a change to allocation `l` (already applied).
+    #[inline]
+    fn tap_live(&mut self, change: Change, s: usize, handle: bool, addr: u64, l: &Live, t: u64) {
+        if self.tap.is_some() {
+            let stack = if l.site == NO_SITE {
+                0
+            } else {
+                self.cs.aggs[l.site as usize].stack
+            };
+            self.tap_step(change, s, l.dev as usize, handle, addr, l.size, stack, 0, t);
+        }
+    }
+
+    /// A successful `cuMemMap`/`cuMemUnmap`: the device and call site are the mapped handle's (a map names
+    /// its handle; an unmap is found by the tap from its address).
+    fn tap_map(&mut self, s: usize, e: &Event, t: u64) {
+        let (d, stack) = match e.api {
+            Api::MemMap => match self.procs[s].handles.get(&e.aux) {
+                Some(l) => (
+                    Some(l.dev as usize),
+                    if l.site == NO_SITE {
+                        0
+                    } else {
+                        self.cs.aggs[l.site as usize].stack
+                    },
+                ),
+                None => (None, 0),
+            },
+            _ => (None, 0),
+        };
+        let change = if e.api == Api::MemMap {
+            Change::Map
+        } else {
+            Change::Unmap
+        };
+        let device = d.and_then(|d| {
+            let dv = &self.devs[d];
+            (dv.device != NO_DEVICE).then_some(dv.device)
+        });
+        let (device_bytes, process_device_bytes) = match d {
+            Some(d) => (
+                self.devs[d].cur,
+                self.procs[s].dev.get(d).map_or(0, |pd| pd.cur),
+            ),
+            None => (0, 0),
+        };
+        let step = Step {
+            change,
+            t_ns: t,
+            slot: s,
+            process: &self.procs[s].s,
+            device,
+            handle: false,
+            addr: e.addr,
+            size: e.size,
+            stack,
+            flags: e.flags,
+            device_bytes,
+            process_device_bytes,
+        };
+        if let Some(tap) = self.tap.as_mut() {
+            tap.step(&step);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn tap_step(
+        &mut self,
+        change: Change,
+        s: usize,
+        d: usize,
+        handle: bool,
+        addr: u64,
+        size: u64,
+        stack: u32,
+        flags: u8,
+        t: u64,
+    ) {
+        let dv = &self.devs[d];
+        let p = &self.procs[s];
+        let step = Step {
+            change,
+            t_ns: t,
+            slot: s,
+            process: &p.s,
+            device: (dv.device != NO_DEVICE).then_some(dv.device),
+            handle,
+            addr,
+            size,
+            stack,
+            flags,
+            device_bytes: dv.cur,
+            process_device_bytes: p.dev.get(d).map_or(0, |pd| pd.cur),
+        };
+        if let Some(tap) = self.tap.as_mut() {
+            tap.step(&step);
+        }
+    }
+
     /// A `cuMemFreeAsync` of `size` bytes on device index `d` at `t`.
     fn note_async_free(&mut self, d: usize, t: u64, size: u64) {
         let step = t / ASYNC_STEP_NS;
@@ -778,6 +907,8 @@ impl Replay {
             }
             if release {
                 self.take(s, &l, t);
+                let handle = l.api.effect() == Effect::CreateHandle;
+                self.tap_live(Change::Released, s, handle, addr, &l, t);
             }
         }
     }
@@ -804,6 +935,13 @@ impl Replay {
             if let Some(s) = slot {
                 self.procs[s].s.exit = Some(x.status);
             }
+        }
+        let mut sym = sym;
+        if let Some(tap) = self.tap.take() {
+            let (cs, procs) = (&self.cs, &self.procs);
+            tap.finish(&mut |slot: usize, stack: u32| {
+                cs.frames(&procs.get(slot)?.cs, stack, sym.as_deref_mut())
+            });
         }
         let call_sites = self.call_sites(sym);
         let fw = std::mem::take(&mut self.fw);

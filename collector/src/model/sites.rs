@@ -9,7 +9,7 @@ use super::replay::Replay;
 use crate::callsites::{self, Agg, CallSites, DeviceSites, SiteBytes, SITES_LISTED};
 use crate::symbols::Symbolizer;
 
-impl Replay {
+impl Replay<'_> {
     /// The call sites the reports show, symbolised, with every site reference (aggregate indices until now)
     /// turned into an index of `CallSites::sites`.
     pub(super) fn call_sites(&mut self, mut sym: Option<&mut Symbolizer>) -> CallSites {

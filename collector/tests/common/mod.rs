@@ -6,7 +6,7 @@ pub mod rng;
 
 use vramtrace_format::codec::{encode_header, put_frame, put_record, put_varint};
 use vramtrace_format::{
-    flags, Api, EndKind, Event, Hello, Object, Objects, PyFrame, Record, Stack, TraceHeader,
+    flags, Api, EndKind, Event, Hello, Object, Objects, Oom, PyFrame, Record, Stack, TraceHeader,
     NO_DEVICE,
 };
 
@@ -189,4 +189,81 @@ pub fn trace_v1(records: &[Record]) -> Vec<u8> {
         }
     }
     t
+}
+
+/// A GPU fixture recorded on an H100 (docs/GPU-RESULTS.md).
+pub fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gpu")
+        .join(name)
+}
+
+pub fn oom(pid: u32, ms: u64, device: u32, requested: u64, free: u64, cap_refused: bool) -> Record {
+    Record::Oom(Oom {
+        pid,
+        tid: 1,
+        ts_ns: START + ms * MS,
+        device,
+        api: Api::MemAlloc as u8,
+        flags: if cap_refused { flags::CAP_REFUSED } else { 0 },
+        requested_bytes: requested,
+        result: 2,
+        device_free_bytes: Some(free),
+        device_total_bytes: Some(80 * GIB),
+        cap_bytes: None,
+        job_used_bytes: None,
+        process_used_bytes: None,
+        extra: vec![],
+    })
+}
+
+/// For the exports: two processes on two devices: call sites, a lost free, the same address in both processes at once, an
+/// address past 2^63, a process ending with memory held, a cuMemCreate handle mapped and unmapped, an OOM
+/// and a cap refusal.
+pub fn export_trace() -> Vec<u8> {
+    let mut create = ev(5, Api::MemCreate, 1, 7, 64 * MIB);
+    create.stack = 2;
+    let mut map = ev(6, Api::MemMap, NO_DEVICE, 0x7f00_0000_0000, 64 * MIB);
+    map.aux = 7;
+    let unmap = ev(30, Api::MemUnmap, NO_DEVICE, 0x7f00_0000_0000, 64 * MIB);
+    let release = ev(31, Api::MemRelease, NO_DEVICE, 7, 0);
+    trace(&[
+        hello(11, 0),
+        hello(12, 0),
+        stack(
+            11,
+            1,
+            vec![],
+            vec![py("train.py", "step", 42), py("train.py", "<module>", 7)],
+        ),
+        stack(11, 2, vec![], vec![py("model.py", "grow", 9)]),
+        events(
+            11,
+            vec![
+                with_stack(alloc(1, 0, 0xa000_0000, 2 * GIB), 1),
+                alloc(2, 0, 0x3_0000_0000, 4 * MIB),
+                // The same pointer again: its free was not recorded.
+                alloc(3, 0, 0x3_0000_0000, 8 * MIB),
+                create,
+                map,
+                free(20, 0xa000_0000),
+                unmap,
+                release,
+            ],
+        ),
+        // Process 12 holds the same address as 11 at the same time (each process has its own), and one past
+        // 2^63 that must still be written as a 64-bit signed integer.
+        events(
+            12,
+            vec![
+                alloc(4, 0, 0xa000_0000, GIB),
+                alloc(8, 1, 0x8000_0000_0000_1000, 32 * MIB),
+            ],
+        ),
+        oom(11, 25, 0, 80 * GIB, 3 * GIB, false),
+        oom(12, 9, 1, 16 * GIB, 40 * GIB, true),
+        tick(11, 40),
+        end(12, 50, EndKind::Vanished),
+        tick(11, 60),
+    ])
 }

@@ -1,0 +1,558 @@
+//! `--format memory-viz`: a snapshot pickle that PyTorch's memory_viz (pytorch.org/memory_viz,
+//! `torch.cuda._memory_viz`) opens, made from the driver's calls (docs/EXPORTS.md).
+//!
+//! Each driver allocation is a segment holding one block: `segment_alloc` then `alloc`; its free
+//! `free_completed` then `segment_free`; a process that ends holding memory frees it there. `cuMemMap`/
+//! `cuMemUnmap` are `segment_map` + `alloc` / `free_completed` + `segment_unmap` (the memory of a
+//! `cuMemCreate` handle is drawn where it is mapped: a handle has no address). Out-of-memory errors are `oom`
+//! with the driver's free bytes. The final `segments` are what the replay holds at the end, so replaying
+//! `device_traces` backwards from them (memory_viz's "Allocator State History") agrees at every step.
+//!
+//! Memory is bounded: each device keeps the last [`MAX_EVENTS`] events (fewer with `--max-events`), the rest
+//! are counted and said in the pickle's `vramtrace.notes` and on stderr. Addresses are per process but
+//! memory_viz has one address space per device: an allocation whose range another process holds at that
+//! moment is drawn at a synthetic address past [`SYNTHETIC_BASE`] (counted, said).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{self, Write};
+
+use vramtrace_format::NO_DEVICE;
+
+use super::pickle::{Pickler, BATCH};
+use crate::callsites::{Frame, FrameKind};
+use crate::model::fasthash::FastMap;
+use crate::model::tap::{Change, Frames, OomStep, Step, Tap};
+use crate::model::Analysis;
+
+/// The most events kept per device: memory_viz's users report it unusable past about 600 k.
+pub const MAX_EVENTS: usize = 500_000;
+/// Where synthetic addresses start (below 2^63: every integer fits in 64-bit signed).
+pub const SYNTHETIC_BASE: u64 = 0x7000_0000_0000_0000;
+const NO_SITE: u32 = u32::MAX;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+enum Action {
+    SegmentAlloc,
+    Alloc,
+    FreeCompleted,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Oom,
+}
+
+impl Action {
+    fn name(self) -> &'static str {
+        match self {
+            Action::SegmentAlloc => "segment_alloc",
+            Action::Alloc => "alloc",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Oom => "oom",
+        }
+    }
+}
+
+/// One trace entry; for `oom`, `addr` is the driver's free bytes.
+#[derive(Clone, Copy)]
+struct Ev {
+    action: Action,
+    mapped: bool,
+    addr: u64,
+    size: u64,
+    t_ns: u64,
+    site: u32,
+}
+
+#[derive(Clone, Copy)]
+struct Seg {
+    dev: u32,
+    /// The address drawn (the real one unless another process held the range).
+    xaddr: u64,
+    size: u64,
+    site: u32,
+    mapped: bool,
+}
+
+#[derive(Default)]
+struct DeviceTrace {
+    ring: VecDeque<Ev>,
+    total: u64,
+    /// Drawn ranges live now: start -> end.
+    live: BTreeMap<u64, u64>,
+    next_synthetic: u64,
+}
+
+impl DeviceTrace {
+    fn free_range(&self, a: u64, size: u64) -> bool {
+        let Some(end) = a.checked_add(size) else {
+            return false;
+        };
+        end <= i64::MAX as u64
+            && self
+                .live
+                .range(..end)
+                .next_back()
+                .is_none_or(|(_, &e)| e <= a)
+    }
+
+    /// Where a range of `size` at `addr` is drawn: `addr` when free, else a synthetic address.
+    fn place(&mut self, addr: u64, size: u64, remapped: &mut u64) -> u64 {
+        let x = if self.free_range(addr, size) {
+            addr
+        } else {
+            *remapped += 1;
+            loop {
+                let a = SYNTHETIC_BASE + self.next_synthetic;
+                self.next_synthetic += size.max(1).next_multiple_of(2 << 20);
+                if self.free_range(a, size) {
+                    break a;
+                }
+            }
+        };
+        self.live.insert(x, x + size);
+        x
+    }
+}
+
+/// The tap that builds the snapshot.
+pub struct MemoryViz {
+    max_events: usize,
+    devices: Vec<DeviceTrace>,
+    /// Live pointer allocations: (slot, pointer) -> segment.
+    live: FastMap<(usize, u64), Seg>,
+    /// Live mappings: (slot, address) -> segment.
+    mapped: FastMap<(usize, u64), Seg>,
+    sites: FastMap<(usize, u32), u32>,
+    site_keys: Vec<(usize, u32)>,
+    frames: Vec<Vec<Frame>>,
+    no_device: u64,
+    remapped: u64,
+    handles: u64,
+    unmatched_unmaps: u64,
+}
+
+impl MemoryViz {
+    pub fn new(max_events: usize) -> Self {
+        MemoryViz {
+            max_events: max_events.max(1),
+            devices: Vec::new(),
+            live: FastMap::default(),
+            mapped: FastMap::default(),
+            sites: FastMap::default(),
+            site_keys: Vec::new(),
+            frames: Vec::new(),
+            no_device: 0,
+            remapped: 0,
+            handles: 0,
+            unmatched_unmaps: 0,
+        }
+    }
+
+    fn site(&mut self, slot: usize, stack: u32) -> u32 {
+        if stack == 0 {
+            return NO_SITE;
+        }
+        let n = self.site_keys.len() as u32;
+        *self.sites.entry((slot, stack)).or_insert_with(|| {
+            self.site_keys.push((slot, stack));
+            n
+        })
+    }
+
+    fn dev(&mut self, d: u32) -> &mut DeviceTrace {
+        let d = d as usize;
+        if self.devices.len() <= d {
+            self.devices.resize_with(d + 1, DeviceTrace::default);
+        }
+        &mut self.devices[d]
+    }
+
+    fn push(&mut self, d: u32, ev: Ev) {
+        let max = self.max_events;
+        let dt = self.dev(d);
+        dt.total += 1;
+        if dt.ring.len() >= max {
+            dt.ring.pop_front();
+        }
+        dt.ring.push_back(ev);
+    }
+
+    fn open(&mut self, d: u32, addr: u64, size: u64, t_ns: u64, site: u32, mapped: bool) -> Seg {
+        let mut remapped = self.remapped;
+        let xaddr = self.dev(d).place(addr, size, &mut remapped);
+        self.remapped = remapped;
+        let (a, b) = if mapped {
+            (Action::SegmentMap, Action::Alloc)
+        } else {
+            (Action::SegmentAlloc, Action::Alloc)
+        };
+        for action in [a, b] {
+            self.push(
+                d,
+                Ev {
+                    action,
+                    mapped,
+                    addr: xaddr,
+                    size,
+                    t_ns,
+                    site,
+                },
+            );
+        }
+        Seg {
+            dev: d,
+            xaddr,
+            size,
+            site,
+            mapped,
+        }
+    }
+
+    fn close(&mut self, s: Seg, t_ns: u64) {
+        let last = if s.mapped {
+            Action::SegmentUnmap
+        } else {
+            Action::SegmentFree
+        };
+        for action in [Action::FreeCompleted, last] {
+            self.push(
+                s.dev,
+                Ev {
+                    action,
+                    mapped: s.mapped,
+                    addr: s.xaddr,
+                    size: s.size,
+                    t_ns,
+                    site: s.site,
+                },
+            );
+        }
+        self.dev(s.dev).live.remove(&s.xaddr);
+    }
+}
+
+impl Tap for MemoryViz {
+    fn step(&mut self, s: &Step) {
+        if s.handle {
+            if s.change == Change::Alloc {
+                self.handles += 1;
+            }
+            return;
+        }
+        match s.change {
+            Change::Alloc | Change::Map => {
+                let Some(d) = s.device.filter(|&d| d != NO_DEVICE) else {
+                    self.no_device += 1;
+                    return;
+                };
+                let site = self.site(s.slot, s.stack);
+                let mapped = s.change == Change::Map;
+                let seg = self.open(d, s.addr, s.size, s.t_ns, site, mapped);
+                let map = if mapped {
+                    &mut self.mapped
+                } else {
+                    &mut self.live
+                };
+                if let Some(old) = map.insert((s.slot, s.addr), seg) {
+                    // A mapping over one still recorded (its unmap was not seen): it ends here.
+                    self.close(old, s.t_ns);
+                }
+            }
+            Change::Free | Change::Released => {
+                if let Some(seg) = self.live.remove(&(s.slot, s.addr)) {
+                    self.close(seg, s.t_ns);
+                }
+                if s.change == Change::Released {
+                    // The process is gone: its mappings went with it.
+                    let gone: Vec<(usize, u64)> = self
+                        .mapped
+                        .keys()
+                        .filter(|k| k.0 == s.slot)
+                        .copied()
+                        .collect();
+                    for k in gone {
+                        if let Some(seg) = self.mapped.remove(&k) {
+                            self.close(seg, s.t_ns);
+                        }
+                    }
+                }
+            }
+            Change::Unmap => match self.mapped.remove(&(s.slot, s.addr)) {
+                Some(seg) => self.close(seg, s.t_ns),
+                None => self.unmatched_unmaps += 1,
+            },
+        }
+    }
+
+    fn oom(&mut self, o: &OomStep) {
+        let d = o.oom.device;
+        if d == NO_DEVICE {
+            self.no_device += 1;
+            return;
+        }
+        let site = self.site(o.slot, o.stack);
+        self.push(
+            d,
+            Ev {
+                action: Action::Oom,
+                mapped: false,
+                addr: o.oom.device_free_bytes.unwrap_or(0),
+                size: o.oom.requested_bytes,
+                t_ns: o.t_ns,
+                site,
+            },
+        );
+    }
+
+    fn finish(&mut self, frames: &mut Frames) {
+        self.frames = self
+            .site_keys
+            .iter()
+            .map(|&(slot, stack)| frames(slot, stack).unwrap_or_default())
+            .collect();
+    }
+}
+
+impl MemoryViz {
+    /// What the reader should know: events left out, synthetic addresses, what is not drawn.
+    pub fn notes(&self) -> Vec<String> {
+        let mut n = Vec::new();
+        for (d, dt) in self.devices.iter().enumerate() {
+            if dt.total > dt.ring.len() as u64 {
+                n.push(format!(
+                    "device {d}: device_traces holds the last {} of {} events (memory_viz becomes unusable \
+                     past about 600 k; --max-events sets it); the segments are those at the end",
+                    dt.ring.len(),
+                    dt.total
+                ));
+            }
+        }
+        if self.remapped > 0 {
+            n.push(format!(
+                "{} allocations were at addresses another process held at that moment (one address space per \
+                 device here, one per process in CUDA): drawn at addresses from {SYNTHETIC_BASE:#x}",
+                self.remapped
+            ));
+        }
+        if self.no_device > 0 {
+            n.push(format!(
+                "{} allocations or errors on a device the shim could not tell are left out",
+                self.no_device
+            ));
+        }
+        if self.handles > 0 {
+            n.push(format!(
+                "{} cuMemCreate handles: their memory is drawn where it is mapped (cuMemMap)",
+                self.handles
+            ));
+        }
+        if self.unmatched_unmaps > 0 {
+            n.push(format!(
+                "{} cuMemUnmap calls matched no mapping the trace recorded (left out)",
+                self.unmatched_unmaps
+            ));
+        }
+        n
+    }
+
+    /// Writes the snapshot: `segments`, `device_traces`, `allocator_settings` and `vramtrace` (what made it).
+    pub fn write<W: Write>(&self, a: &Analysis, w: W) -> io::Result<W> {
+        let start_us = a.header.start_unix_ns / 1_000;
+        let mut p = Pickler::new(w)?;
+        let mut emitted = vec![false; self.frames.len()];
+        p.empty_dict()?;
+        p.mark()?;
+
+        // The segments live at the end, by device and address; each is one block.
+        p.str("segments")?;
+        p.empty_list()?;
+        let mut segs: Vec<&Seg> = self.live.values().chain(self.mapped.values()).collect();
+        segs.sort_by_key(|s| (s.dev, s.xaddr));
+        for chunk in segs.chunks(BATCH) {
+            p.mark()?;
+            for s in chunk {
+                p.empty_dict()?;
+                p.mark()?;
+                p.str("device")?;
+                p.uint(s.dev as u64)?;
+                p.str("address")?;
+                p.uint(s.xaddr)?;
+                for k in [
+                    "total_size",
+                    "allocated_size",
+                    "active_size",
+                    "requested_size",
+                ] {
+                    p.str(k)?;
+                    p.uint(s.size)?;
+                }
+                p.str("stream")?;
+                p.int(stream(s.mapped))?;
+                p.str("segment_type")?;
+                p.str("large")?;
+                p.str("segment_pool_id")?;
+                p.int(0)?;
+                p.int(0)?;
+                p.tuple2()?;
+                p.str("is_expandable")?;
+                p.bool(s.mapped)?;
+                p.str("frames")?;
+                self.frames_of(&mut p, s.site, &mut emitted)?;
+                p.str("blocks")?;
+                p.empty_list()?;
+                p.mark()?;
+                p.empty_dict()?;
+                p.mark()?;
+                p.str("address")?;
+                p.uint(s.xaddr)?;
+                p.str("size")?;
+                p.uint(s.size)?;
+                p.str("requested_size")?;
+                p.uint(s.size)?;
+                p.str("state")?;
+                p.str("active_allocated")?;
+                p.str("frames")?;
+                self.frames_of(&mut p, s.site, &mut emitted)?;
+                p.setitems()?;
+                p.appends()?;
+                p.setitems()?;
+            }
+            p.appends()?;
+        }
+
+        // One list of events per device ordinal.
+        p.str("device_traces")?;
+        p.empty_list()?;
+        for dt in &self.devices {
+            p.mark()?;
+            p.empty_list()?;
+            let evs: Vec<&Ev> = dt.ring.iter().collect();
+            for chunk in evs.chunks(BATCH) {
+                p.mark()?;
+                for e in chunk {
+                    p.empty_dict()?;
+                    p.mark()?;
+                    p.str("action")?;
+                    p.str(e.action.name())?;
+                    p.str(if e.action == Action::Oom {
+                        "device_free"
+                    } else {
+                        "addr"
+                    })?;
+                    p.uint(e.addr)?;
+                    p.str("size")?;
+                    p.uint(e.size)?;
+                    p.str("stream")?;
+                    p.int(stream(e.mapped))?;
+                    p.str("time_us")?;
+                    p.uint(start_us.saturating_add(e.t_ns / 1_000))?;
+                    p.str("frames")?;
+                    self.frames_of(&mut p, e.site, &mut emitted)?;
+                    p.setitems()?;
+                }
+                p.appends()?;
+            }
+            p.appends()?;
+        }
+
+        p.str("allocator_settings")?;
+        p.empty_dict()?;
+
+        p.str("vramtrace")?;
+        p.empty_dict()?;
+        p.mark()?;
+        p.str("made_by")?;
+        p.str(concat!("vramtrace ", env!("CARGO_PKG_VERSION")))?;
+        p.str("events")?;
+        p.empty_list()?;
+        if !self.devices.is_empty() {
+            p.mark()?;
+            for dt in &self.devices {
+                p.uint(dt.total)?;
+            }
+            p.appends()?;
+        }
+        p.str("notes")?;
+        p.empty_list()?;
+        let notes = self.notes();
+        if !notes.is_empty() {
+            p.mark()?;
+            for n in &notes {
+                p.str(n)?;
+            }
+            p.appends()?;
+        }
+        p.setitems()?;
+
+        p.setitems()?;
+        p.stop()
+    }
+
+    /// A site's frames: written once, then the same list again by memo.
+    fn frames_of<W: Write>(
+        &self,
+        p: &mut Pickler<W>,
+        site: u32,
+        emitted: &mut [bool],
+    ) -> io::Result<()> {
+        if site == NO_SITE || site as usize >= self.frames.len() {
+            return p.empty_list();
+        }
+        let i = site as usize;
+        if emitted[i] {
+            return p.get(site);
+        }
+        emitted[i] = true;
+        p.empty_list()?;
+        let frames = &self.frames[i];
+        for chunk in frames.chunks(BATCH) {
+            p.mark()?;
+            for f in chunk {
+                let (file, line, name) = frame_fields(f);
+                p.empty_dict()?;
+                p.mark()?;
+                p.str("filename")?;
+                p.str(&file)?;
+                p.str("line")?;
+                p.uint(line as u64)?;
+                p.str("name")?;
+                p.str(&name)?;
+                p.setitems()?;
+            }
+            p.appends()?;
+        }
+        p.put(site)
+    }
+}
+
+/// Mappings are on stream 1, allocations on 0: memory_viz merges neighbouring segments of one stream when it
+/// replays a `segment_unmap`, which must never swallow an allocation beside a mapping.
+fn stream(mapped: bool) -> i64 {
+    mapped as i64
+}
+
+/// (filename, line, name) of a frame: a Python frame's own; a native frame's source when its debug info says,
+/// else its object, and its function, else `object+0xoffset`.
+fn frame_fields(f: &Frame) -> (String, u32, String) {
+    let module = f.module.clone().unwrap_or_default();
+    let file = f.file.clone().unwrap_or_else(|| {
+        if module.is_empty() {
+            "??".into()
+        } else {
+            module.clone()
+        }
+    });
+    let name = match (&f.function, f.kind) {
+        (Some(n), _) => n.clone(),
+        (None, FrameKind::Python) => "??".into(),
+        (None, _) => match f.offset {
+            Some(o) => format!("{}+{o:#x}", module.rsplit('/').next().unwrap_or(&module)),
+            None => "??".into(),
+        },
+    };
+    (file, f.line.unwrap_or(0), name)
+}

@@ -1,0 +1,166 @@
+//! `vramtrace export --format memory-viz`: the pickle is read back by python3's own pickle and checked as
+//! PyTorch's memory_viz would read it (tests/memory_viz_check.py: its opcodes, integers in 64-bit signed,
+//! blocks tiling their segments, and "Allocator State History" replaying the trace backwards from the final
+//! segments without disagreement), for a synthetic trace and for the GPU fixtures.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::cli::{assert_usage_error, text, TempDir};
+use common::*;
+use vramtrace_collector::model::{analyze, Analysis};
+
+fn export(trace: &Path, out: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .arg("export")
+        .arg(trace)
+        .args(["--format", "memory-viz", "--out"])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+/// The checker's JSON summary (it fails the test on any disagreement).
+fn check(pickle: &Path) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/memory_viz_check.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(pickle)
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// A figure from the checker's JSON, by a Python expression over it (`d`).
+fn figure(summary: &str, expr: &str) -> String {
+    common::cli::python_check(summary.as_bytes(), &format!("print({expr})"))
+        .trim()
+        .to_string()
+}
+
+fn exported(dir: &TempDir, trace: &Path, extra: &[&str]) -> (Analysis, String) {
+    let out = dir.0.join("out.pickle");
+    let _ = std::fs::remove_file(&out);
+    let o = export(trace, &out, extra);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    (analyze(trace).unwrap(), check(&out))
+}
+
+#[test]
+fn a_synthetic_trace_replays_backwards_from_its_segments() {
+    let dir = TempDir::new("mv-synthetic");
+    let t = dir.file("t.vtrace", &export_trace());
+    let (a, s) = exported(&dir, &t, &[]);
+    // Device 0: pointer allocations only, so its segments' peak is the report's.
+    assert_eq!(
+        figure(&s, "d['devices']['0']['peak_segment_bytes']"),
+        a.device(0).unwrap().peak_bytes.to_string()
+    );
+    // Process 11 still runs at the end, holding the 8 MiB block; 12's memory went with it.
+    assert_eq!(figure(&s, "d['segments']"), "1");
+    assert_eq!(
+        figure(&s, "d['devices']['0']['final_segment_bytes']"),
+        (8 * MIB).to_string()
+    );
+    assert_eq!(
+        figure(&s, "d['devices']['0']['initial_segment_bytes']"),
+        "0"
+    );
+    assert_eq!(
+        figure(&s, "d['devices']['0']['ooms']"),
+        format!("[{{'device_free': {}, 'size': {}}}]", 3 * GIB, 80 * GIB)
+    );
+    // The mapping is drawn on device 1 (its handle's), mapped and unmapped.
+    assert_eq!(
+        figure(&s, "d['devices']['1']['actions']"),
+        "['alloc', 'free_completed', 'oom', 'segment_alloc', 'segment_free', 'segment_map', 'segment_unmap']"
+    );
+    // The clash of addresses and the handle are said.
+    let notes = figure(&s, "'\\n'.join(d['notes'])");
+    assert!(notes.contains("2 allocations were at addresses"), "{notes}");
+    assert!(notes.contains("1 cuMemCreate handles"), "{notes}");
+}
+
+#[test]
+fn call_sites_are_the_frames() {
+    let dir = TempDir::new("mv-frames");
+    let t = dir.file("t.vtrace", &export_trace());
+    let out = dir.0.join("f.pickle");
+    assert_eq!(export(&t, &out, &[]).status.code(), Some(0));
+    let got = Command::new("python3")
+        .args([
+            "-c",
+            "import pickle,sys; d=pickle.load(open(sys.argv[1],'rb')); \
+             e=[x for x in d['device_traces'][0] if x['action']=='alloc'][0]; \
+             print(e['frames'], e['size'], e['time_us'])",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&got.stdout).trim(),
+        format!(
+            "[{{'filename': 'train.py', 'line': 42, 'name': 'step'}}, {{'filename': 'train.py', 'line': 7, \
+             'name': '<module>'}}] {} {}",
+            2 * GIB,
+            header().start_unix_ns / 1000 + 1000
+        )
+    );
+}
+
+#[test]
+fn the_gpu_fixtures_export_consistently() {
+    let dir = TempDir::new("mv-gpu");
+    for name in [
+        "keep.vtrace",
+        "frag.vtrace",
+        "backward.vtrace",
+        "huge.vtrace",
+    ] {
+        let (a, s) = exported(&dir, &fixture(name), &[]);
+        let d = a.device(0).unwrap();
+        assert_eq!(
+            figure(&s, "d['devices']['0']['peak_segment_bytes']"),
+            d.peak_bytes.to_string(),
+            "{name}"
+        );
+        // Every out-of-memory request the driver saw, with its free bytes.
+        let ooms = figure(&s, "len(d['devices']['0']['ooms'])");
+        assert_ne!(ooms, "0", "{name}");
+        assert_eq!(
+            figure(&s, "d['devices']['0']['ooms'][0]['size']"),
+            a.ooms[0].requested_bytes.to_string(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_long_trace_keeps_its_last_events_and_says_so() {
+    let dir = TempDir::new("mv-cap");
+    let (_, s) = exported(&dir, &fixture("keep.vtrace"), &["--max-events", "25"]);
+    assert_eq!(figure(&s, "d['devices']['0']['events']"), "25");
+    let notes = figure(&s, "'\\n'.join(d['notes'])");
+    assert!(notes.contains("the last 25 of 418 events"), "{notes}");
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let dir = TempDir::new("mv-bad");
+    let out = dir.0.join("o.pickle");
+    let o = export(&dir.0.join("missing.vtrace"), &out, &[]);
+    assert_usage_error(&o, "missing.vtrace");
+    assert!(!out.exists(), "nothing half-written is left");
+    let junk = dir.file("junk.vtrace", b"not a trace at all");
+    assert_usage_error(&export(&junk, &out, &[]), "junk.vtrace");
+    assert!(!out.exists());
+    std::fs::write(&out, b"keep me").unwrap();
+    let t = dir.file("t.vtrace", &export_trace());
+    assert_usage_error(&export(&t, &out, &[]), "--force");
+    assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
+    assert_eq!(export(&t, &out, &["--force"]).status.code(), Some(0));
+}
