@@ -14,6 +14,7 @@ pub mod out_oom_json;
 pub mod out_oom_text;
 pub mod out_text;
 pub mod probe;
+pub mod receive;
 pub mod report;
 pub mod run;
 pub mod symbols;

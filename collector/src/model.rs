@@ -215,8 +215,12 @@ pub struct ProcessStats {
     /// Bytes never freed before the process ended (or the trace ended).
     pub live_bytes_at_end: u64,
     pub live_allocations_at_end: u64,
-    /// Events the shim could not record (its queue was full).
+    /// Events the shim could not record (its ring was full).
     pub dropped_events: u64,
+    /// What was lost, by cause (the collector says why beside each count it writes), largest first.
+    pub lost: Vec<(vramtrace_format::LossCause, u64)>,
+    /// The process could not be traced (it said why in its hello): none of its events are in the trace.
+    pub untraced: Option<String>,
     /// The most virtual address space reserved at once (`cuMemAddressReserve`): not memory.
     pub address_reserved_peak_bytes: u64,
     /// Its framework allocator's figures per device (the Python bridge), when it sent any.

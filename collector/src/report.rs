@@ -41,8 +41,17 @@ pub fn summary(a: &Analysis) -> String {
     if let Some(why) = &a.stopped {
         writeln!(o, "partial trace: {why}").ok();
     }
+    let untraced: Vec<&crate::model::ProcessStats> = a
+        .processes
+        .iter()
+        .filter(|p| p.untraced.is_some())
+        .collect();
     if a.devices.iter().all(|d| d.peak_bytes == 0) {
-        writeln!(o, "no GPU memory was allocated").ok();
+        if untraced.is_empty() {
+            writeln!(o, "no GPU memory was allocated").ok();
+        } else {
+            writeln!(o, "no GPU memory allocation reached the trace").ok();
+        }
     }
     for d in a.devices.iter().filter(|d| d.peak_bytes > 0) {
         writeln!(
@@ -64,6 +73,29 @@ pub fn summary(a: &Analysis) -> String {
         count(a.dropped_events)
     )
     .ok();
+    for p in untraced.iter().take(8) {
+        writeln!(
+            o,
+            "pid {} ({}) was not traced: {}",
+            p.pid,
+            p.cmdline.first().map_or("?", |c| c.as_str()),
+            p.untraced.as_deref().unwrap_or_default()
+        )
+        .ok();
+    }
+    for p in a.processes.iter().filter(|p| !p.lost.is_empty()).take(8) {
+        for (cause, n) in &p.lost {
+            writeln!(
+                o,
+                "pid {} ({}): {} records lost: {}",
+                p.pid,
+                p.cmdline.first().map_or("?", |c| c.as_str()),
+                count(*n),
+                cause.describe()
+            )
+            .ok();
+        }
+    }
     if a.live_at_end_count > 0 {
         writeln!(
             o,

@@ -4,25 +4,25 @@
 
 use std::ffi::{CString, OsString};
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use vramtrace_format::codec::{self, kind, FrameSplitter};
-use vramtrace_format::{EndKind, Record, TraceHeader, OOM_ACK, OOM_NAK};
+use vramtrace_format::codec;
+use vramtrace_format::{Record, TraceHeader};
 
 use crate::exit::{self, Code};
 use crate::out_text::units;
 use crate::probe;
+use crate::receive::{spawn_acceptor, Connections, TraceWriter};
 use vramtrace_format::cap::CapSpec;
 
 #[derive(clap::Args, Debug)]
@@ -60,6 +60,15 @@ pub struct RunArgs {
     /// beside the trace at each out-of-memory error and at exit: names the lines whose tensors are kept alive.
     #[arg(long, value_name = "ENTRIES", num_args = 0..=1, default_missing_value = "100000")]
     pub torch_history: Option<u64>,
+    /// Each process's event ring (shared memory the collector drains; a size, default 4MiB, about 65,000
+    /// events). A ring that fills drops events and counts them, unless --lossless.
+    #[arg(long, value_name = "SIZE")]
+    pub ring_size: Option<String>,
+    /// A thread that finds its process's ring full waits for room instead of dropping the event: nothing is
+    /// lost, at the price of stalling the program while the collector is slow (for investigations and
+    /// benchmarks). Default: $VRAMTRACE_LOSSLESS.
+    #[arg(long)]
+    pub lossless: bool,
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_parser = clap::value_parser!(OsString))]
     pub command: Vec<OsString>,
@@ -133,6 +142,16 @@ impl Prepared {
         }
         if let Some(min) = &args.stack_min_bytes {
             parse_size(min).map_err(|e| anyhow::anyhow!("--stack-min-bytes {min}: {e}"))?;
+        }
+        if let Some(r) = &args.ring_size {
+            let b = parse_size(r).map_err(|e| anyhow::anyhow!("--ring-size {r}: {e}"))?;
+            let (lo, hi) = (
+                vramtrace_format::ring::bytes_for(vramtrace_format::ring::MIN_SLOTS),
+                vramtrace_format::ring::bytes_for(vramtrace_format::ring::MAX_SLOTS),
+            );
+            if b < lo as u64 || b > hi as u64 {
+                bail!("--ring-size {r}: must be between {lo} and {hi} bytes");
+            }
         }
         // The acceptor's ticks of pid 0 bound what processes still to come can hold (docs/TRACE-FORMAT.md).
         extra.push(("newcomer_ticks".to_string(), "1".to_string()));
@@ -259,6 +278,15 @@ impl Prepared {
                 "VRAMTRACE_STACK_MIN_BYTES",
                 parse_size(min).unwrap_or(0).to_string(),
             );
+        }
+        if let Some(r) = &args.ring_size {
+            cmd.env(
+                "VRAMTRACE_RING_BYTES",
+                parse_size(r).unwrap_or(0).to_string(),
+            );
+        }
+        if args.lossless {
+            cmd.env("VRAMTRACE_LOSSLESS", "1");
         }
         if let Some(spec) = &self.cap {
             let mode = if self.cap_mode == CapMode::Warn {
@@ -625,407 +653,6 @@ impl RuntimeDir {
 impl Drop for RuntimeDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
-// ---- receiving ----------------------------------------------------------------------------------------
-
-/// The trace file, written in whole frames. When a write fails (a full disk), the file is cut back to its last
-/// whole frame and nothing more is written: what arrives after is counted per process, so the summary can say
-/// plainly what was lost.
-struct TraceWriter {
-    file: File,
-    /// Bytes in the file, all whole frames.
-    at: u64,
-    failed: Option<io::Error>,
-    /// After the failure: (frames, events) lost per pid, and the records of processes' ends lost.
-    lost: std::collections::BTreeMap<u32, (u64, u64)>,
-    lost_bytes: u64,
-}
-
-impl TraceWriter {
-    fn new(file: File, at: u64) -> TraceWriter {
-        TraceWriter {
-            file,
-            at,
-            failed: None,
-            lost: Default::default(),
-            lost_bytes: 0,
-        }
-    }
-
-    /// Appends whole frames of process `pid`. Whether they are in the file.
-    fn write(&mut self, pid: u32, frames: &[u8]) -> bool {
-        if self.failed.is_none() {
-            match self.file.write_all(frames) {
-                Ok(()) => {
-                    self.at += frames.len() as u64;
-                    return true;
-                }
-                Err(e) => {
-                    // A frame half written would end the readable trace early: cut it off.
-                    let _ = self.file.set_len(self.at);
-                    self.failed = Some(e);
-                }
-            }
-        }
-        let l = self.lost.entry(pid).or_default();
-        for (k, payload) in codec::frames(frames) {
-            l.0 += 1;
-            if k == kind::EVENTS || k == kind::EVENTS_STACKS {
-                l.1 += events_in(payload);
-            }
-        }
-        self.lost_bytes += frames.len() as u64;
-        false
-    }
-
-    /// What the summary says when the trace could not be written to its end.
-    fn loss_report(&self) -> String {
-        let Some(e) = &self.failed else {
-            return String::new();
-        };
-        let why = if e.raw_os_error() == Some(libc::ENOSPC) {
-            "the disk is full".to_string()
-        } else {
-            e.to_string()
-        };
-        let events: u64 = self.lost.values().map(|l| l.1).sum();
-        let frames: u64 = self.lost.values().map(|l| l.0).sum();
-        let mut m = format!(
-            "THE TRACE IS INCOMPLETE: writing it failed after {} bytes ({why}); lost after that: {} events in {} \
-             records ({} bytes) from {} process(es)",
-            self.at,
-            events,
-            frames,
-            self.lost_bytes,
-            self.lost.len()
-        );
-        let per: Vec<String> = self
-            .lost
-            .iter()
-            .take(8)
-            .map(|(pid, (_, ev))| format!("pid {pid}: {ev} events"))
-            .collect();
-        if !per.is_empty() {
-            m.push_str(&format!(" ({})", per.join(", ")));
-        }
-        m.push_str(". The figures above cover only what was written.\n");
-        m
-    }
-}
-
-/// The event count of an events frame's payload (its second varint), 0 if unreadable.
-fn events_in(payload: &[u8]) -> u64 {
-    let mut it = payload.iter();
-    let mut varint = || {
-        let (mut v, mut shift) = (0u64, 0);
-        for &b in it.by_ref() {
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-            shift += 7;
-            if shift > 63 {
-                return None;
-            }
-        }
-        None
-    };
-    varint().and_then(|_| varint()).unwrap_or(0)
-}
-
-#[derive(Default)]
-struct Connections {
-    open: AtomicUsize,
-    /// Set when the job is over: the acceptor takes what waits in the backlog, then stops.
-    stop: AtomicBool,
-    /// Pids of the job that vramtrace reaped: the peer check knows them after /proc forgot them.
-    reaped: Mutex<std::collections::HashSet<u32>>,
-    /// Connections turned away: (pid, uid).
-    refused: Mutex<Vec<(u32, u32)>>,
-}
-
-fn spawn_acceptor(
-    listener: Option<UnixListener>,
-    trace: Arc<Mutex<TraceWriter>>,
-    conns: Arc<Connections>,
-) -> Option<thread::JoinHandle<()>> {
-    let listener = listener?;
-    listener.set_nonblocking(true).ok()?;
-    // A test hook: an acceptor this late loses, before the fix, every process that exits at once.
-    let delay = std::env::var("VRAMTRACE_TEST_ACCEPT_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_millis);
-    let me = std::process::id();
-    let uid = unsafe { libc::geteuid() };
-    thread::Builder::new()
-        .name("vramtrace-accept".into())
-        .spawn(move || {
-            let mut last_tick = 0u64;
-            loop {
-                let stopping = conns.stop.load(Ordering::Acquire);
-                if !stopping {
-                    if let Some(d) = delay {
-                        thread::sleep(d);
-                    }
-                }
-                // A round: the time, then everything waiting in the backlog, each with its hello in the trace.
-                let round = mono_ns();
-                let mut all_announced = true;
-                loop {
-                    match listener.accept() {
-                        Ok((stream, _)) => {
-                            if !peer_of_job(&stream, me, uid, &conns) {
-                                continue;
-                            }
-                            all_announced &= take(stream, &trace, &conns);
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(_) => {
-                            all_announced = false;
-                            thread::sleep(Duration::from_millis(1));
-                            break;
-                        }
-                    }
-                }
-                if stopping {
-                    return; // the backlog is empty and the job is over
-                }
-                // Every process that connects from now on connected after `round`, and the shim stamps nothing
-                // before it has connected: no process still to come has anything older. The model holds its
-                // merge to this.
-                if all_announced && round >= last_tick + NEWCOMER_TICK_NS {
-                    last_tick = round;
-                    let mut buf = Vec::new();
-                    codec::put_record(
-                        &mut buf,
-                        &Record::Tick {
-                            pid: 0,
-                            ts_ns: round,
-                        },
-                    );
-                    if let Ok(mut w) = trace.lock() {
-                        w.write(0, &buf);
-                    }
-                }
-                let mut pfd = libc::pollfd {
-                    fd: listener.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                unsafe { libc::poll(&mut pfd, 1, 20) };
-            }
-        })
-        .ok()
-}
-
-/// How often, at most, the acceptor promises that no new process has anything older (`Tick` of pid 0).
-const NEWCOMER_TICK_NS: u64 = 10_000_000;
-
-/// Takes an accepted connection of the job: its hello into the trace first (waiting briefly for it), then a
-/// receiver thread for the rest. Whether its hello is in the trace.
-fn take(stream: UnixStream, trace: &Arc<Mutex<TraceWriter>>, conns: &Arc<Connections>) -> bool {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(20)));
-    let mut conn = Conn::new(stream);
-    let deadline = Instant::now() + HELLO_WAIT;
-    while conn.pid.is_none() && Instant::now() < deadline && conn.pump(trace) {}
-    let announced = conn.pid.is_some();
-    let _ = conn.stream.set_read_timeout(None);
-    conns.open.fetch_add(1, Ordering::AcqRel);
-    let (trace, conns2) = (trace.clone(), conns.clone());
-    let spawned = thread::Builder::new()
-        .name("vramtrace-conn".into())
-        .spawn(move || {
-            while conn.pump(&trace) {}
-            conn.finish(&trace);
-            conns2.open.fetch_sub(1, Ordering::AcqRel);
-        });
-    if spawned.is_err() {
-        // The stream went down with the closure: that process stops recording.
-        conns.open.fetch_sub(1, Ordering::AcqRel);
-    }
-    announced
-}
-
-/// How long the acceptor waits for a new connection's hello (the shim sends it right after connecting).
-const HELLO_WAIT: Duration = Duration::from_millis(100);
-
-/// Whether the peer is a process of the job: ours (same user; the directory's name is known only to the job
-/// through its environment), or another user's that descends from vramtrace (a job process that dropped its
-/// privileges), or one vramtrace reaped. Anything else is turned away and counted.
-fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> bool {
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return false;
-    }
-    if cred.uid == uid {
-        return true;
-    }
-    let pid = cred.pid as u32;
-    if descends_from(pid, me) || conns.reaped.lock().is_ok_and(|r| r.contains(&pid)) {
-        return true;
-    }
-    if let Ok(mut r) = conns.refused.lock() {
-        r.push((pid, cred.uid));
-    }
-    false
-}
-
-/// Whether `pid`'s chain of parents (by /proc) reaches `ancestor`.
-fn descends_from(mut pid: u32, ancestor: u32) -> bool {
-    for _ in 0..4096 {
-        if pid == ancestor {
-            return true;
-        }
-        if pid <= 1 {
-            return false;
-        }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
-        };
-        // pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ')' ends it.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            return false;
-        };
-        match rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
-            Some(ppid) => pid = ppid,
-            None => return false,
-        }
-    }
-    false
-}
-
-/// One process's connection: whole frames go to the trace as they come; when it closes, say how.
-struct Conn {
-    stream: UnixStream,
-    split: FrameSplitter,
-    pid: Option<u32>,
-    goodbye: bool,
-    open: bool,
-}
-
-const READ: usize = 256 << 10;
-
-impl Conn {
-    fn new(stream: UnixStream) -> Conn {
-        Conn {
-            stream,
-            split: FrameSplitter::new(),
-            pid: None,
-            goodbye: false,
-            open: true,
-        }
-    }
-
-    /// Reads once and appends what is whole. False once the connection is done.
-    fn pump(&mut self, trace: &Mutex<TraceWriter>) -> bool {
-        if !self.open {
-            return false;
-        }
-        let buf = self.split.spare(READ);
-        let n = match self.stream.read(buf) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                self.split.filled(READ, 0);
-                return true;
-            }
-            // A timeout (while the acceptor waits for a hello) leaves the connection open.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                self.split.filled(READ, 0);
-                return true;
-            }
-            Err(_) => {
-                self.split.filled(READ, 0);
-                self.open = false;
-                return false;
-            }
-        };
-        self.split.filled(READ, n);
-        if n == 0 {
-            self.open = false;
-            return false;
-        }
-        let whole = match self.split.whole() {
-            Ok(w) => w,
-            // Not our protocol: stop listening to this peer; what it sent before stays in the trace.
-            Err(_) => {
-                self.open = false;
-                return false;
-            }
-        };
-        if whole.is_empty() {
-            return true;
-        }
-        let mut acks = 0usize;
-        for (k, payload) in codec::frames(whole) {
-            match k {
-                kind::HELLO if self.pid.is_none() => {
-                    if let Ok(Some(Record::Hello(h))) = codec::decode_record(k, payload) {
-                        self.pid = Some(h.pid);
-                    }
-                }
-                kind::GOODBYE => self.goodbye = true,
-                kind::OOM => acks += 1,
-                kind::BRIDGE => {
-                    if let Ok(Some(Record::Bridge(b))) = codec::decode_record(k, payload) {
-                        acks += usize::from(b.ack);
-                    }
-                }
-                _ => {}
-            }
-        }
-        let written = trace
-            .lock()
-            .is_ok_and(|mut w| w.write(self.pid.unwrap_or(0), whole));
-        let len = whole.len();
-        self.split.consume(len);
-        // The shim holds the failing allocation (or the bridge its record) until the evidence is in the file:
-        // one answer per record waiting, in order, so the shim matches each to its own record. Nothing is
-        // acknowledged that the file does not hold.
-        if acks > 0 {
-            let answer = if written { OOM_ACK } else { OOM_NAK };
-            let _ = self.stream.write_all(&vec![answer; acks]);
-        }
-        true
-    }
-
-    /// The connection closed: record how.
-    fn finish(self, trace: &Mutex<TraceWriter>) {
-        let Some(pid) = self.pid else { return };
-        let end = if self.split.pending() > 0 {
-            EndKind::CutMidFrame {
-                partial_bytes: self.split.pending() as u32,
-            }
-        } else if self.goodbye {
-            EndKind::Goodbye
-        } else {
-            EndKind::Vanished
-        };
-        let mut buf = Vec::new();
-        codec::put_record(
-            &mut buf,
-            &Record::ProcessEnd {
-                pid,
-                ts_ns: mono_ns(),
-                kind: end,
-            },
-        );
-        if let Ok(mut w) = trace.lock() {
-            w.write(pid, &buf);
-        }
     }
 }
 

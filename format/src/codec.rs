@@ -32,6 +32,8 @@ pub mod kind {
     pub const BRIDGE: u8 = 13;
     /// How a process of the job ended, as the wrapper reaped it (no version bump: older readers skip it).
     pub const EXIT: u8 = 14;
+    /// Why records were lost (`Record::Lost`), written by the collector.
+    pub const LOST: u8 = 15;
 }
 
 /// Bytes before the first frame's payload: length (4) and kind (1).
@@ -296,6 +298,14 @@ pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
         }
         Record::Bridge(b) => put_frame(out, kind::BRIDGE, |out| bincode_to(out, b)),
         Record::Exit(x) => put_frame(out, kind::EXIT, |out| bincode_to(out, x)),
+        Record::Lost {
+            pid,
+            ts_ns,
+            count,
+            cause,
+        } => put_frame(out, kind::LOST, |o| {
+            bincode_to(o, &(*pid, *ts_ns, *count, *cause))
+        }),
         Record::ProcessEnd { pid, ts_ns, kind } => put_frame(out, kind::PROCESS_END, |o| {
             bincode_to(
                 o,
@@ -352,6 +362,16 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<Option<Record>, DecodeE
         }
         kind::BRIDGE => Record::Bridge(bincode_from::<Bridge>(payload)?),
         kind::EXIT => Record::Exit(bincode_from::<Exit>(payload)?),
+        kind::LOST => {
+            let (pid, ts_ns, count, cause): (u32, u64, u64, crate::LossCause) =
+                bincode_from(payload)?;
+            Record::Lost {
+                pid,
+                ts_ns,
+                count,
+                cause,
+            }
+        }
         kind::PROCESS_END => {
             let b: EndBody = bincode_from(payload)?;
             Record::ProcessEnd {
@@ -608,6 +628,12 @@ mod tests {
                 pid: 9,
                 ts_ns: 13,
                 kind: EndKind::CutMidFrame { partial_bytes: 17 },
+            },
+            Record::Lost {
+                pid: 9,
+                ts_ns: 14,
+                count: 77,
+                cause: crate::LossCause::CollectorStalled,
             },
             Record::Exit(crate::Exit {
                 pid: 9,

@@ -14,6 +14,7 @@
 pub mod cap;
 pub mod codec;
 pub mod reader;
+pub mod ring;
 
 pub use codec::{DecodeError, FrameSplitter};
 pub use reader::{OpenError, Stop, TraceReader};
@@ -255,6 +256,50 @@ pub enum Record {
     /// Written by the collector: how a process of the job ended, from the wait status it reaped (the command
     /// itself, and every descendant orphaned to it: `vramtrace run` is their child subreaper).
     Exit(Exit),
+    /// Written by the collector beside a `Dropped` record: why those `count` records were lost (frame kind 15;
+    /// the totals stay in `Dropped`, which older readers count).
+    Lost {
+        pid: u32,
+        ts_ns: u64,
+        count: u64,
+        cause: LossCause,
+    },
+}
+
+/// Why records of a process were lost.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, bincode::Encode, bincode::Decode,
+)]
+pub enum LossCause {
+    /// The process recorded faster than the collector drained its ring.
+    RingFull,
+    /// The collector did not drain for a while (stopped, or starved of CPU) and the ring filled.
+    CollectorStalled,
+    /// The process ended in the middle of writing them.
+    DiedMidRecord,
+}
+
+impl LossCause {
+    pub fn describe(self) -> &'static str {
+        match self {
+            LossCause::RingFull => {
+                "the program recorded faster than the collector drained its ring (--lossless waits instead; \
+                 --ring-size makes the ring larger)"
+            }
+            LossCause::CollectorStalled => {
+                "the collector was stalled (stopped, or starved of CPU) while the process ran, and its ring filled"
+            }
+            LossCause::DiedMidRecord => "the process ended while writing them",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LossCause::RingFull => "ring_full",
+            LossCause::CollectorStalled => "collector_stalled",
+            LossCause::DiedMidRecord => "died_mid_record",
+        }
+    }
 }
 
 /// How a process ended, from its wait status (frame kind 14).

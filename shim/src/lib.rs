@@ -5,7 +5,8 @@
 //! - `exports`: the exported C symbols, nothing but unpacking and calling `hooks`.
 //! - `driver`: finding the real driver: the real `dlsym`, the table of tracked functions, wrapper swapping.
 //! - `hooks`: what each intercepted call does around the real one.
-//! - `record`: events, the channel, the sender thread, fork and exit handling.
+//! - `record`: events into the shared-memory ring, the courier thread, fork and exit handling; `transport`:
+//!   the ring's memory and the socket that hands it to the collector.
 //! - `cap`: the cap's policy (admission, what the process holds, the figures frameworks see), over `ledger`,
 //!   the per-device counts shared by every process of the job; `pools`: stream-ordered pools counted by what
 //!   they reserve.
@@ -39,3 +40,4 @@ pub mod pystack;
 pub mod record;
 pub mod settings;
 pub mod stacks;
+pub mod transport;

@@ -1,84 +1,71 @@
-//! Recording: the calling thread stamps a fixed-size event and offers it to a bounded channel, never waiting;
-//! a sender thread, started at the first tracked call, drains the channel in batches and writes them to the
-//! collector's socket. A full channel drops the event and counts it; the count reaches the trace.
+//! Recording: the calling thread stamps a fixed-size event and publishes it in the process's shared-memory ring
+//! (`vramtrace_format::ring`) with one atomic store: no system call, no lock, no wake-up. The collector maps the
+//! same memory, so an event is out of the process the moment the call that made it returns: a process that
+//! `_exit`s, is killed or crashes on its next instruction loses nothing. A full ring drops the event and counts
+//! it in the shared memory (where the collector reads the count even after a SIGKILL); with `--lossless`
+//! (`VRAMTRACE_LOSSLESS=1`) the thread waits for room instead.
 //!
-//! Lifecycle: nothing happens before the first tracked call. That call connects to the collector and says hello
-//! from the calling thread (non-blocking, at most 200 ms), before anything is stamped, then starts the sender. `fork` leaves the child without our sender thread
-//! (only the forking thread survives) and possibly with the channel mid-operation, so the child abandons the
-//! parent's recorder and builds its own at its next tracked call. At `exit` the recorder flushes, briefly.
+//! Call sites, notes and the Python bridge's records go through the same ring, as blobs of encoded records,
+//! from the thread that made them: a stack seen once is in the trace even if the process dies next. A courier
+//! thread (the cold path, a crossbeam channel) does what may wait: the loaded objects (`dl_iterate_phdr`, kept
+//! off the host's threads), the records that wait for the collector's answer (out-of-memory), and noticing that
+//! the collector went away.
 //!
-//! Call sites (`stacks`) travel in the same channel: a new stack is queued before the first event naming it,
-//! and the sender, before it sends a stack, sends the process's loaded objects (`objects`) when they changed.
+//! Lifecycle: nothing happens before the first tracked call. That call makes the ring, connects to the
+//! collector and says hello with the ring's descriptor attached (non-blocking, at most 200 ms), before anything
+//! is stamped. `fork` leaves the child without our courier (only the forking thread survives), so the child
+//! abandons the parent's recorder and builds its own ring at its next tracked call. At `exit` a goodbye goes in
+//! the ring; nothing waits: the collector drains the ring once the process is gone.
 
 use std::cell::Cell;
-use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
-use vramtrace_format::{codec, Api, Event, Hello, Oom, Record, Stack, OOM_ACK, OOM_NAK};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use vramtrace_format::ring::Ring;
+use vramtrace_format::{codec, Api, Event, Hello, Oom, Record, Stack};
 
-/// Events the channel holds before the calling threads start dropping them. The sender drains continuously,
-/// so this only absorbs bursts; each slot is about 56 bytes.
-const CHANNEL_EVENTS: usize = 16 * 1024;
-/// The most events per frame.
-const BATCH: usize = 4096;
-/// How often an idle sender tells the collector it is alive (lets the collector order events across processes).
-const TICK: Duration = Duration::from_millis(100);
-/// The sender polls the channel rather than blocking on it: a blocked receiver would make every `try_send` pay
-/// a futex wake-up (measured: 3 us per alloc/free pair on an H200). It naps this long when there was work...
-const NAP_MIN: Duration = Duration::from_millis(1);
-/// ...doubling while idle up to this, and is woken early only when the channel passes a quarter full.
-const NAP_MAX: Duration = Duration::from_millis(16);
-const WAKE_AT: usize = CHANNEL_EVENTS / 4;
-/// How long `exit` waits, at most, for the last events to reach the collector. Normally microseconds; the bound
-/// only matters for a process that exits right after its first tracked call (its sender may still be
-/// connecting) on a loaded machine (500 ms lost a forked child's events once), or a collector that hangs.
-const EXIT_FLUSH: Duration = Duration::from_secs(2);
-/// How long the first tracked call waits, at most, for room in the collector's backlog.
-const CONNECT_WAIT: Duration = Duration::from_millis(200);
+use crate::transport::{self, Socket, SOCKET_FD};
+
 /// How long an allocation that ran out of memory waits for the collector to hold the evidence.
 const OOM_WAIT: Duration = Duration::from_secs(1);
-/// The sender stops draining and writes once its buffer holds this much (stacks can be large).
-const BUF_MAX: usize = 1 << 20;
+/// How long `exit` waits, at most, for room in a full ring for its goodbye (lossless: for its events too).
+const EXIT_ROOM: Duration = Duration::from_millis(50);
+const EXIT_ROOM_LOSSLESS: Duration = Duration::from_secs(2);
+/// How often the courier looks whether the collector is still there.
+const HEARTBEAT: Duration = Duration::from_millis(100);
+/// How long the first tracked call waits, at most, for the courier to publish the loaded objects.
+const OBJECTS_WAIT: Duration = Duration::from_millis(100);
+/// A lossless writer facing a full ring naps this long between looks.
+const LOSSLESS_NAP: Duration = Duration::from_micros(20);
 
-enum Msg {
-    Event(Event),
-    /// Send everything queued, say goodbye, and confirm through `Recorder::flushed`.
-    Flush,
-    /// Send everything queued, then this record (an out-of-memory record, or a bridge record asking for it);
-    /// tell the waiting thread once the collector has acknowledged it.
+/// The courier's work: what may wait, off the host's threads.
+enum Cold {
+    /// A new call site was published: send the loaded objects if they changed.
+    Objects,
+    /// Send this record on the socket after everything published before it (an out-of-memory record, or a
+    /// bridge record asking for it); tell the waiting thread once the collector has acknowledged it.
     Sync(Box<Record>, Sender<()>),
-    /// A record from the Python bridge, sent in its place among the events.
-    Record(Box<Record>),
-    /// A call site, queued before the first event naming it.
-    Stack(Box<Stack>),
-    /// A note for the report: (time, text).
-    Note(u64, String),
 }
 
 pub(crate) struct Recorder {
-    tx: Sender<Msg>,
-    /// The sender thread, to wake when the channel fills.
-    thread: std::sync::OnceLock<std::thread::Thread>,
-    /// `CONNECTING`, `CONNECTED`, or `GONE` (no collector, or it went away: callers stop offering events).
+    ring: Ring,
+    cold: Sender<Cold>,
+    /// `CONNECTED`, or `GONE` (the collector went away: callers stop offering events).
     link: AtomicU8,
-    dropped: AtomicU64,
-    flushed: AtomicBool,
+    lossless: bool,
+    /// A `Cold::Objects` is queued and not yet handled.
+    objects_asked: AtomicBool,
     pid: u32,
     /// This process's call sites (a forked child's new recorder starts with none).
     stacks: crate::stacks::Table,
 }
 
-const CONNECTING: u8 = 0;
 const CONNECTED: u8 = 1;
 const GONE: u8 = 2;
 
 /// This process's recorder (leaked: a forked child abandons its parent's, which another thread may be using).
 static RECORDER: crate::lazy::Lazy<&'static Recorder> = crate::lazy::Lazy::new();
-/// The socket to the collector, so a forked child can close its copy.
-static SOCKET_FD: AtomicI32 = AtomicI32::new(-1);
 /// Bumped in every forked child: thread-id caches from before the fork are stale.
 static FORK_GEN: AtomicU32 = AtomicU32::new(0);
 static HANDLERS: AtomicBool = AtomicBool::new(false);
@@ -86,8 +73,6 @@ static HANDLERS: AtomicBool = AtomicBool::new(false);
 thread_local! {
     /// (fork generation, tid): `gettid` is a system call, too slow for every event.
     static TID: Cell<(u32, u32)> = const { Cell::new((u32::MAX, 0)) };
-    /// Events this thread offered, to sample the channel's fill level.
-    static PUSHES: Cell<u32> = const { Cell::new(0) };
 }
 
 /// CLOCK_MONOTONIC in ns (a vDSO read, no system call); the collector's clock is the same.
@@ -116,8 +101,8 @@ pub(crate) fn tid() -> u32 {
     })
 }
 
-/// Offers one event to the sender. Never blocks; a no-op when nothing is recording. `stack`: the call site's
-/// id from `stacks::site` (0: none), whose stack is already queued.
+/// Publishes one event. Never blocks (unless lossless); a no-op when nothing is recording. `stack`: the call
+/// site's id from `stacks::site` (0: none), whose stack is already in the ring.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn push(
@@ -147,31 +132,39 @@ pub fn push(
         aux,
         stack,
     };
-    match r.tx.try_send(Msg::Event(e)) {
-        Ok(()) => {
-            // Reading the fill level touches the sender's cache line: only every 64th event of a thread does.
-            if PUSHES.with(|c| {
-                let n = c.get().wrapping_add(1);
-                c.set(n);
-                n % 64 == 0
-            }) && r.tx.len() >= WAKE_AT
-            {
-                r.wake();
-            }
-        }
-        Err(TrySendError::Full(_)) => {
-            r.dropped.fetch_add(1, Ordering::Relaxed);
-            r.wake();
-        }
-        Err(TrySendError::Disconnected(_)) => {}
+    if !r.ring.try_event(&e) {
+        r.no_room(|| r.ring.try_event(&e), None);
     }
 }
 
 impl Recorder {
-    fn wake(&self) {
-        if let Some(t) = self.thread.get() {
-            t.unpark();
+    /// The ring was full for a record: count it as dropped, or (lossless) wait for room until `publish`
+    /// succeeds, the collector goes away, or `until` passes. Whether it was published.
+    #[cold]
+    fn no_room(&self, publish: impl Fn() -> bool, until: Option<Instant>) -> bool {
+        if self.lossless || until.is_some() {
+            self.ring.wake_now();
+            loop {
+                if publish() {
+                    return true;
+                }
+                if self.link.load(Ordering::Acquire) == GONE
+                    || until.is_some_and(|u| Instant::now() >= u)
+                {
+                    break;
+                }
+                std::thread::sleep(LOSSLESS_NAP);
+            }
         }
+        self.ring.count_drop();
+        false
+    }
+
+    /// Publishes an encoded record (never waiting, unless lossless). Whether it is in the ring.
+    fn blob(&self, rec: &Record, until: Option<Instant>) -> bool {
+        let mut buf = Vec::with_capacity(256);
+        codec::put_record(&mut buf, rec);
+        self.ring.try_blob(&buf) || self.no_room(|| self.ring.try_blob(&buf), until)
     }
 
     pub(crate) fn pid(&self) -> u32 {
@@ -182,14 +175,26 @@ impl Recorder {
         &self.stacks
     }
 
-    /// Queues a new call site, never waiting. Whether it was queued.
-    pub(crate) fn offer_stack(&self, s: Box<Stack>) -> bool {
-        self.tx.try_send(Msg::Stack(s)).is_ok()
+    /// Publishes a new call site, before the first event naming it. Whether it is in the ring.
+    pub(crate) fn offer_stack(&self, s: Stack) -> bool {
+        let ok = self.blob(&Record::Stack(s), None);
+        // The courier sends the loaded objects, if they changed, so the collector can resolve it.
+        if !self.objects_asked.swap(true, Ordering::AcqRel)
+            && self.cold.try_send(Cold::Objects).is_err()
+        {
+            self.objects_asked.store(false, Ordering::Release);
+        }
+        ok
     }
 
-    /// Queues a note for the report, never waiting.
+    /// Publishes a note for the report, never waiting.
     pub(crate) fn note(&self, text: String) {
-        let _ = self.tx.try_send(Msg::Note(now(), text));
+        let rec = Record::Note {
+            pid: self.pid,
+            ts_ns: now(),
+            text,
+        };
+        self.blob(&rec, None);
     }
 }
 
@@ -199,7 +204,7 @@ pub(crate) fn start_now() {
     let _ = recorder();
 }
 
-/// The recorder of this process if it is recording (or still connecting), starting it at the first call.
+/// The recorder of this process if it is recording, starting it at the first call.
 #[inline]
 pub(crate) fn live() -> Option<&'static Recorder> {
     recorder().filter(|r| r.link.load(Ordering::Relaxed) != GONE)
@@ -207,7 +212,7 @@ pub(crate) fn live() -> Option<&'static Recorder> {
 
 #[inline]
 fn recorder() -> Option<&'static Recorder> {
-    // First tracked call of this process (or of a forked child): settings, handlers, channel, sender thread.
+    // First tracked call of this process (or of a forked child): settings, handlers, ring, courier.
     // Concurrent first calls wait for the one that won; a fork while it runs leaves the child able to start
     // its own (crate::lazy).
     RECORDER.get_or_init(build).copied()
@@ -218,51 +223,90 @@ fn build() -> Option<&'static Recorder> {
     if !HANDLERS.swap(true, Ordering::AcqRel) {
         unsafe {
             libc::pthread_atfork(None, None, Some(after_fork_in_child));
-            libc::atexit(flush_at_exit);
+            libc::atexit(goodbye_at_exit);
         }
     }
     let path = settings.socket.clone()?;
+    let pid = std::process::id();
+    let flags = if settings.lossless {
+        vramtrace_format::ring::FLAG_LOSSLESS
+    } else {
+        0
+    };
+    let mapped = transport::make_ring(settings.ring_slots, pid, flags);
     // Connected and announced from the calling thread, before its first event is stamped: the collector then
     // knows of this process before any of its events exist (see `hooks::Busy::enter`).
-    let pid = std::process::id();
-    let Some(sock) = Socket::connect(&path) else {
-        crate::debug!("cannot connect to the collector; not recording");
-        return None;
+    let sock = Socket::connect(&path);
+    let mut h = hello(pid);
+    let mapped = match mapped {
+        Ok(m) => m,
+        Err(why) => {
+            // Not recording, but named: the collector says which process went untraced, and why.
+            crate::debug!("cannot make the event ring ({why}); not recording");
+            h.extra.push(("no_ring".to_string(), why));
+            let mut buf = Vec::with_capacity(1024);
+            codec::put_record(&mut buf, &Record::Hello(h));
+            if let Some(s) = sock {
+                s.send_all(&buf);
+                unsafe { libc::close(s.fd) };
+                SOCKET_FD.store(-1, Ordering::Release);
+            }
+            return None;
+        }
     };
     let mut buf = Vec::with_capacity(1024);
-    codec::put_record(&mut buf, &Record::Hello(hello(pid)));
-    if !sock.send_all(&buf) {
-        crate::debug!("the collector closed the connection; not recording");
-        return None;
-    }
-    let (tx, rx) = crossbeam_channel::bounded(CHANNEL_EVENTS);
-    // Leaked on purpose: a forked child abandons it rather than touch a channel another thread may have held.
+    codec::put_record(&mut buf, &Record::Hello(h));
+    let sent = sock
+        .as_ref()
+        .is_some_and(|s| s.send_with_fd(&buf, mapped.fd));
+    // The collector holds the ring now (or never will): our descriptor is not needed.
+    unsafe { libc::close(mapped.fd) };
+    let sock = match sock {
+        Some(s) if sent => s,
+        other => {
+            if let Some(s) = other {
+                unsafe { libc::close(s.fd) };
+                SOCKET_FD.store(-1, Ordering::Release);
+            }
+            crate::debug!("cannot reach the collector; not recording");
+            return None;
+        }
+    };
+    let (cold, rx) = crossbeam_channel::bounded(64);
+    // Leaked on purpose: a forked child abandons it rather than touch state another thread may have held.
     let rec: &'static Recorder = Box::leak(Box::new(Recorder {
-        tx,
-        thread: std::sync::OnceLock::new(),
+        ring: mapped.ring,
+        cold,
         link: AtomicU8::new(CONNECTED),
-        dropped: AtomicU64::new(0),
-        flushed: AtomicBool::new(false),
-        pid: std::process::id(),
+        lossless: settings.lossless,
+        objects_asked: AtomicBool::new(true),
+        pid,
         stacks: crate::stacks::Table::default(),
     }));
     let spawned = std::thread::Builder::new()
         .name("vramtrace".into())
         .stack_size(256 << 10)
-        .spawn(move || sender(rec, rx, sock));
+        .spawn(move || courier(rec, rx, sock));
     match spawned {
-        Ok(handle) => {
-            let _ = rec.thread.set(handle.thread().clone());
-            Some(rec)
+        // The loaded objects go out before this thread's first stack can (so a process that dies at once still
+        // has its call sites resolved). Listing them takes the loader's lock, on the courier: a `dlopen` in
+        // progress whose constructor made this very call holds that lock, so the wait is bounded.
+        Ok(_) if settings.stacks_native => {
+            let deadline = Instant::now() + OBJECTS_WAIT;
+            while rec.objects_asked.load(Ordering::Acquire) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(100));
+            }
         }
-        Err(e) => {
-            crate::debug!("cannot start the sender thread ({e}); not recording");
-            None
-        }
+        Ok(_) => {}
+        // Events still flow through the ring; only the objects and the acknowledged records are missing.
+        Err(e) => crate::debug!(
+            "cannot start the courier thread ({e}): no loaded objects, no acknowledgements"
+        ),
     }
+    Some(rec)
 }
 
-/// In a forked child: forget the parent's recorder (its thread did not survive) and close our copy of its
+/// In a forked child: forget the parent's recorder (its courier did not survive) and close our copy of its
 /// socket, so the collector sees the parent's connection end when the parent does. Only atomic stores and
 /// `close`, both safe here.
 extern "C" fn after_fork_in_child() {
@@ -274,35 +318,36 @@ extern "C" fn after_fork_in_child() {
     }
 }
 
-/// At `exit`: ask the sender to send what is queued and say goodbye; wait a bounded moment for it.
-extern "C" fn flush_at_exit() {
+/// At `exit`: say goodbye in the ring (waiting briefly for room if it is full). Nothing else waits: everything
+/// published is already in the collector's reach.
+extern "C" fn goodbye_at_exit() {
     let Some(&r) = RECORDER.peek() else {
         return;
     };
     if r.pid != std::process::id() || r.link.load(Ordering::Acquire) == GONE {
         return;
     }
-    let deadline = Instant::now() + EXIT_FLUSH;
-    if r.tx.send_timeout(Msg::Flush, EXIT_FLUSH).is_err() {
-        return;
+    let room = if r.lossless {
+        EXIT_ROOM_LOSSLESS
+    } else {
+        EXIT_ROOM
+    };
+    let bye = Record::Goodbye {
+        pid: r.pid,
+        ts_ns: now(),
+    };
+    let mut buf = Vec::with_capacity(32);
+    codec::put_record(&mut buf, &bye);
+    // Its room is kept free by every other record; it waits only if a padding record took it.
+    if !r.ring.try_last(&buf) {
+        r.no_room(|| r.ring.try_last(&buf), Some(Instant::now() + room));
     }
-    r.wake();
-    while !r.flushed.load(Ordering::Acquire)
-        && r.link.load(Ordering::Acquire) != GONE
-        && Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    r.ring.wake_now();
 }
 
-/// Whether events reach a collector. Waits (briefly) for a connection still being made.
+/// Whether events reach a collector.
 pub fn active() -> bool {
-    let Some(r) = recorder() else { return false };
-    let deadline = Instant::now() + Duration::from_millis(200);
-    while r.link.load(Ordering::Acquire) == CONNECTING && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    r.link.load(Ordering::Acquire) == CONNECTED
+    recorder().is_some_and(|r| r.link.load(Ordering::Acquire) == CONNECTED)
 }
 
 /// Hands an out-of-memory record to the collector and waits, at most `OOM_WAIT` in all, until it is in the
@@ -312,7 +357,7 @@ pub fn oom(o: Oom) -> bool {
     send_sync(Record::Oom(o))
 }
 
-/// Sends `rec` after everything queued before it and waits, at most `OOM_WAIT` in all, for the collector to
+/// Sends `rec` after everything published before it and waits, at most `OOM_WAIT` in all, for the collector to
 /// acknowledge it (an `Oom` record, or a `Bridge` record with `ack` set). Whether it did.
 pub(crate) fn send_sync(rec: Record) -> bool {
     let Some(r) = recorder() else { return false };
@@ -321,8 +366,8 @@ pub(crate) fn send_sync(rec: Record) -> bool {
     }
     let deadline = Instant::now() + OOM_WAIT;
     let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-    if r.tx
-        .send_timeout(Msg::Sync(Box::new(rec), done_tx), OOM_WAIT)
+    if r.cold
+        .send_timeout(Cold::Sync(Box::new(rec), done_tx), OOM_WAIT)
         .is_err()
     {
         return false;
@@ -338,148 +383,77 @@ pub(crate) enum Offered {
     Queued,
     /// Nothing is recording in this process (no collector, or it went away).
     NotRecording,
-    /// The channel was full: counted as dropped.
+    /// The ring was full: counted as dropped.
     Dropped,
 }
 
-/// Offers a record (from the Python bridge) to the sender, never waiting; it travels in its place among the
-/// events. Starts the recorder if this is the process's first record.
+/// Publishes a record (from the Python bridge), never waiting (unless lossless); it travels in its place among
+/// the events. Starts the recorder if this is the process's first record.
 pub(crate) fn offer(rec: Record) -> Offered {
     let Some(r) = live() else {
         return Offered::NotRecording;
     };
-    match r.tx.try_send(Msg::Record(Box::new(rec))) {
-        Ok(()) => Offered::Queued,
-        Err(TrySendError::Full(_)) => {
-            r.dropped.fetch_add(1, Ordering::Relaxed);
-            r.wake();
-            Offered::Dropped
-        }
-        Err(TrySendError::Disconnected(_)) => Offered::NotRecording,
+    if r.blob(&rec, None) {
+        Offered::Queued
+    } else {
+        Offered::Dropped
     }
 }
 
-/// A connected Unix stream socket, written with `MSG_NOSIGNAL`: a collector that went away must never raise
-/// SIGPIPE in the host.
-struct Socket {
-    fd: i32,
-    /// The socket's identity (device, inode) when it was made: a host that closes our descriptor and gets the
-    /// number back for a file or socket of its own must never receive our bytes, nor have its data read.
-    id: (u64, u64),
-}
-
-impl Socket {
-    fn connect(path: &OsString) -> Option<Socket> {
-        let bytes = path.as_bytes();
-        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-        if bytes.len() >= addr.sun_path.len() {
-            return None;
+/// The courier: the loaded objects first, then what the host's threads hand it, until the collector goes away.
+fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
+    crate::hooks::mark_own_thread();
+    let pid = rec.pid;
+    let mut objects = crate::objects::Tracker::default();
+    let send_objects = |objects: &mut crate::objects::Tracker| {
+        if let Some(objects) = objects.changed() {
+            let o = Record::Objects(vramtrace_format::Objects {
+                pid,
+                ts_ns: now(),
+                objects,
+            });
+            rec.blob(&o, None);
         }
-        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-        for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
-            *d = *s as libc::c_char;
-        }
-        // CLOEXEC: a program this process execs must not hold our connection open. Non-blocking while
-        // connecting: a collector that stopped (a full backlog) must not hang the program's first CUDA call.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_UNIX,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                0,
-            )
-        };
-        if fd < 0 {
-            return None;
-        }
-        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-        let deadline = Instant::now() + CONNECT_WAIT;
-        loop {
-            if unsafe { libc::connect(fd, &addr as *const _ as *const libc::sockaddr, len) } == 0 {
-                break;
-            }
-            let e = std::io::Error::last_os_error().raw_os_error();
-            if e == Some(libc::EINTR) {
-                continue;
-            }
-            if e != Some(libc::EAGAIN) || Instant::now() >= deadline {
-                unsafe { libc::close(fd) };
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        unsafe {
-            let fl = libc::fcntl(fd, libc::F_GETFL);
-            libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
-        }
-        // Out of the way of the host's own low descriptors (close-on-exec kept).
-        let fd = crate::fds::high_fd(fd);
-        let id = identity(fd)?;
-        SOCKET_FD.store(fd, Ordering::Release);
-        Some(Socket { fd, id })
+    };
+    let native = crate::settings::get().stacks_native;
+    if native {
+        send_objects(&mut objects);
     }
-
-    /// Whether the descriptor is still the socket we made.
-    fn ours(&self) -> bool {
-        identity(self.fd) == Some(self.id)
-    }
-
-    fn send_all(&self, mut buf: &[u8]) -> bool {
-        if !self.ours() {
-            return false;
-        }
-        while !buf.is_empty() {
-            let n =
-                unsafe { libc::send(self.fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
-            if n < 0 {
-                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return false;
-            }
-            buf = &buf[n as usize..];
-        }
-        true
-    }
-
-    /// Waits until `deadline` for the collector's answer to the `nth` record sent that waits for one (counting
-    /// from 1; `answered` counts the answers read so far on this connection). Answers come one per such record,
-    /// in order, so a late answer to an earlier record (one that gave up waiting) is skipped, never taken for
-    /// this one. Whether this record's answer says it is in the trace.
-    fn await_ack(&self, nth: u64, answered: &mut u64, deadline: Instant) -> bool {
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || !self.ours() {
-                return false;
-            }
-            let mut pfd = libc::pollfd {
-                fd: self.fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
-            if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
-                continue;
-            }
-            let mut b = 0u8;
-            let n =
-                unsafe { libc::recv(self.fd, (&mut b as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
-            if n == 0 {
-                return false;
-            }
-            if n == 1 && (b == OOM_ACK || b == OOM_NAK) {
-                *answered += 1;
-                if *answered == nth {
-                    return b == OOM_ACK;
+    rec.objects_asked.store(false, Ordering::Release);
+    // Records sent that wait for the collector's answer, and answers read: matched in order (`await_ack`).
+    let (mut syncs_sent, mut answered) = (0u64, 0u64);
+    let mut buf = Vec::new();
+    loop {
+        match rx.recv_timeout(HEARTBEAT) {
+            Ok(Cold::Objects) => {
+                rec.objects_asked.store(false, Ordering::Release);
+                if native {
+                    send_objects(&mut objects);
                 }
             }
+            Ok(Cold::Sync(r, done)) => {
+                buf.clear();
+                codec::put_record(&mut buf, &r);
+                if !sock.send_all(&buf) {
+                    break;
+                }
+                // The collector may be asleep on the ring: it drains the ring, then writes this record.
+                rec.ring.wake_now();
+                syncs_sent += 1;
+                if sock.await_ack(syncs_sent, &mut answered, Instant::now() + OOM_WAIT) {
+                    let _ = done.send(());
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if sock.closed() {
+                    break;
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
         }
     }
-}
-
-/// (device, inode) of an open descriptor.
-fn identity(fd: i32) -> Option<(u64, u64)> {
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+    rec.link.store(GONE, Ordering::Release);
+    crate::debug!("the collector closed the connection; not recording");
 }
 
 fn hello(pid: u32) -> Hello {
@@ -521,163 +495,5 @@ fn bridge_loaded(pid: u32) -> Vec<(String, String)> {
             vec![("python_bridge".to_string(), "1".to_string())]
         }
         _ => Vec::new(),
-    }
-}
-
-/// The sender thread: connect, announce, then batches until the channel closes or the collector goes away.
-fn sender(rec: &'static Recorder, rx: Receiver<Msg>, sock: Socket) {
-    crate::hooks::mark_own_thread();
-    let stop = |why: &str| {
-        rec.link.store(GONE, Ordering::Release);
-        crate::debug!("{why}; not recording");
-    };
-    let pid = rec.pid;
-    let mut buf = Vec::with_capacity(64 << 10);
-    let mut batch: Vec<Event> = Vec::with_capacity(BATCH);
-    // Records sent that wait for the collector's answer, and answers read: matched in order (`await_ack`).
-    let (mut syncs_sent, mut answered) = (0u64, 0u64);
-    let mut objects = crate::objects::Tracker::default();
-    let mut nap = NAP_MIN;
-    let mut last_sent = Instant::now();
-    loop {
-        buf.clear();
-        batch.clear();
-        let mut flush = false;
-        let mut idle = false;
-        let mut oom = None;
-        let mut next = match rx.try_recv() {
-            Ok(m) => Some(m),
-            Err(TryRecvError::Disconnected) => return,
-            Err(TryRecvError::Empty) => {
-                if last_sent.elapsed() < TICK {
-                    std::thread::park_timeout(nap);
-                    nap = (nap * 2).min(NAP_MAX);
-                    continue;
-                }
-                idle = true;
-                None
-            }
-        };
-        nap = NAP_MIN;
-        last_sent = Instant::now();
-        // Drain in channel order: a stack or a note ends the batch before it, so each reaches the collector
-        // exactly where it was queued.
-        while let Some(m) = next.take() {
-            match m {
-                Msg::Event(e) => batch.push(e),
-                Msg::Flush => flush = true,
-                Msg::Sync(o, done) => oom = Some((o, done)),
-                Msg::Record(rec) => {
-                    if !batch.is_empty() {
-                        codec::put_events(&mut buf, pid, &batch);
-                        batch.clear();
-                    }
-                    codec::put_record(&mut buf, &rec);
-                }
-                Msg::Stack(st) => {
-                    if !batch.is_empty() {
-                        codec::put_events(&mut buf, pid, &batch);
-                        batch.clear();
-                    }
-                    if let Some(objects) = objects.changed() {
-                        codec::put_record(
-                            &mut buf,
-                            &Record::Objects(vramtrace_format::Objects {
-                                pid,
-                                ts_ns: now(),
-                                objects,
-                            }),
-                        );
-                    }
-                    codec::put_record(&mut buf, &Record::Stack(*st));
-                }
-                Msg::Note(ts_ns, text) => {
-                    if !batch.is_empty() {
-                        codec::put_events(&mut buf, pid, &batch);
-                        batch.clear();
-                    }
-                    codec::put_record(&mut buf, &Record::Note { pid, ts_ns, text });
-                }
-            }
-            if flush || oom.is_some() || batch.len() >= BATCH || buf.len() >= BUF_MAX {
-                break;
-            }
-            next = rx.try_recv().ok();
-        }
-        if !batch.is_empty() {
-            codec::put_events(&mut buf, pid, &batch);
-        }
-        let dropped = rec.dropped.swap(0, Ordering::Relaxed);
-        if dropped > 0 {
-            codec::put_record(
-                &mut buf,
-                &Record::Dropped {
-                    pid,
-                    ts_ns: now(),
-                    count: dropped,
-                },
-            );
-        }
-        if idle {
-            codec::put_record(&mut buf, &Record::Tick { pid, ts_ns: now() });
-        }
-        if let Some((o, _)) = &oom {
-            codec::put_record(&mut buf, o);
-        }
-        if flush {
-            codec::put_record(&mut buf, &Record::Goodbye { pid, ts_ns: now() });
-        }
-        if !buf.is_empty() && !sock.send_all(&buf) {
-            return stop("the collector closed the connection");
-        }
-        if let Some((_, done)) = oom {
-            syncs_sent += 1;
-            if sock.await_ack(syncs_sent, &mut answered, Instant::now() + OOM_WAIT) {
-                let _ = done.send(());
-            }
-        }
-        if flush {
-            rec.flushed.store(true, Ordering::Release);
-        }
-    }
-}
-
-#[cfg(test)]
-mod ack_tests {
-    use super::*;
-
-    fn pair() -> (Socket, i32) {
-        let mut fds = [0i32; 2];
-        assert_eq!(
-            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) },
-            0
-        );
-        let id = identity(fds[0]).unwrap();
-        (Socket { fd: fds[0], id }, fds[1])
-    }
-
-    fn answer(fd: i32, b: u8) {
-        assert_eq!(unsafe { libc::write(fd, (&b as *const u8).cast(), 1) }, 1);
-    }
-
-    #[test]
-    fn each_record_gets_its_own_answer_never_an_earlier_ones() {
-        let (sock, peer) = pair();
-        let soon = || Instant::now() + Duration::from_millis(50);
-        let mut answered = 0;
-        // The first record gave up waiting; its answer arrives late, while the second waits: not the second's.
-        answer(peer, OOM_ACK);
-        assert!(!sock.await_ack(2, &mut answered, soon()));
-        assert_eq!(answered, 1);
-        answer(peer, OOM_ACK);
-        assert!(sock.await_ack(2, &mut answered, soon()));
-        // A record the collector could not write is answered "not in the trace".
-        answer(peer, OOM_NAK);
-        assert!(!sock.await_ack(3, &mut answered, soon()));
-        assert_eq!(answered, 3);
-        unsafe {
-            libc::close(sock.fd);
-            libc::close(peer);
-        }
     }
 }

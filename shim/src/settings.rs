@@ -23,6 +23,11 @@ pub struct Settings {
     /// `VRAMTRACE_STACK_MIN_BYTES` (bytes, or a size such as `1MiB`; default [`DEFAULT_STACK_MIN_BYTES`]):
     /// successful allocations smaller than this get no call site. Failed ones always get one.
     pub stack_min_bytes: u64,
+    /// `VRAMTRACE_RING_BYTES` (a size; default 4 MiB): the shared-memory ring each process publishes into.
+    /// Rounded down to a power of two of 64-byte slots, within 64 KiB and 1 GiB.
+    pub ring_slots: u64,
+    /// `VRAMTRACE_LOSSLESS=1`: a thread that finds the ring full waits for room instead of dropping the event.
+    pub lossless: bool,
 }
 
 /// Allocations below this many bytes get no call site unless they fail. Why 1 MiB (bench_pairs on an H200,
@@ -57,6 +62,8 @@ pub fn get() -> &'static Settings {
         stacks_native: false,
         stacks_python: false,
         stack_min_bytes: u64::MAX,
+        ring_slots: vramtrace_format::ring::DEFAULT_SLOTS,
+        lossless: false,
     };
     // `read` always gives settings; `NOTHING` (record nothing, cap nothing) only keeps panics out of the host.
     SETTINGS.get_or_init(|| Some(read())).unwrap_or(&NOTHING)
@@ -72,6 +79,8 @@ fn read() -> Settings {
             .filter(|s| !s.trim().is_empty()),
         cap_warn: matches!(std::env::var("VRAMTRACE_CAP_MODE").as_deref(), Ok("warn")),
         ledger: std::env::var_os("VRAMTRACE_LEDGER").filter(|s| !s.is_empty()),
+        ring_slots: ring_slots(std::env::var("VRAMTRACE_RING_BYTES").ok().as_deref()),
+        lossless: matches!(std::env::var("VRAMTRACE_LOSSLESS").as_deref(), Ok(v) if !v.is_empty() && v != "0"),
         ..stacks(
             std::env::var("VRAMTRACE_STACKS").ok().as_deref(),
             std::env::var("VRAMTRACE_STACK_MIN_BYTES").ok().as_deref(),
@@ -122,6 +131,24 @@ fn stacks(mode: Option<&str>, min: Option<&str>) -> Settings {
         stacks_python: python,
         stack_min_bytes,
         ..Settings::default()
+    }
+}
+
+/// The ring's slot count from `VRAMTRACE_RING_BYTES`; a bad value gets one line on stderr and the default.
+fn ring_slots(v: Option<&str>) -> u64 {
+    use vramtrace_format::ring;
+    match v.map(str::trim).filter(|v| !v.is_empty()) {
+        None => ring::DEFAULT_SLOTS,
+        Some(v) => match parse_size(v) {
+            Some(b) => ring::slots_for_bytes(b),
+            None => {
+                say(format_args!(
+                    "VRAMTRACE_RING_BYTES={v:?} is not a size; using {} bytes",
+                    ring::bytes_for(ring::DEFAULT_SLOTS)
+                ));
+                ring::DEFAULT_SLOTS
+            }
+        },
     }
 }
 

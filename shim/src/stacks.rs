@@ -145,7 +145,7 @@ fn intern(
             python: std::mem::take(python),
         })
     };
-    let id = table.intern(h, make, |s| rec.offer_stack(s));
+    let id = table.intern(h, make, |s| rec.offer_stack(*s));
     if id != 0 {
         ids.put(owner, h, id);
     }

@@ -101,6 +101,8 @@ impl Proc {
                 mapped_peak_bytes: 0,
                 framework: Vec::new(),
                 python_bridge: false,
+                lost: Vec::new(),
+                untraced: None,
             },
             cur: 0,
             dev: Vec::new(),
@@ -446,6 +448,18 @@ impl<'t> Replay<'t> {
             // Attached at the end: the process's own frames may still follow (the collector reaps a process
             // as soon as it dies, perhaps before its connection's last frames are written).
             Record::Exit(x) => self.exits.push(x),
+            // Why: the counts themselves came in `Dropped`, merged in time.
+            Record::Lost {
+                pid, count, cause, ..
+            } => {
+                let s = self.route(pid, self.last_ts);
+                let lost = &mut self.procs[s].s.lost;
+                match lost.iter_mut().find(|(c, _)| *c == cause) {
+                    Some((_, n)) => *n += count,
+                    None => lost.push((cause, count)),
+                }
+                lost.sort_by_key(|l| std::cmp::Reverse(l.1));
+            }
             // The bridge's records ride the merge like out-of-memory records: applied at their time.
             Record::FrameworkSample(ref f) => {
                 let (pid, ts) = (f.pid, f.ts_ns);
@@ -507,6 +521,11 @@ impl<'t> Replay<'t> {
             .extra
             .iter()
             .any(|(k, v)| k == "python_bridge" && v == "1");
+        p.s.untraced = h
+            .extra
+            .iter()
+            .find(|(k, _)| k == "no_ring")
+            .map(|(_, why)| why.clone());
         p.s.start_ns = p.s.start_ns.min(rel);
     }
 

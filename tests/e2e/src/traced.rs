@@ -67,6 +67,8 @@ pub struct Trace {
     /// Wait statuses the wrapper reaped.
     pub exits: Vec<Exit>,
     pub dropped: u64,
+    /// Why records were lost: (pid, cause, count).
+    pub lost: Vec<(u32, vramtrace_format::LossCause, u64)>,
     pub goodbyes: Vec<u32>,
     pub stop: Stop,
     /// Call sites, in the order they arrived.
@@ -115,11 +117,12 @@ impl Trace {
     }
 
     /// Asserts the stacks' rules: ids are nonzero and unique per process, each stack is sent once and before
-    /// the first event that names it, every stack an event names exists, and a process's first stack comes
-    /// after a list of its objects.
+    /// the first event that names it, every stack an event names exists, and the trace holds a list of the
+    /// process's objects (the shim's courier sends it beside the ring, off the host's threads, so it may follow
+    /// the first stack: the collector resolves a stack against objects that came after it).
     pub fn assert_stacks_precede_their_events(&self) {
         let mut seen = std::collections::BTreeSet::new();
-        for (s, at) in self.stacks.iter().zip(&self.stack_records) {
+        for s in &self.stacks {
             assert_ne!(s.id, 0, "stack id 0 sent: {s:?}");
             assert!(
                 seen.insert((s.pid, s.id)),
@@ -131,8 +134,8 @@ impl Trace {
                 self.objects
                     .iter()
                     .zip(&self.objects_records)
-                    .any(|(o, r)| o.pid == s.pid && r < at),
-                "stack {} of {} came before any objects of its process",
+                    .any(|(o, _)| o.pid == s.pid),
+                "stack {} of {} has no objects of its process in the trace",
                 s.id,
                 s.pid
             );
@@ -169,6 +172,7 @@ pub fn read_trace(path: &Path) -> Trace {
         ooms: vec![],
         ends: vec![],
         dropped: 0,
+        lost: Vec::new(),
         goodbyes: vec![],
         stop: Stop::Reading,
         stacks: vec![],
@@ -210,6 +214,9 @@ pub fn read_trace(path: &Path) -> Trace {
             Record::FrameworkSample(f) => t.samples.push((n, f)),
             Record::Bridge(b) => t.bridge.push((n, b)),
             Record::Exit(x) => t.exits.push(x),
+            Record::Lost {
+                pid, count, cause, ..
+            } => t.lost.push((pid, cause, count)),
         }
     }
     t.stop = r.stop().clone();

@@ -17,7 +17,11 @@
 //! device <n>             -> <rc>               make device n's primary context current
 //! fork <bytes>           -> <status> <pid>     fork; the child re-initialises CUDA, allocates and frees
 //!                                              <bytes> and exits 0 if both succeeded; the parent waits
+//! forks <n> <bytes>      -> <failed>          n children at once; each allocates <bytes> twice (no free)
+//!                                              and ends in `_exit(0)` right after; the parent waits for all
 //! exit [code]            -> (exits normally with code, default 0)
+//! _exit [code]           -> (ends at once with `_exit`: no atexit handlers, nothing flushed)
+//! kill                   -> (SIGKILLs itself)
 //! ```
 
 use std::ffi::{c_int, c_uint};
@@ -135,6 +139,36 @@ impl Probe {
                     let mut status = 0;
                     libc::waitpid(pid, &mut status, 0);
                     format!("{} {pid}", libc::WEXITSTATUS(status))
+                }
+                "forks" => {
+                    let (n, bytes) = (num(1) as usize, num(2) as usize);
+                    let mut pids = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        let pid = libc::fork();
+                        if pid == 0 {
+                            type Init = unsafe extern "C" fn(c_uint) -> CUresult;
+                            let (mut p, mut q) = (0, 0);
+                            let ok = self.f::<Init>("cuInit")(0) == 0
+                                && self.device(0) == 0
+                                && self.f::<Alloc>("cuMemAlloc_v2")(&mut p, bytes) == 0
+                                && self.f::<Alloc>("cuMemAlloc_v2")(&mut q, bytes) == 0;
+                            libc::_exit(if ok { 0 } else { 1 });
+                        }
+                        pids.push(pid);
+                    }
+                    let mut failed = 0;
+                    for pid in pids {
+                        let mut status = 0;
+                        libc::waitpid(pid, &mut status, 0);
+                        failed +=
+                            usize::from(!libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0);
+                    }
+                    format!("{failed}")
+                }
+                "_exit" => libc::_exit(if w.len() > 1 { num(1) as i32 } else { 0 }),
+                "kill" => {
+                    libc::kill(libc::getpid(), libc::SIGKILL);
+                    String::new()
                 }
                 "exit" => return Err(if w.len() > 1 { num(1) as i32 } else { 0 }),
                 "" => String::new(),

@@ -1,0 +1,772 @@
+//! Receiving: the acceptor takes each process's connection (its hello, with its shared-memory ring attached),
+//! and a receiver thread per process drains the ring and reads the socket into the trace, in whole frames, until
+//! the process is gone; then it drains the ring to the end (a process that `_exit`ed or was killed leaves its
+//! events there) and records how the connection ended.
+//!
+//! What was lost is said where it was lost: records the ring had no room for (counted by the shim in the shared
+//! memory, so even a SIGKILL cannot take the count), told apart by cause (the collector stalled, or the
+//! program outran it), records a process died in the middle of writing, and frames the disk would not take.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use vramtrace_format::codec::{self, kind, FrameSplitter};
+use vramtrace_format::ring::{self, Consumer, Item, Ring};
+use vramtrace_format::{EndKind, Event, LossCause, Record, OOM_ACK, OOM_NAK};
+
+use crate::run::mono_ns;
+
+/// The trace file, written in whole frames. When a write fails (a full disk), the file is cut back to its last
+/// whole frame and nothing more is written: what arrives after is counted per process, so the summary can say
+/// plainly what was lost.
+pub(crate) struct TraceWriter {
+    pub(crate) file: File,
+    /// Bytes in the file, all whole frames.
+    at: u64,
+    failed: Option<io::Error>,
+    /// After the failure: (frames, events) lost per pid, and the records of processes' ends lost.
+    lost: std::collections::BTreeMap<u32, (u64, u64)>,
+    lost_bytes: u64,
+}
+
+impl TraceWriter {
+    pub(crate) fn new(file: File, at: u64) -> TraceWriter {
+        TraceWriter {
+            file,
+            at,
+            failed: None,
+            lost: Default::default(),
+            lost_bytes: 0,
+        }
+    }
+
+    /// Appends whole frames of process `pid`. Whether they are in the file.
+    pub(crate) fn write(&mut self, pid: u32, frames: &[u8]) -> bool {
+        if self.failed.is_none() {
+            match self.file.write_all(frames) {
+                Ok(()) => {
+                    self.at += frames.len() as u64;
+                    return true;
+                }
+                Err(e) => {
+                    // A frame half written would end the readable trace early: cut it off.
+                    let _ = self.file.set_len(self.at);
+                    self.failed = Some(e);
+                }
+            }
+        }
+        let l = self.lost.entry(pid).or_default();
+        for (k, payload) in codec::frames(frames) {
+            l.0 += 1;
+            if k == kind::EVENTS || k == kind::EVENTS_STACKS {
+                l.1 += events_in(payload);
+            }
+        }
+        self.lost_bytes += frames.len() as u64;
+        false
+    }
+
+    /// What the summary says when the trace could not be written to its end.
+    pub(crate) fn loss_report(&self) -> String {
+        let Some(e) = &self.failed else {
+            return String::new();
+        };
+        let why = if e.raw_os_error() == Some(libc::ENOSPC) {
+            "the disk is full".to_string()
+        } else {
+            e.to_string()
+        };
+        let events: u64 = self.lost.values().map(|l| l.1).sum();
+        let frames: u64 = self.lost.values().map(|l| l.0).sum();
+        let mut m = format!(
+            "THE TRACE IS INCOMPLETE: writing it failed after {} bytes ({why}); lost after that: {} events in {} \
+             records ({} bytes) from {} process(es)",
+            self.at,
+            events,
+            frames,
+            self.lost_bytes,
+            self.lost.len()
+        );
+        let per: Vec<String> = self
+            .lost
+            .iter()
+            .take(8)
+            .map(|(pid, (_, ev))| format!("pid {pid}: {ev} events"))
+            .collect();
+        if !per.is_empty() {
+            m.push_str(&format!(" ({})", per.join(", ")));
+        }
+        m.push_str(". The figures above cover only what was written.\n");
+        m
+    }
+}
+
+/// The event count of an events frame's payload (its second varint), 0 if unreadable.
+fn events_in(payload: &[u8]) -> u64 {
+    let mut it = payload.iter();
+    let mut varint = || {
+        let (mut v, mut shift) = (0u64, 0);
+        for &b in it.by_ref() {
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+            shift += 7;
+            if shift > 63 {
+                return None;
+            }
+        }
+        None
+    };
+    varint().and_then(|_| varint()).unwrap_or(0)
+}
+
+#[derive(Default)]
+pub(crate) struct Connections {
+    pub(crate) open: AtomicUsize,
+    /// Set when the job is over: the acceptor takes what waits in the backlog, then stops.
+    pub(crate) stop: AtomicBool,
+    /// Pids of the job that vramtrace reaped: the peer check knows them after /proc forgot them.
+    pub(crate) reaped: Mutex<std::collections::HashSet<u32>>,
+    /// Connections turned away: (pid, uid).
+    pub(crate) refused: Mutex<Vec<(u32, u32)>>,
+}
+
+pub(crate) fn spawn_acceptor(
+    listener: Option<UnixListener>,
+    trace: Arc<Mutex<TraceWriter>>,
+    conns: Arc<Connections>,
+) -> Option<thread::JoinHandle<()>> {
+    let listener = listener?;
+    listener.set_nonblocking(true).ok()?;
+    // A test hook: an acceptor this late loses, before the fix, every process that exits at once.
+    let delay = std::env::var("VRAMTRACE_TEST_ACCEPT_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis);
+    let me = std::process::id();
+    let uid = unsafe { libc::geteuid() };
+    thread::Builder::new()
+        .name("vramtrace-accept".into())
+        .spawn(move || {
+            let mut last_tick = 0u64;
+            loop {
+                let stopping = conns.stop.load(Ordering::Acquire);
+                if !stopping {
+                    if let Some(d) = delay {
+                        thread::sleep(d);
+                    }
+                }
+                // A round: the time, then everything waiting in the backlog, each with its hello in the trace.
+                let round = mono_ns();
+                let mut all_announced = true;
+                loop {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            if !peer_of_job(&stream, me, uid, &conns) {
+                                continue;
+                            }
+                            all_announced &= take(stream, &trace, &conns);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(_) => {
+                            all_announced = false;
+                            thread::sleep(Duration::from_millis(1));
+                            break;
+                        }
+                    }
+                }
+                if stopping {
+                    return; // the backlog is empty and the job is over
+                }
+                // Every process that connects from now on connected after `round`, and the shim stamps nothing
+                // before it has connected: no process still to come has anything older. The model holds its
+                // merge to this.
+                if all_announced && round >= last_tick + NEWCOMER_TICK_NS {
+                    last_tick = round;
+                    let mut buf = Vec::new();
+                    codec::put_record(
+                        &mut buf,
+                        &Record::Tick {
+                            pid: 0,
+                            ts_ns: round,
+                        },
+                    );
+                    if let Ok(mut w) = trace.lock() {
+                        w.write(0, &buf);
+                    }
+                }
+                let mut pfd = libc::pollfd {
+                    fd: listener.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                unsafe { libc::poll(&mut pfd, 1, 20) };
+            }
+        })
+        .ok()
+}
+
+/// How often, at most, the acceptor promises that no new process has anything older (`Tick` of pid 0).
+const NEWCOMER_TICK_NS: u64 = 10_000_000;
+
+/// Takes an accepted connection of the job: its hello into the trace first (waiting briefly for it), then a
+/// receiver thread for the rest. Whether its hello is in the trace.
+fn take(stream: UnixStream, trace: &Arc<Mutex<TraceWriter>>, conns: &Arc<Connections>) -> bool {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(20)));
+    let mut conn = Conn::new(stream);
+    let deadline = Instant::now() + HELLO_WAIT;
+    while conn.pid.is_none() && conn.open && Instant::now() < deadline {
+        conn.pump(trace);
+    }
+    let announced = conn.pid.is_some();
+    let _ = conn.stream.set_read_timeout(None);
+    let _ = conn.stream.set_nonblocking(true);
+    conns.open.fetch_add(1, Ordering::AcqRel);
+    let (trace, conns2) = (trace.clone(), conns.clone());
+    let spawned = thread::Builder::new()
+        .name("vramtrace-conn".into())
+        .spawn(move || {
+            conn.run(&trace);
+            conn.finish(&trace);
+            conns2.open.fetch_sub(1, Ordering::AcqRel);
+        });
+    if spawned.is_err() {
+        // The stream went down with the closure: that process stops recording.
+        conns.open.fetch_sub(1, Ordering::AcqRel);
+    }
+    announced
+}
+
+/// How long the acceptor waits for a new connection's hello (the shim sends it right after connecting).
+const HELLO_WAIT: Duration = Duration::from_millis(100);
+
+/// Whether the peer is a process of the job: ours (same user; the directory's name is known only to the job
+/// through its environment), or another user's that descends from vramtrace (a job process that dropped its
+/// privileges), or one vramtrace reaped. Anything else is turned away and counted.
+fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> bool {
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return false;
+    }
+    if cred.uid == uid {
+        return true;
+    }
+    let pid = cred.pid as u32;
+    if descends_from(pid, me) || conns.reaped.lock().is_ok_and(|r| r.contains(&pid)) {
+        return true;
+    }
+    if let Ok(mut r) = conns.refused.lock() {
+        r.push((pid, cred.uid));
+    }
+    false
+}
+
+/// Whether `pid`'s chain of parents (by /proc) reaches `ancestor`.
+fn descends_from(mut pid: u32, ancestor: u32) -> bool {
+    for _ in 0..4096 {
+        if pid == ancestor {
+            return true;
+        }
+        if pid <= 1 {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ')' ends it.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            return false;
+        };
+        match rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
+            Some(ppid) => pid = ppid,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// One process's connection and ring: whole frames go to the trace as they come; when it closes, the ring is
+/// drained to its end and the end is recorded.
+struct Conn {
+    stream: UnixStream,
+    split: FrameSplitter,
+    pid: Option<u32>,
+    /// The goodbye the process published at `exit`, held back until its ring is drained (an atexit handler
+    /// that runs after ours may still free memory), then written with the time of its last record.
+    goodbye: Option<u64>,
+    open: bool,
+    ring: Option<Drain>,
+    /// A ring came that could not be used: said once in the trace.
+    bad_ring: Option<String>,
+}
+
+const READ: usize = 256 << 10;
+/// A ring is drained at least this often while its process runs, and whenever it passes a quarter full.
+const NAP_MIN: Duration = Duration::from_millis(1);
+const NAP_MAX: Duration = Duration::from_millis(10);
+/// A collector that has not drained a ring for this long was stalled (stopped, or starved of CPU): the records
+/// the ring could not hold meanwhile are said to be lost for that reason.
+const STALL: Duration = Duration::from_millis(500);
+/// Events per frame written from a ring.
+const BATCH: usize = 4096;
+/// How often, at most, an empty ring's drain promises that nothing older is still to come from its process.
+const TICK_NS: u64 = 10_000_000;
+
+/// A mapped ring and what its drains have said so far.
+struct Drain {
+    /// Keeps the ring mapped while the consumer reads it.
+    _map: Mapping,
+    consumer: Consumer,
+    dropped_seen: u64,
+    torn_seen: u64,
+    /// When this ring was last drained (CLOCK_MONOTONIC), or when its process said hello.
+    last_ns: u64,
+    last_tick: u64,
+    /// The latest time of anything taken from the ring: a goodbye is never older.
+    last_ts: u64,
+    batch: Vec<Event>,
+    out: Vec<u8>,
+}
+
+/// A shared mapping of a ring's memory, unmapped when dropped.
+struct Mapping {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+unsafe impl Send for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// Maps a ring's descriptor as it came from a process: only sealed memory (a process that shrank it would make
+/// the collector fault), of a size its header agrees with.
+fn map_ring(fd: &OwnedFd) -> Result<(Mapping, Ring), String> {
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        return Err("its memory is not sealed against shrinking".into());
+    }
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 || st.st_size <= 0 {
+        return Err("its size cannot be read".into());
+    }
+    let len = st.st_size as usize;
+    if len > ring::bytes_for(ring::MAX_SLOTS) {
+        return Err(format!("it is too large ({len} bytes)"));
+    }
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(format!(
+            "it cannot be mapped: {}",
+            io::Error::last_os_error()
+        ));
+    }
+    let map = Mapping { base, len };
+    // SAFETY: `len` bytes mapped shared for as long as `map` lives; sealed, so they cannot go away.
+    match unsafe { Ring::open(base.cast(), len) } {
+        Ok(r) => Ok((map, r)),
+        Err(e) => Err(format!(
+            "its header is not one this collector reads ({e:?})"
+        )),
+    }
+}
+
+impl Conn {
+    fn new(stream: UnixStream) -> Conn {
+        Conn {
+            stream,
+            split: FrameSplitter::new(),
+            pid: None,
+            goodbye: None,
+            open: true,
+            ring: None,
+            bad_ring: None,
+        }
+    }
+
+    /// The receiver's loop: drain the ring, read what the socket holds, sleep on the ring (or the socket
+    /// before a ring came) until woken or the nap ends. Returns when the process is gone.
+    fn run(&mut self, trace: &Mutex<TraceWriter>) {
+        let mut nap = NAP_MIN;
+        while self.open {
+            let took = self.drain(trace, false);
+            let read = self.pump(trace);
+            if !self.open {
+                break;
+            }
+            nap = if took || read {
+                NAP_MIN
+            } else {
+                (nap * 2).min(NAP_MAX)
+            };
+            match &self.ring {
+                Some(d) => d.consumer.sleep(nap),
+                None => {
+                    let mut pfd = libc::pollfd {
+                        fd: self.stream.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    unsafe { libc::poll(&mut pfd, 1, 100) };
+                }
+            }
+        }
+        // Gone: everything it published is in the ring; a record it died writing is skipped and counted.
+        self.drain(trace, true);
+    }
+
+    /// Reads what the socket holds (once) and appends what is whole. Whether anything came.
+    fn pump(&mut self, trace: &Mutex<TraceWriter>) -> bool {
+        if !self.open {
+            return false;
+        }
+        let buf = self.split.spare(READ);
+        let (n, fds) = match recv_with_fds(&self.stream, buf) {
+            Ok(r) => r,
+            Err(e) => {
+                self.split.filled(READ, 0);
+                // A timeout (while the acceptor waits for a hello) or nothing to read leaves it open.
+                if !matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted
+                        | io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                ) {
+                    self.open = false;
+                }
+                return false;
+            }
+        };
+        self.split.filled(READ, n);
+        for fd in fds {
+            if self.ring.is_none() && self.bad_ring.is_none() {
+                match map_ring(&fd) {
+                    Ok((map, ring)) => {
+                        self.ring = Some(Drain {
+                            _map: map,
+                            consumer: Consumer::new(ring),
+                            dropped_seen: 0,
+                            torn_seen: 0,
+                            last_ns: mono_ns(),
+                            last_tick: 0,
+                            last_ts: 0,
+                            batch: Vec::with_capacity(BATCH),
+                            out: Vec::with_capacity(64 << 10),
+                        })
+                    }
+                    Err(why) => self.bad_ring = Some(why),
+                }
+            }
+            // Any other descriptor is closed as it drops.
+        }
+        if n == 0 {
+            self.open = false;
+            return false;
+        }
+        let whole = match self.split.whole() {
+            Ok(w) => w.len(),
+            // Not our protocol: stop listening to this peer; what it sent before stays in the trace.
+            Err(_) => {
+                self.open = false;
+                return false;
+            }
+        };
+        if whole == 0 {
+            return true;
+        }
+        let frames: Vec<u8> = self.split_whole(whole);
+        let mut acks = 0usize;
+        let mut hello = false;
+        for (k, payload) in codec::frames(&frames) {
+            match k {
+                kind::HELLO if self.pid.is_none() => {
+                    if let Ok(Some(Record::Hello(h))) = codec::decode_record(k, payload) {
+                        self.pid = Some(h.pid);
+                        hello = true;
+                        // A process that connected while the collector was stopped waited since its hello.
+                        if let Some(d) = self.ring.as_mut() {
+                            d.last_ns = d.last_ns.min(h.ts_ns);
+                        }
+                        if let Some((_, why)) = h.extra.iter().find(|(k, _)| k == "no_ring") {
+                            self.bad_ring = Some(format!("it could not make one ({why})"));
+                        }
+                    }
+                }
+                kind::OOM => acks += 1,
+                kind::BRIDGE => {
+                    if let Ok(Some(Record::Bridge(b))) = codec::decode_record(k, payload) {
+                        acks += usize::from(b.ack);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // What the process published before these records goes first.
+        if !hello {
+            self.drain(trace, false);
+        }
+        let written = trace
+            .lock()
+            .is_ok_and(|mut w| w.write(self.pid.unwrap_or(0), &frames));
+        if hello {
+            if let (Some(why), Some(pid)) = (self.bad_ring.take(), self.pid) {
+                let note = Record::Note {
+                    pid,
+                    ts_ns: mono_ns(),
+                    text: format!(
+                        "no events of this process are in the trace: its event ring was not usable: {why}"
+                    ),
+                };
+                let mut buf = Vec::new();
+                codec::put_record(&mut buf, &note);
+                if let Ok(mut w) = trace.lock() {
+                    w.write(pid, &buf);
+                }
+            }
+        }
+        // The shim holds the failing allocation (or the bridge its record) until the evidence is in the file:
+        // one answer per record waiting, in order, so the shim matches each to its own record. Nothing is
+        // acknowledged that the file does not hold.
+        if acks > 0 {
+            let answer = if written { OOM_ACK } else { OOM_NAK };
+            let _ = (&self.stream).write_all(&vec![answer; acks]);
+        }
+        true
+    }
+
+    fn split_whole(&mut self, n: usize) -> Vec<u8> {
+        let v = self
+            .split
+            .whole()
+            .map(|w| w[..n].to_vec())
+            .unwrap_or_default();
+        self.split.consume(n);
+        v
+    }
+
+    /// Takes what the ring holds into the trace, with what was lost since the last drain. `dead`: the process
+    /// is gone (records it left half-written are skipped, the goodbye it published is written). Whether
+    /// anything was taken.
+    fn drain(&mut self, trace: &Mutex<TraceWriter>, dead: bool) -> bool {
+        let (Some(d), Some(pid)) = (self.ring.as_mut(), self.pid) else {
+            return false;
+        };
+        // Read before looking: whatever the process publishes from now on is stamped after this.
+        let promise = mono_ns();
+        let stalled = promise.saturating_sub(d.last_ns) >= STALL.as_nanos() as u64;
+        d.last_ns = promise;
+        let Drain {
+            consumer,
+            batch,
+            out,
+            last_ts,
+            ..
+        } = d;
+        let mut goodbye = None;
+        let taken = consumer.drain(dead, |item| match item {
+            Item::Event(e) => {
+                *last_ts = (*last_ts).max(e.ts_ns);
+                batch.push(e);
+                if batch.len() >= BATCH {
+                    codec::put_events(out, pid, batch);
+                    batch.clear();
+                }
+            }
+            Item::Blob(bytes) => {
+                if !batch.is_empty() {
+                    codec::put_events(out, pid, batch);
+                    batch.clear();
+                }
+                blob_into(out, bytes, &mut goodbye);
+            }
+        });
+        if !batch.is_empty() {
+            codec::put_events(out, pid, batch);
+            batch.clear();
+        }
+        if goodbye.is_some() {
+            self.goodbye = goodbye;
+        }
+        let ts = mono_ns();
+        let dropped = consumer.ring().dropped();
+        if dropped > d.dropped_seen {
+            let count = dropped - d.dropped_seen;
+            d.dropped_seen = dropped;
+            let cause = if stalled {
+                LossCause::CollectorStalled
+            } else {
+                LossCause::RingFull
+            };
+            put_loss(out, pid, ts, count, cause);
+        }
+        if consumer.torn > d.torn_seen {
+            let count = consumer.torn - d.torn_seen;
+            d.torn_seen = consumer.torn;
+            put_loss(out, pid, ts, count, LossCause::DiedMidRecord);
+        }
+        if consumer.corrupt {
+            consumer.corrupt = false;
+            put_note(
+                out,
+                pid,
+                ts,
+                "the process's ring held something no shim writes; the rest of it was not read"
+                    .into(),
+            );
+            // Never again: the consumer keeps refusing.
+            consumer.torn = u64::MAX / 2;
+            d.torn_seen = consumer.torn;
+        }
+        if dead {
+            if let Some(bye) = self.goodbye {
+                let ts_ns = bye.max(*last_ts);
+                codec::put_record(out, &Record::Goodbye { pid, ts_ns });
+            }
+        } else if taken == 0 && consumer.ring().used() == 0 && promise >= d.last_tick + TICK_NS {
+            d.last_tick = promise;
+            codec::put_record(
+                out,
+                &Record::Tick {
+                    pid,
+                    ts_ns: promise,
+                },
+            );
+        }
+        if out.is_empty() {
+            return false;
+        }
+        if let Ok(mut w) = trace.lock() {
+            w.write(pid, out);
+        }
+        out.clear();
+        taken > 0
+    }
+
+    /// The connection closed: record how.
+    fn finish(self, trace: &Mutex<TraceWriter>) {
+        let Some(pid) = self.pid else { return };
+        let end = if self.split.pending() > 0 {
+            EndKind::CutMidFrame {
+                partial_bytes: self.split.pending() as u32,
+            }
+        } else if self.goodbye.is_some() {
+            EndKind::Goodbye
+        } else {
+            EndKind::Vanished
+        };
+        let mut buf = Vec::new();
+        codec::put_record(
+            &mut buf,
+            &Record::ProcessEnd {
+                pid,
+                ts_ns: mono_ns(),
+                kind: end,
+            },
+        );
+        if let Ok(mut w) = trace.lock() {
+            w.write(pid, &buf);
+        }
+    }
+}
+
+/// Appends a blob from a ring to `out` if it is whole frames; a goodbye is held back (its time kept).
+fn blob_into(out: &mut Vec<u8>, bytes: &[u8], goodbye: &mut Option<u64>) {
+    let mut split = FrameSplitter::new();
+    split.push(bytes);
+    match split.whole() {
+        Ok(w) if w.len() == bytes.len() => {}
+        _ => return,
+    }
+    for (k, payload) in codec::frames(bytes) {
+        if k == kind::GOODBYE {
+            if let Ok(Some(Record::Goodbye { ts_ns, .. })) = codec::decode_record(k, payload) {
+                *goodbye = Some(ts_ns);
+            }
+            continue;
+        }
+        out.extend_from_slice(&(payload.len() as u32 + 1).to_le_bytes());
+        out.push(k);
+        out.extend_from_slice(payload);
+    }
+}
+
+/// `count` records lost, and why: the count as older readers know it, then the cause.
+fn put_loss(out: &mut Vec<u8>, pid: u32, ts_ns: u64, count: u64, cause: LossCause) {
+    codec::put_record(out, &Record::Dropped { pid, ts_ns, count });
+    codec::put_record(
+        out,
+        &Record::Lost {
+            pid,
+            ts_ns,
+            count,
+            cause,
+        },
+    );
+}
+
+fn put_note(out: &mut Vec<u8>, pid: u32, ts_ns: u64, text: String) {
+    codec::put_record(out, &Record::Note { pid, ts_ns, text });
+}
+
+/// `recvmsg` into `buf`, with any descriptors that came attached (`SCM_RIGHTS`), owned.
+fn recv_with_fds(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut cbuf = [0u64; 32];
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut fds = Vec::new();
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c).cast::<i32>();
+                let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, fds))
+}

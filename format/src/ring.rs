@@ -1,0 +1,739 @@
+//! The shared-memory ring that carries a process's events to the collector: the shim's threads fill fixed-size
+//! slots and publish each record with one atomic store; the collector maps the same memory and drains it. An
+//! event is out of the process the moment the call that made it returns, so a process that `_exit`s, is
+//! SIGKILLed or crashes on its next instruction loses nothing: the collector drains its ring after it is gone.
+//!
+//! Layout (all little-endian, native atomics; both sides are the same machine):
+//!
+//! ```text
+//! 0      header page (4096 bytes): magic, version, slot size, slot count, the producer's pid,
+//!        then one cache line each for: head (reserved by producers), tail (released by the collector),
+//!        dropped (records lost to a full ring, counted where a SIGKILL cannot take the count), and the wake
+//!        word (a futex the collector sleeps on)
+//! 4096   slots: `slots` x 64 bytes, a power of two
+//! ```
+//!
+//! A record is one slot (an event) or several consecutive slots (a blob: any encoded trace record, e.g. a call
+//! site, the loaded objects, a note, the Python bridge's figures, goodbye). Every slot begins with its sequence
+//! word: the slot's absolute position + 1, stored (release) by the producer after the rest of the record is
+//! written. The collector takes a record only when its first slot's word says so; positions never repeat, so a
+//! stale slot from an earlier lap never passes for a new one. A record that would cross the ring's end is
+//! preceded by a padding record to the end.
+//!
+//! Producers reserve with a compare-and-swap on `head`, after checking against `tail` that the room is free:
+//! a full ring drops the record and counts it in `dropped` (or, in lossless mode, the caller waits). No system
+//! call, no lock: the only system call is an occasional futex wake when the ring passes a quarter full while the
+//! collector sleeps.
+//!
+//! The memory is shared with another process that may die at any instruction, so the consumer trusts nothing
+//! it reads: lengths are bounded by the ring, kinds are checked, and a record a dead process left half-written
+//! is skipped and counted ([`Consumer::drain`] with `dead`).
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use crate::{Api, Event};
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"VTRING\0\0");
+/// Bumped on any change of the layout: a collector refuses a ring of another version (the shim then records
+/// nothing rather than be misread).
+pub const VERSION: u32 = 1;
+pub const SLOT: usize = 64;
+pub const HEADER: usize = 4096;
+/// Bytes of a blob carried by each of its slots.
+pub const BLOB_PER_SLOT: usize = SLOT - 16;
+/// The default ring: 65,536 slots (4 MiB), what a process produces in about 13 ms at 5 M events/s. The
+/// collector drains at least every few milliseconds, and at once when a ring passes a quarter full.
+pub const DEFAULT_SLOTS: u64 = 1 << 16;
+pub const MIN_SLOTS: u64 = 1 << 10;
+pub const MAX_SLOTS: u64 = 1 << 24;
+
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = 8;
+const OFF_SLOT_SIZE: usize = 12;
+const OFF_SLOTS: usize = 16;
+const OFF_PID: usize = 24;
+const OFF_FLAGS: usize = 28;
+const OFF_HEAD: usize = 64;
+const OFF_TAIL: usize = 128;
+const OFF_DROPPED: usize = 192;
+const OFF_WAKE: usize = 256;
+const OFF_SLEEPING: usize = 260;
+
+/// Header flag: the producer waits for room instead of dropping (`--lossless`).
+pub const FLAG_LOSSLESS: u32 = 1;
+
+const KIND_EVENT: u8 = 1;
+const KIND_BLOB: u8 = 2;
+const KIND_PAD: u8 = 3;
+const KIND_CONT: u8 = 4;
+
+/// Slots that events and ordinary records leave free: the process's goodbye always has room.
+const KEEP_FOR_LAST: u64 = 4;
+
+/// The mapping's size for `slots` slots.
+pub fn bytes_for(slots: u64) -> usize {
+    HEADER + slots as usize * SLOT
+}
+
+/// The slot count for a requested ring size in bytes: a power of two, within bounds.
+pub fn slots_for_bytes(bytes: u64) -> u64 {
+    let want = (bytes.saturating_sub(HEADER as u64) / SLOT as u64).max(1);
+    let p = if want.is_power_of_two() {
+        want
+    } else {
+        want.next_power_of_two() / 2
+    };
+    p.clamp(MIN_SLOTS, MAX_SLOTS)
+}
+
+/// A view of a mapped ring. The mapping belongs to whoever made the view (the shim or the collector), which
+/// keeps it mapped for as long as the view is used.
+#[derive(Clone, Copy)]
+pub struct Ring {
+    base: *mut u8,
+    slots: u64,
+}
+
+unsafe impl Send for Ring {}
+unsafe impl Sync for Ring {}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Invalid {
+    Size,
+    Magic,
+    Version(u32),
+    Geometry,
+}
+
+impl Ring {
+    /// Lays out a new ring in zeroed memory of `bytes_for(slots)` bytes.
+    ///
+    /// # Safety
+    /// `base` must point to at least `bytes_for(slots)` writable bytes, 64-byte aligned, zeroed, that stay
+    /// mapped while the ring is used.
+    pub unsafe fn init(base: *mut u8, slots: u64, pid: u32, flags: u32) -> Ring {
+        assert!(slots.is_power_of_two() && (MIN_SLOTS..=MAX_SLOTS).contains(&slots));
+        base.add(OFF_VERSION).cast::<u32>().write(VERSION);
+        base.add(OFF_SLOT_SIZE).cast::<u32>().write(SLOT as u32);
+        base.add(OFF_SLOTS).cast::<u64>().write(slots);
+        base.add(OFF_PID).cast::<u32>().write(pid);
+        base.add(OFF_FLAGS).cast::<u32>().write(flags);
+        let r = Ring { base, slots };
+        // The magic last: a reader that sees it sees the rest.
+        r.a64(OFF_MAGIC).store(MAGIC, Ordering::Release);
+        r
+    }
+
+    /// A view of a ring another process laid out, after checking its header against the mapping's size.
+    ///
+    /// # Safety
+    /// `base` must point to `len` readable and writable bytes, 64-byte aligned, that stay mapped while the ring
+    /// is used (the other process cannot shrink them: the collector takes only sealed memory).
+    pub unsafe fn open(base: *mut u8, len: usize) -> Result<Ring, Invalid> {
+        if len < HEADER + MIN_SLOTS as usize * SLOT {
+            return Err(Invalid::Size);
+        }
+        let r = Ring { base, slots: 0 };
+        if r.a64(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
+            return Err(Invalid::Magic);
+        }
+        let version = base.add(OFF_VERSION).cast::<u32>().read_volatile();
+        if version != VERSION {
+            return Err(Invalid::Version(version));
+        }
+        let slot = base.add(OFF_SLOT_SIZE).cast::<u32>().read_volatile();
+        let slots = base.add(OFF_SLOTS).cast::<u64>().read_volatile();
+        if slot as usize != SLOT
+            || !slots.is_power_of_two()
+            || !(MIN_SLOTS..=MAX_SLOTS).contains(&slots)
+            || bytes_for(slots) != len
+        {
+            return Err(Invalid::Geometry);
+        }
+        Ok(Ring { base, slots })
+    }
+
+    pub fn slots(&self) -> u64 {
+        self.slots
+    }
+
+    pub fn pid(&self) -> u32 {
+        unsafe { self.base.add(OFF_PID).cast::<u32>().read_volatile() }
+    }
+
+    pub fn lossless(&self) -> bool {
+        unsafe { self.base.add(OFF_FLAGS).cast::<u32>().read_volatile() & FLAG_LOSSLESS != 0 }
+    }
+
+    /// Records dropped because the ring was full, since the ring was made.
+    pub fn dropped(&self) -> u64 {
+        self.a64(OFF_DROPPED).load(Ordering::Acquire)
+    }
+
+    /// Slots reserved and not yet released by the collector.
+    pub fn used(&self) -> u64 {
+        let t = self.a64(OFF_TAIL).load(Ordering::Acquire);
+        self.a64(OFF_HEAD).load(Ordering::Acquire).wrapping_sub(t)
+    }
+
+    #[inline(always)]
+    fn a64(&self, off: usize) -> &AtomicU64 {
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    #[inline(always)]
+    fn a32(&self, off: usize) -> &AtomicU32 {
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+    }
+
+    #[inline(always)]
+    fn slot(&self, pos: u64) -> *mut u8 {
+        unsafe {
+            self.base
+                .add(HEADER + ((pos & (self.slots - 1)) as usize) * SLOT)
+        }
+    }
+
+    #[inline(always)]
+    fn seq(&self, pos: u64) -> &AtomicU64 {
+        unsafe { &*(self.slot(pos) as *const AtomicU64) }
+    }
+
+    // ---- producing ----
+
+    /// Reserves `n` consecutive slots (padding to the ring's end first if they would cross it). The position of
+    /// the first, or `None` when the ring has no room (nothing reserved).
+    #[inline(always)]
+    fn reserve(&self, n: u64, keep: u64) -> Option<u64> {
+        let head = self.a64(OFF_HEAD);
+        let mut h = head.load(Ordering::Relaxed);
+        loop {
+            let t = self.a64(OFF_TAIL).load(Ordering::Acquire);
+            let idx = h & (self.slots - 1);
+            let pad = if idx + n > self.slots {
+                self.slots - idx
+            } else {
+                0
+            };
+            let used = h.wrapping_sub(t);
+            if used + pad + n + keep > self.slots {
+                return None;
+            }
+            match head.compare_exchange_weak(h, h + pad + n, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    if pad > 0 {
+                        let s = self.slot(h);
+                        unsafe {
+                            s.add(8).write(KIND_PAD);
+                            s.add(12).cast::<u32>().write(pad as u32);
+                        }
+                        self.seq(h).store(h + 1, Ordering::Release);
+                    }
+                    let quarter = self.slots / 4;
+                    if used < quarter && used + pad + n >= quarter {
+                        self.wake();
+                    }
+                    return Some(h + pad);
+                }
+                Err(now) => h = now,
+            }
+        }
+    }
+
+    /// Counts a record the ring had no room for.
+    #[inline]
+    pub fn count_drop(&self) {
+        self.a64(OFF_DROPPED).fetch_add(1, Ordering::Relaxed);
+        self.wake();
+    }
+
+    /// Wakes the collector if it sleeps on this ring.
+    #[inline]
+    pub fn wake(&self) {
+        if self.a32(OFF_SLEEPING).load(Ordering::Relaxed) != 0 {
+            self.a32(OFF_WAKE).fetch_add(1, Ordering::Release);
+            futex_wake(self.a32(OFF_WAKE));
+        }
+    }
+
+    /// Wakes the collector whether or not it said it sleeps (a record waits on the socket, or a lossless writer
+    /// waits for room): a system call, for the cold paths only.
+    pub fn wake_now(&self) {
+        self.a32(OFF_WAKE).fetch_add(1, Ordering::Release);
+        futex_wake(self.a32(OFF_WAKE));
+    }
+
+    /// Publishes one event. False when the ring is full (nothing written: the caller counts or waits).
+    #[inline(always)]
+    pub fn try_event(&self, e: &Event) -> bool {
+        let Some(pos) = self.reserve(1, KEEP_FOR_LAST) else {
+            return false;
+        };
+        let s = self.slot(pos);
+        // One slot, written in place; the sequence word last.
+        unsafe {
+            s.add(8).write(KIND_EVENT);
+            s.add(9).write(e.api as u8);
+            s.add(10).write(e.flags);
+            s.add(12).cast::<u32>().write(e.tid);
+            s.add(16).cast::<u64>().write(e.ts_ns);
+            s.add(24).cast::<u32>().write(e.device);
+            s.add(28).cast::<u32>().write(e.result);
+            s.add(32).cast::<u64>().write(e.addr);
+            s.add(40).cast::<u64>().write(e.size);
+            s.add(48).cast::<u64>().write(e.aux);
+            s.add(56).cast::<u32>().write(e.stack);
+        }
+        self.seq(pos).store(pos + 1, Ordering::Release);
+        true
+    }
+
+    /// The most bytes one blob may carry: a quarter of the ring.
+    pub fn max_blob(&self) -> usize {
+        (self.slots as usize / 4) * BLOB_PER_SLOT
+    }
+
+    /// Publishes a blob (encoded trace records). False when it does not fit now (nothing written) or ever
+    /// (longer than [`Ring::max_blob`]).
+    pub fn try_blob(&self, bytes: &[u8]) -> bool {
+        self.blob_keeping(bytes, KEEP_FOR_LAST)
+    }
+
+    /// Publishes the process's last record (its goodbye) in room the other records leave free for it, so a ring
+    /// the collector could not drain still says the process exited.
+    pub fn try_last(&self, bytes: &[u8]) -> bool {
+        bytes.len() <= KEEP_FOR_LAST as usize * BLOB_PER_SLOT && self.blob_keeping(bytes, 0)
+    }
+
+    fn blob_keeping(&self, bytes: &[u8], keep: u64) -> bool {
+        if bytes.is_empty() || bytes.len() > self.max_blob() {
+            return false;
+        }
+        let n = bytes.len().div_ceil(BLOB_PER_SLOT) as u64;
+        // Padding to the ring's end may cost up to n - 1 more slots than the record.
+        let Some(pos) = self.reserve(n, keep) else {
+            return false;
+        };
+        for (i, chunk) in bytes.chunks(BLOB_PER_SLOT).enumerate() {
+            let p = pos + i as u64;
+            let s = self.slot(p);
+            unsafe {
+                s.add(8).write(if i == 0 { KIND_BLOB } else { KIND_CONT });
+                s.add(12).cast::<u32>().write(bytes.len() as u32);
+                std::ptr::copy_nonoverlapping(chunk.as_ptr(), s.add(16), chunk.len());
+            }
+            if i > 0 {
+                self.seq(p).store(p + 1, Ordering::Release);
+            }
+        }
+        // The first slot last: the record is whole when it is visible.
+        self.seq(pos).store(pos + 1, Ordering::Release);
+        true
+    }
+}
+
+/// What the collector takes out of a ring.
+pub enum Item<'a> {
+    Event(Event),
+    /// Encoded trace records, as the shim's codec wrote them (the collector checks them before use).
+    Blob(&'a [u8]),
+}
+
+/// The collector's side of one ring.
+pub struct Consumer {
+    ring: Ring,
+    pos: u64,
+    blob: Vec<u8>,
+    /// Records a process left half-written when it died, and slots skipped as unreadable.
+    pub torn: u64,
+    /// Set when the ring held something no shim writes: draining stopped there.
+    pub corrupt: bool,
+}
+
+impl Consumer {
+    pub fn new(ring: Ring) -> Consumer {
+        let pos = ring.a64(OFF_TAIL).load(Ordering::Acquire);
+        Consumer {
+            ring,
+            pos,
+            blob: Vec::new(),
+            torn: 0,
+            corrupt: false,
+        }
+    }
+
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// Takes every whole record published so far, in the ring's order, and releases their slots. With `dead`
+    /// (the producing process is gone, nothing more will be written) a reserved record that was never published
+    /// is skipped and counted in `torn`, and what follows it is still taken. Returns the records taken.
+    pub fn drain(&mut self, dead: bool, mut take: impl FnMut(Item)) -> u64 {
+        if self.corrupt {
+            return 0;
+        }
+        let ring = self.ring;
+        let head = ring.a64(OFF_HEAD).load(Ordering::Acquire);
+        let mut taken = 0u64;
+        let mut since_release = 0u64;
+        while self.pos < head {
+            let pos = self.pos;
+            if ring.seq(pos).load(Ordering::Acquire) != pos + 1 {
+                if !dead {
+                    break; // a producer is still writing it
+                }
+                // A record its process died writing: skip to the next slot that starts a published record.
+                self.torn += 1;
+                self.pos += 1;
+                while self.pos < head && !self.starts_record(self.pos) {
+                    self.pos += 1;
+                }
+                continue;
+            }
+            let s = ring.slot(pos);
+            let kind = unsafe { s.add(8).read_volatile() };
+            let n = match kind {
+                KIND_EVENT => {
+                    let api = unsafe { s.add(9).read_volatile() };
+                    match Api::from_u8(api) {
+                        Some(api) => take(Item::Event(unsafe { read_event(s, api) })),
+                        None => self.torn += 1,
+                    }
+                    1
+                }
+                KIND_PAD => {
+                    let n = unsafe { s.add(12).cast::<u32>().read_volatile() } as u64;
+                    if n == 0 || (pos & (ring.slots - 1)) + n != ring.slots {
+                        self.corrupt = true;
+                        break;
+                    }
+                    n
+                }
+                KIND_BLOB => {
+                    let len = unsafe { s.add(12).cast::<u32>().read_volatile() } as usize;
+                    let n = len.div_ceil(BLOB_PER_SLOT) as u64;
+                    if len == 0
+                        || len > ring.max_blob()
+                        || (pos & (ring.slots - 1)) + n > ring.slots
+                    {
+                        self.corrupt = true;
+                        break;
+                    }
+                    if pos + n > head {
+                        self.corrupt = true;
+                        break;
+                    }
+                    // Continuation slots are published before the first one: all are whole now.
+                    self.blob.clear();
+                    let mut ok = true;
+                    for i in 0..n {
+                        let p = pos + i;
+                        let c = ring.slot(p);
+                        if i > 0
+                            && (ring.seq(p).load(Ordering::Acquire) != p + 1
+                                || unsafe { c.add(8).read_volatile() } != KIND_CONT)
+                        {
+                            ok = false;
+                            break;
+                        }
+                        let take_n = (len - self.blob.len()).min(BLOB_PER_SLOT);
+                        let mut chunk = [0u8; BLOB_PER_SLOT];
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(c.add(16), chunk.as_mut_ptr(), take_n)
+                        };
+                        self.blob.extend_from_slice(&chunk[..take_n]);
+                    }
+                    if ok {
+                        take(Item::Blob(&self.blob));
+                    } else {
+                        self.torn += 1;
+                    }
+                    n
+                }
+                _ => {
+                    self.corrupt = true;
+                    break;
+                }
+            };
+            taken += 1;
+            self.pos += n;
+            since_release += n;
+            // Room back to the producers as we go, so a long drain never leaves them a full ring.
+            if since_release >= ring.slots / 8 {
+                fence(Ordering::Release);
+                ring.a64(OFF_TAIL).store(self.pos, Ordering::Release);
+                since_release = 0;
+            }
+        }
+        ring.a64(OFF_TAIL).store(self.pos, Ordering::Release);
+        taken
+    }
+
+    fn starts_record(&self, pos: u64) -> bool {
+        let ring = self.ring;
+        ring.seq(pos).load(Ordering::Acquire) == pos + 1
+            && matches!(
+                unsafe { ring.slot(pos).add(8).read_volatile() },
+                KIND_EVENT | KIND_BLOB | KIND_PAD
+            )
+    }
+
+    /// Sleeps until a producer wakes the collector or `timeout` passes (the wake word is a futex in the
+    /// shared memory). Whatever was published before the sleep began is seen at the next drain.
+    pub fn sleep(&self, timeout: std::time::Duration) {
+        let ring = self.ring;
+        let word = ring.a32(OFF_WAKE);
+        let seen = word.load(Ordering::Acquire);
+        ring.a32(OFF_SLEEPING).store(1, Ordering::SeqCst);
+        // Published between the last drain and the flag: do not sleep on it.
+        if ring.a64(OFF_HEAD).load(Ordering::SeqCst) == self.pos {
+            futex_wait(word, seen, timeout);
+        }
+        ring.a32(OFF_SLEEPING).store(0, Ordering::Relaxed);
+    }
+}
+
+unsafe fn read_event(s: *const u8, api: Api) -> Event {
+    Event {
+        api,
+        flags: s.add(10).read_volatile(),
+        tid: s.add(12).cast::<u32>().read_volatile(),
+        ts_ns: s.add(16).cast::<u64>().read_volatile(),
+        device: s.add(24).cast::<u32>().read_volatile(),
+        result: s.add(28).cast::<u32>().read_volatile(),
+        addr: s.add(32).cast::<u64>().read_volatile(),
+        size: s.add(40).cast::<u64>().read_volatile(),
+        aux: s.add(48).cast::<u64>().read_volatile(),
+        stack: s.add(56).cast::<u32>().read_volatile(),
+    }
+}
+
+/// FUTEX_WAKE on a shared word (not the private variant: the sleeper is another process).
+fn futex_wake(word: &AtomicU32) {
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word as *const AtomicU32,
+            libc::FUTEX_WAKE,
+            i32::MAX,
+        );
+    }
+}
+
+fn futex_wait(word: &AtomicU32, seen: u32, timeout: std::time::Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word as *const AtomicU32,
+            libc::FUTEX_WAIT,
+            seen,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::alloc::{alloc_zeroed, dealloc, Layout};
+
+    struct Mem(*mut u8, Layout);
+    impl Mem {
+        fn new(slots: u64) -> Mem {
+            let l = Layout::from_size_align(bytes_for(slots), 4096).unwrap();
+            Mem(unsafe { alloc_zeroed(l) }, l)
+        }
+    }
+    impl Drop for Mem {
+        fn drop(&mut self) {
+            unsafe { dealloc(self.0, self.1) }
+        }
+    }
+
+    fn ev(tid: u32, n: u64) -> Event {
+        Event {
+            ts_ns: n,
+            tid,
+            api: Api::MemAlloc,
+            flags: 3,
+            device: 1,
+            result: 0,
+            addr: 0x1000 + n,
+            size: n * 7,
+            aux: u64::MAX - n,
+            stack: tid,
+        }
+    }
+
+    #[test]
+    fn events_and_blobs_come_out_whole_in_order_across_the_wrap() {
+        let m = Mem::new(MIN_SLOTS);
+        let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
+        let mut c = Consumer::new(unsafe { Ring::open(m.0, bytes_for(MIN_SLOTS)).unwrap() });
+        let mut got = Vec::new();
+        let mut n = 0u64;
+        for round in 0..50u64 {
+            for _ in 0..37 {
+                n += 1;
+                assert!(r.try_event(&ev(1, n)));
+            }
+            let blob: Vec<u8> = (0..(round * 97 % 3000 + 1)).map(|i| i as u8).collect();
+            assert!(r.try_blob(&blob));
+            c.drain(false, |it| match it {
+                Item::Event(e) => got.push(Ok(e)),
+                Item::Blob(b) => got.push(Err(b.to_vec())),
+            });
+        }
+        let events: Vec<u64> = got
+            .iter()
+            .filter_map(|g| g.as_ref().ok().map(|e| e.ts_ns))
+            .collect();
+        assert_eq!(events, (1..=n).collect::<Vec<_>>());
+        assert!(got
+            .iter()
+            .filter_map(|g| g.as_ref().ok())
+            .all(|e| *e == ev(1, e.ts_ns)));
+        let blobs: Vec<&Vec<u8>> = got.iter().filter_map(|g| g.as_ref().err()).collect();
+        assert_eq!(blobs.len(), 50);
+        for (round, b) in blobs.iter().enumerate() {
+            assert_eq!(b.len() as u64, round as u64 * 97 % 3000 + 1);
+            assert!(b.iter().enumerate().all(|(i, x)| *x == i as u8));
+        }
+        assert_eq!(c.torn, 0);
+        assert!(!c.corrupt);
+    }
+
+    #[test]
+    fn a_full_ring_refuses_and_counts_and_frees_room_when_drained() {
+        let m = Mem::new(MIN_SLOTS);
+        let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
+        let mut c = Consumer::new(r);
+        let mut ok = 0;
+        for i in 0..MIN_SLOTS + 10 {
+            if r.try_event(&ev(1, i)) {
+                ok += 1;
+            } else {
+                r.count_drop();
+            }
+        }
+        assert_eq!(ok, MIN_SLOTS - KEEP_FOR_LAST);
+        assert_eq!(r.dropped(), 10 + KEEP_FOR_LAST);
+        assert!(!r.try_blob(&[1; 100]));
+        // The goodbye still fits.
+        assert!(r.try_last(&[2; 100]));
+        assert!(!r.try_last(&[2; 100]));
+        assert_eq!(c.drain(false, |_| {}), MIN_SLOTS - KEEP_FOR_LAST + 1);
+        assert!(r.try_event(&ev(1, 0)));
+        assert!(r.try_blob(&vec![0; r.max_blob()]));
+        assert!(!r.try_blob(&vec![0; r.max_blob() + 1]));
+    }
+
+    #[test]
+    fn a_record_left_half_written_by_a_dead_process_is_skipped_and_counted() {
+        let m = Mem::new(MIN_SLOTS);
+        let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
+        let mut c = Consumer::new(r);
+        assert!(r.try_event(&ev(1, 1)));
+        // A thread reserved three slots for a blob and died before publishing them.
+        assert!(r.reserve(3, 0).is_some());
+        assert!(r.try_event(&ev(2, 2)));
+        let mut got = Vec::new();
+        c.drain(false, |it| {
+            if let Item::Event(e) = it {
+                got.push(e.ts_ns)
+            }
+        });
+        assert_eq!(
+            got,
+            vec![1],
+            "alive: the drain waits at the unpublished record"
+        );
+        c.drain(true, |it| {
+            if let Item::Event(e) = it {
+                got.push(e.ts_ns)
+            }
+        });
+        assert_eq!(got, vec![1, 2]);
+        assert_eq!(c.torn, 1);
+    }
+
+    #[test]
+    fn garbage_in_the_ring_stops_the_drain_without_reading_out_of_bounds() {
+        let m = Mem::new(MIN_SLOTS);
+        let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
+        let mut c = Consumer::new(r);
+        assert!(r.try_blob(&[9; 200]));
+        // Another writer scribbles a huge length over the blob's first slot.
+        unsafe { m.0.add(HEADER + 12).cast::<u32>().write(u32::MAX) };
+        assert_eq!(c.drain(true, |_| panic!("nothing whole")), 0);
+        assert!(c.corrupt);
+        assert_eq!(unsafe { Ring::open(m.0, 100) }.err(), Some(Invalid::Size));
+        unsafe { m.0.add(OFF_VERSION).cast::<u32>().write(99) };
+        assert_eq!(
+            unsafe { Ring::open(m.0, bytes_for(MIN_SLOTS)) }.err(),
+            Some(Invalid::Version(99))
+        );
+    }
+
+    #[test]
+    fn many_threads_lose_nothing_and_keep_each_threads_order() {
+        let slots = 1 << 12;
+        let m = Mem::new(slots);
+        let r = unsafe { Ring::init(m.0, slots, 7, 0) };
+        let per = 50_000u64;
+        let threads = 6u32;
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let mut c = Consumer::new(r);
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let done = done.clone();
+                s.spawn(move || {
+                    for i in 0..per {
+                        let e = ev(t, i);
+                        while !r.try_event(&e) {
+                            std::hint::spin_loop();
+                        }
+                        if i % 1000 == 0 {
+                            let b = [t as u8; 130];
+                            while !r.try_blob(&b) {
+                                std::hint::spin_loop();
+                            }
+                        }
+                    }
+                    done.fetch_add(1, Ordering::Release);
+                });
+            }
+            let mut next = vec![0u64; threads as usize];
+            let mut blobs = 0;
+            loop {
+                let finished = done.load(Ordering::Acquire) == threads;
+                c.drain(false, |it| match it {
+                    Item::Event(e) => {
+                        assert_eq!(
+                            e.ts_ns, next[e.tid as usize],
+                            "thread {} out of order",
+                            e.tid
+                        );
+                        assert_eq!(e, ev(e.tid, e.ts_ns));
+                        next[e.tid as usize] += 1;
+                    }
+                    Item::Blob(b) => {
+                        assert_eq!(b.len(), 130);
+                        assert!(b.iter().all(|x| *x == b[0]));
+                        blobs += 1;
+                    }
+                });
+                if finished && r.used() == 0 {
+                    break;
+                }
+            }
+            assert!(next.iter().all(|n| *n == per));
+            assert_eq!(blobs, threads as u64 * per / 1000);
+        });
+    }
+}

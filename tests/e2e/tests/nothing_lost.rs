@@ -1,0 +1,226 @@
+//! Nothing lost: an event is out of the process the moment the call returns (the shared-memory ring), so a
+//! process that `_exit`s or is SIGKILLed right after allocating, or a forked child that ends in `_exit`, leaves
+//! every allocation in the trace; what a full ring could not hold is counted exactly, with its cause; a
+//! stopped collector loses nothing the ring can hold and says why it lost the rest; `--lossless` loses nothing.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use vramtrace_collector::model;
+use vramtrace_e2e::traced::{read_trace, vramtrace};
+use vramtrace_e2e::*;
+use vramtrace_format::{Api, EndKind, ExitStatus, LossCause};
+
+fn allocs(t: &vramtrace_e2e::traced::Trace, pid: u32) -> usize {
+    t.events.get(&pid).map_or(0, |e| {
+        e.iter()
+            .filter(|e| e.api == Api::MemAlloc && e.ok())
+            .count()
+    })
+}
+
+#[test]
+fn exit_and_kill_right_after_allocating_lose_nothing() {
+    let fc = FakeCuda::new();
+    let p = program("probe").display().to_string();
+    let five = "'alloc 1048576' 'alloc 2097152' 'alloc 3145728' 'alloc 4194304' 'alloc 5242880'";
+    // 20 processes end in `_exit` and 20 SIGKILL themselves, each on the instruction after its fifth
+    // allocation returned: no atexit handler, no flush, nothing but the ring.
+    // Each in a subshell that leaves it orphaned: vramtrace (their subreaper) reaps it and learns how it ended.
+    let script = format!(
+        "for i in $(seq 20); do ( {p} {five} '_exit 3' >/dev/null & ); ( {p} {five} kill >/dev/null 2>&1 & ); \
+         sleep 0.05; done; true"
+    );
+    let (run, path) = fc.traced(
+        "exitkill",
+        &["--python-agent", "off"],
+        "bash",
+        &["-c", &script],
+    );
+    run.assert_success("exit and kill");
+    let t = read_trace(&path);
+    assert_eq!(t.pids().len(), 40, "{}", run.stderr);
+    let log = fc.log();
+    for pid in t.pids() {
+        assert_eq!(allocs(&t, pid), 5, "pid {pid}: {:?}", t.events.get(&pid));
+        // The driver's own log agrees: five allocations of this process, all in the trace.
+        let driver = log
+            .iter()
+            .filter(|l| l.pid == pid && l.func == "cuMemAlloc_v2")
+            .count();
+        assert_eq!(driver, 5, "pid {pid}");
+        assert!(t.ends.contains(&(pid, EndKind::Vanished)), "{:?}", t.ends);
+    }
+    assert_eq!(t.dropped, 0);
+    // How each ended, from the wait statuses: 20 exited with 3 and 20 were killed.
+    let a = model::analyze(&path).unwrap();
+    let code3 = a
+        .processes
+        .iter()
+        .filter(|p| p.exit == Some(ExitStatus::Code(3)))
+        .count();
+    let killed = a
+        .processes
+        .iter()
+        .filter(|p| matches!(p.exit, Some(ExitStatus::Signal { signal: 9, .. })))
+        .count();
+    assert_eq!((code3, killed), (20, 20), "{}", run.stderr);
+    assert_eq!(a.device(0).unwrap().allocations, 200);
+}
+
+#[test]
+fn two_hundred_forked_children_ending_in_exit_are_all_traced() {
+    let fc = FakeCuda::new();
+    let (run, path) = fc.traced(
+        "forks",
+        &["--python-agent", "off"],
+        program("probe"),
+        &["forks 200 1048576"],
+    );
+    run.assert_success("forks");
+    assert!(run.stdout.lines().any(|l| l == "0"), "{}", run.stdout);
+    let t = read_trace(&path);
+    let children: Vec<u32> = t
+        .pids()
+        .into_iter()
+        .filter(|pid| allocs(&t, *pid) > 0)
+        .collect();
+    assert_eq!(children.len(), 200, "{}", run.stderr);
+    let total: usize = children.iter().map(|pid| allocs(&t, *pid)).sum();
+    assert_eq!(total, 400);
+    assert_eq!(t.dropped, 0);
+}
+
+/// bench_pairs under `vramtrace run`, with extra run arguments; returns (events recorded, dropped counted).
+fn pairs(fc: &FakeCuda, name: &str, vt: &[&str], n: u64) -> (u64, u64, String) {
+    let n = n.to_string();
+    let mut args = vec!["--python-agent", "off", "--stacks", "none"];
+    args.extend_from_slice(vt);
+    let (run, path) = fc.traced(name, &args, program("bench_pairs"), &["--pairs", &n]);
+    run.assert_success(name);
+    let t = read_trace(&path);
+    (t.all_events().len() as u64, t.dropped, run.stderr)
+}
+
+#[test]
+fn a_full_ring_counts_every_event_it_drops_and_lossless_drops_none() {
+    let fc = FakeCuda::new();
+    let n = 200_000u64;
+    // The smallest ring (1,024 slots) against a tight loop: some are dropped; every one is recorded or counted.
+    let (recorded, dropped, stderr) = pairs(&fc, "small", &["--ring-size", "68KiB"], n);
+    assert_eq!(recorded + dropped, 2 * n, "{stderr}");
+    if dropped > 0 {
+        assert!(stderr.contains("dropped"), "{stderr}");
+    }
+    // Lossless: the same ring, nothing dropped.
+    let (recorded, dropped, stderr) =
+        pairs(&fc, "lossless", &["--ring-size", "68KiB", "--lossless"], n);
+    assert_eq!((recorded, dropped), (2 * n, 0), "{stderr}");
+}
+
+#[test]
+fn a_stopped_collector_loses_nothing_its_rings_hold_and_says_why_it_lost_the_rest() {
+    for (ring, expect_loss) in [("4MiB", false), ("68KiB", true)] {
+        let fc = FakeCuda::new();
+        let path = fc.dir().join("stopped.vtrace");
+        let script = format!(
+            "sleep 0.5; {} --pairs 3000 >/dev/null; exit 7",
+            program("bench_pairs").display()
+        );
+        let mut c = fc.command(vramtrace());
+        c.args([
+            "run",
+            "--python-agent",
+            "off",
+            "--stacks",
+            "none",
+            "--ring-size",
+            ring,
+            "--out",
+            path.to_str().unwrap(),
+            "--",
+            "bash",
+            "-c",
+            &script,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let child = c.spawn().unwrap();
+        let pid = child.id() as i32;
+        // Stopped before the program allocates, continued after it exited.
+        std::thread::sleep(Duration::from_millis(200));
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_secs(3));
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        let run = wait_with_timeout(child, Duration::from_secs(60), "stopped");
+        assert_eq!(run.status.code(), Some(7), "{}", run.stderr);
+        let t = read_trace(&path);
+        let recorded = t.all_events().len() as u64;
+        assert_eq!(recorded + t.dropped, 6000, "{ring}: {}", run.stderr);
+        if expect_loss {
+            assert!(
+                t.dropped > 0 && recorded >= 1000,
+                "{ring}: {recorded} {}",
+                t.dropped
+            );
+            // Every loss has its cause, and here it is the stalled collector.
+            let stalled: u64 = t
+                .lost
+                .iter()
+                .filter(|(_, c, _)| *c == LossCause::CollectorStalled)
+                .map(|(_, _, n)| n)
+                .sum();
+            assert_eq!(stalled, t.dropped, "{:?}", t.lost);
+            assert!(
+                run.stderr.contains("the collector was stalled"),
+                "{}",
+                run.stderr
+            );
+        } else {
+            assert_eq!(t.dropped, 0, "{ring}");
+        }
+        // The program exited (its goodbye had room kept for it even in a full ring), not "killed or crashed".
+        let prog = *t.events.keys().next().unwrap();
+        assert!(
+            t.ends.contains(&(prog, EndKind::Goodbye)),
+            "{ring}: {:?}",
+            t.ends
+        );
+        assert!(!run.stderr.contains("killed or crashed"), "{}", run.stderr);
+    }
+}
+
+#[test]
+fn a_process_that_cannot_make_its_ring_is_named() {
+    let fc = FakeCuda::new();
+    // A file-size limit below the ring's size: the shim cannot size its memfd (and must not die of SIGXFSZ).
+    let script = format!(
+        "ulimit -f 64; {} 'alloc 1048576'",
+        program("probe").display()
+    );
+    let (run, path) = fc.traced(
+        "fsize",
+        &["--python-agent", "off"],
+        "bash",
+        &["-c", &script],
+    );
+    run.assert_success("ulimit -f");
+    let t = read_trace(&path);
+    assert_eq!(t.hellos.len(), 1, "{}", run.stderr);
+    assert!(
+        t.notes
+            .iter()
+            .any(|(_, n)| n.contains("its event ring was not usable") && n.contains("ulimit -f")),
+        "{:?}",
+        t.notes
+    );
+    // The summary names it, and never says the job allocated nothing.
+    assert!(run.stderr.contains("not traced"), "{}", run.stderr);
+    assert!(run.stderr.contains("ulimit -f"), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("no GPU memory was allocated"),
+        "{}",
+        run.stderr
+    );
+}
