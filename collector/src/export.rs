@@ -132,23 +132,27 @@ pub fn process_name(p: &ProcessStats) -> String {
     }
 }
 
+/// A call site from its frames, with none of the report's figures (the exports label their own).
+pub fn site_of(stack: u32, frames: Vec<Frame>) -> Site {
+    Site {
+        pid: 0,
+        stack,
+        site: choose_site(&frames),
+        frames,
+        missing: false,
+        allocations: 0,
+        allocated_bytes: 0,
+        live_bytes_at_end: 0,
+        per_device: Vec::new(),
+        extra: Vec::new(),
+    }
+}
+
 /// A call site's label from its frames, as the report writes it (without what would tell it apart from another
 /// process's sites); `stack N (frames not recorded)` without them.
 pub fn site_label(stack: u32, frames: Option<Vec<Frame>>) -> String {
     match frames {
-        Some(frames) => Site {
-            pid: 0,
-            stack,
-            site: choose_site(&frames),
-            frames,
-            missing: false,
-            allocations: 0,
-            allocated_bytes: 0,
-            live_bytes_at_end: 0,
-            per_device: Vec::new(),
-            extra: Vec::new(),
-        }
-        .label(),
+        Some(frames) => site_of(stack, frames).label(),
         None => format!("stack {stack} (frames not recorded)"),
     }
 }

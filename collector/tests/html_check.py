@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Loads a page of `vramtrace export --format html` in headless Chromium and checks that it works.
 
-    html_check.py PAGE [--browser PATH] [--width W] [--height H] [--screenshot OUT.png [--full]]
+    html_check.py PAGE [--browser PATH] [--width W] [--height H] [--screenshot OUT.png [--full] [--view MODE]]
 
 Drives the browser over the DevTools protocol on a pipe (`--remote-debugging-pipe`; standard library only) and
 fails (exit 1, the reasons on stderr) on:
@@ -174,6 +174,7 @@ def main():
     ap.add_argument("--height", type=int, default=1000)
     ap.add_argument("--screenshot")
     ap.add_argument("--full", action="store_true", help="the screenshot holds the whole page")
+    ap.add_argument("--view", default="processes", help="the view of the screenshot: processes, sites, alone")
     ap.add_argument("--timeout", type=float, default=60)
     a = ap.parse_args()
     exe = find_browser(a.browser)
@@ -229,6 +230,8 @@ def main():
                         errors.append("plot %d drew no data in view %r: %s" % (i, mode, p))
             summary["coloured"] = {m: [p["coloured"] for p in v] for m, v in views.items()}
             if a.screenshot:
+                b.send("Runtime.evaluate", {"expression": "document.querySelectorAll('button[data-mode=\"%s\"]').forEach(b => b.click())" % a.view}, session=s)
+                b.pump(0.3)
                 if a.full:
                     m = b.send("Page.getLayoutMetrics", session=s)
                     h = int(m.get("cssContentSize", m.get("contentSize"))["height"])

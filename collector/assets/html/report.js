@@ -32,6 +32,16 @@
     var s = ns / 1e9;
     return s >= 100 ? s.toFixed(1) + " s" : s.toFixed(3) + " s";
   }
+  function span(ns) {
+    if (ns < 1e6) return (ns / 1e3).toPrecision(3) + " \u00b5s";
+    if (ns < 1e9) return (ns / 1e6).toPrecision(3) + " ms";
+    return (ns / 1e9).toPrecision(3) + " s";
+  }
+  // Ticks of the bytes axis: 1, 2, 4, ... 512 of a binary unit.
+  var BYTE_INCRS = [];
+  [1, 1024, Math.pow(2, 20), Math.pow(2, 30), Math.pow(2, 40)].forEach(function (u) {
+    for (var k = 1; k <= 512; k *= 2) BYTE_INCRS.push(k * u);
+  });
   function count(n) {
     return String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
   }
@@ -111,7 +121,7 @@
     return {
       hooks: {
         draw: [function (u) {
-          var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height, dpr = window.devicePixelRatio || 1;
+          var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height, dpr = window.devicePixelRatio || 1, lastLabel = -1e9;
           dev.ooms.forEach(function (m, k) {
             var x = u.valToPos(m.t_ns / 1e9, "x", true);
             if (x < u.bbox.left - 1 || x > u.bbox.left + u.bbox.width + 1) return;
@@ -126,7 +136,10 @@
             var s = (sel ? 8 : 6) * dpr;
             ctx.beginPath(); ctx.moveTo(x - s, top); ctx.lineTo(x + s, top); ctx.lineTo(x, top + 1.6 * s); ctx.closePath(); ctx.fill();
             ctx.font = (11 * dpr) + "px sans-serif";
-            ctx.fillText("OOM " + (m.n), x + s + 2 * dpr, top + 11 * dpr);
+            if (sel || x - lastLabel > 48 * dpr) {
+              ctx.fillText("OOM " + (m.n), x + s + 2 * dpr, top + 11 * dpr);
+              lastLabel = x;
+            }
             ctx.restore();
           });
         }]
@@ -135,11 +148,15 @@
   }
 
   function buildSeries(dev, mode) {
-    var n = dev.job.length;
+    // The plot starts a bucket before the first memory (or error) on the device: the job's start-up is empty.
+    var bs = dev.bucket_ns / 1e9, lead = dev.job.findIndex(function (v) { return v > 0; });
+    if (lead < 0) lead = dev.job.length;
+    dev.ooms.forEach(function (m) { lead = Math.min(lead, Math.floor(m.t_ns / dev.bucket_ns)); });
+    lead = Math.max(0, Math.min(lead - 1, dev.job.length - 2));
+    var n = dev.job.length - lead;
     var xs = new Array(n + 1);
-    var bs = dev.bucket_ns / 1e9;
-    for (var i = 0; i <= n; i++) xs[i] = i * bs;
-    function ext(a) { var b = a.slice(); b.push(a.length ? a[a.length - 1] : 0); return b; }
+    for (var i = 0; i <= n; i++) xs[i] = (lead + i) * bs;
+    function ext(a) { var b = a.slice(lead); b.push(b.length ? b[b.length - 1] : 0); return b; }
     var data = [xs], series = [{ label: "time", value: function (u, v) { return v === null ? "" : secs(v * 1e9); } }];
     var parts = mode === "sites" ? dev.sites : dev.processes;
     var step = uPlot.paths.stepped({ align: 1 });
@@ -153,7 +170,7 @@
       });
     } else {
       // Stacked: cumulative sums, drawn from the top one down, each filled to 0 over the one before.
-      var cum = [], run = new Array(n).fill(0);
+      var cum = [], run = new Array(dev.job.length).fill(0);
       parts.forEach(function (p) {
         run = run.map(function (v, i) { return v + p.at[i]; });
         cum.push(run);
@@ -200,7 +217,7 @@
       scales: { x: { time: false }, y: { range: function () { return yRange(dev); } } },
       axes: [
         { label: "seconds since the start", values: function (u, vals) { return vals.map(function (v) { return v + " s"; }); } },
-        { values: axisBytes, size: 70 }
+        { values: axisBytes, size: 70, incrs: BYTE_INCRS }
       ],
       legend: { live: true },
       cursor: { sync: { key: "vramtrace", setSeries: false }, drag: { x: true, y: false } },
@@ -238,7 +255,9 @@
     sec.appendChild(el("p", { cls: "facts", text: facts }));
     var controls = el("div", { cls: "controls" }, [el("span", { text: "stacked by " })]);
     var modes = [["processes", "process"], ["sites", "call site"], ["alone", "each process alone"]];
-    var p = { dev: dev, mode: "processes", u: null };
+    // The view to open with: `page.html#sites` or `#alone` (for links and screenshots).
+    var first = location.hash.replace("#", "");
+    var p = { dev: dev, mode: (first === "sites" && dev.sites.length) || first === "alone" ? first : "processes", u: null };
     var buttons = [];
     modes.forEach(function (m) {
       if (m[0] === "sites" && !dev.sites.length) return;
@@ -254,7 +273,7 @@
       controls.appendChild(bt);
     });
     if (!dev.sites.length) controls.appendChild(el("span", { cls: "hint", text: "(no call sites in this trace)" }));
-    controls.appendChild(el("span", { cls: "hint", text: "drag to zoom (all devices follow), double-click to zoom out; each point is a bucket's maximum (" + secs(dev.bucket_ns) + " wide), the parts as they were at that moment" }));
+    controls.appendChild(el("span", { cls: "hint", text: "drag to zoom (all devices follow), double-click to zoom out; each point is a bucket's maximum (" + span(dev.bucket_ns) + " wide), the parts as they were at that moment" }));
     sec.appendChild(controls);
     var row = el("div", { cls: dev.ooms.length ? "row with-side" : "row" });
     var box = el("div", { cls: "plot" });

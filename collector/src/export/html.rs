@@ -17,8 +17,10 @@ use std::io::{self, Write};
 use vramtrace_format::{flags, TraceHeader, NO_DEVICE};
 
 use self::stacked::Stacked;
-use super::site_label;
-use crate::callsites::Site;
+use std::collections::HashMap;
+
+use super::{site_label, site_of};
+use crate::callsites::{distinguish, Site};
 use crate::model::fasthash::FastMap;
 use crate::model::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::{Analysis, FOLD_NS};
@@ -640,10 +642,30 @@ impl Tap for Html {
             .devs
             .iter()
             .any(|d| d.sites.contains_key(&OTHER_SITES_KEY));
+        // One site per distinct stack (the same stack in several processes is drawn as one), labelled as the
+        // report labels its sites: two that would read the same get what tells them apart.
+        keys.sort_unstable();
+        keys.dedup();
+        let mut uniq: HashMap<Vec<String>, usize> = HashMap::new();
+        let mut sites: Vec<Site> = Vec::new();
+        let mut of_key: Vec<(SiteKey, Option<usize>)> = Vec::with_capacity(keys.len());
         for k in keys {
-            if let std::collections::hash_map::Entry::Vacant(e) = self.labels.entry(k) {
-                e.insert(site_label(k.1, frames(k.0, k.1)));
-            }
+            let i = frames(k.0, k.1).map(|fr| {
+                let sig: Vec<String> = fr.iter().map(|f| f.label()).collect();
+                *uniq.entry(sig).or_insert_with(|| {
+                    sites.push(site_of(k.1, fr));
+                    sites.len() - 1
+                })
+            });
+            of_key.push((k, i));
+        }
+        distinguish(&mut sites);
+        for (k, i) in of_key {
+            let label = match i {
+                Some(i) => sites[i].label(),
+                None => site_label(k.1, None),
+            };
+            self.labels.insert(k, label);
         }
     }
 }
