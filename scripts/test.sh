@@ -13,6 +13,17 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "test.sh: installing ${need[*]}"
     apt-get update -qq && apt-get install -y -qq "${need[@]}"
 fi
+# The HTML export's page is loaded in a real headless browser (collector/tests/export_html.rs): Debian's
+# chromium. Installed when missing; if it cannot be, say so loudly (the test then skips, saying so too).
+if ! command -v chromium >/dev/null 2>&1 && [ -z "${VRAMTRACE_CHROMIUM:-}" ]; then
+    echo "test.sh: installing chromium (the HTML export's browser test)"
+    { apt-get update -qq && apt-get install -y -qq chromium; } || true
+fi
+if command -v chromium >/dev/null 2>&1 || [ -n "${VRAMTRACE_CHROMIUM:-}" ]; then
+    export VRAMTRACE_REQUIRE_BROWSER=1
+else
+    echo "test.sh: WARNING: chromium could not be installed: the HTML export's browser test will be SKIPPED" >&2
+fi
 for c in rustfmt clippy; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c" 2>/dev/null || true
 done

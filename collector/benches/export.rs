@@ -2,10 +2,10 @@
 //!
 //! `cargo bench -p vramtrace --bench export` (plain std timing, no harness). The trace is the ingest
 //! benchmark's (benches/ingest.rs: 8 ranks on their own GPUs, caching-allocator-like traffic, VMM, failures),
-//! written to a file; then `report`'s replay alone, the Perfetto export and the memory_viz export are timed on
+//! written to a file; then `report`'s replay alone, the Perfetto, memory_viz and HTML exports are timed on
 //! it, each with its peak RSS (VmHWM, reset before it) and the size of what it wrote.
 //!
-//! Target (issue 11): a 10 M-event trace exported to Perfetto in at most 3 s. `VRAMTRACE_BENCH_EVENTS` changes
+//! Targets (issue 11): a 10 M-event trace exported to Perfetto in at most 3 s; to HTML in at most 2 s and 5 MB. `VRAMTRACE_BENCH_EVENTS` changes
 //! the number of events (default 10 M; 200 k under `cargo test --benches`).
 
 #[allow(dead_code)]
@@ -51,6 +51,7 @@ fn main() {
     std::fs::write(&trace, ingest::generate(n, 8, false, false, false)).expect("write the trace");
     let pf = dir.join(format!("export-{}.pftrace", std::process::id()));
     let mv = dir.join(format!("export-{}.pickle", std::process::id()));
+    let html = dir.join(format!("export-{}.html", std::process::id()));
 
     let mut events = 0;
     let rows = [
@@ -74,6 +75,11 @@ fn main() {
             measure(|| export_to(&trace, Format::MemoryViz, &mv)),
             Some(&mv),
         ),
+        (
+            "html",
+            measure(|| export_to(&trace, Format::Html, &html)),
+            Some(&html),
+        ),
     ];
     println!();
     println!(
@@ -89,11 +95,11 @@ fn main() {
             s,
             events as f64 / s / 1e6,
             rss.map_or("n/a".into(), |r| format!("{r:.0}")),
-            size.map_or("-".into(), |b| format!("{:.0}", b as f64 / 1e6)),
+            size.map_or("-".into(), |b| format!("{:.2}", b as f64 / 1e6)),
         );
     }
-    println!("\ntarget: perfetto <= 3 s for 10 M events");
-    for p in [&trace, &pf, &mv] {
+    println!("\ntargets: perfetto <= 3 s, html <= 2 s and 5 MB, for 10 M events");
+    for p in [&trace, &pf, &mv, &html] {
         let _ = std::fs::remove_file(p);
     }
 }

@@ -504,8 +504,8 @@ fn replay_file(path: &Path, tap: Option<&mut dyn tap::Tap>) -> Result<Analysis, 
 }
 
 /// Reads the framework snapshots kept beside the trace (`--torch-history`) for the out-of-memory events that
-/// name one.
-fn read_snapshots(a: &mut Analysis, trace: &Path) {
+/// name one ([`analyze`] does; [`analyze_tapped`] leaves it to its caller).
+pub fn read_snapshots(a: &mut Analysis, trace: &Path) {
     let start_unix = a.header.start_unix_ns;
     for o in &mut a.ooms {
         let rise = o.framework_leak.as_ref().map(|l| {

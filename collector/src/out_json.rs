@@ -361,8 +361,8 @@ fn is_scalar(v: &J) -> bool {
     !matches!(v, J::A(_) | J::O(_))
 }
 
-/// Containers holding only scalars go on one line; the rest one member per line, indented by two.
-pub fn write_value(out: &mut String, v: &J, indent: usize) {
+/// A scalar (null, a boolean, a number, a string); containers are left to the caller.
+fn write_scalar(out: &mut String, v: &J) {
     match v {
         J::Null => out.push_str("null"),
         J::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -370,6 +370,42 @@ pub fn write_value(out: &mut String, v: &J, indent: usize) {
             let _ = write!(out, "{n}");
         }
         J::S(s) => write_str(out, s),
+        J::A(_) | J::O(_) => {}
+    }
+}
+
+/// JSON on one line, no spaces (the HTML export's data).
+pub fn write_compact(out: &mut String, v: &J) {
+    match v {
+        J::A(items) => {
+            out.push('[');
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_compact(out, x);
+            }
+            out.push(']');
+        }
+        J::O(members) => {
+            out.push('{');
+            for (i, (k, x)) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_str(out, k);
+                out.push(':');
+                write_compact(out, x);
+            }
+            out.push('}');
+        }
+        scalar => write_scalar(out, scalar),
+    }
+}
+
+/// Containers holding only scalars go on one line; the rest one member per line, indented by two.
+pub fn write_value(out: &mut String, v: &J, indent: usize) {
+    match v {
         J::A(items) => {
             if items.is_empty() {
                 out.push_str("[]");
@@ -420,6 +456,7 @@ pub fn write_value(out: &mut String, v: &J, indent: usize) {
                 out.push('}');
             }
         }
+        scalar => write_scalar(out, scalar),
     }
 }
 

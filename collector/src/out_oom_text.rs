@@ -108,6 +108,13 @@ pub fn headroom_line(d: &DeviceStats) -> Option<String> {
     })
 }
 
+/// One out-of-memory event's part of the report (`n` its number), as `vramtrace oom` prints it.
+pub fn event_text(a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize) -> String {
+    let mut o = String::new();
+    event(&mut o, a, s, d, n);
+    o
+}
+
 fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize) {
     let gpu = device_name(s.device);
     writeln!(

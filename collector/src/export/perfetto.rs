@@ -20,7 +20,7 @@ use std::io::{self, Write};
 use prost::Message;
 use vramtrace_format::{flags, TraceHeader};
 
-use crate::callsites::{choose_site, Site};
+use super::{process_name, site_label};
 use crate::model::fasthash::FastMap;
 use crate::model::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::ProcessStats;
@@ -366,19 +366,6 @@ fn counter_packet(ts: u64, track: u64, value: u64) -> TracePacket {
     }
 }
 
-/// `rank 3: python train.py (pid 812)`.
-fn process_name(p: &ProcessStats) -> String {
-    let cmd = if p.cmdline.is_empty() {
-        "(not announced)".to_string()
-    } else {
-        short_command(&p.cmdline)
-    };
-    match p.rank {
-        Some(r) => format!("rank {r}: {cmd} (pid {})", p.pid),
-        None => format!("{cmd} (pid {})", p.pid),
-    }
-}
-
 impl<W: Write> Tap for Perfetto<W> {
     fn start(&mut self, header: &TraceHeader) {
         self.start_mono = header.start_mono_ns;
@@ -453,28 +440,12 @@ impl<W: Write> Tap for Perfetto<W> {
             if i.stack == 0 || self.labels.contains_key(&(i.slot, i.stack)) {
                 continue;
             }
-            let label = match frames(i.slot, i.stack) {
-                Some(fr) => {
-                    let stack: Vec<String> = fr.iter().take(16).map(|f| f.label()).collect();
-                    let site = Site {
-                        pid: 0,
-                        stack: i.stack,
-                        site: choose_site(&fr),
-                        frames: fr,
-                        missing: false,
-                        allocations: 0,
-                        allocated_bytes: 0,
-                        live_bytes_at_end: 0,
-                        per_device: Vec::new(),
-                        extra: Vec::new(),
-                    };
-                    (site.label(), stack.join("\n"))
-                }
-                None => (
-                    format!("stack {} (frames not recorded)", i.stack),
-                    String::new(),
-                ),
-            };
+            let fr = frames(i.slot, i.stack);
+            let stack = fr.as_ref().map_or(String::new(), |fr| {
+                let lines: Vec<String> = fr.iter().take(16).map(|f| f.label()).collect();
+                lines.join("\n")
+            });
+            let label = (site_label(i.stack, fr), stack);
             self.labels.insert((i.slot, i.stack), label);
         }
         for i in instants {

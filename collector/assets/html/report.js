@@ -1,0 +1,371 @@
+// The page of `vramtrace export --format html` (collector/src/export/html.rs writes it around this script):
+// reads the JSON in #vramtrace-data and draws it with uPlot (embedded in the page). Loads nothing.
+// When every plot is drawn, document.body.dataset.ready says "N plots" (the browser test waits for it).
+(function () {
+  "use strict";
+  var D = JSON.parse(document.getElementById("vramtrace-data").textContent);
+  var app = document.getElementById("app");
+  var plots = [];
+
+  // ---- formatting ----
+  var UNITS = [["TiB", Math.pow(2, 40)], ["GiB", Math.pow(2, 30)], ["MiB", Math.pow(2, 20)], ["KiB", 1024]];
+  function bytes(b) {
+    if (b === null || b === undefined) return "";
+    for (var i = 0; i < UNITS.length; i++) {
+      if (b >= UNITS[i][1]) return (b / UNITS[i][1]).toFixed(2) + " " + UNITS[i][0];
+    }
+    return b + " B";
+  }
+  function axisBytes(u, vals) {
+    var top = Math.max.apply(null, vals.map(Math.abs).concat([1]));
+    var unit = ["B", 1];
+    for (var i = 0; i < UNITS.length; i++) {
+      if (top >= UNITS[i][1]) { unit = UNITS[i]; break; }
+    }
+    return vals.map(function (v) {
+      var x = v / unit[1];
+      return (Math.abs(x) >= 100 || x === Math.round(x) ? x.toFixed(0) : x.toFixed(1)) + " " + unit[0];
+    });
+  }
+  function secs(ns) {
+    if (ns === null || ns === undefined) return "";
+    var s = ns / 1e9;
+    return s >= 100 ? s.toFixed(1) + " s" : s.toFixed(3) + " s";
+  }
+  function span(ns) {
+    if (ns < 1e6) return (ns / 1e3).toPrecision(3) + " \u00b5s";
+    if (ns < 1e9) return (ns / 1e6).toPrecision(3) + " ms";
+    return (ns / 1e9).toPrecision(3) + " s";
+  }
+  // Ticks of the bytes axis: 1, 2, 4, ... 512 of a binary unit.
+  var BYTE_INCRS = [];
+  [1, 1024, Math.pow(2, 20), Math.pow(2, 30), Math.pow(2, 40)].forEach(function (u) {
+    for (var k = 1; k <= 512; k *= 2) BYTE_INCRS.push(k * u);
+  });
+  function count(n) {
+    return String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  }
+
+  // ---- DOM helpers (text only: nothing from the trace is parsed as HTML) ----
+  function el(tag, attrs, kids) {
+    var e = document.createElement(tag);
+    if (attrs) {
+      for (var k in attrs) {
+        if (k === "text") e.textContent = attrs[k];
+        else if (k === "cls") e.className = attrs[k];
+        else e.setAttribute(k, attrs[k]);
+      }
+    }
+    (kids || []).forEach(function (c) {
+      if (c !== null && c !== undefined) e.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
+    });
+    return e;
+  }
+  function table(heads, rows, numeric) {
+    var t = el("table");
+    t.appendChild(el("thead", null, [el("tr", null, heads.map(function (h, i) {
+      return el("th", { text: h, cls: numeric && numeric[i] ? "num" : "" });
+    }))]));
+    var tb = el("tbody");
+    rows.forEach(function (r) {
+      tb.appendChild(el("tr", null, r.map(function (c, i) {
+        return el("td", { text: c === null || c === undefined ? "" : String(c), cls: numeric && numeric[i] ? "num" : "" });
+      })));
+    });
+    t.appendChild(tb);
+    return t;
+  }
+
+  // ---- colours ----
+  var HUES = [210, 30, 130, 280, 0, 180, 55, 320, 95, 245, 15, 160];
+  function colour(i, name) {
+    if (/^other|^no call site|other processes$/.test(name)) return { fill: "#d4d4d4", stroke: "#8a8a8a" };
+    var h = HUES[i % HUES.length];
+    var l = i >= HUES.length ? 80 : 72;
+    return { fill: "hsl(" + h + ",62%," + l + "%)", stroke: "hsl(" + h + ",55%,38%)" };
+  }
+
+  // ---- header ----
+  var head = el("header", null, [
+    el("h1", null, ["vramtrace ", el("span", { cls: "cmd", text: D.command || "(no command)" })]),
+    el("p", { cls: "meta", text: [
+      "duration " + secs(D.duration_ns),
+      count(D.events) + " events",
+      D.processes.length + " process" + (D.processes.length === 1 ? "" : "es"),
+      D.devices.length + " device" + (D.devices.length === 1 ? "" : "s"),
+      D.oom_records + " out-of-memory error" + (D.oom_records === 1 ? "" : "s"),
+      D.made_by
+    ].join("  \u00b7  ") })
+  ]);
+  app.appendChild(head);
+  if (D.partial) {
+    app.appendChild(el("p", { cls: "warn", text: "Partial trace: " + D.partial + ". What follows covers what was recorded before that point." }));
+  }
+  if (D.notes.length) {
+    app.appendChild(el("ul", { cls: "notes" }, D.notes.map(function (n) { return el("li", { text: "note: " + n }); })));
+  }
+
+  // ---- one plot per device ----
+  var syncing = false;
+  function syncX(u) {
+    if (syncing) return;
+    syncing = true;
+    var x = u.scales.x;
+    plots.forEach(function (p) {
+      if (p.u !== u && p.u) p.u.setScale("x", { min: x.min, max: x.max });
+    });
+    syncing = false;
+  }
+
+  function markerPlugin(dev) {
+    return {
+      hooks: {
+        draw: [function (u) {
+          var ctx = u.ctx, top = u.bbox.top, h = u.bbox.height, dpr = window.devicePixelRatio || 1, lastLabel = -1e9;
+          dev.ooms.forEach(function (m, k) {
+            var x = u.valToPos(m.t_ns / 1e9, "x", true);
+            if (x < u.bbox.left - 1 || x > u.bbox.left + u.bbox.width + 1) return;
+            var sel = dev.selected === k;
+            ctx.save();
+            ctx.strokeStyle = m.cap_refused ? "#b45309" : "#dc2626";
+            ctx.lineWidth = (sel ? 2.5 : 1.5) * dpr;
+            ctx.setLineDash([4 * dpr, 3 * dpr]);
+            ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + h); ctx.stroke();
+            ctx.setLineDash([]);
+            ctx.fillStyle = ctx.strokeStyle;
+            var s = (sel ? 8 : 6) * dpr;
+            ctx.beginPath(); ctx.moveTo(x - s, top); ctx.lineTo(x + s, top); ctx.lineTo(x, top + 1.6 * s); ctx.closePath(); ctx.fill();
+            ctx.font = (11 * dpr) + "px sans-serif";
+            if (sel || x - lastLabel > 48 * dpr) {
+              ctx.fillText("OOM " + (m.n), x + s + 2 * dpr, top + 11 * dpr);
+              lastLabel = x;
+            }
+            ctx.restore();
+          });
+        }]
+      }
+    };
+  }
+
+  function buildSeries(dev, mode) {
+    // The plot starts a bucket before the first memory (or error) on the device: the job's start-up is empty.
+    var bs = dev.bucket_ns / 1e9, lead = dev.job.findIndex(function (v) { return v > 0; });
+    if (lead < 0) lead = dev.job.length;
+    dev.ooms.forEach(function (m) { lead = Math.min(lead, Math.floor(m.t_ns / dev.bucket_ns)); });
+    lead = Math.max(0, Math.min(lead - 1, dev.job.length - 2));
+    var n = dev.job.length - lead;
+    var xs = new Array(n + 1);
+    for (var i = 0; i <= n; i++) xs[i] = (lead + i) * bs;
+    function ext(a) { var b = a.slice(lead); b.push(b.length ? b[b.length - 1] : 0); return b; }
+    var data = [xs], series = [{ label: "time", value: function (u, v) { return v === null ? "" : secs(v * 1e9); } }];
+    var parts = mode === "sites" ? dev.sites : dev.processes;
+    var step = uPlot.paths.stepped({ align: 1 });
+    if (mode === "alone") {
+      dev.processes.forEach(function (p, k) {
+        var own = p.at.slice();
+        p.peaks.forEach(function (iv) { own[iv[0]] = iv[1]; });
+        var c = colour(k, p.name);
+        data.push(ext(own));
+        series.push({ label: p.name, stroke: c.stroke, width: 1.5, paths: step, value: function (u, v) { return bytes(v); } });
+      });
+    } else {
+      // Stacked: cumulative sums, drawn from the top one down, each filled to 0 over the one before.
+      var cum = [], run = new Array(dev.job.length).fill(0);
+      parts.forEach(function (p) {
+        run = run.map(function (v, i) { return v + p.at[i]; });
+        cum.push(run);
+      });
+      for (var k = parts.length - 1; k >= 0; k--) {
+        (function (k) {
+          var c = colour(k, parts[k].name), raw = ext(parts[k].at);
+          data.push(ext(cum[k]));
+          series.push({
+            label: parts[k].name, stroke: c.stroke, fill: c.fill, width: 1, paths: step,
+            value: function (u, v, si, di) { return di === null || di === undefined ? "" : bytes(raw[di]); }
+          });
+        })(k);
+      }
+    }
+    data.push(ext(dev.job));
+    series.push({ label: "job (bucket maximum)", stroke: "#111827", width: 1.5, paths: step, value: function (u, v) { return bytes(v); } });
+    var flat = function (v) { var a = new Array(n + 1); for (var i = 0; i <= n; i++) a[i] = v; return a; };
+    if (dev.cap_bytes !== null) {
+      data.push(flat(dev.cap_bytes));
+      series.push({ label: "cap " + bytes(dev.cap_bytes), stroke: "#dc2626", width: 1.5, dash: [8, 5], points: { show: false }, value: function () { return bytes(dev.cap_bytes); } });
+    }
+    if (dev.total_bytes !== null) {
+      data.push(flat(dev.total_bytes));
+      series.push({ label: "device " + bytes(dev.total_bytes), stroke: "#6b7280", width: 1.5, dash: [2, 4], points: { show: false }, value: function () { return bytes(dev.total_bytes); } });
+    }
+    return { data: data, series: series };
+  }
+
+  function yRange(dev) {
+    var top = Math.max(dev.peak_bytes || 0, dev.cap_bytes || 0, 1);
+    if (dev.total_bytes !== null && dev.total_bytes < 3 * top) top = Math.max(top, dev.total_bytes);
+    return [0, top * 1.08];
+  }
+
+  function drawPlot(p) {
+    var dev = p.dev, box = p.box;
+    var b = buildSeries(dev, p.mode);
+    var width = Math.max(320, box.clientWidth || 800);
+    var opts = {
+      width: width,
+      height: 340,
+      series: b.series,
+      scales: { x: { time: false }, y: { range: function () { return yRange(dev); } } },
+      axes: [
+        { label: "seconds since the start", values: function (u, vals) { return vals.map(function (v) { return v + " s"; }); } },
+        { values: axisBytes, size: 70, incrs: BYTE_INCRS }
+      ],
+      legend: { live: true },
+      cursor: { sync: { key: "vramtrace", setSeries: false }, drag: { x: true, y: false } },
+      plugins: [markerPlugin(dev)],
+      hooks: { setScale: [function (u, key) { if (key === "x") syncX(u); }] }
+    };
+    var x = p.u && p.u.scales.x;
+    if (p.u) p.u.destroy();
+    p.u = new uPlot(opts, b.data, box);
+    if (x && x.min !== null && p.keepZoom) p.u.setScale("x", { min: x.min, max: x.max });
+    p.u.over.addEventListener("click", function (ev) {
+      var u = p.u, best = -1, bestD = 8;
+      var left = ev.offsetX;
+      dev.ooms.forEach(function (m, k) {
+        var d = Math.abs(u.valToPos(m.t_ns / 1e9, "x") - left);
+        if (d < bestD) { bestD = d; best = k; }
+      });
+      if (best >= 0) p.select(best);
+    });
+  }
+
+  D.devices.forEach(function (dev) {
+    dev.ooms = D.ooms.filter(function (m) { return m.device === dev.name; });
+    dev.ooms.forEach(function (m) { m.n = D.ooms.indexOf(m) + 1; });
+    dev.selected = dev.ooms.length ? 0 : null;
+    var sec = el("section", { cls: "device" });
+    var facts = [
+      "peak " + bytes(dev.peak_bytes) + (dev.peak_time_ns !== null ? " at " + secs(dev.peak_time_ns) : ""),
+      dev.cap_bytes !== null ? "cap " + bytes(dev.cap_bytes) : null,
+      dev.total_bytes !== null ? "device " + bytes(dev.total_bytes) : null,
+      "in use at the end " + bytes(dev.in_use_bytes_at_end || 0),
+      dev.headroom
+    ].filter(Boolean).join("  \u00b7  ");
+    sec.appendChild(el("h2", { text: dev.name }));
+    sec.appendChild(el("p", { cls: "facts", text: facts }));
+    var controls = el("div", { cls: "controls" }, [el("span", { text: "stacked by " })]);
+    var modes = [["processes", "process"], ["sites", "call site"], ["alone", "each process alone"]];
+    // The view to open with: `page.html#sites` or `#alone` (for links and screenshots).
+    var first = location.hash.replace("#", "");
+    var p = { dev: dev, mode: (first === "sites" && dev.sites.length) || first === "alone" ? first : "processes", u: null };
+    var buttons = [];
+    modes.forEach(function (m) {
+      if (m[0] === "sites" && !dev.sites.length) return;
+      var bt = el("button", { type: "button", text: m[1], "data-mode": m[0] });
+      bt.addEventListener("click", function () {
+        p.mode = m[0];
+        p.keepZoom = true;
+        buttons.forEach(function (x) { x.classList.toggle("on", x === bt); });
+        drawPlot(p);
+      });
+      if (m[0] === p.mode) bt.classList.add("on");
+      buttons.push(bt);
+      controls.appendChild(bt);
+    });
+    if (!dev.sites.length) controls.appendChild(el("span", { cls: "hint", text: "(no call sites in this trace)" }));
+    controls.appendChild(el("span", { cls: "hint", text: "drag to zoom (all devices follow), double-click to zoom out; each point is a bucket's maximum (" + span(dev.bucket_ns) + " wide), the parts as they were at that moment" }));
+    sec.appendChild(controls);
+    var row = el("div", { cls: dev.ooms.length ? "row with-side" : "row" });
+    var box = el("div", { cls: "plot" });
+    row.appendChild(box);
+    p.box = box;
+    if (dev.ooms.length) {
+      var side = el("aside", { cls: "postmortem" });
+      var list = el("div", { cls: "oomlist" });
+      var text = el("pre");
+      var listButtons = [];
+      p.select = function (k) {
+        dev.selected = k;
+        var m = dev.ooms[k];
+        listButtons.forEach(function (b, i) { b.classList.toggle("on", i === k); });
+        var pm = m.post_mortem !== null ? D.post_mortems[m.post_mortem] : null;
+        text.textContent = pm ? pm.text : "Out of memory at " + secs(m.t_ns) + ": pid " + m.pid + " asked for " + bytes(m.requested_bytes) +
+          (m.cap_refused ? " (refused by the cap)" : "") + (m.call_site ? "\n  from " + m.call_site : "") +
+          "\n\n(Not analysed: only the first out-of-memory errors get a post-mortem; see `vramtrace oom`.)";
+        if (p.u) p.u.redraw(false);
+      };
+      dev.ooms.forEach(function (m, k) {
+        var pm = m.post_mortem !== null ? D.post_mortems[m.post_mortem] : null;
+        var b = el("button", { type: "button", text: "OOM " + m.n + " at " + secs(m.t_ns) + ": pid " + m.pid + ", " + bytes(m.requested_bytes) +
+          (m.cap_refused ? " (cap)" : "") + (pm ? " \u2014 " + pm.cause : "") });
+        b.addEventListener("click", function () { p.select(k); });
+        listButtons.push(b);
+        if (k < 200) list.appendChild(b);
+      });
+      if (dev.ooms.length > 200) list.appendChild(el("p", { cls: "hint", text: (dev.ooms.length - 200) + " more marked on the timeline" }));
+      side.appendChild(el("h3", { text: "Out of memory: the post-mortem" }));
+      side.appendChild(list);
+      side.appendChild(text);
+      row.appendChild(side);
+      p.select(0);
+    } else {
+      p.select = function () {};
+    }
+    sec.appendChild(row);
+    app.appendChild(sec);
+    plots.push(p);
+  });
+
+  // ---- tables ----
+  function section(title, kids) {
+    app.appendChild(el("section", { cls: "tables" }, [el("h2", { text: title })].concat(kids)));
+  }
+  var siteKids = [];
+  D.sites_at_peak.forEach(function (d) {
+    var rows = d.sites.map(function (s) { return [s.name, bytes(s.bytes)]; });
+    if (d.unlisted_bytes) rows.push(["(other call sites)", bytes(d.unlisted_bytes)]);
+    if (d.no_site_bytes) rows.push(["(no call site: below the threshold)", bytes(d.no_site_bytes)]);
+    siteKids.push(el("h3", { text: d.device + ": live at its peak of " + bytes(d.peak_bytes) }));
+    siteKids.push(table(["call site", "bytes"], rows, [false, true]));
+  });
+  if (D.sites_by_allocated.length) {
+    siteKids.push(el("h3", { text: "Most bytes allocated, all devices" }));
+    siteKids.push(table(["call site", "pid", "allocations", "allocated", "live at the end"], D.sites_by_allocated.map(function (s) {
+      return [s.name, s.pid, count(s.allocations), bytes(s.allocated_bytes), bytes(s.live_bytes_at_end)];
+    }), [false, true, true, true, true]));
+  }
+  if (!siteKids.length) siteKids.push(el("p", { cls: "hint", text: "The trace has no call sites (`vramtrace run` records them for allocations of at least VRAMTRACE_STACK_MIN_BYTES)." }));
+  section("Top call sites", siteKids);
+
+  var liveKids = [el("p", { text: count(D.live_at_end.count) + " allocations, " + bytes(D.live_at_end.bytes) + ", were never freed before their process ended (or the trace did)." })];
+  var holders = D.processes.filter(function (p) { return p.live_bytes_at_end > 0; });
+  if (holders.length) {
+    liveKids.push(el("h3", { text: "By process" }));
+    liveKids.push(table(["process", "ended", "live at the end", "allocations"], holders.map(function (p) {
+      return [p.name, p.ended, bytes(p.live_bytes_at_end), count(p.live_allocations_at_end)];
+    }), [false, false, true, true]));
+  }
+  if (D.live_at_end.largest.length) {
+    liveKids.push(el("h3", { text: "The largest" }));
+    liveKids.push(table(["pid", "device", "api", "bytes", "allocated at", "age", "call site"], D.live_at_end.largest.map(function (l) {
+      return [l.pid, l.device, l.api, bytes(l.bytes), secs(l.alloc_time_ns), secs(l.age_ns), l.call_site || ""];
+    }), [true, false, false, true, true, true, false]));
+  }
+  section("Live at the end", liveKids);
+
+  section("Processes", [table(["pid", "rank", "command", "devices", "ended", "peak", "at", "allocations", "failed", "live at the end"], D.processes.map(function (p) {
+    return [p.pid, p.rank === null ? "" : p.rank, p.command || "(not announced)", p.devices, p.ended, bytes(p.peak_bytes), secs(p.peak_time_ns), count(p.allocations), count(p.failed_allocations), bytes(p.live_bytes_at_end)];
+  }), [true, true, false, false, false, true, true, true, true, true])]);
+
+  // ---- draw (after layout, so the plots know their width) ----
+  plots.forEach(drawPlot);
+  var resizeTimer = null;
+  window.addEventListener("resize", function () {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(function () {
+      plots.forEach(function (p) { p.u.setSize({ width: Math.max(320, p.box.clientWidth), height: 340 }); });
+    }, 100);
+  });
+  window.vramtrace = { data: D, get plots() { return plots.map(function (p) { return p.u; }); } };
+  document.body.dataset.ready = plots.length + " plots";
+})();
