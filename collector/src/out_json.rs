@@ -329,6 +329,22 @@ fn process(p: &ProcessStats) -> J {
         ("live_allocations_at_end", p.live_allocations_at_end.into()),
         ("dropped_events", p.dropped_events.into()),
         (
+            "lost",
+            J::A(
+                p.lost
+                    .iter()
+                    .map(|(cause, n)| {
+                        J::O(vec![
+                            ("cause", cause.name().into()),
+                            ("records", (*n).into()),
+                            ("why", cause.describe().into()),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+        ("untraced", p.untraced.clone().into()),
+        (
             "address_reserved_peak_bytes",
             p.address_reserved_peak_bytes.into(),
         ),
