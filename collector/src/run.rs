@@ -60,8 +60,8 @@ pub struct RunArgs {
     /// beside the trace at each out-of-memory error and at exit: names the lines whose tensors are kept alive.
     #[arg(long, value_name = "ENTRIES", num_args = 0..=1, default_missing_value = "100000")]
     pub torch_history: Option<u64>,
-    /// Each process's event ring (shared memory the collector drains; a size, default 4MiB, about 65,000
-    /// events). A ring that fills drops events and counts them, unless --lossless.
+    /// Each process's event ring (shared memory the collector drains; a size, default 16MiB, about 262,000
+    /// events; pages are used only as it fills). A ring that fills drops events and counts them, unless --lossless.
     #[arg(long, value_name = "SIZE")]
     pub ring_size: Option<String>,
     /// A thread that finds its process's ring full waits for room instead of dropping the event: nothing is

@@ -23,7 +23,7 @@ pub struct Settings {
     /// `VRAMTRACE_STACK_MIN_BYTES` (bytes, or a size such as `1MiB`; default [`DEFAULT_STACK_MIN_BYTES`]):
     /// successful allocations smaller than this get no call site. Failed ones always get one.
     pub stack_min_bytes: u64,
-    /// `VRAMTRACE_RING_BYTES` (a size; default 4 MiB): the shared-memory ring each process publishes into.
+    /// `VRAMTRACE_RING_BYTES` (a size; default 16 MiB): the shared-memory ring each process publishes into.
     /// Rounded down to a power of two of 64-byte slots, within 64 KiB and 1 GiB.
     pub ring_slots: u64,
     /// `VRAMTRACE_LOSSLESS=1`: a thread that finds the ring full waits for room instead of dropping the event.
