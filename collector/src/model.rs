@@ -221,6 +221,9 @@ pub struct ProcessStats {
     pub lost: Vec<(vramtrace_format::LossCause, u64)>,
     /// The process could not be traced (it said why in its hello): none of its events are in the trace.
     pub untraced: Option<String>,
+    /// Bytes the driver freed when the process tore down its last context on a device (`cudaDeviceReset`,
+    /// `cuCtxDestroy`): allocations that no free released.
+    pub context_freed_bytes: u64,
     /// The most virtual address space reserved at once (`cuMemAddressReserve`): not memory.
     pub address_reserved_peak_bytes: u64,
     /// Its framework allocator's figures per device (the Python bridge), when it sent any.

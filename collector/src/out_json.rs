@@ -344,6 +344,7 @@ fn process(p: &ProcessStats) -> J {
             ),
         ),
         ("untraced", p.untraced.clone().into()),
+        ("context_freed_bytes", p.context_freed_bytes.into()),
         (
             "address_reserved_peak_bytes",
             p.address_reserved_peak_bytes.into(),

@@ -34,6 +34,8 @@ pub mod kind {
     pub const EXIT: u8 = 14;
     /// Why records were lost (`Record::Lost`), written by the collector.
     pub const LOST: u8 = 15;
+    /// Every context of a process on a device was torn down (`Record::ContextGone`), from the shim.
+    pub const CONTEXT_GONE: u8 = 16;
 }
 
 /// Bytes before the first frame's payload: length (4) and kind (1).
@@ -306,6 +308,14 @@ pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
         } => put_frame(out, kind::LOST, |o| {
             bincode_to(o, &(*pid, *ts_ns, *count, *cause))
         }),
+        Record::ContextGone {
+            pid,
+            ts_ns,
+            device,
+            how,
+        } => put_frame(out, kind::CONTEXT_GONE, |o| {
+            bincode_to(o, &(*pid, *ts_ns, *device, how.as_str()))
+        }),
         Record::ProcessEnd { pid, ts_ns, kind } => put_frame(out, kind::PROCESS_END, |o| {
             bincode_to(
                 o,
@@ -362,6 +372,15 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<Option<Record>, DecodeE
         }
         kind::BRIDGE => Record::Bridge(bincode_from::<Bridge>(payload)?),
         kind::EXIT => Record::Exit(bincode_from::<Exit>(payload)?),
+        kind::CONTEXT_GONE => {
+            let (pid, ts_ns, device, how): (u32, u64, u32, String) = bincode_from(payload)?;
+            Record::ContextGone {
+                pid,
+                ts_ns,
+                device,
+                how,
+            }
+        }
         kind::LOST => {
             let (pid, ts_ns, count, cause): (u32, u64, u64, crate::LossCause) =
                 bincode_from(payload)?;
@@ -628,6 +647,12 @@ mod tests {
                 pid: 9,
                 ts_ns: 13,
                 kind: EndKind::CutMidFrame { partial_bytes: 17 },
+            },
+            Record::ContextGone {
+                pid: 9,
+                ts_ns: 15,
+                device: 1,
+                how: "cuCtxDestroy".into(),
             },
             Record::Lost {
                 pid: 9,

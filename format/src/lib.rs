@@ -264,6 +264,15 @@ pub enum Record {
         count: u64,
         cause: LossCause,
     },
+    /// Every context of the process on `device` was torn down (`how`: `cuCtxDestroy`, `cuDevicePrimaryCtxReset`,
+    /// the last `cuDevicePrimaryCtxRelease`): the driver freed every pointer allocation it had made there
+    /// (frame kind 16; `cuMemCreate` handles stay).
+    ContextGone {
+        pid: u32,
+        ts_ns: u64,
+        device: u32,
+        how: String,
+    },
 }
 
 /// Why records of a process were lost.

@@ -281,6 +281,17 @@ impl Cap {
         }
     }
 
+    /// Every context of this process on `dev` is gone, and with them every pointer allocation made on it (the
+    /// driver freed them; no call per allocation says so): their bytes come back. `cuMemCreate` handles are the
+    /// device's and stay. Returns (allocations, bytes) given back.
+    pub fn teardown(&self, dev: u32) -> (u64, u64) {
+        let (n, bytes) = self.ptrs.drain_device(dev);
+        if bytes > 0 && (dev as usize) < MAX_DEVICES {
+            self.ledger.release(dev as usize, bytes);
+        }
+        (n, bytes)
+    }
+
     /// The free of a taken entry failed: `id` is still allocated, so it still counts.
     #[inline]
     pub fn restore(&self, kind: Kind, id: u64, held: (u32, u64)) {
@@ -374,5 +385,24 @@ impl LiveMap {
 
     fn remove(&self, id: u64) -> Option<(u32, u64)> {
         self.shard(id).lock().ok()?.remove(&id)
+    }
+
+    /// Takes out every entry on `dev`: (count, bytes).
+    fn drain_device(&self, dev: u32) -> (u64, u64) {
+        let (mut n, mut bytes) = (0, 0);
+        for shard in self.shards.iter() {
+            if let Ok(mut m) = shard.lock() {
+                m.retain(|_, (d, size)| {
+                    if *d == dev {
+                        n += 1;
+                        bytes += *size;
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+        }
+        (n, bytes)
     }
 }

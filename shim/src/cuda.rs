@@ -5,6 +5,7 @@ use std::ffi::{c_int, c_void};
 pub type CUresult = u32;
 pub type CUdeviceptr = u64;
 pub type CUdevice = c_int;
+pub type CUcontext = *mut std::ffi::c_void;
 pub type CUstream = *mut c_void;
 pub type CUmemoryPool = *mut c_void;
 pub type CUmemGenericAllocationHandle = u64;

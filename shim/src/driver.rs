@@ -40,6 +40,12 @@ pub enum Sym {
     GetProcAddressV2,
     NvmlMemoryInfo,
     NvmlMemoryInfoV2,
+    CtxCreate,
+    CtxCreateV3,
+    CtxCreateV4,
+    CtxDestroy,
+    PrimaryCtxReset,
+    PrimaryCtxRelease,
     // Called, never wrapped:
     CtxGetDevice,
     DeviceGet,
@@ -48,9 +54,12 @@ pub enum Sym {
     DeviceGetMemPool,
     MemPoolGetAttribute,
     NvmlDeviceGetUuid,
+    CtxPushCurrent,
+    CtxPopCurrent,
+    PrimaryCtxGetState,
 }
 
-const COUNT: usize = Sym::NvmlDeviceGetUuid as usize + 1;
+const COUNT: usize = Sym::PrimaryCtxGetState as usize + 1;
 const WRAPPED: usize = Sym::CtxGetDevice as usize;
 
 const ALL: [Sym; COUNT] = [
@@ -76,6 +85,12 @@ const ALL: [Sym; COUNT] = [
     Sym::GetProcAddressV2,
     Sym::NvmlMemoryInfo,
     Sym::NvmlMemoryInfoV2,
+    Sym::CtxCreate,
+    Sym::CtxCreateV3,
+    Sym::CtxCreateV4,
+    Sym::CtxDestroy,
+    Sym::PrimaryCtxReset,
+    Sym::PrimaryCtxRelease,
     Sym::CtxGetDevice,
     Sym::DeviceGet,
     Sym::DeviceGetCount,
@@ -83,6 +98,9 @@ const ALL: [Sym; COUNT] = [
     Sym::DeviceGetMemPool,
     Sym::MemPoolGetAttribute,
     Sym::NvmlDeviceGetUuid,
+    Sym::CtxPushCurrent,
+    Sym::CtxPopCurrent,
+    Sym::PrimaryCtxGetState,
 ];
 
 /// The exact exported names (the driver's, and NVML's), in `Sym` order.
@@ -109,6 +127,12 @@ const NAMES: [&CStr; COUNT] = [
     c"cuGetProcAddress_v2",
     c"nvmlDeviceGetMemoryInfo",
     c"nvmlDeviceGetMemoryInfo_v2",
+    c"cuCtxCreate_v2",
+    c"cuCtxCreate_v3",
+    c"cuCtxCreate_v4",
+    c"cuCtxDestroy_v2",
+    c"cuDevicePrimaryCtxReset_v2",
+    c"cuDevicePrimaryCtxRelease_v2",
     c"cuCtxGetDevice",
     c"cuDeviceGet",
     c"cuDeviceGetCount",
@@ -116,6 +140,9 @@ const NAMES: [&CStr; COUNT] = [
     c"cuDeviceGetMemPool",
     c"cuMemPoolGetAttribute",
     c"nvmlDeviceGetUUID",
+    c"cuCtxPushCurrent_v2",
+    c"cuCtxPopCurrent_v2",
+    c"cuDevicePrimaryCtxGetState",
 ];
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -162,13 +189,22 @@ fn wrapper(f: Sym) -> *mut c_void {
         Sym::GetProcAddressV2 => x::cuGetProcAddress_v2 as *const (),
         Sym::NvmlMemoryInfo => x::nvmlDeviceGetMemoryInfo as *const (),
         Sym::NvmlMemoryInfoV2 => x::nvmlDeviceGetMemoryInfo_v2 as *const (),
+        Sym::CtxCreate => x::cuCtxCreate_v2 as *const (),
+        Sym::CtxCreateV3 => x::cuCtxCreate_v3 as *const (),
+        Sym::CtxCreateV4 => x::cuCtxCreate_v4 as *const (),
+        Sym::CtxDestroy => x::cuCtxDestroy_v2 as *const (),
+        Sym::PrimaryCtxReset => x::cuDevicePrimaryCtxReset_v2 as *const (),
+        Sym::PrimaryCtxRelease => x::cuDevicePrimaryCtxRelease_v2 as *const (),
         Sym::CtxGetDevice
         | Sym::DeviceGet
         | Sym::DeviceGetCount
         | Sym::DeviceGetUuidV2
         | Sym::DeviceGetMemPool
         | Sym::MemPoolGetAttribute
-        | Sym::NvmlDeviceGetUuid => return null_mut(),
+        | Sym::NvmlDeviceGetUuid
+        | Sym::CtxPushCurrent
+        | Sym::CtxPopCurrent
+        | Sym::PrimaryCtxGetState => return null_mut(),
     };
     p as *mut c_void
 }

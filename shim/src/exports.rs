@@ -7,6 +7,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
+use crate::contexts::{self, driver_fn};
 use crate::cuda::*;
 use crate::driver::Sym;
 use crate::hooks;
@@ -98,6 +99,69 @@ pub unsafe extern "C" fn cuMemCreate(
     flags: u64,
 ) -> CUresult {
     hooks::mem_create(handle, size, prop, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v2(
+    pctx: *mut CUcontext,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    contexts::create(Sym::CtxCreate, pctx, dev, || {
+        let f = driver_fn!(
+            Sym::CtxCreate,
+            unsafe extern "C" fn(*mut CUcontext, c_uint, CUdevice) -> CUresult
+        );
+        f(pctx, flags, dev)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    pctx: *mut CUcontext,
+    params: *mut c_void,
+    n: c_int,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    contexts::create(Sym::CtxCreateV3, pctx, dev, || {
+        let f = driver_fn!(
+            Sym::CtxCreateV3,
+            unsafe extern "C" fn(*mut CUcontext, *mut c_void, c_int, c_uint, CUdevice) -> CUresult
+        );
+        f(pctx, params, n, flags, dev)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    pctx: *mut CUcontext,
+    params: *mut c_void,
+    flags: c_uint,
+    dev: CUdevice,
+) -> CUresult {
+    contexts::create(Sym::CtxCreateV4, pctx, dev, || {
+        let f = driver_fn!(
+            Sym::CtxCreateV4,
+            unsafe extern "C" fn(*mut CUcontext, *mut c_void, c_uint, CUdevice) -> CUresult
+        );
+        f(pctx, params, flags, dev)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
+    contexts::destroy(ctx)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
+    contexts::primary_reset(dev)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
+    contexts::primary_release(dev)
 }
 
 #[no_mangle]

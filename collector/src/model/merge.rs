@@ -32,6 +32,8 @@ pub(super) const WHAT_OOM: u8 = 2;
 pub(super) const WHAT_END: u8 = 3;
 /// A bridge record (a framework's figures or out-of-memory error), after the events of its nanosecond.
 pub(super) const WHAT_FW: u8 = 4;
+/// Every context of a process on a device was torn down: its pointer allocations there are gone.
+pub(super) const WHAT_CTX: u8 = 5;
 
 /// The total order of a trace's entries: time, kind, pid, thread, then the order of arrival in the file, which
 /// for one thread is its program order (a thread's records never overtake each other).

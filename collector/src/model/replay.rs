@@ -10,7 +10,7 @@ use vramtrace_format::{
 use super::fasthash::FastMap;
 use super::framework;
 use super::leak::{site_ref, trim_leaks};
-use super::merge::{Merge, Out, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
+use super::merge::{Merge, Out, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
 use super::tap::{Change, Step, Tap};
 use super::timeline::TimelineBuilder;
 use super::*;
@@ -103,6 +103,7 @@ impl Proc {
                 python_bridge: false,
                 lost: Vec::new(),
                 untraced: None,
+                context_freed_bytes: 0,
             },
             cur: 0,
             dev: Vec::new(),
@@ -191,6 +192,8 @@ pub(super) struct Replay<'t> {
     pub(super) cs: callsites::Store,
     /// Bridge records waiting for the merge to reach their time: id -> (slot, record).
     pub(super) pending_fw: HashMap<usize, (usize, Record)>,
+    /// Contexts torn down, waiting for their time: id -> (slot, device).
+    pending_ctx: HashMap<usize, (usize, u32)>,
     /// The next id of a waiting record (out-of-memory, bridge, dropped count).
     pub(super) next_id: usize,
     pub(super) fw: framework::FwReplay,
@@ -233,6 +236,7 @@ impl<'t> Replay<'t> {
             ooms: Vec::new(),
             cs: callsites::Store::default(),
             pending_fw: HashMap::new(),
+            pending_ctx: HashMap::new(),
             next_id: 0,
             fw: framework::FwReplay::default(),
             tap: None,
@@ -449,6 +453,16 @@ impl<'t> Replay<'t> {
             // as soon as it dies, perhaps before its connection's last frames are written).
             Record::Exit(x) => self.exits.push(x),
             // Why: the counts themselves came in `Dropped`, merged in time.
+            Record::ContextGone {
+                pid, ts_ns, device, ..
+            } => {
+                self.observe(ts_ns);
+                let s = self.route(pid, ts_ns);
+                let id = self.next_id();
+                self.pending_ctx.insert(id, (s, device));
+                self.merge.push_record(WHAT_CTX, pid, 0, ts_ns, id);
+                self.pump();
+            }
             Record::Lost {
                 pid, count, cause, ..
             } => {
@@ -551,6 +565,7 @@ impl<'t> Replay<'t> {
             Out::Rec(WHAT_END, s, ts) => self.end_process(s, ts),
             Out::Rec(WHAT_OOM, id, ts) => self.snapshot(id, ts),
             Out::Rec(WHAT_FW, id, ts) => self.on_fw(id, ts),
+            Out::Rec(WHAT_CTX, id, ts) => self.context_gone(id, ts),
             Out::Rec(WHAT_DROP, id, _) => {
                 if let Some((s, count)) = self.pending_drops.remove(&id) {
                     let p = &mut self.procs[s].s;
@@ -559,6 +574,31 @@ impl<'t> Replay<'t> {
                 }
             }
             Out::Rec(..) => {}
+        }
+    }
+
+    /// Every context of a process on a device was torn down at `ts`: the driver freed its pointer allocations
+    /// there (handles are the device's and stay).
+    fn context_gone(&mut self, id: usize, ts: u64) {
+        let Some((s, device)) = self.pending_ctx.remove(&id) else {
+            return;
+        };
+        let Some(d) = self.devs.iter().position(|x| x.device == device) else {
+            return;
+        };
+        let t = self.rel(ts);
+        let gone: Vec<u64> = self.procs[s]
+            .ptrs
+            .iter()
+            .filter(|(_, l)| l.dev as usize == d)
+            .map(|(a, _)| *a)
+            .collect();
+        for addr in gone {
+            if let Some(l) = self.procs[s].ptrs.remove(&addr) {
+                self.take(s, &l, t);
+                self.procs[s].s.context_freed_bytes += l.size;
+                self.tap_live(Change::Released, s, false, addr, &l, t);
+            }
         }
     }
 

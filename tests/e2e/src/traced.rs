@@ -67,6 +67,8 @@ pub struct Trace {
     /// Wait statuses the wrapper reaped.
     pub exits: Vec<Exit>,
     pub dropped: u64,
+    /// Contexts torn down: (pid, device).
+    pub contexts_gone: Vec<(u32, u32)>,
     /// Why records were lost: (pid, cause, count).
     pub lost: Vec<(u32, vramtrace_format::LossCause, u64)>,
     pub goodbyes: Vec<u32>,
@@ -173,6 +175,7 @@ pub fn read_trace(path: &Path) -> Trace {
         ends: vec![],
         dropped: 0,
         lost: Vec::new(),
+        contexts_gone: Vec::new(),
         goodbyes: vec![],
         stop: Stop::Reading,
         stacks: vec![],
@@ -217,6 +220,7 @@ pub fn read_trace(path: &Path) -> Trace {
             Record::Lost {
                 pid, count, cause, ..
             } => t.lost.push((pid, cause, count)),
+            Record::ContextGone { pid, device, .. } => t.contexts_gone.push((pid, device)),
         }
     }
     t.stop = r.stop().clone();

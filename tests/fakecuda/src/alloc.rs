@@ -59,6 +59,7 @@ pub fn allocate(d: &mut Driver, dev: usize, bytes: u64, kind: Kind) -> Result<u6
             slot,
             device: dev,
             kind,
+            ctx: crate::driver::current().map_or(0, |c| c.0),
             shadow: None,
         },
     );
@@ -93,6 +94,22 @@ pub fn free(d: &mut Driver, ptr: u64) -> Result<u64, CUresult> {
     }
     state::release(a.device, a.size);
     Ok(a.size)
+}
+
+/// A context is gone (destroyed, or a primary context reset or released for the last time): the driver frees
+/// every allocation made in it, as the real one does. Returns the bytes freed.
+pub fn teardown(d: &mut Driver, ctx: usize) -> u64 {
+    let gone: Vec<u64> = d
+        .allocs
+        .iter()
+        .filter(|(_, a)| a.ctx == ctx)
+        .map(|(p, _)| *p)
+        .collect();
+    let mut bytes = 0;
+    for p in gone {
+        bytes += free(d, p).unwrap_or(0);
+    }
+    bytes
 }
 
 /// Managed memory is real host memory (reserved lazily), so the host can touch it like with CUDA.

@@ -1,7 +1,8 @@
 //! Contexts: one primary context per device (reference counted), created contexts, and each thread's
 //! context stack (the top is the current context).
 //!
-//! Simplification: releasing or resetting a primary context does not free the allocations made in it.
+//! Tearing a context down (`cuCtxDestroy`, `cuDevicePrimaryCtxReset`, the last `cuDevicePrimaryCtxRelease`)
+//! frees every allocation made in it, as the real driver does (`cuMemCreate` handles are the device's and stay).
 
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -28,6 +29,9 @@ fn primary_release(dev: CUdevice) -> Result<(), CUresult> {
         return Err(CUDA_ERROR_INVALID_CONTEXT);
     }
     p.refs -= 1;
+    if p.refs == 0 {
+        crate::alloc::teardown(&mut g, primary_ctx(d));
+    }
     Ok(())
 }
 
@@ -56,6 +60,7 @@ fn primary_reset(dev: CUdevice) -> Result<(), CUresult> {
     let d = check_device(dev)?;
     let mut g = lock();
     g.primary[d] = Default::default();
+    crate::alloc::teardown(&mut g, primary_ctx(d));
     Ok(())
 }
 
@@ -77,9 +82,12 @@ fn create(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> Result<(), CUre
 fn destroy(ctx: CUcontext) -> Result<(), CUresult> {
     check_init()?;
     let h = ctx as usize;
-    if lock().contexts.remove(&h).is_none() {
+    let mut g = lock();
+    if g.contexts.remove(&h).is_none() {
         return Err(CUDA_ERROR_INVALID_CONTEXT);
     }
+    crate::alloc::teardown(&mut g, h);
+    drop(g);
     with_stack(|s| s.retain(|c| c.0 != h));
     Ok(())
 }

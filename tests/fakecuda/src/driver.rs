@@ -108,6 +108,8 @@ pub struct Alloc {
     pub slot: u64,
     pub device: usize,
     pub kind: Kind,
+    /// The context current when it was made (0: none): destroying or resetting that context frees it.
+    pub ctx: usize,
     /// Contents, once written (see `FAKECUDA_SHADOW_MAX`).
     pub shadow: Option<Box<[u8]>>,
 }

@@ -15,6 +15,10 @@
 //! create <dev> <bytes>   -> <rc> <handle>      cuMemCreate (pinned, on device <dev>)
 //! release <handle>       -> <rc>               cuMemRelease
 //! device <n>             -> <rc>               make device n's primary context current
+//! ctxreset <n>           -> <rc>               cuDevicePrimaryCtxReset_v2 (frees what was allocated in it)
+//! ctxrelease <n>         -> <rc>               cuDevicePrimaryCtxRelease_v2
+//! ctxcreate <n>          -> <rc> <ctx>         cuCtxCreate_v2 on device n (current from then on)
+//! ctxdestroy <ctx>       -> <rc>               cuCtxDestroy_v2
 //! fork <bytes>           -> <status> <pid>     fork; the child re-initialises CUDA, allocates and frees
 //!                                              <bytes> and exits 0 if both succeeded; the parent waits
 //! forks <n> <bytes>      -> <failed>          n children at once; each allocates <bytes> twice (no free)
@@ -123,6 +127,34 @@ impl Probe {
                 }
                 "release" => format!("{}", self.f::<Release>("cuMemRelease")(num(1))),
                 "device" => format!("{}", self.device(num(1) as c_int)),
+                "ctxreset" => {
+                    type Reset = unsafe extern "C" fn(c_int) -> CUresult;
+                    format!(
+                        "{}",
+                        self.f::<Reset>("cuDevicePrimaryCtxReset_v2")(num(1) as c_int)
+                    )
+                }
+                "ctxrelease" => {
+                    type Rel = unsafe extern "C" fn(c_int) -> CUresult;
+                    format!(
+                        "{}",
+                        self.f::<Rel>("cuDevicePrimaryCtxRelease_v2")(num(1) as c_int)
+                    )
+                }
+                "ctxcreate" => {
+                    type CtxCreate =
+                        unsafe extern "C" fn(*mut CUcontext, c_uint, c_int) -> CUresult;
+                    let mut ctx: CUcontext = std::ptr::null_mut();
+                    let rc = self.f::<CtxCreate>("cuCtxCreate_v2")(&mut ctx, 0, num(1) as c_int);
+                    format!("{rc} {:#x}", ctx as usize)
+                }
+                "ctxdestroy" => {
+                    type CtxDestroy = unsafe extern "C" fn(CUcontext) -> CUresult;
+                    format!(
+                        "{}",
+                        self.f::<CtxDestroy>("cuCtxDestroy_v2")(num(1) as usize as CUcontext)
+                    )
+                }
                 "fork" => {
                     let bytes = num(1) as usize;
                     let pid = libc::fork();

@@ -1,0 +1,78 @@
+//! Contexts torn down: `cuDevicePrimaryCtxReset` (`cudaDeviceReset`), the last `cuDevicePrimaryCtxRelease` and
+//! `cuCtxDestroy` free every allocation made in the context, with no free the shim sees. The cap gives those
+//! bytes back (it would refuse what the GPU has room for otherwise), and the trace shows them freed, not live.
+
+use vramtrace_collector::model;
+use vramtrace_e2e::traced::{read_trace, vramtrace};
+use vramtrace_e2e::*;
+
+fn capped_probe(fc: &FakeCuda, name: &str) -> (Probe, std::path::PathBuf) {
+    let path = fc.dir().join(format!("{name}.vtrace"));
+    let mut c = fc.command(vramtrace());
+    c.args(["run", "--python-agent", "off", "--cap", "8MiB", "--out"])
+        .arg(&path)
+        .arg("--")
+        .arg(program("probe"));
+    (Probe::start(c), path)
+}
+
+#[test]
+fn a_primary_context_reset_gives_its_allocations_back_to_the_cap_and_the_trace() {
+    let fc = FakeCuda::new().with_state();
+    let (mut p, path) = capped_probe(&fc, "reset");
+    assert_eq!(p.cmd2("alloc 6291456").0, 0);
+    // cudaDeviceReset: the driver frees the 6 MiB; nothing calls cuMemFree.
+    assert_eq!(p.cmd("ctxreset 0").trim(), "0");
+    assert_eq!(fc.state()[0].used, 0, "the simulated driver freed it");
+    assert_eq!(p.cmd("device 0").trim(), "0");
+    // Under an 8 MiB cap, 6 MiB more fits: the GPU holds nothing of ours.
+    assert_eq!(
+        p.cmd2("alloc 6291456").0,
+        0,
+        "the cap still counted the reset context's 6 MiB"
+    );
+    assert_eq!(p.cmd2("alloc 4194304").0, 2, "and it still caps");
+    p.finish();
+    let t = read_trace(&path);
+    assert_eq!(t.contexts_gone.len(), 1, "{:?}", t.contexts_gone);
+    let a = model::analyze(&path).unwrap();
+    let dev = a.device(0).unwrap();
+    assert_eq!(dev.peak_bytes, 6 << 20, "never 12 MiB at once");
+    let proc_ = &a.processes[0];
+    assert_eq!(proc_.context_freed_bytes, 6 << 20);
+    // What was live at the end is the second allocation only.
+    assert_eq!(proc_.live_bytes_at_end, 6 << 20);
+}
+
+#[test]
+fn the_last_context_destroyed_frees_it_and_a_context_beside_another_is_said() {
+    let fc = FakeCuda::new().with_state();
+    let (mut p, path) = capped_probe(&fc, "destroy");
+    // Release the probe's primary context: then a created context is the only one on device 0.
+    assert_eq!(p.cmd("ctxrelease 0").trim(), "0");
+    let created = p.cmd("ctxcreate 0");
+    let ctx = created.split_whitespace().nth(1).unwrap().to_string();
+    assert_eq!(p.cmd2("alloc 6291456").0, 0);
+    assert_eq!(p.cmd(&format!("ctxdestroy {ctx}")).trim(), "0");
+    assert_eq!(fc.state()[0].used, 0);
+    let again = p.cmd("ctxcreate 0");
+    assert!(again.starts_with("0 "), "{again}");
+    assert_eq!(p.cmd2("alloc 6291456").0, 0, "room again after the destroy");
+    // Now a second context beside it: destroying one cannot say which allocations were whose.
+    let beside = p.cmd("ctxcreate 0");
+    let beside = beside.split_whitespace().nth(1).unwrap().to_string();
+    assert_eq!(p.cmd(&format!("ctxdestroy {beside}")).trim(), "0");
+    p.finish();
+    let t = read_trace(&path);
+    assert_eq!(t.contexts_gone.len(), 2, "{:?}", t.contexts_gone);
+    assert!(
+        t.notes
+            .iter()
+            .any(|(_, n)| n.contains("while another context of this process lives on it")),
+        "{:?}",
+        t.notes
+    );
+    let a = model::analyze(&path).unwrap();
+    assert_eq!(a.device(0).unwrap().peak_bytes, 6 << 20);
+    assert_eq!(a.processes[0].context_freed_bytes, 6 << 20);
+}
