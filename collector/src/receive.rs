@@ -321,7 +321,10 @@ struct Conn {
 const READ: usize = 256 << 10;
 /// A ring is drained at least this often while its process runs, and whenever it passes a quarter full.
 const NAP_MIN: Duration = Duration::from_millis(1);
-const NAP_MAX: Duration = Duration::from_millis(10);
+const NAP_MAX: Duration = Duration::from_millis(50);
+/// A record reserved and not published for this long will not be finished (its thread was cancelled, or a signal
+/// handler never returned): the drain skips it and counts it, rather than let the ring fill behind it.
+const STUCK_NS: u64 = 2_000_000_000;
 /// A collector that has not drained a ring for this long was stalled (stopped, or starved of CPU): the records
 /// the ring could not hold meanwhile are said to be lost for that reason.
 const STALL: Duration = Duration::from_millis(500);
@@ -342,6 +345,8 @@ struct Drain {
     last_tick: u64,
     /// The latest time of anything taken from the ring: a goodbye is never older.
     last_ts: u64,
+    /// Where the drain has been waiting for a record to be published, and since when.
+    stuck: Option<(u64, u64)>,
     batch: Vec<Event>,
     out: Vec<u8>,
 }
@@ -480,6 +485,7 @@ impl Conn {
                             last_ns: mono_ns(),
                             last_tick: 0,
                             last_ts: 0,
+                            stuck: None,
                             batch: Vec::with_capacity(BATCH),
                             out: Vec::with_capacity(64 << 10),
                         })
@@ -616,6 +622,20 @@ impl Conn {
         }
         if goodbye.is_some() {
             self.goodbye = goodbye;
+        }
+        if !dead {
+            d.stuck = match (consumer.waiting_at(), d.stuck) {
+                (Some(at), Some((was, since))) if at == was => {
+                    if promise.saturating_sub(since) >= STUCK_NS {
+                        consumer.skip_stuck();
+                        None
+                    } else {
+                        Some((was, since))
+                    }
+                }
+                (Some(at), _) => Some((at, promise)),
+                (None, _) => None,
+            };
         }
         let ts = mono_ns();
         let dropped = consumer.ring().dropped();

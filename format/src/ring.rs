@@ -473,6 +473,29 @@ impl Consumer {
         taken
     }
 
+    /// Where the drain waits: the position of a record reserved and not yet published (a writer takes
+    /// nanoseconds between the two; one that takes seconds will not finish).
+    pub fn waiting_at(&self) -> Option<u64> {
+        let head = self.ring.a64(OFF_HEAD).load(Ordering::Acquire);
+        (self.pos < head && self.ring.seq(self.pos).load(Ordering::Acquire) != self.pos + 1)
+            .then_some(self.pos)
+    }
+
+    /// Gives up on the record at the drain's position (reserved long ago and never published: its thread will
+    /// not finish it) and moves to the next published record. Counted in `torn`.
+    pub fn skip_stuck(&mut self) {
+        let head = self.ring.a64(OFF_HEAD).load(Ordering::Acquire);
+        if self.pos >= head {
+            return;
+        }
+        self.torn += 1;
+        self.pos += 1;
+        while self.pos < head && !self.starts_record(self.pos) {
+            self.pos += 1;
+        }
+        self.ring.a64(OFF_TAIL).store(self.pos, Ordering::Release);
+    }
+
     fn starts_record(&self, pos: u64) -> bool {
         let ring = self.ring;
         ring.seq(pos).load(Ordering::Acquire) == pos + 1
@@ -663,6 +686,25 @@ mod tests {
         });
         assert_eq!(got, vec![1, 2]);
         assert_eq!(c.torn, 1);
+    }
+
+    #[test]
+    fn a_record_a_live_thread_never_finishes_can_be_skipped() {
+        let m = Mem::new(MIN_SLOTS);
+        let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
+        let mut c = Consumer::new(r);
+        assert_eq!(c.waiting_at(), None);
+        assert!(r.reserve(2, 0).is_some());
+        assert!(r.try_event(&ev(2, 2)));
+        assert_eq!(c.waiting_at(), Some(0));
+        c.skip_stuck();
+        let mut got = Vec::new();
+        c.drain(false, |it| {
+            if let Item::Event(e) = it {
+                got.push(e.ts_ns)
+            }
+        });
+        assert_eq!((got, c.torn), (vec![2], 1));
     }
 
     #[test]
