@@ -330,6 +330,8 @@ const STUCK_NS: u64 = 2_000_000_000;
 const STALL: Duration = Duration::from_millis(500);
 /// Events per frame written from a ring.
 const BATCH: usize = 4096;
+/// How far a shim's clock may be from the collector's (it converts the CPU's time-stamp counter; docs: clock.rs).
+const CLOCK_MARGIN_NS: u64 = 50_000;
 /// How often, at most, an empty ring's drain promises that nothing older is still to come from its process.
 const TICK_NS: u64 = 10_000_000;
 
@@ -674,11 +676,12 @@ impl Conn {
             }
         } else if taken == 0 && consumer.ring().used() == 0 && promise >= d.last_tick + TICK_NS {
             d.last_tick = promise;
+            // A margin for the shim's clock (the time-stamp counter, calibrated to within about a microsecond).
             codec::put_record(
                 out,
                 &Record::Tick {
                     pid,
-                    ts_ns: promise,
+                    ts_ns: promise.saturating_sub(CLOCK_MARGIN_NS),
                 },
             );
         }

@@ -13,6 +13,7 @@
 //! - `stacks`: each allocation's call site (native return addresses and, through `pystack`, Python frames),
 //!   interned per process; `objects`: the loaded objects the collector needs to resolve them.
 //! - `contexts`: contexts torn down (`cuCtxDestroy`, `cudaDeviceReset`) free what was allocated in them.
+//! - `clock`: every event's time, from the CPU's time-stamp counter where the kernel keeps time with it.
 //! - `settings`: what the environment says, read once.
 //! - `lazy`: building that state lazily, so that a `fork` in any state leaves it usable.
 //! - `cuda`: the few driver types and codes the shim needs.
@@ -27,6 +28,7 @@
 
 pub mod bridge;
 pub mod cap;
+pub mod clock;
 pub mod contexts;
 pub mod cuda;
 pub mod driver;

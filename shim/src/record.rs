@@ -75,15 +75,10 @@ thread_local! {
     static TID: Cell<(u32, u32)> = const { Cell::new((u32::MAX, 0)) };
 }
 
-/// CLOCK_MONOTONIC in ns (a vDSO read, no system call); the collector's clock is the same.
+/// CLOCK_MONOTONIC in ns, the collector's clock (`clock`: from the time-stamp counter where the kernel uses it).
 #[inline]
 pub fn now() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::clock::now()
 }
 
 #[inline]
@@ -423,8 +418,14 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
     // Records sent that wait for the collector's answer, and answers read: matched in order (`await_ack`).
     let (mut syncs_sent, mut answered) = (0u64, 0u64);
     let mut buf = Vec::new();
+    let mut clock = crate::clock::Calibrator::new();
+    let mut calibrated = Instant::now();
     loop {
-        match rx.recv_timeout(HEARTBEAT) {
+        if calibrated.elapsed() >= crate::clock::RECALIBRATE {
+            clock.tick();
+            calibrated = Instant::now();
+        }
+        match rx.recv_timeout(HEARTBEAT.min(crate::clock::RECALIBRATE)) {
             Ok(Cold::Objects) => {
                 rec.objects_asked.store(false, Ordering::Release);
                 if native {
