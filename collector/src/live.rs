@@ -124,9 +124,7 @@ impl State {
                 batch.clear();
                 if let Ok(pid) = codec::decode_events_of(k, payload, &mut batch) {
                     self.events += batch.len() as u64;
-                    for e in &batch {
-                        self.apply(pid, e);
-                    }
+                    self.apply_batch(pid, &batch);
                 }
                 self.batch = batch;
                 continue;
@@ -181,8 +179,17 @@ impl State {
         }
     }
 
+    /// Applies one process's batch: the process is looked up once.
+    fn apply_batch(&mut self, pid: u32, batch: &[Event]) {
+        let mut p = self.procs.remove(&pid).unwrap_or_default();
+        for e in batch {
+            self.apply(&mut p, e);
+        }
+        self.procs.insert(pid, p);
+    }
+
     #[inline]
-    fn apply(&mut self, pid: u32, e: &Event) {
+    fn apply(&mut self, p: &mut Proc, e: &Event) {
         let eff = e.api.effect();
         match eff {
             Effect::AllocPtr | Effect::CreateHandle => {
@@ -197,25 +204,21 @@ impl State {
                 }
                 let d = if e.device == NO_DEVICE { 0 } else { e.device };
                 self.allocations += 1;
-                let p = self.procs.entry(pid).or_default();
                 let map = if eff == Effect::CreateHandle {
                     &mut p.handles
                 } else {
                     &mut p.ptrs
                 };
-                let old = map.insert(e.addr, (d, e.size));
-                if let Some((od, os)) = old {
+                if let Some((od, os)) = map.insert(e.addr, (d, e.size)) {
                     // Its free was not recorded: the newer allocation replaces it.
                     let pd = p.dev.entry(od).or_default();
                     pd.live = pd.live.saturating_sub(os);
+                    let dv = self.dev(od);
+                    dv.used = dv.used.saturating_sub(os);
                 }
                 let pd = p.dev.entry(d).or_default();
                 pd.live += e.size;
                 pd.peak = pd.peak.max(pd.live);
-                if let Some((od, os)) = old {
-                    let dv = self.dev(od);
-                    dv.used = dv.used.saturating_sub(os);
-                }
                 let dv = self.dev(d);
                 dv.allocations += 1;
                 dv.used += e.size;
@@ -225,9 +228,6 @@ impl State {
                 if e.result != 0 {
                     return;
                 }
-                let Some(p) = self.procs.get_mut(&pid) else {
-                    return;
-                };
                 let map = if eff == Effect::ReleaseHandle {
                     &mut p.handles
                 } else {
