@@ -7,6 +7,7 @@ pub mod callsites;
 pub mod demo;
 pub mod exit;
 pub mod export;
+pub mod fleet;
 pub mod live;
 pub mod model;
 pub mod oom;
