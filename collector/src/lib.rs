@@ -20,4 +20,5 @@ pub mod receive;
 pub mod report;
 pub mod run;
 pub mod symbols;
+pub mod top;
 pub mod torch_snapshot;

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use vramtrace_collector::{demo, exit, export, fleet, oom, probe, report, run};
+use vramtrace_collector::{demo, exit, export, fleet, oom, probe, report, run, top};
 
 use clap::{Parser, Subcommand};
 
@@ -47,6 +47,9 @@ enum Verb {
     },
     /// Write a trace for a viewer people already use: `vramtrace export TRACE --format memory-viz --out FILE`.
     Export(export::ExportArgs),
+    /// Attach to a running job (`vramtrace run --metrics`): bytes in use per GPU and process, peak, cap,
+    /// headroom, allocation rate, refreshed.
+    Top(top::TopArgs),
     /// Run the bundled workload under `vramtrace run` (real GPU if present, simulated driver otherwise), then report.
     Demo(demo::DemoArgs),
     /// (internal) Print each device's total memory, asked of the driver.
@@ -67,6 +70,7 @@ fn main() {
         Verb::Oom { files, json, force } => fleet::oom_main(&files, json, force),
         Verb::Export(args) => export::main(args),
         Verb::Demo(args) => demo::main(args),
+        Verb::Top(args) => top::main(args),
         Verb::Probe => probe::main(),
     };
     exit::with(code)

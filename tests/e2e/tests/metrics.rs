@@ -5,13 +5,16 @@
 //! `VRAMTRACE_ALLOW_NO_PROMETHEUS=1` says to skip (loudly).
 
 use std::path::{Path, PathBuf};
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use vramtrace_collector::live::http::{get, get_with};
-use vramtrace_e2e::traced::vramtrace;
-use vramtrace_e2e::{program, FakeCuda, Probe, MIB};
+use vramtrace_e2e::{FakeCuda, MIB};
+
+mod common;
+use common::start_job;
 
 fn have(cmd: &str) -> bool {
     Command::new(cmd)
@@ -43,43 +46,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// The job's metrics address, from the attach file `vramtrace run` writes in `$XDG_RUNTIME_DIR/vramtrace`.
-fn attach_addr(runtime: &Path, pid: u32) -> String {
-    let f = runtime.join("vramtrace").join(format!("{pid}.addr"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(t) = std::fs::read_to_string(&f) {
-            if let Some(a) = t.lines().find_map(|l| l.strip_prefix("addr=")) {
-                return a.to_string();
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no attach file {} from vramtrace run --metrics",
-            f.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// `vramtrace run -q ARGS --out <dir>/m.vtrace -- probe`, with `XDG_RUNTIME_DIR` at `<dir>/run`: the probe and
-/// the job's metrics address.
-fn start_job(fake: &FakeCuda, args: &[&str]) -> (Probe, String) {
-    let runtime = fake.dir().join("run");
-    std::fs::create_dir_all(&runtime).unwrap();
-    let mut c = fake.command(vramtrace());
-    c.env("XDG_RUNTIME_DIR", &runtime)
-        .args(["run", "-q"])
-        .args(args)
-        .arg("--out")
-        .arg(fake.dir().join("m.vtrace"))
-        .arg("--")
-        .arg(program("probe"));
-    let probe = Probe::start(c);
-    let addr = attach_addr(&runtime, probe.pid);
-    (probe, addr)
 }
 
 struct Prometheus {
