@@ -24,6 +24,24 @@ if command -v chromium >/dev/null 2>&1 || [ -n "${VRAMTRACE_CHROMIUM:-}" ]; then
 else
     echo "test.sh: WARNING: chromium could not be installed: the HTML export's browser test will be SKIPPED" >&2
 fi
+# `vramtrace run --metrics` is scraped by a real Prometheus server and linted by promtool
+# (tests/e2e/tests/metrics.rs), and `vramtrace top` is driven in a tmux pseudo-terminal (tests/e2e/tests/top.rs):
+# Debian's prometheus (it provides both) and tmux, installed when missing.
+need=()
+command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v tmux >/dev/null 2>&1 || need+=(tmux)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "test.sh: installing ${need[*]}"
+    { apt-get update -qq && apt-get install -y -qq "${need[@]}"; } || true
+fi
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+    echo "test.sh: WARNING: prometheus could not be installed: the metrics scrape test will be SKIPPED" >&2
+    export VRAMTRACE_ALLOW_NO_PROMETHEUS=1
+fi
+if ! command -v tmux >/dev/null 2>&1; then
+    echo "test.sh: WARNING: tmux could not be installed: the top terminal test will be SKIPPED" >&2
+    export VRAMTRACE_ALLOW_NO_TMUX=1
+fi
 for c in rustfmt clippy; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c" 2>/dev/null || true
 done

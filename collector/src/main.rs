@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use vramtrace_collector::{demo, exit, export, oom, probe, report, run};
+use vramtrace_collector::{demo, exit, export, fleet, oom, probe, report, run, top};
 
 use clap::{Parser, Subcommand};
 
@@ -23,22 +23,33 @@ enum Verb {
     Run(run::RunArgs),
     /// Report peaks, timelines and memory still live at the end, from a trace file.
     Report {
-        /// The trace file written by `vramtrace run`.
-        file: PathBuf,
+        /// The trace file written by `vramtrace run`; several traces of one job (one per node) are merged.
+        #[arg(required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
         /// Print the documented JSON (docs/JSON-SCHEMA.md) instead of text.
         #[arg(long)]
         json: bool,
+        /// Merge traces even when they are of different jobs.
+        #[arg(long)]
+        force: bool,
     },
     /// Explain an out-of-memory death from a trace file: the cause, what was live, advice (docs/OOM.md).
     Oom {
-        /// The trace file written by `vramtrace run`.
-        file: PathBuf,
+        /// The trace file written by `vramtrace run`; several traces of one job (one per node) are merged.
+        #[arg(required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
         /// Print the documented JSON (docs/JSON-SCHEMA.md) instead of text.
         #[arg(long)]
         json: bool,
+        /// Merge traces even when they are of different jobs.
+        #[arg(long)]
+        force: bool,
     },
     /// Write a trace for a viewer people already use: `vramtrace export TRACE --format memory-viz --out FILE`.
     Export(export::ExportArgs),
+    /// Attach to a running job (`vramtrace run --metrics`): bytes in use per GPU and process, peak, cap,
+    /// headroom, allocation rate, refreshed.
+    Top(top::TopArgs),
     /// Run the bundled workload under `vramtrace run` (real GPU if present, simulated driver otherwise), then report.
     Demo(demo::DemoArgs),
     /// (internal) Print each device's total memory, asked of the driver.
@@ -53,10 +64,13 @@ fn main() {
     };
     let code = match cli.verb {
         Verb::Run(args) => run::main(args),
-        Verb::Report { file, json } => report::main(&file, json),
-        Verb::Oom { file, json } => oom::main(&file, json),
+        Verb::Report { files, json, .. } if files.len() == 1 => report::main(&files[0], json),
+        Verb::Report { files, json, force } => fleet::report(&files, json, force),
+        Verb::Oom { files, json, .. } if files.len() == 1 => oom::main(&files[0], json),
+        Verb::Oom { files, json, force } => fleet::oom_main(&files, json, force),
         Verb::Export(args) => export::main(args),
         Verb::Demo(args) => demo::main(args),
+        Verb::Top(args) => top::main(args),
         Verb::Probe => probe::main(),
     };
     exit::with(code)

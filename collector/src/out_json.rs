@@ -213,6 +213,8 @@ pub fn frame(f: &Frame) -> J {
 fn device(a: &Analysis, d: &DeviceStats) -> J {
     let mut m = vec![
         ("device", d.device.into()),
+        // The trace's host: traces of several nodes merge (`report A B`), and a device is its host's.
+        ("host", a.header.hostname.as_str().into()),
         ("peak_bytes", d.peak_bytes.into()),
         ("peak_time_ns", d.peak_time_ns.into()),
         ("live_bytes_at_end", d.live_bytes_at_end.into()),

@@ -25,8 +25,11 @@ use crate::run::mono_ns;
 /// The trace file, written in whole frames. When a write fails (a full disk), the file is cut back to its last
 /// whole frame and nothing more is written: what arrives after is counted per process, so the summary can say
 /// plainly what was lost.
-pub(crate) struct TraceWriter {
+#[doc(hidden)]
+pub struct TraceWriter {
     pub(crate) file: File,
+    /// Bytes in the file that are whole frames, for readers behind the writer (`live`, `--metrics`).
+    pub written: Arc<std::sync::atomic::AtomicU64>,
     /// Bytes in the file, all whole frames.
     at: u64,
     failed: Option<io::Error>,
@@ -36,9 +39,10 @@ pub(crate) struct TraceWriter {
 }
 
 impl TraceWriter {
-    pub(crate) fn new(file: File, at: u64) -> TraceWriter {
+    pub fn new(file: File, at: u64) -> TraceWriter {
         TraceWriter {
             file,
+            written: Arc::new(at.into()),
             at,
             failed: None,
             lost: Default::default(),
@@ -47,11 +51,12 @@ impl TraceWriter {
     }
 
     /// Appends whole frames of process `pid`. Whether they are in the file.
-    pub(crate) fn write(&mut self, pid: u32, frames: &[u8]) -> bool {
+    pub fn write(&mut self, pid: u32, frames: &[u8]) -> bool {
         if self.failed.is_none() {
             match self.file.write_all(frames) {
                 Ok(()) => {
                     self.at += frames.len() as u64;
+                    self.written.store(self.at, Ordering::Release);
                     return true;
                 }
                 Err(e) => {

@@ -69,6 +69,14 @@ pub struct RunArgs {
     /// benchmarks). Default: $VRAMTRACE_LOSSLESS.
     #[arg(long)]
     pub lossless: bool,
+    /// Serve the job's memory as Prometheus/OpenMetrics text at http://ADDR/metrics while it runs (and for
+    /// `vramtrace top`): an address, or a port alone for loopback. Without ADDR: loopback, a free port.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
+    pub metrics: Option<String>,
+    /// The job's name, for the `job` label and the trace header (traces of one job merge). Default: the
+    /// launcher's job id ($SLURM_JOB_ID, $TORCHELASTIC_RUN_ID, $PBS_JOBID, $LSB_JOBID, $FLUX_JOB_ID, $JOB_ID).
+    #[arg(long, value_name = "NAME")]
+    pub job_name: Option<String>,
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_parser = clap::value_parser!(OsString))]
     pub command: Vec<OsString>,
@@ -125,6 +133,8 @@ struct Prepared {
     cap_mode: CapMode,
     /// The Python bridge's directory, to put first on PYTHONPATH (none: `--python-agent off`).
     bridge: Option<PathBuf>,
+    /// `--metrics`: the server, stopped when the run ends.
+    _metrics: Option<crate::live::Running>,
 }
 
 impl Prepared {
@@ -172,6 +182,18 @@ impl Prepared {
             bail!("--torch-history needs the Python bridge, which --python-agent off turns off");
         }
         let mut file = open_out(&out, args.force)?;
+        // Traces of one job (one per node) merge in `report`; the `job` label of `--metrics`.
+        let job = crate::live::job_name(args.job_name.as_deref());
+        if let Some((name, from)) = &job {
+            extra.push(("job".to_string(), name.clone()));
+            extra.push(("job_source".to_string(), from.to_string()));
+        }
+        let metrics_addr = match &args.metrics {
+            Some(m) => Some(
+                crate::live::parse_addr(m).map_err(|e| anyhow::anyhow!("--metrics {m}: {e}"))?,
+            ),
+            None => None,
+        };
         // The report can then say which Python processes the bridge did not run in.
         extra.push((
             "python_agent".to_string(),
@@ -214,10 +236,39 @@ impl Prepared {
             ),
             OnOff::Off => None,
         };
+        let writer = TraceWriter::new(file, head.len() as u64);
+        let metrics = match metrics_addr {
+            Some(addr) => {
+                let labels = crate::live::JobLabels {
+                    job: job.map(|j| j.0).unwrap_or_default(),
+                    host: header.hostname.clone(),
+                    uuids: crate::live::uuids_from_env(),
+                };
+                let live = crate::live::Live::new(
+                    labels,
+                    &header,
+                    File::open(&out).ok(),
+                    head.len() as u64,
+                    writer.written.clone(),
+                );
+                let running =
+                    crate::live::Running::start(addr, live, &header.command.join(" "), &out)
+                        .with_context(|| format!("--metrics: cannot listen on {addr}"))?;
+                if !args.quiet {
+                    eprintln!(
+                        "vramtrace: metrics at http://{}/metrics",
+                        running.server.addr
+                    );
+                }
+                Some(running)
+            }
+            None => None,
+        };
         Ok(Prepared {
             shim,
             out,
-            trace: Arc::new(Mutex::new(TraceWriter::new(file, head.len() as u64))),
+            trace: Arc::new(Mutex::new(writer)),
+            _metrics: metrics,
             _dir: dir,
             listener,
             socket,

@@ -1,0 +1,283 @@
+//! What `vramtrace run --metrics` costs the collector, and how fast a scrape answers (issue 12: at most 1% of the
+//! collector's ingest rate; a scrape of a 256-process job in at most 50 ms).
+//!
+//! `cargo bench -p vramtrace --bench metrics` (plain std timing, no harness).
+//!
+//! 1. Ingest: the receivers' last step, `TraceWriter::write` of whole frames (4096 events a frame, as a ring's
+//!    drain writes them) of 8 processes' caching-allocator-like traffic, to a file: events/s without metrics,
+//!    and with a `Live` reading the same file behind the writer on its own thread (as `--metrics` runs it).
+//!    Runs alternate; medians of 7. The live reader's own rate is timed apart (it must keep up).
+//! 2. Scrape: a job of 256 processes on 8 GPUs (2 each, 64 live buffers per process), served on loopback:
+//!    200 `GET /metrics` (OpenMetrics), median, 99th percentile and worst, with the body's size.
+//!
+//! `VRAMTRACE_BENCH_EVENTS` changes the number of events of part 1 (default 4 M).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vramtrace_collector::live::{self, JobLabels, Live};
+use vramtrace_collector::receive::TraceWriter;
+use vramtrace_format::codec::{encode_header, put_events, put_record};
+use vramtrace_format::{Api, Event, Hello, Record, TraceHeader, NO_DEVICE};
+
+fn header() -> TraceHeader {
+    TraceHeader {
+        start_unix_ns: 0,
+        start_mono_ns: 0,
+        command: vec!["bench".into()],
+        hostname: "bench".into(),
+        vramtrace_version: "bench".into(),
+        extra: vec![],
+    }
+}
+
+fn hello(pid: u32, rank: u32) -> Record {
+    Record::Hello(Hello {
+        pid,
+        ppid: 1,
+        ts_ns: 1,
+        cmdline: vec!["python".into(), "train.py".into()],
+        hostname: "bench".into(),
+        rank: Some(rank),
+        local_rank: Some(rank % 8),
+        slurm_procid: None,
+        shim_version: "bench".into(),
+        extra: vec![],
+    })
+}
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Frames of `procs` processes, `total` events in all, one frame of up to 4096 events per process in turn.
+fn frames(procs: u32, total: usize) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut live: Vec<Vec<u64>> = vec![Vec::new(); procs as usize];
+    let mut next = vec![0u64; procs as usize];
+    let mut now = 1_000u64;
+    for p in 0..procs {
+        let mut b = Vec::new();
+        put_record(&mut b, &hello(100 + p, p));
+        out.push(b);
+    }
+    let mut made = 0usize;
+    while made < total {
+        for p in 0..procs {
+            let pid = 100 + p;
+            let mut batch = Vec::with_capacity(4096);
+            for _ in 0..4096 {
+                now += 500;
+                let l = &mut live[p as usize];
+                let free = !l.is_empty() && (l.len() > 2000 || rng.below(2) == 0);
+                let e = if free {
+                    let i = rng.below(l.len() as u64) as usize;
+                    let addr = l.swap_remove(i);
+                    Event {
+                        ts_ns: now,
+                        tid: 1,
+                        api: Api::MemFree,
+                        flags: 0,
+                        device: NO_DEVICE,
+                        result: 0,
+                        addr,
+                        size: 0,
+                        aux: 0,
+                        stack: 0,
+                    }
+                } else {
+                    next[p as usize] += 1;
+                    let addr = ((p as u64 + 1) << 40) + (next[p as usize] % 8192) * (2 << 20);
+                    l.push(addr);
+                    Event {
+                        ts_ns: now,
+                        tid: 1,
+                        api: Api::MemAlloc,
+                        flags: 0,
+                        device: p % 8,
+                        result: 0,
+                        addr,
+                        size: (1 + rng.below(64)) << 16,
+                        aux: 0,
+                        stack: 0,
+                    }
+                };
+                batch.push(e);
+            }
+            let mut b = Vec::new();
+            put_events(&mut b, pid, &batch);
+            out.push(b);
+            made += batch.len();
+        }
+    }
+    out
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Writes every frame through a `TraceWriter` (with a live reader behind it when `metrics`): events/s.
+fn ingest(frames: &[Vec<u8>], events: usize, metrics: bool, dir: &std::path::Path) -> f64 {
+    let path = dir.join("bench.vtrace");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let head = encode_header(&header());
+    std::io::Write::write_all(&mut file, &head).unwrap();
+    let mut w = TraceWriter::new(file, head.len() as u64);
+    let reader = metrics.then(|| {
+        let live = Live::new(
+            JobLabels::default(),
+            &header(),
+            std::fs::File::open(&path).ok(),
+            head.len() as u64,
+            w.written.clone(),
+        );
+        let t = live.spawn();
+        (live, t)
+    });
+    let t0 = Instant::now();
+    for f in frames {
+        w.write(0, f);
+    }
+    let s = t0.elapsed().as_secs_f64();
+    if let Some((live, t)) = reader {
+        live.stop();
+        if let Some(t) = t {
+            t.thread().unpark();
+            t.join().unwrap();
+        }
+        // It kept up: a scrape now reads only what the last 100 ms left.
+        let t1 = Instant::now();
+        let body = live.render();
+        assert!(body.contains("vramtrace_allocations_total"));
+        let _ = t1.elapsed();
+    }
+    events as f64 / s
+}
+
+fn main() {
+    let total: usize = std::env::var("VRAMTRACE_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4_000_000);
+    let fr = frames(8, total);
+    let events = fr.len().saturating_sub(8) * 4096;
+    let bytes: usize = fr.iter().map(Vec::len).sum();
+    let dir = std::env::temp_dir().join(format!("vramtrace-bench-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    println!(
+        "## Ingest with and without --metrics ({events} events, {} MB of frames, 8 processes)",
+        bytes >> 20
+    );
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    ingest(&fr, events, false, &dir); // warm the page cache and the allocator
+    for _ in 0..7 {
+        off.push(ingest(&fr, events, false, &dir) / 1e6);
+        on.push(ingest(&fr, events, true, &dir) / 1e6);
+    }
+    let fmt = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.1}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!("without metrics: M events/s {}", fmt(&off));
+    println!("with metrics:    M events/s {}", fmt(&on));
+    let (m_off, m_on) = (median(&mut off), median(&mut on));
+    println!(
+        "median: {m_off:.1} vs {m_on:.1} M events/s: metrics cost {:.2}% of the ingest rate (target <= 1%)",
+        (m_off - m_on) / m_off * 100.0
+    );
+    // The live reader's own rate, alone on a core: it must outrun the ingest.
+    let all: Vec<u8> = fr.concat();
+    let mut rates = Vec::new();
+    for _ in 0..5 {
+        let mut st = live::State::default();
+        let t0 = Instant::now();
+        st.feed(&all);
+        rates.push(events as f64 / t0.elapsed().as_secs_f64() / 1e6);
+    }
+    println!(
+        "the live reader alone: {:.1} M events/s (median of 5)",
+        median(&mut rates)
+    );
+
+    println!();
+    println!(
+        "## A scrape of a 256-process job (8 GPUs, 2 per process, 64 live buffers each), 200 GETs"
+    );
+    let live = Live::new(
+        JobLabels {
+            job: "bench".into(),
+            host: "node-0001".into(),
+            uuids: vec![],
+        },
+        &header(),
+        None,
+        0,
+        Arc::new(0u64.into()),
+    );
+    let mut b = Vec::new();
+    for p in 0..256u32 {
+        put_record(&mut b, &hello(1000 + p, p));
+        let evs: Vec<Event> = (0..64u64)
+            .map(|i| Event {
+                ts_ns: 1 + i,
+                tid: 1,
+                api: Api::MemAlloc,
+                flags: 0,
+                device: (p + i as u32 % 2) % 8,
+                result: 0,
+                addr: ((p as u64 + 1) << 40) + i * (4 << 20),
+                size: 4 << 20,
+                aux: 0,
+                stack: 0,
+            })
+            .collect();
+        put_events(&mut b, 1000 + p, &evs);
+    }
+    live.feed(&b);
+    let server = live::serve("127.0.0.1:0".parse().unwrap(), live.clone()).unwrap();
+    let addr = server.addr.to_string();
+    let mut times = Vec::new();
+    let mut size = 0;
+    for _ in 0..200 {
+        let t0 = Instant::now();
+        let (code, _, body) = live::http::get_with(
+            &addr,
+            "/metrics",
+            Some("application/openmetrics-text;version=1.0.0"),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        times.push(t0.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(code, 200);
+        size = body.len();
+        assert_eq!(
+            body.lines()
+                .filter(|l| l.starts_with("vramtrace_memory_used_bytes{"))
+                .count(),
+            512
+        );
+    }
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "scrape: median {:.2} ms, p99 {:.2} ms, worst {:.2} ms (target <= 50 ms); body {} KB, 512 process series",
+        times[100],
+        times[197],
+        times[199],
+        size >> 10
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,783 @@
+//! The job's memory as it runs, for `vramtrace run --metrics ADDR` (Prometheus/OpenMetrics at
+//! `http://ADDR/metrics`) and `vramtrace top`.
+//!
+//! Off the receivers' path: the receivers only append whole frames to the trace, as ever, and publish how many
+//! bytes of it are whole ([`TraceWriter::written`](crate::receive)); [`Live`] reads the trace file itself, behind
+//! them, on its own thread (every [`CATCH_UP`]) and once more at each scrape, so a scrape answers with everything
+//! written up to that moment and ingest pays one atomic store per write.
+//!
+//! What it keeps: per process and device the bytes live now (an address map, as the report's replay keeps one)
+//! and their peak; per device the job's total and its peak; counts of successful allocations, the cap's
+//! refusals (events flagged `CAP_REFUSED`), out-of-memory records and dropped events. A process's series go when
+//! its end is recorded (`ProcessEnd`; an `Exit` of a process that never connected), so the label set stays
+//! bounded by the processes running. Entries are applied in the order they reach the file, not the report's
+//! exact time order: a peak here can differ from the report's by what two processes did within one drain.
+
+pub mod http;
+
+pub use http::{serve, Server};
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+use vramtrace_format::codec::{self, kind};
+use vramtrace_format::{flags, Effect, Event, Record, TraceHeader, NO_DEVICE};
+
+use crate::model::fasthash::FastMap;
+
+/// How often the background thread reads what the receivers wrote.
+pub const CATCH_UP: Duration = Duration::from_millis(100);
+/// The most trace bytes read at once.
+const CHUNK: usize = 4 << 20;
+
+/// Who the job is, for the `job` and `host` labels, and what is known of its devices.
+#[derive(Clone, Debug, Default)]
+pub struct JobLabels {
+    pub job: String,
+    pub host: String,
+    /// Device ordinal -> UUID, where known (`CUDA_VISIBLE_DEVICES` naming GPUs by UUID).
+    pub uuids: Vec<String>,
+}
+
+impl JobLabels {
+    fn uuid(&self, device: u32) -> &str {
+        self.uuids.get(device as usize).map_or("", String::as_str)
+    }
+}
+
+#[derive(Default)]
+struct ProcDev {
+    live: u64,
+    peak: u64,
+}
+
+#[derive(Default)]
+struct Proc {
+    announced: bool,
+    rank: Option<u32>,
+    cmd: String,
+    dev: BTreeMap<u32, ProcDev>,
+    /// Live allocations: address (or `cuMemCreate` handle, in `handles`) -> (device, bytes).
+    ptrs: FastMap<u64, (u32, u64)>,
+    handles: FastMap<u64, (u32, u64)>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Dev {
+    used: u64,
+    peak: u64,
+    cap: Option<u64>,
+    total: Option<u64>,
+    allocations: u64,
+    cap_refusals: u64,
+    ooms: u64,
+}
+
+/// The live figures, fed whole frames in the order they reach the trace.
+#[derive(Default)]
+pub struct State {
+    procs: FastMap<u32, Proc>,
+    devs: BTreeMap<u32, Dev>,
+    allocations: u64,
+    cap_refusals: u64,
+    ooms: u64,
+    dropped: u64,
+    events: u64,
+    batch: Vec<Event>,
+}
+
+impl State {
+    /// The caps and device sizes the trace header records (`cap_bytes.N`, `device_total.N`).
+    pub fn from_header(h: &TraceHeader) -> State {
+        let mut s = State::default();
+        for (k, v) in &h.extra {
+            let Ok(v) = v.parse::<u64>() else { continue };
+            if let Some(d) = k.strip_prefix("cap_bytes.").and_then(|d| d.parse().ok()) {
+                s.dev(d).cap = Some(v);
+            } else if let Some(d) = k.strip_prefix("device_total.").and_then(|d| d.parse().ok()) {
+                s.dev(d).total = Some(v);
+            }
+        }
+        s
+    }
+
+    fn dev(&mut self, d: u32) -> &mut Dev {
+        self.devs.entry(d).or_default()
+    }
+
+    /// Applies whole frames (as `TraceWriter::write` takes them). Frames that do not decode are skipped.
+    pub fn feed(&mut self, frames: &[u8]) {
+        for (k, payload) in codec::frames(frames) {
+            if k == kind::EVENTS || k == kind::EVENTS_STACKS {
+                let mut batch = std::mem::take(&mut self.batch);
+                batch.clear();
+                if let Ok(pid) = codec::decode_events_of(k, payload, &mut batch) {
+                    self.events += batch.len() as u64;
+                    self.apply_batch(pid, &batch);
+                }
+                self.batch = batch;
+                continue;
+            }
+            if !matches!(
+                k,
+                kind::HELLO | kind::DROPPED | kind::PROCESS_END | kind::OOM | kind::EXIT
+            ) {
+                continue;
+            }
+            match codec::decode_record(k, payload) {
+                Ok(Some(Record::Hello(h))) => {
+                    let p = self.procs.entry(h.pid).or_default();
+                    p.announced = true;
+                    p.rank = h.rank.or(h.slurm_procid);
+                    p.cmd = h.cmdline.first().cloned().unwrap_or_default();
+                }
+                Ok(Some(Record::Dropped { count, .. })) => self.dropped += count,
+                Ok(Some(Record::Oom(o))) => {
+                    self.ooms += 1;
+                    if o.device != NO_DEVICE {
+                        let d = self.dev(o.device);
+                        d.ooms += 1;
+                        if o.cap_bytes.is_some() {
+                            d.cap = o.cap_bytes;
+                        }
+                        if o.device_total_bytes.is_some() {
+                            d.total = o.device_total_bytes;
+                        }
+                    }
+                }
+                Ok(Some(Record::ProcessEnd { pid, .. })) => self.end(pid),
+                // A process that connected ends with its connection (its last frames may follow this).
+                Ok(Some(Record::Exit(x)))
+                    if self.procs.get(&x.pid).is_some_and(|p| !p.announced) =>
+                {
+                    self.end(x.pid)
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A process is gone: CUDA gave back what it held, and its series go.
+    fn end(&mut self, pid: u32) {
+        let Some(p) = self.procs.remove(&pid) else {
+            return;
+        };
+        for (d, pd) in p.dev {
+            let dev = self.dev(d);
+            dev.used = dev.used.saturating_sub(pd.live);
+        }
+    }
+
+    /// Applies one process's batch: the process is looked up once.
+    fn apply_batch(&mut self, pid: u32, batch: &[Event]) {
+        let mut p = self.procs.remove(&pid).unwrap_or_default();
+        for e in batch {
+            self.apply(&mut p, e);
+        }
+        self.procs.insert(pid, p);
+    }
+
+    #[inline]
+    fn apply(&mut self, p: &mut Proc, e: &Event) {
+        let eff = e.api.effect();
+        match eff {
+            Effect::AllocPtr | Effect::CreateHandle => {
+                if e.result != 0 {
+                    if e.flags & flags::CAP_REFUSED != 0 {
+                        self.cap_refusals += 1;
+                        if e.device != NO_DEVICE {
+                            self.dev(e.device).cap_refusals += 1;
+                        }
+                    }
+                    return;
+                }
+                let d = if e.device == NO_DEVICE { 0 } else { e.device };
+                self.allocations += 1;
+                let map = if eff == Effect::CreateHandle {
+                    &mut p.handles
+                } else {
+                    &mut p.ptrs
+                };
+                if let Some((od, os)) = map.insert(e.addr, (d, e.size)) {
+                    // Its free was not recorded: the newer allocation replaces it.
+                    let pd = p.dev.entry(od).or_default();
+                    pd.live = pd.live.saturating_sub(os);
+                    let dv = self.dev(od);
+                    dv.used = dv.used.saturating_sub(os);
+                }
+                let pd = p.dev.entry(d).or_default();
+                pd.live += e.size;
+                pd.peak = pd.peak.max(pd.live);
+                let dv = self.dev(d);
+                dv.allocations += 1;
+                dv.used += e.size;
+                dv.peak = dv.peak.max(dv.used);
+            }
+            Effect::FreePtr | Effect::ReleaseHandle => {
+                if e.result != 0 {
+                    return;
+                }
+                let map = if eff == Effect::ReleaseHandle {
+                    &mut p.handles
+                } else {
+                    &mut p.ptrs
+                };
+                if let Some((d, size)) = map.remove(&e.addr) {
+                    if let Some(pd) = p.dev.get_mut(&d) {
+                        pd.live = pd.live.saturating_sub(size);
+                    }
+                    let dv = self.dev(d);
+                    dv.used = dv.used.saturating_sub(size);
+                }
+            }
+            Effect::Info => {
+                if e.device != NO_DEVICE && e.result == 0 && e.addr > 0 {
+                    self.dev(e.device).total = Some(e.addr);
+                }
+            }
+            Effect::AddressSpace => {}
+        }
+    }
+
+    /// Processes with a series now.
+    pub fn processes(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// Bytes live now on `device`, all processes.
+    pub fn device_used(&self, device: u32) -> u64 {
+        self.devs.get(&device).map_or(0, |d| d.used)
+    }
+
+    /// The OpenMetrics text of these figures, labelled with `labels`. Built afresh each time: a process that
+    /// ended has no series left.
+    pub fn render(&self, labels: &JobLabels) -> String {
+        type L = Vec<(&'static str, String)>;
+        let mut reg = Registry::default();
+        let used = Family::<L, Gauge>::default();
+        let peak = Family::<L, Gauge>::default();
+        let dev_used = Family::<L, Gauge>::default();
+        let dev_peak = Family::<L, Gauge>::default();
+        let cap = Family::<L, Gauge>::default();
+        let total = Family::<L, Gauge>::default();
+        let allocs = Family::<L, Counter>::default();
+        let refusals = Family::<L, Counter>::default();
+        let ooms = Family::<L, Counter>::default();
+        let dropped = Family::<L, Counter>::default();
+        let procs = Family::<L, Gauge>::default();
+        let job = |extra: &[(&'static str, String)]| -> L {
+            let mut l = vec![("job", labels.job.clone()), ("host", labels.host.clone())];
+            l.extend_from_slice(extra);
+            l
+        };
+        let gpu = |d: u32| -> [(&'static str, String); 2] {
+            [("gpu", d.to_string()), ("uuid", labels.uuid(d).to_string())]
+        };
+        let mut pids: Vec<(&u32, &Proc)> = self.procs.iter().collect();
+        pids.sort_unstable_by_key(|(pid, _)| **pid);
+        for (pid, p) in pids {
+            for (d, pd) in &p.dev {
+                let mut l = job(&gpu(*d));
+                l.push(("pid", pid.to_string()));
+                l.push(("rank", p.rank.map_or(String::new(), |r| r.to_string())));
+                used.get_or_create(&l).set(pd.live as i64);
+                peak.get_or_create(&l).set(pd.peak as i64);
+            }
+        }
+        for (d, dv) in &self.devs {
+            let l = job(&gpu(*d));
+            dev_used.get_or_create(&l).set(dv.used as i64);
+            dev_peak.get_or_create(&l).set(dv.peak as i64);
+            if let Some(c) = dv.cap {
+                cap.get_or_create(&l).set(c as i64);
+            }
+            if let Some(t) = dv.total {
+                total.get_or_create(&l).set(t as i64);
+            }
+            allocs.get_or_create(&l).inc_by(dv.allocations);
+            refusals.get_or_create(&l).inc_by(dv.cap_refusals);
+            ooms.get_or_create(&l).inc_by(dv.ooms);
+        }
+        // Counts that name no device (an out-of-memory record without one) still count, under gpu="".
+        let on_devs = |f: fn(&Dev) -> u64| self.devs.values().map(f).sum::<u64>();
+        let unplaced = [
+            (&allocs, self.allocations - on_devs(|d| d.allocations)),
+            (&refusals, self.cap_refusals - on_devs(|d| d.cap_refusals)),
+            (&ooms, self.ooms - on_devs(|d| d.ooms)),
+        ];
+        for (fam, n) in unplaced {
+            if n > 0 {
+                fam.get_or_create(&job(&[("gpu", String::new()), ("uuid", String::new())]))
+                    .inc_by(n);
+            }
+        }
+        dropped.get_or_create(&job(&[])).inc_by(self.dropped);
+        procs.get_or_create(&job(&[])).set(self.procs.len() as i64);
+        reg.register_with_unit(
+            "vramtrace_memory_used",
+            "Device memory a process holds now, per GPU",
+            Unit::Bytes,
+            used,
+        );
+        reg.register_with_unit(
+            "vramtrace_memory_peak",
+            "The most device memory a process has held at once, per GPU",
+            Unit::Bytes,
+            peak,
+        );
+        reg.register_with_unit(
+            "vramtrace_device_used",
+            "Device memory the whole job holds now, per GPU",
+            Unit::Bytes,
+            dev_used,
+        );
+        reg.register_with_unit(
+            "vramtrace_device_peak",
+            "The most device memory the whole job has held at once, per GPU",
+            Unit::Bytes,
+            dev_peak,
+        );
+        reg.register_with_unit(
+            "vramtrace_cap",
+            "The job's cap on the GPU (vramtrace run --cap)",
+            Unit::Bytes,
+            cap,
+        );
+        reg.register_with_unit(
+            "vramtrace_device_total",
+            "The GPU's memory, as the driver reported it",
+            Unit::Bytes,
+            total,
+        );
+        reg.register(
+            "vramtrace_allocations",
+            "Successful device allocations (pointer allocations and cuMemCreate)",
+            allocs,
+        );
+        reg.register(
+            "vramtrace_cap_refusals",
+            "Allocations the cap refused",
+            refusals,
+        );
+        reg.register("vramtrace_oom", "Out-of-memory errors recorded", ooms);
+        reg.register(
+            "vramtrace_events_dropped",
+            "Events the processes could not record (their ring was full)",
+            dropped,
+        );
+        reg.register(
+            "vramtrace_processes",
+            "Processes of the job traced now",
+            procs,
+        );
+        let mut out = String::with_capacity(256 + 300 * self.procs.len());
+        if encode(&mut out, &reg).is_err() {
+            out.clear();
+            let _ = writeln!(out, "# EOF");
+        }
+        out
+    }
+}
+
+/// The live figures of a running job, read from its trace file behind the receivers.
+pub struct Live {
+    labels: JobLabels,
+    /// Whole bytes in the trace, published by the writer.
+    written: Arc<AtomicU64>,
+    inner: Mutex<Inner>,
+    stop: AtomicBool,
+}
+
+struct Inner {
+    state: State,
+    file: Option<File>,
+    /// How far the trace has been read (starts past the header).
+    pos: u64,
+    buf: Vec<u8>,
+}
+
+impl Live {
+    /// `file` reads the trace (a clone of the writer's descriptor: reads do not move its offset); `start` is
+    /// where the frames begin; `written` is the writer's count of whole bytes.
+    pub fn new(
+        labels: JobLabels,
+        header: &TraceHeader,
+        file: Option<File>,
+        start: u64,
+        written: Arc<AtomicU64>,
+    ) -> Arc<Live> {
+        Arc::new(Live {
+            labels,
+            written,
+            inner: Mutex::new(Inner {
+                state: State::from_header(header),
+                file,
+                pos: start,
+                buf: Vec::new(),
+            }),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// Reads what the writer has added since the last time.
+    pub fn catch_up(&self) {
+        let Ok(mut g) = self.inner.lock() else { return };
+        let inner = &mut *g;
+        let Some(file) = inner.file.as_ref() else {
+            return;
+        };
+        loop {
+            let end = self.written.load(Ordering::Acquire);
+            if inner.pos >= end {
+                return;
+            }
+            let want = ((end - inner.pos) as usize).min(CHUNK);
+            inner.buf.resize(want, 0);
+            let Ok(n) = file.read_at(&mut inner.buf[..want], inner.pos) else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            // Only whole frames: a chunk can end inside one.
+            let whole = whole_prefix(&inner.buf[..n]);
+            if whole == 0 {
+                if n == CHUNK {
+                    // A frame larger than a chunk: read it whole.
+                    let len = u32::from_le_bytes(inner.buf[..4].try_into().expect("4 bytes"));
+                    let mut big = vec![0u8; 4 + len as usize];
+                    if file.read_exact_at(&mut big, inner.pos).is_err() {
+                        return;
+                    }
+                    inner.state.feed(&big);
+                    inner.pos += big.len() as u64;
+                    continue;
+                }
+                return;
+            }
+            inner.state.feed(&inner.buf[..whole]);
+            inner.pos += whole as u64;
+        }
+    }
+
+    /// Applies frames directly (tests, benchmarks: a `Live` without a file).
+    pub fn feed(&self, frames: &[u8]) {
+        if let Ok(mut g) = self.inner.lock() {
+            g.state.feed(frames);
+        }
+    }
+
+    /// The OpenMetrics text, with everything written up to now.
+    pub fn render(&self) -> String {
+        self.catch_up();
+        match self.inner.lock() {
+            Ok(g) => g.state.render(&self.labels),
+            Err(_) => "# EOF\n".into(),
+        }
+    }
+
+    /// Bytes live now on `device`, all processes (tests).
+    pub fn device_used(&self, device: u32) -> u64 {
+        self.catch_up();
+        self.inner.lock().map_or(0, |g| g.state.device_used(device))
+    }
+
+    /// Starts the background reader: every [`CATCH_UP`] until [`Live::stop`].
+    pub fn spawn(self: &Arc<Live>) -> Option<thread::JoinHandle<()>> {
+        let me = self.clone();
+        thread::Builder::new()
+            .name("vramtrace-live".into())
+            .spawn(move || {
+                while !me.stop.load(Ordering::Acquire) {
+                    me.catch_up();
+                    thread::park_timeout(CATCH_UP);
+                }
+            })
+            .ok()
+    }
+
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// The length of the longest prefix of `bytes` made of whole frames.
+fn whole_prefix(bytes: &[u8]) -> usize {
+    let mut pos = 0usize;
+    while bytes.len() - pos >= 4 {
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+        if bytes.len() - pos - 4 < len {
+            break;
+        }
+        pos += 4 + len;
+    }
+    pos
+}
+
+/// The job's name for the `job` label and the trace header: `--job-name`, else the launcher's job id
+/// (Slurm, torchrun, PBS, LSF, Grid Engine, Flux, Kubernetes Jobs), with where it came from.
+pub fn job_name(given: Option<&str>) -> Option<(String, &'static str)> {
+    if let Some(g) = given.map(str::trim).filter(|g| !g.is_empty()) {
+        return Some((g.to_string(), "--job-name"));
+    }
+    const VARS: [&str; 8] = [
+        "SLURM_JOB_ID",
+        "TORCHELASTIC_RUN_ID",
+        "PBS_JOBID",
+        "LSB_JOBID",
+        "FLUX_JOB_ID",
+        "JOB_ID",
+        "VRAMTRACE_JOB",
+        "JOB_NAME",
+    ];
+    VARS.iter().find_map(|v| {
+        std::env::var(v)
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .map(|s| (s, *v))
+    })
+}
+
+/// GPU UUIDs by CUDA ordinal, where `CUDA_VISIBLE_DEVICES` names the GPUs by UUID (`GPU-...`, `MIG-...`); empty
+/// otherwise (the trace does not record UUIDs).
+pub fn uuids_from_env() -> Vec<String> {
+    let Ok(v) = std::env::var("CUDA_VISIBLE_DEVICES") else {
+        return Vec::new();
+    };
+    let ids: Vec<String> = v.split(',').map(|s| s.trim().to_string()).collect();
+    if ids
+        .iter()
+        .all(|s| s.starts_with("GPU-") || s.starts_with("MIG-"))
+    {
+        ids
+    } else {
+        Vec::new()
+    }
+}
+
+/// `--metrics ADDR`: an address (`0.0.0.0:9400`, `[::]:9400`), or a port alone (loopback).
+pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    let s = s.trim();
+    if let Ok(port) = s.trim_start_matches(':').parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    use std::net::ToSocketAddrs;
+    s.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| "not an address (examples: 9400, 127.0.0.1:9400, 0.0.0.0:9400)".to_string())
+}
+
+/// A running job's metrics: the reader, the server, and the attach file `vramtrace top` finds it by. All
+/// stopped and removed when dropped.
+pub struct Running {
+    pub live: Arc<Live>,
+    pub server: Server,
+    reader: Option<thread::JoinHandle<()>>,
+    attach: Option<std::path::PathBuf>,
+}
+
+impl Running {
+    /// Binds `addr`, starts the reader and the server, and writes the attach file (`job`, `command`, `trace`
+    /// for `top` to show).
+    pub fn start(
+        addr: std::net::SocketAddr,
+        live: Arc<Live>,
+        command: &str,
+        trace: &std::path::Path,
+    ) -> std::io::Result<Running> {
+        let server = serve(addr, live.clone())?;
+        let reader = live.spawn();
+        let attach = write_attach(&server.addr, &live.labels.job, command, trace).ok();
+        Ok(Running {
+            live,
+            server,
+            reader,
+            attach,
+        })
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.live.stop();
+        if let Some(t) = self.reader.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        if let Some(p) = self.attach.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Where running jobs leave their attach files: `$XDG_RUNTIME_DIR/vramtrace`, else `/tmp/vramtrace-<uid>`.
+pub fn attach_dir() -> std::path::PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(d) => std::path::PathBuf::from(d).join("vramtrace"),
+        None => std::path::PathBuf::from(format!("/tmp/vramtrace-{}", unsafe { libc::geteuid() })),
+    }
+}
+
+/// `<attach_dir>/<pid>.addr`: `addr=`, `job=`, `command=`, `trace=` lines.
+fn write_attach(
+    addr: &std::net::SocketAddr,
+    job: &str,
+    command: &str,
+    trace: &std::path::Path,
+) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = attach_dir();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)?;
+    let path = dir.join(format!("{}.addr", std::process::id()));
+    let clean = |s: &str| s.replace(['\n', '\r'], " ");
+    std::fs::write(
+        &path,
+        format!(
+            "addr={addr}\njob={}\ncommand={}\ntrace={}\n",
+            clean(job),
+            clean(command),
+            clean(&trace.display().to_string())
+        ),
+    )?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramtrace_format::{Api, Hello};
+
+    fn ev(api: Api, device: u32, addr: u64, size: u64) -> Event {
+        Event {
+            ts_ns: 1,
+            tid: 1,
+            api,
+            flags: 0,
+            device,
+            result: 0,
+            addr,
+            size,
+            aux: 0,
+            stack: 0,
+        }
+    }
+
+    fn hello(pid: u32, rank: Option<u32>) -> Record {
+        Record::Hello(Hello {
+            pid,
+            ppid: 1,
+            ts_ns: 1,
+            cmdline: vec!["x".into()],
+            hostname: "h".into(),
+            rank,
+            local_rank: None,
+            slurm_procid: None,
+            shim_version: "t".into(),
+            extra: vec![],
+        })
+    }
+
+    #[test]
+    fn live_bytes_follow_allocations_frees_and_ends() {
+        let mut s = State::default();
+        let mut b = Vec::new();
+        codec::put_record(&mut b, &hello(10, Some(3)));
+        codec::put_events(
+            &mut b,
+            10,
+            &[
+                ev(Api::MemAlloc, 0, 0x1000, 100),
+                ev(Api::MemAlloc, 1, 0x2000, 50),
+                ev(Api::MemCreate, 0, 7, 30),
+                ev(Api::MemFree, NO_DEVICE, 0x1000, 0),
+                ev(Api::MemAlloc, 0, 0x3000, 20),
+            ],
+        );
+        codec::put_events(&mut b, 11, &[ev(Api::MemAlloc, 0, 0x1000, 5)]);
+        let mut refused = ev(Api::MemAlloc, 0, 0, 1 << 40);
+        refused.result = 2;
+        refused.flags = flags::CAP_REFUSED;
+        codec::put_events(&mut b, 11, &[refused]);
+        codec::put_record(
+            &mut b,
+            &Record::Dropped {
+                pid: 11,
+                ts_ns: 2,
+                count: 4,
+            },
+        );
+        s.feed(&b);
+        assert_eq!(s.device_used(0), 30 + 20 + 5);
+        assert_eq!(s.device_used(1), 50);
+        assert_eq!(s.devs[&0].peak, 130);
+        let text = s.render(&JobLabels {
+            job: "j".into(),
+            host: "h".into(),
+            uuids: vec![],
+        });
+        assert!(
+            text.contains(
+                "vramtrace_memory_used_bytes{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\",pid=\"10\",rank=\"3\"} 50"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "vramtrace_memory_peak_bytes{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\",pid=\"10\",rank=\"3\"} 130"
+            ),
+            "{text}"
+        );
+        assert!(text
+            .contains("vramtrace_cap_refusals_total{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\"} 1"));
+        assert!(text.contains("vramtrace_events_dropped_total{job=\"j\",host=\"h\"} 4"));
+        assert!(text
+            .contains("vramtrace_allocations_total{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\"} 4"));
+        assert!(text.ends_with("# EOF\n"));
+        // The end of pid 10: its memory is given back and its series go.
+        let mut e = Vec::new();
+        codec::put_record(
+            &mut e,
+            &Record::ProcessEnd {
+                pid: 10,
+                ts_ns: 3,
+                kind: vramtrace_format::EndKind::Goodbye,
+            },
+        );
+        s.feed(&e);
+        assert_eq!(s.device_used(0), 5);
+        assert_eq!(s.device_used(1), 0);
+        let text = s.render(&JobLabels::default());
+        assert!(!text.contains("pid=\"10\""), "{text}");
+        assert!(text.contains("pid=\"11\""), "{text}");
+    }
+
+    #[test]
+    fn whole_prefix_stops_inside_a_frame() {
+        let mut b = Vec::new();
+        codec::put_record(&mut b, &hello(1, None));
+        let one = b.len();
+        codec::put_record(&mut b, &hello(2, None));
+        assert_eq!(whole_prefix(&b), b.len());
+        assert_eq!(whole_prefix(&b[..b.len() - 1]), one);
+        assert_eq!(whole_prefix(&b[..3]), 0);
+    }
+}

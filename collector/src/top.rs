@@ -1,0 +1,477 @@
+//! `vramtrace top`: attaches to a running job (a `vramtrace run --metrics`) and shows, refreshed, bytes in use
+//! per GPU and process, peak, cap and headroom, the allocation rate and a sparkline of each GPU's bytes. It reads
+//! the same endpoint Prometheus scrapes (`/metrics`), found through the attach file the run writes
+//! (`$XDG_RUNTIME_DIR/vramtrace/<pid>.addr`) or given with `--addr`. On a terminal: ratatui (q or Esc quits);
+//! otherwise, or with `--once`, plain text.
+
+use std::collections::BTreeMap;
+use std::io::{self, IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::exit::{self, Code};
+use crate::live::http::get;
+use crate::out_text::units::bytes;
+
+#[derive(clap::Args, Debug)]
+pub struct TopArgs {
+    /// The job's metrics address (`vramtrace run --metrics ADDR`). Default: the running job's attach file.
+    #[arg(long, value_name = "ADDR")]
+    pub addr: Option<String>,
+    /// Print one plain-text snapshot and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Refresh every MS milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub interval: u64,
+}
+
+/// One sample of the job.
+#[derive(Debug, Default, Clone)]
+pub struct Sample {
+    pub job: String,
+    pub host: String,
+    /// By GPU ordinal: used, peak, cap, total, allocations so far.
+    pub gpus: BTreeMap<String, Gpu>,
+    /// (pid, gpu) -> process figures.
+    pub procs: BTreeMap<(u32, String), ProcRow>,
+    pub dropped: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Gpu {
+    pub used: u64,
+    pub peak: u64,
+    pub cap: Option<u64>,
+    pub total: Option<u64>,
+    pub allocations: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct ProcRow {
+    pub rank: String,
+    pub used: u64,
+    pub peak: u64,
+}
+
+/// Reads the text format `/metrics` answers (OpenMetrics or Prometheus's classic text).
+pub fn parse(body: &str) -> Sample {
+    let mut s = Sample::default();
+    for l in body.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(v) = value.parse::<f64>() else {
+            continue;
+        };
+        let v = v.max(0.0) as u64;
+        let (name, labels) = match series.split_once('{') {
+            Some((n, rest)) => (n, labels_of(rest.trim_end_matches('}'))),
+            None => (series, BTreeMap::new()),
+        };
+        let lab = |k: &str| labels.get(k).cloned().unwrap_or_default();
+        if s.job.is_empty() {
+            s.job = lab("job");
+            s.host = lab("host");
+        }
+        match name {
+            "vramtrace_memory_used_bytes" | "vramtrace_memory_peak_bytes" => {
+                let Ok(pid) = lab("pid").parse() else {
+                    continue;
+                };
+                let row = s.procs.entry((pid, lab("gpu"))).or_default();
+                row.rank = lab("rank");
+                if name.ends_with("used_bytes") {
+                    row.used = v;
+                } else {
+                    row.peak = v;
+                }
+            }
+            "vramtrace_device_used_bytes" => s.gpus.entry(lab("gpu")).or_default().used = v,
+            "vramtrace_device_peak_bytes" => s.gpus.entry(lab("gpu")).or_default().peak = v,
+            "vramtrace_cap_bytes" => s.gpus.entry(lab("gpu")).or_default().cap = Some(v),
+            "vramtrace_device_total_bytes" => s.gpus.entry(lab("gpu")).or_default().total = Some(v),
+            "vramtrace_allocations_total" if !lab("gpu").is_empty() => {
+                s.gpus.entry(lab("gpu")).or_default().allocations = v
+            }
+            "vramtrace_events_dropped_total" => s.dropped = v,
+            _ => {}
+        }
+    }
+    s
+}
+
+fn labels_of(s: &str) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    let mut rest = s;
+    while let Some((k, r)) = rest.split_once("=\"") {
+        let mut val = String::new();
+        let mut chars = r.char_indices();
+        let mut end = r.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, n)) = chars.next() {
+                        val.push(if n == 'n' { '\n' } else { n });
+                    }
+                }
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => val.push(c),
+            }
+        }
+        m.insert(k.trim_start_matches(',').trim().to_string(), val);
+        rest = &r[end..];
+    }
+    m
+}
+
+/// The running job's metrics address: the newest attach file whose run is alive.
+fn find_addr() -> Result<String, String> {
+    let dir = crate::live::attach_dir();
+    let mut found: Vec<(std::time::SystemTime, String, PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let Some(pid) = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".addr"))
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if unsafe { libc::kill(pid, 0) } != 0
+            && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        {
+            continue;
+        }
+        let Ok(t) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        if let Some(a) = t.lines().find_map(|l| l.strip_prefix("addr=")) {
+            let m = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            found.push((m, a.to_string(), p));
+        }
+    }
+    found.sort();
+    found.pop().map(|(_, a, _)| a).ok_or_else(|| {
+        format!(
+            "no running job to attach to (none in {}): start it with `vramtrace run --metrics -- CMD`, or give --addr",
+            dir.display()
+        )
+    })
+}
+
+/// The state `top` keeps between refreshes: the last sample, and per GPU its history and allocation rate.
+#[derive(Default)]
+struct View {
+    now: Sample,
+    history: BTreeMap<String, Vec<u64>>,
+    rate: BTreeMap<String, f64>,
+    last: Option<(Instant, Sample)>,
+}
+
+const HISTORY: usize = 120;
+
+impl View {
+    fn update(&mut self, s: Sample) {
+        let t = Instant::now();
+        if let Some((t0, prev)) = &self.last {
+            let dt = t.duration_since(*t0).as_secs_f64().max(1e-3);
+            for (g, v) in &s.gpus {
+                let before = prev.gpus.get(g).map_or(0, |p| p.allocations);
+                self.rate
+                    .insert(g.clone(), v.allocations.saturating_sub(before) as f64 / dt);
+            }
+        }
+        for (g, v) in &s.gpus {
+            let h = self.history.entry(g.clone()).or_default();
+            h.push(v.used);
+            if h.len() > HISTORY {
+                h.remove(0);
+            }
+        }
+        self.last = Some((t, s.clone()));
+        self.now = s;
+    }
+
+    fn gpu_rows(&self) -> Vec<[String; 7]> {
+        self.now
+            .gpus
+            .iter()
+            .map(|(g, v)| {
+                let limit = match (v.cap, v.total) {
+                    (Some(c), Some(t)) => Some(c.min(t)),
+                    (c, t) => c.or(t),
+                };
+                [
+                    format!("GPU {g}"),
+                    bytes(v.used),
+                    bytes(v.peak),
+                    v.cap.map_or("-".into(), bytes),
+                    limit.map_or("-".into(), |l| bytes(l.saturating_sub(v.used))),
+                    self.rate.get(g).map_or("-".into(), |r| format!("{r:.0}/s")),
+                    spark(self.history.get(g).map_or(&[][..], |h| h.as_slice()), 24),
+                ]
+            })
+            .collect()
+    }
+
+    fn proc_rows(&self) -> Vec<[String; 5]> {
+        let mut rows: Vec<(&(u32, String), &ProcRow)> = self.now.procs.iter().collect();
+        rows.sort_by(|a, b| b.1.used.cmp(&a.1.used).then(a.0.cmp(b.0)));
+        rows.iter()
+            .map(|((pid, g), r)| {
+                [
+                    pid.to_string(),
+                    if r.rank.is_empty() {
+                        "-".into()
+                    } else {
+                        r.rank.clone()
+                    },
+                    format!("GPU {g}"),
+                    bytes(r.used),
+                    bytes(r.peak),
+                ]
+            })
+            .collect()
+    }
+
+    fn plain(&self, addr: &str) -> String {
+        let mut o = String::new();
+        let job = if self.now.job.is_empty() {
+            "-"
+        } else {
+            &self.now.job
+        };
+        o.push_str(&format!(
+            "vramtrace top: job {job} on {} ({addr}), {} process series, {} events dropped\n",
+            self.now.host,
+            self.now.procs.len(),
+            self.now.dropped
+        ));
+        o.push_str(&format!(
+            "{:<8} {:>12} {:>12} {:>12} {:>12} {:>10}  {}\n",
+            "gpu", "in use", "peak", "cap", "headroom", "allocs", "in use over time"
+        ));
+        for r in self.gpu_rows() {
+            o.push_str(&format!(
+                "{:<8} {:>12} {:>12} {:>12} {:>12} {:>10}  {}\n",
+                r[0], r[1], r[2], r[3], r[4], r[5], r[6]
+            ));
+        }
+        o.push_str(&format!(
+            "{:>8} {:>6} {:<8} {:>12} {:>12}\n",
+            "pid", "rank", "gpu", "in use", "peak"
+        ));
+        for r in self.proc_rows() {
+            o.push_str(&format!(
+                "{:>8} {:>6} {:<8} {:>12} {:>12}\n",
+                r[0], r[1], r[2], r[3], r[4]
+            ));
+        }
+        o
+    }
+}
+
+/// A sparkline of `h` in `width` characters (the last values), scaled to its maximum.
+fn spark(h: &[u64], width: usize) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let tail = &h[h.len().saturating_sub(width)..];
+    let max = tail.iter().copied().max().unwrap_or(0).max(1);
+    tail.iter()
+        .map(|v| BARS[((*v as u128 * 7) / max as u128) as usize])
+        .collect()
+}
+
+pub fn main(args: TopArgs) -> Code {
+    let addr = match args.addr.clone().map_or_else(find_addr, Ok) {
+        Ok(a) => a,
+        Err(e) => return exit::fail(exit::USAGE, e),
+    };
+    let fetch = |addr: &str| -> Result<Sample, String> {
+        match get(addr, "/metrics", Duration::from_secs(2)) {
+            Ok((200, body)) => Ok(parse(&body)),
+            Ok((code, _)) => Err(format!(
+                "{addr} answered HTTP {code}: not a vramtrace run --metrics"
+            )),
+            Err(e) => Err(format!("cannot reach the job at {addr}: {e}")),
+        }
+    };
+    let mut view = View::default();
+    match fetch(&addr) {
+        Ok(s) => view.update(s),
+        Err(e) => return exit::fail(exit::USAGE, e),
+    }
+    let interval = Duration::from_millis(args.interval.max(50));
+    if args.once || !io::stdout().is_terminal() {
+        loop {
+            let mut out = io::stdout().lock();
+            if out.write_all(view.plain(&addr).as_bytes()).is_err() || args.once {
+                return exit::OK;
+            }
+            drop(out);
+            std::thread::sleep(interval);
+            match fetch(&addr) {
+                Ok(s) => view.update(s),
+                Err(_) => {
+                    println!("the job has ended");
+                    return exit::OK;
+                }
+            }
+            println!();
+        }
+    }
+    match tui(&addr, &mut view, interval, &fetch) {
+        Ok(msg) => {
+            if let Some(m) = msg {
+                eprintln!("vramtrace: {m}");
+            }
+            exit::OK
+        }
+        Err(e) => exit::fail(exit::FAILURE, format!("the terminal failed: {e}")),
+    }
+}
+
+fn tui(
+    addr: &str,
+    view: &mut View,
+    interval: Duration,
+    fetch: &dyn Fn(&str) -> Result<Sample, String>,
+) -> io::Result<Option<String>> {
+    use crossterm::event::{self, Event, KeyCode, KeyModifiers};
+    let mut term = ratatui::init();
+    let mut next = Instant::now() + interval;
+    let result = loop {
+        term.draw(|f| draw(f, addr, view))?;
+        let wait = next.saturating_duration_since(Instant::now());
+        if event::poll(wait)? {
+            if let Event::Key(k) = event::read()? {
+                let ctrl_c =
+                    k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
+                if matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) || ctrl_c {
+                    break None;
+                }
+            }
+            continue;
+        }
+        next = Instant::now() + interval;
+        match fetch(addr) {
+            Ok(s) => view.update(s),
+            Err(_) => break Some("the job has ended".to_string()),
+        }
+    };
+    ratatui::restore();
+    Ok(result)
+}
+
+fn draw(f: &mut ratatui::Frame, addr: &str, view: &View) {
+    use ratatui::layout::{Constraint, Layout};
+    use ratatui::style::{Modifier, Style};
+    use ratatui::widgets::{Block, Borders, Paragraph, Row, Sparkline, Table};
+    let gpus = view.gpu_rows();
+    let procs = view.proc_rows();
+    let n_gpu = view.now.gpus.len() as u16;
+    let [title, gpu_area, spark_area, proc_area] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(n_gpu + 3),
+        Constraint::Length(n_gpu.max(1) * 2 + 2),
+        Constraint::Min(3),
+    ])
+    .areas(f.area());
+    let job = if view.now.job.is_empty() {
+        "-"
+    } else {
+        &view.now.job
+    };
+    f.render_widget(
+        Paragraph::new(format!(
+            "vramtrace top: job {job} on {} ({addr}), {} events dropped   q: quit",
+            view.now.host, view.now.dropped
+        )),
+        title,
+    );
+    let bold = Style::default().add_modifier(Modifier::BOLD);
+    let header = Row::new(["gpu", "in use", "peak", "cap", "headroom", "allocs"]).style(bold);
+    let rows = gpus.iter().map(|r| Row::new(r[..6].to_vec()));
+    f.render_widget(
+        Table::new(
+            rows,
+            [
+                Constraint::Length(8),
+                Constraint::Length(12),
+                Constraint::Length(12),
+                Constraint::Length(12),
+                Constraint::Length(12),
+                Constraint::Length(10),
+            ],
+        )
+        .header(header)
+        .block(Block::default().borders(Borders::ALL).title("GPUs")),
+        gpu_area,
+    );
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title("in use over time");
+    let inner = block.inner(spark_area);
+    f.render_widget(block, spark_area);
+    let lines =
+        Layout::vertical(vec![Constraint::Length(2); view.now.gpus.len().max(1)]).split(inner);
+    for (i, (g, h)) in view.history.iter().enumerate() {
+        if i >= lines.len() {
+            break;
+        }
+        let [label, line] =
+            Layout::horizontal([Constraint::Length(8), Constraint::Min(1)]).areas(lines[i]);
+        f.render_widget(Paragraph::new(format!("GPU {g}")), label);
+        let w = line.width as usize;
+        let data = &h[h.len().saturating_sub(w)..];
+        f.render_widget(Sparkline::default().data(data), line);
+    }
+    let header = Row::new(["pid", "rank", "gpu", "in use", "peak"]).style(bold);
+    let rows = procs.iter().map(|r| Row::new(r.to_vec()));
+    f.render_widget(
+        Table::new(
+            rows,
+            [
+                Constraint::Length(8),
+                Constraint::Length(6),
+                Constraint::Length(8),
+                Constraint::Length(12),
+                Constraint::Length(12),
+            ],
+        )
+        .header(header)
+        .block(Block::default().borders(Borders::ALL).title("processes")),
+        proc_area,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_what_the_server_serves() {
+        let body = "# HELP x y\nvramtrace_memory_used_bytes{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\",pid=\"7\",rank=\"2\"} 1048576\n\
+                    vramtrace_device_used_bytes{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\"} 1048576\n\
+                    vramtrace_cap_bytes{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\"} 4194304\n\
+                    vramtrace_allocations_total{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\"} 3\n# EOF\n";
+        let s = parse(body);
+        assert_eq!(s.job, "j");
+        assert_eq!(s.gpus["0"].used, 1 << 20);
+        assert_eq!(s.gpus["0"].cap, Some(4 << 20));
+        assert_eq!(s.gpus["0"].allocations, 3);
+        assert_eq!(s.procs[&(7, "0".to_string())].rank, "2");
+        let mut v = View::default();
+        v.update(s);
+        let t = v.plain("a");
+        assert!(t.contains("GPU 0") && t.contains("3.00 MiB"), "{t}");
+        assert_eq!(spark(&[0, 4, 8], 10), "▁▄█");
+    }
+}

@@ -1,0 +1,126 @@
+//! `vramtrace top` against a running job: in a real pseudo-terminal (tmux: `capture-pane` reads the screen,
+//! `send-keys` quits), and in its plain-text form (`--once`, and stdout not a terminal), with the bytes the probe
+//! holds. scripts/test.sh installs tmux; without it the terminal test fails unless `VRAMTRACE_ALLOW_NO_TMUX=1`.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use vramtrace_e2e::traced::vramtrace;
+use vramtrace_e2e::{FakeCuda, MIB};
+
+mod common;
+use common::start_job;
+
+fn tmux(args: &[&str]) -> String {
+    let o = Command::new("tmux").args(args).output().expect("tmux");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn top_shows_a_running_job_in_a_terminal_and_as_text() {
+    let fake = FakeCuda::new();
+    let (mut probe, addr): (_, String) = start_job(
+        &fake,
+        &["--metrics", "--job-name", "top-job", "--cap", "64MiB"],
+    );
+    let (rc, _) = probe.cmd2(&format!("alloc {}", 6 * MIB));
+    assert_eq!(rc, 0);
+    assert_eq!(probe.cmd("device 1"), "0");
+    let (rc, _) = probe.cmd2(&format!("alloc {}", 2 * MIB));
+    assert_eq!(rc, 0);
+
+    // Plain text, once: the figures, exactly.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let o = Command::new(vramtrace())
+            .args(["top", "--once", "--addr", &addr])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let t = String::from_utf8_lossy(&o.stdout).into_owned();
+        if t.contains("6.00 MiB") && t.contains("2.00 MiB") {
+            break t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "top --once never showed the bytes:\n{t}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(text.contains("job top-job"), "{text}");
+    // GPU 0: 6 MiB in use under a 64 MiB cap: 58 MiB of headroom.
+    let gpu0 = text.lines().find(|l| l.starts_with("GPU 0")).unwrap();
+    assert!(
+        gpu0.contains("6.00 MiB") && gpu0.contains("64.00 MiB") && gpu0.contains("58.00 MiB"),
+        "{gpu0}"
+    );
+
+    // Bad input: one line, exit 2.
+    let o = Command::new(vramtrace())
+        .args(["top", "--once", "--addr", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1);
+
+    // The terminal UI, in tmux.
+    if Command::new("tmux").arg("-V").output().is_err() {
+        if std::env::var_os("VRAMTRACE_ALLOW_NO_TMUX").is_some() {
+            eprintln!("SKIPPED: tmux is not installed: the terminal half of this test did not run");
+            probe.finish();
+            return;
+        }
+        panic!("tmux is needed (scripts/test.sh installs it); VRAMTRACE_ALLOW_NO_TMUX=1 skips");
+    }
+    let session = format!("vramtrace-top-{}", std::process::id());
+    let cmd = format!("{} top --interval 200 --addr {addr}", vramtrace().display());
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        "120",
+        "-y",
+        "40",
+        &cmd,
+    ]);
+    let screen = |want: &[&str]| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let s = tmux(&["capture-pane", "-p", "-t", &session]);
+            if want.iter().all(|w| s.contains(w)) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "top's screen never showed {want:?}:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let s = screen(&[
+        "vramtrace top: job top-job",
+        "GPU 0",
+        "GPU 1",
+        "6.00 MiB",
+        "processes",
+    ]);
+    assert!(s.contains("58.00 MiB"), "{s}");
+    // It refreshes: a new allocation shows.
+    let (rc, _) = probe.cmd2(&format!("alloc {}", 3 * MIB));
+    assert_eq!(rc, 0);
+    screen(&["5.00 MiB"]);
+    tmux(&["send-keys", "-t", &session, "q"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Command::new("tmux")
+        .args(["has-session", "-t", &session])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        assert!(Instant::now() < deadline, "top did not quit on q");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    probe.finish();
+}
