@@ -3,6 +3,10 @@
 // When every plot is drawn, document.body.dataset.ready says "N plots" (the browser test waits for it).
 (function () {
   "use strict";
+  // A legend entry fits on one line: C++ frames can run to hundreds of characters (the tables hold them whole).
+  function short(name) {
+    return name.length > 96 ? name.slice(0, 93) + "\u2026" : name;
+  }
   var D = JSON.parse(document.getElementById("vramtrace-data").textContent);
   var app = document.getElementById("app");
   var plots = [];
@@ -166,7 +170,7 @@
         p.peaks.forEach(function (iv) { own[iv[0]] = iv[1]; });
         var c = colour(k, p.name);
         data.push(ext(own));
-        series.push({ label: p.name, stroke: c.stroke, width: 1.5, paths: step, value: function (u, v) { return bytes(v); } });
+        series.push({ label: short(p.name), stroke: c.stroke, width: 1.5, paths: step, value: function (u, v) { return bytes(v); } });
       });
     } else {
       // Stacked: cumulative sums, drawn from the top one down, each filled to 0 over the one before.
@@ -180,7 +184,7 @@
           var c = colour(k, parts[k].name), raw = ext(parts[k].at);
           data.push(ext(cum[k]));
           series.push({
-            label: parts[k].name, stroke: c.stroke, fill: c.fill, width: 1, paths: step,
+            label: short(parts[k].name), stroke: c.stroke, fill: c.fill, width: 1, paths: step,
             value: function (u, v, si, di) { return di === null || di === undefined ? "" : bytes(raw[di]); }
           });
         })(k);
