@@ -15,8 +15,8 @@ mod ingest;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use vramtrace_collector::export::{export, ExportArgs, Format};
 use vramtrace_collector::model::analyze;
+use vramtrace_collector::verbs::export::{export, ExportArgs, Format};
 
 /// Runs `f`, returning its time in seconds and the peak RSS above the RSS before it (MB), when readable.
 fn measure(f: impl FnOnce()) -> (f64, Option<f64>) {
@@ -38,7 +38,7 @@ fn export_to(trace: &Path, format: Format, out: &Path) {
         format,
         out: out.to_path_buf(),
         force: true,
-        max_events: vramtrace_collector::export::memory_viz::MAX_EVENTS,
+        max_events: vramtrace_collector::reporters::memory_viz::MAX_EVENTS,
     };
     export(&args).expect("export");
 }

@@ -1,24 +1,17 @@
-//! The collector: one module per verb (`run`, `report`, `oom`, `export`, `demo`), one per output format (`out_text`,
-//! `out_json`, `out_oom_text`, `out_oom_json`), over `model`, which replays a trace into live sets, peaks,
-//! timelines and out-of-memory snapshots.
+//! The collector: the verbs (`verbs/`: `run`, `report`, `oom`, `export`, `demo`, `top`), the reporters (`reporters/`:
+//! one file per output format), over `model`, which replays a trace into live sets, peaks, timelines, out-of-memory
+//! snapshots and their diagnosis. Beside them: `receive` (a job's processes into the trace), `live` (the running
+//! job's figures for `--metrics` and `top`), `callsites` and `symbols` (call sites, resolved offline),
+//! `torch_snapshot` (PyTorch's snapshot pickles), `bridge_files` (the Python bridge, carried in the binary).
 
 pub mod bridge_files;
 pub mod callsites;
-pub mod demo;
 pub mod exit;
-pub mod export;
-pub mod fleet;
 pub mod live;
 pub mod model;
-pub mod oom;
-pub mod out_json;
-pub mod out_oom_json;
-pub mod out_oom_text;
-pub mod out_text;
 pub mod probe;
 pub mod receive;
-pub mod report;
-pub mod run;
+pub mod reporters;
 pub mod symbols;
-pub mod top;
 pub mod torch_snapshot;
+pub mod verbs;

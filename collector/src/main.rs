@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use vramtrace_collector::{demo, exit, export, fleet, oom, probe, report, run, top};
+use vramtrace_collector::verbs::{demo, export, fleet, oom, report, run, top};
+use vramtrace_collector::{exit, probe};
 
 use clap::{Parser, Subcommand};
 

@@ -25,6 +25,7 @@
 //!
 //! All times in an [`Analysis`] are ns relative to the trace header's `start_mono_ns`.
 
+pub mod diagnose;
 pub(crate) mod fasthash;
 pub mod framework;
 pub mod leak;

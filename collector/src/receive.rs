@@ -20,7 +20,7 @@ use vramtrace_format::codec::{self, kind, FrameSplitter};
 use vramtrace_format::ring::{self, Consumer, Item, Ring};
 use vramtrace_format::{EndKind, Event, LossCause, Record, OOM_ACK, OOM_NAK};
 
-use crate::run::mono_ns;
+use crate::verbs::run::mono_ns;
 
 /// The trace file, written in whole frames. When a write fails (a full disk), the file is cut back to its last
 /// whole frame and nothing more is written: what arrives after is counted per process, so the summary can say

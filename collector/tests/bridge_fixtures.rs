@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use vramtrace_collector::model::{analyze, Analysis};
-use vramtrace_collector::oom::{diagnose, Cause, Diagnosis, Finding};
+use vramtrace_collector::verbs::oom::{diagnose, Cause, Diagnosis, Finding};
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -146,9 +146,9 @@ fn live_at_end_tells_the_cache_from_tensors() {
     // The process's last figures (at exit, after the error unwound): reserved kept, few tensors.
     assert!(f.last.reserved > 5 * GIB);
     assert!(f.last.allocated < f.last.reserved / 10);
-    let (held, tensors) = vramtrace_collector::out_text::framework::cache_at_end(&a);
+    let (held, tensors) = vramtrace_collector::reporters::text::framework::cache_at_end(&a);
     assert_eq!(held, f.last.reserved.min(p.live_bytes_at_end));
     assert_eq!(tensors, f.last.allocated);
-    let text = vramtrace_collector::out_text::render(&a, None);
+    let text = vramtrace_collector::reporters::text::render(&a, None);
     assert!(text.contains("allocator caches"), "{text}");
 }

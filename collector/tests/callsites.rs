@@ -7,7 +7,10 @@ mod common;
 use common::*;
 use vramtrace_collector::callsites::{self, Frame, FrameKind, Site};
 use vramtrace_collector::model::{analyze_reader, analyze_reader_with, Analysis};
-use vramtrace_collector::{oom, out_json, out_oom_json, out_oom_text, out_text};
+use vramtrace_collector::{
+    reporters::{json, oom_json, oom_text, text},
+    verbs::oom,
+};
 use vramtrace_format::{EndKind, Oom, Record};
 
 fn run(records: &[Record]) -> Analysis {
@@ -195,7 +198,7 @@ fn python_frames_come_first_and_the_site_skips_library_frames() {
     assert_eq!(s3.frames[2].label(), "0xdead0000");
     assert!(s3.frames[2].module.is_none());
 
-    let text = out_text::render(&a, None);
+    let text = text::render(&a, None);
     assert!(
         text.contains(
             "CALL SITES AT EACH DEVICE'S PEAK (bytes live then, by where they were allocated)"
@@ -221,7 +224,7 @@ fn python_frames_come_first_and_the_site_skips_library_frames() {
 #[test]
 fn the_json_carries_the_frames() {
     let a = run(&sample());
-    let j = out_json::render(&a);
+    let j = json::render(&a);
     assert!(j.contains("\"call_sites\": ["), "{j}");
     assert!(j.contains("\"call_sites_by_allocated\": ["), "{j}");
     assert!(
@@ -342,7 +345,7 @@ fn an_oom_groups_live_bytes_by_site_and_names_the_sites_that_grew() {
     assert!(d.findings.iter().any(|f| f
         .text()
         .contains("Their call sites: proj/train.py:77 in log_metrics (576.00 MiB in 9).")));
-    let text = out_oom_text::render(&a, None);
+    let text = oom_text::render(&a, None);
     assert!(text.contains("LIVE BY CALL SITE ON GPU 0"), "{text}");
     assert!(
         text.contains("    704.00 MiB       11 live  proj/train.py:77 in log_metrics"),
@@ -355,7 +358,7 @@ fn an_oom_groups_live_bytes_by_site_and_names_the_sites_that_grew() {
     for line in text.lines() {
         assert!(line.chars().count() <= 100, "too wide: {line}");
     }
-    let j = out_oom_json::render(&a);
+    let j = oom_json::render(&a);
     assert!(j.contains("\"live_by_call_site\": ["), "{j}");
     assert!(
         j.contains("\"site\": \"proj/train.py:30 in forward\""),
@@ -377,7 +380,7 @@ fn notes_are_shown_once() {
     let a = run(&recs);
     assert_eq!(a.call_sites.notes.len(), 1);
     assert_eq!(a.call_sites.notes[0].processes, 2);
-    let text = out_text::render(&a, None);
+    let text = text::render(&a, None);
     assert_eq!(
         text.matches("Python 3.14: native stacks only").count(),
         1,
@@ -387,13 +390,13 @@ fn notes_are_shown_once() {
         text.contains("NOTES\n- pid 200 and 1 more: Python 3.14: native stacks only"),
         "{text}"
     );
-    let text = out_oom_text::render(&a, None);
+    let text = oom_text::render(&a, None);
     assert_eq!(
         text.matches("Python 3.14: native stacks only").count(),
         1,
         "{text}"
     );
-    let j = out_json::render(&a);
+    let j = json::render(&a);
     assert!(
         j.contains("\"text\": \"Python 3.14: native stacks only\""),
         "{j}"
@@ -432,10 +435,10 @@ fn traces_without_stacks_and_version_1_traces_are_reported_as_before() {
         assert_eq!(v1.live_at_end, v2.live_at_end);
         assert_eq!(v1.ooms, v2.ooms);
         for a in [&v1, &v2] {
-            let text = out_text::render(a, None) + &out_oom_text::render(a, None);
+            let text = text::render(a, None) + &oom_text::render(a, None);
             assert!(!text.contains("CALL SITE"), "{text}");
             assert!(!text.contains("NOTES"), "{text}");
-            let json = out_json::render(a) + &out_oom_json::render(a);
+            let json = json::render(a) + &oom_json::render(a);
             for key in [
                 "call_site",
                 "notes",
@@ -448,8 +451,8 @@ fn traces_without_stacks_and_version_1_traces_are_reported_as_before() {
             }
         }
         // The text differs only in the trace format line.
-        let t1 = out_text::render(&v1, None).replace("(trace format 1)", "(trace format 2)");
-        assert_eq!(t1, out_text::render(&v2, None));
+        let t1 = text::render(&v1, None).replace("(trace format 1)", "(trace format 2)");
+        assert_eq!(t1, text::render(&v2, None));
     }
 }
 
@@ -505,16 +508,15 @@ fn bad_call_site_input_is_never_an_error() {
     let s7 = site_of(&a, 100, 7);
     assert!(s7.missing && s7.frames.is_empty() && s7.site.is_none());
     assert_eq!(s7.label(), "stack 7 (frames not recorded)");
-    let text = out_text::render(&a, None) + &out_oom_text::render(&a, None);
+    let text = text::render(&a, None) + &oom_text::render(&a, None);
     assert!(text.contains("stack 7 (frames not recorded)"), "{text}");
-    let _ = out_json::render(&a) + &out_oom_json::render(&a);
+    let _ = json::render(&a) + &oom_json::render(&a);
     // Cut anywhere, never a panic.
     let t = trace(&recs);
     let start = vramtrace_format::codec::encode_header(&header()).len();
     for cut in (start..t.len()).step_by(7) {
         let a = analyze_reader(&t[..cut]).unwrap();
-        let _ =
-            out_text::render(&a, None) + &out_json::render(&a) + &out_oom_text::render(&a, None);
+        let _ = text::render(&a, None) + &json::render(&a) + &oom_text::render(&a, None);
     }
 }
 
@@ -565,7 +567,7 @@ fn sites_that_would_read_the_same_get_labels_that_differ() {
     // The frame chosen stays the same: only the label grows.
     assert_eq!(site_of(&a, 100, 1).site, Some(1));
     // Every list of the report shows four different sites.
-    let text = out_text::render(&a, None);
+    let text = text::render(&a, None);
     for needle in [
         "libapp.so+0x2345\n",
         "<- libapp.so+0x3000\n",
@@ -581,7 +583,7 @@ fn sites_that_would_read_the_same_get_labels_that_differ() {
         let distinct: std::collections::BTreeSet<&String> = blocks.iter().collect();
         assert_eq!(distinct.len(), 4, "{list}");
     }
-    let j = out_json::render(&a);
+    let j = json::render(&a);
     for l in &labels {
         assert!(j.contains(&format!("\"label\": \"{l}\"")), "{l} in {j}");
     }
@@ -639,7 +641,7 @@ fn long_labels_are_cut_where_they_do_not_differ() {
         s.extra.clear();
     }
     callsites::distinguish(&mut a.call_sites.sites);
-    let text = out_text::render(&a, None);
+    let text = text::render(&a, None);
     for line in text.lines() {
         assert!(line.chars().count() <= 100, "too wide: {line}");
     }
@@ -653,6 +655,6 @@ fn long_labels_are_cut_where_they_do_not_differ() {
             assert!(list.contains(want), "{want} in {list}");
         }
     }
-    let text = out_oom_text::render(&a, None) + &text;
+    let text = oom_text::render(&a, None) + &text;
     assert!(!text.contains("optimizer.rs:44…"), "{text}");
 }

@@ -14,8 +14,8 @@ use common::*;
 use object::Object as _;
 use vramtrace_collector::callsites::Site;
 use vramtrace_collector::model::{analyze_reader, analyze_reader_with, Analysis};
+use vramtrace_collector::reporters::{json, text};
 use vramtrace_collector::symbols::{Symbolizer, REBUILT};
-use vramtrace_collector::{out_json, out_text};
 use vramtrace_format::{EndKind, Record};
 
 const SOURCE: &str = r#"#define _GNU_SOURCE
@@ -176,13 +176,13 @@ fn native_call_sites_are_symbolised_from_the_files() {
     assert_eq!(f.line, Some(line));
     assert_eq!(f.offset, Some(p.ret - p.bias));
     assert_eq!(s.frames[1].label(), "0x10");
-    let text = out_text::render(&a, None);
+    let text = text::render(&a, None);
     let want = format!(
         "alloc_weights at {}:{line}",
         vramtrace_collector::callsites::short_path(&src)
     );
     assert!(text.contains(&want), "{want} in {text}");
-    let json = out_json::render(&a);
+    let json = json::render(&a);
     assert!(
         json.contains(&format!(
             "\"function\": \"alloc_weights\", \"file\": \"{src}\", \"line\": {line}"
@@ -256,7 +256,7 @@ fn native_call_sites_are_symbolised_from_the_files() {
     let f = &only_site(&a).frames[0];
     assert_eq!(f.label(), format!("prog-gone+{:#x}", p.ret - p.bias));
     assert_eq!(f.note.as_deref(), Some("file not found"));
-    assert!(out_text::render(&a, None).contains(&format!("prog-gone+{:#x}", p.ret - p.bias)));
+    assert!(text::render(&a, None).contains(&format!("prog-gone+{:#x}", p.ret - p.bias)));
 
     // Rebuilt since (another build id at the path): not symbolised, and said.
     let re = d.join("prog-rebuilt");

@@ -545,7 +545,7 @@ fn the_merge_agrees_with_a_global_time_sort() {
 
 #[test]
 fn damaged_traces_never_panic_the_replay_or_the_reports() {
-    use vramtrace_collector::{out_json, out_text};
+    use vramtrace_collector::reporters::{json, text};
     let mut recs = two_process_trace();
     recs.push(end(1, 60, EndKind::CutMidFrame { partial_bytes: 3 }));
     recs.push(Record::Dropped {
@@ -564,9 +564,9 @@ fn damaged_traces_never_panic_the_replay_or_the_reports() {
     let t = trace(&recs);
     let check = |bytes: &[u8]| {
         if let Ok(a) = analyze_reader(bytes) {
-            let _ = out_text::render(&a, None);
-            let _ = out_json::render(&a);
-            let _ = vramtrace_collector::report::summary(&a);
+            let _ = text::render(&a, None);
+            let _ = json::render(&a);
+            let _ = vramtrace_collector::verbs::report::summary(&a);
         }
     };
     check(&t);

@@ -5,8 +5,10 @@ mod common;
 
 use common::*;
 use vramtrace_collector::model::{analyze_reader, Analysis, OomSnapshot, MAX_OOM_SNAPSHOTS};
-use vramtrace_collector::oom::{self, diagnose, Cause, Diagnosis, Finding, CONTEXT_ESTIMATE_BYTES};
-use vramtrace_collector::{out_oom_text, out_text};
+use vramtrace_collector::reporters::{oom_text, text};
+use vramtrace_collector::verbs::oom::{
+    self, diagnose, Cause, Diagnosis, Finding, CONTEXT_ESTIMATE_BYTES,
+};
 use vramtrace_format::codec::{encode_header, put_record};
 use vramtrace_format::{flags, Api, EndKind, Event, Oom, Record, TraceHeader};
 
@@ -123,7 +125,7 @@ fn cap_refused_names_the_cap_and_the_cap_that_would_have_fitted() {
         (Some(8 * GIB), Some(80 * GIB))
     );
     assert_eq!(dv.headroom_bytes(), Some(512 * MIB));
-    let report = out_text::render(&a, None);
+    let report = text::render(&a, None);
     assert!(
         report
             .contains("headroom 512.00 MiB: peak 7.50 GiB of the 8.00 GiB cap (device 80.00 GiB)"),
@@ -386,7 +388,7 @@ fn an_oom_right_before_a_kill_is_still_reported_with_what_was_live() {
     let p = a.process(100).unwrap();
     assert_eq!(p.ended, vramtrace_collector::model::Ended::Vanished);
     assert_eq!(p.live_bytes_at_end, 60 * GIB);
-    let text = out_oom_text::render(&a, None);
+    let text = oom_text::render(&a, None);
     assert!(
         text.contains("OUT OF MEMORY 1 of 1 on GPU 0 at 0.050 s"),
         "{text}"
@@ -486,7 +488,7 @@ fn a_leak_trend_is_found_from_rising_minima_with_what_grew() {
     assert!(has_finding(&d, "leak_trend"));
     assert_eq!(d.cause, Cause::Pressure);
     assert!(d.advice.iter().any(|x| x.contains("leak")));
-    let text = out_oom_text::render(&a, None);
+    let text = oom_text::render(&a, None);
     assert!(
         text.contains("Leak trend: the low points between peaks rose over 10 cycles"),
         "{text}"
@@ -529,7 +531,7 @@ fn only_the_first_ooms_get_a_snapshot_and_the_rest_are_counted() {
     assert_eq!(a.ooms.len(), MAX_OOM_SNAPSHOTS);
     assert_eq!(a.ooms_not_snapshotted(), 4);
     assert_eq!(a.process(100).unwrap().oom_results, 20);
-    let text = out_oom_text::render(&a, None);
+    let text = oom_text::render(&a, None);
     assert!(
         text.contains("4 more out-of-memory events were recorded after these"),
         "{text}"
@@ -559,7 +561,7 @@ fn without_an_oom_the_post_mortem_says_how_each_process_ended() {
         end(100, 50, EndKind::Vanished),
     ]);
     assert!(oom::summary(&a).is_none());
-    let text = out_oom_text::render(&a, None);
+    let text = oom_text::render(&a, None);
     assert!(
         text.contains("No out-of-memory event was recorded."),
         "{text}"
@@ -616,7 +618,7 @@ fn damaged_oom_traces_never_panic_the_reports() {
             let _ = oom::render(&a, false);
             let _ = oom::render(&a, true);
             let _ = oom::summary(&a);
-            let _ = out_text::render(&a, None);
+            let _ = text::render(&a, None);
         }
     };
     for cut in 0..=full.len() {

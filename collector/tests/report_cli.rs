@@ -9,7 +9,7 @@ use std::process::Output;
 
 use common::*;
 use vramtrace_collector::model::analyze_reader;
-use vramtrace_collector::report::summary;
+use vramtrace_collector::verbs::report::summary;
 use vramtrace_format::codec::encode_header;
 use vramtrace_format::{EndKind, Record};
 

@@ -1,4 +1,4 @@
-// The page of `vramtrace export --format html` (collector/src/export/html.rs writes it around this script):
+// The page of `vramtrace export --format html` (collector/src/reporters/html.rs writes it around this script):
 // reads the JSON in #vramtrace-data and draws it with uPlot (embedded in the page). Loads nothing.
 // When every plot is drawn, document.body.dataset.ready says "N plots" (the browser test waits for it).
 (function () {

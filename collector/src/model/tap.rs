@@ -1,6 +1,6 @@
 //! A tap on the replay: every change to device memory as the replay applies it, in the merge's exact order
 //! (docs/ARCHITECTURE.md, "Time and order"), with the figures the report is made of. The exports
-//! (`crate::export`) stream from it; nothing is kept for them here.
+//! (`crate::verbs::export`) stream from it; nothing is kept for them here.
 
 use vramtrace_format::{Oom, TraceHeader};
 

@@ -29,7 +29,7 @@ pub fn device(f: &DeviceFramework) -> J {
             "allocated_leak",
             f.leak
                 .as_ref()
-                .map_or(J::Null, |l| crate::out_oom_json::leak(l, false)),
+                .map_or(J::Null, |l| crate::reporters::oom_json::leak(l, false)),
         ),
         ("allocated_timeline_bucket_ns", f.allocated.bucket_ns.into()),
         ("allocated_timeline", timeline(&f.allocated)),
@@ -59,7 +59,7 @@ pub fn process(v: &[ProcessFramework]) -> J {
 
 pub fn bridge(a: &Analysis) -> J {
     let b = &a.bridge;
-    let (held, tensors) = crate::out_text::framework::cache_at_end(a);
+    let (held, tensors) = crate::reporters::text::framework::cache_at_end(a);
     J::O(vec![
         (
             "attached",

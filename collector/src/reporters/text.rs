@@ -447,7 +447,7 @@ fn device(o: &mut String, a: &Analysis, d: &DeviceStats) {
         )
         .ok();
     }
-    if let Some(h) = crate::out_oom_text::headroom_line(d) {
+    if let Some(h) = headroom_line(d) {
         writeln!(o, "{pad}{h}").ok();
     }
     let line = sparkline::sparkline(&d.timeline, a.end_ns, d.peak_bytes, SPARK_COLUMNS);
@@ -771,6 +771,30 @@ pub fn wrap(o: &mut String, text: &str, indent: &str, width: usize) {
     if words > 0 {
         flush(o, &line);
     }
+}
+
+/// The report's "peak and headroom" line for a device, when its total or cap is known.
+pub fn headroom_line(d: &DeviceStats) -> Option<String> {
+    let limit = d.limit_bytes()?;
+    let of = match (d.cap_bytes, d.total_bytes) {
+        (Some(c), Some(t)) if c <= t => format!("the {} cap (device {})", bytes(c), bytes(t)),
+        (Some(c), None) => format!("the {} cap", bytes(c)),
+        (_, Some(t)) => format!("the device's {}", bytes(t)),
+        (None, None) => return None,
+    };
+    Some(if d.peak_bytes > limit {
+        format!(
+            "no headroom: the peak {} is {} over {of}",
+            bytes(d.peak_bytes),
+            bytes(d.peak_bytes - limit)
+        )
+    } else {
+        format!(
+            "headroom {}: peak {} of {of}",
+            bytes(limit - d.peak_bytes),
+            bytes(d.peak_bytes)
+        )
+    })
 }
 
 #[cfg(test)]

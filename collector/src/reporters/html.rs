@@ -24,8 +24,8 @@ use crate::callsites::{distinguish, Site};
 use crate::model::fasthash::FastMap;
 use crate::model::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::{Analysis, FOLD_NS};
-use crate::out_json::{write_compact, J};
-use crate::out_text::{device_name, ending_label, short_command};
+use crate::reporters::json::{write_compact, J};
+use crate::reporters::text::{device_name, ending_label, short_command};
 
 /// Processes drawn on their own in a device's stack (the largest by peak); the rest are one "other processes".
 pub const MAX_PROCESS_SERIES: usize = 24;
@@ -229,7 +229,7 @@ impl Html {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let d = crate::oom::diagnose(a, s);
+                let d = crate::model::diagnose::diagnose(a, s);
                 J::O(vec![
                     ("device", device_name(s.device).into()),
                     ("t_ns", s.time_ns.into()),
@@ -240,7 +240,7 @@ impl Html {
                     ("reason", d.reason.clone().into()),
                     (
                         "text",
-                        crate::out_oom_text::event_text(a, s, &d, i + 1).into(),
+                        crate::reporters::oom_text::event_text(a, s, &d, i + 1).into(),
                     ),
                 ])
             })
@@ -524,7 +524,7 @@ impl Html {
                 }
             }
         }
-        let headroom = stats.and_then(crate::out_oom_text::headroom_line);
+        let headroom = stats.and_then(crate::reporters::text::headroom_line);
         J::O(vec![
             ("name", device_name(d.device).into()),
             ("device", d.device.into()),

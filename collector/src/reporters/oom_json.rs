@@ -2,10 +2,10 @@
 //! [`OOM_SCHEMA_VERSION`]). Same conventions as the report's JSON: integer bytes, integer ns relative to the
 //! trace start, `null` for "not known".
 
+use crate::model::diagnose::{diagnose, Diagnosis, Finding};
 use crate::model::{self, Analysis, LeakTrend, OomSnapshot};
-use crate::oom::diagnose::{diagnose, Diagnosis, Finding};
-use crate::out_json::{call_site_fields, write_value, J};
-use crate::out_oom_text::api_label;
+use crate::reporters::json::{call_site_fields, write_value, J};
+use crate::reporters::oom_text::api_label;
 
 /// Bumped when a field changes meaning or goes away; new fields do not bump it.
 pub const OOM_SCHEMA_VERSION: u64 = 1;
@@ -77,7 +77,7 @@ pub fn to_value(a: &Analysis) -> J {
                             ("rank", p.rank.into()),
                             ("cmdline", strings(&p.cmdline)),
                             ("ended", p.ended.key().into()),
-                            ("exit", crate::out_json::exit_json(p.exit)),
+                            ("exit", crate::reporters::json::exit_json(p.exit)),
                             ("end_ns", p.end_ns.into()),
                             ("cut_bytes", cut),
                             ("peak_bytes", p.peak_bytes.into()),
@@ -457,7 +457,7 @@ fn oom(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> J {
             ),
         ),
         ("timeline_bucket_ns", s.timeline.bucket_ns.into()),
-        ("timeline", crate::out_json::timeline(&s.timeline)),
+        ("timeline", crate::reporters::json::timeline(&s.timeline)),
         (
             "findings",
             J::A(d.findings.iter().map(|f| finding(f, cs)).collect()),

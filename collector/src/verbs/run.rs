@@ -20,9 +20,9 @@ use vramtrace_format::codec;
 use vramtrace_format::{Record, TraceHeader};
 
 use crate::exit::{self, Code};
-use crate::out_text::units;
 use crate::probe;
 use crate::receive::{spawn_acceptor, Connections, TraceWriter};
+use crate::reporters::text::units;
 use vramtrace_format::cap::CapSpec;
 
 #[derive(clap::Args, Debug)]
@@ -399,7 +399,7 @@ impl Prepared {
         let mut msg = String::new();
         match crate::model::analyze(&self.out) {
             Ok(a) => {
-                msg.push_str(&crate::report::summary(&a));
+                msg.push_str(&crate::verbs::report::summary(&a));
                 msg.push_str(&endings(&a));
                 let exceeded: u64 = a.processes.iter().map(|p| p.cap_exceeded).sum();
                 if exceeded > 0 {
@@ -457,7 +457,7 @@ impl Prepared {
             return String::new();
         }
         let mut msg = String::new();
-        if let Some(s) = crate::oom::summary(a) {
+        if let Some(s) = crate::verbs::oom::summary(a) {
             msg.push_str(&s);
         } else {
             let how = if code > 128 {
@@ -470,7 +470,7 @@ impl Prepared {
             ));
         }
         let kind = if oom { "oom" } else { "postmortem" };
-        match write_beside(&self.out, kind, &crate::oom::render(a, false)) {
+        match write_beside(&self.out, kind, &crate::verbs::oom::render(a, false)) {
             Ok(p) => msg.push_str(&format!(
                 "post-mortem written to {} (vramtrace oom reads the trace too)\n",
                 p.display()
@@ -720,7 +720,7 @@ fn endings(a: &crate::model::Analysis) -> String {
         m.push_str(&format!(
             "pid {} ({}) {}\n",
             p.pid,
-            crate::out_text::short_command(&p.cmdline),
+            crate::reporters::text::short_command(&p.cmdline),
             x.describe()
         ));
     }

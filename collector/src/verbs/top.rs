@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::exit::{self, Code};
 use crate::live::http::get;
-use crate::out_text::units::bytes;
+use crate::reporters::text::units::bytes;
 
 #[derive(clap::Args, Debug)]
 pub struct TopArgs {

@@ -3,7 +3,7 @@
 //! rules; keep the two in step.
 
 use crate::model::{Analysis, LeakTrend, OomSnapshot};
-use crate::out_text::units::{bytes, count};
+use crate::reporters::text::units::{bytes, count};
 
 /// The estimate of one process's CUDA context, module and library memory on a device (never seen by the trace).
 pub const CONTEXT_ESTIMATE_BYTES: u64 = 500 << 20;

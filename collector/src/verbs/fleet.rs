@@ -15,9 +15,9 @@ use std::path::PathBuf;
 
 use crate::exit::{self, Code};
 use crate::model::{self, Analysis};
-use crate::out_json::{self, J};
-use crate::out_text::device_name;
-use crate::out_text::units::{bytes, count, secs};
+use crate::reporters::json::{self, J};
+use crate::reporters::text::device_name;
+use crate::reporters::text::units::{bytes, count, secs};
 
 /// One trace of the job.
 pub struct Member {
@@ -182,7 +182,7 @@ pub fn report_text(ms: &[Member]) -> String {
             secs(m.offset_ns)
         )
         .ok();
-        o.push_str(&crate::out_text::render(&m.a, Some(&m.path)));
+        o.push_str(&crate::reporters::text::render(&m.a, Some(&m.path)));
     }
     o
 }
@@ -219,7 +219,7 @@ pub fn report_json(ms: &[Member]) -> String {
     let mut traces = Vec::new();
     let mut hosts_j = Vec::new();
     for m in ms {
-        let full = out_json::to_value(&m.a);
+        let full = json::to_value(&m.a);
         if let Some(J::A(ds)) = field(&full, "devices") {
             for mut d in ds {
                 shift(&mut d, &["peak_time_ns"], m.offset_ns);
@@ -265,7 +265,7 @@ pub fn report_json(ms: &[Member]) -> String {
         })
         .collect();
     let doc = J::O(vec![
-        ("version", out_json::SCHEMA_VERSION.into()),
+        ("version", json::SCHEMA_VERSION.into()),
         (
             "job",
             J::O(vec![
@@ -287,7 +287,7 @@ pub fn report_json(ms: &[Member]) -> String {
         ("traces", J::A(traces)),
     ]);
     let mut out = String::new();
-    out_json::write_value(&mut out, &doc, 0);
+    json::write_value(&mut out, &doc, 0);
     out.push('\n');
     out
 }
@@ -306,17 +306,17 @@ pub fn oom(ms: &[Member], json: bool) -> String {
                     ("trace", m.path.display().to_string().into()),
                     ("offset_ns", m.offset_ns.into()),
                     ("oom_records", m.a.oom_records.into()),
-                    ("oom", crate::out_oom_json::to_value(&m.a)),
+                    ("oom", crate::reporters::oom_json::to_value(&m.a)),
                 ])
             })
             .collect();
         let doc = J::O(vec![
-            ("version", out_json::SCHEMA_VERSION.into()),
+            ("version", json::SCHEMA_VERSION.into()),
             ("job", job_key(&ms[0].a).into()),
             ("hosts", J::A(hosts)),
         ]);
         let mut out = String::new();
-        out_json::write_value(&mut out, &doc, 0);
+        json::write_value(&mut out, &doc, 0);
         out.push('\n');
         return out;
     }
@@ -347,7 +347,7 @@ pub fn oom(ms: &[Member], json: bool) -> String {
             secs(m.offset_ns)
         )
         .ok();
-        o.push_str(&crate::out_oom_text::render(&m.a, Some(&m.path)));
+        o.push_str(&crate::reporters::oom_text::render(&m.a, Some(&m.path)));
     }
     o
 }

@@ -1,24 +1,18 @@
 //! `vramtrace export TRACE --format memory-viz|perfetto|html --out FILE`: the trace in a viewer people already
-//! use, or in a page of its own (docs/EXPORTS.md). The reporters are in `export/`, one file per format; they are fed by the model's
+//! use, or in a page of its own (docs/EXPORTS.md). The reporters are in `reporters/`, one file per format; they are fed by the model's
 //! replay ([`crate::model::tap`]), so what they show is what `report` shows, in the same order.
 //!
 //! A trace that cannot be read, or an output that cannot be created, is one line on stderr and exit 2; an
 //! existing output is kept unless `--force`. A trace cut short is exported up to where it stops (said on
 //! stderr).
 
-pub mod html;
-pub mod memory_viz;
-pub mod perfetto;
-pub mod pickle;
-
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
-use crate::callsites::{choose_site, Frame, Site};
 use crate::exit::{self, Code};
-use crate::model::{self, Analysis, ProcessStats};
-use crate::out_text::short_command;
+use crate::model::{self, Analysis};
+use crate::reporters::{html, memory_viz, perfetto};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -73,7 +67,7 @@ pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
     if args.out == args.trace {
         return Err(Failed(exit::USAGE, "--out names the trace itself".into()));
     }
-    let file = crate::run::open_out(&args.out, args.force)
+    let file = crate::verbs::run::open_out(&args.out, args.force)
         .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
     let r = write(args, BufWriter::with_capacity(1 << 20, file));
     if r.is_err() {
@@ -116,43 +110,5 @@ fn write(args: &ExportArgs, w: BufWriter<File>) -> Result<(Analysis, Vec<String>
             w.flush().map_err(io_err)?;
             Ok((a, tap.notes()))
         }
-    }
-}
-
-/// `rank 3: python train.py (pid 812)`: a process as the exports name it.
-pub fn process_name(p: &ProcessStats) -> String {
-    let cmd = if p.cmdline.is_empty() {
-        "(not announced)".to_string()
-    } else {
-        short_command(&p.cmdline)
-    };
-    match p.rank {
-        Some(r) => format!("rank {r}: {cmd} (pid {})", p.pid),
-        None => format!("{cmd} (pid {})", p.pid),
-    }
-}
-
-/// A call site from its frames, with none of the report's figures (the exports label their own).
-pub fn site_of(stack: u32, frames: Vec<Frame>) -> Site {
-    Site {
-        pid: 0,
-        stack,
-        site: choose_site(&frames),
-        frames,
-        missing: false,
-        allocations: 0,
-        allocated_bytes: 0,
-        live_bytes_at_end: 0,
-        per_device: Vec::new(),
-        extra: Vec::new(),
-    }
-}
-
-/// A call site's label from its frames, as the report writes it (without what would tell it apart from another
-/// process's sites); `stack N (frames not recorded)` without them.
-pub fn site_label(stack: u32, frames: Option<Vec<Frame>>) -> String {
-    match frames {
-        Some(frames) => site_of(stack, frames).label(),
-        None => format!("stack {stack} (frames not recorded)"),
     }
 }

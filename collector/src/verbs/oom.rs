@@ -10,19 +10,19 @@
 //!
 //! [`MAX_OOM_SNAPSHOTS`]: crate::model::MAX_OOM_SNAPSHOTS
 
-pub mod diagnose;
-
 use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::path::Path;
 
-pub use diagnose::{cap_spec, diagnose, Cause, Diagnosis, Finding, CONTEXT_ESTIMATE_BYTES};
+pub use crate::model::diagnose::{
+    cap_spec, diagnose, Cause, Diagnosis, Finding, CONTEXT_ESTIMATE_BYTES,
+};
 
 use crate::exit::{self, Code};
 use crate::model::{self, Analysis};
-use crate::out_text::device_name;
-use crate::out_text::units::{bytes, secs};
-use crate::{out_oom_json, out_oom_text};
+use crate::reporters::text::device_name;
+use crate::reporters::text::units::{bytes, secs};
+use crate::reporters::{oom_json, oom_text};
 
 pub fn main(file: &Path, json: bool) -> Code {
     let a = match model::analyze(file) {
@@ -30,9 +30,9 @@ pub fn main(file: &Path, json: bool) -> Code {
         Err(e) => return exit::fail(exit::USAGE, e),
     };
     let text = if json {
-        out_oom_json::render(&a)
+        oom_json::render(&a)
     } else {
-        out_oom_text::render(&a, Some(file))
+        oom_text::render(&a, Some(file))
     };
     let mut out = io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
@@ -46,9 +46,9 @@ pub fn main(file: &Path, json: bool) -> Code {
 /// the documented JSON (docs/JSON-SCHEMA.md). Ends with a newline.
 pub fn render(a: &Analysis, json: bool) -> String {
     if json {
-        out_oom_json::render(a)
+        oom_json::render(a)
     } else {
-        out_oom_text::render(a, None)
+        oom_text::render(a, None)
     }
 }
 
@@ -81,7 +81,7 @@ pub fn summary(a: &Analysis) -> Option<String> {
         device_name(s.device),
         secs(s.time_ns),
         s.pid,
-        out_oom_text::api_label(s.api, s.api_code, s.ptsz),
+        oom_text::api_label(s.api, s.api_code, s.ptsz),
         bytes(s.requested_bytes)
     )
     .ok();

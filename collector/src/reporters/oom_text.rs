@@ -7,15 +7,17 @@ use std::path::Path;
 
 use vramtrace_format::Api;
 
-use crate::model::{self, Analysis, DeviceStats, Ended, OomSnapshot, Timeline};
-use crate::oom::diagnose::{diagnose, leak_text, Diagnosis, CONTEXT_ESTIMATE_BYTES};
-use crate::out_text::sparkline::sparkline;
-use crate::out_text::units::{bytes, bytes_exact, count, fit, printable, secs};
-use crate::out_text::{device_name, ended_label, fit_label, short_command, site_lines, WIDTH};
+use crate::model::diagnose::{diagnose, leak_text, Diagnosis, CONTEXT_ESTIMATE_BYTES};
+use crate::model::{self, Analysis, Ended, OomSnapshot, Timeline};
+use crate::reporters::text::sparkline::sparkline;
+use crate::reporters::text::units::{bytes, bytes_exact, count, fit, printable, secs};
+use crate::reporters::text::{
+    device_name, ended_label, fit_label, short_command, site_lines, WIDTH,
+};
 
-/// Word-wraps to the report's width (the one wrapping rule of every text output: out_text::wrap).
+/// Word-wraps to the report's width (the one wrapping rule of every text output: text::wrap).
 fn wrap(o: &mut String, text: &str, indent: &str) {
-    crate::out_text::wrap(o, text, indent, WIDTH);
+    crate::reporters::text::wrap(o, text, indent, WIDTH);
 }
 
 /// Rows of a process table before the rest is summed up.
@@ -69,7 +71,7 @@ pub fn render(a: &Analysis, file: Option<&Path>) -> String {
             o.push('\n');
         }
     }
-    crate::out_text::notes(&mut o, a);
+    crate::reporters::text::notes(&mut o, a);
     endings(&mut o, a);
     devices(&mut o, a);
     o
@@ -82,30 +84,6 @@ pub fn api_label(api: Option<Api>, code: u8, ptsz: bool) -> String {
         Some(a) => a.name().to_string(),
         None => format!("api {code}"),
     }
-}
-
-/// The report's "peak and headroom" line for a device, when its total or cap is known.
-pub fn headroom_line(d: &DeviceStats) -> Option<String> {
-    let limit = d.limit_bytes()?;
-    let of = match (d.cap_bytes, d.total_bytes) {
-        (Some(c), Some(t)) if c <= t => format!("the {} cap (device {})", bytes(c), bytes(t)),
-        (Some(c), None) => format!("the {} cap", bytes(c)),
-        (_, Some(t)) => format!("the device's {}", bytes(t)),
-        (None, None) => return None,
-    };
-    Some(if d.peak_bytes > limit {
-        format!(
-            "no headroom: the peak {} is {} over {of}",
-            bytes(d.peak_bytes),
-            bytes(d.peak_bytes - limit)
-        )
-    } else {
-        format!(
-            "headroom {}: peak {} of {of}",
-            bytes(limit - d.peak_bytes),
-            bytes(d.peak_bytes)
-        )
-    })
 }
 
 /// One out-of-memory event's part of the report (`n` its number), as `vramtrace oom` prints it.
@@ -615,7 +593,7 @@ fn no_oom(o: &mut String, a: &Analysis) {
             &format!(
                 "  pid {} ({}) {} without a goodbye{}.",
                 p.pid,
-                crate::out_text::short_command(&p.cmdline),
+                crate::reporters::text::short_command(&p.cmdline),
                 x.describe(),
                 match x {
                     vramtrace_format::ExitStatus::Code(_) => " (it called _exit, or exec failed)",
@@ -730,7 +708,7 @@ fn devices(o: &mut String, a: &Analysis) {
             d.peak_time_ns
                 .map_or(String::new(), |t| format!(" at {}", secs(t)))
         );
-        match headroom_line(d) {
+        match crate::reporters::text::headroom_line(d) {
             Some(h) => line.push_str(&format!("; {h}")),
             None => line.push_str("; device size unknown (no cuMemGetInfo, no cap)"),
         }

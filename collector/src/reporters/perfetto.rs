@@ -24,8 +24,8 @@ use super::{process_name, site_label};
 use crate::model::fasthash::FastMap;
 use crate::model::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::ProcessStats;
-use crate::out_text::units::bytes;
-use crate::out_text::{device_name, short_command};
+use crate::reporters::text::units::bytes;
+use crate::reporters::text::{device_name, short_command};
 
 /// The most instants kept for the end of the export.
 pub const MAX_INSTANTS: usize = 100_000;

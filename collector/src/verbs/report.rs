@@ -10,9 +10,9 @@ use std::path::Path;
 
 use crate::exit::{self, Code};
 use crate::model::{self, Analysis};
-use crate::out_json;
-use crate::out_text::units::{bytes, count, secs};
-use crate::out_text::{device_name, render as render_text};
+use crate::reporters::json;
+use crate::reporters::text::units::{bytes, count, secs};
+use crate::reporters::text::{device_name, render as render_text};
 
 pub fn main(file: &Path, json: bool) -> Code {
     let a = match model::analyze(file) {
@@ -20,7 +20,7 @@ pub fn main(file: &Path, json: bool) -> Code {
         Err(e) => return exit::fail(exit::USAGE, e),
     };
     let text = if json {
-        out_json::render(&a)
+        json::render(&a)
     } else {
         render_text(&a, Some(file))
     };
@@ -103,7 +103,7 @@ pub fn summary(a: &Analysis) -> String {
             bytes(a.live_at_end_bytes),
             count(a.live_at_end_count),
             if a.live_at_end_count == 1 { "" } else { "s" },
-            crate::out_text::framework::cache_at_end_sentence(a)
+            crate::reporters::text::framework::cache_at_end_sentence(a)
                 .map_or(String::new(), |t| format!("; {t}"))
         )
         .ok();

@@ -1,0 +1,11 @@
+//! The verbs of `vramtrace`, one file each: `run` (start a job and write its trace), `report`, `oom`, `export`,
+//! `demo`, `top` (a running job), and `fleet` (several traces of one job, for `report` and `oom`). A verb reads
+//! its arguments, asks the model for an analysis and hands it to a reporter; it holds no format of its own.
+
+pub mod demo;
+pub mod export;
+pub mod fleet;
+pub mod oom;
+pub mod report;
+pub mod run;
+pub mod top;
