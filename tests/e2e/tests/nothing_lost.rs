@@ -224,3 +224,39 @@ fn a_process_that_cannot_make_its_ring_is_named() {
         run.stderr
     );
 }
+
+#[test]
+fn two_hundred_processes_exiting_as_the_command_ends_on_a_loaded_machine_are_all_traced() {
+    let fc = FakeCuda::new();
+    let p = program("probe").display().to_string();
+    // Two busy loops load the machine; 200 orphaned processes each allocate once and exit normally while the
+    // command itself ends at once: every one must be in the trace, whole, with its goodbye.
+    let script = format!(
+        "(timeout 3 sh -c 'while :; do :; done' &) ; (timeout 3 sh -c 'while :; do :; done' &) ; \
+         for i in $(seq 200); do ( {p} 'alloc 1048576' >/dev/null & ); done; true"
+    );
+    let (run, path) = fc.traced(
+        "busy200",
+        &["--python-agent", "off"],
+        "bash",
+        &["-c", &script],
+    );
+    run.assert_success("200 exits");
+    let t = read_trace(&path);
+    let probes: Vec<u32> = t
+        .hellos
+        .iter()
+        .filter(|h| h.cmdline.first().is_some_and(|c| c.ends_with("probe")))
+        .map(|h| h.pid)
+        .collect();
+    assert_eq!(probes.len(), 200, "{}", run.stderr);
+    for pid in probes {
+        assert_eq!(allocs(&t, pid), 1, "pid {pid}");
+        assert!(
+            t.ends.contains(&(pid, EndKind::Goodbye)),
+            "pid {pid}: {:?}",
+            t.ends
+        );
+    }
+    assert_eq!(t.dropped, 0);
+}
