@@ -34,7 +34,7 @@ fn measure(f: impl FnOnce()) -> (f64, Option<f64>) {
 
 fn export_to(trace: &Path, format: Format, out: &Path) {
     let args = ExportArgs {
-        trace: trace.to_path_buf(),
+        trace: vec![trace.to_path_buf()],
         format,
         out: out.to_path_buf(),
         force: true,

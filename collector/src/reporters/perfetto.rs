@@ -166,6 +166,10 @@ struct Instant {
 /// The tap that writes the trace as the replay goes.
 pub struct Perfetto<W: Write> {
     w: W,
+    /// With several traces of one job: the host of the trace being replayed (its index, its name), and the
+    /// first replay slot of its processes, so tracks of different hosts never share an id.
+    host: Option<(u64, String)>,
+    slot_base: usize,
     buf: Vec<u8>,
     err: Option<io::Error>,
     start_mono: u64,
@@ -183,6 +187,8 @@ impl<W: Write> Perfetto<W> {
     pub fn new(w: W) -> Self {
         Perfetto {
             w,
+            host: None,
+            slot_base: 0,
             buf: Vec::with_capacity(256),
             err: None,
             start_mono: 0,
@@ -198,6 +204,25 @@ impl<W: Write> Perfetto<W> {
     }
 
     /// Flushes and hands the writer back, or the first write error.
+    /// Several traces of one job go into one file: the next trace replayed is host `index` (named `name`), its
+    /// processes' slots counted from `slot_base`. Its header's start (given to `start`) says where its clock is.
+    pub fn next_host(&mut self, index: u64, name: String, slot_base: usize) {
+        self.host = Some((index, name));
+        self.slot_base = slot_base;
+        self.last_tracks = (0, 0);
+    }
+
+    fn dev_track(&self, device: Option<u32>) -> u64 {
+        device_track(device) + self.host.as_ref().map_or(0, |h| h.0 << 36)
+    }
+
+    fn dev_name(&self, device: Option<u32>) -> String {
+        match &self.host {
+            Some((_, h)) => format!("{h}: {}", device_name(device)),
+            None => device_name(device),
+        }
+    }
+
     pub fn end(mut self) -> io::Result<W> {
         if let Some(e) = self.err.take() {
             return Err(e);
@@ -377,18 +402,19 @@ impl<W: Write> Tap for Perfetto<W> {
         if !matches!(s.change, Change::Alloc | Change::Free | Change::Released) {
             return;
         }
-        let dev = device_track(s.device);
-        let proc_dev = process_device_track(s.slot, s.device);
+        let slot = s.slot + self.slot_base;
+        let dev = self.dev_track(s.device);
+        let proc_dev = process_device_track(slot, s.device);
         // The tracks of the last change are described already (the replay hands out runs of one process).
         if self.last_tracks != (dev, proc_dev) {
             if !self.tracks.contains_key(&dev) {
-                let name = format!("{} bytes in use (job)", device_name(s.device));
+                let name = format!("{} bytes in use (job)", self.dev_name(s.device));
                 self.counter_track(dev, JOB_TRACK, name);
             }
             if !self.tracks.contains_key(&proc_dev) {
-                self.process_track(s.slot, s.process);
+                self.process_track(slot, s.process);
                 let name = format!("{} bytes in use", device_name(s.device));
-                self.counter_track(proc_dev, process_track(s.slot), name);
+                self.counter_track(proc_dev, process_track(slot), name);
             }
             self.last_tracks = (dev, proc_dev);
         }
@@ -399,7 +425,7 @@ impl<W: Write> Tap for Perfetto<W> {
                 self.instant(Instant {
                     kind: InstantKind::CapExceeded,
                     t_ns: s.t_ns,
-                    slot: s.slot,
+                    slot,
                     device: s.device,
                     size: s.size,
                     stack: s.stack,
@@ -409,7 +435,7 @@ impl<W: Write> Tap for Perfetto<W> {
                 self.instant(Instant {
                     kind: InstantKind::Alloc,
                     t_ns: s.t_ns,
-                    slot: s.slot,
+                    slot,
                     device: s.device,
                     size: s.size,
                     stack: s.stack,
@@ -419,7 +445,8 @@ impl<W: Write> Tap for Perfetto<W> {
     }
 
     fn oom(&mut self, o: &OomStep) {
-        self.process_track(o.slot, o.process);
+        let slot = o.slot + self.slot_base;
+        self.process_track(slot, o.process);
         let device = (o.oom.device != vramtrace_format::NO_DEVICE).then_some(o.oom.device);
         self.instant(Instant {
             kind: InstantKind::Oom {
@@ -427,7 +454,7 @@ impl<W: Write> Tap for Perfetto<W> {
                 free: o.oom.device_free_bytes,
             },
             t_ns: o.t_ns,
-            slot: o.slot,
+            slot,
             device,
             size: o.oom.requested_bytes,
             stack: o.stack,
@@ -440,7 +467,8 @@ impl<W: Write> Tap for Perfetto<W> {
             if i.stack == 0 || self.labels.contains_key(&(i.slot, i.stack)) {
                 continue;
             }
-            let fr = frames(i.slot, i.stack);
+            // The replay's own slot (this writer counts slots across several traces).
+            let fr = frames(i.slot - self.slot_base, i.stack);
             let stack = fr.as_ref().map_or(String::new(), |fr| {
                 let lines: Vec<String> = fr.iter().take(16).map(|f| f.label()).collect();
                 lines.join("\n")

@@ -11,8 +11,11 @@ use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
 use crate::exit::{self, Code};
+use crate::model::tap::Tap;
 use crate::model::{self, Analysis};
 use crate::reporters::{html, memory_viz, perfetto};
+use vramtrace_format::reader::TraceReader;
+use vramtrace_format::TraceHeader;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -26,15 +29,17 @@ pub enum Format {
 
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
-    /// The trace file written by `vramtrace run`.
-    pub trace: PathBuf,
+    /// The trace file written by `vramtrace run`; for perfetto, several traces of one job (one per node) go into
+    /// one file, each host's tracks apart, clocks aligned by each trace's wall-clock start.
+    #[arg(required = true, num_args = 1..)]
+    pub trace: Vec<PathBuf>,
     /// The viewer's format.
     #[arg(long, value_enum)]
     pub format: Format,
     /// Where to write it.
     #[arg(long)]
     pub out: PathBuf,
-    /// Overwrite FILE if it exists.
+    /// Overwrite FILE if it exists; with several traces, also merge traces of different jobs.
     #[arg(long)]
     pub force: bool,
     /// memory-viz: the most events kept per device (the last ones; memory_viz struggles past about 600 k).
@@ -64,19 +69,142 @@ pub struct Failed(pub Code, pub String);
 /// Writes the export, and returns the analysis and the notes for the reader; on any failure the output is
 /// removed (nothing half-written is left behind).
 pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
-    if args.out == args.trace {
-        return Err(Failed(exit::USAGE, "--out names the trace itself".into()));
+    if args.trace.contains(&args.out) {
+        return Err(Failed(exit::USAGE, "--out names a trace itself".into()));
     }
+    if args.trace.len() > 1 && args.format != Format::Perfetto {
+        return Err(Failed(
+            exit::USAGE,
+            "several traces go into one file only with --format perfetto (memory-viz and html show one \
+             trace: export each)"
+                .into(),
+        ));
+    }
+    // Checked before the output is created: several traces must be one job's.
+    let order = if args.trace.len() > 1 {
+        Some(job_order(&args.trace, args.force)?)
+    } else {
+        None
+    };
     let file = crate::verbs::run::open_out(&args.out, args.force)
         .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
-    let r = write(args, BufWriter::with_capacity(1 << 20, file));
+    let w = BufWriter::with_capacity(1 << 20, file);
+    let r = match order {
+        Some(order) => write_several(args, &order, w),
+        None => write(args, w),
+    };
     if r.is_err() {
         let _ = fs::remove_file(&args.out);
     }
     r
 }
 
+/// Several traces' headers: one job's (unless `force`), in the order of their wall-clock starts, each with how
+/// much later than the first it started (ns).
+fn job_order(traces: &[PathBuf], force: bool) -> Result<Vec<(PathBuf, TraceHeader, u64)>, Failed> {
+    let mut hs = Vec::new();
+    for t in traces {
+        let f = File::open(t).map_err(|e| Failed(exit::USAGE, format!("{}: {e}", t.display())))?;
+        let (_, h) = TraceReader::open(io::BufReader::new(f))
+            .map_err(|e| Failed(exit::USAGE, format!("{}: {e}", t.display())))?;
+        hs.push((t.clone(), h, 0u64));
+    }
+    let job = |h: &TraceHeader| match h.extra.iter().find(|(k, _)| k == "job") {
+        Some((_, j)) => format!("job {j}"),
+        None => format!("command `{}`", h.command.join(" ")),
+    };
+    if !force {
+        let first = job(&hs[0].1);
+        if let Some((t, h, _)) = hs.iter().find(|(_, h, _)| job(h) != first) {
+            return Err(Failed(
+                exit::USAGE,
+                format!(
+                    "{} and {} are traces of different jobs ({first}; {}): add --force to merge them anyway",
+                    hs[0].0.display(),
+                    t.display(),
+                    job(h)
+                ),
+            ));
+        }
+    }
+    hs.sort_by_key(|(_, h, _)| h.start_unix_ns);
+    let t0 = hs[0].1.start_unix_ns;
+    for (_, h, off) in &mut hs {
+        *off = h.start_unix_ns - t0;
+    }
+    Ok(hs)
+}
+
+/// Several traces into one Perfetto file: each replayed in turn into the same writer, its host's tracks apart,
+/// its times placed on the first trace's clock by the wall-clock starts. Returns the first trace's analysis.
+fn write_several(
+    args: &ExportArgs,
+    order: &[(PathBuf, TraceHeader, u64)],
+    w: BufWriter<File>,
+) -> Result<(Analysis, Vec<String>), Failed> {
+    let mut tap = perfetto::Perfetto::new(w);
+    let mut first = None;
+    let mut slot_base = 0;
+    let base_mono = order[0].1.start_mono_ns;
+    let mut notes = Vec::new();
+    for (i, (path, h, offset)) in order.iter().enumerate() {
+        tap.next_host(i as u64, h.hostname.clone(), slot_base);
+        let mut shifted = Shifted {
+            inner: &mut tap,
+            start_mono: base_mono + offset,
+        };
+        let a = model::analyze_tapped(path, &mut shifted)
+            .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
+        if let Some(why) = &a.stopped {
+            notes.push(format!(
+                "{}: partial trace, exported up to where it stops: {why}",
+                path.display()
+            ));
+        }
+        slot_base += a.processes.len() + 1;
+        notes.push(format!(
+            "{} (host {}) placed at +{:.3} s on the job's clock",
+            path.display(),
+            h.hostname,
+            *offset as f64 / 1e9
+        ));
+        first.get_or_insert(a);
+    }
+    notes.extend(tap.notes());
+    tap.end().map_err(|e| {
+        Failed(
+            exit::FAILURE,
+            format!("cannot write {}: {e}", args.out.display()),
+        )
+    })?;
+    Ok((first.expect("at least one trace"), notes))
+}
+
+/// A tap that hands the writer each trace's header with its start moved onto the job's clock.
+struct Shifted<'a, T: Tap> {
+    inner: &'a mut T,
+    start_mono: u64,
+}
+
+impl<T: Tap> Tap for Shifted<'_, T> {
+    fn start(&mut self, header: &TraceHeader) {
+        let mut h = header.clone();
+        h.start_mono_ns = self.start_mono;
+        self.inner.start(&h);
+    }
+    fn step(&mut self, s: &crate::model::tap::Step) {
+        self.inner.step(s);
+    }
+    fn oom(&mut self, o: &crate::model::tap::OomStep) {
+        self.inner.oom(o);
+    }
+    fn finish(&mut self, frames: &mut crate::model::tap::Frames) {
+        self.inner.finish(frames);
+    }
+}
+
 fn write(args: &ExportArgs, w: BufWriter<File>) -> Result<(Analysis, Vec<String>), Failed> {
+    let trace = &args.trace[0];
     let io_err = |e: io::Error| {
         Failed(
             exit::FAILURE,
@@ -86,7 +214,7 @@ fn write(args: &ExportArgs, w: BufWriter<File>) -> Result<(Analysis, Vec<String>
     match args.format {
         Format::MemoryViz => {
             let mut tap = memory_viz::MemoryViz::new(args.max_events);
-            let a = model::analyze_tapped(&args.trace, &mut tap)
+            let a = model::analyze_tapped(trace, &mut tap)
                 .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
             let mut w = tap.write(&a, w).map_err(io_err)?;
             w.flush().map_err(io_err)?;
@@ -94,7 +222,7 @@ fn write(args: &ExportArgs, w: BufWriter<File>) -> Result<(Analysis, Vec<String>
         }
         Format::Perfetto => {
             let mut tap = perfetto::Perfetto::new(w);
-            let a = model::analyze_tapped(&args.trace, &mut tap)
+            let a = model::analyze_tapped(trace, &mut tap)
                 .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
             let notes = tap.notes();
             tap.end().map_err(io_err)?;
@@ -102,10 +230,10 @@ fn write(args: &ExportArgs, w: BufWriter<File>) -> Result<(Analysis, Vec<String>
         }
         Format::Html => {
             let mut tap = html::Html::new();
-            let mut a = model::analyze_tapped(&args.trace, &mut tap)
+            let mut a = model::analyze_tapped(trace, &mut tap)
                 .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
             // The post-mortems beside the timelines are `vramtrace oom`'s: with the snapshots kept beside it.
-            model::read_snapshots(&mut a, &args.trace);
+            model::read_snapshots(&mut a, trace);
             let mut w = tap.write(&a, w).map_err(io_err)?;
             w.flush().map_err(io_err)?;
             Ok((a, tap.notes()))
