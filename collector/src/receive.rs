@@ -354,6 +354,8 @@ struct Drain {
     last_ts: u64,
     /// Where the drain has been waiting for a record to be published, and since when.
     stuck: Option<(u64, u64)>,
+    /// The ring's memfd inode: while the process maps it, it may still write to it.
+    ino: u64,
     batch: Vec<Event>,
     out: Vec<u8>,
 }
@@ -374,7 +376,7 @@ impl Drop for Mapping {
 
 /// Maps a ring's descriptor as it came from a process: only sealed memory (a process that shrank it would make
 /// the collector fault), of a size its header agrees with.
-fn map_ring(fd: &OwnedFd) -> Result<(Mapping, Ring), String> {
+fn map_ring(fd: &OwnedFd) -> Result<(Mapping, Ring, u64), String> {
     let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
     if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
         return Err("its memory is not sealed against shrinking".into());
@@ -406,7 +408,7 @@ fn map_ring(fd: &OwnedFd) -> Result<(Mapping, Ring), String> {
     let map = Mapping { base, len };
     // SAFETY: `len` bytes mapped shared for as long as `map` lives; sealed, so they cannot go away.
     match unsafe { Ring::open(base.cast(), len) } {
-        Ok(r) => Ok((map, r)),
+        Ok(r) => Ok((map, r, st.st_ino)),
         Err(e) => Err(format!(
             "its header is not one this collector reads ({e:?})"
         )),
@@ -453,6 +455,14 @@ impl Conn {
                 }
             }
         }
+        // The socket is gone. Usually the process is too; but a process that closed our descriptor itself
+        // (`close_range`, a daemon's clean-up) goes on writing to its ring: drain it while it maps it.
+        if let (Some(pid), Some(ino)) = (self.pid, self.ring.as_ref().map(|d| d.ino)) {
+            while maps_inode(pid, ino) {
+                self.drain(trace, false);
+                thread::sleep(NAP_MAX);
+            }
+        }
         // Gone: everything it published is in the ring; a record it died writing is skipped and counted.
         self.drain(trace, true);
     }
@@ -483,7 +493,7 @@ impl Conn {
         for fd in fds {
             if self.ring.is_none() && self.bad_ring.is_none() {
                 match map_ring(&fd) {
-                    Ok((map, ring)) => {
+                    Ok((map, ring, ino)) => {
                         self.ring = Some(Drain {
                             _map: map,
                             consumer: Consumer::new(ring),
@@ -493,6 +503,7 @@ impl Conn {
                             last_tick: 0,
                             last_ts: 0,
                             stuck: None,
+                            ino,
                             batch: Vec::with_capacity(BATCH),
                             out: Vec::with_capacity(64 << 10),
                         })
@@ -725,6 +736,21 @@ impl Conn {
             w.write(pid, &buf);
         }
     }
+}
+
+/// Whether process `pid` still maps the file with inode `ino` (its ring): false once it exited or exec'd, or
+/// when its maps cannot be read.
+fn maps_inode(pid: u32, ino: u64) -> bool {
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return false;
+    };
+    // address perms offset dev inode path: the fifth field.
+    maps.lines().any(|l| {
+        l.split_whitespace()
+            .nth(4)
+            .and_then(|i| i.parse::<u64>().ok())
+            == Some(ino)
+    })
 }
 
 /// Appends a blob from a ring to `out` if it is whole frames; a goodbye is held back (its time kept).

@@ -53,7 +53,8 @@ pub(crate) struct Recorder {
     cold: Sender<Cold>,
     /// `CONNECTED`, or `GONE` (the collector went away: callers stop offering events).
     link: AtomicU8,
-    lossless: bool,
+    /// `--lossless`, while the courier can tell that the collector is there (a waiter must never outlive it).
+    lossless: AtomicBool,
     /// A `Cold::Objects` is queued and not yet handled.
     objects_asked: AtomicBool,
     pid: u32,
@@ -137,7 +138,7 @@ impl Recorder {
     /// succeeds, the collector goes away, or `until` passes. Whether it was published.
     #[cold]
     fn no_room(&self, publish: impl Fn() -> bool, until: Option<Instant>) -> bool {
-        if self.lossless || until.is_some() {
+        if self.lossless.load(Ordering::Relaxed) || until.is_some() {
             self.ring.wake_now();
             loop {
                 if publish() {
@@ -273,7 +274,7 @@ fn build() -> Option<&'static Recorder> {
         ring: mapped.ring,
         cold,
         link: AtomicU8::new(CONNECTED),
-        lossless: settings.lossless,
+        lossless: AtomicBool::new(settings.lossless),
         objects_asked: AtomicBool::new(true),
         pid,
         stacks: crate::stacks::Table::default(),
@@ -293,10 +294,14 @@ fn build() -> Option<&'static Recorder> {
             }
         }
         Ok(_) => {}
-        // Events still flow through the ring; only the objects and the acknowledged records are missing.
-        Err(e) => crate::debug!(
-            "cannot start the courier thread ({e}): no loaded objects, no acknowledgements"
-        ),
+        // Events still flow through the ring; only the objects and the acknowledged records are missing, and
+        // nothing could tell a lossless writer that the collector is gone: it drops instead.
+        Err(e) => {
+            rec.lossless.store(false, Ordering::Release);
+            crate::debug!(
+                "cannot start the courier thread ({e}): no loaded objects, no acknowledgements"
+            )
+        }
     }
     Some(rec)
 }
@@ -322,7 +327,7 @@ extern "C" fn goodbye_at_exit() {
     if r.pid != std::process::id() || r.link.load(Ordering::Acquire) == GONE {
         return;
     }
-    let room = if r.lossless {
+    let room = if r.lossless.load(Ordering::Relaxed) {
         EXIT_ROOM_LOSSLESS
     } else {
         EXIT_ROOM
@@ -418,6 +423,7 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
     // Records sent that wait for the collector's answer, and answers read: matched in order (`await_ack`).
     let (mut syncs_sent, mut answered) = (0u64, 0u64);
     let mut buf = Vec::new();
+    let mut socket_lost = false;
     let mut clock = crate::clock::Calibrator::new();
     let mut calibrated = Instant::now();
     loop {
@@ -433,9 +439,19 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
                 }
             }
             Ok(Cold::Sync(r, done)) => {
+                if socket_lost {
+                    // Nobody to acknowledge it: it goes in the ring like any record, and the waiting thread
+                    // gives up at once (its sender is dropped here).
+                    rec.blob(&r, None);
+                    continue;
+                }
                 buf.clear();
                 codec::put_record(&mut buf, &r);
                 if !sock.send_all(&buf) {
+                    if !sock.ours() {
+                        socket_lost = true;
+                        continue;
+                    }
                     break;
                 }
                 // The collector may be asleep on the ring: it drains the ring, then writes this record.
@@ -446,7 +462,16 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
                 }
             }
             Err(RecvTimeoutError::Timeout) => {
-                if sock.closed() {
+                // The host closed our descriptor (`close_range`, a daemon's clean-up): the ring still carries
+                // everything, and the collector drains it while the process maps it; only the acknowledged
+                // records (and noticing the collector's end, so lossless waits stop) are lost.
+                if !socket_lost && !sock.ours() {
+                    socket_lost = true;
+                    rec.lossless.store(false, Ordering::Release);
+                    crate::debug!(
+                        "the host closed the collector's socket; recording on through the ring"
+                    );
+                } else if !socket_lost && sock.closed() {
                     break;
                 }
             }

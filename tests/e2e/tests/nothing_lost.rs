@@ -260,3 +260,33 @@ fn two_hundred_processes_exiting_as_the_command_ends_on_a_loaded_machine_are_all
     }
     assert_eq!(t.dropped, 0);
 }
+
+#[test]
+fn a_process_that_closes_every_descriptor_is_still_traced_to_its_end() {
+    let fc = FakeCuda::new();
+    // The shim's socket goes with the rest; the ring does not, and the collector drains it while the process
+    // maps it.
+    let (run, path) = fc.traced(
+        "closefds",
+        &["--python-agent", "off"],
+        program("probe"),
+        &[
+            "alloc 1048576",
+            "closefds",
+            "sleep 400",
+            "alloc 2097152",
+            "alloc 3145728",
+            "sleep 200",
+        ],
+    );
+    run.assert_success("closefds");
+    let t = read_trace(&path);
+    let pid = t.pids()[0];
+    let sizes: Vec<u64> = t.events[&pid]
+        .iter()
+        .filter(|e| e.api == Api::MemAlloc)
+        .map(|e| e.size)
+        .collect();
+    assert_eq!(sizes, vec![1 << 20, 2 << 20, 3 << 20], "{}", run.stderr);
+    assert!(t.ends.contains(&(pid, EndKind::Goodbye)), "{:?}", t.ends);
+}

@@ -25,6 +25,8 @@
 //!                                              and ends in `_exit(0)` right after; the parent waits for all
 //! exit [code]            -> (exits normally with code, default 0)
 //! _exit [code]           -> (ends at once with `_exit`: no atexit handlers, nothing flushed)
+//! sleep <ms>             -> (an empty line, after sleeping)
+//! closefds               -> <closed>           closes every descriptor above 2 (the shim's socket among them)
 //! kill                   -> (SIGKILLs itself)
 //! ```
 
@@ -196,6 +198,24 @@ impl Probe {
                             usize::from(!libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0);
                     }
                     format!("{failed}")
+                }
+                "sleep" => {
+                    std::thread::sleep(std::time::Duration::from_millis(num(1)));
+                    String::new()
+                }
+                "closefds" => {
+                    // What a daemon's clean-up does: every descriptor above stderr closed, the shim's among them.
+                    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+                        .map(|d| {
+                            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let mut n = 0;
+                    for fd in fds.into_iter().filter(|fd| *fd > 2) {
+                        n += usize::from(libc::close(fd) == 0);
+                    }
+                    format!("{n}")
                 }
                 "_exit" => libc::_exit(if w.len() > 1 { num(1) as i32 } else { 0 }),
                 "kill" => {
