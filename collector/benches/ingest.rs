@@ -433,14 +433,21 @@ pub fn bench_events() -> u64 {
 fn main() {
     let n = bench_events();
     eprintln!("vramtrace ingest benchmark: generating {n} events per scenario...");
-    let rows = vec![
-        scenario("8 ranks", n, 8, false, false, false),
-        scenario("8 ranks + 1 silent", n, 8, true, false, false),
-        scenario("8 ranks, 200 stacks", n, 8, false, true, false),
-        scenario("+ 1 silent, stacks", n, 8, true, true, false),
-        scenario("8 ranks, late batches", n, 8, false, false, true),
-        scenario("+ 1 silent, late", n, 8, true, false, true),
+    // `VRAMTRACE_BENCH_ONLY=NAME`: that scenario alone (for a profiler).
+    let only = std::env::var("VRAMTRACE_BENCH_ONLY").ok();
+    let all: [(&str, bool, bool, bool); 6] = [
+        ("8 ranks", false, false, false),
+        ("8 ranks + 1 silent", true, false, false),
+        ("8 ranks, 200 stacks", false, true, false),
+        ("+ 1 silent, stacks", true, true, false),
+        ("8 ranks, late batches", false, false, true),
+        ("+ 1 silent, late", true, false, true),
     ];
+    let rows: Vec<Row> = all
+        .iter()
+        .filter(|(name, ..)| only.as_deref().is_none_or(|o| o == *name))
+        .map(|&(name, silent, stacks, late)| scenario(name, n, 8, silent, stacks, late))
+        .collect();
     println!();
     println!(
         "{:<20} {:>12} {:>10} {:>10} {:>12} {:>10} {:>12}",
