@@ -56,7 +56,8 @@ pub fn read(path: &Path, device: Option<u32>, rise_us: Option<(u64, u64)>) -> Sn
     r
 }
 
-fn load(path: &Path) -> Result<Value, String> {
+/// The snapshot at `path` as a pickle value (bounded in size; said why not).
+pub(crate) fn load(path: &Path) -> Result<Value, String> {
     let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err("not a regular file".into());
@@ -83,14 +84,14 @@ fn load(path: &Path) -> Result<Value, String> {
     })
 }
 
-fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+pub(crate) fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
     match v {
         Value::Dict(d) => d.get(&HashableValue::String(key.to_string())),
         _ => None,
     }
 }
 
-fn list(v: Option<&Value>) -> &[Value] {
+pub(crate) fn list(v: Option<&Value>) -> &[Value] {
     match v {
         Some(Value::List(l)) | Some(Value::Tuple(l)) => l,
         _ => &[],

@@ -164,3 +164,46 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
     assert_eq!(export(&t, &out, &["--force"]).status.code(), Some(0));
 }
+
+#[test]
+fn pytorchs_own_tensor_history_rides_beside_the_driver_view() {
+    // keep.vtrace ran with --torch-history: the bridge kept PyTorch's snapshot beside it at the OOM. The export
+    // carries PyTorch's own events and segments for that process and GPU as a device after the real ones.
+    let dir = TempDir::new("mv-torch");
+    let (_, s) = exported(&dir, &fixture("keep.vtrace"), &[]);
+    assert_eq!(figure(&s, "d['devices']['1']['torch']"), "True");
+    let raw = fixture("keep.vtrace.torch-507-oom1.pickle");
+    let want = common::cli::python_check(
+        b"{}",
+        &format!(
+            "import pickle; r = pickle.load(open({:?}, 'rb')); \
+             print(len(r['device_traces'][0]), len(r['segments']), sum(s['total_size'] for s in r['segments']))",
+            raw.display().to_string()
+        ),
+    );
+    let got = figure(
+        &s,
+        "f\"{d['devices']['1']['events']} {d['devices']['1']['segments']} {d['devices']['1']['segment_bytes']}\"",
+    );
+    assert_eq!(got, want.trim());
+    let notes = figure(&s, "'\\n'.join(d['notes'])");
+    assert!(
+        notes.contains("device 1: pid 507 GPU 0: PyTorch's own allocator history"),
+        "{notes}"
+    );
+    // Without the snapshot beside it, the export says so and keeps the driver view alone.
+    let alone = dir.file(
+        "alone.vtrace",
+        &std::fs::read(fixture("keep.vtrace")).unwrap(),
+    );
+    let out = dir.0.join("alone.pickle");
+    let o = export(&alone, &out, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let s = check(&out);
+    assert_eq!(figure(&s, "len(d['devices'])"), "1");
+    assert!(
+        text(&o.stderr).contains("no PyTorch snapshot could be read"),
+        "{}",
+        text(&o.stderr)
+    );
+}

@@ -214,7 +214,20 @@ def main(path):
             if x["address"] + x["total_size"] > y["address"]:
                 fail(f"device {d}: segments {x['address']:#x} and {y['address']:#x} overlap")
     out = {"devices": {}, "segments": len(snap["segments"]), "notes": snap.get("vramtrace", {}).get("notes", [])}
+    # Devices that hold PyTorch's own allocator history, as PyTorch wrote it (the bridge's --torch-history
+    # snapshots): checked for what memory_viz reads, not replayed (PyTorch's history is its own to keep).
+    torch = set(snap.get("vramtrace", {}).get("torch_devices", []))
     for d, trace in enumerate(snap["device_traces"]):
+        if d in torch:
+            for i, e in enumerate(trace):
+                for k in ("action", "addr", "size", "time_us"):
+                    if k not in e:
+                        fail(f"device {d} (PyTorch's history) event {i} has no {k}")
+            segs = [s for s in snap["segments"] if s["device"] == d]
+            out["devices"][str(d)] = {"torch": True, "events": len(trace), "segments": len(segs),
+                                      "actions": sorted({e["action"] for e in trace}),
+                                      "segment_bytes": sum(s["total_size"] for s in segs)}
+            continue
         for i, e in enumerate(trace):
             for k in ("action", "size", "stream"):
                 if k not in e:

@@ -29,7 +29,20 @@ from torch.cuda import _memory_viz as mv
 rows = []
 snap = pickle.load(open("train.pickle", "rb"))
 rows.append(("pickle.load", "ok", f"devices {len(snap['device_traces'])}, segments {len(snap['segments'])}, "
-             f"events {sum(len(t) for t in snap['device_traces'])}"))
+             f"events per device {[len(t) for t in snap['device_traces']]}, "
+             f"PyTorch's history on devices {snap.get('vramtrace', {}).get('torch_devices')}"))
+def only(dev):
+    # The snapshot with one device's trace and segments (memory_viz's text functions read every device).
+    return {**snap, "device_traces": [t if i == dev else [] for i, t in enumerate(snap["device_traces"])],
+            "segments": [s for s in snap["segments"] if s["device"] == dev]}
+for dev in snap.get("vramtrace", {}).get("torch_devices", []):
+    for name, fn in [("trace_plot", mv.trace_plot), ("segment_plot", mv.segment_plot), ("segsum", mv.segsum)]:
+        try:
+            out = fn(only(dev))
+            rows.append((f"{name} of device {dev} (PyTorch's own history)", "ok", f"{len(out)} chars"))
+        except Exception as e:
+            rows.append((f"{name} of device {dev}", "FAILED", f"{type(e).__name__}: {e}"[:160]))
+            traceback.print_exc()
 for name, fn in [("trace_plot", lambda: mv.trace_plot(snap)), ("segment_plot", lambda: mv.segment_plot(snap)),
                  ("segsum", lambda: mv.segsum(snap)), ("trace", lambda: mv.trace(snap)),
                  ("memory", lambda: mv.memory(snap)), ("segments", lambda: mv.segments(snap))]:

@@ -216,6 +216,7 @@ fn write(args: &ExportArgs, w: BufWriter<File>) -> Result<(Analysis, Vec<String>
             let mut tap = memory_viz::MemoryViz::new(args.max_events);
             let a = model::analyze_tapped(trace, &mut tap)
                 .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
+            tap.add_torch_history(&a, trace);
             let mut w = tap.write(&a, w).map_err(io_err)?;
             w.flush().map_err(io_err)?;
             Ok((a, tap.notes()))
