@@ -312,13 +312,15 @@ fn an_ended_process_takes_its_series_with_it() {
         .filter(|l| l.starts_with("vramtrace_memory_used_bytes{"))
         .collect();
     assert!(used[0].ends_with(&format!(" {}", 4 * MIB)), "{body}");
-    // The job's peak on the device had the child's buffer beside the probe's.
-    assert!(
-        body.lines()
-            .any(|l| l.starts_with("vramtrace_device_peak_bytes{")
-                && l.ends_with(&format!(" {}", 5 * MIB))),
-        "{body}"
-    );
+    // The job's peak on the device: the probe's 4 MiB, with the child's 1 MiB beside it when the probe's
+    // allocation reached the collector first (live figures follow the order events reach the trace, and each
+    // process's ring is drained on its own: docs/FLEETS.md). `report` gives the exact, time-ordered 5 MiB.
+    let peak: u64 = body
+        .lines()
+        .find(|l| l.starts_with("vramtrace_device_peak_bytes{"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(peak == 4 * MIB || peak == 5 * MIB, "{body}");
     probe.finish();
 }
 
