@@ -229,11 +229,12 @@ fn a_process_that_cannot_make_its_ring_is_named() {
 fn two_hundred_processes_exiting_as_the_command_ends_on_a_loaded_machine_are_all_traced() {
     let fc = FakeCuda::new();
     let p = program("probe").display().to_string();
-    // Two busy loops load the machine; 200 orphaned processes each allocate once and exit normally while the
-    // command itself ends at once: every one must be in the trace, whole, with its goodbye.
+    // Two busy loops load the machine; 200 processes each allocate once and exit normally, the last of them
+    // right as the command ends (connections still in the backlog then): every one must be in the trace,
+    // whole, with its goodbye.
     let script = format!(
         "(timeout 3 sh -c 'while :; do :; done' &) ; (timeout 3 sh -c 'while :; do :; done' &) ; \
-         for i in $(seq 200); do ( {p} 'alloc 1048576' >/dev/null & ); done; true"
+         for i in $(seq 200); do {p} 'alloc 1048576' >/dev/null & done; wait"
     );
     let (run, path) = fc.traced(
         "busy200",
