@@ -56,28 +56,36 @@ pub fn now() -> u64 {
         return monotonic();
     }
     let t = tsc();
-    loop {
-        let s1 = SEQ.load(Ordering::Acquire);
-        let base_tsc = BASE_TSC.load(Ordering::Relaxed);
-        let base_ns = BASE_NS.load(Ordering::Relaxed);
-        let mult = MULT.load(Ordering::Relaxed);
-        let stale = STALE_TICKS.load(Ordering::Relaxed);
-        fence(Ordering::Acquire);
-        if s1 & 1 != 0 || SEQ.load(Ordering::Relaxed) != s1 {
-            std::hint::spin_loop();
-            continue;
-        }
-        // A counter read before the line began (the courier moved it meanwhile) is on the new line too.
-        let d = t.wrapping_sub(base_tsc) as i64;
-        if d.unsigned_abs() > stale {
-            return monotonic();
-        }
-        let off = ((d.unsigned_abs() as u128 * mult as u128) >> 32) as u64;
-        return if d >= 0 {
-            base_ns + off
-        } else {
-            base_ns.saturating_sub(off)
-        };
+    let s1 = SEQ.load(Ordering::Acquire);
+    let base_tsc = BASE_TSC.load(Ordering::Relaxed);
+    let base_ns = BASE_NS.load(Ordering::Relaxed);
+    let mult = MULT.load(Ordering::Relaxed);
+    let stale = STALE_TICKS.load(Ordering::Relaxed);
+    fence(Ordering::Acquire);
+    if s1 & 1 != 0 || SEQ.load(Ordering::Relaxed) != s1 {
+        // The courier is moving the line (or was preempted doing it): never wait for it.
+        return monotonic();
+    }
+    // A counter read before the line began (the courier moved it meanwhile) is on the new line too.
+    let d = t.wrapping_sub(base_tsc) as i64;
+    if d.unsigned_abs() > stale {
+        return monotonic();
+    }
+    let off = ((d.unsigned_abs() as u128 * mult as u128) >> 32) as u64;
+    if d >= 0 {
+        base_ns + off
+    } else {
+        base_ns.saturating_sub(off)
+    }
+}
+
+/// In a forked child: the line may have been half-written by the parent's courier, which the child does not
+/// have. CLOCK_MONOTONIC until the child's own courier draws a fresh line.
+pub fn after_fork_in_child() {
+    TSC_ON.store(false, Ordering::Relaxed);
+    let s = SEQ.load(Ordering::Relaxed);
+    if s & 1 != 0 {
+        SEQ.store(s + 1, Ordering::Relaxed);
     }
 }
 
@@ -208,8 +216,34 @@ pub fn calibration_error_ns() -> i64 {
 mod tests {
     use super::*;
 
+    /// The clock's state is the process's: its tests take turns.
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn a_line_being_moved_never_makes_a_reader_wait_and_a_fork_starts_afresh() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        publish(tsc(), monotonic(), 1 << 32, u64::MAX / 2);
+        TSC_ON.store(true, Ordering::Release);
+        // The courier stopped in the middle of moving the line (preempted, or the process forked then).
+        SEQ.fetch_add(1, Ordering::AcqRel);
+        let a = monotonic();
+        let n = now();
+        let b = monotonic();
+        assert!(a <= n && n <= b, "read CLOCK_MONOTONIC instead: {a} {n} {b}");
+        // A child forked at that moment: monotonic until its own courier draws a line, and a line it draws
+        // is readable (the sequence is even again).
+        after_fork_in_child();
+        assert!(!TSC_ON.load(Ordering::Relaxed));
+        assert_eq!(SEQ.load(Ordering::Relaxed) & 1, 0);
+        publish(tsc(), monotonic(), 1 << 32, u64::MAX / 2);
+        assert_eq!(SEQ.load(Ordering::Relaxed) & 1, 0);
+        TSC_ON.store(false, Ordering::Release);
+    }
+
     #[test]
     fn stays_within_a_few_microseconds_of_the_monotonic_clock_and_never_goes_back() {
+        let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        TSC_ON.store(false, Ordering::Release);
         let mut c = Calibrator::new();
         if !c.usable {
             eprintln!("this machine's kernel does not keep time with the TSC: the shim reads CLOCK_MONOTONIC");

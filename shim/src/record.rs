@@ -311,6 +311,7 @@ fn build() -> Option<&'static Recorder> {
 /// `close`, both safe here.
 extern "C" fn after_fork_in_child() {
     RECORDER.forget();
+    crate::clock::after_fork_in_child();
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
     let fd = SOCKET_FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
