@@ -229,7 +229,10 @@ mod tests {
         let a = monotonic();
         let n = now();
         let b = monotonic();
-        assert!(a <= n && n <= b, "read CLOCK_MONOTONIC instead: {a} {n} {b}");
+        assert!(
+            a <= n && n <= b,
+            "read CLOCK_MONOTONIC instead: {a} {n} {b}"
+        );
         // A child forked at that moment: monotonic until its own courier draws a line, and a line it draws
         // is readable (the sequence is even again).
         after_fork_in_child();

@@ -144,8 +144,11 @@ impl Recorder {
                 if publish() {
                     return true;
                 }
+                // Stop when the collector is gone, the deadline passed, or nothing can tell us any more
+                // whether the collector is there (lossless was turned off: the socket was closed under us).
                 if self.link.load(Ordering::Acquire) == GONE
                     || until.is_some_and(|u| Instant::now() >= u)
+                    || (until.is_none() && !self.lossless.load(Ordering::Relaxed))
                 {
                     break;
                 }
