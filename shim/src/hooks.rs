@@ -430,6 +430,7 @@ unsafe fn track_pool_alloc(
         decision = c.admit(dev, growth);
     }
     let Some(flag) = admitted_flag(decision, flag) else {
+        pools::withdraw(entry, size);
         return refuse(api, flag, dev, size, aux);
     };
     let r = call();
@@ -439,7 +440,7 @@ unsafe fn track_pool_alloc(
     } else {
         0
     };
-    pools::after(c, entry, dev, admitted);
+    pools::after(c, entry, dev, size, admitted);
     allocated(api, flag, dev, r, id, size, aux)
 }
 

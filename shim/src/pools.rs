@@ -11,11 +11,11 @@
 //! - after a stream-ordered free, at `cuMemGetInfo`, and before a refusal, every known pool is settled again:
 //!   memory a pool gave back (release threshold, `cuMemPoolTrimTo`, a destroyed pool) comes back to the job.
 //!
-//! Settling is a compare-and-swap of the pool's counted bytes to the reservation read, applying the difference
-//! to the ledger, so threads settling the same pool at once add up exactly.
+//! Settling reads the pool's reservation and moves its counted bytes there, applying the difference to the
+//! ledger, one thread at a time per pool, so a read is never applied after a newer one.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::cap::Cap;
 use crate::cuda::*;
@@ -32,6 +32,11 @@ pub struct Entry {
     dev: AtomicU32,
     /// Its bytes counted in the ledger now.
     counted: AtomicU64,
+    /// A thread is settling it: one at a time (see `settle`).
+    busy: AtomicBool,
+    /// Bytes of this process's stream-ordered allocations from it in flight (admitted, not yet settled): a
+    /// pool's free room promised to one of them is not promised again.
+    promised: AtomicU64,
 }
 
 static POOLS: [Entry; MAX_POOLS] = [const {
@@ -39,8 +44,21 @@ static POOLS: [Entry; MAX_POOLS] = [const {
         pool: AtomicU64::new(0),
         dev: AtomicU32::new(0),
         counted: AtomicU64::new(0),
+        busy: AtomicBool::new(false),
+        promised: AtomicU64::new(0),
     }
 }; MAX_POOLS];
+
+/// In a forked child: the parent's pools are not the child's (CUDA starts afresh there), and a settle the
+/// fork interrupted would hold its entry for good.
+pub fn after_fork_in_child() {
+    for e in &POOLS {
+        e.pool.store(0, Ordering::Relaxed);
+        e.counted.store(0, Ordering::Relaxed);
+        e.busy.store(false, Ordering::Relaxed);
+        e.promised.store(0, Ordering::Relaxed);
+    }
+}
 
 /// A pool attribute of type `cuuint64_t`, if the driver answers.
 fn attribute(pool: CUmemoryPool, attr: c_int) -> Option<u64> {
@@ -88,28 +106,33 @@ fn entry(pool: CUmemoryPool, dev: u32) -> Option<&'static Entry> {
 }
 
 /// Makes the ledger count `e`'s pool by its reservation now (0 for a pool the driver no longer knows).
+///
+/// One thread at a time per pool: a reservation read, then applied. Two settlers interleaved could apply an
+/// older read after a newer one (one reads before a growth, the other after it and applies first): the job
+/// would be counted short by the growth until the next settle, and an allocation could pass the cap meanwhile
+/// (seen: 13 x 5 MiB held under a 64 MiB cap by 4 processes x 4 threads, one run in eight). The section holds
+/// one attribute query; the driver serialises its pool operations anyway.
 fn settle(cap: &Cap, e: &Entry) {
     let pool = e.pool.load(Ordering::Acquire);
     if pool == 0 {
         return;
     }
+    while e
+        .busy
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::hint::spin_loop();
+    }
     let reserved = attribute(pool as CUmemoryPool, RESERVED_MEM_CURRENT).unwrap_or(0);
     let dev = e.dev.load(Ordering::Acquire);
-    let mut old = e.counted.load(Ordering::Acquire);
-    loop {
-        match e
-            .counted
-            .compare_exchange(old, reserved, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => break,
-            Err(now) => old = now,
-        }
-    }
+    let old = e.counted.swap(reserved, Ordering::AcqRel);
     if reserved > old {
         cap.count(dev, reserved - old);
     } else if old > reserved {
         cap.returned(dev, old - reserved);
     }
+    e.busy.store(false, Ordering::Release);
 }
 
 /// Settles every pool this process allocated from (after a free, at `cuMemGetInfo`, before a refusal).
@@ -124,18 +147,40 @@ pub fn settle_all(cap: &Cap) {
 /// A stream-ordered allocation about to be made from `pool` on `dev`: settles the pool and returns it with the
 /// bytes the allocation can make it grow by (to admit before the call). `None`: the pool cannot be followed
 /// (the driver does not answer, the table is full): the caller counts the allocation by its size instead.
+///
+/// The growth is `used + in flight + size - reserved`, read in that order: the allocation's own bytes are put
+/// in flight first (so two threads never both count on the same free room), `used` before `reserved` (a free
+/// between the two reads lowers both, so the estimate can only come out high), and what other threads have in
+/// flight is read before `used` (a thread's bytes leave the in-flight count only once its allocation is in
+/// `used`). Every call that returns `Some` is followed by [`after`] or [`withdraw`].
 pub fn before(cap: &Cap, pool: CUmemoryPool, dev: u32, size: u64) -> Option<(&'static Entry, u64)> {
     let e = entry(pool, dev)?;
-    let reserved = attribute(pool, RESERVED_MEM_CURRENT)?;
-    let used = attribute(pool, USED_MEM_CURRENT)?;
+    let in_flight = e.promised.fetch_add(size, Ordering::AcqRel);
+    let read = attribute(pool, USED_MEM_CURRENT)
+        .and_then(|used| Some((used, attribute(pool, RESERVED_MEM_CURRENT)?)));
+    let Some((used, reserved)) = read else {
+        e.promised.fetch_sub(size, Ordering::AcqRel);
+        return None;
+    };
     settle(cap, e);
-    Some((e, used.saturating_add(size).saturating_sub(reserved)))
+    let growth = used
+        .saturating_add(in_flight)
+        .saturating_add(size)
+        .saturating_sub(reserved)
+        .min(size);
+    Some((e, growth))
 }
 
-/// After the call: the pool's real reservation counted, then the admitted growth given back (in that order,
-/// so the job is never under-counted in between).
-pub fn after(cap: &Cap, e: &Entry, dev: u32, admitted: u64) {
+/// The allocation [`before`] was asked about was refused without calling the driver.
+pub fn withdraw(e: &Entry, size: u64) {
+    e.promised.fetch_sub(size, Ordering::AcqRel);
+}
+
+/// After the call: the pool's real reservation counted, then the allocation taken out of flight, then the
+/// admitted growth given back (in that order, so the job is never under-counted in between).
+pub fn after(cap: &Cap, e: &Entry, dev: u32, size: u64, admitted: u64) {
     settle(cap, e);
+    e.promised.fetch_sub(size, Ordering::AcqRel);
     if admitted > 0 {
         cap.returned(dev, admitted);
     }
