@@ -430,7 +430,7 @@ unsafe fn track_pool_alloc(
         decision = c.admit(dev, growth);
     }
     let Some(flag) = admitted_flag(decision, flag) else {
-        pools::withdraw(entry, size);
+        pools::withdraw(entry);
         return refuse(api, flag, dev, size, aux);
     };
     let r = call();
@@ -440,7 +440,7 @@ unsafe fn track_pool_alloc(
     } else {
         0
     };
-    pools::after(c, entry, dev, size, admitted);
+    pools::after(c, entry, dev, admitted);
     allocated(api, flag, dev, r, id, size, aux)
 }
 
@@ -449,6 +449,7 @@ pub unsafe fn mem_free_async(sym: Sym, dptr: CUdeviceptr, stream: CUstream) -> C
     let Some(_busy) = Busy::enter() else {
         return f(dptr, stream);
     };
+    let capped = cap::get().is_some();
     let r = track_release(
         Api::MemFreeAsync,
         ptsz(sym),
@@ -456,7 +457,17 @@ pub unsafe fn mem_free_async(sym: Sym, dptr: CUdeviceptr, stream: CUstream) -> C
         dptr,
         0,
         stream as u64,
-        || f(dptr, stream),
+        || {
+            // Pools change under it: an estimate of their room read meanwhile is not exact.
+            if capped {
+                pools::free_call(false);
+            }
+            let r = f(dptr, stream);
+            if capped {
+                pools::free_call(true);
+            }
+            r
+        },
     );
     // The pool may have given memory back (below its release threshold, it keeps it).
     if let Some(c) = cap::get() {
