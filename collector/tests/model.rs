@@ -46,6 +46,32 @@ fn batches_arriving_out_of_time_order_make_no_false_peak() {
 }
 
 #[test]
+fn a_process_that_said_goodbye_releases_its_memory_then_not_when_its_close_was_noticed() {
+    // `a; b` in a shell: process 1 leaks 8 GiB and says goodbye at 10 ms; process 2 starts after it exited and
+    // allocates 7 GiB at 12 ms; the collector noticed process 1's connection close only at 15 ms. Never both.
+    let a = run(&[
+        hello(1, 0),
+        events(1, vec![alloc(5, 0, 0xa000, 8 * GIB)]),
+        Record::Goodbye {
+            pid: 1,
+            ts_ns: START + 10 * MS,
+        },
+        hello(2, 11),
+        events(2, vec![alloc(12, 0, 0xb000, 7 * GIB)]),
+        end(1, 15, EndKind::Goodbye),
+        end(2, 20, EndKind::Vanished),
+    ]);
+    let d = a.device(0).unwrap();
+    assert_eq!((d.peak_bytes, d.peak_time_ns), (8 * GIB, Some(5 * MS)));
+    assert_eq!(d.in_use_bytes_at_end, 0);
+    let p1 = a.process(1).unwrap();
+    assert_eq!((p1.ended, p1.end_ns), (Ended::Goodbye, Some(10 * MS)));
+    assert_eq!(p1.live_bytes_at_end, 8 * GIB);
+    let p2 = a.process(2).unwrap();
+    assert_eq!((p2.ended, p2.end_ns), (Ended::Vanished, Some(20 * MS)));
+}
+
+#[test]
 fn overlapping_processes_do_sum_per_device() {
     let a = run(&[
         events(1, vec![alloc(10, 0, 0xa000, 3 * GIB)]),

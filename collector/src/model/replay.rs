@@ -401,7 +401,17 @@ impl<'t> Replay<'t> {
                 self.observe(ts_ns);
                 let s = self.route(pid, ts_ns);
                 self.promise_now(s, ts_ns);
-                self.procs[s].goodbye = true;
+                // The process's last word, after its last record (the collector writes it once the ring is
+                // drained): CUDA releases what it left when it exits, right after. Released at this time, not
+                // when the collector noticed the connection close, which may be after a next process started.
+                let p = &mut self.procs[s];
+                p.goodbye = true;
+                if !p.end_seen {
+                    p.end_seen = true;
+                    p.s.ended = Ended::Goodbye;
+                    p.s.end_ns = Some(ts_ns.saturating_sub(self.start));
+                    self.merge.push_record(WHAT_END, pid, 0, ts_ns, s);
+                }
                 self.close(s);
                 self.pump();
             }
@@ -409,7 +419,9 @@ impl<'t> Replay<'t> {
                 self.observe(ts_ns);
                 let s = self.route(pid, ts_ns);
                 let p = &mut self.procs[s];
-                if !p.end_seen {
+                // Its kind is said even when a goodbye already ended it (and released its memory).
+                if !p.end_seen || p.goodbye {
+                    let first = !p.end_seen;
                     p.end_seen = true;
                     p.s.ended = match kind {
                         EndKind::Goodbye => Ended::Goodbye,
@@ -418,9 +430,11 @@ impl<'t> Replay<'t> {
                             Ended::CutMidFrame { partial_bytes }
                         }
                     };
-                    p.s.end_ns = Some(ts_ns.saturating_sub(self.start));
-                    self.close(s);
-                    self.merge.push_record(WHAT_END, pid, 0, ts_ns, s);
+                    if first {
+                        p.s.end_ns = Some(ts_ns.saturating_sub(self.start));
+                        self.close(s);
+                        self.merge.push_record(WHAT_END, pid, 0, ts_ns, s);
+                    }
                 }
                 self.pump();
             }
@@ -978,11 +992,7 @@ impl<'t> Replay<'t> {
         let merge_inexact_events = self.merge.inexact();
         let end = self.rel(self.last_ts);
         for s in 0..self.procs.len() {
-            let p = &mut self.procs[s];
-            if !p.end_seen && p.goodbye {
-                p.s.ended = Ended::Goodbye;
-            }
-            let at = p.s.end_ns.unwrap_or(end);
+            let at = self.procs[s].s.end_ns.unwrap_or(end);
             self.collect_live(s, at, false);
         }
         trim_leaks(&mut self.leaks);
