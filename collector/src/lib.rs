@@ -7,6 +7,7 @@
 pub mod bridge_files;
 pub mod callsites;
 pub mod exit;
+pub(crate) mod hangup;
 pub mod live;
 pub mod model;
 pub mod probe;

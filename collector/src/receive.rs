@@ -20,6 +20,7 @@ use vramtrace_format::codec::{self, kind, FrameSplitter};
 use vramtrace_format::ring::{self, Consumer, Item, Ring};
 use vramtrace_format::{EndKind, Event, LossCause, Record, OOM_ACK, OOM_NAK};
 
+use crate::hangup::{self, ClosedAt, Hangups};
 use crate::verbs::run::mono_ns;
 
 /// The trace file, written in whole frames. When a write fails (a full disk), the file is cut back to its last
@@ -157,6 +158,7 @@ pub(crate) fn spawn_acceptor(
         .map(Duration::from_millis);
     let me = std::process::id();
     let uid = unsafe { libc::geteuid() };
+    let hangups = Hangups::start();
     thread::Builder::new()
         .name("vramtrace-accept".into())
         .spawn(move || {
@@ -177,7 +179,7 @@ pub(crate) fn spawn_acceptor(
                             if !peer_of_job(&stream, me, uid, &conns) {
                                 continue;
                             }
-                            all_announced &= take(stream, &trace, &conns);
+                            all_announced &= take(stream, &trace, &conns, hangups.as_deref());
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(_) => {
@@ -223,10 +225,17 @@ const NEWCOMER_TICK_NS: u64 = 10_000_000;
 
 /// Takes an accepted connection of the job: its hello into the trace first (waiting briefly for it), then a
 /// receiver thread for the rest. Whether its hello is in the trace.
-fn take(stream: UnixStream, trace: &Arc<Mutex<TraceWriter>>, conns: &Arc<Connections>) -> bool {
+fn take(
+    stream: UnixStream,
+    trace: &Arc<Mutex<TraceWriter>>,
+    conns: &Arc<Connections>,
+    hangups: Option<&Hangups>,
+) -> bool {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_millis(20)));
+    let closed_at = hangups.map(|h| h.watch_fd(stream.as_raw_fd()));
     let mut conn = Conn::new(stream);
+    conn.closed_at = closed_at;
     let deadline = Instant::now() + HELLO_WAIT;
     while conn.pid.is_none() && conn.open && Instant::now() < deadline {
         conn.pump(trace);
@@ -321,6 +330,10 @@ struct Conn {
     ring: Option<Drain>,
     /// A ring came that could not be used: said once in the trace.
     bad_ring: Option<String>,
+    /// When the process hung up, stamped by the watcher (`hangup`): the time of its end unless it outlived it.
+    closed_at: Option<ClosedAt>,
+    /// When the process was found gone, if it went on after closing its socket.
+    gone_at: Option<u64>,
 }
 
 const READ: usize = 256 << 10;
@@ -350,6 +363,8 @@ struct Drain {
     /// When this ring was last drained (CLOCK_MONOTONIC), or when its process said hello.
     last_ns: u64,
     last_tick: u64,
+    /// The latest time a tick promised: the process's end is never older.
+    promised: u64,
     /// The latest time of anything taken from the ring: a goodbye is never older.
     last_ts: u64,
     /// Where the drain has been waiting for a record to be published, and since when.
@@ -425,6 +440,8 @@ impl Conn {
             open: true,
             ring: None,
             bad_ring: None,
+            closed_at: None,
+            gone_at: None,
         }
     }
 
@@ -461,6 +478,7 @@ impl Conn {
             while maps_inode(pid, ino) {
                 self.drain(trace, false);
                 thread::sleep(NAP_MAX);
+                self.gone_at = Some(mono_ns());
             }
         }
         // Gone: everything it published is in the ring; a record it died writing is skipped and counted.
@@ -501,6 +519,7 @@ impl Conn {
                             torn_seen: 0,
                             last_ns: mono_ns(),
                             last_tick: 0,
+                            promised: 0,
                             last_ts: 0,
                             stuck: None,
                             ino,
@@ -607,6 +626,14 @@ impl Conn {
         };
         // Read before looking: whatever the process publishes from now on is stamped after this.
         let promise = mono_ns();
+        // A process that hung up ends at its hang-up (`finish`): nothing promised goes past it, or its end would
+        // come after its own promise (and be merged late). Once the receiver saw the hang-up, a process that
+        // lives on (it closed its socket itself) ends when it is found gone: no cap then.
+        let hung_up = if self.open {
+            hangup::closed_at(&self.closed_at)
+        } else {
+            None
+        };
         let stalled = promise.saturating_sub(d.last_ns) >= STALL.as_nanos() as u64;
         d.last_ns = promise;
         let Drain {
@@ -693,13 +720,11 @@ impl Conn {
         } else if taken == 0 && consumer.ring().used() == 0 && promise >= d.last_tick + TICK_NS {
             d.last_tick = promise;
             // A margin for the shim's clock (the time-stamp counter, calibrated to within about a microsecond).
-            codec::put_record(
-                out,
-                &Record::Tick {
-                    pid,
-                    ts_ns: promise.saturating_sub(CLOCK_MARGIN_NS),
-                },
-            );
+            let ts_ns = promise
+                .min(hung_up.unwrap_or(u64::MAX))
+                .saturating_sub(CLOCK_MARGIN_NS);
+            d.promised = d.promised.max(ts_ns);
+            codec::put_record(out, &Record::Tick { pid, ts_ns });
         }
         if out.is_empty() {
             return false;
@@ -723,12 +748,19 @@ impl Conn {
         } else {
             EndKind::Vanished
         };
+        // When the driver released what it held: as its descriptors closed (the hang-up), unless it outlived
+        // its socket; never before its last record.
+        let ts_ns = self
+            .gone_at
+            .or(hangup::closed_at(&self.closed_at))
+            .unwrap_or_else(mono_ns)
+            .max(self.ring.as_ref().map_or(0, |d| d.last_ts.max(d.promised)));
         let mut buf = Vec::new();
         codec::put_record(
             &mut buf,
             &Record::ProcessEnd {
                 pid,
-                ts_ns: mono_ns(),
+                ts_ns,
                 kind: end,
             },
         );

@@ -80,6 +80,42 @@ fn a_killed_program_leaves_a_readable_trace_and_its_signal_as_exit_code() {
     assert!(!t.goodbyes.contains(killed));
 }
 
+/// `a; b` in a shell, where `a` holds 8 MiB when it ends (by its goodbye, or killed) and `b` allocates 7 MiB at
+/// once: the two never held memory together, so the device's peak is 8 MiB. The collector notices `a`'s end only
+/// at its next drain (up to 50 ms later, after `b` started): `a`'s memory goes at its goodbye, or at the moment
+/// its connection hung up, not then.
+#[test]
+fn a_process_ended_just_before_the_next_one_started_is_not_summed_with_it() {
+    let fc = FakeCuda::new();
+    for (name, how) in [("goodbye", "exit 0"), ("killed", "kill")] {
+        for round in 0..3 {
+            let script = format!(
+                "{p} 'alloc 8388608' 'sleep 200' '{how}' >/dev/null; {p} 'alloc 7340032' >/dev/null",
+                p = program("probe").display(),
+            );
+            let (run, path) = fc.traced(&format!("{name}{round}"), &[], "bash", &["-c", &script]);
+            assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+            let a = model::analyze(&path).unwrap();
+            let d = a.device(0).unwrap();
+            assert_eq!(d.peak_bytes, 8 << 20, "{name}: {:?}", a.processes);
+            assert_eq!(a.processes.len(), 2);
+            let (first, second) = (&a.processes[0], &a.processes[1]);
+            assert_eq!(first.peak_bytes, 8 << 20);
+            let expect = if how == "kill" {
+                model::Ended::Vanished
+            } else {
+                model::Ended::Goodbye
+            };
+            assert_eq!(first.ended, expect);
+            assert!(
+                first.end_ns.unwrap() < second.peak_time_ns.unwrap(),
+                "{name}: {:?}",
+                a.processes
+            );
+        }
+    }
+}
+
 #[test]
 fn forked_children_are_traced_as_themselves() {
     let fc = FakeCuda::new();
