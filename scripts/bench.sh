@@ -10,11 +10,26 @@
 #   3. collector ingest: cargo bench -p vramtrace --bench ingest (10M events)
 #   4. export: cargo bench -p vramtrace --bench export (10M events to Perfetto and memory_viz)
 # Usage: scripts/bench.sh            (builds release first)
+#        VRAMTRACE_BENCH_BIN=DIR scripts/bench.sh
+#                                    (binaries built elsewhere, as scripts/gpu/prepare.sh --bench leaves them in
+#                                    .gpu/: a machine without a toolchain, e.g. the GPU machine's host CPU)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-cargo build --release --workspace --quiet
-R="$root/target/release"
+if [ -n "${VRAMTRACE_BENCH_BIN:-}" ]; then
+    R="$(cd "$VRAMTRACE_BENCH_BIN" && pwd)"
+else
+    cargo build --release --workspace --quiet
+    R="$root/target/release"
+fi
+# A collector benchmark: the prebuilt executable if there is one, else cargo's.
+bench() {
+    if [ -x "$R/bench-$1" ]; then
+        "$R/bench-$1" --bench
+    else
+        cargo bench -p vramtrace --bench "$1" --quiet 2>/dev/null
+    fi
+}
 lib="$(mktemp -d)"
 trap 'rm -rf "$lib"' EXIT
 ln -s "$R/libfakecuda.so" "$lib/libcuda.so.1"
@@ -114,7 +129,10 @@ echo "processes in the last trace: $procs (expected 256)"
 
 echo
 echo "## Collector ingest (cargo bench -p vramtrace --bench ingest)"
-cargo bench -p vramtrace --bench ingest --quiet 2>/dev/null | tail -n 20
+bench ingest | tail -n 20
 echo
 echo "## Export (cargo bench -p vramtrace --bench export: 10M events, 8 ranks)"
-cargo bench -p vramtrace --bench export --quiet 2>/dev/null | tail -n 8
+bench export | tail -n 8
+echo
+echo "## Live metrics (cargo bench -p vramtrace --bench metrics: ingest with and without --metrics, a scrape)"
+bench metrics | tail -n 12

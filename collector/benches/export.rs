@@ -46,7 +46,10 @@ fn export_to(trace: &Path, format: Format, out: &Path) {
 fn main() {
     let n = ingest::bench_events();
     eprintln!("vramtrace export benchmark: generating {n} events...");
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    // Cargo's scratch folder, or the system's where the executable was carried elsewhere (bench.sh).
+    let dir = Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
+        .filter(|d| d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
     let trace = dir.join(format!("export-{}.vtrace", std::process::id()));
     std::fs::write(&trace, ingest::generate(n, 8, false, false, false)).expect("write the trace");
     let pf = dir.join(format!("export-{}.pftrace", std::process::id()));

@@ -380,7 +380,10 @@ fn scenario(name: &str, n: u64, procs: u32, silent: bool, stacks: bool, late: bo
     assert!(!a.partial);
 
     // From a file, with the trace out of this process's memory, and the peak RSS of just that.
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    // Cargo's scratch folder, or the system's where the executable was carried elsewhere (bench.sh).
+    let dir = Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
+        .filter(|d| d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
     let path = dir.join(format!("ingest-{}-{name}.vtrace", std::process::id()));
     std::fs::write(&path, &trace).expect("write the trace");
     drop(trace);

@@ -2,6 +2,8 @@
 # Builds the release pieces and copies them into .gpu/ (ignored by git), ready to carry to the GPU machine:
 #   scripts/gpu/prepare.sh
 #   then, with the device tool:  run  carry: [".gpu"]  command: bash scripts/gpu/check.sh .gpu  (timeout_s 600)
+#   scripts/gpu/prepare.sh --bench   also the benchmarks' programs, for
+#                                    VRAMTRACE_BENCH_BIN=.gpu scripts/bench.sh on the GPU machine's CPU
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -15,6 +17,18 @@ for f in vramtrace libvramtrace.so vramtrace-workload libfakecuda.so; do
         echo "prepare.sh: $target/$f missing (not built)" >&2
     fi
 done
+if [ "${1:-}" = "--bench" ]; then
+    cp "$target/bench_pairs" .gpu/
+    # cargo names bench executables with a hash: take the newest of each.
+    cargo bench -p vramtrace --no-run --message-format=json 2>/dev/null |
+        python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "bench" in m["target"]["kind"]:
+        print(m["target"]["name"], m["executable"])
+' | while read -r name exe; do cp "$exe" ".gpu/bench-$name"; done
+fi
 exclude="$(git rev-parse --git-path info/exclude)"
 mkdir -p "$(dirname "$exclude")"
 grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >>"$exclude"
