@@ -262,3 +262,71 @@ fn the_page_loads_in_a_headless_browser_with_no_error_and_draws_its_plots() {
         assert_eq!(q(&summary, "d['errors']"), "[]");
     }
 }
+
+/// The data blocks of a page: the first (by its id), then the other hosts' (by class).
+fn data_blocks(page: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for open in [
+        "<script type=\"application/json\" id=\"vramtrace-data\">",
+        "<script type=\"application/json\" class=\"vramtrace-data\">",
+    ] {
+        let mut rest = page;
+        while let Some(i) = rest.find(open) {
+            let body = &rest[i + open.len()..];
+            let len = body.find("</script>").expect("its end");
+            out.push(body[..len].to_string());
+            rest = &body[len..];
+        }
+    }
+    out
+}
+
+#[test]
+fn several_traces_of_one_job_make_one_page_a_section_per_host() {
+    let dir = TempDir::new("html-hosts");
+    // node-b started 2.5 s after node-a; given first, it still comes second (the job's clock is node-a's).
+    let (a, b) = two_node_traces(&dir);
+    let out = dir.0.join("job.html");
+    let o = export_several(&[&b, &a], "html", &out);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let page = std::fs::read_to_string(&out).unwrap();
+    let blocks = data_blocks(&page);
+    assert_eq!(blocks.len(), 2);
+    for (json, (trace, host, offset)) in blocks
+        .iter()
+        .zip([(&a, "node-a", 0u64), (&b, "node-b", 2_500_000_000)])
+    {
+        let an = analyze(trace).unwrap();
+        assert_agrees(&an, &page, json, host);
+        assert_eq!(
+            q(json, "(d['host'], d['host_offset_ns'])"),
+            format!("('{host}', {offset})")
+        );
+    }
+    // Each host's own peak (the same pid on both).
+    assert_eq!(
+        q(&blocks[0], "max(d['devices'][0]['job'])"),
+        (12 * MIB).to_string()
+    );
+    assert_eq!(
+        q(&blocks[1], "max(d['devices'][0]['job'])"),
+        (6 * MIB).to_string()
+    );
+    // Traces of different jobs are refused, and nothing is written.
+    assert_other_job_refused(&dir, &a, "html");
+    // In a browser: both hosts' plots drawn, no error.
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/html_check.py");
+    let o = Command::new("python3")
+        .arg(&script)
+        .arg(&out)
+        .args(["--browser", &browser])
+        .output()
+        .expect("python3");
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    let summary = text(&o.stdout);
+    assert_eq!(q(&summary, "d['ready']"), "2 plots", "{summary}");
+    assert_eq!(q(&summary, "d['errors']"), "[]");
+}

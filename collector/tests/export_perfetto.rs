@@ -165,78 +165,13 @@ fn bad_input_is_one_line_and_exit_2() {
     assert!(!out.exists(), "nothing half-written is left");
 }
 
-/// A trace of one node of a job: its own hostname, clock and wall-clock start.
-fn node_trace(
-    host: &str,
-    start_unix_ns: u64,
-    start_mono_ns: u64,
-    job: &str,
-    bytes: u64,
-) -> Vec<u8> {
-    let mut h = header();
-    h.hostname = host.into();
-    h.start_unix_ns = start_unix_ns;
-    h.start_mono_ns = start_mono_ns;
-    h.extra = vec![("job".into(), job.into())];
-    let mut t = vramtrace_format::codec::encode_header(&h);
-    // Events are stamped on this node's clock: `ev` counts from the common header's start, so shift them.
-    let shift = |mut e: vramtrace_format::Event| {
-        e.ts_ns = e.ts_ns - START + start_mono_ns;
-        e
-    };
-    let mut hello = hello(21, 0);
-    if let vramtrace_format::Record::Hello(hh) = &mut hello {
-        hh.ts_ns = hh.ts_ns - START + start_mono_ns;
-        hh.hostname = host.into();
-    }
-    for r in [
-        hello,
-        events(
-            21,
-            vec![
-                shift(alloc(10, 0, 0x1000, bytes)),
-                shift(alloc(20, 0, 0x9000_0000, bytes / 2)),
-                shift(free(30, 0x1000)),
-            ],
-        ),
-    ] {
-        vramtrace_format::codec::put_record(&mut t, &r);
-    }
-    t
-}
-
 #[test]
 fn several_traces_of_one_job_go_into_one_file_each_host_apart_on_one_clock() {
     let dir = TempDir::new("pf-hosts");
     // node-b started 2.5 s after node-a (wall clock); their monotonic clocks have nothing in common.
-    let a = dir.file(
-        "a.vtrace",
-        &node_trace(
-            "node-a",
-            1_700_000_000_000_000_000,
-            5_000_000_000,
-            "42",
-            8 * MIB,
-        ),
-    );
-    let b = dir.file(
-        "b.vtrace",
-        &node_trace(
-            "node-b",
-            1_700_000_002_500_000_000,
-            900_000_000_000,
-            "42",
-            4 * MIB,
-        ),
-    );
+    let (a, b) = two_node_traces(&dir);
     let out = dir.0.join("job.pftrace");
-    let o = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
-        .arg("export")
-        .args([&b, &a])
-        .args(["--format", "perfetto", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = export_several(&[&b, &a], "perfetto", &out);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let d = Command::new("python3")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py"))
@@ -271,31 +206,12 @@ fn several_traces_of_one_job_go_into_one_file_each_host_apart_on_one_clock() {
     );
     assert_eq!(gap, "2500000000");
     // Traces of different jobs are refused, and nothing is written.
-    let c = dir.file(
-        "c.vtrace",
-        &node_trace(
-            "node-c",
-            1_700_000_001_000_000_000,
-            7_000_000_000,
-            "43",
-            MIB,
-        ),
-    );
-    let out2 = dir.0.join("mixed.pftrace");
-    let o = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
-        .arg("export")
-        .args([&a, &c])
-        .args(["--format", "perfetto", "--out"])
-        .arg(&out2)
-        .output()
-        .unwrap();
-    assert_usage_error(&o, "different jobs");
-    assert!(!out2.exists());
-    // memory-viz and html take one trace.
+    assert_other_job_refused(&dir, &a, "perfetto");
+    // memory-viz takes one trace.
     let o = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
         .arg("export")
         .args([&a, &b])
-        .args(["--format", "html", "--out"])
+        .args(["--format", "memory-viz", "--out"])
         .arg(dir.0.join("x.html"))
         .output()
         .unwrap();

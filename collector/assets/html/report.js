@@ -7,9 +7,28 @@
   function short(name) {
     return name.length > 96 ? name.slice(0, 93) + "\u2026" : name;
   }
-  var D = JSON.parse(document.getElementById("vramtrace-data").textContent);
-  var app = document.getElementById("app");
   var plots = [];
+  // One section per trace: several traces of one job (one per node) each draw their own, on their own clock.
+  var blocks = [document.getElementById("vramtrace-data")]
+    .concat(Array.prototype.slice.call(document.querySelectorAll("script.vramtrace-data")));
+  var root = document.getElementById("app");
+  var hosts = blocks.map(function (b) {
+    var D = JSON.parse(b.textContent);
+    var app = root;
+    if (blocks.length > 1) {
+      app = document.createElement("section");
+      app.className = "host";
+      root.appendChild(app);
+    }
+    render(D, app);
+    return D;
+  });
+
+  function render(D, app) {
+  if (D.host !== undefined) {
+    app.appendChild(el("h2", { cls: "host", text: "Host " + D.host + " (its clock starts at +" +
+      (D.host_offset_ns / 1e9).toFixed(3) + " s on the job's)" }));
+  }
 
   // ---- formatting ----
   var UNITS = [["TiB", Math.pow(2, 40)], ["GiB", Math.pow(2, 30)], ["MiB", Math.pow(2, 20)], ["KiB", 1024]];
@@ -116,7 +135,7 @@
     syncing = true;
     var x = u.scales.x;
     plots.forEach(function (p) {
-      if (p.u !== u && p.u) p.u.setScale("x", { min: x.min, max: x.max });
+      if (p.u !== u && p.u && p.D === D) p.u.setScale("x", { min: x.min, max: x.max });
     });
     syncing = false;
   }
@@ -224,7 +243,7 @@
         { values: axisBytes, size: 70, incrs: BYTE_INCRS }
       ],
       legend: { live: true },
-      cursor: { sync: { key: "vramtrace", setSeries: false }, drag: { x: true, y: false } },
+      cursor: { sync: { key: "vramtrace" + (D.host === undefined ? "" : " " + D.host), setSeries: false }, drag: { x: true, y: false } },
       plugins: [markerPlugin(dev)],
       hooks: { setScale: [function (u, key) { if (key === "x") syncX(u); }] }
     };
@@ -317,6 +336,9 @@
     }
     sec.appendChild(row);
     app.appendChild(sec);
+    // Drawn once laid out (below, with every section's); zoom and cursor move together within a host.
+    p.D = D;
+    p.draw = drawPlot;
     plots.push(p);
   });
 
@@ -361,8 +383,10 @@
     return [p.pid, p.rank === null ? "" : p.rank, p.command || "(not announced)", p.devices, p.ended, bytes(p.peak_bytes), secs(p.peak_time_ns), count(p.allocations), count(p.failed_allocations), bytes(p.live_bytes_at_end)];
   }), [true, true, false, false, false, true, true, true, true, true])]);
 
+  }
+
   // ---- draw (after layout, so the plots know their width) ----
-  plots.forEach(drawPlot);
+  plots.forEach(function (p) { p.draw(p); });
   var resizeTimer = null;
   window.addEventListener("resize", function () {
     clearTimeout(resizeTimer);
@@ -370,6 +394,6 @@
       plots.forEach(function (p) { p.u.setSize({ width: Math.max(320, p.box.clientWidth), height: 340 }); });
     }, 100);
   });
-  window.vramtrace = { data: D, get plots() { return plots.map(function (p) { return p.u; }); } };
+  window.vramtrace = { data: hosts[0], hosts: hosts, get plots() { return plots.map(function (p) { return p.u; }); } };
   document.body.dataset.ready = plots.length + " plots";
 })();

@@ -185,42 +185,27 @@ impl Html {
     }
 
     /// Writes the page: the analysis `a` is the replay's that fed this tap.
-    pub fn write<W: Write>(&mut self, a: &Analysis, mut w: W) -> io::Result<W> {
+    pub fn write<W: Write>(&mut self, a: &Analysis, w: W) -> io::Result<W> {
+        let json = self.section(a, None);
+        write_page(w, &short_command(&a.header.command), &[json])
+    }
+
+    /// This trace's part of a page, as the JSON the page's script draws: `host` names it among several traces
+    /// of one job (its hostname, and where its clock starts on the job's).
+    pub fn section(&mut self, a: &Analysis, host: Option<(&str, u64)>) -> String {
         for d in &mut self.devs {
             d.s.finish(a.end_ns);
         }
         self.devs.sort_by_key(|d| d.device.unwrap_or(u32::MAX));
-        let data = self.data(a);
+        let mut data = self.data(a);
+        if let (J::O(fields), Some((name, offset))) = (&mut data, host) {
+            fields.push(("host", name.into()));
+            fields.push(("host_offset_ns", offset.into()));
+        }
         let mut json = String::with_capacity(1 << 20);
         write_compact(&mut json, &data);
         // `<` only occurs inside strings: escaped, no `</script>` or `<!--` can end the data early.
-        let json = json.replace('<', "\\u003c");
-        let title = format!("vramtrace: {}", short_command(&a.header.command));
-        write!(
-            w,
-            "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-             <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
-             script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n\
-             <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-             <meta name=\"generator\" content=\"vramtrace {}\">\n<title>{}</title>\n\
-             <!-- The charts are drawn by uPlot 1.6.32, embedded below under its license:\n{}\n-->\n\
-             <style>{}</style>\n<style>{}</style>\n</head>\n<body>\n\
-             <noscript>This report is drawn by JavaScript (embedded in this file: it loads nothing).</noscript>\n\
-             <main id=\"app\"></main>\n<script type=\"application/json\" id=\"vramtrace-data\">",
-            env!("CARGO_PKG_VERSION"),
-            html_escape(&title),
-            UPLOT_LICENSE.trim_end(),
-            UPLOT_CSS,
-            REPORT_CSS,
-        )?;
-        w.write_all(json.as_bytes())?;
-        write!(
-            w,
-            "</script>\n<script>{}</script>\n<script>{}</script>\n</body>\n</html>\n",
-            uplot_js(),
-            REPORT_JS
-        )?;
-        Ok(w)
+        json.replace('<', "\\u003c")
     }
 
     fn data(&self, a: &Analysis) -> J {
@@ -547,6 +532,45 @@ impl Html {
 }
 
 /// The parts' values at each bucket's maximum, added up.
+/// The page around its sections' data (one per trace, the first with the id the tests and tools look for).
+pub fn write_page<W: Write>(mut w: W, command: &str, sections: &[String]) -> io::Result<W> {
+    let title = format!("vramtrace: {command}");
+    write!(
+        w,
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+         script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta name=\"generator\" content=\"vramtrace {}\">\n<title>{}</title>\n\
+         <!-- The charts are drawn by uPlot 1.6.32, embedded below under its license:\n{}\n-->\n\
+         <style>{}</style>\n<style>{}</style>\n</head>\n<body>\n\
+         <noscript>This report is drawn by JavaScript (embedded in this file: it loads nothing).</noscript>\n\
+         <main id=\"app\"></main>\n",
+        env!("CARGO_PKG_VERSION"),
+        html_escape(&title),
+        UPLOT_LICENSE.trim_end(),
+        UPLOT_CSS,
+        REPORT_CSS,
+    )?;
+    for (i, json) in sections.iter().enumerate() {
+        let which = if i == 0 {
+            "id=\"vramtrace-data\""
+        } else {
+            "class=\"vramtrace-data\""
+        };
+        write!(w, "<script type=\"application/json\" {which}>")?;
+        w.write_all(json.as_bytes())?;
+        w.write_all(b"</script>\n")?;
+    }
+    write!(
+        w,
+        "<script>{}</script>\n<script>{}</script>\n</body>\n</html>\n",
+        uplot_js(),
+        REPORT_JS
+    )?;
+    Ok(w)
+}
+
 fn sum_parts(s: &Stacked, parts: impl Iterator<Item = usize>) -> Vec<u64> {
     let mut v = vec![0u64; s.job.len()];
     for p in parts {

@@ -72,11 +72,11 @@ pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
     if args.trace.contains(&args.out) {
         return Err(Failed(exit::USAGE, "--out names a trace itself".into()));
     }
-    if args.trace.len() > 1 && args.format != Format::Perfetto {
+    if args.trace.len() > 1 && args.format == Format::MemoryViz {
         return Err(Failed(
             exit::USAGE,
-            "several traces go into one file only with --format perfetto (memory-viz and html show one \
-             trace: export each)"
+            "several traces go into one file only with --format perfetto or html (memory_viz shows one \
+             process's view of its devices: export each trace)"
                 .into(),
         ));
     }
@@ -90,6 +90,7 @@ pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
         .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
     let w = BufWriter::with_capacity(1 << 20, file);
     let r = match order {
+        Some(order) if args.format == Format::Html => write_several_html(args, &order, w),
         Some(order) => write_several(args, &order, w),
         None => write(args, w),
     };
@@ -178,6 +179,48 @@ fn write_several(
         )
     })?;
     Ok((first.expect("at least one trace"), notes))
+}
+
+/// Several traces into one page: a section per trace (its host), each on its own clock, with where that clock
+/// starts on the first trace's. Returns the first trace's analysis.
+fn write_several_html(
+    args: &ExportArgs,
+    order: &[(PathBuf, TraceHeader, u64)],
+    w: BufWriter<File>,
+) -> Result<(Analysis, Vec<String>), Failed> {
+    let mut sections = Vec::with_capacity(order.len());
+    let mut first = None;
+    let mut notes = Vec::new();
+    for (path, h, offset) in order {
+        let mut tap = html::Html::new();
+        let mut a = model::analyze_tapped(path, &mut tap)
+            .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
+        model::read_snapshots(&mut a, path);
+        if let Some(why) = &a.stopped {
+            notes.push(format!(
+                "{}: partial trace, exported up to where it stops: {why}",
+                path.display()
+            ));
+        }
+        notes.extend(
+            tap.notes()
+                .into_iter()
+                .map(|n| format!("{} (host {}): {n}", path.display(), h.hostname)),
+        );
+        sections.push(tap.section(&a, Some((&h.hostname, *offset))));
+        first.get_or_insert(a);
+    }
+    let a = first.expect("at least one trace");
+    let command = crate::reporters::text::short_command(&a.header.command);
+    html::write_page(w, &command, &sections)
+        .and_then(|mut w| w.flush())
+        .map_err(|e| {
+            Failed(
+                exit::FAILURE,
+                format!("cannot write {}: {e}", args.out.display()),
+            )
+        })?;
+    Ok((a, notes))
 }
 
 /// A tap that hands the writer each trace's header with its start moved onto the job's clock.

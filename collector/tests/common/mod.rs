@@ -267,3 +267,102 @@ pub fn export_trace() -> Vec<u8> {
         tick(11, 60),
     ])
 }
+
+/// A trace of one node of a job: its own hostname, clock and wall-clock start.
+#[allow(dead_code)]
+pub fn node_trace(
+    host: &str,
+    start_unix_ns: u64,
+    start_mono_ns: u64,
+    job: &str,
+    bytes: u64,
+) -> Vec<u8> {
+    let mut h = header();
+    h.hostname = host.into();
+    h.start_unix_ns = start_unix_ns;
+    h.start_mono_ns = start_mono_ns;
+    h.extra = vec![("job".into(), job.into())];
+    let mut t = vramtrace_format::codec::encode_header(&h);
+    // Events are stamped on this node's clock: `ev` counts from the common header's start, so shift them.
+    let shift = |mut e: vramtrace_format::Event| {
+        e.ts_ns = e.ts_ns - START + start_mono_ns;
+        e
+    };
+    let mut hello = hello(21, 0);
+    if let vramtrace_format::Record::Hello(hh) = &mut hello {
+        hh.ts_ns = hh.ts_ns - START + start_mono_ns;
+        hh.hostname = host.into();
+    }
+    for r in [
+        hello,
+        events(
+            21,
+            vec![
+                shift(alloc(10, 0, 0x1000, bytes)),
+                shift(alloc(20, 0, 0x9000_0000, bytes / 2)),
+                shift(free(30, 0x1000)),
+            ],
+        ),
+    ] {
+        vramtrace_format::codec::put_record(&mut t, &r);
+    }
+    t
+}
+
+/// Two nodes' traces of job 42 in `dir`: node-a (8 MiB then 4 MiB live at its peak) and node-b, started 2.5 s
+/// later by the wall clock (4 + 2 MiB), each on a monotonic clock of its own.
+pub fn two_node_traces(dir: &cli::TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
+    let a = dir.file(
+        "a.vtrace",
+        &node_trace(
+            "node-a",
+            1_700_000_000_000_000_000,
+            5_000_000_000,
+            "42",
+            8 * MIB,
+        ),
+    );
+    let b = dir.file(
+        "b.vtrace",
+        &node_trace(
+            "node-b",
+            1_700_000_002_500_000_000,
+            900_000_000_000,
+            "42",
+            4 * MIB,
+        ),
+    );
+    (a, b)
+}
+
+/// `vramtrace export TRACES --format FORMAT --out OUT`.
+pub fn export_several(
+    traces: &[&std::path::Path],
+    format: &str,
+    out: &std::path::Path,
+) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .arg("export")
+        .args(traces)
+        .args(["--format", format, "--out"])
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
+/// A trace of another job (43) beside `a` is refused in one line, and nothing is written.
+pub fn assert_other_job_refused(dir: &cli::TempDir, a: &std::path::Path, format: &str) {
+    let c = dir.file(
+        "c.vtrace",
+        &node_trace(
+            "node-c",
+            1_700_000_001_000_000_000,
+            7_000_000_000,
+            "43",
+            MIB,
+        ),
+    );
+    let out = dir.0.join(format!("mixed.{format}"));
+    cli::assert_usage_error(&export_several(&[a, &c], format, &out), "different jobs");
+    assert!(!out.exists());
+}
