@@ -207,3 +207,35 @@ fn pytorchs_own_tensor_history_rides_beside_the_driver_view() {
         text(&o.stderr)
     );
 }
+
+#[test]
+fn several_traces_of_one_job_are_one_snapshot_each_hosts_devices_apart() {
+    let dir = TempDir::new("mv-hosts");
+    // node-b started 2.5 s after node-a: given first, its devices still come second, on node-a's clock.
+    let (a, b) = two_node_traces(&dir);
+    let out = dir.0.join("job.pickle");
+    let o = export_several(&[&b, &a], "memory-viz", &out);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let s = check(&out);
+    // Each host's GPU 0 is a device of its own, replaying to its own peak.
+    assert_eq!(
+        figure(
+            &s,
+            "[d['devices'][k]['peak_segment_bytes'] for k in ('0', '1')]"
+        ),
+        format!("[{}, {}]", 12 * MIB, 6 * MIB)
+    );
+    assert_eq!(
+        figure(
+            &s,
+            "[(h['host'], h['first_device'], h['devices'], h['offset_ns']) for h in d['hosts']]"
+        ),
+        "[('node-a', 0, 1, 0), ('node-b', 1, 1, 2500000000)]"
+    );
+    // Times on the job's clock: node-b's first event 2.5 s after node-a's (both 10 ms into their traces).
+    assert_eq!(
+        figure(&s, "d['first_time_us'][1] - d['first_time_us'][0]"),
+        "2500000"
+    );
+    assert_other_job_refused(&dir, &a, "memory-viz");
+}

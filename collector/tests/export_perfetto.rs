@@ -207,13 +207,4 @@ fn several_traces_of_one_job_go_into_one_file_each_host_apart_on_one_clock() {
     assert_eq!(gap, "2500000000");
     // Traces of different jobs are refused, and nothing is written.
     assert_other_job_refused(&dir, &a, "perfetto");
-    // memory-viz takes one trace.
-    let o = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
-        .arg("export")
-        .args([&a, &b])
-        .args(["--format", "memory-viz", "--out"])
-        .arg(dir.0.join("x.html"))
-        .output()
-        .unwrap();
-    assert_usage_error(&o, "only with --format perfetto");
 }

@@ -213,7 +213,9 @@ def main(path):
         for x, y in zip(l, l[1:]):
             if x["address"] + x["total_size"] > y["address"]:
                 fail(f"device {d}: segments {x['address']:#x} and {y['address']:#x} overlap")
-    out = {"devices": {}, "segments": len(snap["segments"]), "notes": snap.get("vramtrace", {}).get("notes", [])}
+    out = {"devices": {}, "segments": len(snap["segments"]), "notes": snap.get("vramtrace", {}).get("notes", []),
+           "hosts": snap.get("vramtrace", {}).get("hosts", []),
+           "first_time_us": [min((e["time_us"] for e in t), default=None) for t in snap["device_traces"]]}
     # Devices that hold PyTorch's own allocator history, as PyTorch wrote it (the bridge's --torch-history
     # snapshots): checked for what memory_viz reads, not replayed (PyTorch's history is its own to keep).
     torch = set(snap.get("vramtrace", {}).get("torch_devices", []))

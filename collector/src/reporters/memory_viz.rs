@@ -140,6 +140,13 @@ pub struct MemoryViz {
     /// PyTorch's own allocator history (the bridge's snapshots), one device of its own each.
     torch: Vec<TorchHistory>,
     torch_notes: Vec<String>,
+    /// Several traces of one job: the one being replayed goes after the others' devices and processes, its
+    /// times moved onto the first trace's clock.
+    dev_base: u32,
+    slot_base: usize,
+    t_offset: u64,
+    /// Per trace so far: (its host, its first device, its offset on the job's clock).
+    hosts: Vec<(String, u32, u64)>,
 }
 
 /// One process's and GPU's tensor-level history, from the snapshot the bridge kept (`--torch-history`):
@@ -166,7 +173,21 @@ impl MemoryViz {
             unmatched_unmaps: 0,
             torch: Vec::new(),
             torch_notes: Vec::new(),
+            dev_base: 0,
+            slot_base: 0,
+            t_offset: 0,
+            hosts: Vec::new(),
         }
+    }
+
+    /// The next trace of a job (one per node): its devices after those drawn so far, its processes after
+    /// `slot_base` (the slots of the traces before), its times `offset_ns` later than the first trace's.
+    pub fn next_host(&mut self, host: &str, offset_ns: u64, slot_base: usize) {
+        self.dev_base = self.devices.len() as u32;
+        self.slot_base = slot_base;
+        self.t_offset = offset_ns;
+        self.hosts
+            .push((host.to_string(), self.dev_base, offset_ns));
     }
 
     /// Adds the tensor-level history of every process the bridge kept a snapshot of (its exit snapshot, else
@@ -227,9 +248,13 @@ impl MemoryViz {
                 if mine.is_empty() && trace.is_empty() {
                     continue;
                 }
+                let host = match self.hosts.last() {
+                    Some((h, ..)) => format!("{h}: "),
+                    None => String::new(),
+                };
                 self.torch.push(TorchHistory {
                     label: format!(
-                        "pid {pid} GPU {gpu}: PyTorch's own allocator history (tensors in its segments), from \
+                        "{host}pid {pid} GPU {gpu}: PyTorch's own allocator history (tensors in its segments), from \
                          its snapshot at {at} ({})",
                         path.display()
                     ),
@@ -325,6 +350,7 @@ impl MemoryViz {
 
 impl Tap for MemoryViz {
     fn step(&mut self, s: &Step) {
+        let (slot, t_ns) = (s.slot + self.slot_base, s.t_ns + self.t_offset);
         if s.handle {
             if s.change == Change::Alloc {
                 self.handles += 1;
@@ -337,40 +363,40 @@ impl Tap for MemoryViz {
                     self.no_device += 1;
                     return;
                 };
-                let site = self.site(s.slot, s.stack);
+                let site = self.site(slot, s.stack);
                 let mapped = s.change == Change::Map;
-                let seg = self.open(d, s.addr, s.size, s.t_ns, site, mapped);
+                let seg = self.open(d + self.dev_base, s.addr, s.size, t_ns, site, mapped);
                 let map = if mapped {
                     &mut self.mapped
                 } else {
                     &mut self.live
                 };
-                if let Some(old) = map.insert((s.slot, s.addr), seg) {
+                if let Some(old) = map.insert((slot, s.addr), seg) {
                     // A mapping over one still recorded (its unmap was not seen): it ends here.
-                    self.close(old, s.t_ns);
+                    self.close(old, t_ns);
                 }
             }
             Change::Free | Change::Released => {
-                if let Some(seg) = self.live.remove(&(s.slot, s.addr)) {
-                    self.close(seg, s.t_ns);
+                if let Some(seg) = self.live.remove(&(slot, s.addr)) {
+                    self.close(seg, t_ns);
                 }
                 if s.change == Change::Released {
                     // The process is gone: its mappings went with it.
                     let gone: Vec<(usize, u64)> = self
                         .mapped
                         .keys()
-                        .filter(|k| k.0 == s.slot)
+                        .filter(|k| k.0 == slot)
                         .copied()
                         .collect();
                     for k in gone {
                         if let Some(seg) = self.mapped.remove(&k) {
-                            self.close(seg, s.t_ns);
+                            self.close(seg, t_ns);
                         }
                     }
                 }
             }
-            Change::Unmap => match self.mapped.remove(&(s.slot, s.addr)) {
-                Some(seg) => self.close(seg, s.t_ns),
+            Change::Unmap => match self.mapped.remove(&(slot, s.addr)) {
+                Some(seg) => self.close(seg, t_ns),
                 None => self.unmatched_unmaps += 1,
             },
         }
@@ -382,26 +408,28 @@ impl Tap for MemoryViz {
             self.no_device += 1;
             return;
         }
-        let site = self.site(o.slot, o.stack);
+        let site = self.site(o.slot + self.slot_base, o.stack);
         self.push(
-            d,
+            d + self.dev_base,
             Ev {
                 action: Action::Oom,
                 mapped: false,
                 addr: o.oom.device_free_bytes.unwrap_or(0),
                 size: o.oom.requested_bytes,
-                t_ns: o.t_ns,
+                t_ns: o.t_ns + self.t_offset,
                 site,
             },
         );
     }
 
+    /// Resolves the sites this trace added (those of traces before it are resolved already).
     fn finish(&mut self, frames: &mut Frames) {
-        self.frames = self
-            .site_keys
+        let base = self.slot_base;
+        let new: Vec<Vec<Frame>> = self.site_keys[self.frames.len()..]
             .iter()
-            .map(|&(slot, stack)| frames(slot, stack).unwrap_or_default())
+            .map(|&(slot, stack)| frames(slot - base, stack).unwrap_or_default())
             .collect();
+        self.frames.extend(new);
     }
 }
 
@@ -588,6 +616,30 @@ impl MemoryViz {
             p.mark()?;
             for dt in &self.devices {
                 p.uint(dt.total)?;
+            }
+            p.appends()?;
+        }
+        // Several traces of one job: which devices are whose.
+        if !self.hosts.is_empty() {
+            p.str("hosts")?;
+            p.empty_list()?;
+            p.mark()?;
+            for (i, (host, first, offset)) in self.hosts.iter().enumerate() {
+                let end = self
+                    .hosts
+                    .get(i + 1)
+                    .map_or(self.devices.len() as u32, |h| h.1);
+                p.empty_dict()?;
+                p.mark()?;
+                p.str("host")?;
+                p.str(host)?;
+                p.str("first_device")?;
+                p.uint(*first as u64)?;
+                p.str("devices")?;
+                p.uint(end.saturating_sub(*first) as u64)?;
+                p.str("offset_ns")?;
+                p.uint(*offset)?;
+                p.setitems()?;
             }
             p.appends()?;
         }

@@ -72,14 +72,6 @@ pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
     if args.trace.contains(&args.out) {
         return Err(Failed(exit::USAGE, "--out names a trace itself".into()));
     }
-    if args.trace.len() > 1 && args.format == Format::MemoryViz {
-        return Err(Failed(
-            exit::USAGE,
-            "several traces go into one file only with --format perfetto or html (memory_viz shows one \
-             process's view of its devices: export each trace)"
-                .into(),
-        ));
-    }
     // Checked before the output is created: several traces must be one job's.
     let order = if args.trace.len() > 1 {
         Some(job_order(&args.trace, args.force)?)
@@ -90,8 +82,11 @@ pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
         .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
     let w = BufWriter::with_capacity(1 << 20, file);
     let r = match order {
-        Some(order) if args.format == Format::Html => write_several_html(args, &order, w),
-        Some(order) => write_several(args, &order, w),
+        Some(order) => match args.format {
+            Format::Html => write_several_html(args, &order, w),
+            Format::MemoryViz => write_several_memory_viz(args, &order, w),
+            Format::Perfetto => write_several(args, &order, w),
+        },
         None => write(args, w),
     };
     if r.is_err() {
@@ -220,6 +215,42 @@ fn write_several_html(
                 format!("cannot write {}: {e}", args.out.display()),
             )
         })?;
+    Ok((a, notes))
+}
+
+/// Several traces into one snapshot: each trace's devices after the ones before (the pickle's `vramtrace.hosts`
+/// says which are whose), its times on the first trace's clock. Returns the first trace's analysis.
+fn write_several_memory_viz(
+    args: &ExportArgs,
+    order: &[(PathBuf, TraceHeader, u64)],
+    w: BufWriter<File>,
+) -> Result<(Analysis, Vec<String>), Failed> {
+    let mut tap = memory_viz::MemoryViz::new(args.max_events);
+    let mut first = None;
+    let mut slot_base = 0;
+    let mut notes = Vec::new();
+    for (path, h, offset) in order {
+        tap.next_host(&h.hostname, *offset, slot_base);
+        let a = model::analyze_tapped(path, &mut tap)
+            .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
+        tap.add_torch_history(&a, path);
+        if let Some(why) = &a.stopped {
+            notes.push(format!(
+                "{}: partial trace, exported up to where it stops: {why}",
+                path.display()
+            ));
+        }
+        slot_base += a.processes.len() + 1;
+        first.get_or_insert(a);
+    }
+    let a = first.expect("at least one trace");
+    notes.extend(tap.notes());
+    tap.write(&a, w).and_then(|mut w| w.flush()).map_err(|e| {
+        Failed(
+            exit::FAILURE,
+            format!("cannot write {}: {e}", args.out.display()),
+        )
+    })?;
     Ok((a, notes))
 }
 
