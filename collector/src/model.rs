@@ -25,6 +25,7 @@
 //!
 //! All times in an [`Analysis`] are ns relative to the trace header's `start_mono_ns`.
 
+mod decode;
 pub mod diagnose;
 pub(crate) mod fasthash;
 pub mod framework;
@@ -40,9 +41,8 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use vramtrace_format::codec::{self, kind};
 pub use vramtrace_format::ExitStatus;
-use vramtrace_format::{Api, Event, OpenError, TraceHeader, TraceReader};
+use vramtrace_format::{Api, OpenError, TraceHeader, TraceReader};
 
 use crate::callsites::{CallSites, SiteBytes};
 use crate::symbols::Symbolizer;
@@ -536,7 +536,7 @@ pub fn read_snapshots(a: &mut Analysis, trace: &Path) {
 
 /// Replays a trace from any reader (buffer it: frames are read a few bytes at a time); call sites are
 /// symbolised from the files the trace names ([`Symbolizer::new`]).
-pub fn analyze_reader(r: impl Read) -> Result<Analysis, OpenError> {
+pub fn analyze_reader(r: impl Read + Send) -> Result<Analysis, OpenError> {
     let mut sym = Symbolizer::new();
     analyze_bounded(r, MERGE_BOUND, Some(&mut sym))
 }
@@ -544,7 +544,7 @@ pub fn analyze_reader(r: impl Read) -> Result<Analysis, OpenError> {
 /// [`analyze_reader`] with a given symboliser (its debug directories, its cache of objects), or none: native
 /// frames are then `module+offset` and no file is read.
 pub fn analyze_reader_with(
-    r: impl Read,
+    r: impl Read + Send,
     sym: Option<&mut Symbolizer>,
 ) -> Result<Analysis, OpenError> {
     analyze_bounded(r, MERGE_BOUND, sym)
@@ -553,14 +553,14 @@ pub fn analyze_reader_with(
 /// The plain reference replay: every entry of the trace read, sorted by the merge's order, then replayed. Holds
 /// the whole trace in memory; for tests, as the yardstick of [`analyze_reader`] (which must give the same).
 #[doc(hidden)]
-pub fn analyze_reference(r: impl Read) -> Result<Analysis, OpenError> {
+pub fn analyze_reference(r: impl Read + Send) -> Result<Analysis, OpenError> {
     replay_frames(r, MERGE_BOUND, true, None)
 }
 
 /// [`analyze_reader_with`] with the merge's memory bound set to `bound` events (tests: spilling).
 #[doc(hidden)]
 pub fn analyze_bounded(
-    r: impl Read,
+    r: impl Read + Send,
     bound: usize,
     sym: Option<&mut Symbolizer>,
 ) -> Result<Analysis, OpenError> {
@@ -570,7 +570,7 @@ pub fn analyze_bounded(
 /// [`analyze_reader_with`] with a tap (tests).
 #[doc(hidden)]
 pub fn analyze_reader_tapped(
-    r: impl Read,
+    r: impl Read + Send,
     sym: Option<&mut Symbolizer>,
     tap: &mut dyn tap::Tap,
 ) -> Result<Analysis, OpenError> {
@@ -578,7 +578,7 @@ pub fn analyze_reader_tapped(
 }
 
 fn replay_frames(
-    r: impl Read,
+    r: impl Read + Send,
     bound: usize,
     reference: bool,
     sym: Option<&mut Symbolizer>,
@@ -587,13 +587,13 @@ fn replay_frames(
 }
 
 fn replay_frames_tapped(
-    r: impl Read,
+    r: impl Read + Send,
     bound: usize,
     reference: bool,
     sym: Option<&mut Symbolizer>,
     tap: Option<&mut dyn tap::Tap>,
 ) -> Result<Analysis, OpenError> {
-    let (mut reader, header) = TraceReader::open(r)?;
+    let (reader, header) = TraceReader::open(r)?;
     let mut st = Replay::new(header.start_mono_ns, bound.max(8), reference);
     st.tap = tap;
     if let Some(t) = st.tap.as_mut() {
@@ -606,36 +606,12 @@ fn replay_frames_tapped(
     {
         st.newcomers = Some(header.start_mono_ns);
     }
-    let mut batch: Vec<Event> = Vec::with_capacity(1024);
     let mut unknown_frames = 0u64;
-    while let Some((k, payload)) = reader.next_frame() {
-        let bad = if k == kind::EVENTS || k == kind::EVENTS_STACKS {
-            batch.clear();
-            match codec::decode_events_of(k, payload, &mut batch) {
-                Ok(pid) => {
-                    st.on_events(pid, &batch);
-                    None
-                }
-                Err(e) => Some(e),
-            }
-        } else {
-            match codec::decode_record(k, payload) {
-                Ok(Some(rec)) => {
-                    st.on_record(rec);
-                    None
-                }
-                Ok(None) => {
-                    unknown_frames += 1;
-                    None
-                }
-                Err(e) => Some(e),
-            }
-        };
-        if let Some(e) = bad {
-            reader.mark_corrupt(e.to_string());
-            break;
-        }
-    }
+    let reader = decode::decode_ahead(reader, |entry| match entry {
+        decode::Entry::Events(pid, batch) => st.on_events(pid, batch),
+        decode::Entry::Record(rec) => st.on_record(rec),
+        decode::Entry::Unknown => unknown_frames += 1,
+    });
     let stopped = reader.stop().describe(reader.frames());
     let mut a = st.finish(header, sym);
     a.format_version = reader.version;
