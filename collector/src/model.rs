@@ -606,6 +606,10 @@ fn replay_frames_tapped(
     {
         st.newcomers = Some(header.start_mono_ns);
     }
+    st.goodbye_last = header
+        .extra
+        .iter()
+        .any(|(k, v)| k == "goodbye_last" && v == "1");
     let mut unknown_frames = 0u64;
     let reader = decode::decode_ahead(reader, |entry| match entry {
         decode::Entry::Events(pid, batch) => st.on_events(pid, batch),

@@ -714,10 +714,16 @@ impl Conn {
         }
         if dead {
             if let Some(bye) = self.goodbye {
-                let ts_ns = bye.max(*last_ts);
+                // Never older than a tick already written (the process lived on after its goodbye).
+                let ts_ns = bye.max(*last_ts).max(d.promised);
                 codec::put_record(out, &Record::Goodbye { pid, ts_ns });
             }
-        } else if taken == 0 && consumer.ring().used() == 0 && promise >= d.last_tick + TICK_NS {
+        } else if taken == 0
+            && consumer.ring().used() == 0
+            && promise >= d.last_tick + TICK_NS
+            // A process that hung up and is not stamped yet (the watcher is late): no promise past its end.
+            && (hung_up.is_some() || !self.open || !peer_hung_up(&self.stream))
+        {
             d.last_tick = promise;
             // A margin for the shim's clock (the time-stamp counter, calibrated to within about a microsecond).
             let ts_ns = promise
@@ -768,6 +774,17 @@ impl Conn {
             w.write(pid, &buf);
         }
     }
+}
+
+/// Whether the peer of `stream` has closed its end (without waiting).
+fn peer_hung_up(stream: &UnixStream) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0
 }
 
 /// Whether process `pid` still maps the file with inode `ino` (its ring): false once it exited or exec'd, or

@@ -52,10 +52,7 @@ fn a_process_that_said_goodbye_releases_its_memory_then_not_when_its_close_was_n
     let a = run(&[
         hello(1, 0),
         events(1, vec![alloc(5, 0, 0xa000, 8 * GIB)]),
-        Record::Goodbye {
-            pid: 1,
-            ts_ns: START + 10 * MS,
-        },
+        goodbye(1, 10),
         hello(2, 11),
         events(2, vec![alloc(12, 0, 0xb000, 7 * GIB)]),
         end(1, 15, EndKind::Goodbye),
@@ -69,6 +66,92 @@ fn a_process_that_said_goodbye_releases_its_memory_then_not_when_its_close_was_n
     assert_eq!(p1.live_bytes_at_end, 8 * GIB);
     let p2 = a.process(2).unwrap();
     assert_eq!((p2.ended, p2.end_ns), (Ended::Vanished, Some(20 * MS)));
+}
+
+#[test]
+fn a_goodbye_older_than_a_tick_of_its_process_is_released_after_that_tick() {
+    // Process 1's shim said goodbye at 10 ms, but it lived on (its CUDA teardown) and the collector promised for
+    // it up to 30 ms: its end goes no earlier than that promise, in order, so process 2's 7 GiB at 20 ms sums.
+    let a = run(&[
+        hello(1, 0),
+        hello(2, 0),
+        events(1, vec![alloc(5, 0, 0xa000, 8 * GIB)]),
+        tick(1, 30),
+        events(2, vec![alloc(20, 0, 0xb000, 7 * GIB)]),
+        tick(2, 40),
+        goodbye(1, 10),
+        end(1, 32, EndKind::Goodbye),
+        end(2, 50, EndKind::Vanished),
+    ]);
+    assert_eq!(a.merge_inexact_events, 0);
+    let d = a.device(0).unwrap();
+    assert_eq!((d.peak_bytes, d.peak_time_ns), (15 * GIB, Some(20 * MS)));
+    assert_eq!(a.process(1).unwrap().end_ns, Some(30 * MS));
+}
+
+#[test]
+fn a_context_torn_down_after_the_goodbye_frees_before_the_end() {
+    // The shim's goodbye (10 ms) runs before CUDA's own exit handler, which destroys the context at 12 ms: its
+    // allocations are freed by that teardown, then the process ends.
+    let a = run(&[
+        hello(1, 0),
+        events(1, vec![alloc(5, 0, 0xa000, 8 * GIB)]),
+        Record::ContextGone {
+            pid: 1,
+            ts_ns: START + 12 * MS,
+            device: 0,
+            how: "cuDevicePrimaryCtxRelease".into(),
+        },
+        goodbye(1, 10),
+        end(1, 15, EndKind::Goodbye),
+    ]);
+    let p = a.process(1).unwrap();
+    assert_eq!((p.context_freed_bytes, p.live_bytes_at_end), (8 * GIB, 0));
+    // A nanosecond after the teardown, its last record.
+    assert_eq!(p.end_ns, Some(12 * MS + 1));
+}
+
+#[test]
+fn a_reused_pid_after_a_goodbye_keeps_its_own_end() {
+    // Pid 1 says goodbye at 10 ms; the pid is reused by a process that says hello at 12 ms; the first one's
+    // connection end (11 ms) is written after the new hello, and belongs to the first.
+    let a = run(&[
+        hello(1, 0),
+        events(1, vec![alloc(5, 0, 0xa000, 8 * GIB)]),
+        goodbye(1, 10),
+        hello(1, 12),
+        events(1, vec![alloc(13, 0, 0xb000, 7 * GIB)]),
+        end(1, 11, EndKind::Goodbye),
+        events(1, vec![free(14, 0xb000), alloc(15, 0, 0xc000, GIB)]),
+        end(1, 20, EndKind::Vanished),
+    ]);
+    assert_eq!(a.merge_inexact_events, 0);
+    assert_eq!(a.processes.len(), 2);
+    let (old, new) = (&a.processes[0], &a.processes[1]);
+    assert_eq!((old.ended, old.end_ns), (Ended::Goodbye, Some(10 * MS)));
+    assert_eq!((new.ended, new.end_ns), (Ended::Vanished, Some(20 * MS)));
+    assert_eq!((new.unmatched_frees, new.live_bytes_at_end), (0, GIB));
+    let d = a.device(0).unwrap();
+    assert_eq!((d.peak_bytes, d.in_use_bytes_at_end), (8 * GIB, 0));
+}
+
+#[test]
+fn a_trace_of_an_older_collector_releases_at_the_connection_end() {
+    // Before `goodbye_last`, the shim wrote its goodbye at `exit` and a later exit handler could still free.
+    let a = analyze_reader(
+        &trace_goodbye_anywhere(&[
+            hello(1, 0),
+            events(1, vec![alloc(5, 0, 0xa000, 8 * GIB)]),
+            goodbye(1, 10),
+            events(1, vec![free(11, 0xa000), alloc(12, 0, 0xd000, GIB)]),
+            end(1, 15, EndKind::Goodbye),
+        ])[..],
+    )
+    .unwrap();
+    let p = a.process(1).unwrap();
+    assert_eq!((p.unmatched_frees, p.live_bytes_at_end), (0, GIB));
+    assert_eq!((p.ended, p.end_ns), (Ended::Goodbye, Some(15 * MS)));
+    assert_eq!(a.device(0).unwrap().in_use_bytes_at_end, 0);
 }
 
 #[test]
@@ -325,10 +408,7 @@ fn driver_info_and_drops_and_hello_fields() {
             ts_ns: START + 5 * MS,
             count: 3,
         },
-        Record::Goodbye {
-            pid: 9,
-            ts_ns: START + 6 * MS,
-        },
+        goodbye(9, 6),
     ]);
     let d = a.device(0).unwrap();
     assert_eq!(d.driver_total_bytes, Some(80 * GIB));

@@ -54,7 +54,12 @@ pub(super) struct Proc {
     pub(super) pending_wm: u64,
     pub(super) open: bool,
     pub(super) goodbye: bool,
+    /// Its connection's end (`ProcessEnd`) was read.
     pub(super) end_seen: bool,
+    /// Its end is in the merge (at its goodbye, or at its `ProcessEnd`).
+    pub(super) end_queued: bool,
+    /// The newest time of anything it recorded: its goodbye is never replayed before it.
+    pub(super) newest: u64,
     /// Its end was replayed: CUDA gave back what it held.
     pub(super) released: bool,
     /// Absolute start time (hello or first sight), for telling an earlier image of the same pid apart.
@@ -116,6 +121,8 @@ impl Proc {
             open: true,
             goodbye: false,
             end_seen: false,
+            end_queued: false,
+            newest: 0,
             released: false,
             start_abs: ts,
             prev,
@@ -169,6 +176,9 @@ pub(super) struct Replay<'t> {
     /// With a collector that promises for processes still to come (`newcomer_ticks` in the header): how far it
     /// has promised. The merge goes no further.
     pub(super) newcomers: Option<u64>,
+    /// The collector writes a process's goodbye after its last record (`goodbye_last` in the header): its end,
+    /// and the release of what it held, go there. Older traces release at the connection's end.
+    pub(super) goodbye_last: bool,
     /// Exit statuses the wrapper reaped, attached to their processes at the end.
     pub(super) exits: Vec<vramtrace_format::Exit>,
     /// The merge's hand-out buffer, kept between calls.
@@ -216,6 +226,7 @@ impl<'t> Replay<'t> {
             seg: Vec::with_capacity(4096),
             exits: Vec::new(),
             newcomers: None,
+            goodbye_last: false,
             procs: Vec::new(),
             by_pid: HashMap::new(),
             devs: Vec::new(),
@@ -351,6 +362,7 @@ impl<'t> Replay<'t> {
         let s = self.route(pid, lo);
         self.merge.push_events(s, pid, batch);
         self.advance(s, hi);
+        self.procs[s].newest = self.procs[s].newest.max(hi);
         if self.merge.over_bound() && !self.merge.relieve() {
             // No spill file: the oldest go out early (counted by the merge as inexact).
             let keep = self.merge.buffered() - self.merge.buffered() / 8;
@@ -401,28 +413,36 @@ impl<'t> Replay<'t> {
                 self.observe(ts_ns);
                 let s = self.route(pid, ts_ns);
                 self.promise_now(s, ts_ns);
-                // The process's last word, after its last record (the collector writes it once the ring is
-                // drained): CUDA releases what it left when it exits, right after. Released at this time, not
-                // when the collector noticed the connection close, which may be after a next process started.
                 let p = &mut self.procs[s];
                 p.goodbye = true;
-                if !p.end_seen {
-                    p.end_seen = true;
+                // The process's last word, after its last record: CUDA releases what it left when it exits, right
+                // after. Released then, not when the collector noticed the connection close, which may be after a
+                // next process started. Never before anything it recorded (after it, by a nanosecond: records
+                // such as a context's teardown sort after ends at the same time) or promised.
+                if self.goodbye_last && !p.end_queued {
+                    let at = ts_ns.max(p.wm).max(p.newest.saturating_add(1));
+                    p.end_queued = true;
                     p.s.ended = Ended::Goodbye;
-                    p.s.end_ns = Some(ts_ns.saturating_sub(self.start));
-                    self.merge.push_record(WHAT_END, pid, 0, ts_ns, s);
+                    p.s.end_ns = Some(at.saturating_sub(self.start));
+                    self.merge.push_record(WHAT_END, pid, 0, at, s);
                 }
                 self.close(s);
                 self.pump();
             }
             Record::ProcessEnd { pid, ts_ns, kind } => {
                 self.observe(ts_ns);
-                let s = self.route(pid, ts_ns);
+                // One per connection, and connections of one pid end in order: the oldest image without one.
+                let mut s = self.route(pid, ts_ns);
+                while let Some(pv) = self.procs[s].prev {
+                    if self.procs[pv].end_seen {
+                        break;
+                    }
+                    s = pv;
+                }
                 let p = &mut self.procs[s];
-                // Its kind is said even when a goodbye already ended it (and released its memory).
-                if !p.end_seen || p.goodbye {
-                    let first = !p.end_seen;
+                if !p.end_seen {
                     p.end_seen = true;
+                    // Its kind is said even when a goodbye already ended it (and released its memory).
                     p.s.ended = match kind {
                         EndKind::Goodbye => Ended::Goodbye,
                         EndKind::Vanished => Ended::Vanished,
@@ -430,7 +450,8 @@ impl<'t> Replay<'t> {
                             Ended::CutMidFrame { partial_bytes }
                         }
                     };
-                    if first {
+                    if !p.end_queued {
+                        p.end_queued = true;
                         p.s.end_ns = Some(ts_ns.saturating_sub(self.start));
                         self.close(s);
                         self.merge.push_record(WHAT_END, pid, 0, ts_ns, s);
@@ -443,6 +464,7 @@ impl<'t> Replay<'t> {
                 self.observe(ts);
                 // Follows the batch holding its failure: it moves no promise (nor do the bridge's records).
                 let s = self.route(o.pid, ts);
+                self.procs[s].newest = self.procs[s].newest.max(ts);
                 self.oom_records += 1;
                 let id = self.next_id();
                 let (pid, tid) = (o.pid, o.tid);
@@ -472,6 +494,7 @@ impl<'t> Replay<'t> {
             } => {
                 self.observe(ts_ns);
                 let s = self.route(pid, ts_ns);
+                self.procs[s].newest = self.procs[s].newest.max(ts_ns);
                 let id = self.next_id();
                 self.pending_ctx.insert(id, (s, device));
                 self.merge.push_record(WHAT_CTX, pid, 0, ts_ns, id);
@@ -503,6 +526,7 @@ impl<'t> Replay<'t> {
     fn queue_fw(&mut self, pid: u32, ts: u64, rec: Record) {
         self.observe(ts);
         let s = self.route(pid, ts);
+        self.procs[s].newest = self.procs[s].newest.max(ts);
         let id = self.next_id();
         self.pending_fw.insert(id, (s, rec));
         self.merge.push_record(WHAT_FW, pid, 0, ts, id);
@@ -992,7 +1016,11 @@ impl<'t> Replay<'t> {
         let merge_inexact_events = self.merge.inexact();
         let end = self.rel(self.last_ts);
         for s in 0..self.procs.len() {
-            let at = self.procs[s].s.end_ns.unwrap_or(end);
+            let p = &mut self.procs[s];
+            if !p.end_queued && p.goodbye {
+                p.s.ended = Ended::Goodbye;
+            }
+            let at = p.s.end_ns.unwrap_or(end);
             self.collect_live(s, at, false);
         }
         trim_leaks(&mut self.leaks);

@@ -165,6 +165,9 @@ impl Prepared {
         }
         // The acceptor's ticks of pid 0 bound what processes still to come can hold (docs/TRACE-FORMAT.md).
         extra.push(("newcomer_ticks".to_string(), "1".to_string()));
+        // A process's goodbye is written once its ring is drained, after its last record (the replay releases
+        // what it held there: docs/TRACE-FORMAT.md).
+        extra.push(("goodbye_last".to_string(), "1".to_string()));
         let out = args
             .out
             .clone()

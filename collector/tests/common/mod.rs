@@ -22,8 +22,20 @@ pub fn header() -> TraceHeader {
         command: vec!["python".into(), "train.py".into(), "--say \"hi\"\n".into()],
         hostname: "node7".into(),
         vramtrace_version: "test".into(),
-        extra: vec![],
+        // As today's collector writes it: a process's goodbye comes after its last record.
+        extra: vec![("goodbye_last".into(), "1".into())],
     }
+}
+
+/// A trace of a collector before `goodbye_last`: the shim wrote the goodbye itself, at `exit`.
+pub fn trace_goodbye_anywhere(records: &[Record]) -> Vec<u8> {
+    let mut h = header();
+    h.extra.clear();
+    let mut t = encode_header(&h);
+    for r in records {
+        put_record(&mut t, r);
+    }
+    t
 }
 
 /// An event at `ms` milliseconds after the trace start.
@@ -85,6 +97,14 @@ pub fn end(pid: u32, ms: u64, kind: EndKind) -> Record {
         pid,
         ts_ns: START + ms * MS,
         kind,
+    }
+}
+
+/// The goodbye of `pid` at `ms`, as the collector writes it.
+pub fn goodbye(pid: u32, ms: u64) -> Record {
+    Record::Goodbye {
+        pid,
+        ts_ns: START + ms * MS,
     }
 }
 
@@ -160,7 +180,9 @@ fn zigzag(v: i64) -> u64 {
 /// The trace as a version-1 writer wrote it: version 1 in the header, events in frames of kind 2 (no stack
 /// ids). Only records a version-1 writer knew.
 pub fn trace_v1(records: &[Record]) -> Vec<u8> {
-    let mut t = encode_header(&header());
+    let mut h = header();
+    h.extra.clear();
+    let mut t = encode_header(&h);
     t[8..10].copy_from_slice(&1u16.to_le_bytes());
     for r in records {
         match r {
