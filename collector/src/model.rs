@@ -32,6 +32,7 @@ pub mod framework;
 pub mod leak;
 pub mod merge;
 mod oom_snapshot;
+mod records;
 pub mod replay;
 mod sites;
 pub mod tap;

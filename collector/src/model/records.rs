@@ -1,0 +1,245 @@
+//! The trace's records, as the replay takes them in file order: events and timed records go into the merge,
+//! at their times; metadata (call sites, loaded objects, notes, losses) is kept at once; each record moves its
+//! process's promise (docs/ARCHITECTURE.md, "How the merge keeps it").
+
+use vramtrace_format::{EndKind, Event, Hello, Record};
+
+use super::merge::{WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
+use super::replay::Replay;
+use super::Ended;
+
+impl Replay<'_> {
+    pub(super) fn on_events(&mut self, pid: u32, batch: &[Event]) {
+        if batch.is_empty() {
+            return;
+        }
+        self.events += batch.len() as u64;
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        for e in batch {
+            lo = lo.min(e.ts_ns);
+            hi = hi.max(e.ts_ns);
+        }
+        self.observe(lo);
+        self.observe(hi);
+        let s = self.route(pid, lo);
+        self.merge.push_events(s, pid, batch);
+        self.advance(s, hi);
+        self.procs[s].newest = self.procs[s].newest.max(hi);
+        if self.merge.over_bound() && !self.merge.relieve() {
+            // No spill file: the oldest go out early (counted by the merge as inexact).
+            let keep = self.merge.buffered() - self.merge.buffered() / 8;
+            let limit = self.limit();
+            let mut buf = std::mem::take(&mut self.seg);
+            while self.merge.buffered() > keep {
+                match self.merge.next(limit, true, &mut buf) {
+                    Some(x) => self.replay_one(x, &buf),
+                    None => break,
+                }
+            }
+            self.seg = buf;
+        }
+        self.pump();
+    }
+
+    fn next_id(&mut self) -> usize {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    pub(super) fn on_record(&mut self, rec: Record) {
+        match rec {
+            Record::Hello(h) => self.on_hello(h),
+            Record::Events { pid, events } => self.on_events(pid, &events),
+            Record::Dropped { pid, ts_ns, count } => {
+                self.observe(ts_ns);
+                let s = self.route(pid, ts_ns);
+                let id = self.next_id();
+                self.pending_drops.insert(id, (s, count));
+                self.merge.push_record(WHAT_DROP, pid, 0, ts_ns, id);
+                self.pump();
+            }
+            // The collector's promise for processes still to come: none has anything older.
+            Record::Tick { pid: 0, ts_ns } => {
+                if let Some(n) = &mut self.newcomers {
+                    *n = (*n).max(ts_ns);
+                }
+                self.pump();
+            }
+            Record::Tick { pid, ts_ns } => {
+                self.observe(ts_ns);
+                let s = self.route(pid, ts_ns);
+                self.promise_now(s, ts_ns);
+                self.pump();
+            }
+            Record::Goodbye { pid, ts_ns } => {
+                self.observe(ts_ns);
+                let s = self.route(pid, ts_ns);
+                self.promise_now(s, ts_ns);
+                let p = &mut self.procs[s];
+                p.goodbye = true;
+                // The process's last word, after its last record: CUDA releases what it left when it exits, right
+                // after. Released then, not when the collector noticed the connection close, which may be after a
+                // next process started. Never before anything it recorded (after it, by a nanosecond: records
+                // such as a context's teardown sort after ends at the same time) or promised.
+                if self.goodbye_last && !p.end_queued {
+                    let at = ts_ns.max(p.wm).max(p.newest.saturating_add(1));
+                    p.end_queued = true;
+                    p.s.ended = Ended::Goodbye;
+                    p.s.end_ns = Some(at.saturating_sub(self.start));
+                    self.merge.push_record(WHAT_END, pid, 0, at, s);
+                }
+                self.close(s);
+                self.pump();
+            }
+            Record::ProcessEnd { pid, ts_ns, kind } => {
+                self.observe(ts_ns);
+                // One per connection, and connections of one pid end in order: the oldest image without one.
+                let mut s = self.route(pid, ts_ns);
+                while let Some(pv) = self.procs[s].prev {
+                    if self.procs[pv].end_seen {
+                        break;
+                    }
+                    s = pv;
+                }
+                let p = &mut self.procs[s];
+                if !p.end_seen {
+                    p.end_seen = true;
+                    // Its kind is said even when a goodbye already ended it (and released its memory).
+                    p.s.ended = match kind {
+                        EndKind::Goodbye => Ended::Goodbye,
+                        EndKind::Vanished => Ended::Vanished,
+                        EndKind::CutMidFrame { partial_bytes } => {
+                            Ended::CutMidFrame { partial_bytes }
+                        }
+                    };
+                    if !p.end_queued {
+                        p.end_queued = true;
+                        p.s.end_ns = Some(ts_ns.saturating_sub(self.start));
+                        self.close(s);
+                        self.merge.push_record(WHAT_END, pid, 0, ts_ns, s);
+                    }
+                }
+                self.pump();
+            }
+            Record::Oom(o) => {
+                let ts = o.ts_ns;
+                self.observe(ts);
+                // Follows the batch holding its failure: it moves no promise (nor do the bridge's records).
+                let s = self.route(o.pid, ts);
+                self.procs[s].newest = self.procs[s].newest.max(ts);
+                self.oom_records += 1;
+                let id = self.next_id();
+                let (pid, tid) = (o.pid, o.tid);
+                self.pending_ooms.insert(id, (s, o));
+                self.merge.push_record(WHAT_OOM, pid, tid, ts, id);
+                self.pump();
+            }
+            // Metadata: their times move no watermark and are no event's.
+            Record::Stack(st) => {
+                let s = self.route(st.pid, self.last_ts);
+                self.cs.on_stack(&mut self.procs[s].cs, st);
+            }
+            Record::Objects(o) => {
+                let s = self.route(o.pid, o.ts_ns);
+                self.cs.on_objects(&mut self.procs[s].cs, o.objects);
+            }
+            Record::Note { pid, ts_ns, text } => {
+                let t = self.rel(ts_ns);
+                self.cs.on_note(pid, t, text);
+            }
+            // Attached at the end: the process's own frames may still follow (the collector reaps a process
+            // as soon as it dies, perhaps before its connection's last frames are written).
+            Record::Exit(x) => self.exits.push(x),
+            // Why: the counts themselves came in `Dropped`, merged in time.
+            Record::ContextGone {
+                pid, ts_ns, device, ..
+            } => {
+                self.observe(ts_ns);
+                let s = self.route(pid, ts_ns);
+                self.procs[s].newest = self.procs[s].newest.max(ts_ns);
+                let id = self.next_id();
+                self.pending_ctx.insert(id, (s, device));
+                self.merge.push_record(WHAT_CTX, pid, 0, ts_ns, id);
+                self.pump();
+            }
+            Record::Lost {
+                pid, count, cause, ..
+            } => {
+                let s = self.route(pid, self.last_ts);
+                let lost = &mut self.procs[s].s.lost;
+                match lost.iter_mut().find(|(c, _)| *c == cause) {
+                    Some((_, n)) => *n += count,
+                    None => lost.push((cause, count)),
+                }
+                lost.sort_by_key(|l| std::cmp::Reverse(l.1));
+            }
+            // The bridge's records ride the merge like out-of-memory records: applied at their time.
+            Record::FrameworkSample(ref f) => {
+                let (pid, ts) = (f.pid, f.ts_ns);
+                self.queue_fw(pid, ts, rec);
+            }
+            Record::Bridge(ref b) => {
+                let (pid, ts) = (b.pid, b.ts_ns);
+                self.queue_fw(pid, ts, rec);
+            }
+        }
+    }
+
+    fn queue_fw(&mut self, pid: u32, ts: u64, rec: Record) {
+        self.observe(ts);
+        let s = self.route(pid, ts);
+        self.procs[s].newest = self.procs[s].newest.max(ts);
+        let id = self.next_id();
+        self.pending_fw.insert(id, (s, rec));
+        self.merge.push_record(WHAT_FW, pid, 0, ts, id);
+        self.pump();
+    }
+
+    /// Replays bridge record `id` at `ts`.
+    pub(super) fn on_fw(&mut self, id: usize, ts: u64) {
+        let Some((s, rec)) = self.pending_fw.remove(&id) else {
+            return;
+        };
+        let t = self.rel(ts);
+        match rec {
+            Record::FrameworkSample(f) => self.fw.on_sample(s, &f, t),
+            Record::Bridge(b) => {
+                let (pid, tid) = (b.pid, b.tid);
+                if let Some(fo) = self.fw.on_bridge(b, t) {
+                    self.fold_framework_oom(s, pid, tid, ts, fo);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_hello(&mut self, h: Hello) {
+        self.observe(h.ts_ns);
+        let s = match self.by_pid.get(&h.pid).copied() {
+            Some(s) if !self.procs[s].s.announced && !self.procs[s].end_seen => s,
+            // A second hello: the pid exec'd a new program, or was reused after the first one ended.
+            Some(s) => self.new_slot(h.pid, h.ts_ns, Some(s)),
+            None => self.new_slot(h.pid, h.ts_ns, None),
+        };
+        self.promise_now(s, h.ts_ns);
+        let rel = self.rel(h.ts_ns);
+        let p = &mut self.procs[s];
+        p.s.announced = true;
+        p.s.ppid = Some(h.ppid);
+        p.s.cmdline = h.cmdline;
+        p.s.hostname = Some(h.hostname);
+        p.s.rank = h.rank;
+        p.s.local_rank = h.local_rank;
+        p.s.slurm_procid = h.slurm_procid;
+        p.s.python_bridge = h
+            .extra
+            .iter()
+            .any(|(k, v)| k == "python_bridge" && v == "1");
+        p.s.untraced = h
+            .extra
+            .iter()
+            .find(|(k, _)| k == "no_ring")
+            .map(|(_, why)| why.clone());
+        p.s.start_ns = p.s.start_ns.min(rel);
+    }
+}
