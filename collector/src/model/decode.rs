@@ -48,6 +48,9 @@ pub(super) fn decode_ahead<R: Read + Send>(
     let cell = Mutex::new(Some(reader));
     let cell_ref = &cell;
     let threaded = thread::scope(|s| {
+        // Owned here: if `apply` panics, they drop as it unwinds, and a decoder blocked on a full channel returns
+        // (the scope waits for it before the panic goes on).
+        let (rx, back_tx) = (rx, back_tx);
         // The sender moves into the thread: the batches end when it does.
         let decoder = thread::Builder::new()
             .name("vramtrace-decode".into())
@@ -70,16 +73,18 @@ pub(super) fn decode_ahead<R: Read + Send>(
                 }
             }
         }
-        decoder.join().ok().flatten()
+        Some(decoder.join())
     });
-    if let Some(reader) = threaded {
-        return reader;
+    match threaded {
+        Some(Ok(Some(reader))) => return reader,
+        // A panic in the decoder is a bug: it goes on as one.
+        Some(Err(panic)) => std::panic::resume_unwind(panic),
+        // No thread, or one that could not take the reader: it is still here.
+        Some(Ok(None)) | None => {}
     }
-    let reader = cell
-        .into_inner()
-        .ok()
-        .flatten()
-        .expect("the reader stays here when no decoder thread took it");
+    let Some(reader) = cell.into_inner().ok().flatten() else {
+        unreachable!("a decoder that did not return the reader never took it")
+    };
     decode(reader, None, |batch| {
         for d in batch {
             match d {
@@ -137,4 +142,80 @@ fn decode<R: Read>(
         sink(batch);
     }
     reader
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+    use vramtrace_format::codec::{encode_header, put_events};
+    use vramtrace_format::{Api, TraceHeader};
+
+    fn trace(frames: usize) -> Vec<u8> {
+        let h = TraceHeader {
+            start_unix_ns: 0,
+            start_mono_ns: 0,
+            command: vec!["t".into()],
+            hostname: "h".into(),
+            vramtrace_version: "t".into(),
+            extra: vec![],
+        };
+        let mut t = encode_header(&h);
+        let e = Event {
+            ts_ns: 1,
+            tid: 1,
+            api: Api::MemAlloc,
+            flags: 0,
+            device: 0,
+            result: 0,
+            addr: 0x1000,
+            size: 1,
+            aux: 0,
+            stack: 0,
+        };
+        for i in 0..frames {
+            put_events(
+                &mut t,
+                1,
+                &vec![
+                    Event {
+                        ts_ns: i as u64,
+                        ..e
+                    };
+                    4096
+                ],
+            );
+        }
+        t
+    }
+
+    #[test]
+    fn every_frame_reaches_apply_in_file_order() {
+        let bytes = trace(100);
+        let (reader, _) = TraceReader::open(&bytes[..]).unwrap();
+        let mut seen = Vec::new();
+        let reader = decode_ahead(reader, |e| {
+            if let Entry::Events(_, v) = e {
+                seen.push(v[0].ts_ns);
+            }
+        });
+        assert!(reader.stop().is_clean());
+        assert_eq!(seen, (0..100).collect::<Vec<u64>>());
+    }
+
+    #[test]
+    fn a_panic_in_apply_is_a_panic_not_a_hang() {
+        // Far more batches than the channel holds: the decoder is blocked on it when `apply` panics.
+        let bytes = trace(400);
+        let (done_tx, done_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let r = std::panic::catch_unwind(move || {
+                let (reader, _) = TraceReader::open(&bytes[..]).unwrap();
+                decode_ahead(reader, |_| panic!("a bug in the replay"));
+            });
+            let _ = done_tx.send(r.is_err());
+        });
+        assert_eq!(done_rx.recv_timeout(Duration::from_secs(20)), Ok(true));
+    }
 }
