@@ -12,7 +12,7 @@
   var blocks = [document.getElementById("vramtrace-data")]
     .concat(Array.prototype.slice.call(document.querySelectorAll("script.vramtrace-data")));
   var root = document.getElementById("app");
-  var hosts = blocks.map(function (b) {
+  var hosts = blocks.map(function (b, i) {
     var D = JSON.parse(b.textContent);
     var app = root;
     if (blocks.length > 1) {
@@ -20,11 +20,12 @@
       app.className = "host";
       root.appendChild(app);
     }
-    render(D, app);
+    render(D, app, blocks.length > 1 ? " " + i : "");
     return D;
   });
 
-  function render(D, app) {
+  // `key`: what keeps this section's cursor to itself (hostnames may repeat).
+  function render(D, app, key) {
   if (D.host !== undefined) {
     app.appendChild(el("h2", { cls: "host", text: "Host " + D.host + " (its clock starts at +" +
       (D.host_offset_ns / 1e9).toFixed(3) + " s on the job's)" }));
@@ -243,7 +244,7 @@
         { values: axisBytes, size: 70, incrs: BYTE_INCRS }
       ],
       legend: { live: true },
-      cursor: { sync: { key: "vramtrace" + (D.host === undefined ? "" : " " + D.host), setSeries: false }, drag: { x: true, y: false } },
+      cursor: { sync: { key: "vramtrace" + key, setSeries: false }, drag: { x: true, y: false } },
       plugins: [markerPlugin(dev)],
       hooks: { setScale: [function (u, key) { if (key === "x") syncX(u); }] }
     };
@@ -296,7 +297,7 @@
       controls.appendChild(bt);
     });
     if (!dev.sites.length) controls.appendChild(el("span", { cls: "hint", text: "(no call sites in this trace)" }));
-    controls.appendChild(el("span", { cls: "hint", text: "drag to zoom (all devices follow), double-click to zoom out; each point is a bucket's maximum (" + span(dev.bucket_ns) + " wide), the parts as they were at that moment" }));
+    controls.appendChild(el("span", { cls: "hint", text: "drag to zoom (all devices" + (D.host === undefined ? "" : " of this host") + " follow), double-click to zoom out; each point is a bucket's maximum (" + span(dev.bucket_ns) + " wide), the parts as they were at that moment" }));
     sec.appendChild(controls);
     var row = el("div", { cls: dev.ooms.length ? "row with-side" : "row" });
     var box = el("div", { cls: "plot" });

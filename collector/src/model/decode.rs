@@ -6,7 +6,7 @@
 //! ahead (memory stays bounded), and the event buffers come back to it to be reused.
 
 use std::io::Read;
-use std::sync::mpsc::{channel, sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Mutex;
 use std::thread;
 
@@ -34,6 +34,8 @@ const BATCH_EVENTS: usize = 16 << 10;
 const MAX_ITEMS: usize = 512;
 /// Batches the decoder may be ahead by.
 const AHEAD: usize = 4;
+/// Event buffers kept for reuse.
+const POOL: usize = 2 * AHEAD;
 
 /// Reads `reader` to its end (or its first corrupt frame) on a scoped thread, handing each frame to `apply` in
 /// file order on the calling thread. Returns the reader, to say how it stopped. Without a thread to be had, it
@@ -43,7 +45,8 @@ pub(super) fn decode_ahead<R: Read + Send>(
     mut apply: impl FnMut(Entry),
 ) -> TraceReader<R> {
     let (tx, rx) = sync_channel::<Vec<Decoded>>(AHEAD);
-    let (back_tx, back_rx) = channel::<Vec<Event>>();
+    // At most POOL buffers wait to be reused (the rest are dropped): a buffer keeps the largest capacity it held.
+    let (back_tx, back_rx) = sync_channel::<Vec<Event>>(POOL);
     // Taken by the decoder thread, or left for an inline decode if none could start.
     let cell = Mutex::new(Some(reader));
     let cell_ref = &cell;
@@ -66,7 +69,7 @@ pub(super) fn decode_ahead<R: Read + Send>(
                 match d {
                     Decoded::Events(pid, v) => {
                         apply(Entry::Events(pid, &v));
-                        let _ = back_tx.send(v);
+                        let _ = back_tx.try_send(v);
                     }
                     Decoded::Record(r) => apply(Entry::Record(r)),
                     Decoded::Unknown => apply(Entry::Unknown),

@@ -531,7 +531,6 @@ impl Html {
     }
 }
 
-/// The parts' values at each bucket's maximum, added up.
 /// The page around its sections' data (one per trace, the first with the id the tests and tools look for).
 pub fn write_page<W: Write>(mut w: W, command: &str, sections: &[String]) -> io::Result<W> {
     let title = format!("vramtrace: {command}");
@@ -571,6 +570,7 @@ pub fn write_page<W: Write>(mut w: W, command: &str, sections: &[String]) -> io:
     Ok(w)
 }
 
+/// The parts' values at each bucket's maximum, added up.
 fn sum_parts(s: &Stacked, parts: impl Iterator<Item = usize>) -> Vec<u64> {
     let mut v = vec![0u64; s.job.len()];
     for p in parts {

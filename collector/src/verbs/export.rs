@@ -29,8 +29,8 @@ pub enum Format {
 
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
-    /// The trace file written by `vramtrace run`; for perfetto, several traces of one job (one per node) go into
-    /// one file, each host's tracks apart, clocks aligned by each trace's wall-clock start.
+    /// The trace file written by `vramtrace run`; several traces of one job (one per node) go into one file, each
+    /// host apart (its tracks, its section of the page, its devices), clocks aligned by the wall-clock starts.
     #[arg(required = true, num_args = 1..)]
     pub trace: Vec<PathBuf>,
     /// The viewer's format.
@@ -50,7 +50,8 @@ pub struct ExportArgs {
 pub fn main(args: ExportArgs) -> Code {
     match export(&args) {
         Ok((a, notes)) => {
-            if let Some(why) = &a.stopped {
+            // With several traces, the notes say which ones stop short.
+            if let (Some(why), 1) = (&a.stopped, args.trace.len()) {
                 eprintln!("vramtrace: partial trace, exported up to where it stops: {why}");
             }
             for n in notes {
