@@ -176,10 +176,13 @@ pub(crate) fn spawn_acceptor(
                 loop {
                     match listener.accept() {
                         Ok((stream, _)) => {
-                            if !peer_of_job(&stream, me, uid, &conns) {
-                                continue;
-                            }
-                            all_announced &= take(stream, &trace, &conns, hangups.as_deref());
+                            let parent_must_be = match peer_of_job(&stream, me, uid, &conns) {
+                                Peer::Job => None,
+                                Peer::Gone(uid) => Some((me, uid)),
+                                Peer::NotJob => continue,
+                            };
+                            all_announced &=
+                                take(stream, &trace, &conns, hangups.as_deref(), parent_must_be);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(_) => {
@@ -230,12 +233,15 @@ fn take(
     trace: &Arc<Mutex<TraceWriter>>,
     conns: &Arc<Connections>,
     hangups: Option<&Hangups>,
+    parent_must_be: Option<(u32, u32)>,
 ) -> bool {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_millis(20)));
     let closed_at = hangups.map(|h| h.watch_fd(stream.as_raw_fd()));
     let mut conn = Conn::new(stream);
     conn.closed_at = closed_at;
+    conn.parent_must_be = parent_must_be;
+    conn.refused = parent_must_be.map(|_| conns.clone());
     let deadline = Instant::now() + HELLO_WAIT;
     while conn.pid.is_none() && conn.open && Instant::now() < deadline {
         conn.pump(trace);
@@ -262,10 +268,22 @@ fn take(
 /// How long the acceptor waits for a new connection's hello (the shim sends it right after connecting).
 const HELLO_WAIT: Duration = Duration::from_millis(100);
 
-/// Whether the peer is a process of the job: ours (same user; the directory's name is known only to the job
-/// through its environment), or another user's that descends from vramtrace (a job process that dropped its
-/// privileges), or one vramtrace reaped. Anything else is turned away and counted.
-fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> bool {
+/// What the peer check found.
+#[derive(Debug, PartialEq)]
+enum Peer {
+    /// A process of the job: ours (same user; the directory's name is known only to the job through its
+    /// environment), or another user's that descends from vramtrace (a job process that dropped its
+    /// privileges), or one vramtrace reaped.
+    Job,
+    /// Another user's process that is gone already (its /proc entry with it, reaped by a parent of its own on a
+    /// busy machine): judged by its hello's parent. Its user.
+    Gone(u32),
+    /// Anything else: turned away and counted.
+    NotJob,
+}
+
+/// Whether the peer is a process of the job (see [`Peer`]).
+fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> Peer {
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     let rc = unsafe {
@@ -278,19 +296,22 @@ fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> b
         )
     };
     if rc != 0 {
-        return false;
+        return Peer::NotJob;
     }
     if cred.uid == uid {
-        return true;
+        return Peer::Job;
     }
     let pid = cred.pid as u32;
     if descends_from(pid, me) || conns.reaped.lock().is_ok_and(|r| r.contains(&pid)) {
-        return true;
+        return Peer::Job;
+    }
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        return Peer::Gone(cred.uid);
     }
     if let Ok(mut r) = conns.refused.lock() {
         r.push((pid, cred.uid));
     }
-    false
+    Peer::NotJob
 }
 
 /// Whether `pid`'s chain of parents (by /proc) reaches `ancestor`.
@@ -334,6 +355,12 @@ struct Conn {
     closed_at: Option<ClosedAt>,
     /// When the process was found gone, if it went on after closing its socket.
     gone_at: Option<u64>,
+    /// Set for a peer of another user that was gone before it was checked: its hello's parent must descend from
+    /// this pid (vramtrace's); and the peer's user.
+    parent_must_be: Option<(u32, u32)>,
+    /// The job's connections, for judging a peer on its hello (the pids vramtrace reaped) and counting it if
+    /// it is turned away.
+    refused: Option<Arc<Connections>>,
 }
 
 const READ: usize = 256 << 10;
@@ -442,6 +469,8 @@ impl Conn {
             bad_ring: None,
             closed_at: None,
             gone_at: None,
+            parent_must_be: None,
+            refused: None,
         }
     }
 
@@ -554,6 +583,25 @@ impl Conn {
             match k {
                 kind::HELLO if self.pid.is_none() => {
                     if let Ok(Some(Record::Hello(h))) = codec::decode_record(k, payload) {
+                        // Another user's process that was gone before it could be checked: it is of the job
+                        // if the parent its hello names descends from vramtrace, or was reaped by it. Else
+                        // nothing of it goes into the trace.
+                        if let Some((me, uid)) = self.parent_must_be.take() {
+                            let reaped = |p: u32| {
+                                self.refused
+                                    .as_ref()
+                                    .is_some_and(|c| c.reaped.lock().is_ok_and(|r| r.contains(&p)))
+                            };
+                            if !descends_from(h.ppid, me) && !reaped(h.ppid) {
+                                if let Some(c) = &self.refused {
+                                    if let Ok(mut r) = c.refused.lock() {
+                                        r.push((h.pid, uid));
+                                    }
+                                }
+                                self.open = false;
+                                return false;
+                            }
+                        }
                         self.pid = Some(h.pid);
                         hello = true;
                         // A process that connected while the collector was stopped waited since its hello.

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use vramtrace_collector::model::{self, ExitStatus};
-use vramtrace_e2e::traced::{read_trace, vramtrace};
+use vramtrace_e2e::traced::{read_trace, shim, vramtrace};
 use vramtrace_e2e::*;
 use vramtrace_format::EndKind;
 
@@ -132,33 +132,77 @@ fn a_connection_not_yet_accepted_when_the_command_ends_is_not_lost() {
     assert!(reaped >= 3, "{:?} {:?}", t.pids(), t.exits);
 }
 
+/// `vramtrace run --out PATH -- bash -c SCRIPT`, its acceptor held back `delay` ms a round if given (a busy
+/// machine), its output piped.
+fn job(
+    fc: &FakeCuda,
+    path: &std::path::Path,
+    delay: Option<&str>,
+    script: &str,
+) -> std::process::Command {
+    let mut c = fc.command(vramtrace());
+    if let Some(ms) = delay {
+        c.env("VRAMTRACE_TEST_ACCEPT_DELAY_MS", ms);
+    }
+    c.args([
+        "run",
+        "--out",
+        path.to_str().unwrap(),
+        "--",
+        "bash",
+        "-c",
+        script,
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    c
+}
+
+/// Whether this test can run a process as another user: root, with util-linux's `setpriv`. Says why not.
+fn can_drop_privileges() -> bool {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run a process as another user");
+        return false;
+    }
+    let ok = std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipped: no setpriv");
+    }
+    ok
+}
+
 #[test]
 fn a_process_that_drops_its_privileges_is_still_traced() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to drop privileges");
+    if !can_drop_privileges() {
         return;
     }
     let fc = FakeCuda::new();
     let probe = program("probe");
+    // `; true`: the shell forks the dropped process and reaps it itself. With the acceptor held back (a busy
+    // machine), that process is gone, /proc forgot it and vramtrace never reaped it by the time it is checked.
     let script = format!(
         "{p} 'alloc 1048576' >/dev/null; \
-         setpriv --reuid=65534 --regid=65534 --clear-groups {p} 'alloc 2097152' 'alloc 4194304' >/dev/null",
+         setpriv --reuid=65534 --regid=65534 --clear-groups {p} 'alloc 2097152' 'alloc 4194304' >/dev/null; true",
         p = probe.display()
     );
-    let (run, path) = fc.traced("privdrop", &[], "bash", &["-c", &script]);
-    if run.stderr.contains("setpriv: not found")
-        || run.stderr.contains("setpriv: command not found")
-    {
-        eprintln!("skipped: no setpriv");
-        return;
+    for delay in [None, Some("300")] {
+        let path = fc
+            .dir()
+            .join(format!("privdrop-{}.vtrace", delay.unwrap_or("0")));
+        let child = job(&fc, &path, delay, &script).spawn().unwrap();
+        let run = wait_with_timeout(child, Duration::from_secs(60), "privdrop");
+        run.assert_success("privilege drop");
+        let a = model::analyze(&path).unwrap();
+        assert_eq!(a.processes.len(), 2, "delay {delay:?}: {}", run.stderr);
+        let dropped = a.processes.iter().find(|p| p.allocations == 2).unwrap();
+        assert_eq!(dropped.peak_bytes, 6 << 20);
+        assert!(!run.stderr.contains("no GPU memory was allocated"));
+        assert!(!run.stderr.contains("refused"), "{}", run.stderr);
     }
-    run.assert_success("privilege drop");
-    let a = model::analyze(&path).unwrap();
-    assert_eq!(a.processes.len(), 2, "{}", run.stderr);
-    let dropped = a.processes.iter().find(|p| p.allocations == 2).unwrap();
-    assert_eq!(dropped.peak_bytes, 6 << 20);
-    assert!(!run.stderr.contains("no GPU memory was allocated"));
-    assert!(!run.stderr.contains("refused"), "{}", run.stderr);
 }
 
 #[test]
@@ -269,4 +313,76 @@ fn sixteen_processes_of_eight_racing_threads_give_the_time_ordered_peak() {
         peak * 100 >= driver * 97,
         "trace peak {peak} more than 3% below the driver's {driver}"
     );
+}
+
+#[test]
+fn a_process_of_another_user_outside_the_job_is_turned_away_even_once_gone() {
+    if !can_drop_privileges() {
+        return;
+    }
+    let fc = FakeCuda::new();
+    let probe = program("probe");
+    // The job tells where its socket is; a process of another user that is not of the job connects to it
+    // (it learnt the name), while the job runs. With the acceptor held back, it is gone when it is checked:
+    // its hello names a parent (this test) that is not of the job either.
+    for delay in [None, Some("300")] {
+        let sock_file = fc.dir().join("socket-name");
+        let _ = std::fs::remove_file(&sock_file);
+        let path = fc
+            .dir()
+            .join(format!("foreign-{}.vtrace", delay.unwrap_or("0")));
+        let script = format!(
+            "{p} 'alloc 1048576' >/dev/null; echo \"$VRAMTRACE_SOCKET\" > {f}; sleep 2",
+            p = probe.display(),
+            f = sock_file.display()
+        );
+        let running = job(&fc, &path, delay, &script).spawn().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let socket = loop {
+            let s = std::fs::read_to_string(&sock_file).unwrap_or_default();
+            if !s.trim().is_empty() || std::time::Instant::now() > deadline {
+                break s.trim().to_string();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let foreign = fc
+            .command("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&probe)
+            .args(["alloc 8388608"])
+            .env("LD_PRELOAD", shim())
+            .env("VRAMTRACE_SOCKET", &socket)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let run = wait_with_timeout(running, Duration::from_secs(60), "foreign");
+        assert!(
+            !socket.is_empty(),
+            "the job never said its socket: {}",
+            run.stderr
+        );
+        assert!(
+            foreign.status.success(),
+            "{}",
+            String::from_utf8_lossy(&foreign.stderr)
+        );
+        run.assert_success("the job");
+        let a = model::analyze(&path).unwrap();
+        // Only the job's own process; nothing of the other user's 8 MiB.
+        assert_eq!(
+            a.processes.len(),
+            1,
+            "delay {delay:?}: {:?}\n{}",
+            a.processes,
+            run.stderr
+        );
+        assert_eq!(a.devices[0].peak_bytes, 1 << 20);
+        // It did reach the collector, and was turned away (said once, with its user).
+        assert!(
+            run.stderr
+                .contains("(uid 65534): not a process of this job"),
+            "delay {delay:?}: {}",
+            run.stderr
+        );
+    }
 }
