@@ -6,7 +6,8 @@
 //! ahead (memory stays bounded), and the event buffers come back to it to be reused.
 
 use std::io::Read;
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver};
 use std::sync::Mutex;
 use std::thread;
 
@@ -34,8 +35,9 @@ const BATCH_EVENTS: usize = 16 << 10;
 const MAX_ITEMS: usize = 512;
 /// Batches the decoder may be ahead by.
 const AHEAD: usize = 4;
-/// Event buffers kept for reuse.
-const POOL: usize = 2 * AHEAD;
+/// The events' worth of buffers kept for reuse, all together (a buffer keeps the largest capacity it held, so
+/// the pool is bounded by capacity, not count): about what the batches in flight hold.
+const POOL_EVENTS: usize = 2 * AHEAD * BATCH_EVENTS;
 
 /// Reads `reader` to its end (or its first corrupt frame) on a scoped thread, handing each frame to `apply` in
 /// file order on the calling thread. Returns the reader, to say how it stopped. Without a thread to be had, it
@@ -45,8 +47,10 @@ pub(super) fn decode_ahead<R: Read + Send>(
     mut apply: impl FnMut(Entry),
 ) -> TraceReader<R> {
     let (tx, rx) = sync_channel::<Vec<Decoded>>(AHEAD);
-    // At most POOL buffers wait to be reused (the rest are dropped): a buffer keeps the largest capacity it held.
-    let (back_tx, back_rx) = sync_channel::<Vec<Event>>(POOL);
+    // Buffers to reuse, at most POOL_EVENTS of capacity in all (`pooled`); the rest are dropped.
+    let (back_tx, back_rx) = channel::<Vec<Event>>();
+    let pooled = AtomicUsize::new(0);
+    let pooled_ref = &pooled;
     // Taken by the decoder thread, or left for an inline decode if none could start.
     let cell = Mutex::new(Some(reader));
     let cell_ref = &cell;
@@ -59,7 +63,11 @@ pub(super) fn decode_ahead<R: Read + Send>(
             .name("vramtrace-decode".into())
             .spawn_scoped(s, move || {
                 let reader = cell_ref.lock().ok()?.take()?;
-                Some(decode(reader, Some(&back_rx), |b| tx.send(b).is_ok()))
+                let pool = Pool {
+                    rx: &back_rx,
+                    pooled: pooled_ref,
+                };
+                Some(decode(reader, Some(pool), |b| tx.send(b).is_ok()))
             });
         let Ok(decoder) = decoder else {
             return None;
@@ -69,7 +77,12 @@ pub(super) fn decode_ahead<R: Read + Send>(
                 match d {
                     Decoded::Events(pid, v) => {
                         apply(Entry::Events(pid, &v));
-                        let _ = back_tx.try_send(v);
+                        let cap = v.capacity();
+                        if pooled.fetch_add(cap, Ordering::Relaxed) + cap <= POOL_EVENTS {
+                            let _ = back_tx.send(v);
+                        } else {
+                            pooled.fetch_sub(cap, Ordering::Relaxed);
+                        }
                     }
                     Decoded::Record(r) => apply(Entry::Record(r)),
                     Decoded::Unknown => apply(Entry::Unknown),
@@ -100,18 +113,34 @@ pub(super) fn decode_ahead<R: Read + Send>(
     })
 }
 
+/// Event buffers handed back by the replay, to reuse.
+struct Pool<'a> {
+    rx: &'a Receiver<Vec<Event>>,
+    /// The capacity, in events, of the buffers waiting in `rx`.
+    pooled: &'a AtomicUsize,
+}
+
 /// Decodes frames into batches for `sink` (false: stop) until the end or a corrupt frame, which the reader is
 /// told of. `back`: event buffers to reuse.
 fn decode<R: Read>(
     mut reader: TraceReader<R>,
-    back: Option<&Receiver<Vec<Event>>>,
+    back: Option<Pool>,
     mut sink: impl FnMut(Vec<Decoded>) -> bool,
 ) -> TraceReader<R> {
     let mut batch = Vec::with_capacity(MAX_ITEMS);
     let mut events = 0usize;
     while let Some((k, payload)) = reader.next_frame() {
         let d = if k == kind::EVENTS || k == kind::EVENTS_STACKS {
-            let mut v = back.and_then(|b| b.try_recv().ok()).unwrap_or_default();
+            let mut v = match back
+                .as_ref()
+                .and_then(|b| b.rx.try_recv().ok().map(|v| (b, v)))
+            {
+                Some((b, v)) => {
+                    b.pooled.fetch_sub(v.capacity(), Ordering::Relaxed);
+                    v
+                }
+                None => Vec::new(),
+            };
             v.clear();
             match codec::decode_events_of(k, payload, &mut v) {
                 Ok(pid) => {
