@@ -176,13 +176,16 @@ pub(crate) fn spawn_acceptor(
                 loop {
                     match listener.accept() {
                         Ok((stream, _)) => {
-                            let parent_must_be = match peer_of_job(&stream, me, uid, &conns) {
+                            let gone = match peer_of_job(&stream, me, uid, &conns) {
                                 Peer::Job => None,
-                                Peer::Gone(uid) => Some((me, uid)),
+                                Peer::Gone(uid) => Some(GonePeer {
+                                    me,
+                                    uid,
+                                    conns: conns.clone(),
+                                }),
                                 Peer::NotJob => continue,
                             };
-                            all_announced &=
-                                take(stream, &trace, &conns, hangups.as_deref(), parent_must_be);
+                            all_announced &= take(stream, &trace, &conns, hangups.as_deref(), gone);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(_) => {
@@ -233,15 +236,14 @@ fn take(
     trace: &Arc<Mutex<TraceWriter>>,
     conns: &Arc<Connections>,
     hangups: Option<&Hangups>,
-    parent_must_be: Option<(u32, u32)>,
+    gone: Option<GonePeer>,
 ) -> bool {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_millis(20)));
     let closed_at = hangups.map(|h| h.watch_fd(stream.as_raw_fd()));
     let mut conn = Conn::new(stream);
     conn.closed_at = closed_at;
-    conn.parent_must_be = parent_must_be;
-    conn.refused = parent_must_be.map(|_| conns.clone());
+    conn.gone = gone;
     let deadline = Instant::now() + HELLO_WAIT;
     while conn.pid.is_none() && conn.open && Instant::now() < deadline {
         conn.pump(trace);
@@ -355,12 +357,16 @@ struct Conn {
     closed_at: Option<ClosedAt>,
     /// When the process was found gone, if it went on after closing its socket.
     gone_at: Option<u64>,
-    /// Set for a peer of another user that was gone before it was checked: its hello's parent must descend from
-    /// this pid (vramtrace's); and the peer's user.
-    parent_must_be: Option<(u32, u32)>,
-    /// The job's connections, for judging a peer on its hello (the pids vramtrace reaped) and counting it if
-    /// it is turned away.
-    refused: Option<Arc<Connections>>,
+    /// A peer of another user that was gone before it was checked: judged on its hello.
+    gone: Option<GonePeer>,
+}
+
+/// What judging a gone peer on its hello takes: vramtrace's pid (the hello's parent must descend from it, or
+/// have been reaped by it), the peer's user, and the job's connections (the pids reaped, the refusals counted).
+struct GonePeer {
+    me: u32,
+    uid: u32,
+    conns: Arc<Connections>,
 }
 
 const READ: usize = 256 << 10;
@@ -469,8 +475,7 @@ impl Conn {
             bad_ring: None,
             closed_at: None,
             gone_at: None,
-            parent_must_be: None,
-            refused: None,
+            gone: None,
         }
     }
 
@@ -586,17 +591,11 @@ impl Conn {
                         // Another user's process that was gone before it could be checked: it is of the job
                         // if the parent its hello names descends from vramtrace, or was reaped by it. Else
                         // nothing of it goes into the trace.
-                        if let Some((me, uid)) = self.parent_must_be.take() {
-                            let reaped = |p: u32| {
-                                self.refused
-                                    .as_ref()
-                                    .is_some_and(|c| c.reaped.lock().is_ok_and(|r| r.contains(&p)))
-                            };
-                            if !descends_from(h.ppid, me) && !reaped(h.ppid) {
-                                if let Some(c) = &self.refused {
-                                    if let Ok(mut r) = c.refused.lock() {
-                                        r.push((h.pid, uid));
-                                    }
+                        if let Some(g) = self.gone.take() {
+                            let reaped = g.conns.reaped.lock().is_ok_and(|r| r.contains(&h.ppid));
+                            if !descends_from(h.ppid, g.me) && !reaped {
+                                if let Ok(mut r) = g.conns.refused.lock() {
+                                    r.push((h.pid, g.uid));
                                 }
                                 self.open = false;
                                 return false;
