@@ -112,6 +112,33 @@ struct Cursor<'a> {
 impl<'a> Cursor<'a> {
     #[inline]
     fn varint(&mut self) -> Result<u64, DecodeError> {
+        // Most fields of an event are one byte (deltas of 0, flags, results), and most others fit in 4: those
+        // without a bounds check per byte.
+        if let Some(&[b0, b1, b2, b3]) = self.bytes.get(self.pos..self.pos + 4) {
+            if b0 < 0x80 {
+                self.pos += 1;
+                return Ok(b0 as u64);
+            }
+            let v = (b0 & 0x7f) as u64 | ((b1 & 0x7f) as u64) << 7;
+            if b1 < 0x80 {
+                self.pos += 2;
+                return Ok(v);
+            }
+            let v = v | ((b2 & 0x7f) as u64) << 14;
+            if b2 < 0x80 {
+                self.pos += 3;
+                return Ok(v);
+            }
+            if b3 < 0x80 {
+                self.pos += 4;
+                return Ok(v | (b3 as u64) << 21);
+            }
+        }
+        self.varint_slow()
+    }
+
+    #[cold]
+    fn varint_slow(&mut self) -> Result<u64, DecodeError> {
         let mut v: u64 = 0;
         let mut shift = 0u32;
         loop {
@@ -801,6 +828,46 @@ mod tests {
             decode_events(&huge, &mut Vec::new()),
             Err(DecodeError::Short)
         );
+    }
+
+    #[test]
+    fn varints_of_every_length_read_back_whether_or_not_bytes_follow() {
+        let mut values = vec![0u64, 1, u64::MAX, u64::MAX - 1];
+        for bits in 1..64 {
+            values.extend([(1u64 << bits) - 1, 1u64 << bits, (1u64 << bits) + 1]);
+        }
+        for v in values {
+            let mut b = Vec::new();
+            put_varint(&mut b, v);
+            let len = b.len();
+            // Alone (the careful path near a payload's end), and followed by other bytes (the quick path).
+            for tail in [&[][..], &[0x80, 0x80, 0x80, 0x01, 0x05][..]] {
+                let mut bytes = b.clone();
+                bytes.extend_from_slice(tail);
+                let mut c = Cursor {
+                    bytes: &bytes,
+                    pos: 0,
+                };
+                assert_eq!(c.varint(), Ok(v), "{v:#x} with {} bytes after", tail.len());
+                assert_eq!(c.pos, len, "{v:#x}");
+            }
+            // Cut short: an error, never a value.
+            for cut in 0..len {
+                let mut c = Cursor {
+                    bytes: &b[..cut],
+                    pos: 0,
+                };
+                assert_eq!(c.varint(), Err(DecodeError::Short), "{v:#x} cut at {cut}");
+            }
+        }
+        // Longer than a u64 can be, or a tenth byte above 1: refused.
+        for bad in [
+            &[0xffu8; 11][..],
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02][..],
+        ] {
+            let mut c = Cursor { bytes: bad, pos: 0 };
+            assert_eq!(c.varint(), Err(DecodeError::BadVarint));
+        }
     }
 
     #[test]
