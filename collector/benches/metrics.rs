@@ -3,10 +3,13 @@
 //!
 //! `cargo bench -p vramtrace --bench metrics` (plain std timing, no harness).
 //!
-//! 1. Ingest: the receivers' last step, `TraceWriter::write` of whole frames (4096 events a frame, as a ring's
-//!    drain writes them) of 8 processes' caching-allocator-like traffic, to a file: events/s without metrics,
-//!    and with a `Live` reading the same file behind the writer on its own thread (as `--metrics` runs it).
-//!    Runs alternate; medians of 7. The live reader's own rate is timed apart (it must keep up).
+//! 1. Ingest: the receivers' whole stage, as `receive.rs` runs it for every ring: drain the shared-memory ring
+//!    (the shim's slots), encode the events into frames of 4096, append the frames to the trace through a
+//!    `TraceWriter`. Eight processes' rings (caching-allocator-like traffic) are filled, untimed, then drained
+//!    in turn, timed; rounds until the events are all through. Events/s without metrics, and with a `Live`
+//!    reading the same file behind the writer on its own thread (as `--metrics` runs it). Runs alternate;
+//!    medians of 7. Then the writer's step alone (the page cache's speed, far above any ring's), and the live
+//!    reader's own rate (it must keep up).
 //! 2. Scrape: a job of 256 processes on 8 GPUs (2 each, 64 live buffers per process), served on loopback:
 //!    200 `GET /metrics` (OpenMetrics), median, 99th percentile and worst, with the body's size.
 //!
@@ -18,6 +21,7 @@ use std::time::{Duration, Instant};
 use vramtrace_collector::live::{self, JobLabels, Live};
 use vramtrace_collector::receive::TraceWriter;
 use vramtrace_format::codec::{encode_header, put_events, put_record};
+use vramtrace_format::ring::{self, Consumer, Item, Ring};
 use vramtrace_format::{Api, Event, Hello, Record, TraceHeader, NO_DEVICE};
 
 fn header() -> TraceHeader {
@@ -57,22 +61,17 @@ impl Rng {
     }
 }
 
-/// Frames of `procs` processes, `total` events in all, one frame of up to 4096 events per process in turn.
-fn frames(procs: u32, total: usize) -> Vec<Vec<u8>> {
+/// `total` events of `procs` processes' caching-allocator-like traffic (allocations of 64 KiB to 4 MiB, frees of
+/// a random live one, at most 2000 live), one run of up to 4096 events per process in turn: (pid, events).
+fn traffic(procs: u32, total: usize) -> Vec<(u32, Vec<Event>)> {
     let mut out = Vec::new();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut live: Vec<Vec<u64>> = vec![Vec::new(); procs as usize];
     let mut next = vec![0u64; procs as usize];
     let mut now = 1_000u64;
-    for p in 0..procs {
-        let mut b = Vec::new();
-        put_record(&mut b, &hello(100 + p, p));
-        out.push(b);
-    }
     let mut made = 0usize;
     while made < total {
         for p in 0..procs {
-            let pid = 100 + p;
             let mut batch = Vec::with_capacity(4096);
             for _ in 0..4096 {
                 now += 500;
@@ -112,22 +111,59 @@ fn frames(procs: u32, total: usize) -> Vec<Vec<u8>> {
                 };
                 batch.push(e);
             }
-            let mut b = Vec::new();
-            put_events(&mut b, pid, &batch);
-            out.push(b);
             made += batch.len();
+            out.push((100 + p, batch));
         }
     }
     out
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
+/// The processes' hellos, then their traffic as frames.
+fn frames(procs: u32, traffic: &[(u32, Vec<Event>)]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for p in 0..procs {
+        let mut b = Vec::new();
+        put_record(&mut b, &hello(100 + p, p));
+        out.push(b);
+    }
+    for (pid, batch) in traffic {
+        let mut b = Vec::new();
+        put_events(&mut b, *pid, batch);
+        out.push(b);
+    }
+    out
 }
 
-/// Writes every frame through a `TraceWriter` (with a live reader behind it when `metrics`): events/s.
-fn ingest(frames: &[Vec<u8>], events: usize, metrics: bool, dir: &std::path::Path) -> f64 {
+/// A process's ring, in memory of its own (the shim's is a shared mapping; the layout is the same).
+struct OwnedRing {
+    mem: *mut u8,
+    layout: std::alloc::Layout,
+    ring: Ring,
+}
+
+impl OwnedRing {
+    fn new(slots: u64, pid: u32) -> OwnedRing {
+        let layout = std::alloc::Layout::from_size_align(ring::bytes_for(slots), 4096).unwrap();
+        let mem = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!mem.is_null());
+        let ring = unsafe { Ring::init(mem, slots, pid, 0) };
+        OwnedRing { mem, layout, ring }
+    }
+}
+
+impl Drop for OwnedRing {
+    fn drop(&mut self) {
+        unsafe { std::alloc::dealloc(self.mem, self.layout) };
+    }
+}
+
+/// Slots per ring: 4 MiB a ring, as `VRAMTRACE_RING_BYTES` could make it; each round fills a ring to 60,000.
+const RING_SLOTS: u64 = 1 << 16;
+const PER_ROUND: usize = 60_000;
+
+/// The receivers' stage for every event of `traffic` (one ring per process; rings filled, untimed, then
+/// drained in turn, timed), with a live reader behind the writer when `metrics`: events/s.
+fn ingest(procs: u32, traffic: &[(u32, Vec<Event>)], metrics: bool, dir: &std::path::Path) -> f64 {
     let path = dir.join("bench.vtrace");
     let mut file = std::fs::File::create(&path).unwrap();
     let head = encode_header(&header());
@@ -144,24 +180,82 @@ fn ingest(frames: &[Vec<u8>], events: usize, metrics: bool, dir: &std::path::Pat
         let t = live.spawn();
         (live, t)
     });
-    let t0 = Instant::now();
-    for f in frames {
-        w.write(0, f);
+    for p in 0..procs {
+        let mut b = Vec::new();
+        put_record(&mut b, &hello(100 + p, p));
+        w.write(100 + p, &b);
     }
-    let s = t0.elapsed().as_secs_f64();
+    let rings: Vec<OwnedRing> = (0..procs)
+        .map(|p| OwnedRing::new(RING_SLOTS, 100 + p))
+        .collect();
+    let mut consumers: Vec<Consumer> = rings.iter().map(|r| Consumer::new(r.ring)).collect();
+    // Each process's events in order, and how far each has been put in its ring.
+    let mut per: Vec<Vec<Event>> = vec![Vec::new(); procs as usize];
+    for (pid, batch) in traffic {
+        per[(pid - 100) as usize].extend_from_slice(batch);
+    }
+    let mut at = vec![0usize; procs as usize];
+    let (mut batch, mut out) = (Vec::with_capacity(4096), Vec::with_capacity(1 << 20));
+    let mut timed = Duration::ZERO;
+    while at.iter().zip(&per).any(|(a, p)| *a < p.len()) {
+        for (i, r) in rings.iter().enumerate() {
+            let end = (at[i] + PER_ROUND).min(per[i].len());
+            for e in &per[i][at[i]..end] {
+                assert!(r.ring.try_event(e), "the ring holds a round");
+            }
+            at[i] = end;
+        }
+        let t0 = Instant::now();
+        for (i, c) in consumers.iter_mut().enumerate() {
+            let pid = 100 + i as u32;
+            c.drain(false, |item| {
+                if let Item::Event(e) = item {
+                    batch.push(e);
+                    if batch.len() >= 4096 {
+                        put_events(&mut out, pid, &batch);
+                        batch.clear();
+                    }
+                }
+            });
+            if !batch.is_empty() {
+                put_events(&mut out, pid, &batch);
+                batch.clear();
+            }
+            w.write(pid, &out);
+            out.clear();
+        }
+        timed += t0.elapsed();
+    }
+    let events: u64 = per.iter().map(|p| p.len() as u64).sum();
     if let Some((live, t)) = reader {
         live.stop();
         if let Some(t) = t {
             t.thread().unpark();
             t.join().unwrap();
         }
-        // It kept up: a scrape now reads only what the last 100 ms left.
-        let t1 = Instant::now();
         let body = live.render();
         assert!(body.contains("vramtrace_allocations_total"));
-        let _ = t1.elapsed();
     }
-    events as f64 / s
+    events as f64 / timed.as_secs_f64()
+}
+
+/// The writer's step alone, frames already made: events/s (bounded by the page cache, not by any ring).
+fn write_only(frames: &[Vec<u8>], events: usize, dir: &std::path::Path) -> f64 {
+    let path = dir.join("bench-w.vtrace");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let head = encode_header(&header());
+    std::io::Write::write_all(&mut file, &head).unwrap();
+    let mut w = TraceWriter::new(file, head.len() as u64);
+    let t0 = Instant::now();
+    for f in frames {
+        w.write(0, f);
+    }
+    events as f64 / t0.elapsed().as_secs_f64()
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
 }
 
 fn main() {
@@ -169,8 +263,9 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(4_000_000);
-    let fr = frames(8, total);
-    let events = fr.len().saturating_sub(8) * 4096;
+    let tr = traffic(8, total);
+    let fr = frames(8, &tr);
+    let events: usize = tr.iter().map(|(_, b)| b.len()).sum();
     let bytes: usize = fr.iter().map(Vec::len).sum();
     let dir = std::env::temp_dir().join(format!("vramtrace-bench-metrics-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -179,11 +274,12 @@ fn main() {
         "## Ingest with and without --metrics ({events} events, {} MB of frames, 8 processes)",
         bytes >> 20
     );
+    println!("(rings drained into frames and written, as the receivers do)");
     let (mut off, mut on) = (Vec::new(), Vec::new());
-    ingest(&fr, events, false, &dir); // warm the page cache and the allocator
+    ingest(8, &tr, false, &dir); // warm the page cache and the allocator
     for _ in 0..7 {
-        off.push(ingest(&fr, events, false, &dir) / 1e6);
-        on.push(ingest(&fr, events, true, &dir) / 1e6);
+        off.push(ingest(8, &tr, false, &dir) / 1e6);
+        on.push(ingest(8, &tr, true, &dir) / 1e6);
     }
     let fmt = |v: &[f64]| {
         v.iter()
@@ -197,6 +293,13 @@ fn main() {
     println!(
         "median: {m_off:.1} vs {m_on:.1} M events/s: metrics cost {:.2}% of the ingest rate (target <= 1%)",
         (m_off - m_on) / m_off * 100.0
+    );
+    let mut w: Vec<f64> = (0..5)
+        .map(|_| write_only(&fr, events, &dir) / 1e6)
+        .collect();
+    println!(
+        "the writer's step alone (frames already made): {:.1} M events/s (median of 5)",
+        median(&mut w)
     );
     // The live reader's own rate, alone on a core: it must outrun the ingest.
     let all: Vec<u8> = fr.concat();
