@@ -9,6 +9,8 @@
 #   2. 256 processes starting under one cap: wall time with and without the cap
 #   3. collector ingest: cargo bench -p vramtrace --bench ingest (10M events)
 #   4. export: cargo bench -p vramtrace --bench export (10M events to Perfetto and memory_viz)
+#   5. live metrics: cargo bench -p vramtrace --bench metrics; 1c. the floor under one event (the clock and the
+#      ring alone): cargo bench -p vramtrace-shim --bench floor
 # Usage: scripts/bench.sh            (builds release first)
 #        VRAMTRACE_BENCH_BIN=DIR scripts/bench.sh
 #                                    (binaries built elsewhere, as scripts/gpu/prepare.sh --bench leaves them in
@@ -103,6 +105,13 @@ done
 echo
 echo "the capture adds at most $worst ns/pair for a repeated call chain (target <= 2000 at the median); an unseen"
 echo "chain pays libgcc's unwinder (about 100 ns a frame), which VRAMTRACE_STACK_MIN_BYTES keeps off small allocations"
+
+echo
+if [ -x "$R/bench-floor" ]; then
+    "$R/bench-floor" --bench
+elif [ -z "${VRAMTRACE_BENCH_BIN:-}" ]; then
+    cargo bench -p vramtrace-shim --bench floor --quiet 2>/dev/null
+fi
 
 echo
 echo "## 256 processes starting under one run (each: init, one alloc/free pair, exit)"

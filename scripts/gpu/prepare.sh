@@ -20,7 +20,7 @@ done
 if [ "${1:-}" = "--bench" ]; then
     cp "$target/bench_pairs" .gpu/
     # cargo names bench executables with a hash: take the newest of each.
-    cargo bench -p vramtrace --no-run --message-format=json 2>/dev/null |
+    cargo bench -p vramtrace -p vramtrace-shim --no-run --message-format=json 2>/dev/null |
         python3 -c '
 import json, sys
 for line in sys.stdin:
