@@ -1,7 +1,8 @@
 // Contexts torn down on the real driver (issue 10, item 6), for scripts/gpu/contexts.sh. Run under
 // `vramtrace run --cap 8GiB`: each step allocates 6 GiB, tears the context down, and allocates 6 GiB again,
 // which the cap must grant (the GPU holds nothing of the first). Also prints what the GPU itself says (free
-// bytes from cuMemGetInfo) around each teardown, and whether a cuMemCreate handle outlives a primary reset.
+// bytes from cuMemGetInfo) around each teardown, and whether a cuMemCreate handle outlives a primary reset. Last,
+// the legacy cuDevicePrimaryCtxRelease that cuGetProcAddress answers for version 7000.
 // Build: gcc -O2 -o contexts contexts.c -I$CUDA/include -lcuda   (CUDA 13: cuCtxCreate is cuCtxCreate_v4)
 #include <cuda.h>
 #include <stdio.h>
@@ -73,6 +74,27 @@ int main(void) {
     after = freemem();
     printf("RESULT vmm_gpu_freed_bytes_by_destroy=%lld\n", (long long)after - (long long)held);
     printf("RESULT vmm_release_after_destroy_rc=%d\n", (int)cuMemRelease(h));
+    // The legacy cuDevicePrimaryCtxRelease, as cuGetProcAddress answers it for version 7000 (PyTorch 2.11 asks
+    // that): its last release tears the primary context down like the _v2's.
+    check("legacy: cuCtxDestroy", cuCtxDestroy(ctx), CUDA_SUCCESS);
+    CUresult (*legacy_release)(CUdevice) = NULL;
+    check("legacy: cuGetProcAddress(cuDevicePrimaryCtxRelease, 7000)",
+          cuGetProcAddress("cuDevicePrimaryCtxRelease", (void **)&legacy_release, 7000, 0, NULL), CUDA_SUCCESS);
+    primary(dev);
+    check("legacy: 6 GiB in the primary context", cuMemAlloc(&p, 6 * GiB), CUDA_SUCCESS);
+    held = freemem();
+    releases = 0;
+    do {
+        r = legacy_release ? legacy_release(dev) : CUDA_ERROR_NOT_FOUND;
+        releases++;
+    } while (r == CUDA_SUCCESS && releases < 16);
+    active = 1;
+    cuDevicePrimaryCtxGetState(dev, &flags, &active);
+    primary(dev);
+    after = freemem();
+    printf("RESULT legacy_release_gpu_freed_bytes=%lld active_after=%d\n", (long long)after - (long long)held, active);
+    check("legacy: 6 GiB again under the 8 GiB cap", cuMemAlloc(&p, 6 * GiB), CUDA_SUCCESS);
+    check("legacy: 4 GiB more is past the cap", cuMemAlloc(&p, 4 * GiB), CUDA_ERROR_OUT_OF_MEMORY);
     printf("RESULT fails=%d start_free=%zu\n", fails, before);
     return fails != 0;
 }

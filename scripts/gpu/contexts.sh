@@ -14,8 +14,8 @@ cd "$W" || exit 0
 echo "--- bare (no vramtrace): what the driver does"
 ./contexts
 echo "--- under vramtrace run --cap 8GiB"
-timeout 120 "$VT" run -o ctx.vtrace --force --python-agent off --cap 8GiB -- ./contexts
-echo "rc=$?"
+timeout 120 "$VT" run -o ctx.vtrace --force --python-agent off --cap 8GiB -- ./contexts 2>&1 | tee ctx.out
+echo "rc=${PIPESTATUS[0]}"
 "$VT" report --json ctx.vtrace | python3 -c "
 import json, sys
 d = json.load(sys.stdin)
@@ -26,5 +26,6 @@ print('| device 0 peak (trace) |', d['devices'][0]['peak_bytes'], '|')
 print('| bytes freed by context teardown (trace) |', p['context_freed_bytes'], '|')
 print('| cap refusals |', p['cap_refusals'], '|')
 print('| live at end |', p['live_bytes_at_end'], '|')
-"
+print('| lines where the shim said it could not wrap a function (want 0) |', sys.argv[1], '|')
+" "$(grep -c 'does not know' ctx.out)"
 "$VT" report ctx.vtrace | tail -20

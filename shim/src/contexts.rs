@@ -111,11 +111,9 @@ pub unsafe fn destroy(ctx: CUcontext) -> CUresult {
     r
 }
 
-pub unsafe fn primary_reset(dev: CUdevice) -> CUresult {
-    let f = driver_fn!(
-        Sym::PrimaryCtxReset,
-        unsafe extern "C" fn(CUdevice) -> CUresult
-    );
+/// `cuDevicePrimaryCtxReset`, `sym` saying which of its versions the caller reached.
+pub unsafe fn primary_reset(sym: Sym, dev: CUdevice) -> CUresult {
+    let f = driver_fn!(sym, unsafe extern "C" fn(CUdevice) -> CUresult);
     let r = f(dev);
     if r == CUDA_SUCCESS {
         if let Some(d) = device_index(dev) {
@@ -125,11 +123,9 @@ pub unsafe fn primary_reset(dev: CUdevice) -> CUresult {
     r
 }
 
-pub unsafe fn primary_release(dev: CUdevice) -> CUresult {
-    let f = driver_fn!(
-        Sym::PrimaryCtxRelease,
-        unsafe extern "C" fn(CUdevice) -> CUresult
-    );
+/// `cuDevicePrimaryCtxRelease`, `sym` saying which of its versions the caller reached.
+pub unsafe fn primary_release(sym: Sym, dev: CUdevice) -> CUresult {
+    let f = driver_fn!(sym, unsafe extern "C" fn(CUdevice) -> CUresult);
     let r = f(dev);
     if r == CUDA_SUCCESS {
         if let Some(d) = device_index(dev) {

@@ -46,6 +46,10 @@ pub enum Sym {
     CtxDestroy,
     PrimaryCtxReset,
     PrimaryCtxRelease,
+    /// The legacy (CUDA 7.0 ABI) `cuDevicePrimaryCtxReset`/`Release`: `cuGetProcAddress` answers them to a caller
+    /// asking for that version (PyTorch 2.11 asks for `cuDevicePrimaryCtxRelease` at 7000).
+    PrimaryCtxResetV1,
+    PrimaryCtxReleaseV1,
     // Called, never wrapped:
     CtxGetDevice,
     DeviceGet,
@@ -91,6 +95,8 @@ const ALL: [Sym; COUNT] = [
     Sym::CtxDestroy,
     Sym::PrimaryCtxReset,
     Sym::PrimaryCtxRelease,
+    Sym::PrimaryCtxResetV1,
+    Sym::PrimaryCtxReleaseV1,
     Sym::CtxGetDevice,
     Sym::DeviceGet,
     Sym::DeviceGetCount,
@@ -133,6 +139,8 @@ const NAMES: [&CStr; COUNT] = [
     c"cuCtxDestroy_v2",
     c"cuDevicePrimaryCtxReset_v2",
     c"cuDevicePrimaryCtxRelease_v2",
+    c"cuDevicePrimaryCtxReset",
+    c"cuDevicePrimaryCtxRelease",
     c"cuCtxGetDevice",
     c"cuDeviceGet",
     c"cuDeviceGetCount",
@@ -195,6 +203,8 @@ fn wrapper(f: Sym) -> *mut c_void {
         Sym::CtxDestroy => x::cuCtxDestroy_v2 as *const (),
         Sym::PrimaryCtxReset => x::cuDevicePrimaryCtxReset_v2 as *const (),
         Sym::PrimaryCtxRelease => x::cuDevicePrimaryCtxRelease_v2 as *const (),
+        Sym::PrimaryCtxResetV1 => x::cuDevicePrimaryCtxReset as *const (),
+        Sym::PrimaryCtxReleaseV1 => x::cuDevicePrimaryCtxRelease as *const (),
         Sym::CtxGetDevice
         | Sym::DeviceGet
         | Sym::DeviceGetCount

@@ -156,12 +156,22 @@ pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
-    contexts::primary_reset(dev)
+    contexts::primary_reset(Sym::PrimaryCtxReset, dev)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
-    contexts::primary_release(dev)
+    contexts::primary_release(Sym::PrimaryCtxRelease, dev)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset(dev: CUdevice) -> CUresult {
+    contexts::primary_reset(Sym::PrimaryCtxResetV1, dev)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
+    contexts::primary_release(Sym::PrimaryCtxReleaseV1, dev)
 }
 
 #[no_mangle]

@@ -704,13 +704,20 @@ pub unsafe fn get_proc_address(
             *pfn = swapped;
         } else if !symbol.is_null() && driver::is_tracked_base(CStr::from_ptr(symbol)) {
             let name = CStr::from_ptr(symbol);
-            // Under a cap the user must hear it: memory allocated through that function escapes the cap.
+            // Under a cap the user must hear it, with what it costs: memory allocated through that function
+            // escapes the cap; a context torn down through it keeps its memory counted.
             if cap::get().is_some() && !BYPASS_SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
             {
+                let cost = if name.to_bytes().starts_with(b"cuCtx")
+                    || name.to_bytes().starts_with(b"cuDevicePrimaryCtx")
+                {
+                    "a context torn down through it is not seen, and what it held stays counted against the cap"
+                } else {
+                    "memory allocated through it is not capped"
+                };
                 cap::warn_line(format_args!(
                     "cuGetProcAddress({name:?}, version {version}) answered a function vramtrace does not \
-                     know (a legacy entry point, or a layer between the program and the driver): memory \
-                     allocated through it is not capped"
+                     know (a legacy entry point, or a layer between the program and the driver): {cost}"
                 ));
             }
             crate::debug!(

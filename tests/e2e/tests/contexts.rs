@@ -76,3 +76,61 @@ fn the_last_context_destroyed_frees_it_and_a_context_beside_another_is_said() {
     assert_eq!(a.device(0).unwrap().peak_bytes, 6 << 20);
     assert_eq!(a.processes[0].context_freed_bytes, 6 << 20);
 }
+
+/// PyTorch 2.11 asks `cuGetProcAddress` for `cuDevicePrimaryCtxRelease` at version 7000 and gets the legacy
+/// function, not `_v2`. The shim wraps the legacy release and reset too: a teardown through them gives the
+/// context's memory back to the cap and the trace, and nothing is said on the program's stderr.
+#[test]
+fn the_legacy_primary_context_functions_that_old_versions_get_are_seen_too() {
+    for cmd in ["ctxrelease7", "ctxreset7"] {
+        let fc = FakeCuda::new().with_state();
+        let path = fc.dir().join(format!("{cmd}.vtrace"));
+        let r = fc.run(
+            vramtrace(),
+            &[
+                "run".as_ref(),
+                "--python-agent".as_ref(),
+                "off".as_ref(),
+                "--cap".as_ref(),
+                "8MiB".as_ref(),
+                "--out".as_ref(),
+                path.as_os_str(),
+                "--".as_ref(),
+                program("probe").as_os_str(),
+                "alloc 6291456".as_ref(),
+                format!("{cmd} 0").as_ref(),
+                "device 0".as_ref(),
+                "alloc 6291456".as_ref(),
+                "alloc 4194304".as_ref(),
+            ],
+        );
+        let answers: Vec<&str> = r.stdout.lines().skip(1).collect();
+        assert_eq!(answers.len(), 5, "{cmd}: {}", r.stdout);
+        assert!(answers[0].starts_with("0 "), "{cmd}: {answers:?}");
+        assert_eq!(
+            answers[1], "0",
+            "{cmd}: the legacy function ran: {answers:?}"
+        );
+        assert!(
+            answers[3].starts_with("0 "),
+            "{cmd}: the cap still counted the torn-down context's 6 MiB: {answers:?}"
+        );
+        assert!(
+            answers[4].starts_with("2 "),
+            "{cmd}: and it still caps: {answers:?}"
+        );
+        assert!(
+            !r.stderr.contains("does not know"),
+            "{cmd}: the shim said it could not wrap the function:\n{}",
+            r.stderr
+        );
+        assert_eq!(read_trace(&path).contexts_gone.len(), 1, "{cmd}");
+        let a = model::analyze(&path).unwrap();
+        assert_eq!(
+            a.device(0).unwrap().peak_bytes,
+            6 << 20,
+            "{cmd}: never 12 MiB at once"
+        );
+        assert_eq!(a.processes[0].context_freed_bytes, 6 << 20, "{cmd}");
+    }
+}

@@ -17,6 +17,9 @@
 //! device <n>             -> <rc>               make device n's primary context current
 //! ctxreset <n>           -> <rc>               cuDevicePrimaryCtxReset_v2 (frees what was allocated in it)
 //! ctxrelease <n>         -> <rc>               cuDevicePrimaryCtxRelease_v2
+//! ctxrelease7 <n>        -> <rc>               cuDevicePrimaryCtxRelease as cuGetProcAddress answers it for
+//!                                              version 7000 (the legacy function; PyTorch asks this)
+//! ctxreset7 <n>          -> <rc>               cuDevicePrimaryCtxReset likewise
 //! ctxcreate <n>          -> <rc> <ctx>         cuCtxCreate_v2 on device n (current from then on)
 //! ctxdestroy <ctx>       -> <rc>               cuCtxDestroy_v2
 //! fork <bytes>           -> <status> <pid>     fork; the child re-initialises CUDA, allocates and frees
@@ -30,7 +33,7 @@
 //! kill                   -> (SIGKILLs itself)
 //! ```
 
-use std::ffi::{c_int, c_uint};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::io::{BufRead, Write};
 
 use vramtrace_test_programs::*;
@@ -142,6 +145,28 @@ impl Probe {
                         "{}",
                         self.f::<Rel>("cuDevicePrimaryCtxRelease_v2")(num(1) as c_int)
                     )
+                }
+                "ctxrelease7" | "ctxreset7" => {
+                    type GetProc = unsafe extern "C" fn(
+                        *const c_char,
+                        *mut *mut c_void,
+                        c_int,
+                        u64,
+                    ) -> CUresult;
+                    type Rel = unsafe extern "C" fn(c_int) -> CUresult;
+                    let name = if w[0] == "ctxrelease7" {
+                        c"cuDevicePrimaryCtxRelease"
+                    } else {
+                        c"cuDevicePrimaryCtxReset"
+                    };
+                    let mut p: *mut c_void = std::ptr::null_mut();
+                    let rc = self.f::<GetProc>("cuGetProcAddress")(name.as_ptr(), &mut p, 7000, 0);
+                    if rc != 0 || p.is_null() {
+                        format!("lookup {rc}")
+                    } else {
+                        let f: Rel = std::mem::transmute::<*mut c_void, Rel>(p);
+                        format!("{}", f(num(1) as c_int))
+                    }
                 }
                 "ctxcreate" => {
                     type CtxCreate =
