@@ -202,7 +202,7 @@ impl State {
                     }
                     return;
                 }
-                let d = if e.device == NO_DEVICE { 0 } else { e.device };
+                let d = e.device;
                 self.allocations += 1;
                 let map = if eff == Effect::CreateHandle {
                     &mut p.handles
@@ -211,10 +211,17 @@ impl State {
                 };
                 if let Some((od, os)) = map.insert(e.addr, (d, e.size)) {
                     // Its free was not recorded: the newer allocation replaces it.
-                    let pd = p.dev.entry(od).or_default();
-                    pd.live = pd.live.saturating_sub(os);
-                    let dv = self.dev(od);
-                    dv.used = dv.used.saturating_sub(os);
+                    if od != NO_DEVICE {
+                        let pd = p.dev.entry(od).or_default();
+                        pd.live = pd.live.saturating_sub(os);
+                        let dv = self.dev(od);
+                        dv.used = dv.used.saturating_sub(os);
+                    }
+                }
+                // On no GPU (`cuMemCreate` with a host location: NCCL's host buffers): not GPU memory, in no
+                // GPU's series.
+                if d == NO_DEVICE {
+                    return;
                 }
                 let pd = p.dev.entry(d).or_default();
                 pd.live += e.size;
@@ -233,7 +240,7 @@ impl State {
                 } else {
                     &mut p.ptrs
                 };
-                if let Some((d, size)) = map.remove(&e.addr) {
+                if let Some((d, size)) = map.remove(&e.addr).filter(|(d, _)| *d != NO_DEVICE) {
                     if let Some(pd) = p.dev.get_mut(&d) {
                         pd.live = pd.live.saturating_sub(size);
                     }
@@ -768,6 +775,39 @@ mod tests {
         let text = s.render(&JobLabels::default());
         assert!(!text.contains("pid=\"10\""), "{text}");
         assert!(text.contains("pid=\"11\""), "{text}");
+    }
+
+    /// NCCL makes host buffers with `cuMemCreate` and a host location: the shim records them on no device.
+    /// They are no GPU's memory: no GPU's series moves, and no series names a GPU that does not exist.
+    #[test]
+    fn memory_on_no_gpu_is_in_no_gpu_series() {
+        let mut s = State::default();
+        let mut b = Vec::new();
+        codec::put_record(&mut b, &hello(10, Some(0)));
+        codec::put_events(
+            &mut b,
+            10,
+            &[
+                ev(Api::MemAlloc, 0, 0x1000, 100),
+                ev(Api::MemCreate, NO_DEVICE, 9, 2 << 20),
+            ],
+        );
+        s.feed(&b);
+        assert_eq!(s.device_used(0), 100);
+        let text = s.render(&JobLabels::default());
+        assert!(!text.contains(&NO_DEVICE.to_string()), "{text}");
+        assert!(
+            !text.contains("gpu=\"0\",uuid=\"\",pid=\"10\",rank=\"0\"} 2097252"),
+            "{text}"
+        );
+        let mut b = Vec::new();
+        codec::put_events(&mut b, 10, &[ev(Api::MemRelease, NO_DEVICE, 9, 0)]);
+        s.feed(&b);
+        assert_eq!(
+            s.device_used(0),
+            100,
+            "its release takes nothing from GPU 0"
+        );
     }
 
     #[test]

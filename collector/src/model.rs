@@ -125,8 +125,11 @@ impl Ended {
 /// One device's totals, summed over processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceStats {
-    /// Device ordinal; `None` for allocations whose device the shim could not tell.
+    /// Device ordinal; `None` for allocations on no GPU the shim could tell.
     pub device: Option<u32>,
+    /// On no GPU at all: `device` is `None` and every allocation was a `cuMemCreate` with a host location
+    /// (NCCL's host buffers). Not GPU memory: left out of the job's sums of device peaks.
+    pub on_host: bool,
     /// The most bytes in use at once, all processes together.
     pub peak_bytes: u64,
     /// When `peak_bytes` was first reached.

@@ -201,3 +201,101 @@ fn summary_names_peaks_processes_and_leaks() {
          live at end (never freed before the process ended): 1.50 GiB in 3 allocations\n"
     );
 }
+
+/// NCCL makes pinned host buffers with `cuMemCreate` and a host location: the shim records them on no device.
+/// The report calls them host memory, not an unknown GPU, and leaves them out of the job's sums of GPU peaks;
+/// memory on no known device that is not all `cuMemCreate` stays an unknown GPU's.
+#[test]
+fn host_memory_from_cu_mem_create_is_no_gpu_and_not_summed() {
+    use vramtrace_format::{Api, NO_DEVICE};
+    let dir = TempDir::new("host-memory");
+    let mut a = node_trace(
+        "node-a",
+        1_700_000_000_000_000_000,
+        5_000_000_000,
+        "42",
+        8 * MIB,
+    );
+    let shift = |mut e: vramtrace_format::Event| {
+        e.ts_ns = e.ts_ns - START + 5_000_000_000;
+        e
+    };
+    vramtrace_format::codec::put_record(
+        &mut a,
+        &events(
+            21,
+            vec![shift(ev(15, Api::MemCreate, NO_DEVICE, 0x77, 2 * MIB))],
+        ),
+    );
+    let a = dir.file("a.vtrace", &a);
+    let b = dir.file(
+        "b.vtrace",
+        &node_trace(
+            "node-b",
+            1_700_000_002_500_000_000,
+            900_000_000_000,
+            "42",
+            4 * MIB,
+        ),
+    );
+
+    let text = String::from_utf8(report(&a, false).stdout).unwrap();
+    assert!(text.contains("host memory  peak 2.00 MiB"), "{text}");
+    // The process's peak is of GPU memory: 12 MiB, not 14.
+    assert!(text.contains("12.00 MiB     6.00 MiB"), "{text}");
+    assert!(
+        text.contains("on no GPU: cuMemCreate with a host location"),
+        "{text}"
+    );
+    assert!(!text.contains("GPU ?"), "{text}");
+
+    python_check(
+        &report(&a, true).stdout,
+        r#"
+host = [x for x in d["devices"] if x["device"] is None]
+assert len(host) == 1 and host[0]["on_host"] is True and host[0]["peak_bytes"] == 2 << 20, d["devices"]
+assert all(x["on_host"] is False for x in d["devices"] if x["device"] is not None)
+"#,
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .args(["report", "--json"])
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    // node-a: 8 MiB then 4 more at once (12); node-b: 4 + 2 (6). The 2 MiB on the host are in neither.
+    python_check(
+        &out.stdout,
+        r#"
+j = d["job"]
+assert j["device_peaks_sum_bytes"] == 18 << 20, j
+assert [h["peak_bytes_sum"] for h in j["hosts"]] == [12 << 20, 6 << 20], j["hosts"]
+"#,
+    );
+
+    // On no known device but not a cuMemCreate (an allocation of a thread without a context): an unknown GPU.
+    let mut c = node_trace(
+        "node-c",
+        1_700_000_000_000_000_000,
+        5_000_000_000,
+        "42",
+        8 * MIB,
+    );
+    vramtrace_format::codec::put_record(
+        &mut c,
+        &events(
+            21,
+            vec![shift(ev(
+                15,
+                Api::MemAllocAsync,
+                NO_DEVICE,
+                0x7700,
+                2 * MIB,
+            ))],
+        ),
+    );
+    let c = dir.file("c.vtrace", &c);
+    let text = String::from_utf8(report(&c, false).stdout).unwrap();
+    assert!(text.contains("GPU ?  peak 2.00 MiB"), "{text}");
+    assert!(!text.contains("host memory"), "{text}");
+}

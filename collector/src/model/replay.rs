@@ -144,6 +144,8 @@ pub(super) struct Dev {
     pub(super) peak_t: Option<u64>,
     pub(super) live_end: u64,
     pub(super) allocations: u64,
+    /// Successful allocations other than `cuMemCreate` (on no device, those are on the host: see `on_host`).
+    pub(super) not_created: u64,
     pub(super) largest: u64,
     pub(super) info: Option<(u64, u64)>,
     pub(super) tl: TimelineBuilder,
@@ -424,6 +426,7 @@ impl<'t> Replay<'t> {
             peak_t: None,
             live_end: 0,
             allocations: 0,
+            not_created: 0,
             largest: 0,
             info: None,
             tl: TimelineBuilder::default(),
@@ -490,7 +493,10 @@ impl<'t> Replay<'t> {
                     self.take(s, &old, t);
                     self.tap_live(Change::Free, s, handle, e.addr, &old, t);
                 }
-                self.give(s, d, e.size, t, site);
+                self.give(s, d, e.size, t, site, handle);
+                if !handle {
+                    self.devs[d].not_created += 1;
+                }
                 if self.tap.is_some() {
                     self.tap_step(
                         Change::Alloc,
@@ -570,7 +576,9 @@ impl<'t> Replay<'t> {
     }
 
     #[inline]
-    pub(super) fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32) {
+    /// `size` bytes allocated on device `d` (a `cuMemCreate` handle when `handle`) by process `s`.
+    pub(super) fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32, handle: bool) {
+        let on_host = handle && self.devs[d].device == NO_DEVICE;
         let dv = &mut self.devs[d];
         if site != NO_SITE {
             let a = &mut self.cs.aggs[site as usize];
@@ -590,12 +598,15 @@ impl<'t> Replay<'t> {
         }
         dv.tl.set(t, dv.cur);
         let p = &mut self.procs[s];
-        p.cur = p.cur.saturating_add(size);
         p.s.allocations += 1;
         p.s.largest_allocation_bytes = p.s.largest_allocation_bytes.max(size);
-        if p.cur > p.s.peak_bytes {
-            p.s.peak_bytes = p.cur;
-            p.s.peak_time_ns = Some(t);
+        // A process's peak is of GPU memory: host memory (`cuMemCreate` with a host location) is only its device's.
+        if !on_host {
+            p.cur = p.cur.saturating_add(size);
+            if p.cur > p.s.peak_bytes {
+                p.s.peak_bytes = p.cur;
+                p.s.peak_time_ns = Some(t);
+            }
         }
         let pd = p.dev(d);
         pd.cur = pd.cur.saturating_add(size);
@@ -606,6 +617,7 @@ impl<'t> Replay<'t> {
     #[inline]
     pub(super) fn take(&mut self, s: usize, l: &Live, t: u64) {
         let d = l.dev as usize;
+        let on_host = l.api == Api::MemCreate && self.devs[d].device == NO_DEVICE;
         let dv = &mut self.devs[d];
         if l.site != NO_SITE {
             let a = &mut self.cs.aggs[l.site as usize];
@@ -616,7 +628,9 @@ impl<'t> Replay<'t> {
         dv.cur = dv.cur.saturating_sub(l.size);
         dv.tl.set(t, dv.cur);
         let p = &mut self.procs[s];
-        p.cur = p.cur.saturating_sub(l.size);
+        if !on_host {
+            p.cur = p.cur.saturating_sub(l.size);
+        }
         let pd = p.dev(d);
         pd.cur = pd.cur.saturating_sub(l.size);
     }
@@ -835,6 +849,7 @@ impl<'t> Replay<'t> {
             .into_iter()
             .map(|d| DeviceStats {
                 device: (d.device != NO_DEVICE).then_some(d.device),
+                on_host: d.device == NO_DEVICE && d.allocations > 0 && d.not_created == 0,
                 peak_bytes: d.peak,
                 peak_time_ns: d.peak_t,
                 live_bytes_at_end: d.live_end,
@@ -854,6 +869,7 @@ impl<'t> Replay<'t> {
                 Some(d) => d.framework = Some(f),
                 None => devices.push(DeviceStats {
                     device: Some(f.device),
+                    on_host: false,
                     peak_bytes: 0,
                     peak_time_ns: None,
                     live_bytes_at_end: 0,

@@ -511,7 +511,15 @@ impl Html {
         }
         let headroom = stats.and_then(crate::reporters::text::headroom_line);
         J::O(vec![
-            ("name", device_name(d.device).into()),
+            (
+                "name",
+                stats
+                    .map_or_else(
+                        || device_name(d.device),
+                        crate::reporters::text::device_label,
+                    )
+                    .into(),
+            ),
             ("device", d.device.into()),
             ("bucket_ns", d.s.width.into()),
             ("peak_bytes", stats.map(|s| s.peak_bytes).into()),

@@ -213,6 +213,7 @@ pub fn frame(f: &Frame) -> J {
 fn device(a: &Analysis, d: &DeviceStats) -> J {
     let mut m = vec![
         ("device", d.device.into()),
+        ("on_host", d.on_host.into()),
         // The trace's host: traces of several nodes merge (`report A B`), and a device is its host's.
         ("host", a.header.hostname.as_str().into()),
         ("peak_bytes", d.peak_bytes.into()),

@@ -331,6 +331,15 @@ pub fn device_name(device: Option<u32>) -> String {
     }
 }
 
+/// A device's name where its figures are at hand: memory on no GPU (host `cuMemCreate`) is `host memory`.
+pub fn device_label(d: &DeviceStats) -> String {
+    if d.on_host {
+        "host memory".to_string()
+    } else {
+        device_name(d.device)
+    }
+}
+
 /// `python train.py --lr 3e-4`: argv[0] without its directory, the rest as given.
 pub fn short_command(argv: &[String]) -> String {
     let mut it = argv.iter();
@@ -407,7 +416,7 @@ fn devices(o: &mut String, a: &Analysis) {
 }
 
 fn device(o: &mut String, a: &Analysis, d: &DeviceStats) {
-    let name = device_name(d.device);
+    let name = device_label(d);
     let pad = " ".repeat(name.len() + 2);
     match d.peak_time_ns {
         Some(t) => writeln!(
@@ -419,6 +428,13 @@ fn device(o: &mut String, a: &Analysis, d: &DeviceStats) {
         None => writeln!(o, "{name}  nothing allocated"),
     }
     .ok();
+    if d.on_host {
+        writeln!(
+            o,
+            "{pad}on no GPU: cuMemCreate with a host location (pinned host memory, e.g. NCCL's buffers)"
+        )
+        .ok();
+    }
     if d.allocations > 0 {
         writeln!(
             o,

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use crate::exit::{self, Code};
 use crate::model::{self, Analysis};
 use crate::reporters::json::{self, J};
-use crate::reporters::text::device_name;
+use crate::reporters::text::device_label;
 use crate::reporters::text::units::{bytes, count, secs};
 
 /// One trace of the job.
@@ -83,6 +83,15 @@ struct Totals {
     duration_ns: u64,
 }
 
+/// A trace's GPUs' peaks added up (memory on the host, `on_host`, is not GPU memory).
+fn gpu_peaks(a: &Analysis) -> u64 {
+    a.devices
+        .iter()
+        .filter(|d| !d.on_host)
+        .map(|d| d.peak_bytes)
+        .sum()
+}
+
 fn totals(ms: &[Member]) -> Totals {
     let sum = |f: &dyn Fn(&Analysis) -> u64| ms.iter().map(|m| f(&m.a)).sum::<u64>();
     Totals {
@@ -91,7 +100,8 @@ fn totals(ms: &[Member]) -> Totals {
         dropped: sum(&|a| a.dropped_events),
         allocations: sum(&|a| a.devices.iter().map(|d| d.allocations).sum()),
         ooms: sum(&|a| a.oom_records),
-        peak_sum: sum(&|a| a.devices.iter().map(|d| d.peak_bytes).sum()),
+        // GPU memory: what is on the host (`on_host`) is not.
+        peak_sum: sum(&|a| gpu_peaks(a)),
         duration_ns: ms
             .iter()
             .map(|m| m.offset_ns + m.a.duration_ns)
@@ -146,7 +156,7 @@ pub fn report_text(ms: &[Member]) -> String {
             writeln!(
                 o,
                 "    {} peak {} at {} ({} allocations)",
-                device_name(d.device),
+                device_label(d),
                 bytes(d.peak_bytes),
                 secs(m.offset_ns + d.peak_time_ns.unwrap_or(0)),
                 count(d.allocations)
@@ -164,7 +174,7 @@ pub fn report_text(ms: &[Member]) -> String {
     }
     writeln!(
         o,
-        "  job: {} processes, {} events, {} dropped, {} allocations, {} out-of-memory errors; its devices' peaks add up to {} over {}",
+        "  job: {} processes, {} events, {} dropped, {} allocations, {} out-of-memory errors; its GPUs' peaks add up to {} over {}",
         count(t.processes),
         count(t.events),
         count(t.dropped),
@@ -247,10 +257,7 @@ pub fn report_json(ms: &[Member]) -> String {
             ("start_unix_ns", m.a.header.start_unix_ns.into()),
             ("offset_ns", m.offset_ns.into()),
             ("processes", (m.a.processes.len() as u64).into()),
-            (
-                "peak_bytes_sum",
-                m.a.devices.iter().map(|d| d.peak_bytes).sum::<u64>().into(),
-            ),
+            ("peak_bytes_sum", gpu_peaks(&m.a).into()),
         ]));
         traces.push(full);
     }

@@ -12,7 +12,7 @@ use crate::exit::{self, Code};
 use crate::model::{self, Analysis};
 use crate::reporters::json;
 use crate::reporters::text::units::{bytes, count, secs};
-use crate::reporters::text::{device_name, render as render_text};
+use crate::reporters::text::{device_label, render as render_text};
 
 pub fn main(file: &Path, json: bool) -> Code {
     let a = match model::analyze(file) {
@@ -57,7 +57,7 @@ pub fn summary(a: &Analysis) -> String {
         writeln!(
             o,
             "{} peak {} at {} ({} allocations)",
-            device_name(d.device),
+            device_label(d),
             bytes(d.peak_bytes),
             secs(d.peak_time_ns.unwrap_or(0)),
             count(d.allocations)
