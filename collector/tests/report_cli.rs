@@ -220,11 +220,19 @@ fn host_memory_from_cu_mem_create_is_no_gpu_and_not_summed() {
         e.ts_ns = e.ts_ns - START + 5_000_000_000;
         e
     };
+    // With its call site: the section of call sites at each device's peak names it too.
+    vramtrace_format::codec::put_record(
+        &mut a,
+        &stack(21, 1, vec![], vec![py("train.py", "main", 22)]),
+    );
     vramtrace_format::codec::put_record(
         &mut a,
         &events(
             21,
-            vec![shift(ev(15, Api::MemCreate, NO_DEVICE, 0x77, 2 * MIB))],
+            vec![shift(with_stack(
+                ev(15, Api::MemCreate, NO_DEVICE, 0x77, 2 * MIB),
+                1,
+            ))],
         ),
     );
     let a = dir.file("a.vtrace", &a);

@@ -227,16 +227,14 @@ fn call_sites(o: &mut String, a: &Analysis) {
         )
         .ok();
         for d in &cs.at_peak {
-            let when = a
-                .devices
-                .iter()
-                .find(|x| x.device == d.device)
+            let stats = a.devices.iter().find(|x| x.device == d.device);
+            let when = stats
                 .and_then(|x| x.peak_time_ns)
                 .map_or(String::new(), |t| format!(" at {}", secs(t)));
             writeln!(
                 o,
                 "  {}  peak {}{when}",
-                device_name(d.device),
+                stats.map_or_else(|| device_name(d.device), device_label),
                 bytes(d.peak_bytes)
             )
             .ok();
