@@ -175,6 +175,8 @@ impl DeviceStats {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessDevice {
     pub device: Option<u32>,
+    /// Memory on the host (`cuMemCreate` with a host location), not a GPU's (see [`DeviceStats::on_host`]).
+    pub on_host: bool,
     pub peak_bytes: u64,
     pub live_bytes_at_end: u64,
     pub allocations: u64,
@@ -244,6 +246,8 @@ pub struct ProcessStats {
 pub struct LiveAlloc {
     pub pid: u32,
     pub device: Option<u32>,
+    /// Memory on the host (`cuMemCreate` with a host location), not a GPU's.
+    pub on_host: bool,
     pub api: Api,
     /// The `_ptsz` variant was called.
     pub ptsz: bool,
@@ -400,6 +404,9 @@ pub struct OomSnapshot {
     pub pid: u32,
     pub tid: u32,
     pub device: Option<u32>,
+    /// The request was for memory on the host (`cuMemCreate` with a host location), not on a GPU: the device
+    /// figures below are `None`.
+    pub on_host: bool,
     /// The failing entry point (`None`: a number this build does not know, in `api_code`).
     pub api: Option<Api>,
     pub api_code: u8,

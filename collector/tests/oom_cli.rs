@@ -242,3 +242,47 @@ print("ok")
     );
     assert_eq!(checked.trim(), "ok");
 }
+
+/// A failed `cuMemCreate` with a host location (pinned host memory ran out): the shim records it on no device,
+/// and shims before 2026-11-22 attached the current GPU's free and total to it. The post-mortem says host
+/// memory, never a GPU's cause from a GPU's figures (here they would read as 78 GiB held outside the job).
+#[test]
+fn a_host_memory_oom_is_host_memory_not_a_gpu_cause() {
+    use vramtrace_format::NO_DEVICE;
+    let d = TempDir::new("host-oom");
+    let mut failed = common::ev(20, Api::MemCreate, NO_DEVICE, 0, 4 * GIB);
+    failed.result = 2;
+    let mut rec = common::oom(11, 21, NO_DEVICE, 4 * GIB, GIB, false);
+    if let Record::Oom(o) = &mut rec {
+        o.api = Api::MemCreate as u8;
+    }
+    let f = d.file(
+        "t.vtrace",
+        &trace(&[
+            hello(11, 0),
+            events(11, vec![alloc(10, 0, 0xa000, GIB), failed]),
+            rec,
+            end(11, 30, EndKind::Goodbye),
+        ]),
+    );
+    let out = oom(&f, true);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    python_check(
+        &out.stdout,
+        r#"
+(o,) = d["ooms"]
+assert o["on_host"] is True and o["device"] is None, o
+assert o["cause"] == "host_memory" and o["cause_rule"] == "host_memory", (o["cause"], o["cause_rule"])
+assert o["device_free_bytes"] is None and o["device_total_bytes"] is None, o
+"#,
+    );
+    let t = text(&oom(&f, false).stdout);
+    assert!(t.contains("on host memory"), "{t}");
+    assert!(t.contains("pinned host memory ran out"), "{t}");
+    assert!(!t.contains("outside the job"), "{t}");
+    assert!(!t.contains("could not say how much memory was free"), "{t}");
+    assert!(
+        t.contains("FIGURES: none; the driver reports no free or total for host memory"),
+        "{t}"
+    );
+}

@@ -133,12 +133,12 @@ for p in d["processes"]:
               "largest_allocation_bytes", "live_bytes_at_end", "dropped_events", "ended"]:
         assert k in p, k
 assert p11["pid"] == 11 and p11["ended"] == "goodbye" and p11["end_ns"] == 50 * 10**6
-assert p11["per_device"] == [{"device": 0, "peak_bytes": 6979321856, "live_bytes_at_end": 512 << 20, "allocations": 2}]
+assert p11["per_device"] == [{"device": 0, "on_host": False, "peak_bytes": 6979321856, "live_bytes_at_end": 512 << 20, "allocations": 2}]
 assert p12["ended"] == "running" and p12["dropped_events"] == 5 and p12["unmatched_frees"] == 1
 assert p12["rank"] == 2 and p12["cmdline"] == ["/usr/bin/worker12", "--x"]
 live = d["live_at_end"]
 assert [l["bytes"] for l in live] == [1 << 30, 512 << 20, 3 << 20]
-assert live[0] == {"pid": 12, "device": 1, "api": "cuMemAlloc_v2", "ptsz": False, "address": 0xa000,
+assert live[0] == {"pid": 12, "device": 1, "on_host": False, "api": "cuMemAlloc_v2", "ptsz": False, "address": 0xa000,
                    "bytes": 1 << 30, "alloc_time_ns": 30 * 10**6, "age_ns": 1470 * 10**6}
 assert live[1]["age_ns"] == 39 * 10**6
 print("ok")
@@ -249,8 +249,8 @@ fn host_memory_from_cu_mem_create_is_no_gpu_and_not_summed() {
 
     let text = String::from_utf8(report(&a, false).stdout).unwrap();
     assert!(text.contains("host memory  peak 2.00 MiB"), "{text}");
-    // The process's peak is of GPU memory: 12 MiB, not 14.
-    assert!(text.contains("12.00 MiB     6.00 MiB"), "{text}");
+    // The process's figures are of GPU memory: peak 12 MiB (not 14), live at end 4 MiB (not 6).
+    assert!(text.contains("12.00 MiB     4.00 MiB"), "{text}");
     assert!(
         text.contains("on no GPU: cuMemCreate with a host location"),
         "{text}"
@@ -281,7 +281,8 @@ assert [h["peak_bytes_sum"] for h in j["hosts"]] == [12 << 20, 6 << 20], j["host
 "#,
     );
 
-    // On no known device but not a cuMemCreate (an allocation of a thread without a context): an unknown GPU.
+    // On no known device but not a cuMemCreate (an allocation of a thread without a context): an unknown GPU,
+    // kept apart from host memory in the same trace. A process holding only host memory has no GPU figures.
     let mut c = node_trace(
         "node-c",
         1_700_000_000_000_000_000,
@@ -289,21 +290,42 @@ assert [h["peak_bytes_sum"] for h in j["hosts"]] == [12 << 20, 6 << 20], j["host
         "42",
         8 * MIB,
     );
-    vramtrace_format::codec::put_record(
-        &mut c,
-        &events(
+    for r in [
+        events(
             21,
-            vec![shift(ev(
-                15,
-                Api::MemAllocAsync,
-                NO_DEVICE,
-                0x7700,
-                2 * MIB,
-            ))],
+            vec![
+                shift(ev(15, Api::MemAllocAsync, NO_DEVICE, 0x7700, 4 * MIB)),
+                shift(ev(16, Api::MemCreate, NO_DEVICE, 0x78, 2 * MIB)),
+            ],
         ),
-    );
+        {
+            let mut h = hello(22, 0);
+            if let Record::Hello(x) = &mut h {
+                x.ts_ns = x.ts_ns - START + 5_000_000_000;
+            }
+            h
+        },
+        events(
+            22,
+            vec![shift(ev(17, Api::MemCreate, NO_DEVICE, 0x79, 2 * MIB))],
+        ),
+    ] {
+        vramtrace_format::codec::put_record(&mut c, &r);
+    }
     let c = dir.file("c.vtrace", &c);
     let text = String::from_utf8(report(&c, false).stdout).unwrap();
-    assert!(text.contains("GPU ?  peak 2.00 MiB"), "{text}");
-    assert!(!text.contains("host memory"), "{text}");
+    assert!(text.contains("GPU ?  peak 4.00 MiB"), "{text}");
+    assert!(text.contains("host memory  peak 4.00 MiB"), "{text}");
+    python_check(
+        &report(&c, true).stdout,
+        r#"
+none = sorted((x["on_host"], x["peak_bytes"]) for x in d["devices"] if x["device"] is None)
+assert none == [(False, 4 << 20), (True, 4 << 20)], none
+p22 = [p for p in d["processes"] if p["pid"] == 22][0]
+assert p22["peak_bytes"] == 0 and p22["live_bytes_at_end"] == 0, p22
+assert [(x["device"], x["on_host"]) for x in p22["per_device"]] == [(None, True)], p22["per_device"]
+hosts = [l for l in d["live_at_end"] if l["on_host"]]
+assert sorted(l["pid"] for l in hosts) == [21, 22], d["live_at_end"]
+"#,
+    );
 }

@@ -29,6 +29,8 @@ pub enum Cause {
     RequestTooLarge,
     /// Memory held outside the job filled the device.
     External,
+    /// Pinned host memory (`cuMemCreate` with a host location) could not be had: not GPU memory.
+    HostMemory,
     /// The job's own allocations filled what the device could give.
     Pressure,
 }
@@ -43,6 +45,7 @@ impl Cause {
             Cause::RequestTooLarge => "request_too_large",
             Cause::External => "external",
             Cause::Pressure => "pressure",
+            Cause::HostMemory => "host_memory",
         }
     }
 
@@ -55,6 +58,7 @@ impl Cause {
             Cause::RequestTooLarge => "a request larger than the device or the cap",
             Cause::External => "memory held outside the job",
             Cause::Pressure => "memory pressure from the job itself",
+            Cause::HostMemory => "pinned host memory ran out (not GPU memory)",
         }
     }
 }
@@ -379,7 +383,18 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
         (short > 0 && cached >= short && sizeable && largest < req)
             .then_some((f, cached, largest, short))
     });
-    let (cause, rule, reason) = if let Some(l) = limit_alone.filter(|&l| req > l) {
+    let (cause, rule, reason) = if s.on_host {
+        (
+            Cause::HostMemory,
+            "host_memory",
+            format!(
+                "cuMemCreate asked for {} of pinned memory on the host (a host location, not a GPU) and the \
+                 driver could not give it: the host's memory, or its limit on locked memory, ran out; no \
+                 GPU's memory was the limit",
+                b(req)
+            ),
+        )
+    } else if let Some(l) = limit_alone.filter(|&l| req > l) {
         (
             Cause::RequestTooLarge,
             "request_exceeds_limit",
@@ -641,7 +656,8 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
             count: s.dropped_events,
         });
     }
-    if free.is_none() {
+    // Host memory has no driver figures to miss.
+    if free.is_none() && !s.on_host {
         findings.push(Finding::NoDriverFigures);
     }
 
@@ -729,6 +745,14 @@ fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<String> {
         .device
         .map_or("the GPU".to_string(), |d| format!("GPU {d}"));
     match d.cause {
+        Cause::HostMemory => {
+            v.push(format!(
+                "This was host memory ({} pinned through cuMemCreate with a host location): check the host's \
+                 free memory and the process's limit on locked memory (ulimit -l, a container's memory \
+                 limit). Freeing or capping GPU memory does not help here.",
+                b(s.requested_bytes)
+            ));
+        }
         Cause::RequestTooLarge => {
             let limit = if d
                 .cap_bytes

@@ -133,9 +133,23 @@ impl Replay<'_> {
             return;
         }
         let t = self.rel(ts);
-        let d = self.devs.iter().position(|x| x.device == o.device);
+        // A `cuMemCreate` on no device asked for host memory: its figures are the host device's, and the GPU
+        // figures the record may carry (shims before 2026-11-22 attached the current GPU's) describe another
+        // memory.
+        let on_host = o.api == Api::MemCreate as u8 && o.device == NO_DEVICE;
+        let key = if on_host {
+            super::replay::HOST_DEVICE
+        } else {
+            o.device
+        };
+        let d = self.devs.iter().position(|x| x.device == key);
         let device = (o.device != NO_DEVICE).then_some(o.device);
-        if let Some(d) = d {
+        let (device_free, device_total) = if on_host {
+            (None, None)
+        } else {
+            (o.device_free_bytes, o.device_total_bytes)
+        };
+        if let Some(d) = d.filter(|_| !on_host) {
             let dv = &mut self.devs[d];
             if let Some(total) = o.device_total_bytes {
                 dv.oom_total = Some(dv.oom_total.map_or(total, |x| x.max(total)));
@@ -166,7 +180,7 @@ impl Replay<'_> {
 
         // Processes.
         let devs = &self.devs;
-        let dev_of = |i: usize| (devs[i].device != NO_DEVICE).then_some(devs[i].device);
+        let dev_of = |i: usize| super::replay::ordinal(devs[i].device);
         let mut processes = Vec::new();
         let mut on_device = 0u64;
         for (i, p) in self.procs.iter().enumerate() {
@@ -334,8 +348,9 @@ impl Replay<'_> {
             requested_bytes: o.requested_bytes,
             result: o.result,
             request_site,
-            device_free_bytes: o.device_free_bytes,
-            device_total_bytes: o.device_total_bytes,
+            on_host,
+            device_free_bytes: device_free,
+            device_total_bytes: device_total,
             cap_bytes: o.cap_bytes,
             ledger_job_bytes: o.job_used_bytes,
             ledger_process_bytes: o.process_used_bytes,

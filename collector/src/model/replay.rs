@@ -144,8 +144,6 @@ pub(super) struct Dev {
     pub(super) peak_t: Option<u64>,
     pub(super) live_end: u64,
     pub(super) allocations: u64,
-    /// Successful allocations other than `cuMemCreate` (on no device, those are on the host: see `on_host`).
-    pub(super) not_created: u64,
     pub(super) largest: u64,
     pub(super) info: Option<(u64, u64)>,
     pub(super) tl: TimelineBuilder,
@@ -156,6 +154,16 @@ pub(super) struct Dev {
     pub(super) oom_cap: Option<u64>,
     /// New peaks reached so far (call-site aggregates compare it: see `callsites`).
     pub(super) peak_seq: u64,
+}
+
+/// The replay's device for memory on no GPU: `cuMemCreate` with a host location (the shim records it on no
+/// device). Kept apart from `NO_DEVICE` (a GPU the shim could not tell) so that neither is taken for the other.
+pub(super) const HOST_DEVICE: u32 = NO_DEVICE - 1;
+
+/// A replay device's ordinal for the reports: `None` for memory on no GPU or on a GPU the shim could not tell.
+#[inline]
+pub(super) fn ordinal(device: u32) -> Option<u32> {
+    (device != NO_DEVICE && device != HOST_DEVICE).then_some(device)
 }
 
 /// A framework out-of-memory record folds the driver's failed requests for the same error made this long
@@ -426,7 +434,6 @@ impl<'t> Replay<'t> {
             peak_t: None,
             live_end: 0,
             allocations: 0,
-            not_created: 0,
             largest: 0,
             info: None,
             tl: TimelineBuilder::default(),
@@ -443,9 +450,15 @@ impl<'t> Replay<'t> {
         let t = self.rel(e.ts_ns);
         match e.api.effect() {
             eff @ (Effect::AllocPtr | Effect::CreateHandle) => {
+                // A `cuMemCreate` on no device is memory on the host (the shim names only device locations).
+                let device = if eff == Effect::CreateHandle && e.device == NO_DEVICE {
+                    HOST_DEVICE
+                } else {
+                    e.device
+                };
                 if e.result != 0 {
                     if e.stack != 0 {
-                        let d = self.dev_index(e.device);
+                        let d = self.dev_index(device);
                         let site = self
                             .cs
                             .site_for(&mut self.procs[s].cs, s, e.stack, d as u16);
@@ -464,7 +477,7 @@ impl<'t> Replay<'t> {
                 if e.flags & flags::CAP_EXCEEDED != 0 {
                     self.procs[s].s.cap_exceeded += 1;
                 }
-                let d = self.dev_index(e.device);
+                let d = self.dev_index(device);
                 let site = if e.stack != 0 {
                     self.cs
                         .site_for(&mut self.procs[s].cs, s, e.stack, d as u16)
@@ -493,10 +506,7 @@ impl<'t> Replay<'t> {
                     self.take(s, &old, t);
                     self.tap_live(Change::Free, s, handle, e.addr, &old, t);
                 }
-                self.give(s, d, e.size, t, site, handle);
-                if !handle {
-                    self.devs[d].not_created += 1;
-                }
+                self.give(s, d, e.size, t, site);
                 if self.tap.is_some() {
                     self.tap_step(
                         Change::Alloc,
@@ -576,9 +586,9 @@ impl<'t> Replay<'t> {
     }
 
     #[inline]
-    /// `size` bytes allocated on device `d` (a `cuMemCreate` handle when `handle`) by process `s`.
-    pub(super) fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32, handle: bool) {
-        let on_host = handle && self.devs[d].device == NO_DEVICE;
+    /// `size` bytes allocated on device `d` by process `s`.
+    pub(super) fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32) {
+        let on_host = self.devs[d].device == HOST_DEVICE;
         let dv = &mut self.devs[d];
         if site != NO_SITE {
             let a = &mut self.cs.aggs[site as usize];
@@ -617,7 +627,7 @@ impl<'t> Replay<'t> {
     #[inline]
     pub(super) fn take(&mut self, s: usize, l: &Live, t: u64) {
         let d = l.dev as usize;
-        let on_host = l.api == Api::MemCreate && self.devs[d].device == NO_DEVICE;
+        let on_host = self.devs[d].device == HOST_DEVICE;
         let dv = &mut self.devs[d];
         if l.site != NO_SITE {
             let a = &mut self.cs.aggs[l.site as usize];
@@ -672,7 +682,7 @@ impl<'t> Replay<'t> {
         };
         let device = d.and_then(|d| {
             let dv = &self.devs[d];
-            (dv.device != NO_DEVICE).then_some(dv.device)
+            ordinal(dv.device)
         });
         let (device_bytes, process_device_bytes) = match d {
             Some(d) => (
@@ -720,7 +730,7 @@ impl<'t> Replay<'t> {
             t_ns: t,
             slot: s,
             process: &p.s,
-            device: (dv.device != NO_DEVICE).then_some(dv.device),
+            device: ordinal(dv.device),
             handle,
             addr,
             size,
@@ -755,9 +765,13 @@ impl<'t> Replay<'t> {
                 let a = &mut self.cs.aggs[l.site as usize];
                 a.live_end = a.live_end.saturating_add(l.size);
             }
+            let on_host = self.devs[l.dev as usize].device == HOST_DEVICE;
             let p = &mut self.procs[s];
-            p.s.live_bytes_at_end = p.s.live_bytes_at_end.saturating_add(l.size);
-            p.s.live_allocations_at_end += 1;
+            // A process's figures are of GPU memory, as its peak; host memory is in its device's (and listed).
+            if !on_host {
+                p.s.live_bytes_at_end = p.s.live_bytes_at_end.saturating_add(l.size);
+                p.s.live_allocations_at_end += 1;
+            }
             let pd = p.dev(l.dev as usize);
             pd.live_end = pd.live_end.saturating_add(l.size);
             let dv = &mut self.devs[l.dev as usize];
@@ -766,7 +780,8 @@ impl<'t> Replay<'t> {
             self.leak_bytes = self.leak_bytes.saturating_add(l.size);
             self.leaks.push(LiveAlloc {
                 pid,
-                device: (dv.device != NO_DEVICE).then_some(dv.device),
+                device: ordinal(dv.device),
+                on_host,
                 api: l.api,
                 ptsz: l.flags & flags::PTSZ != 0,
                 address: addr,
@@ -820,7 +835,7 @@ impl<'t> Replay<'t> {
         let fw = std::mem::take(&mut self.fw);
         let (mut fw_procs, fw_devs, bridge) = fw.finish(end);
         let devs = &self.devs;
-        let dev_of = |d: usize| (devs[d].device != NO_DEVICE).then_some(devs[d].device);
+        let dev_of = |d: usize| ordinal(devs[d].device);
         let processes: Vec<ProcessStats> = self
             .procs
             .iter()
@@ -835,6 +850,7 @@ impl<'t> Replay<'t> {
                     .filter(|(_, pd)| pd.allocations > 0)
                     .map(|(d, pd)| ProcessDevice {
                         device: dev_of(d),
+                        on_host: devs[d].device == HOST_DEVICE,
                         peak_bytes: pd.peak,
                         live_bytes_at_end: pd.live_end,
                         allocations: pd.allocations,
@@ -848,8 +864,8 @@ impl<'t> Replay<'t> {
             .devs
             .into_iter()
             .map(|d| DeviceStats {
-                device: (d.device != NO_DEVICE).then_some(d.device),
-                on_host: d.device == NO_DEVICE && d.allocations > 0 && d.not_created == 0,
+                device: ordinal(d.device),
+                on_host: d.device == HOST_DEVICE,
                 peak_bytes: d.peak,
                 peak_time_ns: d.peak_t,
                 live_bytes_at_end: d.live_end,

@@ -3,8 +3,6 @@
 
 use std::collections::HashMap;
 
-use vramtrace_format::NO_DEVICE;
-
 use super::replay::Replay;
 use crate::callsites::{self, Agg, CallSites, DeviceSites, SiteBytes, SITES_LISTED};
 use crate::symbols::Symbolizer;
@@ -56,7 +54,7 @@ impl Replay<'_> {
                 .collect();
             let listed = sites.iter().fold(0u64, |x, b| x.saturating_add(b.bytes));
             at_peak.push(DeviceSites {
-                device: (dv.device != NO_DEVICE).then_some(dv.device),
+                device: super::replay::ordinal(dv.device),
                 peak_bytes: dv.peak,
                 sites,
                 unlisted_bytes: total.saturating_sub(listed),
@@ -129,7 +127,7 @@ impl Replay<'_> {
             s.live_bytes_at_end = s.live_bytes_at_end.saturating_add(a.live_end);
             let dv = &devs[a.dev as usize];
             s.per_device.push(callsites::SiteDevice {
-                device: (dv.device != NO_DEVICE).then_some(dv.device),
+                device: super::replay::ordinal(dv.device),
                 allocations: a.allocations,
                 allocated_bytes: a.bytes,
                 peak_bytes: a.at_peak,

@@ -269,8 +269,17 @@ impl Html {
             .iter()
             .enumerate()
             .map(|(slot, p)| {
-                let devs: Vec<String> =
-                    p.per_device.iter().map(|d| device_name(d.device)).collect();
+                let devs: Vec<String> = p
+                    .per_device
+                    .iter()
+                    .map(|d| {
+                        if d.on_host {
+                            "host memory".to_string()
+                        } else {
+                            device_name(d.device)
+                        }
+                    })
+                    .collect();
                 J::O(vec![
                     ("slot", (slot as u64).into()),
                     ("pid", p.pid.into()),
@@ -340,7 +349,15 @@ impl Html {
             .map(|l| {
                 J::O(vec![
                     ("pid", l.pid.into()),
-                    ("device", device_name(l.device).into()),
+                    (
+                        "device",
+                        if l.on_host {
+                            "host memory".to_string()
+                        } else {
+                            device_name(l.device)
+                        }
+                        .into(),
+                    ),
                     ("api", l.api.name().into()),
                     ("bytes", l.bytes.into()),
                     ("alloc_time_ns", l.alloc_time_ns.into()),

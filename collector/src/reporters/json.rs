@@ -309,6 +309,7 @@ fn process(p: &ProcessStats) -> J {
                     .map(|d| {
                         J::O(vec![
                             ("device", d.device.into()),
+                            ("on_host", d.on_host.into()),
                             ("peak_bytes", d.peak_bytes.into()),
                             ("live_bytes_at_end", d.live_bytes_at_end.into()),
                             ("allocations", d.allocations.into()),
@@ -362,6 +363,7 @@ fn live(l: &LiveAlloc, call_sites: bool) -> J {
     let mut m = vec![
         ("pid", l.pid.into()),
         ("device", l.device.into()),
+        ("on_host", l.on_host.into()),
         ("api", l.api.name().into()),
         ("ptsz", l.ptsz.into()),
         ("address", l.address.into()),

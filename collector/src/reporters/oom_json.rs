@@ -327,6 +327,7 @@ fn oom(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> J {
         ("pid", s.pid.into()),
         ("tid", s.tid.into()),
         ("device", s.device.into()),
+        ("on_host", s.on_host.into()),
         ("api", api_label(s.api, s.api_code, false).into()),
         ("ptsz", s.ptsz.into()),
         ("cap_refused", s.cap_refused.into()),

@@ -87,6 +87,15 @@ pub fn api_label(api: Option<Api>, code: u8, ptsz: bool) -> String {
 }
 
 /// One out-of-memory event's part of the report (`n` its number), as `vramtrace oom` prints it.
+/// Where an out-of-memory event was: `GPU 0`, `GPU ?`, or `host memory` (a `cuMemCreate` on the host).
+pub fn oom_place(s: &OomSnapshot) -> String {
+    if s.on_host {
+        "host memory".to_string()
+    } else {
+        device_name(s.device)
+    }
+}
+
 pub fn event_text(a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize) -> String {
     let mut o = String::new();
     event(&mut o, a, s, d, n);
@@ -94,7 +103,7 @@ pub fn event_text(a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize) -> Str
 }
 
 fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize) {
-    let gpu = device_name(s.device);
+    let gpu = oom_place(s);
     writeln!(
         o,
         "OUT OF MEMORY {n} of {} on {gpu} at {}",
@@ -189,130 +198,140 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize)
     writeln!(o, "    Seen through {view}.").ok();
     o.push('\n');
 
-    writeln!(o, "  FIGURES ON {gpu}").ok();
-    let fig = |o: &mut String, name: &str, v: Option<u64>, note: &str| {
-        let v = v.map_or("unknown".to_string(), bytes);
-        let line = format!("    {name:<26}{v:>12}   {note}");
-        writeln!(o, "{}", line.trim_end()).ok();
-    };
-    fig(o, "requested", Some(s.requested_bytes), "");
-    fig(
-        o,
-        "device total",
-        s.device_total_bytes,
-        "the driver's, at the event",
-    );
-    fig(
-        o,
-        "device free",
-        s.device_free_bytes,
-        "the driver's, at the event",
-    );
-    match d.cap_bytes {
-        Some(c) => fig(
+    if s.on_host {
+        // Host memory: the driver gives no free or total for it, and the GPU figures do not apply.
+        writeln!(
             o,
-            "cap",
-            Some(c),
-            if s.cap_refused { "refused it" } else { "" },
-        ),
-        None => writeln!(o, "    {:<26}{:>12}", "cap", "none").map_or((), |_| ()),
-    }
-    let src = if d.job_live_source == "ledger" {
-        format!(
-            "the cap's ledger (the trace: {})",
-            bytes(s.job_live_trace_bytes)
+            "  FIGURES: none; the driver reports no free or total for host memory ({} asked for)",
+            bytes(s.requested_bytes)
         )
+        .ok();
     } else {
-        "the trace, all job processes".to_string()
-    };
-    fig(o, "job live", Some(d.job_live_bytes), &src);
-    if let Some(p) = s.ledger_process_bytes {
-        fig(
-            o,
-            "  this process",
-            Some(p),
-            "the cap's ledger, pid of the event",
-        );
-    }
-    fig(
-        o,
-        "outside the job",
-        d.outside_job_bytes,
-        "total - free - job live",
-    );
-    if d.outside_job_bytes.is_some() {
-        let n = s.job_processes_on_device;
-        fig(
-            o,
-            "  job contexts (estimate)",
-            Some(
-                d.context_estimate_bytes
-                    .min(d.outside_job_bytes.unwrap_or(0)),
-            ),
-            &format!(
-                "~{} x {n} job process{} on the device",
-                bytes(CONTEXT_ESTIMATE_BYTES),
-                if n == 1 { "" } else { "es" }
-            ),
-        );
-        fig(
-            o,
-            "  others (estimate)",
-            d.outside_excess_bytes,
-            "processes outside the job, libraries",
-        );
-    }
-    fig(o, "shortfall", d.shortfall_bytes, "requested - free");
-    fig(
-        o,
-        "freed async, last second",
-        Some(s.async_freed_recent_bytes),
-        "cuMemFreeAsync: a pool may still cache it",
-    );
-    fig(
-        o,
-        "job peak so far",
-        Some(s.job_peak_bytes),
-        &s.job_peak_time_ns
-            .map_or(String::new(), |t| format!("at {}", secs(t))),
-    );
-    fig(
-        o,
-        "needed",
-        Some(d.needed_bytes),
-        "max(peak, job live + requested)",
-    );
-    fig(
-        o,
-        "could give",
-        d.available_bytes,
-        "min(cap, free + job live)",
-    );
-    if let Some(f) = s.framework_figures {
-        let src = if fw.is_some() {
-            "at the error"
-        } else {
-            "last sample"
+        writeln!(o, "  FIGURES ON {gpu}").ok();
+        let fig = |o: &mut String, name: &str, v: Option<u64>, note: &str| {
+            let v = v.map_or("unknown".to_string(), bytes);
+            let line = format!("    {name:<26}{v:>12}   {note}");
+            writeln!(o, "{}", line.trim_end()).ok();
         };
-        fig(o, "allocated (tensors)", Some(f.allocated), src);
-        fig(o, "reserved (segments)", Some(f.reserved), src);
-        fig(o, "cached", Some(f.cached()), "reserved - allocated");
+        fig(o, "requested", Some(s.requested_bytes), "");
         fig(
             o,
-            "inactive split",
-            Some(f.inactive_split),
-            "free, in segments that cannot be released",
+            "device total",
+            s.device_total_bytes,
+            "the driver's, at the event",
         );
-        if let Some(l) = fw.and_then(|f| f.largest_free_block) {
-            fig(o, "largest free block", Some(l), "in the cache's segments");
+        fig(
+            o,
+            "device free",
+            s.device_free_bytes,
+            "the driver's, at the event",
+        );
+        match d.cap_bytes {
+            Some(c) => fig(
+                o,
+                "cap",
+                Some(c),
+                if s.cap_refused { "refused it" } else { "" },
+            ),
+            None => writeln!(o, "    {:<26}{:>12}", "cap", "none").map_or((), |_| ()),
         }
-        if let Some((al, _)) = s.framework_job {
+        let src = if d.job_live_source == "ledger" {
+            format!(
+                "the cap's ledger (the trace: {})",
+                bytes(s.job_live_trace_bytes)
+            )
+        } else {
+            "the trace, all job processes".to_string()
+        };
+        fig(o, "job live", Some(d.job_live_bytes), &src);
+        if let Some(p) = s.ledger_process_bytes {
             fig(
                 o,
-                "job allocated",
-                Some(al),
-                "all processes' tensors on the device",
+                "  this process",
+                Some(p),
+                "the cap's ledger, pid of the event",
             );
+        }
+        fig(
+            o,
+            "outside the job",
+            d.outside_job_bytes,
+            "total - free - job live",
+        );
+        if d.outside_job_bytes.is_some() {
+            let n = s.job_processes_on_device;
+            fig(
+                o,
+                "  job contexts (estimate)",
+                Some(
+                    d.context_estimate_bytes
+                        .min(d.outside_job_bytes.unwrap_or(0)),
+                ),
+                &format!(
+                    "~{} x {n} job process{} on the device",
+                    bytes(CONTEXT_ESTIMATE_BYTES),
+                    if n == 1 { "" } else { "es" }
+                ),
+            );
+            fig(
+                o,
+                "  others (estimate)",
+                d.outside_excess_bytes,
+                "processes outside the job, libraries",
+            );
+        }
+        fig(o, "shortfall", d.shortfall_bytes, "requested - free");
+        fig(
+            o,
+            "freed async, last second",
+            Some(s.async_freed_recent_bytes),
+            "cuMemFreeAsync: a pool may still cache it",
+        );
+        fig(
+            o,
+            "job peak so far",
+            Some(s.job_peak_bytes),
+            &s.job_peak_time_ns
+                .map_or(String::new(), |t| format!("at {}", secs(t))),
+        );
+        fig(
+            o,
+            "needed",
+            Some(d.needed_bytes),
+            "max(peak, job live + requested)",
+        );
+        fig(
+            o,
+            "could give",
+            d.available_bytes,
+            "min(cap, free + job live)",
+        );
+        if let Some(f) = s.framework_figures {
+            let src = if fw.is_some() {
+                "at the error"
+            } else {
+                "last sample"
+            };
+            fig(o, "allocated (tensors)", Some(f.allocated), src);
+            fig(o, "reserved (segments)", Some(f.reserved), src);
+            fig(o, "cached", Some(f.cached()), "reserved - allocated");
+            fig(
+                o,
+                "inactive split",
+                Some(f.inactive_split),
+                "free, in segments that cannot be released",
+            );
+            if let Some(l) = fw.and_then(|f| f.largest_free_block) {
+                fig(o, "largest free block", Some(l), "in the cache's segments");
+            }
+            if let Some((al, _)) = s.framework_job {
+                fig(
+                    o,
+                    "job allocated",
+                    Some(al),
+                    "all processes' tensors on the device",
+                );
+            }
         }
     }
     o.push('\n');
@@ -342,7 +361,7 @@ fn event_processes(o: &mut String, s: &OomSnapshot) {
     if s.processes.is_empty() {
         return;
     }
-    let gpu = device_name(s.device);
+    let gpu = oom_place(s);
     writeln!(o, "  PROCESSES AT THE EVENT (bytes live)").ok();
     let row = |pid: &str, rank: &str, cmd: &str, here: &str, all: &str| {
         format!("    {pid:>7}  {rank:>4}  {cmd:<30} {here:>12}  {all:>12}")
@@ -432,19 +451,14 @@ fn kept_tensors(o: &mut String, s: &OomSnapshot) {
 
 fn top_live(o: &mut String, a: &Analysis, s: &OomSnapshot) {
     if s.top_live.is_empty() {
-        writeln!(
-            o,
-            "  LARGEST LIVE ALLOCATIONS: none on {}\n",
-            device_name(s.device)
-        )
-        .ok();
+        writeln!(o, "  LARGEST LIVE ALLOCATIONS: none on {}\n", oom_place(s)).ok();
         return;
     }
     writeln!(
         o,
         "  LARGEST LIVE ALLOCATIONS ({} live on {})",
         count(s.live_count),
-        device_name(s.device)
+        oom_place(s)
     )
     .ok();
     let row = |size: &str, pid: &str, tid: &str, api: &str, addr: &str, age: &str| {
@@ -481,7 +495,7 @@ fn live_by_site(o: &mut String, a: &Analysis, s: &OomSnapshot) {
     writeln!(
         o,
         "  LIVE BY CALL SITE ON {} (where the live bytes were allocated)",
-        device_name(s.device)
+        oom_place(s)
     )
     .ok();
     for b in &s.by_site {
@@ -549,7 +563,7 @@ fn window(o: &mut String, s: &OomSnapshot, d: &Diagnosis) {
     writeln!(
         o,
         "  {} BEFORE THE EVENT, job bytes in use ({})",
-        device_name(s.device),
+        oom_place(s),
         beside.join(", ")
     )
     .ok();

@@ -606,7 +606,11 @@ fn live_at_end(o: &mut String, a: &Analysis) {
             row(
                 &bytes(l.bytes),
                 &l.pid.to_string(),
-                &l.device.map_or("?".to_string(), |d| d.to_string()),
+                &match (l.on_host, l.device) {
+                    (true, _) => "host".to_string(),
+                    (false, Some(d)) => d.to_string(),
+                    (false, None) => "?".to_string(),
+                },
                 &api_label(l),
                 &format!("{:#x}", l.address),
                 &secs(l.alloc_time_ns),

@@ -20,7 +20,6 @@ pub use crate::model::diagnose::{
 
 use crate::exit::{self, Code};
 use crate::model::{self, Analysis};
-use crate::reporters::text::device_name;
 use crate::reporters::text::units::{bytes, secs};
 use crate::reporters::{oom_json, oom_text};
 
@@ -78,7 +77,7 @@ pub fn summary(a: &Analysis) -> Option<String> {
     writeln!(
         o,
         "out of memory on {} at {}: pid {} asked {} for {}",
-        device_name(s.device),
+        crate::reporters::oom_text::oom_place(s),
         secs(s.time_ns),
         s.pid,
         oom_text::api_label(s.api, s.api_code, s.ptsz),
