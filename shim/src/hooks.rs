@@ -166,7 +166,9 @@ fn out_of_memory(api: Api, flag: u8, dev: u32, size: u64, result: CUresult) {
     let ts_ns = record::now();
     let (mut free, mut total) = (0usize, 0usize);
     let info = driver::real(Sym::MemGetInfo);
-    let known = !info.is_null()
+    // On no GPU (`cuMemCreate` of host memory): the current GPU's figures would describe another memory.
+    let known = dev != NO_DEVICE
+        && !info.is_null()
         && unsafe {
             std::mem::transmute::<
                 *mut c_void,
@@ -669,6 +671,27 @@ pub unsafe fn device_total_mem(bytes: *mut usize, dev: CUdevice) -> CUresult {
     r
 }
 
+/// What a tracked function the shim cannot wrap costs under a cap, for the line that says so.
+fn bypass_cost(name: &[u8]) -> &'static str {
+    let is = |p: &[u8]| name.starts_with(p);
+    if is(b"cuMemFree") || is(b"cuMemRelease") {
+        "memory freed through it stays counted against the cap"
+    } else if is(b"cuMemGetInfo") || is(b"cuDeviceTotalMem") {
+        "the program sees the GPU's own figures there, not the cap's"
+    } else if is(b"cuCtxCreate") {
+        "a context created through it is unknown to the cap, which may count another context's teardown as \
+         freeing this one's memory too"
+    } else if is(b"cuCtxDestroy") || is(b"cuDevicePrimaryCtx") {
+        "a context torn down through it is not seen, and what it held stays counted against the cap"
+    } else if is(b"cuMemMap") || is(b"cuMemUnmap") || is(b"cuMemAddress") {
+        "its address-space changes are not recorded"
+    } else if is(b"cuGetProcAddress") {
+        "functions found through it are not seen"
+    } else {
+        "memory allocated through it is not capped"
+    }
+}
+
 type GetProc4 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult;
 type GetProc5 =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
@@ -708,13 +731,7 @@ pub unsafe fn get_proc_address(
             // escapes the cap; a context torn down through it keeps its memory counted.
             if cap::get().is_some() && !BYPASS_SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
             {
-                let cost = if name.to_bytes().starts_with(b"cuCtx")
-                    || name.to_bytes().starts_with(b"cuDevicePrimaryCtx")
-                {
-                    "a context torn down through it is not seen, and what it held stays counted against the cap"
-                } else {
-                    "memory allocated through it is not capped"
-                };
+                let cost = bypass_cost(name.to_bytes());
                 cap::warn_line(format_args!(
                     "cuGetProcAddress({name:?}, version {version}) answered a function vramtrace does not \
                      know (a legacy entry point, or a layer between the program and the driver): {cost}"
@@ -727,4 +744,43 @@ pub unsafe fn get_proc_address(
         }
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bypass_cost;
+
+    /// The line said for an unwrapped function names what it really costs: an allocation escapes the cap, a
+    /// free or a teardown stays counted, a query shows the GPU's own figures.
+    #[test]
+    fn an_unwrapped_function_is_said_with_its_own_cost() {
+        for (name, says) in [
+            ("cuMemAlloc", "allocated through it is not capped"),
+            ("cuMemAllocAsync", "allocated through it is not capped"),
+            ("cuMemCreate", "allocated through it is not capped"),
+            ("cuMemFree", "freed through it stays counted"),
+            ("cuMemFreeAsync", "freed through it stays counted"),
+            ("cuMemRelease", "freed through it stays counted"),
+            ("cuMemGetInfo", "the GPU's own figures"),
+            ("cuDeviceTotalMem", "the GPU's own figures"),
+            ("cuCtxCreate", "created through it is unknown to the cap"),
+            ("cuCtxDestroy", "torn down through it is not seen"),
+            (
+                "cuDevicePrimaryCtxRelease",
+                "torn down through it is not seen",
+            ),
+            (
+                "cuDevicePrimaryCtxReset",
+                "torn down through it is not seen",
+            ),
+            ("cuMemMap", "address-space changes"),
+            ("cuMemAddressReserve", "address-space changes"),
+        ] {
+            assert!(
+                bypass_cost(name.as_bytes()).contains(says),
+                "{name}: {}",
+                bypass_cost(name.as_bytes())
+            );
+        }
+    }
 }
