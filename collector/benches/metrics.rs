@@ -162,8 +162,14 @@ const RING_SLOTS: u64 = 1 << 16;
 const PER_ROUND: usize = 60_000;
 
 /// The receivers' stage for every event of `traffic` (one ring per process; rings filled, untimed, then
-/// drained in turn, timed), with a live reader behind the writer when `metrics`: events/s.
-fn ingest(procs: u32, traffic: &[(u32, Vec<Event>)], metrics: bool, dir: &std::path::Path) -> f64 {
+/// drained in turn, timed), with a live reader behind the writer when `metrics`: events/s, and (with metrics)
+/// how long a scrape took right after the last write.
+fn ingest(
+    procs: u32,
+    traffic: &[(u32, Vec<Event>)],
+    metrics: bool,
+    dir: &std::path::Path,
+) -> (f64, Option<Duration>) {
     let path = dir.join("bench.vtrace");
     let mut file = std::fs::File::create(&path).unwrap();
     let head = encode_header(&header());
@@ -227,16 +233,21 @@ fn ingest(procs: u32, traffic: &[(u32, Vec<Event>)], metrics: bool, dir: &std::p
         timed += t0.elapsed();
     }
     let events: u64 = per.iter().map(|p| p.len() as u64).sum();
+    let mut lag = None;
     if let Some((live, t)) = reader {
+        // A scrape the moment ingest ends reads whatever the reader had not caught up with: how stale the
+        // metrics were, in the time it takes to catch up.
+        let t1 = Instant::now();
+        let body = live.render();
+        lag = Some(t1.elapsed());
+        assert!(body.contains("vramtrace_allocations_total"));
         live.stop();
         if let Some(t) = t {
             t.thread().unpark();
             t.join().unwrap();
         }
-        let body = live.render();
-        assert!(body.contains("vramtrace_allocations_total"));
     }
-    events as f64 / timed.as_secs_f64()
+    (events as f64 / timed.as_secs_f64(), lag)
 }
 
 /// The writer's step alone, frames already made: events/s (bounded by the page cache, not by any ring).
@@ -275,11 +286,13 @@ fn main() {
         bytes >> 20
     );
     println!("(rings drained into frames and written, as the receivers do)");
-    let (mut off, mut on) = (Vec::new(), Vec::new());
+    let (mut off, mut on, mut lags) = (Vec::new(), Vec::new(), Vec::new());
     ingest(8, &tr, false, &dir); // warm the page cache and the allocator
     for _ in 0..7 {
-        off.push(ingest(8, &tr, false, &dir) / 1e6);
-        on.push(ingest(8, &tr, true, &dir) / 1e6);
+        off.push(ingest(8, &tr, false, &dir).0 / 1e6);
+        let (rate, lag) = ingest(8, &tr, true, &dir);
+        on.push(rate / 1e6);
+        lags.extend(lag.map(|l| l.as_secs_f64() * 1e3));
     }
     let fmt = |v: &[f64]| {
         v.iter()
@@ -293,6 +306,12 @@ fn main() {
     println!(
         "median: {m_off:.1} vs {m_on:.1} M events/s: metrics cost {:.2}% of the ingest rate (target <= 1%)",
         (m_off - m_on) / m_off * 100.0
+    );
+    lags.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "a scrape right after the last write (the reader catching up first): median {:.1} ms, worst {:.1} ms",
+        lags[lags.len() / 2],
+        lags[lags.len() - 1]
     );
     let mut w: Vec<f64> = (0..5)
         .map(|_| write_only(&fr, events, &dir) / 1e6)
