@@ -247,6 +247,25 @@ fn host_memory_from_cu_mem_create_is_no_gpu_and_not_summed() {
         ),
     );
 
+    // The exports show GPU memory: the host memory is in no GPU's track or series, and none is named GPU ?.
+    for format in ["perfetto", "html"] {
+        let out = dir.0.join(format!("a.{format}"));
+        let o = export_several(&[&a], format, &out);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let bytes = std::fs::read(&out).unwrap();
+        let has = |s: &[u8]| bytes.windows(s.len()).any(|w| w == s);
+        assert!(has(b"GPU 0"), "{format}");
+        let at = bytes.windows(5).position(|w| w == b"GPU ?");
+        assert!(
+            at.is_none(),
+            "{format}: host memory was exported as an unknown GPU: {}",
+            String::from_utf8_lossy(
+                &bytes
+                    [at.unwrap_or(0).saturating_sub(300)..(at.unwrap_or(0) + 100).min(bytes.len())]
+            )
+        );
+    }
+
     let text = String::from_utf8(report(&a, false).stdout).unwrap();
     assert!(text.contains("host memory  peak 2.00 MiB"), "{text}");
     // The process's figures are of GPU memory: peak 12 MiB (not 14), live at end 4 MiB (not 6).

@@ -684,6 +684,7 @@ impl<'t> Replay<'t> {
             let dv = &self.devs[d];
             ordinal(dv.device)
         });
+        let on_host = d.is_some_and(|d| self.devs[d].device == HOST_DEVICE);
         let (device_bytes, process_device_bytes) = match d {
             Some(d) => (
                 self.devs[d].cur,
@@ -697,6 +698,7 @@ impl<'t> Replay<'t> {
             slot: s,
             process: &self.procs[s].s,
             device,
+            on_host,
             handle: false,
             addr: e.addr,
             size: e.size,
@@ -731,6 +733,7 @@ impl<'t> Replay<'t> {
             slot: s,
             process: &p.s,
             device: ordinal(dv.device),
+            on_host: dv.device == HOST_DEVICE,
             handle,
             addr,
             size,

@@ -31,6 +31,8 @@ pub struct Step<'a> {
     pub slot: usize,
     pub process: &'a ProcessStats,
     pub device: Option<u32>,
+    /// Pinned host memory (`cuMemCreate` with a host location; `device` is `None`), not a GPU's.
+    pub on_host: bool,
     /// The address is a `cuMemCreate` handle, not a pointer.
     pub handle: bool,
     pub addr: u64,

@@ -306,8 +306,12 @@ impl Html {
             .at_peak
             .iter()
             .map(|d| {
+                let name = a.devices.iter().find(|x| x.device == d.device).map_or_else(
+                    || device_name(d.device),
+                    crate::reporters::text::device_label,
+                );
                 J::O(vec![
-                    ("device", device_name(d.device).into()),
+                    ("device", name.into()),
                     ("peak_bytes", d.peak_bytes.into()),
                     (
                         "sites",
@@ -632,6 +636,10 @@ impl Tap for Html {
 
     #[inline]
     fn step(&mut self, s: &Step) {
+        // GPU memory only: pinned host memory would share the unknown GPU's series (the report lists it).
+        if s.on_host {
+            return;
+        }
         let grow = match s.change {
             Change::Alloc => true,
             Change::Free | Change::Released => false,

@@ -688,7 +688,14 @@ fn endings(o: &mut String, a: &Analysis) {
                 .per_device
                 .iter()
                 .filter(|d| d.live_bytes_at_end > 0)
-                .map(|d| format!("{} {}", device_name(d.device), bytes(d.live_bytes_at_end)))
+                .map(|d| {
+                    let name = if d.on_host {
+                        "host memory".to_string()
+                    } else {
+                        device_name(d.device)
+                    };
+                    format!("{name} {}", bytes(d.live_bytes_at_end))
+                })
                 .collect();
             wrap(
                 o,
@@ -717,13 +724,14 @@ fn devices(o: &mut String, a: &Analysis) {
     for d in &a.devices {
         let mut line = format!(
             "  {}  peak {}{}",
-            device_name(d.device),
+            crate::reporters::text::device_label(d),
             bytes(d.peak_bytes),
             d.peak_time_ns
                 .map_or(String::new(), |t| format!(" at {}", secs(t)))
         );
         match crate::reporters::text::headroom_line(d) {
             Some(h) => line.push_str(&format!("; {h}")),
+            None if d.on_host => line.push_str("; pinned host memory, on no GPU"),
             None => line.push_str("; device size unknown (no cuMemGetInfo, no cap)"),
         }
         wrap(o, &line, "    ");

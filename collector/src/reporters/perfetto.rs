@@ -399,7 +399,8 @@ impl<W: Write> Tap for Perfetto<W> {
     }
 
     fn step(&mut self, s: &Step) {
-        if !matches!(s.change, Change::Alloc | Change::Free | Change::Released) {
+        // GPU memory only: pinned host memory would share the unknown GPU's tracks (the report lists it).
+        if s.on_host || !matches!(s.change, Change::Alloc | Change::Free | Change::Released) {
             return;
         }
         let slot = s.slot + self.slot_base;
