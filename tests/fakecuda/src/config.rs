@@ -11,6 +11,8 @@
 //! - `FAKECUDA_SHADOW_MAX`: allocations up to this size get a host-side copy of their contents on first
 //!   write, so copies round-trip (default 64 MiB; 0 turns it off). Larger ones read back as zeros.
 //! - `FAKECUDA_PITCH_ALIGN`: the row alignment `cuMemAllocPitch` pads to (default 512; real GPUs differ).
+//! - `FAKECUDA_HOST_BYTES`: the pinned host memory `cuMemCreate` with a host location can take, per process
+//!   (default 64 GiB); past it, `CUDA_ERROR_OUT_OF_MEMORY`.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -27,6 +29,7 @@ pub struct Config {
     pub state_path: Option<PathBuf>,
     pub log_path: Option<PathBuf>,
     pub shadow_max: u64,
+    pub host_bytes: u64,
     pub pitch_align: u64,
 }
 
@@ -80,6 +83,10 @@ fn read() -> Config {
         state_path: var("FAKECUDA_STATE").map(PathBuf::from),
         log_path: var("FAKECUDA_LOG").map(PathBuf::from),
         shadow_max,
+        host_bytes: match var("FAKECUDA_HOST_BYTES") {
+            Some(s) => parse_bytes(&s).unwrap_or_else(|| warn("FAKECUDA_HOST_BYTES", &s, 64 << 30)),
+            None => 64 << 30,
+        },
         pitch_align: var("FAKECUDA_PITCH_ALIGN")
             .and_then(|s| parse_bytes(&s))
             .filter(|a| a.is_power_of_two())

@@ -264,7 +264,14 @@ fn pointer_attribute(data: *mut c_void, attr: c_int, ptr: u64) -> Result<(), CUr
         .next_back()
         .filter(|(&b, m)| ptr < b + m.size)
     {
-        let dev = g.handles.get(&m.handle).map_or(0, |h| h.device);
+        // Host memory mapped: the fake keeps no memory types, and answers as for device 0.
+        let dev = g.handles.get(&m.handle).map_or(0, |h| {
+            if h.device == crate::vmm::HOST {
+                0
+            } else {
+                h.device
+            }
+        });
         (dev, false, base, m.size)
     } else if let Some((&base, &size)) = g
         .host

@@ -74,6 +74,9 @@ const _: () = assert!(std::mem::size_of::<CUmemAccessDesc>() == 12);
 const _: () = assert!(std::mem::size_of::<CUmemPoolProps>() == 88);
 
 pub const CU_MEM_LOCATION_TYPE_DEVICE: c_uint = 1;
+pub const CU_MEM_LOCATION_TYPE_HOST: c_uint = 2;
+pub const CU_MEM_LOCATION_TYPE_HOST_NUMA: c_uint = 3;
+pub const CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: c_uint = 4;
 pub const CU_MEM_ALLOCATION_TYPE_PINNED: c_uint = 1;
 pub const CU_MEM_ACCESS_FLAGS_PROT_NONE: c_uint = 0;
 pub const CU_MEM_ACCESS_FLAGS_PROT_READ: c_uint = 1;

@@ -1,9 +1,10 @@
-//! Virtual memory management: `cuMemCreate` (physical memory on the device of `prop->location`, in
-//! multiples of the 2 MiB granularity), address reservations (no physical memory), mappings, access, and
+//! Virtual memory management: `cuMemCreate` (physical memory on the device of `prop->location`, or pinned host
+//! memory for a host location, in multiples of the 2 MiB granularity), address reservations (no physical memory), mappings, access, and
 //! handle reference counts. The memory of a handle is given back when it has been released and is no
 //! longer mapped.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::alloc;
 use crate::config::GRANULARITY;
@@ -11,13 +12,35 @@ use crate::driver::{check_device, check_init, lock, Handle, HandleKind, Mapping}
 use crate::types::*;
 use crate::{get, log, put, rc, state};
 
-/// The device a `CUmemAllocationProp` places memory on.
+/// A handle's "device" when its memory is pinned host memory (a host location), as the real driver gives
+/// since CUDA 12.2: NCCL makes its host buffers so.
+pub const HOST: usize = usize::MAX;
+/// Pinned host memory held by this process's host handles (see `FAKECUDA_HOST_BYTES`).
+static HOST_USED: AtomicU64 = AtomicU64::new(0);
+
+/// The device a `CUmemAllocationProp` places memory on, or [`HOST`].
 fn prop_device(prop: *const CUmemAllocationProp) -> Result<usize, CUresult> {
     let p = get(prop)?;
-    if p.type_ != CU_MEM_ALLOCATION_TYPE_PINNED || p.location.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+    if p.type_ != CU_MEM_ALLOCATION_TYPE_PINNED {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    check_device(p.location.id)
+    match p.location.type_ {
+        CU_MEM_LOCATION_TYPE_DEVICE => check_device(p.location.id),
+        CU_MEM_LOCATION_TYPE_HOST | CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT => Ok(HOST),
+        CU_MEM_LOCATION_TYPE_HOST_NUMA if p.location.id >= 0 => Ok(HOST),
+        _ => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+/// Takes `size` bytes of pinned host memory, or says there is none.
+fn host_admit(size: u64) -> Result<(), CUresult> {
+    let limit = crate::config::get().host_bytes;
+    HOST_USED
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+            u.checked_add(size).filter(|&n| n <= limit)
+        })
+        .map(|_| ())
+        .map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)
 }
 
 fn create(
@@ -36,7 +59,11 @@ fn create(
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let mut g = lock();
-    alloc::admit(dev, size)?;
+    if dev == HOST {
+        host_admit(size)?;
+    } else {
+        alloc::admit(dev, size)?;
+    }
     let h = g.new_handle(HandleKind::MemHandle) as u64;
     g.handles.insert(
         h,
@@ -58,7 +85,11 @@ fn settle(g: &mut crate::driver::Driver, h: u64) {
         if x.refs == 0 && x.maps == 0 {
             let (dev, size) = (x.device, x.size);
             g.handles.remove(&h);
-            state::release(dev, size);
+            if dev == HOST {
+                HOST_USED.fetch_sub(size, Ordering::AcqRel);
+            } else {
+                state::release(dev, size);
+            }
         }
     }
 }
@@ -257,9 +288,16 @@ fn properties(prop: *mut CUmemAllocationProp, h: u64) -> Result<(), CUresult> {
         CUmemAllocationProp {
             type_: CU_MEM_ALLOCATION_TYPE_PINNED,
             requestedHandleTypes: 0,
-            location: CUmemLocation {
-                type_: CU_MEM_LOCATION_TYPE_DEVICE,
-                id: dev as i32,
+            location: if dev == HOST {
+                CUmemLocation {
+                    type_: CU_MEM_LOCATION_TYPE_HOST,
+                    id: 0,
+                }
+            } else {
+                CUmemLocation {
+                    type_: CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: dev as i32,
+                }
             },
             win32HandleMetaData: std::ptr::null_mut(),
             allocFlags: [0; 8],

@@ -13,6 +13,7 @@
 //! info                   -> <rc> <free> <total>   cuMemGetInfo_v2
 //! info32                 -> <rc> <free> <total>   legacy cuMemGetInfo (unsigned int)
 //! create <dev> <bytes>   -> <rc> <handle>      cuMemCreate (pinned, on device <dev>)
+//! createhost <bytes>     -> <rc> <handle>      cuMemCreate of pinned host memory (a host location)
 //! release <handle>       -> <rc>               cuMemRelease
 //! device <n>             -> <rc>               make device n's primary context current
 //! ctxreset <n>           -> <rc>               cuDevicePrimaryCtxReset_v2 (frees what was allocated in it)
@@ -115,19 +116,22 @@ impl Probe {
                     let rc = self.f::<Info32>("cuMemGetInfo")(&mut free, &mut total);
                     format!("{rc} {free} {total}")
                 }
-                "create" => {
+                "create" | "createhost" => {
+                    let host = w[0] == "createhost";
                     let prop = CUmemAllocationProp {
                         type_: 1,
                         requested_handle_types: 0,
+                        // Device location (1), or host (2) as NCCL's host buffers.
                         location: CUmemLocation {
-                            type_: 1,
-                            id: num(1) as c_int,
+                            type_: if host { 2 } else { 1 },
+                            id: if host { 0 } else { num(1) as c_int },
                         },
                         win32_handle_meta_data: null,
                         alloc_flags: [0; 8],
                     };
                     let mut h = 0;
-                    let rc = self.f::<Create>("cuMemCreate")(&mut h, num(2) as usize, &prop, 0);
+                    let size = num(if host { 1 } else { 2 }) as usize;
+                    let rc = self.f::<Create>("cuMemCreate")(&mut h, size, &prop, 0);
                     format!("{rc} {h:#x}")
                 }
                 "release" => format!("{}", self.f::<Release>("cuMemRelease")(num(1))),
