@@ -397,6 +397,8 @@ pub struct SiteBytes {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceSites {
     pub device: Option<u32>,
+    /// Host memory (`cuMemCreate` with a host location), kept apart from an unknown GPU (both have no device).
+    pub on_host: bool,
     pub peak_bytes: u64,
     /// The largest, largest first (at most [`SITES_LISTED`]).
     pub sites: Vec<SiteBytes>,
@@ -435,8 +437,10 @@ pub struct CallSites {
 }
 
 impl CallSites {
-    pub fn at_peak_of(&self, device: Option<u32>) -> Option<&DeviceSites> {
-        self.at_peak.iter().find(|d| d.device == device)
+    pub fn at_peak_of(&self, device: Option<u32>, on_host: bool) -> Option<&DeviceSites> {
+        self.at_peak
+            .iter()
+            .find(|d| d.device == device && d.on_host == on_host)
     }
 }
 

@@ -103,7 +103,7 @@ fn figures_per_site_are_exact() {
     assert!(cs.present);
     assert_eq!(cs.stacks, 3);
     assert_eq!(a.device(0).unwrap().peak_bytes, 13 * MIB);
-    let g0 = cs.at_peak_of(Some(0)).unwrap();
+    let g0 = cs.at_peak_of(Some(0), false).unwrap();
     let at: Vec<(u32, u64)> = g0
         .sites
         .iter()
@@ -113,7 +113,7 @@ fn figures_per_site_are_exact() {
     // peak of 9 MiB, not at this one), stack 3's 1 MiB, and 3 MiB without a stack.
     assert_eq!(at, vec![(2, 8 * MIB), (1, MIB), (3, MIB)]);
     assert_eq!((g0.unlisted_bytes, g0.no_site_bytes), (0, 3 * MIB));
-    let g1 = cs.at_peak_of(Some(1)).unwrap();
+    let g1 = cs.at_peak_of(Some(1), false).unwrap();
     assert_eq!(g1.sites.len(), 1);
     assert_eq!(
         (cs.sites[g1.sites[0].site].stack, g1.sites[0].bytes),

@@ -104,7 +104,7 @@ assert d["oom_recorded"] is False and d["ooms"] == [] and d["oom_records"] == 0
 assert d["message"] == "no out-of-memory event was recorded"
 p, = d["processes"]
 assert p["pid"] == 11 and p["ended"] == "vanished" and p["end_ns"] == 50 * 10**6
-assert p["live_at_end_bytes"] == 1 << 30 and p["live_at_end"] == [{"device": 0, "bytes": 1 << 30}]
+assert p["live_at_end_bytes"] == 1 << 30 and p["live_at_end"] == [{"device": 0, "on_host": False, "bytes": 1 << 30}]
 g, = d["devices"]
 assert g["peak_bytes"] == 1 << 30 and g["total_bytes"] is None and g["headroom_bytes"] is None
 print("ok")

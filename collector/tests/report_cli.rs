@@ -235,6 +235,16 @@ fn host_memory_from_cu_mem_create_is_no_gpu_and_not_summed() {
             ))],
         ),
     );
+    // A host request that failed, its record carrying a GPU's free and total as shims before 2026-11-22 did.
+    let mut failed = shift(ev(25, Api::MemCreate, NO_DEVICE, 0, 64 * MIB));
+    failed.result = 2;
+    vramtrace_format::codec::put_record(&mut a, &events(21, vec![failed]));
+    let mut rec = oom(21, 25, NO_DEVICE, 64 * MIB, 3 * GIB, false);
+    if let Record::Oom(o) = &mut rec {
+        o.api = Api::MemCreate as u8;
+        o.ts_ns = o.ts_ns - START + 5_000_000_000;
+    }
+    vramtrace_format::codec::put_record(&mut a, &rec);
     let a = dir.file("a.vtrace", &a);
     let b = dir.file(
         "b.vtrace",
@@ -310,11 +320,19 @@ assert [h["peak_bytes_sum"] for h in j["hosts"]] == [12 << 20, 6 << 20], j["host
         8 * MIB,
     );
     for r in [
+        stack(21, 1, vec![], vec![py("train.py", "step", 40)]),
+        stack(21, 2, vec![], vec![py("nccl.py", "init", 7)]),
         events(
             21,
             vec![
-                shift(ev(15, Api::MemAllocAsync, NO_DEVICE, 0x7700, 4 * MIB)),
-                shift(ev(16, Api::MemCreate, NO_DEVICE, 0x78, 2 * MIB)),
+                shift(with_stack(
+                    ev(15, Api::MemAllocAsync, NO_DEVICE, 0x7700, 8 * MIB),
+                    1,
+                )),
+                shift(with_stack(
+                    ev(16, Api::MemCreate, NO_DEVICE, 0x78, 2 * MIB),
+                    2,
+                )),
             ],
         ),
         {
@@ -333,13 +351,30 @@ assert [h["peak_bytes_sum"] for h in j["hosts"]] == [12 << 20, 6 << 20], j["host
     }
     let c = dir.file("c.vtrace", &c);
     let text = String::from_utf8(report(&c, false).stdout).unwrap();
-    assert!(text.contains("GPU ?  peak 4.00 MiB"), "{text}");
+    assert!(text.contains("GPU ?  peak 8.00 MiB"), "{text}");
     assert!(text.contains("host memory  peak 4.00 MiB"), "{text}");
+    // The call sites at each peak: each under its own name, with its own site.
+    let at_peak = &text[text
+        .find("CALL SITES AT EACH DEVICE'S PEAK")
+        .expect("section")..];
+    let unknown = at_peak.find("  GPU ?  peak 8.00 MiB at").expect(&text);
+    let host = at_peak
+        .find("  host memory  peak 4.00 MiB at")
+        .expect(&text);
+    let (first, second) = if unknown < host {
+        (unknown, host)
+    } else {
+        (host, unknown)
+    };
+    let part = |at: usize| &at_peak[at..if at == first { second } else { at_peak.len() }];
+    assert!(part(unknown).contains("train.py:40 in step"), "{text}");
+    assert!(!part(unknown).contains("nccl.py"), "{text}");
+    assert!(part(host).contains("nccl.py:7 in init"), "{text}");
     python_check(
         &report(&c, true).stdout,
         r#"
 none = sorted((x["on_host"], x["peak_bytes"]) for x in d["devices"] if x["device"] is None)
-assert none == [(False, 4 << 20), (True, 4 << 20)], none
+assert none == [(False, 8 << 20), (True, 4 << 20)], none
 p22 = [p for p in d["processes"] if p["pid"] == 22][0]
 assert p22["peak_bytes"] == 0 and p22["live_bytes_at_end"] == 0, p22
 assert [(x["device"], x["on_host"]) for x in p22["per_device"]] == [(None, True)], p22["per_device"]

@@ -21,16 +21,23 @@ impl Replay<'_> {
             }
             _ => 0,
         };
+        let on_host = o.api == Api::MemCreate as u8 && o.device == NO_DEVICE;
+        let key = if on_host {
+            super::replay::HOST_DEVICE
+        } else {
+            o.device
+        };
         let device_bytes = self
             .devs
             .iter()
-            .find(|d| d.device == o.device)
+            .find(|d| d.device == key)
             .map_or(0, |d| d.cur);
         let step = super::tap::OomStep {
             t_ns: self.rel(ts),
             slot: s,
             process: &self.procs[s].s,
             oom: o,
+            on_host,
             stack,
             device_bytes,
         };
@@ -59,6 +66,7 @@ impl Replay<'_> {
             .filter(|(_, o)| {
                 o.pid == pid
                     && o.device == fo.device
+                    && !o.on_host
                     && o.framework.is_none()
                     && o.time_ns <= t
                     && t - o.time_ns <= FOLD_NS
@@ -194,7 +202,8 @@ impl Replay<'_> {
                 .dev
                 .iter()
                 .enumerate()
-                .filter(|(_, pd)| pd.cur > 0)
+                // GPUs only: host memory (a host OOM's own figure is `device_live_bytes`) is no GPU's.
+                .filter(|(di, pd)| pd.cur > 0 && devs[*di].device != super::replay::HOST_DEVICE)
                 .map(|(di, pd)| (dev_of(di), pd.cur))
                 .collect();
             if per_device.is_empty() && i != s {

@@ -55,6 +55,7 @@ impl Replay<'_> {
             let listed = sites.iter().fold(0u64, |x, b| x.saturating_add(b.bytes));
             at_peak.push(DeviceSites {
                 device: super::replay::ordinal(dv.device),
+                on_host: dv.device == super::replay::HOST_DEVICE,
                 peak_bytes: dv.peak,
                 sites,
                 unlisted_bytes: total.saturating_sub(listed),

@@ -52,6 +52,9 @@ pub struct OomStep<'a> {
     pub slot: usize,
     pub process: &'a ProcessStats,
     pub oom: &'a Oom,
+    /// A request for pinned host memory (`cuMemCreate` with a host location): the record's device figures, if
+    /// any, are not the host's (shims before 2026-11-22 attached the current GPU's).
+    pub on_host: bool,
     /// The failing request's call-site stack id, 0 when none.
     pub stack: u32,
     /// The job's bytes in use on the device at that moment.

@@ -130,6 +130,8 @@ struct Marker {
     cap_refused: bool,
     free: Option<u64>,
     stack: u32,
+    /// Pinned host memory (`cuMemCreate` with a host location), not a GPU's.
+    on_host: bool,
 }
 
 /// The tap that gathers the page's timelines; [`Html::write`] writes the page once the analysis is done.
@@ -216,7 +218,7 @@ impl Html {
             .map(|(i, s)| {
                 let d = crate::model::diagnose::diagnose(a, s);
                 J::O(vec![
-                    ("device", device_name(s.device).into()),
+                    ("device", crate::reporters::oom_text::oom_place(s).into()),
                     ("t_ns", s.time_ns.into()),
                     ("pid", s.pid.into()),
                     ("requested_bytes", s.requested_bytes.into()),
@@ -243,6 +245,7 @@ impl Html {
                     .filter(|(_, s)| {
                         s.pid == m.pid
                             && s.device == m.device
+                            && s.on_host == m.on_host
                             && s.time_ns.abs_diff(m.t_ns) <= FOLD_NS
                     })
                     .min_by_key(|(_, s)| s.time_ns.abs_diff(m.t_ns))
@@ -251,7 +254,15 @@ impl Html {
                     .then(|| self.labels.get(&(m.slot, m.stack)).cloned())
                     .flatten();
                 J::O(vec![
-                    ("device", device_name(m.device).into()),
+                    (
+                        "device",
+                        if m.on_host {
+                            "host memory".to_string()
+                        } else {
+                            device_name(m.device)
+                        }
+                        .into(),
+                    ),
                     ("t_ns", m.t_ns.into()),
                     ("pid", m.pid.into()),
                     ("slot", (m.slot as u64).into()),
@@ -306,10 +317,14 @@ impl Html {
             .at_peak
             .iter()
             .map(|d| {
-                let name = a.devices.iter().find(|x| x.device == d.device).map_or_else(
-                    || device_name(d.device),
-                    crate::reporters::text::device_label,
-                );
+                let name = a
+                    .devices
+                    .iter()
+                    .find(|x| x.device == d.device && x.on_host == d.on_host)
+                    .map_or_else(
+                        || device_name(d.device),
+                        crate::reporters::text::device_label,
+                    );
                 J::O(vec![
                     ("device", name.into()),
                     ("peak_bytes", d.peak_bytes.into()),
@@ -424,7 +439,11 @@ impl Html {
     }
 
     fn device(&self, a: &Analysis, d: &Dev) -> J {
-        let stats = a.devices.iter().find(|x| x.device == d.device);
+        // The series are of GPU memory (host memory is not in them): never the host's figures.
+        let stats = a
+            .devices
+            .iter()
+            .find(|x| x.device == d.device && !x.on_host);
         let nums = |v: &[u64]| J::A(v.iter().map(|&x| J::U(x)).collect());
         // Processes: the largest by peak on their own, the rest summed.
         let mut procs: Vec<(usize, usize)> = d.procs.iter().map(|(&s, &p)| (s, p)).collect();
@@ -677,8 +696,10 @@ impl Tap for Html {
             device: (o.oom.device != NO_DEVICE).then_some(o.oom.device),
             requested: o.oom.requested_bytes,
             cap_refused: o.oom.flags & flags::CAP_REFUSED != 0,
-            free: o.oom.device_free_bytes,
+            // A host request's record may carry a GPU's figures (older shims): not the host's.
+            free: o.oom.device_free_bytes.filter(|_| !o.on_host),
             stack: o.stack,
+            on_host: o.on_host,
         });
     }
 

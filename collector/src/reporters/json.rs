@@ -238,7 +238,7 @@ fn device(a: &Analysis, d: &DeviceStats) -> J {
         ),
     ];
     if a.call_sites.present {
-        let v = match a.call_sites.at_peak_of(d.device) {
+        let v = match a.call_sites.at_peak_of(d.device, d.on_host) {
             Some(p) => J::O(vec![
                 (
                     "sites",

@@ -350,6 +350,10 @@ impl MemoryViz {
 
 impl Tap for MemoryViz {
     fn step(&mut self, s: &Step) {
+        // Pinned host memory is no device's: not in the snapshot, and not an unknown device's either.
+        if s.on_host {
+            return;
+        }
         let (slot, t_ns) = (s.slot + self.slot_base, s.t_ns + self.t_offset);
         if s.handle {
             if s.change == Change::Alloc {
@@ -404,6 +408,10 @@ impl Tap for MemoryViz {
 
     fn oom(&mut self, o: &OomStep) {
         let d = o.oom.device;
+        // Pinned host memory is no device's: not in the snapshot, and not an unknown device's either.
+        if o.on_host {
+            return;
+        }
         if d == NO_DEVICE {
             self.no_device += 1;
             return;

@@ -91,6 +91,7 @@ pub fn to_value(a: &Analysis) -> J {
                                         .map(|d| {
                                             J::O(vec![
                                                 ("device", d.device.into()),
+                                                ("on_host", d.on_host.into()),
                                                 ("bytes", d.live_bytes_at_end.into()),
                                             ])
                                         })
@@ -112,6 +113,7 @@ pub fn to_value(a: &Analysis) -> J {
                     .map(|d| {
                         J::O(vec![
                             ("device", d.device.into()),
+                            ("on_host", d.on_host.into()),
                             ("peak_bytes", d.peak_bytes.into()),
                             ("peak_time_ns", d.peak_time_ns.into()),
                             ("total_bytes", d.total_bytes.into()),

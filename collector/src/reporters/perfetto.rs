@@ -149,6 +149,8 @@ enum InstantKind {
     Oom {
         cap_refused: bool,
         free: Option<u64>,
+        /// Pinned host memory (`cuMemCreate` with a host location), not a GPU's.
+        on_host: bool,
     },
     CapExceeded,
     Alloc,
@@ -452,7 +454,9 @@ impl<W: Write> Tap for Perfetto<W> {
         self.instant(Instant {
             kind: InstantKind::Oom {
                 cap_refused: o.oom.flags & flags::CAP_REFUSED != 0,
-                free: o.oom.device_free_bytes,
+                // A host request's record may carry a GPU's figures (older shims): not the host's.
+                free: o.oom.device_free_bytes.filter(|_| !o.on_host),
+                on_host: o.on_host,
             },
             t_ns: o.t_ns,
             slot,
@@ -491,8 +495,12 @@ impl<W: Write> Tap for Perfetto<W> {
                 uint_value: u,
                 string_value: s,
             };
+            let place = match i.kind {
+                InstantKind::Oom { on_host: true, .. } => "host memory".to_string(),
+                _ => device_name(i.device),
+            };
             let mut a = vec![
-                ann("device", None, Some(device_name(i.device))),
+                ann("device", None, Some(place)),
                 ann("bytes", Some(i.size), None),
             ];
             if let InstantKind::Oom { free: Some(f), .. } = i.kind {

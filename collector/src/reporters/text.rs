@@ -227,7 +227,10 @@ fn call_sites(o: &mut String, a: &Analysis) {
         )
         .ok();
         for d in &cs.at_peak {
-            let stats = a.devices.iter().find(|x| x.device == d.device);
+            let stats = a
+                .devices
+                .iter()
+                .find(|x| x.device == d.device && x.on_host == d.on_host);
             let when = stats
                 .and_then(|x| x.peak_time_ns)
                 .map_or(String::new(), |t| format!(" at {}", secs(t)));

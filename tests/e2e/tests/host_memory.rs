@@ -3,7 +3,7 @@
 //! a failed one is a host-memory out-of-memory error, carrying no GPU's figures.
 
 use vramtrace_collector::model::{self, diagnose};
-use vramtrace_e2e::traced::{read_trace, vramtrace};
+use vramtrace_e2e::traced::{assert_trace_matches_log, read_trace, vramtrace};
 use vramtrace_e2e::*;
 use vramtrace_format::{Api, NO_DEVICE};
 
@@ -46,6 +46,10 @@ fn host_memory_is_apart_from_the_gpus_and_its_oom_is_the_hosts() {
     // The shim's records: the host allocation and its failure on no device; the failure's record carries no
     // GPU's free and total.
     let t = read_trace(&path);
+    // Every call the driver answered, as the shim recorded it (host memory's device included).
+    let pid = *t.pids().first().expect("events");
+    let log: Vec<LogLine> = fc.log().into_iter().filter(|l| l.pid == pid).collect();
+    assert_trace_matches_log(&log, &t.events[&pid], t.ooms.len());
     let evs = t.events.values().flatten().collect::<Vec<_>>();
     let creates: Vec<_> = evs.iter().filter(|e| e.api == Api::MemCreate).collect();
     assert_eq!(creates.len(), 2, "{creates:?}");

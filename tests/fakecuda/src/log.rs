@@ -14,7 +14,7 @@
 //!   for the pitched ones), aux = the pitch (pitched), the flags (managed), the stream (stream-ordered), else 0.
 //! - frees (`cuMemFree[_v2]`, `cuMemFreeAsync[_ptsz]`): addr = the pointer given, size = the bytes it held
 //!   (0 when it was not an allocation), aux = the stream (stream-ordered) else 0.
-//! - `cuMemCreate`: addr = the handle, size, aux = the device. `cuMemRelease`: addr = the handle,
+//! - `cuMemCreate`: addr = the handle, size, aux = the device (`u32::MAX` for pinned host memory). `cuMemRelease`: addr = the handle,
 //!   size = its size (0 if unknown), aux 0.
 //! - `cuMemAddressReserve`: addr = the range returned, size, aux = the alignment asked for.
 //!   `cuMemAddressFree`, `cuMemUnmap`: addr, size, aux 0. `cuMemMap`: addr, size, aux = the handle.

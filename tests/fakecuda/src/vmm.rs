@@ -314,8 +314,14 @@ fn logged<T>(name: &str, r: Result<T, CUresult>, addr: u64, size: u64, aux: u64)
 export! {
     fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64) => {
         let r = create(handle, size, prop, flags);
-        let (h, dev) = *r.as_ref().unwrap_or(&(0, 0));
-        logged("cuMemCreate", r, h, size as u64, dev as u64)
+        let h = r.as_ref().map_or(0, |x| x.0);
+        // The device the properties name, failed or not; host memory as the shim records it: none (u32::MAX).
+        let dev = match r.as_ref().map(|x| x.1).or_else(|_| prop_device(prop)) {
+            Ok(HOST) => u32::MAX as u64,
+            Ok(d) => d as u64,
+            Err(_) => 0,
+        };
+        logged("cuMemCreate", r, h, size as u64, dev)
     };
     fn cuMemRelease(handle: CUmemGenericAllocationHandle) => {
         let r = release(handle);
