@@ -245,21 +245,13 @@ fn host_memory_from_cu_mem_create_is_no_gpu_and_not_summed() {
         o.ts_ns = o.ts_ns - START + 5_000_000_000;
     }
     vramtrace_format::codec::put_record(&mut a, &rec);
-    let a = dir.file("a.vtrace", &a);
-    let b = dir.file(
-        "b.vtrace",
-        &node_trace(
-            "node-b",
-            1_700_000_002_500_000_000,
-            900_000_000_000,
-            "42",
-            4 * MIB,
-        ),
-    );
+    // node-b as the fleet tests have it; node-a here is theirs plus the host memory.
+    let (_, b) = two_node_traces(&dir);
+    let a = dir.file("a-host.vtrace", &a);
 
     // The exports show GPU memory: the host memory is in no GPU's track or series, and none is named GPU ?.
     for format in ["perfetto", "html"] {
-        let out = dir.0.join(format!("a.{format}"));
+        let out = dir.0.join(format!("a-host.{format}"));
         let o = export_several(&[&a], format, &out);
         assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
         let bytes = std::fs::read(&out).unwrap();

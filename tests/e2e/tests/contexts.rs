@@ -84,24 +84,17 @@ fn the_last_context_destroyed_frees_it_and_a_context_beside_another_is_said() {
 fn the_legacy_primary_context_functions_that_old_versions_get_are_seen_too() {
     for cmd in ["ctxrelease7", "ctxreset7"] {
         let fc = FakeCuda::new().with_state();
-        let path = fc.dir().join(format!("{cmd}.vtrace"));
-        let r = fc.run(
-            vramtrace(),
+        let release = format!("{cmd} 0");
+        let (r, path) = fc.traced(
+            cmd,
+            &["--python-agent", "off", "--cap", "8MiB"],
+            program("probe"),
             &[
-                "run".as_ref(),
-                "--python-agent".as_ref(),
-                "off".as_ref(),
-                "--cap".as_ref(),
-                "8MiB".as_ref(),
-                "--out".as_ref(),
-                path.as_os_str(),
-                "--".as_ref(),
-                program("probe").as_os_str(),
-                "alloc 6291456".as_ref(),
-                format!("{cmd} 0").as_ref(),
-                "device 0".as_ref(),
-                "alloc 6291456".as_ref(),
-                "alloc 4194304".as_ref(),
+                "alloc 6291456",
+                release.as_str(),
+                "device 0",
+                "alloc 6291456",
+                "alloc 4194304",
             ],
         );
         let answers: Vec<&str> = r.stdout.lines().skip(1).collect();

@@ -12,23 +12,11 @@ fn host_memory_is_apart_from_the_gpus_and_its_oom_is_the_hosts() {
     let fc = FakeCuda::new()
         .with_state()
         .env("FAKECUDA_HOST_BYTES", "8MiB");
-    let path = fc.dir().join("host.vtrace");
-    let r = fc.run(
-        vramtrace(),
-        &[
-            "run".as_ref(),
-            "--python-agent".as_ref(),
-            "off".as_ref(),
-            "--cap".as_ref(),
-            "6MiB".as_ref(),
-            "--out".as_ref(),
-            path.as_os_str(),
-            "--".as_ref(),
-            program("probe").as_os_str(),
-            "alloc 4194304".as_ref(),
-            "createhost 4194304".as_ref(),
-            "createhost 8388608".as_ref(),
-        ],
+    let (r, path) = fc.traced(
+        "host",
+        &["--python-agent", "off", "--cap", "6MiB"],
+        program("probe"),
+        &["alloc 4194304", "createhost 4194304", "createhost 8388608"],
     );
     let answers: Vec<&str> = r.stdout.lines().skip(1).collect();
     assert_eq!(answers.len(), 3, "{}\n{}", r.stdout, r.stderr);
