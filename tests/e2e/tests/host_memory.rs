@@ -3,7 +3,7 @@
 //! a failed one is a host-memory out-of-memory error, carrying no GPU's figures.
 
 use vramtrace_collector::model::{self, diagnose};
-use vramtrace_e2e::traced::{assert_trace_matches_log, read_trace, vramtrace};
+use vramtrace_e2e::traced::{assert_trace_matches_log, read_trace};
 use vramtrace_e2e::*;
 use vramtrace_format::{Api, NO_DEVICE};
 
