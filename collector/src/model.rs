@@ -29,6 +29,7 @@ mod decode;
 pub mod diagnose;
 pub(crate) mod fasthash;
 pub mod framework;
+mod fronts;
 pub mod leak;
 pub mod merge;
 mod oom_snapshot;

@@ -18,12 +18,13 @@
 //! - An entry older than one already handed out (its process broke its promise) cannot be placed exactly: it
 //!   is handed out next, and counted ([`Merge::late`]), so a report never misorders silently.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use vramtrace_format::{Api, Event};
+
+use super::fronts::{Fronts, Src};
 
 /// Entry kinds, in their order at the same nanosecond: the events, then what depends on them.
 pub(super) const WHAT_EVENTS: u8 = 0;
@@ -59,7 +60,7 @@ impl Key {
         }
     }
 
-    const MAX: Key = Key {
+    pub(super) const MAX: Key = Key {
         ts: u64::MAX,
         what: u8::MAX,
         pid: u32::MAX,
@@ -69,9 +70,10 @@ impl Key {
 }
 
 /// What the merge hands out.
+#[derive(Clone, Copy, Debug)]
 pub(super) enum Out {
-    /// Events of the process in slot `.0`, in the caller's buffer.
-    Events(usize),
+    /// `.1` events of the process in slot `.0`, the next ones in the caller's buffer.
+    Events(usize, usize),
     /// A record: (kind, the replay's id for it (for `WHAT_END` the slot), absolute time).
     Rec(u8, usize, u64),
 }
@@ -93,14 +95,6 @@ impl Run {
     fn key(&self, it: &Item) -> Key {
         Key::event(self.pid, it.seq, &it.e)
     }
-}
-
-/// Where a heap entry's front is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Src {
-    Run(usize),
-    Spill(usize),
-    Rec(usize),
 }
 
 /// A sorted run in the spill file: `[pos, end)` still to read, `buf` read ahead.
@@ -128,7 +122,7 @@ pub(super) struct Merge {
     free_runs: Vec<usize>,
     /// Per slot: the run its next in-order batch is appended to.
     tail: Vec<Option<usize>>,
-    heap: BinaryHeap<Reverse<(Key, Src)>>,
+    heap: Fronts,
     /// Events waiting in memory.
     buffered: usize,
     bound: usize,
@@ -152,7 +146,7 @@ impl Merge {
             runs: Vec::new(),
             free_runs: Vec::new(),
             tail: Vec::new(),
-            heap: BinaryHeap::new(),
+            heap: Fronts::default(),
             buffered: 0,
             bound: bound.max(8),
             seq: 0,
@@ -213,7 +207,7 @@ impl Merge {
         self.buffered += run.q.len() - before;
         if before == 0 && !run.q.is_empty() {
             let k = run.key(&run.q[0]);
-            self.heap.push(Reverse((k, Src::Run(r))));
+            self.heap.push(k, Src::Run(r));
         }
     }
 
@@ -306,7 +300,7 @@ impl Merge {
         };
         self.tail[slot] = Some(r);
         let k = self.runs[r].key(&self.runs[r].q[0]);
-        self.heap.push(Reverse((k, Src::Run(r))));
+        self.heap.push(k, Src::Run(r));
     }
 
     /// A timed record: `id` is the replay's (for `WHAT_END`, the slot).
@@ -323,7 +317,7 @@ impl Merge {
             return;
         }
         self.check_late(&k);
-        self.heap.push(Reverse((k, Src::Rec(id))));
+        self.heap.push(k, Src::Rec(id));
     }
 
     /// Whether more events wait than the bound allows; [`Merge::relieve`] then makes room.
@@ -372,11 +366,7 @@ impl Merge {
             self.spill_len += buf.len() as u64;
         }
         // The runs are gone: their heap entries with them.
-        let heap = std::mem::take(&mut self.heap);
-        self.heap = heap
-            .into_iter()
-            .filter(|Reverse((_, src))| !matches!(src, Src::Run(_)))
-            .collect();
+        self.heap.retain(|src| !matches!(src, Src::Run(_)));
         self.free_runs = (0..self.runs.len()).collect();
         self.tail.iter_mut().for_each(|t| *t = None);
         self.buffered = 0;
@@ -387,7 +377,7 @@ impl Merge {
                 end: self.spill_len,
                 buf: VecDeque::new(),
             });
-            self.heap.push(Reverse((k, Src::Spill(i))));
+            self.heap.push(k, Src::Spill(i));
         }
         true
     }
@@ -395,11 +385,7 @@ impl Merge {
     /// After a failed spill: back into memory, one run per (slot, pid), in key order.
     fn restore(&mut self, all: Vec<(Key, usize, Event)>, spill_start: u64) {
         self.spill_len = spill_start;
-        let heap = std::mem::take(&mut self.heap);
-        self.heap = heap
-            .into_iter()
-            .filter(|Reverse((_, src))| !matches!(src, Src::Run(_)))
-            .collect();
+        self.heap.retain(|src| !matches!(src, Src::Run(_)));
         for r in &mut self.runs {
             r.q.clear();
         }
@@ -443,7 +429,7 @@ impl Merge {
             run.q = q;
             let k = run.key(&run.q[0]);
             self.tail[slot] = Some(r);
-            self.heap.push(Reverse((k, Src::Run(r))));
+            self.heap.push(k, Src::Run(r));
         }
     }
 
@@ -466,21 +452,48 @@ impl Merge {
         if self.reference.is_some() {
             return self.next_reference(buf);
         }
+        self.step(limit, force, buf)
+    }
+
+    /// Hands out, like [`Merge::next`] without `force`, as many entries as are below `limit`, until `buf` holds
+    /// about [`SEGMENT`] events: each in `outs`, in key order, an `Out::Events` taking the next events of `buf`.
+    /// Why: when processes interleave finely, most runs are an event or two, and a call per run cost as much as
+    /// the merge itself. Returns whether anything was handed out.
+    pub fn next_batch(&mut self, limit: u64, outs: &mut Vec<Out>, buf: &mut Vec<Event>) -> bool {
+        outs.clear();
+        buf.clear();
+        if self.reference.is_some() {
+            while buf.len() < SEGMENT {
+                match self.next_reference(buf) {
+                    Some(x) => outs.push(x),
+                    None => break,
+                }
+            }
+            return !outs.is_empty();
+        }
+        while buf.len() < SEGMENT {
+            match self.step(limit, false, buf) {
+                Some(x) => outs.push(x),
+                None => break,
+            }
+        }
+        !outs.is_empty()
+    }
+
+    /// One entry or run of events, appended to `buf`.
+    #[inline]
+    fn step(&mut self, limit: u64, force: bool, buf: &mut Vec<Event>) -> Option<Out> {
         let limit = if self.finished { u64::MAX } else { limit };
         let open = |ts: u64| limit == u64::MAX || ts < limit;
+        let first = buf.len();
         loop {
-            let &Reverse((k, src)) = self.heap.peek()?;
+            let (k, src) = self.heap.peek()?;
             if !open(k.ts) && !force {
                 return None;
             }
-            // What may not be reached: the smaller of the top's children (the second-smallest entry). The top
-            // stays in place and is replaced below (one sift instead of a pop and a push).
-            let h = self.heap.as_slice();
-            let stop = match (h.get(1), h.get(2)) {
-                (Some(Reverse(a)), Some(Reverse(b))) => a.0.min(b.0),
-                (Some(Reverse(a)), None) => a.0,
-                _ => Key::MAX,
-            };
+            // What may not be reached: the second-smallest entry. The top stays in place and is replaced below
+            // (one sift instead of a pop and a push).
+            let stop = self.heap.second();
             match src {
                 Src::Rec(id) => {
                     self.heap.pop();
@@ -492,9 +505,9 @@ impl Merge {
                     let mut last = k;
                     while let Some(it) = run.q.front() {
                         let k = run.key(it);
-                        if !((k.ts < stop.ts || k < stop)
-                            && (open(k.ts) || (force && buf.is_empty())))
-                            || buf.len() >= SEGMENT
+                        let n = buf.len() - first;
+                        if !((k.ts < stop.ts || k < stop) && (open(k.ts) || (force && n == 0)))
+                            || n >= SEGMENT
                         {
                             break;
                         }
@@ -505,34 +518,33 @@ impl Merge {
                         last = k;
                         run.q.pop_front();
                     }
-                    self.buffered -= buf.len();
+                    let n = buf.len() - first;
+                    self.buffered -= n;
                     self.last = Some(last);
                     let slot = run.slot;
                     match run.q.front() {
                         Some(it) => {
                             let k = run.key(it);
-                            if let Some(mut top) = self.heap.peek_mut() {
-                                *top = Reverse((k, Src::Run(r)));
-                            }
+                            self.heap.replace_top(k, Src::Run(r));
                         }
                         None => {
                             self.heap.pop();
                             self.retire(r);
                         }
                     }
-                    if buf.is_empty() {
+                    if n == 0 {
                         continue;
                     }
-                    return Some(Out::Events(slot));
+                    return Some(Out::Events(slot, n));
                 }
                 Src::Spill(i) => {
                     let mut slot = None;
                     while let Some(&(k, s, e)) = self.spill_peek(i) {
                         let same = slot.is_none_or(|x| x == s);
+                        let n = buf.len() - first;
                         if !same
-                            || !((k.ts < stop.ts || k < stop)
-                                && (open(k.ts) || (force && buf.is_empty())))
-                            || buf.len() >= SEGMENT
+                            || !((k.ts < stop.ts || k < stop) && (open(k.ts) || (force && n == 0)))
+                            || n >= SEGMENT
                         {
                             break;
                         }
@@ -545,17 +557,11 @@ impl Merge {
                         self.last = Some(k);
                     }
                     match self.spill_peek(i).map(|x| x.0) {
-                        Some(nk) => {
-                            if let Some(mut top) = self.heap.peek_mut() {
-                                *top = Reverse((nk, Src::Spill(i)));
-                            }
-                        }
-                        None => {
-                            self.heap.pop();
-                        }
+                        Some(nk) => self.heap.replace_top(nk, Src::Spill(i)),
+                        None => self.heap.pop(),
                     }
                     match slot {
-                        Some(s) => return Some(Out::Events(s)),
+                        Some(s) => return Some(Out::Events(s, buf.len() - first)),
                         None => continue,
                     }
                 }
@@ -619,7 +625,7 @@ impl Merge {
         Some(match e {
             Some(e) => {
                 buf.push(e);
-                Out::Events(id)
+                Out::Events(id, 1)
             }
             None => Out::Rec(k.what, id, k.ts),
         })

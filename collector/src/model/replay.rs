@@ -191,6 +191,8 @@ pub(super) struct Replay<'t> {
     pub(super) exits: Vec<vramtrace_format::Exit>,
     /// The merge's hand-out buffer, kept between calls.
     pub(super) seg: Vec<Event>,
+    /// What the merge handed out, in order, over `seg`.
+    pub(super) outs: Vec<Out>,
     /// Dropped-event counts waiting for the merge: id -> (slot, count).
     pub(super) pending_drops: HashMap<usize, (usize, u64)>,
     pub(super) events: u64,
@@ -232,6 +234,7 @@ impl<'t> Replay<'t> {
             },
             pending_drops: HashMap::new(),
             seg: Vec::with_capacity(4096),
+            outs: Vec::with_capacity(4096),
             exits: Vec::new(),
             newcomers: None,
             goodbye_last: false,
@@ -359,15 +362,25 @@ impl<'t> Replay<'t> {
     pub(super) fn pump(&mut self) {
         let limit = self.limit();
         let mut buf = std::mem::take(&mut self.seg);
-        while let Some(x) = self.merge.next(limit, false, &mut buf) {
-            self.replay_one(x, &buf);
+        let mut outs = std::mem::take(&mut self.outs);
+        while self.merge.next_batch(limit, &mut outs, &mut buf) {
+            let mut at = 0;
+            for &x in &outs {
+                let n = match x {
+                    Out::Events(_, n) => n,
+                    Out::Rec(..) => 0,
+                };
+                self.replay_one(x, &buf[at..at + n]);
+                at += n;
+            }
         }
         self.seg = buf;
+        self.outs = outs;
     }
 
     pub(super) fn replay_one(&mut self, x: Out, buf: &[Event]) {
         match x {
-            Out::Events(s) => {
+            Out::Events(s, _) => {
                 for e in buf {
                     self.apply(s, e);
                 }
