@@ -112,26 +112,28 @@ struct Cursor<'a> {
 impl<'a> Cursor<'a> {
     #[inline]
     fn varint(&mut self) -> Result<u64, DecodeError> {
-        // Most fields of an event are one byte (deltas of 0, flags, results), and most others fit in 4: those
-        // without a bounds check per byte.
-        if let Some(&[b0, b1, b2, b3]) = self.bytes.get(self.pos..self.pos + 4) {
-            if b0 < 0x80 {
+        // Where 8 bytes follow, a varint of up to 8 bytes (56 bits: every field of an event but a rare far jump)
+        // is read as one word: its length from the first byte without a continuation bit, its 7-bit groups
+        // joined by three shifts. Nearly every field is 1 byte, so that case goes first.
+        if let Some(b) = self.bytes.get(self.pos..self.pos + 8) {
+            let word = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+            if word & 0x80 == 0 {
                 self.pos += 1;
-                return Ok(b0 as u64);
+                return Ok(word & 0x7f);
             }
-            let v = (b0 & 0x7f) as u64 | ((b1 & 0x7f) as u64) << 7;
-            if b1 < 0x80 {
-                self.pos += 2;
-                return Ok(v);
-            }
-            let v = v | ((b2 & 0x7f) as u64) << 14;
-            if b2 < 0x80 {
-                self.pos += 3;
-                return Ok(v);
-            }
-            if b3 < 0x80 {
-                self.pos += 4;
-                return Ok(v | (b3 as u64) << 21);
+            let ends = !word & 0x8080_8080_8080_8080;
+            if ends != 0 {
+                let len = (ends.trailing_zeros() / 8 + 1) as usize;
+                let x = if len == 8 {
+                    word
+                } else {
+                    word & ((1u64 << (8 * len)) - 1)
+                } & 0x7f7f_7f7f_7f7f_7f7f;
+                let x = ((x & 0x7f00_7f00_7f00_7f00) >> 1) | (x & 0x007f_007f_007f_007f);
+                let x = ((x & 0x3fff_0000_3fff_0000) >> 2) | (x & 0x0000_3fff_0000_3fff);
+                let x = ((x & 0x0fff_ffff_0000_0000) >> 4) | (x & 0x0000_0000_0fff_ffff);
+                self.pos += len;
+                return Ok(x);
             }
         }
         self.varint_slow()
@@ -840,8 +842,14 @@ mod tests {
             let mut b = Vec::new();
             put_varint(&mut b, v);
             let len = b.len();
-            // Alone (the careful path near a payload's end), and followed by other bytes (the quick path).
-            for tail in [&[][..], &[0x80, 0x80, 0x80, 0x01, 0x05][..]] {
+            // Alone (the careful path near a payload's end), and followed by other bytes (the quick paths, which
+            // read a whole word: the bytes after must not leak into the value).
+            for tail in [
+                &[][..],
+                &[0x80, 0x80, 0x80, 0x01, 0x05][..],
+                &[0xff; 8][..],
+                &[0x7f, 0x80, 0xff, 0x01, 0x00, 0x81, 0xfe, 0x7f][..],
+            ] {
                 let mut bytes = b.clone();
                 bytes.extend_from_slice(tail);
                 let mut c = Cursor {
