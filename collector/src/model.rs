@@ -32,6 +32,7 @@ pub mod framework;
 mod fronts;
 pub mod leak;
 pub mod merge;
+mod merge_link;
 mod oom_snapshot;
 mod records;
 pub mod replay;
@@ -606,30 +607,37 @@ fn replay_frames_tapped(
     tap: Option<&mut dyn tap::Tap>,
 ) -> Result<Analysis, OpenError> {
     let (reader, header) = TraceReader::open(r)?;
-    let mut st = Replay::new(header.start_mono_ns, bound.max(8), reference);
-    st.tap = tap;
-    if let Some(t) = st.tap.as_mut() {
-        t.start(&header);
-    }
-    if header
-        .extra
-        .iter()
-        .any(|(k, v)| k == "newcomer_ticks" && v == "1")
-    {
-        st.newcomers = Some(header.start_mono_ns);
-    }
-    st.goodbye_last = header
-        .extra
-        .iter()
-        .any(|(k, v)| k == "goodbye_last" && v == "1");
-    let mut unknown_frames = 0u64;
-    let reader = decode::decode_ahead(reader, |entry| match entry {
-        decode::Entry::Events(pid, batch) => st.on_events(pid, batch),
-        decode::Entry::Record(rec) => st.on_record(rec),
-        decode::Entry::Unknown => unknown_frames += 1,
+    // Everything that talks to the merge's thread lives inside the scope: if the replay panics, the link drops
+    // as the closure unwinds and the thread ends, so the scope's wait for it ends too.
+    let (reader, a, unknown_frames, stopped) = std::thread::scope(|scope| {
+        let mut st = Replay::new(header.start_mono_ns, bound.max(8), reference);
+        st.merge.start_thread(scope);
+        st.tap = tap;
+        if let Some(t) = st.tap.as_mut() {
+            t.start(&header);
+        }
+        if header
+            .extra
+            .iter()
+            .any(|(k, v)| k == "newcomer_ticks" && v == "1")
+        {
+            st.newcomers = Some(header.start_mono_ns);
+        }
+        st.goodbye_last = header
+            .extra
+            .iter()
+            .any(|(k, v)| k == "goodbye_last" && v == "1");
+        let mut unknown_frames = 0u64;
+        let reader = decode::decode_ahead(reader, |entry| match entry {
+            decode::Entry::Events(pid, batch) => st.on_events(pid, batch),
+            decode::Entry::Record(rec) => st.on_record(rec),
+            decode::Entry::Unknown => unknown_frames += 1,
+        });
+        let stopped = reader.stop().describe(reader.frames());
+        let a = st.finish(header, sym);
+        (reader, a, unknown_frames, stopped)
     });
-    let stopped = reader.stop().describe(reader.frames());
-    let mut a = st.finish(header, sym);
+    let mut a = a;
     a.format_version = reader.version;
     a.partial = stopped.is_some();
     a.stopped = stopped;

@@ -3,11 +3,11 @@
 //! Why: decoding (varints, bincode) is about a quarter of a report's time and needs nothing of the replay's
 //! state. On a thread of its own it overlaps the merge and the replay, which see the same entries in the same
 //! order (the file's). Batches go through a bounded channel, so the decoder is never more than a few batches
-//! ahead (memory stays bounded), and the event buffers come back to it to be reused.
+//! ahead (memory stays bounded). Each frame's events are handed over as a buffer of their own: the merge takes
+//! it to its thread ([`super::merge_link`]).
 
 use std::io::Read;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, sync_channel, Receiver};
+use std::sync::mpsc::sync_channel;
 use std::sync::Mutex;
 use std::thread;
 
@@ -16,8 +16,8 @@ use vramtrace_format::reader::TraceReader;
 use vramtrace_format::{Event, Record};
 
 /// One frame, as the replay takes it.
-pub(super) enum Entry<'a> {
-    Events(u32, &'a [Event]),
+pub(super) enum Entry {
+    Events(u32, Vec<Event>),
     Record(Record),
     /// A frame of a kind this version does not know.
     Unknown,
@@ -35,9 +35,6 @@ const BATCH_EVENTS: usize = 16 << 10;
 const MAX_ITEMS: usize = 512;
 /// Batches the decoder may be ahead by.
 const AHEAD: usize = 4;
-/// The events' worth of buffers kept for reuse, all together (a buffer keeps the largest capacity it held, so
-/// the pool is bounded by capacity, not count): about what the batches in flight hold.
-const POOL_EVENTS: usize = 2 * AHEAD * BATCH_EVENTS;
 
 /// Reads `reader` to its end (or its first corrupt frame) on a scoped thread, handing each frame to `apply` in
 /// file order on the calling thread. Returns the reader, to say how it stopped. Without a thread to be had, it
@@ -47,46 +44,26 @@ pub(super) fn decode_ahead<R: Read + Send>(
     mut apply: impl FnMut(Entry),
 ) -> TraceReader<R> {
     let (tx, rx) = sync_channel::<Vec<Decoded>>(AHEAD);
-    // Buffers to reuse, at most POOL_EVENTS of capacity in all (`pooled`); the rest are dropped.
-    let (back_tx, back_rx) = channel::<Vec<Event>>();
-    let pooled = AtomicUsize::new(0);
-    let pooled_ref = &pooled;
     // Taken by the decoder thread, or left for an inline decode if none could start.
     let cell = Mutex::new(Some(reader));
     let cell_ref = &cell;
     let threaded = thread::scope(|s| {
-        // Owned here: if `apply` panics, they drop as it unwinds, and a decoder blocked on a full channel returns
+        // Owned here: if `apply` panics, it drops as it unwinds, and a decoder blocked on a full channel returns
         // (the scope waits for it before the panic goes on).
-        let (rx, back_tx) = (rx, back_tx);
+        let rx = rx;
         // The sender moves into the thread: the batches end when it does.
         let decoder = thread::Builder::new()
             .name("vramtrace-decode".into())
             .spawn_scoped(s, move || {
                 let reader = cell_ref.lock().ok()?.take()?;
-                let pool = Pool {
-                    rx: &back_rx,
-                    pooled: pooled_ref,
-                };
-                Some(decode(reader, Some(pool), |b| tx.send(b).is_ok()))
+                Some(decode(reader, |b| tx.send(b).is_ok()))
             });
         let Ok(decoder) = decoder else {
             return None;
         };
         for batch in rx.iter() {
             for d in batch {
-                match d {
-                    Decoded::Events(pid, v) => {
-                        apply(Entry::Events(pid, &v));
-                        let cap = v.capacity();
-                        if pooled.fetch_add(cap, Ordering::Relaxed) + cap <= POOL_EVENTS {
-                            let _ = back_tx.send(v);
-                        } else {
-                            pooled.fetch_sub(cap, Ordering::Relaxed);
-                        }
-                    }
-                    Decoded::Record(r) => apply(Entry::Record(r)),
-                    Decoded::Unknown => apply(Entry::Unknown),
-                }
+                apply(d.entry());
             }
         }
         Some(decoder.join())
@@ -101,47 +78,35 @@ pub(super) fn decode_ahead<R: Read + Send>(
     let Some(reader) = cell.into_inner().ok().flatten() else {
         unreachable!("a decoder that did not return the reader never took it")
     };
-    decode(reader, None, |batch| {
+    decode(reader, |batch| {
         for d in batch {
-            match d {
-                Decoded::Events(pid, v) => apply(Entry::Events(pid, &v)),
-                Decoded::Record(r) => apply(Entry::Record(r)),
-                Decoded::Unknown => apply(Entry::Unknown),
-            }
+            apply(d.entry());
         }
         true
     })
 }
 
-/// Event buffers handed back by the replay, to reuse.
-struct Pool<'a> {
-    rx: &'a Receiver<Vec<Event>>,
-    /// The capacity, in events, of the buffers waiting in `rx`.
-    pooled: &'a AtomicUsize,
+impl Decoded {
+    fn entry(self) -> Entry {
+        match self {
+            Decoded::Events(pid, v) => Entry::Events(pid, v),
+            Decoded::Record(r) => Entry::Record(r),
+            Decoded::Unknown => Entry::Unknown,
+        }
+    }
 }
 
 /// Decodes frames into batches for `sink` (false: stop) until the end or a corrupt frame, which the reader is
-/// told of. `back`: event buffers to reuse.
+/// told of.
 fn decode<R: Read>(
     mut reader: TraceReader<R>,
-    back: Option<Pool>,
     mut sink: impl FnMut(Vec<Decoded>) -> bool,
 ) -> TraceReader<R> {
     let mut batch = Vec::with_capacity(MAX_ITEMS);
     let mut events = 0usize;
     while let Some((k, payload)) = reader.next_frame() {
         let d = if k == kind::EVENTS || k == kind::EVENTS_STACKS {
-            let mut v = match back
-                .as_ref()
-                .and_then(|b| b.rx.try_recv().ok().map(|v| (b, v)))
-            {
-                Some((b, v)) => {
-                    b.pooled.fetch_sub(v.capacity(), Ordering::Relaxed);
-                    v
-                }
-                None => Vec::new(),
-            };
-            v.clear();
+            let mut v = Vec::new();
             match codec::decode_events_of(k, payload, &mut v) {
                 Ok(pid) => {
                     events += v.len();

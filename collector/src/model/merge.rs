@@ -455,29 +455,34 @@ impl Merge {
         self.step(limit, force, buf)
     }
 
-    /// Hands out, like [`Merge::next`] without `force`, as many entries as are below `limit`, until `buf` holds
-    /// about [`SEGMENT`] events: each in `outs`, in key order, an `Out::Events` taking the next events of `buf`.
-    /// Why: when processes interleave finely, most runs are an event or two, and a call per run cost as much as
-    /// the merge itself. Returns whether anything was handed out.
-    pub fn next_batch(&mut self, limit: u64, outs: &mut Vec<Out>, buf: &mut Vec<Event>) -> bool {
-        outs.clear();
-        buf.clear();
+    /// Hands out, like [`Merge::next`] without `force`, as many entries as are below `limit`, appended to `outs`
+    /// and `buf` until `buf` holds at least `upto` events: each in `outs`, in key order, an `Out::Events` taking
+    /// the next events of `buf`. Why: when processes interleave finely, most runs are an event or two, and a
+    /// call per run cost as much as the merge itself. Returns whether anything was handed out.
+    pub fn next_batch(
+        &mut self,
+        limit: u64,
+        upto: usize,
+        outs: &mut Vec<Out>,
+        buf: &mut Vec<Event>,
+    ) -> bool {
+        let before = outs.len();
         if self.reference.is_some() {
-            while buf.len() < SEGMENT {
+            while buf.len() < upto {
                 match self.next_reference(buf) {
                     Some(x) => outs.push(x),
                     None => break,
                 }
             }
-            return !outs.is_empty();
+            return outs.len() > before;
         }
-        while buf.len() < SEGMENT {
+        while buf.len() < upto {
             match self.step(limit, false, buf) {
                 Some(x) => outs.push(x),
                 None => break,
             }
         }
-        !outs.is_empty()
+        outs.len() > before
     }
 
     /// One entry or run of events, appended to `buf`.

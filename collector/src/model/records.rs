@@ -9,35 +9,23 @@ use super::replay::Replay;
 use super::Ended;
 
 impl Replay<'_> {
-    pub(super) fn on_events(&mut self, pid: u32, batch: &[Event]) {
+    pub(super) fn on_events(&mut self, pid: u32, batch: Vec<Event>) {
         if batch.is_empty() {
             return;
         }
         self.events += batch.len() as u64;
         let (mut lo, mut hi) = (u64::MAX, 0);
-        for e in batch {
+        for e in &batch {
             lo = lo.min(e.ts_ns);
             hi = hi.max(e.ts_ns);
         }
         self.observe(lo);
         self.observe(hi);
         let s = self.route(pid, lo);
-        self.merge.push_events(s, pid, batch);
         self.advance(s, hi);
         self.procs[s].newest = self.procs[s].newest.max(hi);
-        if self.merge.over_bound() && !self.merge.relieve() {
-            // No spill file: the oldest go out early (counted by the merge as inexact).
-            let keep = self.merge.buffered() - self.merge.buffered() / 8;
-            let limit = self.limit();
-            let mut buf = std::mem::take(&mut self.seg);
-            while self.merge.buffered() > keep {
-                match self.merge.next(limit, true, &mut buf) {
-                    Some(x) => self.replay_one(x, &buf),
-                    None => break,
-                }
-            }
-            self.seg = buf;
-        }
+        let limit = self.limit();
+        self.merge.events(s, pid, batch, limit);
         self.pump();
     }
 
@@ -49,13 +37,13 @@ impl Replay<'_> {
     pub(super) fn on_record(&mut self, rec: Record) {
         match rec {
             Record::Hello(h) => self.on_hello(h),
-            Record::Events { pid, events } => self.on_events(pid, &events),
+            Record::Events { pid, events } => self.on_events(pid, events),
             Record::Dropped { pid, ts_ns, count } => {
                 self.observe(ts_ns);
                 let s = self.route(pid, ts_ns);
                 let id = self.next_id();
                 self.pending_drops.insert(id, (s, count));
-                self.merge.push_record(WHAT_DROP, pid, 0, ts_ns, id);
+                self.merge.record(WHAT_DROP, pid, 0, ts_ns, id);
                 self.pump();
             }
             // The collector's promise for processes still to come: none has anything older.
@@ -86,7 +74,7 @@ impl Replay<'_> {
                     p.end_queued = true;
                     p.s.ended = Ended::Goodbye;
                     p.s.end_ns = Some(at.saturating_sub(self.start));
-                    self.merge.push_record(WHAT_END, pid, 0, at, s);
+                    self.merge.record(WHAT_END, pid, 0, at, s);
                 }
                 self.close(s);
                 self.pump();
@@ -116,7 +104,7 @@ impl Replay<'_> {
                         p.end_queued = true;
                         p.s.end_ns = Some(ts_ns.saturating_sub(self.start));
                         self.close(s);
-                        self.merge.push_record(WHAT_END, pid, 0, ts_ns, s);
+                        self.merge.record(WHAT_END, pid, 0, ts_ns, s);
                     }
                 }
                 self.pump();
@@ -131,7 +119,7 @@ impl Replay<'_> {
                 let id = self.next_id();
                 let (pid, tid) = (o.pid, o.tid);
                 self.pending_ooms.insert(id, (s, o));
-                self.merge.push_record(WHAT_OOM, pid, tid, ts, id);
+                self.merge.record(WHAT_OOM, pid, tid, ts, id);
                 self.pump();
             }
             // Metadata: their times move no watermark and are no event's.
@@ -159,7 +147,7 @@ impl Replay<'_> {
                 self.procs[s].newest = self.procs[s].newest.max(ts_ns);
                 let id = self.next_id();
                 self.pending_ctx.insert(id, (s, device));
-                self.merge.push_record(WHAT_CTX, pid, 0, ts_ns, id);
+                self.merge.record(WHAT_CTX, pid, 0, ts_ns, id);
                 self.pump();
             }
             Record::Lost {
@@ -191,7 +179,7 @@ impl Replay<'_> {
         self.procs[s].newest = self.procs[s].newest.max(ts);
         let id = self.next_id();
         self.pending_fw.insert(id, (s, rec));
-        self.merge.push_record(WHAT_FW, pid, 0, ts, id);
+        self.merge.record(WHAT_FW, pid, 0, ts, id);
         self.pump();
     }
 

@@ -9,6 +9,7 @@ use super::fasthash::FastMap;
 use super::framework;
 use super::leak::{site_ref, trim_leaks};
 use super::merge::{Merge, Out, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
+use super::merge_link::{Chunk, MergeLink};
 use super::tap::{Change, Step, Tap};
 use super::timeline::TimelineBuilder;
 use super::*;
@@ -179,8 +180,8 @@ pub(super) struct Replay<'t> {
     pub(super) open: Vec<usize>,
     pub(super) min_wm: u64,
     pub(super) wm_dirty: bool,
-    /// Every timed entry waits here until no open process can send anything older.
-    pub(super) merge: Merge,
+    /// Every timed entry waits in the merge until no open process can send anything older.
+    pub(super) merge: MergeLink,
     /// With a collector that promises for processes still to come (`newcomer_ticks` in the header): how far it
     /// has promised. The merge goes no further.
     pub(super) newcomers: Option<u64>,
@@ -189,10 +190,6 @@ pub(super) struct Replay<'t> {
     pub(super) goodbye_last: bool,
     /// Exit statuses the wrapper reaped, attached to their processes at the end.
     pub(super) exits: Vec<vramtrace_format::Exit>,
-    /// The merge's hand-out buffer, kept between calls.
-    pub(super) seg: Vec<Event>,
-    /// What the merge handed out, in order, over `seg`.
-    pub(super) outs: Vec<Out>,
     /// Dropped-event counts waiting for the merge: id -> (slot, count).
     pub(super) pending_drops: HashMap<usize, (usize, u64)>,
     pub(super) events: u64,
@@ -227,14 +224,12 @@ impl<'t> Replay<'t> {
     pub(super) fn new(start: u64, bound: usize, reference: bool) -> Self {
         Replay {
             start,
-            merge: if reference {
+            merge: MergeLink::inline(if reference {
                 Merge::reference()
             } else {
                 Merge::new(bound)
-            },
+            }),
             pending_drops: HashMap::new(),
-            seg: Vec::with_capacity(4096),
-            outs: Vec::with_capacity(4096),
             exits: Vec::new(),
             newcomers: None,
             goodbye_last: false,
@@ -358,24 +353,48 @@ impl<'t> Replay<'t> {
 
     // ---- the merge ----
 
-    /// Replays what the merge can hand out now: everything older than every open process's promise.
+    /// Replays what the merge can hand out now (or, with the merge on its own thread, what it has handed out so
+    /// far): everything older than every open process's promise.
     pub(super) fn pump(&mut self) {
         let limit = self.limit();
-        let mut buf = std::mem::take(&mut self.seg);
-        let mut outs = std::mem::take(&mut self.outs);
-        while self.merge.next_batch(limit, &mut outs, &mut buf) {
-            let mut at = 0;
-            for &x in &outs {
-                let n = match x {
-                    Out::Events(_, n) => n,
-                    Out::Rec(..) => 0,
-                };
-                self.replay_one(x, &buf[at..at + n]);
-                at += n;
+        self.merge.drain(limit);
+        if self.merge.full() {
+            while let Some(c) = self.merge.send_or_take() {
+                self.replay_chunk(c);
             }
         }
-        self.seg = buf;
-        self.outs = outs;
+        while let Some(c) = self.merge.try_take() {
+            self.replay_chunk(c);
+        }
+    }
+
+    /// The trace is read: replays everything still in the merge. Returns the merge's count of inexact entries.
+    fn pump_to_end(&mut self) -> u64 {
+        while let Some(c) = self.merge.send_or_take() {
+            self.replay_chunk(c);
+        }
+        self.merge.finish();
+        while let Some(c) = self.merge.take_until_done() {
+            let done = c.done;
+            self.replay_chunk(c);
+            if let Some(n) = done {
+                return n;
+            }
+        }
+        0
+    }
+
+    fn replay_chunk(&mut self, c: Chunk) {
+        let mut at = 0;
+        for &x in &c.outs {
+            let n = match x {
+                Out::Events(_, n) => n,
+                Out::Rec(..) => 0,
+            };
+            self.replay_one(x, &c.events[at..at + n]);
+            at += n;
+        }
+        self.merge.give_back(c);
     }
 
     pub(super) fn replay_one(&mut self, x: Out, buf: &[Event]) {
@@ -818,9 +837,7 @@ impl<'t> Replay<'t> {
     }
 
     pub(super) fn finish(mut self, header: TraceHeader, sym: Option<&mut Symbolizer>) -> Analysis {
-        self.merge.finish();
-        self.pump();
-        let merge_inexact_events = self.merge.inexact();
+        let merge_inexact_events = self.pump_to_end();
         let end = self.rel(self.last_ts);
         for s in 0..self.procs.len() {
             let p = &mut self.procs[s];

@@ -1,0 +1,563 @@
+//! The merge on a thread of its own, between the replay's intake (records in file order) and its accounting
+//! (entries in key order).
+//!
+//! Why: with the frames decoded on their own thread ([`super::decode`]), the replay's thread was the bound, and
+//! the merge (placing every event in key order) was about half of it. Here the intake queues what it used to
+//! call on the merge (pushes and drains, in the same order, each drain with the limit of its moment) and the
+//! merge thread runs them in that order: it hands out exactly what the inline merge would, and the replay
+//! applies it in the same order. Nothing else is shared: the records' ids (out-of-memory, bridge, drops) are
+//! the intake's, and their payloads wait on the replay's side, put there before their entry can come back.
+//!
+//! What the replay's side does between a push and the entries coming back (a hello, a call-site record) is done
+//! earlier relative to the accounting than inline. The accounting never depends on that: the reference merge
+//! (everything handed out at the end) sees every record before any entry, and the tests hold both equal.
+//!
+//! Without a thread to be had, the same queue runs inline, at once.
+
+use std::collections::VecDeque;
+use std::thread::Scope;
+
+use crossbeam_channel::{bounded, Receiver, Select, Sender};
+use vramtrace_format::Event;
+
+use super::merge::{Merge, Out};
+
+/// What the intake asks of the merge, in its order.
+pub(super) enum Input {
+    /// A batch of process `pid` (slot `slot`). `limit`: the replay's limit after it, for the bound's last resort
+    /// (handing out the oldest early when nothing can be spilled).
+    Events {
+        slot: usize,
+        pid: u32,
+        batch: Vec<Event>,
+        limit: u64,
+    },
+    Record {
+        what: u8,
+        pid: u32,
+        tid: u32,
+        ts: u64,
+        id: usize,
+    },
+    /// Hand out everything below this limit.
+    Drain(u64),
+}
+
+/// Entries handed out, in key order: each `Out::Events` takes the next events of `events`.
+#[derive(Default)]
+pub(super) struct Chunk {
+    pub outs: Vec<Out>,
+    pub events: Vec<Event>,
+    /// The last chunk: the merge's count of entries it could not place exactly.
+    pub done: Option<u64>,
+}
+
+/// Events a chunk holds before it goes; inputs' events queued before they go.
+const CHUNK_EVENTS: usize = 16 << 10;
+const INPUT_EVENTS: usize = 16 << 10;
+const INPUT_ITEMS: usize = 512;
+/// Batches in flight each way.
+const IN_FLIGHT: usize = 4;
+
+/// The merge's side: runs the inputs in order, gathers what comes out into chunks.
+pub(super) struct Stage {
+    merge: Merge,
+    chunk: Chunk,
+    buf: Vec<Event>,
+    /// Chunks the replay is done with, to fill again (their buffers keep their capacity).
+    spent: Option<Receiver<Chunk>>,
+}
+
+impl Stage {
+    pub fn new(merge: Merge) -> Stage {
+        Stage {
+            merge,
+            chunk: Chunk::default(),
+            buf: Vec::new(),
+            spent: None,
+        }
+    }
+
+    /// Runs one input; full chunks go to `emit`.
+    fn run(&mut self, input: Input, emit: &mut impl FnMut(Chunk)) {
+        match input {
+            Input::Events {
+                slot,
+                pid,
+                batch,
+                limit,
+            } => {
+                self.merge.push_events(slot, pid, &batch);
+                if self.merge.over_bound() && !self.merge.relieve() {
+                    // No spill file: the oldest go out early (counted by the merge as inexact).
+                    let keep = self.merge.buffered() - self.merge.buffered() / 8;
+                    while self.merge.buffered() > keep {
+                        match self.merge.next(limit, true, &mut self.buf) {
+                            Some(x) => self.take(&[x], emit),
+                            None => break,
+                        }
+                    }
+                }
+            }
+            Input::Record {
+                what,
+                pid,
+                tid,
+                ts,
+                id,
+            } => self.merge.push_record(what, pid, tid, ts, id),
+            Input::Drain(limit) => self.drain(limit, emit),
+        }
+    }
+
+    fn drain(&mut self, limit: u64, emit: &mut impl FnMut(Chunk)) {
+        // Straight into the chunk: no copy between the merge and the replay but the channel's.
+        while self.merge.next_batch(
+            limit,
+            CHUNK_EVENTS,
+            &mut self.chunk.outs,
+            &mut self.chunk.events,
+        ) {
+            if self.chunk.events.len() >= CHUNK_EVENTS {
+                self.flush(emit);
+            }
+        }
+    }
+
+    /// Moves what the merge handed out early (in `self.buf`) into the chunk.
+    fn take(&mut self, outs: &[Out], emit: &mut impl FnMut(Chunk)) {
+        self.chunk.outs.extend_from_slice(outs);
+        self.chunk.events.extend_from_slice(&self.buf);
+        if self.chunk.events.len() >= CHUNK_EVENTS {
+            self.flush(emit);
+        }
+    }
+
+    fn flush(&mut self, emit: &mut impl FnMut(Chunk)) {
+        if self.chunk.outs.is_empty() {
+            return;
+        }
+        let next = match self.spent.as_ref().and_then(|r| r.try_recv().ok()) {
+            Some(mut c) => {
+                c.outs.clear();
+                c.events.clear();
+                c
+            }
+            None => Chunk::default(),
+        };
+        emit(std::mem::replace(&mut self.chunk, next));
+    }
+
+    /// The trace is read: everything goes, then the last chunk.
+    fn finish(&mut self, emit: &mut impl FnMut(Chunk)) {
+        self.merge.finish();
+        self.drain(u64::MAX, emit);
+        self.flush(emit);
+        emit(Chunk {
+            done: Some(self.merge.inexact()),
+            ..Chunk::default()
+        });
+    }
+}
+
+/// The replay's end of the merge: inline, or a channel each way to the merge's thread.
+pub(super) struct MergeLink {
+    inline: Option<Stage>,
+    /// Inline: chunks handed out, not yet applied.
+    ready: VecDeque<Chunk>,
+    pending: Vec<Input>,
+    pending_events: usize,
+    last_drain: Option<u64>,
+    tx: Option<Sender<Vec<Input>>>,
+    rx: Option<Receiver<Chunk>>,
+    /// Chunks replayed, back to the thread to be filled again.
+    spent: Option<Sender<Chunk>>,
+    /// The thread is gone (it panicked): nothing more comes back; the scope re-raises its panic.
+    broken: bool,
+}
+
+impl MergeLink {
+    pub fn inline(merge: Merge) -> MergeLink {
+        MergeLink {
+            inline: Some(Stage::new(merge)),
+            ready: VecDeque::new(),
+            pending: Vec::new(),
+            pending_events: 0,
+            last_drain: None,
+            tx: None,
+            rx: None,
+            spent: None,
+            broken: false,
+        }
+    }
+
+    /// Moves the merge onto a thread of `scope`; without one it stays inline. The thread ends when this link is
+    /// dropped or finished: the link must be dropped inside the scope (a panic unwinding the scope's closure
+    /// drops it), or the scope would wait for the thread forever.
+    pub fn start_thread<'s>(&mut self, scope: &'s Scope<'s, '_>) {
+        let Some(mut stage) = self.inline.take() else {
+            return;
+        };
+        let (tx, in_rx) = bounded::<Vec<Input>>(IN_FLIGHT);
+        let (out_tx, rx) = bounded::<Chunk>(IN_FLIGHT);
+        let (spent_tx, spent_rx) = bounded::<Chunk>(IN_FLIGHT + 2);
+        stage.spent = Some(spent_rx);
+        // The stage moves to the thread once it is known to run; until then it waits here.
+        let (stage_tx, stage_rx) = bounded::<Stage>(1);
+        let spawned = std::thread::Builder::new()
+            .name("vramtrace-merge".into())
+            .spawn_scoped(scope, move || {
+                let Ok(mut stage) = stage_rx.recv() else {
+                    return;
+                };
+                let mut emit = |c: Chunk| {
+                    let _ = out_tx.send(c);
+                };
+                for inputs in in_rx.iter() {
+                    for input in inputs {
+                        stage.run(input, &mut emit);
+                    }
+                    stage.flush(&mut emit);
+                }
+                // The intake's end: the sender is dropped only by `finish` (or by a panic, when nobody reads).
+                stage.finish(&mut emit);
+            });
+        match spawned {
+            Ok(_) => {
+                let _ = stage_tx.send(stage);
+                self.tx = Some(tx);
+                self.rx = Some(rx);
+                self.spent = Some(spent_tx);
+            }
+            Err(_) => self.inline = Some(stage),
+        }
+    }
+
+    pub fn events(&mut self, slot: usize, pid: u32, batch: Vec<Event>, limit: u64) {
+        self.pending_events += batch.len();
+        self.last_drain = None;
+        self.queue(Input::Events {
+            slot,
+            pid,
+            batch,
+            limit,
+        });
+    }
+
+    pub fn record(&mut self, what: u8, pid: u32, tid: u32, ts: u64, id: usize) {
+        self.last_drain = None;
+        self.queue(Input::Record {
+            what,
+            pid,
+            tid,
+            ts,
+            id,
+        });
+    }
+
+    /// Everything below `limit` may go. A drain right after the same one adds nothing.
+    pub fn drain(&mut self, limit: u64) {
+        if self.last_drain == Some(limit) {
+            return;
+        }
+        self.last_drain = Some(limit);
+        self.queue(Input::Drain(limit));
+    }
+
+    fn queue(&mut self, input: Input) {
+        match &mut self.inline {
+            Some(stage) => {
+                let ready = &mut self.ready;
+                stage.run(input, &mut |c| ready.push_back(c));
+                stage.flush(&mut |c| ready.push_back(c));
+            }
+            None => self.pending.push(input),
+        }
+    }
+
+    /// Whether the queued inputs should go now.
+    pub fn full(&self) -> bool {
+        self.pending_events >= INPUT_EVENTS || self.pending.len() >= INPUT_ITEMS
+    }
+
+    /// Sends the queued inputs, or, while the thread's inbox is full, takes a chunk it handed out (the caller
+    /// applies it and calls again). `None`: sent (or nothing to send).
+    pub fn send_or_take(&mut self) -> Option<Chunk> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let (Some(tx), Some(rx)) = (&self.tx, &self.rx) else {
+            return None;
+        };
+        if self.broken {
+            self.pending.clear();
+            return None;
+        }
+        let mut sel = Select::new();
+        let send = sel.send(tx);
+        let recv = sel.recv(rx);
+        let op = sel.select();
+        match op.index() {
+            i if i == send => {
+                let inputs = std::mem::take(&mut self.pending);
+                self.pending_events = 0;
+                if op.send(tx, inputs).is_err() {
+                    self.broken = true;
+                }
+                None
+            }
+            i if i == recv => match op.recv(rx) {
+                Ok(c) => Some(c),
+                Err(_) => {
+                    self.broken = true;
+                    None
+                }
+            },
+            _ => unreachable!("two operations were selected from"),
+        }
+    }
+
+    /// A chunk the replay is done with: its buffers are filled again.
+    pub fn give_back(&mut self, c: Chunk) {
+        if let Some(tx) = &self.spent {
+            let _ = tx.try_send(c);
+        }
+    }
+
+    /// A chunk handed out already, if any (never waits).
+    pub fn try_take(&mut self) -> Option<Chunk> {
+        if let Some(c) = self.ready.pop_front() {
+            return Some(c);
+        }
+        self.rx.as_ref()?.try_recv().ok()
+    }
+
+    /// The trace is read: tells the merge (after the queued inputs, which the caller has sent with
+    /// `send_or_take` until it returned `None`). Then [`MergeLink::take_until_done`] returns what is left.
+    pub fn finish(&mut self) {
+        match &mut self.inline {
+            Some(stage) => {
+                let ready = &mut self.ready;
+                stage.finish(&mut |c| ready.push_back(c));
+            }
+            // Closing the inbox is the thread's sign.
+            None => self.tx = None,
+        }
+    }
+
+    /// After [`MergeLink::finish`]: the next chunk, waiting for it. `None` after the last one (or when the
+    /// thread is gone).
+    pub fn take_until_done(&mut self) -> Option<Chunk> {
+        if let Some(c) = self.ready.pop_front() {
+            return Some(c);
+        }
+        if self.broken {
+            return None;
+        }
+        self.rx.as_ref()?.recv().ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::merge::WHAT_OOM;
+    use std::sync::mpsc;
+    use std::time::Duration;
+    use vramtrace_format::codec::{encode_header, put_events};
+    use vramtrace_format::{Api, TraceHeader};
+
+    fn ev(ts: u64, tid: u32, addr: u64) -> Event {
+        Event {
+            ts_ns: ts,
+            tid,
+            api: Api::MemAlloc,
+            flags: 0,
+            device: 0,
+            result: 0,
+            addr,
+            size: 1,
+            aux: 0,
+            stack: 0,
+        }
+    }
+
+    /// Inputs as an intake makes them: four processes' batches (some late), records, drains with a limit that
+    /// mostly grows and sometimes falls back (a newcomer).
+    fn inputs() -> Vec<Input> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut now = [1000u64; 4];
+        let mut out = Vec::new();
+        let mut id = 0;
+        for i in 0..3000u64 {
+            let p = rnd(4) as usize;
+            match rnd(10) {
+                0 => {
+                    id += 1;
+                    out.push(Input::Record {
+                        what: WHAT_OOM,
+                        pid: 100 + p as u32,
+                        tid: 1,
+                        ts: now[p],
+                        id,
+                    });
+                }
+                1 | 2 => {
+                    let low = *now.iter().min().unwrap();
+                    out.push(Input::Drain(low.saturating_sub(rnd(3) * 50)));
+                }
+                _ => {
+                    // Mostly in order; one in eight starts before the process's last one (a late batch).
+                    let start = if rnd(8) == 0 {
+                        now[p].saturating_sub(300)
+                    } else {
+                        now[p]
+                    };
+                    let n = 1 + rnd(40);
+                    let batch: Vec<Event> = (0..n)
+                        .map(|k| ev(start + k * (1 + rnd(30)), 1 + rnd(2) as u32, i << 8 | k))
+                        .collect();
+                    now[p] = now[p].max(batch.iter().map(|e| e.ts_ns).max().unwrap());
+                    out.push(Input::Events {
+                        slot: p,
+                        pid: 100 + p as u32,
+                        batch,
+                        limit: *now.iter().min().unwrap(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// One entry handed out: (slot or record id, kind, event).
+    type Entry = (usize, u8, Option<Event>);
+
+    /// Everything handed out, flattened, and the count of inexact entries.
+    fn flat(chunks: &[Chunk]) -> (Vec<Entry>, Option<u64>) {
+        let mut v = Vec::new();
+        let mut done = None;
+        for c in chunks {
+            let mut at = 0;
+            for o in &c.outs {
+                match *o {
+                    Out::Events(s, n) => {
+                        for e in &c.events[at..at + n] {
+                            v.push((s, u8::MAX, Some(*e)));
+                        }
+                        at += n;
+                    }
+                    Out::Rec(what, id, _) => v.push((id, what, None)),
+                }
+            }
+            if c.done.is_some() {
+                done = c.done;
+            }
+        }
+        (v, done)
+    }
+
+    fn run(link: &mut MergeLink) -> Vec<Chunk> {
+        let mut got = Vec::new();
+        for input in inputs() {
+            match input {
+                Input::Events {
+                    slot,
+                    pid,
+                    batch,
+                    limit,
+                } => link.events(slot, pid, batch, limit),
+                Input::Record {
+                    what,
+                    pid,
+                    tid,
+                    ts,
+                    id,
+                } => link.record(what, pid, tid, ts, id),
+                Input::Drain(l) => link.drain(l),
+            }
+            if link.full() {
+                while let Some(c) = link.send_or_take() {
+                    got.push(c);
+                }
+            }
+            while let Some(c) = link.try_take() {
+                got.push(c);
+            }
+        }
+        while let Some(c) = link.send_or_take() {
+            got.push(c);
+        }
+        link.finish();
+        while let Some(c) = link.take_until_done() {
+            let done = c.done.is_some();
+            got.push(c);
+            if done {
+                break;
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn the_merge_thread_hands_out_what_the_inline_merge_does() {
+        let inline = flat(&run(&mut MergeLink::inline(Merge::new(1 << 20))));
+        // A small bound too: spilling runs on the thread as it does inline.
+        for bound in [1 << 20, 64] {
+            let threaded = std::thread::scope(|scope| {
+                let mut link = MergeLink::inline(Merge::new(bound));
+                link.start_thread(scope);
+                assert!(link.tx.is_some(), "the merge runs on its thread");
+                flat(&run(&mut link))
+            });
+            let inline_b = flat(&run(&mut MergeLink::inline(Merge::new(bound))));
+            assert_eq!(threaded, inline_b, "bound {bound}");
+            // The bound changes where events wait, never what is handed out.
+            assert_eq!(threaded.0, inline.0, "bound {bound}");
+        }
+        assert!(inline.0.len() > 10_000, "{}", inline.0.len());
+        // The late batches' events that the drains had passed are counted, the same either way.
+        assert!(inline.1.is_some_and(|n| n > 0), "{:?}", inline.1);
+    }
+
+    #[test]
+    fn a_panic_in_the_replay_is_a_panic_not_a_hang() {
+        // Far more events than the channels hold, and a tap that panics at the first one it sees: the merge's
+        // thread is blocked on a full channel when the replay's thread unwinds.
+        struct Boom;
+        impl crate::model::tap::Tap for Boom {
+            fn step(&mut self, _: &crate::model::tap::Step) {
+                panic!("a bug in the replay");
+            }
+        }
+        let h = TraceHeader {
+            start_unix_ns: 0,
+            start_mono_ns: 0,
+            command: vec!["t".into()],
+            hostname: "h".into(),
+            vramtrace_version: "t".into(),
+            extra: vec![],
+        };
+        let mut t = encode_header(&h);
+        for i in 0..200u64 {
+            let batch: Vec<Event> = (0..4096u64)
+                .map(|k| ev(10 + i * 4096 + k, 1, (i * 4096 + k) << 4))
+                .collect();
+            put_events(&mut t, 7, &batch);
+        }
+        let (done_tx, done_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let r = std::panic::catch_unwind(move || {
+                let _ = crate::model::analyze_reader_tapped(&t[..], None, &mut Boom);
+            });
+            let _ = done_tx.send(r.is_err());
+        });
+        assert_eq!(done_rx.recv_timeout(Duration::from_secs(30)), Ok(true));
+    }
+}
