@@ -327,6 +327,8 @@ pub struct OomAlloc {
 /// One process of the job at the moment of an out-of-memory event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OomProcess {
+    /// The replay's slot for it, to name it at the end from its hello wherever in the file that was.
+    pub(crate) slot: usize,
     pub pid: u32,
     pub announced: bool,
     pub rank: Option<u32>,

@@ -30,8 +30,9 @@ struct Front {
 }
 
 impl Front {
-    /// Keys above `INDEX` sources cannot be packed: the merge's indices (runs, spilled runs, record ids) stay far
-    /// below a billion, and one past it would be a bug, not a trace.
+    /// Indices above `INDEX` cannot be packed. The merge's stay far below: runs and records are reused once
+    /// empty (their count is what waits at once), and a spilled run holds a bound's worth of events (a billion of
+    /// them is more events than any trace).
     fn new(k: Key, src: Src) -> Front {
         let (tag, i) = match src {
             Src::Run(i) => (0, i),

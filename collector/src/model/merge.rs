@@ -76,6 +76,9 @@ pub(super) enum Out {
     Events(usize, usize),
     /// A record: (kind, the replay's id for it (for `WHAT_END` the slot), absolute time).
     Rec(u8, usize, u64),
+    /// A place in the file (the replay's id): everything handed out before it was pushed before it. Never from
+    /// the merge itself: [`super::merge_link`] puts it between what the merge hands out.
+    Mark(usize),
 }
 
 #[derive(Clone, Copy)]
@@ -123,6 +126,10 @@ pub(super) struct Merge {
     /// Per slot: the run its next in-order batch is appended to.
     tail: Vec<Option<usize>>,
     heap: Fronts,
+    /// Records waiting, by slab index (the heap's `Src::Rec`): their ids. Reused once handed out, so the heap's
+    /// indices stay as small as what waits, however many records a long trace holds.
+    recs: Vec<usize>,
+    free_recs: Vec<usize>,
     /// Events waiting in memory.
     buffered: usize,
     bound: usize,
@@ -147,6 +154,8 @@ impl Merge {
             free_runs: Vec::new(),
             tail: Vec::new(),
             heap: Fronts::default(),
+            recs: Vec::new(),
+            free_recs: Vec::new(),
             buffered: 0,
             bound: bound.max(8),
             seq: 0,
@@ -317,7 +326,17 @@ impl Merge {
             return;
         }
         self.check_late(&k);
-        self.heap.push(k, Src::Rec(id));
+        let i = match self.free_recs.pop() {
+            Some(i) => {
+                self.recs[i] = id;
+                i
+            }
+            None => {
+                self.recs.push(id);
+                self.recs.len() - 1
+            }
+        };
+        self.heap.push(k, Src::Rec(i));
     }
 
     /// Whether more events wait than the bound allows; [`Merge::relieve`] then makes room.
@@ -468,7 +487,7 @@ impl Merge {
     ) -> bool {
         let before = outs.len();
         if self.reference.is_some() {
-            while buf.len() < upto {
+            while buf.len() < upto && outs.len() - before < upto {
                 match self.next_reference(buf) {
                     Some(x) => outs.push(x),
                     None => break,
@@ -476,7 +495,8 @@ impl Merge {
             }
             return outs.len() > before;
         }
-        while buf.len() < upto {
+        // Records add no event: bounded by count too.
+        while buf.len() < upto && outs.len() - before < upto {
             match self.step(limit, false, buf) {
                 Some(x) => outs.push(x),
                 None => break,
@@ -500,10 +520,11 @@ impl Merge {
             // (one sift instead of a pop and a push).
             let stop = self.heap.second();
             match src {
-                Src::Rec(id) => {
+                Src::Rec(i) => {
                     self.heap.pop();
                     self.last = Some(k);
-                    return Some(Out::Rec(k.what, id, k.ts));
+                    self.free_recs.push(i);
+                    return Some(Out::Rec(k.what, self.recs[i], k.ts));
                 }
                 Src::Run(r) => {
                     let run = &mut self.runs[r];
@@ -702,4 +723,40 @@ fn decode(b: &[u8]) -> Option<(Key, usize, Event)> {
     };
     let k = Key::event(pid, seq, &e);
     Some((k, slot, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_ids_of_any_size_come_back() {
+        // Ids grow over a whole trace (every record of every process): the heap holds slab indices, not ids.
+        let mut m = Merge::new(1 << 20);
+        for (i, id) in [1usize << 30, usize::MAX, 7].into_iter().enumerate() {
+            m.push_record(WHAT_FW, 1, 0, 10 + i as u64, id);
+        }
+        m.finish();
+        let mut buf = Vec::new();
+        let mut got = Vec::new();
+        while let Some(x) = m.next(u64::MAX, false, &mut buf) {
+            if let Out::Rec(WHAT_FW, id, ts) = x {
+                got.push((id, ts));
+            }
+        }
+        assert_eq!(got, [(1 << 30, 10), (usize::MAX, 11), (7, 12)]);
+    }
+
+    #[test]
+    fn record_slots_are_reused() {
+        let mut m = Merge::new(1 << 20);
+        let mut buf = Vec::new();
+        for i in 0..10_000u64 {
+            m.push_record(WHAT_DROP, 1, 0, i, i as usize);
+            assert!(
+                matches!(m.next(u64::MAX, false, &mut buf), Some(Out::Rec(WHAT_DROP, id, _)) if id == i as usize)
+            );
+        }
+        assert_eq!(m.recs.len(), 1, "one slot, reused");
+    }
 }

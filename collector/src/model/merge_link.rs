@@ -41,6 +41,8 @@ pub(super) enum Input {
     },
     /// Hand out everything below this limit.
     Drain(u64),
+    /// A place in the file, handed back as `Out::Mark` after everything handed out before it.
+    Mark(usize),
 }
 
 /// Entries handed out, in key order: each `Out::Events` takes the next events of `events`.
@@ -107,6 +109,10 @@ impl Stage {
                 id,
             } => self.merge.push_record(what, pid, tid, ts, id),
             Input::Drain(limit) => self.drain(limit, emit),
+            Input::Mark(id) => {
+                self.chunk.outs.push(Out::Mark(id));
+                self.flush_if_full(emit);
+            }
         }
     }
 
@@ -118,9 +124,7 @@ impl Stage {
             &mut self.chunk.outs,
             &mut self.chunk.events,
         ) {
-            if self.chunk.events.len() >= CHUNK_EVENTS {
-                self.flush(emit);
-            }
+            self.flush_if_full(emit);
         }
     }
 
@@ -128,7 +132,11 @@ impl Stage {
     fn take(&mut self, outs: &[Out], emit: &mut impl FnMut(Chunk)) {
         self.chunk.outs.extend_from_slice(outs);
         self.chunk.events.extend_from_slice(&self.buf);
-        if self.chunk.events.len() >= CHUNK_EVENTS {
+        self.flush_if_full(emit);
+    }
+
+    fn flush_if_full(&mut self, emit: &mut impl FnMut(Chunk)) {
+        if self.chunk.events.len() >= CHUNK_EVENTS || self.chunk.outs.len() >= CHUNK_EVENTS {
             self.flush(emit);
         }
     }
@@ -141,6 +149,7 @@ impl Stage {
             Some(mut c) => {
                 c.outs.clear();
                 c.events.clear();
+                c.done = None;
                 c
             }
             None => Chunk::default(),
@@ -160,6 +169,13 @@ impl Stage {
     }
 }
 
+/// The merge's thread is gone before its last chunk: it panicked (a bug; its message is above). The replay stops
+/// here rather than read the rest of the trace for nothing; the scope then ends with the panic.
+#[cold]
+fn gone() -> ! {
+    panic!("the report's merge thread stopped");
+}
+
 /// The replay's end of the merge: inline, or a channel each way to the merge's thread.
 pub(super) struct MergeLink {
     inline: Option<Stage>,
@@ -172,8 +188,6 @@ pub(super) struct MergeLink {
     rx: Option<Receiver<Chunk>>,
     /// Chunks replayed, back to the thread to be filled again.
     spent: Option<Sender<Chunk>>,
-    /// The thread is gone (it panicked): nothing more comes back; the scope re-raises its panic.
-    broken: bool,
 }
 
 impl MergeLink {
@@ -187,7 +201,6 @@ impl MergeLink {
             tx: None,
             rx: None,
             spent: None,
-            broken: false,
         }
     }
 
@@ -210,16 +223,24 @@ impl MergeLink {
                 let Ok(mut stage) = stage_rx.recv() else {
                     return;
                 };
+                // The replay gone (it panicked): stop at once, with nobody to hand anything to.
+                let gone = std::cell::Cell::new(false);
                 let mut emit = |c: Chunk| {
-                    let _ = out_tx.send(c);
+                    if out_tx.send(c).is_err() {
+                        gone.set(true);
+                    }
                 };
                 for inputs in in_rx.iter() {
                     for input in inputs {
                         stage.run(input, &mut emit);
                     }
                     stage.flush(&mut emit);
+                    if gone.get() {
+                        return;
+                    }
                 }
-                // The intake's end: the sender is dropped only by `finish` (or by a panic, when nobody reads).
+                // The intake's end: the sender is dropped by `finish` (or as the replay unwinds: then the first
+                // chunk that cannot go ends this).
                 stage.finish(&mut emit);
             });
         match spawned {
@@ -234,7 +255,9 @@ impl MergeLink {
     }
 
     pub fn events(&mut self, slot: usize, pid: u32, batch: Vec<Event>, limit: u64) {
-        self.pending_events += batch.len();
+        if self.inline.is_none() {
+            self.pending_events += batch.len();
+        }
         self.last_drain = None;
         self.queue(Input::Events {
             slot,
@@ -253,6 +276,11 @@ impl MergeLink {
             ts,
             id,
         });
+    }
+
+    /// A place in the file: comes back as `Out::Mark(id)` after everything handed out before it.
+    pub fn mark(&mut self, id: usize) {
+        self.queue(Input::Mark(id));
     }
 
     /// Everything below `limit` may go. A drain right after the same one adds nothing.
@@ -289,10 +317,6 @@ impl MergeLink {
         let (Some(tx), Some(rx)) = (&self.tx, &self.rx) else {
             return None;
         };
-        if self.broken {
-            self.pending.clear();
-            return None;
-        }
         let mut sel = Select::new();
         let send = sel.send(tx);
         let recv = sel.recv(rx);
@@ -302,16 +326,13 @@ impl MergeLink {
                 let inputs = std::mem::take(&mut self.pending);
                 self.pending_events = 0;
                 if op.send(tx, inputs).is_err() {
-                    self.broken = true;
+                    gone();
                 }
                 None
             }
             i if i == recv => match op.recv(rx) {
                 Ok(c) => Some(c),
-                Err(_) => {
-                    self.broken = true;
-                    None
-                }
+                Err(_) => gone(),
             },
             _ => unreachable!("two operations were selected from"),
         }
@@ -351,10 +372,10 @@ impl MergeLink {
         if let Some(c) = self.ready.pop_front() {
             return Some(c);
         }
-        if self.broken {
-            return None;
+        match self.rx.as_ref()?.recv() {
+            Ok(c) => Some(c),
+            Err(_) => gone(),
         }
-        self.rx.as_ref()?.recv().ok()
     }
 }
 
@@ -408,6 +429,10 @@ mod tests {
                         id,
                     });
                 }
+                1 if rnd(2) == 0 => {
+                    id += 1;
+                    out.push(Input::Mark(id));
+                }
                 1 | 2 => {
                     let low = *now.iter().min().unwrap();
                     out.push(Input::Drain(low.saturating_sub(rnd(3) * 50)));
@@ -454,6 +479,7 @@ mod tests {
                         at += n;
                     }
                     Out::Rec(what, id, _) => v.push((id, what, None)),
+                    Out::Mark(id) => v.push((id, u8::MAX - 1, None)),
                 }
             }
             if c.done.is_some() {
@@ -481,6 +507,7 @@ mod tests {
                     id,
                 } => link.record(what, pid, tid, ts, id),
                 Input::Drain(l) => link.drain(l),
+                Input::Mark(id) => link.mark(id),
             }
             if link.full() {
                 while let Some(c) = link.send_or_take() {
@@ -559,5 +586,96 @@ mod tests {
             let _ = done_tx.send(r.is_err());
         });
         assert_eq!(done_rx.recv_timeout(Duration::from_secs(30)), Ok(true));
+    }
+
+    /// A process's hello read after some of its entries were replayed, and an out-of-memory snapshot between.
+    fn late_hello() -> Vec<vramtrace_format::Record> {
+        use vramtrace_format::{Hello, Oom, Record};
+        let hello = |pid: u32, ts: u64, cmd: &str| {
+            Record::Hello(Hello {
+                pid,
+                ppid: 1,
+                ts_ns: ts,
+                cmdline: vec![cmd.into()],
+                hostname: "h".into(),
+                rank: Some(pid),
+                local_rank: None,
+                slurm_procid: None,
+                shim_version: "t".into(),
+                extra: vec![],
+            })
+        };
+        let alloc = |pid: u32, ts: u64, addr: u64| Record::Events {
+            pid,
+            events: vec![Event {
+                size: 1 << 20,
+                ..ev(ts, 1, addr)
+            }],
+        };
+        vec![
+            hello(8, 0, "eight"),
+            alloc(7, 10, 0x1000),
+            alloc(8, 11, 0x2000),
+            Record::Oom(Oom {
+                pid: 8,
+                tid: 1,
+                ts_ns: 15,
+                device: 0,
+                api: Api::MemAlloc as u8,
+                flags: 0,
+                requested_bytes: 1 << 30,
+                result: 2,
+                device_free_bytes: None,
+                device_total_bytes: None,
+                cap_bytes: None,
+                job_used_bytes: None,
+                process_used_bytes: None,
+                extra: vec![],
+            }),
+            alloc(7, 20, 0x1001),
+            alloc(7, 30, 0x1002),
+            Record::Tick { pid: 8, ts_ns: 100 },
+            hello(7, 5, "seven"),
+            Record::Goodbye { pid: 7, ts_ns: 200 },
+            Record::Goodbye { pid: 8, ts_ns: 200 },
+        ]
+    }
+
+    fn snapshot_names(threaded: bool, reference: bool) -> Vec<(u32, bool, Vec<String>)> {
+        std::thread::scope(|scope| {
+            let mut st = crate::model::replay::Replay::new(0, 1 << 20, reference);
+            if threaded {
+                st.merge.start_thread(scope);
+            }
+            for r in late_hello() {
+                st.on_record(r);
+            }
+            let h = TraceHeader {
+                start_unix_ns: 0,
+                start_mono_ns: 0,
+                command: vec!["t".into()],
+                hostname: "h".into(),
+                vramtrace_version: "t".into(),
+                extra: vec![],
+            };
+            let a = st.finish(h, None);
+            a.ooms[0]
+                .processes
+                .iter()
+                .map(|p| (p.pid, p.announced, p.cmdline.clone()))
+                .collect()
+        })
+    }
+
+    #[test]
+    fn a_late_hello_names_its_process_the_same_whichever_thread_merges() {
+        // Process 7 held memory at the OOM, and its hello (stamped before) was read after the OOM was replayed.
+        let want = vec![
+            (8, true, vec!["eight".to_string()]),
+            (7, true, vec!["seven".to_string()]),
+        ];
+        assert_eq!(snapshot_names(false, false), want, "inline");
+        assert_eq!(snapshot_names(true, false), want, "threaded");
+        assert_eq!(snapshot_names(false, true), want, "the reference");
     }
 }

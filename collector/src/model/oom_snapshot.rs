@@ -211,6 +211,7 @@ impl Replay<'_> {
             }
             per_device.sort_by_key(|(dv, _)| dv.unwrap_or(u32::MAX));
             processes.push(OomProcess {
+                slot: i,
                 pid: p.s.pid,
                 announced: p.s.announced,
                 rank: p.s.rank,

@@ -201,15 +201,29 @@ impl Replay<'_> {
         }
     }
 
+    /// A hello: its slot and promise now (the intake's), what it says about the process when the replay reaches
+    /// this point of the file: after every entry handed out before it, as inline, whichever thread merges.
     fn on_hello(&mut self, h: Hello) {
         self.observe(h.ts_ns);
         let s = match self.by_pid.get(&h.pid).copied() {
-            Some(s) if !self.procs[s].s.announced && !self.procs[s].end_seen => s,
+            Some(s) if !self.procs[s].hello_seen && !self.procs[s].end_seen => s,
             // A second hello: the pid exec'd a new program, or was reused after the first one ended.
             Some(s) => self.new_slot(h.pid, h.ts_ns, Some(s)),
             None => self.new_slot(h.pid, h.ts_ns, None),
         };
+        self.procs[s].hello_seen = true;
         self.promise_now(s, h.ts_ns);
+        let id = self.next_id();
+        self.pending_hellos.insert(id, (s, h));
+        self.merge.mark(id);
+        self.pump();
+    }
+
+    /// The replay reached hello `id`.
+    pub(super) fn hello_applied(&mut self, id: usize) {
+        let Some((s, h)) = self.pending_hellos.remove(&id) else {
+            return;
+        };
         let rel = self.rel(h.ts_ns);
         let p = &mut self.procs[s];
         p.s.announced = true;

@@ -55,6 +55,8 @@ pub(super) struct Proc {
     pub(super) goodbye: bool,
     /// Its connection's end (`ProcessEnd`) was read.
     pub(super) end_seen: bool,
+    /// Its hello was read (the intake's; what it says is applied in order with the entries: `s.announced`).
+    pub(super) hello_seen: bool,
     /// Its end is in the merge (at its goodbye, or at its `ProcessEnd`).
     pub(super) end_queued: bool,
     /// The newest time of anything it recorded: its goodbye is never replayed before it.
@@ -120,6 +122,7 @@ impl Proc {
             open: true,
             goodbye: false,
             end_seen: false,
+            hello_seen: false,
             end_queued: false,
             newest: 0,
             released: false,
@@ -192,6 +195,8 @@ pub(super) struct Replay<'t> {
     pub(super) exits: Vec<vramtrace_format::Exit>,
     /// Dropped-event counts waiting for the merge: id -> (slot, count).
     pub(super) pending_drops: HashMap<usize, (usize, u64)>,
+    /// Hellos waiting for the replay to reach their place in the file: id -> (slot, hello).
+    pub(super) pending_hellos: HashMap<usize, (usize, vramtrace_format::Hello)>,
     pub(super) events: u64,
     pub(super) dropped: u64,
     pub(super) unmatched: u64,
@@ -230,6 +235,7 @@ impl<'t> Replay<'t> {
                 Merge::new(bound)
             }),
             pending_drops: HashMap::new(),
+            pending_hellos: HashMap::new(),
             exits: Vec::new(),
             newcomers: None,
             goodbye_last: false,
@@ -389,7 +395,7 @@ impl<'t> Replay<'t> {
         for &x in &c.outs {
             let n = match x {
                 Out::Events(_, n) => n,
-                Out::Rec(..) => 0,
+                Out::Rec(..) | Out::Mark(_) => 0,
             };
             self.replay_one(x, &c.events[at..at + n]);
             at += n;
@@ -404,6 +410,7 @@ impl<'t> Replay<'t> {
                     self.apply(s, e);
                 }
             }
+            Out::Mark(id) => self.hello_applied(id),
             Out::Rec(WHAT_END, s, ts) => self.end_process(s, ts),
             Out::Rec(WHAT_OOM, id, ts) => self.snapshot(id, ts),
             Out::Rec(WHAT_FW, id, ts) => self.on_fw(id, ts),
@@ -949,6 +956,15 @@ impl<'t> Replay<'t> {
         }
         let mut ooms = self.ooms;
         ooms.sort_by_key(|o| o.time_ns);
+        // Who each process is, from its hello, read wherever it was in the file (a process's hello may come
+        // after entries of it that were already replayed): the same whenever the snapshot was taken.
+        for p in ooms.iter_mut().flat_map(|o| o.processes.iter_mut()) {
+            if let Some(pr) = self.procs.get(p.slot) {
+                p.announced = pr.s.announced;
+                p.rank = pr.s.rank;
+                p.cmdline.clone_from(&pr.s.cmdline);
+            }
+        }
         let first = self.first_ts.map(|f| f.saturating_sub(self.start));
         Analysis {
             header,
