@@ -156,6 +156,39 @@ fn run(pairs: u64, batch: u64, bytes: usize, sites: usize) {
         let mut per_pair = Vec::with_capacity((pairs / batch) as usize);
         let mut done = 0;
         let mut turn = 0;
+        // `--thrash BYTES`: read that much memory before each pair and time the pair alone, so that it runs with
+        // cold caches and TLB, as after a real driver's trip through the kernel (the shim's cost is then its
+        // cache misses, not its instructions).
+        let thrash = arg("--thrash", 0) as usize;
+        if thrash > 0 {
+            let junk = vec![1u8; thrash];
+            let mut times = Vec::with_capacity(pairs as usize);
+            let mut sum = 0u64;
+            for _ in 0..pairs {
+                for i in (0..thrash).step_by(64) {
+                    sum = sum.wrapping_add(std::ptr::read_volatile(&junk[i]) as u64);
+                }
+                let mut p = 0u64;
+                let t = Instant::now();
+                let r = fns.alloc(&mut p, bytes);
+                let f = fns.free(p);
+                times.push(t.elapsed().as_nanos() as f64);
+                if r != 0 || f != 0 {
+                    eprintln!("bench_pairs: the driver refused a pair");
+                    std::process::exit(1);
+                }
+            }
+            std::hint::black_box(sum);
+            times.sort_by(|a, b| a.total_cmp(b));
+            let q = |f: f64| times[((times.len() - 1) as f64 * f) as usize];
+            println!(
+                "pairs: median_ns={:.1} p10_ns={:.1} p90_ns={:.1} pairs={pairs} depth={frames} thrash={thrash}",
+                q(0.5),
+                q(0.1),
+                q(0.9)
+            );
+            return;
+        }
         while done < pairs {
             let t = Instant::now();
             for _ in 0..batch {
