@@ -28,6 +28,7 @@ const FIRST_SPAN_NS: u64 = 50_000_000;
 
 /// CLOCK_MONOTONIC, from the vDSO.
 #[inline]
+#[link_section = ".vramtrace.hot"]
 pub fn monotonic() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -39,18 +40,21 @@ pub fn monotonic() -> u64 {
 
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
+#[link_section = ".vramtrace.hot"]
 fn tsc() -> u64 {
     unsafe { std::arch::x86_64::_rdtsc() }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
+#[link_section = ".vramtrace.hot"]
 fn tsc() -> u64 {
     0
 }
 
 /// CLOCK_MONOTONIC in nanoseconds, as cheaply as this machine allows.
 #[inline]
+#[link_section = ".vramtrace.hot"]
 pub fn now() -> u64 {
     if !TSC_ON.load(Ordering::Relaxed) {
         return monotonic();

@@ -334,6 +334,7 @@ fn adopt(f: Sym, p: *mut c_void) -> *mut c_void {
 
 /// The real driver's `f`, finding the driver first if no door has shown it yet. Null if there is no driver.
 #[inline]
+#[link_section = ".vramtrace.hot"]
 pub fn real(f: Sym) -> *mut c_void {
     let p = REAL[f as usize].load(Ordering::Acquire);
     if !p.is_null() {
@@ -468,6 +469,7 @@ pub fn is_tracked_base(symbol: &CStr) -> bool {
 /// The device of the calling thread's current context, or `NO_DEVICE`. Worker threads may have no context: the
 /// result is checked, never assumed.
 #[inline]
+#[link_section = ".vramtrace.hot"]
 pub fn current_device() -> u32 {
     let f = real(Sym::CtxGetDevice);
     if f.is_null() {

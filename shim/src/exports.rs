@@ -14,6 +14,7 @@ use crate::hooks;
 use crate::nvml;
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     hooks::mem_alloc(dptr, bytesize)
 }
@@ -39,11 +40,13 @@ pub unsafe extern "C" fn cuMemAllocManaged(
 }
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     hooks::mem_free(dptr)
 }
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemAllocAsync(
     dptr: *mut CUdeviceptr,
     bytesize: usize,
@@ -53,6 +56,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(
 }
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
     dptr: *mut CUdeviceptr,
     bytesize: usize,
@@ -62,6 +66,7 @@ pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
 }
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
     dptr: *mut CUdeviceptr,
     bytesize: usize,
@@ -72,6 +77,7 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
 }
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
     dptr: *mut CUdeviceptr,
     bytesize: usize,
@@ -82,16 +88,19 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
 }
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
     hooks::mem_free_async(Sym::MemFreeAsync, dptr, stream)
 }
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
     hooks::mem_free_async(Sym::MemFreeAsyncPtsz, dptr, stream)
 }
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemCreate(
     handle: *mut CUmemGenericAllocationHandle,
     size: usize,
@@ -175,11 +184,13 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
 }
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
     hooks::mem_release(handle)
 }
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemMap(
     ptr: CUdeviceptr,
     size: usize,
@@ -191,11 +202,13 @@ pub unsafe extern "C" fn cuMemMap(
 }
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     hooks::mem_unmap(ptr, size)
 }
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemAddressReserve(
     ptr: *mut CUdeviceptr,
     size: usize,
@@ -207,6 +220,7 @@ pub unsafe extern "C" fn cuMemAddressReserve(
 }
 
 #[no_mangle]
+#[link_section = ".vramtrace.hot"]
 pub unsafe extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
     hooks::mem_address_free(ptr, size)
 }

@@ -68,6 +68,7 @@ fn ptsz(sym: Sym) -> u8 {
 }
 
 #[inline(always)]
+#[link_section = ".vramtrace.hot"]
 unsafe fn returned(out: *const u64, r: CUresult) -> u64 {
     if r == CUDA_SUCCESS && !out.is_null() {
         *out
@@ -105,6 +106,7 @@ fn refuse(api: Api, flag: u8, dev: u32, size: u64, aux: u64) -> CUresult {
 /// to a real OOM (PyTorch frees its cache, retries, raises `torch.OutOfMemoryError`).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
+#[link_section = ".vramtrace.hot"]
 unsafe fn track_alloc(
     api: Api,
     flag: u8,
@@ -145,6 +147,7 @@ fn admitted_flag(decision: Decision, flag: u8) -> Option<u8> {
 /// The driver answered an allocation: record it (with its call site), and an out-of-memory record if it failed
 /// for lack of memory. Returns the driver's code.
 #[inline(always)]
+#[link_section = ".vramtrace.hot"]
 fn allocated(api: Api, flag: u8, dev: u32, r: CUresult, id: u64, size: u64, aux: u64) -> CUresult {
     let ts = record::now();
     let stack = stacks::site(size, r != CUDA_SUCCESS);
@@ -200,6 +203,7 @@ fn out_of_memory(api: Api, flag: u8, dev: u32, size: u64, result: CUresult) {
 /// entry for `id` is taken out before the driver frees it (see `Cap::take`), and its bytes given back only once
 /// the free succeeded.
 #[inline(always)]
+#[link_section = ".vramtrace.hot"]
 unsafe fn track_release(
     api: Api,
     flag: u8,
@@ -224,6 +228,7 @@ unsafe fn track_release(
     r
 }
 
+#[link_section = ".vramtrace.hot"]
 pub unsafe fn mem_alloc(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
     let f = real!(
         Sym::MemAlloc,
@@ -341,6 +346,7 @@ pub unsafe fn mem_alloc_managed(dptr: *mut CUdeviceptr, size: usize, flags: c_ui
     )
 }
 
+#[link_section = ".vramtrace.hot"]
 pub unsafe fn mem_free(dptr: CUdeviceptr) -> CUresult {
     let f = real!(Sym::MemFree, unsafe extern "C" fn(CUdeviceptr) -> CUresult);
     let Some(_busy) = Busy::enter() else {
@@ -349,6 +355,7 @@ pub unsafe fn mem_free(dptr: CUdeviceptr) -> CUresult {
     track_release(Api::MemFree, 0, Some(Kind::Ptr), dptr, 0, 0, || f(dptr))
 }
 
+#[link_section = ".vramtrace.hot"]
 pub unsafe fn mem_alloc_async(
     sym: Sym,
     dptr: *mut CUdeviceptr,
@@ -375,6 +382,7 @@ pub unsafe fn mem_alloc_async(
     )
 }
 
+#[link_section = ".vramtrace.hot"]
 pub unsafe fn mem_alloc_from_pool(
     sym: Sym,
     dptr: *mut CUdeviceptr,
@@ -407,6 +415,7 @@ pub unsafe fn mem_alloc_from_pool(
 /// allocation, by its size.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
+#[link_section = ".vramtrace.hot"]
 unsafe fn track_pool_alloc(
     api: Api,
     flag: u8,
@@ -446,6 +455,7 @@ unsafe fn track_pool_alloc(
     allocated(api, flag, dev, r, id, size, aux)
 }
 
+#[link_section = ".vramtrace.hot"]
 pub unsafe fn mem_free_async(sym: Sym, dptr: CUdeviceptr, stream: CUstream) -> CUresult {
     let f = real!(sym, unsafe extern "C" fn(CUdeviceptr, CUstream) -> CUresult);
     let Some(_busy) = Busy::enter() else {
@@ -478,6 +488,7 @@ pub unsafe fn mem_free_async(sym: Sym, dptr: CUdeviceptr, stream: CUstream) -> C
     r
 }
 
+#[link_section = ".vramtrace.hot"]
 pub unsafe fn mem_create(
     handle: *mut CUmemGenericAllocationHandle,
     size: usize,
@@ -515,6 +526,7 @@ pub unsafe fn mem_create(
     )
 }
 
+#[link_section = ".vramtrace.hot"]
 pub unsafe fn mem_release(handle: CUmemGenericAllocationHandle) -> CUresult {
     let f = real!(
         Sym::MemRelease,
@@ -528,6 +540,7 @@ pub unsafe fn mem_release(handle: CUmemGenericAllocationHandle) -> CUresult {
     })
 }
 
+#[link_section = ".vramtrace.hot"]
 pub unsafe fn mem_map(
     ptr: CUdeviceptr,
     size: usize,
@@ -566,6 +579,7 @@ pub unsafe fn mem_map(
     r
 }
 
+#[link_section = ".vramtrace.hot"]
 pub unsafe fn mem_unmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     let f = real!(
         Sym::MemUnmap,
@@ -581,6 +595,7 @@ pub unsafe fn mem_unmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     r
 }
 
+#[link_section = ".vramtrace.hot"]
 pub unsafe fn mem_address_reserve(
     ptr: *mut CUdeviceptr,
     size: usize,
@@ -610,6 +625,7 @@ pub unsafe fn mem_address_reserve(
     r
 }
 
+#[link_section = ".vramtrace.hot"]
 pub unsafe fn mem_address_free(ptr: CUdeviceptr, size: usize) -> CUresult {
     let f = real!(
         Sym::MemAddressFree,

@@ -78,11 +78,13 @@ thread_local! {
 
 /// CLOCK_MONOTONIC in ns, the collector's clock (`clock`: from the time-stamp counter where the kernel uses it).
 #[inline]
+#[link_section = ".vramtrace.hot"]
 pub fn now() -> u64 {
     crate::clock::now()
 }
 
 #[inline]
+#[link_section = ".vramtrace.hot"]
 pub(crate) fn tid() -> u32 {
     let gen = FORK_GEN.load(Ordering::Relaxed);
     TID.with(|c| {
@@ -101,6 +103,7 @@ pub(crate) fn tid() -> u32 {
 /// site's id from `stacks::site` (0: none), whose stack is already in the ring.
 #[allow(clippy::too_many_arguments)]
 #[inline]
+#[link_section = ".vramtrace.hot"]
 pub fn push(
     api: Api,
     flags: u8,

@@ -57,6 +57,7 @@ extern "C" {
 /// too small, nothing recording, or no frames). `failed`: the allocation failed (any size gets a stack).
 /// Only ever called from a hook that holds the reentrancy guard, on a host thread.
 #[inline]
+#[link_section = ".vramtrace.hot"]
 pub fn site(size: u64, failed: bool) -> u32 {
     let s = settings::get();
     if !(s.stacks_native || s.stacks_python) || (size < s.stack_min_bytes && !failed) {
@@ -66,6 +67,7 @@ pub fn site(size: u64, failed: bool) -> u32 {
 }
 
 #[inline(never)]
+#[link_section = ".vramtrace.hot"]
 fn capture(s: &settings::Settings) -> u32 {
     let Some(rec) = record::live() else { return 0 };
     let table = rec.stacks();
