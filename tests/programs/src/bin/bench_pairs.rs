@@ -179,14 +179,7 @@ fn run(pairs: u64, batch: u64, bytes: usize, sites: usize) {
                 }
             }
             std::hint::black_box(sum);
-            times.sort_by(|a, b| a.total_cmp(b));
-            let q = |f: f64| times[((times.len() - 1) as f64 * f) as usize];
-            println!(
-                "pairs: median_ns={:.1} p10_ns={:.1} p90_ns={:.1} pairs={pairs} depth={frames} thrash={thrash}",
-                q(0.5),
-                q(0.1),
-                q(0.9)
-            );
+            report(times, &format!("pairs={pairs} depth={frames} thrash={thrash}"));
             return;
         }
         while done < pairs {
@@ -213,13 +206,18 @@ fn run(pairs: u64, batch: u64, bytes: usize, sites: usize) {
                 }
             }
         }
-        per_pair.sort_by(|a, b| a.total_cmp(b));
-        let q = |f: f64| per_pair[((per_pair.len() - 1) as f64 * f) as usize];
-        println!(
-            "pairs: median_ns={:.1} p10_ns={:.1} p90_ns={:.1} pairs={done} depth={frames}",
-            q(0.5),
-            q(0.1),
-            q(0.9)
-        );
+        report(per_pair, &format!("pairs={done} depth={frames}"));
     }
+}
+
+/// The line the scripts read: the median and spread of `ns` (per pair), then `rest`.
+fn report(mut ns: Vec<f64>, rest: &str) {
+    ns.sort_by(|a, b| a.total_cmp(b));
+    let q = |f: f64| ns[((ns.len() - 1) as f64 * f) as usize];
+    println!(
+        "pairs: median_ns={:.1} p10_ns={:.1} p90_ns={:.1} {rest}",
+        q(0.5),
+        q(0.1),
+        q(0.9)
+    );
 }
