@@ -4,7 +4,6 @@
 //! Allocations are stamped when the driver returns and frees when they are called, so that ordering events by
 //! time never puts the reuse of an address before the free that released it.
 
-use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 use vramtrace_format::{flags, Api, NO_DEVICE};
@@ -15,19 +14,16 @@ use crate::driver::{self, Sym};
 use crate::pools;
 use crate::record;
 use crate::stacks;
-
-thread_local! {
-    /// Set while this thread is inside a hook: a tracked call the driver makes from inside another (or the
-    /// shim's own threads) goes straight through, neither recorded twice nor counted twice.
-    static BUSY: Cell<bool> = const { Cell::new(false) };
-}
+use crate::tls;
 
 struct Busy;
 
 impl Busy {
     #[inline]
     fn enter() -> Option<Busy> {
-        let busy = BUSY.with(|b| (!b.replace(true)).then_some(Busy))?;
+        // Set while this thread is inside a hook: a tracked call the driver makes from inside another (or the
+        // shim's own threads) goes straight through, neither recorded twice nor counted twice.
+        let busy = (!tls::state().busy.replace(true)).then_some(Busy)?;
         // The process's first tracked call connects (and says hello) before anything is stamped: no event of a
         // process is older than its hello (the collector's promise for processes still to come relies on it).
         record::start_now();
@@ -38,13 +34,13 @@ impl Busy {
 impl Drop for Busy {
     #[inline]
     fn drop(&mut self) {
-        BUSY.with(|b| b.set(false));
+        tls::state().busy.set(false);
     }
 }
 
 /// Marks the calling thread as the shim's own: nothing it does is ever recorded.
 pub fn mark_own_thread() {
-    BUSY.with(|b| b.set(true));
+    tls::state().busy.set(true);
 }
 
 /// The real function for `sym` as type `$t`, or the not-initialised code if there is no driver to call.

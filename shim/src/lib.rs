@@ -16,6 +16,7 @@
 //! - `clock`: every event's time, from the CPU's time-stamp counter where the kernel keeps time with it.
 //! - `settings`: what the environment says, read once.
 //! - `lazy`: building that state lazily, so that a `fork` in any state leaves it usable.
+//! - `tls`: each thread's own state (in a hook, its id), reached without `__tls_get_addr`.
 //! - `cuda`: the few driver types and codes the shim needs.
 //! - `bridge`: the C functions the Python bridge calls to put a framework allocator's figures in the stream.
 //!
@@ -44,4 +45,5 @@ pub mod pystack;
 pub mod record;
 pub mod settings;
 pub mod stacks;
+pub mod tls;
 pub mod transport;

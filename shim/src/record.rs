@@ -17,7 +17,6 @@
 //! abandons the parent's recorder and builds its own ring at its next tracked call. At `exit` a goodbye goes in
 //! the ring; nothing waits: the collector drains the ring once the process is gone.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
@@ -71,11 +70,6 @@ static RECORDER: crate::lazy::Lazy<&'static Recorder> = crate::lazy::Lazy::new()
 static FORK_GEN: AtomicU32 = AtomicU32::new(0);
 static HANDLERS: AtomicBool = AtomicBool::new(false);
 
-thread_local! {
-    /// (fork generation, tid): `gettid` is a system call, too slow for every event.
-    static TID: Cell<(u32, u32)> = const { Cell::new((u32::MAX, 0)) };
-}
-
 /// CLOCK_MONOTONIC in ns, the collector's clock (`clock`: from the time-stamp counter where the kernel uses it).
 #[inline]
 #[link_section = ".vramtrace.hot"]
@@ -86,17 +80,18 @@ pub fn now() -> u64 {
 #[inline]
 #[link_section = ".vramtrace.hot"]
 pub(crate) fn tid() -> u32 {
-    let gen = FORK_GEN.load(Ordering::Relaxed);
-    TID.with(|c| {
-        let (g, t) = c.get();
-        if g == gen {
-            return t;
-        }
-        // The system call, not glibc's wrapper: `gettid()` only exists since glibc 2.30 (the shim targets 2.17).
-        let t = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-        c.set((gen, t));
-        t
-    })
+    // Cached with the fork generation it was read in (plus one: 0 is "not read"): `gettid` is a system call,
+    // too slow for every event, and a forked child's thread has a new id.
+    let gen = FORK_GEN.load(Ordering::Relaxed).wrapping_add(1);
+    let st = crate::tls::state();
+    if st.tid_gen.get() == gen {
+        return st.tid.get();
+    }
+    // The system call, not glibc's wrapper: `gettid()` only exists since glibc 2.30 (the shim targets 2.17).
+    let t = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+    st.tid.set(t);
+    st.tid_gen.set(gen);
+    t
 }
 
 /// Publishes one event. Never blocks (unless lossless); a no-op when nothing is recording. `stack`: the call

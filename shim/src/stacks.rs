@@ -16,7 +16,6 @@
 //! abandons: the child starts with an empty table and ids of its own. At most [`MAX_STACKS`] distinct stacks a
 //! process; past that, allocations get stack 0.
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -76,10 +75,11 @@ fn capture(s: &settings::Settings) -> u32 {
     let mut ips = [0u64; MAX_FRAMES];
     let done = (|| {
         let p = local()?;
-        if BUSY.try_with(|b| b.replace(true)).ok()? {
+        let capturing = &crate::tls::state().capturing;
+        if capturing.replace(true) {
             return None;
         }
-        // SAFETY: this thread's own state; `BUSY` keeps a reentrant capture (a signal handler) off it.
+        // SAFETY: this thread's own state; `capturing` keeps a reentrant capture (a signal handler) off it.
         let l = unsafe { &mut *p };
         let n = if s.stacks_native {
             native(&mut l.chains, sp, &mut ips)
@@ -93,7 +93,7 @@ fn capture(s: &settings::Settings) -> u32 {
         }
         let id = intern(rec, table, &mut l.ids, &ips[..n], &mut py);
         l.python = py;
-        let _ = BUSY.try_with(|b| b.set(false));
+        capturing.set(false);
         Some(id)
     })();
     match done {
@@ -296,11 +296,8 @@ impl Local {
 // another thread in `dlopen` runs a constructor that allocates, would deadlock). A pthread key's destructor,
 // which takes no such lock, hands the state to a pool at thread exit; the next new thread takes it from there, so
 // after the first threads no capture allocates.
-thread_local! {
-    static LOCAL: Cell<*mut Local> = const { Cell::new(std::ptr::null_mut()) };
-    /// This thread is inside a capture (a signal handler allocating mid-capture must not share its state).
-    static BUSY: Cell<bool> = const { Cell::new(false) };
-}
+// The thread's pointer to its `Local`, and whether it is inside a capture, are in `tls::State` (`local`,
+// `capturing`): reached without `__tls_get_addr`, as every hook's state.
 
 /// The key whose destructor returns a finished thread's state to [`SPARE`].
 static KEY: crate::lazy::Lazy<libc::pthread_key_t> = crate::lazy::Lazy::new();
@@ -312,7 +309,7 @@ const MADE_AHEAD: usize = 4;
 
 extern "C" fn thread_done(p: *mut c_void) {
     let p = p.cast::<Local>();
-    let _ = LOCAL.try_with(|c| c.set(std::ptr::null_mut()));
+    crate::tls::state().local.set(std::ptr::null_mut());
     if !park(p) {
         // SAFETY: this thread's own state, allocated by `Local::new`, reachable from nowhere else now.
         drop(unsafe { Box::from_raw(p) });
@@ -328,7 +325,7 @@ fn park(p: *mut Local) -> bool {
 
 /// This thread's state: its own, a finished thread's, or a new one (only when no spare is left).
 fn local() -> Option<*mut Local> {
-    let p = LOCAL.try_with(|c| c.get()).ok()?;
+    let p = crate::tls::state().local.get().cast::<Local>();
     if !p.is_null() {
         return Some(p);
     }
@@ -356,7 +353,7 @@ fn local() -> Option<*mut Local> {
         None => Box::into_raw(Local::new()),
     };
     unsafe { libc::pthread_setspecific(*key, p.cast()) };
-    LOCAL.try_with(|c| c.set(p)).ok()?;
+    crate::tls::state().local.set(p.cast());
     Some(p)
 }
 

@@ -1,6 +1,8 @@
 //! The shim's hot path sits together in one section (`.vramtrace.hot`): on a real GPU each allocation's trip
 //! through the kernel leaves caches and TLB cold, and the shim's cost there is the pages it touches (measured in
-//! docs/GPU-RESULTS.md, "The 1 MiB loop inside one process"). A wrapper moved out of it would cost a page walk.
+//! docs/GPU-RESULTS.md, "The 1 MiB loop inside one process"). A wrapper moved out of it would cost a page walk,
+//! and so would a `thread_local!` on that path (`__tls_get_addr` reads ld.so's pages: the shim's thread state is
+//! in `shim/src/tls.rs` for that reason).
 
 use std::path::Path;
 use std::process::Command;
@@ -42,13 +44,51 @@ fn symbol(so: &Path, name: &str) -> Option<u64> {
     })
 }
 
-#[test]
-fn the_memory_wrappers_sit_in_the_hot_section() {
+/// The shim as built for the tests, and the one that ships when scripts/test.sh built it.
+fn shims() -> Vec<std::path::PathBuf> {
     let mut shims = vec![shim()];
     if let Some(p) = std::env::var_os("VRAMTRACE_COMPAT_SHIM") {
         shims.push(p.into());
     }
-    for so in shims {
+    shims
+}
+
+#[test]
+fn the_hot_path_reaches_its_thread_state_without_tls_get_addr() {
+    for so in shims() {
+        let out = Command::new("objdump")
+            .args(["-d", "--no-show-raw-insn", "-j", ".vramtrace.hot"])
+            .arg(&so)
+            .output()
+            .expect("objdump");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("cuMemAlloc_v2"),
+            "{}: no disassembly",
+            so.display()
+        );
+        let calls: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("__tls_get_addr"))
+            .collect();
+        assert!(calls.is_empty(), "{}: {calls:?}", so.display());
+        // And the library says its TLS is static (what the initial-exec accesses need).
+        let dynamic = Command::new("readelf")
+            .arg("-dW")
+            .arg(&so)
+            .output()
+            .expect("readelf");
+        assert!(
+            String::from_utf8_lossy(&dynamic.stdout).contains("STATIC_TLS"),
+            "{}: no STATIC_TLS flag",
+            so.display()
+        );
+    }
+}
+
+#[test]
+fn the_memory_wrappers_sit_in_the_hot_section() {
+    for so in shims() {
         let (start, end) = section(&so, ".vramtrace.hot")
             .unwrap_or_else(|| panic!("{}: no .vramtrace.hot section", so.display()));
         assert!(

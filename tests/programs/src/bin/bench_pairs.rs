@@ -179,7 +179,10 @@ fn run(pairs: u64, batch: u64, bytes: usize, sites: usize) {
                 }
             }
             std::hint::black_box(sum);
-            report(times, &format!("pairs={pairs} depth={frames} thrash={thrash}"));
+            report(
+                times,
+                &format!("pairs={pairs} depth={frames} thrash={thrash}"),
+            );
             return;
         }
         while done < pairs {

@@ -1,0 +1,122 @@
+//! The shim's per-thread state, reached in two instructions.
+//!
+//! Why not `thread_local!`: in a shared object it takes the general-dynamic model, a call to `__tls_get_addr`
+//! that reads ld.so's code and data and the thread's vector of blocks. After a real allocation's trip through the
+//! kernel those pages are cold, and each costs a page walk: on an H100 the shim's hooks cost about 1 us a pair
+//! cold against 100 ns warm (docs/GPU-RESULTS.md, "The 1 MiB loop inside one process"). The shim is always
+//! preloaded, so its block sits in the static TLS area at a fixed offset from the thread pointer: the
+//! initial-exec model reads that offset from the GOT and adds the thread pointer. Stable Rust cannot choose a
+//! variable's model, so on x86-64 the state is a TLS symbol defined and reached in assembly; elsewhere it is a
+//! `thread_local!`.
+//!
+//! An initial-exec access marks the library `STATIC_TLS`. `dlopen`ing it later (never how it is used) takes
+//! room in glibc's reserve of static TLS: it fits, being 24 bytes, and where it would not, the `dlopen` fails.
+//! It never corrupts anything.
+
+use std::cell::Cell;
+use std::ffi::c_void;
+
+/// One thread's state. All zero at thread start (`.tbss`).
+#[repr(C)]
+pub struct State {
+    /// Inside a hook (or a thread of the shim's own): a tracked call made from there goes straight through.
+    pub busy: Cell<bool>,
+    /// Inside a call-site capture (a signal handler allocating mid-capture must not share its state).
+    pub capturing: Cell<bool>,
+    /// The fork generation `tid` was read in, plus one (0: not read yet).
+    pub tid_gen: Cell<u32>,
+    pub tid: Cell<u32>,
+    /// The thread's call-site state (`stacks::Local`), or null.
+    pub local: Cell<*mut c_void>,
+}
+
+const _: () = assert!(std::mem::size_of::<State>() == 24);
+
+#[cfg(target_arch = "x86_64")]
+std::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".p2align 3",
+    ".globl vramtrace_thread_state",
+    ".hidden vramtrace_thread_state",
+    ".type vramtrace_thread_state, @object",
+    ".size vramtrace_thread_state, 24",
+    "vramtrace_thread_state:",
+    ".zero 24",
+    ".popsection",
+    options(att_syntax)
+);
+
+/// This thread's state. The reference is the calling thread's own: `State` is not `Sync`, so it cannot be sent
+/// to another thread; it stays valid as long as the thread lives (the block is freed with the thread's stack).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn state() -> &'static State {
+    let p: *const State;
+    // SAFETY: the initial-exec sequence for a symbol of this object's static TLS block: %fs:0 is the thread
+    // pointer (glibc and musl keep it there), the GOT slot the block's offset from it.
+    unsafe {
+        std::arch::asm!(
+            "movq %fs:0, {p}",
+            "addq vramtrace_thread_state@gottpoff(%rip), {p}",
+            p = out(reg) p,
+            options(att_syntax, pure, readonly, nostack),
+        );
+        &*p
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+thread_local! {
+    static STATE: State = const {
+        State {
+            busy: Cell::new(false),
+            capturing: Cell::new(false),
+            tid_gen: Cell::new(0),
+            tid: Cell::new(0),
+            local: Cell::new(std::ptr::null_mut()),
+        }
+    };
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+pub fn state() -> &'static State {
+    // SAFETY: as above: the thread's own state, alive as long as the thread, never shared.
+    STATE.with(|s| unsafe { &*(s as *const State) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_thread_has_its_own_state_starting_at_zero() {
+        let s = state();
+        assert!(!s.busy.get() && !s.capturing.get());
+        assert_eq!((s.tid_gen.get(), s.tid.get()), (0, 0));
+        assert!(s.local.get().is_null());
+        s.busy.set(true);
+        s.tid.set(7);
+        assert!(
+            std::ptr::eq(s, state()),
+            "the same block on the same thread"
+        );
+        let other = std::thread::spawn(|| {
+            let t = state();
+            let fresh = !t.busy.get() && t.tid.get() == 0;
+            t.busy.set(true);
+            t.tid.set(9);
+            (fresh, t as *const State as usize)
+        })
+        .join()
+        .unwrap();
+        assert!(other.0, "a new thread starts at zero");
+        assert_ne!(
+            other.1, s as *const State as usize,
+            "another thread, another block"
+        );
+        assert_eq!(s.tid.get(), 7, "the other thread's writes are its own");
+        s.busy.set(false);
+        s.tid.set(0);
+    }
+}
