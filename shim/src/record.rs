@@ -82,15 +82,15 @@ pub fn now() -> u64 {
 pub(crate) fn tid() -> u32 {
     // Cached with the fork generation it was read in (plus one: 0 is "not read"): `gettid` is a system call,
     // too slow for every event, and a forked child's thread has a new id.
-    let gen = FORK_GEN.load(Ordering::Relaxed).wrapping_add(1);
-    let st = crate::tls::state();
-    if st.tid_gen.get() == gen {
-        return st.tid.get();
+    let gen = FORK_GEN.load(Ordering::Relaxed).wrapping_add(1) as u64;
+    let cache = &crate::tls::state().tid;
+    let c = cache.get();
+    if c >> 32 == gen {
+        return c as u32;
     }
     // The system call, not glibc's wrapper: `gettid()` only exists since glibc 2.30 (the shim targets 2.17).
     let t = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-    st.tid.set(t);
-    st.tid_gen.set(gen);
+    cache.set(gen << 32 | t as u64);
     t
 }
 

@@ -124,6 +124,7 @@ fn python(rec: &record::Recorder, table: &Table, py: &mut Vec<PyFrame>) {
 }
 
 /// The id of (`native`, `python`), sending the stack first if it is new. `python` is taken when it is.
+#[link_section = ".vramtrace.hot"]
 fn intern(
     rec: &record::Recorder,
     table: &Table,
@@ -136,9 +137,25 @@ fn intern(
     }
     let h = hash(native, python);
     let owner = table as *const Table as usize;
+    // A chain the thread has seen lately: its id, from the thread's own cache (the hot path).
     if let Some(id) = ids.get(owner, h) {
         return id;
     }
+    intern_new(rec, table, ids, owner, h, native, python)
+}
+
+/// A chain the thread has not seen lately: the process's table (a lock), and a new stack record if it is new.
+#[cold]
+#[inline(never)]
+fn intern_new(
+    rec: &record::Recorder,
+    table: &Table,
+    ids: &mut Ids,
+    owner: usize,
+    h: u64,
+    native: &[u64],
+    python: &mut Vec<PyFrame>,
+) -> u32 {
     let make = || {
         Box::new(Stack {
             pid: rec.pid(),
@@ -324,6 +341,7 @@ fn park(p: *mut Local) -> bool {
 }
 
 /// This thread's state: its own, a finished thread's, or a new one (only when no spare is left).
+#[link_section = ".vramtrace.hot"]
 fn local() -> Option<*mut Local> {
     let p = crate::tls::state().local.get().cast::<Local>();
     if !p.is_null() {
@@ -358,6 +376,7 @@ fn local() -> Option<*mut Local> {
 }
 
 /// A 64-bit hash of the frames (never 0, the cache's empty key).
+#[link_section = ".vramtrace.hot"]
 fn hash(native: &[u64], python: &[PyFrame]) -> u64 {
     let mut h = Mix(0x243f_6a88_85a3_08d3);
     for ip in native {
@@ -552,6 +571,7 @@ struct Chain {
 impl Chains {
     /// The cached chain that is live now, if any: its native frames into `ips`.
     #[cfg(target_arch = "x86_64")]
+    #[link_section = ".vramtrace.hot"]
     fn find(&self, sp: u64, ips: &mut [u64; MAX_FRAMES]) -> Option<usize> {
         let c = self.chains.iter().find(|c| {
             c.sp == sp

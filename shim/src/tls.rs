@@ -3,15 +3,15 @@
 //! Why not `thread_local!`: in a shared object it takes the general-dynamic model, a call to `__tls_get_addr`
 //! that reads ld.so's code and data and the thread's vector of blocks. After a real allocation's trip through the
 //! kernel those pages are cold, and each costs a page walk: on an H100 the shim's hooks cost about 1 us a pair
-//! cold against 100 ns warm (docs/GPU-RESULTS.md, "The 1 MiB loop inside one process"). The shim is always
-//! preloaded, so its block sits in the static TLS area at a fixed offset from the thread pointer: the
-//! initial-exec model reads that offset from the GOT and adds the thread pointer. Stable Rust cannot choose a
-//! variable's model, so on x86-64 the state is a TLS symbol defined and reached in assembly; elsewhere it is a
-//! `thread_local!`.
+//! cold against 100 ns warm (docs/GPU-RESULTS.md, "The 1 MiB loop inside one process"). Preloaded, the shim's
+//! block sits in the static TLS area at a fixed offset from the thread pointer: the initial-exec model reads that
+//! offset from the GOT and adds the thread pointer. Stable Rust cannot choose a variable's model, so on x86-64
+//! Linux the state is a TLS symbol defined and reached in assembly; elsewhere it is a `thread_local!`.
 //!
-//! An initial-exec access marks the library `STATIC_TLS`. `dlopen`ing it later (never how it is used) takes
-//! room in glibc's reserve of static TLS: it fits, being 24 bytes, and where it would not, the `dlopen` fails.
-//! It never corrupts anything.
+//! An initial-exec access marks the library `STATIC_TLS`: its whole TLS block (this state and the thread-locals
+//! of std and the crates, about 180 bytes) is static however it is loaded. `dlopen`ed instead of preloaded (the
+//! Python call-site tests do that), it takes room in glibc's reserve of static TLS, which that fits; where it
+//! would not, the `dlopen` fails. It never corrupts anything.
 
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -23,16 +23,27 @@ pub struct State {
     pub busy: Cell<bool>,
     /// Inside a call-site capture (a signal handler allocating mid-capture must not share its state).
     pub capturing: Cell<bool>,
-    /// The fork generation `tid` was read in, plus one (0: not read yet).
-    pub tid_gen: Cell<u32>,
-    pub tid: Cell<u32>,
+    /// The thread's id (low 32 bits) and the fork generation it was read in, plus one (high 32 bits; 0: not
+    /// read yet). One word, so that a signal handler never sees the one without the other.
+    pub tid: Cell<u64>,
     /// The thread's call-site state (`stacks::Local`), or null.
     pub local: Cell<*mut c_void>,
 }
 
+// The state is a TLS symbol of our own on x86-64 Linux (the size below is the symbol's), a `thread_local!`
+// elsewhere.
+#[cfg(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    target_pointer_width = "64"
+))]
 const _: () = assert!(std::mem::size_of::<State>() == 24);
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    target_pointer_width = "64"
+))]
 std::arch::global_asm!(
     ".pushsection .tbss,\"awT\",@nobits",
     ".p2align 3",
@@ -48,7 +59,11 @@ std::arch::global_asm!(
 
 /// This thread's state. The reference is the calling thread's own: `State` is not `Sync`, so it cannot be sent
 /// to another thread; it stays valid as long as the thread lives (the block is freed with the thread's stack).
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    target_pointer_width = "64"
+))]
 #[inline(always)]
 pub fn state() -> &'static State {
     let p: *const State;
@@ -65,20 +80,28 @@ pub fn state() -> &'static State {
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    target_pointer_width = "64"
+)))]
 thread_local! {
     static STATE: State = const {
         State {
             busy: Cell::new(false),
             capturing: Cell::new(false),
-            tid_gen: Cell::new(0),
             tid: Cell::new(0),
             local: Cell::new(std::ptr::null_mut()),
         }
     };
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+/// This thread's state (see the other `state`).
+#[cfg(not(all(
+    target_arch = "x86_64",
+    target_os = "linux",
+    target_pointer_width = "64"
+)))]
 #[inline(always)]
 pub fn state() -> &'static State {
     // SAFETY: as above: the thread's own state, alive as long as the thread, never shared.
@@ -93,7 +116,7 @@ mod tests {
     fn each_thread_has_its_own_state_starting_at_zero() {
         let s = state();
         assert!(!s.busy.get() && !s.capturing.get());
-        assert_eq!((s.tid_gen.get(), s.tid.get()), (0, 0));
+        assert_eq!(s.tid.get(), 0);
         assert!(s.local.get().is_null());
         s.busy.set(true);
         s.tid.set(7);
