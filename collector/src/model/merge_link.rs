@@ -388,6 +388,17 @@ mod tests {
     use vramtrace_format::codec::{encode_header, put_events};
     use vramtrace_format::{Api, TraceHeader};
 
+    fn header() -> TraceHeader {
+        TraceHeader {
+            start_unix_ns: 0,
+            start_mono_ns: 0,
+            command: vec!["t".into()],
+            hostname: "h".into(),
+            vramtrace_version: "t".into(),
+            extra: vec![],
+        }
+    }
+
     fn ev(ts: u64, tid: u32, addr: u64) -> Event {
         Event {
             ts_ns: ts,
@@ -563,15 +574,7 @@ mod tests {
                 panic!("a bug in the replay");
             }
         }
-        let h = TraceHeader {
-            start_unix_ns: 0,
-            start_mono_ns: 0,
-            command: vec!["t".into()],
-            hostname: "h".into(),
-            vramtrace_version: "t".into(),
-            extra: vec![],
-        };
-        let mut t = encode_header(&h);
+        let mut t = encode_header(&header());
         for i in 0..200u64 {
             let batch: Vec<Event> = (0..4096u64)
                 .map(|k| ev(10 + i * 4096 + k, 1, (i * 4096 + k) << 4))
@@ -650,15 +653,7 @@ mod tests {
             for r in late_hello() {
                 st.on_record(r);
             }
-            let h = TraceHeader {
-                start_unix_ns: 0,
-                start_mono_ns: 0,
-                command: vec!["t".into()],
-                hostname: "h".into(),
-                vramtrace_version: "t".into(),
-                extra: vec![],
-            };
-            let a = st.finish(h, None);
+            let a = st.finish(header(), None);
             a.ooms[0]
                 .processes
                 .iter()
