@@ -326,7 +326,9 @@ const MADE_AHEAD: usize = 4;
 
 extern "C" fn thread_done(p: *mut c_void) {
     let p = p.cast::<Local>();
-    crate::tls::state().local.set(std::ptr::null_mut());
+    let state = crate::tls::state();
+    state.local.set(std::ptr::null_mut());
+    state.exiting.set(true);
     if !park(p) {
         // SAFETY: this thread's own state, allocated by `Local::new`, reachable from nowhere else now.
         drop(unsafe { Box::from_raw(p) });
@@ -346,6 +348,10 @@ fn local() -> Option<*mut Local> {
     let p = crate::tls::state().local.get().cast::<Local>();
     if !p.is_null() {
         return Some(p);
+    }
+    if crate::tls::state().exiting.get() {
+        // An allocation from a destructor that runs after ours: recorded without its call site.
+        return None;
     }
     let key = KEY.get_or_init(|| {
         let mut k: libc::pthread_key_t = 0;
@@ -661,6 +667,34 @@ fn stack_pointer() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `local` gave a destructor that ran after the thread's own (1: a state, 2: none).
+    static LATE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+    extern "C" fn late_destructor(_: *mut c_void) {
+        LATE.store(if local().is_some() { 1 } else { 2 }, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn a_destructor_after_the_threads_own_takes_no_state_it_would_never_give_back() {
+        std::thread::spawn(|| {
+            assert!(local().is_some());
+            // Created after `KEY`, so glibc runs its destructor after `thread_done` in each round.
+            let mut k: libc::pthread_key_t = 0;
+            assert_eq!(
+                unsafe { libc::pthread_key_create(&mut k, Some(late_destructor)) },
+                0
+            );
+            unsafe { libc::pthread_setspecific(k, std::ptr::dangling::<c_void>()) };
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            LATE.load(Ordering::SeqCst),
+            2,
+            "a state taken after the thread's was handed back"
+        );
+    }
 
     fn frame(file: &str, function: &str, line: u32) -> PyFrame {
         PyFrame {

@@ -23,6 +23,9 @@ pub struct State {
     pub busy: Cell<bool>,
     /// Inside a call-site capture (a signal handler allocating mid-capture must not share its state).
     pub capturing: Cell<bool>,
+    /// The thread handed its call-site state back (its pthread key's destructor ran): a capture from a later
+    /// destructor must not take another, which glibc's last destructor round would never hand back.
+    pub exiting: Cell<bool>,
     /// The thread's id (low 32 bits) and the fork generation it was read in, plus one (high 32 bits; 0: not
     /// read yet). One word, so that a signal handler never sees the one without the other.
     pub tid: Cell<u64>,
@@ -90,6 +93,7 @@ thread_local! {
         State {
             busy: Cell::new(false),
             capturing: Cell::new(false),
+            exiting: Cell::new(false),
             tid: Cell::new(0),
             local: Cell::new(std::ptr::null_mut()),
         }
@@ -115,7 +119,7 @@ mod tests {
     #[test]
     fn each_thread_has_its_own_state_starting_at_zero() {
         let s = state();
-        assert!(!s.busy.get() && !s.capturing.get());
+        assert!(!s.busy.get() && !s.capturing.get() && !s.exiting.get());
         assert_eq!(s.tid.get(), 0);
         assert!(s.local.get().is_null());
         s.busy.set(true);
