@@ -36,6 +36,7 @@ mod merge_link;
 mod oom_snapshot;
 mod records;
 pub mod replay;
+mod run;
 mod sites;
 pub mod tap;
 pub mod timeline;

@@ -25,6 +25,7 @@ use std::os::unix::fs::FileExt;
 use vramtrace_format::{Api, Event};
 
 use super::fronts::{Fronts, Src};
+use super::run::{Run, Seqs};
 
 /// Entry kinds, in their order at the same nanosecond: the events, then what depends on them.
 pub(super) const WHAT_EVENTS: u8 = 0;
@@ -49,8 +50,8 @@ pub(super) struct Key {
 
 impl Key {
     /// The key of event `e` of process `pid`, the `seq`th entry of the file.
-    #[inline]
-    fn event(pid: u32, seq: u64, e: &Event) -> Key {
+    #[inline(always)]
+    pub(super) fn event(pid: u32, seq: u64, e: &Event) -> Key {
         Key {
             ts: e.ts_ns,
             what: WHAT_EVENTS,
@@ -79,25 +80,6 @@ pub(super) enum Out {
     /// A place in the file (the replay's id): everything handed out before it was pushed before it. Never from
     /// the merge itself: [`super::merge_link`] puts it between what the merge hands out.
     Mark(usize),
-}
-
-#[derive(Clone, Copy)]
-struct Item {
-    seq: u64,
-    e: Event,
-}
-
-struct Run {
-    slot: usize,
-    pid: u32,
-    q: VecDeque<Item>,
-}
-
-impl Run {
-    #[inline]
-    fn key(&self, it: &Item) -> Key {
-        Key::event(self.pid, it.seq, &it.e)
-    }
 }
 
 /// A sorted run in the spill file: `[pos, end)` still to read, `buf` read ahead.
@@ -202,33 +184,30 @@ impl Merge {
             self.tail.resize(slot + 1, None);
         }
         let r = self.tail[slot]?;
-        let q = &self.runs[r].q;
-        q.back()
-            .is_none_or(|b| (b.e.ts_ns, b.e.tid) <= first)
-            .then_some(r)
+        self.runs[r].back().is_none_or(|b| b <= first).then_some(r)
     }
 
     /// Appends events in order to run `r`; an empty run gets its heap entry back.
-    fn append(&mut self, r: usize, items: impl IntoIterator<Item = Item>) {
+    fn append(&mut self, r: usize, ev: Vec<Event>, seqs: Seqs) {
         let run = &mut self.runs[r];
-        let before = run.q.len();
-        run.q.extend(items);
-        self.buffered += run.q.len() - before;
-        if before == 0 && !run.q.is_empty() {
-            let k = run.key(&run.q[0]);
-            self.heap.push(k, Src::Run(r));
+        let was_empty = run.is_empty();
+        self.buffered += ev.len();
+        run.push(ev, seqs);
+        if was_empty {
+            if let Some(k) = run.front_key() {
+                self.heap.push(k, Src::Run(r));
+            }
         }
     }
 
     /// Counts the events of a sorted batch older than the last entry handed out.
-    fn count_late(&mut self, pid: u32, batch: &[Event], base: u64) {
+    fn count_late(&mut self, pid: u32, ev: &[Event], seqs: &Seqs) {
         let Some(l) = self.last else { return };
-        if batch[0].ts_ns > l.ts {
+        if ev[0].ts_ns > l.ts {
             return;
         }
-        for (i, e) in batch.iter().enumerate() {
-            let k = Key::event(pid, base + i as u64, e);
-            if k >= l {
+        for (i, e) in ev.iter().enumerate() {
+            if Key::event(pid, seqs.at(i), e) >= l {
                 break;
             }
             self.late += 1;
@@ -236,57 +215,38 @@ impl Merge {
     }
 
     /// A batch of process `pid` (slot `slot`), in the order the file holds it.
-    pub fn push_events(&mut self, slot: usize, pid: u32, batch: &[Event]) {
+    pub fn push_events(&mut self, slot: usize, pid: u32, batch: Vec<Event>) {
         if batch.is_empty() {
             return;
         }
         let base = self.seq + 1;
         self.seq += batch.len() as u64;
-        let item = |(i, e): (usize, &Event)| Item {
-            seq: base + i as u64,
-            e: *e,
-        };
-        let sorted = batch.is_sorted_by_key(|e| (e.ts_ns, e.tid));
-        if self.reference.is_none() && sorted {
-            // The common case: a batch in order after its process's tail run.
-            self.count_late(pid, batch, base);
-            if let Some(r) = self.tail_for(slot, (batch[0].ts_ns, batch[0].tid)) {
-                self.append(r, batch.iter().enumerate().map(item));
-                return;
-            }
-        }
-        let mut items: Vec<Item> = batch.iter().enumerate().map(item).collect();
-        if !sorted {
-            // Stable: one thread's events at the same nanosecond keep their order.
-            items.sort_by_key(|it| (it.e.ts_ns, it.e.tid));
-        }
         if let Some(all) = &mut self.reference {
-            for it in items {
-                let k = Key::event(pid, it.seq, &it.e);
-                all.push((k, slot, Some(it.e)));
+            for (i, e) in batch.into_iter().enumerate() {
+                all.push((Key::event(pid, base + i as u64, &e), slot, Some(e)));
             }
             return;
         }
-        if !sorted {
-            if let Some(l) = self.last {
-                for it in &items {
-                    let k = Key::event(pid, it.seq, &it.e);
-                    if k >= l {
-                        break;
-                    }
-                    self.late += 1;
-                }
-            }
-        }
-        if let Some(r) = self.tail_for(slot, (items[0].e.ts_ns, items[0].e.tid)) {
-            self.append(r, items);
+        let (ev, seqs) = if batch.is_sorted_by_key(|e| (e.ts_ns, e.tid)) {
+            // The common case: kept as it is.
+            (batch, Seqs::From(base))
+        } else {
+            // Stable: one thread's events at the same nanosecond keep their order.
+            let mut order: Vec<usize> = (0..batch.len()).collect();
+            order.sort_by_key(|&i| (batch[i].ts_ns, batch[i].tid));
+            let ev = order.iter().map(|&i| batch[i]).collect();
+            let seqs = order.iter().map(|&i| base + i as u64).collect();
+            (ev, Seqs::Each(seqs))
+        };
+        self.count_late(pid, &ev, &seqs);
+        if let Some(r) = self.tail_for(slot, (ev[0].ts_ns, ev[0].tid)) {
+            self.append(r, ev, seqs);
             return;
         }
-        self.buffered += items.len();
         // A new run: the first batch of the process, or one older than its tail (a late batch). An emptied
         // tail run it replaces is free again (nothing refers to it: runs in the heap are never empty).
         if let Some(old) = self.tail[slot] {
-            if self.runs[old].q.is_empty() {
+            if self.runs[old].is_empty() {
                 self.free_runs.push(old);
             }
         }
@@ -295,21 +255,15 @@ impl Merge {
                 let run = &mut self.runs[r];
                 run.slot = slot;
                 run.pid = pid;
-                run.q.extend(items);
                 r
             }
             None => {
-                self.runs.push(Run {
-                    slot,
-                    pid,
-                    q: items.into(),
-                });
+                self.runs.push(Run::new(slot, pid));
                 self.runs.len() - 1
             }
         };
         self.tail[slot] = Some(r);
-        let k = self.runs[r].key(&self.runs[r].q[0]);
-        self.heap.push(k, Src::Run(r));
+        self.append(r, ev, seqs);
     }
 
     /// A timed record: `id` is the replay's (for `WHAT_END`, the slot).
@@ -361,10 +315,8 @@ impl Merge {
         }
         let mut all: Vec<(Key, usize, Event)> = Vec::with_capacity(self.buffered);
         for run in &mut self.runs {
-            for it in run.q.drain(..) {
-                let k = Key::event(run.pid, it.seq, &it.e);
-                all.push((k, run.slot, it.e));
-            }
+            let slot = run.slot;
+            run.drain(|k, e| all.push((k, slot, e)));
         }
         all.sort_unstable_by_key(|x| x.0);
         let start = self.spill_len;
@@ -406,49 +358,34 @@ impl Merge {
         self.spill_len = spill_start;
         self.heap.retain(|src| !matches!(src, Src::Run(_)));
         for r in &mut self.runs {
-            r.q.clear();
+            r.drain(|_, _| {});
         }
         self.free_runs = (0..self.runs.len()).collect();
         self.tail.iter_mut().for_each(|t| *t = None);
         self.buffered = 0;
-        let mut by_slot: Vec<Vec<Event>> = Vec::new();
-        let mut pids: Vec<u32> = Vec::new();
-        let mut seqs: Vec<Vec<u64>> = Vec::new();
+        let mut by_slot: Vec<(u32, Vec<Event>, Vec<u64>)> = Vec::new();
         for (k, slot, e) in all {
             if by_slot.len() <= slot {
-                by_slot.resize(slot + 1, Vec::new());
-                pids.resize(slot + 1, 0);
-                seqs.resize(slot + 1, Vec::new());
+                by_slot.resize_with(slot + 1, Default::default);
             }
-            by_slot[slot].push(e);
-            pids[slot] = k.pid;
-            seqs[slot].push(k.seq);
+            let (pid, evs, seqs) = &mut by_slot[slot];
+            *pid = k.pid;
+            evs.push(e);
+            seqs.push(k.seq);
         }
-        for (slot, evs) in by_slot.into_iter().enumerate() {
+        for (slot, (pid, evs, seqs)) in by_slot.into_iter().enumerate() {
             if evs.is_empty() {
                 continue;
             }
-            let q: VecDeque<Item> = evs
-                .into_iter()
-                .zip(seqs[slot].iter())
-                .map(|(e, &seq)| Item { seq, e })
-                .collect();
-            self.buffered += q.len();
             let r = self.free_runs.pop().unwrap_or_else(|| {
-                self.runs.push(Run {
-                    slot,
-                    pid: 0,
-                    q: VecDeque::new(),
-                });
+                self.runs.push(Run::new(slot, pid));
                 self.runs.len() - 1
             });
             let run = &mut self.runs[r];
             run.slot = slot;
-            run.pid = pids[slot];
-            run.q = q;
-            let k = run.key(&run.q[0]);
+            run.pid = pid;
             self.tail[slot] = Some(r);
-            self.heap.push(k, Src::Run(r));
+            self.append(r, evs, Seqs::Each(seqs));
         }
     }
 
@@ -528,31 +465,25 @@ impl Merge {
                 }
                 Src::Run(r) => {
                     let run = &mut self.runs[r];
-                    let mut last = k;
-                    while let Some(it) = run.q.front() {
-                        let k = run.key(it);
-                        let n = buf.len() - first;
-                        if !((k.ts < stop.ts || k < stop) && (open(k.ts) || (force && n == 0)))
-                            || n >= SEGMENT
+                    let mut forced = 0;
+                    let last = run.take_while(buf, |k, n| {
+                        if n >= SEGMENT
+                            || !((k.ts < stop.ts || *k < stop) && (open(k.ts) || (force && n == 0)))
                         {
-                            break;
+                            return false;
                         }
-                        if !open(k.ts) {
-                            self.forced += 1;
-                        }
-                        buf.push(it.e);
-                        last = k;
-                        run.q.pop_front();
-                    }
+                        forced += !open(k.ts) as u64;
+                        true
+                    });
+                    self.forced += forced;
                     let n = buf.len() - first;
                     self.buffered -= n;
-                    self.last = Some(last);
+                    if let Some(last) = last {
+                        self.last = Some(last);
+                    }
                     let slot = run.slot;
-                    match run.q.front() {
-                        Some(it) => {
-                            let k = run.key(it);
-                            self.heap.replace_top(k, Src::Run(r));
-                        }
+                    match run.front_key() {
+                        Some(k) => self.heap.replace_top(k, Src::Run(r)),
                         None => {
                             self.heap.pop();
                             self.retire(r);
@@ -758,5 +689,69 @@ mod tests {
             );
         }
         assert_eq!(m.recs.len(), 1, "one slot, reused");
+    }
+
+    fn ev(ts: u64, tid: u32) -> Event {
+        super::super::run::tests::event(ts, tid, ts)
+    }
+
+    /// Everything `m` hands out once finished: (slot, event time, thread).
+    fn all_out(m: &mut Merge) -> Vec<(usize, u64, u32)> {
+        m.finish();
+        let (mut buf, mut got) = (Vec::new(), Vec::new());
+        while let Some(x) = m.next(u64::MAX, false, &mut buf) {
+            if let Out::Events(slot, n) = x {
+                assert_eq!(n, buf.len());
+                got.extend(buf.iter().map(|e| (slot, e.ts_ns, e.tid)));
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn a_spill_that_cannot_be_written_keeps_everything_in_order_in_memory() {
+        // In order, out of order within a batch, and a batch older than its process's last (a run of its own).
+        let batches: Vec<(usize, u32, Vec<Event>)> = vec![
+            (0, 10, vec![ev(5, 1), ev(9, 1), ev(12, 2)]),
+            (1, 11, vec![ev(7, 3), ev(3, 4), ev(7, 3), ev(20, 3)]),
+            (0, 10, vec![ev(14, 1), ev(30, 1)]),
+            (0, 10, vec![ev(2, 2), ev(13, 2)]),
+            (2, 12, vec![ev(1, 5), ev(40, 5)]),
+        ];
+        let mut reference = Merge::reference();
+        let mut m = Merge::new(8);
+        for (slot, pid, b) in &batches {
+            reference.push_events(*slot, *pid, b.clone());
+            m.push_events(*slot, *pid, b.clone());
+        }
+        assert!(m.over_bound());
+        // A file open only for reading: the spill's write fails as on a full disk.
+        m.spill = Some(File::open("/dev/null").unwrap());
+        assert!(!m.relieve());
+        assert_eq!(m.buffered(), 13);
+        let want = all_out(&mut reference);
+        assert_eq!(want.len(), 13);
+        assert_eq!(all_out(&mut m), want);
+        assert_eq!(m.inexact(), 0);
+    }
+
+    #[test]
+    fn spilled_runs_come_back_in_order() {
+        let mut reference = Merge::reference();
+        let mut m = Merge::new(8);
+        for round in 0..4u64 {
+            for slot in 0..3usize {
+                let b: Vec<Event> = (0..5)
+                    .map(|i| ev(round * 100 + i * 7 + slot as u64, 1))
+                    .collect();
+                reference.push_events(slot, slot as u32, b.clone());
+                m.push_events(slot, slot as u32, b);
+                if m.over_bound() {
+                    assert!(m.relieve());
+                    assert_eq!(m.buffered(), 0);
+                }
+            }
+        }
+        assert_eq!(all_out(&mut m), all_out(&mut reference));
     }
 }

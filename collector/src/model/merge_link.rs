@@ -89,7 +89,7 @@ impl Stage {
                 batch,
                 limit,
             } => {
-                self.merge.push_events(slot, pid, &batch);
+                self.merge.push_events(slot, pid, batch);
                 if self.merge.over_bound() && !self.merge.relieve() {
                     // No spill file: the oldest go out early (counted by the merge as inexact).
                     let keep = self.merge.buffered() - self.merge.buffered() / 8;
@@ -399,20 +399,7 @@ mod tests {
         }
     }
 
-    fn ev(ts: u64, tid: u32, addr: u64) -> Event {
-        Event {
-            ts_ns: ts,
-            tid,
-            api: Api::MemAlloc,
-            flags: 0,
-            device: 0,
-            result: 0,
-            addr,
-            size: 1,
-            aux: 0,
-            stack: 0,
-        }
-    }
+    use super::super::run::tests::event as ev;
 
     /// Inputs as an intake makes them: four processes' batches (some late), records, drains with a limit that
     /// mostly grows and sometimes falls back (a newcomer).
