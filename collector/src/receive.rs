@@ -83,10 +83,10 @@ impl TraceWriter {
         let Some(e) = &self.failed else {
             return String::new();
         };
-        let why = if e.raw_os_error() == Some(libc::ENOSPC) {
-            "the disk is full".to_string()
-        } else {
-            e.to_string()
+        let why = match e.raw_os_error() {
+            Some(libc::ENOSPC) => "the disk is full".to_string(),
+            Some(libc::EFBIG) => "the file-size limit (ulimit -f) was reached".to_string(),
+            _ => e.to_string(),
         };
         let events: u64 = self.lost.values().map(|l| l.1).sum();
         let frames: u64 = self.lost.values().map(|l| l.0).sum();
@@ -97,11 +97,13 @@ impl TraceWriter {
             events,
             frames,
             self.lost_bytes,
-            self.lost.len()
+            self.lost.keys().filter(|pid| **pid != 0).count()
         );
+        // Pid 0 is the collector's own records (its promises for processes still to come), no process.
         let per: Vec<String> = self
             .lost
             .iter()
+            .filter(|(pid, _)| **pid != 0)
             .take(8)
             .map(|(pid, (_, ev))| format!("pid {pid}: {ev} events"))
             .collect();

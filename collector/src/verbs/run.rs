@@ -764,6 +764,16 @@ struct Signals {
 impl Signals {
     fn block() -> io::Result<Signals> {
         unsafe {
+            // A write past a file-size limit (`ulimit -f`) raises SIGXFSZ, which kills: with a handler the write
+            // fails with EFBIG instead, and the trace's writer says what was lost. A handler, unlike an ignored
+            // signal, is not inherited by the command.
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_file_size_limit as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = libc::SA_RESTART;
+            if libc::sigaction(libc::SIGXFSZ, &sa, std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
             for s in FORWARDED {
@@ -781,6 +791,8 @@ impl Signals {
         }
     }
 }
+
+extern "C" fn on_file_size_limit(_: libc::c_int) {}
 
 /// Reaps every child that has ended (the command, and descendants orphaned to us), writing each one's wait
 /// status into the trace. Returns the command's status when it is among them.
