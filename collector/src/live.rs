@@ -71,7 +71,13 @@ struct Proc {
     /// Live allocations: address (or `cuMemCreate` handle, in `handles`) -> (device, bytes).
     ptrs: FastMap<u64, (u32, u64)>,
     handles: FastMap<u64, (u32, u64)>,
+    /// Each thread's last release (address, handle or not, what it took out), until a refusal of it
+    /// (`flags::UNDONE`, the thread's next event) puts that back.
+    released: FastMap<u32, Released>,
 }
+
+/// A thread's last release: the address, whether a handle, and what it took out (device, bytes).
+type Released = (u64, bool, Option<(u32, u64)>);
 
 #[derive(Default, Clone, Copy)]
 struct Dev {
@@ -232,15 +238,17 @@ impl State {
                 dv.peak = dv.peak.max(dv.used);
             }
             Effect::FreePtr | Effect::ReleaseHandle => {
+                let handle = eff == Effect::ReleaseHandle;
                 if e.result != 0 {
+                    if e.flags & flags::UNDONE != 0 {
+                        self.undo_release(p, e, handle);
+                    }
                     return;
                 }
-                let map = if eff == Effect::ReleaseHandle {
-                    &mut p.handles
-                } else {
-                    &mut p.ptrs
-                };
-                if let Some((d, size)) = map.remove(&e.addr).filter(|(d, _)| *d != NO_DEVICE) {
+                let map = if handle { &mut p.handles } else { &mut p.ptrs };
+                let took = map.remove(&e.addr);
+                p.released.insert(e.tid, (e.addr, handle, took));
+                if let Some((d, size)) = took.filter(|(d, _)| *d != NO_DEVICE) {
                     if let Some(pd) = p.dev.get_mut(&d) {
                         pd.live = pd.live.saturating_sub(size);
                     }
@@ -254,6 +262,21 @@ impl State {
                 }
             }
             Effect::AddressSpace => {}
+        }
+    }
+
+    /// The driver refused a release published before it answered: what it took out is live again.
+    fn undo_release(&mut self, p: &mut Proc, e: &Event, handle: bool) {
+        let Some((addr, h, Some((d, size)))) = p.released.remove(&e.tid) else {
+            return;
+        };
+        let map = if handle { &mut p.handles } else { &mut p.ptrs };
+        if addr != e.addr || h != handle || map.insert(addr, (d, size)).is_some() {
+            return;
+        }
+        if d != NO_DEVICE {
+            p.dev.entry(d).or_default().live += size;
+            self.dev(d).used += size;
         }
     }
 
@@ -775,6 +798,36 @@ mod tests {
         let text = s.render(&JobLabels::default());
         assert!(!text.contains("pid=\"10\""), "{text}");
         assert!(text.contains("pid=\"11\""), "{text}");
+    }
+
+    #[test]
+    fn a_release_the_driver_refused_is_live_again() {
+        let mut s = State::default();
+        let mut b = Vec::new();
+        let mut undone = ev(Api::MemFree, NO_DEVICE, 0x1000, 0);
+        undone.result = 1;
+        undone.flags = flags::UNDONE;
+        let mut wrong = undone;
+        wrong.addr = 0x9000;
+        codec::put_events(
+            &mut b,
+            10,
+            &[
+                ev(Api::MemAlloc, 0, 0x1000, 100),
+                ev(Api::MemFree, NO_DEVICE, 0x1000, 0),
+                undone,
+                // A double free: nothing was live there, nothing comes back.
+                ev(Api::MemFree, NO_DEVICE, 0x9000, 0),
+                wrong,
+            ],
+        );
+        s.feed(&b);
+        assert_eq!(s.device_used(0), 100);
+        // Then freed for real.
+        let mut f = Vec::new();
+        codec::put_events(&mut f, 10, &[ev(Api::MemFree, NO_DEVICE, 0x1000, 0)]);
+        s.feed(&f);
+        assert_eq!(s.device_used(0), 0);
     }
 
     /// NCCL makes host buffers with `cuMemCreate` and a host location: the shim records them on no device.

@@ -673,7 +673,7 @@ impl Conn {
         let (Some(d), Some(pid)) = (self.ring.as_mut(), self.pid) else {
             return false;
         };
-        // Read before looking: whatever the process publishes from now on is stamped after this.
+        // When this drain looked (the stall and the tick's pace; the tick's promise itself is stamped in the ring).
         let promise = mono_ns();
         // A process that hung up ends at its hang-up (`finish`): nothing promised goes past it, or its end would
         // come after its own promise (and be merged late). Once the receiver saw the hang-up, a process that
@@ -690,10 +690,12 @@ impl Conn {
             batch,
             out,
             last_ts,
+            promised,
+            last_tick,
             ..
         } = d;
         let mut goodbye = None;
-        let taken = consumer.drain(dead, |item| match item {
+        let mut take = |item: Item| match item {
             Item::Event(e) => {
                 *last_ts = (*last_ts).max(e.ts_ns);
                 batch.push(e);
@@ -709,7 +711,36 @@ impl Conn {
                 }
                 blob_into(out, bytes, &mut goodbye);
             }
-        });
+            Item::Tick(ts) => {
+                if !batch.is_empty() {
+                    codec::put_events(out, pid, batch);
+                    batch.clear();
+                }
+                // A margin for the shim's clock (the time-stamp counter, calibrated to within about a
+                // microsecond) against the collector's, which stamped the tick.
+                let ts_ns = ts
+                    .min(hung_up.unwrap_or(u64::MAX))
+                    .saturating_sub(CLOCK_MARGIN_NS);
+                *promised = (*promised).max(ts_ns);
+                codec::put_record(out, &Record::Tick { pid, ts_ns });
+            }
+        };
+        let taken = consumer.drain(dead, &mut take);
+        // A promise that nothing older is still to come, for a process that is quiet: put in its ring, where
+        // the drain reads it after everything stamped before it (a producer that read the clock and has not yet
+        // reserved its slot stamps again once the tick took it).
+        if !dead
+            && taken == 0
+            && consumer.ring().used() == 0
+            && promise >= *last_tick + TICK_NS
+            // A process that hung up and is not stamped yet (the watcher is late): no promise past its end.
+            && (hung_up.is_some() || !self.open || !peer_hung_up(&self.stream))
+        {
+            *last_tick = promise;
+            if consumer.ring().try_tick(mono_ns).is_some() {
+                consumer.drain(dead, &mut take);
+            }
+        }
         if !batch.is_empty() {
             codec::put_events(out, pid, batch);
             batch.clear();
@@ -767,19 +798,6 @@ impl Conn {
                 let ts_ns = bye.max(*last_ts).max(d.promised);
                 codec::put_record(out, &Record::Goodbye { pid, ts_ns });
             }
-        } else if taken == 0
-            && consumer.ring().used() == 0
-            && promise >= d.last_tick + TICK_NS
-            // A process that hung up and is not stamped yet (the watcher is late): no promise past its end.
-            && (hung_up.is_some() || !self.open || !peer_hung_up(&self.stream))
-        {
-            d.last_tick = promise;
-            // A margin for the shim's clock (the time-stamp counter, calibrated to within about a microsecond).
-            let ts_ns = promise
-                .min(hung_up.unwrap_or(u64::MAX))
-                .saturating_sub(CLOCK_MARGIN_NS);
-            d.promised = d.promised.max(ts_ns);
-            codec::put_record(out, &Record::Tick { pid, ts_ns });
         }
         if out.is_empty() {
             return false;

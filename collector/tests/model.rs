@@ -282,6 +282,41 @@ fn failed_allocations_are_counted_not_held() {
 }
 
 #[test]
+fn a_release_the_driver_refused_is_put_back() {
+    // The shim publishes a release before the driver answers; a refusal follows, the thread's next event.
+    let undone = |ms, addr| {
+        let mut e = free(ms, addr);
+        e.result = 1;
+        e.flags |= flags::UNDONE;
+        e
+    };
+    let mut other_thread = alloc(3, 0, 0x5000, MIB);
+    other_thread.tid = 2;
+    let a = run(&[events(
+        5,
+        vec![
+            alloc(1, 0, 0x1000, GIB),
+            free(2, 0x1000),
+            other_thread,
+            undone(4, 0x1000),
+            // A double free: nothing was live there, and no unmatched free either once refused.
+            free(5, 0xdead),
+            undone(6, 0xdead),
+            alloc(7, 0, 0x2000, GIB),
+        ],
+    )]);
+    let p = a.process(5).unwrap();
+    assert_eq!(
+        (p.allocations, p.frees, p.unmatched_frees, p.lost_frees),
+        (3, 0, 0, 0)
+    );
+    let d = a.device(0).unwrap();
+    assert_eq!(d.peak_bytes, 2 * GIB + MIB);
+    assert_eq!(d.in_use_bytes_at_end, 2 * GIB + MIB);
+    assert_eq!(d.allocations, 3);
+}
+
+#[test]
 fn unmatched_frees_are_counted_and_ignored() {
     let a = run(&[events(
         6,

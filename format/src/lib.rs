@@ -44,6 +44,10 @@ pub mod flags {
     pub const CAP_REFUSED: u8 = 2;
     /// Over the cap, but the cap is in warn mode: the request went to the driver anyway.
     pub const CAP_EXCEEDED: u8 = 4;
+    /// A release the driver refused (`result` its code), published after the release itself: the shim
+    /// publishes a release before calling the driver, so that its time comes before any reuse of what it frees.
+    /// What it released is the process's again.
+    pub const UNDONE: u8 = 8;
 }
 
 /// The driver entry points vramtrace records. The numbers are part of the trace format: never reuse one.

@@ -36,7 +36,7 @@ use crate::{Api, Event};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VTRING\0\0");
 /// Bumped on any change of the layout: a collector refuses a ring of another version (the shim then records
 /// nothing rather than be misread).
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 pub const SLOT: usize = 64;
 pub const HEADER: usize = 4096;
 /// Bytes of a blob carried by each of its slots.
@@ -69,6 +69,9 @@ const KIND_EVENT: u8 = 1;
 const KIND_BLOB: u8 = 2;
 const KIND_PAD: u8 = 3;
 const KIND_CONT: u8 = 4;
+/// A promise the collector puts in the ring itself ([`Ring::try_tick`]): every record before it was stamped no
+/// later than its time, every one after it no earlier.
+const KIND_TICK: u8 = 5;
 
 /// Slots that events and ordinary records leave free: the process's goodbye always has room.
 const KEEP_FOR_LAST: u64 = 4;
@@ -208,17 +211,40 @@ impl Ring {
     /// the first, or `None` when the ring has no room (nothing reserved).
     #[inline(always)]
     fn reserve(&self, n: u64, keep: u64) -> Option<u64> {
+        self.reserve_stamped(n, keep, || ()).map(|(pos, ())| pos)
+    }
+
+    /// Reserves like [`Ring::reserve`], reading `stamp` (a clock) between reading the head and moving it, and
+    /// again whenever another producer moved it first. Why: records are then stamped in the ring's order. A
+    /// producer whose compare-and-swap succeeds read the head after every earlier record's swap, so its stamp
+    /// is no older than theirs; a thread pre-empted between its stamp and its swap finds the head moved and
+    /// stamps again. The collector can then promise, from what it has read, that nothing older will follow.
+    #[inline(always)]
+    fn reserve_stamped<S>(
+        &self,
+        n: u64,
+        keep: u64,
+        mut stamp: impl FnMut() -> S,
+    ) -> Option<(u64, S)> {
         let head = self.a64(OFF_HEAD);
         let mut h = head.load(Ordering::Relaxed);
         loop {
+            // The clock is read after the head: `rdtsc` may otherwise run ahead of the load.
+            load_fence();
+            let s = stamp();
             let t = self.a64(OFF_TAIL).load(Ordering::Acquire);
+            let used = h.wrapping_sub(t);
+            if used > self.slots {
+                // `h` is stale: others reserved, and the collector released, past it meanwhile.
+                h = head.load(Ordering::Relaxed);
+                continue;
+            }
             let idx = h & (self.slots - 1);
             let pad = if idx + n > self.slots {
                 self.slots - idx
             } else {
                 0
             };
-            let used = h.wrapping_sub(t);
             if used + pad + n + keep > self.slots {
                 return None;
             }
@@ -236,7 +262,7 @@ impl Ring {
                     if used < quarter && used + pad + n >= quarter {
                         self.wake();
                     }
-                    return Some(h + pad);
+                    return Some((h + pad, s));
                 }
                 Err(now) => h = now,
             }
@@ -266,12 +292,17 @@ impl Ring {
         futex_wake(self.a32(OFF_WAKE));
     }
 
-    /// Publishes one event. False when the ring is full (nothing written: the caller counts or waits).
-    #[inline(always)]
+    /// Publishes one event as it is. False when the ring is full (nothing written: the caller counts or waits).
     pub fn try_event(&self, e: &Event) -> bool {
-        let Some(pos) = self.reserve(1, KEEP_FOR_LAST) else {
-            return false;
-        };
+        self.try_event_stamped(e, || e.ts_ns).is_some()
+    }
+
+    /// Publishes one event stamped with `clock` (CLOCK_MONOTONIC ns) as it is reserved, so that the ring's
+    /// order is the order of its events' times (see [`Ring::reserve_stamped`]). Its time, or `None` when the
+    /// ring is full (nothing written: the caller counts or waits).
+    #[inline(always)]
+    pub fn try_event_stamped(&self, e: &Event, clock: impl FnMut() -> u64) -> Option<u64> {
+        let (pos, ts) = self.reserve_stamped(1, KEEP_FOR_LAST, clock)?;
         let s = self.slot(pos);
         // One slot, written in place; the sequence word last.
         unsafe {
@@ -279,7 +310,7 @@ impl Ring {
             s.add(9).write(e.api as u8);
             s.add(10).write(e.flags);
             s.add(12).cast::<u32>().write(e.tid);
-            s.add(16).cast::<u64>().write(e.ts_ns);
+            s.add(16).cast::<u64>().write(ts);
             s.add(24).cast::<u32>().write(e.device);
             s.add(28).cast::<u32>().write(e.result);
             s.add(32).cast::<u64>().write(e.addr);
@@ -288,7 +319,22 @@ impl Ring {
             s.add(56).cast::<u32>().write(e.stack);
         }
         self.seq(pos).store(pos + 1, Ordering::Release);
-        true
+        Some(ts)
+    }
+
+    /// The collector's promise, put in the ring in its order: a tick stamped with `clock` as it is reserved.
+    /// When the drain reaches it, everything before it is no newer than its time and nothing after it is older
+    /// (a promise read from the clock alone would not be: a producer may have stamped a record and not yet
+    /// reserved it). Its time, or `None` when the ring has no room for it.
+    pub fn try_tick(&self, clock: impl FnMut() -> u64) -> Option<u64> {
+        let (pos, ts) = self.reserve_stamped(1, KEEP_FOR_LAST, clock)?;
+        let s = self.slot(pos);
+        unsafe {
+            s.add(8).write(KIND_TICK);
+            s.add(16).cast::<u64>().write(ts);
+        }
+        self.seq(pos).store(pos + 1, Ordering::Release);
+        Some(ts)
     }
 
     /// The most bytes one blob may carry: a quarter of the ring.
@@ -338,6 +384,8 @@ impl Ring {
 /// What the collector takes out of a ring.
 pub enum Item<'a> {
     Event(Event),
+    /// The collector's own promise ([`Ring::try_tick`]): its time.
+    Tick(u64),
     /// Encoded trace records, as the shim's codec wrote them (the collector checks them before use).
     Blob(&'a [u8]),
 }
@@ -403,6 +451,12 @@ impl Consumer {
                         Some(api) => take(Item::Event(unsafe { read_event(s, api) })),
                         None => self.torn += 1,
                     }
+                    1
+                }
+                KIND_TICK => {
+                    take(Item::Tick(unsafe {
+                        s.add(16).cast::<u64>().read_volatile()
+                    }));
                     1
                 }
                 KIND_PAD => {
@@ -501,7 +555,7 @@ impl Consumer {
         ring.seq(pos).load(Ordering::Acquire) == pos + 1
             && matches!(
                 unsafe { ring.slot(pos).add(8).read_volatile() },
-                KIND_EVENT | KIND_BLOB | KIND_PAD
+                KIND_EVENT | KIND_BLOB | KIND_PAD | KIND_TICK
             )
     }
 
@@ -518,6 +572,15 @@ impl Consumer {
         }
         ring.a32(OFF_SLEEPING).store(0, Ordering::Relaxed);
     }
+}
+
+/// Orders the time-stamp counter's read after the loads before it (`lfence`, as the kernel's `rdtsc_ordered`).
+#[inline(always)]
+fn load_fence() {
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::x86_64::_mm_lfence()
+    };
 }
 
 unsafe fn read_event(s: *const u8, api: Api) -> Event {
@@ -613,6 +676,7 @@ mod tests {
             c.drain(false, |it| match it {
                 Item::Event(e) => got.push(Ok(e)),
                 Item::Blob(b) => got.push(Err(b.to_vec())),
+                Item::Tick(_) => unreachable!("no tick was put in"),
             });
         }
         let events: Vec<u64> = got
@@ -772,6 +836,7 @@ mod tests {
                         assert!(b.iter().all(|x| *x == b[0]));
                         blobs += 1;
                     }
+                    Item::Tick(_) => unreachable!("no tick was put in"),
                 });
                 if finished && r.used() == 0 {
                     break;
@@ -780,5 +845,95 @@ mod tests {
             assert!(next.iter().all(|n| *n == per));
             assert_eq!(blobs, threads as u64 * per / 1000);
         });
+    }
+
+    /// A clock every thread reads: CLOCK_MONOTONIC in ns.
+    fn mono() -> u64 {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+        t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    }
+
+    #[test]
+    fn events_stamped_as_reserved_come_out_in_time_order_and_a_tick_divides_them() {
+        // More threads than cores, so that some are pre-empted between reading the clock and reserving: a
+        // stamp read before the reservation would then come out after newer ones.
+        let m = Mem::new(1 << 16);
+        let r = unsafe { Ring::init(m.0, 1 << 16, 7, 0) };
+        let mut c = Consumer::new(unsafe { Ring::open(m.0, bytes_for(1 << 16)).unwrap() });
+        let threads = 8u32;
+        let per = 50_000u64;
+        let done = AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            for t in 0..threads {
+                let (r, done) = (&r, &done);
+                sc.spawn(move || {
+                    for i in 0..per {
+                        while r.try_event_stamped(&ev(t, i), mono).is_none() {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    done.fetch_add(1, Ordering::Release);
+                });
+            }
+            let (mut last, mut events, mut ticks) = (0u64, 0u64, 0u64);
+            // Counted, not asserted here: a panic in this loop would leave the writers waiting for room.
+            let mut older = 0u64;
+            loop {
+                let finished = done.load(Ordering::Acquire) == threads as u64;
+                if r.try_tick(mono).is_some() {
+                    ticks += 1;
+                }
+                c.drain(false, |it| {
+                    let ts = match it {
+                        Item::Event(e) => {
+                            events += 1;
+                            e.ts_ns
+                        }
+                        Item::Tick(ts) => ts,
+                        Item::Blob(_) => unreachable!(),
+                    };
+                    older += (ts < last) as u64;
+                    last = last.max(ts);
+                });
+                if finished && r.used() == 0 {
+                    break;
+                }
+            }
+            assert_eq!(older, 0, "records older than one before them in the ring");
+            assert_eq!(events, threads as u64 * per);
+            assert!(ticks > 0);
+        });
+    }
+
+    #[test]
+    fn a_producer_holding_a_stale_head_never_finds_a_roomy_ring_full() {
+        // A producer pre-empted between reading the head and the tail, while other threads reserved and the
+        // collector released past it, once read the room left as negative and dropped its event as if the ring
+        // were full. The clock is read between the two: there the others run.
+        let m = Mem::new(MIN_SLOTS);
+        let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
+        let mut c = Consumer::new(unsafe { Ring::open(m.0, bytes_for(MIN_SLOTS)).unwrap() });
+        let mut meanwhile = true;
+        let stamped = r.try_event_stamped(&ev(1, 0), || {
+            if std::mem::take(&mut meanwhile) {
+                for i in 0..10 {
+                    assert!(r.try_event(&ev(2, i)));
+                }
+                assert_eq!(c.drain(false, |_| {}), 10);
+            }
+            77
+        });
+        assert_eq!(stamped, Some(77), "refused by a nearly empty ring");
+        let mut got = Vec::new();
+        c.drain(false, |it| {
+            if let Item::Event(e) = it {
+                got.push((e.tid, e.ts_ns));
+            }
+        });
+        assert_eq!(got, [(1, 77)]);
     }
 }

@@ -1,8 +1,10 @@
 //! What each intercepted call does around the real one: find the real function, call it with the caller's
 //! arguments unchanged, record what happened, return the driver's code.
 //!
-//! Allocations are stamped when the driver returns and frees when they are called, so that ordering events by
-//! time never puts the reuse of an address before the free that released it.
+//! Events are stamped as the ring takes them, so that the ring's order is their time's (format's `ring.rs`).
+//! Allocations are published when the driver returns, and releases before the driver is called (a release the
+//! driver then refuses is taken back by a second event, flagged `UNDONE`), so that ordering events by time
+//! never puts the reuse of an address before the free that released it.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
@@ -82,17 +84,7 @@ static BYPASS_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 fn refuse(api: Api, flag: u8, dev: u32, size: u64, aux: u64) -> CUresult {
     let r = CUDA_ERROR_OUT_OF_MEMORY;
     let flag = flag | flags::CAP_REFUSED;
-    record::push(
-        api,
-        flag,
-        dev,
-        r,
-        0,
-        size,
-        aux,
-        record::now(),
-        stacks::site(size, true),
-    );
+    record::push(api, flag, dev, r, 0, size, aux, stacks::site(size, true));
     out_of_memory(api, flag, dev, size, r);
     r
 }
@@ -145,9 +137,8 @@ fn admitted_flag(decision: Decision, flag: u8) -> Option<u8> {
 #[inline(always)]
 #[link_section = ".vramtrace.hot"]
 fn allocated(api: Api, flag: u8, dev: u32, r: CUresult, id: u64, size: u64, aux: u64) -> CUresult {
-    let ts = record::now();
     let stack = stacks::site(size, r != CUDA_SUCCESS);
-    record::push(api, flag, dev, r, id, size, aux, ts, stack);
+    record::push(api, flag, dev, r, id, size, aux, stack);
     if r == CUDA_ERROR_OUT_OF_MEMORY {
         out_of_memory(api, flag, dev, size, r);
     }
@@ -195,9 +186,9 @@ fn out_of_memory(api: Api, flag: u8, dev: u32, size: u64, result: CUresult) {
     });
 }
 
-/// A release of what `id` names: stamped before the call (see the module's note), recorded after. The cap's
-/// entry for `id` is taken out before the driver frees it (see `Cap::take`), and its bytes given back only once
-/// the free succeeded.
+/// A release of what `id` names: published before the call (see the module's note), and taken back after it
+/// if the driver refused it. The cap's entry for `id` is taken out before the driver frees it (see `Cap::take`),
+/// and its bytes given back only once the free succeeded.
 #[inline(always)]
 #[link_section = ".vramtrace.hot"]
 unsafe fn track_release(
@@ -209,7 +200,7 @@ unsafe fn track_release(
     aux: u64,
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
-    let ts = record::now();
+    record::push(api, flag, NO_DEVICE, CUDA_SUCCESS, id, size, aux, 0);
     let cap = kind.and_then(|k| cap::get().map(|c| (c, k)));
     let held = cap.and_then(|(c, k)| c.take(k, id));
     let r = call();
@@ -220,8 +211,16 @@ unsafe fn track_release(
             (false, _) => c.restore(k, id, h),
         }
     }
-    record::push(api, flag, NO_DEVICE, r, id, size, aux, ts, 0);
+    if r != CUDA_SUCCESS {
+        undone(api, flag, id, size, aux, r);
+    }
     r
+}
+
+/// The driver refused a release already published: what it released is the process's again.
+#[cold]
+fn undone(api: Api, flag: u8, id: u64, size: u64, aux: u64, r: CUresult) {
+    record::push(api, flag | flags::UNDONE, NO_DEVICE, r, id, size, aux, 0);
 }
 
 #[link_section = ".vramtrace.hot"]
@@ -308,13 +307,12 @@ pub unsafe fn mem_alloc_pitch(
             c.kept(Kind::Ptr, addr, dev, size);
         }
     }
-    let ts = record::now();
     // A failed pitch allocation has no size yet: the request's.
     let stack = stacks::site(
         if r == CUDA_SUCCESS { size } else { guess },
         r != CUDA_SUCCESS,
     );
-    record::push(Api::MemAllocPitch, flag, dev, r, addr, size, p, ts, stack);
+    record::push(Api::MemAllocPitch, flag, dev, r, addr, size, p, stack);
     if r == CUDA_ERROR_OUT_OF_MEMORY {
         out_of_memory(Api::MemAllocPitch, flag, dev, guess, r);
     }
@@ -561,17 +559,7 @@ pub unsafe fn mem_map(
     if let (CUDA_SUCCESS, Some(c)) = (r, cap::get()) {
         c.mapped(ptr, size as u64, handle);
     }
-    record::push(
-        Api::MemMap,
-        0,
-        NO_DEVICE,
-        r,
-        ptr,
-        size as u64,
-        handle,
-        record::now(),
-        0,
-    );
+    record::push(Api::MemMap, 0, NO_DEVICE, r, ptr, size as u64, handle, 0);
     r
 }
 
@@ -615,7 +603,6 @@ pub unsafe fn mem_address_reserve(
         returned(ptr, r),
         size as u64,
         0,
-        record::now(),
         0,
     );
     r
@@ -655,7 +642,6 @@ pub unsafe fn mem_get_info(free: *mut usize, total: *mut usize) -> CUresult {
             *total as u64,
             *free as u64,
             0,
-            record::now(),
             0,
         );
         if let Some(c) = cap::get() {

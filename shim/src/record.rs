@@ -94,8 +94,9 @@ pub(crate) fn tid() -> u32 {
     t
 }
 
-/// Publishes one event. Never blocks (unless lossless); a no-op when nothing is recording. `stack`: the call
-/// site's id from `stacks::site` (0: none), whose stack is already in the ring.
+/// Publishes one event, stamped as the ring takes it (so a process's events are in the ring in time order).
+/// Never blocks (unless lossless); a no-op when nothing is recording. `stack`: the call site's id from
+/// `stacks::site` (0: none), whose stack is already in the ring.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[link_section = ".vramtrace.hot"]
@@ -107,7 +108,6 @@ pub fn push(
     addr: u64,
     size: u64,
     aux: u64,
-    ts_ns: u64,
     stack: u32,
 ) {
     let Some(r) = recorder() else { return };
@@ -115,7 +115,7 @@ pub fn push(
         return;
     }
     let e = Event {
-        ts_ns,
+        ts_ns: 0,
         tid: tid(),
         api,
         flags,
@@ -126,8 +126,8 @@ pub fn push(
         aux,
         stack,
     };
-    if !r.ring.try_event(&e) {
-        r.no_room(|| r.ring.try_event(&e), None);
+    if r.ring.try_event_stamped(&e, now).is_none() {
+        r.no_room(|| r.ring.try_event_stamped(&e, now).is_some(), None);
     }
 }
 

@@ -12,6 +12,7 @@ use super::merge::{Merge, Out, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM}
 use super::merge_link::{Chunk, MergeLink};
 use super::tap::{Change, Step, Tap};
 use super::timeline::TimelineBuilder;
+use super::undo::Releases;
 use super::*;
 use crate::callsites::{self, NO_SITE};
 use crate::symbols::Symbolizer;
@@ -45,6 +46,8 @@ pub(super) struct Proc {
     pub(super) dev: Vec<ProcDev>,
     pub(super) ptrs: FastMap<u64, Live>,
     pub(super) handles: FastMap<u64, Live>,
+    /// Each thread's last release, until its next event (a refusal of it: `undo.rs`).
+    pub(super) releases: Releases,
     pub(super) reserved: u64,
     pub(super) mapped: u64,
     /// Its promise: no later record of it is older than this (absolute time).
@@ -115,6 +118,7 @@ impl Proc {
             dev: Vec::new(),
             ptrs: FastMap::default(),
             handles: FastMap::default(),
+            releases: Releases::default(),
             reserved: 0,
             mapped: 0,
             wm: ts,
@@ -133,7 +137,7 @@ impl Proc {
     }
 
     #[inline]
-    fn dev(&mut self, d: usize) -> &mut ProcDev {
+    pub(super) fn dev(&mut self, d: usize) -> &mut ProcDev {
         if self.dev.len() <= d {
             self.dev.resize(d + 1, ProcDev::default());
         }
@@ -561,16 +565,18 @@ impl<'t> Replay<'t> {
                 }
             }
             eff @ (Effect::FreePtr | Effect::ReleaseHandle) => {
+                let handle = eff == Effect::ReleaseHandle;
                 if e.result != 0 {
+                    if e.flags & flags::UNDONE != 0 {
+                        self.undo_release(s, e.tid, e.addr, handle, t);
+                    }
                     return;
                 }
                 let p = &mut self.procs[s];
-                let map = if eff == Effect::ReleaseHandle {
-                    &mut p.handles
-                } else {
-                    &mut p.ptrs
-                };
-                match map.remove(&e.addr) {
+                let map = if handle { &mut p.handles } else { &mut p.ptrs };
+                let old = map.remove(&e.addr);
+                p.releases.note(e.tid, e.addr, handle, old);
+                match old {
                     Some(old) => {
                         p.s.frees += 1;
                         self.take(s, &old, t);
@@ -593,10 +599,18 @@ impl<'t> Replay<'t> {
                 }
             }
             Effect::AddressSpace => {
+                let p = &mut self.procs[s];
                 if e.result != 0 {
+                    // A refused unmap or address free, published before the driver refused it: taken back.
+                    if e.flags & flags::UNDONE != 0 {
+                        match e.api {
+                            Api::MemUnmap => p.mapped = p.mapped.saturating_add(e.size),
+                            Api::MemAddressFree => p.reserved = p.reserved.saturating_add(e.size),
+                            _ => {}
+                        }
+                    }
                     return;
                 }
-                let p = &mut self.procs[s];
                 match e.api {
                     Api::MemAddressReserve => {
                         p.reserved = p.reserved.saturating_add(e.size);
@@ -686,7 +700,15 @@ impl<'t> Replay<'t> {
 
     /// Tells the tap of a change to allocation `l` (already applied).
     #[inline]
-    fn tap_live(&mut self, change: Change, s: usize, handle: bool, addr: u64, l: &Live, t: u64) {
+    pub(super) fn tap_live(
+        &mut self,
+        change: Change,
+        s: usize,
+        handle: bool,
+        addr: u64,
+        l: &Live,
+        t: u64,
+    ) {
         if self.tap.is_some() {
             let stack = if l.site == NO_SITE {
                 0

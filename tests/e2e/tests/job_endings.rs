@@ -320,6 +320,60 @@ fn sixteen_processes_of_eight_racing_threads_give_the_time_ordered_peak() {
     );
 }
 
+/// The report of a trace against the reference replay (every event in time order): exact, nothing out of
+/// order, no free taken for lost or unmatched.
+fn assert_replays_exactly(path: &std::path::Path, events: u64, what: &str) {
+    let a = model::analyze(path).unwrap();
+    let reference = model::analyze_reference(std::fs::File::open(path).unwrap()).unwrap();
+    assert_eq!(a.dropped_events, 0, "{what}");
+    assert_eq!(a.events, events, "{what}");
+    assert_eq!(a.merge_inexact_events, 0, "{what}: entries out of order");
+    assert_eq!((a.lost_frees, a.unmatched_frees), (0, 0), "{what}");
+    assert_eq!(
+        a.devices[0].peak_bytes, reference.devices[0].peak_bytes,
+        "{what}"
+    );
+    assert_eq!(
+        a.devices[0].timeline, reference.devices[0].timeline,
+        "{what}"
+    );
+}
+
+#[test]
+fn threads_of_one_process_racing_without_pause_replay_exactly() {
+    // Threads allocate and free as fast as they can: one pre-empted between reading the clock and publishing
+    // once published a time older than what the collector had already promised (a free stamped before its
+    // driver call most of all), and the report counted frees lost and unmatched that never were.
+    let fc = FakeCuda::new().env(ENV_DEVICE_BYTES, "64GiB");
+    let (run, path) = fc.traced(
+        "threads",
+        &["--stacks", "none"],
+        program("hammer"),
+        &["--threads", "8", "--iters", "20000", "--size", "65536"],
+    );
+    run.assert_success("hammer");
+    assert_replays_exactly(&path, 8 * 20000 * 2, "8 threads");
+    // Writers waiting for room in a small ring (lossless) are pre-empted between their stamp and their slot
+    // all the time.
+    let (run, path) = fc.traced(
+        "lossless",
+        &["--stacks", "none", "--lossless", "--ring-size", "69632"],
+        program("hammer"),
+        &[
+            "--procs",
+            "4",
+            "--threads",
+            "4",
+            "--iters",
+            "20000",
+            "--size",
+            "4096",
+        ],
+    );
+    run.assert_success("hammer");
+    assert_replays_exactly(&path, 4 * 4 * 20000 * 2, "lossless, small ring");
+}
+
 #[test]
 fn a_process_of_another_user_outside_the_job_is_turned_away_even_once_gone() {
     if !can_drop_privileges() {

@@ -111,13 +111,12 @@ fn many_threads_every_call_recorded() {
     let trace = read_trace(&path);
     let pid = trace.pids()[0];
     let log: Vec<LogLine> = fc.log().into_iter().filter(|l| l.pid == pid).collect();
-    let tracked_calls = log
-        .iter()
-        .filter(|l| vramtrace_e2e::traced::tracked(&l.func).is_some())
-        .count();
     assert_eq!(trace.dropped, 0);
     // One OOM: its cuMemGetInfo_v2 is the shim's own.
-    assert_eq!(trace.events[&pid].len() + 1, tracked_calls);
+    assert_eq!(
+        trace.events[&pid].len() + 1,
+        vramtrace_e2e::traced::events_for(&log)
+    );
     let a = model::analyze(&path).unwrap();
     assert_eq!(a.process(pid).unwrap().live_bytes_at_end, PATTERN_LEAK);
     assert_eq!(a.device(1).unwrap().live_bytes_at_end, 0);
