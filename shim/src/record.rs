@@ -476,12 +476,39 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
                 } else if !socket_lost && sock.closed() {
                     break;
                 }
+                // The program's threads are all gone (its main thread ended with `pthread_exit`): the process
+                // would live on as long as this one. Ending it lets glibc exit the process (0) as the program's
+                // last thread would have, running its exit handlers (the goodbye among them).
+                if only_thread_left() {
+                    return;
+                }
             }
             Err(RecvTimeoutError::Disconnected) => return,
         }
     }
     rec.link.store(GONE, Ordering::Release);
     crate::debug!("the collector closed the connection; not recording");
+}
+
+/// Whether the calling thread is the only one of the process still running: alone, or beside a main thread
+/// that ended with `pthread_exit` (it stays a zombie, and counted, until the process ends).
+fn only_thread_left() -> bool {
+    // After the command's name, which may hold anything, in parentheses: the state is field 3, the thread
+    // count field 20.
+    let field = |path: &str, n: usize| -> Option<String> {
+        let stat = std::fs::read_to_string(path).ok()?;
+        let (_, rest) = stat.rsplit_once(')')?;
+        rest.split_whitespace().nth(n - 3).map(str::to_string)
+    };
+    match field("/proc/self/stat", 20).and_then(|n| n.parse::<u32>().ok()) {
+        Some(1) => true,
+        Some(2) => {
+            let pid = std::process::id();
+            let me = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+            me != pid && field(&format!("/proc/self/task/{pid}/stat"), 3).as_deref() == Some("Z")
+        }
+        _ => false,
+    }
 }
 
 fn hello(pid: u32) -> Hello {

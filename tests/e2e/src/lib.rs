@@ -188,16 +188,23 @@ pub fn compile_c(src: &Path, out: &Path, flags: &[&str], libs: &[&str]) {
     );
 }
 
-/// `tests/programs/c/door_linked.c`, compiled with `cc ... -lcuda` against the fake (once per process).
+/// `tests/programs/c/<name>.c`, compiled with `cc ... -lcuda -lpthread` against the fake (once per process).
+pub fn c_program(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = built.iter().find(|(n, _)| n == name) {
+        return p.clone();
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../programs/c/{name}.c"));
+    let out = scratch_dir().join(name);
+    compile_c(&src, &out, &["-O1", "-Wall"], &["-lcuda", "-lpthread"]);
+    built.push((name.to_string(), out.clone()));
+    out
+}
+
+/// `tests/programs/c/door_linked.c` (door 3: the exported names through the PLT).
 pub fn door_linked() -> PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../programs/c/door_linked.c");
-        let out = scratch_dir().join("door_linked");
-        compile_c(&src, &out, &["-O1", "-Wall"], &["-lcuda", "-lpthread"]);
-        out
-    })
-    .clone()
+    c_program("door_linked")
 }
 
 /// One line of the driver log: `<pid> <tid> <function> <result> <addr-hex> <size> <aux-hex>`.

@@ -320,6 +320,23 @@ fn sixteen_processes_of_eight_racing_threads_give_the_time_ordered_peak() {
     );
 }
 
+#[test]
+fn a_program_whose_main_thread_ends_with_pthread_exit_ends_traced_whole() {
+    // The process ends when its last thread does: the shim's own thread must not be it.
+    let fc = FakeCuda::new();
+    let t0 = std::time::Instant::now();
+    let (run, path) = fc.traced("pexit", &[], c_program("main_thread_exits"), &[] as &[&str]);
+    run.assert_success("main_thread_exits");
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    let a = model::analyze(&path).unwrap();
+    assert_eq!(a.processes.len(), 1, "{:?}", a.processes);
+    let p = &a.processes[0];
+    // Both allocations, the late thread's after the main thread ended, and a clean end.
+    assert_eq!(p.peak_bytes, 3 << 20);
+    assert_eq!(p.exit, Some(ExitStatus::Code(0)));
+    assert!(!a.partial);
+}
+
 /// The report of a trace against the reference replay (every event in time order): exact, nothing out of
 /// order, no free taken for lost or unmatched.
 fn assert_replays_exactly(path: &std::path::Path, events: u64, what: &str) {

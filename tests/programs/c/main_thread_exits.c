@@ -1,0 +1,43 @@
+/* Allocates on the main thread, starts a thread that allocates a little later, then ends the main thread with
+ * pthread_exit: the process lives on until its last thread ends, then exits 0. Under vramtrace run, the shim's
+ * own thread must not be that last thread (a job that ended this way once never finished). */
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUcontext;
+#define CUDA_SUCCESS 0
+
+/* The driver's exported names (cuda.h maps cuMemAlloc onto cuMemAlloc_v2). */
+CUresult cuInit(unsigned int flags);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
+
+static CUcontext ctx;
+
+static void *late(void *arg) {
+    (void)arg;
+    usleep(200000);
+    cuCtxSetCurrent(ctx);
+    CUdeviceptr p;
+    if (cuMemAlloc_v2(&p, 2 << 20) != CUDA_SUCCESS) {
+        fprintf(stderr, "late cuMemAlloc failed\n");
+    }
+    return NULL;
+}
+
+int main(void) {
+    CUdeviceptr p;
+    pthread_t t;
+    if (cuInit(0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, 0) != CUDA_SUCCESS ||
+        cuCtxSetCurrent(ctx) != CUDA_SUCCESS || cuMemAlloc_v2(&p, 1 << 20) != CUDA_SUCCESS) {
+        fprintf(stderr, "setup failed\n");
+        return 1;
+    }
+    pthread_create(&t, NULL, late, NULL);
+    pthread_exit(NULL);
+}
