@@ -696,8 +696,12 @@ impl Conn {
         } = d;
         let mut goodbye = None;
         let mut take = |item: Item| match item {
-            Item::Event(e) => {
-                *last_ts = (*last_ts).max(e.ts_ns);
+            Item::Event(mut e) => {
+                // The ring holds its events in time order (stamped as reserved). A time behind one before it, or
+                // behind a promise, can only be the shim's clock error (its counter clock falls back on the
+                // kernel's while it recalibrates): held there, so that nothing is out of order.
+                e.ts_ns = e.ts_ns.max(*last_ts).max(*promised);
+                *last_ts = e.ts_ns;
                 batch.push(e);
                 if batch.len() >= BATCH {
                     codec::put_events(out, pid, batch);
@@ -711,24 +715,14 @@ impl Conn {
                 }
                 blob_into(out, bytes, &mut goodbye);
             }
-            Item::Tick(ts) => {
-                if !batch.is_empty() {
-                    codec::put_events(out, pid, batch);
-                    batch.clear();
-                }
-                // A margin for the shim's clock (the time-stamp counter, calibrated to within about a
-                // microsecond) against the collector's, which stamped the tick.
-                let ts_ns = ts
-                    .min(hung_up.unwrap_or(u64::MAX))
-                    .saturating_sub(CLOCK_MARGIN_NS);
-                *promised = (*promised).max(ts_ns);
-                codec::put_record(out, &Record::Tick { pid, ts_ns });
-            }
         };
         let taken = consumer.drain(dead, &mut take);
-        // A promise that nothing older is still to come, for a process that is quiet: put in its ring, where
-        // the drain reads it after everything stamped before it (a producer that read the clock and has not yet
-        // reserved its slot stamps again once the tick took it).
+        if !batch.is_empty() {
+            codec::put_events(out, pid, batch);
+            batch.clear();
+        }
+        // A promise that nothing older is still to come, for a process that is quiet: the ring moves its
+        // generation, so a producer that read the clock before and has not yet reserved stamps again.
         if !dead
             && taken == 0
             && consumer.ring().used() == 0
@@ -737,8 +731,14 @@ impl Conn {
             && (hung_up.is_some() || !self.open || !peer_hung_up(&self.stream))
         {
             *last_tick = promise;
-            if consumer.ring().try_tick(mono_ns).is_some() {
-                consumer.drain(dead, &mut take);
+            if let Some(t) = consumer.ring().promise(mono_ns) {
+                // A margin for the shim's clock (the time-stamp counter, calibrated to within about a
+                // microsecond) against the collector's.
+                let ts_ns = t
+                    .min(hung_up.unwrap_or(u64::MAX))
+                    .saturating_sub(CLOCK_MARGIN_NS);
+                *promised = (*promised).max(ts_ns);
+                codec::put_record(out, &Record::Tick { pid, ts_ns });
             }
         }
         if !batch.is_empty() {

@@ -57,6 +57,8 @@ const OFF_SLOTS: usize = 16;
 const OFF_PID: usize = 24;
 const OFF_FLAGS: usize = 28;
 const OFF_HEAD: usize = 64;
+/// Bumped by the collector when it promises ([`Ring::promise`]); beside the head, read with it.
+const OFF_GEN: usize = 72;
 const OFF_TAIL: usize = 128;
 const OFF_DROPPED: usize = 192;
 const OFF_WAKE: usize = 256;
@@ -69,9 +71,6 @@ const KIND_EVENT: u8 = 1;
 const KIND_BLOB: u8 = 2;
 const KIND_PAD: u8 = 3;
 const KIND_CONT: u8 = 4;
-/// A promise the collector puts in the ring itself ([`Ring::try_tick`]): every record before it was stamped no
-/// later than its time, every one after it no earlier.
-const KIND_TICK: u8 = 5;
 
 /// Slots that events and ordinary records leave free: the process's goodbye always has room.
 const KEEP_FOR_LAST: u64 = 4;
@@ -218,7 +217,9 @@ impl Ring {
     /// again whenever another producer moved it first. Why: records are then stamped in the ring's order. A
     /// producer whose compare-and-swap succeeds read the head after every earlier record's swap, so its stamp
     /// is no older than theirs; a thread pre-empted between its stamp and its swap finds the head moved and
-    /// stamps again. The collector can then promise, from what it has read, that nothing older will follow.
+    /// stamps again. And if the collector promised meanwhile ([`Ring::promise`]: the generation moved), it
+    /// stamps again once its slot is reserved, before it publishes. The collector can then promise, from what
+    /// it has read, that nothing older will follow.
     #[inline(always)]
     fn reserve_stamped<S>(
         &self,
@@ -227,6 +228,8 @@ impl Ring {
         mut stamp: impl FnMut() -> S,
     ) -> Option<(u64, S)> {
         let head = self.a64(OFF_HEAD);
+        let gen = self.a64(OFF_GEN);
+        let g = gen.load(Ordering::SeqCst);
         let mut h = head.load(Ordering::Relaxed);
         loop {
             // The clock is read after the head: `rdtsc` may otherwise run ahead of the load.
@@ -248,8 +251,15 @@ impl Ring {
             if used + pad + n + keep > self.slots {
                 return None;
             }
-            match head.compare_exchange_weak(h, h + pad + n, Ordering::Relaxed, Ordering::Relaxed) {
+            match head.compare_exchange_weak(h, h + pad + n, Ordering::SeqCst, Ordering::Relaxed) {
                 Ok(_) => {
+                    // A promise made since the stamp may be newer than it: stamp again (cold).
+                    let s = if gen.load(Ordering::SeqCst) != g {
+                        load_fence();
+                        stamp()
+                    } else {
+                        s
+                    };
                     if pad > 0 {
                         let s = self.slot(h);
                         unsafe {
@@ -322,19 +332,16 @@ impl Ring {
         Some(ts)
     }
 
-    /// The collector's promise, put in the ring in its order: a tick stamped with `clock` as it is reserved.
-    /// When the drain reaches it, everything before it is no newer than its time and nothing after it is older
-    /// (a promise read from the clock alone would not be: a producer may have stamped a record and not yet
-    /// reserved it). Its time, or `None` when the ring has no room for it.
-    pub fn try_tick(&self, clock: impl FnMut() -> u64) -> Option<u64> {
-        let (pos, ts) = self.reserve_stamped(1, KEEP_FOR_LAST, clock)?;
-        let s = self.slot(pos);
-        unsafe {
-            s.add(8).write(KIND_TICK);
-            s.add(16).cast::<u64>().write(ts);
-        }
-        self.seq(pos).store(pos + 1, Ordering::Release);
-        Some(ts)
+    /// The collector's promise for this ring's process: a time that nothing it has not yet read is older than,
+    /// or `None` when records are reserved and not yet read (the collector drains first, then asks). The time is
+    /// read, then the generation moved: a producer that stamped before and reserves after stamps again.
+    /// `clock` must read the producers' clock (CLOCK_MONOTONIC; the caller allows for the shim's error).
+    pub fn promise(&self, clock: impl FnOnce() -> u64) -> Option<u64> {
+        let t = clock();
+        self.a64(OFF_GEN).fetch_add(1, Ordering::SeqCst);
+        let head = self.a64(OFF_HEAD).load(Ordering::SeqCst);
+        let tail = self.a64(OFF_TAIL).load(Ordering::SeqCst);
+        (head == tail).then_some(t)
     }
 
     /// The most bytes one blob may carry: a quarter of the ring.
@@ -384,8 +391,6 @@ impl Ring {
 /// What the collector takes out of a ring.
 pub enum Item<'a> {
     Event(Event),
-    /// The collector's own promise ([`Ring::try_tick`]): its time.
-    Tick(u64),
     /// Encoded trace records, as the shim's codec wrote them (the collector checks them before use).
     Blob(&'a [u8]),
 }
@@ -451,12 +456,6 @@ impl Consumer {
                         Some(api) => take(Item::Event(unsafe { read_event(s, api) })),
                         None => self.torn += 1,
                     }
-                    1
-                }
-                KIND_TICK => {
-                    take(Item::Tick(unsafe {
-                        s.add(16).cast::<u64>().read_volatile()
-                    }));
                     1
                 }
                 KIND_PAD => {
@@ -555,7 +554,7 @@ impl Consumer {
         ring.seq(pos).load(Ordering::Acquire) == pos + 1
             && matches!(
                 unsafe { ring.slot(pos).add(8).read_volatile() },
-                KIND_EVENT | KIND_BLOB | KIND_PAD | KIND_TICK
+                KIND_EVENT | KIND_BLOB | KIND_PAD
             )
     }
 
@@ -676,7 +675,6 @@ mod tests {
             c.drain(false, |it| match it {
                 Item::Event(e) => got.push(Ok(e)),
                 Item::Blob(b) => got.push(Err(b.to_vec())),
-                Item::Tick(_) => unreachable!("no tick was put in"),
             });
         }
         let events: Vec<u64> = got
@@ -836,7 +834,6 @@ mod tests {
                         assert!(b.iter().all(|x| *x == b[0]));
                         blobs += 1;
                     }
-                    Item::Tick(_) => unreachable!("no tick was put in"),
                 });
                 if finished && r.used() == 0 {
                     break;
@@ -858,9 +855,10 @@ mod tests {
     }
 
     #[test]
-    fn events_stamped_as_reserved_come_out_in_time_order_and_a_tick_divides_them() {
+    fn events_stamped_as_reserved_come_out_in_time_order_and_promises_hold() {
         // More threads than cores, so that some are pre-empted between reading the clock and reserving: a
-        // stamp read before the reservation would then come out after newer ones.
+        // stamp read before the reservation would come out after newer ones, or after a promise newer than it.
+        // The writers pause now and then, so that the ring empties and the collector can promise.
         let m = Mem::new(1 << 16);
         let r = unsafe { Ring::init(m.0, 1 << 16, 7, 0) };
         let mut c = Consumer::new(unsafe { Ring::open(m.0, bytes_for(1 << 16)).unwrap() });
@@ -875,37 +873,37 @@ mod tests {
                         while r.try_event_stamped(&ev(t, i), mono).is_none() {
                             std::hint::spin_loop();
                         }
+                        if i % 2000 == 0 {
+                            std::thread::sleep(std::time::Duration::from_micros(50));
+                        }
                     }
                     done.fetch_add(1, Ordering::Release);
                 });
             }
-            let (mut last, mut events, mut ticks) = (0u64, 0u64, 0u64);
+            let (mut last, mut events, mut promises, mut promised) = (0u64, 0u64, 0u64, 0u64);
             // Counted, not asserted here: a panic in this loop would leave the writers waiting for room.
-            let mut older = 0u64;
+            let (mut older, mut broken) = (0u64, 0u64);
             loop {
                 let finished = done.load(Ordering::Acquire) == threads as u64;
-                if r.try_tick(mono).is_some() {
-                    ticks += 1;
-                }
                 c.drain(false, |it| {
-                    let ts = match it {
-                        Item::Event(e) => {
-                            events += 1;
-                            e.ts_ns
-                        }
-                        Item::Tick(ts) => ts,
-                        Item::Blob(_) => unreachable!(),
-                    };
-                    older += (ts < last) as u64;
-                    last = last.max(ts);
+                    let Item::Event(e) = it else { unreachable!() };
+                    events += 1;
+                    older += (e.ts_ns < last) as u64;
+                    broken += (e.ts_ns < promised) as u64;
+                    last = last.max(e.ts_ns);
                 });
+                if let Some(t) = r.promise(mono) {
+                    promises += 1;
+                    promised = t;
+                }
                 if finished && r.used() == 0 {
                     break;
                 }
             }
             assert_eq!(older, 0, "records older than one before them in the ring");
+            assert_eq!(broken, 0, "records older than a promise made before them");
             assert_eq!(events, threads as u64 * per);
-            assert!(ticks > 0);
+            assert!(promises > 0);
         });
     }
 
