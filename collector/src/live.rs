@@ -73,11 +73,15 @@ struct Proc {
     handles: FastMap<u64, (u32, u64)>,
     /// Each thread's last release (address, handle or not, what it took out), until a refusal of it
     /// (`flags::UNDONE`, the thread's next event) puts that back.
-    released: FastMap<u32, Released>,
+    /// Kept by thread id modulo `NOTES`, so that memory stays bounded however many threads come and go.
+    released: Vec<Option<Released>>,
 }
 
-/// A thread's last release: the address, whether a handle, and what it took out (device, bytes).
-type Released = (u64, bool, Option<(u32, u64)>);
+/// A thread's last release: the thread, the address, whether a handle, and what it took out (device, bytes).
+type Released = (u32, u64, bool, Option<(u32, u64)>);
+
+/// Places for the last releases of a process's threads (a thread's is its id modulo this).
+const NOTES: usize = 256;
 
 #[derive(Default, Clone, Copy)]
 struct Dev {
@@ -247,7 +251,10 @@ impl State {
                 }
                 let map = if handle { &mut p.handles } else { &mut p.ptrs };
                 let took = map.remove(&e.addr);
-                p.released.insert(e.tid, (e.addr, handle, took));
+                if p.released.is_empty() {
+                    p.released.resize(NOTES, None);
+                }
+                p.released[e.tid as usize % NOTES] = Some((e.tid, e.addr, handle, took));
                 if let Some((d, size)) = took.filter(|(d, _)| *d != NO_DEVICE) {
                     if let Some(pd) = p.dev.get_mut(&d) {
                         pd.live = pd.live.saturating_sub(size);
@@ -267,16 +274,28 @@ impl State {
 
     /// The driver refused a release published before it answered: what it took out is live again.
     fn undo_release(&mut self, p: &mut Proc, e: &Event, handle: bool) {
-        let Some((addr, h, Some((d, size)))) = p.released.remove(&e.tid) else {
+        let note = p
+            .released
+            .get_mut(e.tid as usize % NOTES)
+            .and_then(Option::take);
+        let Some((tid, addr, h, Some((d, size)))) = note else {
             return;
         };
-        let map = if handle { &mut p.handles } else { &mut p.ptrs };
-        if addr != e.addr || h != handle || map.insert(addr, (d, size)).is_some() {
+        if tid != e.tid {
             return;
         }
+        let map = if handle { &mut p.handles } else { &mut p.ptrs };
+        if addr != e.addr || h != handle || map.contains_key(&addr) {
+            return;
+        }
+        map.insert(addr, (d, size));
         if d != NO_DEVICE {
-            p.dev.entry(d).or_default().live += size;
-            self.dev(d).used += size;
+            let pd = p.dev.entry(d).or_default();
+            pd.live += size;
+            pd.peak = pd.peak.max(pd.live);
+            let dv = self.dev(d);
+            dv.used += size;
+            dv.peak = dv.peak.max(dv.used);
         }
     }
 

@@ -317,6 +317,38 @@ fn a_release_the_driver_refused_is_put_back() {
 }
 
 #[test]
+fn a_release_refused_after_its_context_was_torn_down_puts_nothing_back() {
+    // Thread 1 frees, another thread's teardown ends the last context, and the driver then refuses the free:
+    // the memory is gone with the context, not live again.
+    let mut undone = free(4, 0x1000);
+    undone.result = 201;
+    undone.flags |= flags::UNDONE;
+    let a = run(&[
+        hello(5, 0),
+        events(
+            5,
+            vec![
+                alloc(1, 0, 0x1000, GIB),
+                alloc(1, 0, 0x2000, MIB),
+                free(2, 0x1000),
+            ],
+        ),
+        Record::ContextGone {
+            pid: 5,
+            ts_ns: START + 3 * MS,
+            device: 0,
+            how: "cuCtxDestroy".into(),
+        },
+        events(5, vec![undone]),
+        goodbye(5, 10),
+        end(5, 15, EndKind::Goodbye),
+    ]);
+    let d = a.device(0).unwrap();
+    assert_eq!(d.in_use_bytes_at_end, 0);
+    assert_eq!(d.live_bytes_at_end, 0);
+}
+
+#[test]
 fn unmatched_frees_are_counted_and_ignored() {
     let a = run(&[events(
         6,

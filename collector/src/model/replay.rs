@@ -440,6 +440,7 @@ impl<'t> Replay<'t> {
             return;
         };
         let t = self.rel(ts);
+        self.procs[s].releases.forget_device(d);
         let gone: Vec<u64> = self.procs[s]
             .ptrs
             .iter()
@@ -604,8 +605,15 @@ impl<'t> Replay<'t> {
                     // A refused unmap or address free, published before the driver refused it: taken back.
                     if e.flags & flags::UNDONE != 0 {
                         match e.api {
-                            Api::MemUnmap => p.mapped = p.mapped.saturating_add(e.size),
-                            Api::MemAddressFree => p.reserved = p.reserved.saturating_add(e.size),
+                            Api::MemUnmap => {
+                                p.mapped = p.mapped.saturating_add(e.size);
+                                p.s.mapped_peak_bytes = p.s.mapped_peak_bytes.max(p.mapped);
+                            }
+                            Api::MemAddressFree => {
+                                p.reserved = p.reserved.saturating_add(e.size);
+                                p.s.address_reserved_peak_bytes =
+                                    p.s.address_reserved_peak_bytes.max(p.reserved);
+                            }
                             _ => {}
                         }
                     }

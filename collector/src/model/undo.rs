@@ -3,7 +3,6 @@
 //! comes after, from the same thread, as that thread's next event. Each thread's last release is kept until
 //! then, so the refusal can put back exactly what the release took out.
 
-use super::fasthash::FastMap;
 use super::replay::{Live, Replay};
 use super::tap::Change;
 use crate::callsites::NO_SITE;
@@ -18,54 +17,45 @@ struct Release {
     live: Option<Live>,
 }
 
-/// Threads kept in a list searched in place; a process with more keeps the rest in a map.
-const SMALL: usize = 64;
+/// Notes kept per process: a thread's place is its id modulo this. Two threads sharing a place, the second
+/// releasing between the first's release and its refusal, lose the first's note (its release then stands):
+/// rare, and the memory stays bounded however many threads come and go.
+const NOTES: usize = 256;
 
 /// A process's last release per thread.
 #[derive(Default)]
 pub(super) struct Releases {
-    small: Vec<Release>,
-    /// Where the last thread looked for was found in `small`: a thread releasing many times finds itself at once.
-    hint: usize,
-    many: FastMap<u32, Release>,
+    notes: Vec<Option<Release>>,
 }
 
 impl Releases {
     #[inline]
     pub fn note(&mut self, tid: u32, addr: u64, handle: bool, live: Option<Live>) {
-        let r = Release {
+        if self.notes.is_empty() {
+            self.notes.resize(NOTES, None);
+        }
+        self.notes[tid as usize % NOTES] = Some(Release {
             tid,
             addr,
             handle,
             live,
-        };
-        if let Some(x) = self.small.get_mut(self.hint) {
-            if x.tid == tid {
-                *x = r;
-                return;
-            }
-        }
-        if let Some(i) = self.small.iter().position(|x| x.tid == tid) {
-            self.hint = i;
-            self.small[i] = r;
-        } else if self.small.len() < SMALL {
-            self.hint = self.small.len();
-            self.small.push(r);
-        } else {
-            self.many.insert(tid, r);
-        }
+        });
     }
 
     /// The thread's last release, if it was of `addr` (forgotten either way: a refusal follows at once).
     fn take(&mut self, tid: u32, addr: u64, handle: bool) -> Option<Option<Live>> {
-        let r = match self.small.iter().position(|x| x.tid == tid) {
-            Some(i) => {
-                self.hint = 0;
-                self.small.swap_remove(i)
+        let r = self.notes.get_mut(tid as usize % NOTES)?.take()?;
+        (r.tid == tid && r.addr == addr && r.handle == handle).then_some(r.live)
+    }
+
+    /// Every context of the process on device `d` (the replay's index) was torn down: what releases took out
+    /// there is gone whatever the driver answers them.
+    pub fn forget_device(&mut self, d: usize) {
+        for n in &mut self.notes {
+            if n.is_some_and(|r| r.live.is_some_and(|l| l.dev as usize == d)) {
+                *n = None;
             }
-            None => self.many.remove(&tid)?,
-        };
-        (r.addr == addr && r.handle == handle).then_some(r.live)
+        }
     }
 }
 
@@ -84,12 +74,13 @@ impl Replay<'_> {
             return;
         };
         let p = &mut self.procs[s];
-        p.s.frees = p.s.frees.saturating_sub(1);
         let map = if handle { &mut p.handles } else { &mut p.ptrs };
-        if map.insert(addr, l).is_some() {
-            // Something else is live there already (not a thread's next event after all): leave the figures be.
+        if map.contains_key(&addr) {
+            // Something else is live there already (not the thread's next event after all): leave it be.
             return;
         }
+        map.insert(addr, l);
+        p.s.frees = p.s.frees.saturating_sub(1);
         self.give(s, l.dev as usize, l.size, t, l.site);
         // Back, not allocated anew: the counts of allocations stay as they were.
         let d = l.dev as usize;
