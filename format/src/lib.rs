@@ -23,8 +23,11 @@ pub use reader::{OpenError, Stop, TraceReader};
 pub const MAGIC: [u8; 8] = *b"VRAMTRC\0";
 /// Version of the trace format this build writes. Readers refuse newer versions with a clear message.
 /// 1: events without call sites. 2: events carry a stack id (frame kind 8), with stacks (9), loaded objects (10)
-/// and notes (11); a version-2 reader reads version-1 traces unchanged.
-pub const VERSION: u16 = 2;
+/// and notes (11); a version-2 reader reads version-1 traces unchanged. 3: a release is recorded before the
+/// driver answers it (result 0), and a refusal follows it (`flags::UNDONE`); a version-3 reader reads older
+/// traces unchanged (there a refused release has its code and no `UNDONE`), an older one would take a refused
+/// release for a done one.
+pub const VERSION: u16 = 3;
 /// The largest frame either side accepts; anything longer is corruption, not data.
 pub const MAX_FRAME: u32 = 64 << 20;
 /// `Event::device` when the device is unknown (frees: the collector knows it from the allocation).
