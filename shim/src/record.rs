@@ -428,6 +428,7 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
     let mut socket_lost = false;
     let mut clock = crate::clock::Calibrator::new();
     let mut calibrated = Instant::now();
+    let mut exiting = false;
     loop {
         if calibrated.elapsed() >= crate::clock::RECALIBRATE {
             clock.tick();
@@ -477,10 +478,15 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
                     break;
                 }
                 // The program's threads are all gone (its main thread ended with `pthread_exit`): the process
-                // would live on as long as this one. Ending it lets glibc exit the process (0) as the program's
-                // last thread would have, running its exit handlers (the goodbye among them).
-                if only_thread_left() {
-                    return;
+                // would live on as long as this one. It exits (0) as glibc exits it after the program's last
+                // thread, running its exit handlers (the goodbye among them), from a thread of the program's
+                // kind: a full stack, and its CUDA calls recorded (this one's go straight through). This one
+                // goes on meanwhile: the handlers may need it (an out-of-memory record's acknowledgement).
+                if !exiting && only_thread_left() {
+                    exiting = std::thread::Builder::new()
+                        .stack_size(8 << 20)
+                        .spawn(|| unsafe { libc::exit(0) })
+                        .is_ok();
                 }
             }
             Err(RecvTimeoutError::Disconnected) => return,
@@ -505,7 +511,11 @@ fn only_thread_left() -> bool {
         Some(2) => {
             let pid = std::process::id();
             let me = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-            me != pid && field(&format!("/proc/self/task/{pid}/stat"), 3).as_deref() == Some("Z")
+            // Read the count again once the main thread is seen ended: it may have started a thread just
+            // before (once it is a zombie, only this thread could start one).
+            me != pid
+                && field(&format!("/proc/self/task/{pid}/stat"), 3).as_deref() == Some("Z")
+                && field("/proc/self/stat", 20).as_deref() == Some("2")
         }
         _ => false,
     }

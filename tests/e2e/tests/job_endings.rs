@@ -331,8 +331,10 @@ fn a_program_whose_main_thread_ends_with_pthread_exit_ends_traced_whole() {
     let a = model::analyze(&path).unwrap();
     assert_eq!(a.processes.len(), 1, "{:?}", a.processes);
     let p = &a.processes[0];
-    // Both allocations, the late thread's after the main thread ended, and a clean end.
+    // Both allocations, the late thread's after the main thread ended, the exit handler's free (recorded:
+    // the handlers run on a thread of the program's kind), and a clean end.
     assert_eq!(p.peak_bytes, 3 << 20);
+    assert_eq!(p.live_bytes_at_end, 2 << 20);
     assert_eq!(p.exit, Some(ExitStatus::Code(0)));
     assert!(!a.partial);
 }
