@@ -56,9 +56,11 @@ const OFF_SLOT_SIZE: usize = 12;
 const OFF_SLOTS: usize = 16;
 const OFF_PID: usize = 24;
 const OFF_FLAGS: usize = 28;
+/// The head word: the position of the next slot to reserve (low 48 bits) and a generation the collector moves
+/// when it promises (high 16 bits, [`Ring::promise`]), so that moving it fails every reservation in progress.
 const OFF_HEAD: usize = 64;
-/// Bumped by the collector when it promises ([`Ring::promise`]); beside the head, read with it.
-const OFF_GEN: usize = 72;
+const POS_BITS: u32 = 48;
+const POS: u64 = (1 << POS_BITS) - 1;
 const OFF_TAIL: usize = 128;
 const OFF_DROPPED: usize = 192;
 const OFF_WAKE: usize = 256;
@@ -178,7 +180,7 @@ impl Ring {
     /// Slots reserved and not yet released by the collector.
     pub fn used(&self) -> u64 {
         let t = self.a64(OFF_TAIL).load(Ordering::Acquire);
-        self.a64(OFF_HEAD).load(Ordering::Acquire).wrapping_sub(t)
+        self.head().wrapping_sub(t)
     }
 
     #[inline(always)]
@@ -213,13 +215,12 @@ impl Ring {
         self.reserve_stamped(n, keep, || ()).map(|(pos, ())| pos)
     }
 
-    /// Reserves like [`Ring::reserve`], reading `stamp` (a clock) between reading the head and moving it, and
-    /// again whenever another producer moved it first. Why: records are then stamped in the ring's order. A
-    /// producer whose compare-and-swap succeeds read the head after every earlier record's swap, so its stamp
-    /// is no older than theirs; a thread pre-empted between its stamp and its swap finds the head moved and
-    /// stamps again. And if the collector promised meanwhile ([`Ring::promise`]: the generation moved), it
-    /// stamps again once its slot is reserved, before it publishes. The collector can then promise, from what
-    /// it has read, that nothing older will follow.
+    /// Reserves like [`Ring::reserve`], reading `stamp` (a clock) between reading the head word and moving it,
+    /// and again whenever it moved first. Why: records are then stamped in the ring's order. A producer whose
+    /// compare-and-swap succeeds read the head word after every earlier record's swap and every promise
+    /// ([`Ring::promise`] moves the word's generation), so its stamp is no older than theirs; a thread
+    /// pre-empted between its stamp and its swap finds the word moved and stamps again. The collector can then
+    /// promise, from what it has read, that nothing older will follow.
     #[inline(always)]
     fn reserve_stamped<S>(
         &self,
@@ -228,18 +229,17 @@ impl Ring {
         mut stamp: impl FnMut() -> S,
     ) -> Option<(u64, S)> {
         let head = self.a64(OFF_HEAD);
-        let gen = self.a64(OFF_GEN);
-        let g = gen.load(Ordering::SeqCst);
-        let mut h = head.load(Ordering::Relaxed);
+        let mut w = head.load(Ordering::Relaxed);
         loop {
-            // The clock is read after the head: `rdtsc` may otherwise run ahead of the load.
+            // The clock is read after the head word: `rdtsc` may otherwise run ahead of the load.
             load_fence();
             let s = stamp();
+            let h = w & POS;
             let t = self.a64(OFF_TAIL).load(Ordering::Acquire);
             let used = h.wrapping_sub(t);
             if used > self.slots {
-                // `h` is stale: others reserved, and the collector released, past it meanwhile.
-                h = head.load(Ordering::Relaxed);
+                // `w` is stale: others reserved, and the collector released, past it meanwhile.
+                w = head.load(Ordering::Relaxed);
                 continue;
             }
             let idx = h & (self.slots - 1);
@@ -251,15 +251,9 @@ impl Ring {
             if used + pad + n + keep > self.slots {
                 return None;
             }
-            match head.compare_exchange_weak(h, h + pad + n, Ordering::SeqCst, Ordering::Relaxed) {
+            // The position stays far below 2^48 (a year at 10 M records a second): no carry into the generation.
+            match head.compare_exchange_weak(w, w + pad + n, Ordering::SeqCst, Ordering::Relaxed) {
                 Ok(_) => {
-                    // A promise made since the stamp may be newer than it: stamp again (cold).
-                    let s = if gen.load(Ordering::SeqCst) != g {
-                        load_fence();
-                        stamp()
-                    } else {
-                        s
-                    };
                     if pad > 0 {
                         let s = self.slot(h);
                         unsafe {
@@ -274,9 +268,15 @@ impl Ring {
                     }
                     return Some((h + pad, s));
                 }
-                Err(now) => h = now,
+                Err(now) => w = now,
             }
         }
+    }
+
+    /// The position of the next slot to reserve.
+    #[inline]
+    fn head(&self) -> u64 {
+        self.a64(OFF_HEAD).load(Ordering::Acquire) & POS
     }
 
     /// Counts a record the ring had no room for.
@@ -334,12 +334,15 @@ impl Ring {
 
     /// The collector's promise for this ring's process: a time that nothing it has not yet read is older than,
     /// or `None` when records are reserved and not yet read (the collector drains first, then asks). The time is
-    /// read, then the generation moved: a producer that stamped before and reserves after stamps again.
-    /// `clock` must read the producers' clock (CLOCK_MONOTONIC; the caller allows for the shim's error).
+    /// read, then the head word's generation moved: a producer that read the word before (and so may have
+    /// stamped before) fails its swap and stamps again. `clock` must read the producers' clock
+    /// (CLOCK_MONOTONIC; the caller allows for the shim's error).
     pub fn promise(&self, clock: impl FnOnce() -> u64) -> Option<u64> {
         let t = clock();
-        self.a64(OFF_GEN).fetch_add(1, Ordering::SeqCst);
-        let head = self.a64(OFF_HEAD).load(Ordering::SeqCst);
+        let head = self
+            .a64(OFF_HEAD)
+            .fetch_add(1 << POS_BITS, Ordering::SeqCst)
+            & POS;
         let tail = self.a64(OFF_TAIL).load(Ordering::SeqCst);
         (head == tail).then_some(t)
     }
@@ -430,7 +433,7 @@ impl Consumer {
             return 0;
         }
         let ring = self.ring;
-        let head = ring.a64(OFF_HEAD).load(Ordering::Acquire);
+        let head = ring.head();
         let mut taken = 0u64;
         let mut since_release = 0u64;
         while self.pos < head {
@@ -529,7 +532,7 @@ impl Consumer {
     /// Where the drain waits: the position of a record reserved and not yet published (a writer takes
     /// nanoseconds between the two; one that takes seconds will not finish).
     pub fn waiting_at(&self) -> Option<u64> {
-        let head = self.ring.a64(OFF_HEAD).load(Ordering::Acquire);
+        let head = self.ring.head();
         (self.pos < head && self.ring.seq(self.pos).load(Ordering::Acquire) != self.pos + 1)
             .then_some(self.pos)
     }
@@ -537,7 +540,7 @@ impl Consumer {
     /// Gives up on the record at the drain's position (reserved long ago and never published: its thread will
     /// not finish it) and moves to the next published record. Counted in `torn`.
     pub fn skip_stuck(&mut self) {
-        let head = self.ring.a64(OFF_HEAD).load(Ordering::Acquire);
+        let head = self.ring.head();
         if self.pos >= head {
             return;
         }
@@ -566,7 +569,7 @@ impl Consumer {
         let seen = word.load(Ordering::Acquire);
         ring.a32(OFF_SLEEPING).store(1, Ordering::SeqCst);
         // Published between the last drain and the flag: do not sleep on it.
-        if ring.a64(OFF_HEAD).load(Ordering::SeqCst) == self.pos {
+        if ring.a64(OFF_HEAD).load(Ordering::SeqCst) & POS == self.pos {
             futex_wait(word, seen, timeout);
         }
         ring.a32(OFF_SLEEPING).store(0, Ordering::Relaxed);
