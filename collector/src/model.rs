@@ -631,13 +631,25 @@ fn replay_frames_tapped(
             .extra
             .iter()
             .any(|(k, v)| k == "goodbye_last" && v == "1");
+        let promised_end = header
+            .extra
+            .iter()
+            .any(|(k, v)| k == "end_record" && v == "1");
         let mut unknown_frames = 0u64;
         let reader = decode::decode_ahead(reader, |entry| match entry {
             decode::Entry::Events(pid, batch) => st.on_events(pid, batch),
             decode::Entry::Record(rec) => st.on_record(rec),
             decode::Entry::Unknown => unknown_frames += 1,
         });
-        let stopped = reader.stop().describe(reader.frames());
+        let cut = promised_end && !st.end_record;
+        let stopped = reader.stop().describe(reader.frames()).or_else(|| {
+            cut.then(|| {
+                "the trace has no end record: vramtrace did not finish it (the job is still running, or \
+                 vramtrace was killed, or could not write the trace to its end, e.g. on a full disk); the \
+                 figures cover what was written"
+                    .to_string()
+            })
+        });
         let a = st.finish(header, sym);
         (reader, a, unknown_frames, stopped)
     });

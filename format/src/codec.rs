@@ -36,6 +36,8 @@ pub mod kind {
     pub const LOST: u8 = 15;
     /// Every context of a process on a device was torn down (`Record::ContextGone`), from the shim.
     pub const CONTEXT_GONE: u8 = 16;
+    /// The collector finished the trace (`Record::End`; no version bump: older readers skip it).
+    pub const END: u8 = 17;
 }
 
 /// Bytes before the first frame's payload: length (4) and kind (1).
@@ -329,6 +331,7 @@ pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
         }
         Record::Bridge(b) => put_frame(out, kind::BRIDGE, |out| bincode_to(out, b)),
         Record::Exit(x) => put_frame(out, kind::EXIT, |out| bincode_to(out, x)),
+        Record::End { ts_ns } => put_frame(out, kind::END, |out| bincode_to(out, ts_ns)),
         Record::Lost {
             pid,
             ts_ns,
@@ -401,6 +404,9 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<Option<Record>, DecodeE
         }
         kind::BRIDGE => Record::Bridge(bincode_from::<Bridge>(payload)?),
         kind::EXIT => Record::Exit(bincode_from::<Exit>(payload)?),
+        kind::END => Record::End {
+            ts_ns: bincode_from::<u64>(payload)?,
+        },
         kind::CONTEXT_GONE => {
             let (pid, ts_ns, device, how): (u32, u64, u32, String) = bincode_from(payload)?;
             Record::ContextGone {
@@ -702,6 +708,7 @@ mod tests {
                 ts_ns: 15,
                 status: crate::ExitStatus::Code(7),
             }),
+            Record::End { ts_ns: 16 },
             Record::Stack(Stack {
                 pid: 9,
                 id: 3,

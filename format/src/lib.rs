@@ -263,6 +263,12 @@ pub enum Record {
     /// Written by the collector: how a process of the job ended, from the wait status it reaped (the command
     /// itself, and every descendant orphaned to it: `vramtrace run` is their child subreaper).
     Exit(Exit),
+    /// Written by the collector last, once it finished the trace (frame kind 17; headers with `end_record=1`
+    /// promise one): a trace that has none was cut short (the collector was killed, or the disk filled) or is
+    /// still being written.
+    End {
+        ts_ns: u64,
+    },
     /// Written by the collector beside a `Dropped` record: why those `count` records were lost (frame kind 15;
     /// the totals stay in `Dropped`, which older readers count).
     Lost {

@@ -38,6 +38,7 @@ impl Replay<'_> {
         match rec {
             Record::Hello(h) => self.on_hello(h),
             Record::Events { pid, events } => self.on_events(pid, events),
+            Record::End { .. } => self.end_record = true,
             Record::Dropped { pid, ts_ns, count } => {
                 self.observe(ts_ns);
                 let s = self.route(pid, ts_ns);

@@ -195,6 +195,8 @@ pub(super) struct Replay<'t> {
     /// The collector writes a process's goodbye after its last record (`goodbye_last` in the header): its end,
     /// and the release of what it held, go there. Older traces release at the connection's end.
     pub(super) goodbye_last: bool,
+    /// The collector's end record was read (`Record::End`).
+    pub(super) end_record: bool,
     /// Exit statuses the wrapper reaped, attached to their processes at the end.
     pub(super) exits: Vec<vramtrace_format::Exit>,
     /// Dropped-event counts waiting for the merge: id -> (slot, count).
@@ -243,6 +245,7 @@ impl<'t> Replay<'t> {
             exits: Vec::new(),
             newcomers: None,
             goodbye_last: false,
+            end_record: false,
             procs: Vec::new(),
             by_pid: HashMap::new(),
             devs: Vec::new(),

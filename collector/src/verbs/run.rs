@@ -168,6 +168,8 @@ impl Prepared {
         // A process's goodbye is written once its ring is drained, after its last record (the replay releases
         // what it held there: docs/TRACE-FORMAT.md).
         extra.push(("goodbye_last".to_string(), "1".to_string()));
+        // The trace ends with an end record once finished: a reader then knows a trace without one was cut.
+        extra.push(("end_record".to_string(), "1".to_string()));
         let out = args
             .out
             .clone()
@@ -396,7 +398,11 @@ impl Prepared {
         }
         let lingering = conns.open.load(Ordering::Acquire);
         let code = exit_code(status);
-        if let Ok(w) = self.trace.lock() {
+        if let Ok(mut w) = self.trace.lock() {
+            // Finished: the end record (on a full disk it is lost too, and the trace says it was cut).
+            let mut end = Vec::new();
+            codec::put_record(&mut end, &Record::End { ts_ns: mono_ns() });
+            w.write(0, &end);
             let _ = w.file.sync_data();
         }
         let mut msg = String::new();

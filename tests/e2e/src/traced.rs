@@ -202,7 +202,7 @@ pub fn read_trace(path: &Path) -> Trace {
             }
             Record::Dropped { count, .. } => t.dropped += count,
             Record::Goodbye { pid, .. } => t.goodbyes.push(pid),
-            Record::Tick { .. } => {}
+            Record::Tick { .. } | Record::End { .. } => {}
             Record::ProcessEnd { pid, kind, .. } => t.ends.push((pid, kind)),
             Record::Oom(o) => t.ooms.push(o),
             Record::Stack(s) => {

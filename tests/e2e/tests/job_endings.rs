@@ -272,10 +272,15 @@ fn a_trace_that_cannot_be_written_says_what_was_lost() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{}", run.stderr));
     assert_eq!(t.all_events().len() as u64 + lost, 300, "{}", run.stderr);
-    // What was written is whole frames: the report reads it without a cut.
+    // What was written is whole frames, but not the end record: the report says the trace was cut.
     assert!(std::fs::metadata(&path).unwrap().len() <= 2000);
     let a = model::analyze(&path).unwrap();
-    assert!(!a.partial, "{:?}", a.stopped);
+    assert!(a.partial, "a trace cut by a full disk reported as whole");
+    assert!(
+        a.stopped.as_deref().unwrap_or("").contains("no end record"),
+        "{:?}",
+        a.stopped
+    );
 }
 
 #[test]
