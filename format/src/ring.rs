@@ -230,6 +230,7 @@ impl Ring {
     ) -> Option<(u64, S)> {
         let head = self.a64(OFF_HEAD);
         let mut w = head.load(Ordering::Relaxed);
+        let mut stale = 0u32;
         loop {
             // The clock is read after the head word: `rdtsc` may otherwise run ahead of the load.
             load_fence();
@@ -238,7 +239,12 @@ impl Ring {
             let t = self.a64(OFF_TAIL).load(Ordering::Acquire);
             let used = h.wrapping_sub(t);
             if used > self.slots {
-                // `w` is stale: others reserved, and the collector released, past it meanwhile.
+                // `w` is stale: others reserved, and the collector released, past it meanwhile. Over and over,
+                // the words are not what a ring holds (memory overwritten): no room, rather than spin.
+                stale += 1;
+                if stale > 1000 {
+                    return None;
+                }
                 w = head.load(Ordering::Relaxed);
                 continue;
             }
@@ -936,5 +942,15 @@ mod tests {
             }
         });
         assert_eq!(got, [(1, 77)]);
+    }
+
+    #[test]
+    fn a_tail_past_the_head_is_no_room_not_a_spin() {
+        // Words no ring holds (the memory overwritten, or written by another layout): the writer must give up.
+        let m = Mem::new(MIN_SLOTS);
+        let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
+        r.a64(OFF_TAIL).store(1 << 40, Ordering::Release);
+        assert!(!r.try_event(&ev(1, 1)));
+        assert!(!r.try_blob(&[1, 2, 3]));
     }
 }
