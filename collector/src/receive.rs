@@ -402,6 +402,8 @@ struct Drain {
     promised: u64,
     /// The latest time of anything taken from the ring: a goodbye is never older.
     last_ts: u64,
+    /// The ring held something no shim writes: said once in the trace.
+    corrupt_said: bool,
     /// Where the drain has been waiting for a record to be published, and since when.
     stuck: Option<(u64, u64)>,
     /// The ring's memfd inode: while the process maps it, it may still write to it.
@@ -558,6 +560,7 @@ impl Conn {
                             promised: 0,
                             last_ts: 0,
                             stuck: None,
+                            corrupt_said: false,
                             ino,
                             batch: Vec::with_capacity(BATCH),
                             out: Vec::with_capacity(64 << 10),
@@ -779,8 +782,9 @@ impl Conn {
             d.torn_seen = consumer.torn;
             put_loss(out, pid, ts, count, LossCause::DiedMidRecord);
         }
-        if consumer.corrupt {
-            consumer.corrupt = false;
+        if consumer.corrupt && !d.corrupt_said {
+            // Said once; the consumer keeps refusing (`corrupt` stays set) and sleeps between its looks.
+            d.corrupt_said = true;
             put_note(
                 out,
                 pid,
@@ -788,7 +792,6 @@ impl Conn {
                 "the process's ring held something no shim writes; the rest of it was not read"
                     .into(),
             );
-            // Never again: the consumer keeps refusing.
             consumer.torn = u64::MAX / 2;
             d.torn_seen = consumer.torn;
         }

@@ -36,7 +36,7 @@ use crate::{Api, Event};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VTRING\0\0");
 /// Bumped on any change of the layout: a collector refuses a ring of another version (the shim then records
 /// nothing rather than be misread).
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 pub const SLOT: usize = 64;
 pub const HEADER: usize = 4096;
 /// Bytes of a blob carried by each of its slots.
@@ -276,7 +276,10 @@ impl Ring {
                     }
                     return Some((h + pad, s));
                 }
-                Err(now) => w = now,
+                Err(now) => {
+                    w = now;
+                    stale = 0;
+                }
             }
         }
     }
@@ -576,8 +579,9 @@ impl Consumer {
         let word = ring.a32(OFF_WAKE);
         let seen = word.load(Ordering::Acquire);
         ring.a32(OFF_SLEEPING).store(1, Ordering::SeqCst);
-        // Published between the last drain and the flag: do not sleep on it.
-        if ring.a64(OFF_HEAD).load(Ordering::SeqCst) & POS == self.pos {
+        // Published between the last drain and the flag: do not sleep on it (unless the drain refuses this
+        // ring: what waits there will never be read).
+        if self.corrupt || ring.a64(OFF_HEAD).load(Ordering::SeqCst) & POS == self.pos {
             futex_wait(word, seen, timeout);
         }
         ring.a32(OFF_SLEEPING).store(0, Ordering::Relaxed);
@@ -781,6 +785,11 @@ mod tests {
         unsafe { m.0.add(HEADER + 12).cast::<u32>().write(u32::MAX) };
         assert_eq!(c.drain(true, |_| panic!("nothing whole")), 0);
         assert!(c.corrupt);
+        // Refused for good, and the collector's look at it sleeps its time (it once spun on the garbage).
+        assert_eq!(c.drain(false, |_| panic!("refused")), 0);
+        let t0 = std::time::Instant::now();
+        c.sleep(std::time::Duration::from_millis(30));
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(20));
         assert_eq!(unsafe { Ring::open(m.0, 100) }.err(), Some(Invalid::Size));
         unsafe { m.0.add(OFF_VERSION).cast::<u32>().write(99) };
         assert_eq!(
