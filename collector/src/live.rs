@@ -35,6 +35,7 @@ use vramtrace_format::codec::{self, kind};
 use vramtrace_format::{flags, Effect, Event, Record, TraceHeader, NO_DEVICE};
 
 use crate::model::fasthash::FastMap;
+use crate::model::undo::Releases;
 
 /// How often the background thread reads what the receivers wrote.
 pub const CATCH_UP: Duration = Duration::from_millis(100);
@@ -73,15 +74,8 @@ struct Proc {
     handles: FastMap<u64, (u32, u64)>,
     /// Each thread's last release (address, handle or not, what it took out), until a refusal of it
     /// (`flags::UNDONE`, the thread's next event) puts that back.
-    /// Kept by thread id modulo `NOTES`, so that memory stays bounded however many threads come and go.
-    released: Vec<Option<Released>>,
+    released: Releases<Option<(u32, u64)>>,
 }
-
-/// A thread's last release: the thread, the address, whether a handle, and what it took out (device, bytes).
-type Released = (u32, u64, bool, Option<(u32, u64)>);
-
-/// Places for the last releases of a process's threads (a thread's is its id modulo this).
-const NOTES: usize = 256;
 
 #[derive(Default, Clone, Copy)]
 struct Dev {
@@ -251,10 +245,7 @@ impl State {
                 }
                 let map = if handle { &mut p.handles } else { &mut p.ptrs };
                 let took = map.remove(&e.addr);
-                if p.released.is_empty() {
-                    p.released.resize(NOTES, None);
-                }
-                p.released[e.tid as usize % NOTES] = Some((e.tid, e.addr, handle, took));
+                p.released.note(e.tid, e.addr, handle, took);
                 if let Some((d, size)) = took.filter(|(d, _)| *d != NO_DEVICE) {
                     if let Some(pd) = p.dev.get_mut(&d) {
                         pd.live = pd.live.saturating_sub(size);
@@ -274,21 +265,14 @@ impl State {
 
     /// The driver refused a release published before it answered: what it took out is live again.
     fn undo_release(&mut self, p: &mut Proc, e: &Event, handle: bool) {
-        let note = p
-            .released
-            .get_mut(e.tid as usize % NOTES)
-            .and_then(Option::take);
-        let Some((tid, addr, h, Some((d, size)))) = note else {
+        let Some(Some((d, size))) = p.released.take(e.tid, e.addr, handle) else {
             return;
         };
-        if tid != e.tid {
-            return;
-        }
         let map = if handle { &mut p.handles } else { &mut p.ptrs };
-        if addr != e.addr || h != handle || map.contains_key(&addr) {
+        if map.contains_key(&e.addr) {
             return;
         }
-        map.insert(addr, (d, size));
+        map.insert(e.addr, (d, size));
         if d != NO_DEVICE {
             let pd = p.dev.entry(d).or_default();
             pd.live += size;

@@ -40,7 +40,7 @@ mod run;
 mod sites;
 pub mod tap;
 pub mod timeline;
-mod undo;
+pub(crate) mod undo;
 
 use std::fs::File;
 use std::io::{self, BufReader, Read};

@@ -47,7 +47,7 @@ pub(super) struct Proc {
     pub(super) ptrs: FastMap<u64, Live>,
     pub(super) handles: FastMap<u64, Live>,
     /// Each thread's last release, until its next event (a refusal of it: `undo.rs`).
-    pub(super) releases: Releases,
+    pub(super) releases: Releases<Option<Live>>,
     pub(super) reserved: u64,
     pub(super) mapped: u64,
     /// Its promise: no later record of it is older than this (absolute time).
@@ -443,7 +443,10 @@ impl<'t> Replay<'t> {
             return;
         };
         let t = self.rel(ts);
-        self.procs[s].releases.forget_device(d);
+        // What releases took out there is gone whatever the driver answers them.
+        self.procs[s]
+            .releases
+            .forget(|took| took.is_some_and(|l| l.dev as usize == d));
         let gone: Vec<u64> = self.procs[s]
             .ptrs
             .iter()

@@ -3,18 +3,17 @@
 //! comes after, from the same thread, as that thread's next event. Each thread's last release is kept until
 //! then, so the refusal can put back exactly what the release took out.
 
-use super::replay::{Live, Replay};
+use super::replay::Replay;
 use super::tap::Change;
 use crate::callsites::NO_SITE;
 
-/// What a thread's last release took out: the allocation that was live there, or none (the release then
-/// counted an unmatched free).
+/// One thread's last release: its address, whether a handle, and what it took out (`T`).
 #[derive(Clone, Copy)]
-struct Release {
+struct Release<T> {
     tid: u32,
     addr: u64,
     handle: bool,
-    live: Option<Live>,
+    took: T,
 }
 
 /// Notes kept per process: a thread's place is its id modulo this. Two threads sharing a place, the second
@@ -22,37 +21,43 @@ struct Release {
 /// rare, and the memory stays bounded however many threads come and go.
 const NOTES: usize = 256;
 
-/// A process's last release per thread.
-#[derive(Default)]
-pub(super) struct Releases {
-    notes: Vec<Option<Release>>,
+/// A process's last release per thread, until a refusal of it (the thread's next event) takes it: here what a
+/// release took out of the replay's live set, and in the live metrics (`live.rs`) what it took out of theirs.
+pub(crate) struct Releases<T> {
+    notes: Vec<Option<Release<T>>>,
 }
 
-impl Releases {
+impl<T> Default for Releases<T> {
+    fn default() -> Self {
+        Releases { notes: Vec::new() }
+    }
+}
+
+impl<T: Copy> Releases<T> {
     #[inline]
-    pub fn note(&mut self, tid: u32, addr: u64, handle: bool, live: Option<Live>) {
+    pub fn note(&mut self, tid: u32, addr: u64, handle: bool, took: T) {
         if self.notes.is_empty() {
-            self.notes.resize(NOTES, None);
+            self.notes.resize_with(NOTES, || None);
         }
         self.notes[tid as usize % NOTES] = Some(Release {
             tid,
             addr,
             handle,
-            live,
+            took,
         });
     }
 
-    /// The thread's last release, if it was of `addr` (forgotten either way: a refusal follows at once).
-    fn take(&mut self, tid: u32, addr: u64, handle: bool) -> Option<Option<Live>> {
+    /// What the thread's last release took out, if it was of `addr` (forgotten either way: a refusal follows
+    /// at once).
+    pub fn take(&mut self, tid: u32, addr: u64, handle: bool) -> Option<T> {
         let r = self.notes.get_mut(tid as usize % NOTES)?.take()?;
-        (r.tid == tid && r.addr == addr && r.handle == handle).then_some(r.live)
+        (r.tid == tid && r.addr == addr && r.handle == handle).then_some(r.took)
     }
 
-    /// Every context of the process on device `d` (the replay's index) was torn down: what releases took out
-    /// there is gone whatever the driver answers them.
-    pub fn forget_device(&mut self, d: usize) {
+    /// Forgets the releases whose take `gone` says is gone for good.
+    pub fn forget(&mut self, gone: impl Fn(&T) -> bool) {
         for n in &mut self.notes {
-            if n.is_some_and(|r| r.live.is_some_and(|l| l.dev as usize == d)) {
+            if n.as_ref().is_some_and(|r| gone(&r.took)) {
                 *n = None;
             }
         }
