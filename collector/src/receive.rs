@@ -700,9 +700,10 @@ impl Conn {
         let mut goodbye = None;
         let mut take = |item: Item| match item {
             Item::Event(mut e) => {
-                // The ring holds its events in time order (stamped as reserved). A time behind one before it, or
-                // behind a promise, can only be the shim's clock error (its counter clock falls back on the
-                // kernel's while it recalibrates): held there, so that nothing is out of order.
+                // The ring holds its events in causal order, stamped just before they were reserved: a time
+                // behind one before it, or behind a promise, is a writer pre-empted between its stamp and its
+                // reservation (or a clock's error of a microsecond). Held there, so that nothing is out of order
+                // (ring.rs, `Ring::try_event`).
                 e.ts_ns = e.ts_ns.max(*last_ts).max(*promised);
                 *last_ts = e.ts_ns;
                 batch.push(e);
@@ -724,8 +725,8 @@ impl Conn {
             codec::put_events(out, pid, batch);
             batch.clear();
         }
-        // A promise that nothing older is still to come, for a process that is quiet: the ring moves its
-        // generation, so a producer that read the clock before and has not yet reserved stamps again.
+        // A promise that nothing older is still to come, for a process that is quiet: what its producers reserve
+        // after it is held at no less than it (above).
         if !dead
             && taken == 0
             && consumer.ring().used() == 0

@@ -92,9 +92,11 @@ fn main() {
             full += 1;
         }
     });
-    // As the shim publishes: the clock read inside the reservation (ring.rs `reserve_stamped`).
+    // As the shim publishes: the clock read just before the ring reserves (record.rs `push`).
     let both = time(|i| {
-        if r.try_event_stamped(&ev(0, i), clock::now).is_none() {
+        let mut e = ev(0, i);
+        e.ts_ns = clock::now();
+        if !r.try_event(&e) {
             full += 1;
         }
     });

@@ -1,7 +1,7 @@
 //! What each intercepted call does around the real one: find the real function, call it with the caller's
 //! arguments unchanged, record what happened, return the driver's code.
 //!
-//! Events are stamped as the ring takes them, so that the ring's order is their time's (format's `ring.rs`).
+//! Events are stamped just before the ring takes them (format's `ring.rs`, `Ring::try_event`).
 //! Allocations are published when the driver returns, and releases before the driver is called (a release the
 //! driver then refuses is taken back by a second event, flagged `UNDONE`), so that ordering events by time
 //! never puts the reuse of an address before the free that released it.

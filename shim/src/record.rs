@@ -94,9 +94,8 @@ pub(crate) fn tid() -> u32 {
     t
 }
 
-/// Publishes one event, stamped as the ring takes it (so a process's events are in the ring in time order).
-/// Never blocks (unless lossless); a no-op when nothing is recording. `stack`: the call site's id from
-/// `stacks::site` (0: none), whose stack is already in the ring.
+/// Publishes one event, stamped now. Never blocks (unless lossless); a no-op when nothing is recording.
+/// `stack`: the call site's id from `stacks::site` (0: none), whose stack is already in the ring.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[link_section = ".vramtrace.hot"]
@@ -114,9 +113,12 @@ pub fn push(
     if r.link.load(Ordering::Relaxed) == GONE {
         return;
     }
+    let tid = tid();
+    // The clock last, just before the ring reserves: the shorter the window between the two, the less often
+    // the collector has to hold a time at its ring's previous one (`ring::Ring::try_event`).
     let e = Event {
-        ts_ns: 0,
-        tid: tid(),
+        ts_ns: now(),
+        tid,
         api,
         flags,
         device,
@@ -126,8 +128,8 @@ pub fn push(
         aux,
         stack,
     };
-    if r.ring.try_event_stamped(&e, now).is_none() {
-        r.no_room(|| r.ring.try_event_stamped(&e, now).is_some(), None);
+    if !r.ring.try_event(&e) {
+        r.event_no_room(e);
     }
 }
 
@@ -155,6 +157,13 @@ impl Recorder {
         }
         self.ring.count_drop();
         false
+    }
+
+    /// An event the ring had no room for: counted as dropped, or (lossless) published when there is room.
+    #[cold]
+    #[inline(never)]
+    fn event_no_room(&self, e: Event) {
+        self.no_room(|| self.ring.try_event(&e), None);
     }
 
     /// Publishes an encoded record (never waiting, unless lossless). Whether it is in the ring.
