@@ -2,7 +2,7 @@
 //! one file per output format), over `model`, which replays a trace into live sets, peaks, timelines, out-of-memory
 //! snapshots and their diagnosis. Beside them: `receive` (a job's processes into the trace), `live` (the running
 //! job's figures for `--metrics` and `top`), `callsites` and `symbols` (call sites, resolved offline),
-//! `torch_snapshot` (PyTorch's snapshot pickles), `bridge_files` (the Python bridge, carried in the binary).
+//! `ticks` (events' counter ticks to ns), `torch_snapshot` (PyTorch's snapshot pickles), `bridge_files` (the Python bridge, carried in the binary).
 
 pub mod bridge_files;
 pub mod callsites;
@@ -14,5 +14,6 @@ pub mod probe;
 pub mod receive;
 pub mod reporters;
 pub mod symbols;
+pub mod ticks;
 pub mod torch_snapshot;
 pub mod verbs;

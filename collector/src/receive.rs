@@ -698,8 +698,13 @@ impl Conn {
             ..
         } = d;
         let mut goodbye = None;
+        // Events stamped with the counter: converted by the collector's one line (format's `ticks`).
+        let line = consumer.ring().ticks().then(crate::ticks::line);
         let mut take = |item: Item| match item {
             Item::Event(mut e) => {
+                if let Some(l) = &line {
+                    e.ts_ns = l.to_ns(e.ts_ns);
+                }
                 // The ring holds its events in causal order, stamped just before they were reserved: a time
                 // behind one before it, or behind a promise, is a writer pre-empted between its stamp and its
                 // reservation (or a clock's error of a microsecond). Held there, so that nothing is out of order

@@ -15,6 +15,7 @@ pub mod cap;
 pub mod codec;
 pub mod reader;
 pub mod ring;
+pub mod ticks;
 
 pub use codec::{DecodeError, FrameSplitter};
 pub use reader::{OpenError, Stop, TraceReader};

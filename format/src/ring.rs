@@ -36,7 +36,7 @@ use crate::{Api, Event};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"VTRING\0\0");
 /// Bumped on any change of the layout: a collector refuses a ring of another version (the shim then records
 /// nothing rather than be misread).
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 pub const SLOT: usize = 64;
 pub const HEADER: usize = 4096;
 /// Bytes of a blob carried by each of its slots.
@@ -68,6 +68,9 @@ const OFF_SLEEPING: usize = 260;
 
 /// Header flag: the producer waits for room instead of dropping (`--lossless`).
 pub const FLAG_LOSSLESS: u32 = 1;
+/// Header flag: events carry the time-stamp counter's ticks, which the collector converts to CLOCK_MONOTONIC
+/// ns ([`crate::ticks`]); without it, CLOCK_MONOTONIC ns. Blobs always carry ns.
+pub const FLAG_TICKS: u32 = 2;
 
 const KIND_EVENT: u8 = 1;
 const KIND_BLOB: u8 = 2;
@@ -170,6 +173,11 @@ impl Ring {
 
     pub fn lossless(&self) -> bool {
         unsafe { self.base.add(OFF_FLAGS).cast::<u32>().read_volatile() & FLAG_LOSSLESS != 0 }
+    }
+
+    /// Whether its events carry counter ticks ([`FLAG_TICKS`]).
+    pub fn ticks(&self) -> bool {
+        unsafe { self.base.add(OFF_FLAGS).cast::<u32>().read_volatile() & FLAG_TICKS != 0 }
     }
 
     /// Records dropped because the ring was full, since the ring was made.

@@ -10,9 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vramtrace::clock;
 use vramtrace_format::ring::{self, Consumer, Ring};
-use vramtrace_format::{Api, Event};
+use vramtrace_format::{ticks, Api, Event};
 
 const CALLS: u64 = 2_000_000;
 const RUNS: usize = 9;
@@ -38,21 +37,17 @@ fn time(mut f: impl FnMut(u64)) -> f64 {
 }
 
 fn main() {
-    // The time-stamp counter's line, drawn and kept fresh as the shim's courier does (a line older than about a
-    // second is stale, and the clock falls back to CLOCK_MONOTONIC).
-    let stop = Arc::new(AtomicBool::new(false));
-    let courier = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut cal = clock::Calibrator::new();
-            while !stop.load(Ordering::Relaxed) {
-                cal.tick();
-                std::thread::sleep(clock::RECALIBRATE);
-            }
-        })
+    // As the shim stamps: the counter where the kernel keeps time with it (the collector converts), else
+    // CLOCK_MONOTONIC.
+    let tsc_on = ticks::usable();
+    let stamp = || {
+        if tsc_on {
+            ticks::read()
+        } else {
+            ticks::monotonic()
+        }
     };
-    std::thread::sleep(Duration::from_millis(300));
-    let tsc_on = clock::calibration_error_ns().abs() < 100_000;
+    let stop = Arc::new(AtomicBool::new(false));
 
     let slots = ring::slots_for_bytes(16 << 20);
     let layout = std::alloc::Layout::from_size_align(ring::bytes_for(slots), 4096).unwrap();
@@ -85,8 +80,8 @@ fn main() {
     };
     let mut sink = 0u64;
     let mut full = 0u64;
-    let mono = time(|_| sink = sink.wrapping_add(clock::monotonic()));
-    let tsc = time(|_| sink = sink.wrapping_add(clock::now()));
+    let mono = time(|_| sink = sink.wrapping_add(ticks::monotonic()));
+    let tsc = time(|_| sink = sink.wrapping_add(stamp()));
     let publish = time(|i| {
         if !r.try_event(&ev(i, i)) {
             full += 1;
@@ -95,7 +90,7 @@ fn main() {
     // As the shim publishes: the clock read just before the ring reserves (record.rs `push`).
     let both = time(|i| {
         let mut e = ev(0, i);
-        e.ts_ns = clock::now();
+        e.ts_ns = stamp();
         if !r.try_event(&e) {
             full += 1;
         }
@@ -103,7 +98,6 @@ fn main() {
     stop.store(true, Ordering::Relaxed);
     r.wake_now();
     let drained = drainer.join().unwrap();
-    courier.join().unwrap();
     unsafe { std::alloc::dealloc(mem, layout) };
 
     println!(
@@ -113,7 +107,7 @@ fn main() {
     println!("|---|---|");
     println!("| CLOCK_MONOTONIC (the vDSO) | {mono:.1} |");
     println!(
-        "| the shim's clock (time-stamp counter{}) | {tsc:.1} |",
+        "| the shim's stamp (the time-stamp counter{}) | {tsc:.1} |",
         if !tsc_on {
             ", not usable here: CLOCK_MONOTONIC"
         } else {

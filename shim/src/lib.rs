@@ -5,15 +5,15 @@
 //! - `exports`: the exported C symbols, nothing but unpacking and calling `hooks`.
 //! - `driver`: finding the real driver: the real `dlsym`, the table of tracked functions, wrapper swapping.
 //! - `hooks`: what each intercepted call does around the real one.
-//! - `record`: events into the shared-memory ring, the courier thread, fork and exit handling; `transport`:
-//!   the ring's memory and the socket that hands it to the collector.
+//! - `record`: events into the shared-memory ring (stamped with the CPU's time-stamp counter where the kernel
+//!   keeps time with it, format's `ticks`), the courier thread, fork and exit handling; `transport`: the ring's
+//!   memory and the socket that hands it to the collector.
 //! - `cap`: the cap's policy (admission, what the process holds, the figures frameworks see), over `ledger`,
 //!   the per-device counts shared by every process of the job; `pools`: stream-ordered pools counted by what
 //!   they reserve.
 //! - `stacks`: each allocation's call site (native return addresses and, through `pystack`, Python frames),
 //!   interned per process; `objects`: the loaded objects the collector needs to resolve them.
 //! - `contexts`: contexts torn down (`cuCtxDestroy`, `cudaDeviceReset`) free what was allocated in them.
-//! - `clock`: every event's time, from the CPU's time-stamp counter where the kernel keeps time with it.
 //! - `settings`: what the environment says, read once.
 //! - `lazy`: building that state lazily, so that a `fork` in any state leaves it usable.
 //! - `tls`: each thread's own state (in a hook, its id), reached without `__tls_get_addr`.
@@ -29,7 +29,6 @@
 
 pub mod bridge;
 pub mod cap;
-pub mod clock;
 pub mod contexts;
 pub mod cuda;
 pub mod driver;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use vramtrace_format::ring::Ring;
-use vramtrace_format::{codec, Api, Event, Hello, Oom, Record, Stack};
+use vramtrace_format::{codec, ticks, Api, Event, Hello, Oom, Record, Stack};
 
 use crate::transport::{self, Socket, SOCKET_FD};
 
@@ -49,6 +49,8 @@ enum Cold {
 
 pub(crate) struct Recorder {
     ring: Ring,
+    /// Events carry the time-stamp counter (the ring's `FLAG_TICKS`).
+    ticks: bool,
     cold: Sender<Cold>,
     /// `CONNECTED`, or `GONE` (the collector went away: callers stop offering events).
     link: AtomicU8,
@@ -70,11 +72,10 @@ static RECORDER: crate::lazy::Lazy<&'static Recorder> = crate::lazy::Lazy::new()
 static FORK_GEN: AtomicU32 = AtomicU32::new(0);
 static HANDLERS: AtomicBool = AtomicBool::new(false);
 
-/// CLOCK_MONOTONIC in ns, the collector's clock (`clock`: from the time-stamp counter where the kernel uses it).
+/// CLOCK_MONOTONIC in ns, the collector's clock: the time of records other than events (cold paths).
 #[inline]
-#[link_section = ".vramtrace.hot"]
 pub fn now() -> u64 {
-    crate::clock::now()
+    ticks::monotonic()
 }
 
 #[inline]
@@ -115,9 +116,14 @@ pub fn push(
     }
     let tid = tid();
     // The clock last, just before the ring reserves: the shorter the window between the two, the less often
-    // the collector has to hold a time at its ring's previous one (`ring::Ring::try_event`).
+    // the collector has to hold a time at its ring's previous one (`ring::Ring::try_event`). The counter's
+    // ticks where the ring says so (the collector converts them), else ns.
     let e = Event {
-        ts_ns: now(),
+        ts_ns: if r.ticks {
+            ticks::read()
+        } else {
+            ticks::monotonic()
+        },
         tid,
         api,
         flags,
@@ -234,8 +240,13 @@ fn build() -> Option<&'static Recorder> {
     }
     let path = settings.socket.clone()?;
     let pid = std::process::id();
+    let ticks = ticks::usable();
     let flags = if settings.lossless {
         vramtrace_format::ring::FLAG_LOSSLESS
+    } else {
+        0
+    } | if ticks {
+        vramtrace_format::ring::FLAG_TICKS
     } else {
         0
     };
@@ -282,6 +293,7 @@ fn build() -> Option<&'static Recorder> {
     // Leaked on purpose: a forked child abandons it rather than touch state another thread may have held.
     let rec: &'static Recorder = Box::leak(Box::new(Recorder {
         ring: mapped.ring,
+        ticks,
         cold,
         link: AtomicU8::new(CONNECTED),
         lossless: AtomicBool::new(settings.lossless),
@@ -321,7 +333,6 @@ fn build() -> Option<&'static Recorder> {
 /// `close`, both safe here.
 extern "C" fn after_fork_in_child() {
     RECORDER.forget();
-    crate::clock::after_fork_in_child();
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
     let fd = SOCKET_FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
@@ -435,15 +446,9 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
     let (mut syncs_sent, mut answered) = (0u64, 0u64);
     let mut buf = Vec::new();
     let mut socket_lost = false;
-    let mut clock = crate::clock::Calibrator::new();
-    let mut calibrated = Instant::now();
     let mut exiting = false;
     loop {
-        if calibrated.elapsed() >= crate::clock::RECALIBRATE {
-            clock.tick();
-            calibrated = Instant::now();
-        }
-        match rx.recv_timeout(HEARTBEAT.min(crate::clock::RECALIBRATE)) {
+        match rx.recv_timeout(HEARTBEAT) {
             Ok(Cold::Objects) => {
                 rec.objects_asked.store(false, Ordering::Release);
                 if native {

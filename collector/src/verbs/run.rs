@@ -288,6 +288,8 @@ impl Prepared {
         // Every process of the job that loses its parent becomes ours: we learn how it ended (its wait status),
         // and when none is left, that the job is over.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        // The clock's first sample before the job starts: its events' counter ticks convert without a wait.
+        crate::ticks::start();
         let conns = Arc::new(Connections::default());
         let acceptor = spawn_acceptor(
             self.listener.try_clone().ok(),
@@ -662,14 +664,9 @@ fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-/// CLOCK_MONOTONIC in ns: the clock the shim stamps events with.
+/// CLOCK_MONOTONIC in ns: the trace's clock (events stamped with the counter are converted to it).
 pub fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    vramtrace_format::ticks::monotonic()
 }
 
 // ---- the private runtime directory -----------------------------------------------------------------------

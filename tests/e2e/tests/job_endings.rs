@@ -399,6 +399,51 @@ fn threads_of_one_process_racing_without_pause_replay_exactly() {
 }
 
 #[test]
+fn events_stamped_with_the_counter_or_the_clock_come_out_in_the_runs_own_time_exactly() {
+    // Where the kernel keeps time with the time-stamp counter, events carry its ticks and the collector converts
+    // them, one line for every process; elsewhere they carry CLOCK_MONOTONIC. Both, whatever this machine's
+    // clocksource: every time inside the run as this test's own CLOCK_MONOTONIC saw it, and the merge exact
+    // across processes and threads.
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let mono = vramtrace_format::ticks::monotonic;
+    for clock in ["counter", "monotonic"] {
+        let fc = FakeCuda::new()
+            .env(ENV_DEVICE_BYTES, "64GiB")
+            .env("VRAMTRACE_CLOCK", clock);
+        let before = mono();
+        let (run, path) = fc.traced(
+            clock,
+            &["--stacks", "none"],
+            program("hammer"),
+            &[
+                "--procs",
+                "3",
+                "--threads",
+                "3",
+                "--iters",
+                "5000",
+                "--size",
+                "65536",
+            ],
+        );
+        let after = mono();
+        run.assert_success("hammer");
+        assert_replays_exactly(&path, 3 * 3 * 5000 * 2, clock);
+        // The analysis's times are from the trace's start (CLOCK_MONOTONIC, in its header).
+        let a = model::analyze(&path).unwrap();
+        let start = a.header.start_mono_ns;
+        let (first, end) = (start + a.first_ns.unwrap(), start + a.end_ns);
+        let peak = start + a.devices[0].peak_time_ns.unwrap();
+        assert!(
+            before <= start && start <= first && first <= peak && peak <= end && end <= after,
+            "{clock}: start {start}, first {first}, peak {peak}, end {end}, outside the run's {before}..{after}"
+        );
+    }
+}
+
+#[test]
 fn a_process_of_another_user_outside_the_job_is_turned_away_even_once_gone() {
     if !can_drop_privileges() {
         return;
