@@ -72,7 +72,6 @@ fn capture(s: &settings::Settings) -> u32 {
     let table = rec.stacks();
     // Read here, in the frame that unwinds: a repeated call chain finds this frame at the same address.
     let sp = stack_pointer();
-    let mut ips = [0u64; MAX_FRAMES];
     let done = (|| {
         let p = local()?;
         let capturing = &crate::tls::state().capturing;
@@ -81,17 +80,42 @@ fn capture(s: &settings::Settings) -> u32 {
         }
         // SAFETY: this thread's own state; `capturing` keeps a reentrant capture (a signal handler) off it.
         let l = unsafe { &mut *p };
-        let n = if s.stacks_native {
-            native(&mut l.chains, sp, &mut ips)
-        } else {
-            0
-        };
         let mut py = std::mem::take(&mut l.python);
         py.clear();
         if s.stacks_python && !table.python_off.load(Ordering::Relaxed) {
             python(rec, table, &mut py);
         }
-        let id = intern(rec, table, &mut l.ids, &ips[..n], &mut py);
+        let owner = table as *const Table as usize;
+        let found = if s.stacks_native {
+            l.chains.find(sp)
+        } else {
+            None
+        };
+        // A remembered chain with no Python frames is the stack it was last time: its id, without copying or
+        // hashing the frames.
+        let known = found
+            .map(|i| &l.chains.chains[i])
+            .filter(|c| py.is_empty() && c.id != 0 && c.owner == owner)
+            .map(|c| c.id);
+        let id = match known {
+            Some(id) => id,
+            None => {
+                let mut ips = [0u64; MAX_FRAMES];
+                let (n, chain) = match found {
+                    Some(i) => (l.chains.frames(i, &mut ips), Some(i)),
+                    None if s.stacks_native => native(&mut l.chains, sp, &mut ips),
+                    None => (0, None),
+                };
+                let id = intern(rec, table, &mut l.ids, &ips[..n], &mut py);
+                if let Some(c) = chain
+                    .filter(|_| py.is_empty())
+                    .map(|i| &mut l.chains.chains[i])
+                {
+                    (c.id, c.owner) = (id, owner);
+                }
+                id
+            }
+        };
         l.python = py;
         capturing.set(false);
         Some(id)
@@ -100,6 +124,7 @@ fn capture(s: &settings::Settings) -> u32 {
         Some(id) => id,
         // A thread being torn down (or a reentry): native frames only, nothing cached.
         _ if s.stacks_native => {
+            let mut ips = [0u64; MAX_FRAMES];
             let n = unwind(&mut ips, None);
             intern(rec, table, &mut Ids::default(), &ips[..n], &mut Vec::new())
         }
@@ -561,6 +586,7 @@ impl Chains {
         for c in &mut self.chains {
             c.sp = 0;
             c.slots.clear();
+            c.id = 0;
         }
         self.next = 0;
     }
@@ -572,32 +598,41 @@ struct Chain {
     slots: Vec<(u64, u64)>,
     /// Where in `slots` the frames outside the shim start.
     native: usize,
+    /// The id these frames were interned as, with no Python frames (0: not yet), in the table at `owner` (a
+    /// forked child's table is another).
+    id: u32,
+    owner: usize,
 }
 
 impl Chains {
-    /// The cached chain that is live now, if any: its native frames into `ips`.
-    #[cfg(target_arch = "x86_64")]
+    /// The remembered chain that is live now, if any: the one whose return addresses are all still in place
+    /// above a capturing frame at `sp`.
     #[link_section = ".vramtrace.hot"]
-    fn find(&self, sp: u64, ips: &mut [u64; MAX_FRAMES]) -> Option<usize> {
-        let c = self.chains.iter().find(|c| {
+    fn find(&self, sp: u64) -> Option<usize> {
+        self.chains.iter().position(|c| {
             c.sp == sp
                 && c.slots
                     .iter()
                     .all(|&(at, value)| unsafe { read_stack(at) } == value)
-        })?;
-        let n = c.slots.len() - c.native;
+        })
+    }
+
+    /// Chain `i`'s native frames into `ips`: how many.
+    #[link_section = ".vramtrace.hot"]
+    fn frames(&self, i: usize, ips: &mut [u64; MAX_FRAMES]) -> usize {
+        let c = &self.chains[i];
         for (d, &(_, v)) in ips.iter_mut().zip(&c.slots[c.native..]) {
             *d = v;
         }
-        Some(n)
+        c.slots.len() - c.native
     }
 
     /// Remembers the chain of an unwinding done from the frame whose stack pointer is `sp` (frame 1 of `raw`:
     /// frame 0 is `unwind`'s own).
     #[cfg(target_arch = "x86_64")]
-    fn remember(&mut self, sp: u64, raw: &Raw) {
+    fn remember(&mut self, sp: u64, raw: &Raw) -> Option<usize> {
         if !raw.plain || raw.own < 2 || raw.own > OWN_FRAMES || raw.n <= raw.own {
-            return;
+            return None;
         }
         // From the capturing frame's return address (frame 2's ip) outward.
         let slots = (2..raw.n).map(|j| (raw.slot[j], raw.ip[j]));
@@ -607,6 +642,8 @@ impl Chains {
                 sp: 0,
                 slots: Vec::with_capacity(RAW_FRAMES),
                 native: 0,
+                id: 0,
+                owner: 0,
             });
             self.chains.len() - 1
         } else {
@@ -619,18 +656,17 @@ impl Chains {
         c.slots.clear();
         c.slots.extend(slots);
         c.native = raw.own - 2;
+        c.id = 0;
+        Some(i)
     }
 }
 
-/// The native frames of the current call chain: from the cache when it is the one a thread's earlier capture
-/// saw, else unwound (and remembered).
+/// The native frames of a call chain no remembered one matches, unwound (and remembered, where the frames allow).
+/// Their count, and the chain remembered. Inlined: the unwinding must start from the capturing frame.
 #[inline(always)]
-fn native(chains: &mut Chains, sp: u64, ips: &mut [u64; MAX_FRAMES]) -> usize {
+fn native(chains: &mut Chains, sp: u64, ips: &mut [u64; MAX_FRAMES]) -> (usize, Option<usize>) {
     #[cfg(target_arch = "x86_64")]
     {
-        if let Some(n) = chains.find(sp, ips) {
-            return n;
-        }
         let mut raw = Raw {
             ip: [0; RAW_FRAMES],
             slot: [0; RAW_FRAMES],
@@ -639,13 +675,12 @@ fn native(chains: &mut Chains, sp: u64, ips: &mut [u64; MAX_FRAMES]) -> usize {
             plain: true,
         };
         let n = unwind(ips, Some(&mut raw));
-        chains.remember(sp, &raw);
-        n
+        (n, chains.remember(sp, &raw))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (chains, sp);
-        unwind(ips, None)
+        (unwind(ips, None), None)
     }
 }
 

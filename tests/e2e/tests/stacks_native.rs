@@ -117,14 +117,20 @@ static void run(int argc, char **argv, int from) {
             pthread_t t[4];
             for (int k = 0; k < 4; k++) pthread_create(&t[k], NULL, worker, NULL);
             for (int k = 0; k < 4; k++) pthread_join(t[k], NULL);
-        } else if (!strcmp(a, "fork")) {
-            /* The child runs the steps after "fork" up to "end"; the parent skips them. */
+        } else if (!strcmp(a, "fork") || !strcmp(a, "split")) {
+            /* The child runs the steps after it up to "end"; the parent skips them. After "fork" the child runs
+               them in a call of its own; after "split" it goes on from here, in this very frame: the same call
+               chains as the parent's before the fork. */
             int end = i + 1;
             while (end < argc && strcmp(argv[end], "end")) end++;
             fflush(stdout);
             pid_t c = fork();
             if (c == 0) {
                 setup();
+                if (!strcmp(a, "split")) {
+                    n = 0; /* the parent's allocations are not the child's to free */
+                    continue;
+                }
                 run(argc, argv, i + 1);
                 exit(0);
             }
@@ -495,41 +501,67 @@ fn a_bad_setting_says_so_in_one_line() {
     assert!(lines[1].contains("VRAMTRACE_STACK_MIN_BYTES") && lines[1].contains("lots"));
 }
 
-#[test]
-fn a_forked_child_interns_its_own_stacks() {
-    let r = traced(
-        "fork",
-        &[],
-        &[
-            "weights",
-            "fork",
-            "activations",
-            "weights",
-            "end",
-            "activations",
-            "weights",
-        ],
-    );
-    let t = &r.trace;
-    t.assert_stacks_precede_their_events();
+/// A process and the call-site ids of its allocations, in order.
+type PidIds = (u32, Vec<u32>);
+
+/// A run of steps that fork once: the run, the parent's and the child's pids, and the call-site ids of each
+/// one's allocations.
+fn forked(name: &str, steps: &[&str]) -> (Run, PidIds, PidIds) {
+    let r = traced(name, &[], steps);
+    r.trace.assert_stacks_precede_their_events();
     assert_eq!(r.kids.len(), 1);
-    let (parent, kid) = (r.main_pid(), r.kids[0]);
-    assert_eq!(t.pids().len(), 2);
+    assert_eq!(r.trace.pids().len(), 2);
     let ids = |pid| -> Vec<u32> {
-        allocations(&t.events[&pid])
+        allocations(&r.trace.events[&pid])
             .iter()
             .map(|e| e.stack)
             .collect()
     };
+    let (parent, kid) = (r.main_pid(), r.kids[0]);
+    let (p, k) = (ids(parent), ids(kid));
+    (r, (parent, p), (kid, k))
+}
+
+#[test]
+fn a_forked_child_on_its_parents_call_chain_gives_it_an_id_of_its_own() {
+    // The child goes on in the frame the parent allocated from before the fork: the capture recognises the call
+    // chain it remembered, and the id remembered with it is the parent's (1: weights), not the child's.
+    let steps = [
+        "weights",
+        "split",
+        "activations",
+        "weights",
+        "end",
+        "weights",
+    ];
+    let (r, (parent, mine), (kid, child)) = forked("split", &steps);
+    assert_eq!(child, vec![1, 2], "child");
+    assert_eq!(r.function_of(kid, 1), "alloc_activations");
+    assert_eq!(r.function_of(kid, 2), "alloc_weights");
+    assert_eq!(mine, vec![1, 1], "parent");
+    assert_eq!(r.function_of(parent, 1), "alloc_weights");
+}
+
+#[test]
+fn a_forked_child_interns_its_own_stacks() {
+    let steps = [
+        "weights",
+        "fork",
+        "activations",
+        "weights",
+        "end",
+        "activations",
+        "weights",
+    ];
+    let (r, (parent, mine), (kid, child)) = forked("fork", &steps);
+    let t = &r.trace;
     // The child starts its own table: ids from 1, its own records, its own objects.
-    let child = ids(kid);
     assert_eq!(child, vec![1, 2], "child");
     assert_eq!(r.function_of(kid, 1), "alloc_activations");
     assert_eq!(r.function_of(kid, 2), "alloc_weights");
     assert!(t.stacks.iter().filter(|s| s.pid == kid).count() == 2);
     assert!(t.objects.iter().any(|o| o.pid == kid));
     // The parent goes on with its own: its weights (1) from before the fork, then the two others.
-    let mine = ids(parent);
     assert_eq!(mine.len(), 3);
     assert_eq!(mine[0], 1);
     assert_eq!(r.function_of(parent, mine[1]), "alloc_activations");
