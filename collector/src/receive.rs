@@ -201,8 +201,8 @@ pub(crate) fn spawn_acceptor(
                     return; // the backlog is empty and the job is over
                 }
                 // Every process that connects from now on connected after `round`, and the shim stamps nothing
-                // before it has connected: no process still to come has anything older. The model holds its
-                // merge to this.
+                // before it has connected: no process still to come has anything older (less the margin for
+                // its converted ticks). The model holds its merge to this.
                 if all_announced && round >= last_tick + NEWCOMER_TICK_NS {
                     last_tick = round;
                     let mut buf = Vec::new();
@@ -210,7 +210,7 @@ pub(crate) fn spawn_acceptor(
                         &mut buf,
                         &Record::Tick {
                             pid: 0,
-                            ts_ns: round,
+                            ts_ns: round.saturating_sub(CLOCK_MARGIN_NS),
                         },
                     );
                     if let Ok(mut w) = trace.lock() {
@@ -383,7 +383,9 @@ const STUCK_NS: u64 = 2_000_000_000;
 const STALL: Duration = Duration::from_millis(500);
 /// Events per frame written from a ring.
 const BATCH: usize = 4096;
-/// How far a shim's clock may be from the collector's (it converts the CPU's time-stamp counter; docs: clock.rs).
+/// How far behind its own clock the collector promises. Events' counter ticks, converted by its line (format's
+/// `ticks`), can be tens of ns off its `clock_gettime`, more when converted long after; a promise this far back
+/// rarely needs an event held for it, and covers a new process's first events, which nothing holds.
 const CLOCK_MARGIN_NS: u64 = 50_000;
 /// How often, at most, an empty ring's drain promises that nothing older is still to come from its process.
 const TICK_NS: u64 = 10_000_000;
@@ -400,8 +402,11 @@ struct Drain {
     last_tick: u64,
     /// The latest time a tick promised: the process's end is never older.
     promised: u64,
-    /// The latest time of anything taken from the ring: a goodbye is never older.
+    /// The latest time of anything of this process written: a later event or record, or its goodbye, is held
+    /// at no less.
     last_ts: u64,
+    /// Its events carry counter ticks (read once, when the ring was mapped: the process can write its header).
+    ticks: bool,
     /// The ring held something no shim writes: said once in the trace.
     corrupt_said: bool,
     /// Where the drain has been waiting for a record to be published, and since when.
@@ -551,6 +556,7 @@ impl Conn {
                 match map_ring(&fd) {
                     Ok((map, ring, ino)) => {
                         self.ring = Some(Drain {
+                            ticks: ring.ticks(),
                             _map: map,
                             consumer: Consumer::new(ring),
                             dropped_seen: 0,
@@ -626,10 +632,24 @@ impl Conn {
                 _ => {}
             }
         }
-        // What the process published before these records goes first.
-        if !hello {
+        // What the process published before these records goes first; they are held at no less than it.
+        let frames = if hello {
+            frames
+        } else {
             self.drain(trace, false);
-        }
+            match self.ring.as_mut() {
+                Some(d) => {
+                    let mut floor = d.last_ts.max(d.promised);
+                    let mut held = Vec::with_capacity(frames.len());
+                    for (k, payload) in codec::frames(&frames) {
+                        hold_frame(&mut held, k, payload, &mut floor);
+                    }
+                    d.last_ts = floor;
+                    held
+                }
+                None => frames,
+            }
+        };
         let written = trace
             .lock()
             .is_ok_and(|mut w| w.write(self.pid.unwrap_or(0), &frames));
@@ -695,11 +715,12 @@ impl Conn {
             last_ts,
             promised,
             last_tick,
+            ticks,
             ..
         } = d;
         let mut goodbye = None;
         // Events stamped with the counter: converted by the collector's one line (format's `ticks`).
-        let line = consumer.ring().ticks().then(crate::ticks::line);
+        let line = ticks.then(crate::ticks::line);
         let mut take = |item: Item| match item {
             Item::Event(mut e) => {
                 if let Some(l) = &line {
@@ -722,7 +743,9 @@ impl Conn {
                     codec::put_events(out, pid, batch);
                     batch.clear();
                 }
-                blob_into(out, bytes, &mut goodbye);
+                let mut floor = (*last_ts).max(*promised);
+                blob_into(out, bytes, &mut goodbye, &mut floor);
+                *last_ts = floor;
             }
         };
         let taken = consumer.drain(dead, &mut take);
@@ -741,8 +764,7 @@ impl Conn {
         {
             *last_tick = promise;
             if let Some(t) = consumer.ring().promise(mono_ns) {
-                // A margin for the shim's clock (the time-stamp counter, calibrated to within about a
-                // microsecond) against the collector's.
+                // A margin for the events' converted ticks against the collector's clock (`CLOCK_MARGIN_NS`).
                 let ts_ns = t
                     .min(hung_up.unwrap_or(u64::MAX))
                     .saturating_sub(CLOCK_MARGIN_NS);
@@ -879,7 +901,7 @@ fn maps_inode(pid: u32, ino: u64) -> bool {
 }
 
 /// Appends a blob from a ring to `out` if it is whole frames; a goodbye is held back (its time kept).
-fn blob_into(out: &mut Vec<u8>, bytes: &[u8], goodbye: &mut Option<u64>) {
+fn blob_into(out: &mut Vec<u8>, bytes: &[u8], goodbye: &mut Option<u64>, floor: &mut u64) {
     let mut split = FrameSplitter::new();
     split.push(bytes);
     match split.whole() {
@@ -893,10 +915,34 @@ fn blob_into(out: &mut Vec<u8>, bytes: &[u8], goodbye: &mut Option<u64>) {
             }
             continue;
         }
-        out.extend_from_slice(&(payload.len() as u32 + 1).to_le_bytes());
-        out.push(k);
-        out.extend_from_slice(payload);
+        hold_frame(out, k, payload, floor);
     }
+}
+
+/// One frame of a process into `out`. A record with a time of its own (an out-of-memory record, a note, the
+/// bridge's, a context torn down) is held at no less than `floor`, which each such time raises: a process's
+/// entries keep the order it made them in, though its events carry counter ticks the collector converts and
+/// these records CLOCK_MONOTONIC, a few ns apart (an out-of-memory record never goes before its failed
+/// allocation).
+fn hold_frame(out: &mut Vec<u8>, k: u8, payload: &[u8], floor: &mut u64) {
+    if matches!(
+        k,
+        kind::OOM | kind::NOTE | kind::FRAMEWORK_SAMPLE | kind::BRIDGE | kind::CONTEXT_GONE
+    ) {
+        if let Ok(Some(mut r)) = codec::decode_record(k, payload) {
+            if let Some(ts) = r.process_time_mut() {
+                if *ts < *floor {
+                    *ts = *floor;
+                    codec::put_record(out, &r);
+                    return;
+                }
+                *floor = *ts;
+            }
+        }
+    }
+    out.extend_from_slice(&(payload.len() as u32 + 1).to_le_bytes());
+    out.push(k);
+    out.extend_from_slice(payload);
 }
 
 /// `count` records lost, and why: the count as older readers know it, then the cause.
@@ -948,4 +994,51 @@ fn recv_with_fds(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<
         }
     }
     Ok((n as usize, fds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_processs_own_records_are_held_behind_what_came_before_and_raise_the_hold() {
+        // Records carry CLOCK_MONOTONIC, events the counter converted here: a note stamped a little before the
+        // event the collector last took from the ring goes after it, and a later record moves the hold on.
+        let note = |ts_ns, text: &str| Record::Note {
+            pid: 7,
+            ts_ns,
+            text: text.to_string(),
+        };
+        let mut blob = Vec::new();
+        codec::put_record(&mut blob, &note(100, "before"));
+        codec::put_record(
+            &mut blob,
+            &Record::ContextGone {
+                pid: 7,
+                ts_ns: 300,
+                device: 0,
+                how: "cuCtxDestroy".to_string(),
+            },
+        );
+        codec::put_record(&mut blob, &note(250, "after"));
+        codec::put_record(&mut blob, &Record::Goodbye { pid: 7, ts_ns: 50 });
+        let (mut out, mut floor, mut goodbye) = (Vec::new(), 200, None);
+        blob_into(&mut out, &blob, &mut goodbye, &mut floor);
+        let times: Vec<(u8, u64)> = codec::frames(&out)
+            .map(|(k, p)| {
+                let mut r = codec::decode_record(k, p).unwrap().unwrap();
+                (k, *r.process_time_mut().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            times,
+            [
+                (kind::NOTE, 200),
+                (kind::CONTEXT_GONE, 300),
+                (kind::NOTE, 300)
+            ]
+        );
+        assert_eq!(floor, 300);
+        assert_eq!(goodbye, Some(50), "the goodbye is held where it is written");
+    }
 }

@@ -289,6 +289,21 @@ pub enum Record {
     },
 }
 
+impl Record {
+    /// The time of a record a process stamps itself and sends whole (an out-of-memory record, a note, the
+    /// bridge's records, a context torn down); `None` for the others (events carry their own, the collector
+    /// writes the rest).
+    pub fn process_time_mut(&mut self) -> Option<&mut u64> {
+        match self {
+            Record::Oom(o) => Some(&mut o.ts_ns),
+            Record::Note { ts_ns, .. } | Record::ContextGone { ts_ns, .. } => Some(ts_ns),
+            Record::FrameworkSample(f) => Some(&mut f.ts_ns),
+            Record::Bridge(b) => Some(&mut b.ts_ns),
+            _ => None,
+        }
+    }
+}
+
 /// Why records of a process were lost.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, bincode::Encode, bincode::Decode,

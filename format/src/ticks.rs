@@ -8,9 +8,11 @@
 //! in the collector also orders every process's events by one function, not each by its own calibration.
 //!
 //! The conversion ([`Calibration`]): a line through the latest sample of (counter, CLOCK_MONOTONIC) with the
-//! rate measured since the first, drawn again when it is older than [`REDRAW_NS`]. For ticks near its sample it
-//! is within about a microsecond of CLOCK_MONOTONIC (the tests); a line drawn again can move a time by about
-//! that much, and the collector holds each ring's times at no less than the previous one, so nothing goes back.
+//! rate measured since the first, drawn again as it ages ([`Calibration::line`]). For ticks near its sample it
+//! is within tens of ns of CLOCK_MONOTONIC (the tests); ticks far older than the line (a ring drained long after,
+//! the collector stopped) are off by the clock's drift over the distance (CLOCK_MONOTONIC is slewed by NTP: a few
+//! ppm). A line drawn again can move a time by a few ns; the collector holds each process's times at no less
+//! than the previous one, events and records alike, so nothing goes back.
 
 /// How often the collector draws the line again.
 pub const REDRAW_NS: u64 = 100_000_000;
@@ -111,12 +113,15 @@ impl Calibration {
         }
     }
 
-    /// The line to convert with now, drawn again if it is older than [`REDRAW_NS`]. The first call waits until
-    /// the first sample is [`FIRST_SPAN_NS`] old (at most that long, once).
+    /// The line to convert with now. It is drawn again once it is older than half the span its rate was
+    /// measured over, or than [`REDRAW_NS`]: a line extrapolates its rate's error (the samples' error over the
+    /// span) by at most half that span, a few ns, from the first line on. The first call waits until the first
+    /// sample is [`FIRST_SPAN_NS`] old (at most that long, once).
     pub fn line(&mut self) -> Line {
         let now = monotonic();
         if let Some((l, at)) = self.line {
-            if now.saturating_sub(at) < REDRAW_NS {
+            let span = at.saturating_sub(self.first.1);
+            if now.saturating_sub(at) < REDRAW_NS.min(span / 2) {
                 return l;
             }
         }
@@ -195,7 +200,8 @@ mod tests {
         }
         eprintln!("worst error against CLOCK_MONOTONIC: {worst} ns over {lines} lines");
         assert!(lines >= 4, "drawn again as it aged: {lines} lines");
-        // A busy 2-core VM preempts the sampling now and then; a microsecond-scale bound still holds.
+        // A busy 2-core VM preempts the sampling now and then (a sample's own error is then the pre-emption): a
+        // bound of microseconds, though the error is tens of ns in a quiet run.
         assert!(worst < 20_000, "worst error {worst} ns");
     }
 }

@@ -240,7 +240,7 @@ fn build() -> Option<&'static Recorder> {
     }
     let path = settings.socket.clone()?;
     let pid = std::process::id();
-    let ticks = ticks::usable();
+    let ticks = settings.ticks;
     let flags = if settings.lossless {
         vramtrace_format::ring::FLAG_LOSSLESS
     } else {

@@ -28,6 +28,9 @@ pub struct Settings {
     pub ring_slots: u64,
     /// `VRAMTRACE_LOSSLESS=1`: a thread that finds the ring full waits for room instead of dropping the event.
     pub lossless: bool,
+    /// Events carry the CPU's time-stamp counter (format's `ticks::usable`: the kernel keeps time with it, or
+    /// `VRAMTRACE_CLOCK=counter`); else CLOCK_MONOTONIC.
+    pub ticks: bool,
 }
 
 /// Allocations below this many bytes get no call site unless they fail. Why 1 MiB (bench_pairs on an H200,
@@ -64,6 +67,7 @@ pub fn get() -> &'static Settings {
         stack_min_bytes: u64::MAX,
         ring_slots: vramtrace_format::ring::DEFAULT_SLOTS,
         lossless: false,
+        ticks: false,
     };
     // `read` always gives settings; `NOTHING` (record nothing, cap nothing) only keeps panics out of the host.
     SETTINGS.get_or_init(|| Some(read())).unwrap_or(&NOTHING)
@@ -81,6 +85,7 @@ fn read() -> Settings {
         ledger: std::env::var_os("VRAMTRACE_LEDGER").filter(|s| !s.is_empty()),
         ring_slots: ring_slots(std::env::var("VRAMTRACE_RING_BYTES").ok().as_deref()),
         lossless: matches!(std::env::var("VRAMTRACE_LOSSLESS").as_deref(), Ok(v) if !v.is_empty() && v != "0"),
+        ticks: vramtrace_format::ticks::usable(),
         ..stacks(
             std::env::var("VRAMTRACE_STACKS").ok().as_deref(),
             std::env::var("VRAMTRACE_STACK_MIN_BYTES").ok().as_deref(),

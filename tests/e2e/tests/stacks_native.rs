@@ -333,6 +333,13 @@ fn each_allocation_names_its_call_site() {
     assert_eq!(r.function_of(pid, ids[0]), "alloc_weights");
     assert_eq!(r.function_of(pid, ids[1]), "alloc_activations");
     assert_eq!(r.function_of(pid, ids[4]), "alloc_too_much");
+    // The post-mortem names the failed request's site: the out-of-memory record (stamped with CLOCK_MONOTONIC,
+    // sent on the socket) comes after its failed allocation (an event, its time converted from the counter).
+    let an = vramtrace_collector::model::analyze(&r.path).unwrap();
+    assert_eq!(an.ooms.len(), 1);
+    let site = an.ooms[0].request_site.expect("the request's site");
+    let label = an.call_sites.sites[site].label();
+    assert!(label.starts_with("alloc_too_much"), "{label}");
     // Innermost first, bounded, and the frames beyond the function lead back to main.
     let s = t.stack(pid, ids[0]).unwrap();
     assert!(s.native.len() >= 3 && s.native.len() <= 64, "{s:x?}");
