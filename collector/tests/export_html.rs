@@ -313,7 +313,7 @@ fn several_traces_of_one_job_make_one_page_a_section_per_host() {
         (6 * MIB).to_string()
     );
     // Traces of different jobs are refused, and nothing is written.
-    assert_other_job_refused(&dir, &a, "html");
+    assert_refused_together(&dir, &a, "html");
     // In a browser: both hosts' plots drawn, no error.
     let Some(browser) = chromium() else {
         return;

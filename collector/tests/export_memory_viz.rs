@@ -237,5 +237,5 @@ fn several_traces_of_one_job_are_one_snapshot_each_hosts_devices_apart() {
         figure(&s, "d['first_time_us'][1] - d['first_time_us'][0]"),
         "2500000"
     );
-    assert_other_job_refused(&dir, &a, "memory-viz");
+    assert_refused_together(&dir, &a, "memory-viz");
 }

@@ -206,5 +206,5 @@ fn several_traces_of_one_job_go_into_one_file_each_host_apart_on_one_clock() {
     );
     assert_eq!(gap, "2500000000");
     // Traces of different jobs are refused, and nothing is written.
-    assert_other_job_refused(&dir, &a, "perfetto");
+    assert_refused_together(&dir, &a, "perfetto");
 }

@@ -96,7 +96,7 @@ pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
     r
 }
 
-/// Several traces' headers: one job's (unless `force`), in the order of their wall-clock starts, each with how
+/// Several traces' headers, which can be read together (`fleet::check_together`), in the order of their wall-clock starts, each with how
 /// much later than the first it started (ns).
 fn job_order(traces: &[PathBuf], force: bool) -> Result<Vec<(PathBuf, TraceHeader, u64)>, Failed> {
     let mut hs = Vec::new();
@@ -106,24 +106,8 @@ fn job_order(traces: &[PathBuf], force: bool) -> Result<Vec<(PathBuf, TraceHeade
             .map_err(|e| Failed(exit::USAGE, format!("{}: {e}", t.display())))?;
         hs.push((t.clone(), h, 0u64));
     }
-    let job = |h: &TraceHeader| match h.extra.iter().find(|(k, _)| k == "job") {
-        Some((_, j)) => format!("job {j}"),
-        None => format!("command `{}`", h.command.join(" ")),
-    };
-    if !force {
-        let first = job(&hs[0].1);
-        if let Some((t, h, _)) = hs.iter().find(|(_, h, _)| job(h) != first) {
-            return Err(Failed(
-                exit::USAGE,
-                format!(
-                    "{} and {} are traces of different jobs ({first}; {}): add --force to merge them anyway",
-                    hs[0].0.display(),
-                    t.display(),
-                    job(h)
-                ),
-            ));
-        }
-    }
+    super::fleet::check_together(hs.iter().map(|(t, h, _)| (t.as_path(), h)), force)
+        .map_err(|why| Failed(exit::USAGE, why))?;
     hs.sort_by_key(|(_, h, _)| h.start_unix_ns);
     let t0 = hs[0].1.start_unix_ns;
     for (_, h, off) in &mut hs {

@@ -8,10 +8,12 @@
 //!
 //! What makes traces one job: the trace header's `job` (`vramtrace run --job-name`, else the launcher's job id,
 //! `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, ...); a trace without one is identified by its command line. Traces
-//! of different jobs are refused (exit 2) unless `--force`.
+//! of different jobs are refused (exit 2) unless `--force`; the same trace given twice is always refused (exit 2).
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use vramtrace_format::TraceHeader;
 
 use crate::exit::{self, Code};
 use crate::model::{self, Analysis};
@@ -28,14 +30,54 @@ pub struct Member {
 }
 
 /// What identifies a trace's job: its `job` (`--job-name` or the launcher's id), else its command line.
-pub fn job_key(a: &Analysis) -> String {
-    match a.header.extra.iter().find(|(k, _)| k == "job") {
+pub fn job_of(h: &TraceHeader) -> String {
+    match h.extra.iter().find(|(k, _)| k == "job") {
         Some((_, j)) => format!("job {j}"),
-        None => format!("command `{}`", a.header.command.join(" ")),
+        None => format!("command `{}`", h.command.join(" ")),
     }
 }
 
-/// Replays every trace and checks they are one job; in order of their wall-clock starts.
+pub fn job_key(a: &Analysis) -> String {
+    job_of(&a.header)
+}
+
+/// Whether traces given together may be read as one job: each trace once (the same trace twice, or a copy of it,
+/// would count everything in it twice; `--force` does not allow that), and all of one job unless `force`. The
+/// line that says why not.
+pub fn check_together<'a>(
+    traces: impl IntoIterator<Item = (&'a Path, &'a TraceHeader)>,
+    force: bool,
+) -> Result<(), String> {
+    let traces: Vec<(&Path, &TraceHeader)> = traces.into_iter().collect();
+    // One run's trace: its host and its start, to the nanosecond, on both clocks.
+    let id = |h: &TraceHeader| (h.hostname.clone(), h.start_unix_ns, h.start_mono_ns);
+    for (i, (p, h)) in traces.iter().enumerate() {
+        if let Some((q, _)) = traces[..i].iter().find(|(_, g)| id(g) == id(h)) {
+            return Err(format!(
+                "{} and {} are the same trace (host {}, the same start): give each trace once",
+                q.display(),
+                p.display(),
+                h.hostname
+            ));
+        }
+    }
+    if !force {
+        let (first_path, first) = traces[0];
+        if let Some((p, h)) = traces.iter().find(|(_, h)| job_of(h) != job_of(first)) {
+            return Err(format!(
+                "{} and {} are traces of different jobs ({}; {}): add --force to merge them anyway",
+                first_path.display(),
+                p.display(),
+                job_of(first),
+                job_of(h)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Replays every trace and checks they can be read together (`check_together`); in order of their wall-clock
+/// starts.
 pub fn load(files: &[PathBuf], force: bool) -> Result<Vec<Member>, (Code, String)> {
     let mut ms = Vec::new();
     for f in files {
@@ -46,20 +88,8 @@ pub fn load(files: &[PathBuf], force: bool) -> Result<Vec<Member>, (Code, String
             offset_ns: 0,
         });
     }
-    if !force {
-        let first = job_key(&ms[0].a);
-        if let Some(m) = ms.iter().find(|m| job_key(&m.a) != first) {
-            return Err((
-                exit::USAGE,
-                format!(
-                    "{} and {} are traces of different jobs ({first}; {}): add --force to merge them anyway",
-                    ms[0].path.display(),
-                    m.path.display(),
-                    job_key(&m.a)
-                ),
-            ));
-        }
-    }
+    check_together(ms.iter().map(|m| (m.path.as_path(), &m.a.header)), force)
+        .map_err(|why| (exit::USAGE, why))?;
     ms.sort_by_key(|m| m.a.header.start_unix_ns);
     let t0 = ms[0].a.header.start_unix_ns;
     for m in &mut ms {

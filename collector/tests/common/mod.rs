@@ -372,8 +372,8 @@ pub fn export_several(
         .unwrap()
 }
 
-/// A trace of another job (43) beside `a` is refused in one line, and nothing is written.
-pub fn assert_other_job_refused(dir: &cli::TempDir, a: &std::path::Path, format: &str) {
+/// A trace of another job (43) beside `a`, or `a` twice, is refused in one line, and nothing is written.
+pub fn assert_refused_together(dir: &cli::TempDir, a: &std::path::Path, format: &str) {
     let c = dir.file(
         "c.vtrace",
         &node_trace(
@@ -386,5 +386,10 @@ pub fn assert_other_job_refused(dir: &cli::TempDir, a: &std::path::Path, format:
     );
     let out = dir.0.join(format!("mixed.{format}"));
     cli::assert_usage_error(&export_several(&[a, &c], format, &out), "different jobs");
+    assert!(!out.exists());
+    // Twice the same trace would count everything in it twice: refused, even with --force.
+    let copy = dir.0.join("copy.vtrace");
+    std::fs::copy(a, &copy).unwrap();
+    cli::assert_usage_error(&export_several(&[a, &copy], format, &out), "same trace");
     assert!(!out.exists());
 }

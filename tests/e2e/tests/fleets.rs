@@ -159,6 +159,14 @@ fn two_hosts_merge_into_one_job() {
         err.contains("different jobs") && err.contains("--force"),
         "{err}"
     );
+    // The same trace twice would count everything twice: refused, even with --force.
+    for extra in [&[][..], &["--force"][..]] {
+        let out = report(&[&a, &b, &a], extra);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("are the same trace"), "{err}");
+    }
     let out = report(&[&a, &c], &["--json", "--force"]);
     assert!(out.status.success());
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
