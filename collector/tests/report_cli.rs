@@ -375,3 +375,38 @@ assert sorted(l["pid"] for l in hosts) == [21, 22], d["live_at_end"]
 "#,
     );
 }
+
+#[test]
+fn several_traces_say_which_one_is_partial() {
+    // The job's totals are of what its traces hold: a trace cut short says so in the job's summary, not only in
+    // its own part.
+    let dir = TempDir::new("fleet-partial");
+    let (a, b) = two_node_traces(&dir);
+    let bytes = std::fs::read(&b).unwrap();
+    std::fs::write(&b, &bytes[..bytes.len() - 3]).unwrap();
+    let run = |json: bool| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_vramtrace"));
+        c.arg("report").arg(&a).arg(&b);
+        if json {
+            c.arg("--json");
+        }
+        c.output().unwrap()
+    };
+    let out = run(true);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    python_check(
+        &out.stdout,
+        r#"
+job = d["job"]
+assert job["partial"] is True, job
+assert job["hosts"][0]["partial"] is None, job["hosts"]
+assert "cut short" in job["hosts"][1]["partial"], job["hosts"]
+"#,
+    );
+    let t = text(&run(false).stdout);
+    let summary = t.split("\n==").next().unwrap();
+    assert!(
+        summary.contains("node-b") && summary.contains("    PARTIAL: "),
+        "{summary}"
+    );
+}

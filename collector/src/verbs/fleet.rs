@@ -182,6 +182,10 @@ pub fn report_text(ms: &[Member]) -> String {
             m.path.display()
         )
         .ok();
+        // The job's totals take what this trace holds: say it is not all there was.
+        if let Some(why) = &m.a.stopped {
+            writeln!(o, "    PARTIAL: {why}").ok();
+        }
         for d in m.a.devices.iter().filter(|d| d.peak_bytes > 0) {
             writeln!(
                 o,
@@ -288,6 +292,7 @@ pub fn report_json(ms: &[Member]) -> String {
             ("offset_ns", m.offset_ns.into()),
             ("processes", (m.a.processes.len() as u64).into()),
             ("peak_bytes_sum", gpu_peaks(&m.a).into()),
+            ("partial", m.a.stopped.clone().into()),
         ]));
         traces.push(full);
     }
@@ -307,6 +312,7 @@ pub fn report_json(ms: &[Member]) -> String {
             "job",
             J::O(vec![
                 ("key", job_key(&ms[0].a).into()),
+                ("partial", ms.iter().any(|m| m.a.partial).into()),
                 ("start_unix_ns", ms[0].a.header.start_unix_ns.into()),
                 ("duration_ns", t.duration_ns.into()),
                 ("hosts", J::A(hosts_j)),
