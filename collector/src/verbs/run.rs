@@ -187,6 +187,10 @@ impl Prepared {
             bail!("--torch-history needs the Python bridge, which --python-agent off turns off");
         }
         let mut file = open_out(&out, args.force)?;
+        let mut made = Made {
+            path: out.clone(),
+            keep: false,
+        };
         // Traces of one job (one per node) merge in `report`; the `job` label of `--metrics`.
         let job = crate::live::job_name(args.job_name.as_deref());
         if let Some((name, from)) = &job {
@@ -269,6 +273,7 @@ impl Prepared {
             }
             None => None,
         };
+        made.keep = true;
         Ok(Prepared {
             shim,
             out,
@@ -632,6 +637,21 @@ fn default_out(command: &[OsString]) -> PathBuf {
         })
         .collect();
     PathBuf::from(format!("vramtrace-{prog}-{}.vtrace", std::process::id()))
+}
+
+/// The trace file a run made, removed if the run fails before it starts (a bad `--metrics` address, a socket it
+/// cannot bind): left empty, it would make the next run with the same `--out` refuse ("already exists").
+struct Made {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// Opens the trace (or an export) for writing. An existing file is kept unless `--force`: nothing the user

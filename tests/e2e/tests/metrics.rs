@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use vramtrace_collector::live::http::{get, get_with};
+use vramtrace_e2e::traced::vramtrace;
 use vramtrace_e2e::{FakeCuda, MIB};
 
 mod common;
@@ -422,4 +423,43 @@ fn the_grafana_dashboard_queries_only_metrics_the_server_exports() {
     ] {
         assert!(named.contains(n), "the dashboard does not show {n}");
     }
+}
+
+#[test]
+fn a_run_that_cannot_start_leaves_no_trace_file_behind() {
+    // A bad --metrics address is found after the trace file was made: the file goes, so that the same command,
+    // corrected, is not refused for an existing --out.
+    let dir = std::env::temp_dir().join(format!("vramtrace-e2e-nostart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("t.vtrace");
+    let run = |metrics: Option<&str>| {
+        let mut c = Command::new(vramtrace());
+        c.arg("run").arg("-q").arg("--out").arg(&out);
+        if let Some(m) = metrics {
+            c.args(["--metrics", m]);
+        }
+        c.args(["--", "true"]).output().unwrap()
+    };
+    let bad = run(Some("256.0.0.1:9"));
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--metrics 256.0.0.1:9"), "{err}");
+    assert!(
+        !out.exists(),
+        "a run that never started left {}",
+        out.display()
+    );
+    let good = run(None);
+    assert!(
+        good.status.success(),
+        "{}",
+        String::from_utf8_lossy(&good.stderr)
+    );
+    assert!(out.exists());
+    // An existing file the user gave is still kept when a run refuses to start.
+    let kept = std::fs::metadata(&out).unwrap().len();
+    assert_eq!(run(Some("256.0.0.1:9")).status.code(), Some(2));
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), kept);
+    let _ = std::fs::remove_dir_all(&dir);
 }
