@@ -639,12 +639,20 @@ impl Conn {
             self.drain(trace, false);
             match self.ring.as_mut() {
                 Some(d) => {
-                    let mut floor = d.last_ts.max(d.promised);
+                    // Not in the ring's causal order: the drain above took what other threads published
+                    // after this record was stamped (its thread waits for our answer, theirs go on). Held
+                    // only across the clocks' error.
+                    let mut hold = Hold {
+                        last: d.last_ts,
+                        promised: d.promised,
+                        now: mono_ns(),
+                        most: Some(SOCKET_HOLD_NS),
+                    };
                     let mut held = Vec::with_capacity(frames.len());
                     for (k, payload) in codec::frames(&frames) {
-                        hold_frame(&mut held, k, payload, &mut floor);
+                        hold_frame(&mut held, k, payload, &mut hold);
                     }
-                    d.last_ts = floor;
+                    d.last_ts = hold.last;
                     held
                 }
                 None => frames,
@@ -743,9 +751,15 @@ impl Conn {
                     codec::put_events(out, pid, batch);
                     batch.clear();
                 }
-                let mut floor = (*last_ts).max(*promised);
-                blob_into(out, bytes, &mut goodbye, &mut floor);
-                *last_ts = floor;
+                // In the ring's causal order, like the events around it.
+                let mut hold = Hold {
+                    last: *last_ts,
+                    promised: *promised,
+                    now: promise,
+                    most: None,
+                };
+                blob_into(out, bytes, &mut goodbye, &mut hold);
+                *last_ts = hold.last;
             }
         };
         let taken = consumer.drain(dead, &mut take);
@@ -901,7 +915,7 @@ fn maps_inode(pid: u32, ino: u64) -> bool {
 }
 
 /// Appends a blob from a ring to `out` if it is whole frames; a goodbye is held back (its time kept).
-fn blob_into(out: &mut Vec<u8>, bytes: &[u8], goodbye: &mut Option<u64>, floor: &mut u64) {
+fn blob_into(out: &mut Vec<u8>, bytes: &[u8], goodbye: &mut Option<u64>, hold: &mut Hold) {
     let mut split = FrameSplitter::new();
     split.push(bytes);
     match split.whole() {
@@ -915,28 +929,62 @@ fn blob_into(out: &mut Vec<u8>, bytes: &[u8], goodbye: &mut Option<u64>, floor: 
             }
             continue;
         }
-        hold_frame(out, k, payload, floor);
+        hold_frame(out, k, payload, hold);
+    }
+}
+
+/// How far a record that came on the socket may be held later than its own time: the clocks' error (its
+/// CLOCK_MONOTONIC against events' converted ticks, tens of ns), with room to spare, and far less than the
+/// milliseconds by which other threads' events drained before it may be later than it.
+const SOCKET_HOLD_NS: u64 = 5_000;
+
+/// Where a process's records with a time of their own are held (`hold_frame`).
+struct Hold {
+    /// The latest time of the process's entries written so far.
+    last: u64,
+    /// Its last promise: nothing of it may go before.
+    promised: u64,
+    /// The collector's clock when the records were taken: a time past it (and the margin) is not this clock's.
+    now: u64,
+    /// The most a record is moved later to stay behind `last` (`None`: as far as it takes, for records in the
+    /// ring's causal order).
+    most: Option<u64>,
+}
+
+impl Hold {
+    /// `ts` held, and the hold raised to it. A time on another clock (far ahead of ours: a caller's own, through
+    /// the bridge) is left as it is and raises nothing, so it cannot drag the process's later entries along.
+    fn record(&mut self, ts: u64) -> u64 {
+        if ts > self.now.saturating_add(CLOCK_MARGIN_NS) {
+            return ts;
+        }
+        let behind = match self.most {
+            Some(m) => self.last.min(ts.saturating_add(m)),
+            None => self.last,
+        };
+        let t = ts.max(behind).max(self.promised);
+        self.last = self.last.max(t);
+        t
     }
 }
 
 /// One frame of a process into `out`. A record with a time of its own (an out-of-memory record, a note, the
-/// bridge's, a context torn down) is held at no less than `floor`, which each such time raises: a process's
-/// entries keep the order it made them in, though its events carry counter ticks the collector converts and
-/// these records CLOCK_MONOTONIC, a few ns apart (an out-of-memory record never goes before its failed
-/// allocation).
-fn hold_frame(out: &mut Vec<u8>, k: u8, payload: &[u8], floor: &mut u64) {
+/// bridge's, a context torn down) is held (`Hold::record`): a process's entries keep the order it made them in,
+/// though its events carry counter ticks the collector converts and these records CLOCK_MONOTONIC, a few ns
+/// apart (an out-of-memory record never goes before its failed allocation).
+fn hold_frame(out: &mut Vec<u8>, k: u8, payload: &[u8], hold: &mut Hold) {
     if matches!(
         k,
         kind::OOM | kind::NOTE | kind::FRAMEWORK_SAMPLE | kind::BRIDGE | kind::CONTEXT_GONE
     ) {
         if let Ok(Some(mut r)) = codec::decode_record(k, payload) {
             if let Some(ts) = r.process_time_mut() {
-                if *ts < *floor {
-                    *ts = *floor;
+                let held = hold.record(*ts);
+                if held != *ts {
+                    *ts = held;
                     codec::put_record(out, &r);
                     return;
                 }
-                *floor = *ts;
             }
         }
     }
@@ -1022,8 +1070,14 @@ mod tests {
         );
         codec::put_record(&mut blob, &note(250, "after"));
         codec::put_record(&mut blob, &Record::Goodbye { pid: 7, ts_ns: 50 });
-        let (mut out, mut floor, mut goodbye) = (Vec::new(), 200, None);
-        blob_into(&mut out, &blob, &mut goodbye, &mut floor);
+        let mut hold = Hold {
+            last: 200,
+            promised: 0,
+            now: 1_000,
+            most: None,
+        };
+        let (mut out, mut goodbye) = (Vec::new(), None);
+        blob_into(&mut out, &blob, &mut goodbye, &mut hold);
         let times: Vec<(u8, u64)> = codec::frames(&out)
             .map(|(k, p)| {
                 let mut r = codec::decode_record(k, p).unwrap().unwrap();
@@ -1038,7 +1092,31 @@ mod tests {
                 (kind::NOTE, 300)
             ]
         );
-        assert_eq!(floor, 300);
+        assert_eq!(hold.last, 300);
         assert_eq!(goodbye, Some(50), "the goodbye is held where it is written");
+    }
+
+    #[test]
+    fn a_record_from_the_socket_is_held_only_across_the_clocks_error() {
+        // An out-of-memory record comes on the socket after a drain that took other threads' later events: held
+        // behind them by at most SOCKET_HOLD_NS, never behind its process's promise.
+        let mut h = Hold {
+            last: 9_000_000,
+            promised: 100,
+            now: 10_000_000,
+            most: Some(SOCKET_HOLD_NS),
+        };
+        assert_eq!(h.record(1_000_000), 1_000_000 + SOCKET_HOLD_NS);
+        assert_eq!(h.record(8_999_990), 9_000_000, "a few ns behind: held");
+        h.promised = 20_000;
+        assert_eq!(h.record(50), 20_000, "never before the promise");
+        assert_eq!(h.last, 9_000_000);
+        // A time on another clock, far ahead: left alone, and the process's later entries are not dragged.
+        let far = 1_795_392_033_881_848_015;
+        assert_eq!(h.record(far), far);
+        assert_eq!(h.last, 9_000_000);
+        // In the ring's order (no bound), held as far as it takes.
+        h.most = None;
+        assert_eq!(h.record(1_000_000), 9_000_000);
     }
 }

@@ -24,7 +24,8 @@ pub const SAMPLE_VALUES: usize = 7;
 
 /// A framework allocator's figures for one device. `values`: allocated, reserved, active, inactive split,
 /// requested, allocation retries, out-of-memory count (`n` of them; missing ones are 0, extra ones ignored).
-/// `ts_ns`: CLOCK_MONOTONIC when they were read, or 0 for now.
+/// `ts_ns`: CLOCK_MONOTONIC when they were read, or 0 for now. A time ahead of now is not that clock's (a caller's
+/// wall time, say): now instead, so that it cannot place the sample, or hold anything after it, in the future.
 pub unsafe fn sample(framework: u32, device: u32, values: *const u64, n: u32, ts_ns: u64) -> c_int {
     let framework = match framework {
         1 => Framework::Torch,
@@ -41,7 +42,14 @@ pub unsafe fn sample(framework: u32, device: u32, values: *const u64, n: u32, ts
     }
     let rec = Record::FrameworkSample(FrameworkSample {
         pid: std::process::id(),
-        ts_ns: if ts_ns == 0 { record::now() } else { ts_ns },
+        ts_ns: {
+            let now = record::now();
+            if ts_ns == 0 || ts_ns > now {
+                now
+            } else {
+                ts_ns
+            }
+        },
         framework,
         device,
         allocated: v[0],

@@ -106,11 +106,11 @@ fn capture(s: &settings::Settings) -> u32 {
                     None if s.stacks_native => native(&mut l.chains, sp, &mut ips),
                     None => (0, None),
                 };
+                // Whether the stack is the native frames alone, read before `intern` (which takes `py` when
+                // the stack is new).
+                let plain = py.is_empty();
                 let id = intern(rec, table, &mut l.ids, &ips[..n], &mut py);
-                if let Some(c) = chain
-                    .filter(|_| py.is_empty())
-                    .map(|i| &mut l.chains.chains[i])
-                {
+                if let Some(c) = chain.filter(|_| plain).map(|i| &mut l.chains.chains[i]) {
                     (c.id, c.owner) = (id, owner);
                 }
                 id

@@ -197,7 +197,12 @@ pub fn c_program(name: &str) -> PathBuf {
     }
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../programs/c/{name}.c"));
     let out = scratch_dir().join(name);
-    compile_c(&src, &out, &["-O1", "-Wall"], &["-lcuda", "-lpthread"]);
+    compile_c(
+        &src,
+        &out,
+        &["-O1", "-Wall"],
+        &["-lcuda", "-lpthread", "-ldl"],
+    );
     built.push((name.to_string(), out.clone()));
     out
 }

@@ -7,18 +7,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext;
+#include "driver.h"
 #define CUDA_SUCCESS 0
-
-/* The driver's exported names (cuda.h maps cuMemAlloc onto cuMemAlloc_v2). */
-CUresult cuInit(unsigned int flags);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
-CUresult cuCtxSetCurrent(CUcontext ctx);
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
-CUresult cuMemFree_v2(CUdeviceptr dptr);
 
 static CUcontext ctx;
 static CUdeviceptr first;

@@ -11,16 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef void *CUcontext;
-
-CUresult cuInit(unsigned int flags);
-CUresult cuDeviceGet(CUdevice *device, int ordinal);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
-CUresult cuCtxSetCurrent(CUcontext ctx);
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
+#include "driver.h"
 
 typedef unsigned int nvmlReturn_t;
 typedef struct nvmlDevice_st *nvmlDevice_t;
