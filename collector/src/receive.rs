@@ -973,10 +973,7 @@ impl Hold {
 /// though its events carry counter ticks the collector converts and these records CLOCK_MONOTONIC, a few ns
 /// apart (an out-of-memory record never goes before its failed allocation).
 fn hold_frame(out: &mut Vec<u8>, k: u8, payload: &[u8], hold: &mut Hold) {
-    if matches!(
-        k,
-        kind::OOM | kind::NOTE | kind::FRAMEWORK_SAMPLE | kind::BRIDGE | kind::CONTEXT_GONE
-    ) {
+    if Record::has_process_time(k) {
         if let Ok(Some(mut r)) = codec::decode_record(k, payload) {
             if let Some(ts) = r.process_time_mut() {
                 let held = hold.record(*ts);

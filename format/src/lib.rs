@@ -290,6 +290,16 @@ pub enum Record {
 }
 
 impl Record {
+    /// Whether records of frame kind `k` carry a time their process stamped ([`Record::process_time_mut`]):
+    /// a reader can tell without decoding the frame.
+    pub fn has_process_time(k: u8) -> bool {
+        use codec::kind;
+        matches!(
+            k,
+            kind::OOM | kind::NOTE | kind::FRAMEWORK_SAMPLE | kind::BRIDGE | kind::CONTEXT_GONE
+        )
+    }
+
     /// The time of a record a process stamps itself and sends whole (an out-of-memory record, a note, the
     /// bridge's records, a context torn down); `None` for the others (events carry their own, the collector
     /// writes the rest).
@@ -614,6 +624,40 @@ pub struct TraceHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kinds_said_to_carry_a_process_time_are_those_whose_records_do() {
+        let recs = [
+            Record::Note {
+                pid: 1,
+                ts_ns: 5,
+                text: "n".into(),
+            },
+            Record::ContextGone {
+                pid: 1,
+                ts_ns: 5,
+                device: 0,
+                how: "h".into(),
+            },
+            Record::Goodbye { pid: 1, ts_ns: 5 },
+            Record::Tick { pid: 1, ts_ns: 5 },
+            Record::Dropped {
+                pid: 1,
+                ts_ns: 5,
+                count: 1,
+            },
+        ];
+        for mut r in recs {
+            let mut buf = Vec::new();
+            codec::put_record(&mut buf, &r);
+            let (k, _) = codec::frames(&buf).next().unwrap();
+            assert_eq!(
+                Record::has_process_time(k),
+                r.process_time_mut().is_some(),
+                "kind {k}"
+            );
+        }
+    }
 
     #[test]
     fn wait_statuses_read_as_the_shell_reads_them() {
