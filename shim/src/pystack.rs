@@ -208,6 +208,16 @@ struct Found {
 /// `None` (no Python in the process) or what was found: a leaked box, published once.
 static FOUND: AtomicPtr<Option<Found>> = AtomicPtr::new(std::ptr::null_mut());
 
+/// The process was looked at and has no Python: a capture need not call the walker at all (the common case of
+/// the default settings in a native program, on every allocation of 1 MiB or more).
+#[inline]
+#[link_section = ".vramtrace.hot"]
+pub fn known_absent() -> bool {
+    let p = FOUND.load(Ordering::Acquire);
+    // SAFETY: published boxes are never freed.
+    !p.is_null() && unsafe { (*p).is_none() }
+}
+
 const PENDING: u8 = 0;
 const VALID: u8 = 1;
 const FAILED: u8 = 2;

@@ -82,7 +82,8 @@ fn capture(s: &settings::Settings) -> u32 {
         let l = unsafe { &mut *p };
         let mut py = std::mem::take(&mut l.python);
         py.clear();
-        if s.stacks_python && !table.python_off.load(Ordering::Relaxed) {
+        if s.stacks_python && !table.python_off.load(Ordering::Relaxed) && !pystack::known_absent()
+        {
             python(rec, table, &mut py);
         }
         let owner = table as *const Table as usize;
