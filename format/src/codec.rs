@@ -111,34 +111,74 @@ struct Cursor<'a> {
     pos: usize,
 }
 
+/// A varint of up to 8 bytes from the 8 bytes `word` starts with (little-endian): its value and length, or None
+/// when it is longer. Why: nearly every field of an event is such a varint; its length comes from the first byte
+/// without a continuation bit, and its 7-bit groups are joined by three shifts, with no loop.
+#[inline(always)]
+fn word_varint(word: u64) -> Option<(u64, usize)> {
+    if word & 0x80 == 0 {
+        return Some((word & 0x7f, 1));
+    }
+    let ends = !word & 0x8080_8080_8080_8080;
+    if ends == 0 {
+        return None;
+    }
+    // Every bit up to the end byte's top bit: the varint's bytes.
+    let x = word & (ends ^ (ends - 1)) & 0x7f7f_7f7f_7f7f_7f7f;
+    let x = ((x & 0x7f00_7f00_7f00_7f00) >> 1) | (x & 0x007f_007f_007f_007f);
+    let x = ((x & 0x3fff_0000_3fff_0000) >> 2) | (x & 0x0000_3fff_0000_3fff);
+    let x = ((x & 0x0fff_ffff_0000_0000) >> 4) | (x & 0x0000_0000_0fff_ffff);
+    Some((x, (ends.trailing_zeros() / 8 + 1) as usize))
+}
+
+/// Bytes an event takes at most (nine varints of 10 bytes and two bytes), plus the 8 a word read looks at: from
+/// an event's start with this many left, no read of it can pass the payload's end.
+const EVENT_WINDOW: usize = 9 * 10 + 2 + 8;
+
 impl<'a> Cursor<'a> {
     #[inline]
     fn varint(&mut self) -> Result<u64, DecodeError> {
-        // Where 8 bytes follow, a varint of up to 8 bytes (56 bits: every field of an event but a rare far jump)
-        // is read as one word: its length from the first byte without a continuation bit, its 7-bit groups
-        // joined by three shifts. Nearly every field is 1 byte, so that case goes first.
         if let Some(b) = self.bytes.get(self.pos..self.pos + 8) {
-            let word = u64::from_le_bytes(b.try_into().expect("8 bytes"));
-            if word & 0x80 == 0 {
-                self.pos += 1;
-                return Ok(word & 0x7f);
-            }
-            let ends = !word & 0x8080_8080_8080_8080;
-            if ends != 0 {
-                let len = (ends.trailing_zeros() / 8 + 1) as usize;
-                let x = if len == 8 {
-                    word
-                } else {
-                    word & ((1u64 << (8 * len)) - 1)
-                } & 0x7f7f_7f7f_7f7f_7f7f;
-                let x = ((x & 0x7f00_7f00_7f00_7f00) >> 1) | (x & 0x007f_007f_007f_007f);
-                let x = ((x & 0x3fff_0000_3fff_0000) >> 2) | (x & 0x0000_3fff_0000_3fff);
-                let x = ((x & 0x0fff_ffff_0000_0000) >> 4) | (x & 0x0000_0000_0fff_ffff);
+            if let Some((x, len)) = word_varint(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            {
                 self.pos += len;
                 return Ok(x);
             }
         }
         self.varint_slow()
+    }
+
+    /// [`Cursor::varint`] without its bounds check, for a field of an event that started with at least
+    /// [`EVENT_WINDOW`] bytes left.
+    #[inline(always)]
+    fn varint_in_window(&mut self) -> Result<u64, DecodeError> {
+        debug_assert!(self.pos + 8 <= self.bytes.len());
+        // SAFETY: the event began with EVENT_WINDOW bytes left and its fields before this one took at most
+        // 8 * 10 + 2 bytes (a varint is at most 10 long: `varint_slow` fails past that), so 8 remain at `pos`.
+        let word = u64::from_le(unsafe {
+            self.bytes
+                .as_ptr()
+                .add(self.pos)
+                .cast::<u64>()
+                .read_unaligned()
+        });
+        match word_varint(word) {
+            Some((x, len)) => {
+                self.pos += len;
+                Ok(x)
+            }
+            None => self.varint_slow(),
+        }
+    }
+
+    /// [`Cursor::byte`] without its bounds check, as [`Cursor::varint_in_window`].
+    #[inline(always)]
+    fn byte_in_window(&mut self) -> u8 {
+        debug_assert!(self.pos < self.bytes.len());
+        // SAFETY: as in `varint_in_window`.
+        let b = unsafe { *self.bytes.get_unchecked(self.pos) };
+        self.pos += 1;
+        b
     }
 
     #[cold]
@@ -236,18 +276,30 @@ pub fn decode_events_of(
     }
     into.reserve(n as usize);
     let (mut ts, mut tid, mut addr, mut aux) = (0u64, 0u32, 0u64, 0u64);
+    // One event's fields, read by `$v` (varints) and `$b` (bytes).
+    macro_rules! fields {
+        ($c:ident, $v:ident, $b:expr) => {{
+            ts = ts.wrapping_add(unzigzag($c.$v()?) as u64);
+            tid = tid.wrapping_add(unzigzag($c.$v()?) as u32);
+            let api_byte = $b;
+            let api = Api::from_u8(api_byte).ok_or(DecodeError::BadApi(api_byte))?;
+            let flags = $b;
+            let device = ($c.$v()? as u32).wrapping_sub(1);
+            let result = $c.$v()? as u32;
+            addr = addr.wrapping_add(unzigzag($c.$v()?) as u64);
+            let size = $c.$v()?;
+            aux = aux.wrapping_add(unzigzag($c.$v()?) as u64);
+            let stack = if stacks { $c.$v()? as u32 } else { 0 };
+            (api, flags, device, result, size, stack)
+        }};
+    }
     for _ in 0..n {
-        ts = ts.wrapping_add(unzigzag(c.varint()?) as u64);
-        tid = tid.wrapping_add(unzigzag(c.varint()?) as u32);
-        let api_byte = c.byte()?;
-        let api = Api::from_u8(api_byte).ok_or(DecodeError::BadApi(api_byte))?;
-        let flags = c.byte()?;
-        let device = (c.varint()? as u32).wrapping_sub(1);
-        let result = c.varint()? as u32;
-        addr = addr.wrapping_add(unzigzag(c.varint()?) as u64);
-        let size = c.varint()?;
-        aux = aux.wrapping_add(unzigzag(c.varint()?) as u64);
-        let stack = if stacks { c.varint()? as u32 } else { 0 };
+        // Far from the end (nearly every event): no bounds check per field.
+        let (api, flags, device, result, size, stack) = if c.remaining() >= EVENT_WINDOW {
+            fields!(c, varint_in_window, c.byte_in_window())
+        } else {
+            fields!(c, varint, c.byte()?)
+        };
         into.push(Event {
             ts_ns: ts,
             tid,
@@ -613,6 +665,10 @@ mod tests {
             aux: 0,
             ..evs[1]
         });
+        // The extremes again far from the end, where fields are read without bounds checks.
+        let ends = evs[500..].to_vec();
+        evs.splice(0..0, ends.iter().copied());
+        evs.splice(250..250, ends);
         let mut buf = Vec::new();
         put_events(&mut buf, 77, &evs);
         let (k, payload) = frames(&buf).next().unwrap();
@@ -865,6 +921,15 @@ mod tests {
                 };
                 assert_eq!(c.varint(), Ok(v), "{v:#x} with {} bytes after", tail.len());
                 assert_eq!(c.pos, len, "{v:#x}");
+                if bytes.len() >= 8 {
+                    // The unchecked path inside an event's window reads the same.
+                    let mut c = Cursor {
+                        bytes: &bytes,
+                        pos: 0,
+                    };
+                    assert_eq!(c.varint_in_window(), Ok(v), "{v:#x} in a window");
+                    assert_eq!(c.pos, len, "{v:#x} in a window");
+                }
             }
             // Cut short: an error, never a value.
             for cut in 0..len {
