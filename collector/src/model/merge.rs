@@ -453,9 +453,6 @@ impl Merge {
             if !open(k.ts) && !force {
                 return None;
             }
-            // What may not be reached: the second-smallest entry. The top stays in place and is replaced below
-            // (one sift instead of a pop and a push).
-            let stop = self.heap.second();
             match src {
                 Src::Rec(i) => {
                     self.heap.pop();
@@ -464,30 +461,30 @@ impl Merge {
                     return Some(Out::Rec(k.what, self.recs[i], k.ts));
                 }
                 Src::Run(r) => {
-                    let run = &mut self.runs[r];
-                    let mut forced = 0;
-                    let last = run.take_while(buf, |k, n| {
-                        if n >= SEGMENT
-                            || !((k.ts < stop.ts || *k < stop) && (open(k.ts) || (force && n == 0)))
-                        {
-                            return false;
+                    // The top event goes: it is the smallest entry waiting. When processes interleave finely the
+                    // run's next event is then behind another source's, so this is the whole step: the next
+                    // front goes back into the tree (one replay of its path). Only a run still on top after that
+                    // looks up the runner-up and sweeps everything below it at once.
+                    let (mut n, mut forced, mut last) =
+                        self.runs[r].take_below(buf, &Key::MAX, limit, force, 1);
+                    let slot = self.runs[r].slot;
+                    let mut on_top = self.put_back(r);
+                    while on_top && n < SEGMENT {
+                        let stop = self.heap.second();
+                        let (m, f, l) =
+                            self.runs[r].take_below(buf, &stop, limit, false, SEGMENT - n);
+                        if m == 0 {
+                            break;
                         }
-                        forced += !open(k.ts) as u64;
-                        true
-                    });
+                        n += m;
+                        forced += f;
+                        last = l;
+                        on_top = self.put_back(r);
+                    }
                     self.forced += forced;
-                    let n = buf.len() - first;
                     self.buffered -= n;
                     if let Some(last) = last {
                         self.last = Some(last);
-                    }
-                    let slot = run.slot;
-                    match run.front_key() {
-                        Some(k) => self.heap.replace_top(k, Src::Run(r)),
-                        None => {
-                            self.heap.pop();
-                            self.retire(r);
-                        }
                     }
                     if n == 0 {
                         continue;
@@ -495,6 +492,8 @@ impl Merge {
                     return Some(Out::Events(slot, n));
                 }
                 Src::Spill(i) => {
+                    // What may not be reached: the second-smallest entry.
+                    let stop = self.heap.second();
                     let mut slot = None;
                     while let Some(&(k, s, e)) = self.spill_peek(i) {
                         let same = slot.is_none_or(|x| x == s);
@@ -522,6 +521,23 @@ impl Merge {
                         None => continue,
                     }
                 }
+            }
+        }
+    }
+
+    /// Run `r`, on top, handed out its front: its next front replaces it in the tree (or the run leaves it).
+    /// Whether the run is still on top.
+    #[inline]
+    fn put_back(&mut self, r: usize) -> bool {
+        match self.runs[r].front_key() {
+            Some(k) => {
+                self.heap.replace_top(k, Src::Run(r));
+                matches!(self.heap.peek(), Some((_, Src::Run(t))) if t == r)
+            }
+            None => {
+                self.heap.pop();
+                self.retire(r);
+                false
             }
         }
     }

@@ -88,37 +88,55 @@ impl Run {
         self.segs.push_back(Seg { ev, pos: 0, seqs });
     }
 
-    /// Hands the next events to `out` while `take` (given each one's key and how many this call has handed out
-    /// before it) accepts them. The key of the last one handed out, if any.
-    #[inline]
-    pub fn take_while(
+    /// Hands the next events to `out` while they are
+    /// below `stop` (compared by time, the whole key only on a tie) and below `limit` (`u64::MAX`: no limit; with
+    /// `force` the first goes regardless), at most `max`. Returns how many went, how many of them were at or past
+    /// `limit`, and the last one's key. Inlined: when processes interleave finely this runs once per event.
+    #[inline(always)]
+    pub fn take_below(
         &mut self,
         out: &mut Vec<Event>,
-        mut take: impl FnMut(&Key, usize) -> bool,
-    ) -> Option<Key> {
-        let mut n = 0;
-        let mut last = None;
+        stop: &Key,
+        limit: u64,
+        force: bool,
+        max: usize,
+    ) -> (usize, u64, Option<Key>) {
+        let (mut n, mut forced, mut last) = (0usize, 0u64, None);
         while let Some(s) = self.segs.front_mut() {
             let start = s.pos;
             let mut i = start;
-            while i < s.ev.len() {
-                let k = Key::event(self.pid, s.seqs.at(i), &s.ev[i]);
-                if !take(&k, n) {
+            while i < s.ev.len() && n < max {
+                let e = &s.ev[i];
+                let below = e.ts_ns < stop.ts
+                    || (e.ts_ns == stop.ts && Key::event(self.pid, s.seqs.at(i), e) < *stop);
+                if !below {
                     break;
                 }
-                last = Some(k);
+                let open = limit == u64::MAX || e.ts_ns < limit;
+                if !(open || (force && n == 0)) {
+                    break;
+                }
+                forced += !open as u64;
                 n += 1;
                 i += 1;
             }
-            out.extend_from_slice(&s.ev[start..i]);
-            self.len -= i - start;
-            s.pos = i;
+            if i > start {
+                last = Some(Key::event(self.pid, s.seqs.at(i - 1), &s.ev[i - 1]));
+                if i - start == 1 {
+                    // One event, the common case: no call to copy it.
+                    out.push(s.ev[start]);
+                } else {
+                    out.extend_from_slice(&s.ev[start..i]);
+                }
+                self.len -= i - start;
+                s.pos = i;
+            }
             if i < s.ev.len() {
                 break;
             }
             self.segs.pop_front();
         }
-        last
+        (n, forced, last)
     }
 
     /// Every waiting event with its key, in order, emptying the run.
@@ -165,19 +183,33 @@ pub(super) mod tests {
         assert_eq!(r.len(), 5);
         assert_eq!(r.back(), Some((5, 1)));
         let mut out = Vec::new();
-        let last = r.take_while(&mut out, |k, _| k.ts < 4).unwrap();
+        // Tied on time with the first event at 4: decided by the rest of the key.
+        let stop = Key {
+            ts: 4,
+            what: 0,
+            pid: 7,
+            tid: 1,
+            seq: 21,
+        };
+        let (n, forced, last) = r.take_below(&mut out, &stop, u64::MAX, false, usize::MAX);
+        let last = last.unwrap();
+        assert_eq!((n, forced), (3, 0));
         assert_eq!((last.ts, last.seq, last.pid), (3, 20, 7));
         assert_eq!(out.iter().map(|e| e.ts_ns).collect::<Vec<_>>(), [1, 2, 3]);
         assert_eq!(r.len(), 2);
         assert_eq!(r.front_key().map(|k| (k.ts, k.seq)), Some((4, 22)));
-        // The count of what was handed out before each one limits a call.
+        // At most `max`; a limit stops all but a forced first one, which is counted.
         out.clear();
-        assert!(r.take_while(&mut out, |_, n| n < 1).is_some());
-        assert_eq!(out.len(), 1);
+        assert_eq!(r.take_below(&mut out, &Key::MAX, 4, false, 5).0, 0);
+        let (n, forced, _) = r.take_below(&mut out, &Key::MAX, 4, true, 5);
+        assert_eq!((n, forced, out.len()), (1, 1, 1));
         let mut rest = Vec::new();
         r.drain(|k, e| rest.push((k.seq, e.ts_ns)));
         assert_eq!(rest, [(24, 5)]);
         assert!(r.is_empty() && r.front_key().is_none());
-        assert!(r.take_while(&mut out, |_, _| true).is_none());
+        assert!(r
+            .take_below(&mut out, &Key::MAX, u64::MAX, true, 9)
+            .2
+            .is_none());
     }
 }
