@@ -58,8 +58,9 @@ pub(super) struct Chunk {
 const CHUNK_EVENTS: usize = 16 << 10;
 const INPUT_EVENTS: usize = 16 << 10;
 const INPUT_ITEMS: usize = 512;
-/// Batches in flight each way.
-const IN_FLIGHT: usize = 4;
+/// Batches in flight each way: deep enough that the merge and the replay seldom wait on each other (see
+/// `decode::AHEAD`).
+const IN_FLIGHT: usize = 16;
 
 /// The merge's side: runs the inputs in order, gathers what comes out into chunks.
 pub(super) struct Stage {
