@@ -263,6 +263,18 @@ pub fn decode_events_of(
     payload: &[u8],
     into: &mut Vec<Event>,
 ) -> Result<u32, DecodeError> {
+    decode_events_with(kind, payload, into, true)
+}
+
+/// [`decode_events_of`]; `window`: read the fields of events far from the end without bounds checks (false: the
+/// checked reads throughout, the tests' reference).
+#[inline(always)]
+fn decode_events_with(
+    kind: u8,
+    payload: &[u8],
+    into: &mut Vec<Event>,
+    window: bool,
+) -> Result<u32, DecodeError> {
     let stacks = kind == self::kind::EVENTS_STACKS;
     let mut c = Cursor {
         bytes: payload,
@@ -295,7 +307,7 @@ pub fn decode_events_of(
     }
     for _ in 0..n {
         // Far from the end (nearly every event): no bounds check per field.
-        let (api, flags, device, result, size, stack) = if c.remaining() >= EVENT_WINDOW {
+        let (api, flags, device, result, size, stack) = if window && c.remaining() >= EVENT_WINDOW {
             fields!(c, varint_in_window, c.byte_in_window())
         } else {
             fields!(c, varint, c.byte()?)
@@ -893,6 +905,53 @@ mod tests {
             decode_events(&huge, &mut Vec::new()),
             Err(DecodeError::Short)
         );
+    }
+
+    #[test]
+    fn unchecked_reads_decode_any_bytes_as_the_checked_ones_do() {
+        // Long payloads (most events inside the unchecked window), corrupted at random: bits flipped, runs of
+        // continuation bytes (the longest varints), bytes cut. Values and errors both match the checked reads.
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut evs: Vec<Event> = (0..200).map(sample).collect();
+        for i in (0..200).step_by(17) {
+            evs[i].addr = u64::MAX - i as u64;
+            evs[i].size = u64::MAX >> (i % 7);
+        }
+        let mut buf = Vec::new();
+        put_events(&mut buf, 9, &evs);
+        let good = buf[5..].to_vec();
+        for k in [kind::EVENTS, kind::EVENTS_STACKS] {
+            for round in 0..3000 {
+                let mut p = good.clone();
+                match round % 3 {
+                    0 => {
+                        for _ in 0..1 + next() % 4 {
+                            let i = (next() % p.len() as u64) as usize;
+                            p[i] ^= 1 << (next() % 8);
+                        }
+                    }
+                    1 => {
+                        let i = (next() % p.len() as u64) as usize;
+                        let run = (1 + next() % 12) as usize;
+                        for b in p.iter_mut().skip(i).take(run) {
+                            *b |= 0x80;
+                        }
+                    }
+                    _ => p.truncate((next() % p.len() as u64) as usize),
+                }
+                let (mut fast, mut checked) = (Vec::new(), Vec::new());
+                let a = decode_events_with(k, &p, &mut fast, true);
+                let b = decode_events_with(k, &p, &mut checked, false);
+                assert_eq!(a, b, "round {round}, kind {k}");
+                assert_eq!(fast, checked, "round {round}, kind {k}");
+            }
+        }
     }
 
     #[test]
