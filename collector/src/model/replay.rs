@@ -652,8 +652,8 @@ impl<'t> Replay<'t> {
         }
     }
 
-    #[inline]
-    /// `size` bytes allocated on device `d` by process `s`.
+    /// `size` bytes allocated on device `d` by process `s`. Inlined (as `take`): once per event.
+    #[inline(always)]
     pub(super) fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32) {
         let on_host = self.devs[d].device == HOST_DEVICE;
         let dv = &mut self.devs[d];
@@ -691,7 +691,7 @@ impl<'t> Replay<'t> {
         pd.peak = pd.peak.max(pd.cur);
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn take(&mut self, s: usize, l: &Live, t: u64) {
         let d = l.dev as usize;
         let on_host = self.devs[d].device == HOST_DEVICE;
@@ -712,8 +712,9 @@ impl<'t> Replay<'t> {
         pd.cur = pd.cur.saturating_sub(l.size);
     }
 
-    /// Tells the tap of a change to allocation `l` (already applied).
-    #[inline]
+    /// Tells the tap of a change to allocation `l` (already applied). Inlined down to the check: a report has
+    /// no tap, and this is on every free's path.
+    #[inline(always)]
     pub(super) fn tap_live(
         &mut self,
         change: Change,
@@ -724,13 +725,26 @@ impl<'t> Replay<'t> {
         t: u64,
     ) {
         if self.tap.is_some() {
-            let stack = if l.site == NO_SITE {
-                0
-            } else {
-                self.cs.aggs[l.site as usize].stack
-            };
-            self.tap_step(change, s, l.dev as usize, handle, addr, l.size, stack, 0, t);
+            self.tap_live_now(change, s, handle, addr, l, t);
         }
+    }
+
+    #[cold]
+    fn tap_live_now(
+        &mut self,
+        change: Change,
+        s: usize,
+        handle: bool,
+        addr: u64,
+        l: &Live,
+        t: u64,
+    ) {
+        let stack = if l.site == NO_SITE {
+            0
+        } else {
+            self.cs.aggs[l.site as usize].stack
+        };
+        self.tap_step(change, s, l.dev as usize, handle, addr, l.size, stack, 0, t);
     }
 
     /// A successful `cuMemMap`/`cuMemUnmap`: the device and call site are the mapped handle's (a map names

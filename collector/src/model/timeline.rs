@@ -61,8 +61,8 @@ impl Default for TimelineBuilder {
 }
 
 impl TimelineBuilder {
-    /// The value becomes `v` at time `t` (ns from the trace start).
-    #[inline]
+    /// The value becomes `v` at time `t` (ns from the trace start). Inlined: once per event.
+    #[inline(always)]
     pub fn set(&mut self, t: u64, v: u64) {
         let t = t.max(self.last_t);
         self.last_t = t;
@@ -71,21 +71,28 @@ impl TimelineBuilder {
         let idx = if len > 0 && t < (len as u64).saturating_mul(self.width) {
             len - 1
         } else {
-            let mut idx = t / self.width;
-            while idx >= MAX_BUCKETS as u64 {
-                self.halve();
-                idx = t / self.width;
-            }
-            let idx = idx as usize;
-            while self.b.len() <= idx {
-                self.b.push((self.last_v, self.last_v));
-            }
-            idx
+            self.bucket_for(t)
         };
         let bucket = &mut self.b[idx];
         bucket.0 = bucket.0.max(v);
         bucket.1 = v;
         self.last_v = v;
+    }
+
+    /// The bucket of time `t`, past the last one: the buckets between are made (each holding the last value),
+    /// halving the resolution when there would be too many. Out of line: `set` stays small enough to inline.
+    #[inline(never)]
+    fn bucket_for(&mut self, t: u64) -> usize {
+        let mut idx = t / self.width;
+        while idx >= MAX_BUCKETS as u64 {
+            self.halve();
+            idx = t / self.width;
+        }
+        let idx = idx as usize;
+        while self.b.len() <= idx {
+            self.b.push((self.last_v, self.last_v));
+        }
+        idx
     }
 
     fn halve(&mut self) {
