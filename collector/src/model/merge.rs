@@ -93,7 +93,7 @@ struct SpillRun {
 /// addr u64, size u64, aux u64, stack u32.
 const SPILLED: usize = 66;
 /// The most events handed out at once.
-const SEGMENT: usize = 4096;
+pub(super) const SEGMENT: usize = 4096;
 /// Events read back from a spilled run at a time.
 const SPILL_BLOCK: usize = 1024;
 

@@ -20,7 +20,7 @@ use std::thread::Scope;
 use crossbeam_channel::{bounded, Receiver, Select, Sender};
 use vramtrace_format::Event;
 
-use super::merge::{Merge, Out};
+use super::merge::{Merge, Out, SEGMENT};
 
 /// What the intake asks of the merge, in its order.
 pub(super) enum Input {
@@ -153,7 +153,13 @@ impl Stage {
                 c.done = None;
                 c
             }
-            None => Chunk::default(),
+            // Made at its full size: grown by doubling, a chunk's events were copied about ten times over.
+            None => Chunk {
+                outs: Vec::with_capacity(CHUNK_EVENTS),
+                // A drain stops once the chunk holds CHUNK_EVENTS, after an entry of up to SEGMENT events.
+                events: Vec::with_capacity(CHUNK_EVENTS + SEGMENT),
+                done: None,
+            },
         };
         emit(std::mem::replace(&mut self.chunk, next));
     }
