@@ -132,8 +132,8 @@ impl Fronts {
         }
     }
 
-    /// Gives the top a new key (its source's next entry), in place.
-    #[inline]
+    /// Gives the top a new key (its source's next entry), in place. Inlined: once per event.
+    #[inline(always)]
     pub fn replace_top(&mut self, k: Key, src: Src) {
         if self.h.is_empty() {
             return;
@@ -152,7 +152,7 @@ impl Fronts {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn sift_down(&mut self, mut i: usize) {
         let n = self.h.len();
         let x = self.h[i];

@@ -442,8 +442,9 @@ impl Merge {
         outs.len() > before
     }
 
-    /// One entry or run of events, appended to `buf`.
-    #[inline]
+    /// One entry or run of events, appended to `buf`. Inlined into the batch's loop: once per event when
+    /// processes interleave finely.
+    #[inline(always)]
     fn step(&mut self, limit: u64, force: bool, buf: &mut Vec<Event>) -> Option<Out> {
         let limit = if self.finished { u64::MAX } else { limit };
         let open = |ts: u64| limit == u64::MAX || ts < limit;
@@ -527,7 +528,7 @@ impl Merge {
 
     /// Run `r`, on top, handed out its front: its next front replaces it in the tree (or the run leaves it).
     /// Whether the run is still on top.
-    #[inline]
+    #[inline(always)]
     fn put_back(&mut self, r: usize) -> bool {
         match self.runs[r].front_key() {
             Some(k) => {
