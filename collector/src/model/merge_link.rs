@@ -146,20 +146,23 @@ impl Stage {
         if self.chunk.outs.is_empty() {
             return;
         }
-        let next = match self.spent.as_ref().and_then(|r| r.try_recv().ok()) {
-            Some(mut c) => {
+        let next = match self.spent.as_ref().map(|r| r.try_recv()) {
+            Some(Ok(mut c)) => {
                 c.outs.clear();
                 c.events.clear();
                 c.done = None;
                 c
             }
-            // Made at its full size: grown by doubling, a chunk's events were copied about ten times over.
-            None => Chunk {
+            // On the thread, made at its full size: grown by doubling, a chunk's events were copied about ten
+            // times over.
+            Some(Err(_)) => Chunk {
                 outs: Vec::with_capacity(CHUNK_EVENTS),
                 // A drain stops once the chunk holds CHUNK_EVENTS, after an entry of up to SEGMENT events.
                 events: Vec::with_capacity(CHUNK_EVENTS + SEGMENT),
                 done: None,
             },
+            // Inline, a chunk goes after every input, however little it holds: made small.
+            None => Chunk::default(),
         };
         emit(std::mem::replace(&mut self.chunk, next));
     }
