@@ -35,7 +35,7 @@ const BATCH_EVENTS: usize = 16 << 10;
 const MAX_ITEMS: usize = 512;
 /// Batches the decoder may be ahead by. Why 16, not 4: on two cores the three threads (decode, merge, replay)
 /// take turns, and a deeper queue lets each run longer before it waits (the 10 M-event report about 6% faster;
-/// memory: at most 16 batches of about 1 MB).
+/// memory: 16 batches, each about 1 MB of events for typical frames).
 const AHEAD: usize = 16;
 
 /// Reads `reader` to its end (or its first corrupt frame) on a scoped thread, handing each frame to `apply` in

@@ -464,8 +464,8 @@ impl Merge {
                 Src::Run(r) => {
                     // The top event goes: it is the smallest entry waiting. When processes interleave finely the
                     // run's next event is then behind another source's, so this is the whole step: the next
-                    // front goes back into the tree (one replay of its path). Only a run still on top after that
-                    // looks up the runner-up and sweeps everything below it at once.
+                    // front replaces the top (one sift). Only a run still on top after that looks up the
+                    // runner-up and sweeps everything below it at once.
                     let (mut n, mut forced, mut last) =
                         self.runs[r].take_below(buf, &Key::MAX, limit, force, 1);
                     let slot = self.runs[r].slot;
@@ -526,7 +526,7 @@ impl Merge {
         }
     }
 
-    /// Run `r`, on top, handed out its front: its next front replaces it in the tree (or the run leaves it).
+    /// Run `r`, on top, handed out its front: its next front replaces it in the heap (or the run leaves it).
     /// Whether the run is still on top.
     #[inline(always)]
     fn put_back(&mut self, r: usize) -> bool {

@@ -88,10 +88,10 @@ impl Run {
         self.segs.push_back(Seg { ev, pos: 0, seqs });
     }
 
-    /// Hands the next events to `out` while they are
-    /// below `stop` (compared by time, the whole key only on a tie) and below `limit` (`u64::MAX`: no limit; with
-    /// `force` the first goes regardless), at most `max`. Returns how many went, how many of them were at or past
-    /// `limit`, and the last one's key. Inlined: when processes interleave finely this runs once per event.
+    /// Hands the next events to `out` while they are below `stop` (compared by time, the whole key only on a
+    /// tie) and below `limit` (`u64::MAX`: no limit; with `force` the first goes regardless), at most `max`.
+    /// Returns how many went, how many of them were at or past `limit`, and the last one's key. Inlined: when
+    /// processes interleave finely this runs once per event.
     #[inline(always)]
     pub fn take_below(
         &mut self,
