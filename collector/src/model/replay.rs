@@ -44,6 +44,9 @@ pub(super) struct Proc {
     pub(super) last_failed: Option<(u32, u64, u32)>,
     pub(super) cur: u64,
     pub(super) dev: Vec<ProcDev>,
+    /// The device its last allocation was on, and that device's index in the replay's `devs`: a process nearly
+    /// always allocates on one device, and the search walks whole `Dev`s.
+    pub(super) dev_hint: (u32, usize),
     pub(super) ptrs: FastMap<u64, Live>,
     pub(super) handles: FastMap<u64, Live>,
     /// Each thread's last release, until its next event (a refusal of it: `undo.rs`).
@@ -116,6 +119,7 @@ impl Proc {
             },
             cur: 0,
             dev: Vec::new(),
+            dev_hint: (0, usize::MAX),
             ptrs: FastMap::default(),
             handles: FastMap::default(),
             releases: Releases::default(),
@@ -495,6 +499,18 @@ impl<'t> Replay<'t> {
         self.devs.len() - 1
     }
 
+    /// [`Replay::dev_index`] for an allocation of process `s`, through its hint.
+    #[inline(always)]
+    fn dev_of(&mut self, s: usize, device: u32) -> usize {
+        let (hinted, i) = self.procs[s].dev_hint;
+        if hinted == device && i < self.devs.len() {
+            return i;
+        }
+        let i = self.dev_index(device);
+        self.procs[s].dev_hint = (device, i);
+        i
+    }
+
     #[inline]
     pub(super) fn apply(&mut self, s: usize, e: &Event) {
         let t = self.rel(e.ts_ns);
@@ -527,7 +543,7 @@ impl<'t> Replay<'t> {
                 if e.flags & flags::CAP_EXCEEDED != 0 {
                     self.procs[s].s.cap_exceeded += 1;
                 }
-                let d = self.dev_index(device);
+                let d = self.dev_of(s, device);
                 let site = if e.stack != 0 {
                     self.cs
                         .site_for(&mut self.procs[s].cs, s, e.stack, d as u16)
