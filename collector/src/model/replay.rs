@@ -755,12 +755,17 @@ impl<'t> Replay<'t> {
         l: &Live,
         t: u64,
     ) {
-        let stack = if l.site == NO_SITE {
+        let stack = self.site_stack(l.site);
+        self.tap_step(change, s, l.dev as usize, handle, addr, l.size, stack, 0, t);
+    }
+
+    /// The stack id of call-site aggregate `site` (0: none).
+    fn site_stack(&self, site: u32) -> u32 {
+        if site == NO_SITE {
             0
         } else {
-            self.cs.aggs[l.site as usize].stack
-        };
-        self.tap_step(change, s, l.dev as usize, handle, addr, l.size, stack, 0, t);
+            self.cs.aggs[site as usize].stack
+        }
     }
 
     /// A successful `cuMemMap`/`cuMemUnmap`: the device and call site are the mapped handle's (a map names
@@ -768,14 +773,7 @@ impl<'t> Replay<'t> {
     fn tap_map(&mut self, s: usize, e: &Event, t: u64) {
         let (d, stack) = match e.api {
             Api::MemMap => match self.procs[s].handles.get(&e.aux) {
-                Some(l) => (
-                    Some(l.dev as usize),
-                    if l.site == NO_SITE {
-                        0
-                    } else {
-                        self.cs.aggs[l.site as usize].stack
-                    },
-                ),
+                Some(l) => (Some(l.dev as usize), self.site_stack(l.site)),
                 None => (None, 0),
             },
             _ => (None, 0),
