@@ -144,7 +144,13 @@ pub(crate) struct Connections {
     pub(crate) reaped: Mutex<std::collections::HashSet<u32>>,
     /// Connections turned away: (pid, uid).
     pub(crate) refused: Mutex<Vec<(u32, u32)>>,
+    /// The acceptor stopped with connections it could not take for lack of file descriptors still waiting.
+    pub(crate) starved: AtomicBool,
 }
+
+/// How long, once the job is over, the acceptor keeps trying to take what waits when it has no descriptor free:
+/// the receivers of processes that ended close theirs as they finish (in milliseconds).
+const STARVED_WAIT: Duration = Duration::from_secs(1);
 
 pub(crate) fn spawn_acceptor(
     listener: Option<UnixListener>,
@@ -165,8 +171,13 @@ pub(crate) fn spawn_acceptor(
         .name("vramtrace-accept".into())
         .spawn(move || {
             let mut last_tick = 0u64;
+            let mut stopped_at = None;
+            let mut spare = None;
             loop {
                 let stopping = conns.stop.load(Ordering::Acquire);
+                if stopping && stopped_at.is_none() {
+                    stopped_at = Some(Instant::now());
+                }
                 if !stopping {
                     if let Some(d) = delay {
                         thread::sleep(d);
@@ -175,7 +186,20 @@ pub(crate) fn spawn_acceptor(
                 // A round: the time, then everything waiting in the backlog, each with its hello in the trace.
                 let round = mono_ns();
                 let mut all_announced = true;
+                let mut starved = false;
                 loop {
+                    // A descriptor held in reserve, let go just before a hello is read: the ring that comes with
+                    // it always has a place, even when the connection took the last one. Without it, a
+                    // connection waits in the backlog (its process records meanwhile) until one is free.
+                    if spare.is_none() {
+                        spare = listener.try_clone().ok();
+                        if spare.is_none() {
+                            starved = true;
+                            all_announced = false;
+                            thread::sleep(Duration::from_millis(1));
+                            break;
+                        }
+                    }
                     match listener.accept() {
                         Ok((stream, _)) => {
                             let gone = match peer_of_job(&stream, me, uid, &conns) {
@@ -187,10 +211,16 @@ pub(crate) fn spawn_acceptor(
                                 }),
                                 Peer::NotJob => continue,
                             };
+                            drop(spare.take());
                             all_announced &= take(stream, &trace, &conns, hangups.as_deref(), gone);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(_) => {
+                        Err(e) => {
+                            // Out of descriptors (or kernel memory): the connection waits in the backlog.
+                            starved = matches!(
+                                e.raw_os_error(),
+                                Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                            );
                             all_announced = false;
                             thread::sleep(Duration::from_millis(1));
                             break;
@@ -198,7 +228,13 @@ pub(crate) fn spawn_acceptor(
                     }
                 }
                 if stopping {
-                    return; // the backlog is empty and the job is over
+                    // The backlog is empty and the job is over; or nothing more can be taken: said in the summary.
+                    if starved && stopped_at.is_some_and(|t| t.elapsed() < STARVED_WAIT) {
+                        thread::sleep(Duration::from_millis(5));
+                        continue;
+                    }
+                    conns.starved.store(starved, Ordering::Release);
+                    return;
                 }
                 // Every process that connects from now on connected after `round`, and the shim stamps nothing
                 // before it has connected: no process still to come has anything older (less the margin for
@@ -534,7 +570,7 @@ impl Conn {
             return false;
         }
         let buf = self.split.spare(READ);
-        let (n, fds) = match recv_with_fds(&self.stream, buf) {
+        let (n, fds, lost_fds) = match recv_with_fds(&self.stream, buf) {
             Ok(r) => r,
             Err(e) => {
                 self.split.filled(READ, 0);
@@ -577,6 +613,14 @@ impl Conn {
             }
             // Any other descriptor is closed as it drops.
         }
+        // The kernel could not give us the ring it carried (no descriptor free): the process's events are out of
+        // reach, and the trace must say so rather than show a process that allocated nothing.
+        if lost_fds && self.ring.is_none() && self.bad_ring.is_none() {
+            self.bad_ring = Some(format!(
+                "no file descriptor was free to receive it (the collector's limit: {})",
+                crate::fdlimit::soft().map_or("unknown".into(), |n| n.to_string())
+            ));
+        }
         if n == 0 {
             self.open = false;
             return false;
@@ -595,10 +639,13 @@ impl Conn {
         let frames: Vec<u8> = self.split_whole(whole);
         let mut acks = 0usize;
         let mut hello = false;
+        // The hello as the trace will hold it, when the collector could not take the process's ring: marked
+        // untraced, with why, so that the report names the process (never one that allocated nothing).
+        let mut untraced = None;
         for (k, payload) in codec::frames(&frames) {
             match k {
                 kind::HELLO if self.pid.is_none() => {
-                    if let Ok(Some(Record::Hello(h))) = codec::decode_record(k, payload) {
+                    if let Ok(Some(Record::Hello(mut h))) = codec::decode_record(k, payload) {
                         // Another user's process that was gone before it could be checked: it is of the job
                         // if the parent its hello names descends from vramtrace, or was reaped by it. Else
                         // nothing of it goes into the trace.
@@ -620,6 +667,18 @@ impl Conn {
                         }
                         if let Some((_, why)) = h.extra.iter().find(|(k, _)| k == "no_ring") {
                             self.bad_ring = Some(format!("it could not make one ({why})"));
+                        } else {
+                            if self.ring.is_none() && self.bad_ring.is_none() {
+                                // The shim sends its ring with the hello's first byte.
+                                self.bad_ring = Some("its hello came without it".into());
+                            }
+                            if let Some(why) = &self.bad_ring {
+                                h.extra.push((
+                                    "no_ring".into(),
+                                    format!("the collector could not take its event ring: {why}"),
+                                ));
+                                untraced = Some(h);
+                            }
                         }
                     }
                 }
@@ -632,6 +691,21 @@ impl Conn {
                 _ => {}
             }
         }
+        let frames = match untraced {
+            Some(h) => {
+                let mut out = Vec::with_capacity(frames.len() + 128);
+                let mut h = Some(h);
+                for (k, payload) in codec::frames(&frames) {
+                    if let Some(h) = h.take_if(|_| k == kind::HELLO) {
+                        codec::put_record(&mut out, &Record::Hello(h));
+                    } else {
+                        codec::put_frame(&mut out, k, |o| o.extend_from_slice(payload));
+                    }
+                }
+                out
+            }
+            None => frames,
+        };
         // What the process published before these records goes first; they are held at no less than it.
         let frames = if hello {
             frames
@@ -1008,8 +1082,9 @@ fn put_note(out: &mut Vec<u8>, pid: u32, ts_ns: u64, text: String) {
     codec::put_record(out, &Record::Note { pid, ts_ns, text });
 }
 
-/// `recvmsg` into `buf`, with any descriptors that came attached (`SCM_RIGHTS`), owned.
-fn recv_with_fds(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+/// `recvmsg` into `buf`, with any descriptors that came attached (`SCM_RIGHTS`), owned, and whether some were
+/// lost on the way (`MSG_CTRUNC`: the kernel had no descriptor free for them here, or no room in our buffer).
+fn recv_with_fds(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>, bool)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -1038,12 +1113,133 @@ fn recv_with_fds(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok((n as usize, fds))
+    Ok((n as usize, fds, msg.msg_flags & libc::MSG_CTRUNC != 0))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sends `buf` on `s` with descriptor `fd` attached (as the shim sends its hello and ring).
+    fn send_with_fd(s: &UnixStream, buf: &[u8], fd: i32) {
+        let mut iov = libc::iovec {
+            iov_base: buf.as_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        let mut cbuf = [0u64; 8];
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as _;
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+            libc::CMSG_DATA(c).cast::<i32>().write_unaligned(fd);
+            assert_eq!(libc::sendmsg(s.as_raw_fd(), &msg, 0), buf.len() as isize);
+        }
+    }
+
+    fn hello(pid: u32) -> Record {
+        Record::Hello(vramtrace_format::Hello {
+            pid,
+            ppid: 1,
+            ts_ns: 1,
+            cmdline: vec!["worker".into()],
+            hostname: "h".into(),
+            rank: None,
+            local_rank: None,
+            slurm_procid: None,
+            shim_version: "test".into(),
+            extra: vec![],
+        })
+    }
+
+    /// The hellos a trace's bytes hold.
+    fn hellos_in(bytes: &[u8]) -> Vec<vramtrace_format::Hello> {
+        codec::frames(bytes)
+            .filter_map(|(k, p)| match codec::decode_record(k, p) {
+                Ok(Some(Record::Hello(h))) => Some(h),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_ring_lost_in_transit_leaves_its_process_named_untraced() {
+        // The kernel drops a passed descriptor the receiver has no room for (MSG_CTRUNC). In a child process,
+        // whose descriptor limit is its own: the hello arrives while no descriptor can be received.
+        let dir = std::env::temp_dir().join(format!("vramtrace-ctrunc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.vtrace");
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            let ok = std::panic::catch_unwind(|| {
+                let (ours, theirs) = UnixStream::pair().unwrap();
+                let trace = Mutex::new(TraceWriter::new(File::create(&path).unwrap(), 0));
+                let hello = hello(4242);
+                let mut buf = Vec::new();
+                codec::put_record(&mut buf, &hello);
+                send_with_fd(&theirs, &buf, theirs.as_raw_fd());
+                let mut conn = Conn::new(ours);
+                let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+                unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+                let none = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: lim.rlim_max,
+                };
+                unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &none) };
+                let pumped = conn.pump(&trace);
+                unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+                let hellos = hellos_in(&std::fs::read(&path).unwrap());
+                let why = hellos
+                    .first()
+                    .and_then(|h| h.extra.iter().find(|(k, _)| k == "no_ring"))
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default();
+                pumped
+                    && conn.ring.is_none()
+                    && hellos.len() == 1
+                    && hellos[0].pid == 4242
+                    && why.contains("no file descriptor was free")
+            })
+            .unwrap_or(false);
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "status {status}"
+        );
+    }
+
+    #[test]
+    fn a_ring_that_cannot_be_mapped_is_named_in_the_hello() {
+        // The other side of the test above: with room for the descriptor, it arrives; it is no ring (a socket),
+        // so the mapping's refusal is what the hello says.
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let dir = std::env::temp_dir().join(format!("vramtrace-ring-ok-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.vtrace");
+        let trace = Mutex::new(TraceWriter::new(File::create(&path).unwrap(), 0));
+        let mut buf = Vec::new();
+        codec::put_record(&mut buf, &hello(4243));
+        send_with_fd(&theirs, &buf, theirs.as_raw_fd());
+        let mut conn = Conn::new(ours);
+        assert!(conn.pump(&trace));
+        let hellos = hellos_in(&std::fs::read(&path).unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
+        let why = &hellos[0].extra[0].1;
+        assert!(
+            why.contains("not sealed") && !why.contains("no file descriptor"),
+            "{why}"
+        );
+    }
 
     #[test]
     fn a_processs_own_records_are_held_behind_what_came_before_and_raise_the_hold() {

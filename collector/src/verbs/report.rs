@@ -64,11 +64,17 @@ pub fn summary(a: &Analysis) -> String {
         )
         .ok();
     }
+    let traced = a.processes.len() - untraced.len();
     writeln!(
         o,
-        "{} process{} traced, {} events, {} dropped",
-        count(a.processes.len() as u64),
-        if a.processes.len() == 1 { "" } else { "es" },
+        "{} process{} traced{}, {} events, {} dropped",
+        count(traced as u64),
+        if traced == 1 { "" } else { "es" },
+        if untraced.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} not traced, below)", count(untraced.len() as u64))
+        },
         count(a.events),
         count(a.dropped_events)
     )
@@ -80,6 +86,14 @@ pub fn summary(a: &Analysis) -> String {
             p.pid,
             p.cmdline.first().map_or("?", |c| c.as_str()),
             p.untraced.as_deref().unwrap_or_default()
+        )
+        .ok();
+    }
+    if untraced.len() > 8 {
+        writeln!(
+            o,
+            "... and {} more not traced (`vramtrace report --json` lists them all)",
+            count(untraced.len() as u64 - 8)
         )
         .ok();
     }

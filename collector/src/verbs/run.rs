@@ -295,6 +295,9 @@ impl Prepared {
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         // The clock's first sample before the job starts: its events' counter ticks convert without a wait.
         crate::ticks::start();
+        // One socket per live process of the job, and a ring passed with each hello: room for many (the
+        // command gets the limit it had).
+        let nofile = crate::fdlimit::raise();
         let conns = Arc::new(Connections::default());
         let acceptor = spawn_acceptor(
             self.listener.try_clone().ok(),
@@ -361,12 +364,16 @@ impl Prepared {
                 .env("VRAMTRACE_CAP_MODE", mode)
                 .env("VRAMTRACE_LEDGER", &self.ledger);
         }
-        // Our blocked signals must not be the command's: std does not reset the mask it inherits.
+        // Our blocked signals must not be the command's (std does not reset the mask it inherits), nor our
+        // descriptor limit.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 let mut set: libc::sigset_t = std::mem::zeroed();
                 libc::sigemptyset(&mut set);
                 libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+                if let Some(o) = nofile {
+                    o.restore();
+                }
                 Ok(())
             });
         }
@@ -433,7 +440,8 @@ impl Prepared {
             .map(|w| w.loss_report())
             .unwrap_or_default();
         let refused_any = conns.refused.lock().is_ok_and(|r| !r.is_empty());
-        if !loss.is_empty() || refused_any {
+        let starved = conns.starved.load(Ordering::Acquire);
+        if !loss.is_empty() || refused_any || starved {
             // What the trace lacks may well have allocated: never claim the job did not.
             msg = msg.replace(
                 "no GPU memory was allocated\n",
@@ -447,6 +455,13 @@ impl Prepared {
                     "refused a connection from pid {pid} (uid {uid}): not a process of this job\n"
                 ));
             }
+        }
+        if starved {
+            msg.push_str(&format!(
+                "processes of the job that connected last were not traced: the collector ran out of file \
+                 descriptors (its limit: {}; raise the hard limit, `ulimit -Hn`)\n",
+                crate::fdlimit::soft().map_or("unknown".into(), |n| n.to_string())
+            ));
         }
         if lingering > 0 || running > 0 {
             msg.push_str(&format!(

@@ -263,6 +263,112 @@ fn two_hundred_processes_exiting_as_the_command_ends_on_a_loaded_machine_are_all
 }
 
 #[test]
+fn more_live_processes_than_the_collector_has_descriptors_are_all_traced() {
+    // One socket per live process in the collector, and a ring passed with each hello: 120 processes alive at
+    // once under a hard limit of 48 descriptors. The collector takes what it can; the rest wait in the backlog
+    // (recording into their rings) until descriptors free up, and no ring is lost in transit for want of one.
+    // A second run leaves the hard limit alone and lowers the soft one: the collector raises its own, and the
+    // command still gets 48.
+    let fc = FakeCuda::new();
+    let p = program("probe").display().to_string();
+    for (name, limit) in [("hard48", "ulimit -n 48"), ("soft48", "ulimit -Sn 48")] {
+        let seen = fc.dir().join(format!("{name}.limit"));
+        let script = format!(
+            "ulimit -Sn > {seen}; for i in $(seq 120); do {p} 'alloc 1048576' 'sleep 3000' >/dev/null & done; wait",
+            seen = seen.display()
+        );
+        let trace = fc.dir().join(format!("{name}.vtrace"));
+        let child = fc
+            .command("bash")
+            .arg("-c")
+            .arg(format!("{limit} && exec \"$@\""))
+            .arg("limit")
+            .arg(vramtrace())
+            .args(["run", "--python-agent", "off", "--out"])
+            .arg(&trace)
+            .args(["--", "bash", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start vramtrace run");
+        let run = wait_with_timeout(child, Duration::from_secs(120), name);
+        run.assert_success(name);
+        assert_eq!(
+            std::fs::read_to_string(&seen).unwrap().trim(),
+            "48",
+            "{name}: the command's own limit"
+        );
+        let t = read_trace(&trace);
+        let probes: Vec<u32> = t
+            .hellos
+            .iter()
+            .filter(|h| h.cmdline.first().is_some_and(|c| c.ends_with("probe")))
+            .map(|h| h.pid)
+            .collect();
+        assert_eq!(probes.len(), 120, "{name}: {}", run.stderr);
+        for pid in probes {
+            assert_eq!(allocs(&t, pid), 1, "{name}: pid {pid}: {}", run.stderr);
+            assert!(
+                t.ends.contains(&(pid, EndKind::Goodbye)),
+                "{name}: pid {pid}"
+            );
+        }
+        assert!(!run.stderr.contains("not traced"), "{}", run.stderr);
+        // All 120 allocations were live at once (each process sleeps after allocating): so is the peak.
+        let a = model::analyze(&trace).unwrap();
+        assert_eq!(a.devices[0].peak_bytes, 120 << 20, "{name}");
+    }
+}
+
+#[test]
+fn processes_the_collector_had_no_descriptor_for_at_the_end_are_said_to_be_missing() {
+    // 40 processes outlive the command, holding the collector's descriptors (limit 48); 10 more allocate and
+    // exit while none is free, and are still waiting to be taken when the job is over. They cannot be traced:
+    // the summary must say so, never pass them over.
+    let fc = FakeCuda::new();
+    let p = program("probe").display().to_string();
+    let script = format!(
+        "for i in $(seq 40); do ({p} 'alloc 1048576' 'sleep 6000' >/dev/null &) ; done; sleep 1; \
+         for i in $(seq 10); do {p} 'alloc 2097152' >/dev/null & done; wait"
+    );
+    let trace = fc.dir().join("starved.vtrace");
+    let child = fc
+        .command("bash")
+        .arg("-c")
+        .arg("ulimit -n 48 && exec \"$@\"")
+        .arg("limit")
+        .arg(vramtrace())
+        .args(["run", "--python-agent", "off", "--out"])
+        .arg(&trace)
+        .args(["--", "bash", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start vramtrace run");
+    let run = wait_with_timeout(child, Duration::from_secs(120), "starved");
+    let t = read_trace(&trace);
+    let traced_small = t
+        .all_events()
+        .iter()
+        .filter(|e| e.api == Api::MemAlloc && e.size == 2 << 20)
+        .count();
+    assert_eq!(traced_small, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("were not traced: the collector ran out of file descriptors"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("no GPU memory was allocated"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn a_process_that_closes_every_descriptor_is_still_traced_to_its_end() {
     let fc = FakeCuda::new();
     // The shim's socket goes with the rest; the ring does not, and the collector drains it while the process

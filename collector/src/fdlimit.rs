@@ -1,0 +1,82 @@
+//! The collector's descriptor limit. `vramtrace run` holds one socket for every live process of the job, and
+//! takes each process's ring as a descriptor passed with its hello: at the usual soft limit of 1,024, a job with
+//! a thousand processes alive at once would have its later ones turned away, or their rings lost in transit
+//! (`MSG_CTRUNC`). So the collector raises its soft limit to the hard one, as Go's runtime does, and gives the
+//! command the limit it had: the job runs with the environment it would have had without vramtrace (a program
+//! that uses `select` breaks past descriptor 1,023).
+
+/// The soft limit before [`raise`], to give back to the command (`None`: unchanged, nothing to restore).
+#[derive(Clone, Copy)]
+pub struct Original(libc::rlimit);
+
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit. The limit it had, if it changed.
+pub fn raise() -> Option<Original> {
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0
+        || lim.rlim_cur >= lim.rlim_max
+    {
+        return None;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: lim.rlim_max,
+        rlim_max: lim.rlim_max,
+    };
+    (unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0).then_some(Original(lim))
+}
+
+impl Original {
+    /// Puts the soft limit back. Async-signal-safe (one system call): for the command's `pre_exec`.
+    pub fn restore(&self) {
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &self.0) };
+    }
+}
+
+/// This process's soft limit on descriptors (for messages).
+pub fn soft() -> Option<u64> {
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim.rlim_cur as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get() -> libc::rlimit {
+        let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        lim
+    }
+
+    #[test]
+    fn the_soft_limit_is_raised_to_the_hard_one_and_given_back() {
+        // In a child process: the limit is the whole test process's.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let hard = get().rlim_max;
+            let low = libc::rlimit {
+                rlim_cur: 64.min(hard),
+                rlim_max: hard,
+            };
+            let ok = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) } == 0
+                && match raise() {
+                    Some(orig) => {
+                        let up = get().rlim_cur == hard;
+                        orig.restore();
+                        up && get().rlim_cur == low.rlim_cur && raise().is_some()
+                    }
+                    // Only when the hard limit is itself 64 or less.
+                    None => hard <= 64,
+                }
+                && soft() == Some(hard)
+                && raise().is_none();
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status}"
+        );
+    }
+}
