@@ -282,6 +282,14 @@ fn take(
     let mut conn = Conn::new(stream);
     conn.closed_at = closed_at;
     conn.gone = gone;
+    // The receiver's thread first, waiting for its connection: one that cannot be had (a container's pids
+    // limit, which counts the job's threads too) marks the hello untraced, with why, rather than leave a
+    // process in the trace that seems to have allocated nothing.
+    conns.open.fetch_add(1, Ordering::AcqRel);
+    let receiver = receiver_thread(trace, conns);
+    if receiver.is_none() {
+        conn.bad_ring = Some("no thread could be started to receive it".into());
+    }
     let deadline = Instant::now() + HELLO_WAIT;
     while conn.pid.is_none() && conn.open && Instant::now() < deadline {
         conn.pump(trace);
@@ -289,21 +297,50 @@ fn take(
     let announced = conn.pid.is_some();
     let _ = conn.stream.set_read_timeout(None);
     let _ = conn.stream.set_nonblocking(true);
-    conns.open.fetch_add(1, Ordering::AcqRel);
-    let (trace, conns2) = (trace.clone(), conns.clone());
-    let spawned = thread::Builder::new()
-        .name("vramtrace-conn".into())
-        .spawn(move || {
-            conn.run(&trace);
-            conn.finish(&trace);
-            conns2.open.fetch_sub(1, Ordering::AcqRel);
-        });
-    if spawned.is_err() {
-        // The stream went down with the closure: that process stops recording.
-        conns.open.fetch_sub(1, Ordering::AcqRel);
+    match receiver {
+        Some(tx) => {
+            let _ = tx.send(conn);
+        }
+        None => {
+            conns.open.fetch_sub(1, Ordering::AcqRel);
+        }
     }
     announced
 }
+
+/// Starts a connection's receiver, which waits for the connection to be handed to it: the sender, or `None`
+/// if no thread could be had (tried again for a while).
+fn receiver_thread(
+    trace: &Arc<Mutex<TraceWriter>>,
+    conns: &Arc<Connections>,
+) -> Option<std::sync::mpsc::Sender<Conn>> {
+    // A test hook: no receiver thread can be had.
+    static NO_THREADS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *NO_THREADS.get_or_init(|| std::env::var_os("VRAMTRACE_TEST_NO_CONN_THREADS").is_some()) {
+        return None;
+    }
+    for _ in 0..SPAWN_TRIES {
+        let (tx, rx) = std::sync::mpsc::channel::<Conn>();
+        let (trace, conns) = (trace.clone(), conns.clone());
+        let spawned = thread::Builder::new()
+            .name("vramtrace-conn".into())
+            .spawn(move || {
+                if let Ok(mut conn) = rx.recv() {
+                    conn.run(&trace);
+                    conn.finish(&trace);
+                }
+                conns.open.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_ok() {
+            return Some(tx);
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
+/// How many times, 2 ms apart, the acceptor tries to start a connection's receiver.
+const SPAWN_TRIES: usize = 50;
 
 /// How long the acceptor waits for a new connection's hello (the shim sends it right after connecting).
 const HELLO_WAIT: Duration = Duration::from_millis(100);

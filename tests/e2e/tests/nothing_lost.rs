@@ -226,6 +226,40 @@ fn a_process_that_cannot_make_its_ring_is_named() {
 }
 
 #[test]
+fn a_process_the_collector_cannot_start_a_receiver_for_is_named() {
+    // No thread to be had for its receiver (a container's pids limit): the process is named untraced, why
+    // said, and the summary never says the job allocated nothing.
+    let fc = FakeCuda::new().env("VRAMTRACE_TEST_NO_CONN_THREADS", "1");
+    let (run, path) = fc.traced(
+        "nothreads",
+        &["--python-agent", "off"],
+        program("probe"),
+        &["alloc 1048576"],
+    );
+    run.assert_success("no threads");
+    let t = read_trace(&path);
+    assert_eq!(t.hellos.len(), 1, "{}", run.stderr);
+    assert!(
+        t.hellos[0]
+            .extra
+            .iter()
+            .any(|(k, v)| k == "no_ring" && v.contains("no thread could be started")),
+        "{:?}",
+        t.hellos[0]
+    );
+    assert!(
+        run.stderr.contains("0 processes traced (1 not traced"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("no GPU memory was allocated"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn two_hundred_processes_exiting_as_the_command_ends_on_a_loaded_machine_are_all_traced() {
     let fc = FakeCuda::new();
     let p = program("probe").display().to_string();
