@@ -321,6 +321,22 @@ impl RunResult {
         );
         self
     }
+
+    /// Panics unless the program's stderr (for vramtrace, its summary) says `text`.
+    pub fn says(&self, text: &str) -> &Self {
+        assert!(
+            self.stderr.contains(text),
+            "missing {text:?} in:\n{}",
+            self.stderr
+        );
+        self
+    }
+
+    /// Panics if the program's stderr says `text`.
+    pub fn never_says(&self, text: &str) -> &Self {
+        assert!(!self.stderr.contains(text), "{text:?} in:\n{}", self.stderr);
+        self
+    }
 }
 
 /// Waits for a child with output piped, killing it after `timeout`.
