@@ -109,9 +109,9 @@ impl Fronts {
     }
 
     pub fn push(&mut self, k: Key, src: Src) {
-        self.h.push(Front::new(k, src));
+        let x = Front::new(k, src);
+        self.h.push(x);
         let mut i = self.h.len() - 1;
-        let x = self.h[i];
         while i > 0 {
             let parent = (i - 1) / 2;
             if !x.less(&self.h[parent]) {
@@ -138,8 +138,9 @@ impl Fronts {
         if self.h.is_empty() {
             return;
         }
-        self.h[0] = Front::new(k, src);
-        self.sift_down(0);
+        // Carried down in registers, written once where it lands: writing it to the top and reading it back
+        // (as `sift_down` does) stalls on every event, the read spanning two of the writes (no forwarding).
+        self.sift_down_with(0, Front::new(k, src));
     }
 
     /// Keeps only the fronts whose source `keep` accepts.
@@ -153,9 +154,15 @@ impl Fronts {
     }
 
     #[inline(always)]
-    fn sift_down(&mut self, mut i: usize) {
-        let n = self.h.len();
+    fn sift_down(&mut self, i: usize) {
         let x = self.h[i];
+        self.sift_down_with(i, x);
+    }
+
+    /// Moves `x` down from the hole at `i` to its place.
+    #[inline(always)]
+    fn sift_down_with(&mut self, mut i: usize, x: Front) {
+        let n = self.h.len();
         loop {
             let l = 2 * i + 1;
             if l >= n {
