@@ -17,7 +17,12 @@ use super::*;
 use crate::callsites::{self, NO_SITE};
 use crate::symbols::Symbolizer;
 
+/// Aligned to 16 so that, in the address maps' (key, value) buckets, the value starts on a 16-byte boundary:
+/// the map's out-of-line `remove` copies a bucket out in 16-byte pieces, and the replay's read of the value then
+/// lines up with them instead of straddling two (which the CPU cannot forward from its store buffer: a stall on
+/// every free).
 #[derive(Clone, Copy)]
+#[repr(align(16))]
 pub(super) struct Live {
     pub(super) size: u64,
     /// Relative ns.
