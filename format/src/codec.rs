@@ -181,25 +181,14 @@ impl<'a> Cursor<'a> {
         b
     }
 
-    #[cold]
+    /// The byte-at-a-time varint, for the rare long one and a payload's last bytes. The position goes in and
+    /// comes back by value: were the cursor itself passed, its address would escape into this (cold) call, and
+    /// the hot loop would keep the position in memory, a store and a load on every field.
+    #[inline(always)]
     fn varint_slow(&mut self) -> Result<u64, DecodeError> {
-        let mut v: u64 = 0;
-        let mut shift = 0u32;
-        loop {
-            let b = *self.bytes.get(self.pos).ok_or(DecodeError::Short)?;
-            self.pos += 1;
-            if shift == 63 && b > 1 {
-                return Err(DecodeError::BadVarint);
-            }
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-            shift += 7;
-            if shift > 63 {
-                return Err(DecodeError::BadVarint);
-            }
-        }
+        let (v, pos) = varint_slow_at(self.bytes, self.pos)?;
+        self.pos = pos;
+        Ok(v)
     }
 
     #[inline]
@@ -211,6 +200,29 @@ impl<'a> Cursor<'a> {
 
     fn remaining(&self) -> usize {
         self.bytes.len() - self.pos
+    }
+}
+
+/// [`Cursor::varint_slow`]'s reading: the value and the position after it.
+#[cold]
+#[inline(never)]
+fn varint_slow_at(bytes: &[u8], mut pos: usize) -> Result<(u64, usize), DecodeError> {
+    let mut v: u64 = 0;
+    let mut shift = 0u32;
+    loop {
+        let b = *bytes.get(pos).ok_or(DecodeError::Short)?;
+        pos += 1;
+        if shift == 63 && b > 1 {
+            return Err(DecodeError::BadVarint);
+        }
+        v |= ((b & 0x7f) as u64) << shift;
+        if b & 0x80 == 0 {
+            return Ok((v, pos));
+        }
+        shift += 7;
+        if shift > 63 {
+            return Err(DecodeError::BadVarint);
+        }
     }
 }
 
