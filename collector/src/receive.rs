@@ -148,9 +148,15 @@ pub(crate) struct Connections {
     pub(crate) starved: AtomicBool,
 }
 
-/// How long, once the job is over, the acceptor keeps trying to take what waits when it has no descriptor free:
-/// the receivers of processes that ended close theirs as they finish (in milliseconds).
+/// How long, once the job is over, the acceptor keeps trying to take what waits when it has no descriptor free
+/// and has taken nothing: the receivers of processes that ended close theirs as they finish.
 const STARVED_WAIT: Duration = Duration::from_secs(1);
+/// The acceptor's pause between looks while it can take nothing.
+const STARVED_NAP: Duration = Duration::from_millis(5);
+/// What the trace and the summary say when the job ended with connections the acceptor could not take.
+pub(crate) const STARVED_NOTE: &str =
+    "connections still waiting when the job ended were not taken, so \
+    their processes are not in the trace: the collector ran out of file descriptors";
 
 pub(crate) fn spawn_acceptor(
     listener: Option<UnixListener>,
@@ -188,20 +194,22 @@ pub(crate) fn spawn_acceptor(
                 let mut all_announced = true;
                 let mut starved = false;
                 loop {
-                    // A descriptor held in reserve, let go just before a hello is read: the ring that comes with
-                    // it always has a place, even when the connection took the last one. Without it, a
-                    // connection waits in the backlog (its process records meanwhile) until one is free.
+                    // A descriptor held in reserve: an accepted connection can always be given one of its own
+                    // for the ring that comes with its hello (`Conn::reserve`), even when accepting it took the
+                    // last. Without one, connections wait in the backlog (their processes recording meanwhile)
+                    // until descriptors free up.
                     if spare.is_none() {
                         spare = listener.try_clone().ok();
                         if spare.is_none() {
                             starved = true;
                             all_announced = false;
-                            thread::sleep(Duration::from_millis(1));
                             break;
                         }
                     }
                     match listener.accept() {
                         Ok((stream, _)) => {
+                            // Room for the peer check's reads of /proc; then taken back for this connection.
+                            drop(spare.take());
                             let gone = match peer_of_job(&stream, me, uid, &conns) {
                                 Peer::Job => None,
                                 Peer::Gone(uid) => Some(GonePeer {
@@ -211,8 +219,12 @@ pub(crate) fn spawn_acceptor(
                                 }),
                                 Peer::NotJob => continue,
                             };
-                            drop(spare.take());
-                            all_announced &= take(stream, &trace, &conns, hangups.as_deref(), gone);
+                            let reserve = listener.try_clone().ok().map(OwnedFd::from);
+                            all_announced &=
+                                take(stream, &trace, &conns, hangups.as_deref(), gone, reserve);
+                            if stopping {
+                                stopped_at = Some(Instant::now());
+                            }
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) => {
@@ -222,18 +234,28 @@ pub(crate) fn spawn_acceptor(
                                 Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
                             );
                             all_announced = false;
-                            thread::sleep(Duration::from_millis(1));
                             break;
                         }
                     }
                 }
+                if !all_announced {
+                    // Nothing to gain from looking again at once (the listener stays readable).
+                    thread::sleep(STARVED_NAP);
+                }
                 if stopping {
-                    // The backlog is empty and the job is over; or nothing more can be taken: said in the summary.
+                    // The backlog is empty and the job is over; or nothing more can be taken (said in the
+                    // summary and the trace) once nothing has been for a while.
                     if starved && stopped_at.is_some_and(|t| t.elapsed() < STARVED_WAIT) {
-                        thread::sleep(Duration::from_millis(5));
                         continue;
                     }
-                    conns.starved.store(starved, Ordering::Release);
+                    if starved {
+                        conns.starved.store(true, Ordering::Release);
+                        let mut buf = Vec::new();
+                        put_note(&mut buf, 0, mono_ns(), STARVED_NOTE.into());
+                        if let Ok(mut w) = trace.lock() {
+                            w.write(0, &buf);
+                        }
+                    }
                     return;
                 }
                 // Every process that connects from now on connected after `round`, and the shim stamps nothing
@@ -275,6 +297,7 @@ fn take(
     conns: &Arc<Connections>,
     hangups: Option<&Hangups>,
     gone: Option<GonePeer>,
+    reserve: Option<OwnedFd>,
 ) -> bool {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_millis(20)));
@@ -282,6 +305,7 @@ fn take(
     let mut conn = Conn::new(stream);
     conn.closed_at = closed_at;
     conn.gone = gone;
+    conn.reserve = reserve;
     // The receiver's thread first, waiting for its connection: one that cannot be had (a container's pids
     // limit, which counts the job's threads too) marks the hello untraced, with why, rather than leave a
     // process in the trace that seems to have allocated nothing.
@@ -400,19 +424,30 @@ fn descends_from(mut pid: u32, ancestor: u32) -> bool {
         if pid <= 1 {
             return false;
         }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
-        };
-        // pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ')' ends it.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            return false;
-        };
-        match rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
+        match parent_of(pid) {
             Some(ppid) => pid = ppid,
             None => return false,
         }
     }
     false
+}
+
+/// `pid`'s parent, by /proc.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ')' ends it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// This host's name, as the shim puts it in a hello.
+pub(crate) fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|c| *c == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// One process's connection and ring: whole frames go to the trace as they come; when it closes, the ring is
@@ -434,6 +469,9 @@ struct Conn {
     gone_at: Option<u64>,
     /// A peer of another user that was gone before it was checked: judged on its hello.
     gone: Option<GonePeer>,
+    /// A descriptor held for the ring until the hello comes, let go just before each read: the ring always
+    /// has a place to land (the kernel drops a passed descriptor it cannot place: `MSG_CTRUNC`).
+    reserve: Option<OwnedFd>,
 }
 
 /// What judging a gone peer on its hello takes: vramtrace's pid (the hello's parent must descend from it, or
@@ -558,6 +596,7 @@ impl Conn {
             closed_at: None,
             gone_at: None,
             gone: None,
+            reserve: None,
         }
     }
 
@@ -603,6 +642,17 @@ impl Conn {
 
     /// Reads what the socket holds (once) and appends what is whole. Whether anything came.
     fn pump(&mut self, trace: &Mutex<TraceWriter>) -> bool {
+        // The reserve is let go just before the read (kept until then: other threads open files too), and
+        // taken back after it while the ring has not come.
+        let held = self.reserve.take().is_some();
+        let took = self.pump_once(trace);
+        if held && self.open && self.ring.is_none() && self.bad_ring.is_none() {
+            self.reserve = self.stream.try_clone().ok().map(OwnedFd::from);
+        }
+        took
+    }
+
+    fn pump_once(&mut self, trace: &Mutex<TraceWriter>) -> bool {
         if !self.open {
             return false;
         }
@@ -686,7 +736,8 @@ impl Conn {
                         // Another user's process that was gone before it could be checked: it is of the job
                         // if the parent its hello names descends from vramtrace, or was reaped by it. Else
                         // nothing of it goes into the trace.
-                        if let Some(g) = self.gone.take() {
+                        // (Left set when turned away: `finish` then names nothing.)
+                        if let Some(g) = &self.gone {
                             let reaped = g.conns.reaped.lock().is_ok_and(|r| r.contains(&h.ppid));
                             if !descends_from(h.ppid, g.me) && !reaped {
                                 if let Ok(mut r) = g.conns.refused.lock() {
@@ -696,6 +747,7 @@ impl Conn {
                                 return false;
                             }
                         }
+                        self.gone = None;
                         self.pid = Some(h.pid);
                         hello = true;
                         // A process that connected while the collector was stopped waited since its hello.
@@ -965,8 +1017,63 @@ impl Conn {
         taken > 0
     }
 
+    /// A process of the job that connected and hung up without a hello (its shim could not send it: the ring
+    /// it passes with it refused, e.g. `ETOOMANYREFS`): named untraced in the trace, from what the kernel and
+    /// /proc still say of it, rather than passed over.
+    fn name_silent(&mut self, trace: &Mutex<TraceWriter>) {
+        let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        let rc = unsafe {
+            libc::getsockopt(
+                self.stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&mut cred as *mut libc::ucred).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 || cred.pid <= 0 {
+            return;
+        }
+        let pid = cred.pid as u32;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| {
+                b.split(|c| *c == 0)
+                    .filter(|a| !a.is_empty())
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let hello = vramtrace_format::Hello {
+            pid,
+            ppid: parent_of(pid).unwrap_or(0),
+            ts_ns: hangup::closed_at(&self.closed_at).unwrap_or_else(mono_ns),
+            cmdline,
+            hostname: hostname(),
+            rank: None,
+            local_rank: None,
+            slurm_procid: None,
+            shim_version: String::new(),
+            extra: vec![(
+                "no_ring".into(),
+                "it connected, then hung up without saying hello (its shim could not pass its event ring)"
+                    .into(),
+            )],
+        };
+        let mut buf = Vec::new();
+        codec::put_record(&mut buf, &Record::Hello(hello));
+        if let Ok(mut w) = trace.lock() {
+            w.write(pid, &buf);
+        }
+        self.pid = Some(pid);
+    }
+
     /// The connection closed: record how.
-    fn finish(self, trace: &Mutex<TraceWriter>) {
+    fn finish(mut self, trace: &Mutex<TraceWriter>) {
+        // Not a peer of another user still to be judged on its hello (or turned away on it).
+        if self.pid.is_none() && self.gone.is_none() {
+            self.name_silent(trace);
+        }
         let Some(pid) = self.pid else { return };
         let end = if self.split.pending() > 0 {
             EndKind::CutMidFrame {

@@ -314,7 +314,9 @@ pub fn notes(o: &mut String, a: &Analysis) {
     }
     writeln!(o, "NOTES").ok();
     for n in &a.call_sites.notes {
-        let who = if n.processes > 1 {
+        let who = if n.pid == 0 {
+            "vramtrace".to_string()
+        } else if n.processes > 1 {
             format!("pid {} and {} more", n.pid, n.processes - 1)
         } else {
             format!("pid {}", n.pid)

@@ -218,7 +218,7 @@ impl Prepared {
                 .iter()
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect(),
-            hostname: hostname(),
+            hostname: crate::receive::hostname(),
             vramtrace_version: env!("CARGO_PKG_VERSION").to_string(),
             extra,
         };
@@ -458,8 +458,8 @@ impl Prepared {
         }
         if starved {
             msg.push_str(&format!(
-                "processes of the job that connected last were not traced: the collector ran out of file \
-                 descriptors (its limit: {}; raise the hard limit, `ulimit -Hn`)\n",
+                "{} (its limit: {}; raise the hard limit, `ulimit -Hn`)\n",
+                crate::receive::STARVED_NOTE,
                 crate::fdlimit::soft().map_or("unknown".into(), |n| n.to_string())
             ));
         }
@@ -688,15 +688,6 @@ pub(crate) fn open_out(out: &Path, force: bool) -> anyhow::Result<File> {
         }
         _ => anyhow::anyhow!("cannot write {}: {e}", out.display()),
     })
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|c| *c == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// CLOCK_MONOTONIC in ns: the trace's clock (events stamped with the counter are converted to it).

@@ -770,3 +770,19 @@ pub fn check_pattern_log(log: &[LogLine], repeat: usize, threads: usize, device_
     };
     check_tail(tail, a, device_bytes);
 }
+
+/// Whether this test can run a process as another user: root, with util-linux's `setpriv`. Says why not.
+pub fn can_drop_privileges() -> bool {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run a process as another user");
+        return false;
+    }
+    let ok = std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipped: no setpriv");
+    }
+    ok
+}

@@ -360,3 +360,23 @@ fn assert_thread_matches_log(log: &[LogLine], events: &[Event], ooms: usize) -> 
     );
     j
 }
+
+/// The report of a trace against the reference replay (every event in time order): exact, nothing out of
+/// order, no free taken for lost or unmatched.
+pub fn assert_replays_exactly(path: &std::path::Path, events: u64, what: &str) {
+    let a = vramtrace_collector::model::analyze(path).unwrap();
+    let reference =
+        vramtrace_collector::model::analyze_reference(std::fs::File::open(path).unwrap()).unwrap();
+    assert_eq!(a.dropped_events, 0, "{what}");
+    assert_eq!(a.events, events, "{what}");
+    assert_eq!(a.merge_inexact_events, 0, "{what}: entries out of order");
+    assert_eq!((a.lost_frees, a.unmatched_frees), (0, 0), "{what}");
+    assert_eq!(
+        a.devices[0].peak_bytes, reference.devices[0].peak_bytes,
+        "{what}"
+    );
+    assert_eq!(
+        a.devices[0].timeline, reference.devices[0].timeline,
+        "{what}"
+    );
+}

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use vramtrace_collector::model::{self, ExitStatus};
-use vramtrace_e2e::traced::{read_trace, shim, vramtrace};
+use vramtrace_e2e::traced::{assert_replays_exactly, read_trace, shim, vramtrace};
 use vramtrace_e2e::*;
 use vramtrace_format::EndKind;
 
@@ -157,22 +157,6 @@ fn job(
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     c
-}
-
-/// Whether this test can run a process as another user: root, with util-linux's `setpriv`. Says why not.
-fn can_drop_privileges() -> bool {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to run a process as another user");
-        return false;
-    }
-    let ok = std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipped: no setpriv");
-    }
-    ok
 }
 
 #[test]
@@ -342,25 +326,6 @@ fn a_program_whose_main_thread_ends_with_pthread_exit_ends_traced_whole() {
     assert_eq!(p.live_bytes_at_end, 2 << 20);
     assert_eq!(p.exit, Some(ExitStatus::Code(0)));
     assert!(!a.partial);
-}
-
-/// The report of a trace against the reference replay (every event in time order): exact, nothing out of
-/// order, no free taken for lost or unmatched.
-fn assert_replays_exactly(path: &std::path::Path, events: u64, what: &str) {
-    let a = model::analyze(path).unwrap();
-    let reference = model::analyze_reference(std::fs::File::open(path).unwrap()).unwrap();
-    assert_eq!(a.dropped_events, 0, "{what}");
-    assert_eq!(a.events, events, "{what}");
-    assert_eq!(a.merge_inexact_events, 0, "{what}: entries out of order");
-    assert_eq!((a.lost_frees, a.unmatched_frees), (0, 0), "{what}");
-    assert_eq!(
-        a.devices[0].peak_bytes, reference.devices[0].peak_bytes,
-        "{what}"
-    );
-    assert_eq!(
-        a.devices[0].timeline, reference.devices[0].timeline,
-        "{what}"
-    );
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use vramtrace_collector::model;
-use vramtrace_e2e::traced::{read_trace, vramtrace};
+use vramtrace_e2e::traced::{assert_replays_exactly, read_trace, vramtrace};
 use vramtrace_e2e::*;
 use vramtrace_format::{Api, EndKind, ExitStatus, LossCause};
 
@@ -288,6 +288,36 @@ fn two_hundred_processes_exiting_as_the_command_ends_on_a_loaded_machine_are_all
     assert_eq!(t.dropped, 0);
 }
 
+/// `vramtrace run --python-agent off --out <dir>/<name>.vtrace -- JOB...` with its descriptor limit set first
+/// by `limit` (a shell's `ulimit` command). The run and the trace's path.
+fn traced_under_limit(
+    fc: &FakeCuda,
+    name: &str,
+    limit: &str,
+    job: &[&str],
+) -> (RunResult, std::path::PathBuf) {
+    let trace = fc.dir().join(format!("{name}.vtrace"));
+    let child = fc
+        .command("bash")
+        .arg("-c")
+        .arg(format!("{limit} && exec \"$@\""))
+        .arg("limit")
+        .arg(vramtrace())
+        .args(["run", "--python-agent", "off", "--out"])
+        .arg(&trace)
+        .arg("--")
+        .args(job)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start vramtrace run");
+    (
+        wait_with_timeout(child, Duration::from_secs(120), name),
+        trace,
+    )
+}
+
 #[test]
 fn more_live_processes_than_the_collector_has_descriptors_are_all_traced() {
     // One socket per live process in the collector, and a ring passed with each hello: 120 processes alive at
@@ -303,22 +333,7 @@ fn more_live_processes_than_the_collector_has_descriptors_are_all_traced() {
             "ulimit -Sn > {seen}; for i in $(seq 120); do {p} 'alloc 1048576' 'sleep 3000' >/dev/null & done; wait",
             seen = seen.display()
         );
-        let trace = fc.dir().join(format!("{name}.vtrace"));
-        let child = fc
-            .command("bash")
-            .arg("-c")
-            .arg(format!("{limit} && exec \"$@\""))
-            .arg("limit")
-            .arg(vramtrace())
-            .args(["run", "--python-agent", "off", "--out"])
-            .arg(&trace)
-            .args(["--", "bash", "-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start vramtrace run");
-        let run = wait_with_timeout(child, Duration::from_secs(120), name);
+        let (run, trace) = traced_under_limit(&fc, name, limit, &["bash", "-c", &script]);
         run.assert_success(name);
         assert_eq!(
             std::fs::read_to_string(&seen).unwrap().trim(),
@@ -341,10 +356,93 @@ fn more_live_processes_than_the_collector_has_descriptors_are_all_traced() {
             );
         }
         run.never_says("not traced");
-        // All 120 allocations were live at once (each process sleeps after allocating): so is the peak.
-        let a = model::analyze(&trace).unwrap();
-        assert_eq!(a.devices[0].peak_bytes, 120 << 20, "{name}");
+        // Processes taken late are merged in time all the same: the report is the time-ordered replay's.
+        assert_replays_exactly(&trace, 120, name);
     }
+}
+
+#[test]
+fn another_users_processes_past_the_collectors_descriptors_are_traced_or_named() {
+    // As above, but the job runs as another user (root runs vramtrace, `setpriv` drops the job's privileges).
+    // The kernel then also limits the rings in flight to the job's user (the sender's own descriptor limit):
+    // a shim whose ring cannot be passed says so in its hello. Every process is traced whole or named.
+    if !can_drop_privileges() {
+        return;
+    }
+    let fc = FakeCuda::new();
+    let p = program("probe").display().to_string();
+    let script =
+        format!("for i in $(seq 120); do {p} 'alloc 1048576' 'sleep 3000' >/dev/null & done; wait");
+    let setpriv = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    let job = [&setpriv[..], &["bash", "-c", &script]].concat();
+    let (run, trace) = traced_under_limit(&fc, "nobody48", "ulimit -n 48", &job);
+    run.assert_success("nobody48");
+    let t = read_trace(&trace);
+    let probes: Vec<&vramtrace_format::Hello> = t
+        .hellos
+        .iter()
+        .filter(|h| h.cmdline.first().is_some_and(|c| c.ends_with("probe")))
+        .collect();
+    assert_eq!(probes.len(), 120, "{}", run.stderr);
+    let mut named = 0;
+    for h in probes {
+        match h.extra.iter().find(|(k, _)| k == "no_ring") {
+            Some((_, why)) => {
+                named += 1;
+                assert!(why.contains("could not be passed"), "pid {}: {why}", h.pid);
+                assert_eq!(allocs(&t, h.pid), 0);
+            }
+            None => assert_eq!(allocs(&t, h.pid), 1, "pid {}: {}", h.pid, run.stderr),
+        }
+    }
+    if named > 0 {
+        run.says(&format!(
+            "{} processes traced ({named} not traced",
+            120 - named
+        ));
+    }
+}
+
+#[test]
+fn a_process_that_connects_and_hangs_up_without_a_hello_is_named() {
+    // What a shim whose ring could not be passed leaves, when it could not even say so: a connection that
+    // closes with nothing on it. Named by the kernel's word for its peer.
+    let fc = FakeCuda::new();
+    let (run, path) = fc.traced(
+        "silent",
+        &["--python-agent", "off"],
+        "python3",
+        &[
+            "-c",
+            "import os, socket; s = socket.socket(socket.AF_UNIX); s.connect(os.environ['VRAMTRACE_SOCKET']); \
+             s.close(); print(os.getpid())",
+        ],
+    );
+    run.assert_success("silent");
+    let pid: u32 = run.stdout.trim().parse().unwrap();
+    let t = read_trace(&path);
+    let h = t
+        .hellos
+        .iter()
+        .find(|h| h.pid == pid)
+        .expect("named in a hello");
+    assert!(
+        h.extra
+            .iter()
+            .any(|(k, v)| k == "no_ring" && v.contains("without saying hello")),
+        "{h:?}"
+    );
+    assert!(
+        h.cmdline.first().is_some_and(|c| c.contains("python")),
+        "{h:?}"
+    );
+    run.says(&format!("pid {pid} ("))
+        .says("hung up without saying hello");
 }
 
 #[test]
@@ -355,34 +453,37 @@ fn processes_the_collector_had_no_descriptor_for_at_the_end_are_said_to_be_missi
     let fc = FakeCuda::new();
     let p = program("probe").display().to_string();
     let script = format!(
-        "for i in $(seq 40); do ({p} 'alloc 1048576' 'sleep 6000' >/dev/null &) ; done; sleep 1; \
-         for i in $(seq 10); do {p} 'alloc 2097152' >/dev/null & done; wait"
+        "for i in $(seq 40); do ({p} 'alloc 1048576' 'sleep 6000' >/dev/null & echo $! >> {pids}) ; done; \
+         sleep 2; for i in $(seq 10); do {p} 'alloc 2097152' >/dev/null & done; wait",
+        pids = fc.dir().join("orphans").display()
     );
-    let trace = fc.dir().join("starved.vtrace");
-    let child = fc
-        .command("bash")
-        .arg("-c")
-        .arg("ulimit -n 48 && exec \"$@\"")
-        .arg("limit")
-        .arg(vramtrace())
-        .args(["run", "--python-agent", "off", "--out"])
-        .arg(&trace)
-        .args(["--", "bash", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start vramtrace run");
-    let run = wait_with_timeout(child, Duration::from_secs(120), "starved");
+    let (run, trace) = traced_under_limit(&fc, "starved", "ulimit -n 48", &["bash", "-c", &script]);
     let t = read_trace(&trace);
     let traced_small = t
         .all_events()
         .iter()
         .filter(|e| e.api == Api::MemAlloc && e.size == 2 << 20)
         .count();
-    assert_eq!(traced_small, 0, "{}", run.stderr);
-    run.says("were not traced: the collector ran out of file descriptors")
+    // The orphans are not needed any more.
+    for pid in std::fs::read_to_string(fc.dir().join("orphans"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse::<i32>().ok())
+    {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    // The 40 hold more descriptors than the collector has: some of the 10 cannot be taken, and that is said,
+    // in the summary and in the trace.
+    assert!(traced_small < 10, "{}", run.stderr);
+    run.says("their processes are not in the trace: the collector ran out of file descriptors")
         .never_says("no GPU memory was allocated");
+    assert!(
+        t.notes
+            .iter()
+            .any(|(pid, n)| *pid == 0 && n.contains("ran out of file descriptors")),
+        "{:?}",
+        t.notes
+    );
 }
 
 #[test]
