@@ -35,6 +35,8 @@ const EXIT_ROOM_LOSSLESS: Duration = Duration::from_secs(2);
 const HEARTBEAT: Duration = Duration::from_millis(100);
 /// How long the first tracked call waits, at most, for the courier to publish the loaded objects.
 const OBJECTS_WAIT: Duration = Duration::from_millis(100);
+/// How long the first tracked call tries, at most, to pass its ring while the kernel says too many are in flight.
+const PASS_WAIT: Duration = Duration::from_millis(200);
 /// A lossless writer facing a full ring naps this long between looks.
 const LOSSLESS_NAP: Duration = Duration::from_micros(20);
 
@@ -230,6 +232,21 @@ fn recorder() -> Option<&'static Recorder> {
     RECORDER.get_or_init(build).copied()
 }
 
+/// Sends the hello with the ring attached. A user with more descriptors in flight than its limit
+/// (`ETOOMANYREFS`: connections waiting in a busy collector's backlog each hold one) is refused until the
+/// collector takes some: tried again for a while.
+fn pass_ring(s: &Socket, hello: &[u8], ring_fd: i32) -> Result<(), Option<i32>> {
+    let deadline = Instant::now() + PASS_WAIT;
+    loop {
+        match s.send_with_fd(hello, ring_fd) {
+            Err(Some(libc::ETOOMANYREFS)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            r => return r,
+        }
+    }
+}
+
 fn build() -> Option<&'static Recorder> {
     let settings = crate::settings::get();
     if !HANDLERS.swap(true, Ordering::AcqRel) {
@@ -272,16 +289,31 @@ fn build() -> Option<&'static Recorder> {
         }
     };
     let mut buf = Vec::with_capacity(1024);
-    codec::put_record(&mut buf, &Record::Hello(h));
-    let sent = sock
-        .as_ref()
-        .is_some_and(|s| s.send_with_fd(&buf, mapped.fd));
+    codec::put_record(&mut buf, &Record::Hello(h.clone()));
+    let sent = sock.as_ref().map(|s| pass_ring(s, &buf, mapped.fd));
     // The collector holds the ring now (or never will): our descriptor is not needed.
     unsafe { libc::close(mapped.fd) };
-    let sock = match sock {
-        Some(s) if sent => s,
-        other => {
+    let sock = match (sock, sent) {
+        (Some(s), Some(Ok(()))) => s,
+        (other, sent) => {
             if let Some(s) = other {
+                // The kernel would not pass the ring (its user has too many descriptors in flight): not
+                // recording, but named, as when the ring cannot be made.
+                if let Some(Err(Some(e))) = sent {
+                    let why = if e == libc::ETOOMANYREFS {
+                        "its user had too many descriptors in flight to a busy collector (ETOOMANYREFS)"
+                            .to_string()
+                    } else {
+                        std::io::Error::from_raw_os_error(e).to_string()
+                    };
+                    h.extra.push((
+                        "no_ring".to_string(),
+                        format!("its event ring could not be passed to the collector: {why}"),
+                    ));
+                    buf.clear();
+                    codec::put_record(&mut buf, &Record::Hello(h));
+                    s.send_all(&buf);
+                }
                 unsafe { libc::close(s.fd) };
                 SOCKET_FD.store(-1, Ordering::Release);
             }

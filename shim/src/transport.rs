@@ -151,10 +151,11 @@ impl Socket {
         identity(self.fd) == Some(self.id)
     }
 
-    /// Sends `buf` with descriptor `pass` attached to its first byte (`SCM_RIGHTS`).
-    pub fn send_with_fd(&self, buf: &[u8], pass: i32) -> bool {
+    /// Sends `buf` with descriptor `pass` attached to its first byte (`SCM_RIGHTS`). On failure, the error of
+    /// the `sendmsg` that carried the descriptor (`None`: not ours, or it went and the rest did not).
+    pub fn send_with_fd(&self, buf: &[u8], pass: i32) -> Result<(), Option<i32>> {
         if !self.ours() || buf.is_empty() {
-            return false;
+            return Err(None);
         }
         let mut iov = libc::iovec {
             iov_base: buf.as_ptr() as *mut libc::c_void,
@@ -183,10 +184,14 @@ impl Socket {
             break n;
         };
         if n <= 0 {
-            return false;
+            return Err(std::io::Error::last_os_error().raw_os_error());
         }
         // The descriptor went with the first byte; the rest is plain data.
-        self.send_all(&buf[n as usize..])
+        if self.send_all(&buf[n as usize..]) {
+            Ok(())
+        } else {
+            Err(None)
+        }
     }
 
     pub fn send_all(&self, mut buf: &[u8]) -> bool {
@@ -331,7 +336,7 @@ mod tests {
             aux: 0,
             stack: 0,
         }));
-        assert!(sock.send_with_fd(b"hello", m.fd));
+        assert!(sock.send_with_fd(b"hello", m.fd).is_ok());
         // Receive it as the collector does, and map what came.
         let mut data = [0u8; 16];
         let mut iov = libc::iovec {
