@@ -472,7 +472,12 @@ struct Conn {
     /// A descriptor held for the ring until the hello comes, let go just before each read: the ring always
     /// has a place to land (the kernel drops a passed descriptor it cannot place: `MSG_CTRUNC`).
     reserve: Option<OwnedFd>,
+    /// Since when no reserve could be had (the read waits at most `RESERVE_WAIT` for one).
+    no_reserve_since: Option<Instant>,
 }
+
+/// How long a connection whose ring has not come waits to read until a descriptor is free for it.
+const RESERVE_WAIT: Duration = Duration::from_secs(2);
 
 /// What judging a gone peer on its hello takes: vramtrace's pid (the hello's parent must descend from it, or
 /// have been reaped by it), the peer's user, and the job's connections (the pids reaped, the refusals counted).
@@ -597,6 +602,7 @@ impl Conn {
             gone_at: None,
             gone: None,
             reserve: None,
+            no_reserve_since: None,
         }
     }
 
@@ -643,7 +649,18 @@ impl Conn {
     /// Reads what the socket holds (once) and appends what is whole. Whether anything came.
     fn pump(&mut self, trace: &Mutex<TraceWriter>) -> bool {
         // The reserve is let go just before the read (kept until then: other threads open files too), and
-        // taken back after it while the ring has not come.
+        // taken back after it while the ring has not come. Without one (none was free), the read waits for
+        // one, for a while: a ring read with no place to land would be lost.
+        if self.open && self.ring.is_none() && self.bad_ring.is_none() && self.reserve.is_none() {
+            self.reserve = self.stream.try_clone().ok().map(OwnedFd::from);
+            if self.reserve.is_none() {
+                let since = *self.no_reserve_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < RESERVE_WAIT {
+                    thread::sleep(Duration::from_millis(1));
+                    return false;
+                }
+            }
+        }
         let held = self.reserve.take().is_some();
         let took = self.pump_once(trace);
         if held && self.open && self.ring.is_none() && self.bad_ring.is_none() {
@@ -1311,55 +1328,93 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_ring_lost_in_transit_leaves_its_process_named_untraced() {
-        // The kernel drops a passed descriptor the receiver has no room for (MSG_CTRUNC). In a child process,
-        // whose descriptor limit is its own: the hello arrives while no descriptor can be received.
-        let dir = std::env::temp_dir().join(format!("vramtrace-ctrunc-{}", std::process::id()));
+    /// Runs `case` in a child process (whose descriptor limit is its own) on a connection whose peer has sent
+    /// a hello with a descriptor attached (a socket: no ring), writing to a trace file; passes if it returns
+    /// true. `limit(n)` sets the child's soft descriptor limit (`None`: back to what it was).
+    fn in_child_with_hello(
+        name: &str,
+        case: impl FnOnce(
+            &mut Conn,
+            &Mutex<TraceWriter>,
+            &dyn Fn(Option<u64>),
+            &std::path::Path,
+        ) -> bool,
+    ) {
+        let dir = std::env::temp_dir().join(format!("vramtrace-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.vtrace");
         let child = unsafe { libc::fork() };
         assert!(child >= 0);
         if child == 0 {
-            let ok = std::panic::catch_unwind(|| {
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let (ours, theirs) = UnixStream::pair().unwrap();
                 let trace = Mutex::new(TraceWriter::new(File::create(&path).unwrap(), 0));
-                let hello = hello(4242);
                 let mut buf = Vec::new();
-                codec::put_record(&mut buf, &hello);
+                codec::put_record(&mut buf, &hello(4242));
                 send_with_fd(&theirs, &buf, theirs.as_raw_fd());
                 let mut conn = Conn::new(ours);
-                let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
-                unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-                let none = libc::rlimit {
-                    rlim_cur: 0,
-                    rlim_max: lim.rlim_max,
+                let mut was: libc::rlimit = unsafe { std::mem::zeroed() };
+                unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut was) };
+                let limit = |n: Option<u64>| {
+                    let l = libc::rlimit {
+                        rlim_cur: n.map_or(was.rlim_cur, |n| n as libc::rlim_t),
+                        rlim_max: was.rlim_max,
+                    };
+                    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) };
                 };
-                unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &none) };
-                let pumped = conn.pump(&trace);
-                unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
-                let hellos = hellos_in(&std::fs::read(&path).unwrap());
-                let why = hellos
-                    .first()
-                    .and_then(|h| h.extra.iter().find(|(k, _)| k == "no_ring"))
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_default();
-                pumped
-                    && conn.ring.is_none()
-                    && hellos.len() == 1
-                    && hellos[0].pid == 4242
-                    && why.contains("no file descriptor was free")
-            })
+                case(&mut conn, &trace, &limit, &path)
+            }))
             .unwrap_or(false);
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };
         }
         let mut status = 0;
         assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        let hellos = hellos_in(&std::fs::read(&path).unwrap_or_default());
         let _ = std::fs::remove_dir_all(&dir);
         assert!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "status {status}"
+            "status {status}: {hellos:?}"
         );
+    }
+
+    /// Why the first hello in the trace file at `path` says its process is untraced ("" if it does not).
+    fn untraced_why(path: &std::path::Path) -> String {
+        hellos_in(&std::fs::read(path).unwrap_or_default())
+            .first()
+            .and_then(|h| h.extra.iter().find(|(k, _)| k == "no_ring"))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_ring_lost_in_transit_leaves_its_process_named_untraced() {
+        // The kernel drops a passed descriptor the receiver has no room for (MSG_CTRUNC): here at a limit of 0,
+        // where even the reserve let go leaves no place.
+        in_child_with_hello("ctrunc", |conn, trace, limit, path| {
+            conn.reserve = conn.stream.try_clone().ok().map(OwnedFd::from);
+            limit(Some(0));
+            let pumped = conn.pump(trace);
+            limit(None);
+            pumped
+                && conn.ring.is_none()
+                && conn.pid == Some(4242)
+                && untraced_why(path).contains("no file descriptor was free")
+        });
+    }
+
+    #[test]
+    fn a_hello_is_not_read_until_its_ring_has_a_place() {
+        // No reserve could be had (no descriptor free): the read waits rather than lose the ring; once one is
+        // free, the ring arrives (here no ring but a socket, so the mapping's refusal is what is said).
+        in_child_with_hello("wait", |conn, trace, limit, path| {
+            limit(Some(0));
+            let early = conn.pump(trace);
+            limit(None);
+            let waited = !early && conn.pid.is_none();
+            let later = conn.pump(trace);
+            let why = untraced_why(path);
+            waited && later && conn.pid == Some(4242) && why.contains("not sealed")
+        });
     }
 
     #[test]
