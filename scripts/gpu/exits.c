@@ -1,4 +1,5 @@
-// A driver-API program that allocates 5 x 64 MiB and ends on the next instruction: `_exit(3)` or SIGKILL. For
+// A driver-API program that allocates 5 x 64 MiB and ends on the next instruction: `_exit(3)` or SIGKILL (or,
+// with `hold`, `_exit(3)` three seconds later). For
 // scripts/gpu/lost.sh (issue 9: nothing lost). Build: gcc -O2 -o exits exits.c -I$CUDA/include -lcuda
 #include <cuda.h>
 #include <signal.h>
@@ -21,5 +22,7 @@ int main(int argc, char **argv) {
         }
     }
     if (argc > 1 && strcmp(argv[1], "kill") == 0) kill(getpid(), SIGKILL);
+    // Held for a while first: many at once outnumber the collector's descriptors (lost.sh, case 4).
+    if (argc > 1 && strcmp(argv[1], "hold") == 0) sleep(3);
     _exit(3);
 }

@@ -3,6 +3,7 @@
 #   (1) a driver-API program, 5 x 64 MiB then `_exit(3)`, 8 runs; then SIGKILL on itself, 8 runs
 #   (2) PyTorch: 256 MiB through torch, then os._exit(0) (bridge_case.py osexit)
 #   (3) PyTorch: multiprocessing children started with fork, 256 MiB each, ending in os._exit (bridge_case.py forked)
+#   (4) 40 driver-API processes alive at once while the collector has 24 descriptors: all traced whole
 # Prints a table LAST; traces to $OUT/lost-traces.tgz, the log to $OUT/lost-log.txt.
 #   Usage: bash scripts/gpu/lost.sh DIR      (DIR: the carried build: vramtrace, libvramtrace.so)
 set -u
@@ -40,6 +41,21 @@ for how in exit kill; do
     done
     row "driver API, 5 x 64 MiB then $how at once: runs with all 5 in the trace" "8 of 8" "$ok of 8" "$([ $ok = 8 ] && echo yes || echo NO)"
 done
+# (4) 40 processes alive at once, the collector held to 24 descriptors (prlimit, once it runs: the job keeps its
+# own limit, which the driver needs): each is traced whole.
+"$VT" run -o many.vtrace --force --python-agent off -- bash -c 'sleep 1; for i in $(seq 40); do ./exits hold & done; wait' >many.out 2>&1 &
+vt=$!
+sleep 0.5
+prlimit --pid "$vt" --nofile=24:24 >>"$LOG" 2>&1 || echo "prlimit failed" >>"$LOG"
+wait "$vt"
+cat many.out >>"$LOG"
+got=$("$VT" report --json many.vtrace | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+ps = [p for p in d['processes'] if 'exits' in ' '.join(p.get('cmdline') or [])]
+print(sum(1 for p in ps if p['allocations'] == 5), sum(1 for p in ps if p.get('untraced')), len(ps))" 2>>"$LOG")
+read -r whole named seen <<<"${got:-0 0 0}"
+row "driver API, 40 processes alive at once, the collector held to 24 descriptors: whole, named, seen" "40, 0, 40" "$whole, $named, $seen" "$([ "$whole" = 40 ] && echo yes || echo NO)"
 CASE="$HERE/bridge_case.py"
 res() { grep -o "$2=[^ ]*" "$1" | head -1 | cut -d= -f2; }
 timeout 120 "$VT" run -o osexit.vtrace --force -- python3 "$CASE" osexit >osexit.out 2>&1
