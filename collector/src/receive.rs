@@ -146,6 +146,9 @@ pub(crate) struct Connections {
     pub(crate) refused: Mutex<Vec<(u32, u32)>>,
     /// The acceptor stopped with connections it could not take for lack of file descriptors still waiting.
     pub(crate) starved: AtomicBool,
+    /// Connections taken whose hello has not come yet: no newcomer promise while any is (its hello, or the one
+    /// the collector writes for it, may be older).
+    pub(crate) unannounced: AtomicUsize,
 }
 
 /// How long, once the job is over, the acceptor keeps trying to take what waits when it has no descriptor free
@@ -201,8 +204,16 @@ pub(crate) fn spawn_acceptor(
                     if spare.is_none() {
                         spare = listener.try_clone().ok();
                         if spare.is_none() {
-                            starved = true;
-                            all_announced = false;
+                            // Starved only if a connection is waiting.
+                            let mut pfd = libc::pollfd {
+                                fd: listener.as_raw_fd(),
+                                events: libc::POLLIN,
+                                revents: 0,
+                            };
+                            if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 {
+                                starved = true;
+                                all_announced = false;
+                            }
                             break;
                         }
                     }
@@ -261,7 +272,10 @@ pub(crate) fn spawn_acceptor(
                 // Every process that connects from now on connected after `round`, and the shim stamps nothing
                 // before it has connected: no process still to come has anything older (less the margin for
                 // its converted ticks). The model holds its merge to this.
-                if all_announced && round >= last_tick + NEWCOMER_TICK_NS {
+                if all_announced
+                    && conns.unannounced.load(Ordering::Acquire) == 0
+                    && round >= last_tick + NEWCOMER_TICK_NS
+                {
                     last_tick = round;
                     let mut buf = Vec::new();
                     codec::put_record(
@@ -314,11 +328,26 @@ fn take(
     if receiver.is_none() {
         conn.bad_ring = Some("no thread could be started to receive it".into());
     }
+    // Who it is, while /proc still knows: named from this if it hangs up without a hello.
+    conn.peer = peer_identity(&conn.stream);
     let deadline = Instant::now() + HELLO_WAIT;
     while conn.pid.is_none() && conn.open && Instant::now() < deadline {
         conn.pump(trace);
     }
+    if conn.pid.is_none() && !conn.open && conn.gone.is_none() && conn.peer.is_some() {
+        // Hung up already: named and ended now, before any newcomer promise could pass them. Its receiver
+        // ends with nothing to do (its sender dropped).
+        conn.finish(trace);
+        if receiver.is_none() {
+            conns.open.fetch_sub(1, Ordering::AcqRel);
+        }
+        return true;
+    }
     let announced = conn.pid.is_some();
+    if !announced {
+        conns.unannounced.fetch_add(1, Ordering::AcqRel);
+        conn.unannounced = Some(conns.clone());
+    }
     let _ = conn.stream.set_read_timeout(None);
     let _ = conn.stream.set_nonblocking(true);
     match receiver {
@@ -326,6 +355,7 @@ fn take(
             let _ = tx.send(conn);
         }
         None => {
+            conn.announced();
             conns.open.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -383,8 +413,8 @@ enum Peer {
     NotJob,
 }
 
-/// Whether the peer is a process of the job (see [`Peer`]).
-fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> Peer {
+/// The peer's credentials as the kernel took them when it connected (`SO_PEERCRED`).
+fn peer_cred(stream: &UnixStream) -> Option<libc::ucred> {
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     let rc = unsafe {
@@ -396,9 +426,14 @@ fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> P
             &mut len,
         )
     };
-    if rc != 0 {
+    (rc == 0).then_some(cred)
+}
+
+/// Whether the peer is a process of the job (see [`Peer`]).
+fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> Peer {
+    let Some(cred) = peer_cred(stream) else {
         return Peer::NotJob;
-    }
+    };
     if cred.uid == uid {
         return Peer::Job;
     }
@@ -430,6 +465,21 @@ fn descends_from(mut pid: u32, ancestor: u32) -> bool {
         }
     }
     false
+}
+
+/// The peer's pid (`SO_PEERCRED`), command line and parent (/proc), for naming it if it never says hello.
+fn peer_identity(stream: &UnixStream) -> Option<(u32, Vec<String>, u32)> {
+    let cred = peer_cred(stream).filter(|c| c.pid > 0)?;
+    let pid = cred.pid as u32;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((pid, cmdline, parent_of(pid).unwrap_or(0)))
 }
 
 /// `pid`'s parent, by /proc.
@@ -474,6 +524,10 @@ struct Conn {
     reserve: Option<OwnedFd>,
     /// Since when no reserve could be had (the read waits at most `RESERVE_WAIT` for one).
     no_reserve_since: Option<Instant>,
+    /// The peer as the kernel and /proc knew it when accepted: (pid, command line, parent).
+    peer: Option<(u32, Vec<String>, u32)>,
+    /// Counted in `Connections::unannounced` until its hello comes (or it ends).
+    unannounced: Option<Arc<Connections>>,
 }
 
 /// How long a connection whose ring has not come waits to read until a descriptor is free for it.
@@ -603,6 +657,8 @@ impl Conn {
             gone: None,
             reserve: None,
             no_reserve_since: None,
+            peer: None,
+            unannounced: None,
         }
     }
 
@@ -651,9 +707,13 @@ impl Conn {
         // The reserve is let go just before the read (kept until then: other threads open files too), and
         // taken back after it while the ring has not come. Without one (none was free), the read waits for
         // one, for a while: a ring read with no place to land would be lost.
-        if self.open && self.ring.is_none() && self.bad_ring.is_none() && self.reserve.is_none() {
+        let waiting =
+            |c: &Conn| c.open && c.pid.is_none() && c.ring.is_none() && c.bad_ring.is_none();
+        if waiting(self) && self.reserve.is_none() {
             self.reserve = self.stream.try_clone().ok().map(OwnedFd::from);
-            if self.reserve.is_none() {
+            if self.reserve.is_some() {
+                self.no_reserve_since = None;
+            } else {
                 let since = *self.no_reserve_since.get_or_insert_with(Instant::now);
                 if since.elapsed() < RESERVE_WAIT {
                     thread::sleep(Duration::from_millis(1));
@@ -663,8 +723,11 @@ impl Conn {
         }
         let held = self.reserve.take().is_some();
         let took = self.pump_once(trace);
-        if held && self.open && self.ring.is_none() && self.bad_ring.is_none() {
+        if held && waiting(self) {
             self.reserve = self.stream.try_clone().ok().map(OwnedFd::from);
+        }
+        if self.pid.is_some() {
+            self.announced();
         }
         took
     }
@@ -772,7 +835,7 @@ impl Conn {
                             d.last_ns = d.last_ns.min(h.ts_ns);
                         }
                         if let Some((_, why)) = h.extra.iter().find(|(k, _)| k == "no_ring") {
-                            self.bad_ring = Some(format!("it could not make one ({why})"));
+                            self.bad_ring = Some(why.clone());
                         } else {
                             if self.ring.is_none() && self.bad_ring.is_none() {
                                 // The shim sends its ring with the hello's first byte.
@@ -1034,36 +1097,23 @@ impl Conn {
         taken > 0
     }
 
+    /// Its hello is in the trace (or it ended): no longer holds the newcomer promise back.
+    fn announced(&mut self) {
+        if let Some(c) = self.unannounced.take() {
+            c.unannounced.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
     /// A process of the job that connected and hung up without a hello (its shim could not send it: the ring
     /// it passes with it refused, e.g. `ETOOMANYREFS`): named untraced in the trace, from what the kernel and
     /// /proc still say of it, rather than passed over.
     fn name_silent(&mut self, trace: &Mutex<TraceWriter>) {
-        let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        let rc = unsafe {
-            libc::getsockopt(
-                self.stream.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_PEERCRED,
-                (&mut cred as *mut libc::ucred).cast(),
-                &mut len,
-            )
-        };
-        if rc != 0 || cred.pid <= 0 {
+        let Some((pid, cmdline, ppid)) = self.peer.take() else {
             return;
-        }
-        let pid = cred.pid as u32;
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|b| {
-                b.split(|c| *c == 0)
-                    .filter(|a| !a.is_empty())
-                    .map(|a| String::from_utf8_lossy(a).into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
+        };
         let hello = vramtrace_format::Hello {
             pid,
-            ppid: parent_of(pid).unwrap_or(0),
+            ppid,
             ts_ns: hangup::closed_at(&self.closed_at).unwrap_or_else(mono_ns),
             cmdline,
             hostname: hostname(),
@@ -1091,7 +1141,10 @@ impl Conn {
         if self.pid.is_none() && self.gone.is_none() {
             self.name_silent(trace);
         }
-        let Some(pid) = self.pid else { return };
+        let Some(pid) = self.pid else {
+            self.announced();
+            return;
+        };
         let end = if self.split.pending() > 0 {
             EndKind::CutMidFrame {
                 partial_bytes: self.split.pending() as u32,
@@ -1120,6 +1173,8 @@ impl Conn {
         if let Ok(mut w) = trace.lock() {
             w.write(pid, &buf);
         }
+        // Only now: a newcomer promise must not pass this end, written at the hang-up's time.
+        self.announced();
     }
 }
 
@@ -1413,7 +1468,15 @@ mod tests {
             let waited = !early && conn.pid.is_none();
             let later = conn.pump(trace);
             let why = untraced_why(path);
-            waited && later && conn.pid == Some(4242) && why.contains("not sealed")
+            // Once the hello is read, no descriptor is held for it any more.
+            waited
+                && later
+                && conn.pid == Some(4242)
+                && why.contains("not sealed")
+                && conn.reserve.is_none()
+                && conn.stream.set_nonblocking(true).is_ok()
+                && !conn.pump(trace)
+                && conn.reserve.is_none()
         });
     }
 

@@ -394,7 +394,14 @@ fn another_users_processes_past_the_collectors_descriptors_are_traced_or_named()
         match h.extra.iter().find(|(k, _)| k == "no_ring") {
             Some((_, why)) => {
                 named += 1;
-                assert!(why.contains("could not be passed"), "pid {}: {why}", h.pid);
+                // Refused by the kernel on the way (said by the shim), or, rarely, dropped in transit when
+                // another of the collector's threads took the descriptor freed for it.
+                assert!(
+                    why.contains("could not be passed")
+                        || why.contains("no file descriptor was free"),
+                    "pid {}: {why}",
+                    h.pid
+                );
                 assert_eq!(allocs(&t, h.pid), 0);
             }
             None => assert_eq!(allocs(&t, h.pid), 1, "pid {}: {}", h.pid, run.stderr),
@@ -411,7 +418,16 @@ fn another_users_processes_past_the_collectors_descriptors_are_traced_or_named()
 #[test]
 fn a_process_that_connects_and_hangs_up_without_a_hello_is_named() {
     // What a shim whose ring could not be passed leaves, when it could not even say so: a connection that
-    // closes with nothing on it. Named by the kernel's word for its peer.
+    // closes with nothing on it. Named by the kernel's word for its peer, and /proc's when it was accepted.
+    if std::process::Command::new("python3")
+        .arg("-c")
+        .arg("")
+        .status()
+        .map_or(true, |s| !s.success())
+    {
+        eprintln!("skipped: no python3");
+        return;
+    }
     let fc = FakeCuda::new();
     let (run, path) = fc.traced(
         "silent",
@@ -419,8 +435,8 @@ fn a_process_that_connects_and_hangs_up_without_a_hello_is_named() {
         "python3",
         &[
             "-c",
-            "import os, socket; s = socket.socket(socket.AF_UNIX); s.connect(os.environ['VRAMTRACE_SOCKET']); \
-             s.close(); print(os.getpid())",
+            "import os, socket, time; s = socket.socket(socket.AF_UNIX); \
+             s.connect(os.environ['VRAMTRACE_SOCKET']); s.close(); print(os.getpid(), flush=True); time.sleep(1)",
         ],
     );
     run.assert_success("silent");
@@ -443,6 +459,8 @@ fn a_process_that_connects_and_hangs_up_without_a_hello_is_named() {
     );
     run.says(&format!("pid {pid} ("))
         .says("hung up without saying hello");
+    // Its hello and end, written by the collector, are in time with everything else.
+    assert_eq!(model::analyze(&path).unwrap().merge_inexact_events, 0);
 }
 
 #[test]
