@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 static FORK_GEN: AtomicU32 = AtomicU32::new(0);
 static HANDLER: AtomicBool = AtomicBool::new(false);
 
+/// Yields before a waiting first caller starts to nap.
+const SPINS: u32 = 200;
 const UNINIT: u64 = 0;
 const STARTING: u64 = 1;
 const READY: u64 = 2;
@@ -69,7 +71,8 @@ impl<T: 'static> Lazy<T> {
     }
 
     /// The value, built by `init` the first time (`None`: nothing to build, remembered as such). Concurrent
-    /// first callers wait for the one that builds (microseconds); a builder lost to a `fork` is replaced.
+    /// first callers wait for the one that builds (usually microseconds); a builder lost to a `fork` is
+    /// replaced.
     #[inline]
     pub fn get_or_init(&self, init: impl FnOnce() -> Option<T>) -> Option<&'static T> {
         if let Some(v) = self.peek() {
@@ -85,6 +88,7 @@ impl<T: 'static> Lazy<T> {
     fn init_slow(&self, init: impl FnOnce() -> Option<T>) -> Option<&'static T> {
         ensure_handler();
         let mut init = Some(init);
+        let mut waits = 0u32;
         loop {
             let cur = self.state.load(Ordering::Acquire);
             let gen = fork_generation() as u64;
@@ -92,7 +96,16 @@ impl<T: 'static> Lazy<T> {
             match cur & 0xff {
                 READY => return self.peek(),
                 OFF => return None,
-                STARTING if cur >> 8 == gen => std::thread::yield_now(),
+                // The builder usually takes microseconds; it may wait for the collector for hundreds of ms
+                // (a full backlog, a ring the kernel will not pass yet): then nap rather than spin a core.
+                STARTING if cur >> 8 == gen => {
+                    waits += 1;
+                    if waits < SPINS {
+                        std::thread::yield_now()
+                    } else {
+                        std::thread::sleep(std::time::Duration::from_micros(200))
+                    }
+                }
                 // UNINIT, or STARTING in a generation before a fork: its builder is not in this process.
                 _ => {
                     if self
@@ -154,6 +167,35 @@ mod tests {
         assert!(N.get_or_init(|| Some(1)).is_none(), "None is remembered");
         N.forget();
         assert_eq!(N.get_or_init(|| Some(2)), Some(&2));
+    }
+
+    #[test]
+    fn first_callers_waiting_on_a_slow_builder_nap_rather_than_spin() {
+        // A builder held up for 150 ms (the collector's backlog full): a caller waiting for it uses little CPU.
+        static L: Lazy<u32> = Lazy::new();
+        let builder = std::thread::spawn(|| {
+            *L.get_or_init(|| {
+                std::thread::sleep(std::time::Duration::from_millis(150));
+                Some(7)
+            })
+            .unwrap()
+        });
+        while L.state.load(Ordering::Acquire) & 0xff != STARTING {
+            std::thread::yield_now();
+        }
+        let waiter = std::thread::spawn(|| {
+            let v = *L.get_or_init(|| Some(8)).unwrap();
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            (v, ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+        });
+        let (v, cpu_ns) = waiter.join().unwrap();
+        assert_eq!((builder.join().unwrap(), v), (7, 7));
+        // Spinning on `yield_now` for the whole wait takes most of it in CPU time (over 100 ms on an idle core).
+        assert!(cpu_ns < 25_000_000, "the waiter used {cpu_ns} ns of CPU");
     }
 
     #[test]
