@@ -1,7 +1,7 @@
-//! Receiving: the acceptor takes each process's connection (its hello, with its shared-memory ring attached),
-//! and a receiver thread per process drains the ring and reads the socket into the trace, in whole frames, until
-//! the process is gone; then it drains the ring to the end (a process that `_exit`ed or was killed leaves its
-//! events there) and records how the connection ended.
+//! Receiving: the acceptor (`receive/accept.rs`) takes each process's connection (its hello, with its
+//! shared-memory ring attached), and a receiver thread per process drains the ring and reads the socket into the
+//! trace, in whole frames, until the process is gone; then it drains the ring to the end (a process that
+//! `_exit`ed or was killed leaves its events there) and records how the connection ended.
 //!
 //! What was lost is said where it was lost: records the ring had no room for (counted by the shim in the shared
 //! memory, so even a SIGKILL cannot take the count), told apart by cause (the collector stalled, or the
@@ -10,8 +10,8 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -19,6 +19,11 @@ use std::time::{Duration, Instant};
 use vramtrace_format::codec::{self, kind, FrameSplitter};
 use vramtrace_format::ring::{self, Consumer, Item, Ring};
 use vramtrace_format::{EndKind, Event, LossCause, Record, OOM_ACK, OOM_NAK};
+
+mod accept;
+
+use accept::{descends_from, peer_identity};
+pub(crate) use accept::{hostname, spawn_acceptor, Connections, STARVED_NOTE};
 
 use crate::hangup::{self, ClosedAt, Hangups};
 use crate::verbs::run::mono_ns;
@@ -135,174 +140,6 @@ fn events_in(payload: &[u8]) -> u64 {
     varint().and_then(|_| varint()).unwrap_or(0)
 }
 
-#[derive(Default)]
-pub(crate) struct Connections {
-    pub(crate) open: AtomicUsize,
-    /// Set when the job is over: the acceptor takes what waits in the backlog, then stops.
-    pub(crate) stop: AtomicBool,
-    /// Pids of the job that vramtrace reaped: the peer check knows them after /proc forgot them.
-    pub(crate) reaped: Mutex<std::collections::HashSet<u32>>,
-    /// Connections turned away: (pid, uid).
-    pub(crate) refused: Mutex<Vec<(u32, u32)>>,
-    /// The acceptor stopped with connections it could not take for lack of file descriptors still waiting.
-    pub(crate) starved: AtomicBool,
-    /// Connections taken whose hello has not come yet: no newcomer promise while any is (its hello, or the one
-    /// the collector writes for it, may be older).
-    pub(crate) unannounced: AtomicUsize,
-}
-
-/// How long, once the job is over, the acceptor keeps trying to take what waits when it has no descriptor free
-/// and has taken nothing: the receivers of processes that ended close theirs as they finish.
-const STARVED_WAIT: Duration = Duration::from_secs(1);
-/// The acceptor's pause between looks while it can take nothing.
-const STARVED_NAP: Duration = Duration::from_millis(5);
-/// What the trace and the summary say when the job ended with connections the acceptor could not take.
-pub(crate) const STARVED_NOTE: &str =
-    "connections still waiting when the job ended were not taken, so \
-    their processes are not in the trace: the collector ran out of file descriptors";
-
-pub(crate) fn spawn_acceptor(
-    listener: Option<UnixListener>,
-    trace: Arc<Mutex<TraceWriter>>,
-    conns: Arc<Connections>,
-) -> Option<thread::JoinHandle<()>> {
-    let listener = listener?;
-    listener.set_nonblocking(true).ok()?;
-    // A test hook: an acceptor this late loses, before the fix, every process that exits at once.
-    let delay = std::env::var("VRAMTRACE_TEST_ACCEPT_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_millis);
-    let me = std::process::id();
-    let uid = unsafe { libc::geteuid() };
-    let hangups = Hangups::start();
-    thread::Builder::new()
-        .name("vramtrace-accept".into())
-        .spawn(move || {
-            let mut last_tick = 0u64;
-            let mut stopped_at = None;
-            let mut spare = None;
-            loop {
-                let stopping = conns.stop.load(Ordering::Acquire);
-                if stopping && stopped_at.is_none() {
-                    stopped_at = Some(Instant::now());
-                }
-                if !stopping {
-                    if let Some(d) = delay {
-                        thread::sleep(d);
-                    }
-                }
-                // A round: the time, then everything waiting in the backlog, each with its hello in the trace.
-                let round = mono_ns();
-                let mut all_announced = true;
-                let mut starved = false;
-                loop {
-                    // A descriptor held in reserve: an accepted connection can always be given one of its own
-                    // for the ring that comes with its hello (`Conn::reserve`), even when accepting it took the
-                    // last. Without one, connections wait in the backlog (their processes recording meanwhile)
-                    // until descriptors free up.
-                    if spare.is_none() {
-                        spare = listener.try_clone().ok();
-                        if spare.is_none() {
-                            // Starved only if a connection is waiting.
-                            let mut pfd = libc::pollfd {
-                                fd: listener.as_raw_fd(),
-                                events: libc::POLLIN,
-                                revents: 0,
-                            };
-                            if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 {
-                                starved = true;
-                                all_announced = false;
-                            }
-                            break;
-                        }
-                    }
-                    match listener.accept() {
-                        Ok((stream, _)) => {
-                            // Room for the peer check's reads of /proc; then taken back for this connection.
-                            drop(spare.take());
-                            let gone = match peer_of_job(&stream, me, uid, &conns) {
-                                Peer::Job => None,
-                                Peer::Gone(uid) => Some(GonePeer {
-                                    me,
-                                    uid,
-                                    conns: conns.clone(),
-                                }),
-                                Peer::NotJob => continue,
-                            };
-                            let reserve = listener.try_clone().ok().map(OwnedFd::from);
-                            all_announced &=
-                                take(stream, &trace, &conns, hangups.as_deref(), gone, reserve);
-                            if stopping {
-                                stopped_at = Some(Instant::now());
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(e) => {
-                            // Out of descriptors (or kernel memory): the connection waits in the backlog.
-                            starved = matches!(
-                                e.raw_os_error(),
-                                Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-                            );
-                            all_announced = false;
-                            break;
-                        }
-                    }
-                }
-                if !all_announced {
-                    // Nothing to gain from looking again at once (the listener stays readable).
-                    thread::sleep(STARVED_NAP);
-                }
-                if stopping {
-                    // The backlog is empty and the job is over; or nothing more can be taken (said in the
-                    // summary and the trace) once nothing has been for a while.
-                    if starved && stopped_at.is_some_and(|t| t.elapsed() < STARVED_WAIT) {
-                        continue;
-                    }
-                    if starved {
-                        conns.starved.store(true, Ordering::Release);
-                        let mut buf = Vec::new();
-                        put_note(&mut buf, 0, mono_ns(), STARVED_NOTE.into());
-                        if let Ok(mut w) = trace.lock() {
-                            w.write(0, &buf);
-                        }
-                    }
-                    return;
-                }
-                // Every process that connects from now on connected after `round`, and the shim stamps nothing
-                // before it has connected: no process still to come has anything older (less the margin for
-                // its converted ticks). The model holds its merge to this.
-                if all_announced
-                    && conns.unannounced.load(Ordering::Acquire) == 0
-                    && round >= last_tick + NEWCOMER_TICK_NS
-                {
-                    last_tick = round;
-                    let mut buf = Vec::new();
-                    codec::put_record(
-                        &mut buf,
-                        &Record::Tick {
-                            pid: 0,
-                            ts_ns: round.saturating_sub(CLOCK_MARGIN_NS),
-                        },
-                    );
-                    if let Ok(mut w) = trace.lock() {
-                        w.write(0, &buf);
-                    }
-                }
-                let mut pfd = libc::pollfd {
-                    fd: listener.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                unsafe { libc::poll(&mut pfd, 1, 20) };
-            }
-        })
-        .ok()
-}
-
-/// How often, at most, the acceptor promises that no new process has anything older (`Tick` of pid 0).
-const NEWCOMER_TICK_NS: u64 = 10_000_000;
-
 /// Takes an accepted connection of the job: its hello into the trace first (waiting briefly for it), then a
 /// receiver thread for the rest. Whether its hello is in the trace.
 fn take(
@@ -398,107 +235,6 @@ const SPAWN_TRIES: usize = 50;
 
 /// How long the acceptor waits for a new connection's hello (the shim sends it right after connecting).
 const HELLO_WAIT: Duration = Duration::from_millis(100);
-
-/// What the peer check found.
-#[derive(Debug, PartialEq)]
-enum Peer {
-    /// A process of the job: ours (same user; the directory's name is known only to the job through its
-    /// environment), or another user's that descends from vramtrace (a job process that dropped its
-    /// privileges), or one vramtrace reaped.
-    Job,
-    /// Another user's process that is gone already (its /proc entry with it, reaped by a parent of its own on a
-    /// busy machine): judged by its hello's parent. Its user.
-    Gone(u32),
-    /// Anything else: turned away and counted.
-    NotJob,
-}
-
-/// The peer's credentials as the kernel took them when it connected (`SO_PEERCRED`).
-fn peer_cred(stream: &UnixStream) -> Option<libc::ucred> {
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some(cred)
-}
-
-/// Whether the peer is a process of the job (see [`Peer`]).
-fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> Peer {
-    let Some(cred) = peer_cred(stream) else {
-        return Peer::NotJob;
-    };
-    if cred.uid == uid {
-        return Peer::Job;
-    }
-    let pid = cred.pid as u32;
-    if descends_from(pid, me) || conns.reaped.lock().is_ok_and(|r| r.contains(&pid)) {
-        return Peer::Job;
-    }
-    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-        return Peer::Gone(cred.uid);
-    }
-    if let Ok(mut r) = conns.refused.lock() {
-        r.push((pid, cred.uid));
-    }
-    Peer::NotJob
-}
-
-/// Whether `pid`'s chain of parents (by /proc) reaches `ancestor`.
-fn descends_from(mut pid: u32, ancestor: u32) -> bool {
-    for _ in 0..4096 {
-        if pid == ancestor {
-            return true;
-        }
-        if pid <= 1 {
-            return false;
-        }
-        match parent_of(pid) {
-            Some(ppid) => pid = ppid,
-            None => return false,
-        }
-    }
-    false
-}
-
-/// The peer's pid (`SO_PEERCRED`), command line and parent (/proc), for naming it if it never says hello.
-fn peer_identity(stream: &UnixStream) -> Option<(u32, Vec<String>, u32)> {
-    let cred = peer_cred(stream).filter(|c| c.pid > 0)?;
-    let pid = cred.pid as u32;
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| {
-            b.split(|c| *c == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    Some((pid, cmdline, parent_of(pid).unwrap_or(0)))
-}
-
-/// `pid`'s parent, by /proc.
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ')' ends it.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// This host's name, as the shim puts it in a hello.
-pub(crate) fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|c| *c == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
 
 /// One process's connection and ring: whole frames go to the trace as they come; when it closes, the ring is
 /// drained to its end and the end is recorded.

@@ -11,6 +11,13 @@ use vramtrace_e2e::traced::{assert_replays_exactly, read_trace, vramtrace};
 use vramtrace_e2e::*;
 use vramtrace_format::{Api, EndKind, ExitStatus, LossCause};
 
+/// The hellos of the test's `probe` processes.
+fn probes(t: &vramtrace_e2e::traced::Trace) -> impl Iterator<Item = &vramtrace_format::Hello> {
+    t.hellos
+        .iter()
+        .filter(|h| h.cmdline.first().is_some_and(|c| c.ends_with("probe")))
+}
+
 fn allocs(t: &vramtrace_e2e::traced::Trace, pid: u32) -> usize {
     t.events.get(&pid).map_or(0, |e| {
         e.iter()
@@ -270,12 +277,7 @@ fn two_hundred_processes_exiting_as_the_command_ends_on_a_loaded_machine_are_all
     );
     run.assert_success("200 exits");
     let t = read_trace(&path);
-    let probes: Vec<u32> = t
-        .hellos
-        .iter()
-        .filter(|h| h.cmdline.first().is_some_and(|c| c.ends_with("probe")))
-        .map(|h| h.pid)
-        .collect();
+    let probes: Vec<u32> = probes(&t).map(|h| h.pid).collect();
     assert_eq!(probes.len(), 200, "{}", run.stderr);
     for pid in probes {
         assert_eq!(allocs(&t, pid), 1, "pid {pid}");
@@ -341,12 +343,7 @@ fn more_live_processes_than_the_collector_has_descriptors_are_all_traced() {
             "{name}: the command's own limit"
         );
         let t = read_trace(&trace);
-        let probes: Vec<u32> = t
-            .hellos
-            .iter()
-            .filter(|h| h.cmdline.first().is_some_and(|c| c.ends_with("probe")))
-            .map(|h| h.pid)
-            .collect();
+        let probes: Vec<u32> = probes(&t).map(|h| h.pid).collect();
         assert_eq!(probes.len(), 120, "{name}: {}", run.stderr);
         for pid in probes {
             assert_eq!(allocs(&t, pid), 1, "{name}: pid {pid}: {}", run.stderr);
@@ -383,11 +380,7 @@ fn another_users_processes_past_the_collectors_descriptors_are_traced_or_named()
     let (run, trace) = traced_under_limit(&fc, "nobody48", "ulimit -n 48", &job);
     run.assert_success("nobody48");
     let t = read_trace(&trace);
-    let probes: Vec<&vramtrace_format::Hello> = t
-        .hellos
-        .iter()
-        .filter(|h| h.cmdline.first().is_some_and(|c| c.ends_with("probe")))
-        .collect();
+    let probes: Vec<&vramtrace_format::Hello> = probes(&t).collect();
     assert_eq!(probes.len(), 120, "{}", run.stderr);
     let mut named = 0;
     for h in probes {
