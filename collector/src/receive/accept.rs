@@ -19,8 +19,10 @@ use super::{put_note, take, GonePeer, TraceWriter, CLOCK_MARGIN_NS};
 use crate::hangup::Hangups;
 use crate::verbs::run::mono_ns;
 
+/// What the acceptor, the receivers and `run` share about the job's connections.
 #[derive(Default)]
 pub(crate) struct Connections {
+    /// Connections with a receiver still running (`run` waits for them at the end).
     pub(crate) open: AtomicUsize,
     /// Set when the job is over: the acceptor takes what waits in the backlog, then stops.
     pub(crate) stop: AtomicBool,
