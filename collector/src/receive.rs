@@ -842,7 +842,7 @@ impl Conn {
 
     /// A process of the job that connected and hung up without a hello (its shim could not send it: the ring
     /// it passes with it refused, e.g. `ETOOMANYREFS`): named untraced in the trace, from what the kernel and
-    /// /proc still say of it, rather than passed over.
+    /// /proc said of it when it was accepted (`Conn::peer`), rather than passed over.
     fn name_silent(&mut self, trace: &Mutex<TraceWriter>) {
         let Some((pid, cmdline, ppid)) = self.peer.take() else {
             return;
