@@ -7,7 +7,8 @@
 //! - `hooks`: what each intercepted call does around the real one.
 //! - `record`: events into the shared-memory ring (stamped with the CPU's time-stamp counter where the kernel
 //!   keeps time with it, format's `ticks`), the courier thread, fork and exit handling; `transport`: the ring's
-//!   memory and the socket that hands it to the collector.
+//!   memory and the socket that hands it to the collector; `prefault`: the ring's pages faulted in ahead of
+//!   its writers, by the courier.
 //! - `cap`: the cap's policy (admission, what the process holds, the figures frameworks see), over `ledger`,
 //!   the per-device counts shared by every process of the job; `pools`: stream-ordered pools counted by what
 //!   they reserve.
@@ -40,6 +41,7 @@ pub mod ledger;
 pub mod nvml;
 pub mod objects;
 pub mod pools;
+pub mod prefault;
 pub mod pystack;
 pub mod record;
 pub mod settings;

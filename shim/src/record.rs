@@ -24,6 +24,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use vramtrace_format::ring::Ring;
 use vramtrace_format::{codec, ticks, Api, Event, Hello, Oom, Record, Stack};
 
+use crate::prefault::Prefault;
 use crate::transport::{self, Socket, SOCKET_FD};
 
 /// How long an allocation that ran out of memory waits for the collector to hold the evidence.
@@ -47,6 +48,8 @@ enum Cold {
     /// Send this record on the socket after everything published before it (an out-of-memory record, or a
     /// bridge record asking for it); tell the waiting thread once the collector has acknowledged it.
     Sync(Box<Record>, Sender<()>),
+    /// A writer's event landed at this position, near the end of what is faulted in (`prefault`).
+    Prefault(u64),
 }
 
 pub(crate) struct Recorder {
@@ -63,6 +66,8 @@ pub(crate) struct Recorder {
     pid: u32,
     /// This process's call sites (a forked child's new recorder starts with none).
     stacks: crate::stacks::Table,
+    /// The ring's pages, faulted in ahead of the writers by the courier.
+    prefault: Prefault,
 }
 
 const CONNECTED: u8 = 1;
@@ -136,8 +141,10 @@ pub fn push(
         aux,
         stack,
     };
-    if !r.ring.try_event(&e) {
-        r.event_no_room(e);
+    match r.ring.try_event_at(&e) {
+        Some(pos) if r.prefault.wanted(pos) => r.ask_prefault(pos),
+        Some(_) => {}
+        None => r.event_no_room(e),
     }
 }
 
@@ -165,6 +172,21 @@ impl Recorder {
         }
         self.ring.count_drop();
         false
+    }
+
+    /// The writers are near the end of the ring's faulted-in pages: the courier faults in more.
+    #[cold]
+    #[inline(never)]
+    fn ask_prefault(&self, pos: u64) {
+        if self.prefault.claim() {
+            if let Err(e) = self.cold.try_send(Cold::Prefault(pos)) {
+                // Full: asked again by a later event. Gone: no courier, the writers fault pages in themselves.
+                match e {
+                    crossbeam_channel::TrySendError::Full(_) => self.prefault.unclaim(),
+                    crossbeam_channel::TrySendError::Disconnected(_) => self.prefault.abandon(),
+                }
+            }
+        }
     }
 
     /// An event the ring had no room for: counted as dropped, or (lossless) published when there is room.
@@ -332,6 +354,7 @@ fn build() -> Option<&'static Recorder> {
         objects_asked: AtomicBool::new(true),
         pid,
         stacks: crate::stacks::Table::default(),
+        prefault: Prefault::new(&mapped.ring),
     }));
     let spawned = std::thread::Builder::new()
         .name("vramtrace".into())
@@ -487,6 +510,7 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
                     send_objects(&mut objects);
                 }
             }
+            Ok(Cold::Prefault(pos)) => rec.prefault.run(pos),
             Ok(Cold::Sync(r, done)) => {
                 if socket_lost {
                     // Nobody to acknowledge it: it goes in the ring like any record, and the waiting thread

@@ -7,6 +7,8 @@
 //! alloc <bytes>          -> <rc> <addr>        cuMemAlloc_v2
 //! alloc_async <bytes>    -> <rc> <addr>        cuMemAllocAsync (stream 0)
 //! free <addr>            -> <rc>               cuMemFree_v2
+//! pairs <n> <bytes>      -> <failed> <faults>  n cuMemAlloc_v2 + cuMemFree_v2 pairs; the page faults this
+//!                                              thread took meanwhile (getrusage RUSAGE_THREAD, minor)
 //! free_async <addr>      -> <rc>               cuMemFreeAsync (stream 0)
 //! alloc32 <bytes>        -> <rc> <addr>        legacy cuMemAlloc (32-bit pointer)
 //! free32 <addr>          -> <rc>               legacy cuMemFree
@@ -92,6 +94,25 @@ impl Probe {
                     let mut p = 0;
                     let rc = self.f::<Alloc>("cuMemAlloc_v2")(&mut p, num(1) as usize);
                     format!("{rc} {p:#x}")
+                }
+                "pairs" => {
+                    let minflt = || {
+                        let mut u: libc::rusage = std::mem::zeroed();
+                        libc::getrusage(libc::RUSAGE_THREAD, &mut u);
+                        u.ru_minflt
+                    };
+                    let (alloc, free) = (
+                        self.f::<Alloc>("cuMemAlloc_v2"),
+                        self.f::<Free>("cuMemFree_v2"),
+                    );
+                    let before = minflt();
+                    let mut failed = 0;
+                    for _ in 0..num(1) {
+                        let mut p = 0;
+                        let ok = alloc(&mut p, num(2) as usize) == 0 && free(p) == 0;
+                        failed += u64::from(!ok);
+                    }
+                    format!("{failed} {}", minflt() - before)
                 }
                 "alloc_async" => {
                     let mut p = 0;
