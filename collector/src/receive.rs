@@ -260,6 +260,9 @@ struct Conn {
     reserve: Option<OwnedFd>,
     /// Since when no reserve could be had (the read waits at most `RESERVE_WAIT` for one).
     no_reserve_since: Option<Instant>,
+    /// Since when the hello's ring found no place when looked at (`take_hello`; tried again for at most
+    /// `RESERVE_WAIT`).
+    no_place_since: Option<Instant>,
     /// The peer as the kernel and /proc knew it when accepted: (pid, command line, parent).
     peer: Option<(u32, Vec<String>, u32)>,
     /// Counted in `Connections::unannounced` until its hello comes (or it ends).
@@ -393,6 +396,7 @@ impl Conn {
             gone: None,
             reserve: None,
             no_reserve_since: None,
+            no_place_since: None,
             peer: None,
             unannounced: None,
         }
@@ -472,9 +476,21 @@ impl Conn {
         if !self.open {
             return false;
         }
+        let before_hello = self.pid.is_none() && self.ring.is_none() && self.bad_ring.is_none();
         let buf = self.split.spare(READ);
-        let (n, fds, lost_fds) = match recv_with_fds(&self.stream, buf) {
-            Ok(r) => r,
+        let got = if before_hello {
+            take_hello(&self.stream, buf, &mut self.no_place_since)
+        } else {
+            recv_with_fds(&self.stream, buf, 0).map(Some)
+        };
+        let (n, fds, lost_fds) = match got {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                // The ring found no place this time and is still queued: looked at again after a nap.
+                self.split.filled(READ, 0);
+                thread::sleep(Duration::from_millis(1));
+                return false;
+            }
             Err(e) => {
                 self.split.filled(READ, 0);
                 // A timeout (while the acceptor waits for a hello) or nothing to read leaves it open.
@@ -1036,7 +1052,39 @@ fn put_note(out: &mut Vec<u8>, pid: u32, ts_ns: u64, text: String) {
 
 /// `recvmsg` into `buf`, with any descriptors that came attached (`SCM_RIGHTS`), owned, and whether some were
 /// lost on the way (`MSG_CTRUNC`: the kernel had no descriptor free for them here, or no room in our buffer).
-fn recv_with_fds(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>, bool)> {
+/// Reads what comes before and with the hello, the ring's descriptor among it, without losing the ring to a
+/// full descriptor table. A descriptor the kernel cannot place is dropped with the message that carried it
+/// (`MSG_CTRUNC`), and another of the collector's threads may take the place the reserve left between its
+/// release and the read. So the message is looked at first (`MSG_PEEK` installs copies of its descriptors and
+/// leaves it queued): with no place for the ring, it stays queued and `None` says to look again, for at most
+/// `RESERVE_WAIT` from the first such look (`since`); after that it is read as it is, and the hello names its
+/// process untraced. Once the look has the ring, the same bytes are read for good (the second copy of the
+/// descriptor, if the kernel could place it, is closed).
+fn take_hello(
+    stream: &UnixStream,
+    buf: &mut [u8],
+    since: &mut Option<Instant>,
+) -> io::Result<Option<(usize, Vec<OwnedFd>, bool)>> {
+    let (n, fds, lost) = recv_with_fds(stream, buf, libc::MSG_PEEK)?;
+    if n == 0 {
+        return Ok(Some((0, fds, lost)));
+    }
+    if lost && since.get_or_insert_with(Instant::now).elapsed() < RESERVE_WAIT {
+        return Ok(None);
+    }
+    let (taken, again, lost_again) = recv_with_fds(stream, &mut buf[..n], 0)?;
+    Ok(Some(if lost {
+        (taken, again, lost_again)
+    } else {
+        (taken, fds, false)
+    }))
+}
+
+fn recv_with_fds(
+    stream: &UnixStream,
+    buf: &mut [u8],
+    flags: libc::c_int,
+) -> io::Result<(usize, Vec<OwnedFd>, bool)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -1047,7 +1095,7 @@ fn recv_with_fds(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr().cast();
     msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC | flags) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -1178,15 +1226,39 @@ mod tests {
     }
 
     #[test]
-    fn a_ring_lost_in_transit_leaves_its_process_named_untraced() {
-        // The kernel drops a passed descriptor the receiver has no room for (MSG_CTRUNC): here at a limit of 0,
-        // where even the reserve let go leaves no place.
-        in_child_with_hello("ctrunc", |conn, trace, limit, path| {
+    fn a_ring_with_no_place_is_looked_at_again_and_arrives_once_a_place_frees() {
+        // The reserve let go, and its place taken before the read (here: a limit of 0, so no place at all): the
+        // kernel would drop the passed descriptor (MSG_CTRUNC). Looked at first, it stays queued instead.
+        in_child_with_hello("peek", |conn, trace, limit, path| {
             conn.reserve = conn.stream.try_clone().ok().map(OwnedFd::from);
             limit(Some(0));
-            let pumped = conn.pump(trace);
+            let early = conn.pump(trace);
             limit(None);
-            pumped
+            let waited = !early && conn.pid.is_none() && conn.no_place_since.is_some();
+            let mut later = false;
+            for _ in 0..100 {
+                later |= conn.pump(trace);
+                if conn.pid.is_some() {
+                    break;
+                }
+            }
+            // It arrived: no ring but a socket here, so the mapping's refusal is what the hello says.
+            waited && later && conn.pid == Some(4242) && untraced_why(path).contains("not sealed")
+        });
+    }
+
+    #[test]
+    fn a_ring_that_never_finds_a_place_leaves_its_process_named_untraced() {
+        // No place for `RESERVE_WAIT`: the hello is read as it is (the ring lost), and names its process.
+        in_child_with_hello("ctrunc", |conn, trace, limit, path| {
+            conn.reserve = conn.stream.try_clone().ok().map(OwnedFd::from);
+            let start = Instant::now();
+            limit(Some(0));
+            while conn.pid.is_none() && start.elapsed() < RESERVE_WAIT * 5 {
+                conn.pump(trace);
+            }
+            limit(None);
+            start.elapsed() >= RESERVE_WAIT
                 && conn.ring.is_none()
                 && conn.pid == Some(4242)
                 && untraced_why(path).contains("no file descriptor was free")
