@@ -407,6 +407,8 @@ impl Conn {
     fn run(&mut self, trace: &Mutex<TraceWriter>) {
         let mut nap = NAP_MIN;
         while self.open {
+            // Before the drain: a wake during it (an out-of-memory record on the socket) ends the nap below.
+            let seen = self.ring.as_ref().map(|d| d.consumer.wake_seen());
             let took = self.drain(trace, false);
             let read = self.pump(trace);
             if !self.open {
@@ -418,7 +420,9 @@ impl Conn {
                 (nap * 2).min(NAP_MAX)
             };
             match &self.ring {
-                Some(d) => d.consumer.sleep(nap),
+                Some(d) => d
+                    .consumer
+                    .sleep_since(seen.unwrap_or_else(|| d.consumer.wake_seen()), nap),
                 None => {
                     let mut pfd = libc::pollfd {
                         fd: self.stream.as_raw_fd(),

@@ -226,7 +226,20 @@ impl Ring {
     /// [`Ring::reserve`], running `between` after reading the head word and before reading the tail: where a
     /// producer may be pre-empted while others reserve and the collector releases (tests make that happen).
     #[inline(always)]
-    fn reserve_between(&self, n: u64, keep: u64, mut between: impl FnMut()) -> Option<u64> {
+    fn reserve_between(&self, n: u64, keep: u64, between: impl FnMut()) -> Option<u64> {
+        self.reserve_hooked(n, keep, between, || ())
+    }
+
+    /// [`Ring::reserve_between`], also running `after_tail` once the tail is read, before the compare-and-swap:
+    /// a producer pre-empted with an old view of the tail (tests make that happen).
+    #[inline(always)]
+    fn reserve_hooked(
+        &self,
+        n: u64,
+        keep: u64,
+        mut between: impl FnMut(),
+        mut after_tail: impl FnMut(),
+    ) -> Option<u64> {
         let head = self.a64(OFF_HEAD);
         let mut w = head.load(Ordering::Relaxed);
         let mut stale = 0u32;
@@ -235,6 +248,7 @@ impl Ring {
             let h = w & POS;
             let t = self.a64(OFF_TAIL).load(Ordering::Acquire);
             let used = h.wrapping_sub(t);
+            after_tail();
             if used > self.slots {
                 // `w` is stale: others reserved, and the collector released, past it meanwhile. Over and over,
                 // the words are not what a ring holds (memory overwritten): no room, rather than spin.
@@ -265,8 +279,10 @@ impl Ring {
                         }
                         self.seq(h).store(h + 1, Ordering::Release);
                     }
-                    let quarter = self.slots / 4;
-                    if used < quarter && used + pad + n >= quarter {
+                    // At or past a quarter, every reservation looks whether the collector sleeps (one load): a
+                    // producer whose view of the tail was old when it crossed would not wake a collector that
+                    // went to sleep meanwhile, and nobody after it would cross again.
+                    if used + pad + n >= self.slots / 4 {
                         self.wake();
                     }
                     return Some(h + pad);
@@ -295,7 +311,10 @@ impl Ring {
     /// Wakes the collector if it sleeps on this ring.
     #[inline]
     pub fn wake(&self) {
-        if self.a32(OFF_SLEEPING).load(Ordering::Relaxed) != 0 {
+        // Sequentially consistent, like the reservation before it and the collector's flag and look at the
+        // head (`Consumer::sleep_since`): one of the two sides must see the other's store. (A plain load on
+        // x86-64.)
+        if self.a32(OFF_SLEEPING).load(Ordering::SeqCst) != 0 {
             self.a32(OFF_WAKE).fetch_add(1, Ordering::Release);
             futex_wake(self.a32(OFF_WAKE));
         }
@@ -583,20 +602,32 @@ impl Consumer {
             )
     }
 
-    /// Sleeps until a producer wakes the collector or `timeout` passes (the wake word is a futex in the
-    /// shared memory). Whatever was published before the sleep began is seen at the next drain.
+    /// The collector's wake word as it is now: read before a drain and given to [`Consumer::sleep_since`], so
+    /// that an explicit wake (`Ring::wake_now`: an out-of-memory record on the socket, a goodbye) made during
+    /// the drain is not slept through.
+    pub fn wake_seen(&self) -> u32 {
+        self.ring.a32(OFF_WAKE).load(Ordering::Acquire)
+    }
+
+    /// [`Consumer::sleep_since`] from now.
+    pub fn sleep(&self, timeout: std::time::Duration) {
+        self.sleep_since(self.wake_seen(), timeout)
+    }
+
+    /// Sleeps until a producer wakes the collector (after `seen`, the wake word read before the last drain) or
+    /// `timeout` passes (the wake word is a futex in the shared memory). Whatever was published before the sleep
+    /// began is seen at the next drain.
     ///
     /// Records published since the last drain do not keep it awake unless they fill a quarter of the ring:
-    /// a producer that passes a quarter wakes a sleeping collector (`Ring::reserve`), so nothing waits longer
-    /// than `timeout` below that, or at all past it. (Draining whenever anything was published kept the
-    /// collector's thread spinning right behind a busy producer, reading the head word and the slots it was
+    /// producers wake a sleeping collector from a quarter on (`Ring::reserve`), so below that nothing waits
+    /// longer than `timeout`, and at or past it nothing waits. (Draining whenever anything was published kept
+    /// the collector's thread spinning right behind a busy producer, reading the head word and the slots it was
     /// writing: on the GPU host's Xeon that cost the producer about 230 ns an alloc+free pair.)
-    pub fn sleep(&self, timeout: std::time::Duration) {
+    pub fn sleep_since(&self, seen: u32, timeout: std::time::Duration) {
         let ring = self.ring;
         let word = ring.a32(OFF_WAKE);
-        let seen = word.load(Ordering::Acquire);
         ring.a32(OFF_SLEEPING).store(1, Ordering::SeqCst);
-        // Past a quarter already (a producer crossed it before the flag, and will not wake us): drain now.
+        // Past a quarter already (its producers may have looked at the flag before it was set): drain now.
         // A ring the drain refuses sleeps regardless: what waits there will never be read.
         let backlog = (ring.a64(OFF_HEAD).load(Ordering::SeqCst) & POS).wrapping_sub(self.pos);
         if self.corrupt || backlog < ring.slots / 4 {
@@ -761,6 +792,60 @@ mod tests {
         c.sleep(Duration::from_secs(20));
         assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
         producer.join().unwrap();
+        assert_eq!(c.drain(false, |_| {}), quarter);
+    }
+
+    #[test]
+    fn a_producer_with_an_old_view_of_the_tail_still_wakes_a_collector_asleep_past_a_quarter() {
+        // The producer reads the tail, is pre-empted, the collector drains (moving the tail) and goes to sleep
+        // with less than a quarter waiting; the producer's reservation then lands at a quarter or more by its
+        // old view, without crossing by it. It must still wake the collector (found in review).
+        use std::time::{Duration, Instant};
+        let m = Mem::new(MIN_SLOTS);
+        let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
+        let mut c = Consumer::new(r);
+        let quarter = MIN_SLOTS / 4;
+        for i in 0..45 {
+            assert!(r.try_event(&ev(1, i)));
+        }
+        let addr = m.0 as usize;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut producer = None;
+        let mut first = true;
+        // The drain has read head = 45; meanwhile quarter - 1 more are published and a producer reads the tail
+        // (still 0) and stops before its compare-and-swap.
+        c.drain(false, |_| {
+            if first {
+                first = false;
+                for i in 0..quarter - 1 {
+                    assert!(r.try_event(&ev(1, 100 + i)));
+                }
+                let tx = tx.clone();
+                producer = Some(std::thread::spawn(move || {
+                    let r = unsafe { Ring::open(addr as *mut u8, bytes_for(MIN_SLOTS)).unwrap() };
+                    let mut once = true;
+                    let pause = || {
+                        if once {
+                            once = false;
+                            tx.send(()).unwrap();
+                            std::thread::sleep(Duration::from_millis(300));
+                        }
+                    };
+                    let pos = r.reserve_hooked(1, KEEP_FOR_LAST, || (), pause).unwrap();
+                    r.write_event(pos, &ev(2, 0));
+                }));
+                rx.recv().unwrap();
+            }
+        });
+        assert_eq!(c.pos, 45);
+        let t = Instant::now();
+        c.sleep(Duration::from_secs(20));
+        let slept = t.elapsed();
+        producer.unwrap().join().unwrap();
+        assert!(
+            slept < Duration::from_secs(10),
+            "slept {slept:?} past a quarter"
+        );
         assert_eq!(c.drain(false, |_| {}), quarter);
     }
 

@@ -20,14 +20,17 @@ use vramtrace_format::ring::{Ring, SLOT};
 /// Populated at a time: 256 KiB (4,096 slots), about 160 us of the courier's time on the VM above. At 6 M
 /// events/s the writers cross one in 0.7 ms.
 const CHUNK_SLOTS: u64 = 4_096;
-/// How far ahead of the writers the ring is kept populated (so a process that records a handful of events
-/// holds 512 KiB of it); they ask again at half of that.
+/// How far ahead of the writers the ring is kept populated at first (so a process that records a handful of
+/// events holds 512 KiB of it); they ask again at half of that. Doubled each time the courier finds the
+/// writers already past what it populated (it was scheduled late: on 2 busy cores, by milliseconds).
 const AHEAD_SLOTS: u64 = 2 * CHUNK_SLOTS;
 /// `madvise` advice, Linux 5.14 and later (the libc crate's constant is not in every version we build with).
 const MADV_POPULATE_WRITE: libc::c_int = 23;
 /// The threshold once nothing is left to do.
 const NEVER: u64 = u64::MAX;
 
+/// On a cache line of its own: the writers read `ask_at` on every event, and the courier writes it.
+#[repr(align(64))]
 pub(crate) struct Prefault {
     /// The slots' memory (first lap positions: slot `p` at `p * SLOT` bytes).
     base: usize,
@@ -38,6 +41,8 @@ pub(crate) struct Prefault {
     ask_at: AtomicU64,
     /// Asked and not yet done: the writers ask once.
     asked: AtomicBool,
+    /// How far ahead of the asking writer the courier populates (the courier's own).
+    ahead: AtomicU64,
 }
 
 impl Prefault {
@@ -47,9 +52,10 @@ impl Prefault {
             base: base as usize,
             slots: (len / SLOT) as u64,
             done: AtomicU64::new(0),
-            // The first event asks (the courier is asked at once too; see `record::build`).
+            // The first event asks.
             ask_at: AtomicU64::new(0),
             asked: AtomicBool::new(false),
+            ahead: AtomicU64::new(AHEAD_SLOTS),
         }
     }
 
@@ -61,7 +67,9 @@ impl Prefault {
 
     /// Claims the asking (one writer asks at a time). False: asked already, nothing to send.
     pub(crate) fn claim(&self) -> bool {
-        !self.asked.swap(true, Ordering::AcqRel)
+        // Looked at first: until the courier runs, every event past the threshold comes here, and an exchange
+        // each would bounce the line between the writers.
+        !self.asked.load(Ordering::Relaxed) && !self.asked.swap(true, Ordering::AcqRel)
     }
 
     /// The ask could not be sent now (the courier's queue is full): a later event asks again.
@@ -77,8 +85,15 @@ impl Prefault {
     /// The courier's part: populate whole chunks until `AHEAD_SLOTS` past `pos` (or the ring's end), then set
     /// the next threshold and take new asks.
     pub(crate) fn run(&self, pos: u64) {
-        let want = pos.saturating_add(AHEAD_SLOTS).min(self.slots);
         let mut done = self.done.load(Ordering::Relaxed);
+        let mut ahead = self.ahead.load(Ordering::Relaxed);
+        if done > 0 && pos > done && done < self.slots {
+            // The writers got past what was populated (not the first ask, which the writers always make
+            // before the courier has run): they fault pages in themselves. Further ahead from now on.
+            ahead = (ahead * 2).min(self.slots);
+            self.ahead.store(ahead, Ordering::Relaxed);
+        }
+        let want = pos.saturating_add(ahead).min(self.slots);
         let mut failed = false;
         while done < want {
             let n = CHUNK_SLOTS.min(self.slots - done);
@@ -98,7 +113,7 @@ impl Prefault {
         let next = if failed || done >= self.slots {
             NEVER
         } else {
-            done - AHEAD_SLOTS / 2
+            done - ahead / 2
         };
         self.ask_at.store(next, Ordering::Relaxed);
         self.asked.store(false, Ordering::Release);
@@ -149,6 +164,17 @@ mod tests {
         assert!(p.claim());
         p.run(AHEAD_SLOTS / 2);
         assert_eq!(p.done(), AHEAD_SLOTS + CHUNK_SLOTS);
+        // A writer already past what was populated (the courier was late): twice as far ahead from now on.
+        assert!(p.claim());
+        p.run(AHEAD_SLOTS + CHUNK_SLOTS + 10);
+        let want = AHEAD_SLOTS + CHUNK_SLOTS + 10 + 2 * AHEAD_SLOTS;
+        assert!(
+            p.done() >= want && p.done() < want + CHUNK_SLOTS,
+            "{}",
+            p.done()
+        );
+        assert!(!p.wanted(p.done() - AHEAD_SLOTS - 1));
+        assert!(p.wanted(p.done() - AHEAD_SLOTS));
         // A writer far ahead: populated to the ring's end, then nothing more is asked.
         assert!(p.claim());
         p.run(slots - 5);
