@@ -258,10 +258,8 @@ struct Conn {
     /// A descriptor held for the ring until the hello comes, let go just before each read: the ring always
     /// has a place to land (the kernel drops a passed descriptor it cannot place: `MSG_CTRUNC`).
     reserve: Option<OwnedFd>,
-    /// Since when no reserve could be had (the read waits at most `RESERVE_WAIT` for one).
-    no_reserve_since: Option<Instant>,
-    /// Since when the hello's ring found no place when looked at (`take_hello`; tried again for at most
-    /// `RESERVE_WAIT`).
+    /// Since when the ring first had no place: no reserve could be had, or a look at the hello found none
+    /// (`take_hello`). Either waits, in all, at most `RESERVE_WAIT` from then.
     no_place_since: Option<Instant>,
     /// The peer as the kernel and /proc knew it when accepted: (pid, command line, parent).
     peer: Option<(u32, Vec<String>, u32)>,
@@ -395,7 +393,6 @@ impl Conn {
             gone_at: None,
             gone: None,
             reserve: None,
-            no_reserve_since: None,
             no_place_since: None,
             peer: None,
             unannounced: None,
@@ -455,10 +452,8 @@ impl Conn {
             |c: &Conn| c.open && c.pid.is_none() && c.ring.is_none() && c.bad_ring.is_none();
         if waiting(self) && self.reserve.is_none() {
             self.reserve = self.stream.try_clone().ok().map(OwnedFd::from);
-            if self.reserve.is_some() {
-                self.no_reserve_since = None;
-            } else {
-                let since = *self.no_reserve_since.get_or_insert_with(Instant::now);
+            if self.reserve.is_none() {
+                let since = *self.no_place_since.get_or_insert_with(Instant::now);
                 if since.elapsed() < RESERVE_WAIT {
                     thread::sleep(Duration::from_millis(1));
                     return false;

@@ -5,8 +5,9 @@
 //! host's Xeon it dominated the shim's cost. A process that records fewer events than the ring holds (most do:
 //! 262,144 by default) pays it on every event. So the courier thread (`record`) populates the ring a chunk at a
 //! time with `MADV_POPULATE_WRITE`, a little ahead of the writers: the pages exist and are mapped writable by
-//! the time an event lands there, and only as much of the ring as the process uses is ever allocated (rounded
-//! up to a chunk or two).
+//! the time an event lands there, and only as much of the ring as the process uses is ever allocated, rounded up
+//! to the lookahead (512 KiB, doubled each time the writers outrun the courier: a process that records that
+//! fast fills its ring in milliseconds anyway).
 //!
 //! The writers' part is one load and a compare per event ([`Prefault::wanted`]); past the threshold, one asks
 //! the courier (the recorder's cold path). Where the kernel lacks `MADV_POPULATE_WRITE` (before Linux 5.14), or

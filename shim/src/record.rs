@@ -510,7 +510,8 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
                     send_objects(&mut objects);
                 }
             }
-            Ok(Cold::Prefault(pos)) => rec.prefault.run(pos),
+            // From where the writers are now, which may be well past where one asked.
+            Ok(Cold::Prefault(pos)) => rec.prefault.run(pos.max(rec.ring.reserved())),
             Ok(Cold::Sync(r, done)) => {
                 if socket_lost {
                     // Nobody to acknowledge it: it goes in the ring like any record, and the waiting thread
