@@ -293,20 +293,12 @@ fn build() -> Option<&'static Recorder> {
     // Connected and announced from the calling thread, before its first event is stamped: the collector then
     // knows of this process before any of its events exist (see `hooks::Busy::enter`).
     let sock = Socket::connect(&path);
-    let mut h = hello(pid);
+    let h = hello(pid);
     let mapped = match mapped {
         Ok(m) => m,
         Err(why) => {
-            // Not recording, but named: the collector says which process went untraced, and why.
             crate::debug!("cannot make the event ring ({why}); not recording");
-            h.extra.push(("no_ring".to_string(), why));
-            let mut buf = Vec::with_capacity(1024);
-            codec::put_record(&mut buf, &Record::Hello(h));
-            if let Some(s) = sock {
-                s.send_all(&buf);
-                unsafe { libc::close(s.fd) };
-                SOCKET_FD.store(-1, Ordering::Release);
-            }
+            hang_up_untraced(sock, h, Some(why));
             return None;
         }
     };
@@ -318,27 +310,21 @@ fn build() -> Option<&'static Recorder> {
     let sock = match (sock, sent) {
         (Some(s), Some(Ok(()))) => s,
         (other, sent) => {
-            if let Some(s) = other {
-                // The kernel would not pass the ring (its user has too many descriptors in flight): not
-                // recording, but named, as when the ring cannot be made.
-                if let Some(Err(Some(e))) = sent {
-                    let why = if e == libc::ETOOMANYREFS {
+            // The kernel would not pass the ring (its user has too many descriptors in flight): named, as when
+            // the ring cannot be made. No socket, or no error to say: nothing is said.
+            let why = match sent {
+                Some(Err(Some(e))) => Some(format!(
+                    "its event ring could not be passed to the collector: {}",
+                    if e == libc::ETOOMANYREFS {
                         "its user had too many descriptors in flight to a busy collector (ETOOMANYREFS)"
                             .to_string()
                     } else {
                         std::io::Error::from_raw_os_error(e).to_string()
-                    };
-                    h.extra.push((
-                        "no_ring".to_string(),
-                        format!("its event ring could not be passed to the collector: {why}"),
-                    ));
-                    buf.clear();
-                    codec::put_record(&mut buf, &Record::Hello(h));
-                    s.send_all(&buf);
-                }
-                unsafe { libc::close(s.fd) };
-                SOCKET_FD.store(-1, Ordering::Release);
-            }
+                    }
+                )),
+                _ => None,
+            };
+            hang_up_untraced(other, h, why);
             crate::debug!("cannot reach the collector; not recording");
             return None;
         }
@@ -381,6 +367,20 @@ fn build() -> Option<&'static Recorder> {
         }
     }
     Some(rec)
+}
+
+/// Not recording: say why in a hello of our own (the collector then names the process untraced rather than show
+/// one that allocated nothing), when there is a reason to say, and close the socket.
+fn hang_up_untraced(sock: Option<Socket>, mut h: Hello, why: Option<String>) {
+    let Some(s) = sock else { return };
+    if let Some(why) = why {
+        h.extra.push(("no_ring".to_string(), why));
+        let mut buf = Vec::with_capacity(1024);
+        codec::put_record(&mut buf, &Record::Hello(h));
+        s.send_all(&buf);
+    }
+    unsafe { libc::close(s.fd) };
+    SOCKET_FD.store(-1, Ordering::Release);
 }
 
 /// In a forked child: forget the parent's recorder (its courier did not survive) and close our copy of its
