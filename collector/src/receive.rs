@@ -448,9 +448,7 @@ impl Conn {
         // The reserve is let go just before the read (kept until then: other threads open files too), and
         // taken back after it while the ring has not come. Without one (none was free), the read waits for
         // one, for a while: a ring read with no place to land would be lost.
-        let waiting =
-            |c: &Conn| c.open && c.pid.is_none() && c.ring.is_none() && c.bad_ring.is_none();
-        if waiting(self) && self.reserve.is_none() {
+        if self.open && self.awaiting_ring() && self.reserve.is_none() {
             self.reserve = self.stream.try_clone().ok().map(OwnedFd::from);
             if self.reserve.is_none() {
                 let since = *self.no_place_since.get_or_insert_with(Instant::now);
@@ -462,7 +460,7 @@ impl Conn {
         }
         let held = self.reserve.take().is_some();
         let took = self.pump_once(trace);
-        if held && waiting(self) {
+        if held && self.open && self.awaiting_ring() {
             self.reserve = self.stream.try_clone().ok().map(OwnedFd::from);
         }
         if self.pid.is_some() {
@@ -471,11 +469,16 @@ impl Conn {
         took
     }
 
+    /// Before the hello: the ring rides on it, and must find a place (`reserve`, `take_hello`).
+    fn awaiting_ring(&self) -> bool {
+        self.pid.is_none() && self.ring.is_none() && self.bad_ring.is_none()
+    }
+
     fn pump_once(&mut self, trace: &Mutex<TraceWriter>) -> bool {
         if !self.open {
             return false;
         }
-        let before_hello = self.pid.is_none() && self.ring.is_none() && self.bad_ring.is_none();
+        let before_hello = self.awaiting_ring();
         let buf = self.split.spare(READ);
         let got = if before_hello {
             take_hello(&self.stream, buf, &mut self.no_place_since)

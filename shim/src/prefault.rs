@@ -83,7 +83,7 @@ impl Prefault {
         self.ask_at.store(NEVER, Ordering::Relaxed);
     }
 
-    /// The courier's part: populate whole chunks until `AHEAD_SLOTS` past `pos` (or the ring's end), then set
+    /// The courier's part: populate whole chunks until the lookahead past `pos` (or the ring's end), then set
     /// the next threshold and take new asks.
     pub(crate) fn run(&self, pos: u64) {
         let mut done = self.done.load(Ordering::Relaxed);
