@@ -9,7 +9,6 @@
 //! measures it from the driver's free memory instead).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -19,6 +18,7 @@ use vramtrace_format::NO_DEVICE;
 
 use crate::driver::{self, Sym};
 use crate::ledger::{Admit, Ledger, MAX_DEVICES};
+use crate::live::Live;
 
 /// What admission decided for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,8 +48,8 @@ pub struct Cap {
     warn: bool,
     /// Per device: 0 until resolved, `NONE` for no cap, else bytes.
     caps: [AtomicU64; MAX_DEVICES],
-    ptrs: LiveMap,
-    handles: LiveMap,
+    ptrs: Live,
+    handles: Live,
     /// Where `cuMemCreate` handles are mapped: a handle released while still mapped keeps its memory (the
     /// driver frees it at its last unmap), so it stays counted until then.
     maps: Mutex<Maps>,
@@ -66,6 +66,11 @@ struct Maps {
 }
 
 const NONE: u64 = u64::MAX;
+/// Slots of the live tables (`live.rs`): 1 MiB for pointers, whose pages are touched only as slots on them are
+/// taken; a process holding more than about 40,000 capped allocations at once keeps the rest in a locked map.
+const PTR_SLOTS: usize = 1 << 16;
+/// `cuMemCreate` handles: fewer, larger allocations.
+const HANDLE_SLOTS: usize = 1 << 12;
 
 static CAP: crate::lazy::Lazy<Cap> = crate::lazy::Lazy::new();
 static LEDGER_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
@@ -118,8 +123,8 @@ fn build() -> Option<Cap> {
         spec,
         warn: s.cap_warn,
         caps: [const { AtomicU64::new(0) }; MAX_DEVICES],
-        ptrs: LiveMap::new(),
-        handles: LiveMap::new(),
+        ptrs: Live::new(PTR_SLOTS),
+        handles: Live::new(HANDLE_SLOTS),
         maps: Mutex::new(Maps::default()),
     })
 }
@@ -299,7 +304,7 @@ impl Cap {
         self.map(kind).insert(id, held.0, held.1);
     }
 
-    fn map(&self, kind: Kind) -> &LiveMap {
+    fn map(&self, kind: Kind) -> &Live {
         match kind {
             Kind::Ptr => &self.ptrs,
             Kind::Handle => &self.handles,
@@ -335,75 +340,5 @@ impl Cap {
                 (vfree, vtotal)
             }
         }
-    }
-}
-
-// ---- the live map ----------------------------------------------------------------------------------------
-
-/// Hashes device addresses and handles: they are already well spread apart from their low alignment bits.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, _: &[u8]) {
-        unreachable!("only u64 keys")
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (x ^ (x >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type Shard = Mutex<HashMap<u64, (u32, u64), BuildHasherDefault<IdHasher>>>;
-
-/// Id -> (device, bytes) for what this process holds under the cap; sharded so threads rarely meet.
-struct LiveMap {
-    shards: Box<[Shard]>,
-}
-
-const SHARDS: usize = 64;
-
-impl LiveMap {
-    fn new() -> LiveMap {
-        LiveMap {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::default()))
-                .collect(),
-        }
-    }
-
-    #[inline]
-    fn shard(&self, id: u64) -> &Shard {
-        let h = (id ^ (id >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        &self.shards[(h >> 58) as usize % SHARDS]
-    }
-
-    fn insert(&self, id: u64, dev: u32, size: u64) -> Option<(u32, u64)> {
-        self.shard(id).lock().ok()?.insert(id, (dev, size))
-    }
-
-    fn remove(&self, id: u64) -> Option<(u32, u64)> {
-        self.shard(id).lock().ok()?.remove(&id)
-    }
-
-    /// Takes out every entry on `dev`: (count, bytes).
-    fn drain_device(&self, dev: u32) -> (u64, u64) {
-        let (mut n, mut bytes) = (0, 0);
-        for shard in self.shards.iter() {
-            if let Ok(mut m) = shard.lock() {
-                m.retain(|_, (d, size)| {
-                    if *d == dev {
-                        n += 1;
-                        bytes += *size;
-                        false
-                    } else {
-                        true
-                    }
-                });
-            }
-        }
-        (n, bytes)
     }
 }

@@ -38,6 +38,7 @@ pub mod fds;
 pub mod hooks;
 pub mod lazy;
 pub mod ledger;
+pub mod live;
 pub mod nvml;
 pub mod objects;
 pub mod pools;
