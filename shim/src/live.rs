@@ -53,18 +53,37 @@ fn val_of(w: u128) -> u64 {
 pub(crate) struct Live {
     slots: Box<[AtomicU128]>,
     mask: usize,
+    /// Whether the table is used: only where a 128-bit compare-and-swap is lock-free (`cmpxchg16b`, detected at
+    /// run time; every x86-64 CPU since 2006). Elsewhere portable-atomic would take a lock of its own, which a
+    /// `fork` could leave held in the child: everything goes to the locked map instead.
+    table: bool,
     /// Ids the table could not hold. `spilled` counts them: 0, and nobody looks (nor locks).
-    spill: Mutex<HashMap<u64, (u32, u64), BuildHasherDefault<IdHasher>>>,
+    spill: Mutex<Spill>,
     spilled: AtomicUsize,
     /// Of them, those the table cannot hold at all (see `packs`): a miss in the table looks in the locked map
     /// only when its path is full or these are there.
     unpackable: AtomicUsize,
 }
 
+type Spill = HashMap<u64, (u32, u64), BuildHasherDefault<IdHasher>>;
+
+/// What became of a claim once the path was looked at again ([`Live::settle`]).
+enum Settled {
+    /// It stays; the figures of a farther copy of the same id, taken out.
+    Kept(Option<(u32, u64)>),
+    /// A nearer copy stays: ours was taken back (its figures, to give back) or taken by the other thread.
+    Yielded(Option<(u32, u64)>),
+}
+
 impl Live {
     /// A table of `capacity` slots (a power of two). Zeroed memory from the allocator: its pages are the
-    /// kernel's zero page until a slot on them is first claimed.
+    /// kernel's zero page until a slot on them is first claimed (or first read, where portable-atomic reads a
+    /// slot with `cmpxchg16b` for want of AVX: that writes).
     pub(crate) fn new(capacity: usize) -> Live {
+        Live::with(capacity, AtomicU128::is_lock_free())
+    }
+
+    fn with(capacity: usize, table: bool) -> Live {
         assert!(capacity.is_power_of_two() && capacity >= PROBE);
         let layout = std::alloc::Layout::array::<AtomicU128>(capacity).expect("a table of slots");
         // SAFETY: a zeroed `AtomicU128` is (EMPTY, 0); the box takes ownership of the allocation with the layout
@@ -79,6 +98,7 @@ impl Live {
         Live {
             slots,
             mask: capacity - 1,
+            table,
             spill: Mutex::new(HashMap::default()),
             spilled: AtomicUsize::new(0),
             unpackable: AtomicUsize::new(0),
@@ -98,8 +118,24 @@ impl Live {
     /// Keeps `id` as holding `size` bytes on `dev`. If `id` was held already (its free went by a path the shim
     /// does not see), what it held.
     pub(crate) fn insert(&self, id: u64, dev: u32, size: u64) -> Option<(u32, u64)> {
-        if !packs(id, dev, size) {
-            return self.spill_insert(id, dev, size);
+        self.insert_looked(id, dev, size, || ())
+    }
+
+    /// [`Live::insert`], running `looked` between the look along the path and the claim it chose (where another
+    /// thread may change the path: tests make that happen).
+    #[inline(always)]
+    fn insert_looked(
+        &self,
+        id: u64,
+        dev: u32,
+        size: u64,
+        mut looked: impl FnMut(),
+    ) -> Option<(u32, u64)> {
+        if !self.table || !packs(id, dev, size) {
+            // Held in the table before, under figures it could hold: it moves.
+            let before = if self.table { self.take(id) } else { None };
+            let mut m = self.locked();
+            return before.or(self.spill_put(&mut m, id, dev, size));
         }
         let new = word(id, (dev as u64) << SIZE_BITS | size);
         let home = self.home(id);
@@ -110,10 +146,10 @@ impl Live {
             let mut path_full = true;
             for i in 0..PROBE {
                 let s = self.slot(home, i);
-                let w = s.load(Ordering::Acquire);
+                let w = s.load(Ordering::SeqCst);
                 match key_of(w) {
                     k if k == id => {
-                        if s.compare_exchange(w, new, Ordering::AcqRel, Ordering::Acquire)
+                        if s.compare_exchange(w, new, Ordering::SeqCst, Ordering::SeqCst)
                             .is_ok()
                         {
                             return Some(unpack(val_of(w)));
@@ -123,153 +159,238 @@ impl Live {
                         break;
                     }
                     EMPTY => {
-                        free.get_or_insert((s, w));
+                        free.get_or_insert((i, w));
                         path_full = false;
                         break;
                     }
-                    TOMB if free.is_none() => free = Some((s, w)),
+                    TOMB if free.is_none() => free = Some((i, w)),
                     _ => {}
                 }
             }
-            let Some((s, was)) = free else {
+            looked();
+            let Some((at, was)) = free else {
                 if path_full {
-                    // No room on the path: the locked map holds it (and may hold it already).
-                    return self.spill_insert(id, dev, size);
+                    return self.spill_full_path(id, dev, size, home, new);
                 }
                 continue;
             };
-            if s.compare_exchange(was, new, Ordering::AcqRel, Ordering::Acquire)
+            if self
+                .slot(home, at)
+                .compare_exchange(was, new, Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()
             {
                 continue;
             }
-            // A path with no empty slot may have sent this id to the locked map before: it is held here now.
-            return if path_full {
-                self.spill_remove(id)
-            } else {
-                None
+            let old = match self.settle(home, at, new) {
+                Settled::Kept(old) => old,
+                Settled::Yielded(back) => return back,
             };
+            // A path with no empty slot may have sent this id to the locked map before (a miss that finds an
+            // empty slot on the path never looks there: such an id was never sent). Under the lock, whatever a
+            // concurrent `spill_full_path` of the same id did.
+            if path_full || self.unpackable.load(Ordering::SeqCst) > 0 {
+                let mut m = self.locked();
+                return old.or(self.spill_take(&mut m, id));
+            }
+            return old;
         }
+    }
+
+    /// This thread just claimed slot `at` of `id`'s path for `new`. Another thread inserting the same id may have
+    /// claimed another slot meanwhile (an address a context's teardown freed and the driver handed out again):
+    /// the copy nearest home stays, and a farther one is taken back, its figures returned as an id held again's.
+    /// Both threads look (every claim and look is sequentially consistent), so at least one sees the other.
+    fn settle(&self, home: usize, at: usize, new: u128) -> Settled {
+        let id = key_of(new);
+        let mut old = None;
+        for j in 0..PROBE {
+            let s = self.slot(home, j);
+            let w = s.load(Ordering::SeqCst);
+            match key_of(w) {
+                EMPTY => break,
+                k if k == id && j < at => {
+                    let ours = self.slot(home, at);
+                    let back = ours
+                        .compare_exchange(new, word(TOMB, 0), Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok();
+                    // Taken back: our figures are the held-again ones. Taken by the other thread: it returns them.
+                    return Settled::Yielded(back.then(|| unpack(val_of(new))));
+                }
+                k if k == id
+                    && j > at
+                    && s.compare_exchange(w, word(TOMB, 0), Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok() =>
+                {
+                    old = old.or(Some(unpack(val_of(w))));
+                }
+                _ => {}
+            }
+        }
+        Settled::Kept(old)
+    }
+
+    /// `id`'s path is full: the locked map holds it. Under the lock, the path is looked at once more: an insert of
+    /// the same id that claimed a slot freed since holds it there (and looks in this map under the lock after).
+    #[cold]
+    fn spill_full_path(
+        &self,
+        id: u64,
+        dev: u32,
+        size: u64,
+        home: usize,
+        new: u128,
+    ) -> Option<(u32, u64)> {
+        let mut m = self.locked();
+        for i in 0..PROBE {
+            let s = self.slot(home, i);
+            let mut w = s.load(Ordering::SeqCst);
+            while key_of(w) == id {
+                match s.compare_exchange(w, new, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(_) => return Some(unpack(val_of(w))),
+                    Err(now) => w = now,
+                }
+            }
+        }
+        self.spill_put(&mut m, id, dev, size)
     }
 
     /// Takes `id` out, with what it held; `None` if it was not held (or another thread took it first).
     pub(crate) fn remove(&self, id: u64) -> Option<(u32, u64)> {
-        let mut path_full = true;
-        if id > TOMB {
-            let home = self.home(id);
-            'path: for i in 0..PROBE {
-                let s = self.slot(home, i);
-                let mut w = s.load(Ordering::Acquire);
-                loop {
-                    match key_of(w) {
-                        k if k == id => {
-                            match s.compare_exchange(
-                                w,
-                                word(TOMB, 0),
-                                Ordering::AcqRel,
-                                Ordering::Acquire,
-                            ) {
-                                Ok(_) => return Some(unpack(val_of(w))),
-                                // Its value replaced meanwhile (held again), or taken: look at what is there now.
-                                Err(now) => w = now,
-                            }
+        let path_full = match self.take_in_table(id) {
+            Ok(held) => return Some(held),
+            Err(path_full) => path_full,
+        };
+        if path_full || self.unpackable.load(Ordering::SeqCst) > 0 {
+            if self.spilled.load(Ordering::SeqCst) == 0 {
+                return None;
+            }
+            let mut m = self.locked();
+            return self.spill_take(&mut m, id);
+        }
+        None
+    }
+
+    /// [`Live::remove`] from the table alone.
+    fn take(&self, id: u64) -> Option<(u32, u64)> {
+        self.take_in_table(id).ok()
+    }
+
+    /// Takes `id` out of the table: what it held, or whether the search ended with no empty slot on the path
+    /// (the id may then be in the locked map).
+    #[inline]
+    fn take_in_table(&self, id: u64) -> Result<(u32, u64), bool> {
+        if !self.table || id <= TOMB {
+            return Err(true);
+        }
+        let home = self.home(id);
+        'path: for i in 0..PROBE {
+            let s = self.slot(home, i);
+            let mut w = s.load(Ordering::SeqCst);
+            loop {
+                match key_of(w) {
+                    k if k == id => {
+                        match s.compare_exchange(
+                            w,
+                            word(TOMB, 0),
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        ) {
+                            Ok(_) => return Ok(unpack(val_of(w))),
+                            // Its value replaced meanwhile (held again), or taken: look at what is there now.
+                            Err(now) => w = now,
                         }
-                        EMPTY => {
-                            path_full = false;
-                            break 'path;
-                        }
-                        _ => continue 'path,
                     }
+                    EMPTY => return Err(false),
+                    _ => continue 'path,
                 }
             }
         }
-        if path_full || self.unpackable.load(Ordering::Acquire) > 0 {
-            self.spill_remove(id)
-        } else {
-            None
-        }
+        Err(true)
     }
 
     /// Takes out every entry on `dev`: (count, bytes).
     pub(crate) fn drain_device(&self, dev: u32) -> (u64, u64) {
         let (mut n, mut bytes) = (0, 0);
-        for s in self.slots.iter() {
-            let w = s.load(Ordering::Acquire);
+        for s in self.slots.iter().filter(|_| self.table) {
+            let w = s.load(Ordering::SeqCst);
             if key_of(w) <= TOMB {
                 continue;
             }
             let (d, b) = unpack(val_of(w));
             // Only the entry as read: one freed, replaced or taken meanwhile is not this device's to give back.
             if d == dev
-                && s.compare_exchange(w, word(TOMB, 0), Ordering::AcqRel, Ordering::Acquire)
+                && s.compare_exchange(w, word(TOMB, 0), Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok()
             {
                 n += 1;
                 bytes += b;
             }
         }
-        if self.spilled.load(Ordering::Acquire) > 0 {
-            if let Ok(mut m) = self.spill.lock() {
-                let mut odd = 0;
-                m.retain(|&id, &mut (d, size)| {
-                    if d == dev {
-                        n += 1;
-                        bytes += size;
-                        odd += !packs(id, d, size) as usize;
-                        false
-                    } else {
-                        true
-                    }
-                });
-                self.unpackable.fetch_sub(odd, Ordering::AcqRel);
-                self.spilled.store(m.len(), Ordering::Release);
-            }
+        if self.spilled.load(Ordering::SeqCst) > 0 {
+            let mut m = self.locked();
+            let mut odd = 0;
+            m.retain(|&id, &mut (d, size)| {
+                if d == dev {
+                    n += 1;
+                    bytes += size;
+                    odd += !packs(id, d, size) as usize;
+                    false
+                } else {
+                    true
+                }
+            });
+            self.uncount_unpackable(odd);
+            self.spilled.store(m.len(), Ordering::SeqCst);
         }
         (n, bytes)
     }
 
-    #[cold]
-    fn spill_insert(&self, id: u64, dev: u32, size: u64) -> Option<(u32, u64)> {
-        let mut m = self.spill.lock().ok()?;
-        // Counted before the map says it holds it: a miss that reads the count afterwards looks there.
+    /// The locked map. A panic while it was held cannot have left it half-changed (`HashMap` calls no code of
+    /// ours), so a poisoned lock is taken as it is.
+    fn locked(&self) -> std::sync::MutexGuard<'_, Spill> {
+        self.spill
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn spill_put(&self, m: &mut Spill, id: u64, dev: u32, size: u64) -> Option<(u32, u64)> {
+        // Counted before the map holds it: a miss that reads the count afterwards looks there.
         if !packs(id, dev, size) {
-            self.unpackable.fetch_add(1, Ordering::AcqRel);
+            self.unpackable.fetch_add(1, Ordering::SeqCst);
         }
         let old = m.insert(id, (dev, size));
         if let Some((d, b)) = old {
-            if !packs(id, d, b) {
-                self.unpackable.fetch_sub(1, Ordering::AcqRel);
-            }
+            self.uncount_unpackable(!packs(id, d, b) as usize);
         }
-        self.spilled.store(m.len(), Ordering::Release);
+        self.spilled.store(m.len(), Ordering::SeqCst);
         old
     }
 
-    #[inline]
-    fn spill_remove(&self, id: u64) -> Option<(u32, u64)> {
-        if self.spilled.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        self.spill_remove_locked(id)
-    }
-
-    #[cold]
-    fn spill_remove_locked(&self, id: u64) -> Option<(u32, u64)> {
-        let mut m = self.spill.lock().ok()?;
+    fn spill_take(&self, m: &mut Spill, id: u64) -> Option<(u32, u64)> {
         let old = m.remove(&id);
-        if let Some((d, size)) = old {
-            if !packs(id, d, size) {
-                self.unpackable.fetch_sub(1, Ordering::AcqRel);
-            }
+        if let Some((d, b)) = old {
+            self.uncount_unpackable(!packs(id, d, b) as usize);
         }
-        self.spilled.store(m.len(), Ordering::Release);
+        self.spilled.store(m.len(), Ordering::SeqCst);
         old
     }
 
-    /// Ids held in the locked map (tests).
+    fn uncount_unpackable(&self, n: usize) {
+        if n > 0 {
+            let was = self.unpackable.fetch_sub(n, Ordering::SeqCst);
+            debug_assert!(was >= n, "unpackable count below zero");
+        }
+    }
+
+    /// Ids held in the locked map, and how many of them the table cannot hold (tests).
     #[cfg(test)]
     fn spilled(&self) -> usize {
-        self.spilled.load(Ordering::Acquire)
+        self.spilled.load(Ordering::SeqCst)
+    }
+
+    #[cfg(test)]
+    fn unpackable(&self) -> usize {
+        self.unpackable.load(Ordering::SeqCst)
     }
 }
 
@@ -320,6 +441,23 @@ mod tests {
     }
 
     #[test]
+    fn without_a_lock_free_table_the_locked_map_does_it_all() {
+        let live = Live::with(1024, false);
+        assert_eq!(live.insert(0x7f00_0020_0000, 1, 4096), None);
+        assert_eq!(live.insert(0x7f00_0020_0000, 3, 8192), Some((1, 4096)));
+        assert_eq!(live.insert(0x7f00_0040_0000, 2, 10), None);
+        assert_eq!(live.spilled(), 2);
+        assert!(
+            live.slots.iter().all(|s| s.load(Ordering::SeqCst) == 0),
+            "the table untouched"
+        );
+        assert_eq!(live.remove(0x7f00_0020_0000), Some((3, 8192)));
+        assert_eq!(live.remove(0x7f00_0020_0000), None);
+        assert_eq!(live.drain_device(2), (1, 10));
+        assert_eq!(live.spilled(), 0);
+    }
+
+    #[test]
     fn holds_takes_and_replaces_like_a_map() {
         let live = Live::new(1024);
         assert_eq!(live.insert(0x7f00_0020_0000, 1, 4096), None);
@@ -346,11 +484,83 @@ mod tests {
             assert_eq!(live.insert(id, dev, size), None);
         }
         // 2 is an id like any other now.
-        assert_eq!(live.spilled(), 4);
+        assert_eq!((live.spilled(), live.unpackable()), (4, 4));
         assert_eq!(live.remove(1), Some((0, 2)));
+        assert_eq!(live.unpackable(), 3);
         assert_eq!(live.remove(77), Some((300, 4)));
         assert_eq!(live.remove(78), Some((0, 1 << 60)));
         assert_eq!(live.drain_device(0), (2, 4));
+        assert_eq!((live.spilled(), live.unpackable()), (0, 0));
+    }
+
+    #[test]
+    fn an_id_held_again_with_figures_the_table_cannot_hold_moves() {
+        let live = Live::new(1024);
+        let x = 0x7f00_0020_0000;
+        assert_eq!(live.insert(x, 300, 4), None);
+        assert_eq!(live.insert(x, 0, 5), Some((300, 4)));
+        assert_eq!(live.unpackable(), 0);
+        assert_eq!(live.insert(x, 301, 6), Some((0, 5)));
+        assert_eq!(live.unpackable(), 1);
+        assert_eq!(live.remove(x), Some((301, 6)));
+        assert_eq!(live.remove(x), None);
+        assert_eq!((live.spilled(), live.unpackable()), (0, 0));
+    }
+
+    /// Ids with the same home in a table of `live`'s size, from `from` on.
+    fn same_home(live: &Live, home: usize, from: u64, n: usize) -> Vec<u64> {
+        (from..)
+            .step_by(1 << 12)
+            .filter(|&id| live.home(id) == home)
+            .take(n)
+            .collect()
+    }
+
+    #[test]
+    fn two_inserts_of_one_id_that_claim_two_slots_leave_one() {
+        // Found in review: X's path holds Y, then a free slot. One insert of X looks and picks that slot; before
+        // it claims it, Y is freed and another insert of X takes Y's slot, nearer home. Both claims land.
+        let live = Live::new(1024);
+        let ids = same_home(&live, 200, 1 << 21, 3);
+        let (x, y, z) = (ids[0], ids[1], ids[2]);
+        live.insert(y, 0, 1);
+        live.insert(z, 0, 1);
+        live.remove(z);
+        let (a, b) = ((0, 100), (0, 200));
+        let mut once = true;
+        let first = live.insert_looked(x, a.0, a.1, || {
+            if std::mem::take(&mut once) {
+                assert_eq!(live.remove(y), Some((0, 1)));
+                assert_eq!(live.insert(x, b.0, b.1), None);
+            }
+        });
+        // The farther claim was taken back: its figures come back as an id held again's, the nearer one stays.
+        assert_eq!(first, Some(a));
+        assert_eq!(live.remove(x), Some(b));
+        assert_eq!(live.remove(x), None, "one copy of x");
+    }
+
+    #[test]
+    fn an_insert_sent_to_the_locked_map_meets_one_that_found_room() {
+        // X's path is full (no free slot): one insert looks and heads for the locked map; before it gets there,
+        // a slot on the path is freed and another insert of X claims it. One copy must stay, the other's figures
+        // come back.
+        let live = Live::new(1024);
+        let crowd = same_home(&live, 300, 1 << 21, PROBE + 1);
+        let x = crowd[PROBE];
+        for &id in &crowd[..PROBE] {
+            live.insert(id, 0, 1);
+        }
+        let mut once = true;
+        let first = live.insert_looked(x, 0, 100, || {
+            if std::mem::take(&mut once) {
+                assert_eq!(live.remove(crowd[5]), Some((0, 1)));
+                assert_eq!(live.insert(x, 0, 200), None);
+            }
+        });
+        assert_eq!(first, Some((0, 200)));
+        assert_eq!(live.remove(x), Some((0, 100)));
+        assert_eq!(live.remove(x), None, "one copy of x");
         assert_eq!(live.spilled(), 0);
     }
 
