@@ -203,7 +203,7 @@ impl Live {
     fn settle(&self, home: usize, at: usize, new: u128) -> Settled {
         let id = key_of(new);
         let mut old = None;
-        for j in 0..PROBE {
+        for j in (0..PROBE).filter(|&j| j != at) {
             let s = self.slot(home, j);
             let w = s.load(Ordering::SeqCst);
             match key_of(w) {
