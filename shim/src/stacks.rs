@@ -80,12 +80,19 @@ fn capture(s: &settings::Settings) -> u32 {
         }
         // SAFETY: this thread's own state; `capturing` keeps a reentrant capture (a signal handler) off it.
         let l = unsafe { &mut *p };
-        let mut py = std::mem::take(&mut l.python);
-        py.clear();
-        if s.stacks_python && !table.python_off.load(Ordering::Relaxed) && !pystack::known_absent()
-        {
+        // The thread's buffer for Python frames is borrowed only where there may be some to walk: in a process
+        // without Python the capture's cache hit touches nothing of it.
+        let walk = s.stacks_python
+            && !table.python_off.load(Ordering::Relaxed)
+            && !pystack::known_absent();
+        let mut py = if walk {
+            let mut py = std::mem::take(&mut l.python);
+            py.clear();
             python(rec, table, &mut py);
-        }
+            py
+        } else {
+            Vec::new()
+        };
         let owner = table as *const Table as usize;
         let found = if s.stacks_native {
             l.chains.find(sp)
@@ -117,7 +124,9 @@ fn capture(s: &settings::Settings) -> u32 {
                 id
             }
         };
-        l.python = py;
+        if walk {
+            l.python = py;
+        }
         capturing.set(false);
         Some(id)
     })();
