@@ -9,8 +9,10 @@ Rules it keeps, because it runs inside someone's training job:
 - it survives fork (the child starts afresh), spawn and threads.
 
 Settings (environment, set by `vramtrace run`): VRAMTRACE_PYTHON_AGENT (off disables), VRAMTRACE_TORCH_SAMPLE_MS
-(how often allocated/reserved are read; default 20), VRAMTRACE_TORCH_HISTORY (entries of PyTorch's allocation
-history to keep, 0 = off), VRAMTRACE_TRACE (the trace's path: snapshots are written beside it).
+(how often allocated/reserved are read; default 20), VRAMTRACE_TORCH_HISTORY (PyTorch's allocation history:
+unset, empty or `auto` arms it only while memory is tight or growing, with VRAMTRACE_TORCH_HISTORY_AUTO_ENTRIES
+entries, default 20000; N > 0 keeps N entries from the start; `off` or 0 never), VRAMTRACE_TRACE (the trace's
+path: snapshots are written beside it).
 """
 
 import os

@@ -5,8 +5,12 @@
 - at every out-of-memory error, from PyTorch's own observer (called after the allocator's lock is released and
   before the exception is raised): the figures, the allocator's settings, the largest free block and the free
   bytes in segments that cannot be released, sent synchronously (the shim waits for the collector to hold it);
-- with VRAMTRACE_TORCH_HISTORY, PyTorch's allocation history with Python stacks, dumped beside the trace at each
-  out-of-memory error and at exit (pickle protocol 4, which memory_viz opens);
+- PyTorch's allocation history with Python stacks (native backend only), kept while it pays: by default armed
+  by the sampler when the allocator retries, when allocated bytes pass 90% of the device's limit or when their
+  floor keeps rising, and disarmed once that has been gone for 10 s (_arming.py says exactly when), each move a
+  `history` record; VRAMTRACE_TORCH_HISTORY=N keeps N entries from the start, `off` never. While armed, the
+  snapshot is dumped beside the trace at each out-of-memory error, and at exit (pickle protocol 4, which
+  memory_viz opens): a live block keeps its frames on itself, so the dump names the lines of live tensors;
 - at exit, a last sample and an `exit` record.
 Everything here swallows its own errors: the program runs exactly as without vramtrace."""
 
@@ -16,7 +20,7 @@ import sys
 import threading
 import time
 
-from . import _shim, debug
+from . import _arming, _shim, debug
 
 _state = {
     "torch": None,
@@ -26,10 +30,13 @@ _state = {
     "last": {},  # device -> tuple of the last values sent
     "active": set(),  # devices seen holding memory
     "ooms": 0,
-    "history": 0,
+    "history": 0,  # entries of the ring while PyTorch keeps the history (armed), else 0
+    "arming": None,  # _arming.Arming: when to keep it
     "exit_done": False,
 }
 _lock = threading.RLock()
+# Arming and disarming against the exit's last look at the history: one at a time.
+_history_lock = threading.Lock()
 
 STAT_KEYS = (
     "allocated_bytes",
@@ -81,6 +88,10 @@ def _after_fork():
     _state["attached"] = False
     _state["pid"] = None
     _state["exit_done"] = False
+    # The allocator's history flag came with the copy, but CUDA is unusable here: a child that attaches afresh
+    # decides again.
+    _state["history"] = 0
+    _state["arming"] = None
 
 
 def _attach():
@@ -117,15 +128,7 @@ def _attach_unsafe():
             problems.append("out-of-memory observer: %r" % (e,))
     else:
         problems.append("no out-of-memory observer in this torch")
-    entries = _env_int("VRAMTRACE_TORCH_HISTORY", 0)
-    if entries > 0 and backend == "native":
-        try:
-            torch.cuda.memory._record_memory_history(
-                enabled="all", context="alloc", stacks="python", max_entries=entries
-            )
-            _state["history"] = entries
-        except Exception as e:
-            problems.append("allocation history: %r" % (e,))
+    arming, armed_ns = _history_at_attach(torch, backend, problems)
     fields = [
         ("bridge", "1"),
         ("torch", _version(torch)),
@@ -134,11 +137,15 @@ def _attach_unsafe():
         ("alloc_conf", _alloc_conf()),
         ("sample_ms", _interval_ms()),
         ("history_entries", _state["history"]),
+        ("history_mode", arming.mode),
         ("devices", _device_count(torch)),
     ]
     for i, p in enumerate(problems):
         fields.append(("problem.%d" % i, p))
     _shim.record("attach", None, fields)
+    if armed_ns is not None:
+        _history_record("armed", "requested", None, arming.entries, 0, 0, None, armed_ns)
+    _state["arming"] = arming
     _start_sampler()
     atexit.register(_at_exit)
     # multiprocessing's forked children end in os._exit, which skips atexit; they run its finalizers first.
@@ -148,6 +155,29 @@ def _attach_unsafe():
             mp_util.Finalize(None, _at_exit, exitpriority=-1000)
         except Exception:
             pass
+
+
+def _history_at_attach(torch, backend, problems):
+    """The history's mode for this process, armed at once if requested (a refusal goes into `problems`).
+    Returns the Arming and the time it was armed at attach, or None."""
+    mode, entries = _arming.history_setting()
+    if mode != "off" and backend != "native":
+        mode = "off"  # the backend's problem already says PyTorch keeps no history there
+    elif mode != "off" and _history_fn(torch) is None:
+        problems.append("no allocation history in this torch: it is never kept")
+        mode = "off"
+    arming = _arming.Arming(mode, entries)
+    if mode != "requested":
+        return arming, None
+    t_ns = time.monotonic_ns()
+    try:
+        _arm(torch, entries)
+    except Exception as e:
+        problems.append("allocation history: %r" % (e,))
+        return arming, None
+    _state["history"] = entries
+    arming.arm_requested()
+    return arming, t_ns
 
 
 def _interval_ms():
@@ -236,7 +266,9 @@ def _sampler():
             else:
                 devices = sorted(_state["active"])
             for d in devices:
-                sample_device(d)
+                vals = sample_device(d)
+                if vals is not None:
+                    _watch(d, vals)
         except Exception:
             pass
         time.sleep(period)
@@ -252,6 +284,115 @@ def _start_sampler():
             t.start()
         except Exception:
             _state["thread"] = None
+
+
+# ---- allocation history -----------------------------------------------------------------------------------
+
+
+def _history_fn(torch):
+    return getattr(getattr(torch.cuda, "memory", None), "_record_memory_history", None)
+
+
+def _arm(torch, entries):
+    # Thread-safe in PyTorch: the allocator swaps the recorder under its own lock, and gathers stacks outside it.
+    _history_fn(torch)(enabled="all", context="alloc", stacks="python", max_entries=entries)
+
+
+def _disarm(torch):
+    # Clears the ring of events only: a live block keeps the frames it was allocated with.
+    _history_fn(torch)(enabled=None)
+
+
+def _watch(device, vals, t_ns=None):
+    """One sample into the arming rule (sampler thread only: the rule is not shared); arms or disarms the
+    history when it says so. O(1) a sample but for a rare read of the device's limit."""
+    arming = _state["arming"]
+    if arming is None or arming.mode != "auto":
+        return
+    try:
+        if t_ns is None:
+            t_ns = time.monotonic_ns()
+        if vals[1] > 0 and arming.needs_limit(device):
+            arming.set_limit(device, _device_limit(_state["torch"], device))
+        decision = arming.sample(device, t_ns / 1e9, vals[0], vals[1], vals[5])
+        if decision is not None:
+            _act(arming, decision, t_ns)
+    except Exception as e:
+        debug("history arming failed: %r" % (e,))
+
+
+def _device_limit(torch, device):
+    """What this process may hold on the device: its total as the driver reports it (under vramtrace's cap, the
+    cap), times PyTorch's per-process fraction when one is set; None if unknown."""
+    try:
+        total = int(torch.cuda.mem_get_info(device)[1])
+    except Exception:
+        return None
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)  # newer torch only
+    if fraction is not None:
+        try:
+            f = float(fraction(device))
+            if 0 < f < 1:
+                total = int(total * f)
+        except Exception:
+            pass
+    return total if total > 0 else None
+
+
+def _act(arming, decision, t_ns):
+    state, reason, device = decision
+    with _history_lock:
+        if _state["exit_done"]:
+            return  # the exit has taken its last look
+        if _move(arming, state == "armed"):
+            d = arming.devices[device]
+            _history_record(state, reason, device, arming.entries, d.allocated, d.reserved, d.limit, t_ns)
+
+
+def _move(arming, arm):
+    """Arms or disarms the history; False, and no more automatic moves, where it cannot."""
+    torch = _state["torch"]
+    if arm and _program_history(torch):
+        arming.failed()
+        _note(None, "the program keeps PyTorch's allocation history itself: vramtrace leaves it be")
+        return False
+    try:
+        if arm:
+            _arm(torch, arming.entries)
+        else:
+            _disarm(torch)
+    except Exception as e:
+        arming.failed()
+        _note(None, "could not %s the allocation history: %r" % ("arm" if arm else "disarm", e))
+        return False
+    _state["history"] = arming.entries if arm else 0
+    return True
+
+
+def _program_history(torch):
+    """The program (or PyTorch itself, cudagraph trees) turned the history on: arming would change its settings
+    and disarming would take it away."""
+    enabled = getattr(torch._C, "_cuda_isHistoryEnabled", None)
+    try:
+        return bool(enabled is not None and enabled())
+    except Exception:
+        return False
+
+
+def _history_record(state, reason, device, entries, allocated, reserved, limit, t_ns):
+    _shim.record(
+        "history",
+        device,
+        [
+            ("state", state),
+            ("reason", reason),
+            ("entries", entries),
+            ("allocated", allocated),
+            ("reserved", reserved),
+            ("limit", limit),  # omitted when unknown
+            ("t_ns", t_ns),
+        ],
+    )
 
 
 # ---- out of memory -----------------------------------------------------------------------------------------
@@ -407,7 +548,11 @@ def _exit_unsafe():
             [("allocated", vals[0]), ("reserved", vals[1]), ("alloc_retries", vals[5]), ("ooms", vals[6])],
             ack=True,
         )
-    if _state["history"]:
+    # Armed now (requested, or automatically: then it was armed for what the report needs, a leak's growing
+    # tensors or the pressure it ended in). Disarmed since: nothing worth a dump.
+    with _history_lock:
+        armed = _state["history"]
+    if armed:
         try:
             snap = torch.cuda.memory._snapshot()
             path = _dump(snap, "exit")

@@ -9,6 +9,10 @@ def _cuda_attach_out_of_memory_observer(fn):
     _observers.append(fn)
 
 
+def _cuda_isHistoryEnabled():
+    return _cuda._history["on"]
+
+
 def _cuda_memoryStats(device):
     a = _cuda._alloc.get(device)
     if a is None:

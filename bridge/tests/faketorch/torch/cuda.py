@@ -7,7 +7,9 @@ _queued = []
 _lock = threading.Lock()
 _backend = "cudaMallocAsync" if "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") else "native"
 _alloc = {}
-_history = {"on": False}
+# The allocation history: on or off, and every _record_memory_history call as (enabled, keywords).
+_history = {"on": False, "calls": []}
+_fraction = {}
 
 MB = 1 << 20
 
@@ -18,8 +20,8 @@ class _Driver(object):
         self.lib.cuInit(0)
         dev = ctypes.c_int(0)
         self.lib.cuDeviceGet(ctypes.byref(dev), 0)
-        ctx = ctypes.c_void_p()
-        self.lib.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+        self.ctx = ctypes.c_void_p()
+        self.lib.cuCtxCreate_v2(ctypes.byref(self.ctx), 0, dev)
 
     def malloc(self, n):
         p = ctypes.c_uint64()
@@ -30,9 +32,42 @@ class _Driver(object):
         self.lib.cuMemFree_v2(ctypes.c_uint64(p))
 
     def free_mem(self):
+        # Any thread (the bridge's sampler asks too): PyTorch's mem_get_info sets the device on the caller.
+        self.lib.cuCtxSetCurrent(self.ctx)
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
         self.lib.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))
         return free.value, total.value
+
+
+class _HostDriver(object):
+    """No driver at all (FAKETORCH_TOTAL=bytes): addresses from a counter, for the bridge's own tests, which run
+    without the shim or the simulated driver."""
+
+    def __init__(self, total):
+        self.total = total
+        self.used = 0
+        self.next = 1 << 40
+        self.sizes = {}
+
+    def malloc(self, n):
+        if self.used + n > self.total:
+            return None
+        p = self.next
+        self.next += n
+        self.used += n
+        self.sizes[p] = n
+        return p
+
+    def free(self, p):
+        self.used -= self.sizes.pop(p, 0)
+
+    def free_mem(self):
+        return self.total - self.used, self.total
+
+
+def _driver():
+    total = os.environ.get("FAKETORCH_TOTAL")
+    return _HostDriver(int(total)) if total else _Driver()
 
 
 class _Allocator(object):
@@ -132,7 +167,7 @@ def init():
     with _lock:
         if _initialized:
             return
-        _alloc[0] = _Allocator(_Driver(), 0)
+        _alloc[0] = _Allocator(_driver(), 0)
         for fn in _queued:
             fn()
         del _queued[:]
@@ -149,6 +184,33 @@ def device_count():
 
 def get_allocator_backend():
     return _backend
+
+
+def mem_get_info(device=0):
+    """(free, total) as the driver says: under vramtrace's cap the shim reports the cap as the total."""
+    return _alloc[device].d.free_mem()
+
+
+def set_per_process_memory_fraction(fraction, device=0):
+    _fraction[device] = fraction
+
+
+def get_per_process_memory_fraction(device=0):
+    return _fraction.get(device, 1.0)
+
+
+def _reset():
+    """A fresh torch, as in a new process (the bridge's in-process tests)."""
+    global _initialized
+    from . import _C
+    with _lock:
+        _initialized = False
+        del _queued[:]
+        _alloc.clear()
+        _fraction.clear()
+        _history["on"] = False
+        del _history["calls"][:]
+        del _C._observers[:]
 
 
 def empty(nbytes, device=0):
@@ -176,8 +238,12 @@ class memory(object):
         return {"segments": segs, "device_traces": [[]]}
 
     @staticmethod
-    def _record_memory_history(**kw):
-        _history["on"] = True
+    def _record_memory_history(enabled="all", **kw):
+        """PyTorch's: None turns it off; a live block keeps the frames it was allocated with either way."""
+        if _backend != "native":
+            raise RuntimeError("cudaMallocAsync does not yet support recordHistory")
+        _history["calls"].append((enabled, kw))
+        _history["on"] = enabled is not None
 
 
 def memory_stats(device=0):
