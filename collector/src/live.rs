@@ -75,6 +75,9 @@ struct Proc {
     /// Each thread's last release (address, handle or not, what it took out), until a refusal of it
     /// (`flags::UNDONE`, the thread's next event) puts that back.
     released: Releases<Option<(u32, u64)>>,
+    /// Out-of-memory refusals not yet told apart (thread, device, time): recovered when the thread next
+    /// allocates on the device, an error when the framework raises one or the process ends (as the replay).
+    open_ooms: Vec<(u32, u32, u64)>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -85,6 +88,8 @@ struct Dev {
     total: Option<u64>,
     allocations: u64,
     cap_refusals: u64,
+    /// Out-of-memory refusals, all of them, and of them the errors (not recovered from).
+    refusals: u64,
     ooms: u64,
 }
 
@@ -95,6 +100,7 @@ pub struct State {
     devs: BTreeMap<u32, Dev>,
     allocations: u64,
     cap_refusals: u64,
+    refusals: u64,
     ooms: u64,
     dropped: u64,
     events: u64,
@@ -135,7 +141,12 @@ impl State {
             }
             if !matches!(
                 k,
-                kind::HELLO | kind::DROPPED | kind::PROCESS_END | kind::OOM | kind::EXIT
+                kind::HELLO
+                    | kind::DROPPED
+                    | kind::PROCESS_END
+                    | kind::OOM
+                    | kind::EXIT
+                    | kind::BRIDGE
             ) {
                 continue;
             }
@@ -148,10 +159,15 @@ impl State {
                 }
                 Ok(Some(Record::Dropped { count, .. })) => self.dropped += count,
                 Ok(Some(Record::Oom(o))) => {
-                    self.ooms += 1;
+                    self.refusals += 1;
+                    self.procs
+                        .entry(o.pid)
+                        .or_default()
+                        .open_ooms
+                        .push((o.tid, o.device, o.ts_ns));
                     if o.device != NO_DEVICE {
                         let d = self.dev(o.device);
-                        d.ooms += 1;
+                        d.refusals += 1;
                         if o.cap_bytes.is_some() {
                             d.cap = o.cap_bytes;
                         }
@@ -159,6 +175,17 @@ impl State {
                             d.total = o.device_total_bytes;
                         }
                     }
+                }
+                // A framework raised an error: the refusals behind it are that one error.
+                Ok(Some(Record::Bridge(b))) if b.what == "oom" => {
+                    if let Some(p) = self.procs.get_mut(&b.pid) {
+                        p.open_ooms.retain(|o| {
+                            !((b.device == NO_DEVICE || o.1 == b.device)
+                                && o.2 <= b.ts_ns
+                                && b.ts_ns - o.2 <= crate::model::FOLD_NS)
+                        });
+                    }
+                    self.error(b.device);
                 }
                 Ok(Some(Record::ProcessEnd { pid, .. })) => self.end(pid),
                 // A process that connected ends with its connection (its last frames may follow this).
@@ -172,11 +199,23 @@ impl State {
         }
     }
 
-    /// A process is gone: CUDA gave back what it held, and its series go.
+    /// One out-of-memory error on `device` (or none).
+    fn error(&mut self, device: u32) {
+        self.ooms += 1;
+        if device != NO_DEVICE {
+            self.dev(device).ooms += 1;
+        }
+    }
+
+    /// A process is gone: CUDA gave back what it held, and its series go; refusals it never recovered from
+    /// were errors.
     fn end(&mut self, pid: u32) {
         let Some(p) = self.procs.remove(&pid) else {
             return;
         };
+        for &(_, d, _) in &p.open_ooms {
+            self.error(d);
+        }
         for (d, pd) in p.dev {
             let dev = self.dev(d);
             dev.used = dev.used.saturating_sub(pd.live);
@@ -208,6 +247,9 @@ impl State {
                 }
                 let d = e.device;
                 self.allocations += 1;
+                if !p.open_ooms.is_empty() {
+                    p.open_ooms.retain(|o| !(o.0 == e.tid && o.1 == d));
+                }
                 let map = if eff == Effect::CreateHandle {
                     &mut p.handles
                 } else {
@@ -307,6 +349,7 @@ impl State {
         let allocs = Family::<L, Counter>::default();
         let refusals = Family::<L, Counter>::default();
         let ooms = Family::<L, Counter>::default();
+        let oom_refusals = Family::<L, Counter>::default();
         let dropped = Family::<L, Counter>::default();
         let procs = Family::<L, Gauge>::default();
         let job = |extra: &[(&'static str, String)]| -> L {
@@ -341,6 +384,7 @@ impl State {
             allocs.get_or_create(&l).inc_by(dv.allocations);
             refusals.get_or_create(&l).inc_by(dv.cap_refusals);
             ooms.get_or_create(&l).inc_by(dv.ooms);
+            oom_refusals.get_or_create(&l).inc_by(dv.refusals);
         }
         // Counts that name no device (an out-of-memory record without one) still count, under gpu="".
         let on_devs = |f: fn(&Dev) -> u64| self.devs.values().map(f).sum::<u64>();
@@ -348,6 +392,7 @@ impl State {
             (&allocs, self.allocations - on_devs(|d| d.allocations)),
             (&refusals, self.cap_refusals - on_devs(|d| d.cap_refusals)),
             (&ooms, self.ooms - on_devs(|d| d.ooms)),
+            (&oom_refusals, self.refusals - on_devs(|d| d.refusals)),
         ];
         for (fam, n) in unplaced {
             if n > 0 {
@@ -403,7 +448,18 @@ impl State {
             "Allocations the cap refused",
             refusals,
         );
-        reg.register("vramtrace_oom", "Out-of-memory errors recorded", ooms);
+        reg.register(
+            "vramtrace_oom",
+            "Out-of-memory errors: raised by the framework, or refusals a process never recovered from by \
+             its end",
+            ooms,
+        );
+        reg.register(
+            "vramtrace_oom_refusals",
+            "Allocations refused for lack of memory, recovered from or not (PyTorch flushes its cache and \
+             retries)",
+            oom_refusals,
+        );
         reg.register(
             "vramtrace_events_dropped",
             "Events the processes could not record (their ring was full)",

@@ -30,6 +30,7 @@ pub mod diagnose;
 pub(crate) mod fasthash;
 pub mod framework;
 mod fronts;
+pub mod growth;
 pub mod leak;
 pub mod merge;
 mod merge_link;
@@ -55,7 +56,8 @@ pub use framework::{
     BridgeProcess, BridgeSummary, DeviceFramework, Figures, FrameworkOom, KeptLine,
     ProcessFramework, SnapshotReading,
 };
-pub use leak::{leak_trend, minima};
+pub use growth::growth;
+pub use leak::minima;
 use replay::Replay;
 pub use replay::FOLD_NS;
 pub use timeline::{Bucket, Timeline, FIRST_BUCKET_NS, MAX_BUCKETS};
@@ -66,6 +68,8 @@ pub const LEAK_LIST: usize = 20;
 pub const MERGE_BOUND: usize = 1 << 20;
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
 pub const CUDA_OOM: u32 = 2;
+/// The most recovered refusals listed one by one ([`Analysis::refusals`]); all are counted.
+pub const REFUSALS_LISTED: usize = 64;
 /// The most out-of-memory records given a full snapshot; the rest are counted in [`Analysis::oom_records`].
 pub const MAX_OOM_SNAPSHOTS: usize = 16;
 /// The largest live allocations an out-of-memory snapshot lists.
@@ -78,10 +82,6 @@ pub const OOM_TIMELINE_POINTS: usize = 100;
 pub const ASYNC_RECENT_NS: u64 = 1_000_000_000;
 pub(crate) const ASYNC_STEP_NS: u64 = ASYNC_RECENT_NS / ASYNC_STEPS as u64;
 pub(crate) const ASYNC_STEPS: usize = 10;
-/// A leak trend needs at least this many minima, each no lower than the one before.
-pub const LEAK_MIN_MINIMA: usize = 3;
-/// ... and the last above the first by more than this share of the first (percent), and by at least 1 MiB.
-pub const LEAK_MIN_RISE_PCT: u64 = 5;
 /// Peaks and troughs count when the timeline moves at least this share (percent) of its range.
 pub const TURN_PCT: u64 = 10;
 /// Upper bounds (exclusive) of the size classes of an out-of-memory snapshot, with their names.
@@ -154,6 +154,9 @@ pub struct DeviceStats {
     /// The cap on this device: the trace header's `cap_bytes.N`, else an out-of-memory record's.
     pub cap_bytes: Option<u64>,
     pub timeline: Timeline,
+    /// Bytes in use growing step after step up to the end of the run ([`growth::growth`]), with what grew
+    /// (allocations made during the rise and live when their process ended).
+    pub growth: Option<LeakTrend>,
     /// The frameworks' own figures on this device (the Python bridge), when any process sent them.
     pub framework: Option<DeviceFramework>,
 }
@@ -215,6 +218,8 @@ pub struct ProcessStats {
     pub failed_allocations: u64,
     /// Failed allocations whose result was `CUDA_ERROR_OUT_OF_MEMORY` (cap refusals included).
     pub oom_results: u64,
+    /// Of its out-of-memory refusals, those it recovered from (see [`Analysis::refusals`]).
+    pub recovered_refusals: u64,
     /// Allocations vramtrace's cap refused (the driver was never called).
     pub cap_refusals: u64,
     /// Allocations that passed the cap in warn mode (let through, flagged).
@@ -297,15 +302,41 @@ pub struct Analysis {
     /// (their process broke its promise of order), or, with no temporary file for spilling, memory ran past the
     /// bound. 0 in a trace whose processes keep their order.
     pub merge_inexact_events: u64,
-    /// Out-of-memory errors recorded: the driver's failed requests, with those a framework retried behind one
-    /// error of its own counting once (see [`OomSnapshot::driver_ooms_folded`]).
+    /// Out-of-memory errors: refusals the program did not recover from (it raised, or died, or never allocated
+    /// on that device from that thread again), with those a framework retried behind one error of its own
+    /// counting once (see [`OomSnapshot::driver_ooms_folded`]).
     pub oom_records: u64,
+    /// Refusals the program recovered from: the same thread allocated on the same device afterwards (PyTorch
+    /// flushed its cache and retried, or the program went on). The first [`REFUSALS_LISTED`], in time order.
+    pub refusals: Vec<Refusal>,
+    pub refusals_recovered: u64,
+    /// From each recovered refusal to its thread's next allocation there, summed: what recovering cost (a
+    /// cache flush synchronises the device).
+    pub refusal_stall_ns: u64,
     /// What the Python bridge attached to and said.
     pub bridge: BridgeSummary,
     /// Snapshots of the first [`MAX_OOM_SNAPSHOTS`] out-of-memory records, in time order.
     pub ooms: Vec<OomSnapshot>,
     /// Where allocations came from (traces with stacks), and the shim's notes.
     pub call_sites: CallSites,
+}
+
+/// An out-of-memory refusal the program recovered from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Relative ns.
+    pub time_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub device: Option<u32>,
+    pub api: Option<Api>,
+    pub requested_bytes: u64,
+    /// The cap refused it, not the device.
+    pub cap_refused: bool,
+    /// From the refusal to the thread's next allocation on the device.
+    pub recovered_after_ns: u64,
+    /// The request's call site (an index into [`Analysis::call_sites`]`.sites`), when it had one.
+    pub site: Option<usize>,
 }
 
 /// A live allocation at the moment of an out-of-memory event.
@@ -379,6 +410,9 @@ pub struct LeakTrend {
     pub minima: Vec<Minimum>,
     /// Last minimum - first.
     pub rise_bytes: u64,
+    /// The repeating steps counted over the rise, when they could be told apart (a growth; see
+    /// [`growth::growth`]).
+    pub steps: Option<u64>,
     /// Filled in out-of-memory snapshots only: the largest groups (at most 10), largest first.
     pub groups: Vec<LeakGroup>,
     /// Groups beyond those listed.
@@ -468,6 +502,8 @@ pub struct OomSnapshot {
     /// Failed driver requests of the same error folded into this one (the allocator's retry after flushing
     /// its cache).
     pub driver_ooms_folded: u32,
+    /// The replay's number for it (a refusal found recovered later removes its snapshot by it).
+    pub(crate) seq: u64,
 }
 
 impl Analysis {

@@ -92,7 +92,7 @@ fn a_trace_without_an_oom_says_so_and_exits_0() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let s = text(&out.stdout);
     assert!(s.starts_with("vramtrace oom: "), "{s}");
-    assert!(s.contains("No out-of-memory event was recorded."), "{s}");
+    assert!(s.contains("No out-of-memory error was recorded."), "{s}");
     assert!(s.contains("vanished"), "{s}");
     let out = oom(&f, true);
     assert_eq!(out.status.code(), Some(0));
@@ -115,7 +115,7 @@ print("ok")
     let f = d.file("empty-trace.vtrace", &encode_header(&header()));
     let out = oom(&f, false);
     assert_eq!(out.status.code(), Some(0));
-    assert!(text(&out.stdout).contains("No out-of-memory event was recorded."));
+    assert!(text(&out.stdout).contains("No out-of-memory error was recorded."));
 }
 
 #[test]

@@ -31,6 +31,9 @@ pub enum Cause {
     External,
     /// Pinned host memory (`cuMemCreate` with a host location) could not be had: not GPU memory.
     HostMemory,
+    /// Bytes in use rose step after step up to the error, by at least what was missing: something is kept
+    /// across steps (or grows with the work, as a KV cache with its batch).
+    Growth,
     /// The job's own allocations filled what the device could give.
     Pressure,
 }
@@ -46,6 +49,7 @@ impl Cause {
             Cause::External => "external",
             Cause::Pressure => "pressure",
             Cause::HostMemory => "host_memory",
+            Cause::Growth => "growth",
         }
     }
 
@@ -59,6 +63,7 @@ impl Cause {
             Cause::External => "memory held outside the job",
             Cause::Pressure => "memory pressure from the job itself",
             Cause::HostMemory => "pinned host memory ran out (not GPU memory)",
+            Cause::Growth => "memory growing step after step",
         }
     }
 }
@@ -274,6 +279,141 @@ pub fn leak_text(l: &LeakTrend) -> String {
     s
 }
 
+/// Where a growth came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrowthLine {
+    /// The line (a call site's label).
+    pub label: String,
+    /// `tensors`: the framework's live tensors allocated there (its allocation history); `driver`: the
+    /// driver allocations made there (a program without a caching allocator); `cache`: the code that grew a
+    /// caching allocator's cache there: the bytes are whatever tensors live in it now, not necessarily its.
+    pub source: &'static str,
+    /// Bytes made there during the rise and live at the error.
+    pub bytes: u64,
+    pub count: u64,
+    /// What the line is, for the advice.
+    pub kind: GrowthKind,
+}
+
+/// What grows, as far as the line tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrowthKind {
+    /// A KV cache (transformers' cache classes, a `past_key_values`): it grows with the batch and the sequence.
+    KvCache,
+    /// An optimizer's state: made once, at its first step.
+    OptimizerState,
+    /// Anything else kept across steps.
+    Kept,
+}
+
+impl GrowthKind {
+    pub fn key(self) -> &'static str {
+        match self {
+            GrowthKind::KvCache => "kv_cache",
+            GrowthKind::OptimizerState => "optimizer_state",
+            GrowthKind::Kept => "kept",
+        }
+    }
+
+    /// From the words of a line and its stack.
+    pub fn of(words: &str) -> GrowthKind {
+        let w = words.to_ascii_lowercase();
+        const KV: [&str; 7] = [
+            "cache_utils",
+            "past_key_value",
+            "kv_cache",
+            "kvcache",
+            "dynamiccache",
+            "key_cache",
+            "dynamiclayer",
+        ];
+        const OPT: [&str; 4] = ["torch/optim/", "_init_group", "exp_avg", "optimizer"];
+        if KV.iter().any(|k| w.contains(k)) {
+            GrowthKind::KvCache
+        } else if OPT.iter().any(|k| w.contains(k)) {
+            GrowthKind::OptimizerState
+        } else {
+            GrowthKind::Kept
+        }
+    }
+}
+
+/// The line a growth came from: PyTorch's live tensors when its history was kept (allocated during the rise),
+/// else the call site of the driver allocations made during the rise, labelled for what it is in a process
+/// with a caching allocator.
+fn growth_line(a: &Analysis, s: &OomSnapshot, l: &LeakTrend) -> Option<GrowthLine> {
+    if let Some(k) = s
+        .framework
+        .as_ref()
+        .and_then(|f| f.snapshot.as_ref())
+        .and_then(|r| {
+            r.kept
+                .iter()
+                .filter(|k| k.during_rise_bytes > 0)
+                .max_by_key(|k| k.during_rise_bytes)
+                .or(r.kept.first())
+        })
+    {
+        return Some(GrowthLine {
+            label: k.label.clone(),
+            source: "tensors",
+            bytes: if k.during_rise_bytes > 0 {
+                k.during_rise_bytes
+            } else {
+                k.bytes
+            },
+            count: k.count,
+            kind: GrowthKind::of(&k.label),
+        });
+    }
+    let g = s
+        .leak
+        .as_ref()
+        .and_then(|d| d.sites.first())
+        .or(l.sites.first())?;
+    let site = a.call_sites.sites.get(g.site);
+    let words: String = site.map_or(g.label.clone(), |x| {
+        x.frames
+            .iter()
+            .map(|f| f.label())
+            .chain(std::iter::once(g.label.clone()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    let caching = site
+        .and_then(|x| a.process(x.pid))
+        .is_some_and(|p| !p.framework.is_empty());
+    Some(GrowthLine {
+        label: g.label.clone(),
+        source: if caching { "cache" } else { "driver" },
+        bytes: g.bytes,
+        count: g.count,
+        kind: GrowthKind::of(&words),
+    })
+}
+
+/// One sentence on a growth's size: in all, from when, over how many steps.
+pub fn growth_size_text(l: &LeakTrend) -> String {
+    let first = l.minima[0];
+    let last = l.minima[l.minima.len() - 1];
+    let mut t = format!(
+        "+{} from {} (at {}) to {} (at {})",
+        bytes(l.rise_bytes),
+        bytes(first.bytes),
+        crate::reporters::text::units::secs(first.t_ns),
+        bytes(last.bytes),
+        crate::reporters::text::units::secs(last.t_ns),
+    );
+    if let Some(n) = l.steps.filter(|&n| n > 0) {
+        t.push_str(&format!(
+            ", over {} steps (about {} a step)",
+            count(n),
+            bytes(l.rise_bytes / n)
+        ));
+    }
+    t
+}
+
 /// The cause of one out-of-memory event, the figures that decided it, findings and advice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnosis {
@@ -311,6 +451,10 @@ pub struct Diagnosis {
     pub short_of_fitting_bytes: Option<u64>,
     /// `needed_bytes` rounded up to [`CAP_STEP_BYTES`].
     pub suggested_cap_bytes: u64,
+    /// With cause growth: the growth read (PyTorch's allocated bytes when the bridge gave them, else the
+    /// driver's), and the line it came from when one can be named.
+    pub growth: Option<LeakTrend>,
+    pub growth_line: Option<GrowthLine>,
     pub findings: Vec<Finding>,
     pub advice: Vec<String>,
 }
@@ -383,6 +527,20 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
         (short > 0 && cached >= short && sizeable && largest < req)
             .then_some((f, cached, largest, short))
     });
+    // Growth: the bytes in use rose step after step up to this error, by at least what was missing (without
+    // the rise it would have fitted). PyTorch's allocated bytes when the bridge gave them: its cache hides
+    // the tensors' rise from the driver.
+    let missing = short
+        .filter(|&x| x > 0)
+        .or(shortfall.filter(|&x| x > 0))
+        .unwrap_or(req);
+    let grew = s
+        .framework_leak
+        .as_ref()
+        .map(|l| (l, "PyTorch's allocated bytes"))
+        .or(s.leak.as_ref().map(|l| (l, "the job's bytes in use")))
+        .filter(|(l, _)| l.rise_bytes >= missing);
+    let line = grew.and_then(|(l, _)| growth_line(a, s, l));
     let (cause, rule, reason) = if s.on_host {
         (
             Cause::HostMemory,
@@ -424,6 +582,32 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
                 b(short),
                 b(largest),
                 b(req)
+            ),
+        )
+    } else if let Some((l, what)) = grew {
+        let at = match &line {
+            Some(g) if g.source == "cache" => format!(
+                "; the code that grew PyTorch's cache during the rise: {} (the bytes are whatever tensors \
+                 live in it now)",
+                g.label
+            ),
+            Some(g) => format!(
+                "; made during the rise and live at the error: {} in {} at {}",
+                b(g.bytes),
+                count(g.count),
+                g.label
+            ),
+            None => String::new(),
+        };
+        (
+            Cause::Growth,
+            "growth",
+            format!(
+                "{what} grew step after step up to this error ({}); without that rise the {} request \
+                 would have fitted ({} was missing){at}",
+                growth_size_text(l),
+                b(req),
+                b(missing)
             ),
         )
     } else if s.cap_refused {
@@ -694,6 +878,10 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
         available_bytes: available,
         short_of_fitting_bytes: short,
         suggested_cap_bytes: suggested,
+        growth: (cause == Cause::Growth)
+            .then(|| grew.map(|(l, _)| l.clone()))
+            .flatten(),
+        growth_line: line.filter(|_| cause == Cause::Growth),
         findings,
         advice: Vec::new(),
     };
@@ -745,6 +933,51 @@ fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<String> {
         .device
         .map_or("the GPU".to_string(), |d| format!("GPU {d}"));
     match d.cause {
+        Cause::Growth => {
+            let per = d
+                .growth
+                .as_ref()
+                .and_then(|l| l.steps.filter(|&n| n > 0).map(|n| l.rise_bytes / n));
+            let at = d.growth_line.as_ref().map(|g| g.label.clone());
+            let kind = d.growth_line.as_ref().map_or(GrowthKind::Kept, |g| g.kind);
+            let native = d.view == "driver";
+            let here = at.as_deref().map_or(String::new(), |l| format!(" ({l})"));
+            v.push(match kind {
+                GrowthKind::KvCache => format!(
+                    "The KV cache{here} grows with the batch and the sequence: bound them (a maximum batch \
+                     size or tokens per batch, max_new_tokens, a shorter context), or use a cache sized once \
+                     for the limit (a static or paged KV cache); batches that grow until the memory runs out \
+                     fail at the largest one."
+                ),
+                GrowthKind::OptimizerState => format!(
+                    "This is the optimizer's state{here}, made at its first steps and then kept: it stops \
+                     growing once every parameter has its state. To make it smaller: an 8-bit or \
+                     factored optimizer, or sharding it (ZeRO, FSDP)."
+                ),
+                GrowthKind::Kept if native => format!(
+                    "Something allocated every step is never freed{here}: free it at the end of the step, \
+                     or reuse one buffer across steps."
+                ),
+                GrowthKind::Kept => format!(
+                    "Something keeps tensors alive across steps{here}: outputs or losses stored in a list \
+                     with their graph (keep loss.item() or out.detach().cpu() instead), metrics or history \
+                     kept as GPU tensors, a graph retained (retain_graph=True) or a growing cache."
+                ),
+            });
+            if d.growth_line.is_none() && !native {
+                v.push(
+                    "To name the line that keeps them: vramtrace run --torch-history (PyTorch's allocation \
+                     history with Python stacks) and run again."
+                        .to_string(),
+                );
+            }
+            let rate = per.map_or(String::new(), |p| format!(" (about {} a step)", b(p)));
+            v.push(format!(
+                "A larger {} or a smaller batch only moves the error to a later step while the growth goes \
+                 on{rate}: fix what grows first.",
+                if d.cap_bytes.is_some() { "cap" } else { "GPU" }
+            ));
+        }
         Cause::HostMemory => {
             v.push(format!(
                 "This was host memory ({} pinned through cuMemCreate with a host location): check the host's \

@@ -12,12 +12,7 @@ use std::collections::HashMap;
 use vramtrace_format::{Bridge, Framework, FrameworkSample, NO_DEVICE};
 
 use super::timeline::{Timeline, TimelineBuilder};
-use super::{leak_trend, LeakTrend, Minimum};
-
-/// A rising floor needs this many windows in a row, each with a higher low point than the one before.
-pub const FLOOR_MIN_WINDOWS: usize = 4;
-/// The timeline is cut into this many windows to find its floor.
-pub const FLOOR_WINDOWS: u64 = 8;
+use super::{growth, LeakTrend};
 
 /// Notes kept from the bridge, all processes together.
 pub const MAX_BRIDGE_NOTES: usize = 64;
@@ -425,10 +420,10 @@ impl FwReplay {
             .map(|d| (d.allocated, d.reserved))
     }
 
-    /// Allocated bytes rising across cycles on `device` up to `t`.
+    /// Allocated bytes growing step after step on `device` up to `t` ([`growth`]).
     pub fn leak_until(&self, device: u32, t: u64) -> Option<LeakTrend> {
         let d = self.devs.iter().find(|d| d.device == device)?;
-        allocated_leak(&d.tl_allocated.clone().finish(t))
+        growth(&d.tl_allocated.clone().finish(t), t)
     }
 
     /// Per slot, its figures per device; per device, the job's.
@@ -470,12 +465,9 @@ impl FwReplay {
             .into_iter()
             .map(|d| {
                 let (r, o, n) = live_retries.get(&d.device).copied().unwrap_or_default();
-                // The leak is read up to the allocated peak: what follows (an error's unwinding, exit) is
-                // not the rise that led there.
+                // Growth is read up to the last rise: what follows (an error's unwinding, exit) is not it.
                 let allocated = d.tl_allocated.finish(end);
-                let leak = d
-                    .peak_allocated_t
-                    .and_then(|t| allocated_leak(&until(&allocated, t)));
+                let leak = growth(&allocated, end);
                 DeviceFramework {
                     device: d.device,
                     frameworks: d
@@ -498,109 +490,5 @@ impl FwReplay {
             .collect();
         devices.sort_by_key(|d| d.device);
         (per_slot, devices, self.summary)
-    }
-}
-
-/// The timeline's buckets up to the one holding `t`.
-fn until(tl: &Timeline, t: u64) -> Timeline {
-    let n = t
-        .checked_div(tl.bucket_ns)
-        .map_or(0, |i| (i as usize + 1).min(tl.buckets.len()));
-    Timeline {
-        bucket_ns: tl.bucket_ns,
-        buckets: tl.buckets[..n].to_vec(),
-    }
-}
-
-/// A leak in allocated bytes: cycles whose low points rise ([`leak_trend`]), or, when the rise dwarfs each
-/// step's own swing (a loop that keeps every step's output), a floor that rises window after window.
-pub fn allocated_leak(tl: &Timeline) -> Option<LeakTrend> {
-    leak_trend(tl).or_else(|| rising_floor(tl))
-}
-
-/// The timeline from its first non-zero bucket to its end, cut into [`FLOOR_WINDOWS`] windows; each window's
-/// low point is the least value it held at a bucket's end. A leak when the last [`FLOOR_MIN_WINDOWS`] (or more)
-/// low points each rise over the one before by at least 1 MiB and 1% of the last: a plateau (warm-up, then a
-/// steady state) never is one.
-pub fn rising_floor(tl: &Timeline) -> Option<LeakTrend> {
-    let start = tl.buckets.iter().position(|b| b.max_bytes > 0)?;
-    let b = &tl.buckets[start..];
-    let n = b.len() as u64;
-    if n < FLOOR_WINDOWS {
-        return None;
-    }
-    let mut lows = Vec::new();
-    for w in 0..FLOOR_WINDOWS {
-        let (from, to) = (
-            (w * n / FLOOR_WINDOWS) as usize,
-            ((w + 1) * n / FLOOR_WINDOWS) as usize,
-        );
-        let low = b[from..to].iter().min_by_key(|x| x.last_bytes)?;
-        lows.push(Minimum {
-            t_ns: low.t_ns.saturating_add(tl.bucket_ns),
-            bytes: low.last_bytes,
-        });
-    }
-    let last = lows.last()?.bytes;
-    let step = (last / 100).max(1 << 20);
-    let mut first = lows.len() - 1;
-    while first > 0 && lows[first].bytes >= lows[first - 1].bytes.saturating_add(step) {
-        first -= 1;
-    }
-    let run = &lows[first..];
-    if run.len() < FLOOR_MIN_WINDOWS {
-        return None;
-    }
-    Some(LeakTrend {
-        minima: run.to_vec(),
-        rise_bytes: last - run[0].bytes,
-        groups: Vec::new(),
-        more_groups: 0,
-        sites: Vec::new(),
-        more_sites: 0,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn timeline(points: impl Iterator<Item = (u64, u64)>, end: u64) -> Timeline {
-        let mut b = TimelineBuilder::default();
-        for (t, v) in points {
-            b.set(t, v);
-        }
-        b.finish(end)
-    }
-
-    /// Each step allocates 100 MiB of activations and frees them; `kept` MiB stay per step.
-    fn steps(kept: u64) -> Timeline {
-        let ms = 1_000_000u64;
-        let pts = (0..100u64).flat_map(move |i| {
-            let base = (500 + kept * i) << 20;
-            [
-                (i * 50 * ms, base),
-                (i * 50 * ms + 20 * ms, base + (100 << 20)),
-            ]
-        });
-        timeline(pts, 100 * 50 * ms)
-    }
-
-    #[test]
-    fn a_rising_floor_is_a_leak_and_a_steady_one_is_not() {
-        // 64 MiB kept per step: the swing (100 MiB) is small beside the rise (6.4 GiB), so cycles are not seen.
-        let l = allocated_leak(&steps(64)).expect("kept outputs are a leak");
-        assert!(l.minima.len() >= FLOOR_MIN_WINDOWS);
-        assert!(l.rise_bytes > 4 << 30, "{}", l.rise_bytes);
-        assert!(l.minima.windows(2).all(|w| w[1].bytes > w[0].bytes));
-        // The same loop keeping nothing: no leak.
-        assert_eq!(allocated_leak(&steps(0)), None);
-        // Warm-up (optimizer state appears) then steady: no leak.
-        let ms = 1_000_000u64;
-        let warm = timeline(
-            (0..100u64).map(|i| (i * 50 * ms, if i < 10 { i * (100 << 20) } else { 1 << 30 })),
-            100 * 50 * ms,
-        );
-        assert_eq!(rising_floor(&warm), None);
     }
 }

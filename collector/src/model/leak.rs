@@ -1,4 +1,4 @@
-//! Rising floors: the minima between a timeline's peaks, a leak trend, and the list of what was never freed.
+//! The minima between a timeline's peaks (the cycles a growth counts), and the list of what was never freed.
 
 use super::*;
 use crate::callsites::NO_SITE;
@@ -68,34 +68,6 @@ pub fn minima(tl: &Timeline) -> Vec<Minimum> {
         }
     }
     out
-}
-
-/// A leak trend in a timeline: the trailing run of [`minima`] in which each is no lower than the one before,
-/// at least [`LEAK_MIN_MINIMA`] long, the last above the first by more than [`LEAK_MIN_RISE_PCT`] % of the first
-/// and by at least 1 MiB. `groups` is left empty (out-of-memory snapshots fill it).
-pub fn leak_trend(tl: &Timeline) -> Option<LeakTrend> {
-    let m = minima(tl);
-    let mut start = m.len().checked_sub(1)?;
-    while start > 0 && m[start - 1].bytes <= m[start].bytes {
-        start -= 1;
-    }
-    let run = &m[start..];
-    if run.len() < LEAK_MIN_MINIMA {
-        return None;
-    }
-    let (first, last) = (run[0].bytes, run[run.len() - 1].bytes);
-    let rise = last - first;
-    if rise < 1 << 20 || rise as u128 * 100 <= first as u128 * LEAK_MIN_RISE_PCT as u128 {
-        return None;
-    }
-    Some(LeakTrend {
-        minima: run.to_vec(),
-        rise_bytes: rise,
-        groups: Vec::new(),
-        more_groups: 0,
-        sites: Vec::new(),
-        more_sites: 0,
-    })
 }
 
 /// An aggregate index as a site reference (turned into an index of `CallSites::sites` by `finish`).

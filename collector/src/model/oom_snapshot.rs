@@ -1,11 +1,10 @@
 //! Out-of-memory snapshots: what the replay knew when it reached an out-of-memory record, and a framework's
 //! own out-of-memory record folded into the driver's.
 
-use std::collections::HashMap;
-
 use vramtrace_format::{flags, Api, Oom, NO_DEVICE};
 
-use super::leak::{leak_trend, site_ref};
+use super::growth::{fill_what_grew, growth};
+use super::leak::site_ref;
 use super::replay::Replay;
 use super::*;
 use crate::callsites::{SiteBytes, NO_SITE, SITES_LISTED};
@@ -114,11 +113,17 @@ impl Replay<'_> {
                 let before = self.ooms.len();
                 self.snapshot(id, ts);
                 if self.ooms.len() == before {
+                    if let Some(dev) = fo.device {
+                        self.raised(s, dev, ts.saturating_sub(self.start));
+                    }
                     return;
                 }
                 self.ooms.len() - 1
             }
         };
+        if let Some(dev) = fo.device {
+            self.raised(s, dev, ts.saturating_sub(self.start));
+        }
         let o = &mut self.ooms[at];
         o.framework_figures = Some(fo.figures);
         if let Some(dev) = fo.device {
@@ -136,11 +141,16 @@ impl Replay<'_> {
         if self.tap.is_some() {
             self.tap_oom(s, &o, ts);
         }
-        // The first ones, in replay order, get a snapshot; the rest are counted.
+        let t = self.rel(ts);
+        // The first ones still standing get a snapshot (a refusal found recovered gives its place back); the
+        // rest are counted.
         if self.ooms.len() >= MAX_OOM_SNAPSHOTS {
+            self.open_oom(s, &o, t, None);
             return;
         }
-        let t = self.rel(ts);
+        self.oom_seq += 1;
+        let seq = self.oom_seq;
+        self.open_oom(s, &o, t, Some(seq));
         // A `cuMemCreate` on no device asked for host memory: its figures are the host device's, and the GPU
         // figures the record may carry (shims before 2026-11-22 attached the current GPU's) describe another
         // memory.
@@ -182,7 +192,7 @@ impl Replay<'_> {
         let full = d
             .map(|d| self.devs[d].tl.clone().finish(t))
             .unwrap_or_default();
-        let mut leak = leak_trend(&full);
+        let mut leak = growth(&full, t);
         let timeline = window(&full, t.saturating_sub(OOM_WINDOW_NS), OOM_TIMELINE_POINTS);
         drop(full);
 
@@ -238,11 +248,6 @@ impl Replay<'_> {
         // The smallest size still in the top list after the last trim: anything smaller cannot get in.
         let mut floor = 0u64;
         let mut live_count = 0u64;
-        let span = leak
-            .as_ref()
-            .map(|l| (l.minima[0].t_ns, l.minima[l.minima.len() - 1].t_ns));
-        let mut groups: HashMap<(Api, u64), u64> = HashMap::new();
-        let mut site_groups: HashMap<u32, (u64, u64)> = HashMap::new();
         if let Some(d) = d {
             for p in self.procs.iter().filter(|p| !p.released) {
                 for (&addr, l) in p.ptrs.iter().chain(p.handles.iter()) {
@@ -256,16 +261,6 @@ impl Replay<'_> {
                         .unwrap_or(SIZE_CLASSES.len() - 1);
                     classes[c].count += 1;
                     classes[c].bytes = classes[c].bytes.saturating_add(l.size);
-                    if let Some((from, to)) = span {
-                        if l.ts > from && l.ts <= to {
-                            *groups.entry((l.api, l.size)).or_default() += 1;
-                            if l.site != NO_SITE {
-                                let g = site_groups.entry(l.site).or_default();
-                                g.0 += 1;
-                                g.1 = g.1.saturating_add(l.size);
-                            }
-                        }
-                    }
                     if l.size < floor {
                         continue;
                     }
@@ -289,40 +284,16 @@ impl Replay<'_> {
             }
         }
         trim_top(&mut top);
-        if let Some(l) = leak.as_mut() {
-            let mut g: Vec<LeakGroup> = groups
-                .into_iter()
-                .map(|((api, size), count)| LeakGroup {
-                    api,
-                    bytes_each: size,
-                    count,
-                    bytes: size.saturating_mul(count),
-                })
-                .collect();
-            g.sort_unstable_by(|a, b| {
-                b.bytes
-                    .cmp(&a.bytes)
-                    .then(b.count.cmp(&a.count))
-                    .then(a.api.cmp(&b.api))
-                    .then(a.bytes_each.cmp(&b.bytes_each))
-            });
-            l.more_groups = g.len().saturating_sub(10) as u64;
-            g.truncate(10);
-            l.groups = g;
-            // By call site: indices are aggregates until `finish` turns them into sites.
-            let mut g: Vec<LeakSite> = site_groups
-                .into_iter()
-                .map(|(site, (count, bytes))| LeakSite {
-                    site: site as usize,
-                    count,
-                    bytes,
-                    label: String::new(),
-                })
-                .collect();
-            g.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
-            l.more_sites = g.len().saturating_sub(SITES_LISTED) as u64;
-            g.truncate(SITES_LISTED);
-            l.sites = g;
+        // What grew: made during the rise and live now.
+        if let (Some(l), Some(d)) = (leak.as_mut(), d) {
+            let live = self
+                .procs
+                .iter()
+                .filter(|p| !p.released)
+                .flat_map(|p| p.ptrs.values().chain(p.handles.values()))
+                .filter(|l| l.dev as usize == d)
+                .map(|l| (l.api, l.size, l.site, l.ts));
+            fill_what_grew(l, live);
         }
         // Live bytes by call site on the device.
         let (mut by_site, mut site_total) = (Vec::new(), 0u64);
@@ -390,6 +361,7 @@ impl Replay<'_> {
                 .then(|| self.fw.leak_until(o.device, t))
                 .flatten(),
             driver_ooms_folded: 0,
+            seq,
         });
     }
 }

@@ -45,6 +45,8 @@ pub(super) struct ProcDev {
 
 pub(super) struct Proc {
     pub(super) s: ProcessStats,
+    /// It has out-of-memory refusals not yet known recovered or raised (in `Replay::open_ooms`).
+    pub(super) open_oom: bool,
     /// The last failed allocation: (tid, bytes, call-site aggregate), so an OOM record names its request's site.
     pub(super) last_failed: Option<(u32, u64, u32)>,
     pub(super) cur: u64,
@@ -85,6 +87,7 @@ pub(super) struct Proc {
 impl Proc {
     fn new(pid: u32, ts: u64, rel: u64, prev: Option<usize>) -> Self {
         Proc {
+            open_oom: false,
             last_failed: None,
             s: ProcessStats {
                 pid,
@@ -106,6 +109,7 @@ impl Proc {
                 frees: 0,
                 failed_allocations: 0,
                 oom_results: 0,
+                recovered_refusals: 0,
                 cap_refusals: 0,
                 cap_exceeded: 0,
                 unmatched_frees: 0,
@@ -183,6 +187,27 @@ pub(super) fn ordinal(device: u32) -> Option<u32> {
     (device != NO_DEVICE && device != HOST_DEVICE).then_some(device)
 }
 
+/// An out-of-memory refusal waiting to be told recovered, raised or fatal.
+pub(super) struct OpenOom {
+    pub(super) slot: usize,
+    pub(super) tid: u32,
+    /// The record's device (raw).
+    pub(super) device: u32,
+    /// Relative ns.
+    pub(super) t: u64,
+    pub(super) requested: u64,
+    pub(super) cap_refused: bool,
+    pub(super) api: u8,
+    /// Its snapshot's sequence number, when it got one.
+    pub(super) snap: Option<u64>,
+}
+
+/// The most open refusals held; past it, the oldest is counted an error.
+pub const OPEN_OOMS_BOUND: usize = 4096;
+
+/// The most allocations live at their process's end kept for telling what grew (16 MiB).
+pub const KEPT_BOUND: usize = 1 << 19;
+
 /// A framework out-of-memory record folds the driver's failed requests for the same error made this long
 /// before it (the allocator flushing its cache and retrying).
 pub const FOLD_NS: u64 = 5_000_000_000;
@@ -219,12 +244,26 @@ pub(super) struct Replay<'t> {
     pub(super) first_ts: Option<u64>,
     pub(super) last_ts: u64,
     pub(super) leaks: Vec<LiveAlloc>,
+    /// Every allocation live when its process ended (or the trace did), as (device index, api, bytes, call-site
+    /// aggregate, time made), up to [`KEPT_BOUND`]: what a device's growth is made of.
+    pub(super) kept: Vec<(u16, Api, u64, u32, u64)>,
     pub(super) leak_count: u64,
     pub(super) leak_bytes: u64,
     /// Out-of-memory records waiting for the merge to reach their time: id -> (slot, record).
     pub(super) pending_ooms: HashMap<usize, (usize, Oom)>,
     pub(super) oom_records: u64,
     pub(super) ooms: Vec<OomSnapshot>,
+    /// Out-of-memory refusals whose outcome is not known yet: recovered when their thread next allocates on
+    /// the device, raised when a framework's record of an error folds them, errors when neither comes.
+    pub(super) open_ooms: Vec<OpenOom>,
+    /// Refusals the program recovered from (the first [`REFUSALS_LISTED`]), and all of them counted.
+    pub(super) refusals: Vec<Refusal>,
+    pub(super) refusals_recovered: u64,
+    pub(super) refusal_stall_ns: u64,
+    /// The next snapshot's sequence number.
+    pub(super) oom_seq: u64,
+    /// Each device's growth over the run, by device index (filled by `finish`).
+    pub(super) growths: Vec<Option<LeakTrend>>,
     /// Stacks, notes and call-site aggregates.
     pub(super) cs: callsites::Store,
     /// Bridge records waiting for the merge to reach their time: id -> (slot, record).
@@ -268,11 +307,18 @@ impl<'t> Replay<'t> {
             first_ts: None,
             last_ts: 0,
             leaks: Vec::new(),
+            kept: Vec::new(),
             leak_count: 0,
             leak_bytes: 0,
             pending_ooms: HashMap::new(),
             oom_records: 0,
             ooms: Vec::new(),
+            growths: Vec::new(),
+            open_ooms: Vec::new(),
+            refusals: Vec::new(),
+            refusals_recovered: 0,
+            refusal_stall_ns: 0,
+            oom_seq: 0,
             cs: callsites::Store::default(),
             pending_fw: HashMap::new(),
             pending_ctx: HashMap::new(),
@@ -548,6 +594,9 @@ impl<'t> Replay<'t> {
                 if e.flags & flags::CAP_EXCEEDED != 0 {
                     self.procs[s].s.cap_exceeded += 1;
                 }
+                if self.procs[s].open_oom {
+                    self.recovered(s, e.tid, device, t);
+                }
                 let d = self.dev_of(s, device);
                 let site = if e.stack != 0 {
                     self.cs
@@ -671,6 +720,81 @@ impl<'t> Replay<'t> {
                 }
             }
         }
+    }
+
+    /// Thread `tid` of process `s` allocated on `device` at `t`: its open refusals there were recovered from
+    /// (the allocator flushed its cache and retried, or the program went on): findings, not errors.
+    #[inline(never)]
+    fn recovered(&mut self, s: usize, tid: u32, device: u32, t: u64) {
+        let mut i = 0;
+        while i < self.open_ooms.len() {
+            let o = &self.open_ooms[i];
+            if o.slot != s || o.tid != tid || o.device != device {
+                i += 1;
+                continue;
+            }
+            let o = self.open_ooms.remove(i);
+            let mut site = None;
+            if let Some(seq) = o.snap {
+                if let Some(k) = self.ooms.iter().position(|x| x.seq == seq) {
+                    site = self.ooms.remove(k).request_site;
+                }
+            }
+            self.oom_records = self.oom_records.saturating_sub(1);
+            self.refusals_recovered += 1;
+            let stall = t.saturating_sub(o.t);
+            self.refusal_stall_ns = self.refusal_stall_ns.saturating_add(stall);
+            let p = &mut self.procs[s].s;
+            p.recovered_refusals += 1;
+            if self.refusals.len() < REFUSALS_LISTED {
+                self.refusals.push(Refusal {
+                    time_ns: o.t,
+                    pid: p.pid,
+                    tid,
+                    device: ordinal(device),
+                    api: Api::from_u8(o.api),
+                    requested_bytes: o.requested,
+                    cap_refused: o.cap_refused,
+                    recovered_after_ns: stall,
+                    site,
+                });
+            }
+        }
+        self.procs[s].open_oom = self.open_ooms.iter().any(|o| o.slot == s);
+    }
+
+    /// A framework's record of an error raised at `t` by process `s` on `device`: the refusals before it there
+    /// (within [`FOLD_NS`]) were that error's, not recovered from.
+    pub(super) fn raised(&mut self, s: usize, device: u32, t: u64) {
+        self.open_ooms
+            .retain(|o| !(o.slot == s && o.device == device && o.t <= t && t - o.t <= FOLD_NS));
+        self.procs[s].open_oom = self.open_ooms.iter().any(|o| o.slot == s);
+    }
+
+    /// Out-of-memory record `o` of process `s` reached the replay at `t` (snapshot `snap`, if it got one).
+    pub(super) fn open_oom(
+        &mut self,
+        s: usize,
+        o: &vramtrace_format::Oom,
+        t: u64,
+        snap: Option<u64>,
+    ) {
+        if self.open_ooms.len() >= OPEN_OOMS_BOUND {
+            // The oldest stays an error: it is forgotten, not recovered.
+            let old = self.open_ooms.remove(0);
+            self.procs[old.slot].open_oom = self.open_ooms.iter().any(|x| x.slot == old.slot);
+        }
+        self.open_ooms.push(OpenOom {
+            slot: s,
+            tid: o.tid,
+            device: o.device,
+            t,
+            requested: o.requested_bytes,
+            cap_refused: o.flags & flags::CAP_REFUSED != 0,
+            api: o.api,
+            snap,
+        });
+        self.procs[s].open_oom = true;
     }
 
     /// `size` bytes allocated on device `d` by process `s`. Inlined (as `take`): once per event.
@@ -889,6 +1013,9 @@ impl<'t> Replay<'t> {
             dv.live_end = dv.live_end.saturating_add(l.size);
             self.leak_count += 1;
             self.leak_bytes = self.leak_bytes.saturating_add(l.size);
+            if self.kept.len() < KEPT_BOUND {
+                self.kept.push((l.dev, l.api, l.size, l.site, l.ts));
+            }
             self.leaks.push(LiveAlloc {
                 pid,
                 device: ordinal(dv.device),
@@ -940,6 +1067,26 @@ impl<'t> Replay<'t> {
                 cs.frames(&procs.get(slot)?.cs, stack, sym.as_deref_mut())
             });
         }
+        // Each device's timeline, and its growth with what grew (before call sites are resolved: they name it).
+        let timelines: Vec<Timeline> = self
+            .devs
+            .iter_mut()
+            .map(|d| std::mem::take(&mut d.tl).finish(end))
+            .collect();
+        self.growths = timelines
+            .iter()
+            .enumerate()
+            .map(|(i, tl)| {
+                let mut g = super::growth::growth(tl, end)?;
+                let kept = self
+                    .kept
+                    .iter()
+                    .filter(|k| k.0 as usize == i)
+                    .map(|k| (k.1, k.2, k.3, k.4));
+                super::growth::fill_what_grew(&mut g, kept);
+                Some(g)
+            })
+            .collect();
         let call_sites = self.call_sites(sym);
         let fw = std::mem::take(&mut self.fw);
         let (mut fw_procs, fw_devs, bridge) = fw.finish(end);
@@ -972,7 +1119,8 @@ impl<'t> Replay<'t> {
         let mut devices: Vec<DeviceStats> = self
             .devs
             .into_iter()
-            .map(|d| DeviceStats {
+            .zip(timelines.into_iter().zip(std::mem::take(&mut self.growths)))
+            .map(|(d, (timeline, growth))| DeviceStats {
                 device: ordinal(d.device),
                 on_host: d.device == HOST_DEVICE,
                 peak_bytes: d.peak,
@@ -985,7 +1133,8 @@ impl<'t> Replay<'t> {
                 driver_free_bytes: d.info.map(|i| i.1),
                 total_bytes: d.info.map(|i| i.0).or(d.oom_total),
                 cap_bytes: d.oom_cap,
-                timeline: d.tl.finish(end),
+                timeline,
+                growth,
                 framework: None,
             })
             .collect();
@@ -1006,6 +1155,7 @@ impl<'t> Replay<'t> {
                     total_bytes: None,
                     cap_bytes: None,
                     timeline: Timeline::default(),
+                    growth: None,
                     framework: Some(f),
                 }),
             }
@@ -1055,6 +1205,9 @@ impl<'t> Replay<'t> {
             live_at_end_count: self.leak_count,
             live_at_end_bytes: self.leak_bytes,
             oom_records: self.oom_records,
+            refusals: self.refusals,
+            refusals_recovered: self.refusals_recovered,
+            refusal_stall_ns: self.refusal_stall_ns,
             merge_inexact_events,
             bridge,
             ooms,

@@ -97,6 +97,14 @@ impl Replay<'_> {
                 }
             }
         }
+        for r in &mut self.refusals {
+            r.site = r.site.map(|i| rm.get(aggs, i));
+        }
+        for l in self.growths.iter_mut().flatten() {
+            for g in &mut l.sites {
+                g.site = rm.get(aggs, g.site);
+            }
+        }
 
         // The sites, with their figures and frames.
         let mut sites: Vec<callsites::Site> = rm
@@ -146,11 +154,10 @@ impl Replay<'_> {
             }
         }
         callsites::distinguish(&mut sites);
-        for o in &mut self.ooms {
-            if let Some(l) = &mut o.leak {
-                for g in &mut l.sites {
-                    g.label = sites[g.site].label();
-                }
+        let leaks = self.ooms.iter_mut().filter_map(|o| o.leak.as_mut());
+        for l in leaks.chain(self.growths.iter_mut().flatten()) {
+            for g in &mut l.sites {
+                g.label = sites[g.site].label();
             }
         }
         CallSites {

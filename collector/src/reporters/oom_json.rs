@@ -54,6 +54,9 @@ pub fn to_value(a: &Analysis) -> J {
             },
         ),
         ("oom_records", a.oom_records.into()),
+        ("refusals_recovered", a.refusals_recovered.into()),
+        ("refusal_stall_ns", a.refusal_stall_ns.into()),
+        ("refusals", refusals(a)),
         ("oom_not_analysed", a.ooms_not_snapshotted().into()),
         ("oom_results", oom_results.into()),
         (
@@ -123,9 +126,9 @@ pub fn to_value(a: &Analysis) -> J {
                             ("live_bytes_at_end", d.live_bytes_at_end.into()),
                             (
                                 "leak_trend",
-                                model::leak_trend(&d.timeline)
+                                d.growth
                                     .as_ref()
-                                    .map_or(J::Null, |l| leak(l, false)),
+                                    .map_or(J::Null, |l| leak(l, a.call_sites.present)),
                             ),
                         ])
                     })
@@ -138,6 +141,28 @@ pub fn to_value(a: &Analysis) -> J {
 }
 
 /// `call_sites`: the trace has stacks (the trend's `sites` are listed).
+/// The refusals a program recovered from (docs/JSON-SCHEMA.md, "Refusals").
+pub fn refusals(a: &Analysis) -> J {
+    J::A(
+        a.refusals
+            .iter()
+            .map(|r| {
+                J::O(vec![
+                    ("time_ns", r.time_ns.into()),
+                    ("pid", (r.pid as u64).into()),
+                    ("tid", (r.tid as u64).into()),
+                    ("device", r.device.into()),
+                    ("api", r.api.map(|x| x.name()).into()),
+                    ("requested_bytes", r.requested_bytes.into()),
+                    ("cap_refused", r.cap_refused.into()),
+                    ("recovered_after_ns", r.recovered_after_ns.into()),
+                    ("call_site", r.site.map(|x| x as u64).into()),
+                ])
+            })
+            .collect(),
+    )
+}
+
 pub fn leak(l: &LeakTrend, call_sites: bool) -> J {
     let mut m = vec![
         (
@@ -150,6 +175,7 @@ pub fn leak(l: &LeakTrend, call_sites: bool) -> J {
             ),
         ),
         ("rise_bytes", l.rise_bytes.into()),
+        ("steps", l.steps.into()),
         (
             "groups",
             J::A(
@@ -354,6 +380,24 @@ fn oom(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> J {
         ("cause", d.cause.key().into()),
         ("cause_rule", d.rule.into()),
         ("cause_reason", d.reason.as_str().into()),
+        (
+            "growth",
+            d.growth
+                .as_ref()
+                .map_or(J::Null, |l| leak(l, a.call_sites.present)),
+        ),
+        (
+            "growth_line",
+            d.growth_line.as_ref().map_or(J::Null, |g| {
+                J::O(vec![
+                    ("label", g.label.as_str().into()),
+                    ("source", g.source.into()),
+                    ("kind", g.kind.key().into()),
+                    ("bytes", g.bytes.into()),
+                    ("count", g.count.into()),
+                ])
+            }),
+        ),
         ("device_free_bytes", s.device_free_bytes.into()),
         ("device_total_bytes", s.device_total_bytes.into()),
         ("cap_bytes", d.cap_bytes.into()),

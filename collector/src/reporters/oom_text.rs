@@ -7,7 +7,7 @@ use std::path::Path;
 
 use vramtrace_format::Api;
 
-use crate::model::diagnose::{diagnose, leak_text, Diagnosis, CONTEXT_ESTIMATE_BYTES};
+use crate::model::diagnose::{diagnose, Diagnosis, CONTEXT_ESTIMATE_BYTES};
 use crate::model::{self, Analysis, Ended, OomSnapshot, Timeline};
 use crate::reporters::text::sparkline::sparkline;
 use crate::reporters::text::units::{bytes, bytes_exact, count, fit, printable, secs};
@@ -55,6 +55,10 @@ pub fn render(a: &Analysis, file: Option<&Path>) -> String {
     } else {
         for (i, s) in a.ooms.iter().enumerate() {
             event(&mut o, a, s, &diagnose(a, s), i + 1);
+        }
+        if let Some(r) = crate::reporters::text::refusals_text(a) {
+            wrap(&mut o, &format!("Besides: {r}"), "  ");
+            o.push('\n');
         }
         let rest = a.ooms_not_snapshotted();
         if rest > 0 {
@@ -580,8 +584,17 @@ fn window(o: &mut String, s: &OomSnapshot, d: &Diagnosis) {
 }
 
 fn no_oom(o: &mut String, a: &Analysis) {
-    writeln!(o, "No out-of-memory event was recorded.").ok();
-    let ooms: u64 = a.processes.iter().map(|p| p.oom_results).sum();
+    writeln!(o, "No out-of-memory error was recorded.").ok();
+    if let Some(r) = crate::reporters::text::refusals_text(a) {
+        wrap(o, &format!("  {r}"), "    ");
+    }
+    // Failed allocations with no record of their own: recovered refusals had one each.
+    let ooms: u64 = a
+        .processes
+        .iter()
+        .map(|p| p.oom_results)
+        .sum::<u64>()
+        .saturating_sub(a.refusals_recovered);
     if ooms > 0 {
         wrap(
             o,
@@ -735,8 +748,9 @@ fn devices(o: &mut String, a: &Analysis) {
             None => line.push_str("; device size unknown (no cuMemGetInfo, no cap)"),
         }
         wrap(o, &line, "    ");
-        if let Some(l) = model::leak_trend(&d.timeline) {
-            wrap(o, &format!("    {}", leak_text(&l)), "      ");
+        if let Some(g) = &d.growth {
+            let t = crate::reporters::text::growth_text(a, g, d.framework.is_some());
+            wrap(o, &format!("    {t}"), "      ");
         }
     }
 }

@@ -480,8 +480,87 @@ fn device(o: &mut String, a: &Analysis, d: &DeviceStats) {
         )
         .ok();
     }
+    if let Some(g) = &d.growth {
+        wrap(
+            o,
+            &format!("{pad}{}", growth_text(a, g, d.framework.is_some())),
+            &format!("{pad}  "),
+            WIDTH,
+        );
+    }
     framework::device_lines(o, a, d, &pad);
     o.push('\n');
+}
+
+/// A growth in one sentence, with what grew; `cache`: the bytes are a caching allocator's segments (the
+/// driver's view of PyTorch), so its call sites grew the cache and do not own what lives in it now.
+pub fn growth_text(_a: &Analysis, g: &crate::model::LeakTrend, cache: bool) -> String {
+    let what = if cache {
+        "Growth of the framework's cache (its segments, as the driver sees them)"
+    } else {
+        "Growth"
+    };
+    let mut t = format!("{what}: {}.", crate::model::diagnose::growth_size_text(g));
+    if let Some(x) = g.groups.first() {
+        t.push_str(&format!(
+            " Made during the rise and live at the end: {} x {} {}",
+            count(x.count),
+            bytes(x.bytes_each),
+            x.api.name()
+        ));
+        if g.groups.len() > 1 {
+            t.push_str(&format!(
+                " and {} more size{}",
+                g.groups.len() - 1,
+                if g.groups.len() == 2 { "" } else { "s" }
+            ));
+        }
+        t.push('.');
+    }
+    if let Some(site) = g.sites.first() {
+        if cache {
+            t.push_str(&format!(
+                " The code that grew the cache: {} (not the owner of the tensors in it).",
+                site.label
+            ));
+        } else {
+            t.push_str(&format!(
+                " From {} ({} in {}).",
+                site.label,
+                bytes(site.bytes),
+                count(site.count)
+            ));
+        }
+    }
+    t
+}
+
+/// The refusals a program recovered from, in one sentence, or `None` without any.
+pub fn refusals_text(a: &Analysis) -> Option<String> {
+    let n = a.refusals_recovered;
+    if n == 0 {
+        return None;
+    }
+    let longest = a
+        .refusals
+        .iter()
+        .map(|r| r.recovered_after_ns)
+        .max()
+        .unwrap_or(0);
+    Some(format!(
+        "{} allocation{} refused for lack of memory {} recovered from (the same thread allocated on the \
+         device again: PyTorch flushes its cache and retries), costing {} in all, the longest {}: not \
+         errors, but the job was at its limit{}.",
+        count(n),
+        if n == 1 { "" } else { "s" },
+        if n == 1 { "was" } else { "were" },
+        crate::reporters::text::units::duration(a.refusal_stall_ns),
+        crate::reporters::text::units::duration(longest),
+        match a.refusals.first() {
+            Some(r) => format!(" (the first at {})", secs(r.time_ns)),
+            None => String::new(),
+        }
+    ))
 }
 
 fn processes(o: &mut String, a: &Analysis) {
@@ -712,6 +791,9 @@ fn warnings(o: &mut String, a: &Analysis) {
             count(a.lost_frees),
             if a.lost_frees == 1 { "" } else { "s" }
         ));
+    }
+    if let Some(r) = refusals_text(a) {
+        w.push(r);
     }
     let refused: u64 = a.processes.iter().map(|p| p.cap_refusals).sum();
     if refused > 0 {

@@ -46,6 +46,15 @@ pub fn secs(ns: u64) -> String {
     format!("{}.{:03} s", ns / 1_000_000_000, (ns / 1_000_000) % 1000)
 }
 
+/// A span for people: `850 us`, `12.4 ms`, `3.215 s`.
+pub fn duration(ns: u64) -> String {
+    match ns {
+        n if n < 1_000_000 => format!("{} us", n / 1_000),
+        n if n < 1_000_000_000 => format!("{:.1} ms", n as f64 / 1e6),
+        n => secs(n),
+    }
+}
+
 /// `2026-03-21 12:34:56 UTC` from ns since the Unix epoch.
 pub fn utc(unix_ns: u64) -> String {
     let secs = unix_ns / 1_000_000_000;

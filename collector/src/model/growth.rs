@@ -1,0 +1,336 @@
+//! Growth: bytes in use whose floor rises step after step up to a moment (an out-of-memory error, or the end
+//! of the run), told apart from memory made once and then kept (warm-up, weights, an optimizer's state) and from
+//! a steady loop. One rule for the driver's timeline and for a framework's allocated bytes, whatever the length
+//! of a step against the timeline's buckets (docs/OOM.md, "Growth").
+//!
+//! The floor at a moment is the least value from then to the end (a suffix minimum): it never falls, it steps
+//! up when something made before that moment stays, and a step's own rise and fall (activations, a workspace)
+//! do not move it. The span from the first bucket in use to the last rise (what follows the last rise is
+//! teardown or an error's unwinding, never the rise itself) is cut into [`GROWTH_WINDOWS`] windows; a window
+//! rises when the floor at its end (the last window: its least value) is above the one before by at least 1 MiB and 0.5% of the top. Growth is a
+//! cluster of at least [`GROWTH_MIN_RISING`] rising windows, none more than [`GROWTH_MAX_GAP`] apart (slow steps
+//! rise every few windows), spread over at least [`GROWTH_MIN_SPREAD`] windows (a burst of allocations, as at
+//! warm-up, is not) and reaching into the last [`GROWTH_TAIL`] (it was still rising at the end), that added at
+//! least [`GROWTH_MIN_BYTES`] and [`GROWTH_MIN_SHARE_PCT`] % of the top.
+
+use std::collections::HashMap;
+
+use vramtrace_format::Api;
+
+use super::{minima, LeakGroup, LeakSite, LeakTrend, Minimum, Timeline};
+use crate::callsites::{NO_SITE, SITES_LISTED};
+
+/// Windows the span is cut into.
+pub const GROWTH_WINDOWS: usize = 16;
+/// Rising windows a growth needs.
+pub const GROWTH_MIN_RISING: usize = 4;
+/// Windows from the first rising window of a growth to its last, at least.
+pub const GROWTH_MIN_SPREAD: usize = 5;
+/// The most windows between two rising windows of one growth.
+pub const GROWTH_MAX_GAP: usize = 3;
+/// A growth's last rising window is one of the last this many.
+pub const GROWTH_TAIL: usize = 3;
+/// A growth adds at least this many bytes ...
+pub const GROWTH_MIN_BYTES: u64 = 4 << 20;
+/// ... and at least this share of the top (percent).
+pub const GROWTH_MIN_SHARE_PCT: u64 = 3;
+
+/// The growth of `tl` up to `end` (ns from the trace start; the timeline's end when later), or `None`.
+/// `minima` holds the floor at the end of each window from the one before the growth's first rise; `steps`
+/// the repeating steps counted in it, when they can be told (cycles of the timeline, else the floor's own
+/// separate rises). `groups` and `sites` are left empty: whoever holds the live set fills them.
+pub fn growth(tl: &Timeline, end: u64) -> Option<LeakTrend> {
+    let w = tl.bucket_ns;
+    if w == 0 {
+        return None;
+    }
+    let upto = ((end / w) as usize).saturating_add(1).min(tl.buckets.len());
+    let all = &tl.buckets[..upto];
+    let start = all.iter().position(|b| b.max_bytes > 0)?;
+    let last = (start + 1..all.len())
+        .rev()
+        .find(|&i| all[i].max_bytes > all[i - 1].last_bytes)
+        .unwrap_or(start);
+    let b = &all[start..=last];
+    let n = b.len();
+    if n < GROWTH_WINDOWS {
+        return None;
+    }
+    // The floor: the least value from each bucket's end on; the last bucket counts at its top.
+    let mut floor = vec![0u64; n];
+    let mut m = b[n - 1].max_bytes;
+    floor[n - 1] = m;
+    for i in (0..n - 1).rev() {
+        m = m.min(b[i].last_bytes);
+        floor[i] = m;
+    }
+    let end_of = |i: usize| b[i].t_ns.saturating_add(w).min(end.max(b[i].t_ns));
+    // Each window's floor at its end; the last window's over the whole window (its least value): its end is
+    // the moment itself (an error, with the step's own transient bytes live), not a floor.
+    let win: Vec<(usize, Minimum)> = (0..GROWTH_WINDOWS)
+        .map(|k| {
+            let i = if k + 1 == GROWTH_WINDOWS {
+                k * n / GROWTH_WINDOWS
+            } else {
+                (k + 1) * n / GROWTH_WINDOWS - 1
+            };
+            (
+                i,
+                Minimum {
+                    t_ns: end_of(i),
+                    bytes: floor[i],
+                },
+            )
+        })
+        .collect();
+    let top = win[GROWTH_WINDOWS - 1].1.bytes;
+    let step = (top / 200).max(1 << 20);
+    let rising: Vec<usize> = (1..GROWTH_WINDOWS)
+        .filter(|&k| win[k].1.bytes >= win[k - 1].1.bytes.saturating_add(step))
+        .collect();
+    let &last_rise = rising.last()?;
+    if last_rise + GROWTH_TAIL < GROWTH_WINDOWS {
+        return None;
+    }
+    // The cluster of rising windows that ends with the last one.
+    let mut first = rising.len() - 1;
+    while first > 0 && rising[first] - rising[first - 1] <= GROWTH_MAX_GAP {
+        first -= 1;
+    }
+    let cluster = &rising[first..];
+    let first_rise = cluster[0];
+    if cluster.len() < GROWTH_MIN_RISING || last_rise - first_rise < GROWTH_MIN_SPREAD {
+        return None;
+    }
+    let from = win[first_rise - 1].1.bytes;
+    let rise = top - from;
+    if rise < GROWTH_MIN_BYTES
+        || (rise as u128) * 100 < (top as u128) * GROWTH_MIN_SHARE_PCT as u128
+    {
+        return None;
+    }
+    let begin = win[first_rise - 1].0;
+    let points: Vec<Minimum> = win[first_rise - 1..].iter().map(|(_, m)| *m).collect();
+    Some(LeakTrend {
+        steps: steps_in(tl, &floor[begin..], points[0].t_ns, end_of(n - 1), step),
+        minima: points,
+        rise_bytes: rise,
+        groups: Vec::new(),
+        more_groups: 0,
+        sites: Vec::new(),
+        more_sites: 0,
+    })
+}
+
+/// The repeating steps of a growth between `from` and `to`: the timeline's cycles there (its low points
+/// between peaks), else the separate rises of the floor, when there are enough of either to count and the
+/// buckets resolve them (rises in neighbouring buckets may be several steps each: then `None`).
+fn steps_in(tl: &Timeline, floor: &[u64], from: u64, to: u64, step: u64) -> Option<u64> {
+    let cycles = minima(tl)
+        .iter()
+        .filter(|m| m.t_ns > from && m.t_ns <= to)
+        .count() as u64;
+    if cycles >= GROWTH_MIN_RISING as u64 {
+        return Some(cycles);
+    }
+    let rises: Vec<usize> = (1..floor.len())
+        .filter(|&i| floor[i] >= floor[i - 1].saturating_add(step / 2))
+        .collect();
+    let resolved = rises.windows(2).all(|p| p[1] - p[0] > 1);
+    (rises.len() >= GROWTH_MIN_RISING && resolved).then_some(rises.len() as u64)
+}
+
+/// Fills `l`'s groups and sites from allocations (api, bytes, call-site aggregate or [`NO_SITE`], time made)
+/// still live at its end: those made during the rise (after its first floor point, up to its last: not the
+/// transient bytes of the step in progress) are what grew. Sites stay aggregate indices until the
+/// replay's `finish` turns them into sites.
+pub(super) fn fill_what_grew(l: &mut LeakTrend, live: impl Iterator<Item = (Api, u64, u32, u64)>) {
+    let (from, to) = (l.minima[0].t_ns, l.minima[l.minima.len() - 1].t_ns);
+    let mut groups: HashMap<(Api, u64), u64> = HashMap::new();
+    let mut sites: HashMap<u32, (u64, u64)> = HashMap::new();
+    for (api, size, site, ts) in live {
+        if ts <= from || ts > to {
+            continue;
+        }
+        *groups.entry((api, size)).or_default() += 1;
+        if site != NO_SITE {
+            let g = sites.entry(site).or_default();
+            g.0 += 1;
+            g.1 = g.1.saturating_add(size);
+        }
+    }
+    let mut g: Vec<LeakGroup> = groups
+        .into_iter()
+        .map(|((api, size), count)| LeakGroup {
+            api,
+            bytes_each: size,
+            count,
+            bytes: size.saturating_mul(count),
+        })
+        .collect();
+    g.sort_unstable_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(b.count.cmp(&a.count))
+            .then(a.api.cmp(&b.api))
+            .then(a.bytes_each.cmp(&b.bytes_each))
+    });
+    l.more_groups = g.len().saturating_sub(10) as u64;
+    g.truncate(10);
+    l.groups = g;
+    let mut g: Vec<LeakSite> = sites
+        .into_iter()
+        .map(|(site, (count, bytes))| LeakSite {
+            site: site as usize,
+            count,
+            bytes,
+            label: String::new(),
+        })
+        .collect();
+    g.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+    l.more_sites = g.len().saturating_sub(SITES_LISTED) as u64;
+    g.truncate(SITES_LISTED);
+    l.sites = g;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::timeline::TimelineBuilder;
+
+    const MIB: u64 = 1 << 20;
+    const MS: u64 = 1_000_000;
+
+    fn timeline(points: impl IntoIterator<Item = (u64, u64)>, end: u64) -> Timeline {
+        let mut b = TimelineBuilder::default();
+        for (t, v) in points {
+            b.set(t, v);
+        }
+        b.finish(end)
+    }
+
+    /// `n` steps of `len` ns: each holds `base + kept * i`, rises by a 100 MiB swing for 40% of the step,
+    /// falls back. `tail`: the process then frees everything.
+    fn training(n: u64, len: u64, base: u64, kept: u64, tail: bool) -> (Timeline, u64) {
+        let mut pts = Vec::new();
+        for i in 0..n {
+            let floor = base + kept * i;
+            pts.push((i * len, floor));
+            pts.push((i * len + len / 10, floor + 100 * MIB));
+            pts.push((i * len + len / 2, floor + kept));
+        }
+        let end = n * len;
+        if tail {
+            pts.push((end, 0));
+        }
+        (timeline(pts, end + len), end)
+    }
+
+    #[test]
+    fn kept_outputs_are_growth_whatever_the_step_length() {
+        for len in [20_000, 5 * MS, 2_000 * MS, 120_000 * MS] {
+            for n in [12, 30, 400] {
+                let (tl, end) = training(n, len, 2 << 30, 64 * MIB, false);
+                let g =
+                    growth(&tl, end).unwrap_or_else(|| panic!("step {len} ns x {n}: no growth"));
+                // Nearly all of what was kept, from the first window on (the weights came first).
+                let kept = 64 * MIB * (n - 1);
+                assert!(
+                    g.rise_bytes * 10 >= kept * 7,
+                    "{len} x {n}: {} of {kept}",
+                    g.rise_bytes
+                );
+                assert!(
+                    g.rise_bytes <= kept + 64 * MIB,
+                    "{len} x {n}: {}",
+                    g.rise_bytes
+                );
+                if let Some(s) = g.steps {
+                    let per = g.rise_bytes / s;
+                    assert!(
+                        (32 * MIB..=200 * MIB).contains(&per),
+                        "{len} x {n}: {per} per step"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn growth_then_teardown_is_read_up_to_the_last_rise() {
+        let (tl, end) = training(40, 50 * MS, 1 << 30, 32 * MIB, true);
+        let g = growth(&tl, end + 50 * MS).expect("growth before the exit");
+        assert!(g.rise_bytes >= 30 * 32 * MIB, "{}", g.rise_bytes);
+        assert_eq!(
+            g.steps,
+            Some(g.steps.unwrap_or(0)).filter(|s| (30..=41).contains(s))
+        );
+    }
+
+    #[test]
+    fn steady_loops_warm_up_and_one_off_state_are_not_growth() {
+        for len in [20_000, 5 * MS, 120_000 * MS] {
+            // Nothing kept.
+            let (tl, end) = training(50, len, 2 << 30, 0, false);
+            assert_eq!(growth(&tl, end), None, "steady, step {len}");
+            // Weights loaded over the first tenth, one piece at a time, then steady.
+            let mut pts: Vec<(u64, u64)> = (0..100).map(|i| (i * len / 20, i * 40 * MIB)).collect();
+            for i in 0..45 {
+                let t = 5 * len + i * len;
+                pts.push((t, 4 << 30));
+                pts.push((t + len / 3, (4 << 30) + 500 * MIB));
+            }
+            let tl = timeline(pts, 50 * len);
+            assert_eq!(growth(&tl, 50 * len), None, "warm-up, step {len}");
+            // An optimizer's state made at the first step, then steady.
+            let mut pts = Vec::new();
+            for i in 0..50 {
+                let floor = if i == 0 { 1 << 30 } else { 3 << 30 };
+                pts.push((i * len, floor));
+                pts.push((i * len + len / 4, floor + 300 * MIB));
+            }
+            assert_eq!(
+                growth(&timeline(pts, 50 * len), 50 * len),
+                None,
+                "state, step {len}"
+            );
+        }
+    }
+
+    #[test]
+    fn growth_that_stopped_long_before_the_end_is_not_growth_now() {
+        // Rises for the first third (a cache filling to its size), then flat for the rest.
+        let mut pts = Vec::new();
+        for i in 0..90u64 {
+            let floor = (1 << 30) + 64 * MIB * i.min(30);
+            pts.push((i * 10 * MS, floor));
+            pts.push((i * 10 * MS + 3 * MS, floor + 100 * MIB));
+        }
+        assert_eq!(growth(&timeline(pts, 900 * MS), 900 * MS), None);
+    }
+
+    #[test]
+    fn growth_after_a_long_warm_up_is_told_from_it() {
+        // Weights in the first 10%, flat for 40%, then 32 MiB kept per step.
+        let mut pts = vec![(0, 0), (MS, 6 << 30)];
+        for i in 0..100u64 {
+            let t = 10 * MS + i * 10 * MS;
+            let floor = (6 << 30) + if i >= 40 { (i - 40) * 32 * MIB } else { 0 };
+            pts.push((t, floor));
+            pts.push((t + 2 * MS, floor + 64 * MIB));
+        }
+        let end = 1_010 * MS;
+        let g = growth(&timeline(pts, end), end).expect("growth after the plateau");
+        // The weights are not in the rise.
+        assert!(g.rise_bytes < 2 << 30, "{}", g.rise_bytes);
+        assert!(g.rise_bytes >= 1 << 30, "{}", g.rise_bytes);
+        assert!(g.minima[0].t_ns >= 300 * MS, "{}", g.minima[0].t_ns);
+    }
+
+    #[test]
+    fn a_growth_too_small_beside_the_top_is_not_claimed() {
+        // 40 GiB of weights and 64 KiB kept per step: noise, not a finding.
+        let (tl, end) = training(100, 10 * MS, 40 << 30, 64 << 10, false);
+        assert_eq!(growth(&tl, end), None);
+    }
+}

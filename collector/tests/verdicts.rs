@@ -1,0 +1,314 @@
+//! True verdicts (issue 24), on traces built in memory: refusals a program recovered from are findings, not
+//! errors; growth step after step is a cause of its own, told from warm-up, a steady loop and pressure.
+
+mod common;
+
+use common::*;
+use vramtrace_collector::model::{analyze_reader, Analysis, MAX_OOM_SNAPSHOTS};
+use vramtrace_collector::reporters::oom_text;
+use vramtrace_collector::verbs::oom::{self, diagnose, Cause};
+use vramtrace_format::codec::{encode_header, put_record};
+use vramtrace_format::{flags, Api, Bridge, EndKind, Event, Oom, Record, TraceHeader};
+
+fn run(records: &[Record]) -> Analysis {
+    analyze_reader(&trace(records)[..]).unwrap()
+}
+
+fn run_with(header: TraceHeader, records: &[Record]) -> Analysis {
+    let mut t = encode_header(&header);
+    for r in records {
+        put_record(&mut t, r);
+    }
+    analyze_reader(&t[..]).unwrap()
+}
+
+fn capped(cap: u64, total: u64) -> TraceHeader {
+    let mut h = header();
+    h.extra = vec![
+        ("cap".into(), "x".into()),
+        ("cap_mode".into(), "enforce".into()),
+        ("device_total.0".into(), total.to_string()),
+        ("cap_bytes.0".into(), cap.to_string()),
+    ];
+    h
+}
+
+/// The failing allocation of thread 1, as the shim records it.
+fn refused(ms: u64, size: u64, flag: u8) -> Event {
+    let mut e = failed(alloc(ms, 0, 0, size), 2);
+    e.flags |= flag;
+    e
+}
+
+/// The out-of-memory record of thread 1 of `pid` on device 0.
+fn oom_rec(pid: u32, ms: u64, req: u64, free: u64, total: u64, cap: Option<u64>) -> Record {
+    Record::Oom(Oom {
+        pid,
+        tid: 1,
+        ts_ns: START + ms * MS,
+        device: 0,
+        api: Api::MemAlloc as u8,
+        flags: if cap.is_some() { flags::CAP_REFUSED } else { 0 },
+        requested_bytes: req,
+        result: 2,
+        device_free_bytes: Some(free),
+        device_total_bytes: Some(total),
+        cap_bytes: cap,
+        job_used_bytes: None,
+        process_used_bytes: None,
+        extra: vec![],
+    })
+}
+
+/// PyTorch's own record of an error it raised (the bridge's `oom`).
+fn torch_oom(pid: u32, ms: u64, req: u64, allocated: u64, reserved: u64) -> Record {
+    let f = |k: &str, v: u64| (k.to_string(), v.to_string());
+    Record::Bridge(Bridge {
+        pid,
+        tid: 1,
+        ts_ns: START + ms * MS,
+        what: "oom".into(),
+        device: 0,
+        ack: true,
+        fields: vec![
+            f("requested", req),
+            f("allowed_or_total", 80 * GIB),
+            f("device_free", 0),
+            f("allocated", allocated),
+            f("reserved", reserved),
+            f("alloc_retries", 1),
+        ],
+    })
+}
+
+#[test]
+fn a_refusal_followed_by_an_allocation_of_the_same_thread_is_recovered_not_an_error() {
+    // A cache flush and a retry that succeeds: refused at 20 ms, frees at 21, served at 25.
+    let a = run(&[
+        hello(100, 0),
+        events(
+            100,
+            vec![alloc(10, 0, 0xa000, 60 * GIB), refused(20, 30 * GIB, 0)],
+        ),
+        oom_rec(100, 20, 30 * GIB, 19 * GIB, 80 * GIB, None),
+        events(100, vec![free(21, 0xa000), alloc(25, 0, 0xb000, 30 * GIB)]),
+        end(100, 40, EndKind::Vanished),
+    ]);
+    assert_eq!(a.oom_records, 0);
+    assert!(a.ooms.is_empty());
+    assert_eq!(a.refusals_recovered, 1);
+    assert_eq!(a.refusals.len(), 1);
+    let r = &a.refusals[0];
+    assert_eq!(
+        (r.pid, r.requested_bytes, r.time_ns),
+        (100, 30 * GIB, 20 * MS)
+    );
+    assert_eq!(r.recovered_after_ns, 5 * MS);
+    assert_eq!(a.refusal_stall_ns, 5 * MS);
+    assert_eq!(a.process(100).unwrap().recovered_refusals, 1);
+    // Nothing calls it an error; the post-mortem says it was recovered from.
+    assert!(oom::summary(&a).is_none());
+    let text = oom_text::render(&a, None);
+    assert!(text.contains("No out-of-memory error"), "{text}");
+    assert!(
+        text.contains("1 allocation refused for lack of memory was recovered from"),
+        "{text}"
+    );
+    assert!(text.contains("recovered"), "{text}");
+}
+
+#[test]
+fn many_recovered_refusals_then_one_raised_error_is_one_error_with_its_own_snapshot() {
+    // 20 refusals recovered (more than the snapshots kept), then PyTorch's retry fails too and it raises.
+    let mut recs = vec![
+        hello(100, 0),
+        events(100, vec![alloc(1, 0, 0xa000, 70 * GIB)]),
+    ];
+    for i in 0..20u64 {
+        let t = 10 + 10 * i;
+        recs.push(events(100, vec![refused(t, 8 * GIB, 0)]));
+        recs.push(oom_rec(100, t, 8 * GIB, 7 * GIB, 80 * GIB, None));
+        recs.push(events(
+            100,
+            vec![
+                alloc(t + 2, 0, 0x10_0000 + i, 64 * MIB),
+                free(t + 5, 0x10_0000 + i),
+            ],
+        ));
+    }
+    recs.push(events(
+        100,
+        vec![refused(300, 9 * GIB, 0), refused(301, 9 * GIB, 0)],
+    ));
+    recs.push(oom_rec(100, 300, 9 * GIB, 7 * GIB, 80 * GIB, None));
+    recs.push(oom_rec(100, 301, 9 * GIB, 7 * GIB, 80 * GIB, None));
+    recs.push(torch_oom(100, 302, 9 * GIB, 70 * GIB, 70 * GIB));
+    // The program catches the error and goes on allocating: still one error.
+    recs.push(events(100, vec![alloc(310, 0, 0xc000, MIB)]));
+    recs.push(end(100, 320, EndKind::Vanished));
+    let a = run(&recs);
+    assert_eq!(a.refusals_recovered, 20);
+    assert_eq!(
+        a.oom_records,
+        1,
+        "{:?}",
+        a.ooms.iter().map(|o| o.time_ns).collect::<Vec<_>>()
+    );
+    assert_eq!(a.ooms.len(), 1);
+    let s = &a.ooms[0];
+    assert_eq!(s.time_ns, 301 * MS);
+    assert_eq!(s.requested_bytes, 9 * GIB);
+    assert_eq!(s.driver_ooms_folded, 1);
+    assert!(s.framework.is_some());
+    let sum = oom::summary(&a).unwrap();
+    assert!(sum.contains("9.00 GiB"), "{sum}");
+    assert!(!sum.contains("more out-of-memory"), "{sum}");
+    assert!(a.refusals.len() <= vramtrace_collector::model::REFUSALS_LISTED);
+    const { assert!(MAX_OOM_SNAPSHOTS < 20) };
+}
+
+#[test]
+fn a_refusal_the_process_died_of_is_the_error() {
+    let a = run(&[
+        hello(100, 0),
+        events(
+            100,
+            vec![alloc(10, 0, 0xa000, 70 * GIB), refused(20, 30 * GIB, 0)],
+        ),
+        oom_rec(100, 20, 30 * GIB, 9 * GIB, 80 * GIB, None),
+        // Another thread allocating afterwards does not make the failing thread's refusal recovered.
+        events(
+            100,
+            vec![{
+                let mut e = alloc(22, 0, 0xb000, MIB);
+                e.tid = 2;
+                e
+            }],
+        ),
+        end(100, 30, EndKind::Vanished),
+    ]);
+    assert_eq!(a.oom_records, 1);
+    assert_eq!(a.refusals_recovered, 0);
+    assert_eq!(a.ooms.len(), 1);
+}
+
+/// A loop that keeps a `kept`-byte buffer per step beside a 256 MiB temporary, from `base` live bytes, until the
+/// allocation of step `fail_at` is refused (with the cap `cap`, else by a device of `total`).
+fn keeping_loop(base: u64, kept: u64, steps: u64, cap: Option<u64>, total: u64) -> Vec<Record> {
+    let mut evs = vec![alloc(1, 0, 0x1000, base)];
+    let mut live = base;
+    let mut t = 10;
+    let mut fail = None;
+    for k in 0..steps {
+        let limit = cap.unwrap_or(total);
+        if live + 256 * MIB + kept > limit {
+            fail = Some(t);
+            break;
+        }
+        evs.push(alloc(t, 0, 0x2000, 256 * MIB));
+        if kept > 0 {
+            evs.push(alloc(t + 3, 0, 0x10_0000 + k * 0x1000, kept));
+        }
+        evs.push(free(t + 6, 0x2000));
+        live += kept;
+        t += 10;
+    }
+    let mut recs = vec![hello(100, 0)];
+    if let Some(at) = fail {
+        evs.push(refused(
+            at,
+            256 * MIB,
+            if cap.is_some() { flags::CAP_REFUSED } else { 0 },
+        ));
+        recs.push(events(100, evs));
+        recs.push(oom_rec(
+            100,
+            at,
+            256 * MIB,
+            total.saturating_sub(live),
+            total,
+            cap,
+        ));
+        recs.push(end(100, at + 1, EndKind::Vanished));
+    } else {
+        recs.push(events(100, evs));
+        recs.push(end(100, t + 5, EndKind::Vanished));
+    }
+    recs
+}
+
+#[test]
+fn a_buffer_kept_each_step_under_a_cap_is_growth_and_raising_the_cap_is_not_the_advice() {
+    let a = run_with(
+        capped(6 * GIB, 80 * GIB),
+        &keeping_loop(GIB, 256 * MIB, 1000, Some(6 * GIB), 80 * GIB),
+    );
+    assert_eq!(a.oom_records, 1);
+    let d = diagnose(&a, &a.ooms[0]);
+    assert_eq!(d.cause, Cause::Growth, "{}: {}", d.rule, d.reason);
+    let g = d.growth.as_ref().unwrap();
+    // 18 buffers of 256 MiB were kept before the refusal; the rise seen is most of them.
+    assert!(
+        g.rise_bytes >= 15 * 256 * MIB && g.rise_bytes <= 18 * 256 * MIB,
+        "{}",
+        g.rise_bytes
+    );
+    assert!(d.reason.contains("grew step after step"), "{}", d.reason);
+    assert!(!d.advice[0].contains("cap of"), "{:?}", d.advice);
+    assert!(d.advice[0].contains("never freed"), "{:?}", d.advice);
+    assert!(
+        d.advice.iter().all(|x| !x.contains("--cap ")),
+        "{:?}",
+        d.advice
+    );
+    let text = oom::render(&a, false);
+    assert!(text.contains("CAUSE: growth"), "{text}");
+}
+
+#[test]
+fn the_same_loop_filling_the_device_is_growth_not_pressure() {
+    let a = run(&keeping_loop(GIB, 32 * MIB, 10_000, None, 4 * GIB));
+    let d = diagnose(&a, &a.ooms[0]);
+    assert_eq!(d.cause, Cause::Growth, "{}: {}", d.rule, d.reason);
+    assert!(!d.advice[0].starts_with("Shed"), "{:?}", d.advice);
+}
+
+#[test]
+fn a_big_request_after_small_growth_is_still_pressure() {
+    // 16 steps keep 1 MiB each; then one step asks for 30 GiB on a device with 10 GiB free.
+    let mut recs = keeping_loop(60 * GIB, MIB, 16, None, 80 * GIB);
+    let end_rec = recs.pop().unwrap();
+    let Record::ProcessEnd { ts_ns, .. } = end_rec else {
+        panic!()
+    };
+    let at = (ts_ns - START) / MS;
+    recs.push(events(100, vec![refused(at, 30 * GIB, 0)]));
+    recs.push(oom_rec(100, at, 30 * GIB, 10 * GIB, 80 * GIB, None));
+    recs.push(end(100, at + 1, EndKind::Vanished));
+    let a = run(&recs);
+    let d = diagnose(&a, &a.ooms[0]);
+    assert_eq!(d.cause, Cause::Pressure, "{}: {}", d.rule, d.reason);
+}
+
+#[test]
+fn report_names_growth_without_an_error_and_not_on_a_steady_loop() {
+    let a = run(&keeping_loop(GIB, 32 * MIB, 30, None, 80 * GIB));
+    assert_eq!(a.oom_records, 0);
+    let g = a
+        .device(0)
+        .unwrap()
+        .growth
+        .as_ref()
+        .expect("growth over 30 steps");
+    assert!(g.rise_bytes >= 24 * 32 * MIB, "{}", g.rise_bytes);
+    // What grew: the kept buffers, live when the process ended.
+    assert_eq!(g.groups[0].bytes_each, 32 * MIB);
+    assert!(g.groups[0].count >= 24, "{:?}", g.groups);
+    let text = vramtrace_collector::reporters::text::render(&a, None);
+    assert!(text.to_lowercase().contains("growth"), "{text}");
+    // Nothing kept: no growth.
+    let a = run(&keeping_loop(GIB, 0, 30, None, 80 * GIB));
+    assert!(a.device(0).unwrap().growth.is_none());
+    let text = vramtrace_collector::reporters::text::render(&a, None);
+    assert!(!text.to_lowercase().contains("growth"), "{text}");
+}
