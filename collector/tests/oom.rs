@@ -528,7 +528,7 @@ fn only_the_first_ooms_get_a_snapshot_and_the_rest_are_counted() {
     );
     let s = oom::summary(&a).unwrap();
     assert!(
-        s.ends_with("19 more out-of-memory events after it\n"),
+        s.ends_with("19 more out-of-memory errors after it\n"),
         "{s}"
     );
 }

@@ -14,6 +14,25 @@ use vramtrace_format::{Bridge, Framework, FrameworkSample, NO_DEVICE};
 use super::timeline::{Timeline, TimelineBuilder};
 use super::{growth, LeakTrend};
 
+/// Arming changes of the allocation history kept, all processes together.
+pub const MAX_HISTORY_CHANGES: usize = 64;
+
+/// The bridge armed or disarmed PyTorch's allocation history (a `history` record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryChange {
+    pub pid: u32,
+    pub device: Option<u32>,
+    /// Relative ns.
+    pub time_ns: u64,
+    pub armed: bool,
+    /// `requested` (`--torch-history`), `retry` (a cache flush), `pressure` (allocated near the limit),
+    /// `growth` (a rising floor), `pressure_gone`.
+    pub reason: String,
+    pub entries: u64,
+    pub allocated: Option<u64>,
+    pub limit: Option<u64>,
+}
+
 /// Notes kept from the bridge, all processes together.
 pub const MAX_BRIDGE_NOTES: usize = 64;
 
@@ -232,6 +251,9 @@ pub struct BridgeSummary {
     pub notes: Vec<(u32, u64, String)>,
     /// Snapshots kept at exit: (pid, path).
     pub exit_snapshots: Vec<(u32, String)>,
+    /// When the bridge armed and disarmed PyTorch's allocation history by itself (or at the start, when
+    /// asked), at most [`MAX_HISTORY_CHANGES`]: what the tensors' lines can cover.
+    pub history: Vec<HistoryChange>,
     /// Samples received, all processes.
     pub samples: u64,
 }
@@ -385,6 +407,18 @@ impl FwReplay {
                         problems: problems.into_iter().map(|(_, v)| v).collect(),
                     });
                 }
+            }
+            "history" if self.summary.history.len() < MAX_HISTORY_CHANGES => {
+                self.summary.history.push(HistoryChange {
+                    pid: b.pid,
+                    device: (b.device != NO_DEVICE).then_some(b.device),
+                    time_ns: t,
+                    armed: b.field("state") == Some("armed"),
+                    reason: b.field("reason").unwrap_or("").to_string(),
+                    entries: b.num("entries").unwrap_or(0),
+                    allocated: b.num("allocated"),
+                    limit: b.num("limit"),
+                });
             }
             "note" if self.summary.notes.len() < MAX_BRIDGE_NOTES => {
                 let text = b.field("text").unwrap_or("").to_string();

@@ -95,6 +95,10 @@ pub fn to_value(a: &Analysis) -> J {
         ("duration_ns", a.duration_ns.into()),
         ("live_at_end_count", a.live_at_end_count.into()),
         ("live_at_end_bytes", a.live_at_end_bytes.into()),
+        ("oom_records", a.oom_records.into()),
+        ("refusals_recovered", a.refusals_recovered.into()),
+        ("refusal_stall_ns", a.refusal_stall_ns.into()),
+        ("refusals", crate::reporters::oom_json::refusals(a)),
         (
             "devices",
             J::A(a.devices.iter().map(|d| device(a, d)).collect()),
@@ -230,6 +234,12 @@ fn device(a: &Analysis, d: &DeviceStats) -> J {
         ("total_bytes", d.total_bytes.into()),
         ("cap_bytes", d.cap_bytes.into()),
         ("headroom_bytes", d.headroom_bytes().into()),
+        (
+            "growth",
+            d.growth.as_ref().map_or(J::Null, |l| {
+                crate::reporters::oom_json::leak(l, a.call_sites.present)
+            }),
+        ),
         ("timeline_bucket_ns", d.timeline.bucket_ns.into()),
         ("timeline", timeline(&d.timeline)),
         (

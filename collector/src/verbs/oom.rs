@@ -91,9 +91,19 @@ pub fn summary(a: &Analysis) -> Option<String> {
     if a.oom_records > 1 {
         writeln!(
             o,
-            "{} more out-of-memory event{} after it",
+            "{} more out-of-memory error{} after it",
             a.oom_records - 1,
             if a.oom_records == 2 { "" } else { "s" }
+        )
+        .ok();
+    }
+    if a.refusals_recovered > 0 {
+        writeln!(
+            o,
+            "and {} refusal{} recovered from (not errors; {} of stalls)",
+            a.refusals_recovered,
+            if a.refusals_recovered == 1 { "" } else { "s" },
+            crate::reporters::text::units::duration(a.refusal_stall_ns)
         )
         .ok();
     }

@@ -56,10 +56,18 @@ pub struct RunArgs {
     /// out-of-memory errors). `off` leaves Python alone. Default: $VRAMTRACE_PYTHON_AGENT, else on.
     #[arg(long, value_enum, value_name = "on|off")]
     pub python_agent: Option<OnOff>,
-    /// Keep PyTorch's allocation history with Python stacks (a ring of ENTRIES, default 100000), and dump it
-    /// beside the trace at each out-of-memory error and at exit: names the lines whose tensors are kept alive.
-    #[arg(long, value_name = "ENTRIES", num_args = 0..=1, default_missing_value = "100000")]
-    pub torch_history: Option<u64>,
+    /// PyTorch's allocation history with Python stacks, dumped beside the trace at each out-of-memory error
+    /// and at exit: names the lines whose tensors are kept alive. Default `auto`: the bridge arms it by itself
+    /// when it matters (a cache flush, allocated past 90% of the limit, a rising floor) and disarms it when
+    /// the pressure is gone. ENTRIES (alone: 100000): on from the start, a ring of that many. `off`: never.
+    #[arg(
+        long,
+        value_name = "ENTRIES|auto|off",
+        num_args = 0..=1,
+        default_missing_value = "100000",
+        value_parser = parse_history
+    )]
+    pub torch_history: Option<TorchHistory>,
     /// Each process's event ring (shared memory the collector drains; a size, default 16MiB, about 262,000
     /// events; pages are used only as it fills). A ring that fills drops events and counts them, unless --lossless.
     #[arg(long, value_name = "SIZE")]
@@ -88,6 +96,27 @@ pub enum Stacks {
     Native,
     Python,
     All,
+}
+
+/// `--torch-history`: when the bridge keeps PyTorch's allocation history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TorchHistory {
+    /// The bridge arms it when memory is tight or growing (the default).
+    Auto,
+    Off,
+    /// On from the start, a ring of this many entries.
+    Entries(u64),
+}
+
+fn parse_history(s: &str) -> Result<TorchHistory, String> {
+    match s.trim() {
+        "auto" => Ok(TorchHistory::Auto),
+        "off" | "0" => Ok(TorchHistory::Off),
+        n => match n.parse::<u64>() {
+            Ok(n) => Ok(TorchHistory::Entries(n)),
+            Err(_) => Err(format!("'{n}' is not a number of entries, auto or off")),
+        },
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,7 +212,7 @@ impl Prepared {
                 _ => OnOff::On,
             }
         });
-        if agent == OnOff::Off && args.torch_history.is_some() {
+        if agent == OnOff::Off && matches!(args.torch_history, Some(TorchHistory::Entries(_))) {
             bail!("--torch-history needs the Python bridge, which --python-agent off turns off");
         }
         let mut file = open_out(&out, args.force)?;
@@ -328,8 +357,18 @@ impl Prepared {
                 }
                 cmd.env("PYTHONPATH", path)
                     .env("VRAMTRACE_PYTHON_AGENT", "on");
-                if let Some(n) = args.torch_history.filter(|&n| n > 0) {
-                    cmd.env("VRAMTRACE_TORCH_HISTORY", n.to_string());
+                match args.torch_history {
+                    Some(TorchHistory::Entries(n)) => {
+                        cmd.env("VRAMTRACE_TORCH_HISTORY", n.to_string());
+                    }
+                    Some(TorchHistory::Off) => {
+                        cmd.env("VRAMTRACE_TORCH_HISTORY", "off");
+                    }
+                    // The bridge's default; an inherited setting is the caller's.
+                    Some(TorchHistory::Auto) => {
+                        cmd.env("VRAMTRACE_TORCH_HISTORY", "auto");
+                    }
+                    None => {}
                 }
             }
             None => {

@@ -100,6 +100,26 @@ pub fn bridge(a: &Analysis) -> J {
                     .collect(),
             ),
         ),
+        (
+            "history",
+            J::A(
+                b.history
+                    .iter()
+                    .map(|h| {
+                        J::O(vec![
+                            ("pid", h.pid.into()),
+                            ("device", h.device.into()),
+                            ("time_ns", h.time_ns.into()),
+                            ("state", if h.armed { "armed" } else { "disarmed" }.into()),
+                            ("reason", h.reason.as_str().into()),
+                            ("entries", h.entries.into()),
+                            ("allocated_bytes", h.allocated.into()),
+                            ("limit_bytes", h.limit.into()),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
         ("samples", b.samples.into()),
         ("cache_at_end_bytes", held.into()),
         ("cache_at_end_tensor_bytes", tensors.into()),

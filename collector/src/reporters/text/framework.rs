@@ -124,6 +124,35 @@ fn is_python(argv: &[String]) -> bool {
 }
 
 /// What the bridge attached to, what it could not do, and the Python processes it did not run in.
+/// An arming change of PyTorch's allocation history in a few words: what the tensors' lines cover.
+pub fn history_text(h: &crate::model::framework::HistoryChange) -> String {
+    let why = match h.reason.as_str() {
+        "requested" => "as asked (--torch-history)".to_string(),
+        "retry" => "PyTorch flushed its cache and retried".to_string(),
+        "pressure" => match (h.allocated, h.limit) {
+            (Some(al), Some(l)) => format!("{} allocated of a {} limit", bytes(al), bytes(l)),
+            _ => "allocated near the limit".to_string(),
+        },
+        "growth" => "allocated bytes rising step after step".to_string(),
+        "pressure_gone" => "the pressure was gone".to_string(),
+        other => other.to_string(),
+    };
+    let dev = h.device.map_or(String::new(), |d| format!(" on GPU {d}"));
+    if h.armed {
+        format!(
+            "allocation history armed at {}{dev} ({why}; {} entries): tensors allocated from then on \
+             have their lines",
+            crate::reporters::text::units::secs(h.time_ns),
+            count(h.entries)
+        )
+    } else {
+        format!(
+            "allocation history disarmed at {}{dev} ({why})",
+            crate::reporters::text::units::secs(h.time_ns)
+        )
+    }
+}
+
 pub fn bridge_section(o: &mut String, a: &Analysis) {
     let b = &a.bridge;
     // Only traces that say the bridge was on can say where it did not run.
@@ -151,7 +180,12 @@ pub fn bridge_section(o: &mut String, a: &Analysis) {
         && a.processes
             .iter()
             .any(|p| p.allocations > 0 && is_python(&p.cmdline));
-    if b.attached.is_empty() && b.notes.is_empty() && missing.is_empty() && !off {
+    if b.attached.is_empty()
+        && b.notes.is_empty()
+        && b.history.is_empty()
+        && missing.is_empty()
+        && !off
+    {
         return;
     }
     writeln!(o, "PYTHON BRIDGE").ok();
@@ -186,6 +220,14 @@ pub fn bridge_section(o: &mut String, a: &Analysis) {
             line.push_str(&format!("; could not: {pr}"));
         }
         wrap(o, &line, "  ", WIDTH);
+    }
+    for h in &b.history {
+        wrap(
+            o,
+            &format!("- pid {}: {}", h.pid, history_text(h)),
+            "  ",
+            WIDTH,
+        );
     }
     for (pid, _, text) in &b.notes {
         wrap(o, &format!("- pid {pid}: {text}"), "  ", WIDTH);
