@@ -11,7 +11,8 @@
 //! cluster of at least [`GROWTH_MIN_RISING`] rising windows, none more than [`GROWTH_MAX_GAP`] apart (slow steps
 //! rise every few windows), spread over at least [`GROWTH_MIN_SPREAD`] windows (a burst of allocations, as at
 //! warm-up, is not) and reaching into the last [`GROWTH_TAIL`] (it was still rising at the end), that added at
-//! least [`GROWTH_MIN_BYTES`] and [`GROWTH_MIN_SHARE_PCT`] % of the top.
+//! least [`GROWTH_MIN_BYTES`] and [`GROWTH_MIN_SHARE_PCT`] % of the top. In a timeline whose steps show as
+//! cycles, the rise must also span at least [`GROWTH_MIN_RISING`] of them: growth is across steps.
 
 use std::collections::HashMap;
 
@@ -111,8 +112,20 @@ pub fn growth(tl: &Timeline, end: u64) -> Option<LeakTrend> {
     }
     let begin = win[first_rise - 1].0;
     let points: Vec<Minimum> = win[first_rise - 1..].iter().map(|(_, m)| *m).collect();
+    // A timeline with cycles (steps whose rise and fall it resolves) grows across steps, not within one: the
+    // ramp of a long last step (activations made layer by layer) is no growth.
+    let (from_t, to_t) = (points[0].t_ns, end_of(n - 1));
+    let cycles = minima(tl);
+    let first_rise_t = points[1].t_ns;
+    let within = cycles
+        .iter()
+        .filter(|m| m.t_ns > first_rise_t && m.t_ns <= to_t)
+        .count();
+    if cycles.len() >= GROWTH_MIN_RISING && within + 1 < GROWTH_MIN_RISING {
+        return None;
+    }
     Some(LeakTrend {
-        steps: steps_in(tl, &floor[begin..], points[0].t_ns, end_of(n - 1), step),
+        steps: steps_in(tl, &floor[begin..], from_t, to_t, step),
         minima: points,
         rise_bytes: rise,
         groups: Vec::new(),
@@ -325,6 +338,34 @@ mod tests {
         assert!(g.rise_bytes < 2 << 30, "{}", g.rise_bytes);
         assert!(g.rise_bytes >= 1 << 30, "{}", g.rise_bytes);
         assert!(g.minima[0].t_ns >= 300 * MS, "{}", g.minima[0].t_ns);
+    }
+
+    #[test]
+    fn the_ramp_of_a_last_step_cut_short_is_not_growth() {
+        // 20 steps of 10 ms (8 layers of activations made one by one, then freed), then a long last step
+        // killed in its forward pass (the driver releases everything): its ramp fills the last windows, but it
+        // is one step, not growth across steps.
+        let mut pts = vec![(0, 64 * MIB)];
+        let mut t = MS;
+        for i in 0..21u64 {
+            let len = if i == 20 { 400 * MS } else { 10 * MS };
+            // The killed step's forward pass takes all of it.
+            let spacing = if i == 20 { len / 8 } else { len / 16 };
+            for l in 0..8 {
+                pts.push((t + l * spacing, 64 * MIB + (l + 1) * 8 * MIB));
+            }
+            if i == 20 {
+                pts.push((t + len, 0));
+            } else {
+                for l in 0..8 {
+                    pts.push((t + len / 2 + l * len / 16, 64 * MIB + (7 - l) * 8 * MIB));
+                }
+            }
+            t += len;
+        }
+        let tl = timeline(pts, t);
+        let g = growth(&tl, t);
+        assert_eq!(g, None, "{:?}", minima(&tl).len());
     }
 
     #[test]

@@ -335,9 +335,11 @@ fn each_allocation_names_its_call_site() {
     assert_eq!(r.function_of(pid, ids[4]), "alloc_too_much");
     // The post-mortem names the failed request's site: the out-of-memory record (stamped with CLOCK_MONOTONIC,
     // sent on the socket) comes after its failed allocation (an event, its time converted from the counter).
+    // The program went on allocating from that thread: a refusal it recovered from, not an error, still named
+    // by its request's site.
     let an = vramtrace_collector::model::analyze(&r.path).unwrap();
-    assert_eq!(an.ooms.len(), 1);
-    let site = an.ooms[0].request_site.expect("the request's site");
+    assert_eq!((an.oom_records, an.refusals_recovered), (0, 1));
+    let site = an.refusals[0].site.expect("the request's site");
     let label = an.call_sites.sites[site].label();
     assert!(label.starts_with("alloc_too_much"), "{label}");
     // Innermost first, bounded, and the frames beyond the function lead back to main.

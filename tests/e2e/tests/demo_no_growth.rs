@@ -1,0 +1,37 @@
+//! The demo keeps nothing across its steps (weights, then an optimizer's state made once): 50 runs of it on the
+//! simulated driver, each timed as the machine makes it, must never be called growth (issue 24: the old rule
+//! called it a "leak trend" in 2 of 6 runs), neither over the run nor in its post-mortem.
+
+use std::process::Command;
+
+use vramtrace_collector::model;
+use vramtrace_e2e::traced::vramtrace;
+use vramtrace_e2e::TempDir;
+
+#[test]
+fn fifty_demo_runs_show_no_growth() {
+    let dir = TempDir::new("demo-steady");
+    for i in 0..50 {
+        let trace = dir.path().join(format!("demo{i}.vtrace"));
+        let out = Command::new(vramtrace())
+            .args(["demo", "--simulated", "--out"])
+            .arg(&trace)
+            .output()
+            .expect("vramtrace demo");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !stdout.to_lowercase().contains("growth"),
+            "run {i}:\n{stdout}"
+        );
+        let a = model::analyze(&trace).unwrap();
+        let d = a.device(0).expect("GPU 0");
+        assert!(d.peak_bytes > 0);
+        assert_eq!(d.growth, None, "run {i}");
+        assert_eq!(a.oom_records, 0);
+    }
+}
