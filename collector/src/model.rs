@@ -515,6 +515,17 @@ impl Analysis {
         self.processes.iter().find(|p| p.pid == pid)
     }
 
+    /// Whether process `pid` ran a caching allocator the bridge saw (PyTorch): its driver allocations are
+    /// segments of the cache, made by whichever request first needed one, not owned by the tensors in them.
+    pub fn caching_allocator(&self, pid: u32) -> bool {
+        self.processes.iter().any(|p| {
+            p.pid == pid
+                && p.framework
+                    .iter()
+                    .any(|f| f.framework == vramtrace_format::Framework::Torch)
+        })
+    }
+
     /// Out-of-memory records that got no snapshot.
     pub fn ooms_not_snapshotted(&self) -> u64 {
         self.oom_records.saturating_sub(self.ooms.len() as u64)

@@ -206,7 +206,7 @@ fn python_frames_come_first_and_the_site_skips_library_frames() {
         "{text}"
     );
     assert!(
-        text.contains("    8.00 MiB   61%  proj/train.py:20 in step\n"),
+        text.contains("    8.00 MiB   62%  proj/train.py:20 in step\n"),
         "{text}"
     );
     assert!(text.contains("<- proj/train.py:60 in main"), "{text}");

@@ -196,7 +196,7 @@ fn pressure_when_the_job_fills_the_device() {
     assert_eq!(d.short_of_fitting_bytes, Some(512 * MIB));
     assert!(
         d.advice[0].starts_with(
-            "Shed at least 0.50 GiB on GPU 0 (536,870,912 bytes, 0.6% of the 80.00 GiB"
+            "Shed at least 512.00 MiB on GPU 0 (536,870,912 bytes, 0.6% of the 80.00 GiB"
         ),
         "{}",
         d.advice[0]

@@ -1047,9 +1047,9 @@ fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<String> {
                 .or(d.shortfall_bytes)
                 .unwrap_or(s.requested_bytes);
             v.push(format!(
-                "Shed at least {:.2} GiB on {gpu} ({} bytes, {} of the {} the job needed at its peak); more \
-                 to leave room for the allocator's rounding and caching.",
-                shed as f64 / (1u64 << 30) as f64,
+                "Shed at least {} on {gpu} ({} bytes, {} of the {} the job needed at its peak); more to \
+                 leave room for the allocator's rounding and caching.",
+                b(shed),
                 count(shed),
                 pct(shed, d.needed_bytes),
                 b(d.needed_bytes)

@@ -159,7 +159,7 @@ pub fn call_site_fields(a: &Analysis) -> Vec<(&'static str, J)> {
                 cs.sites
                     .iter()
                     .enumerate()
-                    .map(|(i, s)| site(i, s))
+                    .map(|(i, s)| site(i, s, a.caching_allocator(s.pid)))
                     .collect(),
             ),
         ));
@@ -167,12 +167,13 @@ pub fn call_site_fields(a: &Analysis) -> Vec<(&'static str, J)> {
     m
 }
 
-fn site(id: usize, s: &Site) -> J {
+fn site(id: usize, s: &Site, cache: bool) -> J {
     J::O(vec![
         ("id", (id as u64).into()),
         ("pid", s.pid.into()),
         ("stack", s.stack.into()),
         ("label", s.label().into()),
+        ("grew_cache", cache.into()),
         ("site_frame", s.site.map(|i| i as u64).into()),
         ("missing", s.missing.into()),
         ("allocations", s.allocations.into()),

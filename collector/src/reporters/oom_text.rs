@@ -11,9 +11,7 @@ use crate::model::diagnose::{diagnose, Diagnosis, CONTEXT_ESTIMATE_BYTES};
 use crate::model::{self, Analysis, Ended, OomSnapshot, Timeline};
 use crate::reporters::text::sparkline::sparkline;
 use crate::reporters::text::units::{bytes, bytes_exact, count, fit, printable, secs};
-use crate::reporters::text::{
-    device_name, ended_label, fit_label, short_command, site_lines, WIDTH,
-};
+use crate::reporters::text::{device_name, fit_label, short_command, site_lines, WIDTH};
 
 /// Word-wraps to the report's width (the one wrapping rule of every text output: text::wrap).
 fn wrap(o: &mut String, text: &str, indent: &str) {
@@ -271,11 +269,18 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize)
                     d.context_estimate_bytes
                         .min(d.outside_job_bytes.unwrap_or(0)),
                 ),
-                &format!(
-                    "~{} x {n} job process{} on the device",
-                    bytes(CONTEXT_ESTIMATE_BYTES),
-                    if n == 1 { "" } else { "es" }
-                ),
+                &if d.context_estimate_bytes > d.outside_job_bytes.unwrap_or(0) {
+                    format!(
+                        "all that lay outside the job (less than the ~{} x {n} estimated)",
+                        bytes(CONTEXT_ESTIMATE_BYTES)
+                    )
+                } else {
+                    format!(
+                        "~{} x {n} job process{} on the device",
+                        bytes(CONTEXT_ESTIMATE_BYTES),
+                        if n == 1 { "" } else { "es" }
+                    )
+                },
             );
             fig(
                 o,
@@ -588,6 +593,9 @@ fn no_oom(o: &mut String, a: &Analysis) {
     if let Some(r) = crate::reporters::text::refusals_text(a) {
         wrap(o, &format!("  {r}"), "    ");
     }
+    if let Some(x) = crate::reporters::text::cap_exceeded_text(a) {
+        wrap(o, &format!("  But {x}."), "    ");
+    }
     // Failed allocations with no record of their own: recovered refusals had one each.
     let ooms: u64 = a
         .processes
@@ -685,7 +693,7 @@ fn endings(o: &mut String, a: &Analysis) {
             &p.pid.to_string(),
             &p.rank.map_or("-".to_string(), |r| r.to_string()),
             &fit(&cmd, 24),
-            ended_label(p.ended),
+            &crate::reporters::text::ending_label(p),
             &p.end_ns.map_or("-".to_string(), secs),
             &bytes(p.peak_bytes),
             &bytes(p.live_bytes_at_end),

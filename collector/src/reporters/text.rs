@@ -69,6 +69,11 @@ pub fn site_lines(a: &Analysis, site: usize, lead: &str) -> Vec<String> {
     for l in labels {
         out.push(format!("{pad}{}", fit_label(&printable(&l), room)));
     }
+    if a.caching_allocator(s.pid) {
+        out.push(format!(
+            "{pad}(grew PyTorch's cache: a segment asked for here holds whatever tensors live in it now)"
+        ));
+    }
     out
 }
 
@@ -212,7 +217,12 @@ fn pct(part: u64, whole: u64) -> String {
     if whole == 0 {
         return "-".to_string();
     }
-    format!("{}%", (part as u128 * 100 / whole as u128))
+    // Rounded to the nearest, and a small share never reads 0%: the rows of a table add up to about 100.
+    let p = (part as u128 * 100 + whole as u128 / 2) / whole as u128;
+    if p == 0 && part > 0 {
+        return "<1%".to_string();
+    }
+    format!("{p}%")
 }
 
 fn call_sites(o: &mut String, a: &Analysis) {
@@ -397,8 +407,8 @@ fn header(o: &mut String, a: &Analysis, file: Option<&Path>) {
     .ok();
     writeln!(
         o,
-        "  recorded  {} events from {} process{} over {} (trace format {})",
-        count(a.events),
+        "  recorded  {} from {} process{} over {} (trace format {})",
+        units::counted(a.events, "event", "events"),
         count(a.processes.len() as u64),
         if a.processes.len() == 1 { "" } else { "es" },
         secs(a.end_ns),
@@ -533,6 +543,17 @@ pub fn growth_text(_a: &Analysis, g: &crate::model::LeakTrend, cache: bool) -> S
         }
     }
     t
+}
+
+/// Allocations the cap let through in warn mode, in one sentence, or `None` without any.
+pub fn cap_exceeded_text(a: &Analysis) -> Option<String> {
+    let n: u64 = a.processes.iter().map(|p| p.cap_exceeded).sum();
+    (n > 0).then(|| {
+        format!(
+            "the job went past its cap with {} (--cap-mode warn let them through): it needs more than the cap",
+            units::counted(n, "allocation", "allocations")
+        )
+    })
 }
 
 /// The refusals a program recovered from, in one sentence, or `None` without any.
@@ -759,9 +780,9 @@ fn warnings(o: &mut String, a: &Analysis) {
     let mut w: Vec<String> = Vec::new();
     if a.dropped_events > 0 {
         w.push(format!(
-            "{} events were dropped by the shim (its queue was full): the numbers above can be low, \
+            "{} dropped by the shim (its queue was full): the numbers above can be low, \
              and frees of unrecorded allocations show up as unmatched.",
-            count(a.dropped_events)
+            units::counted(a.dropped_events, "event was", "events were")
         ));
     }
     if a.merge_inexact_events > 0 {
@@ -794,6 +815,11 @@ fn warnings(o: &mut String, a: &Analysis) {
     }
     if let Some(r) = refusals_text(a) {
         w.push(r);
+    }
+    if let Some(x) = cap_exceeded_text(a) {
+        let mut x = x;
+        x[..1].make_ascii_uppercase();
+        w.push(format!("{x}."));
     }
     let refused: u64 = a.processes.iter().map(|p| p.cap_refusals).sum();
     if refused > 0 {

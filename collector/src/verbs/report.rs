@@ -67,7 +67,7 @@ pub fn summary(a: &Analysis) -> String {
     let traced = a.processes.len() - untraced.len();
     writeln!(
         o,
-        "{} process{} traced{}, {} events, {} dropped",
+        "{} process{} traced{}, {}, {} dropped",
         count(traced as u64),
         if traced == 1 { "" } else { "es" },
         if untraced.is_empty() {
@@ -75,7 +75,7 @@ pub fn summary(a: &Analysis) -> String {
         } else {
             format!(" ({} not traced, below)", count(untraced.len() as u64))
         },
-        count(a.events),
+        crate::reporters::text::units::counted(a.events, "event", "events"),
         count(a.dropped_events)
     )
     .ok();

@@ -463,11 +463,9 @@ impl Prepared {
             Ok(a) => {
                 msg.push_str(&crate::verbs::report::summary(&a));
                 msg.push_str(&endings(&a));
-                let exceeded: u64 = a.processes.iter().map(|p| p.cap_exceeded).sum();
-                if exceeded > 0 {
-                    msg.push_str(&format!(
-                        "the job went past its cap {exceeded} time(s) (--cap-mode warn let them through)\n"
-                    ));
+                if let Some(w) = crate::reporters::text::cap_exceeded_text(&a) {
+                    msg.push_str(&w);
+                    msg.push('\n');
                 }
                 msg.push_str(&self.post_mortem(&a, code));
             }

@@ -33,6 +33,11 @@ pub fn count(n: u64) -> String {
     out
 }
 
+/// `1 event`, `12,345 events`.
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", count(n), if n == 1 { one } else { many })
+}
+
 /// `10.50 GiB (11,274,289,152 bytes)`.
 pub fn bytes_exact(b: u64) -> String {
     if b < KIB {
