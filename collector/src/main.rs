@@ -42,6 +42,10 @@ enum Verb {
         /// Print the documented JSON (docs/JSON-SCHEMA.md) instead of text.
         #[arg(long)]
         json: bool,
+        /// Every section: each error's live allocations, sizes, call sites and timeline, and how every process
+        /// ended (by default: one screen per error).
+        #[arg(long)]
+        full: bool,
         /// Merge traces even when they are of different jobs.
         #[arg(long)]
         force: bool,
@@ -67,8 +71,12 @@ fn main() {
         Verb::Run(args) => run::main(args),
         Verb::Report { files, json, .. } if files.len() == 1 => report::main(&files[0], json),
         Verb::Report { files, json, force } => fleet::report(&files, json, force),
-        Verb::Oom { files, json, .. } if files.len() == 1 => oom::main(&files[0], json),
-        Verb::Oom { files, json, force } => fleet::oom_main(&files, json, force),
+        Verb::Oom {
+            files, json, full, ..
+        } if files.len() == 1 => oom::main(&files[0], json, full),
+        Verb::Oom {
+            files, json, force, ..
+        } => fleet::oom_main(&files, json, force),
         Verb::Export(args) => export::main(args),
         Verb::Demo(args) => demo::main(args),
         Verb::Top(args) => top::main(args),

@@ -6,7 +6,7 @@ mod common;
 use common::cli::*;
 
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output};
 
 use common::*;
 use vramtrace_format::codec::encode_header;
@@ -208,12 +208,22 @@ print("ok")
 "#,
     );
     assert_eq!(checked.trim(), "ok");
-    // And the text, through the binary.
+    // And the text, through the binary: one screen by default, every section with --full.
     let out = oom(&f, false);
     assert_eq!(out.status.code(), Some(0));
     let s = text(&out.stdout);
     assert!(s.contains("CAUSE: pressure"), "{s}");
-    assert!(s.contains("cuMemAllocAsync_ptsz"), "{s}");
+    assert!(!s.contains("LARGEST LIVE ALLOCATIONS"), "{s}");
+    assert!(s.contains("vramtrace oom --full"), "{s}");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .args(["oom", "--full"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    let full = text(&out.stdout);
+    assert!(full.contains("LARGEST LIVE ALLOCATIONS"), "{full}");
+    assert!(full.contains("cuMemAllocAsync_ptsz"), "{full}");
+    assert!(full.starts_with(s.lines().next().unwrap()), "{full}");
     assert!(s.contains("thread 77"), "{s}");
     for line in s.lines() {
         assert!(line.chars().count() <= 100, "too wide: {line}");

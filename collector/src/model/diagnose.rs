@@ -226,10 +226,8 @@ impl Finding {
                 t
             }
             Finding::AllocatedLeakTrend(l) => format!(
-                "Allocated bytes (PyTorch's own figure; its cache hides them from the driver): {}",
-                leak_text(l)
-                    .trim_start_matches("Leak trend: ")
-                    .replacen("the low points", "The low points", 1)
+                "Allocated bytes (PyTorch's own figure; its cache hides them from the driver) grew: {}",
+                leak_text(l).trim_start_matches("Growth: ")
             ),
             Finding::AllocRetries { count } => format!(
                 "PyTorch flushed its cache and retried a driver allocation {count} time{} before this \
@@ -244,17 +242,9 @@ impl Finding {
     }
 }
 
-/// One sentence on a leak trend.
+/// One sentence on a growth finding: its size, then what grew and where.
 pub fn leak_text(l: &LeakTrend) -> String {
-    let first = l.minima[0];
-    let last = l.minima[l.minima.len() - 1];
-    let mut s = format!(
-        "Leak trend: the low points between peaks rose over {} cycles, from {} to {} (+{}).",
-        l.minima.len(),
-        bytes(first.bytes),
-        bytes(last.bytes),
-        bytes(l.rise_bytes)
-    );
+    let mut s = format!("Growth: {}.", growth_size_text(l));
     if !l.groups.is_empty() {
         let g: Vec<String> = l
             .groups
@@ -263,7 +253,7 @@ pub fn leak_text(l: &LeakTrend) -> String {
             .map(|g| format!("{} x {} {}", g.count, bytes(g.bytes_each), g.api.name()))
             .collect();
         s.push_str(&format!(
-            " Made between the first and last low point and still live: {}.",
+            " Made during the rise and still live: {}.",
             g.join(", ")
         ));
     }
@@ -594,7 +584,11 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
             Some(g) => format!(
                 "; made during the rise and live at the error: {} in {} at {}",
                 b(g.bytes),
-                count(g.count),
+                crate::reporters::text::units::counted(
+                    g.count,
+                    if g.source == "tensors" { "tensor" } else { "allocation" },
+                    if g.source == "tensors" { "tensors" } else { "allocations" }
+                ),
                 g.label
             ),
             None => String::new(),
@@ -818,7 +812,9 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
     if let Some(l) = &s.framework_leak {
         findings.push(Finding::AllocatedLeakTrend(l.clone()));
     }
-    if let Some(l) = &s.leak {
+    // The driver's own growth, unless PyTorch's allocated bytes told it: under a caching allocator the driver
+    // sees the cache grow, and its call sites are the code that grew it, not the owners of the tensors.
+    if let Some(l) = s.leak.as_ref().filter(|_| s.framework_leak.is_none()) {
         findings.push(Finding::LeakTrend(l.clone()));
     }
     if recent > 0 && !rule.ends_with("pool") && rule != "pool_cached_async_frees" {

@@ -23,8 +23,19 @@ const MAX_ROWS: usize = 32;
 /// Characters of the timeline before an event.
 const SPARK: usize = 60;
 
-/// The whole report. `file` names the trace in the title.
+/// The whole report, every section (`vramtrace oom --full`). `file` names the trace in the title.
 pub fn render(a: &Analysis, file: Option<&Path>) -> String {
+    compose(a, file, true)
+}
+
+/// The report as `vramtrace oom` prints it by default: per error one screen (the headline, the cause with its
+/// evidence and line, the figures that prove it, findings, advice), then how processes ended abnormally and
+/// each device's peak. Every live allocation, call site and refusal: [`render`] and the JSON.
+pub fn render_short(a: &Analysis, file: Option<&Path>) -> String {
+    compose(a, file, false)
+}
+
+fn compose(a: &Analysis, file: Option<&Path>, full: bool) -> String {
     let mut o = String::new();
     match file {
         Some(f) => writeln!(o, "vramtrace oom: {}", f.display()),
@@ -52,7 +63,7 @@ pub fn render(a: &Analysis, file: Option<&Path>) -> String {
         no_oom(&mut o, a);
     } else {
         for (i, s) in a.ooms.iter().enumerate() {
-            event(&mut o, a, s, &diagnose(a, s), i + 1);
+            event(&mut o, a, s, &diagnose(a, s), i + 1, full);
         }
         if let Some(r) = crate::reporters::text::refusals_text(a) {
             wrap(&mut o, &format!("Besides: {r}"), "  ");
@@ -73,9 +84,24 @@ pub fn render(a: &Analysis, file: Option<&Path>) -> String {
             o.push('\n');
         }
     }
-    crate::reporters::text::notes(&mut o, a);
-    endings(&mut o, a);
+    if full {
+        crate::reporters::text::notes(&mut o, a);
+        endings(&mut o, a);
+    } else if a.processes.iter().any(|p| {
+        p.exit
+            .is_some_and(|x| x != vramtrace_format::ExitStatus::Code(0))
+            || p.exit.is_none() && p.ended != Ended::Goodbye
+    }) {
+        endings(&mut o, a);
+    }
     devices(&mut o, a);
+    if !full && a.oom_records > 0 {
+        wrap(
+            &mut o,
+            "More: vramtrace oom --full TRACE (every live allocation, call site and refusal), or --json.",
+            "  ",
+        );
+    }
     o
 }
 
@@ -100,11 +126,11 @@ pub fn oom_place(s: &OomSnapshot) -> String {
 
 pub fn event_text(a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize) -> String {
     let mut o = String::new();
-    event(&mut o, a, s, d, n);
+    event(&mut o, a, s, d, n, true);
     o
 }
 
-fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize) {
+fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize, full: bool) {
     let gpu = oom_place(s);
     writeln!(
         o,
@@ -177,7 +203,7 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize)
             o,
             &format!(
                 "    {} raised its out-of-memory error{thread}{folded}.",
-                f.framework.name()
+                crate::reporters::text::framework::title(f.framework.name())
             ),
             "    ",
         );
@@ -199,6 +225,30 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize)
     };
     writeln!(o, "    Seen through {view}.").ok();
     o.push('\n');
+    if !full {
+        short_figures(o, s, d);
+        let keep = |f: &&crate::model::diagnose::Finding| {
+            !matches!(
+                f,
+                crate::model::diagnose::Finding::Fit { .. }
+                    | crate::model::diagnose::Finding::FrameworkFigures { .. }
+            )
+        };
+        let findings: Vec<_> = d.findings.iter().filter(keep).collect();
+        if !findings.is_empty() {
+            writeln!(o, "  FINDINGS").ok();
+            for f in findings {
+                wrap(o, &format!("  - {}", f.text()), "    ");
+            }
+            o.push('\n');
+        }
+        writeln!(o, "  ADVICE").ok();
+        for line in &d.advice {
+            wrap(o, &format!("  - {line}"), "    ");
+        }
+        o.push('\n');
+        return;
+    }
 
     if s.on_host {
         // Host memory: the driver gives no free or total for it, and the GPU figures do not apply.
@@ -362,6 +412,47 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize)
     writeln!(o, "  ADVICE").ok();
     for line in &d.advice {
         wrap(o, &format!("  - {line}"), "    ");
+    }
+    o.push('\n');
+}
+
+/// The few figures that prove the cause: what was asked, what the device or the cap could give, what the job
+/// held and needed, and the framework's own split.
+fn short_figures(o: &mut String, s: &OomSnapshot, d: &Diagnosis) {
+    if s.on_host {
+        writeln!(
+            o,
+            "  FIGURES: none; the driver reports no free or total for host memory ({} asked for)\n",
+            bytes(s.requested_bytes)
+        )
+        .ok();
+        return;
+    }
+    let mut rows: Vec<(String, String)> = vec![
+        ("requested".into(), bytes(s.requested_bytes)),
+        ("job live".into(), bytes(d.job_live_bytes)),
+    ];
+    if let Some(c) = d.cap_bytes {
+        rows.push(("cap".into(), bytes(c)));
+    }
+    if let Some(f) = s.device_free_bytes {
+        rows.push(("device free".into(), bytes(f)));
+    }
+    rows.push(("needed".into(), bytes(d.needed_bytes)));
+    if let Some(av) = d.available_bytes {
+        rows.push(("could give".into(), bytes(av)));
+    }
+    if let Some(f) = s.framework_figures {
+        rows.push(("allocated (tensors)".into(), bytes(f.allocated)));
+        rows.push(("reserved (segments)".into(), bytes(f.reserved)));
+    }
+    writeln!(o, "  FIGURES ON {}", oom_place(s)).ok();
+    for pair in rows.chunks(2) {
+        let mut line = String::from("   ");
+        for (k, v) in pair {
+            line.push_str(&format!(" {k:<20}{v:>12}    "));
+        }
+        writeln!(o, "{}", line.trim_end()).ok();
     }
     o.push('\n');
 }

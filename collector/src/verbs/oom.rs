@@ -23,15 +23,17 @@ use crate::model::{self, Analysis};
 use crate::reporters::text::units::{bytes, secs};
 use crate::reporters::{oom_json, oom_text};
 
-pub fn main(file: &Path, json: bool) -> Code {
+pub fn main(file: &Path, json: bool, full: bool) -> Code {
     let a = match model::analyze(file) {
         Ok(a) => a,
         Err(e) => return exit::fail(exit::USAGE, e),
     };
     let text = if json {
         oom_json::render(&a)
-    } else {
+    } else if full {
         oom_text::render(&a, Some(file))
+    } else {
+        oom_text::render_short(&a, Some(file))
     };
     let mut out = io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
@@ -49,6 +51,11 @@ pub fn render(a: &Analysis, json: bool) -> String {
     } else {
         oom_text::render(a, None)
     }
+}
+
+/// The post-mortem as `vramtrace oom` prints it by default (one screen per error), as written beside a trace.
+pub fn render_short(a: &Analysis) -> String {
+    oom_text::render_short(a, None)
 }
 
 /// Every out-of-memory snapshot of `a` with its diagnosis, in time order.

@@ -538,7 +538,7 @@ impl Prepared {
             ));
         }
         let kind = if oom { "oom" } else { "postmortem" };
-        match write_beside(&self.out, kind, &crate::verbs::oom::render(a, false)) {
+        match write_beside(&self.out, kind, &crate::verbs::oom::render_short(a)) {
             Ok(p) => msg.push_str(&format!(
                 "post-mortem written to {} (vramtrace oom reads the trace too)\n",
                 p.display()
