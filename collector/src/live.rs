@@ -61,6 +61,9 @@ impl JobLabels {
 struct ProcDev {
     live: u64,
     peak: u64,
+    /// The framework allocator's last figures here (the Python bridge's samples): (framework, allocated,
+    /// reserved).
+    framework: Option<(vramtrace_format::Framework, u64, u64)>,
 }
 
 #[derive(Default)]
@@ -147,6 +150,7 @@ impl State {
                     | kind::OOM
                     | kind::EXIT
                     | kind::BRIDGE
+                    | kind::FRAMEWORK_SAMPLE
             ) {
                 continue;
             }
@@ -186,6 +190,11 @@ impl State {
                         });
                     }
                     self.error(b.device);
+                }
+                Ok(Some(Record::FrameworkSample(f))) if f.device != NO_DEVICE => {
+                    let p = self.procs.entry(f.pid).or_default();
+                    let pd = p.dev.entry(f.device).or_default();
+                    pd.framework = Some((f.framework, f.allocated, f.reserved));
                 }
                 Ok(Some(Record::ProcessEnd { pid, .. })) => self.end(pid),
                 // A process that connected ends with its connection (its last frames may follow this).
@@ -352,6 +361,8 @@ impl State {
         let oom_refusals = Family::<L, Counter>::default();
         let dropped = Family::<L, Counter>::default();
         let procs = Family::<L, Gauge>::default();
+        let fw_allocated = Family::<L, Gauge>::default();
+        let fw_reserved = Family::<L, Gauge>::default();
         let job = |extra: &[(&'static str, String)]| -> L {
             let mut l = vec![("job", labels.job.clone()), ("host", labels.host.clone())];
             l.extend_from_slice(extra);
@@ -369,6 +380,12 @@ impl State {
                 l.push(("rank", p.rank.map_or(String::new(), |r| r.to_string())));
                 used.get_or_create(&l).set(pd.live as i64);
                 peak.get_or_create(&l).set(pd.peak as i64);
+                if let Some((f, al, re)) = pd.framework {
+                    let mut l = l.clone();
+                    l.push(("framework", f.name().to_string()));
+                    fw_allocated.get_or_create(&l).set(al as i64);
+                    fw_reserved.get_or_create(&l).set(re as i64);
+                }
             }
         }
         for (d, dv) in &self.devs {
@@ -464,6 +481,18 @@ impl State {
             "vramtrace_events_dropped",
             "Events the processes could not record (their ring was full)",
             dropped,
+        );
+        reg.register_with_unit(
+            "vramtrace_framework_allocated",
+            "Bytes in the framework allocator's tensors (PyTorch's allocated, JAX's in use), per process and GPU",
+            Unit::Bytes,
+            fw_allocated,
+        );
+        reg.register_with_unit(
+            "vramtrace_framework_reserved",
+            "Bytes the framework allocator holds from the driver (PyTorch's reserved), per process and GPU",
+            Unit::Bytes,
+            fw_reserved,
         );
         reg.register(
             "vramtrace_processes",
@@ -857,6 +886,112 @@ mod tests {
         let text = s.render(&JobLabels::default());
         assert!(!text.contains("pid=\"10\""), "{text}");
         assert!(text.contains("pid=\"11\""), "{text}");
+    }
+
+    fn oom(pid: u32, ts_ns: u64) -> Record {
+        Record::Oom(vramtrace_format::Oom {
+            pid,
+            tid: 1,
+            ts_ns,
+            device: 0,
+            api: Api::MemAlloc as u8,
+            flags: 0,
+            requested_bytes: 1 << 30,
+            result: 2,
+            device_free_bytes: None,
+            device_total_bytes: None,
+            cap_bytes: None,
+            job_used_bytes: None,
+            process_used_bytes: None,
+            extra: vec![],
+        })
+    }
+
+    #[test]
+    fn refusals_recovered_from_are_not_errors_and_the_frameworks_figures_are_served() {
+        let mut s = State::default();
+        let mut b = Vec::new();
+        codec::put_record(&mut b, &hello(10, Some(0)));
+        codec::put_record(&mut b, &hello(11, Some(1)));
+        // pid 10: refused, then its thread allocates again (a cache flush and a retry): recovered.
+        codec::put_record(&mut b, &oom(10, 5));
+        codec::put_events(&mut b, 10, &[ev(Api::MemAlloc, 0, 0x1000, 100)]);
+        // pid 11: refused twice, then PyTorch raises: one error, whatever the program does next.
+        codec::put_record(&mut b, &oom(11, 5));
+        codec::put_record(&mut b, &oom(11, 6));
+        codec::put_record(
+            &mut b,
+            &Record::Bridge(vramtrace_format::Bridge {
+                pid: 11,
+                tid: 1,
+                ts_ns: 7,
+                what: "oom".into(),
+                device: 0,
+                ack: true,
+                fields: vec![],
+            }),
+        );
+        codec::put_events(&mut b, 11, &[ev(Api::MemAlloc, 0, 0x2000, 10)]);
+        codec::put_record(
+            &mut b,
+            &Record::FrameworkSample(vramtrace_format::FrameworkSample {
+                pid: 11,
+                ts_ns: 8,
+                framework: vramtrace_format::Framework::Torch,
+                device: 0,
+                allocated: 7,
+                reserved: 10,
+                active: 7,
+                inactive_split: 0,
+                requested: 7,
+                alloc_retries: 1,
+                ooms: 1,
+            }),
+        );
+        s.feed(&b);
+        let labels = JobLabels {
+            job: "j".into(),
+            host: "h".into(),
+            uuids: vec![],
+        };
+        let text = s.render(&labels);
+        assert!(
+            text.contains("vramtrace_oom_total{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "vramtrace_oom_refusals_total{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\"} 3\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "vramtrace_framework_allocated_bytes{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\",pid=\"11\",rank=\"1\",framework=\"pytorch\"} 7"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("vramtrace_framework_reserved_bytes{"),
+            "{text}"
+        );
+        // A refusal still open when its process ends was an error (it died of it).
+        let mut e = Vec::new();
+        codec::put_record(&mut e, &oom(10, 9));
+        codec::put_record(
+            &mut e,
+            &Record::ProcessEnd {
+                pid: 10,
+                ts_ns: 10,
+                kind: vramtrace_format::EndKind::Vanished,
+            },
+        );
+        s.feed(&e);
+        let text = s.render(&labels);
+        assert!(
+            text.contains("vramtrace_oom_total{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\"} 2\n"),
+            "{text}"
+        );
     }
 
     #[test]
