@@ -186,7 +186,65 @@ fn the_gpu_fixtures_agree_with_the_report() {
         assert!(a.oom_records > 0, "{name}");
         assert_agrees(&a, &page, &json, name);
         assert!(page.len() < 1 << 20, "{name}: {} bytes", page.len());
+        // The verdict, structured as the report's, and PyTorch's curves beside the driver's.
+        assert_eq!(
+            q(
+                &json,
+                "json.dumps([p['cause'] for p in d['post_mortems']], separators=(',', ','))"
+            ),
+            format!(
+                "{:?}",
+                a.ooms
+                    .iter()
+                    .map(|s| vramtrace_collector::verbs::oom::diagnose(&a, s).cause.key())
+                    .collect::<Vec<_>>()
+            ),
+            "{name}"
+        );
+        assert_eq!(
+            q(
+                &json,
+                "all(len(p['advice']) > 0 and len(p['figures']) >= 4 for p in d['post_mortems'])"
+            ),
+            "True",
+            "{name}"
+        );
+        match a
+            .devices
+            .first()
+            .and_then(|d| d.framework.as_ref())
+            .filter(|_| q(&json, "len(d['devices'])") != "0")
+        {
+            Some(f) => assert_eq!(
+                q(&json, "max(d['devices'][0]['framework']['allocated'])"),
+                f.peak_allocated.to_string(),
+                "{name}"
+            ),
+            None => assert_eq!(
+                q(
+                    &json,
+                    "[x['framework'] for x in d['devices'] if x['framework']]"
+                ),
+                "[]",
+                "{name}"
+            ),
+        }
+        // One error is one error on the page: the allocator's retried refusal points at it, folded.
+        assert_eq!(
+            q(
+                &json,
+                "len([m for m in d['ooms'] if not m['folded'] and not m['recovered']])"
+            ),
+            a.oom_records.to_string(),
+            "{name}"
+        );
     }
+    // The growth fixture: its line in the verdict.
+    let (_, _, json) = exported(&dir, &fixture("keep.vtrace"), "k.html");
+    assert!(
+        q(&json, "d['post_mortems'][0]['line']").ends_with("bridge_case.py:79 in keep"),
+        "{json}"
+    );
 }
 
 #[test]

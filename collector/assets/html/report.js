@@ -118,8 +118,9 @@
       D.processes.length + " process" + (D.processes.length === 1 ? "" : "es"),
       D.devices.length + " device" + (D.devices.length === 1 ? "" : "s"),
       D.oom_records + " out-of-memory error" + (D.oom_records === 1 ? "" : "s"),
+      D.refusals_recovered ? D.refusals_recovered + " refusal" + (D.refusals_recovered === 1 ? "" : "s") + " recovered from" : null,
       D.made_by
-    ].join("  \u00b7  ") })
+    ].filter(function (x) { return x !== null; }).join("  \u00b7  ") })
   ]);
   app.appendChild(head);
   if (D.partial) {
@@ -141,6 +142,23 @@
     syncing = false;
   }
 
+  // One error's verdict, structured: the cause and why, its line, the figures that prove it, findings, advice;
+  // the whole text of `vramtrace oom --full` folded below.
+  function verdict(box, pm) {
+    box.appendChild(el("h4", { text: "Cause: " + pm.cause + " (" + pm.cause_title + ")" }));
+    box.appendChild(el("p", { text: "Because " + pm.reason + "." }));
+    if (pm.line) box.appendChild(el("p", { cls: "line", text: "Line: " + pm.line }));
+    box.appendChild(table(["figure", "bytes"], pm.figures));
+    if (pm.findings.length) {
+      box.appendChild(el("h5", { text: "Findings" }));
+      box.appendChild(el("ul", null, pm.findings.map(function (f) { return el("li", { text: f }); })));
+    }
+    box.appendChild(el("h5", { text: "Advice" }));
+    box.appendChild(el("ol", null, pm.advice.map(function (a) { return el("li", { text: a }); })));
+    var more = el("details", null, [el("summary", { text: "the whole post-mortem" }), el("pre", { text: pm.text })]);
+    box.appendChild(more);
+  }
+
   function markerPlugin(dev) {
     return {
       hooks: {
@@ -151,7 +169,8 @@
             if (x < u.bbox.left - 1 || x > u.bbox.left + u.bbox.width + 1) return;
             var sel = dev.selected === k;
             ctx.save();
-            ctx.strokeStyle = m.cap_refused ? "#b45309" : "#dc2626";
+            // Errors red (amber when the cap refused); refusals the program recovered from grey.
+            ctx.strokeStyle = m.recovered ? "#9ca3af" : m.cap_refused ? "#b45309" : "#dc2626";
             ctx.lineWidth = (sel ? 2.5 : 1.5) * dpr;
             ctx.setLineDash([4 * dpr, 3 * dpr]);
             ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + h); ctx.stroke();
@@ -160,8 +179,8 @@
             var s = (sel ? 8 : 6) * dpr;
             ctx.beginPath(); ctx.moveTo(x - s, top); ctx.lineTo(x + s, top); ctx.lineTo(x, top + 1.6 * s); ctx.closePath(); ctx.fill();
             ctx.font = (11 * dpr) + "px sans-serif";
-            if (sel || x - lastLabel > 48 * dpr) {
-              ctx.fillText("OOM " + (m.n), x + s + 2 * dpr, top + 11 * dpr);
+            if (sel || (!m.recovered && !m.folded && x - lastLabel > 48 * dpr)) {
+              ctx.fillText(m.recovered || m.folded ? "refusal" : "OOM " + (m.n), x + s + 2 * dpr, top + 11 * dpr);
               lastLabel = x;
             }
             ctx.restore();
@@ -212,6 +231,13 @@
     }
     data.push(ext(dev.job));
     series.push({ label: "job (bucket maximum)", stroke: "#111827", width: 1.5, paths: step, value: function (u, v) { return bytes(v); } });
+    if (dev.framework) {
+      // The framework's own figures beside the driver's: the tensors, and what its cache holds.
+      data.push(ext(dev.framework.allocated));
+      series.push({ label: dev.framework.name + " allocated", stroke: "#7c3aed", width: 2, paths: step, value: function (u, v) { return bytes(v); } });
+      data.push(ext(dev.framework.reserved));
+      series.push({ label: dev.framework.name + " reserved", stroke: "#7c3aed", width: 1.5, dash: [6, 3], paths: step, value: function (u, v) { return bytes(v); } });
+    }
     var flat = function (v) { var a = new Array(n + 1); for (var i = 0; i <= n; i++) a[i] = v; return a; };
     if (dev.cap_bytes !== null) {
       data.push(flat(dev.cap_bytes));
@@ -265,7 +291,8 @@
 
   D.devices.forEach(function (dev) {
     dev.ooms = D.ooms.filter(function (m) { return m.device === dev.name; });
-    dev.ooms.forEach(function (m) { m.n = D.ooms.indexOf(m) + 1; });
+    // Errors are numbered; refusals the program recovered from are not.
+    dev.ooms.forEach(function (m) { m.n = m.post_mortem !== null ? m.post_mortem + 1 : D.ooms.filter(function (x) { return !x.recovered && !x.folded; }).indexOf(m) + 1; });
     dev.selected = dev.ooms.length ? 0 : null;
     var sec = el("section", { cls: "device" });
     var facts = [
@@ -306,21 +333,27 @@
     if (dev.ooms.length) {
       var side = el("aside", { cls: "postmortem" });
       var list = el("div", { cls: "oomlist" });
-      var text = el("pre");
+      var text = el("div", { cls: "verdict" });
       var listButtons = [];
       p.select = function (k) {
         dev.selected = k;
         var m = dev.ooms[k];
         listButtons.forEach(function (b, i) { b.classList.toggle("on", i === k); });
         var pm = m.post_mortem !== null ? D.post_mortems[m.post_mortem] : null;
-        text.textContent = pm ? pm.text : "Out of memory at " + secs(m.t_ns) + ": pid " + m.pid + " asked for " + bytes(m.requested_bytes) +
-          (m.cap_refused ? " (refused by the cap)" : "") + (m.call_site ? "\n  from " + m.call_site : "") +
-          "\n\n(Not analysed: only the first out-of-memory errors get a post-mortem; see `vramtrace oom`.)";
+        text.textContent = "";
+        if (pm) {
+          verdict(text, pm);
+        } else {
+          text.appendChild(el("pre", { text: (m.recovered ? "Refused at " : "Out of memory at ") + secs(m.t_ns) + ": pid " + m.pid + " asked for " + bytes(m.requested_bytes) +
+            (m.cap_refused ? " (refused by the cap)" : "") + (m.call_site ? "\n  from " + m.call_site : "") +
+            (m.recovered ? "\n\nRecovered: the same thread allocated on the device again (PyTorch flushed its cache and retried). Not an error; the job was at its limit."
+              : "\n\n(Not analysed: only the first out-of-memory errors get a post-mortem; see `vramtrace oom`.)") }));
+        }
         if (p.u) p.u.redraw(false);
       };
       dev.ooms.forEach(function (m, k) {
         var pm = m.post_mortem !== null ? D.post_mortems[m.post_mortem] : null;
-        var b = el("button", { type: "button", text: "OOM " + m.n + " at " + secs(m.t_ns) + ": pid " + m.pid + ", " + bytes(m.requested_bytes) +
+        var b = el("button", { type: "button", text: (m.recovered ? "refusal (recovered)" : m.folded ? "refusal (retried, then OOM " + m.n + ")" : "OOM " + m.n) + " at " + secs(m.t_ns) + ": pid " + m.pid + ", " + bytes(m.requested_bytes) +
           (m.cap_refused ? " (cap)" : "") + (pm ? " \u2014 " + pm.cause : "") });
         b.addEventListener("click", function () { p.select(k); });
         listButtons.push(b);
@@ -331,7 +364,9 @@
       side.appendChild(list);
       side.appendChild(text);
       row.appendChild(side);
-      p.select(0);
+      // Open on the first error, not on a refusal before it.
+      var firstError = dev.ooms.findIndex(function (m) { return !m.recovered && !m.folded; });
+      p.select(firstError < 0 ? 0 : firstError);
     } else {
       p.select = function () {};
     }

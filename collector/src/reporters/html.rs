@@ -226,6 +226,39 @@ impl Html {
                     ("cause_title", d.cause.title().into()),
                     ("reason", d.reason.clone().into()),
                     (
+                        "line",
+                        d.growth_line.as_ref().map(|g| g.label.clone()).into(),
+                    ),
+                    (
+                        "figures",
+                        J::A(
+                            verdict_figures(s, &d)
+                                .into_iter()
+                                .map(|(k, v)| J::A(vec![k.into(), v.into()]))
+                                .collect(),
+                        ),
+                    ),
+                    (
+                        "findings",
+                        J::A(
+                            d.findings
+                                .iter()
+                                .filter(|f| {
+                                    !matches!(
+                                        f,
+                                        crate::model::diagnose::Finding::Fit { .. }
+                                            | crate::model::diagnose::Finding::FrameworkFigures { .. }
+                                    )
+                                })
+                                .map(|f| f.text().into())
+                                .collect(),
+                        ),
+                    ),
+                    (
+                        "advice",
+                        J::A(d.advice.iter().map(|x| x.as_str().into()).collect()),
+                    ),
+                    (
                         "text",
                         crate::reporters::oom_text::event_text(a, s, &d, i + 1).into(),
                     ),
@@ -253,6 +286,23 @@ impl Html {
                 let site = (m.stack != 0)
                     .then(|| self.labels.get(&(m.slot, m.stack)).cloned())
                     .flatten();
+                // A refusal the program recovered from (its thread allocated there again): not an error, and
+                // not the post-mortem of an error near it.
+                let recovered = a
+                    .refusals
+                    .iter()
+                    .any(|r| r.pid == m.pid && r.device == m.device && r.time_ns == m.t_ns);
+                let pm = pm.filter(|_| !recovered);
+                // The driver's earlier refusals of one error (the allocator's retry) point at its post-mortem
+                // too; only the one nearest the error's own time is the error.
+                let folded = pm.is_some_and(|i| {
+                    let at = a.ooms[i as usize].time_ns;
+                    self.markers.iter().any(|o| {
+                        o.pid == m.pid
+                            && o.device == m.device
+                            && o.t_ns.abs_diff(at) < m.t_ns.abs_diff(at)
+                    })
+                });
                 J::O(vec![
                     (
                         "device",
@@ -271,6 +321,8 @@ impl Html {
                     ("device_free_bytes", m.free.into()),
                     ("call_site", site.into()),
                     ("post_mortem", pm.into()),
+                    ("recovered", recovered.into()),
+                    ("folded", folded.into()),
                 ])
             })
             .collect();
@@ -311,7 +363,15 @@ impl Html {
                 ])
             })
             .collect();
-        let site_name = |i: usize| a.call_sites.sites.get(i).map(Site::label);
+        // A site of a process with PyTorch's caching allocator grew the cache: said beside its name.
+        let named = |s: &Site| {
+            if a.caching_allocator(s.pid) {
+                format!("{} (grew PyTorch's cache)", s.label())
+            } else {
+                s.label()
+            }
+        };
+        let site_name = |i: usize| a.call_sites.sites.get(i).map(named);
         let at_peak: Vec<J> = a
             .call_sites
             .at_peak
@@ -354,7 +414,7 @@ impl Html {
             .filter_map(|&i| a.call_sites.sites.get(i))
             .map(|s| {
                 J::O(vec![
-                    ("name", s.label().into()),
+                    ("name", named(s).into()),
                     ("pid", s.pid.into()),
                     ("allocations", s.allocations.into()),
                     ("allocated_bytes", s.allocated_bytes.into()),
@@ -420,6 +480,7 @@ impl Html {
             ("notes", J::A(notes)),
             ("devices", J::A(devices)),
             ("oom_records", a.oom_records.into()),
+            ("refusals_recovered", a.refusals_recovered.into()),
             ("ooms", J::A(markers)),
             ("ooms_not_marked", self.markers_left_out.into()),
             ("post_mortems", J::A(post_mortems)),
@@ -550,6 +611,17 @@ impl Html {
             }
         }
         let headroom = stats.and_then(crate::reporters::text::headroom_line);
+        // PyTorch's allocated and reserved bytes (the bridge's samples), on this page's buckets: each the most
+        // its timeline held in the bucket, so they draw beside the driver's bytes.
+        let fw = stats.and_then(|s| s.framework.as_ref());
+        let on_grid = |tl: &crate::model::Timeline| -> J {
+            let w = d.s.width.max(1);
+            J::A(
+                (0..d.s.job.len() as u64)
+                    .map(|i| J::U(tl.max_between(i * w, (i + 1) * w).unwrap_or(0)))
+                    .collect(),
+            )
+        };
         J::O(vec![
             (
                 "name",
@@ -573,6 +645,19 @@ impl Html {
             ),
             ("allocations", stats.map(|s| s.allocations).into()),
             ("job", nums(&d.s.job)),
+            (
+                "framework",
+                fw.map_or(J::Null, |f| {
+                    J::O(vec![
+                        (
+                            "name",
+                            crate::reporters::text::framework::title(&f.frameworks).into(),
+                        ),
+                        ("allocated", on_grid(&f.allocated)),
+                        ("reserved", on_grid(&f.reserved)),
+                    ])
+                }),
+            ),
             ("processes", J::A(series)),
             ("sites", J::A(sites_j)),
         ])
@@ -746,6 +831,37 @@ impl Tap for Html {
             self.labels.insert(k, label);
         }
     }
+}
+
+/// The few figures that prove a verdict, as the page shows them: what was asked, what the device or the cap
+/// could give, what the job held and needed, PyTorch's split.
+fn verdict_figures(
+    s: &crate::model::OomSnapshot,
+    d: &crate::model::diagnose::Diagnosis,
+) -> Vec<(&'static str, String)> {
+    use crate::reporters::text::units::bytes;
+    let mut v = vec![
+        ("requested", bytes(s.requested_bytes)),
+        ("job live", bytes(d.job_live_bytes)),
+    ];
+    if let Some(c) = d.cap_bytes {
+        v.push(("cap", bytes(c)));
+    }
+    if let Some(f) = s.device_free_bytes {
+        v.push(("device free", bytes(f)));
+    }
+    v.push(("needed", bytes(d.needed_bytes)));
+    if let Some(av) = d.available_bytes {
+        v.push(("could give", bytes(av)));
+    }
+    if let Some(f) = s.framework_figures {
+        v.push(("allocated (tensors)", bytes(f.allocated)));
+        v.push(("reserved (segments)", bytes(f.reserved)));
+    }
+    if let Some(g) = &d.growth {
+        v.push(("grew", bytes(g.rise_bytes)));
+    }
+    v
 }
 
 #[cfg(test)]

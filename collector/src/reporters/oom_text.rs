@@ -220,7 +220,7 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
         "driver" => "the driver's calls only (no framework figures for this process)".to_string(),
         v => format!(
             "the driver's calls and {}'s allocator (the Python bridge)",
-            v.trim_start_matches("driver+")
+            crate::reporters::text::framework::title(v.trim_start_matches("driver+"))
         ),
     };
     writeln!(o, "    Seen through {view}.").ok();

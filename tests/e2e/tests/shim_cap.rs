@@ -211,7 +211,7 @@ fn warn_mode_lets_through_and_flags() {
     assert_eq!(allocs[0].flags & flags::CAP_EXCEEDED, 0);
     assert_ne!(allocs[1].flags & flags::CAP_EXCEEDED, 0);
     assert!(
-        run.stderr.contains("went past its cap 1 time"),
+        run.stderr.contains("went past its cap with 1 allocation"),
         "{}",
         run.stderr
     );
