@@ -2,8 +2,15 @@
 //! and the figures that decided it), the findings beside it, and advice fitted to both. docs/OOM.md states the
 //! rules; keep the two in step.
 
+mod advice;
+mod growth_line;
+
+pub use growth_line::{growth_size_text, GrowthKind, GrowthLine};
+
 use crate::model::{Analysis, LeakTrend, OomSnapshot};
 use crate::reporters::text::units::{bytes, count};
+use advice::advice;
+use growth_line::growth_line;
 
 /// The estimate of one process's CUDA context, module and library memory on a device (never seen by the trace).
 pub const CONTEXT_ESTIMATE_BYTES: u64 = 500 << 20;
@@ -267,141 +274,6 @@ pub fn leak_text(l: &LeakTrend) -> String {
         s.push_str(&format!(" Their call sites: {}.", g.join("; ")));
     }
     s
-}
-
-/// Where a growth came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GrowthLine {
-    /// The line (a call site's label).
-    pub label: String,
-    /// `tensors`: the framework's live tensors allocated there (its allocation history); `driver`: the
-    /// driver allocations made there (a program without a caching allocator); `cache`: the code that grew a
-    /// caching allocator's cache there: the bytes are whatever tensors live in it now, not necessarily its.
-    pub source: &'static str,
-    /// Bytes made there during the rise and live at the error.
-    pub bytes: u64,
-    pub count: u64,
-    /// What the line is, for the advice.
-    pub kind: GrowthKind,
-}
-
-/// What grows, as far as the line tells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GrowthKind {
-    /// A KV cache (transformers' cache classes, a `past_key_values`): it grows with the batch and the sequence.
-    KvCache,
-    /// An optimizer's state: made once, at its first step.
-    OptimizerState,
-    /// Anything else kept across steps.
-    Kept,
-}
-
-impl GrowthKind {
-    pub fn key(self) -> &'static str {
-        match self {
-            GrowthKind::KvCache => "kv_cache",
-            GrowthKind::OptimizerState => "optimizer_state",
-            GrowthKind::Kept => "kept",
-        }
-    }
-
-    /// From the words of a line and its stack.
-    pub fn of(words: &str) -> GrowthKind {
-        let w = words.to_ascii_lowercase();
-        const KV: [&str; 7] = [
-            "cache_utils",
-            "past_key_value",
-            "kv_cache",
-            "kvcache",
-            "dynamiccache",
-            "key_cache",
-            "dynamiclayer",
-        ];
-        const OPT: [&str; 4] = ["torch/optim/", "_init_group", "exp_avg", "optimizer"];
-        if KV.iter().any(|k| w.contains(k)) {
-            GrowthKind::KvCache
-        } else if OPT.iter().any(|k| w.contains(k)) {
-            GrowthKind::OptimizerState
-        } else {
-            GrowthKind::Kept
-        }
-    }
-}
-
-/// The line a growth came from: PyTorch's live tensors when its history was kept (allocated during the rise),
-/// else the call site of the driver allocations made during the rise, labelled for what it is in a process
-/// with a caching allocator.
-fn growth_line(a: &Analysis, s: &OomSnapshot, l: &LeakTrend) -> Option<GrowthLine> {
-    if let Some(k) = s
-        .framework
-        .as_ref()
-        .and_then(|f| f.snapshot.as_ref())
-        .and_then(|r| {
-            r.kept
-                .iter()
-                .filter(|k| k.during_rise_bytes > 0)
-                .max_by_key(|k| k.during_rise_bytes)
-                .or(r.kept.first())
-        })
-    {
-        return Some(GrowthLine {
-            label: k.label.clone(),
-            source: "tensors",
-            bytes: if k.during_rise_bytes > 0 {
-                k.during_rise_bytes
-            } else {
-                k.bytes
-            },
-            count: k.count,
-            kind: GrowthKind::of(&k.label),
-        });
-    }
-    let g = s
-        .leak
-        .as_ref()
-        .and_then(|d| d.sites.first())
-        .or(l.sites.first())?;
-    let site = a.call_sites.sites.get(g.site);
-    let words: String = site.map_or(g.label.clone(), |x| {
-        x.frames
-            .iter()
-            .map(|f| f.label())
-            .chain(std::iter::once(g.label.clone()))
-            .collect::<Vec<_>>()
-            .join(" ")
-    });
-    let caching = site
-        .and_then(|x| a.process(x.pid))
-        .is_some_and(|p| !p.framework.is_empty());
-    Some(GrowthLine {
-        label: g.label.clone(),
-        source: if caching { "cache" } else { "driver" },
-        bytes: g.bytes,
-        count: g.count,
-        kind: GrowthKind::of(&words),
-    })
-}
-
-/// One sentence on a growth's size: in all, from when, over how many steps.
-pub fn growth_size_text(l: &LeakTrend) -> String {
-    let first = l.minima[0];
-    let last = l.minima[l.minima.len() - 1];
-    let mut t = format!(
-        "+{} from {} (at {}) to {} (at {})",
-        bytes(l.rise_bytes),
-        bytes(first.bytes),
-        crate::reporters::text::units::secs(first.t_ns),
-        bytes(last.bytes),
-        crate::reporters::text::units::secs(last.t_ns),
-    );
-    if let Some(n) = l.steps.filter(|&n| n > 0) {
-        t.push_str(&format!(
-            ", over {} steps (about {} a step)",
-            count(n),
-            bytes(l.rise_bytes / n)
-        ));
-    }
-    t
 }
 
 /// The cause of one out-of-memory event, the figures that decided it, findings and advice.
@@ -915,242 +787,22 @@ pub fn cap_spec(b: u64) -> String {
     format!("{s}GiB")
 }
 
-fn pct(part: u64, whole: u64) -> String {
-    if whole == 0 {
-        return "-".to_string();
+/// The few figures that prove a verdict, in the order a reader checks them: what was asked, what the job held,
+/// the cap, what the device had free, what was needed against what could be given, PyTorch's split, and what
+/// grew. Every output's short form shows these (the rest is the full report's and the JSON's).
+pub fn key_figures(s: &OomSnapshot, d: &Diagnosis) -> Vec<(&'static str, u64)> {
+    let mut v = vec![
+        ("requested", s.requested_bytes),
+        ("job live", d.job_live_bytes),
+    ];
+    v.extend(d.cap_bytes.map(|c| ("cap", c)));
+    v.extend(s.device_free_bytes.map(|f| ("device free", f)));
+    v.push(("needed", d.needed_bytes));
+    v.extend(d.available_bytes.map(|a| ("could give", a)));
+    if let Some(f) = s.framework_figures {
+        v.push(("allocated (tensors)", f.allocated));
+        v.push(("reserved (segments)", f.reserved));
     }
-    format!("{:.1}%", part as f64 * 100.0 / whole as f64)
-}
-
-fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<String> {
-    let b = bytes;
-    let mut v = Vec::new();
-    let gpu = s
-        .device
-        .map_or("the GPU".to_string(), |d| format!("GPU {d}"));
-    match d.cause {
-        Cause::Growth => {
-            let per = d
-                .growth
-                .as_ref()
-                .and_then(|l| l.steps.filter(|&n| n > 0).map(|n| l.rise_bytes / n));
-            let at = d.growth_line.as_ref().map(|g| g.label.clone());
-            let kind = d.growth_line.as_ref().map_or(GrowthKind::Kept, |g| g.kind);
-            let native = d.view == "driver";
-            let here = at.as_deref().map_or(String::new(), |l| format!(" ({l})"));
-            v.push(match kind {
-                GrowthKind::KvCache => format!(
-                    "The KV cache{here} grows with the batch and the sequence: bound them (a maximum batch \
-                     size or tokens per batch, max_new_tokens, a shorter context), or use a cache sized once \
-                     for the limit (a static or paged KV cache); batches that grow until the memory runs out \
-                     fail at the largest one."
-                ),
-                GrowthKind::OptimizerState => format!(
-                    "This is the optimizer's state{here}, made at its first steps and then kept: it stops \
-                     growing once every parameter has its state. To make it smaller: an 8-bit or \
-                     factored optimizer, or sharding it (ZeRO, FSDP)."
-                ),
-                GrowthKind::Kept if native => format!(
-                    "Something allocated every step is never freed{here}: free it at the end of the step, \
-                     or reuse one buffer across steps."
-                ),
-                GrowthKind::Kept => format!(
-                    "Something keeps tensors alive across steps{here}: outputs or losses stored in a list \
-                     with their graph (keep loss.item() or out.detach().cpu() instead), metrics or history \
-                     kept as GPU tensors, a graph retained (retain_graph=True) or a growing cache."
-                ),
-            });
-            if d.growth_line.is_none() && !native {
-                v.push(
-                    "To name the line that keeps them: vramtrace run --torch-history (PyTorch's allocation \
-                     history with Python stacks) and run again."
-                        .to_string(),
-                );
-            }
-            let rate = per.map_or(String::new(), |p| format!(" (about {} a step)", b(p)));
-            v.push(format!(
-                "A larger {} or a smaller batch only moves the error to a later step while the growth goes \
-                 on{rate}: fix what grows first.",
-                if d.cap_bytes.is_some() { "cap" } else { "GPU" }
-            ));
-        }
-        Cause::HostMemory => {
-            v.push(format!(
-                "This was host memory ({} pinned through cuMemCreate with a host location): check the host's \
-                 free memory and the process's limit on locked memory (ulimit -l, a container's memory \
-                 limit). Freeing or capping GPU memory does not help here.",
-                b(s.requested_bytes)
-            ));
-        }
-        Cause::RequestTooLarge => {
-            let limit = if d
-                .cap_bytes
-                .is_some_and(|c| d.total_bytes.is_none_or(|t| c <= t))
-            {
-                "the cap"
-            } else {
-                "the device"
-            };
-            v.push(format!(
-                "One allocation of {} cannot fit on {gpu}, whatever else is freed: {limit} is smaller. Find \
-                 the tensor (the call site above) and split the work: a smaller batch or sequence for that \
-                 operation, chunking it (e.g. attention or the loss over chunks), or sharding the tensor \
-                 across GPUs.",
-                b(s.requested_bytes)
-            ));
-            v.push(
-                "A size this large is often a bug: a wrong shape, a broadcast that materialised, or units \
-                 mixed up (elements for bytes). Check the shape at that line."
-                    .to_string(),
-            );
-        }
-        Cause::FragmentationCache => {
-            let o = s.framework.as_ref();
-            if o.and_then(|o| o.expandable_segments) != Some(true) {
-                v.push(
-                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow in place, so free \
-                     memory between tensors can serve a large request (PyTorch's own advice for this case)."
-                        .to_string(),
-                );
-            }
-            if o.is_none_or(|o| o.max_split_size.is_none()) {
-                v.push(format!(
-                    "Or PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{}: blocks larger than this are never split \
-                     for small tensors, so large ones stay available.",
-                    (s.requested_bytes >> 20).clamp(20, 1024)
-                ));
-            }
-            v.push(
-                "torch.cuda.empty_cache() between phases (after evaluation, before the next large \
-                 allocation) returns cached segments that hold no live tensor."
-                    .to_string(),
-            );
-            v.push(
-                "garbage_collection_threshold:0.8 (with torch.cuda.set_per_process_memory_fraction) makes \
-                 the allocator reclaim cached blocks before it runs out."
-                    .to_string(),
-            );
-            v.push(
-                "Allocate large persistent buffers first, before the churn of short-lived tensors breaks \
-                 up the cache."
-                    .to_string(),
-            );
-        }
-        Cause::Pressure => {
-            let shed = d
-                .short_of_fitting_bytes
-                .filter(|&x| x > 0)
-                .or(d.shortfall_bytes)
-                .unwrap_or(s.requested_bytes);
-            v.push(format!(
-                "Shed at least {} on {gpu} ({} bytes, {} of the {} the job needed at its peak); more to \
-                 leave room for the allocator's rounding and caching.",
-                b(shed),
-                count(shed),
-                pct(shed, d.needed_bytes),
-                b(d.needed_bytes)
-            ));
-            v.push(
-                "Smaller batch, or micro-batching with gradient accumulation: the same effective batch with \
-                 activations for one micro-batch at a time."
-                    .to_string(),
-            );
-            v.push(
-                "Activation checkpointing (torch.utils.checkpoint): recompute activations in the backward pass \
-                 instead of keeping them."
-                    .to_string(),
-            );
-            v.push(
-                "Mixed precision (bf16/fp16 autocast): halves activation memory, and weights too when kept \
-                 in bf16."
-                    .to_string(),
-            );
-            v.push(
-                "Offload optimizer state to host memory (DeepSpeed ZeRO-Offload, FSDP CPU offload)."
-                    .to_string(),
-            );
-            v.push(
-                "Shard parameters, gradients and optimizer state across GPUs (FSDP, DeepSpeed ZeRO)."
-                    .to_string(),
-            );
-            if s.leak.is_some() || s.framework_leak.is_some() {
-                v.push(
-                    "Bytes in use rose cycle over cycle before the event (see the leak finding): fix what \
-                     is kept across steps first (tensors stored in lists, losses accumulated with their graph)."
-                        .to_string(),
-                );
-            }
-        }
-        Cause::Fragmentation => {
-            v.push(
-                "PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so segments grow in place instead \
-                 of needing new contiguous blocks."
-                    .to_string(),
-            );
-            v.push(
-                "Trim pools at phase boundaries: torch.cuda.empty_cache() (PyTorch), cuMemPoolTrimTo(pool, 0) \
-                 for stream-ordered pools (or lower their CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)."
-                    .to_string(),
-            );
-            v.push(
-                "Allocate large persistent buffers first (weights, optimizer state, KV cache), before the \
-                 churn of short-lived ones breaks up the free memory."
-                    .to_string(),
-            );
-        }
-        Cause::External => {
-            let held = d.outside_excess_bytes.map_or("memory".to_string(), b);
-            v.push(format!(
-                "{held} (estimated) on {gpu} was held outside the job, by processes vramtrace did not trace: \
-                 their pids are unknown to it. Inside the job: none to blame (its processes held {} there).",
-                b(d.job_live_bytes)
-            ));
-            v.push(
-                "Who holds the GPU: nvidia-smi --query-compute-apps=pid,used_memory --format=csv"
-                    .to_string(),
-            );
-            v.push(format!(
-                "Move the job to a free GPU (CUDA_VISIBLE_DEVICES), or stop the other process on {gpu}."
-            ));
-        }
-        Cause::Cap => {
-            let flag = if a.devices.len() <= 1 {
-                cap_spec(d.suggested_cap_bytes)
-            } else {
-                match s.device {
-                    Some(dv) => format!("{dv}={}", cap_spec(d.suggested_cap_bytes)),
-                    None => cap_spec(d.suggested_cap_bytes),
-                }
-            };
-            v.push(format!(
-                "A cap of {} would have fitted the job's peak so far ({} = the larger of its peak and its \
-                 bytes plus the request, rounded up to 0.25 GiB): --cap {flag}",
-                b(d.suggested_cap_bytes),
-                b(d.needed_bytes)
-            ));
-            if let Some(t) = d.total_bytes {
-                if d.suggested_cap_bytes > t {
-                    v.push(format!(
-                        "That is more than the device's {}: the job itself must shed memory (smaller batch, \
-                         checkpointing, mixed precision, sharding).",
-                        b(t)
-                    ));
-                }
-            }
-            v.push(
-                "To measure first: --cap-mode warn lets over-cap allocations through and flags them in the \
-                 trace."
-                    .to_string(),
-            );
-            if s.framework_leak.is_some() || s.leak.is_some() {
-                v.push(
-                    "But first: bytes in use rose step after step before the event (see the leak finding), so \
-                     a larger cap only delays it. Fix what is kept across steps (outputs or losses stored \
-                     with their graph: store loss.item() or out.detach())."
-                        .to_string(),
-                );
-            }
-        }
-    }
+    v.extend(d.growth.as_ref().map(|g| ("grew", g.rise_bytes)));
     v
 }

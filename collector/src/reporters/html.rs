@@ -232,9 +232,9 @@ impl Html {
                     (
                         "figures",
                         J::A(
-                            verdict_figures(s, &d)
+                            crate::model::diagnose::key_figures(s, &d)
                                 .into_iter()
-                                .map(|(k, v)| J::A(vec![k.into(), v.into()]))
+                                .map(|(k, v)| J::A(vec![k.into(), crate::reporters::text::units::bytes(v).into()]))
                                 .collect(),
                         ),
                     ),
@@ -831,37 +831,6 @@ impl Tap for Html {
             self.labels.insert(k, label);
         }
     }
-}
-
-/// The few figures that prove a verdict, as the page shows them: what was asked, what the device or the cap
-/// could give, what the job held and needed, PyTorch's split.
-fn verdict_figures(
-    s: &crate::model::OomSnapshot,
-    d: &crate::model::diagnose::Diagnosis,
-) -> Vec<(&'static str, String)> {
-    use crate::reporters::text::units::bytes;
-    let mut v = vec![
-        ("requested", bytes(s.requested_bytes)),
-        ("job live", bytes(d.job_live_bytes)),
-    ];
-    if let Some(c) = d.cap_bytes {
-        v.push(("cap", bytes(c)));
-    }
-    if let Some(f) = s.device_free_bytes {
-        v.push(("device free", bytes(f)));
-    }
-    v.push(("needed", bytes(d.needed_bytes)));
-    if let Some(av) = d.available_bytes {
-        v.push(("could give", bytes(av)));
-    }
-    if let Some(f) = s.framework_figures {
-        v.push(("allocated (tensors)", bytes(f.allocated)));
-        v.push(("reserved (segments)", bytes(f.reserved)));
-    }
-    if let Some(g) = &d.growth {
-        v.push(("grew", bytes(g.rise_bytes)));
-    }
-    v
 }
 
 #[cfg(test)]

@@ -428,24 +428,10 @@ fn short_figures(o: &mut String, s: &OomSnapshot, d: &Diagnosis) {
         .ok();
         return;
     }
-    let mut rows: Vec<(String, String)> = vec![
-        ("requested".into(), bytes(s.requested_bytes)),
-        ("job live".into(), bytes(d.job_live_bytes)),
-    ];
-    if let Some(c) = d.cap_bytes {
-        rows.push(("cap".into(), bytes(c)));
-    }
-    if let Some(f) = s.device_free_bytes {
-        rows.push(("device free".into(), bytes(f)));
-    }
-    rows.push(("needed".into(), bytes(d.needed_bytes)));
-    if let Some(av) = d.available_bytes {
-        rows.push(("could give".into(), bytes(av)));
-    }
-    if let Some(f) = s.framework_figures {
-        rows.push(("allocated (tensors)".into(), bytes(f.allocated)));
-        rows.push(("reserved (segments)".into(), bytes(f.reserved)));
-    }
+    let rows: Vec<(&str, String)> = crate::model::diagnose::key_figures(s, d)
+        .into_iter()
+        .map(|(k, v)| (k, bytes(v)))
+        .collect();
     writeln!(o, "  FIGURES ON {}", oom_place(s)).ok();
     for pair in rows.chunks(2) {
         let mut line = String::from("   ");

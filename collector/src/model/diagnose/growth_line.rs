@@ -1,0 +1,138 @@
+//! Where a growth came from, as a post-mortem names it, and what kind of thing grows (for the advice).
+
+use super::*;
+
+/// Where a growth came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrowthLine {
+    /// The line (a call site's label).
+    pub label: String,
+    /// `tensors`: the framework's live tensors allocated there (its allocation history); `driver`: the
+    /// driver allocations made there (a program without a caching allocator); `cache`: the code that grew a
+    /// caching allocator's cache there: the bytes are whatever tensors live in it now, not necessarily its.
+    pub source: &'static str,
+    /// Bytes made there during the rise and live at the error.
+    pub bytes: u64,
+    pub count: u64,
+    /// What the line is, for the advice.
+    pub kind: GrowthKind,
+}
+
+/// What grows, as far as the line tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrowthKind {
+    /// A KV cache (transformers' cache classes, a `past_key_values`): it grows with the batch and the sequence.
+    KvCache,
+    /// An optimizer's state: made once, at its first step.
+    OptimizerState,
+    /// Anything else kept across steps.
+    Kept,
+}
+
+impl GrowthKind {
+    pub fn key(self) -> &'static str {
+        match self {
+            GrowthKind::KvCache => "kv_cache",
+            GrowthKind::OptimizerState => "optimizer_state",
+            GrowthKind::Kept => "kept",
+        }
+    }
+
+    /// From the words of a line and its stack.
+    pub fn of(words: &str) -> GrowthKind {
+        let w = words.to_ascii_lowercase();
+        const KV: [&str; 7] = [
+            "cache_utils",
+            "past_key_value",
+            "kv_cache",
+            "kvcache",
+            "dynamiccache",
+            "key_cache",
+            "dynamiclayer",
+        ];
+        const OPT: [&str; 4] = ["torch/optim/", "_init_group", "exp_avg", "optimizer"];
+        if KV.iter().any(|k| w.contains(k)) {
+            GrowthKind::KvCache
+        } else if OPT.iter().any(|k| w.contains(k)) {
+            GrowthKind::OptimizerState
+        } else {
+            GrowthKind::Kept
+        }
+    }
+}
+
+/// The line a growth came from: PyTorch's live tensors when its history was kept (allocated during the rise),
+/// else the call site of the driver allocations made during the rise, labelled for what it is in a process
+/// with a caching allocator.
+pub(super) fn growth_line(a: &Analysis, s: &OomSnapshot, l: &LeakTrend) -> Option<GrowthLine> {
+    if let Some(k) = s
+        .framework
+        .as_ref()
+        .and_then(|f| f.snapshot.as_ref())
+        .and_then(|r| {
+            r.kept
+                .iter()
+                .filter(|k| k.during_rise_bytes > 0)
+                .max_by_key(|k| k.during_rise_bytes)
+                .or(r.kept.first())
+        })
+    {
+        return Some(GrowthLine {
+            label: k.label.clone(),
+            source: "tensors",
+            bytes: if k.during_rise_bytes > 0 {
+                k.during_rise_bytes
+            } else {
+                k.bytes
+            },
+            count: k.count,
+            kind: GrowthKind::of(&k.label),
+        });
+    }
+    let g = s
+        .leak
+        .as_ref()
+        .and_then(|d| d.sites.first())
+        .or(l.sites.first())?;
+    let site = a.call_sites.sites.get(g.site);
+    let words: String = site.map_or(g.label.clone(), |x| {
+        x.frames
+            .iter()
+            .map(|f| f.label())
+            .chain(std::iter::once(g.label.clone()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    let caching = site
+        .and_then(|x| a.process(x.pid))
+        .is_some_and(|p| !p.framework.is_empty());
+    Some(GrowthLine {
+        label: g.label.clone(),
+        source: if caching { "cache" } else { "driver" },
+        bytes: g.bytes,
+        count: g.count,
+        kind: GrowthKind::of(&words),
+    })
+}
+
+/// One sentence on a growth's size: in all, from when, over how many steps.
+pub fn growth_size_text(l: &LeakTrend) -> String {
+    let first = l.minima[0];
+    let last = l.minima[l.minima.len() - 1];
+    let mut t = format!(
+        "+{} from {} (at {}) to {} (at {})",
+        bytes(l.rise_bytes),
+        bytes(first.bytes),
+        crate::reporters::text::units::secs(first.t_ns),
+        bytes(last.bytes),
+        crate::reporters::text::units::secs(last.t_ns),
+    );
+    if let Some(n) = l.steps.filter(|&n| n > 0) {
+        t.push_str(&format!(
+            ", over {} steps (about {} a step)",
+            count(n),
+            bytes(l.rise_bytes / n)
+        ));
+    }
+    t
+}
