@@ -670,6 +670,22 @@ const MAX_DISTINGUISH_ROUNDS: usize = 64;
 /// from each member's [`Site::candidates`], the first one that is not the same for all of them; sites that
 /// nothing tells apart get their process and stack id.
 pub fn distinguish(sites: &mut [Site]) {
+    tell_apart(sites);
+    // A frame two sites share that only their immediate callers tell apart is a wrapper (`Gpu::alloc`, a
+    // helper): the caller is the site, the wrapper what it came through (`training at main.rs:332 via
+    // Gpu::alloc at main.rs:218`), so the line a reader looks for comes first. Callers further out stay
+    // callers (`<- … <- main`): the site stays near the allocation.
+    for s in sites.iter_mut() {
+        if let (Some(i), Some(&Extra::Frame(j))) = (s.site, s.extra.first()) {
+            if j == i + 1 && s.is_caller(j) {
+                s.site = Some(j);
+                s.extra[0] = Extra::Frame(i);
+            }
+        }
+    }
+}
+
+fn tell_apart(sites: &mut [Site]) {
     let candidates: Vec<Vec<Extra>> = sites.iter().map(Site::candidates).collect();
     let mut cursor = vec![0usize; sites.len()];
     for _ in 0..MAX_DISTINGUISH_ROUNDS {
@@ -1508,28 +1524,37 @@ mod tests {
 
     #[test]
     fn equal_labels_are_told_apart_by_what_differs() {
-        // The demo's two sites: the same frame, called from two lines of `training`.
+        // The demo's two sites: the same frame, called from two lines of `training`: a wrapper, so its
+        // caller is the site and the wrapper what it came through.
         let mut sites = vec![site(1, 1, cudarc_stack(332)), site(1, 2, cudarc_stack(335))];
         assert_eq!(sites[0].label(), sites[1].label());
         distinguish(&mut sites);
         assert_eq!(
             sites[0].label(),
-            "vramtrace_workload::Gpu::alloc at src/main.rs:218 <- vramtrace_workload::training at \
-             src/main.rs:332 (inlined)"
+            "vramtrace_workload::training at src/main.rs:332 (inlined) via vramtrace_workload::Gpu::alloc \
+             at src/main.rs:218"
         );
         assert!(
-            sites[1].label().ends_with("main.rs:335 (inlined)"),
+            sites[1]
+                .label()
+                .starts_with("vramtrace_workload::training at src/main.rs:335 (inlined) via"),
             "{}",
             sites[1].label()
         );
-        // In text: the site, its callers (the one that differs among them) and nothing else.
+        // In text: the site, its callers, then the wrapper it came through.
+        let short = sites[1].short(1);
         assert_eq!(
-            sites[1].short(2),
-            vec![
-                "vramtrace_workload::Gpu::alloc at src/main.rs:218",
-                "<- vramtrace_workload::training at src/main.rs:335 (inlined)",
-                "<- vramtrace_workload::main at src/main.rs:83",
-            ]
+            short.first().map(String::as_str),
+            Some("vramtrace_workload::training at src/main.rs:335 (inlined)")
+        );
+        assert_eq!(
+            short.get(1).map(String::as_str),
+            Some("<- vramtrace_workload::main at src/main.rs:83")
+        );
+        assert_eq!(
+            short.last().map(String::as_str),
+            Some("via vramtrace_workload::Gpu::alloc at src/main.rs:218"),
+            "{short:?}"
         );
         // A caller further out: the skipped ones are marked; the text shows the first two, then `<- …`.
         let mut a = cudarc_stack(332);

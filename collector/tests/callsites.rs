@@ -564,20 +564,23 @@ fn sites_that_would_read_the_same_get_labels_that_differ() {
     assert_eq!(
         labels,
         vec![
-            "libapp.so+0x2345 <- libapp.so+0x3000",
-            "libapp.so+0x2345 <- libapp.so+0x4000",
+            // A helper its immediate callers tell apart: the caller is the site, the helper what it came
+            // through.
+            "libapp.so+0x3000 via libapp.so+0x2345",
+            "libapp.so+0x4000 via libapp.so+0x2345",
+            // Told apart only further out: the site stays near the allocation.
             "proj/train.py:5 in alloc <- … <- proj/train.py:70 in main",
             "proj/train.py:5 in alloc <- … <- proj/train.py:71 in main",
         ]
     );
-    // The frame chosen stays the same: only the label grows.
-    assert_eq!(site_of(&a, 100, 1).site, Some(1));
+    assert_eq!(site_of(&a, 100, 1).site, Some(2));
+    assert_eq!(site_of(&a, 100, 3).site, Some(0));
     // Every list of the report shows four different sites.
     let text = text::render(&a, None);
     for needle in [
-        "libapp.so+0x2345\n",
-        "<- libapp.so+0x3000\n",
-        "<- libapp.so+0x4000\n",
+        "libapp.so+0x3000\n",
+        "via libapp.so+0x2345\n",
+        "libapp.so+0x4000\n",
         "<- proj/train.py:70 in main\n",
         "<- proj/train.py:71 in main\n",
     ] {
