@@ -587,14 +587,42 @@ pub fn read_snapshots(a: &mut Analysis, trace: &Path) {
         let Some(recorded) = f.snapshot_path.clone() else {
             continue;
         };
-        f.snapshot = Some(match crate::torch_snapshot::locate(&recorded, trace) {
-            Some(p) => crate::torch_snapshot::read(&p, device, rise),
-            None => SnapshotReading {
-                path: recorded,
-                error: Some("not found (beside the trace or where it was written)".into()),
-                ..SnapshotReading::default()
-            },
-        });
+        f.snapshot = Some(read_snapshot(&recorded, trace, device, rise));
+    }
+    // A device whose allocated bytes grew over the run: the lines of the tensors live at exit, from the snapshot
+    // a process of it kept then (the one holding the most).
+    let exits = a.bridge.exit_snapshots.clone();
+    for d in &mut a.devices {
+        let Some(f) = d.framework.as_mut() else {
+            continue;
+        };
+        let Some(l) = f.leak.as_ref() else {
+            continue;
+        };
+        let us = |t: u64| start_unix.saturating_add(t) / 1_000;
+        let rise = Some((us(l.minima[0].t_ns), us(l.minima[l.minima.len() - 1].t_ns)));
+        f.kept = exits
+            .iter()
+            .map(|(_, p)| read_snapshot(p, trace, Some(f.device), rise))
+            .filter(|r| r.error.is_none() && r.live_bytes > 0)
+            .max_by_key(|r| r.live_bytes);
+    }
+}
+
+/// A framework snapshot named by a record, found beside `trace` or where it was written, and read.
+fn read_snapshot(
+    recorded: &str,
+    trace: &Path,
+    device: Option<u32>,
+    rise: Option<(u64, u64)>,
+) -> SnapshotReading {
+    match crate::torch_snapshot::locate(recorded, trace) {
+        Some(p) => crate::torch_snapshot::read(&p, device, rise),
+        None => SnapshotReading {
+            path: recorded.to_string(),
+            error: Some("not found (beside the trace or where it was written)".into()),
+            ..SnapshotReading::default()
+        },
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::cli;
 use common::*;
 use vramtrace_collector::model::{analyze_reader, Analysis, MAX_OOM_SNAPSHOTS};
 use vramtrace_collector::reporters::oom_text;
@@ -311,4 +312,93 @@ fn report_names_growth_without_an_error_and_not_on_a_steady_loop() {
     assert!(a.device(0).unwrap().growth.is_none());
     let text = vramtrace_collector::reporters::text::render(&a, None);
     assert!(!text.to_lowercase().contains("growth"), "{text}");
+}
+
+/// The bridge's sample of PyTorch's figures for `pid` on device 0 at `ms`.
+fn torch_sample(pid: u32, ms: u64, allocated: u64) -> Record {
+    Record::FrameworkSample(vramtrace_format::FrameworkSample {
+        pid,
+        ts_ns: START + ms * MS,
+        framework: vramtrace_format::Framework::Torch,
+        device: 0,
+        allocated,
+        reserved: allocated + 512 * MIB,
+        active: allocated,
+        inactive_split: 0,
+        requested: allocated,
+        alloc_retries: 0,
+        ooms: 0,
+    })
+}
+
+#[test]
+fn report_names_the_line_whose_tensors_grew_from_the_snapshot_kept_at_exit() {
+    // 40 steps of 50 ms: each keeps a 64 MiB output (train.py:42) beside 256 MiB of activations; the bridge's
+    // history was armed, so at exit it dumped a snapshot, whose live tensors name their lines.
+    let dir = cli::TempDir::new("verdict-exit-snapshot");
+    let snap = dir.0.join("t.vtrace.torch-100-exit.pickle");
+    let mut recs = vec![hello(100, 0)];
+    let mut allocs = Vec::new();
+    for k in 0..40u64 {
+        let kept = 64 * MIB * k;
+        recs.push(torch_sample(100, 10 + 50 * k, GIB + kept));
+        recs.push(torch_sample(100, 30 + 50 * k, GIB + kept + 256 * MIB));
+        recs.push(torch_sample(100, 45 + 50 * k, GIB + kept + 64 * MIB));
+        // When PyTorch allocated the kept output, in its own clock (µs since the epoch).
+        allocs.push((
+            (header().start_unix_ns + (40 + 50 * k) * MS) / 1_000,
+            0x1000_0000 + k * 0x400_0000,
+        ));
+    }
+    let script = format!(
+        "import pickle\n\
+         blocks = [dict(address=a, size={kept}, state='active_allocated', frames=[dict(filename='/venv/lib/python3.12/site-packages/torch/nn/modules/module.py', line=1, name='_call_impl'), dict(filename='/home/u/train.py', line=42, name='step')]) for (t, a) in {allocs:?}]\n\
+         blocks.append(dict(address=1, size={weights}, state='active_allocated', frames=[dict(filename='/home/u/model.py', line=7, name='build')]))\n\
+         trace = [dict(action='alloc', addr=a, size={kept}, time_us=t, stream=0) for (t, a) in {allocs:?}]\n\
+         snap = dict(segments=[dict(device=0, blocks=blocks)], device_traces=[trace])\n\
+         p = pickle.Pickler(open({path:?}, 'wb'), protocol=4); p.fast = True; p.dump(snap)\n",
+        kept = 64 * MIB,
+        weights = GIB,
+        allocs = allocs,
+        path = snap.display().to_string(),
+    );
+    let ok = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    recs.push(Record::Bridge(Bridge {
+        pid: 100,
+        tid: 1,
+        ts_ns: START + 2_100 * MS,
+        what: "snapshot".into(),
+        device: vramtrace_format::NO_DEVICE,
+        ack: false,
+        fields: vec![
+            ("at".into(), "exit".into()),
+            ("path".into(), snap.display().to_string()),
+        ],
+    }));
+    recs.push(end(100, 2_200, EndKind::Goodbye));
+    let t = dir.0.join("t.vtrace");
+    std::fs::write(&t, trace(&recs)).unwrap();
+    let a = vramtrace_collector::model::analyze(&t).unwrap();
+    let f = a.device(0).unwrap().framework.as_ref().unwrap();
+    let g = f.leak.as_ref().expect("allocated bytes grew");
+    assert!(g.rise_bytes >= 30 * 64 * MIB, "{}", g.rise_bytes);
+    let kept = f.kept.as_ref().expect("the exit snapshot read");
+    let top = kept
+        .kept
+        .iter()
+        .max_by_key(|k| k.during_rise_bytes)
+        .unwrap();
+    assert_eq!(top.label, "u/train.py:42 in step");
+    assert!(top.during_rise_bytes >= 30 * 64 * MIB, "{top:?}");
+    let text = vramtrace_collector::reporters::text::render(&a, None);
+    assert!(
+        text.contains("the line whose tensors grew: u/train.py:42 in step"),
+        "{text}"
+    );
+    // Not the weights, made once before the rise.
+    assert!(!text.contains("grew: u/model.py"), "{text}");
 }

@@ -99,9 +99,11 @@ pub struct DeviceFramework {
     /// Cache flushes and retries, all processes (the guides' early warning).
     pub alloc_retries: u64,
     pub ooms: u64,
-    /// Allocated bytes rising across cycles (the leak finding from allocated, which the cache hides from the
-    /// driver).
+    /// Allocated bytes growing step after step (which the cache hides from the driver).
     pub leak: Option<LeakTrend>,
+    /// With a growth: the live tensors at exit of the snapshot a process kept (the bridge dumps one when its
+    /// allocation history is armed at exit), grouped by the line that allocated them: the lines that grew.
+    pub kept: Option<SnapshotReading>,
 }
 
 /// A live tensor group of a PyTorch snapshot: the line that allocated them.
@@ -519,6 +521,7 @@ impl FwReplay {
                     alloc_retries: d.retries_done.saturating_add(r),
                     ooms: d.ooms_done.saturating_add(o),
                     leak,
+                    kept: None,
                 }
             })
             .collect();

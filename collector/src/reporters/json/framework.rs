@@ -31,6 +31,30 @@ pub fn device(f: &DeviceFramework) -> J {
                 .as_ref()
                 .map_or(J::Null, |l| crate::reporters::oom_json::leak(l, false)),
         ),
+        (
+            "kept_lines",
+            f.kept.as_ref().map_or(J::Null, |k| {
+                J::O(vec![
+                    ("snapshot", k.path.as_str().into()),
+                    (
+                        "lines",
+                        J::A(
+                            k.kept
+                                .iter()
+                                .map(|l| {
+                                    J::O(vec![
+                                        ("label", l.label.as_str().into()),
+                                        ("bytes", l.bytes.into()),
+                                        ("count", l.count.into()),
+                                        ("during_rise_bytes", l.during_rise_bytes.into()),
+                                    ])
+                                })
+                                .collect(),
+                        ),
+                    ),
+                ])
+            }),
+        ),
         ("allocated_timeline_bucket_ns", f.allocated.bucket_ns.into()),
         ("allocated_timeline", timeline(&f.allocated)),
         ("reserved_timeline_bucket_ns", f.reserved.bucket_ns.into()),

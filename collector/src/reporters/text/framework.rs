@@ -62,23 +62,37 @@ pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
         );
     }
     if let Some(l) = &f.leak {
-        let first = l.minima[0];
-        let last = l.minima[l.minima.len() - 1];
         wrap(
             o,
             &format!(
-                "{pad}leak trend in allocated bytes: the low points rose over {} steps from {} at {} to {} at {} \
-                 (+{}); the cache hides this from the driver.",
-                l.minima.len(),
-                bytes(first.bytes),
-                secs(first.t_ns),
-                bytes(last.bytes),
-                secs(last.t_ns),
-                bytes(l.rise_bytes)
+                "{pad}Growth of allocated bytes (the tensors; the cache hides it from the driver): {}.",
+                crate::model::diagnose::growth_size_text(l)
             ),
             pad,
             WIDTH,
         );
+        match f.kept.as_ref().and_then(|k| k.kept.iter().max_by_key(|x| x.during_rise_bytes)) {
+            Some(k) if k.during_rise_bytes > 0 => wrap(
+                o,
+                &format!(
+                    "{pad}  the line whose tensors grew: {} ({} made during the rise and live at exit, in {})",
+                    k.label,
+                    bytes(k.during_rise_bytes),
+                    crate::reporters::text::units::counted(k.count, "tensor", "tensors")
+                ),
+                pad,
+                WIDTH,
+            ),
+            _ => wrap(
+                o,
+                &format!(
+                    "{pad}  no allocation history was armed at exit to name its line: vramtrace run \
+                     --torch-history keeps it from the start."
+                ),
+                pad,
+                WIDTH,
+            ),
+        }
     }
 }
 
