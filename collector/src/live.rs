@@ -186,7 +186,7 @@ impl State {
                         p.open_ooms.retain(|o| {
                             !((b.device == NO_DEVICE || o.1 == b.device)
                                 && o.2 <= b.ts_ns
-                                && b.ts_ns - o.2 <= crate::model::FOLD_NS)
+                                && (o.0 == b.tid || b.ts_ns - o.2 <= crate::model::FOLD_NS))
                         });
                     }
                     self.error(b.device);

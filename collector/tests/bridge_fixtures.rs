@@ -170,3 +170,40 @@ fn live_at_end_tells_the_cache_from_tensors() {
     let text = vramtrace_collector::reporters::text::render(&a, None);
     assert!(text.contains("allocator caches"), "{text}");
 }
+
+/// Issue 24's growth case on the H100 (scripts/gpu/verdicts.sh, case a): a loop that keeps each step's loss
+/// with its graph, under `--cap 4GiB`, default settings. The bridge armed PyTorch's history by itself at 90% of
+/// the cap, so the post-mortem names the tensors' line; a larger cap is never the advice.
+#[test]
+fn a_loss_kept_with_its_graph_under_a_cap_is_growth_named_by_its_line() {
+    let (a, d) = first_oom("verdict_growth.vtrace");
+    assert_eq!(a.oom_records, 1);
+    assert_eq!(d.cause, Cause::Growth, "{}", d.reason);
+    let g = d.growth.as_ref().unwrap();
+    assert!(g.rise_bytes > 3 * GIB, "{}", g.rise_bytes);
+    let line = d.growth_line.as_ref().expect("the growth's line");
+    assert!(
+        line.label.ends_with("verdicts_case.py:74 in grow_cap"),
+        "{line:?}"
+    );
+    assert_eq!((line.source, line.kind.key()), ("tensors", "kept"));
+    assert!(
+        d.advice[0].contains("keeps tensors alive"),
+        "{:?}",
+        d.advice
+    );
+    assert!(
+        d.advice.iter().all(|x| !x.contains("--cap ")),
+        "{:?}",
+        d.advice
+    );
+    // The history was armed after the rise's last low point: its tensors are live at the error, but were not
+    // seen being made during the rise, and the reason says no more than that.
+    assert!(!d.reason.contains("made during the rise"), "{}", d.reason);
+    assert!(d.reason.contains("live at the error"), "{}", d.reason);
+    // The bridge said when it armed the history, and why.
+    let h = &a.bridge.history;
+    assert!(h.iter().any(|x| x.armed && x.reason == "pressure"), "{h:?}");
+    let text = vramtrace_collector::reporters::text::render(&a, None);
+    assert!(text.contains("allocation history armed at"), "{text}");
+}

@@ -402,3 +402,69 @@ fn report_names_the_line_whose_tensors_grew_from_the_snapshot_kept_at_exit() {
     // Not the weights, made once before the rise.
     assert!(!text.contains("grew: u/model.py"), "{text}");
 }
+
+#[test]
+fn an_error_whose_record_comes_seconds_after_its_refusals_is_still_one_error() {
+    // PyTorch's observer takes a snapshot before it records the error: 4 s at 78 GiB on an H100. Its thread's
+    // refusals, not recovered from, are that error's however long it took.
+    let a = run(&[
+        hello(100, 0),
+        events(
+            100,
+            vec![alloc(1, 0, 0xa000, 70 * GIB), refused(10, 9 * GIB, 0)],
+        ),
+        oom_rec(100, 10, 9 * GIB, 7 * GIB, 80 * GIB, None),
+        events(100, vec![refused(11, 9 * GIB, 0)]),
+        oom_rec(100, 11, 9 * GIB, 7 * GIB, 80 * GIB, None),
+        torch_oom(100, 6_080, 9 * GIB, 70 * GIB, 70 * GIB),
+        end(100, 6_100, EndKind::Vanished),
+    ]);
+    assert_eq!(a.oom_records, 1);
+    assert_eq!(a.ooms.len(), 1);
+    assert_eq!(a.ooms[0].driver_ooms_folded, 1);
+    assert!(a.ooms[0].framework.is_some());
+}
+
+#[test]
+fn a_kv_cache_behind_the_error_is_bounded_in_the_advice() {
+    // A serving loop's request from transformers' cache: whatever the cause, bounding the batch and the
+    // sequence is said right after its first step.
+    let kv = vec![
+        py(
+            "/venv/lib/python3.12/site-packages/transformers/cache_utils.py",
+            "DynamicLayer.update",
+            147,
+        ),
+        py("/srv/app/serve.py", "answer", 30),
+    ];
+    let mut e = refused(30, 2 * GIB, 0);
+    e.stack = 1;
+    let a = run(&[
+        hello(100, 0),
+        stack(100, 1, vec![], kv),
+        events(100, vec![alloc(1, 0, 0xa000, 70 * GIB), e]),
+        oom_rec(100, 30, 2 * GIB, GIB, 80 * GIB, None),
+        end(100, 40, EndKind::Vanished),
+    ]);
+    let d = diagnose(&a, &a.ooms[0]);
+    assert_eq!(d.cause, Cause::Pressure, "{}", d.reason);
+    assert!(d.advice[0].starts_with("Shed at least"), "{:?}", d.advice);
+    assert!(d.advice[1].contains("KV cache"), "{:?}", d.advice);
+    assert!(d.advice[1].contains("cache_utils.py"), "{:?}", d.advice);
+    // A program with no KV cache gets no such advice.
+    let a = run(&[
+        hello(100, 0),
+        events(
+            100,
+            vec![alloc(1, 0, 0xa000, 70 * GIB), refused(30, 2 * GIB, 0)],
+        ),
+        oom_rec(100, 30, 2 * GIB, GIB, 80 * GIB, None),
+        end(100, 40, EndKind::Vanished),
+    ]);
+    let d = diagnose(&a, &a.ooms[0]);
+    assert!(
+        d.advice.iter().all(|x| !x.contains("KV cache")),
+        "{:?}",
+        d.advice
+    );
+}

@@ -454,7 +454,12 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
                 g.label
             ),
             Some(g) => format!(
-                "; made during the rise and live at the error: {} in {} at {}",
+                "; {} and live at the error: {} in {} at {}",
+                if g.during_rise {
+                    "made during the rise"
+                } else {
+                    "PyTorch's allocation history (armed late in the rise) names the line of the tensors"
+                },
                 b(g.bytes),
                 crate::reporters::text::units::counted(
                     g.count,

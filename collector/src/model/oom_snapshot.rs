@@ -46,8 +46,8 @@ impl Replay<'_> {
     }
 
     /// Attaches a framework's out-of-memory record to the driver's snapshot of the same error (the last
-    /// failed request of that process and device within [`FOLD_NS`]; earlier ones were the allocator's
-    /// retries and fold into it), or snapshots it on its own when the driver saw no failure (PyTorch's
+    /// failed request of its thread on that device not recovered from, or of the process there within
+    /// [`FOLD_NS`]; earlier ones were the allocator's retries and fold into it), or snapshots it on its own when the driver saw no failure (PyTorch's
     /// per-process memory fraction refuses before asking the driver).
     pub(super) fn fold_framework_oom(
         &mut self,
@@ -58,17 +58,23 @@ impl Replay<'_> {
         fo: FrameworkOom,
     ) {
         let t = fo.time_ns;
+        // The error's refusals: those of its thread still open (not recovered from: the thread allocated
+        // nothing on the device since), however long the framework took to say so (its snapshot of a large
+        // cache takes seconds), and any of the process on the device within FOLD_NS.
+        let open = &self.open_ooms;
         let same: Vec<usize> = self
             .ooms
             .iter()
             .enumerate()
             .filter(|(_, o)| {
+                let its_thread =
+                    o.tid == tid && open.iter().any(|x| x.slot == s && x.snap == Some(o.seq));
                 o.pid == pid
                     && o.device == fo.device
                     && !o.on_host
                     && o.framework.is_none()
                     && o.time_ns <= t
-                    && t - o.time_ns <= FOLD_NS
+                    && (its_thread || t - o.time_ns <= FOLD_NS)
             })
             .map(|(i, _)| i)
             .collect();
@@ -114,7 +120,7 @@ impl Replay<'_> {
                 self.snapshot(id, ts);
                 if self.ooms.len() == before {
                     if let Some(dev) = fo.device {
-                        self.raised(s, dev, ts.saturating_sub(self.start));
+                        self.raised(s, tid, dev, ts.saturating_sub(self.start));
                     }
                     return;
                 }
@@ -122,7 +128,7 @@ impl Replay<'_> {
             }
         };
         if let Some(dev) = fo.device {
-            self.raised(s, dev, ts.saturating_sub(self.start));
+            self.raised(s, tid, dev, ts.saturating_sub(self.start));
         }
         let o = &mut self.ooms[at];
         o.framework_figures = Some(fo.figures);

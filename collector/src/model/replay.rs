@@ -208,8 +208,9 @@ pub const OPEN_OOMS_BOUND: usize = 4096;
 /// The most allocations live at their process's end kept for telling what grew (16 MiB).
 pub const KEPT_BOUND: usize = 1 << 19;
 
-/// A framework out-of-memory record folds the driver's failed requests for the same error made this long
-/// before it (the allocator flushing its cache and retrying).
+/// A framework out-of-memory record folds the driver's failed requests of its process for the same error made
+/// this long before it (the allocator flushing its cache and retrying); its own thread's, however long before,
+/// while that thread allocated nothing since.
 pub const FOLD_NS: u64 = 5_000_000_000;
 
 pub(super) struct Replay<'t> {
@@ -763,11 +764,13 @@ impl<'t> Replay<'t> {
         self.procs[s].open_oom = self.open_ooms.iter().any(|o| o.slot == s);
     }
 
-    /// A framework's record of an error raised at `t` by process `s` on `device`: the refusals before it there
-    /// (within [`FOLD_NS`]) were that error's, not recovered from.
-    pub(super) fn raised(&mut self, s: usize, device: u32, t: u64) {
-        self.open_ooms
-            .retain(|o| !(o.slot == s && o.device == device && o.t <= t && t - o.t <= FOLD_NS));
+    /// A framework's record of an error raised at `t` by thread `tid` of process `s` on `device`: the refusals
+    /// before it there (its thread's still open, whatever their age; the process's within [`FOLD_NS`]) were
+    /// that error's, not recovered from.
+    pub(super) fn raised(&mut self, s: usize, tid: u32, device: u32, t: u64) {
+        self.open_ooms.retain(|o| {
+            !(o.slot == s && o.device == device && o.t <= t && (o.tid == tid || t - o.t <= FOLD_NS))
+        });
         self.procs[s].open_oom = self.open_ooms.iter().any(|o| o.slot == s);
     }
 

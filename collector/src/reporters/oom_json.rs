@@ -395,6 +395,7 @@ fn oom(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> J {
                     ("kind", g.kind.key().into()),
                     ("bytes", g.bytes.into()),
                     ("count", g.count.into()),
+                    ("during_rise", g.during_rise.into()),
                 ])
             }),
         ),

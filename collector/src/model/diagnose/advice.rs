@@ -239,5 +239,20 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<String
             }
         }
     }
+    // A KV cache behind a cause other than its own growth (a serving loop's batch or sequence outgrew the
+    // memory): bounding them is the lasting fix, said second, after the cause's own first step.
+    if d.cause != Cause::Growth {
+        if let Some(line) = super::growth_line::kv_cache_line(a, s) {
+            let at = v.len().min(1);
+            v.insert(
+                at,
+                format!(
+                    "The memory went to a KV cache ({line}), which grows with the batch and the sequence: \
+                     bound them (a maximum batch size or tokens per batch, max_new_tokens, a shorter context), \
+                     or size the cache once for the limit (a static or paged KV cache)."
+                ),
+            );
+        }
+    }
     v
 }

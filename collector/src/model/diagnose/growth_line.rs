@@ -11,9 +11,11 @@ pub struct GrowthLine {
     /// driver allocations made there (a program without a caching allocator); `cache`: the code that grew a
     /// caching allocator's cache there: the bytes are whatever tensors live in it now, not necessarily its.
     pub source: &'static str,
-    /// Bytes made there during the rise and live at the error.
+    /// Bytes made there and live at the error: during the rise when `during_rise`, else (the history was armed
+    /// after the rise, so it cannot say when they were made) all of the line's live bytes.
     pub bytes: u64,
     pub count: u64,
+    pub during_rise: bool,
     /// What the line is, for the advice.
     pub kind: GrowthKind,
 }
@@ -86,6 +88,7 @@ pub(super) fn growth_line(a: &Analysis, s: &OomSnapshot, l: &LeakTrend) -> Optio
                 k.bytes
             },
             count: k.count,
+            during_rise: k.during_rise_bytes > 0,
             kind: GrowthKind::of(&k.label),
         });
     }
@@ -111,6 +114,7 @@ pub(super) fn growth_line(a: &Analysis, s: &OomSnapshot, l: &LeakTrend) -> Optio
         source: if caching { "cache" } else { "driver" },
         bytes: g.bytes,
         count: g.count,
+        during_rise: true,
         kind: GrowthKind::of(&words),
     })
 }
@@ -135,4 +139,24 @@ pub fn growth_size_text(l: &LeakTrend) -> String {
         ));
     }
     t
+}
+
+/// The KV cache's line, when the failing request or the tensors live at the error came from one (a serving loop
+/// whose batches or sequences grow): the advice then says to bound them, whatever the cause.
+pub(super) fn kv_cache_line(a: &Analysis, s: &OomSnapshot) -> Option<String> {
+    let request = s
+        .request_site
+        .and_then(|i| a.call_sites.sites.get(i))
+        .and_then(|x| {
+            let words: Vec<String> = x.frames.iter().map(|f| f.label()).collect();
+            (GrowthKind::of(&words.join(" ")) == GrowthKind::KvCache).then(|| x.label())
+        });
+    request.or_else(|| {
+        let r = s.framework.as_ref()?.snapshot.as_ref()?;
+        r.kept
+            .iter()
+            .take(3)
+            .find(|k| GrowthKind::of(&k.label) == GrowthKind::KvCache)
+            .map(|k| k.label.clone())
+    })
 }
