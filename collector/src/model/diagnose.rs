@@ -454,11 +454,11 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
                 g.label
             ),
             Some(g) => format!(
-                "; {} and live at the error: {} in {} at {}",
+                "; {}: {} in {} at {}",
                 if g.during_rise {
-                    "made during the rise"
+                    "made during the rise and live at the error"
                 } else {
-                    "PyTorch's allocation history (armed late in the rise) names the line of the tensors"
+                    "live at the error, by their line (PyTorch's allocation history, armed late in the rise)"
                 },
                 b(g.bytes),
                 crate::reporters::text::units::counted(

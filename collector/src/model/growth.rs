@@ -53,17 +53,25 @@ pub fn growth(tl: &Timeline, end: u64) -> Option<LeakTrend> {
         .find(|&i| all[i].max_bytes > all[i - 1].last_bytes)
         .unwrap_or(start);
     let b = &all[start..=last];
+    // The floor: the least value from each bucket's end on; the last bucket counts at its top.
+    let mut floor = vec![0u64; b.len()];
+    let mut m = b[b.len() - 1].max_bytes;
+    floor[b.len() - 1] = m;
+    for i in (0..b.len() - 1).rev() {
+        m = m.min(b[i].last_bytes);
+        floor[i] = m;
+    }
+    // The windows cover the span from where the floor leaves its first level: a long flat lead-in (a model
+    // loading, data being read) before the steps would squeeze their growth into a few windows.
+    let step = (floor[floor.len() - 1] / 200).max(1 << 20);
+    let lead = floor
+        .iter()
+        .rposition(|&f| f < floor[0].saturating_add(step))
+        .unwrap_or(0);
+    let (b, floor) = (&b[lead..], &floor[lead..]);
     let n = b.len();
     if n < GROWTH_WINDOWS {
         return None;
-    }
-    // The floor: the least value from each bucket's end on; the last bucket counts at its top.
-    let mut floor = vec![0u64; n];
-    let mut m = b[n - 1].max_bytes;
-    floor[n - 1] = m;
-    for i in (0..n - 1).rev() {
-        m = m.min(b[i].last_bytes);
-        floor[i] = m;
     }
     let end_of = |i: usize| b[i].t_ns.saturating_add(w).min(end.max(b[i].t_ns));
     // Each window's floor at its end; the last window's over the whole window (its least value): its end is
@@ -85,7 +93,6 @@ pub fn growth(tl: &Timeline, end: u64) -> Option<LeakTrend> {
         })
         .collect();
     let top = win[GROWTH_WINDOWS - 1].1.bytes;
-    let step = (top / 200).max(1 << 20);
     let rising: Vec<usize> = (1..GROWTH_WINDOWS)
         .filter(|&k| win[k].1.bytes >= win[k - 1].1.bytes.saturating_add(step))
         .collect();
@@ -366,6 +373,23 @@ mod tests {
         let tl = timeline(pts, t);
         let g = growth(&tl, t);
         assert_eq!(g, None, "{:?}", minima(&tl).len());
+    }
+
+    #[test]
+    fn growth_after_a_long_flat_lead_in_is_growth() {
+        // 128 MiB from the start, flat for 70% of the run (a model loading, data read), then 90 steps of 25 ms
+        // keeping 40 MiB each: the growth is a third of the run, and all of its windows rise.
+        let mut pts = vec![(MS, 128 * MIB)];
+        let t0 = 5_600 * MS;
+        for i in 0..90u64 {
+            let floor = 128 * MIB + 40 * MIB * i;
+            pts.push((t0 + i * 25 * MS, floor + 30 * MIB));
+            pts.push((t0 + i * 25 * MS + 15 * MS, floor + 40 * MIB));
+        }
+        let end = t0 + 90 * 25 * MS;
+        let g = growth(&timeline(pts, end), end).expect("growth after the lead-in");
+        assert!(g.rise_bytes >= 75 * 40 * MIB, "{}", g.rise_bytes);
+        assert!(g.minima[0].t_ns >= t0 - 100 * MS, "{}", g.minima[0].t_ns);
     }
 
     #[test]
