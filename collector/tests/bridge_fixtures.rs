@@ -181,6 +181,15 @@ fn a_loss_kept_with_its_graph_under_a_cap_is_growth_named_by_its_line() {
     for name in ["verdict_growth.vtrace", "verdict_growth_late.vtrace"] {
         kept_loss(name);
     }
+    // The late run's snapshot at exit (the history was armed then) holds none of the growth: the error
+    // unwound it. The report says so and points at the post-mortem, never that no history was armed.
+    let a = analyze(&fixture("verdict_growth_late.vtrace")).unwrap();
+    let text = vramtrace_collector::reporters::text::render(&a, None);
+    assert!(
+        text.contains("the snapshot kept at exit holds none of its tensors"),
+        "{text}"
+    );
+    assert!(!text.contains("no allocation history was armed"), "{text}");
 }
 
 fn kept_loss(name: &str) {

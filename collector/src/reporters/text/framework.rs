@@ -71,8 +71,14 @@ pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
             pad,
             WIDTH,
         );
-        match f.kept.as_ref().and_then(|k| k.kept.iter().max_by_key(|x| x.during_rise_bytes)) {
-            Some(k) if k.during_rise_bytes > 0 => wrap(
+        let during = f
+            .kept
+            .as_ref()
+            .and_then(|k| k.kept.iter().max_by_key(|x| x.during_rise_bytes))
+            .filter(|k| k.during_rise_bytes > 0);
+        let largest = f.kept.as_ref().and_then(|k| k.kept.first());
+        match (during, largest) {
+            (Some(k), _) => wrap(
                 o,
                 &format!(
                     "{pad}  the line whose tensors grew: {} ({} made during the rise and live at exit, in {})",
@@ -83,12 +89,37 @@ pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
                 pad,
                 WIDTH,
             ),
-            _ => wrap(
+            // The history was armed late in the rise: it cannot say when the tensors were made, only where.
+            (None, Some(k)) => wrap(
                 o,
                 &format!(
-                    "{pad}  no allocation history was armed at exit to name its line: vramtrace run \
-                     --torch-history keeps it from the start."
+                    "{pad}  the tensors live at exit, by their line (the history was armed late in the rise): \
+                     {} ({} in {})",
+                    k.label,
+                    bytes(k.bytes),
+                    crate::reporters::text::units::counted(k.count, "tensor", "tensors")
                 ),
+                pad,
+                WIDTH,
+            ),
+            (None, None) => wrap(
+                o,
+                &match &f.kept {
+                    Some(k) => format!(
+                        "{pad}  the snapshot kept at exit holds none of its tensors ({} live then, without \
+                         lines: the growth was freed before the exit){}.",
+                        bytes(k.live_bytes),
+                        if a.oom_records > 0 {
+                            "; the post-mortem of its error names the line (vramtrace oom)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    None => format!(
+                        "{pad}  no allocation history was armed at exit to name its line: vramtrace run \
+                         --torch-history keeps it from the start."
+                    ),
+                },
                 pad,
                 WIDTH,
             ),
