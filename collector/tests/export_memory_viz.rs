@@ -239,3 +239,31 @@ fn several_traces_of_one_job_are_one_snapshot_each_hosts_devices_apart() {
     );
     assert_refused_together(&dir, &a, "memory-viz");
 }
+
+/// Hostile input (issue 25): one forged allocation near 2^64 bytes, and another at an address it overlaps.
+/// The export ends, in bounded time, with a pickle Python reads.
+#[test]
+fn a_forged_allocation_near_two_to_the_sixty_four_bytes_ends_the_export() {
+    let dir = TempDir::new("mv-forged");
+    let recs = vec![
+        hello(100, 0),
+        events(
+            100,
+            vec![
+                alloc(1, 0, 0x1000, u64::MAX - 4095),
+                alloc(2, 0, 0x2000, u64::MAX / 2),
+                alloc(3, 0, 0x1000, 4096),
+                alloc(4, 0, u64::MAX - 10, 1 << 20),
+            ],
+        ),
+        end(100, 10, vramtrace_format::EndKind::Goodbye),
+    ];
+    let t = dir.file("t.vtrace", &trace(&recs));
+    let out = dir.0.join("o.pickle");
+    let start = std::time::Instant::now();
+    let o = export(&t, &out, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(start.elapsed().as_secs() < 30, "{:?}", start.elapsed());
+    let s = check(&out);
+    assert!(!s.is_empty());
+}

@@ -32,6 +32,11 @@ use crate::torch_snapshot;
 pub const MAX_EVENTS: usize = 500_000;
 /// Where synthetic addresses start (below 2^63: every integer fits in 64-bit signed).
 pub const SYNTHETIC_BASE: u64 = 0x7000_0000_0000_0000;
+/// The most bytes one allocation is drawn with (1 PiB: more than any device); larger sizes come only from a
+/// corrupt or forged trace.
+pub const MAX_DRAWN_BYTES: u64 = 1 << 50;
+/// Synthetic addresses tried for one allocation before it is drawn where the last try fell.
+const MAX_PLACE_TRIES: usize = 4096;
 const NO_SITE: u32 = u32::MAX;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -103,21 +108,27 @@ impl DeviceTrace {
                 .is_none_or(|(_, &e)| e <= a)
     }
 
-    /// Where a range of `size` at `addr` is drawn: `addr` when free, else a synthetic address.
+    /// Where a range of `size` at `addr` is drawn: `addr` when free, else a synthetic address. A size no device
+    /// has (a forged or corrupt record: up to 2^64) is drawn as [`MAX_DRAWN_BYTES`] past the synthetic base, and
+    /// the search for room is bounded: the export ends whatever the input.
     fn place(&mut self, addr: u64, size: u64, remapped: &mut u64) -> u64 {
+        let size = size.min(MAX_DRAWN_BYTES);
         let x = if self.free_range(addr, size) {
             addr
         } else {
             *remapped += 1;
-            loop {
-                let a = SYNTHETIC_BASE + self.next_synthetic;
-                self.next_synthetic += size.max(1).next_multiple_of(2 << 20);
+            let step = size.max(1).next_multiple_of(2 << 20);
+            let mut a = SYNTHETIC_BASE.saturating_add(self.next_synthetic);
+            for _ in 0..MAX_PLACE_TRIES {
+                a = SYNTHETIC_BASE.saturating_add(self.next_synthetic);
+                self.next_synthetic = self.next_synthetic.saturating_add(step);
                 if self.free_range(a, size) {
-                    break a;
+                    break;
                 }
             }
+            a
         };
-        self.live.insert(x, x + size);
+        self.live.insert(x, x.saturating_add(size));
         x
     }
 }
