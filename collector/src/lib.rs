@@ -11,6 +11,7 @@ pub mod fdlimit;
 pub(crate) mod hangup;
 pub mod live;
 pub mod model;
+pub mod pickle_depth;
 pub mod probe;
 pub mod receive;
 pub mod reporters;

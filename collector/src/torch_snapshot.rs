@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::BufReader;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_pickle::{DeOptions, HashableValue, Value};
@@ -69,8 +69,14 @@ pub(crate) fn load(path: &Path) -> Result<Value, String> {
             MAX_SNAPSHOT_BYTES >> 20
         ));
     }
-    let f = File::open(path).map_err(|e| e.to_string())?;
-    serde_pickle::value_from_reader(BufReader::new(f), DeOptions::new()).map_err(|e| {
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    File::open(path)
+        .and_then(|f| f.take(MAX_SNAPSHOT_BYTES).read_to_end(&mut bytes))
+        .map_err(|e| e.to_string())?;
+    // serde-pickle builds and drops values by recursion: a forged pickle nested a million deep would overflow
+    // the stack and abort the reader. Its depth is known first, without recursion.
+    crate::pickle_depth::depth(&bytes).map_err(|e| format!("not a readable pickle: {e}"))?;
+    serde_pickle::value_from_slice(&bytes, DeOptions::new()).map_err(|e| {
         let e = e.to_string();
         if e.contains("recursive") {
             // serde-pickle 1.2 mis-resolves a value the pickle shares between places; the bridge writes its
@@ -281,6 +287,25 @@ mod tests {
         let mut r = SnapshotReading::default();
         group(&snap, Some(1), None, &mut r);
         assert_eq!(r.live_tensors, 0);
+    }
+
+    #[test]
+    fn a_pickle_nested_a_million_deep_is_refused_not_a_stack_overflow() {
+        let dir = std::env::temp_dir().join(format!("vt-snap-deep-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let deep = dir.join("deep.pickle");
+        let mut b = vec![0x80, 4];
+        b.extend(std::iter::repeat_n(b']', 1_000_000));
+        b.extend(std::iter::repeat_n(b'a', 999_999));
+        b.push(b'.');
+        std::fs::write(&deep, &b).unwrap();
+        let r = read(&deep, Some(0), None);
+        assert!(
+            r.error.as_deref().unwrap().contains("nests more than"),
+            "{:?}",
+            r.error
+        );
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
