@@ -221,6 +221,25 @@ class Automatic(WithTorch):
         self.assertEqual(path, "%s.torch-%d-oom1.pickle" % (self.trace, os.getpid()))
         self.assertTrue(os.path.isfile(path))
 
+    def test_a_link_planted_at_the_snapshots_name_is_never_written_through(self):
+        # Another user (or the traced program) plants the names the dump writes at: links to a file of the job's
+        # user. The dump replaces them; the file they point at is untouched, the snapshot is ours alone.
+        victim = os.path.join(self.tmp, "victim")
+        with open(victim, "w") as f:
+            f.write("theirs")
+        final = "%s.torch-%d-oom1.pickle" % (self.trace, os.getpid())
+        os.symlink(victim, final + ".part")
+        self.attach()
+        self.hold(950 * MIB)
+        self.tick(0.0)
+        with self.assertRaises(torch.OutOfMemoryError):
+            torch.cuda.empty(200 * MIB)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "theirs")
+        self.assertFalse(os.path.islink(final))
+        self.assertEqual(os.stat(final).st_mode & 0o777, 0o600)
+        self.assertFalse(os.path.lexists(final + ".part"))
+
     def test_no_dump_at_exit_unless_armed_then(self):
         self.attach()
         self.hold(100 * MIB)

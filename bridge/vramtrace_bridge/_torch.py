@@ -706,6 +706,18 @@ def _thread_name():
         return threading.current_thread().name
 
 
+def _create_private(tmp):
+    """A new file at `tmp`, ours alone (0600), never opened through a link: whatever another user left at that
+    name (a link to a file of the job's user) is removed, not written through."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(tmp, flags, 0o600)
+    except FileExistsError:
+        os.unlink(tmp)
+        fd = os.open(tmp, flags, 0o600)
+    return os.fdopen(fd, "wb")
+
+
 def _dump(snap, tag):
     """Writes a snapshot beside the trace; its path, or None."""
     trace = os.environ.get("VRAMTRACE_TRACE")
@@ -716,7 +728,7 @@ def _dump(snap, tag):
         import pickle
 
         tmp = path + ".part"
-        with open(tmp, "wb") as f:
+        with _create_private(tmp) as f:
             # Protocol 4: memory_viz reads 2 to 4. Without the memo ("fast"): shared frames are written out
             # each time, which the collector's reader (serde-pickle 1.2 mis-resolves shared references) needs.
             p = pickle.Pickler(f, protocol=4)

@@ -721,7 +721,17 @@ impl Running {
     ) -> std::io::Result<Running> {
         let server = serve(addr, live.clone())?;
         let reader = live.spawn();
-        let attach = write_attach(&server.addr, &live.labels.job, command, trace).ok();
+        let attach =
+            match write_attach(attach_dir(), &server.addr, &live.labels.job, command, trace) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    eprintln!(
+                        "vramtrace: no attach file for `vramtrace top` ({e}): give it --addr {}",
+                        server.addr
+                    );
+                    None
+                }
+            };
         Ok(Running {
             live,
             server,
@@ -752,29 +762,70 @@ pub fn attach_dir() -> std::path::PathBuf {
     }
 }
 
-/// `<attach_dir>/<pid>.addr`: `addr=`, `job=`, `command=`, `trace=` lines.
+/// The attach folder, made if missing, and checked as another user could have left it: a real directory (not a
+/// link), ours, that no one else may enter or write. `/tmp/vramtrace-<uid>` is a name anyone can take first.
+pub fn private_attach_dir() -> std::io::Result<std::path::PathBuf> {
+    private_dir(attach_dir())
+}
+
+/// `dir`, made if missing (its parent must exist), if it is a real directory of ours no one else may enter.
+fn private_dir(dir: std::path::PathBuf) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let m = std::fs::symlink_metadata(&dir)?;
+    let me = unsafe { libc::geteuid() };
+    let refuse = |why: String| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{} {why}: not used", dir.display()),
+        ))
+    };
+    if !m.file_type().is_dir() {
+        return refuse("is not a directory".into());
+    }
+    if m.uid() != me {
+        return refuse(format!("belongs to uid {}, not {me}", m.uid()));
+    }
+    if m.mode() & 0o077 != 0 {
+        return refuse(format!("is open to others (mode {:o})", m.mode() & 0o777));
+    }
+    Ok(dir)
+}
+
+/// `<attach_dir>/<pid>.addr`: `addr=`, `job=`, `command=`, `trace=` lines, made afresh (never through a link
+/// or into a file someone else left), readable by us only.
 fn write_attach(
+    dir: std::path::PathBuf,
     addr: &std::net::SocketAddr,
     job: &str,
     command: &str,
     trace: &std::path::Path,
 ) -> std::io::Result<std::path::PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir = attach_dir();
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)?;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = private_dir(dir)?;
     let path = dir.join(format!("{}.addr", std::process::id()));
     let clean = |s: &str| s.replace(['\n', '\r'], " ");
-    std::fs::write(
-        &path,
+    // A stale file of a dead run with our pid: ours (the folder is), removed first.
+    let _ = std::fs::remove_file(&path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)?;
+    f.write_all(
         format!(
             "addr={addr}\njob={}\ncommand={}\ntrace={}\n",
             clean(job),
             clean(command),
             clean(&trace.display().to_string())
-        ),
+        )
+        .as_bytes(),
     )?;
     Ok(path)
 }
@@ -905,6 +956,53 @@ mod tests {
             process_used_bytes: None,
             extra: vec![],
         })
+    }
+
+    /// Another user (a uid of nobody's) may take the attach folder's name first, open it to all, or plant links:
+    /// the folder is refused, and the file is never written through a link.
+    #[test]
+    fn the_attach_folder_and_file_are_ours_alone() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        use std::path::Path;
+        let base = std::env::temp_dir().join(format!("vt-attach-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let addr: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+        // Made by us: 0700, and the file 0600.
+        let ok = base.join("ours");
+        let p = write_attach(ok.clone(), &addr, "j", "c", Path::new("t")).unwrap();
+        assert_eq!(std::fs::metadata(&ok).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o600);
+        // A link planted where our file goes: replaced, its target untouched.
+        let victim = base.join("victim");
+        std::fs::write(&victim, "theirs").unwrap();
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(&victim, &p).unwrap();
+        write_attach(ok.clone(), &addr, "j", "c", Path::new("t")).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "theirs");
+        assert!(std::fs::symlink_metadata(&p).unwrap().is_file());
+        // Open to others: refused.
+        let open = base.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = write_attach(open.clone(), &addr, "j", "c", Path::new("t")).unwrap_err();
+        assert!(e.to_string().contains("open to others"), "{e}");
+        // A link to a folder: refused.
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&ok, &link).unwrap();
+        let e = private_dir(link).unwrap_err();
+        assert!(e.to_string().contains("not a directory"), "{e}");
+        // Another user's folder (as root here, CI's case: give it to nobody): refused, nothing written in it.
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = base.join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            let e = write_attach(theirs.clone(), &addr, "j", "c", Path::new("t")).unwrap_err();
+            assert!(e.to_string().contains("belongs to uid 65534"), "{e}");
+            assert_eq!(std::fs::read_dir(&theirs).unwrap().count(), 0);
+        }
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

@@ -468,3 +468,34 @@ fn a_kv_cache_behind_the_error_is_bounded_in_the_advice() {
         d.advice
     );
 }
+
+#[test]
+fn no_growth_is_claimed_where_events_were_lost() {
+    // The same kept-buffer loop, but its process lost events: a lost free looks exactly like memory kept.
+    let mut recs = keeping_loop(GIB, 32 * MIB, 30, None, 80 * GIB);
+    recs.insert(
+        2,
+        Record::Dropped {
+            pid: 100,
+            ts_ns: START + 50 * MS,
+            count: 3,
+        },
+    );
+    let a = run(&recs);
+    assert_eq!(a.dropped_events, 3);
+    assert!(a.device(0).unwrap().growth.is_none());
+    // And under a cap: the error is not called growth on such a trace.
+    let mut recs = keeping_loop(GIB, 256 * MIB, 1000, Some(6 * GIB), 80 * GIB);
+    recs.insert(
+        2,
+        Record::Dropped {
+            pid: 100,
+            ts_ns: START + 50 * MS,
+            count: 3,
+        },
+    );
+    let a = run_with(capped(6 * GIB, 80 * GIB), &recs);
+    let d = diagnose(&a, &a.ooms[0]);
+    assert_ne!(d.cause, Cause::Growth, "{}", d.reason);
+    assert!(d.findings.iter().any(|f| f.key() == "dropped_events"));
+}

@@ -401,7 +401,9 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
         .as_ref()
         .map(|l| (l, "PyTorch's allocated bytes"))
         .or(s.leak.as_ref().map(|l| (l, "the job's bytes in use")))
-        .filter(|(l, _)| l.rise_bytes >= missing);
+        .filter(|(l, _)| l.rise_bytes >= missing)
+        // Lost events can be lost frees, which look exactly like memory kept: no growth verdict on them.
+        .filter(|_| s.dropped_events == 0);
     let line = grew.and_then(|(l, _)| growth_line(a, s, l));
     let (cause, rule, reason) = if s.on_host {
         (

@@ -1076,10 +1076,21 @@ impl<'t> Replay<'t> {
             .iter_mut()
             .map(|d| std::mem::take(&mut d.tl).finish(end))
             .collect();
+        // A device whose processes lost events is not judged: a lost free looks exactly like memory kept.
+        let lossy: Vec<bool> = (0..self.devs.len())
+            .map(|d| {
+                self.procs.iter().any(|p| {
+                    p.s.dropped_events > 0 && p.dev.get(d).is_some_and(|pd| pd.allocations > 0)
+                })
+            })
+            .collect();
         self.growths = timelines
             .iter()
             .enumerate()
             .map(|(i, tl)| {
+                if lossy[i] {
+                    return None;
+                }
                 let mut g = super::growth::growth(tl, end)?;
                 let kept = self
                     .kept

@@ -255,17 +255,29 @@ impl Prepared {
         file.write_all(&head)
             .with_context(|| format!("cannot write {}", out.display()))?;
         let dir = RuntimeDir::create()?;
-        // The directory lets others through (0711) but not list it, and the socket's name is random: a process of
-        // the job that dropped its privileges can still connect, knowing the path from its environment, while
-        // the peer check (`spawn_acceptor`) turns away anything that does not descend from the job.
+        // Only the job's user reaches the runtime directory: 0700, the socket 0600 (mkdtemp made it ours). Run as
+        // root, a process of the job may drop its privileges to another user and must still connect: then the
+        // directory lets others through (0711) but not list it, every name in it is random, the socket is
+        // 0666, and the peer check (`spawn_acceptor`, on the kernel's credentials) turns away anything that does
+        // not descend from the job.
+        let root = unsafe { libc::geteuid() } == 0;
         let socket = dir.path.join(format!("sock-{:016x}", random_u64()));
         let listener = UnixListener::bind(&socket)
             .with_context(|| format!("cannot listen on {}", socket.display()))?;
-        set_mode(&dir.path, 0o711)?;
-        set_mode(&socket, 0o666)?;
-        let ledger = dir.path.join("ledger");
+        set_mode(&dir.path, if root { 0o711 } else { 0o700 })?;
+        set_mode(&socket, if root { 0o666 } else { 0o600 })?;
+        // The cap's ledger: the job's user's alone (a lock on its slot bytes is a claim on the cap), at a name
+        // no one can guess, made afresh.
+        let ledger = dir.path.join(format!("ledger-{:016x}", random_u64()));
         if cap.is_some() {
-            File::create(&ledger).with_context(|| format!("cannot create {}", ledger.display()))?;
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&ledger)
+                .with_context(|| format!("cannot create {}", ledger.display()))?;
         }
         let bridge = match agent {
             OnOff::On => Some(

@@ -130,10 +130,17 @@ fn labels_of(s: &str) -> BTreeMap<String, String> {
 
 /// The running job's metrics address: the newest attach file whose run is alive.
 fn find_addr() -> Result<String, String> {
-    let dir = crate::live::attach_dir();
+    use std::os::unix::fs::MetadataExt;
+    // Only a folder that is ours and private is read, and only files of ours in it: another user could have
+    // made `/tmp/vramtrace-<uid>` first and planted an address there.
+    let dir = crate::live::private_attach_dir().map_err(|e| e.to_string())?;
+    let me = unsafe { libc::geteuid() };
     let mut found: Vec<(std::time::SystemTime, String, PathBuf)> = Vec::new();
     for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
         let p = e.path();
+        if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file() && m.uid() == me) {
+            continue;
+        }
         let Some(pid) = p
             .file_name()
             .and_then(|n| n.to_str())
