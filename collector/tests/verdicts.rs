@@ -499,3 +499,19 @@ fn no_growth_is_claimed_where_events_were_lost() {
     assert_ne!(d.cause, Cause::Growth, "{}", d.reason);
     assert!(d.findings.iter().any(|f| f.key() == "dropped_events"));
 }
+
+#[test]
+fn a_demo_whose_first_step_ran_slow_is_not_growth() {
+    // Recorded from `vramtrace demo --simulated` on a loaded machine (the e2e suite running beside it): the
+    // weights and the first step, with the optimizer's state it makes, took most of the run's time, the other
+    // 19 steps a fraction of it. By time windows its warm-up looked spread out; by its steps, it is made once.
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/demo_slow_first_step.vtrace");
+    let a = vramtrace_collector::model::analyze(&p).unwrap();
+    assert_eq!(a.dropped_events, 0);
+    assert!(
+        a.device(0).unwrap().growth.is_none(),
+        "{:?}",
+        a.device(0).unwrap().growth
+    );
+}

@@ -12,7 +12,8 @@
 //! rise every few windows), spread over at least [`GROWTH_MIN_SPREAD`] windows (a burst of allocations, as at
 //! warm-up, is not) and reaching into the last [`GROWTH_TAIL`] (it was still rising at the end), that added at
 //! least [`GROWTH_MIN_BYTES`] and [`GROWTH_MIN_SHARE_PCT`] % of the top. In a timeline whose steps show as
-//! cycles, the rise must also span at least [`GROWTH_MIN_RISING`] of them: growth is across steps.
+//! cycles, the rise must also span at least [`GROWTH_MIN_RISING`] of them and most of them must each leave more
+//! behind than the one before: growth is across steps, not across time.
 
 use std::collections::HashMap;
 
@@ -124,12 +125,24 @@ pub fn growth(tl: &Timeline, end: u64) -> Option<LeakTrend> {
     let (from_t, to_t) = (points[0].t_ns, end_of(n - 1));
     let cycles = minima(tl);
     let first_rise_t = points[1].t_ns;
-    let within = cycles
+    let within: Vec<&Minimum> = cycles
         .iter()
         .filter(|m| m.t_ns > first_rise_t && m.t_ns <= to_t)
-        .count();
-    if cycles.len() >= GROWTH_MIN_RISING && within + 1 < GROWTH_MIN_RISING {
-        return None;
+        .collect();
+    if cycles.len() >= GROWTH_MIN_RISING {
+        if within.len() + 1 < GROWTH_MIN_RISING {
+            return None;
+        }
+        // Time is not steps: a first step slowed down (a cold start, a loaded machine) spreads its warm-up
+        // over the windows while the steps after it are quick. Where the steps show, most of them must leave
+        // more behind than the one before.
+        let rises = within
+            .windows(2)
+            .filter(|p| p[1].bytes >= p[0].bytes.saturating_add(step))
+            .count();
+        if rises + 1 < GROWTH_MIN_RISING || rises * 2 < within.len() - 1 {
+            return None;
+        }
     }
     Some(LeakTrend {
         steps: steps_in(tl, &floor[begin..], from_t, to_t, step),
