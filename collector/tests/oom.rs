@@ -9,30 +9,11 @@ use vramtrace_collector::reporters::{oom_text, text};
 use vramtrace_collector::verbs::oom::{
     self, diagnose, Cause, Diagnosis, Finding, CONTEXT_ESTIMATE_BYTES,
 };
-use vramtrace_format::codec::{encode_header, put_record};
-use vramtrace_format::{flags, Api, EndKind, Event, Oom, Record, TraceHeader};
+use vramtrace_format::codec::encode_header;
+use vramtrace_format::{flags, Api, EndKind, Event, Oom, Record};
 
 fn run(records: &[Record]) -> Analysis {
     analyze_reader(&trace(records)[..]).unwrap()
-}
-
-fn run_with(header: TraceHeader, records: &[Record]) -> Analysis {
-    let mut t = encode_header(&header);
-    for r in records {
-        put_record(&mut t, r);
-    }
-    analyze_reader(&t[..]).unwrap()
-}
-
-fn capped_header(cap: u64, total: u64) -> TraceHeader {
-    let mut h = header();
-    h.extra = vec![
-        ("cap".into(), "x".into()),
-        ("cap_mode".into(), "enforce".into()),
-        ("device_total.0".into(), total.to_string()),
-        ("cap_bytes.0".into(), cap.to_string()),
-    ];
-    h
 }
 
 /// An out-of-memory record of `pid` at `ms` on `device` for `req` bytes, with the driver's free and total.

@@ -8,30 +8,10 @@ use common::*;
 use vramtrace_collector::model::{analyze_reader, Analysis, MAX_OOM_SNAPSHOTS};
 use vramtrace_collector::reporters::oom_text;
 use vramtrace_collector::verbs::oom::{self, diagnose, Cause};
-use vramtrace_format::codec::{encode_header, put_record};
-use vramtrace_format::{flags, Api, Bridge, EndKind, Event, Oom, Record, TraceHeader};
+use vramtrace_format::{flags, Api, Bridge, EndKind, Event, Oom, Record};
 
 fn run(records: &[Record]) -> Analysis {
     analyze_reader(&trace(records)[..]).unwrap()
-}
-
-fn run_with(header: TraceHeader, records: &[Record]) -> Analysis {
-    let mut t = encode_header(&header);
-    for r in records {
-        put_record(&mut t, r);
-    }
-    analyze_reader(&t[..]).unwrap()
-}
-
-fn capped(cap: u64, total: u64) -> TraceHeader {
-    let mut h = header();
-    h.extra = vec![
-        ("cap".into(), "x".into()),
-        ("cap_mode".into(), "enforce".into()),
-        ("device_total.0".into(), total.to_string()),
-        ("cap_bytes.0".into(), cap.to_string()),
-    ];
-    h
 }
 
 /// The failing allocation of thread 1, as the shim records it.
@@ -241,7 +221,7 @@ fn keeping_loop(base: u64, kept: u64, steps: u64, cap: Option<u64>, total: u64) 
 #[test]
 fn a_buffer_kept_each_step_under_a_cap_is_growth_and_raising_the_cap_is_not_the_advice() {
     let a = run_with(
-        capped(6 * GIB, 80 * GIB),
+        capped_header(6 * GIB, 80 * GIB),
         &keeping_loop(GIB, 256 * MIB, 1000, Some(6 * GIB), 80 * GIB),
     );
     assert_eq!(a.oom_records, 1);
@@ -494,7 +474,7 @@ fn no_growth_is_claimed_where_events_were_lost() {
             count: 3,
         },
     );
-    let a = run_with(capped(6 * GIB, 80 * GIB), &recs);
+    let a = run_with(capped_header(6 * GIB, 80 * GIB), &recs);
     let d = diagnose(&a, &a.ooms[0]);
     assert_ne!(d.cause, Cause::Growth, "{}", d.reason);
     assert!(d.findings.iter().any(|f| f.key() == "dropped_events"));

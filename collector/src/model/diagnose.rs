@@ -794,6 +794,14 @@ pub fn cap_spec(b: u64) -> String {
     format!("{s}GiB")
 }
 
+/// The findings a short form shows: all but those its key figures already say (how far it was from fitting,
+/// the framework's split).
+pub fn short_findings(d: &Diagnosis) -> impl Iterator<Item = &Finding> {
+    d.findings
+        .iter()
+        .filter(|f| !matches!(f, Finding::Fit { .. } | Finding::FrameworkFigures { .. }))
+}
+
 /// The few figures that prove a verdict, in the order a reader checks them: what was asked, what the job held,
 /// the cap, what the device had free, what was needed against what could be given, PyTorch's split, and what
 /// grew. Every output's short form shows these (the rest is the full report's and the JSON's).

@@ -234,22 +234,19 @@ impl Html {
                         J::A(
                             crate::model::diagnose::key_figures(s, &d)
                                 .into_iter()
-                                .map(|(k, v)| J::A(vec![k.into(), crate::reporters::text::units::bytes(v).into()]))
+                                .map(|(k, v)| {
+                                    J::A(vec![
+                                        k.into(),
+                                        crate::reporters::text::units::bytes(v).into(),
+                                    ])
+                                })
                                 .collect(),
                         ),
                     ),
                     (
                         "findings",
                         J::A(
-                            d.findings
-                                .iter()
-                                .filter(|f| {
-                                    !matches!(
-                                        f,
-                                        crate::model::diagnose::Finding::Fit { .. }
-                                            | crate::model::diagnose::Finding::FrameworkFigures { .. }
-                                    )
-                                })
+                            crate::model::diagnose::short_findings(&d)
                                 .map(|f| f.text().into())
                                 .collect(),
                         ),

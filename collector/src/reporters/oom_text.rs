@@ -227,26 +227,7 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
     o.push('\n');
     if !full {
         short_figures(o, s, d);
-        let keep = |f: &&crate::model::diagnose::Finding| {
-            !matches!(
-                f,
-                crate::model::diagnose::Finding::Fit { .. }
-                    | crate::model::diagnose::Finding::FrameworkFigures { .. }
-            )
-        };
-        let findings: Vec<_> = d.findings.iter().filter(keep).collect();
-        if !findings.is_empty() {
-            writeln!(o, "  FINDINGS").ok();
-            for f in findings {
-                wrap(o, &format!("  - {}", f.text()), "    ");
-            }
-            o.push('\n');
-        }
-        writeln!(o, "  ADVICE").ok();
-        for line in &d.advice {
-            wrap(o, &format!("  - {line}"), "    ");
-        }
-        o.push('\n');
+        findings_and_advice(o, crate::model::diagnose::short_findings(d), &d.advice);
         return;
     }
 
@@ -402,15 +383,25 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
     kept_tensors(o, s);
     window(o, s, d);
 
-    if !d.findings.is_empty() {
+    findings_and_advice(o, d.findings.iter(), &d.advice);
+}
+
+/// The FINDINGS (when any) and ADVICE sections of one error.
+fn findings_and_advice<'d>(
+    o: &mut String,
+    findings: impl Iterator<Item = &'d crate::model::diagnose::Finding>,
+    advice: &[String],
+) {
+    let mut findings = findings.peekable();
+    if findings.peek().is_some() {
         writeln!(o, "  FINDINGS").ok();
-        for f in &d.findings {
+        for f in findings {
             wrap(o, &format!("  - {}", f.text()), "    ");
         }
         o.push('\n');
     }
     writeln!(o, "  ADVICE").ok();
-    for line in &d.advice {
+    for line in advice {
         wrap(o, &format!("  - {line}"), "    ");
     }
     o.push('\n');

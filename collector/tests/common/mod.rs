@@ -393,3 +393,24 @@ pub fn assert_refused_together(dir: &cli::TempDir, a: &std::path::Path, format: 
     cli::assert_usage_error(&export_several(&[a, &copy], format, &out), "same trace");
     assert!(!out.exists());
 }
+
+/// A trace of `records` under `header`, replayed.
+pub fn run_with(header: TraceHeader, records: &[Record]) -> vramtrace_collector::model::Analysis {
+    let mut t = encode_header(&header);
+    for r in records {
+        put_record(&mut t, r);
+    }
+    vramtrace_collector::model::analyze_reader(&t[..]).unwrap()
+}
+
+/// The header of a job capped at `cap` bytes on GPU 0, a device of `total` bytes.
+pub fn capped_header(cap: u64, total: u64) -> TraceHeader {
+    let mut h = header();
+    h.extra = vec![
+        ("cap".into(), "x".into()),
+        ("cap_mode".into(), "enforce".into()),
+        ("device_total.0".into(), total.to_string()),
+        ("cap_bytes.0".into(), cap.to_string()),
+    ];
+    h
+}
