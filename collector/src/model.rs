@@ -282,6 +282,10 @@ pub struct Analysis {
     pub frames: u64,
     /// Frames of kinds this build does not know (a newer writer's), skipped.
     pub unknown_frames: u64,
+    /// Whole frames that did not decode (written by a faulty or hostile process), skipped: the rest was read.
+    /// The first one's byte offset and why.
+    pub bad_frames: u64,
+    pub first_bad_frame: Option<(u64, String)>,
     pub events: u64,
     pub dropped_events: u64,
     pub unmatched_frees: u64,
@@ -734,5 +738,8 @@ fn replay_frames_tapped(
     a.stopped = stopped;
     a.frames = reader.frames();
     a.unknown_frames = unknown_frames;
+    let (bad, first) = reader.bad_frames();
+    a.bad_frames = bad;
+    a.first_bad_frame = first.cloned();
     Ok(a)
 }

@@ -65,6 +65,9 @@ pub struct TraceReader<R> {
     offset: u64,
     frames: u64,
     unknown_frames: u64,
+    /// Whole frames that did not decode, skipped; the first one's offset and why.
+    bad_frames: u64,
+    first_bad: Option<(u64, String)>,
     buf: Vec<u8>,
     stop: Stop,
     pub version: u16,
@@ -117,6 +120,8 @@ impl<R: Read> TraceReader<R> {
                 offset: (HEADER_PREFIX + body.len()) as u64,
                 frames: 0,
                 unknown_frames: 0,
+                bad_frames: 0,
+                first_bad: None,
                 buf: Vec::with_capacity(64 << 10),
                 stop: Stop::Reading,
                 version,
@@ -185,25 +190,33 @@ impl<R: Read> TraceReader<R> {
         Some((self.buf[0], &self.buf[1..]))
     }
 
-    /// The next record this build knows, skipping frames of unknown kinds. A frame that fails to decode stops
-    /// reading (`Stop::Corrupt`): nothing after it can be trusted.
+    /// The next record this build knows, skipping frames of unknown kinds and whole frames that do not decode
+    /// (counted, [`TraceReader::bad_frames`]): their length was sound, so the frames after them are whole.
     pub fn next_record(&mut self) -> Option<Record> {
         loop {
-            let start = self.offset;
             let (kind, payload) = self.next_frame()?;
             match codec::decode_record(kind, payload) {
                 Ok(Some(rec)) => return Some(rec),
                 Ok(None) => self.unknown_frames += 1,
-                Err(e) => {
-                    self.frames -= 1;
-                    self.stop = Stop::Corrupt {
-                        offset: start,
-                        why: e.to_string(),
-                    };
-                    return None;
-                }
+                Err(e) => self.mark_bad(e.to_string()),
             }
         }
+    }
+
+    /// The frame just returned by `next_frame` did not decode: it is skipped and counted (one bad frame, written
+    /// by a faulty or hostile process, must not hide the rest of the trace). Its framing was sound, so reading
+    /// goes on at the next frame.
+    pub fn mark_bad(&mut self, why: String) {
+        self.frames = self.frames.saturating_sub(1);
+        self.bad_frames += 1;
+        if self.first_bad.is_none() {
+            self.first_bad = Some((self.frame_start(), why));
+        }
+    }
+
+    /// Whole frames skipped because they did not decode, and the first one's offset and why.
+    pub fn bad_frames(&self) -> (u64, Option<&(u64, String)>) {
+        (self.bad_frames, self.first_bad.as_ref())
     }
 
     /// Marks the frame just returned by `next_frame` as undecodable (for callers that decode frames themselves).
@@ -321,12 +334,26 @@ mod tests {
     }
 
     #[test]
-    fn corrupt_frame_stops_with_its_offset() {
+    fn a_whole_frame_that_does_not_decode_is_skipped_and_counted() {
         let mut t = trace(3);
         let hdr = encode_header(&header()).len();
-        // Corrupt the kind byte of the second frame into an events frame with garbage payload.
+        // Corrupt the kind byte of the second frame into an events frame with garbage payload: its length is
+        // sound, so the third frame is read (one bad frame must not hide the rest of the trace).
         let frame = (t.len() - hdr) / 3;
         t[hdr + frame + 4] = crate::codec::kind::EVENTS;
+        let (mut r, _) = TraceReader::open(&t[..]).unwrap();
+        let mut recs = Vec::new();
+        while let Some(rec) = r.next_record() {
+            recs.push(rec);
+        }
+        assert_eq!(recs.len(), 2);
+        assert_eq!(r.stop(), &Stop::End);
+        let (n, first) = r.bad_frames();
+        assert_eq!(n, 1);
+        assert_eq!(first.unwrap().0, (hdr + frame) as u64);
+        // A length no writer makes is broken framing: reading stops there, at its offset.
+        let mut t = trace(3);
+        t[hdr + frame..hdr + frame + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         let (recs, stop) = read_all(&t);
         assert_eq!(recs.len(), 1);
         assert!(matches!(stop, Stop::Corrupt { offset, .. } if offset == (hdr + frame) as u64));

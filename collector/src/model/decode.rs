@@ -98,8 +98,8 @@ impl Decoded {
     }
 }
 
-/// Decodes frames into batches for `sink` (false: stop) until the end or a corrupt frame, which the reader is
-/// told of.
+/// Decodes frames into batches for `sink` (false: stop) until the end or broken framing; a whole frame that does
+/// not decode is skipped, and the reader counts it.
 fn decode<R: Read>(
     mut reader: TraceReader<R>,
     mut sink: impl FnMut(Vec<Decoded>) -> bool,
@@ -114,9 +114,10 @@ fn decode<R: Read>(
                     events += v.len();
                     Decoded::Events(pid, v)
                 }
+                // A whole frame that does not decode is skipped and counted: the frames after it are whole.
                 Err(e) => {
-                    reader.mark_corrupt(e.to_string());
-                    break;
+                    reader.mark_bad(e.to_string());
+                    continue;
                 }
             }
         } else {
@@ -124,8 +125,8 @@ fn decode<R: Read>(
                 Ok(Some(rec)) => Decoded::Record(rec),
                 Ok(None) => Decoded::Unknown,
                 Err(e) => {
-                    reader.mark_corrupt(e.to_string());
-                    break;
+                    reader.mark_bad(e.to_string());
+                    continue;
                 }
             }
         };

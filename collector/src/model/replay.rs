@@ -1206,6 +1206,8 @@ impl<'t> Replay<'t> {
             stopped: None,
             frames: 0,
             unknown_frames: 0,
+            bad_frames: 0,
+            first_bad_frame: None,
             events: self.events,
             dropped_events: self.dropped,
             unmatched_frees: self.unmatched,

@@ -85,6 +85,7 @@ pub fn to_value(a: &Analysis) -> J {
         ("stopped", a.stopped.clone().into()),
         ("frames", a.frames.into()),
         ("unknown_frames", a.unknown_frames.into()),
+        ("bad_frames", a.bad_frames.into()),
         ("events", a.events.into()),
         ("dropped_events", a.dropped_events.into()),
         ("merge_inexact_events", a.merge_inexact_events.into()),

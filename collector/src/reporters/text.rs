@@ -829,6 +829,16 @@ fn warnings(o: &mut String, a: &Analysis) {
             if refused == 1 { " was" } else { "s were" }
         ));
     }
+    if a.bad_frames > 0 {
+        w.push(format!(
+            "{} did not decode and {} skipped{}: what they held is missing, the rest of the trace was read.",
+            units::counted(a.bad_frames, "frame", "frames"),
+            if a.bad_frames == 1 { "was" } else { "were" },
+            a.first_bad_frame
+                .as_ref()
+                .map_or(String::new(), |(at, why)| format!(" (the first at byte {at}: {why})"))
+        ));
+    }
     if a.unknown_frames > 0 {
         w.push(format!(
             "{} frame{} of a kind this vramtrace does not know (written by a newer one) {} skipped.",
