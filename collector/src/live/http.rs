@@ -1,13 +1,15 @@
-//! A small HTTP/1.1 server on its own thread: `GET /metrics` answers the OpenMetrics text, anything else 404
-//! (405 for other methods). One request per connection (`Connection: close`), handled in turn: a scrape is a
-//! few hundred microseconds, and Prometheus scrapes one target at a time. std only.
+//! A small HTTP/1.1 server: `GET /metrics` answers the OpenMetrics text, anything else 404 (405 for other
+//! methods). One request per connection (`Connection: close`). Each connection is answered on a thread of its
+//! own (at most [`MAX_CLIENTS`] at once; more are closed at once) within one deadline for the whole exchange
+//! ([`DEADLINE`]): a client that sends a byte now and then, or never reads, can neither hold a scrape up nor keep
+//! `run` from ending (connection threads are never waited for). std only.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Live;
 
@@ -15,6 +17,11 @@ use super::Live;
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// ... and otherwise (curl, a browser, `promtool check metrics`): Prometheus's classic text format.
 pub const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The longest one exchange (request read, answer written) may take.
+pub const DEADLINE: Duration = Duration::from_secs(3);
+/// Connections answered at once; past it, a new one is closed unanswered.
+pub const MAX_CLIENTS: usize = 16;
 
 /// A running server; stops when dropped.
 pub struct Server {
@@ -43,12 +50,25 @@ pub fn serve(addr: SocketAddr, live: Arc<Live>) -> io::Result<Server> {
     let thread = thread::Builder::new()
         .name("vramtrace-metrics".into())
         .spawn(move || {
+            let busy = Arc::new(AtomicUsize::new(0));
             for conn in listener.incoming() {
                 if stop2.load(Ordering::Acquire) {
                     return;
                 }
-                if let Ok(s) = conn {
-                    let _ = answer(s, &live);
+                let Ok(s) = conn else { continue };
+                if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+                    busy.fetch_sub(1, Ordering::AcqRel);
+                    continue;
+                }
+                let (live, busy2) = (live.clone(), busy.clone());
+                let spawned = thread::Builder::new()
+                    .name("vramtrace-scrape".into())
+                    .spawn(move || {
+                        let _ = answer(s, &live);
+                        busy2.fetch_sub(1, Ordering::AcqRel);
+                    });
+                if spawned.is_err() {
+                    busy.fetch_sub(1, Ordering::AcqRel);
                 }
             }
         })?;
@@ -59,14 +79,27 @@ pub fn serve(addr: SocketAddr, live: Arc<Live>) -> io::Result<Server> {
     })
 }
 
+/// What is left of `deadline`, as a socket timeout; an error once it has passed.
+fn left(deadline: Instant) -> io::Result<Option<Duration>> {
+    let d = deadline.saturating_duration_since(Instant::now());
+    if d.is_zero() {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "past the exchange's deadline",
+        ));
+    }
+    Ok(Some(d))
+}
+
 fn answer(mut s: TcpStream, live: &Live) -> io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let deadline = Instant::now() + DEADLINE;
     let _ = s.set_nodelay(true);
-    // The request line and headers, up to the blank line (at most 16 KiB).
+    // The request line and headers, up to the blank line (at most 16 KiB), all within the deadline: a timeout
+    // per read alone would let a byte every second hold the connection for ever.
     let mut req = Vec::with_capacity(1024);
     let mut buf = [0u8; 2048];
     while !req.windows(4).any(|w| w == b"\r\n\r\n") && !req.windows(2).any(|w| w == b"\n\n") {
+        s.set_read_timeout(left(deadline)?)?;
         let n = s.read(&mut buf)?;
         if n == 0 {
             break;
@@ -78,6 +111,7 @@ fn answer(mut s: TcpStream, live: &Live) -> io::Result<()> {
                 "431 Request Header Fields Too Large",
                 "text/plain",
                 b"",
+                deadline,
             );
         }
     }
@@ -100,19 +134,21 @@ fn answer(mut s: TcpStream, live: &Live) -> io::Result<()> {
                 CONTENT_TYPE_TEXT
             };
             let body = if method == "HEAD" { "" } else { body.as_str() };
-            reply(&mut s, "200 OK", ctype, body.as_bytes())
+            reply(&mut s, "200 OK", ctype, body.as_bytes(), deadline)
         }
         ("GET" | "HEAD", _) => reply(
             &mut s,
             "404 Not Found",
             "text/plain; charset=utf-8",
             b"vramtrace serves /metrics only\n",
+            deadline,
         ),
         _ => reply(
             &mut s,
             "405 Method Not Allowed",
             "text/plain; charset=utf-8",
             b"GET /metrics\n",
+            deadline,
         ),
     }
 }
@@ -150,13 +186,25 @@ pub fn classic_text(om: &str) -> String {
     out
 }
 
-fn reply(s: &mut TcpStream, status: &str, ctype: &str, body: &[u8]) -> io::Result<()> {
+/// Writes the answer in pieces, each within what is left of `deadline`: a client that reads slowly or not at
+/// all is dropped at the deadline.
+fn reply(
+    s: &mut TcpStream,
+    status: &str,
+    ctype: &str,
+    body: &[u8],
+    deadline: Instant,
+) -> io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    s.write_all(head.as_bytes())?;
-    s.write_all(body)?;
+    for part in [head.as_bytes(), body] {
+        for chunk in part.chunks(16 << 10) {
+            s.set_write_timeout(left(deadline)?)?;
+            s.write_all(chunk)?;
+        }
+    }
     s.flush()
 }
 
@@ -205,4 +253,63 @@ pub fn get_with(
         })
         .unwrap_or_default();
     Ok((code, ctype, body.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    fn live() -> Arc<Live> {
+        let header = vramtrace_format::TraceHeader {
+            start_unix_ns: 0,
+            start_mono_ns: 0,
+            command: vec!["x".into()],
+            hostname: "h".into(),
+            vramtrace_version: "t".into(),
+            extra: vec![],
+        };
+        Live::new(
+            super::super::JobLabels::default(),
+            &header,
+            None,
+            0,
+            Arc::new(AtomicU64::new(0)),
+        )
+    }
+
+    /// Issue 25: a client that sends a byte every half second (a slow-loris), and one that never reads, hold
+    /// neither a real scrape nor the server's end.
+    #[test]
+    fn slow_clients_hold_neither_a_scrape_nor_the_end() {
+        let server = serve("127.0.0.1:0".parse().unwrap(), live()).unwrap();
+        let addr = server.addr;
+        let loris = thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            for _ in 0..12 {
+                if s.write_all(b"G").is_err() {
+                    return true;
+                }
+                thread::sleep(Duration::from_millis(500));
+            }
+            // Dropped by the deadline: the server closed it.
+            let mut b = [0u8; 64];
+            s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            matches!(s.read(&mut b), Ok(0) | Err(_))
+        });
+        // A dozen silent connections beside it.
+        let silent: Vec<TcpStream> = (0..12).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        thread::sleep(Duration::from_millis(200));
+        let t = Instant::now();
+        let (code, body) = get(&addr.to_string(), "/metrics", Duration::from_secs(2)).unwrap();
+        assert_eq!(code, 200);
+        assert!(body.contains("vramtrace_processes"), "{body}");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        // The end: not held by any of them.
+        let t = Instant::now();
+        drop(server);
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(loris.join().unwrap());
+        drop(silent);
+    }
 }
