@@ -230,6 +230,8 @@ fn receiver_thread(
     None
 }
 
+/// More records than a ring could drop between two looks: a scribbled count.
+const MAX_PLAUSIBLE_DROPS: u64 = 1 << 40;
 /// How many times, 2 ms apart, the acceptor tries to start a connection's receiver.
 const SPAWN_TRIES: usize = 50;
 
@@ -806,6 +808,12 @@ impl Conn {
         }
         let ts = mono_ns();
         let dropped = consumer.ring().dropped();
+        // The count is shared memory the process can scribble on: a jump no ring could drop between two looks
+        // (more than 2^40 records) is not counted, and the ring is taken for corrupt.
+        if dropped.saturating_sub(d.dropped_seen) > MAX_PLAUSIBLE_DROPS {
+            consumer.corrupt = true;
+            d.dropped_seen = dropped;
+        }
         if dropped > d.dropped_seen {
             let count = dropped - d.dropped_seen;
             d.dropped_seen = dropped;

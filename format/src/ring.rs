@@ -478,7 +478,7 @@ impl Consumer {
     /// (the producing process is gone, nothing more will be written) a reserved record that was never published
     /// is skipped and counted in `torn`, and what follows it is still taken. Returns the records taken.
     pub fn drain(&mut self, dead: bool, mut take: impl FnMut(Item)) -> u64 {
-        if self.corrupt {
+        if self.corrupt || !self.head_is_sane() {
             return 0;
         }
         let ring = self.ring;
@@ -590,7 +590,7 @@ impl Consumer {
     /// not finish it) and moves to the next published record. Counted in `torn`.
     pub fn skip_stuck(&mut self) {
         let head = self.ring.head();
-        if self.pos >= head {
+        if self.pos >= head || !self.head_is_sane() {
             return;
         }
         self.torn += 1;
@@ -599,6 +599,18 @@ impl Consumer {
             self.pos += 1;
         }
         self.ring.a64(OFF_TAIL).store(self.pos, Ordering::Release);
+    }
+
+    /// The head word is shared memory the traced process can scribble on: producers never reserve more than a
+    /// ring's worth past what the collector released, so a head further ahead (or behind) is a scribble. The
+    /// ring is then taken for corrupt, its process's end still recorded, instead of walking up to 2^48 slots.
+    fn head_is_sane(&mut self) -> bool {
+        let head = self.ring.head();
+        let sane = head >= self.pos && head - self.pos <= self.ring.slots();
+        if !sane {
+            self.corrupt = true;
+        }
+        sane
     }
 
     fn starts_record(&self, pos: u64) -> bool {
@@ -902,6 +914,27 @@ mod tests {
         assert!(r.try_event(&ev(1, 0)));
         assert!(r.try_blob(&vec![0; r.max_blob()]));
         assert!(!r.try_blob(&vec![0; r.max_blob() + 1]));
+    }
+
+    /// Issue 25: the traced process scribbles the head word far ahead: the collector's drain (of a process
+    /// alive or dead) takes the ring for corrupt at once instead of walking up to 2^48 slots.
+    #[test]
+    fn a_scribbled_head_is_corrupt_not_a_spin() {
+        let m = Mem::new(MIN_SLOTS);
+        let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
+        let mut c = Consumer::new(r);
+        assert!(r.try_event(&ev(1, 1)));
+        assert_eq!(c.drain(false, |_| {}), 1);
+        r.a64(OFF_HEAD).store(1 << 47, Ordering::Release);
+        let t = std::time::Instant::now();
+        assert_eq!(c.drain(true, |_| {}), 0);
+        c.skip_stuck();
+        assert!(c.corrupt);
+        assert!(
+            t.elapsed() < std::time::Duration::from_millis(100),
+            "{:?}",
+            t.elapsed()
+        );
     }
 
     #[test]
