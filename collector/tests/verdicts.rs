@@ -196,16 +196,18 @@ fn keeping_loop(base: u64, kept: u64, steps: u64, cap: Option<u64>, total: u64) 
     }
     let mut recs = vec![hello(100, 0)];
     if let Some(at) = fail {
+        // The step's temporary and its kept buffer, asked for at once: more than the limit leaves.
+        let req = 256 * MIB + kept;
         evs.push(refused(
             at,
-            256 * MIB,
+            req,
             if cap.is_some() { flags::CAP_REFUSED } else { 0 },
         ));
         recs.push(events(100, evs));
         recs.push(oom_rec(
             100,
             at,
-            256 * MIB,
+            req,
             total.saturating_sub(live),
             total,
             cap,
@@ -494,4 +496,82 @@ fn a_demo_whose_first_step_ran_slow_is_not_growth() {
         "{:?}",
         a.device(0).unwrap().growth
     );
+}
+
+#[test]
+fn review_findings_host_refusals_errors_past_the_snapshots_and_nothing_missing() {
+    // A refused host cuMemCreate (NCCL's buffers), then one that succeeds on the same thread: recovered.
+    let mut e = failed(
+        ev(10, Api::MemCreate, vramtrace_format::NO_DEVICE, 0, GIB),
+        2,
+    );
+    e.tid = 1;
+    let a = run(&[
+        hello(100, 0),
+        events(100, vec![e]),
+        Record::Oom(Oom {
+            pid: 100,
+            tid: 1,
+            ts_ns: START + 10 * MS,
+            device: vramtrace_format::NO_DEVICE,
+            api: Api::MemCreate as u8,
+            flags: 0,
+            requested_bytes: GIB,
+            result: 2,
+            device_free_bytes: None,
+            device_total_bytes: None,
+            cap_bytes: None,
+            job_used_bytes: None,
+            process_used_bytes: None,
+            extra: vec![],
+        }),
+        events(
+            100,
+            vec![ev(
+                20,
+                Api::MemCreate,
+                vramtrace_format::NO_DEVICE,
+                7,
+                512 * MIB,
+            )],
+        ),
+        end(100, 30, EndKind::Vanished),
+    ]);
+    assert_eq!((a.oom_records, a.refusals_recovered), (0, 1));
+    // A serving loop that catches PyTorch's error 20 times: 20 errors, none recovered, past the 16 snapshots.
+    let mut recs = vec![
+        hello(100, 0),
+        events(100, vec![alloc(1, 0, 0xa000, 70 * GIB)]),
+    ];
+    for i in 0..20u64 {
+        let t = 10 + 10 * i;
+        recs.push(events(100, vec![refused(t, 9 * GIB, 0)]));
+        recs.push(oom_rec(100, t, 9 * GIB, 7 * GIB, 80 * GIB, None));
+        recs.push(torch_oom(100, t + 1, 9 * GIB, 70 * GIB, 70 * GIB));
+        recs.push(events(
+            100,
+            vec![
+                alloc(t + 2, 0, 0x10_0000 + i, MIB),
+                free(t + 3, 0x10_0000 + i),
+            ],
+        ));
+    }
+    recs.push(end(100, 400, EndKind::Vanished));
+    let a = run(&recs);
+    assert_eq!((a.oom_records, a.refusals_recovered), (20, 0));
+    // A growth, then a refusal with the request's bytes free on the device: nothing was missing, so growth is not
+    // the cause (the driver's own rule is).
+    let mut recs = keeping_loop(GIB, 256 * MIB, 20, None, 80 * GIB);
+    let end_rec = recs.pop().unwrap();
+    let Record::ProcessEnd { ts_ns, .. } = end_rec else {
+        panic!()
+    };
+    let at = (ts_ns - START) / MS;
+    recs.push(events(100, vec![refused(at, GIB, 0)]));
+    recs.push(oom_rec(100, at, GIB, 3 * GIB, 80 * GIB, None));
+    recs.push(end(100, at + 1, EndKind::Vanished));
+    let a = run(&recs);
+    let d = diagnose(&a, &a.ooms[0]);
+    assert_ne!(d.cause, Cause::Growth, "{}", d.reason);
+    assert_eq!(d.rule, "free_at_least_request");
 }

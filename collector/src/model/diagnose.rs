@@ -392,16 +392,18 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
     // Growth: the bytes in use rose step after step up to this error, by at least what was missing (without
     // the rise it would have fitted). PyTorch's allocated bytes when the bridge gave them: its cache hides
     // the tensors' rise from the driver.
+    // What was missing: short of fitting, else the driver's shortfall; the request itself only when the driver
+    // said nothing of its free memory. Nothing missing (the device had the bytes free): no growth verdict.
     let missing = short
         .filter(|&x| x > 0)
         .or(shortfall.filter(|&x| x > 0))
-        .unwrap_or(req);
+        .or(free.is_none().then_some(req));
     let grew = s
         .framework_leak
         .as_ref()
         .map(|l| (l, "PyTorch's allocated bytes"))
         .or(s.leak.as_ref().map(|l| (l, "the job's bytes in use")))
-        .filter(|(l, _)| l.rise_bytes >= missing)
+        .filter(|(l, _)| missing.is_some_and(|m| l.rise_bytes >= m))
         // Lost events can be lost frees, which look exactly like memory kept: no growth verdict on them.
         .filter(|_| s.dropped_events == 0);
     let line = grew.and_then(|(l, _)| growth_line(a, s, l));
@@ -480,7 +482,7 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
                  would have fitted ({} was missing){at}",
                 growth_size_text(l),
                 b(req),
-                b(missing)
+                b(missing.unwrap_or(req))
             ),
         )
     } else if s.cap_refused {

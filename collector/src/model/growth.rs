@@ -11,7 +11,9 @@
 //! cluster of at least [`GROWTH_MIN_RISING`] rising windows, none more than [`GROWTH_MAX_GAP`] apart (slow steps
 //! rise every few windows), spread over at least [`GROWTH_MIN_SPREAD`] windows (a burst of allocations, as at
 //! warm-up, is not) and reaching into the last [`GROWTH_TAIL`] (it was still rising at the end), that added at
-//! least [`GROWTH_MIN_BYTES`] and [`GROWTH_MIN_SHARE_PCT`] % of the top. In a timeline whose steps show as
+//! least [`GROWTH_MIN_BYTES`] and [`GROWTH_MIN_SHARE_PCT`] % of the top. Steps free something: the rise must hold
+//! at least [`GROWTH_MIN_RISING`] falls of 1 MiB or more (a rise with none is one long allocation: weights
+//! loading, a batch too large). In a timeline whose steps show as
 //! cycles, the rise must also span at least [`GROWTH_MIN_RISING`] of them and most of them must each leave more
 //! behind than the one before: growth is across steps, not across time.
 
@@ -119,6 +121,19 @@ pub fn growth(tl: &Timeline, end: u64) -> Option<LeakTrend> {
         return None;
     }
     let begin = win[first_rise - 1].0;
+    // Steps free something: a rise with no fall in it (weights loading, a first step's activations made one
+    // after another, a batch too large) is one long allocation, not memory kept step after step. Without at
+    // least GROWTH_MIN_RISING falls of 1 MiB or more in the rise, nothing says there were steps.
+    let falls = (begin.max(1)..n)
+        .filter(|&i| {
+            let fell_inside = b[i].max_bytes.saturating_sub(b[i].last_bytes) >= 1 << 20;
+            let fell_since = b[i - 1].last_bytes.saturating_sub(b[i].last_bytes) >= 1 << 20;
+            fell_inside || fell_since
+        })
+        .count();
+    if falls < GROWTH_MIN_RISING {
+        return None;
+    }
     let points: Vec<Minimum> = win[first_rise - 1..].iter().map(|(_, m)| *m).collect();
     // A timeline with cycles (steps whose rise and fall it resolves) grows across steps, not within one: the
     // ramp of a long last step (activations made layer by layer) is no growth.
@@ -391,18 +406,30 @@ mod tests {
     #[test]
     fn growth_after_a_long_flat_lead_in_is_growth() {
         // 128 MiB from the start, flat for 70% of the run (a model loading, data read), then 90 steps of 25 ms
-        // keeping 40 MiB each: the growth is a third of the run, and all of its windows rise.
+        // keeping 40 MiB each (and freeing 20 MiB of temporaries): the growth is a third of the run, and all of
+        // its windows rise.
         let mut pts = vec![(MS, 128 * MIB)];
         let t0 = 5_600 * MS;
         for i in 0..90u64 {
             let floor = 128 * MIB + 40 * MIB * i;
             pts.push((t0 + i * 25 * MS, floor + 30 * MIB));
+            pts.push((t0 + i * 25 * MS + 10 * MS, floor + 60 * MIB));
             pts.push((t0 + i * 25 * MS + 15 * MS, floor + 40 * MIB));
         }
         let end = t0 + 90 * 25 * MS;
         let g = growth(&timeline(pts, end), end).expect("growth after the lead-in");
         assert!(g.rise_bytes >= 75 * 40 * MIB, "{}", g.rise_bytes);
         assert!(g.minima[0].t_ns >= t0 - 100 * MS, "{}", g.minima[0].t_ns);
+    }
+
+    #[test]
+    fn a_rise_with_no_fall_is_one_long_allocation_not_growth() {
+        // A first step too large: 19 activations of 4 GiB, 50 ms apart, nothing freed (cap_oom.sh's pressure
+        // case); and weights loaded over 5 s, then flat for 95 s.
+        let pts: Vec<(u64, u64)> = (1..=19).map(|i| (i * 50 * MS, i * (4 << 30))).collect();
+        assert_eq!(growth(&timeline(pts, 1_000 * MS), 1_000 * MS), None);
+        let pts: Vec<(u64, u64)> = (1..=100).map(|i| (i * 50 * MS, i * 40 * MIB)).collect();
+        assert_eq!(growth(&timeline(pts, 100_000 * MS), 100_000 * MS), None);
     }
 
     #[test]

@@ -94,6 +94,16 @@ impl Replay<'_> {
             }
             None => {
                 if self.ooms.len() >= MAX_OOM_SNAPSHOTS {
+                    // Past the snapshots held: still one error. The refusals behind it (counted already, as
+                    // errors until now) are its own: they fold into it, never to be taken for recovered ones.
+                    let behind = match fo.device {
+                        Some(dev) => self.raised(s, tid, dev, ts.saturating_sub(self.start)),
+                        None => 0,
+                    };
+                    match behind {
+                        0 => self.oom_records += 1,
+                        n => self.oom_records = self.oom_records.saturating_sub(n as u64 - 1),
+                    }
                     return;
                 }
                 self.next_id += 1;

@@ -767,11 +767,14 @@ impl<'t> Replay<'t> {
     /// A framework's record of an error raised at `t` by thread `tid` of process `s` on `device`: the refusals
     /// before it there (its thread's still open, whatever their age; the process's within [`FOLD_NS`]) were
     /// that error's, not recovered from.
-    pub(super) fn raised(&mut self, s: usize, tid: u32, device: u32, t: u64) {
+    /// Returns how many it folded.
+    pub(super) fn raised(&mut self, s: usize, tid: u32, device: u32, t: u64) -> usize {
+        let before = self.open_ooms.len();
         self.open_ooms.retain(|o| {
             !(o.slot == s && o.device == device && o.t <= t && (o.tid == tid || t - o.t <= FOLD_NS))
         });
         self.procs[s].open_oom = self.open_ooms.iter().any(|o| o.slot == s);
+        before - self.open_ooms.len()
     }
 
     /// Out-of-memory record `o` of process `s` reached the replay at `t` (snapshot `snap`, if it got one).
@@ -790,7 +793,12 @@ impl<'t> Replay<'t> {
         self.open_ooms.push(OpenOom {
             slot: s,
             tid: o.tid,
-            device: o.device,
+            // As `apply` names it: a `cuMemCreate` on no device is the host's memory.
+            device: if o.api == Api::MemCreate as u8 && o.device == NO_DEVICE {
+                HOST_DEVICE
+            } else {
+                o.device
+            },
             t,
             requested: o.requested_bytes,
             cap_refused: o.flags & flags::CAP_REFUSED != 0,
