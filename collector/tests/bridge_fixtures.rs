@@ -224,3 +224,24 @@ fn kept_loss(name: &str) {
     let text = vramtrace_collector::reporters::text::render(&a, None);
     assert!(text.contains("allocation history armed at"), "{text}");
 }
+
+/// verdicts.sh case b on the H100 (b2c0cb6 said `pressure`): outputs of 896 MiB kept once a second, no cap,
+/// until the 80 GB GPU is full. The bridge samples every 20 ms and each step's temporaries live a few ms, so
+/// PyTorch's allocated bytes rise with no fall between samples: still growth, named by its line.
+#[test]
+fn outputs_kept_without_a_cap_are_growth_though_no_sample_shows_a_fall() {
+    let (a, d) = first_oom("verdict_growth_free.vtrace");
+    assert_eq!(a.oom_records, 1);
+    assert_eq!(d.cause, Cause::Growth, "{}", d.reason);
+    let line = d.growth_line.as_ref().expect("the growth's line");
+    assert!(
+        line.label.ends_with("verdicts_case.py:110 in grow_free"),
+        "{line:?}"
+    );
+    assert_eq!(line.source, "tensors");
+    assert!(
+        d.advice[0].contains("keeps tensors alive"),
+        "{:?}",
+        d.advice
+    );
+}

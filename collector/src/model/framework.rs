@@ -11,8 +11,9 @@ use std::collections::HashMap;
 
 use vramtrace_format::{Bridge, Framework, FrameworkSample, NO_DEVICE};
 
+use super::growth::growth_sampled;
 use super::timeline::{Timeline, TimelineBuilder};
-use super::{growth, LeakTrend};
+use super::LeakTrend;
 
 /// Arming changes of the allocation history kept, all processes together.
 pub const MAX_HISTORY_CHANGES: usize = 64;
@@ -459,7 +460,7 @@ impl FwReplay {
     /// Allocated bytes growing step after step on `device` up to `t` ([`growth`]).
     pub fn leak_until(&self, device: u32, t: u64) -> Option<LeakTrend> {
         let d = self.devs.iter().find(|d| d.device == device)?;
-        growth(&d.tl_allocated.clone().finish(t), t)
+        growth_sampled(&d.tl_allocated.clone().finish(t), t)
     }
 
     /// Per slot, its figures per device; per device, the job's.
@@ -503,7 +504,7 @@ impl FwReplay {
                 let (r, o, n) = live_retries.get(&d.device).copied().unwrap_or_default();
                 // Growth is read up to the last rise: what follows (an error's unwinding, exit) is not it.
                 let allocated = d.tl_allocated.finish(end);
-                let leak = growth(&allocated, end);
+                let leak = growth_sampled(&allocated, end);
                 DeviceFramework {
                     device: d.device,
                     frameworks: d
