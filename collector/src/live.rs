@@ -185,8 +185,7 @@ impl State {
                     if let Some(p) = self.procs.get_mut(&b.pid) {
                         p.open_ooms.retain(|o| {
                             !((b.device == NO_DEVICE || o.1 == b.device)
-                                && o.2 <= b.ts_ns
-                                && (o.0 == b.tid || b.ts_ns - o.2 <= crate::model::FOLD_NS))
+                                && crate::model::replay::folds_into(o.0, o.2, b.tid, b.ts_ns))
                         });
                     }
                     self.error(b.device);

@@ -61,20 +61,18 @@ impl Replay<'_> {
         // The error's refusals: those of its thread still open (not recovered from: the thread allocated
         // nothing on the device since), however long the framework took to say so (its snapshot of a large
         // cache takes seconds), and any of the process on the device within FOLD_NS.
-        let open = &self.open_ooms;
         let same: Vec<usize> = self
             .ooms
             .iter()
             .enumerate()
             .filter(|(_, o)| {
-                let its_thread =
-                    o.tid == tid && open.iter().any(|x| x.slot == s && x.snap == Some(o.seq));
+                // A snapshot still here without a framework record is of a refusal still open: one recovered
+                // from gave its snapshot back.
                 o.pid == pid
                     && o.device == fo.device
                     && !o.on_host
                     && o.framework.is_none()
-                    && o.time_ns <= t
-                    && (its_thread || t - o.time_ns <= FOLD_NS)
+                    && super::replay::folds_into(o.tid, o.time_ns, tid, t)
             })
             .map(|(i, _)| i)
             .collect();

@@ -213,6 +213,14 @@ pub const KEPT_BOUND: usize = 1 << 19;
 /// while that thread allocated nothing since.
 pub const FOLD_NS: u64 = 5_000_000_000;
 
+/// Whether an open refusal of thread `tid` at `t` is part of an error a framework raised on thread `error_tid` at
+/// `error_t` (same process and device): its own thread's, whatever their age (nothing was allocated there since,
+/// or it would be recovered), the process's other threads' within [`FOLD_NS`]. The one rule of the replay and of
+/// the live metrics.
+pub fn folds_into(tid: u32, t: u64, error_tid: u32, error_t: u64) -> bool {
+    t <= error_t && (tid == error_tid || error_t - t <= FOLD_NS)
+}
+
 pub(super) struct Replay<'t> {
     pub(super) start: u64,
     pub(super) procs: Vec<Proc>,
@@ -770,9 +778,8 @@ impl<'t> Replay<'t> {
     /// Returns how many it folded.
     pub(super) fn raised(&mut self, s: usize, tid: u32, device: u32, t: u64) -> usize {
         let before = self.open_ooms.len();
-        self.open_ooms.retain(|o| {
-            !(o.slot == s && o.device == device && o.t <= t && (o.tid == tid || t - o.t <= FOLD_NS))
-        });
+        self.open_ooms
+            .retain(|o| !(o.slot == s && o.device == device && folds_into(o.tid, o.t, tid, t)));
         self.procs[s].open_oom = self.open_ooms.iter().any(|o| o.slot == s);
         before - self.open_ooms.len()
     }

@@ -825,7 +825,7 @@ fn devices(o: &mut String, a: &Analysis) {
         }
         wrap(o, &line, "    ");
         if let Some(g) = &d.growth {
-            let t = crate::reporters::text::growth_text(a, g, d.framework.is_some());
+            let t = crate::reporters::text::growth_text(g, d.framework.is_some());
             wrap(o, &format!("    {t}"), "      ");
         }
     }

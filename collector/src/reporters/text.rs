@@ -493,7 +493,7 @@ fn device(o: &mut String, a: &Analysis, d: &DeviceStats) {
     if let Some(g) = &d.growth {
         wrap(
             o,
-            &format!("{pad}{}", growth_text(a, g, d.framework.is_some())),
+            &format!("{pad}{}", growth_text(g, d.framework.is_some())),
             &format!("{pad}  "),
             WIDTH,
         );
@@ -504,7 +504,7 @@ fn device(o: &mut String, a: &Analysis, d: &DeviceStats) {
 
 /// A growth in one sentence, with what grew; `cache`: the bytes are a caching allocator's segments (the
 /// driver's view of PyTorch), so its call sites grew the cache and do not own what lives in it now.
-pub fn growth_text(_a: &Analysis, g: &crate::model::LeakTrend, cache: bool) -> String {
+pub fn growth_text(g: &crate::model::LeakTrend, cache: bool) -> String {
     let what = if cache {
         "Growth of the framework's cache (its segments, as the driver sees them)"
     } else {
