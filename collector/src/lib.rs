@@ -15,6 +15,7 @@ pub mod pickle_depth;
 pub mod probe;
 pub mod receive;
 pub mod reporters;
+pub mod runtime_dir;
 pub mod symbols;
 pub mod ticks;
 pub mod torch_snapshot;

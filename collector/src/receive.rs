@@ -21,9 +21,13 @@ use vramtrace_format::ring::{self, Consumer, Item, Ring};
 use vramtrace_format::{EndKind, Event, LossCause, Record, OOM_ACK, OOM_NAK};
 
 mod accept;
+mod budget;
+mod ingest;
 
-use accept::{descends_from, peer_identity};
+use accept::peer_identity;
 pub(crate) use accept::{hostname, spawn_acceptor, Connections, STARVED_NOTE};
+use budget::Claim;
+use ingest::{Refusal, Refused, Speaker};
 
 use crate::hangup::{self, ClosedAt, Hangups};
 use crate::verbs::run::mono_ns;
@@ -140,8 +144,9 @@ fn events_in(payload: &[u8]) -> u64 {
     varint().and_then(|_| varint()).unwrap_or(0)
 }
 
-/// Takes an accepted connection of the job: its hello into the trace first (waiting briefly for it), then a
-/// receiver thread for the rest. Whether its hello is in the trace.
+/// Takes an accepted connection of the job: its hello into the trace if it is there already, then a receiver
+/// thread for the rest (the acceptor never waits on a connection: one that stays silent would hold every
+/// other). Whether its hello is in the trace.
 fn take(
     stream: UnixStream,
     trace: &Arc<Mutex<TraceWriter>>,
@@ -150,13 +155,14 @@ fn take(
     gone: Option<GonePeer>,
     reserve: Option<OwnedFd>,
 ) -> bool {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(20)));
+    let _ = stream.set_nonblocking(true);
     let closed_at = hangups.map(|h| h.watch_fd(stream.as_raw_fd()));
     let mut conn = Conn::new(stream);
     conn.closed_at = closed_at;
     conn.gone = gone;
     conn.reserve = reserve;
+    conn.claim = Some(conns.unfinished.claim());
+    conn.job_token = conns.job_token.clone();
     // The receiver's thread first, waiting for its connection: one that cannot be had (a container's pids
     // limit, which counts the job's threads too) marks the hello untraced, with why, rather than leave a
     // process in the trace that seems to have allocated nothing.
@@ -165,11 +171,24 @@ fn take(
     if receiver.is_none() {
         conn.bad_ring = Some("no thread could be started to receive it".into());
     }
-    // Who it is, while /proc still knows: named from this if it hangs up without a hello.
+    // Who it is, while /proc still knows: named from this if it hangs up without a hello. Its pid is the
+    // kernel's, whatever its hello says.
     conn.peer = peer_identity(&conn.stream);
-    let deadline = Instant::now() + HELLO_WAIT;
-    while conn.pid.is_none() && conn.open && Instant::now() < deadline {
+    conn.kernel_pid = conn.peer.as_ref().map(|p| p.0);
+    // One look for its hello (usually there already); waited for only when no receiver could be had, so that
+    // the process is still named.
+    let deadline = Instant::now()
+        + if receiver.is_some() {
+            Duration::ZERO
+        } else {
+            HELLO_WAIT
+        };
+    loop {
         conn.pump(trace);
+        if conn.pid.is_some() || !conn.open || Instant::now() >= deadline {
+            break;
+        }
+        thread::sleep(Duration::from_millis(1));
     }
     if conn.pid.is_none() && !conn.open && conn.gone.is_none() && conn.peer.is_some() {
         // Hung up already: named and ended now, before any newcomer promise could pass them. Its receiver
@@ -185,8 +204,6 @@ fn take(
         conns.unannounced.fetch_add(1, Ordering::AcqRel);
         conn.unannounced = Some(conns.clone());
     }
-    let _ = conn.stream.set_read_timeout(None);
-    let _ = conn.stream.set_nonblocking(true);
     match receiver {
         Some(tx) => {
             let _ = tx.send(conn);
@@ -235,8 +252,11 @@ const MAX_PLAUSIBLE_DROPS: u64 = 1 << 40;
 /// How many times, 2 ms apart, the acceptor tries to start a connection's receiver.
 const SPAWN_TRIES: usize = 50;
 
-/// How long the acceptor waits for a new connection's hello (the shim sends it right after connecting).
+/// How long the acceptor waits for a new connection's hello when no receiver thread could be had for it.
 const HELLO_WAIT: Duration = Duration::from_millis(100);
+/// A connection that has sent nothing for this long after it was accepted (and is not waiting for a
+/// descriptor for its ring) is not a shim: closed, and named from what the kernel said of it.
+const SILENT_WAIT: Duration = Duration::from_secs(5);
 
 /// One process's connection and ring: whole frames go to the trace as they come; when it closes, the ring is
 /// drained to its end and the end is recorded.
@@ -267,15 +287,30 @@ struct Conn {
     peer: Option<(u32, Vec<String>, u32)>,
     /// Counted in `Connections::unannounced` until its hello comes (or it ends).
     unannounced: Option<Arc<Connections>>,
+    /// The peer's pid by the kernel (`SO_PEERCRED`): the process this connection speaks for.
+    kernel_pid: Option<u32>,
+    /// The pid its hello said (another in a pid namespace of its own): its records must carry it.
+    said_pid: Option<u32>,
+    /// What it sent that it may not say (`ingest`).
+    refused: Refused,
+    /// Its claim on the budget for unfinished frames (`budget`); none in tests.
+    claim: Option<Claim>,
+    /// Bytes of a refused frame still to come, skipped as they arrive.
+    skip: u64,
+    /// The job's token (`VRAMTRACE_JOB_TOKEN`): a gone peer of another user is of the job only with it.
+    job_token: Arc<str>,
+    /// When it was accepted (`SILENT_WAIT`).
+    accepted: Instant,
+    /// Closed for sending nothing (`SILENT_WAIT`).
+    mute: bool,
 }
 
 /// How long a connection whose ring has not come waits to read until a descriptor is free for it.
 const RESERVE_WAIT: Duration = Duration::from_secs(2);
 
-/// What judging a gone peer on its hello takes: vramtrace's pid (the hello's parent must descend from it, or
-/// have been reaped by it), the peer's user, and the job's connections (the pids reaped, the refusals counted).
+/// What judging a gone peer on its hello takes (the job's token, `Conn::hello`): the peer's user, and the job's
+/// connections (the refusals counted).
 struct GonePeer {
-    me: u32,
     uid: u32,
     conns: Arc<Connections>,
 }
@@ -398,7 +433,23 @@ impl Conn {
             no_place_since: None,
             peer: None,
             unannounced: None,
+            kernel_pid: None,
+            said_pid: None,
+            refused: Refused::default(),
+            claim: None,
+            skip: 0,
+            job_token: Arc::from(""),
+            accepted: Instant::now(),
+            mute: false,
         }
+    }
+
+    /// Who its records must speak for, once its hello came.
+    fn speaker(&self) -> Option<Speaker> {
+        Some(Speaker {
+            kernel: self.pid?,
+            said: self.said_pid?,
+        })
     }
 
     /// The receiver's loop: drain the ring, read what the socket holds, sleep on the ring (or the socket
@@ -410,6 +461,10 @@ impl Conn {
             let seen = self.ring.as_ref().map(|d| d.consumer.wake_seen());
             let took = self.drain(trace, false);
             let read = self.pump(trace);
+            if self.pid.is_none() && self.open && self.accepted.elapsed() >= SILENT_WAIT {
+                self.mute = true;
+                self.open = false;
+            }
             if !self.open {
                 break;
             }
@@ -548,6 +603,12 @@ impl Conn {
             self.open = false;
             return false;
         }
+        // What is left of a refused frame goes as it comes.
+        if self.skip > 0 {
+            let k = (self.skip as usize).min(self.split.pending());
+            self.split.consume(k);
+            self.skip -= k as u64;
+        }
         let whole = match self.split.whole() {
             Ok(w) => w.len(),
             // Not our protocol: stop listening to this peer; what it sent before stays in the trace.
@@ -556,57 +617,18 @@ impl Conn {
                 return false;
             }
         };
+        let frames: Vec<u8> = self.split_whole(whole);
+        self.budget_unfinished();
         if whole == 0 {
+            self.put_refused(trace);
             return true;
         }
-        let frames: Vec<u8> = self.split_whole(whole);
         let mut acks = 0usize;
         let mut hello = false;
-        // The hello as the trace will hold it, when the collector could not take the process's ring: marked
-        // untraced, with why, so that the report names the process (never one that allocated nothing).
-        let mut untraced = None;
+        let mut out = Vec::with_capacity(frames.len() + 128);
         for (k, payload) in codec::frames(&frames) {
+            // The shim waits for one answer per record that asks for one, whatever becomes of the record.
             match k {
-                kind::HELLO if self.pid.is_none() => {
-                    if let Ok(Some(Record::Hello(mut h))) = codec::decode_record(k, payload) {
-                        // Another user's process that was gone before it could be checked: it is of the job
-                        // if the parent its hello names descends from vramtrace, or was reaped by it. Else
-                        // nothing of it goes into the trace.
-                        // (Left set when turned away: `finish` then names nothing.)
-                        if let Some(g) = &self.gone {
-                            let reaped = g.conns.reaped.lock().is_ok_and(|r| r.contains(&h.ppid));
-                            if !descends_from(h.ppid, g.me) && !reaped {
-                                if let Ok(mut r) = g.conns.refused.lock() {
-                                    r.push((h.pid, g.uid));
-                                }
-                                self.open = false;
-                                return false;
-                            }
-                        }
-                        self.gone = None;
-                        self.pid = Some(h.pid);
-                        hello = true;
-                        // A process that connected while the collector was stopped waited since its hello.
-                        if let Some(d) = self.ring.as_mut() {
-                            d.last_ns = d.last_ns.min(h.ts_ns);
-                        }
-                        if let Some((_, why)) = h.extra.iter().find(|(k, _)| k == "no_ring") {
-                            self.bad_ring = Some(why.clone());
-                        } else {
-                            if self.ring.is_none() && self.bad_ring.is_none() {
-                                // The shim sends its ring with the hello's first byte.
-                                self.bad_ring = Some("its hello came without it".into());
-                            }
-                            if let Some(why) = &self.bad_ring {
-                                h.extra.push((
-                                    "no_ring".into(),
-                                    format!("the collector could not take its event ring: {why}"),
-                                ));
-                                untraced = Some(h);
-                            }
-                        }
-                    }
-                }
                 kind::OOM => acks += 1,
                 kind::BRIDGE => {
                     if let Ok(Some(Record::Bridge(b))) = codec::decode_record(k, payload) {
@@ -615,22 +637,30 @@ impl Conn {
                 }
                 _ => {}
             }
-        }
-        let frames = match untraced {
-            Some(h) => {
-                let mut out = Vec::with_capacity(frames.len() + 128);
-                let mut h = Some(h);
-                for (k, payload) in codec::frames(&frames) {
-                    if let Some(h) = h.take_if(|_| k == kind::HELLO) {
+            if k == kind::HELLO && self.pid.is_none() {
+                match self.hello(payload) {
+                    Some(h) => {
                         codec::put_record(&mut out, &Record::Hello(h));
-                    } else {
-                        codec::put_frame(&mut out, k, |o| o.extend_from_slice(payload));
+                        hello = true;
+                    }
+                    // Turned away (a gone peer not of the job), or not a hello: nothing of it is written.
+                    None => {
+                        self.open = false;
+                        return false;
                     }
                 }
-                out
+                continue;
             }
-            None => frames,
-        };
+            let Some(who) = self.speaker() else {
+                self.refused.add(Refusal::BeforeHello(k));
+                continue;
+            };
+            match ingest::admit(k, payload, who) {
+                Ok(a) => ingest::put_admitted(&mut out, k, payload, &a),
+                Err(why) => self.refused.add(why),
+            }
+        }
+        let frames = out;
         // What the process published before these records goes first; they are held at no less than it.
         let frames = if hello {
             frames
@@ -657,9 +687,10 @@ impl Conn {
                 None => frames,
             }
         };
-        let written = trace
-            .lock()
-            .is_ok_and(|mut w| w.write(self.pid.unwrap_or(0), &frames));
+        let written = frames.is_empty()
+            || trace
+                .lock()
+                .is_ok_and(|mut w| w.write(self.pid.unwrap_or(0), &frames));
         if hello {
             if let (Some(why), Some(pid)) = (self.bad_ring.take(), self.pid) {
                 let note = Record::Note {
@@ -676,6 +707,7 @@ impl Conn {
                 }
             }
         }
+        self.put_refused(trace);
         // The shim holds the failing allocation (or the bridge its record) until the evidence is in the file:
         // one answer per record waiting, in order, so the shim matches each to its own record. Nothing is
         // acknowledged that the file does not hold.
@@ -684,6 +716,131 @@ impl Conn {
             let _ = (&self.stream).write_all(&vec![answer; acks]);
         }
         true
+    }
+
+    /// Takes the hello: the process is who the kernel says it is (its pid and parent then), whatever the hello
+    /// says; what it said is kept beside. A peer of another user that was gone before it could be checked is of
+    /// the job only if its hello carries the job's token (the job's environment, which other users cannot
+    /// read). The token never reaches the trace. `None`: turned away, or no hello at all.
+    fn hello(&mut self, payload: &[u8]) -> Option<vramtrace_format::Hello> {
+        let Ok(Some(Record::Hello(mut h))) = codec::decode_record(kind::HELLO, payload) else {
+            return None;
+        };
+        let token = h
+            .extra
+            .iter()
+            .position(|(k, _)| k == ingest::TOKEN_KEY)
+            .map(|i| h.extra.remove(i).1);
+        h.extra.retain(|(k, _)| k != ingest::TOKEN_KEY);
+        if let Some(g) = &self.gone {
+            if !token.is_some_and(|t| ingest::same_token(&self.job_token, &t)) {
+                if let Ok(mut r) = g.conns.refused.lock() {
+                    r.push((self.kernel_pid.unwrap_or(h.pid), g.uid));
+                }
+                return None;
+            }
+        }
+        self.gone = None;
+        // No pid from the kernel (a peer outside our pid namespace): nobody the trace can name.
+        let kernel = self.kernel_pid?;
+        self.said_pid = Some(h.pid);
+        if h.pid != kernel {
+            h.extra
+                .push(("pid_in_its_namespace".into(), h.pid.to_string()));
+            h.pid = kernel;
+        }
+        if let Some(ppid) = self.peer.as_ref().map(|p| p.2).filter(|p| *p != 0) {
+            h.ppid = ppid;
+        }
+        self.pid = Some(kernel);
+        // A process that connected while the collector was stopped waited since its hello.
+        if let Some(d) = self.ring.as_mut() {
+            d.last_ns = d.last_ns.min(h.ts_ns);
+        }
+        if let Some((_, why)) = h.extra.iter().find(|(k, _)| k == "no_ring") {
+            self.bad_ring = Some(why.clone());
+        } else {
+            if self.ring.is_none() && self.bad_ring.is_none() {
+                // The shim sends its ring with the hello's first byte.
+                self.bad_ring = Some("its hello came without it".into());
+            }
+            // Marked untraced, with why, so that the report names the process (never one that allocated
+            // nothing).
+            if let Some(why) = &self.bad_ring {
+                h.extra.push((
+                    "no_ring".into(),
+                    format!("the collector could not take its event ring: {why}"),
+                ));
+            }
+        }
+        Some(h)
+    }
+
+    /// The unfinished frame left in the buffer, against the budget: what it needs beyond the connection's
+    /// free room is claimed from the pool; refused (or made to give way to a smaller one), the frame is
+    /// dropped, counted, and the rest of it skipped as it comes. With none left, the room a large frame took
+    /// is given back.
+    fn budget_unfinished(&mut self) {
+        let evicted = self.claim.as_ref().is_some_and(|c| c.evicted());
+        match self.split.first_frame_bytes() {
+            Some(bytes) => {
+                let need = (bytes as usize).saturating_sub(budget::FREE);
+                let granted = !evicted && self.claim.as_mut().is_none_or(|c| c.need(need));
+                if !granted {
+                    let have = self.split.pending() as u64;
+                    self.split.consume(have as usize);
+                    self.skip = bytes.saturating_sub(have);
+                    self.refused.add(Refusal::TooLarge { bytes });
+                    if let Some(c) = self.claim.as_mut() {
+                        c.need(0);
+                    }
+                    self.split.trim(2 * READ);
+                }
+            }
+            None => {
+                if let Some(c) = self.claim.as_mut() {
+                    c.need(0);
+                }
+                self.split.trim(2 * READ);
+            }
+        }
+    }
+
+    /// Writes what was refused since the last time, once the process is named: a `Lost` record (cause
+    /// `Refused`) and, the first time, a note saying what was refused. Stamped where the process's entries
+    /// stand, so that nothing of it goes out of order.
+    fn put_refused(&mut self, trace: &Mutex<TraceWriter>) {
+        let Some(pid) = self.pid else {
+            return;
+        };
+        let Some((count, first)) = self.refused.take_new() else {
+            return;
+        };
+        let ts_ns = self
+            .ring
+            .as_ref()
+            .map_or_else(mono_ns, |d| d.last_ts.max(d.promised));
+        let mut buf = Vec::new();
+        if let Some(what) = first {
+            put_note(
+                &mut buf,
+                pid,
+                ts_ns,
+                format!("records this process sent were refused, the first: {what}"),
+            );
+        }
+        codec::put_record(
+            &mut buf,
+            &Record::Lost {
+                pid,
+                ts_ns,
+                count,
+                cause: LossCause::Refused,
+            },
+        );
+        if let Ok(mut w) = trace.lock() {
+            w.write(pid, &buf);
+        }
     }
 
     fn split_whole(&mut self, n: usize) -> Vec<u8> {
@@ -700,9 +857,11 @@ impl Conn {
     /// is gone (records it left half-written are skipped, the goodbye it published is written). Whether
     /// anything was taken.
     fn drain(&mut self, trace: &Mutex<TraceWriter>, dead: bool) -> bool {
-        let (Some(d), Some(pid)) = (self.ring.as_mut(), self.pid) else {
+        let (Some(who), Some(d)) = (self.speaker(), self.ring.as_mut()) else {
             return false;
         };
+        let pid = who.kernel;
+        let refused = &mut self.refused;
         // When this drain looked (the stall and the tick's pace; the tick's promise itself is stamped in the ring).
         let promise = mono_ns();
         // A process that hung up ends at its hang-up (`finish`): nothing promised goes past it, or its end would
@@ -757,7 +916,7 @@ impl Conn {
                     now: promise,
                     most: None,
                 };
-                blob_into(out, bytes, &mut goodbye, &mut hold);
+                blob_into(out, bytes, &mut goodbye, &mut hold, who, refused);
                 *last_ts = hold.last;
             }
         };
@@ -849,13 +1008,13 @@ impl Conn {
                 codec::put_record(out, &Record::Goodbye { pid, ts_ns });
             }
         }
-        if out.is_empty() {
-            return false;
+        if !out.is_empty() {
+            if let Ok(mut w) = trace.lock() {
+                w.write(pid, out);
+            }
+            out.clear();
         }
-        if let Ok(mut w) = trace.lock() {
-            w.write(pid, out);
-        }
-        out.clear();
+        self.put_refused(trace);
         taken > 0
     }
 
@@ -885,8 +1044,13 @@ impl Conn {
             shim_version: String::new(),
             extra: vec![(
                 "no_ring".into(),
-                "it connected, then hung up without saying hello (its shim could not pass its event ring)"
-                    .into(),
+                if self.mute {
+                    "it connected, then sent nothing for 5 s: not a shim's connection; closed"
+                        .into()
+                } else {
+                    "it connected, then hung up without saying hello (its shim could not pass its event ring)"
+                        .into()
+                },
             )],
         };
         let mut buf = Vec::new();
@@ -907,6 +1071,7 @@ impl Conn {
             self.announced();
             return;
         };
+        self.put_refused(trace);
         let end = if self.split.pending() > 0 {
             EndKind::CutMidFrame {
                 partial_bytes: self.split.pending() as u32,
@@ -966,22 +1131,50 @@ fn maps_inode(pid: u32, ino: u64) -> bool {
     })
 }
 
-/// Appends a blob from a ring to `out` if it is whole frames; a goodbye is held back (its time kept).
-fn blob_into(out: &mut Vec<u8>, bytes: &[u8], goodbye: &mut Option<u64>, hold: &mut Hold) {
+/// Appends a blob from a ring to `out` if it is whole frames, each checked (`ingest`: refused ones are
+/// counted in `refused`); a goodbye is held back (its time kept).
+fn blob_into(
+    out: &mut Vec<u8>,
+    bytes: &[u8],
+    goodbye: &mut Option<u64>,
+    hold: &mut Hold,
+    who: Speaker,
+    refused: &mut Refused,
+) {
     let mut split = FrameSplitter::new();
     split.push(bytes);
     match split.whole() {
         Ok(w) if w.len() == bytes.len() => {}
-        _ => return,
+        _ => {
+            refused.add(Refusal::Undecodable(bytes.get(4).copied().unwrap_or(0)));
+            return;
+        }
     }
+    let mut one = Vec::new();
     for (k, payload) in codec::frames(bytes) {
+        let admitted = match ingest::admit(k, payload, who) {
+            Ok(a) => a,
+            Err(why) => {
+                refused.add(why);
+                continue;
+            }
+        };
         if k == kind::GOODBYE {
             if let Ok(Some(Record::Goodbye { ts_ns, .. })) = codec::decode_record(k, payload) {
                 *goodbye = Some(ts_ns);
             }
             continue;
         }
-        hold_frame(out, k, payload, hold);
+        match admitted {
+            ingest::Admitted::AsItCame => hold_frame(out, k, payload, hold),
+            rewritten => {
+                one.clear();
+                ingest::put_admitted(&mut one, k, payload, &rewritten);
+                if let Some((k, payload)) = codec::frames(&one).next() {
+                    hold_frame(out, k, payload, hold);
+                }
+            }
+        }
     }
 }
 
@@ -1202,6 +1395,8 @@ mod tests {
                 codec::put_record(&mut buf, &hello(4242));
                 send_with_fd(&theirs, &buf, theirs.as_raw_fd());
                 let mut conn = Conn::new(ours);
+                // As the kernel would say of the process that sent the hello.
+                conn.kernel_pid = Some(4242);
                 let mut was: libc::rlimit = unsafe { std::mem::zeroed() };
                 unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut was) };
                 let limit = |n: Option<u64>| {
@@ -1299,6 +1494,30 @@ mod tests {
     }
 
     #[test]
+    fn a_silent_connection_does_not_hold_the_acceptor() {
+        // A peer that connects and says nothing: handed to its receiver at once (it counts as unannounced, so
+        // no newcomer promise passes it), where it used to hold the acceptor for the hello's wait.
+        let dir = std::env::temp_dir().join(format!("vramtrace-silent-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = Arc::new(Mutex::new(TraceWriter::new(
+            File::create(dir.join("t.vtrace")).unwrap(),
+            0,
+        )));
+        let conns = Arc::new(Connections::default());
+        let mut peers = Vec::new();
+        let start = Instant::now();
+        for _ in 0..10 {
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            peers.push(theirs);
+            assert!(!take(ours, &trace, &conns, None, None, None));
+        }
+        let took = start.elapsed();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(took < Duration::from_millis(100), "{took:?} for 10");
+        assert_eq!(conns.unannounced.load(Ordering::Acquire), 10);
+    }
+
+    #[test]
     fn a_ring_that_cannot_be_mapped_is_named_in_the_hello() {
         // The other side of the test above: with room for the descriptor, it arrives; it is no ring (a socket),
         // so the mapping's refusal is what the hello says.
@@ -1311,6 +1530,7 @@ mod tests {
         codec::put_record(&mut buf, &hello(4243));
         send_with_fd(&theirs, &buf, theirs.as_raw_fd());
         let mut conn = Conn::new(ours);
+        conn.kernel_pid = Some(4243);
         assert!(conn.pump(&trace));
         let hellos = hellos_in(&std::fs::read(&path).unwrap());
         let _ = std::fs::remove_dir_all(&dir);
@@ -1350,7 +1570,10 @@ mod tests {
             most: None,
         };
         let (mut out, mut goodbye) = (Vec::new(), None);
-        blob_into(&mut out, &blob, &mut goodbye, &mut hold);
+        let mut refused = Refused::default();
+        let who = Speaker { kernel: 7, said: 7 };
+        blob_into(&mut out, &blob, &mut goodbye, &mut hold, who, &mut refused);
+        assert_eq!(refused.count(), 0);
         let times: Vec<(u8, u64)> = codec::frames(&out)
             .map(|(k, p)| {
                 let mut r = codec::decode_record(k, p).unwrap().unwrap();

@@ -626,6 +626,25 @@ impl FrameSplitter {
     pub fn pending(&self) -> usize {
         self.len
     }
+
+    /// The whole size (header included) the first buffered frame declares, once its header is in.
+    pub fn first_frame_bytes(&self) -> Option<u64> {
+        (self.len >= 4).then(|| u32::from_le_bytes(self.buf[..4].try_into().unwrap()) as u64 + 4)
+    }
+
+    /// Gives back room past `keep` bytes (or the data, if more) that a large frame left behind.
+    pub fn trim(&mut self, keep: usize) {
+        let keep = keep.max(self.len);
+        if self.buf.len() > keep {
+            self.buf.truncate(keep);
+            self.buf.shrink_to_fit();
+        }
+    }
+
+    /// The buffer's size, data and room together (what the splitter costs).
+    pub fn footprint(&self) -> usize {
+        self.buf.capacity()
+    }
 }
 
 /// Iterates over the frames in a slice made of whole frames: yields (kind, payload).

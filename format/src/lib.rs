@@ -312,6 +312,29 @@ impl Record {
             _ => None,
         }
     }
+
+    /// The process a record speaks for; `None` for the collector's own records (`End`). The collector checks
+    /// it against the process that sent the record (and rewrites it to the kernel's pid) before writing.
+    pub fn pid_mut(&mut self) -> Option<&mut u32> {
+        match self {
+            Record::Hello(h) => Some(&mut h.pid),
+            Record::Events { pid, .. }
+            | Record::Dropped { pid, .. }
+            | Record::Goodbye { pid, .. }
+            | Record::Tick { pid, .. }
+            | Record::ProcessEnd { pid, .. }
+            | Record::Note { pid, .. }
+            | Record::Lost { pid, .. }
+            | Record::ContextGone { pid, .. } => Some(pid),
+            Record::Oom(o) => Some(&mut o.pid),
+            Record::Stack(s) => Some(&mut s.pid),
+            Record::Objects(o) => Some(&mut o.pid),
+            Record::FrameworkSample(f) => Some(&mut f.pid),
+            Record::Bridge(b) => Some(&mut b.pid),
+            Record::Exit(x) => Some(&mut x.pid),
+            Record::End { .. } => None,
+        }
+    }
 }
 
 /// Why records of a process were lost.
@@ -325,6 +348,9 @@ pub enum LossCause {
     CollectorStalled,
     /// The process ended in the middle of writing them.
     DiedMidRecord,
+    /// The process sent records it may not send (another process's, the collector's own, undecodable, or larger
+    /// than the collector's room for unfinished records): refused at ingest, never written.
+    Refused,
 }
 
 impl LossCause {
@@ -338,6 +364,10 @@ impl LossCause {
                 "the collector was stalled (stopped, or starved of CPU) while the process ran, and its ring filled"
             }
             LossCause::DiedMidRecord => "the process ended while writing them",
+            LossCause::Refused => {
+                "the process sent records it may not send (for another process, the collector's own kinds, \
+                 undecodable, or too large for the collector's room); they were refused"
+            }
         }
     }
 
@@ -346,6 +376,7 @@ impl LossCause {
             LossCause::RingFull => "ring_full",
             LossCause::CollectorStalled => "collector_stalled",
             LossCause::DiedMidRecord => "died_mid_record",
+            LossCause::Refused => "refused",
         }
     }
 }

@@ -619,8 +619,22 @@ fn hello(pid: u32) -> Hello {
         local_rank: num("LOCAL_RANK"),
         slurm_procid: num("SLURM_PROCID"),
         shim_version: env!("CARGO_PKG_VERSION").to_string(),
-        extra: bridge_loaded(pid),
+        extra: hello_extra(pid),
     }
+}
+
+/// What the hello says beyond its fields: whether the bridge loaded here, and the job's token (the collector
+/// takes it out before the hello is written: it vouches for a process of another user that exits before the
+/// collector could ask the kernel where it came from).
+fn hello_extra(pid: u32) -> Vec<(String, String)> {
+    let mut extra = bridge_loaded(pid);
+    if let Some(t) = std::env::var("VRAMTRACE_JOB_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+    {
+        extra.push(("job_token".to_string(), t));
+    }
+    extra
 }
 
 /// The Python bridge marks the processes it loaded in (`os.putenv`, so the program's `os.environ` is

@@ -35,6 +35,20 @@ pub(crate) struct Connections {
     /// Connections taken whose hello has not come yet: no newcomer promise while any is (its hello, or the one
     /// the collector writes for it, may be older).
     pub(crate) unannounced: AtomicUsize,
+    /// One budget for every connection's unfinished frame.
+    pub(crate) unfinished: Arc<super::budget::Budget>,
+    /// The job's token (`VRAMTRACE_JOB_TOKEN` in the job's environment): vouches for a peer of another user
+    /// that was gone before the kernel could be asked where it came from.
+    pub(crate) job_token: Arc<str>,
+}
+
+impl Connections {
+    pub(crate) fn new(job_token: &str) -> Connections {
+        Connections {
+            job_token: Arc::from(job_token),
+            ..Default::default()
+        }
+    }
 }
 
 /// How long, once the job is over, the acceptor keeps trying to take what waits when it has no descriptor free
@@ -110,7 +124,6 @@ pub(crate) fn spawn_acceptor(
                             let gone = match peer_of_job(&stream, me, uid, &conns) {
                                 Peer::Job => None,
                                 Peer::Gone(uid) => Some(GonePeer {
-                                    me,
                                     uid,
                                     conns: conns.clone(),
                                 }),
@@ -197,7 +210,7 @@ enum Peer {
     /// privileges), or one vramtrace reaped.
     Job,
     /// Another user's process that is gone already (its /proc entry with it, reaped by a parent of its own on a
-    /// busy machine): judged by its hello's parent. Its user.
+    /// busy machine): of the job only if its hello carries the job's token. Its user.
     Gone(u32),
     /// Anything else: turned away and counted.
     NotJob,
@@ -241,7 +254,7 @@ fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> P
 }
 
 /// Whether `pid`'s chain of parents (by /proc) reaches `ancestor`.
-pub(super) fn descends_from(mut pid: u32, ancestor: u32) -> bool {
+fn descends_from(mut pid: u32, ancestor: u32) -> bool {
     for _ in 0..4096 {
         if pid == ancestor {
             return true;

@@ -2,10 +2,9 @@
 //! socket in a private directory, and append them to the trace as whole frames the moment they arrive, so that a
 //! run ended by anything (SIGKILL included) leaves a trace readable up to its last whole frame.
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -23,6 +22,7 @@ use crate::exit::{self, Code};
 use crate::probe;
 use crate::receive::{spawn_acceptor, Connections, TraceWriter};
 use crate::reporters::text::units;
+use crate::runtime_dir::RuntimeDir;
 use vramtrace_format::cap::CapSpec;
 
 #[derive(clap::Args, Debug)]
@@ -279,11 +279,20 @@ impl Prepared {
                 .open(&ledger)
                 .with_context(|| format!("cannot create {}", ledger.display()))?;
         }
+        // A runtime filesystem that cannot take the bridge (full) does not stop the job: its Python processes
+        // are traced without it, and the summary says so, as the cap's ledger degrades.
         let bridge = match agent {
-            OnOff::On => Some(
-                crate::bridge_files::write(&dir.path.join("python"))
-                    .context("cannot write the Python bridge into the runtime directory")?,
-            ),
+            OnOff::On => match crate::bridge_files::write(&dir.path.join("python")) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    eprintln!(
+                        "vramtrace: cannot write the Python bridge into {} ({e}): Python processes are traced \
+                         without it (no view inside PyTorch's or JAX's allocator)",
+                        dir.path.display()
+                    );
+                    None
+                }
+            },
             OnOff::Off => None,
         };
         let writer = TraceWriter::new(file, head.len() as u64);
@@ -339,7 +348,10 @@ impl Prepared {
         // One socket per live process of the job, and a ring passed with each hello: room for many (the
         // command gets the limit it had).
         let nofile = crate::fdlimit::raise();
-        let conns = Arc::new(Connections::default());
+        // The job's token: only the job's processes see it (their environment), so it vouches for one of
+        // another user that was gone before the kernel could be asked where it came from.
+        let token = format!("{:016x}{:016x}", random_u64(), random_u64());
+        let conns = Arc::new(Connections::new(&token));
         let acceptor = spawn_acceptor(
             self.listener.try_clone().ok(),
             self.trace.clone(),
@@ -354,7 +366,8 @@ impl Prepared {
             preload.push(old);
         }
         cmd.env("LD_PRELOAD", preload)
-            .env("VRAMTRACE_SOCKET", &self.socket);
+            .env("VRAMTRACE_SOCKET", &self.socket)
+            .env("VRAMTRACE_JOB_TOKEN", &token);
         // Snapshots and other files the job's processes write beside the trace.
         cmd.env(
             "VRAMTRACE_TRACE",
@@ -747,47 +760,6 @@ pub fn mono_ns() -> u64 {
 // ---- the private runtime directory -----------------------------------------------------------------------
 
 /// A directory only we can enter (mode 0700, from `mkdtemp`), holding the socket. Removed when dropped.
-struct RuntimeDir {
-    path: PathBuf,
-}
-
-impl RuntimeDir {
-    fn create() -> anyhow::Result<RuntimeDir> {
-        // A socket path must fit in 108 bytes: prefer the short per-user runtime dir, fall back to /tmp.
-        let mut bases: Vec<PathBuf> = Vec::new();
-        for var in ["XDG_RUNTIME_DIR", "TMPDIR"] {
-            if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
-                bases.push(PathBuf::from(v));
-            }
-        }
-        bases.push(PathBuf::from("/tmp"));
-        let mut last = None;
-        for base in bases.iter().filter(|b| b.as_os_str().len() < 80) {
-            let template = CString::new(base.join("vramtrace-XXXXXX").as_os_str().as_bytes())?;
-            let mut raw = template.into_bytes_with_nul();
-            let p = unsafe { libc::mkdtemp(raw.as_mut_ptr().cast()) };
-            if p.is_null() {
-                last = Some(io::Error::last_os_error());
-                continue;
-            }
-            raw.pop();
-            return Ok(RuntimeDir {
-                path: PathBuf::from(OsString::from(std::ffi::OsStr::from_bytes(&raw))),
-            });
-        }
-        bail!(
-            "cannot create a private runtime directory: {}",
-            last.map_or("no usable base directory".into(), |e| e.to_string())
-        )
-    }
-}
-
-impl Drop for RuntimeDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
 /// How the job's processes ended that did not end well, from their wait statuses (at most 8 lines).
 fn endings(a: &crate::model::Analysis) -> String {
     let bad: Vec<&crate::model::ProcessStats> = a

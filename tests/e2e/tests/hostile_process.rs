@@ -1,0 +1,124 @@
+//! A hostile process of the job: it speaks the collector's protocol by hand (`forger`), lies about its pid,
+//! writes records for other processes and records only the collector writes, sends frames that do not decode,
+//! and hoards memory with unfinished frames. It can cost only its own records: they are refused, counted
+//! against it (by the kernel's pid), and nothing it forged reaches the trace.
+
+use vramtrace_e2e::traced::{read_trace, vramtrace};
+use vramtrace_e2e::*;
+use vramtrace_format::{Api, ExitStatus, LossCause};
+
+#[test]
+fn a_process_speaks_only_for_itself_whatever_its_hello_says() {
+    let fc = FakeCuda::new();
+    // It claims pid 1, and forges for pid 2.
+    let (run, path) = fc.traced(
+        "forger",
+        &["--python-agent", "off"],
+        program("forger"),
+        &["speak", "1", "2"],
+    );
+    run.assert_success("forger");
+    let mut out = run.stdout.split_whitespace();
+    let pid: u32 = out.next().unwrap().parse().unwrap();
+    let forged: u64 = out.next().unwrap().parse().unwrap();
+    let t = read_trace(&path);
+    // One hello, under the kernel's pid, saying what it claimed.
+    assert_eq!(t.hellos.len(), 1, "{:?}", t.hellos);
+    let h = &t.hellos[0];
+    assert_eq!(h.pid, pid);
+    assert!(
+        h.extra
+            .iter()
+            .any(|(k, v)| k == "pid_in_its_namespace" && v == "1"),
+        "{h:?}"
+    );
+    // Its parent is the kernel's (vramtrace), not the 1 its hello said.
+    assert_ne!(h.ppid, 1);
+    // Nothing for pid 1 or 2, or for anyone else.
+    for (p, text) in &t.notes {
+        assert_eq!(*p, pid, "a note under another pid: {text}");
+    }
+    let own: Vec<&str> = t.notes.iter().map(|(_, n)| n.as_str()).collect();
+    assert!(own.contains(&"forger's own note"), "{own:?}");
+    assert!(own.contains(&"forger's own ring note"), "{own:?}");
+    assert!(!own.iter().any(|n| n.contains("forged")), "{own:?}");
+    assert!(t.events.keys().all(|p| *p == pid));
+    assert_eq!(
+        t.events[&pid]
+            .iter()
+            .filter(|e| e.api == Api::MemAlloc)
+            .count(),
+        1
+    );
+    assert!(t.ends.iter().all(|(p, _)| *p == pid), "{:?}", t.ends);
+    // Its exit is the one vramtrace reaped: 0, not the SIGSEGV it forged; no exit for the victim.
+    assert_eq!(t.exits.len(), 1, "{:?}", t.exits);
+    assert_eq!(t.exits[0].pid, pid);
+    assert_eq!(t.exits[0].status, ExitStatus::Code(0));
+    assert_eq!(t.dropped, 0, "a forged drop count was taken");
+    // Every forged record refused, counted against it, and said.
+    let refused: u64 = t
+        .lost
+        .iter()
+        .filter(|(p, c, _)| *p == pid && *c == LossCause::Refused)
+        .map(|l| l.2)
+        .sum();
+    assert_eq!(refused, forged, "{:?}", t.lost);
+    assert!(t
+        .notes
+        .iter()
+        .any(|(_, n)| n.contains("records this process sent were refused")));
+    run.says("refused");
+    let report = fc
+        .command(vramtrace())
+        .arg("report")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(!text.contains("pid 2 "), "{text}");
+}
+
+#[test]
+fn hoarding_unfinished_frames_costs_the_hoarders_own_records() {
+    // A pool of 4 MB for every connection's unfinished frame: three processes each hold 3 MB of one note
+    // unfinished for a while. One gets the room; the others' notes are refused and skipped as they come; every
+    // one's later small note arrives.
+    let fc = FakeCuda::new().env("VRAMTRACE_TEST_UNFINISHED_POOL", "4000000");
+    let forger = program("forger");
+    let f = forger.display();
+    let script =
+        format!("{f} hoard 3000000 1500 & {f} hoard 3000000 1500 & {f} hoard 3000000 1500 & wait");
+    let (run, path) = fc.traced(
+        "hoard",
+        &["--python-agent", "off"],
+        "sh",
+        &["-c", script.as_str()],
+    );
+    run.assert_success("hoarders");
+    let pids: Vec<u32> = run
+        .stdout
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 3);
+    let t = read_trace(&path);
+    let big = t.notes.iter().filter(|(_, n)| n.len() > 1_000_000).count();
+    let refused: Vec<u32> = t
+        .lost
+        .iter()
+        .filter(|(_, c, _)| *c == LossCause::Refused)
+        .map(|l| l.0)
+        .collect();
+    assert_eq!(big, 1, "exactly one hoarder had room");
+    assert_eq!(refused.len(), 2, "{:?}", t.lost);
+    assert!(refused.iter().all(|p| pids.contains(p)));
+    for p in &pids {
+        assert!(
+            t.notes
+                .iter()
+                .any(|(q, n)| q == p && n == "hoarder's small note"),
+            "pid {p} lost more than its own large note"
+        );
+    }
+}

@@ -1,0 +1,312 @@
+//! `forger MODE ...`: a hostile process of the job, speaking the collector's protocol by hand (no shim, no
+//! driver), for the tests of what a process may say (`collector/src/receive/ingest.rs`, `budget.rs`).
+//!
+//! ```text
+//! forger speak <claimed-pid> <victim-pid>   hello claiming <claimed-pid>, with a ring; then, on the socket and
+//!                                           through the ring, records for <victim-pid>, records only the
+//!                                           collector writes, a second hello, undecodable and unknown frames,
+//!                                           and a few records of its own (claimed pid); one event of 1 MiB in
+//!                                           the ring. Prints its real pid and the count of forged frames.
+//! forger hoard <bytes> <hold-ms>            hello with its own pid; then a note of <bytes> sent all but its
+//!                                           last byte, held <hold-ms>, then finished. Prints its real pid.
+//! forger dash <ppid> <n>                    n times: a child says hello (its own pid, parent <ppid>), sends a
+//!                                           note and an event of 6 GiB, and exits at once. Prints the pids.
+//! forger attack <uid>                       another user: finds vramtrace's sockets in /proc/net/unix whose
+//!                                           folder is <uid>'s, and tries each (connect, list its folder, open
+//!                                           its ledger). Prints
+//!                                           `found <n> connected <n> listed <n> opened <n>`.
+//! ```
+
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+
+use vramtrace_format::codec::{self, kind};
+use vramtrace_format::ring::{self, Ring};
+use vramtrace_format::{Api, EndKind, Event, Exit, ExitStatus, Hello, Record};
+
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A ring as the shim makes one: sealed memfd, mapped shared.
+fn make_ring(pid: u32) -> (Ring, i32) {
+    let slots = 1 << 12;
+    let len = ring::bytes_for(slots);
+    unsafe {
+        let fd = libc::syscall(
+            libc::SYS_memfd_create,
+            c"forged-ring".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        ) as i32;
+        assert!(fd >= 0);
+        assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
+        assert_eq!(
+            libc::fcntl(
+                fd,
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL
+            ),
+            0
+        );
+        let base = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        assert_ne!(base, libc::MAP_FAILED);
+        (Ring::init(base.cast(), slots, pid, 0), fd)
+    }
+}
+
+/// Sends `buf` with descriptor `fd` attached, as the shim sends its hello and ring.
+fn send_with_fd(s: &UnixStream, buf: &[u8], fd: i32) {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let mut cbuf = [0u64; 8];
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as _;
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+        libc::CMSG_DATA(c).cast::<i32>().write_unaligned(fd);
+        assert_eq!(libc::sendmsg(s.as_raw_fd(), &msg, 0), buf.len() as isize);
+    }
+}
+
+fn hello(pid: u32) -> Record {
+    hello_from(pid, 1)
+}
+
+fn hello_from(pid: u32, ppid: u32) -> Record {
+    Record::Hello(Hello {
+        pid,
+        ppid,
+        ts_ns: mono_ns(),
+        cmdline: vec!["forger".into()],
+        hostname: String::new(),
+        rank: None,
+        local_rank: None,
+        slurm_procid: None,
+        shim_version: "forged".into(),
+        extra: vec![],
+    })
+}
+
+fn note(pid: u32, text: &str) -> Record {
+    Record::Note {
+        pid,
+        ts_ns: mono_ns(),
+        text: text.into(),
+    }
+}
+
+/// A successful `cuMemAlloc_v2` of `size` bytes on device 0.
+fn alloc(size: u64) -> Event {
+    Event {
+        ts_ns: mono_ns(),
+        tid: 1,
+        api: Api::MemAlloc,
+        flags: 0,
+        device: 0,
+        result: 0,
+        addr: 0x7000_0000,
+        size,
+        aux: 0,
+        stack: 0,
+    }
+}
+
+fn connect(pid: u32) -> (UnixStream, Ring) {
+    connect_from(pid, 1)
+}
+
+fn connect_from(pid: u32, ppid: u32) -> (UnixStream, Ring) {
+    let path = std::env::var_os("VRAMTRACE_SOCKET").expect("VRAMTRACE_SOCKET");
+    let s = UnixStream::connect(path).expect("connect");
+    let (ring, fd) = make_ring(pid);
+    let mut buf = Vec::new();
+    codec::put_record(&mut buf, &hello_from(pid, ppid));
+    send_with_fd(&s, &buf, fd);
+    (s, ring)
+}
+
+fn speak(claimed: u32, victim: u32) {
+    let (mut s, ring) = connect(claimed);
+    let mut forged = 0u32;
+    let mut bad = Vec::new();
+    let mut put = |buf: &mut Vec<u8>, r: &Record| {
+        codec::put_record(buf, r);
+        forged += 1;
+    };
+    put(&mut bad, &note(victim, "forged for the victim"));
+    put(
+        &mut bad,
+        &Record::ProcessEnd {
+            pid: victim,
+            ts_ns: mono_ns(),
+            kind: EndKind::Vanished,
+        },
+    );
+    put(
+        &mut bad,
+        &Record::Exit(Exit {
+            pid: victim,
+            ts_ns: mono_ns(),
+            status: ExitStatus::Signal {
+                signal: 9,
+                core: false,
+            },
+        }),
+    );
+    put(
+        &mut bad,
+        &Record::Exit(Exit {
+            pid: claimed,
+            ts_ns: mono_ns(),
+            status: ExitStatus::Signal {
+                signal: 11,
+                core: true,
+            },
+        }),
+    );
+    put(
+        &mut bad,
+        &Record::Dropped {
+            pid: claimed,
+            ts_ns: mono_ns(),
+            count: 1 << 60,
+        },
+    );
+    put(
+        &mut bad,
+        &Record::Tick {
+            pid: claimed,
+            ts_ns: u64::MAX / 2,
+        },
+    );
+    put(&mut bad, &hello(victim));
+    put(&mut bad, &Record::End { ts_ns: 1 });
+    // Undecodable, and of a kind nobody knows.
+    codec::put_frame(&mut bad, kind::NOTE, |o| o.extend_from_slice(&[0xff; 9]));
+    codec::put_frame(&mut bad, 200, |o| o.extend_from_slice(b"what"));
+    forged += 2;
+    let mut good = Vec::new();
+    codec::put_record(&mut good, &note(claimed, "forger's own note"));
+    s.write_all(&bad).unwrap();
+    s.write_all(&good).unwrap();
+    // Through the ring: one forged note, one of its own, and an event of its own.
+    let mut blob = Vec::new();
+    codec::put_record(&mut blob, &note(victim, "forged through the ring"));
+    forged += 1;
+    assert!(ring.try_blob(&blob));
+    blob.clear();
+    codec::put_record(&mut blob, &note(claimed, "forger's own ring note"));
+    assert!(ring.try_blob(&blob));
+    assert!(ring.try_event(&alloc(1 << 20)));
+    println!("{} {forged}", std::process::id());
+    std::io::stdout().flush().unwrap();
+    // Time for the collector to take it all before the connection closes.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+}
+
+fn hoard(bytes: usize, hold_ms: u64) {
+    let me = std::process::id();
+    let (mut s, _ring) = connect(me);
+    let mut big = Vec::new();
+    codec::put_record(&mut big, &note(me, &"x".repeat(bytes)));
+    let (head, last) = big.split_at(big.len() - 1);
+    s.write_all(head).unwrap();
+    println!("{me}");
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(hold_ms));
+    s.write_all(last).unwrap();
+    let mut small = Vec::new();
+    codec::put_record(&mut small, &note(me, "hoarder's small note"));
+    s.write_all(&small).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+}
+
+fn dash(ppid: u32, n: u64) {
+    let mut pids = Vec::new();
+    for _ in 0..n {
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            let me = std::process::id();
+            let (mut s, ring) = connect_from(me, ppid);
+            let mut buf = Vec::new();
+            codec::put_record(&mut buf, &note(me, "dashed in"));
+            let _ = s.write_all(&buf);
+            ring.try_event(&alloc(6 << 30));
+            unsafe { libc::_exit(0) };
+        }
+        pids.push(child);
+    }
+    for p in &pids {
+        unsafe { libc::waitpid(*p, std::ptr::null_mut(), 0) };
+    }
+    let list: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+    println!("{}", list.join(" "));
+}
+
+fn attack(uid: u32) {
+    use std::os::unix::fs::MetadataExt;
+    let unix = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let (mut found, mut connected, mut listed, mut opened) = (0, 0, 0, 0);
+    for path in unix
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|p| p.contains("/vramtrace-") && p.contains("/sock-"))
+        .filter(|p| {
+            std::fs::metadata(std::path::Path::new(p).parent().unwrap())
+                .is_ok_and(|m| m.uid() == uid)
+        })
+    {
+        found += 1;
+        if UnixStream::connect(path).is_ok() {
+            connected += 1;
+        }
+        let dir = std::path::Path::new(path).parent().unwrap();
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            listed += 1;
+            for e in entries.flatten() {
+                if e.file_name().to_string_lossy().starts_with("ledger-")
+                    && std::fs::File::open(e.path()).is_ok()
+                {
+                    opened += 1;
+                }
+            }
+        }
+    }
+    println!("found {found} connected {connected} listed {listed} opened {opened}");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let num = |i: usize| -> u64 { args[i].parse().expect("a number") };
+    match args.first().map(String::as_str) {
+        Some("speak") => speak(num(1) as u32, num(2) as u32),
+        Some("hoard") => hoard(num(1) as usize, num(2)),
+        Some("dash") => dash(num(1) as u32, num(2)),
+        Some("attack") => attack(num(1) as u32),
+        _ => {
+            eprintln!("usage: forger speak <claimed-pid> <victim-pid> | hoard <bytes> <hold-ms>");
+            std::process::exit(2);
+        }
+    }
+}
