@@ -8,8 +8,8 @@
 
 use crate::Api;
 use crate::{
-    Bridge, EndKind, Event, Exit, FrameworkSample, Hello, Objects, Oom, Record, Stack, TraceHeader,
-    MAGIC, MAX_FRAME, NO_DEVICE, VERSION,
+    Bridge, EndKind, Event, Exit, ExitStatus, FrameworkSample, Hello, Objects, Oom, Record, Stack,
+    TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE, VERSION,
 };
 
 /// Frame kinds. Part of the format: never reuse a number. Readers skip kinds they do not know.
@@ -38,6 +38,9 @@ pub mod kind {
     pub const CONTEXT_GONE: u8 = 16;
     /// The collector finished the trace (`Record::End`; no version bump: older readers skip it).
     pub const END: u8 = 17;
+    /// A process reaped a child of its own (`Record::Reaped`), from the reaper's shim: in its ring, or alone on
+    /// a connection of its own (no version bump: older readers skip it).
+    pub const REAPED: u8 = 18;
 }
 
 /// Bytes before the first frame's payload: length (4) and kind (1).
@@ -424,6 +427,14 @@ pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
         } => put_frame(out, kind::CONTEXT_GONE, |o| {
             bincode_to(o, &(*pid, *ts_ns, *device, how.as_str()))
         }),
+        Record::Reaped {
+            pid,
+            ts_ns,
+            child,
+            status,
+        } => put_frame(out, kind::REAPED, |o| {
+            bincode_to(o, &(*pid, *ts_ns, *child, *status))
+        }),
         Record::ProcessEnd { pid, ts_ns, kind } => put_frame(out, kind::PROCESS_END, |o| {
             bincode_to(
                 o,
@@ -435,6 +446,28 @@ pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
             )
         }),
     }
+}
+
+/// Room enough for any frame [`encode_reaped_into`] writes (it takes at most 31 bytes).
+pub const REAPED_FRAME_MAX: usize = 48;
+
+/// The frame of `Record::Reaped { pid, ts_ns, child, status }` (length, kind, payload), written into `buf`
+/// without allocating, locking or panicking: the shim calls it from inside a program's `waitpid`, which may run
+/// in a signal handler. The same bytes as [`put_record`]. The frame's length, or `None` if `buf` is too short
+/// ([`REAPED_FRAME_MAX`] always suffices).
+pub fn encode_reaped_into(
+    buf: &mut [u8],
+    pid: u32,
+    ts_ns: u64,
+    child: u32,
+    status: ExitStatus,
+) -> Option<usize> {
+    let payload = buf.get_mut(FRAME_OVERHEAD..)?;
+    let n = bincode::encode_into_slice((pid, ts_ns, child, status), payload, config()).ok()?;
+    let len = u32::try_from(n + 1).ok()?;
+    buf.get_mut(..4)?.copy_from_slice(&len.to_le_bytes());
+    *buf.get_mut(4)? = kind::REAPED;
+    Some(n + FRAME_OVERHEAD)
 }
 
 /// Decodes one frame's payload. `Ok(None)` for a kind this build does not know (a newer writer's addition).
@@ -500,6 +533,15 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<Option<Record>, DecodeE
                 ts_ns,
                 count,
                 cause,
+            }
+        }
+        kind::REAPED => {
+            let (pid, ts_ns, child, status): (u32, u64, u32, ExitStatus) = bincode_from(payload)?;
+            Record::Reaped {
+                pid,
+                ts_ns,
+                child,
+                status,
             }
         }
         kind::PROCESS_END => {
@@ -820,6 +862,15 @@ mod tests {
                 status: crate::ExitStatus::Code(7),
             }),
             Record::End { ts_ns: 16 },
+            Record::Reaped {
+                pid: 4,
+                ts_ns: 17,
+                child: 9,
+                status: crate::ExitStatus::Signal {
+                    signal: 9,
+                    core: false,
+                },
+            },
             Record::Stack(Stack {
                 pid: 9,
                 id: 3,
@@ -923,6 +974,65 @@ mod tests {
     #[test]
     fn unknown_kind_is_skipped_not_an_error() {
         assert_eq!(decode_record(200, b"whatever").unwrap(), None);
+        // The next kinds after the last one this build knows, as an older reader finds a newer writer's.
+        for k in kind::REAPED + 1..=255 {
+            assert_eq!(decode_record(k, b"whatever").unwrap(), None, "kind {k}");
+        }
+    }
+
+    #[test]
+    fn reaped_frames_written_in_place_are_put_records_bytes() {
+        use crate::ExitStatus;
+        let statuses = [
+            ExitStatus::Code(0),
+            ExitStatus::Code(3),
+            ExitStatus::Code(255),
+            ExitStatus::Code(i32::MIN),
+            ExitStatus::Signal {
+                signal: 9,
+                core: false,
+            },
+            ExitStatus::Signal {
+                signal: 11,
+                core: true,
+            },
+            ExitStatus::Signal {
+                signal: i32::MAX,
+                core: true,
+            },
+        ];
+        for status in statuses {
+            for (pid, ts_ns, child) in [
+                (1, 0, 2),
+                (u32::MAX, u64::MAX, u32::MAX),
+                (4_194_304, 1 << 40, 7),
+            ] {
+                let rec = Record::Reaped {
+                    pid,
+                    ts_ns,
+                    child,
+                    status,
+                };
+                let mut want = Vec::new();
+                put_record(&mut want, &rec);
+                let mut buf = [0xAAu8; REAPED_FRAME_MAX];
+                let n = encode_reaped_into(&mut buf, pid, ts_ns, child, status).unwrap();
+                assert_eq!(&buf[..n], &want[..], "{rec:?}");
+                assert!(n <= 31, "{n} bytes for {rec:?}");
+                // Round trip through the frame reader and the decoder.
+                let (k, p) = frames(&buf[..n]).next().unwrap();
+                assert_eq!(k, kind::REAPED);
+                assert_eq!(decode_record(k, p).unwrap(), Some(rec));
+                // Too little room: nothing claimed, no panic.
+                for short in 0..n {
+                    assert_eq!(
+                        encode_reaped_into(&mut buf[..short], pid, ts_ns, child, status),
+                        None,
+                        "{short} bytes"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -287,6 +287,18 @@ pub enum Record {
         device: u32,
         how: String,
     },
+    /// A process reaped one of its children (`wait4`, `waitpid`, `wait`, `waitid` in the reaper's shim), frame kind
+    /// 18: how a process ended that its own parent reaped, where `vramtrace run` writes no `Exit`. `pid` is the
+    /// reaper as it believes itself to be (`getpid()`; a collector attributes a report connection to the kernel's
+    /// word, `SO_PEERCRED`, not to this field).
+    Reaped {
+        pid: u32,
+        /// CLOCK_MONOTONIC when the reaper's wait returned.
+        ts_ns: u64,
+        /// The reaped child, as the reaper's pid namespace numbers it.
+        child: u32,
+        status: ExitStatus,
+    },
 }
 
 impl Record {
@@ -296,17 +308,24 @@ impl Record {
         use codec::kind;
         matches!(
             k,
-            kind::OOM | kind::NOTE | kind::FRAMEWORK_SAMPLE | kind::BRIDGE | kind::CONTEXT_GONE
+            kind::OOM
+                | kind::NOTE
+                | kind::FRAMEWORK_SAMPLE
+                | kind::BRIDGE
+                | kind::CONTEXT_GONE
+                | kind::REAPED
         )
     }
 
     /// The time of a record a process stamps itself and sends whole (an out-of-memory record, a note, the
-    /// bridge's records, a context torn down); `None` for the others (events carry their own, the collector
+    /// bridge's records, a context torn down, a child reaped); `None` for the others (events carry their own, the collector
     /// writes the rest).
     pub fn process_time_mut(&mut self) -> Option<&mut u64> {
         match self {
             Record::Oom(o) => Some(&mut o.ts_ns),
-            Record::Note { ts_ns, .. } | Record::ContextGone { ts_ns, .. } => Some(ts_ns),
+            Record::Note { ts_ns, .. }
+            | Record::ContextGone { ts_ns, .. }
+            | Record::Reaped { ts_ns, .. } => Some(ts_ns),
             Record::FrameworkSample(f) => Some(&mut f.ts_ns),
             Record::Bridge(b) => Some(&mut b.ts_ns),
             _ => None,
@@ -414,6 +433,20 @@ impl ExitStatus {
         }
     }
 
+    /// From what `waitid` says of a child (`siginfo_t`'s `si_code` and `si_status`): `CLD_EXITED` (1) with the
+    /// exit code, `CLD_KILLED` (2) or `CLD_DUMPED` (3) with the signal; `None` for the others (stopped, trapped,
+    /// continued).
+    pub fn from_child_info(si_code: i32, si_status: i32) -> Option<ExitStatus> {
+        match si_code {
+            libc_like::CLD_EXITED => Some(ExitStatus::Code(si_status & 0xff)),
+            libc_like::CLD_KILLED | libc_like::CLD_DUMPED => Some(ExitStatus::Signal {
+                signal: si_status,
+                core: si_code == libc_like::CLD_DUMPED,
+            }),
+            _ => None,
+        }
+    }
+
     /// The code a shell reports: the exit code, or 128 + the signal.
     pub fn shell_code(self) -> i32 {
         match self {
@@ -479,6 +512,9 @@ pub fn signal_name(signal: i32) -> String {
 
 /// The `W*` macros of `<sys/wait.h>` (Linux), without a libc dependency in this crate.
 mod libc_like {
+    pub const CLD_EXITED: i32 = 1;
+    pub const CLD_KILLED: i32 = 2;
+    pub const CLD_DUMPED: i32 = 3;
     pub fn exited(s: i32) -> bool {
         s & 0x7f == 0
     }
@@ -670,6 +706,12 @@ mod tests {
                 device: 0,
                 how: "h".into(),
             },
+            Record::Reaped {
+                pid: 1,
+                ts_ns: 5,
+                child: 2,
+                status: ExitStatus::Code(3),
+            },
             Record::Goodbye { pid: 1, ts_ns: 5 },
             Record::Tick { pid: 1, ts_ns: 5 },
             Record::Dropped {
@@ -714,5 +756,26 @@ mod tests {
         );
         assert_eq!(ExitStatus::from_wait((19 << 8) | 0x7f), None);
         assert_eq!(signal_name(64), "SIG64");
+    }
+
+    #[test]
+    fn waitid_child_info_reads_as_the_wait_status_would() {
+        // si_code CLD_EXITED / CLD_KILLED / CLD_DUMPED, and what trapped (4), stopped (5) or continued (6) says.
+        assert_eq!(
+            ExitStatus::from_child_info(1, 3),
+            ExitStatus::from_wait(3 << 8)
+        );
+        assert_eq!(ExitStatus::from_child_info(2, 9), ExitStatus::from_wait(9));
+        assert_eq!(
+            ExitStatus::from_child_info(3, 11),
+            ExitStatus::from_wait(0x80 | 11)
+        );
+        for code in [4, 5, 6, 0] {
+            assert_eq!(
+                ExitStatus::from_child_info(code, 19),
+                None,
+                "si_code {code}"
+            );
+        }
     }
 }

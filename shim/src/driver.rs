@@ -254,22 +254,33 @@ static REAL_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 pub fn real_dlsym() -> Option<DlsymFn> {
     let mut p = REAL_DLSYM.load(Ordering::Acquire);
     if p.is_null() {
-        let mut glibc = null_mut();
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
-            glibc = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
-            if !glibc.is_null() {
-                break;
-            }
-        }
-        if glibc.is_null() {
-            return None;
-        }
-        let glibc = unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(glibc) };
+        let glibc = glibc_dlsym()?;
         p = next_dlsym(glibc);
         if p.is_null() || p == x::dlsym as *mut c_void {
             p = glibc as *mut c_void;
         }
         REAL_DLSYM.store(p, Ordering::Release);
+    }
+    Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
+}
+
+static GLIBC_DLSYM: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+
+/// glibc's own `dlsym` (reached with `dlvsym`: a plain `dlsym` from here would land in our own export). Called
+/// from this library with `RTLD_NEXT`, it finds the definition after the shim, whoever else interposes `dlsym`.
+pub fn glibc_dlsym() -> Option<DlsymFn> {
+    let mut p = GLIBC_DLSYM.load(Ordering::Acquire);
+    if p.is_null() {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !p.is_null() {
+                break;
+            }
+        }
+        if p.is_null() {
+            return None;
+        }
+        GLIBC_DLSYM.store(p, Ordering::Release);
     }
     Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
 }

@@ -1,7 +1,8 @@
 //! The exported C symbols, and nothing else: each unpacks its arguments, calls its hook and returns the
 //! driver's result code unchanged. The names are the driver's exact versioned names, because that is what a
 //! program linked with `-lcuda` binds to (cuda.h `#define`s `cuMemAlloc` to `cuMemAlloc_v2`). NVML's two memory
-//! functions are here too, for programs linked with `-lnvidia-ml` (nvml.rs).
+//! functions are here too, for programs linked with `-lnvidia-ml` (nvml.rs), and libc's wait functions, whose
+//! reaps the shim reports (reap.rs).
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
@@ -319,6 +320,42 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
 compile_error!(
     "vramtrace's dlsym trampoline is written for x86_64; other architectures need their own (see exports.rs)"
 );
+
+// ---- the wait functions (reap.rs): a process reaping its own children tells the collector how they ended ----
+
+#[no_mangle]
+pub unsafe extern "C" fn wait4(
+    pid: libc::pid_t,
+    status: *mut c_int,
+    options: c_int,
+    rusage: *mut libc::rusage,
+) -> libc::pid_t {
+    crate::reap::wait4(pid, status, options, rusage)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn waitpid(
+    pid: libc::pid_t,
+    status: *mut c_int,
+    options: c_int,
+) -> libc::pid_t {
+    crate::reap::waitpid(pid, status, options)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn wait(status: *mut c_int) -> libc::pid_t {
+    crate::reap::wait(status)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn waitid(
+    idtype: libc::idtype_t,
+    id: libc::id_t,
+    infop: *mut libc::siginfo_t,
+    options: c_int,
+) -> c_int {
+    crate::reap::waitid(idtype, id, infop, options)
+}
 
 // ---- the Python bridge's door (bridge.rs): not driver entry points, called through ctypes ----
 

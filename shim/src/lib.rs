@@ -19,6 +19,8 @@
 //! - `lazy`: building that state lazily, so that a `fork` in any state leaves it usable.
 //! - `tls`: each thread's own state (in a hook, its id), reached without `__tls_get_addr`.
 //! - `cuda`: the few driver types and codes the shim needs.
+//! - `reap`: the wait functions: a child the process reaps itself is reported to the collector (in the ring,
+//!   or on a one-shot connection), async-signal-safely.
 //! - `bridge`: the C functions the Python bridge calls to put a framework allocator's figures in the stream.
 //!
 //! Rules the code keeps (the host must never notice us): no work in ELF constructors, nothing allocated or
@@ -44,6 +46,7 @@ pub mod objects;
 pub mod pools;
 pub mod prefault;
 pub mod pystack;
+pub mod reap;
 pub mod record;
 pub mod settings;
 pub mod stacks;

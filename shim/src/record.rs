@@ -234,6 +234,22 @@ impl Recorder {
     }
 }
 
+/// Publishes a whole encoded frame in this process's own ring, from any context, a signal handler included:
+/// atomic loads, `getpid` and the ring's lock-free reservation (a compare-and-swap loop and at most a futex
+/// wake); nothing allocated, locked or waited for, even when lossless. Whether it is in the ring: not when the
+/// process has no ring of its own (none yet, or being made; after a `fork`, its parent's), the collector hung
+/// up, or the ring has no room now.
+pub(crate) fn publish_frame_anywhere(frame: &[u8]) -> bool {
+    let Some(&r) = RECORDER.peek() else {
+        return false;
+    };
+    // A child forked without glibc's atfork handlers (a raw `clone`) still sees its parent's recorder.
+    if r.pid != unsafe { libc::getpid() } as u32 || r.link.load(Ordering::Acquire) == GONE {
+        return false;
+    }
+    r.ring.try_blob(frame)
+}
+
 /// Starts the recorder if this is the process's first tracked call (an atomic load otherwise).
 #[inline]
 pub(crate) fn start_now() {
@@ -278,6 +294,8 @@ fn build() -> Option<&'static Recorder> {
         }
     }
     let path = settings.socket.clone()?;
+    // A safe moment (the first tracked call) to find the real wait functions, before a signal handler needs them.
+    crate::reap::prepare();
     let pid = std::process::id();
     let ticks = settings.ticks;
     let flags = if settings.lossless {

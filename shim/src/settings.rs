@@ -73,6 +73,12 @@ pub fn get() -> &'static Settings {
     SETTINGS.get_or_init(|| Some(read())).unwrap_or(&NOTHING)
 }
 
+/// The settings if they were read already, without reading them: one atomic load, safe anywhere (a signal
+/// handler included).
+pub fn peek() -> Option<&'static Settings> {
+    SETTINGS.peek()
+}
+
 fn read() -> Settings {
     test_slow_init();
     Settings {

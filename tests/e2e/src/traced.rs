@@ -66,6 +66,8 @@ pub struct Trace {
     pub ends: Vec<(u32, EndKind)>,
     /// Wait statuses the wrapper reaped.
     pub exits: Vec<Exit>,
+    /// Children their own parents reaped, as the reapers' shims told: (reaper, child, status).
+    pub reaped: Vec<(u32, u32, vramtrace_format::ExitStatus)>,
     pub dropped: u64,
     /// Contexts torn down: (pid, device).
     pub contexts_gone: Vec<(u32, u32)>,
@@ -187,6 +189,7 @@ pub fn read_trace(path: &Path) -> Trace {
         stack_records: vec![],
         objects_records: vec![],
         exits: vec![],
+        reaped: vec![],
     };
     let mut n = 0usize;
     while let Some(rec) = r.next_record() {
@@ -217,6 +220,9 @@ pub fn read_trace(path: &Path) -> Trace {
             Record::FrameworkSample(f) => t.samples.push((n, f)),
             Record::Bridge(b) => t.bridge.push((n, b)),
             Record::Exit(x) => t.exits.push(x),
+            Record::Reaped {
+                pid, child, status, ..
+            } => t.reaped.push((pid, child, status)),
             Record::Lost {
                 pid, count, cause, ..
             } => t.lost.push((pid, cause, count)),
