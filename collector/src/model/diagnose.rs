@@ -353,7 +353,10 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
         (None, None) => (None, "device"),
     };
     let short = available.map(|av| needed.saturating_sub(av));
-    let suggested = needed.div_ceil(CAP_STEP_BYTES).max(1) * CAP_STEP_BYTES;
+    let suggested = needed
+        .div_ceil(CAP_STEP_BYTES)
+        .max(1)
+        .saturating_mul(CAP_STEP_BYTES);
     let recent = s.async_freed_recent_bytes;
     let n = s.job_processes_on_device;
     let procs = format!("{n} job process{}", if n == 1 { "" } else { "es" });

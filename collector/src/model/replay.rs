@@ -520,7 +520,8 @@ impl<'t> Replay<'t> {
         for addr in gone {
             if let Some(l) = self.procs[s].ptrs.remove(&addr) {
                 self.take(s, &l, t);
-                self.procs[s].s.context_freed_bytes += l.size;
+                self.procs[s].s.context_freed_bytes =
+                    self.procs[s].s.context_freed_bytes.saturating_add(l.size);
                 self.tap_live(Change::Released, s, false, addr, &l, t);
             }
         }

@@ -11,6 +11,7 @@
 //!
 //! Only std and libc.
 
+pub mod fuzz;
 pub mod traced;
 
 use std::ffi::{OsStr, OsString};
