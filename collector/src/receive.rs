@@ -23,11 +23,13 @@ use vramtrace_format::{EndKind, Event, LossCause, Record, OOM_ACK, OOM_NAK};
 mod accept;
 mod budget;
 mod ingest;
+mod reaped;
 
 use accept::peer_identity;
 pub(crate) use accept::{hostname, spawn_acceptor, Connections, STARVED_NOTE};
 use budget::Claim;
 use ingest::{Refusal, Refused, Speaker};
+pub(crate) use reaped::write as write_reaped;
 
 use crate::hangup::{self, ClosedAt, Hangups};
 use crate::verbs::run::mono_ns;
@@ -163,6 +165,7 @@ fn take(
     conn.reserve = reserve;
     conn.claim = Some(conns.unfinished.claim());
     conn.job_token = conns.job_token.clone();
+    conn.conns = Some(conns.clone());
     // The receiver's thread first, waiting for its connection: one that cannot be had (a container's pids
     // limit, which counts the job's threads too) marks the hello untraced, with why, rather than leave a
     // process in the trace that seems to have allocated nothing.
@@ -303,6 +306,11 @@ struct Conn {
     accepted: Instant,
     /// Closed for sending nothing (`SILENT_WAIT`).
     mute: bool,
+    /// The job's connections (parents known, exits reported); none in tests.
+    conns: Option<Arc<Connections>>,
+    /// A connection that only reports the exits of children its process reaped (`reaped`): no hello, no
+    /// ring; it names no process.
+    report_only: bool,
 }
 
 /// How long a connection whose ring has not come waits to read until a descriptor is free for it.
@@ -441,13 +449,20 @@ impl Conn {
             job_token: Arc::from(""),
             accepted: Instant::now(),
             mute: false,
+            conns: None,
+            report_only: false,
         }
     }
 
-    /// Who its records must speak for, once its hello came.
+    /// Who its records must speak for, once its hello came (or, on a report connection, its first report).
     fn speaker(&self) -> Option<Speaker> {
+        let kernel = if self.report_only {
+            self.kernel_pid
+        } else {
+            self.pid
+        };
         Some(Speaker {
-            kernel: self.pid?,
+            kernel: kernel?,
             said: self.said_pid?,
         })
     }
@@ -528,7 +543,7 @@ impl Conn {
 
     /// Before the hello: the ring rides on it, and must find a place (`reserve`, `take_hello`).
     fn awaiting_ring(&self) -> bool {
-        self.pid.is_none() && self.ring.is_none() && self.bad_ring.is_none()
+        self.pid.is_none() && self.ring.is_none() && self.bad_ring.is_none() && !self.report_only
     }
 
     fn pump_once(&mut self, trace: &Mutex<TraceWriter>) -> bool {
@@ -651,10 +666,29 @@ impl Conn {
                 }
                 continue;
             }
+            if k == kind::REAPED && self.pid.is_none() && self.said_pid.is_none() {
+                // A process with no connection of its own reports what it reaped. Another user's that is gone
+                // already cannot be placed in the job: turned away.
+                if self.gone.is_some() || self.kernel_pid.is_none() {
+                    self.open = false;
+                    return false;
+                }
+                if let Ok(Some(Record::Reaped { pid, .. })) = codec::decode_record(k, payload) {
+                    self.report_only = true;
+                    self.said_pid = Some(pid);
+                    self.announced();
+                }
+            }
             let Some(who) = self.speaker() else {
                 self.refused.add(Refusal::BeforeHello(k));
                 continue;
             };
+            if k == kind::REAPED {
+                if let Err(why) = reaped::admit(payload, who, self.conns.as_deref()) {
+                    self.refused.add(why);
+                }
+                continue;
+            }
             match ingest::admit(k, payload, who) {
                 Ok(a) => ingest::put_admitted(&mut out, k, payload, &a),
                 Err(why) => self.refused.add(why),
@@ -753,6 +787,11 @@ impl Conn {
             h.ppid = ppid;
         }
         self.pid = Some(kernel);
+        if let Some(c) = &self.conns {
+            if let Ok(mut p) = c.reaps.parents.lock() {
+                p.insert(kernel, h.ppid);
+            }
+        }
         // A process that connected while the collector was stopped waited since its hello.
         if let Some(d) = self.ring.as_mut() {
             d.last_ns = d.last_ns.min(h.ts_ns);
@@ -862,6 +901,7 @@ impl Conn {
         };
         let pid = who.kernel;
         let refused = &mut self.refused;
+        let conns = self.conns.as_deref();
         // When this drain looked (the stall and the tick's pace; the tick's promise itself is stamped in the ring).
         let promise = mono_ns();
         // A process that hung up ends at its hang-up (`finish`): nothing promised goes past it, or its end would
@@ -916,7 +956,7 @@ impl Conn {
                     now: promise,
                     most: None,
                 };
-                blob_into(out, bytes, &mut goodbye, &mut hold, who, refused);
+                blob_into(out, bytes, &mut goodbye, &mut hold, who, refused, conns);
                 *last_ts = hold.last;
             }
         };
@@ -1063,6 +1103,10 @@ impl Conn {
 
     /// The connection closed: record how.
     fn finish(mut self, trace: &Mutex<TraceWriter>) {
+        if self.report_only {
+            self.announced();
+            return;
+        }
         // Not a peer of another user still to be judged on its hello (or turned away on it).
         if self.pid.is_none() && self.gone.is_none() {
             self.name_silent(trace);
@@ -1140,6 +1184,7 @@ fn blob_into(
     hold: &mut Hold,
     who: Speaker,
     refused: &mut Refused,
+    conns: Option<&Connections>,
 ) {
     let mut split = FrameSplitter::new();
     split.push(bytes);
@@ -1152,6 +1197,12 @@ fn blob_into(
     }
     let mut one = Vec::new();
     for (k, payload) in codec::frames(bytes) {
+        if k == kind::REAPED {
+            if let Err(why) = reaped::admit(payload, who, conns) {
+                refused.add(why);
+            }
+            continue;
+        }
         let admitted = match ingest::admit(k, payload, who) {
             Ok(a) => a,
             Err(why) => {
@@ -1572,7 +1623,15 @@ mod tests {
         let (mut out, mut goodbye) = (Vec::new(), None);
         let mut refused = Refused::default();
         let who = Speaker { kernel: 7, said: 7 };
-        blob_into(&mut out, &blob, &mut goodbye, &mut hold, who, &mut refused);
+        blob_into(
+            &mut out,
+            &blob,
+            &mut goodbye,
+            &mut hold,
+            who,
+            &mut refused,
+            None,
+        );
         assert_eq!(refused.count(), 0);
         let times: Vec<(u8, u64)> = codec::frames(&out)
             .map(|(k, p)| {

@@ -351,6 +351,7 @@ impl Record {
             Record::FrameworkSample(f) => Some(&mut f.pid),
             Record::Bridge(b) => Some(&mut b.pid),
             Record::Exit(x) => Some(&mut x.pid),
+            Record::Reaped { pid, .. } => Some(pid),
             Record::End { .. } => None,
         }
     }

@@ -139,6 +139,9 @@ impl Replay<'_> {
             // Attached at the end: the process's own frames may still follow (the collector reaps a process
             // as soon as it dies, perhaps before its connection's last frames are written).
             Record::Exit(x) => self.exits.push(x),
+            // A parent's word that it reaped a child: the collector checks it against what the kernel said of
+            // the child and writes an `Exit` (receive/reaped.rs); the raw report is never in a trace it wrote.
+            Record::Reaped { .. } => {}
             // Why: the counts themselves came in `Dropped`, merged in time.
             Record::ContextGone {
                 pid, ts_ns, device, ..

@@ -40,6 +40,8 @@ pub(crate) struct Connections {
     /// The job's token (`VRAMTRACE_JOB_TOKEN` in the job's environment): vouches for a peer of another user
     /// that was gone before the kernel could be asked where it came from.
     pub(crate) job_token: Arc<str>,
+    /// Parents of the trace's processes, and the exits their parents reported (`reaped`).
+    pub(crate) reaps: super::reaped::Reaps,
 }
 
 impl Connections {

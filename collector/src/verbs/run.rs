@@ -476,6 +476,8 @@ impl Prepared {
         }
         let lingering = conns.open.load(Ordering::Acquire);
         let code = exit_code(status);
+        // How the processes their own parents reaped ended, where the kernel agrees the parent is theirs.
+        crate::receive::write_reaped(&conns, &self.trace);
         if let Ok(mut w) = self.trace.lock() {
             // Finished: the end record (on a full disk it is lost too, and the trace says it was cut).
             let mut end = Vec::new();

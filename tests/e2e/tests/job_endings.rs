@@ -551,3 +551,40 @@ fn a_process_of_another_user_outside_the_job_is_turned_away_even_once_gone() {
         );
     }
 }
+
+#[test]
+fn processes_reaped_by_their_own_parents_are_named_with_how_they_ended() {
+    // bash reaps its children itself: vramtrace never sees their wait statuses, their parent's shim reports
+    // them. One is SIGKILLed after allocating, one exits 3; bash itself ends 0.
+    let fc = FakeCuda::new();
+    let probe = program("probe");
+    let script = format!(
+        "{p} 'alloc 1048576' kill >/dev/null; {p} 'alloc 2097152' 'exit 3' >/dev/null; true",
+        p = probe.display()
+    );
+    let (run, path) = fc.traced(
+        "reaped",
+        &["--python-agent", "off"],
+        "bash",
+        &["-c", &script],
+    );
+    run.assert_success("bash ends 0");
+    let a = model::analyze(&path).unwrap();
+    let probes: Vec<_> = a
+        .processes
+        .iter()
+        .filter(|p| p.cmdline.first().is_some_and(|c| c.ends_with("probe")))
+        .collect();
+    assert_eq!(probes.len(), 2, "{:?}", a.processes);
+    let exits: Vec<_> = probes.iter().map(|p| p.exit).collect();
+    assert!(
+        exits.contains(&Some(ExitStatus::Signal {
+            signal: 9,
+            core: false
+        })),
+        "{exits:?}"
+    );
+    assert!(exits.contains(&Some(ExitStatus::Code(3))), "{exits:?}");
+    // The summary names both, though the command itself exited 0.
+    run.says("killed by SIGKILL").says("exited with code 3");
+}
