@@ -2,7 +2,9 @@
 //! methods). One request per connection (`Connection: close`). Each connection is answered on a thread of its
 //! own (at most [`MAX_CLIENTS`] at once; more are closed at once) within one deadline for the whole exchange
 //! ([`DEADLINE`]): a client that sends a byte now and then, or never reads, can neither hold a scrape up nor keep
-//! `run` from ending (connection threads are never waited for). std only.
+//! `run` from ending (connection threads are never waited for). Requests and answers are parsed by `httparse`
+//! (hyper's parser). The server crates on offer (tiny_http and its kin) give neither a deadline for a whole
+//! exchange nor a bound on threads: a slow or flooding client would hold threads without end.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -95,16 +97,28 @@ fn answer(mut s: TcpStream, live: &Live) -> io::Result<()> {
     let deadline = Instant::now() + DEADLINE;
     let _ = s.set_nodelay(true);
     // The request line and headers, up to the blank line (at most 16 KiB), all within the deadline: a timeout
-    // per read alone would let a byte every second hold the connection for ever.
+    // per read alone would let a byte every second hold the connection for ever. Parsed by httparse.
     let mut req = Vec::with_capacity(1024);
     let mut buf = [0u8; 2048];
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") && !req.windows(2).any(|w| w == b"\n\n") {
-        s.set_read_timeout(left(deadline)?)?;
-        let n = s.read(&mut buf)?;
-        if n == 0 {
-            break;
+    let head = loop {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut r = httparse::Request::new(&mut headers);
+        match r.parse(&req) {
+            Ok(httparse::Status::Complete(_)) => {
+                let openmetrics = r.headers.iter().any(|h| {
+                    h.name.eq_ignore_ascii_case("accept")
+                        && String::from_utf8_lossy(h.value).contains("application/openmetrics-text")
+                });
+                break Some((
+                    r.method.unwrap_or("").to_string(),
+                    r.path.unwrap_or("").to_string(),
+                    openmetrics,
+                ));
+            }
+            Ok(httparse::Status::Partial) => {}
+            // Not HTTP (or more headers than we read): answered as a bad request.
+            Err(_) => break None,
         }
-        req.extend_from_slice(&buf[..n]);
         if req.len() > 16 << 10 {
             return reply(
                 &mut s,
@@ -114,16 +128,24 @@ fn answer(mut s: TcpStream, live: &Live) -> io::Result<()> {
                 deadline,
             );
         }
-    }
-    let line = req.split(|b| *b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        s.set_read_timeout(left(deadline)?)?;
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            break None;
+        }
+        req.extend_from_slice(&buf[..n]);
+    };
+    let Some((method, target, openmetrics)) = head else {
+        return reply(
+            &mut s,
+            "400 Bad Request",
+            "text/plain; charset=utf-8",
+            b"GET /metrics\n",
+            deadline,
+        );
+    };
+    let method = method.as_str();
     let path = target.split('?').next().unwrap_or("");
-    let head = String::from_utf8_lossy(&req).to_ascii_lowercase();
-    let openmetrics = head
-        .lines()
-        .any(|l| l.starts_with("accept:") && l.contains("application/openmetrics-text"));
     match (method, path) {
         ("GET" | "HEAD", "/metrics") => {
             let mut body = live.render();
@@ -235,24 +257,21 @@ pub fn get_with(
     )?;
     let mut resp = Vec::new();
     s.read_to_end(&mut resp)?;
-    let text = String::from_utf8_lossy(&resp).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an HTTP answer"))?;
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an HTTP answer"))?;
-    let ctype = head
-        .lines()
-        .find_map(|l| {
-            l.split_once(':')
-                .filter(|(k, _)| k.eq_ignore_ascii_case("content-type"))
-                .map(|(_, v)| v.trim().to_string())
-        })
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "not an HTTP answer");
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut r = httparse::Response::new(&mut headers);
+    let httparse::Status::Complete(at) = r.parse(&resp).map_err(|_| bad())? else {
+        return Err(bad());
+    };
+    let code = r.code.ok_or_else(bad)?;
+    let ctype = r
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-type"))
+        .map(|h| String::from_utf8_lossy(h.value).trim().to_string())
         .unwrap_or_default();
-    Ok((code, ctype, body.to_string()))
+    let body = String::from_utf8_lossy(&resp[at..]).into_owned();
+    Ok((code, ctype, body))
 }
 
 #[cfg(test)]
@@ -311,5 +330,35 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         assert!(loris.join().unwrap());
         drop(silent);
+    }
+
+    /// What is not HTTP, or is malformed on purpose, gets a 400 and nothing else; a well-formed request for
+    /// `/metrics` still gets its answer.
+    #[test]
+    fn malformed_requests_get_a_bad_request() {
+        let server = serve("127.0.0.1:0".parse().unwrap(), live()).unwrap();
+        let ask = |raw: &[u8]| {
+            let mut s = TcpStream::connect(server.addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(4))).unwrap();
+            s.write_all(raw).unwrap();
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out);
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        for raw in [
+            &b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n"[..],
+            b"GET /metrics HTTP/1.1\r\nHo st: x\r\n\r\n",
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n",
+            b"GET\x00/metrics HTTP/1.1\r\n\r\n",
+        ] {
+            let answer = ask(raw);
+            assert!(answer.starts_with("HTTP/1.1 400 "), "{raw:?}: {answer}");
+            assert!(!answer.contains("vramtrace_processes"));
+        }
+        let ok = ask(
+            b"GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text\r\n\r\n",
+        );
+        assert!(ok.starts_with("HTTP/1.1 200 "), "{ok}");
+        assert!(ok.contains(CONTENT_TYPE), "{ok}");
     }
 }
