@@ -122,3 +122,47 @@ fn hoarding_unfinished_frames_costs_the_hoarders_own_records() {
         );
     }
 }
+
+#[test]
+fn a_process_scribbling_over_its_live_ring_costs_only_its_own_records() {
+    // Noise over the ring's header (head, tail, drop count) and slots, fifty times while it is drained, beside an
+    // honest process. The collector neither spins nor believes the counts; the scribbler's end is recorded; the
+    // honest process is whole.
+    let fc = FakeCuda::new();
+    let script = format!(
+        "{f} scribble & {p} 'alloc 2097152' 'sleep 1500' 'alloc 4194304' >/dev/null; wait",
+        f = program("forger").display(),
+        p = program("probe").display()
+    );
+    let start = std::time::Instant::now();
+    let (run, path) = fc.traced(
+        "scribble",
+        &["--python-agent", "off"],
+        "sh",
+        &["-c", &script],
+    );
+    let took = start.elapsed();
+    run.assert_success("scribbler and probe");
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+    let pid: u32 = run.stdout.trim().parse().unwrap();
+    let t = read_trace(&path);
+    assert!(
+        t.dropped < 1 << 40,
+        "a scribbled drop count was believed: {}",
+        t.dropped
+    );
+    assert!(t.ends.iter().any(|(p, _)| *p == pid), "{:?}", t.ends);
+    let probe = t
+        .hellos
+        .iter()
+        .find(|h| h.cmdline.first().is_some_and(|c| c.ends_with("probe")))
+        .expect("the probe is traced")
+        .pid;
+    let sizes: Vec<u64> = t.events[&probe]
+        .iter()
+        .filter(|e| e.api == Api::MemAlloc && e.ok())
+        .map(|e| e.size)
+        .collect();
+    assert_eq!(sizes, [2 << 20, 4 << 20]);
+    assert!(t.ends.iter().any(|(p, _)| *p == probe));
+}

@@ -11,6 +11,10 @@
 //!                                           last byte, held <hold-ms>, then finished. Prints its real pid.
 //! forger dash <ppid> <n>                    n times: a child says hello (its own pid, parent <ppid>), sends a
 //!                                           note and an event of 6 GiB, and exits at once. Prints the pids.
+//! forger scribble                          hello with its own pid and a ring; publishes a note and an event,
+//!                                           then writes noise over its ring's header (past the magic) and its
+//!                                           slots while the collector drains it, and exits 0 a second later.
+//!                                           Prints its real pid.
 //! forger attack <uid>                       another user: finds vramtrace's sockets in /proc/net/unix whose
 //!                                           folder is <uid>'s, and tries each (connect, list its folder, open
 //!                                           its ledger). Prints
@@ -296,6 +300,42 @@ fn attack(uid: u32) {
     println!("found {found} connected {connected} listed {listed} opened {opened}");
 }
 
+fn scribble() {
+    let me = std::process::id();
+    let (mut s, ring) = connect(me);
+    let mut buf = Vec::new();
+    codec::put_record(&mut buf, &note(me, "before the noise"));
+    s.write_all(&buf).unwrap();
+    assert!(ring.try_event(&alloc(1 << 20)));
+    println!("{me}");
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let (slots, len) = ring.slot_memory();
+    // The header lies before the slots; its first 8 bytes are the magic.
+    let header = ring::bytes_for(ring.slots()) - len;
+    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ me as u64;
+    let mut noise = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for round in 0..50 {
+        unsafe {
+            let base = slots.sub(header);
+            for off in (8..header).step_by(8) {
+                base.add(off).cast::<u64>().write_volatile(noise());
+            }
+            for off in (0..len).step_by(8) {
+                if noise() % 4 == round % 4 {
+                    slots.add(off).cast::<u64>().write_volatile(noise());
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize| -> u64 { args[i].parse().expect("a number") };
@@ -304,6 +344,7 @@ fn main() {
         Some("hoard") => hoard(num(1) as usize, num(2)),
         Some("dash") => dash(num(1) as u32, num(2)),
         Some("attack") => attack(num(1) as u32),
+        Some("scribble") => scribble(),
         _ => {
             eprintln!("usage: forger speak <claimed-pid> <victim-pid> | hoard <bytes> <hold-ms>");
             std::process::exit(2);
