@@ -32,17 +32,81 @@ pub fn usage(e: clap::Error) -> ! {
             )
         }
         _ => {
-            // clap's message is several lines; the first says what is wrong.
-            let msg = e.render().to_string();
-            let first = msg
-                .lines()
-                .next()
-                .unwrap_or("bad usage")
-                .trim_start_matches("error: ");
-            eprintln!("vramtrace: {first} (see 'vramtrace --help')");
+            eprintln!("vramtrace: {}", usage_line(&e));
             process::exit(USAGE)
         }
     }
+}
+
+/// The verbs, for the help a usage error points to.
+const VERBS: [&str; 6] = ["run", "report", "oom", "export", "demo", "top"];
+
+/// clap's error as one line that says what to do: the missing arguments named, the accepted values listed,
+/// clap's own tip (`--` before the command to trace), and the help of the verb that was used.
+fn usage_line(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let strings = |k: ContextKind| -> Vec<String> {
+        match e.get(k) {
+            Some(ContextValue::String(s)) => vec![s.clone()],
+            Some(ContextValue::Strings(v)) => v.clone(),
+            Some(ContextValue::StyledStr(s)) => vec![s.to_string()],
+            Some(ContextValue::StyledStrs(v)) => v.iter().map(|s| s.to_string()).collect(),
+            _ => Vec::new(),
+        }
+    };
+    // clap's message is several lines; the first says what is wrong.
+    let msg = e.render().to_string();
+    let mut line = msg
+        .lines()
+        .next()
+        .unwrap_or("bad usage")
+        .trim_start_matches("error: ")
+        .trim_end_matches(':')
+        .to_string();
+    if e.kind() == ErrorKind::MissingRequiredArgument {
+        let missing = strings(ContextKind::InvalidArg);
+        if !missing.is_empty() {
+            line = format!("missing {}", missing.join(", "));
+        }
+    }
+    let valid = strings(ContextKind::ValidValue);
+    if !valid.is_empty() {
+        line.push_str(&format!(" (one of: {})", valid.join(", ")));
+    }
+    for tip in strings(ContextKind::Suggested) {
+        line.push_str(&format!("; {}", tip.trim().trim_start_matches("tip: ")));
+    }
+    // The verb's own help, read off the usage clap printed ("Usage: vramtrace run [OPTIONS] ..."), else the
+    // verb as given.
+    let verb = strings(ContextKind::Usage)
+        .first()
+        .and_then(|u| {
+            let mut w = u
+                .split_whitespace()
+                .skip_while(|w| *w != "vramtrace")
+                .skip(1);
+            w.next()
+                .filter(|v| !v.starts_with(['[', '<', '-']))
+                .map(str::to_string)
+        })
+        .or_else(|| {
+            std::env::args()
+                .nth(1)
+                .filter(|v| VERBS.contains(&v.as_str()))
+        });
+    // `vramtrace run python train.py`: the command goes after `--`.
+    if e.kind() == ErrorKind::UnknownArgument && verb.as_deref() == Some("run") {
+        if let Some(arg) = strings(ContextKind::InvalidArg)
+            .first()
+            .filter(|a| !a.starts_with('-'))
+        {
+            line.push_str(&format!(
+                "; the command to trace goes after '--': vramtrace run [OPTIONS] -- {arg} ..."
+            ));
+        }
+    }
+    let verb = verb.map_or(String::new(), |v| format!(" {v}"));
+    format!("{line} (see 'vramtrace{verb} --help')")
 }
 
 /// One clear line on stderr, then the code.

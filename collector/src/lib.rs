@@ -19,4 +19,5 @@ pub mod runtime_dir;
 pub mod symbols;
 pub mod ticks;
 pub mod torch_snapshot;
+pub mod units;
 pub mod verbs;

@@ -32,7 +32,7 @@ use ingest::{Refusal, Refused, Speaker};
 pub(crate) use reaped::write as write_reaped;
 
 use crate::hangup::{self, ClosedAt, Hangups};
-use crate::verbs::run::mono_ns;
+use crate::ticks::mono_ns;
 
 /// The trace file, written in whole frames. When a write fails (a full disk), the file is cut back to its last
 /// whole frame and nothing more is written: what arrives after is counted per process, so the summary can say

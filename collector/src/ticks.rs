@@ -5,6 +5,11 @@ use std::sync::Mutex;
 
 use vramtrace_format::ticks::{Calibration, Line};
 
+/// The collector's clock: CLOCK_MONOTONIC ns, the clock of the trace (its processes' records carry it).
+pub fn mono_ns() -> u64 {
+    vramtrace_format::ticks::monotonic()
+}
+
 static CALIBRATION: Mutex<Option<Calibration>> = Mutex::new(None);
 
 /// Takes the first sample, if not taken yet: early, so that the first line (drawn over at least

@@ -8,7 +8,7 @@ mod growth_line;
 pub use growth_line::{growth_size_text, GrowthKind, GrowthLine};
 
 use crate::model::{Analysis, LeakTrend, OomSnapshot};
-use crate::reporters::text::units::{bytes, count};
+use crate::units::{bytes, count};
 use advice::advice;
 use growth_line::growth_line;
 
@@ -468,7 +468,7 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
                     "live at the error, by their line (PyTorch's allocation history, armed late in the rise)"
                 },
                 b(g.bytes),
-                crate::reporters::text::units::counted(
+                crate::units::counted(
                     g.count,
                     if g.source == "tensors" { "tensor" } else { "allocation" },
                     if g.source == "tensors" { "tensors" } else { "allocations" }

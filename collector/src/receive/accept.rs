@@ -17,7 +17,7 @@ use vramtrace_format::Record;
 
 use super::{put_note, take, GonePeer, TraceWriter, CLOCK_MARGIN_NS};
 use crate::hangup::Hangups;
-use crate::verbs::run::mono_ns;
+use crate::ticks::mono_ns;
 
 /// What the acceptor, the receivers and `run` share about the job's connections.
 #[derive(Default)]

@@ -137,7 +137,7 @@ pub(crate) fn write(conns: &Connections, trace: &Mutex<TraceWriter>) {
     for x in exits {
         codec::put_record(&mut buf, &Record::Exit(x));
     }
-    let now = crate::verbs::run::mono_ns();
+    let now = crate::ticks::mono_ns();
     for (pid, count) in refused {
         codec::put_record(
             &mut buf,

@@ -3,6 +3,7 @@
 //! relative to the trace start.
 
 mod framework;
+pub mod trends;
 use std::fmt::Write;
 
 use crate::callsites::{Frame, Site};
@@ -99,7 +100,7 @@ pub fn to_value(a: &Analysis) -> J {
         ("oom_records", a.oom_records.into()),
         ("refusals_recovered", a.refusals_recovered.into()),
         ("refusal_stall_ns", a.refusal_stall_ns.into()),
-        ("refusals", crate::reporters::oom_json::refusals(a)),
+        ("refusals", trends::refusals(a)),
         (
             "devices",
             J::A(a.devices.iter().map(|d| device(a, d)).collect()),
@@ -238,9 +239,9 @@ fn device(a: &Analysis, d: &DeviceStats) -> J {
         ("headroom_bytes", d.headroom_bytes().into()),
         (
             "growth",
-            d.growth.as_ref().map_or(J::Null, |l| {
-                crate::reporters::oom_json::leak(l, a.call_sites.present)
-            }),
+            d.growth
+                .as_ref()
+                .map_or(J::Null, |l| trends::leak(l, a.call_sites.present)),
         ),
         ("timeline_bucket_ns", d.timeline.bucket_ns.into()),
         ("timeline", timeline(&d.timeline)),

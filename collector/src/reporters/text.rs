@@ -3,7 +3,7 @@
 
 pub mod framework;
 pub mod sparkline;
-pub mod units;
+pub use crate::units;
 
 use std::fmt::Write;
 use std::path::Path;

@@ -23,6 +23,7 @@ use crate::probe;
 use crate::receive::{spawn_acceptor, Connections, TraceWriter};
 use crate::reporters::text::units;
 use crate::runtime_dir::RuntimeDir;
+use crate::ticks::mono_ns;
 use vramtrace_format::cap::CapSpec;
 
 #[derive(clap::Args, Debug)]
@@ -754,14 +755,6 @@ pub(crate) fn open_out(out: &Path, force: bool) -> anyhow::Result<File> {
     })
 }
 
-/// CLOCK_MONOTONIC in ns: the trace's clock (events stamped with the counter are converted to it).
-pub fn mono_ns() -> u64 {
-    vramtrace_format::ticks::monotonic()
-}
-
-// ---- the private runtime directory -----------------------------------------------------------------------
-
-/// A directory only we can enter (mode 0700, from `mkdtemp`), holding the socket. Removed when dropped.
 /// How the job's processes ended that did not end well, from their wait statuses (at most 8 lines).
 fn endings(a: &crate::model::Analysis) -> String {
     let bad: Vec<&crate::model::ProcessStats> = a

@@ -127,9 +127,9 @@ pub fn growth_size_text(l: &LeakTrend) -> String {
         "+{} from {} (at {}) to {} (at {})",
         bytes(l.rise_bytes),
         bytes(first.bytes),
-        crate::reporters::text::units::secs(first.t_ns),
+        crate::units::secs(first.t_ns),
         bytes(last.bytes),
-        crate::reporters::text::units::secs(last.t_ns),
+        crate::units::secs(last.t_ns),
     );
     if let Some(n) = l.steps.filter(|&n| n > 0) {
         t.push_str(&format!(

@@ -29,7 +29,7 @@ pub fn device(f: &DeviceFramework) -> J {
             "allocated_leak",
             f.leak
                 .as_ref()
-                .map_or(J::Null, |l| crate::reporters::oom_json::leak(l, false)),
+                .map_or(J::Null, |l| super::trends::leak(l, false)),
         ),
         (
             "kept_lines",
