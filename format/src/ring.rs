@@ -104,7 +104,12 @@ pub struct Ring {
     slots: u64,
 }
 
+// SAFETY: a `Ring` is a pointer into a mapping that its maker keeps mapped while any view is used (the contract
+// of `Ring::init` and `Ring::open`); every word more than one thread touches at once (head, tail, dropped, wake,
+// the sequence words) is reached as an atomic, and a slot's other bytes only by the one producer that reserved
+// it, then by the consumer after the slot's sequence word (acquire) says it is published.
 unsafe impl Send for Ring {}
+// SAFETY: as for `Send`: `&Ring` gives nothing but the atomic and reservation-guarded accesses above.
 unsafe impl Sync for Ring {}
 
 #[derive(Debug, PartialEq, Eq)]
@@ -168,15 +173,19 @@ impl Ring {
     }
 
     pub fn pid(&self) -> u32 {
+        // SAFETY: OFF_PID + 4 lies in the header page of the mapping (`init`/`open`'s contract) and is 4-aligned
+        // (`base` is 64-aligned); it was written before the magic, which `open` loaded with acquire.
         unsafe { self.base.add(OFF_PID).cast::<u32>().read_volatile() }
     }
 
     pub fn lossless(&self) -> bool {
+        // SAFETY: OFF_FLAGS + 4 lies in the mapped header page and is 4-aligned (as in `pid`).
         unsafe { self.base.add(OFF_FLAGS).cast::<u32>().read_volatile() & FLAG_LOSSLESS != 0 }
     }
 
     /// Whether its events carry counter ticks ([`FLAG_TICKS`]).
     pub fn ticks(&self) -> bool {
+        // SAFETY: OFF_FLAGS + 4 lies in the mapped header page and is 4-aligned (as in `pid`).
         unsafe { self.base.add(OFF_FLAGS).cast::<u32>().read_volatile() & FLAG_TICKS != 0 }
     }
 
@@ -193,16 +202,22 @@ impl Ring {
 
     #[inline(always)]
     fn a64(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: every caller passes a header offset (OFF_MAGIC, OFF_HEAD, OFF_TAIL, OFF_DROPPED), 8-aligned and
+        // inside the header page; `base` is 64-aligned and stays mapped while `self` is used (`init`/`open`), and
+        // these words are only ever accessed atomically by the producers and the collector.
         unsafe { &*(self.base.add(off) as *const AtomicU64) }
     }
 
     #[inline(always)]
     fn a32(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: as in `a64`, for the 4-aligned header words OFF_WAKE and OFF_SLEEPING.
         unsafe { &*(self.base.add(off) as *const AtomicU32) }
     }
 
     #[inline(always)]
     fn slot(&self, pos: u64) -> *mut u8 {
+        // SAFETY: `pos & (slots - 1)` is below `slots` (a power of two), so the offset is at most
+        // `bytes_for(slots) - SLOT`: inside the mapping `init`/`open` were given.
         unsafe {
             self.base
                 .add(HEADER + ((pos & (self.slots - 1)) as usize) * SLOT)
@@ -211,6 +226,8 @@ impl Ring {
 
     #[inline(always)]
     fn seq(&self, pos: u64) -> &AtomicU64 {
+        // SAFETY: a slot's first 8 bytes, inside the mapping (`slot`) and 8-aligned (64-aligned base, 4096-byte
+        // header, 64-byte slots); the sequence word is only ever accessed atomically.
         unsafe { &*(self.slot(pos) as *const AtomicU64) }
     }
 
@@ -273,6 +290,9 @@ impl Ring {
                 Ok(_) => {
                     if pad > 0 {
                         let s = self.slot(h);
+                        // SAFETY: the compare-and-swap just made slot `h` ours (no other producer reserves it,
+                        // the collector reads it only once its sequence word is stored below); bytes 8 and 12..16
+                        // lie inside the 64-byte, 64-aligned slot.
                         unsafe {
                             s.add(8).write(KIND_PAD);
                             s.add(12).cast::<u32>().write(pad as u32);
@@ -367,6 +387,9 @@ impl Ring {
     fn write_event(&self, pos: u64, e: &Event) {
         let s = self.slot(pos);
         // One slot, written in place; the sequence word last.
+        // SAFETY: `pos` was reserved by this producer (`reserve`) and is not yet published, so nobody else writes
+        // or reads these bytes; every field lies inside the 64-byte slot at its natural alignment (the slot is
+        // 64-aligned).
         unsafe {
             s.add(8).write(KIND_EVENT);
             s.add(9).write(e.api as u8);
@@ -425,6 +448,9 @@ impl Ring {
         for (i, chunk) in bytes.chunks(BLOB_PER_SLOT).enumerate() {
             let p = pos + i as u64;
             let s = self.slot(p);
+            // SAFETY: slots pos..pos + n were reserved by this call and are not yet published; `chunk` is at most
+            // BLOB_PER_SLOT (48) bytes, so 16 + 48 stays inside the 64-byte slot, and the ring's memory never
+            // overlaps the caller's slice.
             unsafe {
                 s.add(8).write(if i == 0 { KIND_BLOB } else { KIND_CONT });
                 s.add(12).cast::<u32>().write(bytes.len() as u32);
@@ -500,17 +526,26 @@ impl Consumer {
                 continue;
             }
             let s = ring.slot(pos);
+            // SAFETY: byte 8 of a slot inside the mapping (`Ring::slot`); its sequence word (acquire) says the
+            // producer published it. Volatile: the other process may still scribble on it, and any byte value is
+            // handled below. (A process writing a published slot while it is read is a race that Rust's memory
+            // model does not define even for volatile reads; it is tolerated as shared memory with an untrusted
+            // writer always is: every value read is checked before use, and the mapping cannot shrink.)
             let kind = unsafe { s.add(8).read_volatile() };
             let n = match kind {
                 KIND_EVENT => {
+                    // SAFETY: byte 9 of the same published slot, as above.
                     let api = unsafe { s.add(9).read_volatile() };
                     match Api::from_u8(api) {
+                        // SAFETY: `s` is a published slot inside the mapping, 64-aligned, and `read_event` reads
+                        // only its 64 bytes, each field at its natural alignment.
                         Some(api) => take(Item::Event(unsafe { read_event(s, api) })),
                         None => self.torn += 1,
                     }
                     1
                 }
                 KIND_PAD => {
+                    // SAFETY: bytes 12..16 of the published slot, 4-aligned, as for `kind`.
                     let n = unsafe { s.add(12).cast::<u32>().read_volatile() } as u64;
                     if n == 0 || (pos & (ring.slots - 1)) + n != ring.slots {
                         self.corrupt = true;
@@ -519,6 +554,8 @@ impl Consumer {
                     n
                 }
                 KIND_BLOB => {
+                    // SAFETY: bytes 12..16 of the published slot, 4-aligned, as for `kind`; `len` is checked
+                    // against the ring's bounds before it is used.
                     let len = unsafe { s.add(12).cast::<u32>().read_volatile() } as usize;
                     let n = len.div_ceil(BLOB_PER_SLOT) as u64;
                     if len == 0
@@ -540,6 +577,8 @@ impl Consumer {
                         let c = ring.slot(p);
                         if i > 0
                             && (ring.seq(p).load(Ordering::Acquire) != p + 1
+                                // SAFETY: byte 8 of slot `p`, published (checked just before); `p` stays inside
+                                // the mapping (`Ring::slot` masks it).
                                 || unsafe { c.add(8).read_volatile() } != KIND_CONT)
                         {
                             ok = false;
@@ -547,6 +586,9 @@ impl Consumer {
                         }
                         let take_n = (len - self.blob.len()).min(BLOB_PER_SLOT);
                         let mut chunk = [0u8; BLOB_PER_SLOT];
+                        // SAFETY: `take_n` <= BLOB_PER_SLOT, so bytes 16..16 + take_n lie inside slot `p`, which
+                        // is inside the mapping and published (the first slot's word for i == 0, its own
+                        // otherwise); `chunk` is a local array of BLOB_PER_SLOT bytes, not in the ring.
                         unsafe {
                             std::ptr::copy_nonoverlapping(c.add(16), chunk.as_mut_ptr(), take_n)
                         };
@@ -617,6 +659,8 @@ impl Consumer {
         let ring = self.ring;
         ring.seq(pos).load(Ordering::Acquire) == pos + 1
             && matches!(
+                // SAFETY: byte 8 of slot `pos`, inside the mapping (`Ring::slot` masks the position) and
+                // published (its sequence word was just checked); any byte value is handled.
                 unsafe { ring.slot(pos).add(8).read_volatile() },
                 KIND_EVENT | KIND_BLOB | KIND_PAD
             )
@@ -657,6 +701,10 @@ impl Consumer {
     }
 }
 
+/// The fields of the event in slot `s`.
+///
+/// # Safety
+/// `s` must point to a whole 64-byte, 64-aligned slot of a mapped ring.
 unsafe fn read_event(s: *const u8, api: Api) -> Event {
     Event {
         api,
@@ -674,6 +722,8 @@ unsafe fn read_event(s: *const u8, api: Api) -> Event {
 
 /// FUTEX_WAKE on a shared word (not the private variant: the sleeper is another process).
 fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only uses the word's address as a key (it reads nothing through it); `word` is a live
+    // reference, 4-aligned, into the ring's shared mapping.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
@@ -689,6 +739,8 @@ fn futex_wait(word: &AtomicU32, seen: u32, timeout: std::time::Duration) {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
+    // SAFETY: `word` is a live, 4-aligned reference into the ring's shared mapping, which the kernel reads
+    // atomically; `ts` is a local timespec (a relative timeout) that outlives the call.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
@@ -709,11 +761,14 @@ mod tests {
     impl Mem {
         fn new(slots: u64) -> Mem {
             let l = Layout::from_size_align(bytes_for(slots), 4096).unwrap();
+            // SAFETY: `l` has a non-zero size (`bytes_for` is at least HEADER). A null return (allocation
+            // failure) is not checked: the first write through it faults, in a test only.
             Mem(unsafe { alloc_zeroed(l) }, l)
         }
     }
     impl Drop for Mem {
         fn drop(&mut self) {
+            // SAFETY: `self.0` came from `alloc_zeroed` with this very layout and is freed once, here.
             unsafe { dealloc(self.0, self.1) }
         }
     }
@@ -736,7 +791,10 @@ mod tests {
     #[test]
     fn events_and_blobs_come_out_whole_in_order_across_the_wrap() {
         let m = Mem::new(MIN_SLOTS);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(MIN_SLOTS)` bytes, dropped after the ring's
+        // last use.
         let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
+        // SAFETY: the same memory as `r`'s, viewed again.
         let mut c = Consumer::new(unsafe { Ring::open(m.0, bytes_for(MIN_SLOTS)).unwrap() });
         let mut got = Vec::new();
         let mut n = 0u64;
@@ -775,6 +833,8 @@ mod tests {
     fn the_collector_sleeps_past_a_small_backlog_and_is_woken_at_a_quarter() {
         use std::time::{Duration, Instant};
         let m = Mem::new(MIN_SLOTS);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(MIN_SLOTS)` bytes, dropped after the ring's
+        // last use.
         let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
         let mut c = Consumer::new(r);
         let quarter = MIN_SLOTS / 4;
@@ -811,6 +871,8 @@ mod tests {
         let addr = m.0 as usize;
         let producer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
+            // SAFETY: `addr` is `m`, a ring of MIN_SLOTS laid out above; this thread is joined before `m` is
+            // dropped.
             let r = unsafe { Ring::open(addr as *mut u8, bytes_for(MIN_SLOTS)).unwrap() };
             assert!(r.try_event(&ev(2, 0)));
         });
@@ -828,6 +890,8 @@ mod tests {
         // old view, without crossing by it. It must still wake the collector (found in review).
         use std::time::{Duration, Instant};
         let m = Mem::new(MIN_SLOTS);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(MIN_SLOTS)` bytes, dropped after the ring's
+        // last use.
         let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
         let mut c = Consumer::new(r);
         let quarter = MIN_SLOTS / 4;
@@ -848,6 +912,8 @@ mod tests {
                 }
                 let tx = tx.clone();
                 producer = Some(std::thread::spawn(move || {
+                    // SAFETY: `addr` is `m`, a ring of MIN_SLOTS laid out above; this thread is joined before `m`
+                    // is dropped.
                     let r = unsafe { Ring::open(addr as *mut u8, bytes_for(MIN_SLOTS)).unwrap() };
                     let mut once = true;
                     let pause = || {
@@ -878,6 +944,8 @@ mod tests {
     #[test]
     fn a_sleeping_collector_is_woken_once_however_many_producers_find_it_asleep() {
         let m = Mem::new(MIN_SLOTS);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(MIN_SLOTS)` bytes, dropped after the ring's
+        // last use.
         let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
         let c = Consumer::new(r);
         // As the collector leaves it when it goes to sleep (and stays, if it is stopped there).
@@ -894,6 +962,8 @@ mod tests {
     #[test]
     fn a_full_ring_refuses_and_counts_and_frees_room_when_drained() {
         let m = Mem::new(MIN_SLOTS);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(MIN_SLOTS)` bytes, dropped after the ring's
+        // last use.
         let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
         let mut c = Consumer::new(r);
         let mut ok = 0;
@@ -921,6 +991,8 @@ mod tests {
     #[test]
     fn a_scribbled_head_is_corrupt_not_a_spin() {
         let m = Mem::new(MIN_SLOTS);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(MIN_SLOTS)` bytes, dropped after the ring's
+        // last use.
         let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
         let mut c = Consumer::new(r);
         assert!(r.try_event(&ev(1, 1)));
@@ -940,6 +1012,8 @@ mod tests {
     #[test]
     fn a_record_left_half_written_by_a_dead_process_is_skipped_and_counted() {
         let m = Mem::new(MIN_SLOTS);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(MIN_SLOTS)` bytes, dropped after the ring's
+        // last use.
         let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
         let mut c = Consumer::new(r);
         assert!(r.try_event(&ev(1, 1)));
@@ -969,6 +1043,8 @@ mod tests {
     #[test]
     fn a_record_a_live_thread_never_finishes_can_be_skipped() {
         let m = Mem::new(MIN_SLOTS);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(MIN_SLOTS)` bytes, dropped after the ring's
+        // last use.
         let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
         let mut c = Consumer::new(r);
         assert_eq!(c.waiting_at(), None);
@@ -988,10 +1064,13 @@ mod tests {
     #[test]
     fn garbage_in_the_ring_stops_the_drain_without_reading_out_of_bounds() {
         let m = Mem::new(MIN_SLOTS);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(MIN_SLOTS)` bytes, dropped after the ring's
+        // last use.
         let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
         let mut c = Consumer::new(r);
         assert!(r.try_blob(&[9; 200]));
         // Another writer scribbles a huge length over the blob's first slot.
+        // SAFETY: bytes 12..16 of the first slot of `m`'s mapping, 4-aligned; no other thread uses the ring.
         unsafe { m.0.add(HEADER + 12).cast::<u32>().write(u32::MAX) };
         assert_eq!(c.drain(true, |_| panic!("nothing whole")), 0);
         assert!(c.corrupt);
@@ -1000,9 +1079,12 @@ mod tests {
         let t0 = std::time::Instant::now();
         c.sleep(std::time::Duration::from_millis(30));
         assert!(t0.elapsed() >= std::time::Duration::from_millis(20));
+        // SAFETY: `m` holds more than 100 bytes (a length this short is refused before anything is read).
         assert_eq!(unsafe { Ring::open(m.0, 100) }.err(), Some(Invalid::Size));
+        // SAFETY: the header's version word, inside `m`'s mapping and 4-aligned; no other thread uses it.
         unsafe { m.0.add(OFF_VERSION).cast::<u32>().write(99) };
         assert_eq!(
+            // SAFETY: `m` is `bytes_for(MIN_SLOTS)` bytes, 4096-aligned, alive until the test ends.
             unsafe { Ring::open(m.0, bytes_for(MIN_SLOTS)) }.err(),
             Some(Invalid::Version(99))
         );
@@ -1012,6 +1094,8 @@ mod tests {
     fn many_threads_lose_nothing_and_keep_each_threads_order() {
         let slots = 1 << 12;
         let m = Mem::new(slots);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(slots)` bytes; the threads using `r` end with
+        // the scope, before `m` is dropped.
         let r = unsafe { Ring::init(m.0, slots, 7, 0) };
         let per = 50_000u64;
         let threads = 6u32;
@@ -1071,6 +1155,7 @@ mod tests {
             tv_sec: 0,
             tv_nsec: 0,
         };
+        // SAFETY: `t` is a local timespec the call writes.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
         t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
     }
@@ -1085,7 +1170,10 @@ mod tests {
         // its producer published it. The writers pause now and then, so that the ring empties and the
         // collector can promise.
         let m = Mem::new(1 << 16);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(1 << 16)` bytes, dropped after the ring's last
+        // use.
         let r = unsafe { Ring::init(m.0, 1 << 16, 7, 0) };
+        // SAFETY: the same memory as `r`'s, viewed again.
         let mut c = Consumer::new(unsafe { Ring::open(m.0, bytes_for(1 << 16)).unwrap() });
         let threads = 8u32;
         let per = 50_000u64;
@@ -1155,7 +1243,10 @@ mod tests {
         // collector released past it, once read the room left as negative and dropped its event as if the ring
         // were full. The clock is read between the two: there the others run.
         let m = Mem::new(MIN_SLOTS);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(MIN_SLOTS)` bytes, dropped after the ring's
+        // last use.
         let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
+        // SAFETY: the same memory as `r`'s, viewed again.
         let mut c = Consumer::new(unsafe { Ring::open(m.0, bytes_for(MIN_SLOTS)).unwrap() });
         let mut meanwhile = true;
         let reserved = r.reserve_between(1, KEEP_FOR_LAST, || {
@@ -1183,6 +1274,8 @@ mod tests {
     fn a_tail_past_the_head_is_no_room_not_a_spin() {
         // Words no ring holds (the memory overwritten, or written by another layout): the writer must give up.
         let m = Mem::new(MIN_SLOTS);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(MIN_SLOTS)` bytes, dropped after the ring's
+        // last use.
         let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
         r.a64(OFF_TAIL).store(1 << 40, Ordering::Release);
         assert!(!r.try_event(&ev(1, 1)));

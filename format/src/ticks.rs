@@ -41,6 +41,8 @@ pub fn usable() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub fn read() -> u64 {
+    // SAFETY: RDTSC is in every x86-64 CPU and reads nothing from memory (a kernel that set CR4.TSD would make it
+    // fault, as any program's RDTSC; `usable` is what decides whether events carry it).
     unsafe { std::arch::x86_64::_rdtsc() }
 }
 
@@ -57,6 +59,7 @@ pub fn monotonic() -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
+    // SAFETY: `ts` is a local timespec the call writes; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

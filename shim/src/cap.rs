@@ -85,6 +85,8 @@ pub fn get() -> Option<&'static Cap> {
 /// One line on stderr whatever `VRAMTRACE_DEBUG` says: a cap the user asked for and does not get must be told.
 pub(crate) fn warn_line(msg: std::fmt::Arguments) {
     let line = format!("vramtrace: {msg}\n");
+    // SAFETY: `line` is a live String and the call reads `line.len()` bytes of it; a closed or odd fd 2 only
+    // makes write(2) fail.
     unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
 }
 
@@ -101,6 +103,8 @@ fn build() -> Option<Cap> {
         }
     };
     if !HANDLER.swap(true, Ordering::AcqRel) {
+        // SAFETY: registers a plain `extern "C"` function of this library (glibc drops the handler should the
+        // library ever be unloaded); `HANDLER` makes it once per process image.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     }
     let ledger = match &s.ledger {
@@ -136,6 +140,8 @@ extern "C" fn after_fork_in_child() {
     crate::pools::after_fork_in_child();
     let fd = LEDGER_FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
+        // SAFETY: `fd` is this process's copy of the ledger lock's descriptor, which only the shim uses; the swap
+        // to -1 above makes this the only close of it.
         unsafe { libc::close(fd) };
     }
 }
@@ -147,6 +153,9 @@ fn physical_total(dev: u32) -> Option<u64> {
     if get.is_null() || total.is_null() {
         return None;
     }
+    // SAFETY: both are non-null (checked above) and are what the driver exports under `cuDeviceGet` and
+    // `cuDeviceTotalMem_v2` (`driver::real` slots are filled only by lookups of those exact names), with these
+    // prototypes (`CUresult (CUdevice*, int)`, `CUresult (size_t*, CUdevice)`); the out-pointers are locals.
     unsafe {
         let get: unsafe extern "C" fn(*mut i32, i32) -> u32 = std::mem::transmute(get);
         let total: unsafe extern "C" fn(*mut usize, i32) -> u32 = std::mem::transmute(total);

@@ -144,9 +144,13 @@ fn primary_active(d: usize) -> Option<bool> {
     if p.is_null() {
         return None;
     }
+    // SAFETY: `p` is non-null (checked above) and is the driver's `cuDevicePrimaryCtxGetState` (a `driver::real`
+    // slot is filled only by lookups of its exact name), whose prototype is
+    // `CUresult (CUdevice, unsigned int *flags, int *active)`.
     let f: unsafe extern "C" fn(CUdevice, *mut u32, *mut i32) -> CUresult =
         unsafe { std::mem::transmute(p) };
     let (mut flags, mut active) = (0u32, 0i32);
+    // SAFETY: the driver's own function with its prototype (above); both out-pointers are locals.
     (unsafe { f(d as CUdevice, &mut flags, &mut active) } == CUDA_SUCCESS).then_some(active != 0)
 }
 

@@ -226,12 +226,16 @@ fn tracked(symbol: *const c_char) -> Option<Sym> {
     }
     // Cheap rejection first: every tracked name starts with "cu" or "nvml". Each byte is read only when the ones
     // before it matched (so none past the terminating NUL).
+    // SAFETY: `symbol` is non-null and, by dlsym's contract, a NUL-terminated name; `at(i)` is only reached when
+    // bytes 0..i matched letters (not NUL), so it never reads past the terminator.
     let at = |i: usize| unsafe { *symbol.add(i) as u8 };
     let cu = at(0) == b'c' && at(1) == b'u';
     let nvml = at(0) == b'n' && at(1) == b'v' && at(2) == b'm' && at(3) == b'l';
     if !(cu || nvml) {
         return None;
     }
+    // SAFETY: `symbol` is non-null and NUL-terminated (dlsym's contract), and the caller's string outlives this
+    // call; `name` does not escape it.
     let name = unsafe { CStr::from_ptr(symbol) };
     ALL[..WRAPPED]
         .iter()
@@ -261,6 +265,8 @@ pub fn real_dlsym() -> Option<DlsymFn> {
         }
         REAL_DLSYM.store(p, Ordering::Release);
     }
+    // SAFETY: `p` is non-null and is a `dlsym` (glibc's, found by `dlvsym`, or the next interposer's, found under
+    // the name "dlsym"): a function with `DlsymFn`'s prototype.
     Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
 }
 
@@ -272,6 +278,8 @@ pub fn glibc_dlsym() -> Option<DlsymFn> {
     let mut p = GLIBC_DLSYM.load(Ordering::Acquire);
     if p.is_null() {
         for version in [c"GLIBC_2.34", c"GLIBC_2.2.5", c"GLIBC_2.17"] {
+            // SAFETY: both names are NUL-terminated literals; `RTLD_NEXT` is a valid pseudo-handle from inside a
+            // loaded object.
             p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
             if !p.is_null() {
                 break;
@@ -282,6 +290,8 @@ pub fn glibc_dlsym() -> Option<DlsymFn> {
         }
         GLIBC_DLSYM.store(p, Ordering::Release);
     }
+    // SAFETY: `p` is non-null and is a `dlsym` (glibc's, found by `dlvsym`, or the next interposer's, found under
+    // the name "dlsym"): a function with `DlsymFn`'s prototype.
     Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
 }
 
@@ -289,6 +299,8 @@ pub fn glibc_dlsym() -> Option<DlsymFn> {
 /// caller elsewhere: the return address glibc reads must be this library's.
 #[inline(never)]
 fn next_dlsym(glibc: DlsymFn) -> *mut c_void {
+    // SAFETY: `glibc` is glibc's own dlsym (`glibc_dlsym`); the name is a NUL-terminated literal, and RTLD_NEXT
+    // is valid from inside this library.
     unsafe { glibc(libc::RTLD_NEXT, c"dlsym".as_ptr()) }
 }
 
@@ -399,8 +411,13 @@ fn bind_library(lib: &Library, anchor: *mut c_void) -> bool {
             .unwrap_or(null_mut());
     }
     if anchor.is_null() {
+        // SAFETY: `real_dlsym` is a dlsym (`DlsymFn`); the name is a NUL-terminated `&'static CStr`, and
+        // RTLD_NEXT is valid from inside this library.
         anchor = unsafe { real_dlsym(libc::RTLD_NEXT, lib.probe.name().as_ptr()) };
     }
+    // SAFETY: the sonames are NUL-terminated literals, and RTLD_NOLOAD never loads (so runs no constructor).
+    // `Dl_info` is pointers and integers, valid all zero; `dladdr` fills it for any address (it returns 0 for one
+    // in no object). A non-null `dli_fname` names an object that is loaded, since `anchor` lies in it.
     let handle = unsafe {
         if anchor.is_null() {
             libc::dlopen(lib.soname.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD)
@@ -416,6 +433,7 @@ fn bind_library(lib: &Library, anchor: *mut c_void) -> bool {
         return false;
     }
     for f in ALL.into_iter().filter(|f| f.is_nvml() == lib.nvml) {
+        // SAFETY: `handle` is a live handle from the dlopen above; the name is a NUL-terminated `&'static CStr`.
         let p = unsafe { real_dlsym(handle, f.name().as_ptr()) };
         if !p.is_null() && p != wrapper(f) {
             let _ = REAL[f as usize].compare_exchange(
@@ -426,6 +444,8 @@ fn bind_library(lib: &Library, anchor: *mut c_void) -> bool {
             );
         }
     }
+    // SAFETY: drops the reference our RTLD_NOLOAD dlopen took, once; the library stays loaded by whoever loaded
+    // it, so the addresses kept in `REAL` stay valid.
     unsafe { libc::dlclose(handle) };
     crate::debug!("bound {}'s functions", lib.name);
     true
@@ -486,8 +506,11 @@ pub fn current_device() -> u32 {
     if f.is_null() {
         return vramtrace_format::NO_DEVICE;
     }
+    // SAFETY: `f` is non-null (checked above) and is the driver's `cuCtxGetDevice` (a `REAL` slot is filled only
+    // by lookups of its exact name): `CUresult (CUdevice *device)`.
     let f: unsafe extern "C" fn(*mut c_int) -> u32 = unsafe { std::mem::transmute(f) };
     let mut dev: c_int = -1;
+    // SAFETY: the driver's `cuCtxGetDevice` (above); `dev` is a local the call writes.
     if unsafe { f(&mut dev) } == 0 && dev >= 0 {
         dev as u32
     } else {

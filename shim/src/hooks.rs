@@ -159,6 +159,8 @@ fn out_of_memory(api: Api, flag: u8, dev: u32, size: u64, result: CUresult) {
     // On no GPU (`cuMemCreate` of host memory): the current GPU's figures would describe another memory.
     let known = dev != NO_DEVICE
         && !info.is_null()
+        // SAFETY: `info` is non-null (checked just before) and is the driver's `cuMemGetInfo_v2` (the slot is
+        // filled only by lookups of that exact name): `CUresult (size_t *free, size_t *total)`; both are locals.
         && unsafe {
             std::mem::transmute::<
                 *mut c_void,

@@ -38,6 +38,9 @@ pub fn fork_generation() -> u32 {
 /// Registers the generation counter's atfork handler, once per process image (children inherit it).
 fn ensure_handler() {
     if !HANDLER.swap(true, Ordering::AcqRel) {
+        // SAFETY: registers a plain `extern "C"` function of this library that does one atomic add
+        // (async-signal-safe, as a handler run in a forked child must be); `HANDLER` makes it once per process
+        // image.
         unsafe { libc::pthread_atfork(None, None, Some(bump_in_child)) };
     }
 }
@@ -67,6 +70,10 @@ impl<T: 'static> Lazy<T> {
     #[inline]
     pub fn peek(&self) -> Option<&'static T> {
         let p = self.value.load(Ordering::Acquire);
+        // SAFETY: a non-null `value` is a `Box` leaked by `init_slow` and published with release (this load is
+        // acquire): fully built, and never freed (`forget` leaks it), so `'static` holds. Sharing it relies on
+        // `Lazy` being used for `Sync` values only: `Lazy<T>` is `Sync` for every `T` (its fields are atomics)
+        // and does not ask for `T: Sync`; every `T` in the tree is `Sync`.
         (!p.is_null()).then(|| unsafe { &*p })
     }
 
@@ -189,6 +196,7 @@ mod tests {
                 tv_sec: 0,
                 tv_nsec: 0,
             };
+            // SAFETY: `ts` is a local timespec the call writes.
             unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
             (v, ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
         });

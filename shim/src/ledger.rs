@@ -68,7 +68,9 @@ pub enum LedgerError {
 
 /// Whether the open file is a regular file that holds a ledger, or is still empty where the magic goes.
 fn is_ledger_or_empty(fd: i32) -> bool {
+    // SAFETY: `stat` is integers and padding: all zeroes is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a local the call writes; a bad `fd` only makes it fail.
     if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return false;
     }
@@ -76,17 +78,20 @@ fn is_ledger_or_empty(fd: i32) -> bool {
         return true;
     }
     let mut magic = [0u8; 8];
+    // SAFETY: `magic` is a local buffer of the 8 bytes the call may write.
     let n = unsafe { libc::pread(fd, magic.as_mut_ptr().cast(), 8, 0) };
     let m = u64::from_le_bytes(magic);
     n >= 0 && (m == MAGIC || m == 0) && (n == 8 || magic[..n as usize].iter().all(|b| *b == 0))
 }
 
 fn lock(fd: i32, slot: usize, kind: libc::c_short) -> bool {
+    // SAFETY: `flock` is integers: all zeroes is valid (and `l_pid` must be 0 for an OFD lock).
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = kind;
     fl.l_whence = libc::SEEK_SET as libc::c_short;
     fl.l_start = LOCK_BASE + slot as i64;
     fl.l_len = 1;
+    // SAFETY: F_OFD_SETLK reads and writes the `flock` it is given: `fl` is a local; a bad `fd` only fails.
     unsafe { libc::fcntl(fd, libc::F_OFD_SETLK, &mut fl) == 0 }
 }
 
@@ -100,6 +105,8 @@ impl Ledger {
         let c = CString::new(path.as_os_str().as_bytes())
             .map_err(|_| open_err(std::io::ErrorKind::InvalidInput.into()))?;
         // Never through a symbolic link: the ledger is the job's own file in its private directory.
+        // SAFETY: `c` is a NUL-terminated path that outlives every call of the closure; open(2) takes a mode with
+        // O_CREAT, which is passed.
         let open = |extra| unsafe {
             libc::open(
                 c.as_ptr(),
@@ -115,6 +122,8 @@ impl Ledger {
             return Err(open_err(std::io::Error::last_os_error()));
         }
         let closing = |e: LedgerError| {
+            // SAFETY: `map_fd` was opened above and is used by nothing else; each error path closes it once and
+            // returns.
             unsafe { libc::close(map_fd) };
             e
         };
@@ -126,6 +135,7 @@ impl Ledger {
         // Reserve every byte now. A mapping over holes raises SIGBUS at the first write the filesystem cannot
         // back (a full disk), which would kill the host at its next allocation; a failure here is a clear
         // fallback instead. Reserving what another process already reserved changes nothing.
+        // SAFETY: plain integer arguments on our own descriptor; no memory passed.
         let rc = unsafe { libc::posix_fallocate(map_fd, 0, FILE_SIZE as libc::off_t) };
         if rc != 0 {
             return Err(closing(LedgerError::NoSpace {
@@ -133,6 +143,8 @@ impl Ledger {
                 err: std::io::Error::from_raw_os_error(rc),
             }));
         }
+        // SAFETY: a new mapping where the kernel chooses (null hint): it replaces nothing. The file holds at
+        // least FILE_SIZE bytes, all reserved (posix_fallocate above), so no page of it faults.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -144,24 +156,34 @@ impl Ledger {
             )
         };
         let err = std::io::Error::last_os_error();
+        // SAFETY: `map_fd` is ours and closed once, here; a mapping keeps its file description alive without it.
         unsafe { libc::close(map_fd) };
         if p == libc::MAP_FAILED {
             return Err(open_err(err));
         }
+        // SAFETY: `p` maps FILE_SIZE = size_of::<Shared>() readable, writable bytes, page-aligned; every bit
+        // pattern is a valid `Shared` (atomics and integers); the mapping is never unmapped once a `Ledger` holds
+        // it (only on the error paths below, before `shared` escapes), so `'static` holds. The other processes of
+        // the job touch it only through the same atomics. (Anyone who may write the file could truncate it: a
+        // SIGBUS here, not UB in this process's reading; the ledger lives in the job's private directory.)
         let shared: &'static Shared = unsafe { &*(p as *const Shared) };
         let _ = shared
             .magic
             .compare_exchange(0, MAGIC, Ordering::AcqRel, Ordering::Acquire);
         if shared.magic.load(Ordering::Acquire) != MAGIC {
+            // SAFETY: our own mapping from above; `shared` is not used again (this returns).
             unsafe { libc::munmap(p, FILE_SIZE) };
             return Err(LedgerError::Foreign(path.display().to_string()));
         }
         let fd = crate::fds::high_fd(open(0));
         if fd < 0 {
+            // SAFETY: our own mapping from above; `shared` is not used again (this returns).
             unsafe { libc::munmap(p, FILE_SIZE) };
             return Err(open_err(std::io::Error::last_os_error()));
         }
         let fail = |e| {
+            // SAFETY: `fd` is the lock descriptor opened above, used by nothing else; `fail` runs once, on the
+            // way out.
             unsafe { libc::close(fd) };
             e
         };
@@ -176,12 +198,15 @@ impl Ledger {
                 return Ok(ledger);
             }
         }
+        // SAFETY: our own mapping from above; no `Ledger` was made from it, and `shared` is not used again.
         unsafe { libc::munmap(p, FILE_SIZE) };
         Err(fail(LedgerError::Full))
     }
 
     /// A ledger for this process alone (the shim preloaded without `vramtrace run` and no ledger path).
     pub fn private() -> Ledger {
+        // SAFETY: a fresh anonymous private mapping where the kernel chooses (null hint, no fd): it replaces
+        // nothing.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -194,8 +219,11 @@ impl Ledger {
         };
         let shared: &'static Shared = if p == libc::MAP_FAILED {
             // No memory for 256 KiB: fall back to a leaked heap copy (zeroed atomics are valid).
+            // SAFETY: all zeroes is a valid `Shared` (atomics and integers).
             Box::leak(unsafe { Box::<Shared>::new_zeroed().assume_init() })
         } else {
+            // SAFETY: `p` maps FILE_SIZE = size_of::<Shared>() zeroed bytes, page-aligned, private to this
+            // process and never unmapped; zeroes are a valid `Shared`.
             unsafe { &*(p as *const Shared) }
         };
         Ledger {
@@ -330,6 +358,8 @@ mod tests {
         assert!(!a.reclaim_dead());
         assert_eq!(a.used(2), 100);
         // b "dies": the kernel drops its lock with its last descriptor, and b's 30 bytes come back.
+        // SAFETY: `b`'s lock descriptor, closed once to play its death; `b` is not used again (`Ledger` has no
+        // `Drop`).
         unsafe { libc::close(b.fd) };
         assert_eq!(a.admit(2, 30, 100, false), Admit::Yes);
         assert_eq!(a.used(2), 100);
@@ -379,7 +409,9 @@ mod tests {
             meta.blocks()
         );
         assert!(l.fd >= 3);
+        // SAFETY: `rlimit` is two integers: all zeroes is valid.
         let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+        // SAFETY: `lim` is a local the call writes.
         unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
         if lim.rlim_cur >= 2 * crate::fds::HIGH_FD as u64 {
             assert!(l.fd >= crate::fds::HIGH_FD, "lock descriptor {}", l.fd);

@@ -174,18 +174,25 @@ struct Ordinals {
 static ORDINALS: AtomicPtr<Ordinals> = AtomicPtr::new(null_mut());
 
 fn ordinals() -> Option<&'static Ordinals> {
+    // SAFETY: getpid has no preconditions and cannot fail.
     let pid = unsafe { libc::getpid() };
     let p = ORDINALS.load(Ordering::Acquire);
+    // SAFETY: a non-null ORDINALS is a leaked `Box<Ordinals>`, published with release (this load is acquire) and
+    // never freed (a replaced table is leaked, below), so it is whole and lives for `'static`.
     if !p.is_null() && unsafe { (*p).pid } == pid {
+        // SAFETY: as just above.
         return Some(unsafe { &*p });
     }
     let fresh = read_ordinals(pid)?;
     let fresh: *mut Ordinals = Box::into_raw(Box::new(fresh));
     // A table another thread may still be reading is never freed: at most one per process that forks.
     match ORDINALS.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: `fresh` is now the published table: a leaked box, never freed.
         Ok(_) => Some(unsafe { &*fresh }),
         Err(now) => {
+            // SAFETY: `fresh` came from `Box::into_raw` above and was never published: this is its only owner.
             drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: a non-null `now` is a published table (leaked box, never freed), read after an acquire.
             (!now.is_null() && unsafe { (*now).pid } == pid).then(|| unsafe { &*now })
         }
     }
@@ -199,6 +206,9 @@ fn read_ordinals(pid: i32) -> Option<Ordinals> {
     if count.is_null() || get.is_null() || uuid.is_null() {
         return None;
     }
+    // SAFETY: the three are non-null (checked above) and are what the driver exports under `cuDeviceGetCount`,
+    // `cuDeviceGet` and `cuDeviceGetUuid_v2` (a `driver::real` slot is filled only by lookups of its exact name),
+    // with these prototypes (`CUuuid` is 16 bytes); every out-pointer is a local.
     unsafe {
         let count: unsafe extern "C" fn(*mut c_int) -> CUresult = std::mem::transmute(count);
         let get: unsafe extern "C" fn(*mut CUdevice, c_int) -> CUresult = std::mem::transmute(get);

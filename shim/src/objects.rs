@@ -40,6 +40,8 @@ pub fn generation() -> Option<Generation> {
         *(data as *mut Option<Generation>) = counters(info, size);
         1
     }
+    // SAFETY: `first` is called synchronously, on this thread, before dl_iterate_phdr returns, with `data` =
+    // `&mut g`, an `Option<Generation>` that outlives the call and nothing else touches meanwhile.
     unsafe { libc::dl_iterate_phdr(Some(first), (&mut g as *mut Option<Generation>).cast()) };
     g
 }
@@ -72,6 +74,8 @@ pub fn list() -> (Option<Generation>, Vec<Object>) {
         l.objects.push(object(&*info));
         0
     }
+    // SAFETY: `each` is called synchronously, on this thread, before dl_iterate_phdr returns, with `data` = `&mut
+    // l`, a `Listing` that outlives the call and nothing else touches meanwhile.
     unsafe { libc::dl_iterate_phdr(Some(each), (&mut l as *mut Listing).cast()) };
     // The loader names the main program "": say which file it is.
     if let Some(main) = l.objects.first_mut().filter(|o| o.path.is_empty()) {

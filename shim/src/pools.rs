@@ -68,9 +68,13 @@ fn attribute(pool: CUmemoryPool, attr: c_int) -> Option<u64> {
     if f.is_null() {
         return None;
     }
+    // SAFETY: `f` is non-null (checked above) and is the driver's `cuMemPoolGetAttribute` (a `driver::real` slot
+    // is filled only by lookups of its exact name): `CUresult (CUmemoryPool, CUmemPool_attribute, void *value)`.
     let f: unsafe extern "C" fn(CUmemoryPool, c_int, *mut c_void) -> CUresult =
         unsafe { std::mem::transmute(f) };
     let mut v: u64 = 0;
+    // SAFETY: the driver's `cuMemPoolGetAttribute` (prototype above); every attribute asked for here
+    // (RESERVED_MEM_CURRENT, USED_MEM_CURRENT) is a `cuuint64_t`, written into the local `v`.
     (unsafe { f(pool, attr, (&mut v as *mut u64).cast()) } == CUDA_SUCCESS).then_some(v)
 }
 
@@ -80,9 +84,12 @@ pub fn current(dev: u32) -> Option<CUmemoryPool> {
     if f.is_null() || dev == vramtrace_format::NO_DEVICE {
         return None;
     }
+    // SAFETY: `f` is non-null (checked above) and is the driver's `cuDeviceGetMemPool` (a `driver::real` slot is
+    // filled only by lookups of its exact name): `CUresult (CUmemoryPool *pool, CUdevice dev)`.
     let f: unsafe extern "C" fn(*mut CUmemoryPool, CUdevice) -> CUresult =
         unsafe { std::mem::transmute(f) };
     let mut p: CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: the driver's `cuDeviceGetMemPool` (prototype above); `p` is a local the call writes.
     (unsafe { f(&mut p, dev as CUdevice) } == CUDA_SUCCESS && !p.is_null()).then_some(p)
 }
 

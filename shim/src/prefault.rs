@@ -133,6 +133,8 @@ mod tests {
 
     fn resident_pages(base: usize, len: usize) -> usize {
         let mut v = vec![0u8; len.div_ceil(4096)];
+        // SAFETY: `v` has one byte per page of `len` bytes, as mincore writes; `base` is page-aligned (a ring's
+        // slots start 4096 bytes into its mapping) and [base, base + len) is mapped by the caller.
         let r = unsafe { libc::mincore(base as *mut libc::c_void, len, v.as_mut_ptr()) };
         assert_eq!(r, 0);
         v.iter().filter(|b| **b & 1 == 1).count()
@@ -142,6 +144,7 @@ mod tests {
     fn populates_a_little_ahead_of_the_writers_and_no_more() {
         let slots = 1u64 << 16; // 4 MiB
         let m = crate::transport::make_ring(slots, 1, 0).unwrap();
+        // SAFETY: `m.fd` is the ring's memfd, owned by this test and not used again; the mapping stays.
         unsafe { libc::close(m.fd) };
         let p = Prefault::new(&m.ring);
         let (base, len) = m.ring.slot_memory();

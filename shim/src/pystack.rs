@@ -867,6 +867,10 @@ impl Mem for Direct {
             return false;
         }
         // SAFETY: the layout was validated with safe reads; every address here was derived from it.
+        // Unlike `Safe`, nothing here survives a bad address: `Direct` is used only once VALIDATION passed
+        // (and by tests, on their own memory), on addresses reached through the validated offsets from this
+        // thread's own frames, each checked by `range_ok`, `ptr_ok` and the object type checks of the walk.
+        // A layout wrong past what validation looked at would fault here, not return false.
         unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, dst.as_mut_ptr(), dst.len()) };
         true
     }
@@ -1047,6 +1051,7 @@ mod tests {
         assert!(out.is_empty());
         let mut buf = [0xffu8; 16];
         assert_eq!(
+            // SAFETY: `buf` is a local array of `buf.len()` bytes.
             unsafe { vramtrace_debug_pystack(buf.as_mut_ptr(), buf.len()) },
             0
         );
@@ -1268,6 +1273,7 @@ mod tests {
 
     #[test]
     fn safe_reads_report_unreadable_memory() {
+        // SAFETY: a fresh anonymous private mapping chosen by the kernel (null hint, no fd): it overlaps nothing.
         let page = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -1279,6 +1285,8 @@ mod tests {
             )
         } as usize;
         assert_ne!(page as *mut c_void, libc::MAP_FAILED);
+        // SAFETY: `page` is the start of the 8192 writable bytes just mapped (page-aligned); the second page is
+        // ours to unmap, and nothing refers to it.
         unsafe {
             *(page as *mut u64) = 0x1122_3344_5566_7788;
             libc::munmap((page + 4096) as *mut c_void, 4096);
@@ -1303,6 +1311,7 @@ mod tests {
         assert!(safe.through_pipe(page, &mut big));
         assert!(safe.through_pipe(page, &mut w), "the pipe is left empty");
         assert_eq!(u64::from_ne_bytes(w), 0x1122_3344_5566_7788);
+        // SAFETY: the first page of our own mapping, which nothing refers to any more.
         unsafe { libc::munmap(page as *mut c_void, 4096) };
     }
 
@@ -1332,10 +1341,16 @@ mod tests {
         }
 
         fn set(&mut self, addr: usize, value: u64) {
+            // SAFETY: every caller passes an address inside one of this heap's blocks (`alloc`, `code`, `frame`,
+            // `tstate` plus an offset their sizes cover), 8-aligned (block bases are, every offset used is a
+            // multiple of 8). The blocks' buffers do not move when `blocks` grows. The pointer comes from
+            // `Vec::as_ptr`, whose docs ask for no writes through it: test code only, nothing else holds a
+            // reference into the block meanwhile.
             unsafe { *(addr as *mut u64) = value };
         }
 
         fn set_u8(&mut self, addr: usize, value: u8) {
+            // SAFETY: as in `set`, for one byte (no alignment needed).
             unsafe { *(addr as *mut u8) = value };
         }
 
@@ -1400,6 +1415,7 @@ mod tests {
     }
 
     fn me() -> usize {
+        // SAFETY: pthread_self has no preconditions.
         unsafe { libc::pthread_self() as usize }
     }
 

@@ -80,6 +80,8 @@ fn resolve() {
     for f in [Real::Wait4, Real::Waitpid, Real::Wait, Real::Waitid] {
         let slot = &REAL[f as usize];
         if slot.load(Ordering::Acquire).is_null() {
+            // SAFETY: `dlsym` is glibc's own (`glibc_dlsym`); the names are NUL-terminated literals, and
+            // RTLD_NEXT is valid from inside this library.
             let p = unsafe { dlsym(libc::RTLD_NEXT, NAMES[f as usize].as_ptr()) };
             if !p.is_null() && p != own(f) {
                 slot.store(p, Ordering::Release);
@@ -104,11 +106,13 @@ fn real(f: Real) -> *mut c_void {
 
 #[inline]
 fn errno() -> c_int {
+    // SAFETY: glibc's `__errno_location` returns this thread's errno, a live, aligned `int`.
     unsafe { *libc::__errno_location() }
 }
 
 #[inline]
 fn set_errno(e: c_int) {
+    // SAFETY: as in `errno`: this thread's own errno.
     unsafe { *libc::__errno_location() = e };
 }
 
@@ -240,6 +244,7 @@ fn report(child: u32, status: ExitStatus) {
         return;
     };
     let mut buf = [0u8; codec::REAPED_FRAME_MAX];
+    // SAFETY: getpid has no preconditions, and is async-signal-safe.
     let pid = unsafe { libc::getpid() } as u32;
     let Some(n) = codec::encode_reaped_into(&mut buf, pid, ticks::monotonic(), child, status)
     else {
@@ -255,6 +260,8 @@ fn report(child: u32, status: ExitStatus) {
 
 /// The report on a connection of its own: connect without waiting, send the one frame without waiting, close.
 fn one_shot(addr: &libc::sockaddr_un, frame: &[u8]) {
+    // SAFETY: `fd` is a socket made here and closed once, here; `addr` is a whole `sockaddr_un` of the length
+    // given; `frame` is a live slice of `frame.len()` bytes. All four calls are async-signal-safe.
     unsafe {
         let fd = libc::socket(
             libc::AF_UNIX,
@@ -350,6 +357,7 @@ fn collector_addr() -> Option<libc::sockaddr_un> {
 
 /// A Unix socket address for `path`; `None` when it is empty or does not fit.
 fn sockaddr(path: &[u8]) -> Option<libc::sockaddr_un> {
+    // SAFETY: `sockaddr_un` is integers and a byte array: all zeroes is valid (and an empty path).
     let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     if path.is_empty() || path.len() >= a.sun_path.len() {
         return None;
@@ -364,6 +372,11 @@ fn sockaddr(path: &[u8]) -> Option<libc::sockaddr_un> {
 /// `VRAMTRACE_SOCKET`'s value, read straight from `environ` (the first definition, as `getenv` finds it).
 fn env_socket() -> Option<&'static [u8]> {
     const KEY: &[u8] = b"VRAMTRACE_SOCKET=";
+    // SAFETY: `environ` is null or a null-terminated array of NUL-terminated strings, walked up to its null.
+    // Like getenv(3), this races with a `setenv`/`putenv` on another thread (which may move the array), and the
+    // `'static` it returns trusts that the entry's string stays: true of the initial environment and of glibc's
+    // `setenv` copies (never freed), not of a `putenv` string its owner later frees. Every caller copies the
+    // value at once (`sockaddr`, the cache).
     unsafe {
         let mut p = libc::environ as *const *const c_char;
         if p.is_null() {
@@ -468,26 +481,35 @@ mod tests {
     #[test]
     fn the_system_calls_standing_in_for_missing_functions_reap_as_glibc_does() {
         let fork_exiting = |code: i32| {
+            // SAFETY: the child only calls `_exit`, which is async-signal-safe, as a child of a threaded process
+            // must.
             let p = unsafe { libc::fork() };
             assert!(p >= 0);
             if p == 0 {
+                // SAFETY: _exit has no preconditions; the child leaves without running the parent's exit
+                // handlers.
                 unsafe { libc::_exit(code) };
             }
             p
         };
         let a = fork_exiting(5);
         let mut st = 0;
+        // SAFETY: `st` is a local the kernel writes; a null rusage is allowed.
         assert_eq!(unsafe { sys_wait4(a, &mut st, 0, null_mut()) }, a);
         assert_eq!(
             reaped_by_wait(a, 0, st),
             Some((a as u32, ExitStatus::Code(5)))
         );
         let b = fork_exiting(6);
+        // SAFETY: `siginfo_t` is integers and unions of them: all zeroes is valid.
         let mut si: siginfo_t = unsafe { std::mem::zeroed() };
         assert_eq!(
+            // SAFETY: `si` is a local `siginfo_t` the kernel writes.
             unsafe { sys_waitid(libc::P_PID, b as id_t, &mut si, libc::WEXITED) },
             0
         );
+        // SAFETY: `si` was filled by a successful waitid for an exited child, so `si_pid` and `si_status` name
+        // the union members the kernel wrote.
         let got = unsafe {
             reaped_by_waitid(
                 libc::WEXITED,
@@ -499,6 +521,7 @@ mod tests {
         };
         assert_eq!(got, Some((b as u32, ExitStatus::Code(6))));
         // Nothing left to reap: -1 and ECHILD, as glibc's would say.
+        // SAFETY: `st` is a local; a null rusage is allowed (the call fails with ECHILD here anyway).
         assert_eq!(unsafe { sys_wait4(b, &mut st, 0, null_mut()) }, -1);
         assert_eq!(errno(), libc::ECHILD);
     }

@@ -97,6 +97,7 @@ pub(crate) fn tid() -> u32 {
         return c as u32;
     }
     // The system call, not glibc's wrapper: `gettid()` only exists since glibc 2.30 (the shim targets 2.17).
+    // SAFETY: gettid takes no arguments and cannot fail.
     let t = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
     cache.set(gen << 32 | t as u64);
     t
@@ -244,6 +245,7 @@ pub(crate) fn publish_frame_anywhere(frame: &[u8]) -> bool {
         return false;
     };
     // A child forked without glibc's atfork handlers (a raw `clone`) still sees its parent's recorder.
+    // SAFETY: getpid has no preconditions, and is async-signal-safe.
     if r.pid != unsafe { libc::getpid() } as u32 || r.link.load(Ordering::Acquire) == GONE {
         return false;
     }
@@ -288,6 +290,9 @@ fn pass_ring(s: &Socket, hello: &[u8], ring_fd: i32) -> Result<(), Option<i32>> 
 fn build() -> Option<&'static Recorder> {
     let settings = crate::settings::get();
     if !HANDLERS.swap(true, Ordering::AcqRel) {
+        // SAFETY: both register plain `extern "C"` functions of this library (never unloaded while preloaded;
+        // glibc drops them should it be), once per process image (`HANDLERS`). `after_fork_in_child` does only
+        // atomic stores and `close`, as a handler in a forked child must.
         unsafe {
             libc::pthread_atfork(None, None, Some(after_fork_in_child));
             libc::atexit(goodbye_at_exit);
@@ -324,6 +329,8 @@ fn build() -> Option<&'static Recorder> {
     codec::put_record(&mut buf, &Record::Hello(h.clone()));
     let sent = sock.as_ref().map(|s| pass_ring(s, &buf, mapped.fd));
     // The collector holds the ring now (or never will): our descriptor is not needed.
+    // SAFETY: `mapped.fd` is the ring's memfd, made by `make_ring` for this process and used by nothing else; it
+    // is closed once, here (the mapping stays valid without it).
     unsafe { libc::close(mapped.fd) };
     let sock = match (sock, sent) {
         (Some(s), Some(Ok(()))) => s,
@@ -397,6 +404,9 @@ fn hang_up_untraced(sock: Option<Socket>, mut h: Hello, why: Option<String>) {
         codec::put_record(&mut buf, &Record::Hello(h));
         s.send_all(&buf);
     }
+    // SAFETY: `s` is consumed here, and `Socket` has no `Drop`: this is the only close of its descriptor.
+    // (SOCKET_FD is cleared only after it: a fork in between makes the child close a number that may be reused by
+    // then.)
     unsafe { libc::close(s.fd) };
     SOCKET_FD.store(-1, Ordering::Release);
 }
@@ -409,6 +419,8 @@ extern "C" fn after_fork_in_child() {
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
     let fd = SOCKET_FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
+        // SAFETY: `fd` is our copy of the collector's socket, inherited through the fork; the swap to -1 above
+        // makes this its only close.
         unsafe { libc::close(fd) };
     }
 }
@@ -574,6 +586,8 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
                 if !exiting && only_thread_left() {
                     exiting = std::thread::Builder::new()
                         .stack_size(8 << 20)
+                        // SAFETY: exit(3) has no preconditions; no other thread of the process is left to call
+                        // `exit` at the same time (`only_thread_left`), and this courier thread never does.
                         .spawn(|| unsafe { libc::exit(0) })
                         .is_ok();
                 }
@@ -599,6 +613,7 @@ fn only_thread_left() -> bool {
         Some(1) => true,
         Some(2) => {
             let pid = std::process::id();
+            // SAFETY: gettid takes no arguments and cannot fail.
             let me = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
             // Read the count again once the main thread is seen ended: it may have started a thread just
             // before (once it is a zombie, only this thread could start one).
@@ -620,6 +635,8 @@ fn hello(pid: u32) -> Hello {
         })
         .unwrap_or_default();
     let mut host = [0u8; 256];
+    // SAFETY: `host` is a local buffer of `host.len()` bytes, as the call is told; an unterminated name is
+    // handled (`unwrap_or`).
     let hostname = if unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len()) } == 0 {
         let end = host.iter().position(|c| *c == 0).unwrap_or(host.len());
         String::from_utf8_lossy(&host[..end]).into_owned()
@@ -629,6 +646,7 @@ fn hello(pid: u32) -> Hello {
     let num = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse().ok());
     Hello {
         pid,
+        // SAFETY: getppid has no preconditions and cannot fail.
         ppid: unsafe { libc::getppid() } as u32,
         ts_ns: now(),
         cmdline,

@@ -180,6 +180,8 @@ fn parse_size(s: &str) -> Option<u64> {
 /// One line on stderr, whatever `VRAMTRACE_DEBUG` says.
 fn say(args: std::fmt::Arguments) {
     let line = format!("vramtrace[{}]: {}\n", std::process::id(), args);
+    // SAFETY: `line` is a live String and the call reads `line.len()` bytes of it; a closed or odd fd 2 only
+    // makes write(2) fail.
     unsafe {
         libc::write(2, line.as_ptr().cast(), line.len());
     }
@@ -191,6 +193,8 @@ pub fn debug(args: std::fmt::Arguments) {
         return;
     }
     let line = format!("vramtrace[{}]: {}\n", std::process::id(), args);
+    // SAFETY: `line` is a live String and the call reads `line.len()` bytes of it; a closed or odd fd 2 only
+    // makes write(2) fail.
     unsafe {
         libc::write(2, line.as_ptr().cast(), line.len());
     }

@@ -390,6 +390,9 @@ fn local() -> Option<*mut Local> {
     }
     let key = KEY.get_or_init(|| {
         let mut k: libc::pthread_key_t = 0;
+        // SAFETY: `k` is a local the call writes; `thread_done` is an `extern "C"` function of this library
+        // taking the value this module stores under the key (a `*mut Local`, or nothing: glibc skips null
+        // values).
         if unsafe { libc::pthread_key_create(&mut k, Some(thread_done)) } != 0 {
             return None;
         }
@@ -406,11 +409,15 @@ fn local() -> Option<*mut Local> {
         Some(q) => {
             // A finished thread's ids are this process's, still right; its call chains point into its stack,
             // which is not this thread's: forgotten (emptied in place, nothing freed or allocated).
+            // SAFETY: `q` is a non-null `Box<Local>` pointer taken out of SPARE by the swap: parked there by
+            // `park` and reachable from nowhere else, so this thread has it alone.
             unsafe { (*q).chains.forget() };
             q
         }
         None => Box::into_raw(Local::new()),
     };
+    // SAFETY: `key` was made by pthread_key_create (KEY holds only a key that was made); `p` is this thread's
+    // non-null `Local`, which `thread_done` takes back at the thread's exit.
     unsafe { libc::pthread_setspecific(*key, p.cast()) };
     crate::tls::state().local.set(p.cast());
     Some(p)
@@ -460,6 +467,9 @@ impl Mix {
 /// loader call).
 fn own_text() -> &'static [(u64, u64)] {
     static TEXT: OnceLock<Vec<(u64, u64)>> = OnceLock::new();
+    // SAFETY: `__ehdr_start` is the linker's symbol for the ELF header of the image this code is in, mapped by
+    // the first PT_LOAD (file offset 0) for as long as the image is loaded; its program headers lie `e_phoff`
+    // bytes on in that same mapping (where linkers put them, PT_PHDR), `e_phnum` of them.
     TEXT.get_or_init(|| unsafe {
         let ehdr = std::ptr::addr_of!(__ehdr_start);
         let base = ehdr as u64;
@@ -571,6 +581,8 @@ fn unwind(ips: &mut [u64; MAX_FRAMES], raw: Option<&mut Raw>) -> usize {
         inside: true,
         raw,
     };
+    // SAFETY: libgcc calls `each_frame` synchronously, on this thread, before returning, with `arg` = `&mut u`,
+    // an `Unwound` that outlives the call and nothing else touches meanwhile.
     unsafe { _Unwind_Backtrace(each_frame, (&mut u as *mut Unwound).cast()) };
     u.n
 }
@@ -623,6 +635,13 @@ impl Chains {
             c.sp == sp
                 && c.slots
                     .iter()
+                    // SAFETY: each `at` was the 8-aligned slot of a return address on this thread's stack, above
+                    // a capturing frame at this same `sp`, when the chain was remembered (a `Local` taken over by
+                    // another thread has its chains forgotten). `all` reads innermost first and stops at the
+                    // first difference: a slot is read only when every one below it held the same return address,
+                    // which puts the same frames, of the same sizes, at the same places, so it lies in this
+                    // thread's live stack. This assumes the thread's stack is not swapped for a shorter one under
+                    // it at the same `sp` (user-level fibers); there a read past its top could fault.
                     .all(|&(at, value)| unsafe { read_stack(at) } == value)
         })
     }
@@ -700,6 +719,7 @@ fn stack_pointer() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
         let sp: u64;
+        // SAFETY: one register move: no memory touched, no stack used, flags kept (as the options say).
         unsafe {
             std::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags));
         }
@@ -727,9 +747,13 @@ mod tests {
             // Created after `KEY`, so glibc runs its destructor after `thread_done` in each round.
             let mut k: libc::pthread_key_t = 0;
             assert_eq!(
+                // SAFETY: `k` is a local the call writes; `late_destructor` is an `extern "C"` fn that ignores
+                // its argument.
                 unsafe { libc::pthread_key_create(&mut k, Some(late_destructor)) },
                 0
             );
+            // SAFETY: `k` was just made; the value is never dereferenced (`late_destructor` ignores it), only
+            // non-null so that the destructor runs.
             unsafe { libc::pthread_setspecific(k, std::ptr::dangling::<c_void>()) };
         })
         .join()

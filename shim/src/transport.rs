@@ -29,6 +29,7 @@ pub(crate) struct Mapped {
 /// mapped shared, laid out for `slots` slots. The descriptor stays open until it is passed to the collector.
 pub(crate) fn make_ring(slots: u64, pid: u32, flags: u32) -> Result<Mapped, String> {
     let name = b"vramtrace-ring\0";
+    // SAFETY: `name` is NUL-terminated and outlives the call; the flags are memfd_create's own.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_memfd_create,
@@ -42,23 +43,30 @@ pub(crate) fn make_ring(slots: u64, pid: u32, flags: u32) -> Result<Mapped, Stri
     let len = ring::bytes_for(slots);
     let fail = |what: &str| {
         let e = format!("{what}: {}", std::io::Error::last_os_error());
+        // SAFETY: `fd` is the memfd made above, used by nothing else; every path that calls `fail` returns, so
+        // it is closed once.
         unsafe { libc::close(fd) };
         Err(e)
     };
     // A file-size limit (`ulimit -f`) below the ring's size would refuse the sizing with SIGXFSZ, which kills.
     if !fits_file_limit(len) {
+        // SAFETY: the memfd made above, used by nothing else, closed once on this way out.
         unsafe { libc::close(fd) };
         return Err(format!(
             "the process's file-size limit (ulimit -f) is below the ring's {len} bytes"
         ));
     }
+    // SAFETY: integer arguments on our own memfd; the file-size limit was checked (no SIGXFSZ).
     if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
         return fail("sizing the ring");
     }
     let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: F_ADD_SEALS takes an integer; `fd` is our own memfd.
     if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } != 0 {
         return fail("sealing the ring");
     }
+    // SAFETY: a new mapping where the kernel chooses (null hint): it replaces nothing. The memfd is `len` bytes
+    // long and sealed against shrinking, so no page of the mapping can fault.
     let base = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
@@ -80,7 +88,9 @@ pub(crate) fn make_ring(slots: u64, pid: u32, flags: u32) -> Result<Mapped, Stri
 /// Whether RLIMIT_FSIZE lets a file grow to `len` bytes: sizing past it would raise SIGXFSZ in the host,
 /// whose default action kills it.
 fn fits_file_limit(len: usize) -> bool {
+    // SAFETY: `rlimit` is two integers: all zeroes is valid.
     let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `lim` is a local the call writes.
     if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim) } != 0 {
         return true;
     }
@@ -99,6 +109,8 @@ pub(crate) struct Socket {
 impl Socket {
     pub fn connect(path: &OsString) -> Option<Socket> {
         let bytes = path.as_bytes();
+        // SAFETY: `sockaddr_un` is integers and a byte array: all zeroes is valid (and keeps the path
+        // NUL-terminated, as only `len - 1` bytes are copied in).
         let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
         if bytes.len() >= addr.sun_path.len() {
             return None;
@@ -109,6 +121,7 @@ impl Socket {
         }
         // CLOEXEC: a program this process execs must not hold our connection open. Non-blocking while
         // connecting: a collector that stopped (a full backlog) must not hang the program's first CUDA call.
+        // SAFETY: integer arguments only.
         let fd = unsafe {
             libc::socket(
                 libc::AF_UNIX,
@@ -122,6 +135,7 @@ impl Socket {
         let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
         let deadline = Instant::now() + CONNECT_WAIT;
         loop {
+            // SAFETY: `addr` is a whole local `sockaddr_un`, of the length given; `fd` is the socket made above.
             if unsafe { libc::connect(fd, &addr as *const _ as *const libc::sockaddr, len) } == 0 {
                 break;
             }
@@ -130,11 +144,13 @@ impl Socket {
                 continue;
             }
             if e != Some(libc::EAGAIN) || Instant::now() >= deadline {
+                // SAFETY: the socket made above, used by nothing else, closed once on this way out.
                 unsafe { libc::close(fd) };
                 return None;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+        // SAFETY: F_GETFL and F_SETFL take and give integers; `fd` is our own socket.
         unsafe {
             let fl = libc::fcntl(fd, libc::F_GETFL);
             libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
@@ -161,14 +177,19 @@ impl Socket {
             iov_base: buf.as_ptr() as *mut libc::c_void,
             iov_len: buf.len(),
         };
+        // SAFETY: CMSG_SPACE is arithmetic on its argument; it touches no memory.
         let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
         let mut cbuf = [0u64; 8]; // aligned room for one descriptor's control message
         debug_assert!(space <= std::mem::size_of_val(&cbuf));
+        // SAFETY: `msghdr` is integers and raw pointers: all zeroes is valid (null pointers, zero lengths).
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = cbuf.as_mut_ptr().cast();
         msg.msg_controllen = space as _;
+        // SAFETY: `msg_controllen` (CMSG_SPACE of one descriptor, 24 bytes on LP64) covers a `cmsghdr`, so
+        // CMSG_FIRSTHDR returns `cbuf`'s start: 8-aligned, inside the 64-byte local, which also holds the
+        // descriptor CMSG_DATA points to (written unaligned regardless).
         unsafe {
             let c = libc::CMSG_FIRSTHDR(&msg);
             (*c).cmsg_level = libc::SOL_SOCKET;
@@ -177,6 +198,8 @@ impl Socket {
             libc::CMSG_DATA(c).cast::<i32>().write_unaligned(pass);
         }
         let n = loop {
+            // SAFETY: `msg` points at `iov` (the caller's `buf`, read only) and `cbuf`, locals alive for the
+            // call.
             let n = unsafe { libc::sendmsg(self.fd, &msg, libc::MSG_NOSIGNAL) };
             if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
@@ -199,6 +222,7 @@ impl Socket {
             return false;
         }
         while !buf.is_empty() {
+            // SAFETY: `buf` is a live slice of `buf.len()` bytes, only read.
             let n =
                 unsafe { libc::send(self.fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
             if n < 0 {
@@ -222,6 +246,7 @@ impl Socket {
             events: libc::POLLIN,
             revents: 0,
         };
+        // SAFETY: one local `pollfd`, as the count says.
         if unsafe { libc::poll(&mut pfd, 1, 0) } <= 0 {
             return false;
         }
@@ -229,6 +254,7 @@ impl Socket {
             return true;
         }
         let mut b = 0u8;
+        // SAFETY: `b` is a local byte, the one byte the call may write.
         let n = unsafe {
             libc::recv(
                 self.fd,
@@ -256,10 +282,12 @@ impl Socket {
                 revents: 0,
             };
             let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            // SAFETY: one local `pollfd`, as the count says.
             if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
                 continue;
             }
             let mut b = 0u8;
+            // SAFETY: `b` is a local byte, the one byte the call may write.
             let n =
                 unsafe { libc::recv(self.fd, (&mut b as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
             if n == 0 {
@@ -277,7 +305,9 @@ impl Socket {
 
 /// (device, inode) of an open descriptor.
 fn identity(fd: i32) -> Option<(u64, u64)> {
+    // SAFETY: `stat` is integers and padding: all zeroes is valid.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a local the call writes; a bad `fd` only makes it fail.
     (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
@@ -288,6 +318,7 @@ mod tests {
     fn pair() -> (Socket, i32) {
         let mut fds = [0i32; 2];
         assert_eq!(
+            // SAFETY: `fds` has room for the two descriptors the call writes.
             unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) },
             0
         );
@@ -296,6 +327,7 @@ mod tests {
     }
 
     fn answer(fd: i32, b: u8) {
+        // SAFETY: one byte read from the local `b`.
         assert_eq!(unsafe { libc::write(fd, (&b as *const u8).cast(), 1) }, 1);
     }
 
@@ -315,8 +347,10 @@ mod tests {
         assert!(!sock.await_ack(3, &mut answered, soon()));
         assert_eq!(answered, 3);
         assert!(!sock.closed());
+        // SAFETY: the test's own end of the pair, closed once.
         unsafe { libc::close(peer) };
         assert!(sock.closed());
+        // SAFETY: `sock`'s descriptor, closed once; `sock` is not used again (`Socket` has no `Drop`).
         unsafe { libc::close(sock.fd) };
     }
 
@@ -344,20 +378,28 @@ mod tests {
             iov_len: data.len(),
         };
         let mut cbuf = [0u64; 8];
+        // SAFETY: `msghdr` is integers and raw pointers: all zeroes is valid.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = cbuf.as_mut_ptr().cast();
         msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+        // SAFETY: `msg` points at `iov` (over `data`) and `cbuf`, locals of the sizes it gives.
         let n = unsafe { libc::recvmsg(peer, &mut msg, 0) };
         assert_eq!(&data[..n as usize], b"hello");
+        // SAFETY: `msg` is the header recvmsg filled; CMSG_FIRSTHDR reads only its control fields.
         let c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
         assert!(!c.is_null());
+        // SAFETY: `c` is non-null, so a whole `cmsghdr` lies in `cbuf`; the kernel wrote one descriptor after it
+        // (SCM_RIGHTS, as sent), read unaligned.
         let fd = unsafe { libc::CMSG_DATA(c).cast::<i32>().read_unaligned() };
+        // SAFETY: integer arguments only.
         let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
         assert_ne!(seals & libc::F_SEAL_SHRINK, 0);
+        // SAFETY: integer arguments; the seal makes it fail.
         assert_eq!(unsafe { libc::ftruncate(fd, 4096) }, -1, "sealed");
         let len = ring::bytes_for(ring::MIN_SLOTS);
+        // SAFETY: a new mapping where the kernel chooses (null hint): it replaces nothing.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -368,6 +410,8 @@ mod tests {
                 0,
             )
         };
+        // SAFETY: `base` maps the `len` bytes of the sealed memfd, page-aligned, never unmapped. MAP_FAILED is
+        // not checked first: were the mapping refused, this would read from address -1 (test code only).
         let r = unsafe { Ring::open(base.cast(), len) }.unwrap();
         assert_eq!(r.pid(), 42);
         let mut c = ring::Consumer::new(r);
