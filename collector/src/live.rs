@@ -507,6 +507,81 @@ impl State {
     }
 }
 
+/// What `/status.json` answers (`vramtrace top` reads it): the figures `/metrics` serves, typed, with each
+/// process's command.
+#[derive(serde::Serialize, serde::Deserialize, Debug, Default, Clone, PartialEq)]
+pub struct Status {
+    pub job: String,
+    pub host: String,
+    pub gpus: Vec<GpuStatus>,
+    /// One row per process and GPU it holds memory on (or held).
+    pub processes: Vec<ProcStatus>,
+    /// Events the shims dropped, all processes.
+    pub dropped: u64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Default, Clone, PartialEq)]
+pub struct GpuStatus {
+    pub gpu: u32,
+    pub uuid: String,
+    pub used: u64,
+    pub peak: u64,
+    pub cap: Option<u64>,
+    pub total: Option<u64>,
+    pub allocations: u64,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Default, Clone, PartialEq)]
+pub struct ProcStatus {
+    pub pid: u32,
+    pub rank: Option<u32>,
+    /// The process's command (its first word), as its hello said it.
+    pub command: String,
+    pub gpu: u32,
+    pub used: u64,
+    pub peak: u64,
+}
+
+impl State {
+    /// These figures as `/status.json` answers them.
+    pub fn status(&self, labels: &JobLabels) -> Status {
+        let mut processes: Vec<ProcStatus> = self
+            .procs
+            .iter()
+            .flat_map(|(pid, p)| {
+                p.dev.iter().map(move |(d, pd)| ProcStatus {
+                    pid: *pid,
+                    rank: p.rank,
+                    command: p.cmd.clone(),
+                    gpu: *d,
+                    used: pd.live,
+                    peak: pd.peak,
+                })
+            })
+            .collect();
+        processes.sort_by_key(|p| (p.pid, p.gpu));
+        Status {
+            job: labels.job.clone(),
+            host: labels.host.clone(),
+            gpus: self
+                .devs
+                .iter()
+                .map(|(d, dv)| GpuStatus {
+                    gpu: *d,
+                    uuid: labels.uuid(*d).to_string(),
+                    used: dv.used,
+                    peak: dv.peak,
+                    cap: dv.cap,
+                    total: dv.total,
+                    allocations: dv.allocations,
+                })
+                .collect(),
+            processes,
+            dropped: self.dropped,
+        }
+    }
+}
+
 /// The live figures of a running job, read from its trace file behind the receivers.
 pub struct Live {
     labels: JobLabels,
@@ -602,6 +677,15 @@ impl Live {
             Ok(g) => g.state.render(&self.labels),
             Err(_) => "# EOF\n".into(),
         }
+    }
+
+    /// The typed status, with everything written up to now.
+    pub fn status(&self) -> Status {
+        self.catch_up();
+        self.inner
+            .lock()
+            .map(|g| g.state.status(&self.labels))
+            .unwrap_or_default()
     }
 
     /// Bytes live now on `device`, all processes (tests).

@@ -17,6 +17,28 @@ pub fn bytes(b: u64) -> String {
     format!("{:.2} {name}", b as f64 / unit as f64)
 }
 
+/// `0.98 GiB`, `12.3 GiB`, `512 MiB`: three figures at most, in the largest unit under which the figure
+/// stays below 1000 (columns that must stay narrow: `top`).
+pub fn bytes_short(b: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(TIB, "TiB"), (GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB")];
+    if b < 1000 {
+        return format!("{b} B");
+    }
+    // The smallest unit whose figure is below 1000.
+    let (unit, name) = UNITS
+        .iter()
+        .rev()
+        .copied()
+        .find(|(u, _)| (b as f64 / *u as f64) < 999.5)
+        .unwrap_or(UNITS[0]);
+    let v = b as f64 / unit as f64;
+    match v {
+        v if v < 9.995 => format!("{v:.2} {name}"),
+        v if v < 99.95 => format!("{v:.1} {name}"),
+        v => format!("{v:.0} {name}"),
+    }
+}
+
 /// `1,234,567`.
 pub fn count(n: u64) -> String {
     let digits = n.to_string();
@@ -133,5 +155,16 @@ mod tests {
         assert_eq!(fit("abcdef", 4), "abc…");
         assert_eq!(fit("abc", 4), "abc");
         assert_eq!(printable("a\nb\u{1b}[31m"), "a\\nb\\u{1b}[31m");
+    }
+
+    #[test]
+    fn short_sizes_keep_three_figures_under_a_thousand() {
+        assert_eq!(bytes_short(512), "512 B");
+        assert_eq!(bytes_short(1000), "0.98 KiB");
+        assert_eq!(bytes_short(1004 << 20), "0.98 GiB");
+        assert_eq!(bytes_short(512 << 20), "512 MiB");
+        assert_eq!(bytes_short(12 * (1 << 30) + (300 << 20)), "12.3 GiB");
+        assert_eq!(bytes_short(3 << 20), "3.00 MiB");
+        assert_eq!(bytes_short(u64::MAX), "16777216 TiB");
     }
 }

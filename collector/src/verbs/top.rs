@@ -1,6 +1,6 @@
 //! `vramtrace top`: attaches to a running job (a `vramtrace run --metrics`) and shows, refreshed, bytes in use
 //! per GPU and process, peak, cap and headroom, the allocation rate and a sparkline of each GPU's bytes. It reads
-//! the same endpoint Prometheus scrapes (`/metrics`), found through the attach file the run writes
+//! the run's typed status (`/status.json`, the figures `/metrics` serves Prometheus), found through the attach file the run writes
 //! (`$XDG_RUNTIME_DIR/vramtrace/<pid>.addr`) or given with `--addr`. On a terminal: ratatui (q or Esc quits);
 //! otherwise, or with `--once`, plain text.
 
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::exit::{self, Code};
 use crate::live::http::get;
-use crate::reporters::text::units::bytes;
+use crate::units::bytes_short as bytes;
 
 #[derive(clap::Args, Debug)]
 pub struct TopArgs {
@@ -50,82 +50,51 @@ pub struct Gpu {
 #[derive(Debug, Default, Clone)]
 pub struct ProcRow {
     pub rank: String,
+    /// The process's command (its first word).
+    pub command: String,
     pub used: u64,
     pub peak: u64,
 }
 
-/// Reads the text format `/metrics` answers (OpenMetrics or Prometheus's classic text).
-pub fn parse(body: &str) -> Sample {
-    let mut s = Sample::default();
-    for l in body.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = l.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(v) = value.parse::<f64>() else {
-            continue;
-        };
-        let v = v.max(0.0) as u64;
-        let (name, labels) = match series.split_once('{') {
-            Some((n, rest)) => (n, labels_of(rest.trim_end_matches('}'))),
-            None => (series, BTreeMap::new()),
-        };
-        let lab = |k: &str| labels.get(k).cloned().unwrap_or_default();
-        if s.job.is_empty() {
-            s.job = lab("job");
-            s.host = lab("host");
-        }
-        match name {
-            "vramtrace_memory_used_bytes" | "vramtrace_memory_peak_bytes" => {
-                let Ok(pid) = lab("pid").parse() else {
-                    continue;
-                };
-                let row = s.procs.entry((pid, lab("gpu"))).or_default();
-                row.rank = lab("rank");
-                if name.ends_with("used_bytes") {
-                    row.used = v;
-                } else {
-                    row.peak = v;
-                }
-            }
-            "vramtrace_device_used_bytes" => s.gpus.entry(lab("gpu")).or_default().used = v,
-            "vramtrace_device_peak_bytes" => s.gpus.entry(lab("gpu")).or_default().peak = v,
-            "vramtrace_cap_bytes" => s.gpus.entry(lab("gpu")).or_default().cap = Some(v),
-            "vramtrace_device_total_bytes" => s.gpus.entry(lab("gpu")).or_default().total = Some(v),
-            "vramtrace_allocations_total" if !lab("gpu").is_empty() => {
-                s.gpus.entry(lab("gpu")).or_default().allocations = v
-            }
-            "vramtrace_events_dropped_total" => s.dropped = v,
-            _ => {}
+impl From<crate::live::Status> for Sample {
+    fn from(st: crate::live::Status) -> Sample {
+        Sample {
+            job: st.job,
+            host: st.host,
+            gpus: st
+                .gpus
+                .into_iter()
+                .map(|g| {
+                    (
+                        g.gpu.to_string(),
+                        Gpu {
+                            used: g.used,
+                            peak: g.peak,
+                            cap: g.cap,
+                            total: g.total,
+                            allocations: g.allocations,
+                        },
+                    )
+                })
+                .collect(),
+            procs: st
+                .processes
+                .into_iter()
+                .map(|p| {
+                    (
+                        (p.pid, p.gpu.to_string()),
+                        ProcRow {
+                            rank: p.rank.map_or(String::new(), |r| r.to_string()),
+                            command: p.command,
+                            used: p.used,
+                            peak: p.peak,
+                        },
+                    )
+                })
+                .collect(),
+            dropped: st.dropped,
         }
     }
-    s
-}
-
-fn labels_of(s: &str) -> BTreeMap<String, String> {
-    let mut m = BTreeMap::new();
-    let mut rest = s;
-    while let Some((k, r)) = rest.split_once("=\"") {
-        let mut val = String::new();
-        let mut chars = r.char_indices();
-        let mut end = r.len();
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => {
-                    if let Some((_, n)) = chars.next() {
-                        val.push(if n == 'n' { '\n' } else { n });
-                    }
-                }
-                '"' => {
-                    end = i + 1;
-                    break;
-                }
-                c => val.push(c),
-            }
-        }
-        m.insert(k.trim_start_matches(',').trim().to_string(), val);
-        rest = &r[end..];
-    }
-    m
 }
 
 /// The running job's metrics address: the newest attach file whose run is alive.
@@ -229,7 +198,7 @@ impl View {
             .collect()
     }
 
-    fn proc_rows(&self) -> Vec<[String; 5]> {
+    fn proc_rows(&self) -> Vec<[String; 6]> {
         let mut rows: Vec<(&(u32, String), &ProcRow)> = self.now.procs.iter().collect();
         rows.sort_by(|a, b| b.1.used.cmp(&a.1.used).then(a.0.cmp(b.0)));
         rows.iter()
@@ -244,6 +213,7 @@ impl View {
                     format!("GPU {g}"),
                     bytes(r.used),
                     bytes(r.peak),
+                    crate::reporters::text::fit_label(&r.command, 32),
                 ]
             })
             .collect()
@@ -273,13 +243,13 @@ impl View {
             ));
         }
         o.push_str(&format!(
-            "{:>8} {:>6} {:<8} {:>12} {:>12}\n",
-            "pid", "rank", "gpu", "in use", "peak"
+            "{:>8} {:>6} {:<8} {:>12} {:>12}  {}\n",
+            "pid", "rank", "gpu", "in use", "peak", "command"
         ));
         for r in self.proc_rows() {
             o.push_str(&format!(
-                "{:>8} {:>6} {:<8} {:>12} {:>12}\n",
-                r[0], r[1], r[2], r[3], r[4]
+                "{:>8} {:>6} {:<8} {:>12} {:>12}  {}\n",
+                r[0], r[1], r[2], r[3], r[4], r[5]
             ));
         }
         o
@@ -302,8 +272,10 @@ pub fn main(args: TopArgs) -> Code {
         Err(e) => return exit::fail(exit::USAGE, e),
     };
     let fetch = |addr: &str| -> Result<Sample, String> {
-        match get(addr, "/metrics", Duration::from_secs(2)) {
-            Ok((200, body)) => Ok(parse(&body)),
+        match get(addr, "/status.json", Duration::from_secs(2)) {
+            Ok((200, body)) => serde_json::from_str::<crate::live::Status>(&body)
+                .map(Sample::from)
+                .map_err(|e| format!("{addr} answered what is not a vramtrace status: {e}")),
             Ok((code, _)) => Err(format!(
                 "{addr} answered HTTP {code}: not a vramtrace run --metrics"
             )),
@@ -440,7 +412,7 @@ fn draw(f: &mut ratatui::Frame, addr: &str, view: &View) {
         let data = &h[h.len().saturating_sub(w)..];
         f.render_widget(Sparkline::default().data(data), line);
     }
-    let header = Row::new(["pid", "rank", "gpu", "in use", "peak"]).style(bold);
+    let header = Row::new(["pid", "rank", "gpu", "in use", "peak", "command"]).style(bold);
     let rows = procs.iter().map(|r| Row::new(r.to_vec()));
     f.render_widget(
         Table::new(
@@ -451,6 +423,7 @@ fn draw(f: &mut ratatui::Frame, addr: &str, view: &View) {
                 Constraint::Length(8),
                 Constraint::Length(12),
                 Constraint::Length(12),
+                Constraint::Min(10),
             ],
         )
         .header(header)
@@ -464,21 +437,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_what_the_server_serves() {
-        let body = "# HELP x y\nvramtrace_memory_used_bytes{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\",pid=\"7\",rank=\"2\"} 1048576\n\
-                    vramtrace_device_used_bytes{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\"} 1048576\n\
-                    vramtrace_cap_bytes{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\"} 4194304\n\
-                    vramtrace_allocations_total{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\"} 3\n# EOF\n";
-        let s = parse(body);
-        assert_eq!(s.job, "j");
-        assert_eq!(s.gpus["0"].used, 1 << 20);
-        assert_eq!(s.gpus["0"].cap, Some(4 << 20));
-        assert_eq!(s.gpus["0"].allocations, 3);
+    fn shows_what_the_server_serves() {
+        use crate::live::{GpuStatus, ProcStatus, Status};
+        let st = Status {
+            job: "j".into(),
+            host: "h".into(),
+            gpus: vec![GpuStatus {
+                gpu: 0,
+                uuid: "GPU-1".into(),
+                used: 1004 << 20,
+                peak: 1004 << 20,
+                cap: Some(4 << 30),
+                total: None,
+                allocations: 3,
+            }],
+            processes: vec![ProcStatus {
+                pid: 7,
+                rank: Some(2),
+                command: "python3".into(),
+                gpu: 0,
+                used: 1004 << 20,
+                peak: 1004 << 20,
+            }],
+            dropped: 0,
+        };
+        // As it travels.
+        let back: Status = serde_json::from_str(&serde_json::to_string(&st).unwrap()).unwrap();
+        assert_eq!(back, st);
+        let s = Sample::from(back);
+        assert_eq!(s.gpus["0"].cap, Some(4 << 30));
         assert_eq!(s.procs[&(7, "0".to_string())].rank, "2");
         let mut v = View::default();
         v.update(s);
         let t = v.plain("a");
-        assert!(t.contains("GPU 0") && t.contains("3.00 MiB"), "{t}");
+        // 1004 MiB in the next unit, three figures; the process's command in its column.
+        assert!(t.contains("GPU 0") && t.contains("0.98 GiB"), "{t}");
+        assert!(!t.contains("1004.00 MiB"), "{t}");
+        assert!(t.contains("command") && t.contains("python3"), "{t}");
         assert_eq!(spark(&[0, 4, 8], 10), "▁▄█");
     }
 }

@@ -51,9 +51,15 @@ fn top_shows_a_running_job_in_a_terminal_and_as_text() {
     // GPU 0: 6 MiB in use under a 64 MiB cap: 58 MiB of headroom.
     let gpu0 = text.lines().find(|l| l.starts_with("GPU 0")).unwrap();
     assert!(
-        gpu0.contains("6.00 MiB") && gpu0.contains("64.00 MiB") && gpu0.contains("58.00 MiB"),
+        gpu0.contains("6.00 MiB") && gpu0.contains("64.0 MiB") && gpu0.contains("58.0 MiB"),
         "{gpu0}"
     );
+    // Each process row names its command (the probe).
+    let row = text
+        .lines()
+        .find(|l| !l.starts_with("GPU") && l.contains("GPU 1") && l.contains("2.00 MiB"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains("probe"), "{row}");
 
     // Bad input: one line, exit 2.
     let o = Command::new(vramtrace())
@@ -106,7 +112,7 @@ fn top_shows_a_running_job_in_a_terminal_and_as_text() {
         "6.00 MiB",
         "processes",
     ]);
-    assert!(s.contains("58.00 MiB"), "{s}");
+    assert!(s.contains("58.0 MiB"), "{s}");
     // It refreshes: a new allocation shows.
     let (rc, _) = probe.cmd2(&format!("alloc {}", 3 * MIB));
     assert_eq!(rc, 0);
