@@ -186,7 +186,13 @@ fn me_uid() -> u32 {
 
 /// Removes this user's runtime directories under `base` whose collector is gone. The number removed.
 pub(crate) fn clean_stale(base: &Path) -> usize {
-    let Some(me) = Owner::me() else {
+    // /proc must be our pid namespace's (not so after `unshare -p` without mounting /proc anew): else the
+    // start times read there are another process's, and a live collector's folder could look stale.
+    let ours = std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str()?.parse::<u32>().ok())
+        == Some(std::process::id());
+    let Some(me) = Owner::me().filter(|_| ours) else {
         return 0;
     };
     let Ok(entries) = std::fs::read_dir(base) else {

@@ -674,6 +674,11 @@ impl FrameSplitter {
         (self.len >= 4).then(|| u32::from_le_bytes(self.buf[..4].try_into().unwrap()) as u64 + 4)
     }
 
+    /// The kind of the first buffered frame, once its first five bytes are in.
+    pub fn first_kind(&self) -> Option<u8> {
+        (self.len >= 5).then(|| self.buf[4])
+    }
+
     /// Gives back room past `keep` bytes (or the data, if more) that a large frame left behind.
     pub fn trim(&mut self, keep: usize) {
         let keep = keep.max(self.len);

@@ -26,7 +26,7 @@ pub(crate) struct Connections {
     pub(crate) open: AtomicUsize,
     /// Set when the job is over: the acceptor takes what waits in the backlog, then stops.
     pub(crate) stop: AtomicBool,
-    /// Pids of the job that vramtrace reaped: the peer check knows them after /proc forgot them.
+    /// Pids of the job that vramtrace reaped (their exits are its own, not a parent's report: `reaped`).
     pub(crate) reaped: Mutex<std::collections::HashSet<u32>>,
     /// Connections turned away: (pid, uid).
     pub(crate) refused: Mutex<Vec<(u32, u32)>>,
@@ -209,7 +209,7 @@ const NEWCOMER_TICK_NS: u64 = 10_000_000;
 enum Peer {
     /// A process of the job: ours (same user; the directory's name is known only to the job through its
     /// environment), or another user's that descends from vramtrace (a job process that dropped its
-    /// privileges), or one vramtrace reaped.
+    /// privileges).
     Job,
     /// Another user's process that is gone already (its /proc entry with it, reaped by a parent of its own on a
     /// busy machine): of the job only if its hello carries the job's token. Its user.
@@ -243,7 +243,10 @@ fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> P
         return Peer::Job;
     }
     let pid = cred.pid as u32;
-    if descends_from(pid, me) || conns.reaped.lock().is_ok_and(|r| r.contains(&pid)) {
+    // Of the job by /proc, and /proc's process is the peer (the same user: a pid reused since the connect by
+    // a process of the job would not be). A pid vramtrace reaped is no exemption: a process of the job that
+    // was gone before this check carries the job's token instead.
+    if descends_from(pid, me) && effective_uid(pid) == Some(cred.uid) {
         return Peer::Job;
     }
     if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
@@ -253,6 +256,18 @@ fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> P
         r.push((pid, cred.uid));
     }
     Peer::NotJob
+}
+
+/// `pid`'s effective user (as `SO_PEERCRED` gives it), by /proc.
+fn effective_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// Whether `pid`'s chain of parents (by /proc) reaches `ancestor`.

@@ -30,6 +30,8 @@ pub(super) enum Refusal {
     TooLarge { bytes: u64 },
     /// Sent before the process said who it is.
     BeforeHello(u8),
+    /// Past what one process may write in records other than its events (`RECORD_QUOTA`).
+    OverQuota(u8),
 }
 
 impl Refusal {
@@ -46,6 +48,10 @@ impl Refusal {
                 "a record of {bytes} bytes, more than the collector's room for unfinished records allowed it"
             ),
             Refusal::BeforeHello(k) => format!("a record of kind {k} before its hello"),
+            Refusal::OverQuota(k) => format!(
+                "a record of kind {k} past the {} MiB a process may write besides its events",
+                RECORD_QUOTA >> 20
+            ),
         }
     }
 }
@@ -103,10 +109,16 @@ pub(super) fn put_admitted(out: &mut Vec<u8>, k: u8, payload: &[u8], a: &Admitte
     }
 }
 
+/// What one process may write into the trace in records other than its events (notes, call sites, objects,
+/// the bridge's): far past what any shim writes, short of what would fill the disk for everyone.
+pub(super) const RECORD_QUOTA: u64 = 1 << 30;
+
 /// A process's refused records: counted, the first one described. Written into the trace as they come
 /// (`take_new`), as a `Lost` record of cause `Refused` and, once, a note saying what the first one was.
 #[derive(Default)]
 pub(super) struct Refused {
+    /// Bytes of records other than events admitted so far (`RECORD_QUOTA`).
+    written_bytes: u64,
     count: u64,
     written: u64,
     first: Option<Refusal>,
@@ -114,6 +126,16 @@ pub(super) struct Refused {
 }
 
 impl Refused {
+    /// Counts `n` bytes of a record of kind `k` against the quota: refused (and counted) past it.
+    pub(super) fn charge(&mut self, k: u8, n: usize) -> bool {
+        self.written_bytes = self.written_bytes.saturating_add(n as u64);
+        if self.written_bytes > RECORD_QUOTA {
+            self.add(Refusal::OverQuota(k));
+            return false;
+        }
+        true
+    }
+
     pub(super) fn add(&mut self, why: Refusal) {
         self.count += 1;
         self.first.get_or_insert(why);

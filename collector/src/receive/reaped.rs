@@ -29,9 +29,29 @@ pub(crate) struct Report {
 /// What the job's connections learnt of parents and reaps.
 #[derive(Default)]
 pub(crate) struct Reaps {
-    /// Each process of the trace (kernel pid) and its parent: /proc's at accept, else its hello's.
-    pub(super) parents: Mutex<HashMap<u32, u32>>,
-    pub(super) reports: Mutex<Vec<Report>>,
+    /// Each process of the trace (kernel pid), each time a process by that number said hello: when, and its
+    /// parent (/proc's at accept, else its hello's).
+    parents: Mutex<Parents>,
+    reports: Mutex<Reports>,
+}
+
+/// Pid -> (hello time, parent), oldest first: a pid the job reuses has one entry per process.
+type Parents = HashMap<u32, Vec<(u64, u32)>>;
+
+#[derive(Default)]
+struct Reports {
+    kept: Vec<Report>,
+    /// Per reporter, how many it sent: a process cannot crowd out another's reports.
+    per_reporter: HashMap<u32, usize>,
+}
+
+impl Reaps {
+    /// Process `pid` said hello at `ts_ns`, a child of `parent`.
+    pub(super) fn parent(&self, pid: u32, ts_ns: u64, parent: u32) {
+        if let Ok(mut p) = self.parents.lock() {
+            p.entry(pid).or_default().push((ts_ns, parent));
+        }
+    }
 }
 
 /// Takes a `Reaped` frame from `who`: kept for the end of the job, or refused.
@@ -61,9 +81,12 @@ pub(super) fn admit(
     }
     if let Some(c) = conns {
         if let Ok(mut r) = c.reaps.reports.lock() {
-            // Bounded: a process reaps at most as many children as it had; a flood past this is not believed.
-            if r.len() < MAX_REPORTS {
-                r.push(Report {
+            // Bounded, per reporter and in all: a process reaps at most as many children as it had; a flood
+            // past this is not believed, and crowds out no other process's reports.
+            let n = r.per_reporter.entry(who.kernel).or_default();
+            *n += 1;
+            if *n <= MAX_PER_REPORTER && r.kept.len() < MAX_REPORTS {
+                r.kept.push(Report {
                     reporter: who.kernel,
                     ts_ns,
                     child,
@@ -76,28 +99,55 @@ pub(super) fn admit(
 }
 
 /// More reports than any job makes processes for.
-const MAX_REPORTS: usize = 1 << 20;
+const MAX_REPORTS: usize = 1 << 22;
+/// More children than one process reaps in any job.
+const MAX_PER_REPORTER: usize = 1 << 16;
 
-/// The reports to keep (child's `Exit`s) and the refused count per reporter, by the rule above.
+/// The parent of the process `pid` was at `ts_ns`: the one that said hello last at or before then (the
+/// first, if all came later).
+fn parent_at(parents: &Parents, pid: u32, ts_ns: u64) -> Option<(u64, u32)> {
+    let v = parents.get(&pid)?;
+    v.iter()
+        .rev()
+        .find(|(t, _)| *t <= ts_ns)
+        .or(v.first())
+        .copied()
+}
+
+/// The reports to keep (child's `Exit`s) and the refused count per reporter: a report is believed when the
+/// reporter is the child's parent, or an ancestor of it (a process reparented to a subreaper of the job:
+/// tini, catatonit). One about a process of the trace whose ancestors do not include the reporter is refused;
+/// one about a process that never connected is passed over.
 pub(super) fn judge(
     reports: &[Report],
-    parents: &HashMap<u32, u32>,
+    parents: &Parents,
     reaped_by_run: &HashSet<u32>,
 ) -> (Vec<Exit>, HashMap<u32, u64>) {
     let mut exits = Vec::new();
     let mut refused: HashMap<u32, u64> = HashMap::new();
-    let mut done: HashSet<u32> = HashSet::new();
+    let mut done: HashSet<(u32, u64)> = HashSet::new();
     for r in reports {
-        // A process that never connected: nothing to attach it to.
-        let Some(parent) = parents.get(&r.child) else {
+        let Some((hello_ts, parent)) = parent_at(parents, r.child, r.ts_ns) else {
             continue;
         };
-        if *parent != r.reporter {
+        let mut ancestor = parent;
+        let mut ours = false;
+        for _ in 0..64 {
+            if ancestor == r.reporter {
+                ours = true;
+                break;
+            }
+            match parent_at(parents, ancestor, r.ts_ns) {
+                Some((_, up)) if up != ancestor => ancestor = up,
+                _ => break,
+            }
+        }
+        if !ours {
             *refused.entry(r.reporter).or_default() += 1;
             continue;
         }
-        // Once, and not where run has the status from its own wait.
-        if !reaped_by_run.contains(&r.child) && done.insert(r.child) {
+        // Once per process, and not where run has the status from its own wait.
+        if !reaped_by_run.contains(&r.child) && done.insert((r.child, hello_ts)) {
             exits.push(Exit {
                 pid: r.child,
                 ts_ns: r.ts_ns,
@@ -112,11 +162,12 @@ pub(super) fn judge(
 /// when every connection has ended.
 pub(crate) fn write(conns: &Connections, trace: &Mutex<TraceWriter>) {
     let reports = std::mem::take(
-        &mut *conns
+        &mut conns
             .reaps
             .reports
             .lock()
-            .unwrap_or_else(|e| e.into_inner()),
+            .unwrap_or_else(|e| e.into_inner())
+            .kept,
     );
     if reports.is_empty() {
         return;
@@ -179,7 +230,11 @@ mod tests {
 
     #[test]
     fn only_a_childs_own_parent_is_believed() {
-        let parents = HashMap::from([(20, 10), (21, 10), (30, 99)]);
+        let parents: Parents = HashMap::from([
+            (20, vec![(1, 10)]),
+            (21, vec![(1, 10)]),
+            (30, vec![(1, 99)]),
+        ]);
         let reports = [
             report(10, 20, 3),
             // Its sibling's exit, from a process that is not its parent.
@@ -230,5 +285,85 @@ mod tests {
             said: 10,
         };
         assert!(admit(p, ten, None).is_ok());
+    }
+
+    #[test]
+    fn an_ancestor_is_believed_and_a_reused_pid_is_told_apart() {
+        // 30 was orphaned to 10, its grandparent (a subreaper of the job); pid 20 served two processes, the
+        // first a child of 11, the second (hello at 500) of 12.
+        let parents: Parents = HashMap::from([
+            (21, vec![(1, 10)]),
+            (30, vec![(2, 21)]),
+            (20, vec![(1, 11), (500, 12)]),
+        ]);
+        let reports = [
+            Report {
+                reporter: 10,
+                ts_ns: 10,
+                child: 30,
+                status: ExitStatus::Code(1),
+            },
+            Report {
+                reporter: 11,
+                ts_ns: 100,
+                child: 20,
+                status: ExitStatus::Code(2),
+            },
+            Report {
+                reporter: 12,
+                ts_ns: 900,
+                child: 20,
+                status: ExitStatus::Code(3),
+            },
+            // The first process's parent cannot speak for the second.
+            Report {
+                reporter: 11,
+                ts_ns: 901,
+                child: 20,
+                status: ExitStatus::Code(9),
+            },
+        ];
+        let (exits, refused) = judge(&reports, &parents, &HashSet::new());
+        let codes: Vec<(u32, ExitStatus)> = exits.iter().map(|x| (x.pid, x.status)).collect();
+        assert_eq!(
+            codes,
+            [
+                (30, ExitStatus::Code(1)),
+                (20, ExitStatus::Code(2)),
+                (20, ExitStatus::Code(3))
+            ]
+        );
+        assert_eq!(refused, HashMap::from([(11, 1)]));
+    }
+
+    #[test]
+    fn one_reporter_cannot_crowd_out_another() {
+        let c = Connections::default();
+        let frame = |pid: u32, child: u32| {
+            let mut b = Vec::new();
+            codec::put_record(
+                &mut b,
+                &Record::Reaped {
+                    pid,
+                    ts_ns: 1,
+                    child,
+                    status: ExitStatus::Code(0),
+                },
+            );
+            b
+        };
+        let flood = Speaker { kernel: 5, said: 5 };
+        for i in 0..(MAX_PER_REPORTER as u32 + 10) {
+            let b = frame(5, i);
+            let (_, p) = codec::frames(&b).next().unwrap();
+            admit(p, flood, Some(&c)).unwrap();
+        }
+        let honest = Speaker { kernel: 6, said: 6 };
+        let b = frame(6, 77);
+        let (_, p) = codec::frames(&b).next().unwrap();
+        admit(p, honest, Some(&c)).unwrap();
+        let r = c.reaps.reports.lock().unwrap();
+        assert_eq!(r.kept.len(), MAX_PER_REPORTER + 1);
+        assert_eq!(r.kept.last().map(|k| (k.reporter, k.child)), Some((6, 77)));
     }
 }

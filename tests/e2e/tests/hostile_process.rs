@@ -21,6 +21,9 @@ fn a_process_speaks_only_for_itself_whatever_its_hello_says() {
     let mut out = run.stdout.split_whitespace();
     let pid: u32 = out.next().unwrap().parse().unwrap();
     let forged: u64 = out.next().unwrap().parse().unwrap();
+    // Its out-of-memory record for the victim was answered no (it is not in the trace), its own yes.
+    let answers: Vec<&str> = out.skip(1).collect();
+    assert_eq!(answers, ["no", "yes"], "{}", run.stdout);
     let t = read_trace(&path);
     // One hello, under the kernel's pid, saying what it claimed.
     assert_eq!(t.hellos.len(), 1, "{:?}", t.hellos);

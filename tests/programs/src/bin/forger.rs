@@ -136,6 +136,25 @@ fn alloc(size: u64) -> Event {
     }
 }
 
+fn oom(pid: u32) -> Record {
+    Record::Oom(vramtrace_format::Oom {
+        pid,
+        tid: pid,
+        ts_ns: mono_ns(),
+        device: 0,
+        api: Api::MemAlloc as u8,
+        flags: 0,
+        requested_bytes: 1 << 30,
+        result: 2,
+        device_free_bytes: None,
+        device_total_bytes: None,
+        cap_bytes: None,
+        job_used_bytes: None,
+        process_used_bytes: None,
+        extra: vec![],
+    })
+}
+
 fn connect(pid: u32) -> (UnixStream, Ring) {
     connect_from(pid, 1)
 }
@@ -214,6 +233,22 @@ fn speak(claimed: u32, victim: u32) {
     codec::put_record(&mut good, &note(claimed, "forger's own note"));
     s.write_all(&bad).unwrap();
     s.write_all(&good).unwrap();
+    // Two out-of-memory records, each waiting for its answer: one for the victim (refused: no), one of its
+    // own (in the trace: yes).
+    let mut ooms = Vec::new();
+    codec::put_record(&mut ooms, &oom(victim));
+    forged += 1;
+    codec::put_record(&mut ooms, &oom(claimed));
+    s.write_all(&ooms).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(3)))
+        .unwrap();
+    let mut answers = [0u8; 2];
+    let got = std::io::Read::read_exact(&mut s, &mut answers).is_ok();
+    let said = |b: u8| match b {
+        vramtrace_format::OOM_ACK => "yes",
+        vramtrace_format::OOM_NAK => "no",
+        _ => "?",
+    };
     // Through the ring: one forged note, one of its own, and an event of its own.
     let mut blob = Vec::new();
     codec::put_record(&mut blob, &note(victim, "forged through the ring"));
@@ -223,7 +258,12 @@ fn speak(claimed: u32, victim: u32) {
     codec::put_record(&mut blob, &note(claimed, "forger's own ring note"));
     assert!(ring.try_blob(&blob));
     assert!(ring.try_event(&alloc(1 << 20)));
-    println!("{} {forged}", std::process::id());
+    println!(
+        "{} {forged} answers {} {}",
+        std::process::id(),
+        if got { said(answers[0]) } else { "none" },
+        if got { said(answers[1]) } else { "none" }
+    );
     std::io::stdout().flush().unwrap();
     // Time for the collector to take it all before the connection closes.
     std::thread::sleep(std::time::Duration::from_millis(300));

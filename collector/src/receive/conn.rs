@@ -1,0 +1,1000 @@
+//! One process's connection: its hello (the kernel's pid, the job's token for a gone peer), the ring that came
+//! with it and its drains, every frame checked at ingest (`ingest`, `reaped`) and held in its process's order
+//! (`hold`), and, when it closes, how it ended.
+
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use vramtrace_format::codec::{self, kind, FrameSplitter};
+use vramtrace_format::ring::{Consumer, Item, Ring};
+use vramtrace_format::{EndKind, Event, LossCause, Record, OOM_ACK, OOM_NAK};
+
+use super::budget::{self, Claim};
+use super::fds::{recv_with_fds, take_hello};
+use super::hold::{blob_into, hold_frame, put_loss, put_note, Hold, SOCKET_HOLD_NS};
+use super::ingest::{self, Refusal, Refused, Speaker};
+use super::reaped;
+use super::ring_map::{map_ring, maps_inode, Mapping};
+use super::writer::TraceWriter;
+use super::{hostname, Connections};
+use crate::hangup::{self, ClosedAt};
+use crate::ticks::mono_ns;
+
+/// More records than a ring could drop between two looks: a scribbled count.
+pub(super) const MAX_PLAUSIBLE_DROPS: u64 = 1 << 40;
+
+/// A connection that has sent nothing for this long after it was accepted (and is not waiting for a
+/// descriptor for its ring) is not a shim: closed, and named from what the kernel said of it.
+pub(super) const SILENT_WAIT: Duration = Duration::from_secs(5);
+
+/// One process's connection and ring: whole frames go to the trace as they come; when it closes, the ring is
+/// drained to its end and the end is recorded.
+pub(super) struct Conn {
+    pub(super) stream: UnixStream,
+    pub(super) split: FrameSplitter,
+    pub(super) pid: Option<u32>,
+    /// The goodbye the process published at `exit`, held back until its ring is drained (an atexit handler
+    /// that runs after ours may still free memory), then written with the time of its last record.
+    pub(super) goodbye: Option<u64>,
+    pub(super) open: bool,
+    pub(super) ring: Option<Drain>,
+    /// A ring came that could not be used: said once in the trace.
+    pub(super) bad_ring: Option<String>,
+    /// When the process hung up, stamped by the watcher (`hangup`): the time of its end unless it outlived it.
+    pub(super) closed_at: Option<ClosedAt>,
+    /// When the process was found gone, if it went on after closing its socket.
+    pub(super) gone_at: Option<u64>,
+    /// A peer of another user that was gone before it was checked: judged on its hello.
+    pub(super) gone: Option<GonePeer>,
+    /// A descriptor held for the ring until the hello comes, let go just before each read: the ring always
+    /// has a place to land (the kernel drops a passed descriptor it cannot place: `MSG_CTRUNC`).
+    pub(super) reserve: Option<OwnedFd>,
+    /// Since when the ring first had no place: no reserve could be had, or a look at the hello found none
+    /// (`take_hello`). Either waits, in all, at most `RESERVE_WAIT` from then.
+    pub(super) no_place_since: Option<Instant>,
+    /// The peer as the kernel and /proc knew it when accepted: (pid, command line, parent).
+    pub(super) peer: Option<(u32, Vec<String>, u32)>,
+    /// Counted in `Connections::unannounced` until its hello comes (or it ends).
+    pub(super) unannounced: Option<Arc<Connections>>,
+    /// The peer's pid by the kernel (`SO_PEERCRED`): the process this connection speaks for.
+    pub(super) kernel_pid: Option<u32>,
+    /// The pid its hello said (another in a pid namespace of its own): its records must carry it.
+    pub(super) said_pid: Option<u32>,
+    /// What it sent that it may not say (`ingest`).
+    pub(super) refused: Refused,
+    /// Its claim on the budget for unfinished frames (`budget`); none in tests.
+    pub(super) claim: Option<Claim>,
+    /// Bytes of a refused frame still to come, skipped as they arrive.
+    pub(super) skip: u64,
+    /// The job's token (`VRAMTRACE_JOB_TOKEN`): a gone peer of another user is of the job only with it.
+    pub(super) job_token: Arc<str>,
+    /// When it was accepted (`SILENT_WAIT`).
+    pub(super) accepted: Instant,
+    /// Closed for sending nothing (`SILENT_WAIT`).
+    pub(super) mute: bool,
+    /// The job's connections (parents known, exits reported); none in tests.
+    pub(super) conns: Option<Arc<Connections>>,
+    /// A connection that only reports the exits of children its process reaped (`reaped`): no hello, no
+    /// ring; it names no process.
+    pub(super) report_only: bool,
+    /// Answers owed to out-of-memory records dropped unfinished (`budget_unfinished`), sent after those owed
+    /// to the records before them.
+    pub(super) late_naks: usize,
+    /// Why a peer was turned away before anything of it was written, said under pid 0.
+    pub(super) turned_away: Option<String>,
+}
+
+/// How long a connection whose ring has not come waits to read until a descriptor is free for it.
+pub(super) const RESERVE_WAIT: Duration = Duration::from_secs(2);
+
+/// What judging a gone peer on its hello takes (the job's token, `Conn::hello`): the peer's user, and the job's
+/// connections (the refusals counted).
+pub(super) struct GonePeer {
+    pub(super) uid: u32,
+    pub(super) conns: Arc<Connections>,
+}
+
+pub(super) const READ: usize = 256 << 10;
+/// A ring is drained at least this often while its process runs, and whenever it passes a quarter full.
+pub(super) const NAP_MIN: Duration = Duration::from_millis(1);
+pub(super) const NAP_MAX: Duration = Duration::from_millis(50);
+/// A record reserved and not published for this long will not be finished (its thread was cancelled, or a signal
+/// handler never returned): the drain skips it and counts it, rather than let the ring fill behind it.
+pub(super) const STUCK_NS: u64 = 2_000_000_000;
+/// A collector that has not drained a ring for this long was stalled (stopped, or starved of CPU): the records
+/// the ring could not hold meanwhile are said to be lost for that reason.
+pub(super) const STALL: Duration = Duration::from_millis(500);
+/// Events per frame written from a ring.
+pub(super) const BATCH: usize = 4096;
+/// How far behind its own clock the collector promises. Events' counter ticks, converted by its line (format's
+/// `ticks`), can be tens of ns off its `clock_gettime`, more when converted long after; a promise this far back
+/// rarely needs an event held for it, and covers a new process's first events, which nothing holds.
+pub(super) const CLOCK_MARGIN_NS: u64 = 50_000;
+/// How often, at most, an empty ring's drain promises that nothing older is still to come from its process.
+pub(super) const TICK_NS: u64 = 10_000_000;
+
+/// A mapped ring and what its drains have said so far.
+pub(super) struct Drain {
+    /// Keeps the ring mapped while the consumer reads it.
+    pub(super) _map: Mapping,
+    pub(super) consumer: Consumer,
+    pub(super) dropped_seen: u64,
+    pub(super) torn_seen: u64,
+    /// When this ring was last drained (CLOCK_MONOTONIC), or when its process said hello.
+    pub(super) last_ns: u64,
+    pub(super) last_tick: u64,
+    /// The latest time a tick promised: the process's end is never older.
+    pub(super) promised: u64,
+    /// The latest time of anything of this process written: a later event or record, or its goodbye, is held
+    /// at no less.
+    pub(super) last_ts: u64,
+    /// Its events carry counter ticks (read once, when the ring was mapped: the process can write its header).
+    pub(super) ticks: bool,
+    /// The ring held something no shim writes: said once in the trace.
+    pub(super) corrupt_said: bool,
+    /// Where the drain has been waiting for a record to be published, and since when.
+    pub(super) stuck: Option<(u64, u64)>,
+    /// The ring's memfd inode: while the process maps it, it may still write to it.
+    pub(super) ino: u64,
+    pub(super) batch: Vec<Event>,
+    pub(super) out: Vec<u8>,
+}
+
+impl Drain {
+    fn new(map: Mapping, ring: Ring, ino: u64) -> Drain {
+        Drain {
+            ticks: ring.ticks(),
+            _map: map,
+            consumer: Consumer::new(ring),
+            dropped_seen: 0,
+            torn_seen: 0,
+            last_ns: mono_ns(),
+            last_tick: 0,
+            promised: 0,
+            last_ts: 0,
+            stuck: None,
+            corrupt_said: false,
+            ino,
+            batch: Vec::with_capacity(BATCH),
+            out: Vec::with_capacity(64 << 10),
+        }
+    }
+}
+
+/// What one read's frames came to: what is to be written, the answers owed (admitted or not, in order),
+/// whether the hello was among them.
+struct Admitted {
+    out: Vec<u8>,
+    answers: Vec<bool>,
+    hello: bool,
+}
+
+impl Conn {
+    pub(super) fn new(stream: UnixStream) -> Conn {
+        Conn {
+            stream,
+            split: FrameSplitter::new(),
+            pid: None,
+            goodbye: None,
+            open: true,
+            ring: None,
+            bad_ring: None,
+            closed_at: None,
+            gone_at: None,
+            gone: None,
+            reserve: None,
+            no_place_since: None,
+            peer: None,
+            unannounced: None,
+            kernel_pid: None,
+            said_pid: None,
+            refused: Refused::default(),
+            claim: None,
+            skip: 0,
+            job_token: Arc::from(""),
+            accepted: Instant::now(),
+            mute: false,
+            conns: None,
+            report_only: false,
+            late_naks: 0,
+            turned_away: None,
+        }
+    }
+
+    /// Who its records must speak for, once its hello came (or, on a report connection, its first report).
+    pub(super) fn speaker(&self) -> Option<Speaker> {
+        let kernel = if self.report_only {
+            self.kernel_pid
+        } else {
+            self.pid
+        };
+        Some(Speaker {
+            kernel: kernel?,
+            said: self.said_pid?,
+        })
+    }
+
+    /// The receiver's loop: drain the ring, read what the socket holds, sleep on the ring (or the socket
+    /// before a ring came) until woken or the nap ends. Returns when the process is gone.
+    pub(super) fn run(&mut self, trace: &Mutex<TraceWriter>) {
+        let mut nap = NAP_MIN;
+        while self.open {
+            // Before the drain: a wake during it (an out-of-memory record on the socket) ends the nap below.
+            let seen = self.ring.as_ref().map(|d| d.consumer.wake_seen());
+            let took = self.drain(trace, false);
+            let read = self.pump(trace);
+            // Told to give way while nothing came: the buffer goes now, not at the next read.
+            if self.claim.as_ref().is_some_and(|c| c.evicted()) {
+                self.budget_unfinished();
+                self.answer(&[], true);
+            }
+            if self.pid.is_none() && self.open && self.accepted.elapsed() >= SILENT_WAIT {
+                self.mute = true;
+                self.open = false;
+            }
+            if !self.open {
+                break;
+            }
+            nap = if took || read {
+                NAP_MIN
+            } else {
+                (nap * 2).min(NAP_MAX)
+            };
+            match &self.ring {
+                Some(d) => d
+                    .consumer
+                    .sleep_since(seen.unwrap_or_else(|| d.consumer.wake_seen()), nap),
+                None => {
+                    let mut pfd = libc::pollfd {
+                        fd: self.stream.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    unsafe { libc::poll(&mut pfd, 1, 100) };
+                }
+            }
+        }
+        // The socket is gone. Usually the process is too; but a process that closed our descriptor itself
+        // (`close_range`, a daemon's clean-up) goes on writing to its ring: drain it while it maps it.
+        if let (Some(pid), Some(ino)) = (self.pid, self.ring.as_ref().map(|d| d.ino)) {
+            while maps_inode(pid, ino) {
+                self.drain(trace, false);
+                thread::sleep(NAP_MAX);
+                self.gone_at = Some(mono_ns());
+            }
+        }
+        // Gone: everything it published is in the ring; a record it died writing is skipped and counted.
+        self.drain(trace, true);
+    }
+
+    /// Reads what the socket holds (once) and appends what is whole. Whether anything came.
+    pub(super) fn pump(&mut self, trace: &Mutex<TraceWriter>) -> bool {
+        // The reserve is let go just before the read (kept until then: other threads open files too), and
+        // taken back after it while the ring has not come. Without one (none was free), the read waits for
+        // one, for a while: a ring read with no place to land would be lost.
+        if self.open && self.awaiting_ring() && self.reserve.is_none() {
+            self.reserve = self.stream.try_clone().ok().map(OwnedFd::from);
+            if self.reserve.is_none() {
+                let since = *self.no_place_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < RESERVE_WAIT {
+                    thread::sleep(Duration::from_millis(1));
+                    return false;
+                }
+            }
+        }
+        let held = self.reserve.take().is_some();
+        let took = self.pump_once(trace);
+        if held && self.open && self.awaiting_ring() {
+            self.reserve = self.stream.try_clone().ok().map(OwnedFd::from);
+        }
+        if self.pid.is_some() {
+            self.announced();
+        }
+        took
+    }
+
+    /// Before the hello: the ring rides on it, and must find a place (`reserve`, `take_hello`).
+    pub(super) fn awaiting_ring(&self) -> bool {
+        self.pid.is_none() && self.ring.is_none() && self.bad_ring.is_none() && !self.report_only
+    }
+
+    /// One read of the socket: what is whole goes through ingest, in its process's order, into the trace, and
+    /// the records that wait for an answer get it. Whether anything came.
+    pub(super) fn pump_once(&mut self, trace: &Mutex<TraceWriter>) -> bool {
+        if !self.read_once() {
+            return false;
+        }
+        let Some(frames) = self.whole_frames() else {
+            return false;
+        };
+        if frames.is_empty() {
+            self.put_refused(trace);
+            return true;
+        }
+        let Some(Admitted {
+            out,
+            answers,
+            hello,
+        }) = self.admit_frames(&frames)
+        else {
+            if let Some(why) = self.turned_away.take() {
+                let mut buf = Vec::new();
+                put_note(&mut buf, 0, mono_ns(), why);
+                if let Ok(mut w) = trace.lock() {
+                    w.write(0, &buf);
+                }
+            }
+            // Turned away (a gone peer not of the job, a report from one), or no hello at all: nothing of it
+            // is written.
+            self.open = false;
+            return false;
+        };
+        // What the process published before these records goes first; they are held at no less than it.
+        let out = if hello {
+            out
+        } else {
+            self.behind_the_ring(trace, out)
+        };
+        let written = out.is_empty()
+            || trace
+                .lock()
+                .is_ok_and(|mut w| w.write(self.pid.unwrap_or(0), &out));
+        if hello {
+            self.note_bad_ring(trace);
+        }
+        self.put_refused(trace);
+        self.answer(&answers, written);
+        true
+    }
+
+    /// Reads what the socket holds into the splitter, taking the ring that may ride on it. False when nothing
+    /// came (the connection is then closed unless it was only a timeout or nothing to read).
+    fn read_once(&mut self) -> bool {
+        if !self.open {
+            return false;
+        }
+        let before_hello = self.awaiting_ring();
+        let buf = self.split.spare(READ);
+        let got = if before_hello {
+            take_hello(&self.stream, buf, &mut self.no_place_since)
+        } else {
+            recv_with_fds(&self.stream, buf, 0).map(Some)
+        };
+        let (n, fds, lost_fds) = match got {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                // The ring found no place this time and is still queued: looked at again after a nap.
+                self.split.filled(READ, 0);
+                thread::sleep(Duration::from_millis(1));
+                return false;
+            }
+            Err(e) => {
+                self.split.filled(READ, 0);
+                // A timeout or nothing to read leaves it open.
+                if !matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted
+                        | io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                ) {
+                    self.open = false;
+                }
+                return false;
+            }
+        };
+        self.split.filled(READ, n);
+        self.take_ring(fds, lost_fds);
+        if n == 0 {
+            self.open = false;
+            return false;
+        }
+        true
+    }
+
+    /// The ring among the descriptors that came (the first one that maps; any other is closed as it drops), or
+    /// why there is none usable.
+    fn take_ring(&mut self, fds: Vec<OwnedFd>, lost_fds: bool) {
+        for fd in fds {
+            if self.ring.is_none() && self.bad_ring.is_none() {
+                match map_ring(&fd) {
+                    Ok((map, ring, ino)) => self.ring = Some(Drain::new(map, ring, ino)),
+                    Err(why) => self.bad_ring = Some(why),
+                }
+            }
+        }
+        // The kernel could not give us the ring it carried (no descriptor free): the process's events are out of
+        // reach, and the trace must say so rather than show a process that allocated nothing.
+        if lost_fds && self.ring.is_none() && self.bad_ring.is_none() {
+            self.bad_ring = Some(format!(
+                "no file descriptor was free to receive it (the collector's limit: {})",
+                crate::fdlimit::soft().map_or("unknown".into(), |n| n.to_string())
+            ));
+        }
+    }
+
+    /// The whole frames buffered (none: an empty vector), past what is left of a refused frame, with the
+    /// unfinished one held to the budget. `None`: not our protocol (closed; what it sent before stays).
+    fn whole_frames(&mut self) -> Option<Vec<u8>> {
+        if self.skip > 0 {
+            let k = (self.skip as usize).min(self.split.pending());
+            self.split.consume(k);
+            self.skip -= k as u64;
+        }
+        let whole = match self.split.whole() {
+            Ok(w) => w.len(),
+            Err(_) => {
+                self.open = false;
+                return None;
+            }
+        };
+        let frames = self.split_whole(whole);
+        self.budget_unfinished();
+        Some(frames)
+    }
+
+    /// Every frame through ingest: the hello taken (`hello`), a reporter's first report making this a report
+    /// connection (reports only, from then on), exits reported kept for the end (`reaped`), the rest admitted
+    /// or refused (`ingest`). Each record that waits for an answer gets one, in order: yes only if it was
+    /// admitted (and, later, written). `None`: turned away.
+    fn admit_frames(&mut self, frames: &[u8]) -> Option<Admitted> {
+        let mut answers = Vec::new();
+        let mut hello = false;
+        let mut out = Vec::with_capacity(frames.len() + 128);
+        for (k, payload) in codec::frames(frames) {
+            let asks = match k {
+                kind::OOM => true,
+                kind::BRIDGE => matches!(
+                    codec::decode_record(k, payload),
+                    Ok(Some(Record::Bridge(b))) if b.ack
+                ),
+                _ => false,
+            };
+            let admitted = self.admit_one(k, payload, &mut out, &mut hello)?;
+            if asks {
+                answers.push(admitted);
+            }
+        }
+        Some(Admitted {
+            out,
+            answers,
+            hello,
+        })
+    }
+
+    /// One frame through ingest, into `out` if admitted. Whether it was; `None`: turned away.
+    fn admit_one(
+        &mut self,
+        k: u8,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+        hello: &mut bool,
+    ) -> Option<bool> {
+        if k == kind::HELLO && self.pid.is_none() && !self.report_only {
+            let h = self.hello(payload)?;
+            codec::put_record(out, &Record::Hello(h));
+            *hello = true;
+            return Some(true);
+        }
+        if k == kind::REAPED && self.pid.is_none() && self.said_pid.is_none() {
+            // A process with no connection of its own reports what it reaped. Another user's that is gone
+            // already cannot be placed in the job: turned away.
+            if self.gone.is_some() || self.kernel_pid.is_none() {
+                return None;
+            }
+            if let Ok(Some(Record::Reaped { pid, .. })) = codec::decode_record(k, payload) {
+                self.report_only = true;
+                self.said_pid = Some(pid);
+                self.announced();
+            }
+        }
+        let Some(who) = self.speaker() else {
+            self.refused.add(Refusal::BeforeHello(k));
+            return Some(false);
+        };
+        if k == kind::REAPED {
+            return Some(match reaped::admit(payload, who, self.conns.as_deref()) {
+                Ok(()) => true,
+                Err(why) => {
+                    self.refused.add(why);
+                    false
+                }
+            });
+        }
+        if self.report_only {
+            // A report connection carries reports only.
+            self.refused.add(Refusal::NotAProcessKind(k));
+            return Some(false);
+        }
+        Some(match ingest::admit(k, payload, who) {
+            Ok(_) if !self.refused.charge(k, payload.len()) => false,
+            Ok(a) => {
+                ingest::put_admitted(out, k, payload, &a);
+                true
+            }
+            Err(why) => {
+                self.refused.add(why);
+                false
+            }
+        })
+    }
+
+    /// Records from the socket, after what the ring holds: not in the ring's causal order (the drain first
+    /// takes what other threads published after these were stamped: their thread waits for our answer, theirs
+    /// go on), so held behind it only across the clocks' error.
+    fn behind_the_ring(&mut self, trace: &Mutex<TraceWriter>, frames: Vec<u8>) -> Vec<u8> {
+        self.drain(trace, false);
+        let Some(d) = self.ring.as_mut() else {
+            return frames;
+        };
+        let mut hold = Hold {
+            last: d.last_ts,
+            promised: d.promised,
+            now: mono_ns(),
+            most: Some(SOCKET_HOLD_NS),
+        };
+        let mut held = Vec::with_capacity(frames.len());
+        for (k, payload) in codec::frames(&frames) {
+            hold_frame(&mut held, k, payload, &mut hold);
+        }
+        d.last_ts = hold.last;
+        held
+    }
+
+    /// Said once the hello is written: why none of the process's events are in the trace, if its ring was not
+    /// usable.
+    fn note_bad_ring(&mut self, trace: &Mutex<TraceWriter>) {
+        if let (Some(why), Some(pid)) = (self.bad_ring.take(), self.pid) {
+            let mut buf = Vec::new();
+            put_note(
+                &mut buf,
+                pid,
+                mono_ns(),
+                format!("no events of this process are in the trace: its event ring was not usable: {why}"),
+            );
+            if let Ok(mut w) = trace.lock() {
+                w.write(pid, &buf);
+            }
+        }
+    }
+
+    /// The shim holds the failing allocation (or the bridge its record) until the evidence is in the file: one
+    /// answer per record waiting, in order, so the shim matches each to its own record: yes for one admitted
+    /// and in the file, no otherwise. Then the no owed to an out-of-memory record dropped unfinished after
+    /// them (`budget_unfinished`).
+    fn answer(&mut self, answers: &[bool], written: bool) {
+        let mut bytes: Vec<u8> = answers
+            .iter()
+            .map(|ok| if *ok && written { OOM_ACK } else { OOM_NAK })
+            .collect();
+        bytes.extend(std::iter::repeat_n(
+            OOM_NAK,
+            std::mem::take(&mut self.late_naks),
+        ));
+        if !bytes.is_empty() {
+            let _ = (&self.stream).write_all(&bytes);
+        }
+    }
+
+    /// Takes the hello: the process is who the kernel says it is (its pid and parent then), whatever the hello
+    /// says; what it said is kept beside. A peer of another user that was gone before it could be checked is of
+    /// the job only if its hello carries the job's token (the job's environment, which other users cannot
+    /// read). The token never reaches the trace. `None`: turned away, or no hello at all.
+    pub(super) fn hello(&mut self, payload: &[u8]) -> Option<vramtrace_format::Hello> {
+        let Ok(Some(Record::Hello(mut h))) = codec::decode_record(kind::HELLO, payload) else {
+            return None;
+        };
+        let token = h
+            .extra
+            .iter()
+            .position(|(k, _)| k == ingest::TOKEN_KEY)
+            .map(|i| h.extra.remove(i).1);
+        h.extra.retain(|(k, _)| k != ingest::TOKEN_KEY);
+        if let Some(g) = &self.gone {
+            if !token.is_some_and(|t| ingest::same_token(&self.job_token, &t)) {
+                if let Ok(mut r) = g.conns.refused.lock() {
+                    r.push((self.kernel_pid.unwrap_or(h.pid), g.uid));
+                }
+                return None;
+            }
+        }
+        self.gone = None;
+        // No pid from the kernel (a peer outside our pid namespace): nobody the trace can name.
+        let Some(kernel) = self.kernel_pid else {
+            self.turned_away = Some(format!(
+                "a process said hello as pid {} from outside the collector's pid namespace (the kernel gave \
+                 no pid for it): not traced",
+                h.pid
+            ));
+            return None;
+        };
+        self.said_pid = Some(h.pid);
+        if h.pid != kernel {
+            h.extra
+                .push(("pid_in_its_namespace".into(), h.pid.to_string()));
+            h.pid = kernel;
+        }
+        // Its parent by /proc when it was accepted; else what its hello said, unless that is a number of its
+        // own pid namespace (then unknown: 0).
+        match self.peer.as_ref().map(|p| p.2).filter(|p| *p != 0) {
+            Some(ppid) => h.ppid = ppid,
+            None if self.said_pid != Some(kernel) => h.ppid = 0,
+            None => {}
+        }
+        self.pid = Some(kernel);
+        if let Some(c) = &self.conns {
+            if h.ppid != 0 {
+                c.reaps.parent(kernel, h.ts_ns, h.ppid);
+            }
+        }
+        // A process that connected while the collector was stopped waited since its hello.
+        if let Some(d) = self.ring.as_mut() {
+            d.last_ns = d.last_ns.min(h.ts_ns);
+        }
+        if let Some((_, why)) = h.extra.iter().find(|(k, _)| k == "no_ring") {
+            self.bad_ring = Some(why.clone());
+        } else {
+            if self.ring.is_none() && self.bad_ring.is_none() {
+                // The shim sends its ring with the hello's first byte.
+                self.bad_ring = Some("its hello came without it".into());
+            }
+            // Marked untraced, with why, so that the report names the process (never one that allocated
+            // nothing).
+            if let Some(why) = &self.bad_ring {
+                h.extra.push((
+                    "no_ring".into(),
+                    format!("the collector could not take its event ring: {why}"),
+                ));
+            }
+        }
+        Some(h)
+    }
+
+    /// The buffer against the budget: room past twice what it needs is given back, and what it holds, or will
+    /// need for the frame it is receiving, beyond its own room is claimed from the pool. Refused (or made to
+    /// give way and not granted again), the frame is dropped, counted, and the rest of it skipped as it comes;
+    /// an out-of-memory record dropped so is answered no, after the records before it.
+    pub(super) fn budget_unfinished(&mut self) {
+        let keep = (2 * READ).max(self.split.pending() + READ);
+        if self.split.footprint() > 2 * keep {
+            self.split.trim(keep);
+        }
+        let Some(claim) = self.claim.as_mut() else {
+            return;
+        };
+        let frame = self.split.first_frame_bytes().unwrap_or(0) as usize;
+        let holds = self.split.footprint().max(frame.saturating_add(READ));
+        if claim.need(holds.saturating_sub(budget::FREE)) {
+            return;
+        }
+        // Dropped: what came of it, and what is still to come.
+        let bytes = frame as u64;
+        let have = self.split.pending();
+        if self.split.first_kind() == Some(kind::OOM) {
+            self.late_naks += 1;
+        }
+        self.split.consume(have);
+        self.skip = bytes.saturating_sub(have as u64);
+        self.refused.add(Refusal::TooLarge { bytes });
+        self.split.trim(2 * READ);
+        claim.need(self.split.footprint().saturating_sub(budget::FREE));
+    }
+
+    /// Writes what was refused since the last time, once the process is named: a `Lost` record (cause
+    /// `Refused`) and, the first time, a note saying what was refused. Stamped where the process's entries
+    /// stand, so that nothing of it goes out of order.
+    pub(super) fn put_refused(&mut self, trace: &Mutex<TraceWriter>) {
+        let Some(pid) = self.pid else {
+            return;
+        };
+        let Some((count, first)) = self.refused.take_new() else {
+            return;
+        };
+        let ts_ns = self
+            .ring
+            .as_ref()
+            .map_or_else(mono_ns, |d| d.last_ts.max(d.promised));
+        let mut buf = Vec::new();
+        if let Some(what) = first {
+            put_note(
+                &mut buf,
+                pid,
+                ts_ns,
+                format!("records this process sent were refused, the first: {what}"),
+            );
+        }
+        codec::put_record(
+            &mut buf,
+            &Record::Lost {
+                pid,
+                ts_ns,
+                count,
+                cause: LossCause::Refused,
+            },
+        );
+        if let Ok(mut w) = trace.lock() {
+            w.write(pid, &buf);
+        }
+    }
+
+    pub(super) fn split_whole(&mut self, n: usize) -> Vec<u8> {
+        let v = self
+            .split
+            .whole()
+            .map(|w| w[..n].to_vec())
+            .unwrap_or_default();
+        self.split.consume(n);
+        v
+    }
+
+    /// Takes what the ring holds into the trace, with what was lost since the last drain. `dead`: the process
+    /// is gone (records it left half-written are skipped, the goodbye it published is written). Whether
+    /// anything was taken.
+    pub(super) fn drain(&mut self, trace: &Mutex<TraceWriter>, dead: bool) -> bool {
+        let (Some(who), Some(d)) = (self.speaker(), self.ring.as_mut()) else {
+            return false;
+        };
+        let pid = who.kernel;
+        let refused = &mut self.refused;
+        let conns = self.conns.as_deref();
+        // When this drain looked (the stall and the tick's pace; the tick's promise itself is stamped in the ring).
+        let promise = mono_ns();
+        // A process that hung up ends at its hang-up (`finish`): nothing promised goes past it, or its end would
+        // come after its own promise (and be merged late). Once the receiver saw the hang-up, a process that
+        // lives on (it closed its socket itself) ends when it is found gone: no cap then.
+        let hung_up = if self.open {
+            hangup::closed_at(&self.closed_at)
+        } else {
+            None
+        };
+        let stalled = promise.saturating_sub(d.last_ns) >= STALL.as_nanos() as u64;
+        d.last_ns = promise;
+        let Drain {
+            consumer,
+            batch,
+            out,
+            last_ts,
+            promised,
+            last_tick,
+            ticks,
+            ..
+        } = d;
+        let mut goodbye = None;
+        // Events stamped with the counter: converted by the collector's one line (format's `ticks`).
+        let line = ticks.then(crate::ticks::line);
+        let mut take = |item: Item| match item {
+            Item::Event(mut e) => {
+                if let Some(l) = &line {
+                    e.ts_ns = l.to_ns(e.ts_ns);
+                }
+                // The ring holds its events in causal order, stamped just before they were reserved: a time
+                // behind one before it, or behind a promise, is a writer pre-empted between its stamp and its
+                // reservation (or a clock's error of a microsecond). Held there, so that nothing is out of order
+                // (ring.rs, `Ring::try_event`).
+                e.ts_ns = e.ts_ns.max(*last_ts).max(*promised);
+                *last_ts = e.ts_ns;
+                batch.push(e);
+                if batch.len() >= BATCH {
+                    codec::put_events(out, pid, batch);
+                    batch.clear();
+                }
+            }
+            Item::Blob(bytes) => {
+                if !batch.is_empty() {
+                    codec::put_events(out, pid, batch);
+                    batch.clear();
+                }
+                // In the ring's causal order, like the events around it.
+                let mut hold = Hold {
+                    last: *last_ts,
+                    promised: *promised,
+                    now: promise,
+                    most: None,
+                };
+                blob_into(out, bytes, &mut goodbye, &mut hold, who, refused, conns);
+                *last_ts = hold.last;
+            }
+        };
+        let taken = consumer.drain(dead, &mut take);
+        if !batch.is_empty() {
+            codec::put_events(out, pid, batch);
+            batch.clear();
+        }
+        // A promise that nothing older is still to come, for a process that is quiet: what its producers reserve
+        // after it is held at no less than it (above).
+        if !dead
+            && taken == 0
+            && consumer.ring().used() == 0
+            && promise >= *last_tick + TICK_NS
+            // A process that hung up and is not stamped yet (the watcher is late): no promise past its end.
+            && (hung_up.is_some() || !self.open || !peer_hung_up(&self.stream))
+        {
+            *last_tick = promise;
+            if let Some(t) = consumer.ring().promise(mono_ns) {
+                // A margin for the events' converted ticks against the collector's clock (`CLOCK_MARGIN_NS`).
+                let ts_ns = t
+                    .min(hung_up.unwrap_or(u64::MAX))
+                    .saturating_sub(CLOCK_MARGIN_NS);
+                *promised = (*promised).max(ts_ns);
+                codec::put_record(out, &Record::Tick { pid, ts_ns });
+            }
+        }
+        if !batch.is_empty() {
+            codec::put_events(out, pid, batch);
+            batch.clear();
+        }
+        if goodbye.is_some() {
+            self.goodbye = goodbye;
+        }
+        if !dead {
+            d.stuck = match (consumer.waiting_at(), d.stuck) {
+                (Some(at), Some((was, since))) if at == was => {
+                    if promise.saturating_sub(since) >= STUCK_NS {
+                        consumer.skip_stuck();
+                        None
+                    } else {
+                        Some((was, since))
+                    }
+                }
+                (Some(at), _) => Some((at, promise)),
+                (None, _) => None,
+            };
+        }
+        let ts = mono_ns();
+        let dropped = consumer.ring().dropped();
+        // The count is shared memory the process can scribble on: a jump no ring could drop between two looks
+        // (more than 2^40 records) is not counted, and the ring is taken for corrupt.
+        if dropped.saturating_sub(d.dropped_seen) > MAX_PLAUSIBLE_DROPS {
+            consumer.corrupt = true;
+            d.dropped_seen = dropped;
+        }
+        if dropped > d.dropped_seen {
+            let count = dropped - d.dropped_seen;
+            d.dropped_seen = dropped;
+            let cause = if stalled {
+                LossCause::CollectorStalled
+            } else {
+                LossCause::RingFull
+            };
+            put_loss(out, pid, ts, count, cause);
+        }
+        if consumer.torn > d.torn_seen {
+            let count = consumer.torn - d.torn_seen;
+            d.torn_seen = consumer.torn;
+            put_loss(out, pid, ts, count, LossCause::DiedMidRecord);
+        }
+        if consumer.corrupt && !d.corrupt_said {
+            // Said once; the consumer keeps refusing (`corrupt` stays set) and sleeps between its looks.
+            d.corrupt_said = true;
+            put_note(
+                out,
+                pid,
+                ts,
+                "the process's ring held something no shim writes; the rest of it was not read"
+                    .into(),
+            );
+            consumer.torn = u64::MAX / 2;
+            d.torn_seen = consumer.torn;
+        }
+        if dead {
+            if let Some(bye) = self.goodbye {
+                // Never older than a tick already written (the process lived on after its goodbye).
+                let ts_ns = bye.max(*last_ts).max(d.promised);
+                codec::put_record(out, &Record::Goodbye { pid, ts_ns });
+            }
+        }
+        if !out.is_empty() {
+            if let Ok(mut w) = trace.lock() {
+                w.write(pid, out);
+            }
+            out.clear();
+        }
+        self.put_refused(trace);
+        taken > 0
+    }
+
+    /// Its hello is in the trace (or it ended): no longer holds the newcomer promise back.
+    pub(super) fn announced(&mut self) {
+        if let Some(c) = self.unannounced.take() {
+            c.unannounced.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A process of the job that connected and hung up without a hello (its shim could not send it: the ring
+    /// it passes with it refused, e.g. `ETOOMANYREFS`): named untraced in the trace, from what the kernel and
+    /// /proc said of it when it was accepted (`Conn::peer`), rather than passed over.
+    pub(super) fn name_silent(&mut self, trace: &Mutex<TraceWriter>) {
+        let Some((pid, cmdline, ppid)) = self.peer.take() else {
+            return;
+        };
+        let hello = vramtrace_format::Hello {
+            pid,
+            ppid,
+            ts_ns: hangup::closed_at(&self.closed_at).unwrap_or_else(mono_ns),
+            cmdline,
+            hostname: hostname(),
+            rank: None,
+            local_rank: None,
+            slurm_procid: None,
+            shim_version: String::new(),
+            extra: vec![(
+                "no_ring".into(),
+                if self.mute {
+                    "it connected, then said no hello for 5 s: not a shim's connection; closed"
+                        .into()
+                } else {
+                    "it connected, then hung up without saying hello (its shim could not pass its event ring)"
+                        .into()
+                },
+            )],
+        };
+        let mut buf = Vec::new();
+        codec::put_record(&mut buf, &Record::Hello(hello));
+        if let Ok(mut w) = trace.lock() {
+            w.write(pid, &buf);
+        }
+        self.pid = Some(pid);
+    }
+
+    /// The connection closed: record how.
+    pub(super) fn finish(mut self, trace: &Mutex<TraceWriter>) {
+        if self.report_only {
+            self.announced();
+            return;
+        }
+        // Not a peer of another user still to be judged on its hello (or turned away on it).
+        if self.pid.is_none() && self.gone.is_none() {
+            self.name_silent(trace);
+        }
+        let Some(pid) = self.pid else {
+            self.announced();
+            return;
+        };
+        self.put_refused(trace);
+        let end = if self.split.pending() > 0 {
+            EndKind::CutMidFrame {
+                partial_bytes: self.split.pending() as u32,
+            }
+        } else if self.goodbye.is_some() {
+            EndKind::Goodbye
+        } else {
+            EndKind::Vanished
+        };
+        // When the driver released what it held: as its descriptors closed (the hang-up), unless it outlived
+        // its socket; never before its last record.
+        let ts_ns = self
+            .gone_at
+            .or(hangup::closed_at(&self.closed_at))
+            .unwrap_or_else(mono_ns)
+            .max(self.ring.as_ref().map_or(0, |d| d.last_ts.max(d.promised)));
+        let mut buf = Vec::new();
+        codec::put_record(
+            &mut buf,
+            &Record::ProcessEnd {
+                pid,
+                ts_ns,
+                kind: end,
+            },
+        );
+        if let Ok(mut w) = trace.lock() {
+            w.write(pid, &buf);
+        }
+        // Only now: a newcomer promise must not pass this end, written at the hang-up's time.
+        self.announced();
+    }
+}
+
+/// Whether the peer of `stream` has closed its end (without waiting).
+pub(super) fn peer_hung_up(stream: &UnixStream) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0
+}
