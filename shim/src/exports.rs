@@ -347,6 +347,16 @@ pub unsafe extern "C" fn wait(status: *mut c_int) -> libc::pid_t {
     crate::reap::wait(status)
 }
 
+/// `wait3` is `wait4(-1, ...)` (as glibc defines it): Python's `os.wait3` reaches it.
+#[no_mangle]
+pub unsafe extern "C" fn wait3(
+    status: *mut c_int,
+    options: c_int,
+    rusage: *mut libc::rusage,
+) -> libc::pid_t {
+    crate::reap::wait4(-1, status, options, rusage)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn waitid(
     idtype: libc::idtype_t,

@@ -22,8 +22,8 @@
 //! Not under vramtrace (no `VRAMTRACE_SOCKET`), nothing is done beyond the real call.
 //!
 //! The real functions are found with glibc's `dlsym(RTLD_NEXT)`, all four at once, at the process's first
-//! tracked call or else at its first wait. That lookup takes the loader's lock: a process whose very first wait
-//! runs in a signal handler that interrupted a `dlopen` waits for it there (see `resolve`).
+//! tracked call. Until then a wait is the system call itself (`real`): the lookup takes the loader's lock, and a
+//! wait may run in a signal handler that interrupted a `dlopen`.
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
@@ -70,7 +70,7 @@ pub(crate) fn prepare() {
 /// Looks up the real functions not found yet: glibc's `dlsym`, called from this library with `RTLD_NEXT`, gives
 /// the next definition after the shim (libc's, or another interposer's preloaded after us). Threads racing here
 /// store the same addresses. The lookup takes the loader's lock, which makes it the one step here that is not
-/// async-signal-safe: `prepare` does it early where it can, and every later call finds the addresses stored.
+/// async-signal-safe: only `prepare` does it, at the first tracked call, never a wait.
 #[cold]
 #[inline(never)]
 fn resolve() {
@@ -90,17 +90,13 @@ fn resolve() {
     }
 }
 
-/// The real `f`, or null when there is none to find (then the system call stands in for it).
+/// The real `f` if it was found (`prepare`, at the first tracked call), else null: the system call stands in
+/// for it. Never looked up here: a wait may run in a signal handler (bash reaps in its SIGCHLD handler), where
+/// the loader's lock that `dlsym` takes could be held by the very code the signal interrupted. So a process
+/// that never makes a tracked call (a shell, torchrun's agent) always waits through the system call, as
+/// glibc's own functions do (they are `wait4` and `waitid` underneath), less their cancellation point.
 #[inline]
 fn real(f: Real) -> *mut c_void {
-    let p = REAL[f as usize].load(Ordering::Acquire);
-    if !p.is_null() {
-        return p;
-    }
-    // The lookup may set `errno`; the caller's must reach the real function as the caller left it.
-    let e = errno();
-    resolve();
-    set_errno(e);
     REAL[f as usize].load(Ordering::Acquire)
 }
 

@@ -404,11 +404,11 @@ fn hang_up_untraced(sock: Option<Socket>, mut h: Hello, why: Option<String>) {
         codec::put_record(&mut buf, &Record::Hello(h));
         s.send_all(&buf);
     }
-    // SAFETY: `s` is consumed here, and `Socket` has no `Drop`: this is the only close of its descriptor.
-    // (SOCKET_FD is cleared only after it: a fork in between makes the child close a number that may be reused by
-    // then.)
-    unsafe { libc::close(s.fd) };
+    // Forgotten first: a fork after this closes nothing in the child, and none before the close can find a
+    // number already reused.
     SOCKET_FD.store(-1, Ordering::Release);
+    // SAFETY: `s` is consumed here, and `Socket` has no `Drop`: this is the only close of its descriptor.
+    unsafe { libc::close(s.fd) };
 }
 
 /// In a forked child: forget the parent's recorder (its courier did not survive) and close our copy of its

@@ -176,6 +176,14 @@ int main(int argc, char **argv) {
     printf("reaped %d exit 7\n", e);
     signal(SIGCHLD, SIG_DFL);
 
+    /* 6b. exit(5), reaped with wait3 (Python's os.wait3). */
+    pid_t w3 = child_exiting(5);
+    errno = SENTINEL;
+    r = wait3(&st, 0, &ru);
+    if (r != w3 || !WIFEXITED(st) || WEXITSTATUS(st) != 5) fail("wait3 of exit(5)");
+    if (errno != SENTINEL) fail("wait3 changed errno");
+    printf("reaped %d exit 5\n", w3);
+
     /* 7. No children left: ECHILD, as without the shim. */
     errno = 0;
     r = waitpid(-1, &st, 0);
