@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
+use vramtrace_format::keys;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -116,9 +117,9 @@ impl State {
         let mut s = State::default();
         for (k, v) in &h.extra {
             let Ok(v) = v.parse::<u64>() else { continue };
-            if let Some(d) = k.strip_prefix("cap_bytes.").and_then(|d| d.parse().ok()) {
+            if let Some(d) = keys::header::device_of(keys::header::CAP_BYTES, k) {
                 s.dev(d).cap = Some(v);
-            } else if let Some(d) = k.strip_prefix("device_total.").and_then(|d| d.parse().ok()) {
+            } else if let Some(d) = keys::header::device_of(keys::header::DEVICE_TOTAL, k) {
                 s.dev(d).total = Some(v);
             }
         }

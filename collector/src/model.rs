@@ -46,6 +46,7 @@ pub(crate) mod undo;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
+use vramtrace_format::keys;
 
 pub use vramtrace_format::ExitStatus;
 use vramtrace_format::{Api, OpenError, TraceHeader, TraceReader};
@@ -702,18 +703,18 @@ fn replay_frames_tapped(
         if header
             .extra
             .iter()
-            .any(|(k, v)| k == "newcomer_ticks" && v == "1")
+            .any(|(k, v)| k == keys::header::NEWCOMER_TICKS && v == "1")
         {
             st.newcomers = Some(header.start_mono_ns);
         }
         st.goodbye_last = header
             .extra
             .iter()
-            .any(|(k, v)| k == "goodbye_last" && v == "1");
+            .any(|(k, v)| k == keys::header::GOODBYE_LAST && v == "1");
         let promised_end = header
             .extra
             .iter()
-            .any(|(k, v)| k == "end_record" && v == "1");
+            .any(|(k, v)| k == keys::header::END_RECORD && v == "1");
         let mut unknown_frames = 0u64;
         let reader = decode::decode_ahead(reader, |entry| match entry {
             decode::Entry::Events(pid, batch) => st.on_events(pid, batch),

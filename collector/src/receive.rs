@@ -152,7 +152,7 @@ mod tests {
     use std::fs::File;
     use std::os::fd::AsRawFd;
     use vramtrace_format::codec::{self, kind};
-    use vramtrace_format::Record;
+    use vramtrace_format::{keys, Record};
 
     /// Sends `buf` on `s` with descriptor `fd` attached (as the shim sends its hello and ring).
     fn send_with_fd(s: &UnixStream, buf: &[u8], fd: i32) {
@@ -256,7 +256,7 @@ mod tests {
     fn untraced_why(path: &std::path::Path) -> String {
         hellos_in(&std::fs::read(path).unwrap_or_default())
             .first()
-            .and_then(|h| h.extra.iter().find(|(k, _)| k == "no_ring"))
+            .and_then(|h| h.extra.iter().find(|(k, _)| k == keys::hello::NO_RING))
             .map(|(_, v)| v.clone())
             .unwrap_or_default()
     }

@@ -19,6 +19,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
+use vramtrace_format::keys;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use vramtrace_format::ring::Ring;
@@ -399,7 +400,7 @@ fn build() -> Option<&'static Recorder> {
 fn hang_up_untraced(sock: Option<Socket>, mut h: Hello, why: Option<String>) {
     let Some(s) = sock else { return };
     if let Some(why) = why {
-        h.extra.push(("no_ring".to_string(), why));
+        h.extra.push((keys::hello::NO_RING.to_string(), why));
         let mut buf = Vec::with_capacity(1024);
         codec::put_record(&mut buf, &Record::Hello(h));
         s.send_all(&buf);
@@ -668,7 +669,7 @@ fn hello_extra(pid: u32) -> Vec<(String, String)> {
         .ok()
         .filter(|t| !t.is_empty())
     {
-        extra.push(("job_token".to_string(), t));
+        extra.push((keys::hello::JOB_TOKEN.to_string(), t));
     }
     extra
 }
@@ -678,7 +679,7 @@ fn hello_extra(pid: u32) -> Vec<(String, String)> {
 fn bridge_loaded(pid: u32) -> Vec<(String, String)> {
     match std::env::var("VRAMTRACE_BRIDGE_PID") {
         Ok(v) if v.trim().parse::<u32>().ok() == Some(pid) => {
-            vec![("python_bridge".to_string(), "1".to_string())]
+            vec![(keys::hello::PYTHON_BRIDGE.to_string(), "1".to_string())]
         }
         _ => Vec::new(),
     }

@@ -2,6 +2,7 @@
 //! at their times; metadata (call sites, loaded objects, notes, losses) is kept at once; each record moves its
 //! process's promise (docs/ARCHITECTURE.md, "How the merge keeps it").
 
+use vramtrace_format::keys;
 use vramtrace_format::{EndKind, Event, Hello, Record};
 
 use super::merge::{WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
@@ -240,11 +241,11 @@ impl Replay<'_> {
         p.s.python_bridge = h
             .extra
             .iter()
-            .any(|(k, v)| k == "python_bridge" && v == "1");
+            .any(|(k, v)| k == keys::hello::PYTHON_BRIDGE && v == "1");
         p.s.untraced = h
             .extra
             .iter()
-            .find(|(k, _)| k == "no_ring")
+            .find(|(k, _)| k == keys::hello::NO_RING)
             .map(|(_, why)| why.clone());
         p.s.start_ns = p.s.start_ns.min(rel);
     }

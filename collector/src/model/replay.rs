@@ -2,6 +2,7 @@
 //! merge ([`super::merge`]) hands them out.
 
 use std::collections::HashMap;
+use vramtrace_format::keys;
 
 use vramtrace_format::{flags, Api, Effect, Event, Oom, Record, TraceHeader, NO_DEVICE};
 
@@ -1192,7 +1193,7 @@ impl<'t> Replay<'t> {
         }
         devices.sort_by_key(|d| d.device.unwrap_or(u32::MAX));
         let from_header = |key: &str, dev: Option<u32>| -> Option<u64> {
-            let want = format!("{key}.{}", dev?);
+            let want = keys::header::per_device(key, dev?);
             header
                 .extra
                 .iter()
@@ -1200,8 +1201,10 @@ impl<'t> Replay<'t> {
                 .and_then(|(_, v)| v.trim().parse().ok())
         };
         for d in &mut devices {
-            d.total_bytes = d.total_bytes.or(from_header("device_total", d.device));
-            d.cap_bytes = from_header("cap_bytes", d.device).or(d.cap_bytes);
+            d.total_bytes = d
+                .total_bytes
+                .or(from_header(keys::header::DEVICE_TOTAL, d.device));
+            d.cap_bytes = from_header(keys::header::CAP_BYTES, d.device).or(d.cap_bytes);
         }
         let mut ooms = self.ooms;
         ooms.sort_by_key(|o| o.time_ns);

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+use vramtrace_format::keys;
 
 use vramtrace_format::codec::{self, kind, FrameSplitter};
 use vramtrace_format::ring::{Consumer, Item, Ring};
@@ -615,7 +616,7 @@ impl Conn {
         self.said_pid = Some(h.pid);
         if h.pid != kernel {
             h.extra
-                .push(("pid_in_its_namespace".into(), h.pid.to_string()));
+                .push((keys::hello::PID_IN_ITS_NAMESPACE.into(), h.pid.to_string()));
             h.pid = kernel;
         }
         // Its parent by /proc when it was accepted; else what its hello said, unless that is a number of its
@@ -635,7 +636,7 @@ impl Conn {
         if let Some(d) = self.ring.as_mut() {
             d.last_ns = d.last_ns.min(h.ts_ns);
         }
-        if let Some((_, why)) = h.extra.iter().find(|(k, _)| k == "no_ring") {
+        if let Some((_, why)) = h.extra.iter().find(|(k, _)| k == keys::hello::NO_RING) {
             self.bad_ring = Some(why.clone());
         } else {
             if self.ring.is_none() && self.bad_ring.is_none() {
@@ -646,7 +647,7 @@ impl Conn {
             // nothing).
             if let Some(why) = &self.bad_ring {
                 h.extra.push((
-                    "no_ring".into(),
+                    keys::hello::NO_RING.into(),
                     format!("the collector could not take its event ring: {why}"),
                 ));
             }
@@ -922,7 +923,7 @@ impl Conn {
             slurm_procid: None,
             shim_version: String::new(),
             extra: vec![(
-                "no_ring".into(),
+                keys::hello::NO_RING.into(),
                 if self.mute {
                     "it connected, then said no hello for 5 s: not a shim's connection; closed"
                         .into()

@@ -178,7 +178,7 @@ pub(super) fn same_token(job: &str, token: &str) -> bool {
 
 /// The hello key that carries the job's token (`VRAMTRACE_JOB_TOKEN`): checked, then taken out before the
 /// hello is written.
-pub(super) const TOKEN_KEY: &str = "job_token";
+pub(super) const TOKEN_KEY: &str = vramtrace_format::keys::hello::JOB_TOKEN;
 
 #[cfg(test)]
 mod tests {

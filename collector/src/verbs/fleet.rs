@@ -12,6 +12,7 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use vramtrace_format::keys;
 
 use vramtrace_format::TraceHeader;
 
@@ -31,7 +32,7 @@ pub struct Member {
 
 /// What identifies a trace's job: its `job` (`--job-name` or the launcher's id), else its command line.
 pub fn job_of(h: &TraceHeader) -> String {
-    match h.extra.iter().find(|(k, _)| k == "job") {
+    match h.extra.iter().find(|(k, _)| k == keys::header::JOB) {
         Some((_, j)) => format!("job {j}"),
         None => format!("command `{}`", h.command.join(" ")),
     }

@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+use vramtrace_format::keys;
 
 use anyhow::{bail, Context};
 use vramtrace_format::codec;
@@ -194,12 +195,12 @@ impl Prepared {
             }
         }
         // The acceptor's ticks of pid 0 bound what processes still to come can hold (docs/TRACE-FORMAT.md).
-        extra.push(("newcomer_ticks".to_string(), "1".to_string()));
+        extra.push((keys::header::NEWCOMER_TICKS.to_string(), "1".to_string()));
         // A process's goodbye is written once its ring is drained, after its last record (the replay releases
         // what it held there: docs/TRACE-FORMAT.md).
-        extra.push(("goodbye_last".to_string(), "1".to_string()));
+        extra.push((keys::header::GOODBYE_LAST.to_string(), "1".to_string()));
         // The trace ends with an end record once finished: a reader then knows a trace without one was cut.
-        extra.push(("end_record".to_string(), "1".to_string()));
+        extra.push((keys::header::END_RECORD.to_string(), "1".to_string()));
         let out = args
             .out
             .clone()
@@ -224,8 +225,8 @@ impl Prepared {
         // Traces of one job (one per node) merge in `report`; the `job` label of `--metrics`.
         let job = crate::live::job_name(args.job_name.as_deref());
         if let Some((name, from)) = &job {
-            extra.push(("job".to_string(), name.clone()));
-            extra.push(("job_source".to_string(), from.to_string()));
+            extra.push((keys::header::JOB.to_string(), name.clone()));
+            extra.push((keys::header::JOB_SOURCE.to_string(), from.to_string()));
         }
         let metrics_addr = match &args.metrics {
             Some(m) => Some(
@@ -632,8 +633,11 @@ fn cap_mode(args: &RunArgs) -> anyhow::Result<CapMode> {
 fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<Vec<(String, String)>> {
     let parsed = CapSpec::parse(spec).map_err(|e| anyhow::anyhow!("--cap {spec}: {e}"))?;
     let mut extra = vec![
-        ("cap".to_string(), spec.to_string()),
-        ("cap_mode".to_string(), format!("{mode:?}").to_lowercase()),
+        (keys::header::CAP.to_string(), spec.to_string()),
+        (
+            keys::header::CAP_MODE.to_string(),
+            format!("{mode:?}").to_lowercase(),
+        ),
     ];
     let Some(devices) = probe::devices() else {
         eprintln!("vramtrace: no CUDA driver answered; the cap is applied to whatever devices the job finds");
@@ -649,7 +653,10 @@ fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<Vec<(String, String)>>
         }
     }
     for (i, total) in devices.iter().enumerate() {
-        extra.push((format!("device_total.{i}"), total.to_string()));
+        extra.push((
+            keys::header::per_device(keys::header::DEVICE_TOTAL, i as u32),
+            total.to_string(),
+        ));
         if let Some(a) = parsed.amount(i as u32) {
             let bytes = a.bytes(*total);
             if bytes > *total {
@@ -659,7 +666,10 @@ fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<Vec<(String, String)>>
                     units::bytes(*total)
                 );
             }
-            extra.push((format!("cap_bytes.{i}"), bytes.to_string()));
+            extra.push((
+                keys::header::per_device(keys::header::CAP_BYTES, i as u32),
+                bytes.to_string(),
+            ));
         }
     }
     Ok(extra)
