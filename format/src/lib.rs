@@ -16,6 +16,7 @@
 
 pub mod cap;
 pub mod codec;
+pub mod env;
 pub mod keys;
 pub mod reader;
 pub mod ring;

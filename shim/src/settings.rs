@@ -1,6 +1,7 @@
 //! What the environment tells the shim, read once at its first tracked call (never in a constructor).
 
 use std::ffi::OsString;
+use vramtrace_format::env;
 
 /// The shim's settings for this process.
 #[derive(Debug, Default)]
@@ -79,23 +80,35 @@ pub fn peek() -> Option<&'static Settings> {
     SETTINGS.peek()
 }
 
+/// Every value is parsed as `vramtrace run` parses it (format's `env`): the two cannot disagree.
 fn read() -> Settings {
     test_slow_init();
+    let var = |k: &str| std::env::var(k).ok();
     Settings {
-        socket: std::env::var_os("VRAMTRACE_SOCKET").filter(|s| !s.is_empty()),
-        debug: matches!(std::env::var("VRAMTRACE_DEBUG").as_deref(), Ok(v) if !v.is_empty() && v != "0"),
-        cap: std::env::var("VRAMTRACE_CAP")
-            .ok()
-            .filter(|s| !s.trim().is_empty()),
-        cap_warn: matches!(std::env::var("VRAMTRACE_CAP_MODE").as_deref(), Ok("warn")),
-        ledger: std::env::var_os("VRAMTRACE_LEDGER").filter(|s| !s.is_empty()),
-        ring_slots: ring_slots(std::env::var("VRAMTRACE_RING_BYTES").ok().as_deref()),
-        lossless: matches!(std::env::var("VRAMTRACE_LOSSLESS").as_deref(), Ok(v) if !v.is_empty() && v != "0"),
+        socket: std::env::var_os(env::SOCKET).filter(|s| !s.is_empty()),
+        debug: env::flag(var(env::DEBUG).as_deref()),
+        cap: var(env::CAP).filter(|s| !s.trim().is_empty()),
+        cap_warn: cap_warn(var(env::CAP_MODE).as_deref()),
+        ledger: std::env::var_os(env::LEDGER).filter(|s| !s.is_empty()),
+        ring_slots: ring_slots(var(env::RING_BYTES).as_deref()),
+        lossless: env::flag(var(env::LOSSLESS).as_deref()),
         ticks: vramtrace_format::ticks::usable(),
         ..stacks(
-            std::env::var("VRAMTRACE_STACKS").ok().as_deref(),
-            std::env::var("VRAMTRACE_STACK_MIN_BYTES").ok().as_deref(),
+            var(env::STACKS).as_deref(),
+            var(env::STACK_MIN_BYTES).as_deref(),
         )
+    }
+}
+
+/// Whether the cap only warns. A mode that is neither gets one line on stderr and the default, enforce (`run`
+/// refuses it before anything starts; a program preloaded by hand gets the cap it asked for, enforced).
+fn cap_warn(v: Option<&str>) -> bool {
+    match env::cap_mode(v) {
+        Ok(m) => m == env::CapMode::Warn,
+        Err(why) => {
+            say(format_args!("{why}; enforcing the cap"));
+            false
+        }
     }
 }
 
@@ -115,22 +128,13 @@ fn test_slow_init() {
 /// The stack settings from `VRAMTRACE_STACKS` and `VRAMTRACE_STACK_MIN_BYTES`. A bad value gets one line on
 /// stderr (the user asked for something and does not get it) and the default.
 fn stacks(mode: Option<&str>, min: Option<&str>) -> Settings {
-    let (native, python) = match mode.map(|m| m.trim().to_ascii_lowercase()).as_deref() {
-        None | Some("") | Some("all") => (true, true),
-        Some("none") => (false, false),
-        Some("native") => (true, false),
-        Some("python") => (false, true),
-        Some(_) => {
-            say(format_args!(
-                "VRAMTRACE_STACKS={:?} is not none, native, python or all; using all",
-                mode.unwrap_or_default()
-            ));
-            (true, true)
-        }
-    };
+    let (native, python) = env::stacks(mode).unwrap_or_else(|why| {
+        say(format_args!("{why}; using all"));
+        (true, true)
+    });
     let stack_min_bytes = match min.map(str::trim).filter(|m| !m.is_empty()) {
         None => DEFAULT_STACK_MIN_BYTES,
-        Some(m) => parse_size(m).unwrap_or_else(|| {
+        Some(m) => env::size(m).unwrap_or_else(|_| {
             say(format_args!(
                 "VRAMTRACE_STACK_MIN_BYTES={m:?} is not a size; using {DEFAULT_STACK_MIN_BYTES}"
             ));
@@ -150,9 +154,9 @@ fn ring_slots(v: Option<&str>) -> u64 {
     use vramtrace_format::ring;
     match v.map(str::trim).filter(|v| !v.is_empty()) {
         None => ring::DEFAULT_SLOTS,
-        Some(v) => match parse_size(v) {
-            Some(b) => ring::slots_for_bytes(b),
-            None => {
+        Some(v) => match env::size(v) {
+            Ok(b) => ring::slots_for_bytes(b),
+            Err(_) => {
                 say(format_args!(
                     "VRAMTRACE_RING_BYTES={v:?} is not a size; using {} bytes",
                     ring::bytes_for(ring::DEFAULT_SLOTS)
@@ -160,20 +164,6 @@ fn ring_slots(v: Option<&str>) -> u64 {
                 ring::DEFAULT_SLOTS
             }
         },
-    }
-}
-
-/// A byte count, or a size as the cap writes one (`1MiB`, `64K`); `0` is every allocation.
-fn parse_size(s: &str) -> Option<u64> {
-    if let Ok(n) = s.parse::<u64>() {
-        return Some(n);
-    }
-    match vramtrace_format::cap::CapSpec::parse(s).ok()? {
-        vramtrace_format::cap::CapSpec {
-            all: Some(vramtrace_format::cap::Amount::Bytes(b)),
-            devices,
-        } if devices.is_empty() => Some(b),
-        _ => None,
     }
 }
 

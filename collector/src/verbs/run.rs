@@ -26,6 +26,7 @@ use crate::reporters::text::units;
 use crate::runtime_dir::RuntimeDir;
 use crate::ticks::mono_ns;
 use vramtrace_format::cap::CapSpec;
+use vramtrace_format::env;
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -100,6 +101,18 @@ pub enum Stacks {
     All,
 }
 
+impl Stacks {
+    /// As `VRAMTRACE_STACKS` spells it (format's `env::stacks` reads it).
+    pub fn name(self) -> &'static str {
+        match self {
+            Stacks::None => "none",
+            Stacks::Native => "native",
+            Stacks::Python => "python",
+            Stacks::All => "all",
+        }
+    }
+}
+
 /// `--torch-history`: when the bridge keeps PyTorch's allocation history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TorchHistory {
@@ -131,6 +144,25 @@ pub enum OnOff {
 pub enum CapMode {
     Enforce,
     Warn,
+}
+
+impl From<env::CapMode> for CapMode {
+    fn from(m: env::CapMode) -> CapMode {
+        match m {
+            env::CapMode::Enforce => CapMode::Enforce,
+            env::CapMode::Warn => CapMode::Warn,
+        }
+    }
+}
+
+impl CapMode {
+    /// As `VRAMTRACE_CAP_MODE` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CapMode::Enforce => env::CapMode::Enforce.name(),
+            CapMode::Warn => env::CapMode::Warn.name(),
+        }
+    }
 }
 
 /// After the command exits, how long to wait for its other processes' connections to close.
@@ -182,10 +214,10 @@ impl Prepared {
             extra = check_cap(spec, mode)?;
         }
         if let Some(min) = &args.stack_min_bytes {
-            parse_size(min).map_err(|e| anyhow::anyhow!("--stack-min-bytes {min}: {e}"))?;
+            env::size(min).map_err(|e| anyhow::anyhow!("--stack-min-bytes {min}: {e}"))?;
         }
         if let Some(r) = &args.ring_size {
-            let b = parse_size(r).map_err(|e| anyhow::anyhow!("--ring-size {r}: {e}"))?;
+            let b = env::size(r).map_err(|e| anyhow::anyhow!("--ring-size {r}: {e}"))?;
             let (lo, hi) = (
                 vramtrace_format::ring::bytes_for(vramtrace_format::ring::MIN_SLOTS),
                 vramtrace_format::ring::bytes_for(vramtrace_format::ring::MAX_SLOTS),
@@ -368,8 +400,8 @@ impl Prepared {
             preload.push(old);
         }
         cmd.env("LD_PRELOAD", preload)
-            .env("VRAMTRACE_SOCKET", &self.socket)
-            .env("VRAMTRACE_JOB_TOKEN", &token);
+            .env(env::SOCKET, &self.socket)
+            .env(env::JOB_TOKEN, &token);
         // Snapshots and other files the job's processes write beside the trace.
         cmd.env(
             "VRAMTRACE_TRACE",
@@ -402,33 +434,26 @@ impl Prepared {
                 cmd.env("VRAMTRACE_PYTHON_AGENT", "off");
             }
         }
+        // Each as format's `env` parses it in the shim.
         if let Some(stacks) = args.stacks {
-            cmd.env("VRAMTRACE_STACKS", format!("{stacks:?}").to_lowercase());
+            cmd.env(env::STACKS, stacks.name());
         }
         if let Some(min) = &args.stack_min_bytes {
             cmd.env(
-                "VRAMTRACE_STACK_MIN_BYTES",
-                parse_size(min).unwrap_or(0).to_string(),
+                env::STACK_MIN_BYTES,
+                env::size(min).unwrap_or(0).to_string(),
             );
         }
         if let Some(r) = &args.ring_size {
-            cmd.env(
-                "VRAMTRACE_RING_BYTES",
-                parse_size(r).unwrap_or(0).to_string(),
-            );
+            cmd.env(env::RING_BYTES, env::size(r).unwrap_or(0).to_string());
         }
         if args.lossless {
-            cmd.env("VRAMTRACE_LOSSLESS", "1");
+            cmd.env(env::LOSSLESS, "1");
         }
         if let Some(spec) = &self.cap {
-            let mode = if self.cap_mode == CapMode::Warn {
-                "warn"
-            } else {
-                "enforce"
-            };
-            cmd.env("VRAMTRACE_CAP", spec)
-                .env("VRAMTRACE_CAP_MODE", mode)
-                .env("VRAMTRACE_LEDGER", &self.ledger);
+            cmd.env(env::CAP, spec)
+                .env(env::CAP_MODE, self.cap_mode.name())
+                .env(env::LEDGER, &self.ledger);
         }
         // Our blocked signals must not be the command's (std does not reset the mask it inherits), nor our
         // descriptor limit.
@@ -599,37 +624,18 @@ fn write_beside(trace: &Path, kind: &str, text: &str) -> io::Result<PathBuf> {
     ))
 }
 
-/// A size as the cap writes one (`1MiB`, `65536`), or 0 for "every allocation".
-fn parse_size(s: &str) -> Result<u64, String> {
-    if s.trim() == "0" {
-        return Ok(0);
-    }
-    match CapSpec::parse(s).map_err(|e| e.to_string())? {
-        CapSpec {
-            all: Some(vramtrace_format::cap::Amount::Bytes(b)),
-            devices,
-        } if devices.is_empty() => Ok(b),
-        _ => Err("not a size (examples: 1MiB, 65536, 0)".into()),
-    }
-}
-
-/// Checks a cap before anything starts: its syntax, and the devices it names against the machine's. Returns the
-/// trace header's record of it: the spec, the mode, and per device the cap and the device's size.
 /// `--cap-mode`, else `VRAMTRACE_CAP_MODE` (as the shim reads it), else enforce; anything else is bad usage.
 fn cap_mode(args: &RunArgs) -> anyhow::Result<CapMode> {
     if let Some(m) = args.cap_mode {
         return Ok(m);
     }
-    match std::env::var("VRAMTRACE_CAP_MODE")
-        .as_deref()
-        .map(str::trim)
-    {
-        Err(_) | Ok("") | Ok("enforce") => Ok(CapMode::Enforce),
-        Ok("warn") => Ok(CapMode::Warn),
-        Ok(other) => bail!("VRAMTRACE_CAP_MODE={other:?}: not enforce or warn"),
-    }
+    env::cap_mode(std::env::var(env::CAP_MODE).ok().as_deref())
+        .map(CapMode::from)
+        .map_err(|e| anyhow::anyhow!(e))
 }
 
+/// Checks a cap before anything starts: its syntax, and the devices it names against the machine's. Returns the
+/// trace header's record of it: the spec, the mode, and per device the cap and the device's size.
 fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<Vec<(String, String)>> {
     let parsed = CapSpec::parse(spec).map_err(|e| anyhow::anyhow!("--cap {spec}: {e}"))?;
     let mut extra = vec![
@@ -959,4 +965,35 @@ fn wait_signal(signals: &Signals, ms: i32) -> Option<(i32, i32)> {
     let size = std::mem::size_of::<libc::signalfd_siginfo>();
     let n = unsafe { libc::read(signals.fd, &mut info as *mut _ as *mut libc::c_void, size) };
     (n as usize == size).then_some((info.ssi_signo as i32, info.ssi_code))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    /// What `run` sets in the job's environment is what the shim reads: each value through format's `env`,
+    /// the parser the shim uses.
+    #[test]
+    fn the_values_run_sets_mean_to_the_shim_what_run_meant() {
+        for s in Stacks::value_variants() {
+            let want = match s {
+                Stacks::None => (false, false),
+                Stacks::Native => (true, false),
+                Stacks::Python => (false, true),
+                Stacks::All => (true, true),
+            };
+            assert_eq!(env::stacks(Some(s.name())), Ok(want), "{s:?}");
+        }
+        for m in CapMode::value_variants() {
+            assert_eq!(env::cap_mode(Some(m.name())).map(CapMode::from), Ok(*m));
+        }
+        // Sizes are written as byte counts.
+        for given in ["1MiB", "0", "65536", "2G"] {
+            let b = env::size(given).unwrap();
+            assert_eq!(env::size(&b.to_string()), Ok(b), "{given}");
+        }
+        // A mode neither knows is refused by run (and, preloaded by hand, warned about by the shim).
+        assert!(env::cap_mode(Some("loose")).is_err());
+    }
 }

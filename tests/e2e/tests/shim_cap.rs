@@ -270,6 +270,30 @@ fn the_shim_caps_without_the_wrapper_and_survives_a_bad_spec() {
     );
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
     assert!(run.stderr.contains("VRAMTRACE_CAP"));
+    // A mode neither enforce nor warn: `run` refuses it; the shim preloaded by hand says so once and
+    // enforces the cap it was given (the same parser decides both: format's `env`).
+    let run = FakeCuda::new()
+        .env("LD_PRELOAD", shim())
+        .env("VRAMTRACE_CAP", "4MiB")
+        .env("VRAMTRACE_CAP_MODE", "loose")
+        .run(program("probe"), &["alloc 3145728", "alloc 2097152"]);
+    run.assert_success("VRAMTRACE_CAP_MODE=loose");
+    let out: Vec<&str> = run.stdout.lines().skip(1).collect();
+    assert!(out[1].starts_with("2 "), "enforced: {}", run.stdout);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("VRAMTRACE_CAP_MODE=\"loose\""),
+        "{}",
+        run.stderr
+    );
+    let refused = FakeCuda::new()
+        .env("VRAMTRACE_CAP_MODE", "loose")
+        .command(vramtrace())
+        .args(["run", "--cap", "4MiB", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("VRAMTRACE_CAP_MODE=\"loose\""));
 }
 
 /// The ledger's filesystem is full: the shim must not map holes it cannot back (SIGBUS at the next
