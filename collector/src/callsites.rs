@@ -26,7 +26,7 @@ use std::collections::HashMap;
 
 use vramtrace_format::{Object, PyFrame, Stack};
 
-use crate::model::fasthash::FastMap;
+use crate::fasthash::FastMap;
 use crate::symbols::Symbolizer;
 
 /// Sites listed per list (each device's peak, bytes allocated, live at an out-of-memory event, what grew).

@@ -7,6 +7,7 @@
 pub mod bridge_files;
 pub mod callsites;
 pub mod exit;
+pub mod fasthash;
 pub mod fdlimit;
 pub(crate) mod hangup;
 pub mod live;

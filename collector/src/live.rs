@@ -35,7 +35,7 @@ use prometheus_client::registry::{Registry, Unit};
 use vramtrace_format::codec::{self, kind};
 use vramtrace_format::{flags, Effect, Event, Record, TraceHeader, NO_DEVICE};
 
-use crate::model::fasthash::FastMap;
+use crate::fasthash::FastMap;
 use crate::model::undo::Releases;
 
 /// How often the background thread reads what the receivers wrote.

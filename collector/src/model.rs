@@ -27,10 +27,10 @@
 
 mod decode;
 pub mod diagnose;
-pub(crate) mod fasthash;
 pub mod framework;
 mod fronts;
 pub mod growth;
+mod key;
 pub mod leak;
 pub mod merge;
 mod merge_link;

@@ -20,14 +20,16 @@ mod conn;
 mod fds;
 mod hold;
 mod ingest;
+mod limits;
 mod reaped;
 mod ring_map;
 mod writer;
 
 use accept::peer_identity;
 pub(crate) use accept::{hostname, spawn_acceptor, Connections, STARVED_NOTE};
-use conn::{Conn, GonePeer, CLOCK_MARGIN_NS};
+use conn::{Conn, GonePeer};
 use hold::put_note;
+use limits::CLOCK_MARGIN_NS;
 pub(crate) use reaped::write as write_reaped;
 pub use writer::TraceWriter;
 
@@ -145,9 +147,9 @@ const HELLO_WAIT: Duration = Duration::from_millis(100);
 
 #[cfg(test)]
 mod tests {
-    use super::conn::RESERVE_WAIT;
     use super::hold::{blob_into, Hold, SOCKET_HOLD_NS};
     use super::ingest::{Refused, Speaker};
+    use super::limits::RESERVE_WAIT;
     use super::*;
     use std::fs::File;
     use std::os::fd::AsRawFd;

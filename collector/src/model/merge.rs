@@ -27,48 +27,7 @@ use vramtrace_format::{Api, Event};
 use super::fronts::{Fronts, Src};
 use super::run::{Run, Seqs};
 
-/// Entry kinds, in their order at the same nanosecond: the events, then what depends on them.
-pub(super) const WHAT_EVENTS: u8 = 0;
-pub(super) const WHAT_DROP: u8 = 1;
-pub(super) const WHAT_OOM: u8 = 2;
-pub(super) const WHAT_END: u8 = 3;
-/// A bridge record (a framework's figures or out-of-memory error), after the events of its nanosecond.
-pub(super) const WHAT_FW: u8 = 4;
-/// Every context of a process on a device was torn down: its pointer allocations there are gone.
-pub(super) const WHAT_CTX: u8 = 5;
-
-/// The total order of a trace's entries: time, kind, pid, thread, then the order of arrival in the file, which
-/// for one thread is its program order (a thread's records never overtake each other).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Key {
-    pub ts: u64,
-    pub what: u8,
-    pub pid: u32,
-    pub tid: u32,
-    pub seq: u64,
-}
-
-impl Key {
-    /// The key of event `e` of process `pid`, the `seq`th entry of the file.
-    #[inline(always)]
-    pub(super) fn event(pid: u32, seq: u64, e: &Event) -> Key {
-        Key {
-            ts: e.ts_ns,
-            what: WHAT_EVENTS,
-            pid,
-            tid: e.tid,
-            seq,
-        }
-    }
-
-    pub(super) const MAX: Key = Key {
-        ts: u64::MAX,
-        what: u8::MAX,
-        pid: u32::MAX,
-        tid: u32::MAX,
-        seq: u64::MAX,
-    };
-}
+pub(super) use super::key::{Key, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
 
 /// What the merge hands out.
 #[derive(Clone, Copy, Debug)]

@@ -6,7 +6,6 @@ use vramtrace_format::keys;
 
 use vramtrace_format::{flags, Api, Effect, Event, Oom, Record, TraceHeader, NO_DEVICE};
 
-use super::fasthash::FastMap;
 use super::framework;
 use super::leak::{site_ref, trim_leaks};
 use super::merge::{Merge, Out, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
@@ -16,6 +15,7 @@ use super::timeline::TimelineBuilder;
 use super::undo::Releases;
 use super::*;
 use crate::callsites::{self, NO_SITE};
+use crate::fasthash::FastMap;
 use crate::symbols::Symbolizer;
 
 /// Aligned to 16 so that, in the address maps' (key, value) buckets, the value starts on a 16-byte boundary:
@@ -1248,5 +1248,45 @@ impl<'t> Replay<'t> {
             ooms,
             call_sites,
         }
+    }
+}
+
+/// Releases the driver refused (`undo`): the replay's side.
+impl Replay<'_> {
+    /// The driver refused thread `tid`'s release of `addr` in process `s`, at `t` (relative ns): what the release
+    /// took out is live again, as if it had never been released.
+    pub(super) fn undo_release(&mut self, s: usize, tid: u32, addr: u64, handle: bool, t: u64) {
+        let Some(live) = self.procs[s].releases.take(tid, addr, handle) else {
+            return;
+        };
+        let Some(l) = live else {
+            // Nothing was live there (a double free, a wrong pointer): the unmatched free it counted was none.
+            let p = &mut self.procs[s];
+            p.s.unmatched_frees = p.s.unmatched_frees.saturating_sub(1);
+            self.unmatched = self.unmatched.saturating_sub(1);
+            return;
+        };
+        let p = &mut self.procs[s];
+        let map = if handle { &mut p.handles } else { &mut p.ptrs };
+        if map.contains_key(&addr) {
+            // Something else is live there already (not the thread's next event after all): leave it be.
+            return;
+        }
+        map.insert(addr, l);
+        p.s.frees = p.s.frees.saturating_sub(1);
+        self.give(s, l.dev as usize, l.size, t, l.site);
+        // Back, not allocated anew: the counts of allocations stay as they were.
+        let d = l.dev as usize;
+        if l.site != NO_SITE {
+            let a = &mut self.cs.aggs[l.site as usize];
+            a.allocations = a.allocations.saturating_sub(1);
+            a.bytes = a.bytes.saturating_sub(l.size);
+        }
+        self.devs[d].allocations = self.devs[d].allocations.saturating_sub(1);
+        let p = &mut self.procs[s];
+        p.s.allocations = p.s.allocations.saturating_sub(1);
+        let pd = p.dev(d);
+        pd.allocations = pd.allocations.saturating_sub(1);
+        self.tap_live(Change::Alloc, s, handle, addr, &l, t);
     }
 }

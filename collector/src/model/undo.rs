@@ -3,10 +3,6 @@
 //! comes after, from the same thread, as that thread's next event. Each thread's last release is kept until
 //! then, so the refusal can put back exactly what the release took out.
 
-use super::replay::Replay;
-use super::tap::Change;
-use crate::callsites::NO_SITE;
-
 /// One thread's last release: its address, whether a handle, and what it took out (`T`).
 #[derive(Clone, Copy)]
 struct Release<T> {
@@ -61,44 +57,5 @@ impl<T: Copy> Releases<T> {
                 *n = None;
             }
         }
-    }
-}
-
-impl Replay<'_> {
-    /// The driver refused thread `tid`'s release of `addr` in process `s`, at `t` (relative ns): what the release
-    /// took out is live again, as if it had never been released.
-    pub(super) fn undo_release(&mut self, s: usize, tid: u32, addr: u64, handle: bool, t: u64) {
-        let Some(live) = self.procs[s].releases.take(tid, addr, handle) else {
-            return;
-        };
-        let Some(l) = live else {
-            // Nothing was live there (a double free, a wrong pointer): the unmatched free it counted was none.
-            let p = &mut self.procs[s];
-            p.s.unmatched_frees = p.s.unmatched_frees.saturating_sub(1);
-            self.unmatched = self.unmatched.saturating_sub(1);
-            return;
-        };
-        let p = &mut self.procs[s];
-        let map = if handle { &mut p.handles } else { &mut p.ptrs };
-        if map.contains_key(&addr) {
-            // Something else is live there already (not the thread's next event after all): leave it be.
-            return;
-        }
-        map.insert(addr, l);
-        p.s.frees = p.s.frees.saturating_sub(1);
-        self.give(s, l.dev as usize, l.size, t, l.site);
-        // Back, not allocated anew: the counts of allocations stay as they were.
-        let d = l.dev as usize;
-        if l.site != NO_SITE {
-            let a = &mut self.cs.aggs[l.site as usize];
-            a.allocations = a.allocations.saturating_sub(1);
-            a.bytes = a.bytes.saturating_sub(l.size);
-        }
-        self.devs[d].allocations = self.devs[d].allocations.saturating_sub(1);
-        let p = &mut self.procs[s];
-        p.s.allocations = p.s.allocations.saturating_sub(1);
-        let pd = p.dev(d);
-        pd.allocations = pd.allocations.saturating_sub(1);
-        self.tap_live(Change::Alloc, s, handle, addr, &l, t);
     }
 }

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 /// What a connection's buffer may hold without drawing on the pool: its read room (twice the read size, as
 /// the splitter keeps it) and a small frame.
-pub(super) const FREE: usize = (2 * super::conn::READ) + (64 << 10);
+pub(super) const FREE: usize = (2 * super::limits::READ) + (64 << 10);
 /// The pool, for all connections together.
 pub(crate) const POOL: usize = 256 << 20;
 

@@ -19,6 +19,7 @@ use super::budget::{self, Claim};
 use super::fds::{recv_with_fds, take_hello};
 use super::hold::{blob_into, hold_frame, put_loss, put_note, Hold, SOCKET_HOLD_NS};
 use super::ingest::{self, Refusal, Refused, Speaker};
+use super::limits::{CLOCK_MARGIN_NS, READ, RESERVE_WAIT};
 use super::reaped;
 use super::ring_map::{map_ring, maps_inode, Mapping};
 use super::writer::TraceWriter;
@@ -90,9 +91,6 @@ pub(super) struct Conn {
     pub(super) turned_away: Option<String>,
 }
 
-/// How long a connection whose ring has not come waits to read until a descriptor is free for it.
-pub(super) const RESERVE_WAIT: Duration = Duration::from_secs(2);
-
 /// What judging a gone peer on its hello takes (the job's token, `Conn::hello`): the peer's user, and the job's
 /// connections (the refusals counted).
 pub(super) struct GonePeer {
@@ -100,7 +98,6 @@ pub(super) struct GonePeer {
     pub(super) conns: Arc<Connections>,
 }
 
-pub(super) const READ: usize = 256 << 10;
 /// A ring is drained at least this often while its process runs, and whenever it passes a quarter full.
 pub(super) const NAP_MIN: Duration = Duration::from_millis(1);
 pub(super) const NAP_MAX: Duration = Duration::from_millis(50);
@@ -112,10 +109,6 @@ pub(super) const STUCK_NS: u64 = 2_000_000_000;
 pub(super) const STALL: Duration = Duration::from_millis(500);
 /// Events per frame written from a ring.
 pub(super) const BATCH: usize = 4096;
-/// How far behind its own clock the collector promises. Events' counter ticks, converted by its line (format's
-/// `ticks`), can be tens of ns off its `clock_gettime`, more when converted long after; a promise this far back
-/// rarely needs an event held for it, and covers a new process's first events, which nothing holds.
-pub(super) const CLOCK_MARGIN_NS: u64 = 50_000;
 /// How often, at most, an empty ring's drain promises that nothing older is still to come from its process.
 pub(super) const TICK_NS: u64 = 10_000_000;
 

@@ -5,7 +5,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Instant;
 
-use super::conn::RESERVE_WAIT;
+use super::limits::RESERVE_WAIT;
 
 /// `recvmsg` into `buf`, with any descriptors that came attached (`SCM_RIGHTS`), owned, and whether some were
 /// lost on the way (`MSG_CTRUNC`: the kernel had no descriptor free for them here, or no room in our buffer).

@@ -4,8 +4,8 @@
 use vramtrace_format::codec::{self, kind, FrameSplitter};
 use vramtrace_format::{LossCause, Record};
 
-use super::conn::CLOCK_MARGIN_NS;
 use super::ingest::{self, Refusal, Refused, Speaker};
+use super::limits::CLOCK_MARGIN_NS;
 use super::reaped;
 use super::Connections;
 

@@ -23,7 +23,7 @@ use vramtrace_format::NO_DEVICE;
 
 use super::pickle::{Pickler, BATCH};
 use crate::callsites::{Frame, FrameKind};
-use crate::model::fasthash::FastMap;
+use crate::fasthash::FastMap;
 use crate::model::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::Analysis;
 use crate::torch_snapshot;

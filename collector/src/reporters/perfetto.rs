@@ -21,7 +21,7 @@ use prost::Message;
 use vramtrace_format::{flags, TraceHeader};
 
 use super::{process_name, site_label};
-use crate::model::fasthash::FastMap;
+use crate::fasthash::FastMap;
 use crate::model::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::ProcessStats;
 use crate::reporters::text::units::bytes;
