@@ -25,23 +25,18 @@
 //!
 //! All times in an [`Analysis`] are ns relative to the trace header's `start_mono_ns`.
 
-mod decode;
+// The stages an entry passes, in order: read and merged (`input`), replayed (`replay`, the state and the
+// records it takes), drawn on (`observe`), judged (`diagnose`). The reporters and the verbs stand above.
 pub mod diagnose;
-pub mod framework;
-mod fronts;
-pub mod growth;
-mod key;
-pub mod leak;
-pub mod merge;
-mod merge_link;
-mod oom_snapshot;
-mod records;
+pub mod input;
+pub mod observe;
 pub mod replay;
-mod run;
-mod sites;
-pub mod tap;
-pub mod timeline;
-pub(crate) mod undo;
+
+pub use input::merge;
+pub(crate) use input::{decode, fronts, key, merge_link, run};
+pub use observe::{growth, leak, tap, timeline};
+pub use replay::framework;
+pub(crate) use replay::undo;
 
 use std::fs::File;
 use std::io::{self, BufReader, Read};

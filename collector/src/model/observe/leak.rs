@@ -1,7 +1,7 @@
 //! The minima between a timeline's peaks (the cycles a growth counts), and the list of what was never freed.
 
-use super::*;
 use crate::callsites::NO_SITE;
+use crate::model::*;
 
 /// The low points between peaks of a timeline, in time order. Peaks and troughs are the turns of a zigzag that
 /// ignores moves smaller than [`TURN_PCT`] % of the timeline's range: a trough is the lowest point after a peak
@@ -72,12 +72,12 @@ pub fn minima(tl: &Timeline) -> Vec<Minimum> {
 
 /// An aggregate index as a site reference (turned into an index of `CallSites::sites` by `finish`).
 #[inline]
-pub(super) fn site_ref(site: u32) -> Option<usize> {
+pub(in crate::model) fn site_ref(site: u32) -> Option<usize> {
     (site != NO_SITE).then_some(site as usize)
 }
 
 /// Keeps the largest [`LEAK_LIST`], in a stable order: largest first, then oldest, then by pid and address.
-pub(super) fn trim_leaks(v: &mut Vec<LiveAlloc>) {
+pub(in crate::model) fn trim_leaks(v: &mut Vec<LiveAlloc>) {
     v.sort_unstable_by(|a, b| {
         b.bytes
             .cmp(&a.bytes)

@@ -21,8 +21,8 @@ use std::collections::HashMap;
 
 use vramtrace_format::Api;
 
-use super::{minima, LeakGroup, LeakSite, LeakTrend, Minimum, Timeline};
 use crate::callsites::{NO_SITE, SITES_LISTED};
+use crate::model::{minima, LeakGroup, LeakSite, LeakTrend, Minimum, Timeline};
 
 /// Windows the span is cut into.
 pub const GROWTH_WINDOWS: usize = 16;
@@ -203,7 +203,10 @@ fn steps_in(tl: &Timeline, floor: &[u64], from: u64, to: u64, step: u64) -> Opti
 /// still live at its end: those made during the rise (after its first floor point, up to its last: not the
 /// transient bytes of the step in progress) are what grew. Sites stay aggregate indices until the
 /// replay's `finish` turns them into sites.
-pub(super) fn fill_what_grew(l: &mut LeakTrend, live: impl Iterator<Item = (Api, u64, u32, u64)>) {
+pub(in crate::model) fn fill_what_grew(
+    l: &mut LeakTrend,
+    live: impl Iterator<Item = (Api, u64, u32, u64)>,
+) {
     let (from, to) = (l.minima[0].t_ns, l.minima[l.minima.len() - 1].t_ns);
     let mut groups: HashMap<(Api, u64), u64> = HashMap::new();
     let mut sites: HashMap<u32, (u64, u64)> = HashMap::new();

@@ -1,7 +1,7 @@
 //! The merge on a thread of its own, between the replay's intake (records in file order) and its accounting
 //! (entries in key order).
 //!
-//! Why: with the frames decoded on their own thread ([`super::decode`]), the replay's thread was the bound, and
+//! Why: with the frames decoded on their own thread ([`crate::model::decode`]), the replay's thread was the bound, and
 //! the merge (placing every event in key order) was about half of it. Here the intake queues what it used to
 //! call on the merge (pushes and drains, in the same order, each drain with the limit of its moment) and the
 //! merge thread runs them in that order: it hands out exactly what the inline merge would, and the replay
@@ -20,10 +20,10 @@ use std::thread::Scope;
 use crossbeam_channel::{bounded, Receiver, Select, Sender};
 use vramtrace_format::Event;
 
-use super::merge::{Merge, Out, SEGMENT};
+use crate::model::merge::{Merge, Out, SEGMENT};
 
 /// What the intake asks of the merge, in its order.
-pub(super) enum Input {
+pub(in crate::model) enum Input {
     /// A batch of process `pid` (slot `slot`). `limit`: the replay's limit after it, for the bound's last resort
     /// (handing out the oldest early when nothing can be spilled).
     Events {
@@ -47,7 +47,7 @@ pub(super) enum Input {
 
 /// Entries handed out, in key order: each `Out::Events` takes the next events of `events`.
 #[derive(Default)]
-pub(super) struct Chunk {
+pub(in crate::model) struct Chunk {
     pub outs: Vec<Out>,
     pub events: Vec<Event>,
     /// The last chunk: the merge's count of entries it could not place exactly.
@@ -63,7 +63,7 @@ const INPUT_ITEMS: usize = 512;
 const IN_FLIGHT: usize = 16;
 
 /// The merge's side: runs the inputs in order, gathers what comes out into chunks.
-pub(super) struct Stage {
+pub(in crate::model) struct Stage {
     merge: Merge,
     chunk: Chunk,
     buf: Vec<Event>,
@@ -187,7 +187,7 @@ fn gone() -> ! {
 }
 
 /// The replay's end of the merge: inline, or a channel each way to the merge's thread.
-pub(super) struct MergeLink {
+pub(in crate::model) struct MergeLink {
     inline: Option<Stage>,
     /// Inline: chunks handed out, not yet applied.
     ready: VecDeque<Chunk>,
@@ -409,7 +409,7 @@ mod tests {
         }
     }
 
-    use super::super::run::tests::event as ev;
+    use crate::model::run::tests::event as ev;
 
     /// Inputs as an intake makes them: four processes' batches (some late), records, drains with a limit that
     /// mostly grows and sometimes falls back (a newcomer).

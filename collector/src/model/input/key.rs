@@ -4,19 +4,19 @@
 use vramtrace_format::Event;
 
 /// Entry kinds, in their order at the same nanosecond: the events, then what depends on them.
-pub(super) const WHAT_EVENTS: u8 = 0;
-pub(super) const WHAT_DROP: u8 = 1;
-pub(super) const WHAT_OOM: u8 = 2;
-pub(super) const WHAT_END: u8 = 3;
+pub(in crate::model) const WHAT_EVENTS: u8 = 0;
+pub(in crate::model) const WHAT_DROP: u8 = 1;
+pub(in crate::model) const WHAT_OOM: u8 = 2;
+pub(in crate::model) const WHAT_END: u8 = 3;
 /// A bridge record (a framework's figures or out-of-memory error), after the events of its nanosecond.
-pub(super) const WHAT_FW: u8 = 4;
+pub(in crate::model) const WHAT_FW: u8 = 4;
 /// Every context of a process on a device was torn down: its pointer allocations there are gone.
-pub(super) const WHAT_CTX: u8 = 5;
+pub(in crate::model) const WHAT_CTX: u8 = 5;
 
 /// The total order of a trace's entries: time, kind, pid, thread, then the order of arrival in the file, which
 /// for one thread is its program order (a thread's records never overtake each other).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Key {
+pub(in crate::model) struct Key {
     pub ts: u64,
     pub what: u8,
     pub pid: u32,
@@ -27,7 +27,7 @@ pub(super) struct Key {
 impl Key {
     /// The key of event `e` of process `pid`, the `seq`th entry of the file.
     #[inline(always)]
-    pub(super) fn event(pid: u32, seq: u64, e: &Event) -> Key {
+    pub(in crate::model) fn event(pid: u32, seq: u64, e: &Event) -> Key {
         Key {
             ts: e.ts_ns,
             what: WHAT_EVENTS,
@@ -37,7 +37,7 @@ impl Key {
         }
     }
 
-    pub(super) const MAX: Key = Key {
+    pub(in crate::model) const MAX: Key = Key {
         ts: u64::MAX,
         what: u8::MAX,
         pid: u32::MAX,

@@ -4,8 +4,8 @@
 
 use vramtrace_format::{Oom, TraceHeader};
 
-use super::ProcessStats;
 use crate::callsites::Frame;
+use crate::model::ProcessStats;
 
 /// What changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,12 +5,12 @@
 use vramtrace_format::keys;
 use vramtrace_format::{EndKind, Event, Hello, Record};
 
-use super::merge::{WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
-use super::replay::Replay;
-use super::Ended;
+use crate::model::merge::{WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
+use crate::model::replay::Replay;
+use crate::model::Ended;
 
 impl Replay<'_> {
-    pub(super) fn on_events(&mut self, pid: u32, batch: Vec<Event>) {
+    pub(in crate::model) fn on_events(&mut self, pid: u32, batch: Vec<Event>) {
         if batch.is_empty() {
             return;
         }
@@ -35,7 +35,7 @@ impl Replay<'_> {
         self.next_id
     }
 
-    pub(super) fn on_record(&mut self, rec: Record) {
+    pub(in crate::model) fn on_record(&mut self, rec: Record) {
         match rec {
             Record::Hello(h) => self.on_hello(h),
             Record::Events { pid, events } => self.on_events(pid, events),
@@ -189,7 +189,7 @@ impl Replay<'_> {
     }
 
     /// Replays bridge record `id` at `ts`.
-    pub(super) fn on_fw(&mut self, id: usize, ts: u64) {
+    pub(in crate::model) fn on_fw(&mut self, id: usize, ts: u64) {
         let Some((s, rec)) = self.pending_fw.remove(&id) else {
             return;
         };
@@ -225,7 +225,7 @@ impl Replay<'_> {
     }
 
     /// The replay reached hello `id`.
-    pub(super) fn hello_applied(&mut self, id: usize) {
+    pub(in crate::model) fn hello_applied(&mut self, id: usize) {
         let Some((s, h)) = self.pending_hellos.remove(&id) else {
             return;
         };

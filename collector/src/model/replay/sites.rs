@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 
-use super::replay::Replay;
 use crate::callsites::{self, Agg, CallSites, DeviceSites, SiteBytes, SITES_LISTED};
+use crate::model::replay::Replay;
 use crate::symbols::Symbolizer;
 
 impl Replay<'_> {
     /// The call sites the reports show, symbolised, with every site reference (aggregate indices until now)
     /// turned into an index of `CallSites::sites`.
-    pub(super) fn call_sites(&mut self, mut sym: Option<&mut Symbolizer>) -> CallSites {
+    pub(in crate::model) fn call_sites(&mut self, mut sym: Option<&mut Symbolizer>) -> CallSites {
         let notes = self.cs.notes();
         if !self.cs.any {
             return CallSites {
@@ -54,8 +54,8 @@ impl Replay<'_> {
                 .collect();
             let listed = sites.iter().fold(0u64, |x, b| x.saturating_add(b.bytes));
             at_peak.push(DeviceSites {
-                device: super::replay::ordinal(dv.device),
-                on_host: dv.device == super::replay::HOST_DEVICE,
+                device: crate::model::replay::ordinal(dv.device),
+                on_host: dv.device == crate::model::replay::HOST_DEVICE,
                 peak_bytes: dv.peak,
                 sites,
                 unlisted_bytes: total.saturating_sub(listed),
@@ -136,7 +136,7 @@ impl Replay<'_> {
             s.live_bytes_at_end = s.live_bytes_at_end.saturating_add(a.live_end);
             let dv = &devs[a.dev as usize];
             s.per_device.push(callsites::SiteDevice {
-                device: super::replay::ordinal(dv.device),
+                device: crate::model::replay::ordinal(dv.device),
                 allocations: a.allocations,
                 allocated_bytes: a.bytes,
                 peak_bytes: a.at_peak,

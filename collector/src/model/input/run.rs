@@ -9,11 +9,11 @@ use std::collections::VecDeque;
 
 use vramtrace_format::Event;
 
-use super::key::Key;
+use crate::model::key::Key;
 
 /// The file order (`seq`) of a batch's events: consecutive from a first one (a batch already in time order, the
 /// common case), or one each (a batch that had to be sorted, or events put back in memory after a failed spill).
-pub(super) enum Seqs {
+pub(in crate::model) enum Seqs {
     From(u64),
     Each(Vec<u64>),
 }
@@ -35,7 +35,7 @@ struct Seg {
     seqs: Seqs,
 }
 
-pub(super) struct Run {
+pub(in crate::model) struct Run {
     pub slot: usize,
     pub pid: u32,
     segs: VecDeque<Seg>,
@@ -151,7 +151,7 @@ impl Run {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(in crate::model) mod tests {
     use super::*;
     use vramtrace_format::Api;
 

@@ -11,9 +11,9 @@ use std::collections::HashMap;
 
 use vramtrace_format::{Bridge, Framework, FrameworkSample, NO_DEVICE};
 
-use super::growth::growth_sampled;
-use super::timeline::{Timeline, TimelineBuilder};
-use super::LeakTrend;
+use crate::model::growth::growth_sampled;
+use crate::model::timeline::{Timeline, TimelineBuilder};
+use crate::model::LeakTrend;
 
 /// Arming changes of the allocation history kept, all processes together.
 pub const MAX_HISTORY_CHANGES: usize = 64;

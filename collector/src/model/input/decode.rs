@@ -4,7 +4,7 @@
 //! state. On a thread of its own it overlaps the merge and the replay, which see the same entries in the same
 //! order (the file's). Batches go through a bounded channel, so the decoder is never more than a few batches
 //! ahead (memory stays bounded). Each frame's events are handed over as a buffer of their own: the merge takes
-//! it to its thread ([`super::merge_link`]).
+//! it to its thread ([`crate::model::merge_link`]).
 
 use std::io::Read;
 use std::sync::mpsc::sync_channel;
@@ -16,7 +16,7 @@ use vramtrace_format::reader::TraceReader;
 use vramtrace_format::{Event, Record};
 
 /// One frame, as the replay takes it.
-pub(super) enum Entry {
+pub(in crate::model) enum Entry {
     Events(u32, Vec<Event>),
     Record(Record),
     /// A frame of a kind this version does not know.
@@ -41,7 +41,7 @@ const AHEAD: usize = 16;
 /// Reads `reader` to its end (or its first corrupt frame) on a scoped thread, handing each frame to `apply` in
 /// file order on the calling thread. Returns the reader, to say how it stopped. Without a thread to be had, it
 /// decodes inline.
-pub(super) fn decode_ahead<R: Read + Send>(
+pub(in crate::model) fn decode_ahead<R: Read + Send>(
     reader: TraceReader<R>,
     mut apply: impl FnMut(Entry),
 ) -> TraceReader<R> {

@@ -5,11 +5,11 @@
 //! fields and the source packed together, against 48), compared time first with the rest only on a tie, and the
 //! top is replaced in place with one sift.
 
-use super::key::Key;
+use crate::model::key::Key;
 
 /// A source of entries, packed: the kind in the top two bits, the index below.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Src {
+pub(in crate::model) enum Src {
     Run(usize),
     Spill(usize),
     Rec(usize),
@@ -81,7 +81,7 @@ impl Front {
 
 /// A binary min-heap of fronts in key order.
 #[derive(Default)]
-pub(super) struct Fronts {
+pub(in crate::model) struct Fronts {
     h: Vec<Front>,
 }
 

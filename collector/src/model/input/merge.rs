@@ -24,20 +24,22 @@ use std::os::unix::fs::FileExt;
 
 use vramtrace_format::{Api, Event};
 
-use super::fronts::{Fronts, Src};
-use super::run::{Run, Seqs};
+use crate::model::fronts::{Fronts, Src};
+use crate::model::run::{Run, Seqs};
 
-pub(super) use super::key::{Key, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
+pub(in crate::model) use crate::model::key::{
+    Key, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM,
+};
 
 /// What the merge hands out.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Out {
+pub(in crate::model) enum Out {
     /// `.1` events of the process in slot `.0`, the next ones in the caller's buffer.
     Events(usize, usize),
     /// A record: (kind, the replay's id for it (for `WHAT_END` the slot), absolute time).
     Rec(u8, usize, u64),
     /// A place in the file (the replay's id): everything handed out before it was pushed before it. Never from
-    /// the merge itself: [`super::merge_link`] puts it between what the merge hands out.
+    /// the merge itself: [`crate::model::merge_link`] puts it between what the merge hands out.
     Mark(usize),
 }
 
@@ -52,11 +54,11 @@ struct SpillRun {
 /// addr u64, size u64, aux u64, stack u32.
 const SPILLED: usize = 66;
 /// The most events handed out at once.
-pub(super) const SEGMENT: usize = 4096;
+pub(in crate::model) const SEGMENT: usize = 4096;
 /// Events read back from a spilled run at a time.
 const SPILL_BLOCK: usize = 1024;
 
-pub(super) struct Merge {
+pub(in crate::model) struct Merge {
     /// The plain reference: everything collected, sorted once at the end.
     reference: Option<Vec<(Key, usize, Option<Event>)>>,
     ref_next: usize,
@@ -668,7 +670,7 @@ mod tests {
     }
 
     fn ev(ts: u64, tid: u32) -> Event {
-        super::super::run::tests::event(ts, tid, ts)
+        crate::model::run::tests::event(ts, tid, ts)
     }
 
     /// Everything `m` hands out once finished: (slot, event time, thread).

@@ -3,11 +3,11 @@
 
 use vramtrace_format::{flags, Api, Oom, NO_DEVICE};
 
-use super::growth::{fill_what_grew, growth};
-use super::leak::site_ref;
-use super::replay::Replay;
-use super::*;
 use crate::callsites::{SiteBytes, NO_SITE, SITES_LISTED};
+use crate::model::growth::{fill_what_grew, growth};
+use crate::model::leak::site_ref;
+use crate::model::replay::Replay;
+use crate::model::*;
 
 impl Replay<'_> {
     /// Tells the tap of out-of-memory record `o` of slot `s`, replayed at `ts`.
@@ -22,7 +22,7 @@ impl Replay<'_> {
         };
         let on_host = o.api == Api::MemCreate as u8 && o.device == NO_DEVICE;
         let key = if on_host {
-            super::replay::HOST_DEVICE
+            crate::model::replay::HOST_DEVICE
         } else {
             o.device
         };
@@ -31,7 +31,7 @@ impl Replay<'_> {
             .iter()
             .find(|d| d.device == key)
             .map_or(0, |d| d.cur);
-        let step = super::tap::OomStep {
+        let step = crate::model::tap::OomStep {
             t_ns: self.rel(ts),
             slot: s,
             process: &self.procs[s].s,
@@ -49,7 +49,7 @@ impl Replay<'_> {
     /// failed request of its thread on that device not recovered from, or of the process there within
     /// [`FOLD_NS`]; earlier ones were the allocator's retries and fold into it), or snapshots it on its own when the driver saw no failure (PyTorch's
     /// per-process memory fraction refuses before asking the driver).
-    pub(super) fn fold_framework_oom(
+    pub(in crate::model) fn fold_framework_oom(
         &mut self,
         s: usize,
         pid: u32,
@@ -72,7 +72,7 @@ impl Replay<'_> {
                     && o.device == fo.device
                     && !o.on_host
                     && o.framework.is_none()
-                    && super::replay::folds_into(o.tid, o.time_ns, tid, t)
+                    && crate::model::replay::folds_into(o.tid, o.time_ns, tid, t)
             })
             .map(|(i, _)| i)
             .collect();
@@ -148,7 +148,7 @@ impl Replay<'_> {
     }
 
     /// The replay reached out-of-memory record `id` (at absolute time `ts`): everything up to then is applied.
-    pub(super) fn snapshot(&mut self, id: usize, ts: u64) {
+    pub(in crate::model) fn snapshot(&mut self, id: usize, ts: u64) {
         let Some((s, o)) = self.pending_ooms.remove(&id) else {
             return;
         };
@@ -170,7 +170,7 @@ impl Replay<'_> {
         // memory.
         let on_host = o.api == Api::MemCreate as u8 && o.device == NO_DEVICE;
         let key = if on_host {
-            super::replay::HOST_DEVICE
+            crate::model::replay::HOST_DEVICE
         } else {
             o.device
         };
@@ -212,7 +212,7 @@ impl Replay<'_> {
 
         // Processes.
         let devs = &self.devs;
-        let dev_of = |i: usize| super::replay::ordinal(devs[i].device);
+        let dev_of = |i: usize| crate::model::replay::ordinal(devs[i].device);
         let mut processes = Vec::new();
         let mut on_device = 0u64;
         for (i, p) in self.procs.iter().enumerate() {
@@ -227,7 +227,9 @@ impl Replay<'_> {
                 .iter()
                 .enumerate()
                 // GPUs only: host memory (a host OOM's own figure is `device_live_bytes`) is no GPU's.
-                .filter(|(di, pd)| pd.cur > 0 && devs[*di].device != super::replay::HOST_DEVICE)
+                .filter(|(di, pd)| {
+                    pd.cur > 0 && devs[*di].device != crate::model::replay::HOST_DEVICE
+                })
                 .map(|(di, pd)| (dev_of(di), pd.cur))
                 .collect();
             if per_device.is_empty() && i != s {
@@ -381,7 +383,7 @@ impl Replay<'_> {
 }
 
 /// Keeps the largest [`OOM_TOP_LIVE`], largest first, then oldest, then by pid and address.
-pub(super) fn trim_top(v: &mut Vec<OomAlloc>) {
+pub(in crate::model) fn trim_top(v: &mut Vec<OomAlloc>) {
     v.sort_unstable_by(|a, b| {
         b.bytes
             .cmp(&a.bytes)
@@ -393,7 +395,7 @@ pub(super) fn trim_top(v: &mut Vec<OomAlloc>) {
 }
 
 /// The part of `tl` from `from` on, with neighbouring buckets merged until at most `points` remain.
-pub(super) fn window(tl: &Timeline, from: u64, points: usize) -> Timeline {
+pub(in crate::model) fn window(tl: &Timeline, from: u64, points: usize) -> Timeline {
     let w = tl.bucket_ns;
     let kept: Vec<Bucket> = tl
         .buckets

@@ -1,21 +1,26 @@
 //! The replay: live sets, peaks, timelines and per-process figures, applied entry by entry in the order the
-//! merge ([`super::merge`]) hands them out.
+//! merge ([`crate::model::merge`]) hands them out.
+
+pub mod framework;
+pub(crate) mod oom_snapshot;
+pub(crate) mod records;
+pub(crate) mod sites;
+pub(crate) mod undo;
 
 use std::collections::HashMap;
 use vramtrace_format::keys;
 
 use vramtrace_format::{flags, Api, Effect, Event, Oom, Record, TraceHeader, NO_DEVICE};
 
-use super::framework;
-use super::leak::{site_ref, trim_leaks};
-use super::merge::{Merge, Out, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
-use super::merge_link::{Chunk, MergeLink};
-use super::tap::{Change, Step, Tap};
-use super::timeline::TimelineBuilder;
-use super::undo::Releases;
-use super::*;
 use crate::callsites::{self, NO_SITE};
 use crate::fasthash::FastMap;
+use crate::model::leak::{site_ref, trim_leaks};
+use crate::model::merge::{Merge, Out, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
+use crate::model::merge_link::{Chunk, MergeLink};
+use crate::model::tap::{Change, Step, Tap};
+use crate::model::timeline::TimelineBuilder;
+use crate::model::undo::Releases;
+use crate::model::*;
 use crate::symbols::Symbolizer;
 
 /// Aligned to 16 so that, in the address maps' (key, value) buckets, the value starts on a 16-byte boundary:
@@ -24,65 +29,65 @@ use crate::symbols::Symbolizer;
 /// every free).
 #[derive(Clone, Copy)]
 #[repr(align(16))]
-pub(super) struct Live {
-    pub(super) size: u64,
+pub(in crate::model) struct Live {
+    pub(in crate::model) size: u64,
     /// Relative ns.
-    pub(super) ts: u64,
-    pub(super) tid: u32,
+    pub(in crate::model) ts: u64,
+    pub(in crate::model) tid: u32,
     /// Its call site's aggregate, or `NO_SITE`.
-    pub(super) site: u32,
-    pub(super) dev: u16,
-    pub(super) api: Api,
-    pub(super) flags: u8,
+    pub(in crate::model) site: u32,
+    pub(in crate::model) dev: u16,
+    pub(in crate::model) api: Api,
+    pub(in crate::model) flags: u8,
 }
 
 #[derive(Default, Clone)]
-pub(super) struct ProcDev {
-    pub(super) cur: u64,
-    pub(super) peak: u64,
-    pub(super) live_end: u64,
-    pub(super) allocations: u64,
+pub(in crate::model) struct ProcDev {
+    pub(in crate::model) cur: u64,
+    pub(in crate::model) peak: u64,
+    pub(in crate::model) live_end: u64,
+    pub(in crate::model) allocations: u64,
 }
 
-pub(super) struct Proc {
-    pub(super) s: ProcessStats,
+pub(in crate::model) struct Proc {
+    pub(in crate::model) s: ProcessStats,
     /// It has out-of-memory refusals not yet known recovered or raised (in `Replay::open_ooms`).
-    pub(super) open_oom: bool,
+    pub(in crate::model) open_oom: bool,
     /// The last failed allocation: (tid, bytes, call-site aggregate), so an OOM record names its request's site.
-    pub(super) last_failed: Option<(u32, u64, u32)>,
-    pub(super) cur: u64,
-    pub(super) dev: Vec<ProcDev>,
+    pub(in crate::model) last_failed: Option<(u32, u64, u32)>,
+    pub(in crate::model) cur: u64,
+    pub(in crate::model) dev: Vec<ProcDev>,
     /// The device its last allocation was on, and that device's index in the replay's `devs`: a process nearly
     /// always allocates on one device, and the search walks whole `Dev`s.
-    pub(super) dev_hint: (u32, usize),
-    pub(super) ptrs: FastMap<u64, Live>,
-    pub(super) handles: FastMap<u64, Live>,
+    pub(in crate::model) dev_hint: (u32, usize),
+    pub(in crate::model) ptrs: FastMap<u64, Live>,
+    pub(in crate::model) handles: FastMap<u64, Live>,
     /// Each thread's last release, until its next event (a refusal of it: `undo.rs`).
-    pub(super) releases: Releases<Option<Live>>,
-    pub(super) reserved: u64,
-    pub(super) mapped: u64,
+    pub(in crate::model) releases: Releases<Option<Live>>,
+    pub(in crate::model) reserved: u64,
+    pub(in crate::model) mapped: u64,
     /// Its promise: no later record of it is older than this (absolute time).
-    pub(super) wm: u64,
+    pub(in crate::model) wm: u64,
     /// The newest time of its latest record, which becomes the promise when the next record arrives.
-    pub(super) pending_wm: u64,
-    pub(super) open: bool,
-    pub(super) goodbye: bool,
+    pub(in crate::model) pending_wm: u64,
+    pub(in crate::model) open: bool,
+    pub(in crate::model) goodbye: bool,
     /// Its connection's end (`ProcessEnd`) was read.
-    pub(super) end_seen: bool,
+    pub(in crate::model) end_seen: bool,
     /// Its hello was read (the intake's; what it says is applied in order with the entries: `s.announced`).
-    pub(super) hello_seen: bool,
+    pub(in crate::model) hello_seen: bool,
     /// Its end is in the merge (at its goodbye, or at its `ProcessEnd`).
-    pub(super) end_queued: bool,
+    pub(in crate::model) end_queued: bool,
     /// The newest time of anything it recorded: its goodbye is never replayed before it.
-    pub(super) newest: u64,
+    pub(in crate::model) newest: u64,
     /// Its end was replayed: CUDA gave back what it held.
-    pub(super) released: bool,
+    pub(in crate::model) released: bool,
     /// Absolute start time (hello or first sight), for telling an earlier image of the same pid apart.
-    pub(super) start_abs: u64,
+    pub(in crate::model) start_abs: u64,
     /// The slot this pid had before this one (exec or pid reuse).
-    pub(super) prev: Option<usize>,
+    pub(in crate::model) prev: Option<usize>,
     /// Its stacks, objects and call-site aggregates.
-    pub(super) cs: callsites::ProcSites,
+    pub(in crate::model) cs: callsites::ProcSites,
 }
 
 impl Proc {
@@ -151,7 +156,7 @@ impl Proc {
     }
 
     #[inline]
-    pub(super) fn dev(&mut self, d: usize) -> &mut ProcDev {
+    pub(in crate::model) fn dev(&mut self, d: usize) -> &mut ProcDev {
         if self.dev.len() <= d {
             self.dev.resize(d + 1, ProcDev::default());
         }
@@ -159,48 +164,48 @@ impl Proc {
     }
 }
 
-pub(super) struct Dev {
-    pub(super) device: u32,
-    pub(super) cur: u64,
-    pub(super) peak: u64,
-    pub(super) peak_t: Option<u64>,
-    pub(super) live_end: u64,
-    pub(super) allocations: u64,
-    pub(super) largest: u64,
-    pub(super) info: Option<(u64, u64)>,
-    pub(super) tl: TimelineBuilder,
+pub(in crate::model) struct Dev {
+    pub(in crate::model) device: u32,
+    pub(in crate::model) cur: u64,
+    pub(in crate::model) peak: u64,
+    pub(in crate::model) peak_t: Option<u64>,
+    pub(in crate::model) live_end: u64,
+    pub(in crate::model) allocations: u64,
+    pub(in crate::model) largest: u64,
+    pub(in crate::model) info: Option<(u64, u64)>,
+    pub(in crate::model) tl: TimelineBuilder,
     /// Bytes freed with `cuMemFreeAsync` per 100 ms step: (step number, bytes), a ring over the last second.
-    pub(super) async_freed: [(u64, u64); ASYNC_STEPS],
+    pub(in crate::model) async_freed: [(u64, u64); ASYNC_STEPS],
     /// The largest device total an out-of-memory record gave, and the cap one gave.
-    pub(super) oom_total: Option<u64>,
-    pub(super) oom_cap: Option<u64>,
+    pub(in crate::model) oom_total: Option<u64>,
+    pub(in crate::model) oom_cap: Option<u64>,
     /// New peaks reached so far (call-site aggregates compare it: see `callsites`).
-    pub(super) peak_seq: u64,
+    pub(in crate::model) peak_seq: u64,
 }
 
 /// The replay's device for memory on no GPU: `cuMemCreate` with a host location (the shim records it on no
 /// device). Kept apart from `NO_DEVICE` (a GPU the shim could not tell) so that neither is taken for the other.
-pub(super) const HOST_DEVICE: u32 = NO_DEVICE - 1;
+pub(in crate::model) const HOST_DEVICE: u32 = NO_DEVICE - 1;
 
 /// A replay device's ordinal for the reports: `None` for memory on no GPU or on a GPU the shim could not tell.
 #[inline]
-pub(super) fn ordinal(device: u32) -> Option<u32> {
+pub(in crate::model) fn ordinal(device: u32) -> Option<u32> {
     (device != NO_DEVICE && device != HOST_DEVICE).then_some(device)
 }
 
 /// An out-of-memory refusal waiting to be told recovered, raised or fatal.
-pub(super) struct OpenOom {
-    pub(super) slot: usize,
-    pub(super) tid: u32,
+pub(in crate::model) struct OpenOom {
+    pub(in crate::model) slot: usize,
+    pub(in crate::model) tid: u32,
     /// The record's device (raw).
-    pub(super) device: u32,
+    pub(in crate::model) device: u32,
     /// Relative ns.
-    pub(super) t: u64,
-    pub(super) requested: u64,
-    pub(super) cap_refused: bool,
-    pub(super) api: u8,
+    pub(in crate::model) t: u64,
+    pub(in crate::model) requested: u64,
+    pub(in crate::model) cap_refused: bool,
+    pub(in crate::model) api: u8,
     /// Its snapshot's sequence number, when it got one.
-    pub(super) snap: Option<u64>,
+    pub(in crate::model) snap: Option<u64>,
 }
 
 /// The most open refusals held; past it, the oldest is counted an error.
@@ -222,75 +227,75 @@ pub fn folds_into(tid: u32, t: u64, error_tid: u32, error_t: u64) -> bool {
     t <= error_t && (tid == error_tid || error_t - t <= FOLD_NS)
 }
 
-pub(super) struct Replay<'t> {
-    pub(super) start: u64,
-    pub(super) procs: Vec<Proc>,
-    pub(super) by_pid: HashMap<u32, usize>,
-    pub(super) devs: Vec<Dev>,
+pub(in crate::model) struct Replay<'t> {
+    pub(in crate::model) start: u64,
+    pub(in crate::model) procs: Vec<Proc>,
+    pub(in crate::model) by_pid: HashMap<u32, usize>,
+    pub(in crate::model) devs: Vec<Dev>,
     /// Slots still open (holding the merge back).
-    pub(super) open: Vec<usize>,
-    pub(super) min_wm: u64,
-    pub(super) wm_dirty: bool,
+    pub(in crate::model) open: Vec<usize>,
+    pub(in crate::model) min_wm: u64,
+    pub(in crate::model) wm_dirty: bool,
     /// Every timed entry waits in the merge until no open process can send anything older.
-    pub(super) merge: MergeLink,
+    pub(in crate::model) merge: MergeLink,
     /// With a collector that promises for processes still to come (`newcomer_ticks` in the header): how far it
     /// has promised. The merge goes no further.
-    pub(super) newcomers: Option<u64>,
+    pub(in crate::model) newcomers: Option<u64>,
     /// The collector writes a process's goodbye after its last record (`goodbye_last` in the header): its end,
     /// and the release of what it held, go there. Older traces release at the connection's end.
-    pub(super) goodbye_last: bool,
+    pub(in crate::model) goodbye_last: bool,
     /// The collector's end record was read (`Record::End`).
-    pub(super) end_record: bool,
+    pub(in crate::model) end_record: bool,
     /// Exit statuses the wrapper reaped, attached to their processes at the end.
-    pub(super) exits: Vec<vramtrace_format::Exit>,
+    pub(in crate::model) exits: Vec<vramtrace_format::Exit>,
     /// Dropped-event counts waiting for the merge: id -> (slot, count).
-    pub(super) pending_drops: HashMap<usize, (usize, u64)>,
+    pub(in crate::model) pending_drops: HashMap<usize, (usize, u64)>,
     /// Hellos waiting for the replay to reach their place in the file: id -> (slot, hello).
-    pub(super) pending_hellos: HashMap<usize, (usize, vramtrace_format::Hello)>,
-    pub(super) events: u64,
-    pub(super) dropped: u64,
-    pub(super) unmatched: u64,
-    pub(super) lost: u64,
-    pub(super) first_ts: Option<u64>,
-    pub(super) last_ts: u64,
-    pub(super) leaks: Vec<LiveAlloc>,
+    pub(in crate::model) pending_hellos: HashMap<usize, (usize, vramtrace_format::Hello)>,
+    pub(in crate::model) events: u64,
+    pub(in crate::model) dropped: u64,
+    pub(in crate::model) unmatched: u64,
+    pub(in crate::model) lost: u64,
+    pub(in crate::model) first_ts: Option<u64>,
+    pub(in crate::model) last_ts: u64,
+    pub(in crate::model) leaks: Vec<LiveAlloc>,
     /// Every allocation live when its process ended (or the trace did), as (device index, api, bytes, call-site
     /// aggregate, time made), up to [`KEPT_BOUND`]: what a device's growth is made of.
-    pub(super) kept: Vec<(u16, Api, u64, u32, u64)>,
-    pub(super) leak_count: u64,
-    pub(super) leak_bytes: u64,
+    pub(in crate::model) kept: Vec<(u16, Api, u64, u32, u64)>,
+    pub(in crate::model) leak_count: u64,
+    pub(in crate::model) leak_bytes: u64,
     /// Out-of-memory records waiting for the merge to reach their time: id -> (slot, record).
-    pub(super) pending_ooms: HashMap<usize, (usize, Oom)>,
-    pub(super) oom_records: u64,
-    pub(super) ooms: Vec<OomSnapshot>,
+    pub(in crate::model) pending_ooms: HashMap<usize, (usize, Oom)>,
+    pub(in crate::model) oom_records: u64,
+    pub(in crate::model) ooms: Vec<OomSnapshot>,
     /// Out-of-memory refusals whose outcome is not known yet: recovered when their thread next allocates on
     /// the device, raised when a framework's record of an error folds them, errors when neither comes.
-    pub(super) open_ooms: Vec<OpenOom>,
+    pub(in crate::model) open_ooms: Vec<OpenOom>,
     /// Refusals the program recovered from (the first [`REFUSALS_LISTED`]), and all of them counted.
-    pub(super) refusals: Vec<Refusal>,
-    pub(super) refusals_recovered: u64,
-    pub(super) refusal_stall_ns: u64,
+    pub(in crate::model) refusals: Vec<Refusal>,
+    pub(in crate::model) refusals_recovered: u64,
+    pub(in crate::model) refusal_stall_ns: u64,
     /// The next snapshot's sequence number.
-    pub(super) oom_seq: u64,
+    pub(in crate::model) oom_seq: u64,
     /// Each device's growth over the run, by device index (filled by `finish`).
-    pub(super) growths: Vec<Option<LeakTrend>>,
+    pub(in crate::model) growths: Vec<Option<LeakTrend>>,
     /// Stacks, notes and call-site aggregates.
-    pub(super) cs: callsites::Store,
+    pub(in crate::model) cs: callsites::Store,
     /// Bridge records waiting for the merge to reach their time: id -> (slot, record).
-    pub(super) pending_fw: HashMap<usize, (usize, Record)>,
+    pub(in crate::model) pending_fw: HashMap<usize, (usize, Record)>,
     /// Contexts torn down, waiting for their time: id -> (slot, device).
-    pub(super) pending_ctx: HashMap<usize, (usize, u32)>,
+    pub(in crate::model) pending_ctx: HashMap<usize, (usize, u32)>,
     /// The next id of a waiting record (out-of-memory, bridge, dropped count).
-    pub(super) next_id: usize,
-    pub(super) fw: framework::FwReplay,
+    pub(in crate::model) next_id: usize,
+    pub(in crate::model) fw: framework::FwReplay,
     /// The exports' tap: every change to memory, as it is applied.
-    pub(super) tap: Option<&'t mut dyn Tap>,
+    pub(in crate::model) tap: Option<&'t mut dyn Tap>,
 }
 
 impl<'t> Replay<'t> {
     /// A streaming replay holding at most about `bound` events in memory; `reference`: the plain one that sorts
     /// everything at the end (the tests' yardstick).
-    pub(super) fn new(start: u64, bound: usize, reference: bool) -> Self {
+    pub(in crate::model) fn new(start: u64, bound: usize, reference: bool) -> Self {
         Replay {
             start,
             merge: MergeLink::inline(if reference {
@@ -339,18 +344,18 @@ impl<'t> Replay<'t> {
     }
 
     #[inline]
-    pub(super) fn rel(&self, ts: u64) -> u64 {
+    pub(in crate::model) fn rel(&self, ts: u64) -> u64 {
         ts.saturating_sub(self.start)
     }
 
-    pub(super) fn observe(&mut self, ts: u64) {
+    pub(in crate::model) fn observe(&mut self, ts: u64) {
         self.first_ts = Some(self.first_ts.map_or(ts, |f| f.min(ts)));
         self.last_ts = self.last_ts.max(ts);
     }
 
     // ---- processes and watermarks ----
 
-    pub(super) fn new_slot(&mut self, pid: u32, ts: u64, prev: Option<usize>) -> usize {
+    pub(in crate::model) fn new_slot(&mut self, pid: u32, ts: u64, prev: Option<usize>) -> usize {
         let s = self.procs.len();
         let rel = self.rel(ts);
         self.procs.push(Proc::new(pid, ts, rel, prev));
@@ -363,7 +368,7 @@ impl<'t> Replay<'t> {
     }
 
     /// The slot a record of `pid` at time `ts` belongs to, created if the pid is new.
-    pub(super) fn route(&mut self, pid: u32, ts: u64) -> usize {
+    pub(in crate::model) fn route(&mut self, pid: u32, ts: u64) -> usize {
         let Some(mut s) = self.by_pid.get(&pid).copied() else {
             return self.new_slot(pid, ts, None);
         };
@@ -381,18 +386,18 @@ impl<'t> Replay<'t> {
     /// A batch of process `s` with times up to `ts`. Its promise moves to the newest time of the batch before
     /// this one: the records that follow a batch (an out-of-memory record after the batch holding its failure)
     /// may be older than the batch's newest event, never older than its oldest.
-    pub(super) fn advance(&mut self, s: usize, ts: u64) {
+    pub(in crate::model) fn advance(&mut self, s: usize, ts: u64) {
         let p = &mut self.procs[s];
         let promise = std::mem::replace(&mut p.pending_wm, ts);
         self.promise(s, promise);
     }
 
     /// A tick, goodbye or hello: nothing older than `ts` will follow, at once.
-    pub(super) fn promise_now(&mut self, s: usize, ts: u64) {
+    pub(in crate::model) fn promise_now(&mut self, s: usize, ts: u64) {
         self.promise(s, ts);
     }
 
-    pub(super) fn promise(&mut self, s: usize, ts: u64) {
+    pub(in crate::model) fn promise(&mut self, s: usize, ts: u64) {
         let p = &mut self.procs[s];
         if ts > p.wm {
             if p.open && p.wm == self.min_wm {
@@ -402,7 +407,7 @@ impl<'t> Replay<'t> {
         }
     }
 
-    pub(super) fn close(&mut self, s: usize) {
+    pub(in crate::model) fn close(&mut self, s: usize) {
         let p = &mut self.procs[s];
         if p.open {
             p.open = false;
@@ -416,7 +421,7 @@ impl<'t> Replay<'t> {
     }
 
     /// Events at or before this time can be replayed: no open process will send anything older.
-    pub(super) fn limit(&mut self) -> u64 {
+    pub(in crate::model) fn limit(&mut self) -> u64 {
         if self.wm_dirty {
             self.min_wm = self
                 .open
@@ -433,7 +438,7 @@ impl<'t> Replay<'t> {
 
     /// Replays what the merge can hand out now (or, with the merge on its own thread, what it has handed out so
     /// far): everything older than every open process's promise.
-    pub(super) fn pump(&mut self) {
+    pub(in crate::model) fn pump(&mut self) {
         let limit = self.limit();
         self.merge.drain(limit);
         if self.merge.full() {
@@ -475,7 +480,7 @@ impl<'t> Replay<'t> {
         self.merge.give_back(c);
     }
 
-    pub(super) fn replay_one(&mut self, x: Out, buf: &[Event]) {
+    pub(in crate::model) fn replay_one(&mut self, x: Out, buf: &[Event]) {
         match x {
             Out::Events(s, _) => {
                 for e in buf {
@@ -539,7 +544,7 @@ impl<'t> Replay<'t> {
     // ---- replaying one event ----
 
     #[inline]
-    pub(super) fn dev_index(&mut self, device: u32) -> usize {
+    pub(in crate::model) fn dev_index(&mut self, device: u32) -> usize {
         if let Some(i) = self.devs.iter().position(|d| d.device == device) {
             return i;
         }
@@ -574,7 +579,7 @@ impl<'t> Replay<'t> {
     }
 
     #[inline]
-    pub(super) fn apply(&mut self, s: usize, e: &Event) {
+    pub(in crate::model) fn apply(&mut self, s: usize, e: &Event) {
         let t = self.rel(e.ts_ns);
         match e.api.effect() {
             eff @ (Effect::AllocPtr | Effect::CreateHandle) => {
@@ -778,7 +783,7 @@ impl<'t> Replay<'t> {
     /// before it there (its thread's still open, whatever their age; the process's within [`FOLD_NS`]) were
     /// that error's, not recovered from.
     /// Returns how many it folded.
-    pub(super) fn raised(&mut self, s: usize, tid: u32, device: u32, t: u64) -> usize {
+    pub(in crate::model) fn raised(&mut self, s: usize, tid: u32, device: u32, t: u64) -> usize {
         let before = self.open_ooms.len();
         self.open_ooms
             .retain(|o| !(o.slot == s && o.device == device && folds_into(o.tid, o.t, tid, t)));
@@ -787,7 +792,7 @@ impl<'t> Replay<'t> {
     }
 
     /// Out-of-memory record `o` of process `s` reached the replay at `t` (snapshot `snap`, if it got one).
-    pub(super) fn open_oom(
+    pub(in crate::model) fn open_oom(
         &mut self,
         s: usize,
         o: &vramtrace_format::Oom,
@@ -819,7 +824,7 @@ impl<'t> Replay<'t> {
 
     /// `size` bytes allocated on device `d` by process `s`. Inlined (as `take`): once per event.
     #[inline(always)]
-    pub(super) fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32) {
+    pub(in crate::model) fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32) {
         let on_host = self.devs[d].device == HOST_DEVICE;
         let dv = &mut self.devs[d];
         if site != NO_SITE {
@@ -857,7 +862,7 @@ impl<'t> Replay<'t> {
     }
 
     #[inline(always)]
-    pub(super) fn take(&mut self, s: usize, l: &Live, t: u64) {
+    pub(in crate::model) fn take(&mut self, s: usize, l: &Live, t: u64) {
         let d = l.dev as usize;
         let on_host = self.devs[d].device == HOST_DEVICE;
         let dv = &mut self.devs[d];
@@ -880,7 +885,7 @@ impl<'t> Replay<'t> {
     /// Tells the tap of a change to allocation `l` (already applied). Inlined down to the check: a report has
     /// no tap, and this is on every free's path.
     #[inline(always)]
-    pub(super) fn tap_live(
+    pub(in crate::model) fn tap_live(
         &mut self,
         change: Change,
         s: usize,
@@ -1010,7 +1015,7 @@ impl<'t> Replay<'t> {
     }
 
     /// Everything process `s` still holds at `t` is live at its end; with `release`, CUDA gives it back at `t`.
-    pub(super) fn collect_live(&mut self, s: usize, t: u64, release: bool) {
+    pub(in crate::model) fn collect_live(&mut self, s: usize, t: u64, release: bool) {
         let p = &mut self.procs[s];
         let pid = p.s.pid;
         let ptrs = std::mem::take(&mut p.ptrs);
@@ -1059,7 +1064,11 @@ impl<'t> Replay<'t> {
         }
     }
 
-    pub(super) fn finish(mut self, header: TraceHeader, sym: Option<&mut Symbolizer>) -> Analysis {
+    pub(in crate::model) fn finish(
+        mut self,
+        header: TraceHeader,
+        sym: Option<&mut Symbolizer>,
+    ) -> Analysis {
         let merge_inexact_events = self.pump_to_end();
         let end = self.rel(self.last_ts);
         for s in 0..self.procs.len() {
@@ -1108,13 +1117,13 @@ impl<'t> Replay<'t> {
                 if lossy[i] {
                     return None;
                 }
-                let mut g = super::growth::growth(tl, end)?;
+                let mut g = crate::model::growth::growth(tl, end)?;
                 let kept = self
                     .kept
                     .iter()
                     .filter(|k| k.0 as usize == i)
                     .map(|k| (k.1, k.2, k.3, k.4));
-                super::growth::fill_what_grew(&mut g, kept);
+                crate::model::growth::fill_what_grew(&mut g, kept);
                 Some(g)
             })
             .collect();
@@ -1255,7 +1264,14 @@ impl<'t> Replay<'t> {
 impl Replay<'_> {
     /// The driver refused thread `tid`'s release of `addr` in process `s`, at `t` (relative ns): what the release
     /// took out is live again, as if it had never been released.
-    pub(super) fn undo_release(&mut self, s: usize, tid: u32, addr: u64, handle: bool, t: u64) {
+    pub(in crate::model) fn undo_release(
+        &mut self,
+        s: usize,
+        tid: u32,
+        addr: u64,
+        handle: bool,
+        t: u64,
+    ) {
         let Some(live) = self.procs[s].releases.take(tid, addr, handle) else {
             return;
         };
