@@ -36,7 +36,7 @@ use vramtrace_format::codec::{self, kind};
 use vramtrace_format::{flags, Effect, Event, Record, TraceHeader, NO_DEVICE};
 
 use crate::fasthash::FastMap;
-use crate::model::undo::Releases;
+use crate::model::replay::undo::Releases;
 
 /// How often the background thread reads what the receivers wrote.
 pub const CATCH_UP: Duration = Duration::from_millis(100);

@@ -34,11 +34,10 @@ pub mod observe;
 pub mod replay;
 
 pub use analysis::*;
+pub(crate) use input::decode;
 pub use input::merge;
-pub(crate) use input::{decode, fronts, key, merge_link, run};
 pub use observe::{growth, leak, tap, timeline};
 pub use replay::framework;
-pub(crate) use replay::undo;
 
 use std::fs::File;
 use std::io::{self, BufReader, Read};
@@ -46,9 +45,8 @@ use std::path::{Path, PathBuf};
 use vramtrace_format::keys;
 
 pub use vramtrace_format::ExitStatus;
-use vramtrace_format::{Api, OpenError, TraceHeader, TraceReader};
+use vramtrace_format::{OpenError, TraceReader};
 
-use crate::callsites::{CallSites, SiteBytes};
 use crate::symbols::Symbolizer;
 pub use framework::{
     BridgeProcess, BridgeSummary, DeviceFramework, Figures, FrameworkOom, KeptLine,

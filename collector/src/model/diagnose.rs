@@ -7,7 +7,7 @@ mod growth_line;
 
 pub use growth_line::{growth_size_text, GrowthKind, GrowthLine};
 
-use crate::model::{Analysis, LeakTrend, OomSnapshot};
+use crate::model::analysis::{Analysis, LeakTrend, OomSnapshot};
 use crate::units::{bytes, count};
 use advice::advice;
 use growth_line::growth_line;
@@ -770,7 +770,7 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
 }
 
 /// The allocator settings an out-of-memory record carried, in a few words.
-pub fn settings_text(o: &crate::model::FrameworkOom) -> String {
+pub fn settings_text(o: &crate::model::replay::framework::FrameworkOom) -> String {
     let mut v = Vec::new();
     if let Some(b) = &o.backend {
         v.push(format!("backend {b}"));

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use super::{site_label, site_of};
 use crate::callsites::{distinguish, Site};
 use crate::fasthash::FastMap;
-use crate::model::tap::{Change, Frames, OomStep, Step, Tap};
+use crate::model::observe::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::{Analysis, FOLD_NS};
 use crate::reporters::json::{write_compact, J};
 use crate::reporters::text::{device_name, ending_label, short_command};

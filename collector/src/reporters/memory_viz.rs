@@ -24,7 +24,7 @@ use vramtrace_format::NO_DEVICE;
 use super::pickle::{Pickler, BATCH};
 use crate::callsites::{Frame, FrameKind};
 use crate::fasthash::FastMap;
-use crate::model::tap::{Change, Frames, OomStep, Step, Tap};
+use crate::model::observe::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::Analysis;
 use crate::torch_snapshot;
 

@@ -22,7 +22,7 @@ use vramtrace_format::{flags, TraceHeader};
 
 use super::{process_name, site_label};
 use crate::fasthash::FastMap;
-use crate::model::tap::{Change, Frames, OomStep, Step, Tap};
+use crate::model::observe::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::ProcessStats;
 use crate::reporters::text::units::bytes;
 use crate::reporters::text::{device_name, short_command};

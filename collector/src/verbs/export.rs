@@ -1,6 +1,6 @@
 //! `vramtrace export TRACE --format memory-viz|perfetto|html --out FILE`: the trace in a viewer people already
 //! use, or in a page of its own (docs/EXPORTS.md). The reporters are in `reporters/`, one file per format; they are fed by the model's
-//! replay ([`crate::model::tap`]), so what they show is what `report` shows, in the same order.
+//! replay ([`crate::model::observe::tap`]), so what they show is what `report` shows, in the same order.
 //!
 //! A trace that cannot be read, or an output that cannot be created, is one line on stderr and exit 2; an
 //! existing output is kept unless `--force`. A trace cut short is exported up to where it stops (said on
@@ -11,7 +11,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
 use crate::exit::{self, Code};
-use crate::model::tap::Tap;
+use crate::model::observe::tap::Tap;
 use crate::model::{self, Analysis};
 use crate::reporters::{html, memory_viz, perfetto};
 use vramtrace_format::reader::TraceReader;
@@ -251,13 +251,13 @@ impl<T: Tap> Tap for Shifted<'_, T> {
         h.start_mono_ns = self.start_mono;
         self.inner.start(&h);
     }
-    fn step(&mut self, s: &crate::model::tap::Step) {
+    fn step(&mut self, s: &crate::model::observe::tap::Step) {
         self.inner.step(s);
     }
-    fn oom(&mut self, o: &crate::model::tap::OomStep) {
+    fn oom(&mut self, o: &crate::model::observe::tap::OomStep) {
         self.inner.oom(o);
     }
-    fn finish(&mut self, frames: &mut crate::model::tap::Frames) {
+    fn finish(&mut self, frames: &mut crate::model::observe::tap::Frames) {
         self.inner.finish(frames);
     }
 }

@@ -4,7 +4,7 @@
 //! state. On a thread of its own it overlaps the merge and the replay, which see the same entries in the same
 //! order (the file's). Batches go through a bounded channel, so the decoder is never more than a few batches
 //! ahead (memory stays bounded). Each frame's events are handed over as a buffer of their own: the merge takes
-//! it to its thread ([`crate::model::merge_link`]).
+//! it to its thread ([`crate::model::input::merge_link`]).
 
 use std::io::Read;
 use std::sync::mpsc::sync_channel;

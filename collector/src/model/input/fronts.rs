@@ -5,7 +5,7 @@
 //! fields and the source packed together, against 48), compared time first with the rest only on a tie, and the
 //! top is replaced in place with one sift.
 
-use crate::model::key::Key;
+use crate::model::input::key::Key;
 
 /// A source of entries, packed: the kind in the top two bits, the index below.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,10 +24,10 @@ use std::os::unix::fs::FileExt;
 
 use vramtrace_format::{Api, Event};
 
-use crate::model::fronts::{Fronts, Src};
-use crate::model::run::{Run, Seqs};
+use crate::model::input::fronts::{Fronts, Src};
+use crate::model::input::run::{Run, Seqs};
 
-pub(in crate::model) use crate::model::key::{
+pub(in crate::model) use crate::model::input::key::{
     Key, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM,
 };
 
@@ -39,7 +39,7 @@ pub(in crate::model) enum Out {
     /// A record: (kind, the replay's id for it (for `WHAT_END` the slot), absolute time).
     Rec(u8, usize, u64),
     /// A place in the file (the replay's id): everything handed out before it was pushed before it. Never from
-    /// the merge itself: [`crate::model::merge_link`] puts it between what the merge hands out.
+    /// the merge itself: [`crate::model::input::merge_link`] puts it between what the merge hands out.
     Mark(usize),
 }
 
@@ -670,7 +670,7 @@ mod tests {
     }
 
     fn ev(ts: u64, tid: u32) -> Event {
-        crate::model::run::tests::event(ts, tid, ts)
+        crate::model::input::run::tests::event(ts, tid, ts)
     }
 
     /// Everything `m` hands out once finished: (slot, event time, thread).

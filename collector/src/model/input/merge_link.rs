@@ -1,7 +1,7 @@
 //! The merge on a thread of its own, between the replay's intake (records in file order) and its accounting
 //! (entries in key order).
 //!
-//! Why: with the frames decoded on their own thread ([`crate::model::decode`]), the replay's thread was the bound, and
+//! Why: with the frames decoded on their own thread ([`crate::model::input::decode`]), the replay's thread was the bound, and
 //! the merge (placing every event in key order) was about half of it. Here the intake queues what it used to
 //! call on the merge (pushes and drains, in the same order, each drain with the limit of its moment) and the
 //! merge thread runs them in that order: it hands out exactly what the inline merge would, and the replay
@@ -20,7 +20,7 @@ use std::thread::Scope;
 use crossbeam_channel::{bounded, Receiver, Select, Sender};
 use vramtrace_format::Event;
 
-use crate::model::merge::{Merge, Out, SEGMENT};
+use crate::model::input::merge::{Merge, Out, SEGMENT};
 
 /// What the intake asks of the merge, in its order.
 pub(in crate::model) enum Input {
@@ -392,7 +392,7 @@ impl MergeLink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::merge::WHAT_OOM;
+    use crate::model::input::merge::WHAT_OOM;
     use std::sync::mpsc;
     use std::time::Duration;
     use vramtrace_format::codec::{encode_header, put_events};
@@ -409,7 +409,7 @@ mod tests {
         }
     }
 
-    use crate::model::run::tests::event as ev;
+    use crate::model::input::run::tests::event as ev;
 
     /// Inputs as an intake makes them: four processes' batches (some late), records, drains with a limit that
     /// mostly grows and sometimes falls back (a newcomer).
@@ -566,8 +566,8 @@ mod tests {
         // Far more events than the channels hold, and a tap that panics at the first one it sees: the merge's
         // thread is blocked on a full channel when the replay's thread unwinds.
         struct Boom;
-        impl crate::model::tap::Tap for Boom {
-            fn step(&mut self, _: &crate::model::tap::Step) {
+        impl crate::model::observe::tap::Tap for Boom {
+            fn step(&mut self, _: &crate::model::observe::tap::Step) {
                 panic!("a bug in the replay");
             }
         }

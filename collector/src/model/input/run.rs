@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use vramtrace_format::Event;
 
-use crate::model::key::Key;
+use crate::model::input::key::Key;
 
 /// The file order (`seq`) of a batch's events: consecutive from a first one (a batch already in time order, the
 /// common case), or one each (a batch that had to be sorted, or events put back in memory after a failed spill).

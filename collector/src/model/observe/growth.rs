@@ -22,7 +22,9 @@ use std::collections::HashMap;
 use vramtrace_format::Api;
 
 use crate::callsites::{NO_SITE, SITES_LISTED};
-use crate::model::{minima, LeakGroup, LeakSite, LeakTrend, Minimum, Timeline};
+use crate::model::analysis::{LeakGroup, LeakSite, LeakTrend, Minimum};
+use crate::model::observe::leak::minima;
+use crate::model::observe::timeline::Timeline;
 
 /// Windows the span is cut into.
 pub const GROWTH_WINDOWS: usize = 16;
@@ -258,7 +260,7 @@ pub(in crate::model) fn fill_what_grew(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::timeline::TimelineBuilder;
+    use crate::model::observe::timeline::TimelineBuilder;
 
     const MIB: u64 = 1 << 20;
     const MS: u64 = 1_000_000;

@@ -5,7 +5,7 @@
 use vramtrace_format::{Oom, TraceHeader};
 
 use crate::callsites::Frame;
-use crate::model::ProcessStats;
+use crate::model::analysis::ProcessStats;
 
 /// What changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The replay: live sets, peaks, timelines and per-process figures, applied entry by entry in the order the
-//! merge ([`crate::model::merge`]) hands them out.
+//! merge ([`crate::model::input::merge`]) hands them out.
 
 pub mod framework;
 pub(crate) mod oom_snapshot;
@@ -14,13 +14,14 @@ use vramtrace_format::{flags, Api, Effect, Event, Oom, Record, TraceHeader, NO_D
 
 use crate::callsites::{self, NO_SITE};
 use crate::fasthash::FastMap;
-use crate::model::leak::{site_ref, trim_leaks};
-use crate::model::merge::{Merge, Out, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
-use crate::model::merge_link::{Chunk, MergeLink};
-use crate::model::tap::{Change, Step, Tap};
-use crate::model::timeline::TimelineBuilder;
-use crate::model::undo::Releases;
-use crate::model::*;
+use crate::model::analysis::*;
+use crate::model::input::merge::{Merge, Out, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
+use crate::model::input::merge_link::{Chunk, MergeLink};
+use crate::model::observe::leak::{site_ref, trim_leaks};
+use crate::model::observe::tap::{Change, Step, Tap};
+use crate::model::observe::timeline::Timeline;
+use crate::model::observe::timeline::TimelineBuilder;
+use crate::model::replay::undo::Releases;
 use crate::symbols::Symbolizer;
 
 /// Aligned to 16 so that, in the address maps' (key, value) buckets, the value starts on a 16-byte boundary:
@@ -1117,13 +1118,13 @@ impl<'t> Replay<'t> {
                 if lossy[i] {
                     return None;
                 }
-                let mut g = crate::model::growth::growth(tl, end)?;
+                let mut g = crate::model::observe::growth::growth(tl, end)?;
                 let kept = self
                     .kept
                     .iter()
                     .filter(|k| k.0 as usize == i)
                     .map(|k| (k.1, k.2, k.3, k.4));
-                crate::model::growth::fill_what_grew(&mut g, kept);
+                crate::model::observe::growth::fill_what_grew(&mut g, kept);
                 Some(g)
             })
             .collect();

@@ -4,10 +4,12 @@
 use vramtrace_format::{flags, Api, Oom, NO_DEVICE};
 
 use crate::callsites::{SiteBytes, NO_SITE, SITES_LISTED};
-use crate::model::growth::{fill_what_grew, growth};
-use crate::model::leak::site_ref;
+use crate::model::analysis::*;
+use crate::model::observe::growth::{fill_what_grew, growth};
+use crate::model::observe::leak::site_ref;
+use crate::model::observe::timeline::{Bucket, Timeline};
+use crate::model::replay::framework::FrameworkOom;
 use crate::model::replay::Replay;
-use crate::model::*;
 
 impl Replay<'_> {
     /// Tells the tap of out-of-memory record `o` of slot `s`, replayed at `ts`.
@@ -31,7 +33,7 @@ impl Replay<'_> {
             .iter()
             .find(|d| d.device == key)
             .map_or(0, |d| d.cur);
-        let step = crate::model::tap::OomStep {
+        let step = crate::model::observe::tap::OomStep {
             t_ns: self.rel(ts),
             slot: s,
             process: &self.procs[s].s,

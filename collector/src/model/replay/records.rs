@@ -5,9 +5,9 @@
 use vramtrace_format::keys;
 use vramtrace_format::{EndKind, Event, Hello, Record};
 
-use crate::model::merge::{WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
+use crate::model::analysis::Ended;
+use crate::model::input::merge::{WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
 use crate::model::replay::Replay;
-use crate::model::Ended;
 
 impl Replay<'_> {
     pub(in crate::model) fn on_events(&mut self, pid: u32, batch: Vec<Event>) {

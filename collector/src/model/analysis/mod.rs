@@ -1,7 +1,15 @@
 //! The answer a replay gives (`Analysis`): per device, per process and per out-of-memory error, the figures
 //! the reporters show, and the limits on what it keeps.
 
-use crate::model::*;
+use vramtrace_format::{Api, ExitStatus, TraceHeader};
+
+use crate::callsites::{CallSites, SiteBytes};
+use crate::model::observe::timeline::Timeline;
+pub mod framework;
+
+use crate::model::analysis::framework::{
+    BridgeSummary, DeviceFramework, Figures, FrameworkOom, ProcessFramework,
+};
 
 /// How many live-at-end allocations the analysis lists (the largest).
 pub const LEAK_LIST: usize = 20;
