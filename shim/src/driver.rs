@@ -12,146 +12,94 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use crate::exports as x;
 
-/// The driver functions (symbols) the shim knows. Those before `CtxGetDevice` are wrapped; the rest it only calls.
-/// The `Nvml*` ones live in NVML (`libnvidia-ml.so.1`), not in the driver: `bind` leaves them alone and
-/// `real_nvml` finds them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-pub enum Sym {
-    MemAlloc,
-    MemAllocPitch,
-    MemAllocManaged,
-    MemFree,
-    MemAllocAsync,
-    MemAllocAsyncPtsz,
-    MemAllocFromPoolAsync,
-    MemAllocFromPoolAsyncPtsz,
-    MemFreeAsync,
-    MemFreeAsyncPtsz,
-    MemCreate,
-    MemRelease,
-    MemMap,
-    MemUnmap,
-    MemAddressReserve,
-    MemAddressFree,
-    MemGetInfo,
-    DeviceTotalMem,
-    GetProcAddress,
-    GetProcAddressV2,
-    NvmlMemoryInfo,
-    NvmlMemoryInfoV2,
-    CtxCreate,
-    CtxCreateV3,
-    CtxCreateV4,
-    CtxDestroy,
-    PrimaryCtxReset,
-    PrimaryCtxRelease,
-    /// The legacy (CUDA 7.0 ABI) `cuDevicePrimaryCtxReset`/`Release`: `cuGetProcAddress` answers them to a caller
-    /// asking for that version (PyTorch 2.11 asks for `cuDevicePrimaryCtxRelease` at 7000).
-    PrimaryCtxResetV1,
-    PrimaryCtxReleaseV1,
-    // Called, never wrapped:
-    CtxGetDevice,
-    DeviceGet,
-    DeviceGetCount,
-    DeviceGetUuidV2,
-    DeviceGetMemPool,
-    MemPoolGetAttribute,
-    NvmlDeviceGetUuid,
-    CtxPushCurrent,
-    CtxPopCurrent,
-    PrimaryCtxGetState,
+/// Declares the driver functions once: each one's `Sym`, its exact exported name, and, for those the shim wraps,
+/// the export (exports.rs) standing in for it. From this one list come `Sym`, `ALL`, `NAMES`, `WRAPPED` and
+/// `wrapper`, so they cannot fall out of step (a test checks each wrapper's own symbol name against its name).
+macro_rules! driver_functions {
+    (
+        wrapped { $( $(#[$wm:meta])* $w:ident = $wname:literal => $wfn:ident, )* }
+        called { $( $(#[$cm:meta])* $c:ident = $cname:literal, )* }
+    ) => {
+        /// The driver functions (symbols) the shim knows: the wrapped ones first, then those it only calls. The
+        /// `Nvml*` ones live in NVML (`libnvidia-ml.so.1`), not in the driver: `bind` leaves them alone and
+        /// `real_nvml` finds them.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum Sym {
+            $( $(#[$wm])* $w, )*
+            $( $(#[$cm])* $c, )*
+        }
+
+        const ALL: [Sym; COUNT] = [$( Sym::$w, )* $( Sym::$c, )*];
+        const COUNT: usize = [$( stringify!($w), )* $( stringify!($c), )*].len();
+        /// The wrapped ones are `ALL[..WRAPPED]`.
+        const WRAPPED: usize = [$( stringify!($w), )*].len();
+
+        /// The exact exported names (the driver's, and NVML's), in `Sym` order.
+        const NAMES: [&CStr; COUNT] = [$( $wname, )* $( $cname, )*];
+
+        /// The shim's own function standing in for `f` (null for one it only calls).
+        fn wrapper(f: Sym) -> *mut c_void {
+            match f {
+                $( Sym::$w => x::$wfn as *const () as *mut c_void, )*
+                _ => null_mut(),
+            }
+        }
+
+        /// Each wrapper's Rust name (its `#[no_mangle]` symbol) beside the name it stands in for.
+        #[cfg(test)]
+        const EXPORTED_AS: [(&str, &CStr); WRAPPED] = [$( (stringify!($wfn), $wname), )*];
+    };
 }
 
-const COUNT: usize = Sym::PrimaryCtxGetState as usize + 1;
-const WRAPPED: usize = Sym::CtxGetDevice as usize;
-
-const ALL: [Sym; COUNT] = [
-    Sym::MemAlloc,
-    Sym::MemAllocPitch,
-    Sym::MemAllocManaged,
-    Sym::MemFree,
-    Sym::MemAllocAsync,
-    Sym::MemAllocAsyncPtsz,
-    Sym::MemAllocFromPoolAsync,
-    Sym::MemAllocFromPoolAsyncPtsz,
-    Sym::MemFreeAsync,
-    Sym::MemFreeAsyncPtsz,
-    Sym::MemCreate,
-    Sym::MemRelease,
-    Sym::MemMap,
-    Sym::MemUnmap,
-    Sym::MemAddressReserve,
-    Sym::MemAddressFree,
-    Sym::MemGetInfo,
-    Sym::DeviceTotalMem,
-    Sym::GetProcAddress,
-    Sym::GetProcAddressV2,
-    Sym::NvmlMemoryInfo,
-    Sym::NvmlMemoryInfoV2,
-    Sym::CtxCreate,
-    Sym::CtxCreateV3,
-    Sym::CtxCreateV4,
-    Sym::CtxDestroy,
-    Sym::PrimaryCtxReset,
-    Sym::PrimaryCtxRelease,
-    Sym::PrimaryCtxResetV1,
-    Sym::PrimaryCtxReleaseV1,
-    Sym::CtxGetDevice,
-    Sym::DeviceGet,
-    Sym::DeviceGetCount,
-    Sym::DeviceGetUuidV2,
-    Sym::DeviceGetMemPool,
-    Sym::MemPoolGetAttribute,
-    Sym::NvmlDeviceGetUuid,
-    Sym::CtxPushCurrent,
-    Sym::CtxPopCurrent,
-    Sym::PrimaryCtxGetState,
-];
-
-/// The exact exported names (the driver's, and NVML's), in `Sym` order.
-const NAMES: [&CStr; COUNT] = [
-    c"cuMemAlloc_v2",
-    c"cuMemAllocPitch_v2",
-    c"cuMemAllocManaged",
-    c"cuMemFree_v2",
-    c"cuMemAllocAsync",
-    c"cuMemAllocAsync_ptsz",
-    c"cuMemAllocFromPoolAsync",
-    c"cuMemAllocFromPoolAsync_ptsz",
-    c"cuMemFreeAsync",
-    c"cuMemFreeAsync_ptsz",
-    c"cuMemCreate",
-    c"cuMemRelease",
-    c"cuMemMap",
-    c"cuMemUnmap",
-    c"cuMemAddressReserve",
-    c"cuMemAddressFree",
-    c"cuMemGetInfo_v2",
-    c"cuDeviceTotalMem_v2",
-    c"cuGetProcAddress",
-    c"cuGetProcAddress_v2",
-    c"nvmlDeviceGetMemoryInfo",
-    c"nvmlDeviceGetMemoryInfo_v2",
-    c"cuCtxCreate_v2",
-    c"cuCtxCreate_v3",
-    c"cuCtxCreate_v4",
-    c"cuCtxDestroy_v2",
-    c"cuDevicePrimaryCtxReset_v2",
-    c"cuDevicePrimaryCtxRelease_v2",
-    c"cuDevicePrimaryCtxReset",
-    c"cuDevicePrimaryCtxRelease",
-    c"cuCtxGetDevice",
-    c"cuDeviceGet",
-    c"cuDeviceGetCount",
-    c"cuDeviceGetUuid_v2",
-    c"cuDeviceGetMemPool",
-    c"cuMemPoolGetAttribute",
-    c"nvmlDeviceGetUUID",
-    c"cuCtxPushCurrent_v2",
-    c"cuCtxPopCurrent_v2",
-    c"cuDevicePrimaryCtxGetState",
-];
+driver_functions! {
+    wrapped {
+        MemAlloc = c"cuMemAlloc_v2" => cuMemAlloc_v2,
+        MemAllocPitch = c"cuMemAllocPitch_v2" => cuMemAllocPitch_v2,
+        MemAllocManaged = c"cuMemAllocManaged" => cuMemAllocManaged,
+        MemFree = c"cuMemFree_v2" => cuMemFree_v2,
+        MemAllocAsync = c"cuMemAllocAsync" => cuMemAllocAsync,
+        MemAllocAsyncPtsz = c"cuMemAllocAsync_ptsz" => cuMemAllocAsync_ptsz,
+        MemAllocFromPoolAsync = c"cuMemAllocFromPoolAsync" => cuMemAllocFromPoolAsync,
+        MemAllocFromPoolAsyncPtsz = c"cuMemAllocFromPoolAsync_ptsz" => cuMemAllocFromPoolAsync_ptsz,
+        MemFreeAsync = c"cuMemFreeAsync" => cuMemFreeAsync,
+        MemFreeAsyncPtsz = c"cuMemFreeAsync_ptsz" => cuMemFreeAsync_ptsz,
+        MemCreate = c"cuMemCreate" => cuMemCreate,
+        MemRelease = c"cuMemRelease" => cuMemRelease,
+        MemMap = c"cuMemMap" => cuMemMap,
+        MemUnmap = c"cuMemUnmap" => cuMemUnmap,
+        MemAddressReserve = c"cuMemAddressReserve" => cuMemAddressReserve,
+        MemAddressFree = c"cuMemAddressFree" => cuMemAddressFree,
+        MemGetInfo = c"cuMemGetInfo_v2" => cuMemGetInfo_v2,
+        DeviceTotalMem = c"cuDeviceTotalMem_v2" => cuDeviceTotalMem_v2,
+        GetProcAddress = c"cuGetProcAddress" => cuGetProcAddress,
+        GetProcAddressV2 = c"cuGetProcAddress_v2" => cuGetProcAddress_v2,
+        NvmlMemoryInfo = c"nvmlDeviceGetMemoryInfo" => nvmlDeviceGetMemoryInfo,
+        NvmlMemoryInfoV2 = c"nvmlDeviceGetMemoryInfo_v2" => nvmlDeviceGetMemoryInfo_v2,
+        CtxCreate = c"cuCtxCreate_v2" => cuCtxCreate_v2,
+        CtxCreateV3 = c"cuCtxCreate_v3" => cuCtxCreate_v3,
+        CtxCreateV4 = c"cuCtxCreate_v4" => cuCtxCreate_v4,
+        CtxDestroy = c"cuCtxDestroy_v2" => cuCtxDestroy_v2,
+        PrimaryCtxReset = c"cuDevicePrimaryCtxReset_v2" => cuDevicePrimaryCtxReset_v2,
+        PrimaryCtxRelease = c"cuDevicePrimaryCtxRelease_v2" => cuDevicePrimaryCtxRelease_v2,
+        /// The legacy (CUDA 7.0 ABI) `cuDevicePrimaryCtxReset`/`Release`: `cuGetProcAddress` answers them to a
+        /// caller asking for that version (PyTorch 2.11 asks for `cuDevicePrimaryCtxRelease` at 7000).
+        PrimaryCtxResetV1 = c"cuDevicePrimaryCtxReset" => cuDevicePrimaryCtxReset,
+        PrimaryCtxReleaseV1 = c"cuDevicePrimaryCtxRelease" => cuDevicePrimaryCtxRelease,
+    }
+    called {
+        CtxGetDevice = c"cuCtxGetDevice",
+        DeviceGet = c"cuDeviceGet",
+        DeviceGetCount = c"cuDeviceGetCount",
+        DeviceGetUuidV2 = c"cuDeviceGetUuid_v2",
+        DeviceGetMemPool = c"cuDeviceGetMemPool",
+        MemPoolGetAttribute = c"cuMemPoolGetAttribute",
+        NvmlDeviceGetUuid = c"nvmlDeviceGetUUID",
+        CtxPushCurrent = c"cuCtxPushCurrent_v2",
+        CtxPopCurrent = c"cuCtxPopCurrent_v2",
+        PrimaryCtxGetState = c"cuDevicePrimaryCtxGetState",
+    }
+}
 
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
@@ -170,53 +118,6 @@ impl Sym {
             Sym::NvmlMemoryInfo | Sym::NvmlMemoryInfoV2 | Sym::NvmlDeviceGetUuid
         )
     }
-}
-
-/// The shim's own function standing in for `f`.
-fn wrapper(f: Sym) -> *mut c_void {
-    let p: *const () = match f {
-        Sym::MemAlloc => x::cuMemAlloc_v2 as *const (),
-        Sym::MemAllocPitch => x::cuMemAllocPitch_v2 as *const (),
-        Sym::MemAllocManaged => x::cuMemAllocManaged as *const (),
-        Sym::MemFree => x::cuMemFree_v2 as *const (),
-        Sym::MemAllocAsync => x::cuMemAllocAsync as *const (),
-        Sym::MemAllocAsyncPtsz => x::cuMemAllocAsync_ptsz as *const (),
-        Sym::MemAllocFromPoolAsync => x::cuMemAllocFromPoolAsync as *const (),
-        Sym::MemAllocFromPoolAsyncPtsz => x::cuMemAllocFromPoolAsync_ptsz as *const (),
-        Sym::MemFreeAsync => x::cuMemFreeAsync as *const (),
-        Sym::MemFreeAsyncPtsz => x::cuMemFreeAsync_ptsz as *const (),
-        Sym::MemCreate => x::cuMemCreate as *const (),
-        Sym::MemRelease => x::cuMemRelease as *const (),
-        Sym::MemMap => x::cuMemMap as *const (),
-        Sym::MemUnmap => x::cuMemUnmap as *const (),
-        Sym::MemAddressReserve => x::cuMemAddressReserve as *const (),
-        Sym::MemAddressFree => x::cuMemAddressFree as *const (),
-        Sym::MemGetInfo => x::cuMemGetInfo_v2 as *const (),
-        Sym::DeviceTotalMem => x::cuDeviceTotalMem_v2 as *const (),
-        Sym::GetProcAddress => x::cuGetProcAddress as *const (),
-        Sym::GetProcAddressV2 => x::cuGetProcAddress_v2 as *const (),
-        Sym::NvmlMemoryInfo => x::nvmlDeviceGetMemoryInfo as *const (),
-        Sym::NvmlMemoryInfoV2 => x::nvmlDeviceGetMemoryInfo_v2 as *const (),
-        Sym::CtxCreate => x::cuCtxCreate_v2 as *const (),
-        Sym::CtxCreateV3 => x::cuCtxCreate_v3 as *const (),
-        Sym::CtxCreateV4 => x::cuCtxCreate_v4 as *const (),
-        Sym::CtxDestroy => x::cuCtxDestroy_v2 as *const (),
-        Sym::PrimaryCtxReset => x::cuDevicePrimaryCtxReset_v2 as *const (),
-        Sym::PrimaryCtxRelease => x::cuDevicePrimaryCtxRelease_v2 as *const (),
-        Sym::PrimaryCtxResetV1 => x::cuDevicePrimaryCtxReset as *const (),
-        Sym::PrimaryCtxReleaseV1 => x::cuDevicePrimaryCtxRelease as *const (),
-        Sym::CtxGetDevice
-        | Sym::DeviceGet
-        | Sym::DeviceGetCount
-        | Sym::DeviceGetUuidV2
-        | Sym::DeviceGetMemPool
-        | Sym::MemPoolGetAttribute
-        | Sym::NvmlDeviceGetUuid
-        | Sym::CtxPushCurrent
-        | Sym::CtxPopCurrent
-        | Sym::PrimaryCtxGetState => return null_mut(),
-    };
-    p as *mut c_void
 }
 
 /// The wrapped function with this exact name, if any. No allocation, no lock: it runs inside every `dlsym`.
@@ -515,5 +416,28 @@ pub fn current_device() -> u32 {
         dev as u32
     } else {
         vramtrace_format::NO_DEVICE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each wrapper is exported under exactly the name it stands in for (`#[no_mangle]` exports a function by
+    /// its Rust name), and every wrapped function has one; the functions only called have none.
+    #[test]
+    fn each_wrapper_is_exported_under_its_drivers_name() {
+        for (i, (rust, c)) in EXPORTED_AS.iter().enumerate() {
+            assert_eq!(c.to_str().unwrap(), *rust, "{:?}", ALL[i]);
+            assert_eq!(NAMES[i], *c);
+            assert!(!wrapper(ALL[i]).is_null(), "{:?}", ALL[i]);
+        }
+        for f in &ALL[WRAPPED..] {
+            assert!(wrapper(*f).is_null(), "{f:?}");
+        }
+        // `Sym` order is `ALL` order.
+        for (i, f) in ALL.iter().enumerate() {
+            assert_eq!(*f as usize, i);
+        }
     }
 }
