@@ -35,14 +35,41 @@ class Door(object):
 
     def record(self, what, device, text, n, ack):
         fields = [tuple(line.split("=", 1)) for line in text.decode("utf-8").split("\n") if line]
-        self.records.append((what.decode("ascii"), None if device == _shim.NO_DEVICE else device, fields, ack))
+        what = what.decode("ascii")
+        check_schema(what, fields)
+        self.records.append((what, None if device == _shim.NO_DEVICE else device, fields, ack))
         return _shim.QUEUED
+
+
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema.json")) as _f:
+    SCHEMA = json.load(_f)
+
+
+def check_schema(what, fields):
+    """Every record the bridge makes is of a kind, and carries only keys, that bridge/schema.json names: the
+    collector reads the same schema (its tests check its readers against it)."""
+    if what not in SCHEMA or what == "comment":
+        raise AssertionError("a bridge record of kind %r, which schema.json does not name" % what)
+    allowed = SCHEMA[what]
+    for k, _ in fields:
+        if not any(k == a or (a.endswith("*") and k.startswith(a[:-1])) for a in allowed):
+            raise AssertionError("a %r record carries %r, which schema.json does not name for it" % (what, k))
 
 
 class _NoAtexit(object):
     @staticmethod
     def register(fn):
         pass  # the tests call the exit themselves; the test process's own exit must not run it
+
+
+class Schema(unittest.TestCase):
+    def test_the_schema_refuses_what_it_does_not_name(self):
+        check_schema("note", [("text", "x")])
+        check_schema("attach", [("problem.3", "x")])
+        with self.assertRaises(AssertionError):
+            check_schema("note", [("txt", "x")])
+        with self.assertRaises(AssertionError):
+            check_schema("oops", [])
 
 
 class WithTorch(unittest.TestCase):

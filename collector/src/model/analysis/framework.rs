@@ -226,3 +226,40 @@ pub struct BridgeSummary {
     /// Samples received, all processes.
     pub samples: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every key the collector's readers of bridge records ask for is one bridge/schema.json names (the bridge's
+    /// own tests check every record it makes against the same file): read off the readers' source, so a key
+    /// spelled differently on one side, or read and never sent, fails here.
+    #[test]
+    fn every_bridge_key_read_is_in_the_schema() {
+        let schema = include_str!("../../../../bridge/schema.json");
+        let named = |k: &str| {
+            schema.contains(&format!("\"{k}\""))
+                || schema
+                    .split('"')
+                    .any(|a| a.ends_with('*') && k.starts_with(a.trim_end_matches('*')))
+        };
+        let readers = [
+            include_str!("framework.rs"),
+            include_str!("../replay/framework.rs"),
+        ];
+        let mut read = Vec::new();
+        for src in readers {
+            for call in ["field(\"", "num(\"", "text(\""] {
+                for piece in src.split(call).skip(1) {
+                    if let Some(k) = piece.split('"').next() {
+                        read.push(k.to_string());
+                    }
+                }
+            }
+        }
+        assert!(read.len() > 20, "{read:?}");
+        let unknown: Vec<&String> = read.iter().filter(|k| !named(k)).collect();
+        assert!(
+            unknown.is_empty(),
+            "read but not in bridge/schema.json: {unknown:?}"
+        );
+    }
+}

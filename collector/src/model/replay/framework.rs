@@ -140,11 +140,8 @@ impl FwReplay {
         match b.what.as_str() {
             "oom" => return Some(FrameworkOom::from_bridge(&b, t)),
             "attach" => {
-                let framework = if b.field("jax").is_some() {
-                    Framework::Jax
-                } else {
-                    Framework::Torch
-                };
+                // Only the PyTorch side says `attach` (bridge/schema.json).
+                let framework = Framework::Torch;
                 let mut problems: Vec<(String, String)> = b
                     .fields
                     .iter()
@@ -157,7 +154,7 @@ impl FwReplay {
                     self.summary.attached.push(BridgeProcess {
                         pid: b.pid,
                         framework,
-                        framework_version: text("torch").or(text("jax")),
+                        framework_version: text("torch"),
                         python: text("python"),
                         backend: text("backend"),
                         alloc_conf: text("alloc_conf"),
