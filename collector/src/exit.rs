@@ -90,20 +90,21 @@ fn usage_line(e: &clap::Error) -> String {
                 .map(str::to_string)
         })
         .or_else(|| {
-            std::env::args()
+            std::env::args_os()
                 .nth(1)
+                .and_then(|v| v.into_string().ok())
                 .filter(|v| VERBS.contains(&v.as_str()))
         });
     // `vramtrace run python train.py`: the command goes after `--`.
-    if e.kind() == ErrorKind::UnknownArgument && verb.as_deref() == Some("run") {
-        if let Some(arg) = strings(ContextKind::InvalidArg)
+    if e.kind() == ErrorKind::UnknownArgument
+        && verb.as_deref() == Some("run")
+        && strings(ContextKind::InvalidArg)
             .first()
-            .filter(|a| !a.starts_with('-'))
-        {
-            line.push_str(&format!(
-                "; the command to trace goes after '--': vramtrace run [OPTIONS] -- {arg} ..."
-            ));
-        }
+            .is_some_and(|a| !a.starts_with('-'))
+    {
+        line.push_str(
+            "; the command to trace goes after '--': vramtrace run [OPTIONS] -- COMMAND ...",
+        );
     }
     let verb = verb.map_or(String::new(), |v| format!(" {v}"));
     format!("{line} (see 'vramtrace{verb} --help')")

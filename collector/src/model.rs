@@ -33,12 +33,12 @@ pub mod input;
 pub mod observe;
 pub mod replay;
 
+pub use analysis::framework::{
+    DeviceFramework, Figures, KeptLine, ProcessFramework, SnapshotReading,
+};
 pub use analysis::*;
-pub(crate) use input::decode;
-pub use input::merge;
-pub use observe::{growth, leak, tap, timeline};
-pub use replay::framework;
-
+use input::decode;
+pub use observe::tap;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -48,15 +48,10 @@ pub use vramtrace_format::ExitStatus;
 use vramtrace_format::{OpenError, TraceReader};
 
 use crate::symbols::Symbolizer;
-pub use framework::{
-    BridgeProcess, BridgeSummary, DeviceFramework, Figures, FrameworkOom, KeptLine,
-    ProcessFramework, SnapshotReading,
-};
-pub use growth::growth;
-pub use leak::minima;
+pub use observe::leak::minima;
+pub use observe::timeline::{Bucket, Timeline};
 use replay::Replay;
 pub use replay::FOLD_NS;
-pub use timeline::{Bucket, Timeline, FIRST_BUCKET_NS, MAX_BUCKETS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {

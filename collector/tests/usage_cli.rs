@@ -22,7 +22,7 @@ fn usage_errors_say_what_to_do_in_one_line() {
         ),
         (
             &["run", "python3", "train.py"],
-            &["the command to trace goes after '--'", "-- python3"],
+            &["the command to trace goes after '--'", "-- COMMAND"],
         ),
         (
             &["export", "t.vtrace", "--format", "pdf"],

@@ -1,7 +1,7 @@
 //! The environment variables the shim reads and `vramtrace run` sets (or takes from its own environment), and
 //! one parser for each value: the two sides cannot disagree on what a value means. What each does with a value
-//! that does not parse is its own: `run` refuses it (exit 2, nothing started); the shim, which must never stop
-//! the program, says so once on stderr and uses the default.
+//! that does not parse is its own: `run` refuses it, from its flags or its own environment (exit 2, nothing
+//! started); the shim, which must never stop the program, says so once on stderr and uses the default.
 
 use crate::cap::{Amount, CapSpec};
 
@@ -50,7 +50,10 @@ pub fn cap_mode(v: Option<&str>) -> Result<CapMode, String> {
     match v.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         None | Some("") | Some("enforce") => Ok(CapMode::Enforce),
         Some("warn") => Ok(CapMode::Warn),
-        Some(other) => Err(format!("{CAP_MODE}={other:?} is not enforce or warn")),
+        Some(_) => Err(format!(
+            "{CAP_MODE}={:?} is not enforce or warn",
+            v.unwrap_or_default()
+        )),
     }
 }
 
@@ -61,8 +64,9 @@ pub fn stacks(v: Option<&str>) -> Result<(bool, bool), String> {
         Some("none") => Ok((false, false)),
         Some("native") => Ok((true, false)),
         Some("python") => Ok((false, true)),
-        Some(other) => Err(format!(
-            "{STACKS}={other:?} is not none, native, python or all"
+        Some(_) => Err(format!(
+            "{STACKS}={:?} is not none, native, python or all",
+            v.unwrap_or_default()
         )),
     }
 }
@@ -78,7 +82,7 @@ pub fn size(v: &str) -> Result<u64, String> {
             all: Some(Amount::Bytes(b)),
             devices,
         } if devices.is_empty() => Ok(b),
-        _ => Err(format!("{v:?} is not a size (examples: 1MiB, 65536, 0)")),
+        _ => Err("not a size (examples: 1MiB, 65536, 0)".to_string()),
     }
 }
 
@@ -116,7 +120,8 @@ mod tests {
         assert_eq!(size("0"), Ok(0));
         assert_eq!(size("65536"), Ok(65536));
         assert_eq!(size(" 1MiB "), Ok(1 << 20));
-        assert!(size("1MiB,0:2GiB").is_err());
+        assert!(size("1MiB,0=2GiB").is_err(), "per device is no size");
+        assert!(size("50%").is_err(), "a share is no size");
         assert!(size("lots").is_err());
     }
 }

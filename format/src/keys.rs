@@ -1,5 +1,5 @@
 //! The keys of the `extra` pairs in a trace's header and in a process's hello, defined once: the collector
-//! writes the header's and reads both, the shim writes the hello's (docs/TRACE-FORMAT.md lists them).
+//! writes the header's and reads both, the shim writes the hello's. Each constant's comment says what it means.
 
 /// The header's keys.
 pub mod header {
@@ -12,6 +12,8 @@ pub mod header {
     /// The job's name, and where it came from (`--job-name`, a scheduler's variable).
     pub const JOB: &str = "job";
     pub const JOB_SOURCE: &str = "job_source";
+    /// `on` or `off`: whether the Python bridge was put on the job's path.
+    pub const PYTHON_AGENT: &str = "python_agent";
     /// The cap's spec as given, and its mode (`enforce` or `warn`).
     pub const CAP: &str = "cap";
     pub const CAP_MODE: &str = "cap_mode";

@@ -665,7 +665,7 @@ fn hello(pid: u32) -> Hello {
 /// collector could ask the kernel where it came from).
 fn hello_extra(pid: u32) -> Vec<(String, String)> {
     let mut extra = bridge_loaded(pid);
-    if let Some(t) = std::env::var("VRAMTRACE_JOB_TOKEN")
+    if let Some(t) = std::env::var(vramtrace_format::env::JOB_TOKEN)
         .ok()
         .filter(|t| !t.is_empty())
     {

@@ -88,7 +88,9 @@ fn read() -> Settings {
         socket: std::env::var_os(env::SOCKET).filter(|s| !s.is_empty()),
         debug: env::flag(var(env::DEBUG).as_deref()),
         cap: var(env::CAP).filter(|s| !s.trim().is_empty()),
-        cap_warn: cap_warn(var(env::CAP_MODE).as_deref()),
+        // Said only about a cap the user set.
+        cap_warn: var(env::CAP).is_some_and(|c| !c.trim().is_empty())
+            && cap_warn(var(env::CAP_MODE).as_deref()),
         ledger: std::env::var_os(env::LEDGER).filter(|s| !s.is_empty()),
         ring_slots: ring_slots(var(env::RING_BYTES).as_deref()),
         lossless: env::flag(var(env::LOSSLESS).as_deref()),

@@ -140,7 +140,7 @@ fn answer(mut s: TcpStream, live: &Live) -> io::Result<()> {
             &mut s,
             "400 Bad Request",
             "text/plain; charset=utf-8",
-            b"GET /metrics\n",
+            b"GET /metrics or /status.json\n",
             deadline,
         );
     };
@@ -180,7 +180,7 @@ fn answer(mut s: TcpStream, live: &Live) -> io::Result<()> {
             &mut s,
             "405 Method Not Allowed",
             "text/plain; charset=utf-8",
-            b"GET /metrics\n",
+            b"GET /metrics or /status.json\n",
             deadline,
         ),
     }

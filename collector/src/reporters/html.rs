@@ -234,12 +234,7 @@ impl Html {
                         J::A(
                             crate::model::diagnose::key_figures(s, &d)
                                 .into_iter()
-                                .map(|(k, v)| {
-                                    J::A(vec![
-                                        k.into(),
-                                        crate::reporters::text::units::bytes(v).into(),
-                                    ])
-                                })
+                                .map(|(k, v)| J::A(vec![k.into(), crate::units::bytes(v).into()]))
                                 .collect(),
                         ),
                     ),

@@ -1,5 +1,5 @@
 //! The reporters: one file per output format, each rendering an analysis (or, for the exports, the replay as it
-//! goes: `model::tap`): `text` and `json` (`report`), `oom_text` and `oom_json` (the post-mortem), `memory_viz`
+//! goes: `model::observe::tap`): `text` and `json` (`report`), `oom_text` and `oom_json` (the post-mortem), `memory_viz`
 //! (with `pickle`), `perfetto` and `html` (`export`). They read the model; the model never reads them.
 
 pub mod html;

@@ -10,8 +10,8 @@ use vramtrace_format::Api;
 use crate::model::diagnose::{diagnose, Diagnosis, CONTEXT_ESTIMATE_BYTES};
 use crate::model::{self, Analysis, Ended, OomSnapshot, Timeline};
 use crate::reporters::text::sparkline::sparkline;
-use crate::reporters::text::units::{bytes, bytes_exact, count, fit, printable, secs};
 use crate::reporters::text::{device_name, fit_label, short_command, site_lines, WIDTH};
+use crate::units::{bytes, bytes_exact, count, fit, printable, secs};
 
 /// Word-wraps to the report's width (the one wrapping rule of every text output: text::wrap).
 fn wrap(o: &mut String, text: &str, indent: &str) {

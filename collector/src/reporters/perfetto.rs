@@ -24,8 +24,8 @@ use super::{process_name, site_label};
 use crate::fasthash::FastMap;
 use crate::model::observe::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::ProcessStats;
-use crate::reporters::text::units::bytes;
 use crate::reporters::text::{device_name, short_command};
+use crate::units::bytes;
 
 /// The most instants kept for the end of the export.
 pub const MAX_INSTANTS: usize = 100_000;

@@ -3,7 +3,7 @@
 
 pub mod framework;
 pub mod sparkline;
-pub use crate::units;
+use crate::units;
 
 use std::fmt::Write;
 use std::path::Path;
@@ -575,8 +575,8 @@ pub fn refusals_text(a: &Analysis) -> Option<String> {
         count(n),
         if n == 1 { "" } else { "s" },
         if n == 1 { "was" } else { "were" },
-        crate::reporters::text::units::duration(a.refusal_stall_ns),
-        crate::reporters::text::units::duration(longest),
+        crate::units::duration(a.refusal_stall_ns),
+        crate::units::duration(longest),
         match a.refusals.first() {
             Some(r) => format!(" (the first at {})", secs(r.time_ns)),
             None => String::new(),

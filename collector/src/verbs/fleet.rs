@@ -20,7 +20,7 @@ use crate::exit::{self, Code};
 use crate::model::{self, Analysis};
 use crate::reporters::json::{self, J};
 use crate::reporters::text::device_label;
-use crate::reporters::text::units::{bytes, count, secs};
+use crate::units::{bytes, count, secs};
 
 /// One trace of the job.
 pub struct Member {

@@ -20,8 +20,8 @@ pub use crate::model::diagnose::{
 
 use crate::exit::{self, Code};
 use crate::model::{self, Analysis};
-use crate::reporters::text::units::{bytes, secs};
 use crate::reporters::{oom_json, oom_text};
+use crate::units::{bytes, secs};
 
 pub fn main(file: &Path, json: bool, full: bool) -> Code {
     let a = match model::analyze(file) {
@@ -110,7 +110,7 @@ pub fn summary(a: &Analysis) -> Option<String> {
             "and {} refusal{} recovered from (not errors; {} of stalls)",
             a.refusals_recovered,
             if a.refusals_recovered == 1 { "" } else { "s" },
-            crate::reporters::text::units::duration(a.refusal_stall_ns)
+            crate::units::duration(a.refusal_stall_ns)
         )
         .ok();
     }

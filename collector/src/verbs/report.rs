@@ -11,8 +11,8 @@ use std::path::Path;
 use crate::exit::{self, Code};
 use crate::model::{self, Analysis};
 use crate::reporters::json;
-use crate::reporters::text::units::{bytes, count, secs};
 use crate::reporters::text::{device_label, render as render_text};
+use crate::units::{bytes, count, secs};
 
 pub fn main(file: &Path, json: bool) -> Code {
     let a = match model::analyze(file) {
@@ -75,7 +75,7 @@ pub fn summary(a: &Analysis) -> String {
         } else {
             format!(" ({} not traced, below)", count(untraced.len() as u64))
         },
-        crate::reporters::text::units::counted(a.events, "event", "events"),
+        crate::units::counted(a.events, "event", "events"),
         count(a.dropped_events)
     )
     .ok();

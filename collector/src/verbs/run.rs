@@ -22,9 +22,9 @@ use vramtrace_format::{Record, TraceHeader};
 use crate::exit::{self, Code};
 use crate::probe;
 use crate::receive::{spawn_acceptor, Connections, TraceWriter};
-use crate::reporters::text::units;
 use crate::runtime_dir::RuntimeDir;
 use crate::ticks::mono_ns;
+use crate::units;
 use vramtrace_format::cap::CapSpec;
 use vramtrace_format::env;
 
@@ -204,11 +204,27 @@ impl Prepared {
     fn new(args: &RunArgs) -> anyhow::Result<Prepared> {
         let shim = find_shim()?;
         let cap = args.cap.clone().or_else(|| {
-            std::env::var("VRAMTRACE_CAP")
+            std::env::var(env::CAP)
                 .ok()
                 .filter(|c| !c.trim().is_empty())
         });
         let mode = cap_mode(args)?;
+        // What the job inherits from our environment (no flag given for it) is checked as the flags are: the
+        // shim would only warn and use its default.
+        let inherited = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        if args.stacks.is_none() {
+            if let Some(v) = inherited(env::STACKS) {
+                env::stacks(Some(&v)).map_err(|e| anyhow::anyhow!(e))?;
+            }
+        }
+        for (k, given) in [
+            (env::STACK_MIN_BYTES, args.stack_min_bytes.is_some()),
+            (env::RING_BYTES, args.ring_size.is_some()),
+        ] {
+            if let Some(v) = inherited(k).filter(|_| !given) {
+                env::size(&v).map_err(|e| anyhow::anyhow!("{k}={v:?}: {e}"))?;
+            }
+        }
         let mut extra = Vec::new();
         if let Some(spec) = &cap {
             extra = check_cap(spec, mode)?;
@@ -268,7 +284,7 @@ impl Prepared {
         };
         // The report can then say which Python processes the bridge did not run in.
         extra.push((
-            "python_agent".to_string(),
+            keys::header::PYTHON_AGENT.to_string(),
             if agent == OnOff::On { "on" } else { "off" }.to_string(),
         ));
         let header = TraceHeader {
@@ -640,10 +656,7 @@ fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<Vec<(String, String)>>
     let parsed = CapSpec::parse(spec).map_err(|e| anyhow::anyhow!("--cap {spec}: {e}"))?;
     let mut extra = vec![
         (keys::header::CAP.to_string(), spec.to_string()),
-        (
-            keys::header::CAP_MODE.to_string(),
-            format!("{mode:?}").to_lowercase(),
-        ),
+        (keys::header::CAP_MODE.to_string(), mode.name().to_string()),
     ];
     let Some(devices) = probe::devices() else {
         eprintln!("vramtrace: no CUDA driver answered; the cap is applied to whatever devices the job finds");

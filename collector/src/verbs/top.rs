@@ -213,7 +213,8 @@ impl View {
                     format!("GPU {g}"),
                     bytes(r.used),
                     bytes(r.peak),
-                    crate::reporters::text::fit_label(&r.command, 32),
+                    // The program's own words: control characters shown, never sent to the terminal.
+                    crate::units::fit(&crate::units::printable(&r.command), 32),
                 ]
             })
             .collect()
@@ -276,6 +277,12 @@ pub fn main(args: TopArgs) -> Code {
             Ok((200, body)) => serde_json::from_str::<crate::live::Status>(&body)
                 .map(Sample::from)
                 .map_err(|e| format!("{addr} answered what is not a vramtrace status: {e}")),
+            // A run of an older vramtrace serves /metrics alone.
+            Ok((404, _)) if get(addr, "/metrics", Duration::from_secs(2)).is_ok_and(|(c, _)| c == 200) => {
+                Err(format!(
+                    "{addr} is an older vramtrace run (no /status.json): attach with the vramtrace that started it"
+                ))
+            }
             Ok((code, _)) => Err(format!(
                 "{addr} answered HTTP {code}: not a vramtrace run --metrics"
             )),

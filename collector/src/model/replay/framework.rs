@@ -3,7 +3,7 @@
 //! the job's sums over time, every framework out-of-memory error with the figures and settings at that moment,
 //! and what the bridge could not do.
 //!
-//! The records go through the same time-ordered merge as the driver's events (model.rs), so a figure is
+//! The records go through the same time-ordered merge as the driver's events (`input/merge.rs`), so a figure is
 //! applied exactly when the events before it have been. A process's figures stop counting when it ends (its
 //! cache goes with it).
 

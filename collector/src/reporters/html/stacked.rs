@@ -2,7 +2,7 @@
 //!
 //! The device's bytes in use (the job's) and the bytes of each part of it (a process, a call site) are
 //! bucketed on one grid: buckets start 1 µs wide; when a change would land past [`MAX_BUCKETS`], neighbouring
-//! pairs merge and the width doubles (as the report's timelines, `model/timeline.rs`). Each bucket keeps:
+//! pairs merge and the width doubles (as the report's timelines, `model/observe/timeline.rs`). Each bucket keeps:
 //!
 //! - the job's **maximum** in it (so the job's highest bucket is the report's peak, exactly);
 //! - each part's value **at the moment of that maximum** (so the parts stack up to the job's line: a stacked

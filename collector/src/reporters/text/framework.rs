@@ -84,7 +84,7 @@ pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
                     "{pad}  the line whose tensors grew: {} ({} made during the rise and live at exit, in {})",
                     k.label,
                     bytes(k.during_rise_bytes),
-                    crate::reporters::text::units::counted(k.count, "tensor", "tensors")
+                    crate::units::counted(k.count, "tensor", "tensors")
                 ),
                 pad,
                 WIDTH,
@@ -97,7 +97,7 @@ pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
                      {} ({} in {})",
                     k.label,
                     bytes(k.bytes),
-                    crate::reporters::text::units::counted(k.count, "tensor", "tensors")
+                    crate::units::counted(k.count, "tensor", "tensors")
                 ),
                 pad,
                 WIDTH,
@@ -187,13 +187,13 @@ pub fn history_text(h: &crate::model::replay::framework::HistoryChange) -> Strin
         format!(
             "allocation history armed at {}{dev} ({why}; {} entries): tensors allocated from then on \
              have their lines",
-            crate::reporters::text::units::secs(h.time_ns),
+            crate::units::secs(h.time_ns),
             count(h.entries)
         )
     } else {
         format!(
             "allocation history disarmed at {}{dev} ({why})",
-            crate::reporters::text::units::secs(h.time_ns)
+            crate::units::secs(h.time_ns)
         )
     }
 }
@@ -205,7 +205,7 @@ pub fn bridge_section(o: &mut String, a: &Analysis) {
         .header
         .extra
         .iter()
-        .find(|(k, _)| k == "python_agent")
+        .find(|(k, _)| k == vramtrace_format::keys::header::PYTHON_AGENT)
         .map(|(_, v)| v.as_str());
     let missing: Vec<&crate::model::ProcessStats> = match agent {
         Some("on") => a
