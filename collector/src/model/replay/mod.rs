@@ -30,65 +30,65 @@ use crate::symbols::Symbolizer;
 /// every free).
 #[derive(Clone, Copy)]
 #[repr(align(16))]
-pub(in crate::model) struct Live {
-    pub(in crate::model) size: u64,
+struct Live {
+    size: u64,
     /// Relative ns.
-    pub(in crate::model) ts: u64,
-    pub(in crate::model) tid: u32,
+    ts: u64,
+    tid: u32,
     /// Its call site's aggregate, or `NO_SITE`.
-    pub(in crate::model) site: u32,
-    pub(in crate::model) dev: u16,
-    pub(in crate::model) api: Api,
-    pub(in crate::model) flags: u8,
+    site: u32,
+    dev: u16,
+    api: Api,
+    flags: u8,
 }
 
 #[derive(Default, Clone)]
-pub(in crate::model) struct ProcDev {
-    pub(in crate::model) cur: u64,
-    pub(in crate::model) peak: u64,
-    pub(in crate::model) live_end: u64,
-    pub(in crate::model) allocations: u64,
+struct ProcDev {
+    cur: u64,
+    peak: u64,
+    live_end: u64,
+    allocations: u64,
 }
 
-pub(in crate::model) struct Proc {
-    pub(in crate::model) s: ProcessStats,
+struct Proc {
+    s: ProcessStats,
     /// It has out-of-memory refusals not yet known recovered or raised (in `Replay::open_ooms`).
-    pub(in crate::model) open_oom: bool,
+    open_oom: bool,
     /// The last failed allocation: (tid, bytes, call-site aggregate), so an OOM record names its request's site.
-    pub(in crate::model) last_failed: Option<(u32, u64, u32)>,
-    pub(in crate::model) cur: u64,
-    pub(in crate::model) dev: Vec<ProcDev>,
+    last_failed: Option<(u32, u64, u32)>,
+    cur: u64,
+    dev: Vec<ProcDev>,
     /// The device its last allocation was on, and that device's index in the replay's `devs`: a process nearly
     /// always allocates on one device, and the search walks whole `Dev`s.
-    pub(in crate::model) dev_hint: (u32, usize),
-    pub(in crate::model) ptrs: FastMap<u64, Live>,
-    pub(in crate::model) handles: FastMap<u64, Live>,
+    dev_hint: (u32, usize),
+    ptrs: FastMap<u64, Live>,
+    handles: FastMap<u64, Live>,
     /// Each thread's last release, until its next event (a refusal of it: `undo.rs`).
-    pub(in crate::model) releases: Releases<Option<Live>>,
-    pub(in crate::model) reserved: u64,
-    pub(in crate::model) mapped: u64,
+    releases: Releases<Option<Live>>,
+    reserved: u64,
+    mapped: u64,
     /// Its promise: no later record of it is older than this (absolute time).
-    pub(in crate::model) wm: u64,
+    wm: u64,
     /// The newest time of its latest record, which becomes the promise when the next record arrives.
-    pub(in crate::model) pending_wm: u64,
-    pub(in crate::model) open: bool,
-    pub(in crate::model) goodbye: bool,
+    pending_wm: u64,
+    open: bool,
+    goodbye: bool,
     /// Its connection's end (`ProcessEnd`) was read.
-    pub(in crate::model) end_seen: bool,
+    end_seen: bool,
     /// Its hello was read (the intake's; what it says is applied in order with the entries: `s.announced`).
-    pub(in crate::model) hello_seen: bool,
+    hello_seen: bool,
     /// Its end is in the merge (at its goodbye, or at its `ProcessEnd`).
-    pub(in crate::model) end_queued: bool,
+    end_queued: bool,
     /// The newest time of anything it recorded: its goodbye is never replayed before it.
-    pub(in crate::model) newest: u64,
+    newest: u64,
     /// Its end was replayed: CUDA gave back what it held.
-    pub(in crate::model) released: bool,
+    released: bool,
     /// Absolute start time (hello or first sight), for telling an earlier image of the same pid apart.
-    pub(in crate::model) start_abs: u64,
+    start_abs: u64,
     /// The slot this pid had before this one (exec or pid reuse).
-    pub(in crate::model) prev: Option<usize>,
+    prev: Option<usize>,
     /// Its stacks, objects and call-site aggregates.
-    pub(in crate::model) cs: callsites::ProcSites,
+    cs: callsites::ProcSites,
 }
 
 impl Proc {
@@ -157,7 +157,7 @@ impl Proc {
     }
 
     #[inline]
-    pub(in crate::model) fn dev(&mut self, d: usize) -> &mut ProcDev {
+    fn dev(&mut self, d: usize) -> &mut ProcDev {
         if self.dev.len() <= d {
             self.dev.resize(d + 1, ProcDev::default());
         }
@@ -165,48 +165,48 @@ impl Proc {
     }
 }
 
-pub(in crate::model) struct Dev {
-    pub(in crate::model) device: u32,
-    pub(in crate::model) cur: u64,
-    pub(in crate::model) peak: u64,
-    pub(in crate::model) peak_t: Option<u64>,
-    pub(in crate::model) live_end: u64,
-    pub(in crate::model) allocations: u64,
-    pub(in crate::model) largest: u64,
-    pub(in crate::model) info: Option<(u64, u64)>,
-    pub(in crate::model) tl: TimelineBuilder,
+struct Dev {
+    device: u32,
+    cur: u64,
+    peak: u64,
+    peak_t: Option<u64>,
+    live_end: u64,
+    allocations: u64,
+    largest: u64,
+    info: Option<(u64, u64)>,
+    tl: TimelineBuilder,
     /// Bytes freed with `cuMemFreeAsync` per 100 ms step: (step number, bytes), a ring over the last second.
-    pub(in crate::model) async_freed: [(u64, u64); ASYNC_STEPS],
+    async_freed: [(u64, u64); ASYNC_STEPS],
     /// The largest device total an out-of-memory record gave, and the cap one gave.
-    pub(in crate::model) oom_total: Option<u64>,
-    pub(in crate::model) oom_cap: Option<u64>,
+    oom_total: Option<u64>,
+    oom_cap: Option<u64>,
     /// New peaks reached so far (call-site aggregates compare it: see `callsites`).
-    pub(in crate::model) peak_seq: u64,
+    peak_seq: u64,
 }
 
 /// The replay's device for memory on no GPU: `cuMemCreate` with a host location (the shim records it on no
 /// device). Kept apart from `NO_DEVICE` (a GPU the shim could not tell) so that neither is taken for the other.
-pub(in crate::model) const HOST_DEVICE: u32 = NO_DEVICE - 1;
+const HOST_DEVICE: u32 = NO_DEVICE - 1;
 
 /// A replay device's ordinal for the reports: `None` for memory on no GPU or on a GPU the shim could not tell.
 #[inline]
-pub(in crate::model) fn ordinal(device: u32) -> Option<u32> {
+fn ordinal(device: u32) -> Option<u32> {
     (device != NO_DEVICE && device != HOST_DEVICE).then_some(device)
 }
 
 /// An out-of-memory refusal waiting to be told recovered, raised or fatal.
-pub(in crate::model) struct OpenOom {
-    pub(in crate::model) slot: usize,
-    pub(in crate::model) tid: u32,
+struct OpenOom {
+    slot: usize,
+    tid: u32,
     /// The record's device (raw).
-    pub(in crate::model) device: u32,
+    device: u32,
     /// Relative ns.
-    pub(in crate::model) t: u64,
-    pub(in crate::model) requested: u64,
-    pub(in crate::model) cap_refused: bool,
-    pub(in crate::model) api: u8,
+    t: u64,
+    requested: u64,
+    cap_refused: bool,
+    api: u8,
     /// Its snapshot's sequence number, when it got one.
-    pub(in crate::model) snap: Option<u64>,
+    snap: Option<u64>,
 }
 
 /// The most open refusals held; past it, the oldest is counted an error.
@@ -228,75 +228,75 @@ pub fn folds_into(tid: u32, t: u64, error_tid: u32, error_t: u64) -> bool {
     t <= error_t && (tid == error_tid || error_t - t <= FOLD_NS)
 }
 
-pub(in crate::model) struct Replay<'t> {
-    pub(in crate::model) start: u64,
-    pub(in crate::model) procs: Vec<Proc>,
-    pub(in crate::model) by_pid: HashMap<u32, usize>,
-    pub(in crate::model) devs: Vec<Dev>,
+pub(super) struct Replay<'t> {
+    start: u64,
+    procs: Vec<Proc>,
+    by_pid: HashMap<u32, usize>,
+    devs: Vec<Dev>,
     /// Slots still open (holding the merge back).
-    pub(in crate::model) open: Vec<usize>,
-    pub(in crate::model) min_wm: u64,
-    pub(in crate::model) wm_dirty: bool,
+    open: Vec<usize>,
+    min_wm: u64,
+    wm_dirty: bool,
     /// Every timed entry waits in the merge until no open process can send anything older.
-    pub(in crate::model) merge: MergeLink,
+    pub(super) merge: MergeLink,
     /// With a collector that promises for processes still to come (`newcomer_ticks` in the header): how far it
     /// has promised. The merge goes no further.
-    pub(in crate::model) newcomers: Option<u64>,
+    pub(super) newcomers: Option<u64>,
     /// The collector writes a process's goodbye after its last record (`goodbye_last` in the header): its end,
     /// and the release of what it held, go there. Older traces release at the connection's end.
-    pub(in crate::model) goodbye_last: bool,
+    pub(super) goodbye_last: bool,
     /// The collector's end record was read (`Record::End`).
-    pub(in crate::model) end_record: bool,
+    pub(super) end_record: bool,
     /// Exit statuses the wrapper reaped, attached to their processes at the end.
-    pub(in crate::model) exits: Vec<vramtrace_format::Exit>,
+    exits: Vec<vramtrace_format::Exit>,
     /// Dropped-event counts waiting for the merge: id -> (slot, count).
-    pub(in crate::model) pending_drops: HashMap<usize, (usize, u64)>,
+    pending_drops: HashMap<usize, (usize, u64)>,
     /// Hellos waiting for the replay to reach their place in the file: id -> (slot, hello).
-    pub(in crate::model) pending_hellos: HashMap<usize, (usize, vramtrace_format::Hello)>,
-    pub(in crate::model) events: u64,
-    pub(in crate::model) dropped: u64,
-    pub(in crate::model) unmatched: u64,
-    pub(in crate::model) lost: u64,
-    pub(in crate::model) first_ts: Option<u64>,
-    pub(in crate::model) last_ts: u64,
-    pub(in crate::model) leaks: Vec<LiveAlloc>,
+    pending_hellos: HashMap<usize, (usize, vramtrace_format::Hello)>,
+    events: u64,
+    dropped: u64,
+    unmatched: u64,
+    lost: u64,
+    first_ts: Option<u64>,
+    last_ts: u64,
+    leaks: Vec<LiveAlloc>,
     /// Every allocation live when its process ended (or the trace did), as (device index, api, bytes, call-site
     /// aggregate, time made), up to [`KEPT_BOUND`]: what a device's growth is made of.
-    pub(in crate::model) kept: Vec<(u16, Api, u64, u32, u64)>,
-    pub(in crate::model) leak_count: u64,
-    pub(in crate::model) leak_bytes: u64,
+    kept: Vec<(u16, Api, u64, u32, u64)>,
+    leak_count: u64,
+    leak_bytes: u64,
     /// Out-of-memory records waiting for the merge to reach their time: id -> (slot, record).
-    pub(in crate::model) pending_ooms: HashMap<usize, (usize, Oom)>,
-    pub(in crate::model) oom_records: u64,
-    pub(in crate::model) ooms: Vec<OomSnapshot>,
+    pending_ooms: HashMap<usize, (usize, Oom)>,
+    oom_records: u64,
+    ooms: Vec<OomSnapshot>,
     /// Out-of-memory refusals whose outcome is not known yet: recovered when their thread next allocates on
     /// the device, raised when a framework's record of an error folds them, errors when neither comes.
-    pub(in crate::model) open_ooms: Vec<OpenOom>,
+    open_ooms: Vec<OpenOom>,
     /// Refusals the program recovered from (the first [`REFUSALS_LISTED`]), and all of them counted.
-    pub(in crate::model) refusals: Vec<Refusal>,
-    pub(in crate::model) refusals_recovered: u64,
-    pub(in crate::model) refusal_stall_ns: u64,
+    refusals: Vec<Refusal>,
+    refusals_recovered: u64,
+    refusal_stall_ns: u64,
     /// The next snapshot's sequence number.
-    pub(in crate::model) oom_seq: u64,
+    oom_seq: u64,
     /// Each device's growth over the run, by device index (filled by `finish`).
-    pub(in crate::model) growths: Vec<Option<LeakTrend>>,
+    growths: Vec<Option<LeakTrend>>,
     /// Stacks, notes and call-site aggregates.
-    pub(in crate::model) cs: callsites::Store,
+    cs: callsites::Store,
     /// Bridge records waiting for the merge to reach their time: id -> (slot, record).
-    pub(in crate::model) pending_fw: HashMap<usize, (usize, Record)>,
+    pending_fw: HashMap<usize, (usize, Record)>,
     /// Contexts torn down, waiting for their time: id -> (slot, device).
-    pub(in crate::model) pending_ctx: HashMap<usize, (usize, u32)>,
+    pending_ctx: HashMap<usize, (usize, u32)>,
     /// The next id of a waiting record (out-of-memory, bridge, dropped count).
-    pub(in crate::model) next_id: usize,
-    pub(in crate::model) fw: framework::FwReplay,
+    next_id: usize,
+    fw: framework::FwReplay,
     /// The exports' tap: every change to memory, as it is applied.
-    pub(in crate::model) tap: Option<&'t mut dyn Tap>,
+    pub(super) tap: Option<&'t mut dyn Tap>,
 }
 
 impl<'t> Replay<'t> {
     /// A streaming replay holding at most about `bound` events in memory; `reference`: the plain one that sorts
     /// everything at the end (the tests' yardstick).
-    pub(in crate::model) fn new(start: u64, bound: usize, reference: bool) -> Self {
+    pub(super) fn new(start: u64, bound: usize, reference: bool) -> Self {
         Replay {
             start,
             merge: MergeLink::inline(if reference {
@@ -345,18 +345,18 @@ impl<'t> Replay<'t> {
     }
 
     #[inline]
-    pub(in crate::model) fn rel(&self, ts: u64) -> u64 {
+    fn rel(&self, ts: u64) -> u64 {
         ts.saturating_sub(self.start)
     }
 
-    pub(in crate::model) fn observe(&mut self, ts: u64) {
+    fn observe(&mut self, ts: u64) {
         self.first_ts = Some(self.first_ts.map_or(ts, |f| f.min(ts)));
         self.last_ts = self.last_ts.max(ts);
     }
 
     // ---- processes and watermarks ----
 
-    pub(in crate::model) fn new_slot(&mut self, pid: u32, ts: u64, prev: Option<usize>) -> usize {
+    fn new_slot(&mut self, pid: u32, ts: u64, prev: Option<usize>) -> usize {
         let s = self.procs.len();
         let rel = self.rel(ts);
         self.procs.push(Proc::new(pid, ts, rel, prev));
@@ -369,7 +369,7 @@ impl<'t> Replay<'t> {
     }
 
     /// The slot a record of `pid` at time `ts` belongs to, created if the pid is new.
-    pub(in crate::model) fn route(&mut self, pid: u32, ts: u64) -> usize {
+    fn route(&mut self, pid: u32, ts: u64) -> usize {
         let Some(mut s) = self.by_pid.get(&pid).copied() else {
             return self.new_slot(pid, ts, None);
         };
@@ -387,18 +387,18 @@ impl<'t> Replay<'t> {
     /// A batch of process `s` with times up to `ts`. Its promise moves to the newest time of the batch before
     /// this one: the records that follow a batch (an out-of-memory record after the batch holding its failure)
     /// may be older than the batch's newest event, never older than its oldest.
-    pub(in crate::model) fn advance(&mut self, s: usize, ts: u64) {
+    fn advance(&mut self, s: usize, ts: u64) {
         let p = &mut self.procs[s];
         let promise = std::mem::replace(&mut p.pending_wm, ts);
         self.promise(s, promise);
     }
 
     /// A tick, goodbye or hello: nothing older than `ts` will follow, at once.
-    pub(in crate::model) fn promise_now(&mut self, s: usize, ts: u64) {
+    fn promise_now(&mut self, s: usize, ts: u64) {
         self.promise(s, ts);
     }
 
-    pub(in crate::model) fn promise(&mut self, s: usize, ts: u64) {
+    fn promise(&mut self, s: usize, ts: u64) {
         let p = &mut self.procs[s];
         if ts > p.wm {
             if p.open && p.wm == self.min_wm {
@@ -408,7 +408,7 @@ impl<'t> Replay<'t> {
         }
     }
 
-    pub(in crate::model) fn close(&mut self, s: usize) {
+    fn close(&mut self, s: usize) {
         let p = &mut self.procs[s];
         if p.open {
             p.open = false;
@@ -422,7 +422,7 @@ impl<'t> Replay<'t> {
     }
 
     /// Events at or before this time can be replayed: no open process will send anything older.
-    pub(in crate::model) fn limit(&mut self) -> u64 {
+    fn limit(&mut self) -> u64 {
         if self.wm_dirty {
             self.min_wm = self
                 .open
@@ -439,7 +439,7 @@ impl<'t> Replay<'t> {
 
     /// Replays what the merge can hand out now (or, with the merge on its own thread, what it has handed out so
     /// far): everything older than every open process's promise.
-    pub(in crate::model) fn pump(&mut self) {
+    fn pump(&mut self) {
         let limit = self.limit();
         self.merge.drain(limit);
         if self.merge.full() {
@@ -481,7 +481,7 @@ impl<'t> Replay<'t> {
         self.merge.give_back(c);
     }
 
-    pub(in crate::model) fn replay_one(&mut self, x: Out, buf: &[Event]) {
+    fn replay_one(&mut self, x: Out, buf: &[Event]) {
         match x {
             Out::Events(s, _) => {
                 for e in buf {
@@ -545,7 +545,7 @@ impl<'t> Replay<'t> {
     // ---- replaying one event ----
 
     #[inline]
-    pub(in crate::model) fn dev_index(&mut self, device: u32) -> usize {
+    fn dev_index(&mut self, device: u32) -> usize {
         if let Some(i) = self.devs.iter().position(|d| d.device == device) {
             return i;
         }
@@ -580,7 +580,7 @@ impl<'t> Replay<'t> {
     }
 
     #[inline]
-    pub(in crate::model) fn apply(&mut self, s: usize, e: &Event) {
+    fn apply(&mut self, s: usize, e: &Event) {
         let t = self.rel(e.ts_ns);
         match e.api.effect() {
             eff @ (Effect::AllocPtr | Effect::CreateHandle) => {
@@ -784,7 +784,7 @@ impl<'t> Replay<'t> {
     /// before it there (its thread's still open, whatever their age; the process's within [`FOLD_NS`]) were
     /// that error's, not recovered from.
     /// Returns how many it folded.
-    pub(in crate::model) fn raised(&mut self, s: usize, tid: u32, device: u32, t: u64) -> usize {
+    fn raised(&mut self, s: usize, tid: u32, device: u32, t: u64) -> usize {
         let before = self.open_ooms.len();
         self.open_ooms
             .retain(|o| !(o.slot == s && o.device == device && folds_into(o.tid, o.t, tid, t)));
@@ -793,13 +793,7 @@ impl<'t> Replay<'t> {
     }
 
     /// Out-of-memory record `o` of process `s` reached the replay at `t` (snapshot `snap`, if it got one).
-    pub(in crate::model) fn open_oom(
-        &mut self,
-        s: usize,
-        o: &vramtrace_format::Oom,
-        t: u64,
-        snap: Option<u64>,
-    ) {
+    fn open_oom(&mut self, s: usize, o: &vramtrace_format::Oom, t: u64, snap: Option<u64>) {
         if self.open_ooms.len() >= OPEN_OOMS_BOUND {
             // The oldest stays an error: it is forgotten, not recovered.
             let old = self.open_ooms.remove(0);
@@ -825,7 +819,7 @@ impl<'t> Replay<'t> {
 
     /// `size` bytes allocated on device `d` by process `s`. Inlined (as `take`): once per event.
     #[inline(always)]
-    pub(in crate::model) fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32) {
+    fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32) {
         let on_host = self.devs[d].device == HOST_DEVICE;
         let dv = &mut self.devs[d];
         if site != NO_SITE {
@@ -863,7 +857,7 @@ impl<'t> Replay<'t> {
     }
 
     #[inline(always)]
-    pub(in crate::model) fn take(&mut self, s: usize, l: &Live, t: u64) {
+    fn take(&mut self, s: usize, l: &Live, t: u64) {
         let d = l.dev as usize;
         let on_host = self.devs[d].device == HOST_DEVICE;
         let dv = &mut self.devs[d];
@@ -886,15 +880,7 @@ impl<'t> Replay<'t> {
     /// Tells the tap of a change to allocation `l` (already applied). Inlined down to the check: a report has
     /// no tap, and this is on every free's path.
     #[inline(always)]
-    pub(in crate::model) fn tap_live(
-        &mut self,
-        change: Change,
-        s: usize,
-        handle: bool,
-        addr: u64,
-        l: &Live,
-        t: u64,
-    ) {
+    fn tap_live(&mut self, change: Change, s: usize, handle: bool, addr: u64, l: &Live, t: u64) {
         if self.tap.is_some() {
             self.tap_live_now(change, s, handle, addr, l, t);
         }
@@ -1016,7 +1002,7 @@ impl<'t> Replay<'t> {
     }
 
     /// Everything process `s` still holds at `t` is live at its end; with `release`, CUDA gives it back at `t`.
-    pub(in crate::model) fn collect_live(&mut self, s: usize, t: u64, release: bool) {
+    fn collect_live(&mut self, s: usize, t: u64, release: bool) {
         let p = &mut self.procs[s];
         let pid = p.s.pid;
         let ptrs = std::mem::take(&mut p.ptrs);
@@ -1065,11 +1051,7 @@ impl<'t> Replay<'t> {
         }
     }
 
-    pub(in crate::model) fn finish(
-        mut self,
-        header: TraceHeader,
-        sym: Option<&mut Symbolizer>,
-    ) -> Analysis {
+    pub(super) fn finish(mut self, header: TraceHeader, sym: Option<&mut Symbolizer>) -> Analysis {
         let merge_inexact_events = self.pump_to_end();
         let end = self.rel(self.last_ts);
         for s in 0..self.procs.len() {
@@ -1265,14 +1247,7 @@ impl<'t> Replay<'t> {
 impl Replay<'_> {
     /// The driver refused thread `tid`'s release of `addr` in process `s`, at `t` (relative ns): what the release
     /// took out is live again, as if it had never been released.
-    pub(in crate::model) fn undo_release(
-        &mut self,
-        s: usize,
-        tid: u32,
-        addr: u64,
-        handle: bool,
-        t: u64,
-    ) {
+    fn undo_release(&mut self, s: usize, tid: u32, addr: u64, handle: bool, t: u64) {
         let Some(live) = self.procs[s].releases.take(tid, addr, handle) else {
             return;
         };
