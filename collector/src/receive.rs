@@ -77,12 +77,12 @@ fn take(
         };
     loop {
         conn.pump(trace);
-        if conn.pid.is_some() || !conn.open || Instant::now() >= deadline {
+        if conn.pid().is_some() || !conn.open || Instant::now() >= deadline {
             break;
         }
         thread::sleep(Duration::from_millis(1));
     }
-    if conn.pid.is_none() && !conn.open && conn.gone.is_none() && conn.peer.is_some() {
+    if conn.pid().is_none() && !conn.open && conn.gone.is_none() && conn.peer.is_some() {
         // Hung up already: named and ended now, before any newcomer promise could pass them. Its receiver
         // ends with nothing to do (its sender dropped).
         conn.finish(trace);
@@ -91,7 +91,7 @@ fn take(
         }
         return true;
     }
-    let announced = conn.pid.is_some();
+    let announced = conn.pid().is_some();
     if !announced {
         conns.unannounced.fetch_add(1, Ordering::AcqRel);
         conn.unannounced = Some(conns.clone());
@@ -272,16 +272,16 @@ mod tests {
             limit(Some(0));
             let early = conn.pump(trace);
             limit(None);
-            let waited = !early && conn.pid.is_none() && conn.no_place_since.is_some();
+            let waited = !early && conn.pid().is_none() && conn.no_place_since.is_some();
             let mut later = false;
             for _ in 0..100 {
                 later |= conn.pump(trace);
-                if conn.pid.is_some() {
+                if conn.pid().is_some() {
                     break;
                 }
             }
             // It arrived: no ring but a socket here, so the mapping's refusal is what the hello says.
-            waited && later && conn.pid == Some(4242) && untraced_why(path).contains("not sealed")
+            waited && later && conn.pid() == Some(4242) && untraced_why(path).contains("not sealed")
         });
     }
 
@@ -292,13 +292,13 @@ mod tests {
             conn.reserve = conn.stream.try_clone().ok().map(OwnedFd::from);
             let start = Instant::now();
             limit(Some(0));
-            while conn.pid.is_none() && start.elapsed() < RESERVE_WAIT * 5 {
+            while conn.pid().is_none() && start.elapsed() < RESERVE_WAIT * 5 {
                 conn.pump(trace);
             }
             limit(None);
             start.elapsed() >= RESERVE_WAIT
                 && conn.ring.is_none()
-                && conn.pid == Some(4242)
+                && conn.pid() == Some(4242)
                 && untraced_why(path).contains("no file descriptor was free")
         });
     }
@@ -311,13 +311,13 @@ mod tests {
             limit(Some(0));
             let early = conn.pump(trace);
             limit(None);
-            let waited = !early && conn.pid.is_none();
+            let waited = !early && conn.pid().is_none();
             let later = conn.pump(trace);
             let why = untraced_why(path);
             // Once the hello is read, no descriptor is held for it any more.
             waited
                 && later
-                && conn.pid == Some(4242)
+                && conn.pid() == Some(4242)
                 && why.contains("not sealed")
                 && conn.reserve.is_none()
                 && conn.stream.set_nonblocking(true).is_ok()

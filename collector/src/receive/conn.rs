@@ -34,12 +34,22 @@ pub(super) const MAX_PLAUSIBLE_DROPS: u64 = 1 << 40;
 /// descriptor for its ring) is not a shim: closed, and named from what the kernel said of it.
 pub(super) const SILENT_WAIT: Duration = Duration::from_secs(5);
 
+/// Who a connection speaks for, as it goes: nobody until its first frame, then a process of the trace (the kernel's
+/// pid, and the pid its hello said; none when the collector named it) or a reporter of its children's exits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Who {
+    Unknown,
+    Process { pid: u32, said: Option<u32> },
+    Reporter { said: u32 },
+}
+
 /// One process's connection and ring: whole frames go to the trace as they come; when it closes, the ring is
 /// drained to its end and the end is recorded.
 pub(super) struct Conn {
     pub(super) stream: UnixStream,
     pub(super) split: FrameSplitter,
-    pub(super) pid: Option<u32>,
+    /// Who the connection speaks for: nobody yet, a process of the trace, or a reporter of exits.
+    pub(super) who: Who,
     /// The goodbye the process published at `exit`, held back until its ring is drained (an atexit handler
     /// that runs after ours may still free memory), then written with the time of its last record.
     pub(super) goodbye: Option<u64>,
@@ -65,8 +75,6 @@ pub(super) struct Conn {
     pub(super) unannounced: Option<Arc<Connections>>,
     /// The peer's pid by the kernel (`SO_PEERCRED`): the process this connection speaks for.
     pub(super) kernel_pid: Option<u32>,
-    /// The pid its hello said (another in a pid namespace of its own): its records must carry it.
-    pub(super) said_pid: Option<u32>,
     /// What it sent that it may not say (`ingest`).
     pub(super) refused: Refused,
     /// Its claim on the budget for unfinished frames (`budget`); none in tests.
@@ -81,9 +89,6 @@ pub(super) struct Conn {
     pub(super) mute: bool,
     /// The job's connections (parents known, exits reported); none in tests.
     pub(super) conns: Option<Arc<Connections>>,
-    /// A connection that only reports the exits of children its process reaped (`reaped`): no hello, no
-    /// ring; it names no process.
-    pub(super) report_only: bool,
     /// Answers owed to out-of-memory records dropped unfinished (`budget_unfinished`), sent after those owed
     /// to the records before them.
     pub(super) late_naks: usize,
@@ -173,7 +178,7 @@ impl Conn {
         Conn {
             stream,
             split: FrameSplitter::new(),
-            pid: None,
+            who: Who::Unknown,
             goodbye: None,
             open: true,
             ring: None,
@@ -186,7 +191,6 @@ impl Conn {
             peer: None,
             unannounced: None,
             kernel_pid: None,
-            said_pid: None,
             refused: Refused::default(),
             claim: None,
             skip: 0,
@@ -194,23 +198,37 @@ impl Conn {
             accepted: Instant::now(),
             mute: false,
             conns: None,
-            report_only: false,
             late_naks: 0,
             turned_away: None,
         }
     }
 
     /// Who its records must speak for, once its hello came (or, on a report connection, its first report).
-    pub(super) fn speaker(&self) -> Option<Speaker> {
-        let kernel = if self.report_only {
-            self.kernel_pid
-        } else {
-            self.pid
-        };
-        Some(Speaker {
-            kernel: kernel?,
-            said: self.said_pid?,
-        })
+    fn speaker(&self) -> Option<Speaker> {
+        match self.who {
+            Who::Process {
+                pid,
+                said: Some(said),
+            } => Some(Speaker { kernel: pid, said }),
+            Who::Reporter { said } => Some(Speaker {
+                kernel: self.kernel_pid?,
+                said,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The process this connection is, once it said hello (or was named by the collector).
+    pub(super) fn pid(&self) -> Option<u32> {
+        match self.who {
+            Who::Process { pid, .. } => Some(pid),
+            _ => None,
+        }
+    }
+
+    /// A report connection: it names no process.
+    fn reporter(&self) -> bool {
+        matches!(self.who, Who::Reporter { .. })
     }
 
     /// The receiver's loop: drain the ring, read what the socket holds, sleep on the ring (or the socket
@@ -227,7 +245,7 @@ impl Conn {
                 self.budget_unfinished();
                 self.answer(&[], true);
             }
-            if self.pid.is_none() && self.open && self.accepted.elapsed() >= SILENT_WAIT {
+            if self.who == Who::Unknown && self.open && self.accepted.elapsed() >= SILENT_WAIT {
                 self.mute = true;
                 self.open = false;
             }
@@ -255,7 +273,7 @@ impl Conn {
         }
         // The socket is gone. Usually the process is too; but a process that closed our descriptor itself
         // (`close_range`, a daemon's clean-up) goes on writing to its ring: drain it while it maps it.
-        if let (Some(pid), Some(ino)) = (self.pid, self.ring.as_ref().map(|d| d.ino)) {
+        if let (Some(pid), Some(ino)) = (self.pid(), self.ring.as_ref().map(|d| d.ino)) {
             while maps_inode(pid, ino) {
                 self.drain(trace, false);
                 thread::sleep(NAP_MAX);
@@ -286,7 +304,7 @@ impl Conn {
         if held && self.open && self.awaiting_ring() {
             self.reserve = self.stream.try_clone().ok().map(OwnedFd::from);
         }
-        if self.pid.is_some() {
+        if self.pid().is_some() {
             self.announced();
         }
         took
@@ -294,7 +312,7 @@ impl Conn {
 
     /// Before the hello: the ring rides on it, and must find a place (`reserve`, `take_hello`).
     pub(super) fn awaiting_ring(&self) -> bool {
-        self.pid.is_none() && self.ring.is_none() && self.bad_ring.is_none() && !self.report_only
+        self.who == Who::Unknown && self.ring.is_none() && self.bad_ring.is_none()
     }
 
     /// One read of the socket: what is whole goes through ingest, in its process's order, into the trace, and
@@ -337,7 +355,7 @@ impl Conn {
         let written = out.is_empty()
             || trace
                 .lock()
-                .is_ok_and(|mut w| w.write(self.pid.unwrap_or(0), &out));
+                .is_ok_and(|mut w| w.write(self.pid().unwrap_or(0), &out));
         if hello {
             self.note_bad_ring(trace);
         }
@@ -468,21 +486,20 @@ impl Conn {
         out: &mut Vec<u8>,
         hello: &mut bool,
     ) -> Option<bool> {
-        if k == kind::HELLO && self.pid.is_none() && !self.report_only {
+        if k == kind::HELLO && self.who == Who::Unknown {
             let h = self.hello(payload)?;
             codec::put_record(out, &Record::Hello(h));
             *hello = true;
             return Some(true);
         }
-        if k == kind::REAPED && self.pid.is_none() && self.said_pid.is_none() {
+        if k == kind::REAPED && self.who == Who::Unknown {
             // A process with no connection of its own reports what it reaped. Another user's that is gone
             // already cannot be placed in the job: turned away.
             if self.gone.is_some() || self.kernel_pid.is_none() {
                 return None;
             }
             if let Ok(Some(Record::Reaped { pid, .. })) = codec::decode_record(k, payload) {
-                self.report_only = true;
-                self.said_pid = Some(pid);
+                self.who = Who::Reporter { said: pid };
                 self.announced();
             }
         }
@@ -499,7 +516,7 @@ impl Conn {
                 }
             });
         }
-        if self.report_only {
+        if self.reporter() {
             // A report connection carries reports only.
             self.refused.add(Refusal::NotAProcessKind(k));
             return Some(false);
@@ -542,7 +559,7 @@ impl Conn {
     /// Said once the hello is written: why none of the process's events are in the trace, if its ring was not
     /// usable.
     fn note_bad_ring(&mut self, trace: &Mutex<TraceWriter>) {
-        if let (Some(why), Some(pid)) = (self.bad_ring.take(), self.pid) {
+        if let (Some(why), Some(pid)) = (self.bad_ring.take(), self.pid()) {
             let mut buf = Vec::new();
             put_note(
                 &mut buf,
@@ -606,7 +623,7 @@ impl Conn {
             ));
             return None;
         };
-        self.said_pid = Some(h.pid);
+        let said = h.pid;
         if h.pid != kernel {
             h.extra
                 .push((keys::hello::PID_IN_ITS_NAMESPACE.into(), h.pid.to_string()));
@@ -616,10 +633,13 @@ impl Conn {
         // own pid namespace (then unknown: 0).
         match self.peer.as_ref().map(|p| p.2).filter(|p| *p != 0) {
             Some(ppid) => h.ppid = ppid,
-            None if self.said_pid != Some(kernel) => h.ppid = 0,
+            None if said != kernel => h.ppid = 0,
             None => {}
         }
-        self.pid = Some(kernel);
+        self.who = Who::Process {
+            pid: kernel,
+            said: Some(said),
+        };
         if let Some(c) = &self.conns {
             if h.ppid != 0 {
                 c.reaps.parent(kernel, h.ts_ns, h.ppid);
@@ -682,7 +702,7 @@ impl Conn {
     /// `Refused`) and, the first time, a note saying what was refused. Stamped where the process's entries
     /// stand, so that nothing of it goes out of order.
     pub(super) fn put_refused(&mut self, trace: &Mutex<TraceWriter>) {
-        let Some(pid) = self.pid else {
+        let Some(pid) = self.pid() else {
             return;
         };
         let Some((count, first)) = self.refused.take_new() else {
@@ -931,20 +951,21 @@ impl Conn {
         if let Ok(mut w) = trace.lock() {
             w.write(pid, &buf);
         }
-        self.pid = Some(pid);
+        // Named by the collector: it said nothing it could speak for.
+        self.who = Who::Process { pid, said: None };
     }
 
     /// The connection closed: record how.
     pub(super) fn finish(mut self, trace: &Mutex<TraceWriter>) {
-        if self.report_only {
+        if self.reporter() {
             self.announced();
             return;
         }
         // Not a peer of another user still to be judged on its hello (or turned away on it).
-        if self.pid.is_none() && self.gone.is_none() {
+        if self.who == Who::Unknown && self.gone.is_none() {
             self.name_silent(trace);
         }
-        let Some(pid) = self.pid else {
+        let Some(pid) = self.pid() else {
             self.announced();
             return;
         };
