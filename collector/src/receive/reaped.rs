@@ -190,25 +190,40 @@ pub(crate) fn write(conns: &Connections, trace: &Mutex<TraceWriter>) {
     }
     let now = crate::ticks::mono_ns();
     for (pid, count) in refused {
-        codec::put_record(
-            &mut buf,
-            &Record::Note {
-                pid,
-                ts_ns: now,
-                text: format!(
-                    "this process reported {count} exit(s) of processes that are not its children; refused"
-                ),
-            },
-        );
-        codec::put_record(
-            &mut buf,
-            &Record::Lost {
-                pid,
-                ts_ns: now,
-                count,
-                cause: LossCause::Refused,
-            },
-        );
+        // A reporter the trace names (it said hello) carries its refusals; one that only reported (a shell, an
+        // agent with no connection of its own) is said under pid 0, so that no nameless process appears.
+        if parents.contains_key(&pid) {
+            codec::put_record(
+                &mut buf,
+                &Record::Note {
+                    pid,
+                    ts_ns: now,
+                    text: format!(
+                        "this process reported {count} exit(s) of processes that are not its children; refused"
+                    ),
+                },
+            );
+            codec::put_record(
+                &mut buf,
+                &Record::Lost {
+                    pid,
+                    ts_ns: now,
+                    count,
+                    cause: LossCause::Refused,
+                },
+            );
+        } else {
+            codec::put_record(
+                &mut buf,
+                &Record::Note {
+                    pid: 0,
+                    ts_ns: now,
+                    text: format!(
+                        "pid {pid} reported {count} exit(s) of processes that are not its children; refused"
+                    ),
+                },
+            );
+        }
     }
     if let Ok(mut w) = trace.lock() {
         w.write(0, &buf);
@@ -365,5 +380,43 @@ mod tests {
         let r = c.reaps.reports.lock().unwrap();
         assert_eq!(r.kept.len(), MAX_PER_REPORTER + 1);
         assert_eq!(r.kept.last().map(|k| (k.reporter, k.child)), Some((6, 77)));
+    }
+
+    #[test]
+    fn a_refused_report_from_a_process_without_a_hello_is_said_under_pid_0() {
+        let c = Connections::default();
+        c.reaps.parent(20, 1, 10);
+        c.reaps.parent(11, 1, 1);
+        if let Ok(mut r) = c.reaps.reports.lock() {
+            // 11 said hello, 12 only reported: neither is 20's parent.
+            for reporter in [11, 12] {
+                r.kept.push(Report {
+                    reporter,
+                    ts_ns: 5,
+                    child: 20,
+                    status: ExitStatus::Code(1),
+                });
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("vramtrace-reaped-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t");
+        let trace = Mutex::new(TraceWriter::new(std::fs::File::create(&path).unwrap(), 0));
+        write(&c, &trace);
+        let bytes = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let recs: Vec<Record> = codec::frames(&bytes)
+            .filter_map(|(k, p)| codec::decode_record(k, p).ok().flatten())
+            .collect();
+        assert!(recs
+            .iter()
+            .any(|r| matches!(r, Record::Lost { pid: 11, .. })));
+        assert!(!recs
+            .iter()
+            .any(|r| matches!(r, Record::Lost { pid: 12, .. })));
+        assert!(recs.iter().any(
+            |r| matches!(r, Record::Note { pid: 0, text, .. } if text.starts_with("pid 12 reported"))
+        ));
+        assert!(!recs.iter().any(|r| matches!(r, Record::Exit(_))));
     }
 }
