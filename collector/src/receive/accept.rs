@@ -212,7 +212,8 @@ enum Peer {
     /// privileges).
     Job,
     /// Another user's process that is gone already (its /proc entry with it, reaped by a parent of its own on a
-    /// busy machine): of the job only if its hello carries the job's token. Its user.
+    /// busy machine), or whose /proc could not be read (no descriptor free in a burst of connections): of the
+    /// job only if its hello carries the job's token. Its user.
     Gone(u32),
     /// Anything else: turned away and counted.
     NotJob,
@@ -246,8 +247,12 @@ fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> P
     // Of the job by /proc, and /proc's process is the peer (the same user: a pid reused since the connect by
     // a process of the job would not be). A pid vramtrace reaped is no exemption: a process of the job that
     // was gone before this check carries the job's token instead.
-    if descends_from(pid, me) && effective_uid(pid) == Some(cred.uid) {
-        return Peer::Job;
+    match (descends_from(pid, me), effective_uid(pid)) {
+        (Ok(true), Ok(Some(u))) if u == cred.uid => return Peer::Job,
+        // /proc could not be read (the collector out of descriptors, in a burst of connections): no verdict
+        // from it. Judged like a peer gone before the check: of the job only with the job's token.
+        (Err(_), _) | (_, Err(_)) => return Peer::Gone(cred.uid),
+        _ => {}
     }
     if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
         return Peer::Gone(cred.uid);
@@ -259,32 +264,34 @@ fn peer_of_job(stream: &UnixStream, me: u32, uid: u32, conns: &Connections) -> P
 }
 
 /// `pid`'s effective user (as `SO_PEERCRED` gives it), by /proc.
-fn effective_uid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
+fn effective_uid(pid: u32) -> Result<Option<u32>, io::Error> {
+    let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(status
         .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|u| u.parse().ok()))
 }
 
 /// Whether `pid`'s chain of parents (by /proc) reaches `ancestor`.
-fn descends_from(mut pid: u32, ancestor: u32) -> bool {
+fn descends_from(mut pid: u32, ancestor: u32) -> Result<bool, io::Error> {
     for _ in 0..4096 {
         if pid == ancestor {
-            return true;
+            return Ok(true);
         }
         if pid <= 1 {
-            return false;
+            return Ok(false);
         }
-        match parent_of(pid) {
+        match read_parent(pid)? {
             Some(ppid) => pid = ppid,
-            None => return false,
+            None => return Ok(false),
         }
     }
-    false
+    Ok(false)
 }
 
 /// The peer's pid (`SO_PEERCRED`), command line and parent (/proc), for naming it if it never says hello.
@@ -304,10 +311,22 @@ pub(super) fn peer_identity(stream: &UnixStream) -> Option<(u32, Vec<String>, u3
 
 /// `pid`'s parent, by /proc.
 fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    read_parent(pid).ok().flatten()
+}
+
+/// `pid`'s parent, by /proc: `None` when there is no such process (or its entry cannot be parsed), an error
+/// when /proc could not be read (no descriptor free, say).
+fn read_parent(pid: u32) -> Result<Option<u32>, io::Error> {
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
     // pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ')' ends it.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    Ok(stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
+        .and_then(|p| p.parse().ok()))
 }
 
 /// This host's name, as the shim puts it in a hello.
@@ -318,4 +337,45 @@ pub(crate) fn hostname() -> String {
     }
     let end = buf.iter().position(|c| *c == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_that_cannot_be_read_is_no_verdict() {
+        let me = std::process::id();
+        assert!(matches!(descends_from(me, me), Ok(true)));
+        assert!(matches!(descends_from(me, u32::MAX - 7), Ok(false)));
+        assert!(matches!(effective_uid(me), Ok(Some(_))));
+        assert!(matches!(effective_uid(u32::MAX - 7), Ok(None)));
+        // Out of descriptors: an error, never a verdict (a forked child, whose limit is its own).
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            let mut l: libc::rlimit = unsafe { std::mem::zeroed() };
+            unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) };
+            l.rlim_cur = 0;
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) } != 0 {
+                unsafe { libc::_exit(9) };
+            }
+            let parent = unsafe { libc::getppid() } as u32;
+            let a = descends_from(std::process::id(), parent).is_err();
+            let b = effective_uid(std::process::id()).is_err();
+            unsafe {
+                libc::_exit(if a && b {
+                    0
+                } else {
+                    1 + i32::from(a) + 2 * i32::from(b)
+                })
+            };
+        }
+        let mut status = 0;
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:x}"
+        );
+    }
 }
