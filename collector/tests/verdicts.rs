@@ -499,6 +499,18 @@ fn a_demo_whose_first_step_ran_slow_is_not_growth() {
 }
 
 #[test]
+fn a_batch_that_doubles_until_the_cap_refuses_it_is_the_cap_not_growth() {
+    // Recorded on the H100 (scripts/gpu/cap_oom.sh, case oom-cap, 2026-11-26): an MLP whose batch doubles every
+    // step under --cap 4GiB. PyTorch's sampled allocated bytes rose step after step, each rise about twice the
+    // last: the work growing, not tensors kept. The cap refused the next step.
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gpu/batch_doubling_cap.vtrace");
+    let a = vramtrace_collector::model::analyze(&p).unwrap();
+    let d = diagnose(&a, a.ooms.first().expect("its out-of-memory error"));
+    assert_eq!(d.cause, Cause::Cap, "{}: {}", d.rule, d.reason);
+}
+
+#[test]
 fn review_findings_host_refusals_errors_past_the_snapshots_and_nothing_missing() {
     // A refused host cuMemCreate (NCCL's buffers), then one that succeeds on the same thread: recovered.
     let mut e = failed(

@@ -36,6 +36,9 @@ pub const GROWTH_MIN_SPREAD: usize = 5;
 pub const GROWTH_MAX_GAP: usize = 3;
 /// A growth's last rising window is one of the last this many.
 pub const GROWTH_TAIL: usize = 3;
+/// A cluster whose last rise is its largest and this many times the typical rise of its first half is the work
+/// growing (a batch that doubles each step), not memory kept: kept tensors add about the same each step.
+pub const GEOMETRIC_FACTOR: u64 = 4;
 /// A growth adds at least this many bytes ...
 pub const GROWTH_MIN_BYTES: u64 = 4 << 20;
 /// ... and at least this share of the top (percent).
@@ -132,6 +135,23 @@ fn growth_of(tl: &Timeline, end: u64, exact: bool) -> Option<LeakTrend> {
         || (rise as u128) * 100 < (top as u128) * GROWTH_MIN_SHARE_PCT as u128
     {
         return None;
+    }
+    // A rise that doubles from step to step is the work growing (a batch or a sequence that doubles until it
+    // does not fit), not memory kept across steps: kept tensors add about the same each step. A last rise that
+    // is the largest and `GEOMETRIC_FACTOR` times the first half's typical one says so.
+    let incs: Vec<u64> = cluster
+        .iter()
+        .map(|&k| win[k].1.bytes - win[k - 1].1.bytes)
+        .collect();
+    let mut early: Vec<u64> = incs[..incs.len() / 2].to_vec();
+    early.sort_unstable();
+    let last_inc = incs[incs.len() - 1];
+    if let Some(&typical) = early.get(early.len().saturating_sub(1) / 2) {
+        if last_inc == *incs.iter().max().unwrap_or(&0)
+            && last_inc >= typical.saturating_mul(GEOMETRIC_FACTOR)
+        {
+            return None;
+        }
     }
     let begin = win[first_rise - 1].0;
     // Steps free something: a rise with no fall in it (weights loading, a first step's activations made one
@@ -318,6 +338,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_batch_that_doubles_each_step_is_the_work_growing_not_growth() {
+        // What cap_oom_case.py's `batch` does: a batch kept across a step doubles every step (and so does the
+        // step's length) until it does not fit. The floor rises step after step, each rise twice the last.
+        for (exact, sampled) in [(true, false), (false, true)] {
+            let mut pts = Vec::new();
+            let (mut t, mut batch) = (0u64, 4 * MIB);
+            let weights = 170 * MIB;
+            for _ in 0..10 {
+                let len = 20 * MS * (batch / (4 * MIB));
+                pts.push((t, weights + batch));
+                pts.push((t + len / 10, weights + batch + 3 * batch));
+                pts.push((t + len / 2, weights + batch));
+                t += len;
+                batch *= 2;
+            }
+            let tl = timeline(pts, t + 10 * MS);
+            let g = if exact {
+                growth(&tl, t)
+            } else {
+                growth_sampled(&tl, t)
+            };
+            assert!(g.is_none(), "exact {exact} sampled {sampled}: {g:?}");
+        }
+        // Kept tensors of one size each step stay growth, whatever the step's length.
+        let (tl, end) = training(12, 300 * MS, 170 * MIB, 60 * MIB, false);
+        assert!(growth_sampled(&tl, end).is_some());
     }
 
     #[test]
