@@ -160,7 +160,7 @@ impl State {
                     let p = self.procs.entry(h.pid).or_default();
                     p.announced = true;
                     p.rank = h.rank.or(h.slurm_procid);
-                    p.cmd = h.cmdline.first().cloned().unwrap_or_default();
+                    p.cmd = command_line(&h.cmdline);
                 }
                 Ok(Some(Record::Dropped { count, .. })) => self.dropped += count,
                 Ok(Some(Record::Oom(o))) => {
@@ -536,7 +536,7 @@ pub struct GpuStatus {
 pub struct ProcStatus {
     pub pid: u32,
     pub rank: Option<u32>,
-    /// The process's command (its first word), as its hello said it.
+    /// The process's command line as its hello said it, its program by name (not path), at most 256 characters.
     pub command: String,
     pub gpu: u32,
     pub used: u64,
@@ -880,6 +880,25 @@ fn private_dir(dir: std::path::PathBuf) -> std::io::Result<std::path::PathBuf> {
     Ok(dir)
 }
 
+/// What `top` and `/status.json` call a process: its program's name (a path's last part: the path's
+/// directories say nothing a reader needs, and a long one would hide the script) and its arguments, at most 256
+/// characters. The program's own words: printed through `units::printable`.
+fn command_line(argv: &[String]) -> String {
+    let mut words = argv.iter();
+    let Some(first) = words.next() else {
+        return String::new();
+    };
+    let mut out = first.rsplit('/').next().unwrap_or(first).to_string();
+    for w in words {
+        if out.chars().count() >= 256 {
+            break;
+        }
+        out.push(' ');
+        out.push_str(w);
+    }
+    out.chars().take(256).collect()
+}
+
 /// `<attach_dir>/<pid>.addr`: `addr=`, `job=`, `command=`, `trace=` lines, made afresh (never through a link
 /// or into a file someone else left), readable by us only.
 fn write_attach(
@@ -918,6 +937,24 @@ fn write_attach(
 mod tests {
     use super::*;
     use vramtrace_format::{Api, Hello};
+
+    #[test]
+    fn a_command_is_its_program_by_name_and_its_arguments() {
+        let argv = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // A checkout's deep path must not hide the program's name from a 32-column table.
+        assert_eq!(
+            command_line(&argv(&["/check/work/main/target/debug/probe", "--x"])),
+            "probe --x"
+        );
+        assert_eq!(
+            command_line(&argv(&["python3", "train.py"])),
+            "python3 train.py"
+        );
+        assert_eq!(command_line(&argv(&["/usr/bin/"])), "");
+        assert_eq!(command_line(&[]), "");
+        let long = argv(&["p", &"a".repeat(1000), "b"]);
+        assert_eq!(command_line(&long).chars().count(), 256);
+    }
 
     fn ev(api: Api, device: u32, addr: u64, size: u64) -> Event {
         Event {

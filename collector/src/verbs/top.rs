@@ -50,7 +50,7 @@ pub struct Gpu {
 #[derive(Debug, Default, Clone)]
 pub struct ProcRow {
     pub rank: String,
-    /// The process's command (its first word).
+    /// The process's command line, its program by name (`/status.json`'s `command`).
     pub command: String,
     pub used: u64,
     pub peak: u64,
