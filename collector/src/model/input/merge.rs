@@ -24,23 +24,22 @@ use std::os::unix::fs::FileExt;
 
 use vramtrace_format::{Api, Event};
 
+use crate::model::input::entry::Entry;
 use crate::model::input::fronts::{Fronts, Src};
 use crate::model::input::run::{Run, Seqs};
 
-pub(in crate::model) use crate::model::input::key::{
-    Key, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM,
-};
+pub(in crate::model) use crate::model::input::key::Key;
 
 /// What the merge hands out.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(in crate::model) enum Out {
     /// `.1` events of the process in slot `.0`, the next ones in the caller's buffer.
     Events(usize, usize),
-    /// A record: (kind, the replay's id for it (for `WHAT_END` the slot), absolute time).
-    Rec(u8, usize, u64),
-    /// A place in the file (the replay's id): everything handed out before it was pushed before it. Never from
-    /// the merge itself: [`crate::model::input::merge_link`] puts it between what the merge hands out.
-    Mark(usize),
+    /// A timed record, whole, at its absolute time.
+    Rec(Entry, u64),
+    /// A place in the file (a hello): everything handed out before it was pushed before it. Never from the
+    /// merge itself: [`crate::model::input::merge_link`] puts it between what the merge hands out.
+    Mark(Entry),
 }
 
 /// A sorted run in the spill file: `[pos, end)` still to read, `buf` read ahead.
@@ -60,7 +59,7 @@ const SPILL_BLOCK: usize = 1024;
 
 pub(in crate::model) struct Merge {
     /// The plain reference: everything collected, sorted once at the end.
-    reference: Option<Vec<(Key, usize, Option<Event>)>>,
+    reference: Option<Vec<(Key, RefItem)>>,
     ref_next: usize,
     /// The trace is read to its end: everything may go.
     finished: bool,
@@ -69,9 +68,9 @@ pub(in crate::model) struct Merge {
     /// Per slot: the run its next in-order batch is appended to.
     tail: Vec<Option<usize>>,
     heap: Fronts,
-    /// Records waiting, by slab index (the heap's `Src::Rec`): their ids. Reused once handed out, so the heap's
-    /// indices stay as small as what waits, however many records a long trace holds.
-    recs: Vec<usize>,
+    /// Records waiting, by slab index (the heap's `Src::Rec`). Reused once handed out, so the heap's indices
+    /// stay as small as what waits, however many records a long trace holds.
+    recs: Vec<Option<Entry>>,
     free_recs: Vec<usize>,
     /// Events waiting in memory.
     buffered: usize,
@@ -184,7 +183,10 @@ impl Merge {
         self.seq += batch.len() as u64;
         if let Some(all) = &mut self.reference {
             for (i, e) in batch.into_iter().enumerate() {
-                all.push((Key::event(pid, base + i as u64, &e), slot, Some(e)));
+                all.push((
+                    Key::event(pid, base + i as u64, &e),
+                    RefItem::Event(slot, e),
+                ));
             }
             return;
         }
@@ -227,27 +229,27 @@ impl Merge {
         self.append(r, ev, seqs);
     }
 
-    /// A timed record: `id` is the replay's (for `WHAT_END`, the slot).
-    pub fn push_record(&mut self, what: u8, pid: u32, tid: u32, ts: u64, id: usize) {
+    /// A timed record of process `pid` (thread `tid`, or 0) at `ts`.
+    pub fn push_record(&mut self, pid: u32, tid: u32, ts: u64, entry: Entry) {
         let k = Key {
             ts,
-            what,
+            what: entry.what(),
             pid,
             tid,
             seq: self.next_seq(),
         };
         if let Some(all) = &mut self.reference {
-            all.push((k, id, None));
+            all.push((k, RefItem::Rec(Some(entry))));
             return;
         }
         self.check_late(&k);
         let i = match self.free_recs.pop() {
             Some(i) => {
-                self.recs[i] = id;
+                self.recs[i] = Some(entry);
                 i
             }
             None => {
-                self.recs.push(id);
+                self.recs.push(Some(entry));
                 self.recs.len() - 1
             }
         };
@@ -420,7 +422,8 @@ impl Merge {
                     self.heap.pop();
                     self.last = Some(k);
                     self.free_recs.push(i);
-                    return Some(Out::Rec(k.what, self.recs[i], k.ts));
+                    let entry = self.recs[i].take().expect("a record waiting in the heap");
+                    return Some(Out::Rec(entry, k.ts));
                 }
                 Src::Run(r) => {
                     // The top event goes: it is the smallest entry waiting. When processes interleave finely the
@@ -555,16 +558,22 @@ impl Merge {
         if self.ref_next == 0 {
             all.sort_by_key(|x| x.0);
         }
-        let &(k, id, e) = all.get(self.ref_next)?;
+        let (k, item) = all.get_mut(self.ref_next)?;
         self.ref_next += 1;
-        Some(match e {
-            Some(e) => {
-                buf.push(e);
-                Out::Events(id, 1)
+        Some(match item {
+            RefItem::Event(slot, e) => {
+                buf.push(*e);
+                Out::Events(*slot, 1)
             }
-            None => Out::Rec(k.what, id, k.ts),
+            RefItem::Rec(entry) => Out::Rec(entry.take().expect("handed out once"), k.ts),
         })
     }
+}
+
+/// One entry the reference merge holds: an event of a slot, or a record (taken when handed out).
+enum RefItem {
+    Event(usize, Event),
+    Rec(Option<Entry>),
 }
 
 /// A spill file nobody else can open: made in the temp directory and unlinked at once.
@@ -639,21 +648,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn record_ids_of_any_size_come_back() {
-        // Ids grow over a whole trace (every record of every process): the heap holds slab indices, not ids.
+    fn records_come_back_whole_in_key_order() {
+        // Pushed out of time order; at one nanosecond a drop sorts before a process's end, before a bridge record.
         let mut m = Merge::new(1 << 20);
-        for (i, id) in [1usize << 30, usize::MAX, 7].into_iter().enumerate() {
-            m.push_record(WHAT_FW, 1, 0, 10 + i as u64, id);
-        }
+        m.push_record(1, 0, 12, Entry::ContextGone { slot: 3, device: 7 });
+        m.push_record(1, 0, 10, Entry::End { slot: 3 });
+        m.push_record(
+            1,
+            0,
+            10,
+            Entry::Dropped {
+                slot: 3,
+                count: usize::MAX as u64,
+            },
+        );
         m.finish();
         let mut buf = Vec::new();
         let mut got = Vec::new();
         while let Some(x) = m.next(u64::MAX, false, &mut buf) {
-            if let Out::Rec(WHAT_FW, id, ts) = x {
-                got.push((id, ts));
+            match x {
+                Out::Rec(Entry::Dropped { slot, count }, ts) => got.push((ts, "drop", slot, count)),
+                Out::Rec(Entry::End { slot }, ts) => got.push((ts, "end", slot, 0)),
+                Out::Rec(Entry::ContextGone { slot, device }, ts) => {
+                    got.push((ts, "ctx", slot, device as u64))
+                }
+                other => panic!("{other:?}"),
             }
         }
-        assert_eq!(got, [(1 << 30, 10), (usize::MAX, 11), (7, 12)]);
+        assert_eq!(
+            got,
+            [
+                (10, "drop", 3, usize::MAX as u64),
+                (10, "end", 3, 0),
+                (12, "ctx", 3, 7)
+            ]
+        );
     }
 
     #[test]
@@ -661,9 +690,9 @@ mod tests {
         let mut m = Merge::new(1 << 20);
         let mut buf = Vec::new();
         for i in 0..10_000u64 {
-            m.push_record(WHAT_DROP, 1, 0, i, i as usize);
+            m.push_record(1, 0, i, Entry::Dropped { slot: 0, count: i });
             assert!(
-                matches!(m.next(u64::MAX, false, &mut buf), Some(Out::Rec(WHAT_DROP, id, _)) if id == i as usize)
+                matches!(m.next(u64::MAX, false, &mut buf), Some(Out::Rec(Entry::Dropped { count, .. }, _)) if count == i)
             );
         }
         assert_eq!(m.recs.len(), 1, "one slot, reused");

@@ -5,8 +5,8 @@
 //! the merge (placing every event in key order) was about half of it. Here the intake queues what it used to
 //! call on the merge (pushes and drains, in the same order, each drain with the limit of its moment) and the
 //! merge thread runs them in that order: it hands out exactly what the inline merge would, and the replay
-//! applies it in the same order. Nothing else is shared: the records' ids (out-of-memory, bridge, drops) are
-//! the intake's, and their payloads wait on the replay's side, put there before their entry can come back.
+//! applies it in the same order. Records travel whole ([`Entry`]) and come back whole: nothing waits on the
+//! replay's side keyed by ids.
 //!
 //! What the replay's side does between a push and the entries coming back (a hello, a call-site record) is done
 //! earlier relative to the accounting than inline. The accounting never depends on that: the reference merge
@@ -20,6 +20,7 @@ use std::thread::Scope;
 use crossbeam_channel::{bounded, Receiver, Select, Sender};
 use vramtrace_format::Event;
 
+use crate::model::input::entry::Entry;
 use crate::model::input::merge::{Merge, Out, SEGMENT};
 
 /// What the intake asks of the merge, in its order.
@@ -33,16 +34,15 @@ pub(in crate::model) enum Input {
         limit: u64,
     },
     Record {
-        what: u8,
         pid: u32,
         tid: u32,
         ts: u64,
-        id: usize,
+        entry: Entry,
     },
     /// Hand out everything below this limit.
     Drain(u64),
     /// A place in the file, handed back as `Out::Mark` after everything handed out before it.
-    Mark(usize),
+    Mark(Entry),
 }
 
 /// Entries handed out, in key order: each `Out::Events` takes the next events of `events`.
@@ -96,22 +96,21 @@ impl Stage {
                     let keep = self.merge.buffered() - self.merge.buffered() / 8;
                     while self.merge.buffered() > keep {
                         match self.merge.next(limit, true, &mut self.buf) {
-                            Some(x) => self.take(&[x], emit),
+                            Some(x) => self.take(x, emit),
                             None => break,
                         }
                     }
                 }
             }
             Input::Record {
-                what,
                 pid,
                 tid,
                 ts,
-                id,
-            } => self.merge.push_record(what, pid, tid, ts, id),
+                entry,
+            } => self.merge.push_record(pid, tid, ts, entry),
             Input::Drain(limit) => self.drain(limit, emit),
-            Input::Mark(id) => {
-                self.chunk.outs.push(Out::Mark(id));
+            Input::Mark(entry) => {
+                self.chunk.outs.push(Out::Mark(entry));
                 self.flush_if_full(emit);
             }
         }
@@ -129,9 +128,9 @@ impl Stage {
         }
     }
 
-    /// Moves what the merge handed out early (in `self.buf`) into the chunk.
-    fn take(&mut self, outs: &[Out], emit: &mut impl FnMut(Chunk)) {
-        self.chunk.outs.extend_from_slice(outs);
+    /// Moves what the merge handed out early (`out`, its events in `self.buf`) into the chunk.
+    fn take(&mut self, out: Out, emit: &mut impl FnMut(Chunk)) {
+        self.chunk.outs.push(out);
         self.chunk.events.extend_from_slice(&self.buf);
         self.flush_if_full(emit);
     }
@@ -277,20 +276,19 @@ impl MergeLink {
         });
     }
 
-    pub fn record(&mut self, what: u8, pid: u32, tid: u32, ts: u64, id: usize) {
+    pub fn record(&mut self, pid: u32, tid: u32, ts: u64, entry: Entry) {
         self.last_drain = None;
         self.queue(Input::Record {
-            what,
             pid,
             tid,
             ts,
-            id,
+            entry,
         });
     }
 
-    /// A place in the file: comes back as `Out::Mark(id)` after everything handed out before it.
-    pub fn mark(&mut self, id: usize) {
-        self.queue(Input::Mark(id));
+    /// A place in the file: comes back as `Out::Mark(entry)` after everything handed out before it.
+    pub fn mark(&mut self, entry: Entry) {
+        self.queue(Input::Mark(entry));
     }
 
     /// Everything below `limit` may go. A drain right after the same one adds nothing.
@@ -392,7 +390,6 @@ impl MergeLink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::input::merge::WHAT_OOM;
     use std::sync::mpsc;
     use std::time::Duration;
     use vramtrace_format::codec::{encode_header, put_events};
@@ -430,16 +427,18 @@ mod tests {
                 0 => {
                     id += 1;
                     out.push(Input::Record {
-                        what: WHAT_OOM,
                         pid: 100 + p as u32,
                         tid: 1,
                         ts: now[p],
-                        id,
+                        entry: Entry::Dropped { slot: p, count: id },
                     });
                 }
                 1 if rnd(2) == 0 => {
                     id += 1;
-                    out.push(Input::Mark(id));
+                    out.push(Input::Mark(Entry::ContextGone {
+                        slot: p,
+                        device: id as u32,
+                    }));
                 }
                 1 | 2 => {
                     let low = *now.iter().min().unwrap();
@@ -469,25 +468,37 @@ mod tests {
         out
     }
 
-    /// One entry handed out: (slot or record id, kind, event).
-    type Entry = (usize, u8, Option<Event>);
+    /// One entry handed out: (slot, kind, record's number, event).
+    type Flat = (usize, u8, u64, Option<Event>);
+
+    fn o_what(o: &Out) -> u8 {
+        match o {
+            Out::Rec(e, _) => e.what(),
+            _ => u8::MAX,
+        }
+    }
 
     /// Everything handed out, flattened, and the count of inexact entries.
-    fn flat(chunks: &[Chunk]) -> (Vec<Entry>, Option<u64>) {
+    fn flat(chunks: &[Chunk]) -> (Vec<Flat>, Option<u64>) {
         let mut v = Vec::new();
         let mut done = None;
         for c in chunks {
             let mut at = 0;
             for o in &c.outs {
-                match *o {
+                match o {
                     Out::Events(s, n) => {
                         for e in &c.events[at..at + n] {
-                            v.push((s, u8::MAX, Some(*e)));
+                            v.push((*s, u8::MAX, 0, Some(*e)));
                         }
                         at += n;
                     }
-                    Out::Rec(what, id, _) => v.push((id, what, None)),
-                    Out::Mark(id) => v.push((id, u8::MAX - 1, None)),
+                    Out::Rec(Entry::Dropped { slot, count }, _) => {
+                        v.push((*slot, o_what(o), *count, None))
+                    }
+                    Out::Mark(Entry::ContextGone { slot, device }) => {
+                        v.push((*slot, u8::MAX - 1, *device as u64, None))
+                    }
+                    other => panic!("not pushed: {other:?}"),
                 }
             }
             if c.done.is_some() {
@@ -508,14 +519,13 @@ mod tests {
                     limit,
                 } => link.events(slot, pid, batch, limit),
                 Input::Record {
-                    what,
                     pid,
                     tid,
                     ts,
-                    id,
-                } => link.record(what, pid, tid, ts, id),
+                    entry,
+                } => link.record(pid, tid, ts, entry),
                 Input::Drain(l) => link.drain(l),
-                Input::Mark(id) => link.mark(id),
+                Input::Mark(entry) => link.mark(entry),
             }
             if link.full() {
                 while let Some(c) = link.send_or_take() {

@@ -10,12 +10,13 @@ pub(crate) mod undo;
 use std::collections::HashMap;
 use vramtrace_format::keys;
 
-use vramtrace_format::{flags, Api, Effect, Event, Oom, Record, TraceHeader, NO_DEVICE};
+use vramtrace_format::{flags, Api, Effect, Event, TraceHeader, NO_DEVICE};
 
 use crate::callsites::{self, NO_SITE};
 use crate::fasthash::FastMap;
 use crate::model::analysis::*;
-use crate::model::input::merge::{Merge, Out, WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
+use crate::model::input::entry::Entry;
+use crate::model::input::merge::{Merge, Out};
 use crate::model::input::merge_link::{Chunk, MergeLink};
 use crate::model::observe::leak::{site_ref, trim_leaks};
 use crate::model::observe::tap::{Change, Step, Tap};
@@ -249,10 +250,6 @@ pub(super) struct Replay<'t> {
     pub(super) end_record: bool,
     /// Exit statuses the wrapper reaped, attached to their processes at the end.
     exits: Vec<vramtrace_format::Exit>,
-    /// Dropped-event counts waiting for the merge: id -> (slot, count).
-    pending_drops: HashMap<usize, (usize, u64)>,
-    /// Hellos waiting for the replay to reach their place in the file: id -> (slot, hello).
-    pending_hellos: HashMap<usize, (usize, vramtrace_format::Hello)>,
     events: u64,
     dropped: u64,
     unmatched: u64,
@@ -265,8 +262,6 @@ pub(super) struct Replay<'t> {
     kept: Vec<(u16, Api, u64, u32, u64)>,
     leak_count: u64,
     leak_bytes: u64,
-    /// Out-of-memory records waiting for the merge to reach their time: id -> (slot, record).
-    pending_ooms: HashMap<usize, (usize, Oom)>,
     oom_records: u64,
     ooms: Vec<OomSnapshot>,
     /// Out-of-memory refusals whose outcome is not known yet: recovered when their thread next allocates on
@@ -282,12 +277,6 @@ pub(super) struct Replay<'t> {
     growths: Vec<Option<LeakTrend>>,
     /// Stacks, notes and call-site aggregates.
     cs: callsites::Store,
-    /// Bridge records waiting for the merge to reach their time: id -> (slot, record).
-    pending_fw: HashMap<usize, (usize, Record)>,
-    /// Contexts torn down, waiting for their time: id -> (slot, device).
-    pending_ctx: HashMap<usize, (usize, u32)>,
-    /// The next id of a waiting record (out-of-memory, bridge, dropped count).
-    next_id: usize,
     fw: framework::FwReplay,
     /// The exports' tap: every change to memory, as it is applied.
     pub(super) tap: Option<&'t mut dyn Tap>,
@@ -304,8 +293,6 @@ impl<'t> Replay<'t> {
             } else {
                 Merge::new(bound)
             }),
-            pending_drops: HashMap::new(),
-            pending_hellos: HashMap::new(),
             exits: Vec::new(),
             newcomers: None,
             goodbye_last: false,
@@ -326,7 +313,6 @@ impl<'t> Replay<'t> {
             kept: Vec::new(),
             leak_count: 0,
             leak_bytes: 0,
-            pending_ooms: HashMap::new(),
             oom_records: 0,
             ooms: Vec::new(),
             growths: Vec::new(),
@@ -336,9 +322,6 @@ impl<'t> Replay<'t> {
             refusal_stall_ns: 0,
             oom_seq: 0,
             cs: callsites::Store::default(),
-            pending_fw: HashMap::new(),
-            pending_ctx: HashMap::new(),
-            next_id: 0,
             fw: framework::FwReplay::default(),
             tap: None,
         }
@@ -468,48 +451,44 @@ impl<'t> Replay<'t> {
         0
     }
 
-    fn replay_chunk(&mut self, c: Chunk) {
+    fn replay_chunk(&mut self, mut c: Chunk) {
         let mut at = 0;
-        for &x in &c.outs {
-            let n = match x {
-                Out::Events(_, n) => n,
-                Out::Rec(..) | Out::Mark(_) => 0,
-            };
-            self.replay_one(x, &c.events[at..at + n]);
-            at += n;
+        let events = std::mem::take(&mut c.events);
+        for x in c.outs.drain(..) {
+            match x {
+                Out::Events(s, n) => {
+                    for e in &events[at..at + n] {
+                        self.apply(s, e);
+                    }
+                    at += n;
+                }
+                Out::Rec(entry, ts) => self.replay_entry(entry, ts),
+                Out::Mark(entry) => self.replay_entry(entry, 0),
+            }
         }
+        c.events = events;
         self.merge.give_back(c);
     }
 
-    fn replay_one(&mut self, x: Out, buf: &[Event]) {
-        match x {
-            Out::Events(s, _) => {
-                for e in buf {
-                    self.apply(s, e);
-                }
+    /// A record, at its time `ts` (absolute; a hello's is its own).
+    fn replay_entry(&mut self, entry: Entry, ts: u64) {
+        match entry {
+            Entry::Hello { slot, hello } => self.hello_applied(slot, *hello),
+            Entry::End { slot } => self.end_process(slot, ts),
+            Entry::Oom { slot, oom } => self.snapshot(slot, &oom, ts),
+            Entry::Framework { slot, rec } => self.on_fw(slot, *rec, ts),
+            Entry::ContextGone { slot, device } => self.context_gone(slot, device, ts),
+            Entry::Dropped { slot, count } => {
+                let p = &mut self.procs[slot].s;
+                p.dropped_events = p.dropped_events.saturating_add(count);
+                self.dropped = self.dropped.saturating_add(count);
             }
-            Out::Mark(id) => self.hello_applied(id),
-            Out::Rec(WHAT_END, s, ts) => self.end_process(s, ts),
-            Out::Rec(WHAT_OOM, id, ts) => self.snapshot(id, ts),
-            Out::Rec(WHAT_FW, id, ts) => self.on_fw(id, ts),
-            Out::Rec(WHAT_CTX, id, ts) => self.context_gone(id, ts),
-            Out::Rec(WHAT_DROP, id, _) => {
-                if let Some((s, count)) = self.pending_drops.remove(&id) {
-                    let p = &mut self.procs[s].s;
-                    p.dropped_events = p.dropped_events.saturating_add(count);
-                    self.dropped = self.dropped.saturating_add(count);
-                }
-            }
-            Out::Rec(..) => {}
         }
     }
 
-    /// Every context of a process on a device was torn down at `ts`: the driver freed its pointer allocations
+    /// Every context of process `s` on `device` was torn down at `ts`: the driver freed its pointer allocations
     /// there (handles are the device's and stay).
-    fn context_gone(&mut self, id: usize, ts: u64) {
-        let Some((s, device)) = self.pending_ctx.remove(&id) else {
-            return;
-        };
+    fn context_gone(&mut self, s: usize, device: u32, ts: u64) {
         let Some(d) = self.devs.iter().position(|x| x.device == device) else {
             return;
         };

@@ -106,8 +106,6 @@ impl Replay<'_> {
                     }
                     return;
                 }
-                self.next_id += 1;
-                let id = self.next_id;
                 self.oom_records += 1;
                 let o = Oom {
                     pid,
@@ -125,9 +123,8 @@ impl Replay<'_> {
                     process_used_bytes: None,
                     extra: Vec::new(),
                 };
-                self.pending_ooms.insert(id, (s, o));
                 let before = self.ooms.len();
-                self.snapshot(id, ts);
+                self.snapshot(s, &o, ts);
                 if self.ooms.len() == before {
                     if let Some(dev) = fo.device {
                         self.raised(s, tid, dev, ts.saturating_sub(self.start));
@@ -149,24 +146,22 @@ impl Replay<'_> {
         o.framework = Some(fo);
     }
 
-    /// The replay reached out-of-memory record `id` (at absolute time `ts`): everything up to then is applied.
-    pub(in crate::model) fn snapshot(&mut self, id: usize, ts: u64) {
-        let Some((s, o)) = self.pending_ooms.remove(&id) else {
-            return;
-        };
+    /// The replay reached out-of-memory record `o` of process `s` (at absolute time `ts`): everything up to
+    /// then is applied.
+    pub(in crate::model) fn snapshot(&mut self, s: usize, o: &Oom, ts: u64) {
         if self.tap.is_some() {
-            self.tap_oom(s, &o, ts);
+            self.tap_oom(s, o, ts);
         }
         let t = self.rel(ts);
         // The first ones still standing get a snapshot (a refusal found recovered gives its place back); the
         // rest are counted.
         if self.ooms.len() >= MAX_OOM_SNAPSHOTS {
-            self.open_oom(s, &o, t, None);
+            self.open_oom(s, o, t, None);
             return;
         }
         self.oom_seq += 1;
         let seq = self.oom_seq;
-        self.open_oom(s, &o, t, Some(seq));
+        self.open_oom(s, o, t, Some(seq));
         // A `cuMemCreate` on no device asked for host memory: its figures are the host device's, and the GPU
         // figures the record may carry (shims before 2026-11-22 attached the current GPU's) describe another
         // memory.

@@ -6,7 +6,7 @@ use vramtrace_format::keys;
 use vramtrace_format::{EndKind, Event, Hello, Record};
 
 use crate::model::analysis::Ended;
-use crate::model::input::merge::{WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
+use crate::model::input::entry::Entry;
 use crate::model::replay::Replay;
 
 impl Replay<'_> {
@@ -30,11 +30,6 @@ impl Replay<'_> {
         self.pump();
     }
 
-    fn next_id(&mut self) -> usize {
-        self.next_id += 1;
-        self.next_id
-    }
-
     pub(in crate::model) fn on_record(&mut self, rec: Record) {
         match rec {
             Record::Hello(h) => self.on_hello(h),
@@ -43,9 +38,8 @@ impl Replay<'_> {
             Record::Dropped { pid, ts_ns, count } => {
                 self.observe(ts_ns);
                 let s = self.route(pid, ts_ns);
-                let id = self.next_id();
-                self.pending_drops.insert(id, (s, count));
-                self.merge.record(WHAT_DROP, pid, 0, ts_ns, id);
+                self.merge
+                    .record(pid, 0, ts_ns, Entry::Dropped { slot: s, count });
                 self.pump();
             }
             // The collector's promise for processes still to come: none has anything older.
@@ -76,7 +70,7 @@ impl Replay<'_> {
                     p.end_queued = true;
                     p.s.ended = Ended::Goodbye;
                     p.s.end_ns = Some(at.saturating_sub(self.start));
-                    self.merge.record(WHAT_END, pid, 0, at, s);
+                    self.merge.record(pid, 0, at, Entry::End { slot: s });
                 }
                 self.close(s);
                 self.pump();
@@ -106,7 +100,7 @@ impl Replay<'_> {
                         p.end_queued = true;
                         p.s.end_ns = Some(ts_ns.saturating_sub(self.start));
                         self.close(s);
-                        self.merge.record(WHAT_END, pid, 0, ts_ns, s);
+                        self.merge.record(pid, 0, ts_ns, Entry::End { slot: s });
                     }
                 }
                 self.pump();
@@ -118,10 +112,12 @@ impl Replay<'_> {
                 let s = self.route(o.pid, ts);
                 self.procs[s].newest = self.procs[s].newest.max(ts);
                 self.oom_records += 1;
-                let id = self.next_id();
                 let (pid, tid) = (o.pid, o.tid);
-                self.pending_ooms.insert(id, (s, o));
-                self.merge.record(WHAT_OOM, pid, tid, ts, id);
+                let entry = Entry::Oom {
+                    slot: s,
+                    oom: Box::new(o),
+                };
+                self.merge.record(pid, tid, ts, entry);
                 self.pump();
             }
             // Metadata: their times move no watermark and are no event's.
@@ -150,9 +146,8 @@ impl Replay<'_> {
                 self.observe(ts_ns);
                 let s = self.route(pid, ts_ns);
                 self.procs[s].newest = self.procs[s].newest.max(ts_ns);
-                let id = self.next_id();
-                self.pending_ctx.insert(id, (s, device));
-                self.merge.record(WHAT_CTX, pid, 0, ts_ns, id);
+                self.merge
+                    .record(pid, 0, ts_ns, Entry::ContextGone { slot: s, device });
                 self.pump();
             }
             Record::Lost {
@@ -182,17 +177,16 @@ impl Replay<'_> {
         self.observe(ts);
         let s = self.route(pid, ts);
         self.procs[s].newest = self.procs[s].newest.max(ts);
-        let id = self.next_id();
-        self.pending_fw.insert(id, (s, rec));
-        self.merge.record(WHAT_FW, pid, 0, ts, id);
+        let entry = Entry::Framework {
+            slot: s,
+            rec: Box::new(rec),
+        };
+        self.merge.record(pid, 0, ts, entry);
         self.pump();
     }
 
-    /// Replays bridge record `id` at `ts`.
-    pub(in crate::model) fn on_fw(&mut self, id: usize, ts: u64) {
-        let Some((s, rec)) = self.pending_fw.remove(&id) else {
-            return;
-        };
+    /// Replays bridge record `rec` of process `s` at `ts`.
+    pub(in crate::model) fn on_fw(&mut self, s: usize, rec: Record, ts: u64) {
         let t = self.rel(ts);
         match rec {
             Record::FrameworkSample(f) => self.fw.on_sample(s, &f, t),
@@ -218,17 +212,15 @@ impl Replay<'_> {
         };
         self.procs[s].hello_seen = true;
         self.promise_now(s, h.ts_ns);
-        let id = self.next_id();
-        self.pending_hellos.insert(id, (s, h));
-        self.merge.mark(id);
+        self.merge.mark(Entry::Hello {
+            slot: s,
+            hello: Box::new(h),
+        });
         self.pump();
     }
 
-    /// The replay reached hello `id`.
-    pub(in crate::model) fn hello_applied(&mut self, id: usize) {
-        let Some((s, h)) = self.pending_hellos.remove(&id) else {
-            return;
-        };
+    /// The replay reached hello `h` of process `s`.
+    pub(in crate::model) fn hello_applied(&mut self, s: usize, h: Hello) {
         let rel = self.rel(h.ts_ns);
         let p = &mut self.procs[s];
         p.s.announced = true;
