@@ -36,7 +36,7 @@ use vramtrace_format::codec::{self, kind};
 use vramtrace_format::{flags, Effect, Event, Record, TraceHeader, NO_DEVICE};
 
 use crate::fasthash::FastMap;
-use crate::model::replay::undo::Releases;
+use crate::model::replay::book::{self, Act, Book, Undone, HOST_DEVICE};
 
 /// How often the background thread reads what the receivers wrote.
 pub const CATCH_UP: Duration = Duration::from_millis(100);
@@ -73,12 +73,9 @@ struct Proc {
     rank: Option<u32>,
     cmd: String,
     dev: BTreeMap<u32, ProcDev>,
-    /// Live allocations: address (or `cuMemCreate` handle, in `handles`) -> (device, bytes).
-    ptrs: FastMap<u64, (u32, u64)>,
-    handles: FastMap<u64, (u32, u64)>,
-    /// Each thread's last release (address, handle or not, what it took out), until a refusal of it
-    /// (`flags::UNDONE`, the thread's next event) puts that back.
-    released: Releases<Option<(u32, u64)>>,
+    /// Live allocations as (device, bytes), and each thread's last release: the report's replay core
+    /// (`model/replay/book.rs`), so the two read every event alike.
+    book: Book<(u32, u64)>,
     /// Out-of-memory refusals not yet told apart (thread, device, time): recovered when the thread next
     /// allocates on the device, an error when the framework raises one or the process ends (as the replay).
     open_ooms: Vec<(u32, u32, u64)>,
@@ -95,6 +92,12 @@ struct Dev {
     /// Out-of-memory refusals, all of them, and of them the errors (not recovered from).
     refusals: u64,
     ooms: u64,
+}
+
+/// Whether memory on `device` is a GPU's (not the host's, not on a GPU the shim could not tell).
+#[inline]
+fn on_gpu(device: u32) -> bool {
+    device != NO_DEVICE && device != HOST_DEVICE
 }
 
 /// The live figures, fed whole frames in the order they reach the trace.
@@ -152,6 +155,7 @@ impl State {
                     | kind::EXIT
                     | kind::BRIDGE
                     | kind::FRAMEWORK_SAMPLE
+                    | kind::CONTEXT_GONE
             ) {
                 continue;
             }
@@ -165,11 +169,11 @@ impl State {
                 Ok(Some(Record::Dropped { count, .. })) => self.dropped += count,
                 Ok(Some(Record::Oom(o))) => {
                     self.refusals += 1;
-                    self.procs
-                        .entry(o.pid)
-                        .or_default()
-                        .open_ooms
-                        .push((o.tid, o.device, o.ts_ns));
+                    self.procs.entry(o.pid).or_default().open_ooms.push((
+                        o.tid,
+                        book::oom_device(&o),
+                        o.ts_ns,
+                    ));
                     if o.device != NO_DEVICE {
                         let d = self.dev(o.device);
                         d.refusals += 1;
@@ -197,6 +201,7 @@ impl State {
                     pd.framework = Some((f.framework, f.allocated, f.reserved));
                 }
                 Ok(Some(Record::ProcessEnd { pid, .. })) => self.end(pid),
+                Ok(Some(Record::ContextGone { pid, device, .. })) => self.context_gone(pid, device),
                 // A process that connected ends with its connection (its last frames may follow this).
                 Ok(Some(Record::Exit(x)))
                     if self.procs.get(&x.pid).is_some_and(|p| !p.announced) =>
@@ -242,96 +247,89 @@ impl State {
 
     #[inline]
     fn apply(&mut self, p: &mut Proc, e: &Event) {
-        let eff = e.api.effect();
-        match eff {
-            Effect::AllocPtr | Effect::CreateHandle => {
-                if e.result != 0 {
-                    if e.flags & flags::CAP_REFUSED != 0 {
-                        self.cap_refusals += 1;
-                        if e.device != NO_DEVICE {
-                            self.dev(e.device).cap_refusals += 1;
-                        }
-                    }
-                    return;
-                }
-                let d = e.device;
+        match book::act(e) {
+            Act::Alloc { handle, device } => {
                 self.allocations += 1;
                 if !p.open_ooms.is_empty() {
-                    p.open_ooms.retain(|o| !(o.0 == e.tid && o.1 == d));
+                    p.open_ooms.retain(|o| !(o.0 == e.tid && o.1 == device));
                 }
-                let map = if eff == Effect::CreateHandle {
-                    &mut p.handles
-                } else {
-                    &mut p.ptrs
-                };
-                if let Some((od, os)) = map.insert(e.addr, (d, e.size)) {
+                if let Some(old) = p.book.alloc(handle, e.addr, (device, e.size)) {
                     // Its free was not recorded: the newer allocation replaces it.
-                    if od != NO_DEVICE {
-                        let pd = p.dev.entry(od).or_default();
-                        pd.live = pd.live.saturating_sub(os);
-                        let dv = self.dev(od);
-                        dv.used = dv.used.saturating_sub(os);
-                    }
+                    self.take(p, old);
                 }
-                // On no GPU (`cuMemCreate` with a host location: NCCL's host buffers): not GPU memory, in no
-                // GPU's series.
-                if d == NO_DEVICE {
-                    return;
-                }
-                let pd = p.dev.entry(d).or_default();
-                pd.live += e.size;
-                pd.peak = pd.peak.max(pd.live);
-                let dv = self.dev(d);
-                dv.allocations += 1;
-                dv.used += e.size;
-                dv.peak = dv.peak.max(dv.used);
+                self.give(p, device, e.size, true);
             }
-            Effect::FreePtr | Effect::ReleaseHandle => {
-                let handle = eff == Effect::ReleaseHandle;
-                if e.result != 0 {
-                    if e.flags & flags::UNDONE != 0 {
-                        self.undo_release(p, e, handle);
+            Act::Refused { device } => {
+                if e.flags & flags::CAP_REFUSED != 0 {
+                    self.cap_refusals += 1;
+                    if on_gpu(device) {
+                        self.dev(device).cap_refusals += 1;
                     }
-                    return;
-                }
-                let map = if handle { &mut p.handles } else { &mut p.ptrs };
-                let took = map.remove(&e.addr);
-                p.released.note(e.tid, e.addr, handle, took);
-                if let Some((d, size)) = took.filter(|(d, _)| *d != NO_DEVICE) {
-                    if let Some(pd) = p.dev.get_mut(&d) {
-                        pd.live = pd.live.saturating_sub(size);
-                    }
-                    let dv = self.dev(d);
-                    dv.used = dv.used.saturating_sub(size);
                 }
             }
-            Effect::Info => {
-                if e.device != NO_DEVICE && e.result == 0 && e.addr > 0 {
+            Act::Free { handle } => {
+                if let Some(took) = p.book.free(e.tid, handle, e.addr) {
+                    self.take(p, took);
+                }
+            }
+            Act::Undo { handle } => {
+                if let Undone::Back((d, size)) = p.book.undo(e.tid, handle, e.addr) {
+                    // Back, not allocated anew: no allocation is counted.
+                    self.give(p, d, size, false);
+                }
+            }
+            Act::None => {
+                if e.api.effect() == Effect::Info
+                    && e.device != NO_DEVICE
+                    && e.result == 0
+                    && e.addr > 0
+                {
                     self.dev(e.device).total = Some(e.addr);
                 }
             }
-            Effect::AddressSpace => {}
         }
     }
 
-    /// The driver refused a release published before it answered: what it took out is live again.
-    fn undo_release(&mut self, p: &mut Proc, e: &Event, handle: bool) {
-        let Some(Some((d, size))) = p.released.take(e.tid, e.addr, handle) else {
+    /// `size` bytes on device `d` are live for process `p` (`new`: a new allocation, counted).
+    #[inline]
+    fn give(&mut self, p: &mut Proc, d: u32, size: u64, new: bool) {
+        // On no GPU (`cuMemCreate` with a host location: NCCL's host buffers) or on a GPU the shim could not
+        // tell: in no GPU's series.
+        if !on_gpu(d) {
+            return;
+        }
+        let pd = p.dev.entry(d).or_default();
+        pd.live += size;
+        pd.peak = pd.peak.max(pd.live);
+        let dv = self.dev(d);
+        dv.allocations += new as u64;
+        dv.used += size;
+        dv.peak = dv.peak.max(dv.used);
+    }
+
+    /// `(d, size)`, live for process `p`, is gone.
+    #[inline]
+    fn take(&mut self, p: &mut Proc, (d, size): (u32, u64)) {
+        if !on_gpu(d) {
+            return;
+        }
+        if let Some(pd) = p.dev.get_mut(&d) {
+            pd.live = pd.live.saturating_sub(size);
+        }
+        let dv = self.dev(d);
+        dv.used = dv.used.saturating_sub(size);
+    }
+
+    /// Every context of process `pid` on `device` was torn down: the driver freed its pointer allocations there,
+    /// as the report's replay frees them.
+    fn context_gone(&mut self, pid: u32, device: u32) {
+        let Some(mut p) = self.procs.remove(&pid) else {
             return;
         };
-        let map = if handle { &mut p.handles } else { &mut p.ptrs };
-        if map.contains_key(&e.addr) {
-            return;
+        for (_, v) in p.book.context_gone(|&(d, _)| d == device) {
+            self.take(&mut p, v);
         }
-        map.insert(e.addr, (d, size));
-        if d != NO_DEVICE {
-            let pd = p.dev.entry(d).or_default();
-            pd.live += size;
-            pd.peak = pd.peak.max(pd.live);
-            let dv = self.dev(d);
-            dv.used += size;
-            dv.peak = dv.peak.max(dv.used);
-        }
+        self.procs.insert(pid, p);
     }
 
     /// Processes with a series now.
@@ -984,6 +982,102 @@ mod tests {
             shim_version: "t".into(),
             extra: vec![],
         })
+    }
+
+    /// The live metrics and the report read one trace alike: every kind of event that changes what is live
+    /// (a lost free, host memory, a refused release put back, a double free refused, a context torn down,
+    /// handles that outlive it), applied by the same core (`model/replay/book.rs`).
+    #[test]
+    fn the_live_metrics_and_the_report_agree() {
+        let at = |ts: u64, tid: u32, api: Api, device: u32, addr: u64, size: u64| Event {
+            ts_ns: ts,
+            tid,
+            ..ev(api, device, addr, size)
+        };
+        let refused = |mut e: Event| {
+            e.result = 1;
+            e.flags = flags::UNDONE;
+            e
+        };
+        let mut frames = Vec::new();
+        codec::put_record(&mut frames, &hello(10, Some(0)));
+        codec::put_record(&mut frames, &hello(11, Some(1)));
+        codec::put_events(
+            &mut frames,
+            10,
+            &[
+                at(10, 1, Api::MemAlloc, 0, 0x1000, 100),
+                // Its free was never recorded: replaced.
+                at(11, 1, Api::MemAlloc, 0, 0x1000, 40),
+                // Host memory: no GPU's.
+                at(12, 1, Api::MemCreate, NO_DEVICE, 5, 1 << 20),
+                at(13, 1, Api::MemCreate, 0, 6, 64),
+                at(14, 2, Api::MemAlloc, 1, 0x2000, 70),
+                // A release the driver refused after it was published: live again.
+                at(15, 2, Api::MemFree, NO_DEVICE, 0x2000, 0),
+                refused(at(16, 2, Api::MemFree, NO_DEVICE, 0x2000, 0)),
+                // A double free, refused: nothing comes back.
+                at(17, 1, Api::MemFree, NO_DEVICE, 0x9999, 0),
+                refused(at(18, 1, Api::MemFree, NO_DEVICE, 0x9999, 0)),
+                at(19, 1, Api::MemAlloc, 1, 0x3000, 8),
+            ],
+        );
+        codec::put_events(
+            &mut frames,
+            11,
+            &[
+                at(20, 1, Api::MemAlloc, 0, 0x5000, 30),
+                at(21, 1, Api::MemAlloc, 1, 0x6000, 9),
+                at(22, 1, Api::MemCreate, 1, 8, 11),
+            ],
+        );
+        // Process 11's contexts on GPU 1 are torn down: its pointers there go, its handle stays.
+        codec::put_record(
+            &mut frames,
+            &Record::ContextGone {
+                pid: 11,
+                ts_ns: 23,
+                device: 1,
+                how: "cuDevicePrimaryCtxReset".into(),
+            },
+        );
+        codec::put_events(&mut frames, 11, &[at(24, 1, Api::MemAlloc, 0, 0x7000, 3)]);
+        for pid in [10, 11] {
+            codec::put_record(&mut frames, &Record::Tick { pid, ts_ns: 100 });
+        }
+
+        let mut live = State::default();
+        live.feed(&frames);
+        let mut trace = codec::encode_header(&TraceHeader {
+            start_unix_ns: 0,
+            start_mono_ns: 0,
+            command: vec!["t".into()],
+            hostname: "h".into(),
+            vramtrace_version: "t".into(),
+            extra: vec![],
+        });
+        trace.extend_from_slice(&frames);
+        let report = crate::model::analyze_reader(&trace[..]).unwrap();
+
+        let mut gpus = 0;
+        for d in report.devices.iter().filter(|d| !d.on_host) {
+            let Some(g) = d.device else { continue };
+            gpus += 1;
+            assert_eq!(live.device_used(g), d.in_use_bytes_at_end, "GPU {g} in use");
+            assert_eq!(live.devs[&g].peak, d.peak_bytes, "GPU {g} peak");
+            assert_eq!(
+                live.devs[&g].allocations, d.allocations,
+                "GPU {g} allocations"
+            );
+        }
+        assert_eq!(gpus, 2);
+        // The figures themselves, worked out by hand: GPU 0 = 40 + 64 + 30 + 3, GPU 1 = 70 + 8 + 11.
+        assert_eq!((live.device_used(0), live.device_used(1)), (137, 89));
+        for p in &report.processes {
+            let lp = &live.procs[&p.pid];
+            let live_total: u64 = lp.dev.values().map(|pd| pd.live).sum();
+            assert_eq!(live_total, p.live_bytes_at_end, "pid {}", p.pid);
+        }
     }
 
     #[test]

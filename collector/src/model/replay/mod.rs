@@ -1,11 +1,11 @@
 //! The replay: live sets, peaks, timelines and per-process figures, applied entry by entry in the order the
 //! merge ([`crate::model::input::merge`]) hands them out.
 
+pub(crate) mod book;
 pub mod framework;
 pub(crate) mod oom_snapshot;
 pub(crate) mod records;
 pub(crate) mod sites;
-pub(crate) mod undo;
 
 use std::collections::HashMap;
 use vramtrace_format::keys;
@@ -13,7 +13,6 @@ use vramtrace_format::keys;
 use vramtrace_format::{flags, Api, Effect, Event, TraceHeader, NO_DEVICE};
 
 use crate::callsites::{self, NO_SITE};
-use crate::fasthash::FastMap;
 use crate::model::analysis::*;
 use crate::model::input::entry::Entry;
 use crate::model::input::merge::{Merge, Out};
@@ -22,7 +21,8 @@ use crate::model::observe::leak::{site_ref, trim_leaks};
 use crate::model::observe::tap::{Change, Step, Tap};
 use crate::model::observe::timeline::Timeline;
 use crate::model::observe::timeline::TimelineBuilder;
-use crate::model::replay::undo::Releases;
+pub(crate) use crate::model::replay::book::HOST_DEVICE;
+use crate::model::replay::book::{Act, Book, Undone};
 use crate::symbols::Symbolizer;
 
 /// Aligned to 16 so that, in the address maps' (key, value) buckets, the value starts on a 16-byte boundary:
@@ -62,10 +62,8 @@ struct Proc {
     /// The device its last allocation was on, and that device's index in the replay's `devs`: a process nearly
     /// always allocates on one device, and the search walks whole `Dev`s.
     dev_hint: (u32, usize),
-    ptrs: FastMap<u64, Live>,
-    handles: FastMap<u64, Live>,
-    /// Each thread's last release, until its next event (a refusal of it: `undo.rs`).
-    releases: Releases<Option<Live>>,
+    /// Its live allocations, and each thread's last release (the core the live metrics share: `book.rs`).
+    book: Book<Live>,
     reserved: u64,
     mapped: u64,
     /// Its promise: no later record of it is older than this (absolute time).
@@ -137,9 +135,7 @@ impl Proc {
             cur: 0,
             dev: Vec::new(),
             dev_hint: (0, usize::MAX),
-            ptrs: FastMap::default(),
-            handles: FastMap::default(),
-            releases: Releases::default(),
+            book: Book::default(),
             reserved: 0,
             mapped: 0,
             wm: ts,
@@ -184,10 +180,6 @@ struct Dev {
     /// New peaks reached so far (call-site aggregates compare it: see `callsites`).
     peak_seq: u64,
 }
-
-/// The replay's device for memory on no GPU: `cuMemCreate` with a host location (the shim records it on no
-/// device). Kept apart from `NO_DEVICE` (a GPU the shim could not tell) so that neither is taken for the other.
-const HOST_DEVICE: u32 = NO_DEVICE - 1;
 
 /// A replay device's ordinal for the reports: `None` for memory on no GPU or on a GPU the shim could not tell.
 #[inline]
@@ -493,23 +485,12 @@ impl<'t> Replay<'t> {
             return;
         };
         let t = self.rel(ts);
-        // What releases took out there is gone whatever the driver answers them.
-        self.procs[s]
-            .releases
-            .forget(|took| took.is_some_and(|l| l.dev as usize == d));
-        let gone: Vec<u64> = self.procs[s]
-            .ptrs
-            .iter()
-            .filter(|(_, l)| l.dev as usize == d)
-            .map(|(a, _)| *a)
-            .collect();
-        for addr in gone {
-            if let Some(l) = self.procs[s].ptrs.remove(&addr) {
-                self.take(s, &l, t);
-                self.procs[s].s.context_freed_bytes =
-                    self.procs[s].s.context_freed_bytes.saturating_add(l.size);
-                self.tap_live(Change::Released, s, false, addr, &l, t);
-            }
+        let gone = self.procs[s].book.context_gone(|l| l.dev as usize == d);
+        for (addr, l) in gone {
+            self.take(s, &l, t);
+            self.procs[s].s.context_freed_bytes =
+                self.procs[s].s.context_freed_bytes.saturating_add(l.size);
+            self.tap_live(Change::Released, s, false, addr, &l, t);
         }
     }
 
@@ -561,160 +542,146 @@ impl<'t> Replay<'t> {
     #[inline]
     fn apply(&mut self, s: usize, e: &Event) {
         let t = self.rel(e.ts_ns);
-        match e.api.effect() {
-            eff @ (Effect::AllocPtr | Effect::CreateHandle) => {
-                // A `cuMemCreate` on no device is memory on the host (the shim names only device locations).
-                let device = if eff == Effect::CreateHandle && e.device == NO_DEVICE {
-                    HOST_DEVICE
-                } else {
-                    e.device
-                };
-                if e.result != 0 {
-                    if e.stack != 0 {
-                        let d = self.dev_index(device);
-                        let site = self
-                            .cs
-                            .site_for(&mut self.procs[s].cs, s, e.stack, d as u16);
-                        self.procs[s].last_failed = Some((e.tid, e.size, site));
-                    }
-                    let p = &mut self.procs[s].s;
-                    p.failed_allocations += 1;
-                    if e.result == CUDA_OOM {
-                        p.oom_results += 1;
-                    }
-                    if e.flags & flags::CAP_REFUSED != 0 {
-                        p.cap_refusals += 1;
-                    }
-                    return;
+        match book::act(e) {
+            Act::Alloc { handle, device } => self.alloc(s, e, handle, device, t),
+            Act::Free { handle } => self.free(s, e, handle, t),
+            Act::Refused { device } => self.refused(s, e, device),
+            Act::Undo { handle } => self.undo_release(s, e.tid, e.addr, handle, t),
+            Act::None => match e.api.effect() {
+                Effect::AddressSpace => self.address_space(s, e, t),
+                Effect::Info if e.result == 0 => {
+                    let d = self.dev_index(e.device);
+                    self.devs[d].info = Some((e.addr, e.size));
                 }
-                if e.flags & flags::CAP_EXCEEDED != 0 {
-                    self.procs[s].s.cap_exceeded += 1;
-                }
-                if self.procs[s].open_oom {
-                    self.recovered(s, e.tid, device, t);
-                }
-                let d = self.dev_of(s, device);
-                let site = if e.stack != 0 {
-                    self.cs
-                        .site_for(&mut self.procs[s].cs, s, e.stack, d as u16)
-                } else {
-                    NO_SITE
-                };
-                let live = Live {
-                    size: e.size,
-                    ts: t,
-                    tid: e.tid,
-                    site,
-                    dev: d as u16,
-                    api: e.api,
-                    flags: e.flags,
-                };
-                let p = &mut self.procs[s];
-                let map = if eff == Effect::CreateHandle {
-                    &mut p.handles
-                } else {
-                    &mut p.ptrs
-                };
-                let handle = eff == Effect::CreateHandle;
-                if let Some(old) = map.insert(e.addr, live) {
-                    p.s.lost_frees += 1;
-                    self.lost += 1;
-                    self.take(s, &old, t);
-                    self.tap_live(Change::Free, s, handle, e.addr, &old, t);
-                }
-                self.give(s, d, e.size, t, site);
-                if self.tap.is_some() {
-                    self.tap_step(
-                        Change::Alloc,
-                        s,
-                        d,
-                        handle,
-                        e.addr,
-                        e.size,
-                        e.stack,
-                        e.flags,
-                        t,
-                    );
-                }
-            }
-            eff @ (Effect::FreePtr | Effect::ReleaseHandle) => {
-                let handle = eff == Effect::ReleaseHandle;
-                if e.result != 0 {
-                    if e.flags & flags::UNDONE != 0 {
-                        self.undo_release(s, e.tid, e.addr, handle, t);
-                    }
-                    return;
-                }
-                let p = &mut self.procs[s];
-                let map = if handle { &mut p.handles } else { &mut p.ptrs };
-                let old = map.remove(&e.addr);
-                p.releases.note(e.tid, e.addr, handle, old);
-                match old {
-                    Some(old) => {
-                        p.s.frees += 1;
-                        self.take(s, &old, t);
-                        self.tap_live(
-                            Change::Free,
-                            s,
-                            eff == Effect::ReleaseHandle,
-                            e.addr,
-                            &old,
-                            t,
-                        );
-                        if e.api == Api::MemFreeAsync {
-                            self.note_async_free(old.dev as usize, t, old.size);
-                        }
-                    }
-                    None => {
-                        p.s.unmatched_frees += 1;
-                        self.unmatched += 1;
-                    }
+                _ => {}
+            },
+        }
+    }
+
+    /// A successful allocation (`handle`: a `cuMemCreate`) of process `s` on `device`.
+    #[inline(always)]
+    fn alloc(&mut self, s: usize, e: &Event, handle: bool, device: u32, t: u64) {
+        if e.flags & flags::CAP_EXCEEDED != 0 {
+            self.procs[s].s.cap_exceeded += 1;
+        }
+        if self.procs[s].open_oom {
+            self.recovered(s, e.tid, device, t);
+        }
+        let d = self.dev_of(s, device);
+        let site = if e.stack != 0 {
+            self.cs
+                .site_for(&mut self.procs[s].cs, s, e.stack, d as u16)
+        } else {
+            NO_SITE
+        };
+        let live = Live {
+            size: e.size,
+            ts: t,
+            tid: e.tid,
+            site,
+            dev: d as u16,
+            api: e.api,
+            flags: e.flags,
+        };
+        let p = &mut self.procs[s];
+        if let Some(old) = p.book.alloc(handle, e.addr, live) {
+            p.s.lost_frees += 1;
+            self.lost += 1;
+            self.take(s, &old, t);
+            self.tap_live(Change::Free, s, handle, e.addr, &old, t);
+        }
+        self.give(s, d, e.size, t, site);
+        if self.tap.is_some() {
+            self.tap_step(
+                Change::Alloc,
+                s,
+                d,
+                handle,
+                e.addr,
+                e.size,
+                e.stack,
+                e.flags,
+                t,
+            );
+        }
+    }
+
+    /// A successful release of a pointer or (`handle`) a handle by process `s`.
+    #[inline(always)]
+    fn free(&mut self, s: usize, e: &Event, handle: bool, t: u64) {
+        let p = &mut self.procs[s];
+        match p.book.free(e.tid, handle, e.addr) {
+            Some(old) => {
+                p.s.frees += 1;
+                self.take(s, &old, t);
+                self.tap_live(Change::Free, s, handle, e.addr, &old, t);
+                if e.api == Api::MemFreeAsync {
+                    self.note_async_free(old.dev as usize, t, old.size);
                 }
             }
-            Effect::AddressSpace => {
-                let p = &mut self.procs[s];
-                if e.result != 0 {
-                    // A refused unmap or address free, published before the driver refused it: taken back.
-                    if e.flags & flags::UNDONE != 0 {
-                        match e.api {
-                            Api::MemUnmap => {
-                                p.mapped = p.mapped.saturating_add(e.size);
-                                p.s.mapped_peak_bytes = p.s.mapped_peak_bytes.max(p.mapped);
-                            }
-                            Api::MemAddressFree => {
-                                p.reserved = p.reserved.saturating_add(e.size);
-                                p.s.address_reserved_peak_bytes =
-                                    p.s.address_reserved_peak_bytes.max(p.reserved);
-                            }
-                            _ => {}
-                        }
-                    }
-                    return;
-                }
+            None => {
+                p.s.unmatched_frees += 1;
+                self.unmatched += 1;
+            }
+        }
+    }
+
+    /// An allocation the driver or the cap refused.
+    fn refused(&mut self, s: usize, e: &Event, device: u32) {
+        if e.stack != 0 {
+            let d = self.dev_index(device);
+            let site = self
+                .cs
+                .site_for(&mut self.procs[s].cs, s, e.stack, d as u16);
+            self.procs[s].last_failed = Some((e.tid, e.size, site));
+        }
+        let p = &mut self.procs[s].s;
+        p.failed_allocations += 1;
+        if e.result == CUDA_OOM {
+            p.oom_results += 1;
+        }
+        if e.flags & flags::CAP_REFUSED != 0 {
+            p.cap_refusals += 1;
+        }
+    }
+
+    /// Address reservations and mappings (`cuMemAddressReserve`, `cuMemMap`...): their own figures, no
+    /// allocation.
+    fn address_space(&mut self, s: usize, e: &Event, t: u64) {
+        let p = &mut self.procs[s];
+        if e.result != 0 {
+            // A refused unmap or address free, published before the driver refused it: taken back.
+            if e.flags & flags::UNDONE != 0 {
                 match e.api {
-                    Api::MemAddressReserve => {
+                    Api::MemUnmap => {
+                        p.mapped = p.mapped.saturating_add(e.size);
+                        p.s.mapped_peak_bytes = p.s.mapped_peak_bytes.max(p.mapped);
+                    }
+                    Api::MemAddressFree => {
                         p.reserved = p.reserved.saturating_add(e.size);
                         p.s.address_reserved_peak_bytes =
                             p.s.address_reserved_peak_bytes.max(p.reserved);
                     }
-                    Api::MemAddressFree => p.reserved = p.reserved.saturating_sub(e.size),
-                    Api::MemMap => {
-                        p.mapped = p.mapped.saturating_add(e.size);
-                        p.s.mapped_peak_bytes = p.s.mapped_peak_bytes.max(p.mapped);
-                    }
-                    Api::MemUnmap => p.mapped = p.mapped.saturating_sub(e.size),
                     _ => {}
                 }
-                if self.tap.is_some() && matches!(e.api, Api::MemMap | Api::MemUnmap) {
-                    self.tap_map(s, e, t);
-                }
             }
-            Effect::Info => {
-                if e.result == 0 {
-                    let d = self.dev_index(e.device);
-                    self.devs[d].info = Some((e.addr, e.size));
-                }
+            return;
+        }
+        match e.api {
+            Api::MemAddressReserve => {
+                p.reserved = p.reserved.saturating_add(e.size);
+                p.s.address_reserved_peak_bytes = p.s.address_reserved_peak_bytes.max(p.reserved);
             }
+            Api::MemAddressFree => p.reserved = p.reserved.saturating_sub(e.size),
+            Api::MemMap => {
+                p.mapped = p.mapped.saturating_add(e.size);
+                p.s.mapped_peak_bytes = p.s.mapped_peak_bytes.max(p.mapped);
+            }
+            Api::MemUnmap => p.mapped = p.mapped.saturating_sub(e.size),
+            _ => {}
+        }
+        if self.tap.is_some() && matches!(e.api, Api::MemMap | Api::MemUnmap) {
+            self.tap_map(s, e, t);
         }
     }
 
@@ -781,12 +748,7 @@ impl<'t> Replay<'t> {
         self.open_ooms.push(OpenOom {
             slot: s,
             tid: o.tid,
-            // As `apply` names it: a `cuMemCreate` on no device is the host's memory.
-            device: if o.api == Api::MemCreate as u8 && o.device == NO_DEVICE {
-                HOST_DEVICE
-            } else {
-                o.device
-            },
+            device: book::oom_device(o),
             t,
             requested: o.requested_bytes,
             cap_refused: o.flags & flags::CAP_REFUSED != 0,
@@ -892,7 +854,7 @@ impl<'t> Replay<'t> {
     /// its handle; an unmap is found by the tap from its address).
     fn tap_map(&mut self, s: usize, e: &Event, t: u64) {
         let (d, stack) = match e.api {
-            Api::MemMap => match self.procs[s].handles.get(&e.aux) {
+            Api::MemMap => match self.procs[s].book.handle(e.aux) {
                 Some(l) => (Some(l.dev as usize), self.site_stack(l.site)),
                 None => (None, 0),
             },
@@ -984,9 +946,7 @@ impl<'t> Replay<'t> {
     fn collect_live(&mut self, s: usize, t: u64, release: bool) {
         let p = &mut self.procs[s];
         let pid = p.s.pid;
-        let ptrs = std::mem::take(&mut p.ptrs);
-        let handles = std::mem::take(&mut p.handles);
-        for (addr, l) in ptrs.into_iter().chain(handles) {
+        for (addr, l, handle) in p.book.take_all().collect::<Vec<_>>() {
             if l.site != NO_SITE {
                 let a = &mut self.cs.aggs[l.site as usize];
                 a.live_end = a.live_end.saturating_add(l.size);
@@ -1024,7 +984,6 @@ impl<'t> Replay<'t> {
             }
             if release {
                 self.take(s, &l, t);
-                let handle = l.api.effect() == Effect::CreateHandle;
                 self.tap_live(Change::Released, s, handle, addr, &l, t);
             }
         }
@@ -1222,28 +1181,22 @@ impl<'t> Replay<'t> {
     }
 }
 
-/// Releases the driver refused (`undo`): the replay's side.
+/// Releases the driver refused ([`book::Undone`]): the replay's side.
 impl Replay<'_> {
     /// The driver refused thread `tid`'s release of `addr` in process `s`, at `t` (relative ns): what the release
     /// took out is live again, as if it had never been released.
     fn undo_release(&mut self, s: usize, tid: u32, addr: u64, handle: bool, t: u64) {
-        let Some(live) = self.procs[s].releases.take(tid, addr, handle) else {
-            return;
-        };
-        let Some(l) = live else {
-            // Nothing was live there (a double free, a wrong pointer): the unmatched free it counted was none.
-            let p = &mut self.procs[s];
-            p.s.unmatched_frees = p.s.unmatched_frees.saturating_sub(1);
-            self.unmatched = self.unmatched.saturating_sub(1);
-            return;
-        };
         let p = &mut self.procs[s];
-        let map = if handle { &mut p.handles } else { &mut p.ptrs };
-        if map.contains_key(&addr) {
-            // Something else is live there already (not the thread's next event after all): leave it be.
-            return;
-        }
-        map.insert(addr, l);
+        let l = match p.book.undo(tid, handle, addr) {
+            Undone::Back(l) => l,
+            Undone::Nothing => {
+                // Nothing was live there (a double free, a wrong pointer): the unmatched free it counted was none.
+                p.s.unmatched_frees = p.s.unmatched_frees.saturating_sub(1);
+                self.unmatched = self.unmatched.saturating_sub(1);
+                return;
+            }
+            Undone::Stale => return,
+        };
         p.s.frees = p.s.frees.saturating_sub(1);
         self.give(s, l.dev as usize, l.size, t, l.site);
         // Back, not allocated anew: the counts of allocations stay as they were.

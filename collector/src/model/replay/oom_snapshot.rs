@@ -263,7 +263,7 @@ impl Replay<'_> {
         let mut live_count = 0u64;
         if let Some(d) = d {
             for p in self.procs.iter().filter(|p| !p.released) {
-                for (&addr, l) in p.ptrs.iter().chain(p.handles.iter()) {
+                for (&addr, l) in p.book.iter() {
                     if l.dev as usize != d {
                         continue;
                     }
@@ -303,7 +303,7 @@ impl Replay<'_> {
                 .procs
                 .iter()
                 .filter(|p| !p.released)
-                .flat_map(|p| p.ptrs.values().chain(p.handles.values()))
+                .flat_map(|p| p.book.iter().map(|(_, l)| l))
                 .filter(|l| l.dev as usize == d)
                 .map(|l| (l.api, l.size, l.site, l.ts));
             fill_what_grew(l, live);
