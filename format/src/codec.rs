@@ -12,35 +12,85 @@ use crate::{
     TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE, VERSION,
 };
 
-/// Frame kinds. Part of the format: never reuse a number. Readers skip kinds they do not know.
-pub mod kind {
-    pub const HELLO: u8 = 1;
-    pub const EVENTS: u8 = 2;
-    pub const DROPPED: u8 = 3;
-    pub const GOODBYE: u8 = 4;
-    pub const TICK: u8 = 5;
-    pub const PROCESS_END: u8 = 6;
-    pub const OOM: u8 = 7;
+/// Who writes a frame kind: what a collector lets a process send, and what it writes itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Writer {
+    /// A process's shim, once, first on its connection (the hello).
+    Hello,
+    /// A process's shim: its events, through its ring or its socket.
+    Events,
+    /// A process's shim (or the Python bridge through it), after its hello, for itself only.
+    Process,
+    /// A process's shim for a child it reaped: in its ring, or alone on a connection of its own. The collector
+    /// believes it only as far as the kernel confirms, and writes an `Exit` instead.
+    Reaper,
+    /// The collector alone (counts, promises, ends); refused from any process.
+    Collector,
+}
+
+/// One frame kind as the format declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KindInfo {
+    pub kind: u8,
+    /// Its constant's name in [`kind`].
+    pub name: &'static str,
+    pub writer: Writer,
+    /// Its records carry a time their process stamped ([`crate::Record::process_time_mut`]).
+    pub process_time: bool,
+}
+
+/// Declares every frame kind once: its number (a constant in [`kind`]), who writes it and whether its process
+/// stamps its time. What the shim, the collector's intake and the readers ask of a kind comes from [`KINDS`].
+macro_rules! frame_kinds {
+    ($($(#[$doc:meta])* $name:ident = $n:literal, $writer:ident, $time:literal;)*) => {
+        /// Frame kinds. Part of the format: never reuse a number. Readers skip kinds they do not know.
+        pub mod kind {
+            $($(#[$doc])* pub const $name: u8 = $n;)*
+        }
+
+        /// Every frame kind, in number order.
+        pub const KINDS: &[KindInfo] = &[$(KindInfo {
+            kind: $n,
+            name: stringify!($name),
+            writer: Writer::$writer,
+            process_time: $time,
+        },)*];
+    };
+}
+
+frame_kinds! {
+    HELLO = 1, Hello, false;
+    EVENTS = 2, Events, false;
+    DROPPED = 3, Collector, false;
+    GOODBYE = 4, Process, false;
+    TICK = 5, Collector, false;
+    PROCESS_END = 6, Collector, false;
+    OOM = 7, Process, true;
     /// Events with a stack id each (version 2); kind 2 is read as events without.
-    pub const EVENTS_STACKS: u8 = 8;
-    pub const STACK: u8 = 9;
-    pub const OBJECTS: u8 = 10;
-    pub const NOTE: u8 = 11;
+    EVENTS_STACKS = 8, Events, false;
+    STACK = 9, Process, false;
+    OBJECTS = 10, Process, false;
+    NOTE = 11, Process, true;
     /// A framework allocator's figures, from the Python bridge (no version bump: older readers skip it).
-    pub const FRAMEWORK_SAMPLE: u8 = 12;
+    FRAMEWORK_SAMPLE = 12, Process, true;
     /// Any other bridge record.
-    pub const BRIDGE: u8 = 13;
+    BRIDGE = 13, Process, true;
     /// How a process of the job ended, as the wrapper reaped it (no version bump: older readers skip it).
-    pub const EXIT: u8 = 14;
+    EXIT = 14, Collector, false;
     /// Why records were lost (`Record::Lost`), written by the collector.
-    pub const LOST: u8 = 15;
+    LOST = 15, Collector, false;
     /// Every context of a process on a device was torn down (`Record::ContextGone`), from the shim.
-    pub const CONTEXT_GONE: u8 = 16;
+    CONTEXT_GONE = 16, Process, true;
     /// The collector finished the trace (`Record::End`; no version bump: older readers skip it).
-    pub const END: u8 = 17;
+    END = 17, Collector, false;
     /// A process reaped a child of its own (`Record::Reaped`), from the reaper's shim: in its ring, or alone on
     /// a connection of its own (no version bump: older readers skip it).
-    pub const REAPED: u8 = 18;
+    REAPED = 18, Reaper, true;
+}
+
+/// What the format declares of frame kind `k`; `None` for a kind this build does not know.
+pub fn kind_info(k: u8) -> Option<&'static KindInfo> {
+    KINDS.iter().find(|i| i.kind == k)
 }
 
 /// Bytes before the first frame's payload: length (4) and kind (1).
@@ -948,6 +998,51 @@ mod tests {
             .map(|(k, p)| decode_record(k, p).unwrap().unwrap())
             .collect();
         assert_eq!(back, recs);
+        // Every kind the format declares is written by `put_record` (kind 2 only by writers before version 2),
+        // and what the table says of it is what the record is.
+        let mut written: Vec<u8> = frames(&buf).map(|(k, _)| k).collect();
+        for ((k, _), r) in frames(&buf).zip(&recs) {
+            let info = kind_info(k).unwrap();
+            assert_eq!(
+                r.clone().process_time_mut().is_some(),
+                info.process_time,
+                "{}",
+                info.name
+            );
+            assert_eq!(
+                Record::has_process_time(k),
+                info.process_time,
+                "{}",
+                info.name
+            );
+            if info.writer == Writer::Process {
+                assert!(
+                    r.clone().pid_mut().is_some(),
+                    "{} speaks for a pid",
+                    info.name
+                );
+            }
+        }
+        written.push(kind::EVENTS);
+        written.sort_unstable();
+        written.dedup();
+        let declared: Vec<u8> = KINDS.iter().map(|i| i.kind).collect();
+        assert_eq!(written, declared);
+    }
+
+    #[test]
+    fn kinds_are_declared_once_with_numbers_never_shared() {
+        let mut seen = std::collections::HashSet::new();
+        for (i, k) in KINDS.iter().enumerate() {
+            assert!(seen.insert(k.kind), "{} reuses {}", k.name, k.kind);
+            assert_eq!(kind_info(k.kind), Some(k));
+            if i > 0 {
+                assert!(KINDS[i - 1].kind < k.kind, "in number order");
+            }
+        }
+        assert_eq!(kind_info(kind::REAPED).unwrap().name, "REAPED");
+        assert_eq!(kind_info(kind::HELLO).unwrap().writer, Writer::Hello);
+        assert_eq!(kind_info(0), None);
     }
 
     #[test]
@@ -980,7 +1075,7 @@ mod tests {
     fn unknown_kind_is_skipped_not_an_error() {
         assert_eq!(decode_record(200, b"whatever").unwrap(), None);
         // The next kinds after the last one this build knows, as an older reader finds a newer writer's.
-        for k in kind::REAPED + 1..=255 {
+        for k in (0..=255).filter(|&k| kind_info(k).is_none()) {
             assert_eq!(decode_record(k, b"whatever").unwrap(), None, "kind {k}");
         }
     }

@@ -310,16 +310,7 @@ impl Record {
     /// Whether records of frame kind `k` carry a time their process stamped ([`Record::process_time_mut`]):
     /// a reader can tell without decoding the frame.
     pub fn has_process_time(k: u8) -> bool {
-        use codec::kind;
-        matches!(
-            k,
-            kind::OOM
-                | kind::NOTE
-                | kind::FRAMEWORK_SAMPLE
-                | kind::BRIDGE
-                | kind::CONTEXT_GONE
-                | kind::REAPED
-        )
+        codec::kind_info(k).is_some_and(|i| i.process_time)
     }
 
     /// The time of a record a process stamps itself and sends whole (an out-of-memory record, a note, the

@@ -4,7 +4,7 @@
 //! Anything else is refused, counted against the process that sent it (`LossCause::Refused`), and never
 //! reaches the trace: a hostile process costs at most its own records.
 
-use vramtrace_format::codec::{self, kind};
+use vramtrace_format::codec;
 use vramtrace_format::Record;
 
 /// Who a connection speaks for: its pid by the kernel (`SO_PEERCRED`, in the collector's pid namespace), and
@@ -59,17 +59,7 @@ impl Refusal {
 /// The kinds a process's shim (and the bridge through it) writes after its hello. The hello itself is taken
 /// by the connection, once.
 fn from_a_process(k: u8) -> bool {
-    matches!(
-        k,
-        kind::OOM
-            | kind::STACK
-            | kind::OBJECTS
-            | kind::NOTE
-            | kind::FRAMEWORK_SAMPLE
-            | kind::BRIDGE
-            | kind::CONTEXT_GONE
-            | kind::GOODBYE
-    )
+    codec::kind_info(k).is_some_and(|i| i.writer == codec::Writer::Process)
 }
 
 /// What is let through: the frame as it came, or rewritten to the kernel's pid.
@@ -183,6 +173,7 @@ pub(super) const TOKEN_KEY: &str = vramtrace_format::keys::hello::JOB_TOKEN;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vramtrace_format::codec::kind;
     use vramtrace_format::{EndKind, Exit, ExitStatus};
 
     fn frame(r: &Record) -> (u8, Vec<u8>) {
