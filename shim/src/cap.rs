@@ -137,7 +137,6 @@ fn build() -> Option<Cap> {
 /// parent's death is still seen) and start afresh at the next tracked call.
 extern "C" fn after_fork_in_child() {
     CAP.forget();
-    crate::pools::after_fork_in_child();
     let fd = LEDGER_FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
         // SAFETY: `fd` is this process's copy of the ledger lock's descriptor, which only the shim uses; the swap

@@ -10,12 +10,9 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
-use crate::exports as x;
-
-/// Declares the driver functions once: each one's `Sym`, its exact exported name, and, for those the shim wraps,
-/// the export (exports.rs) standing in for it. From this one list come `Sym`, `ALL`, `NAMES`, `WRAPPED` and
-/// `wrapper`, so they cannot fall out of step (a test checks each wrapper's own symbol name against its name).
-macro_rules! driver_functions {
+/// Builds this file's half of the list: `Sym`, `ALL`, `NAMES`, `WRAPPED` (the export each wrapped function has
+/// is exports.rs's half: `wrapper`).
+macro_rules! declare_driver_functions {
     (
         wrapped { $( $(#[$wm:meta])* $w:ident = $wname:literal => $wfn:ident, )* }
         called { $( $(#[$cm:meta])* $c:ident = $cname:literal, )* }
@@ -37,22 +34,21 @@ macro_rules! driver_functions {
 
         /// The exact exported names (the driver's, and NVML's), in `Sym` order.
         const NAMES: [&CStr; COUNT] = [$( $wname, )* $( $cname, )*];
-
-        /// The shim's own function standing in for `f` (null for one it only calls).
-        fn wrapper(f: Sym) -> *mut c_void {
-            match f {
-                $( Sym::$w => x::$wfn as *const () as *mut c_void, )*
-                _ => null_mut(),
-            }
-        }
-
-        /// Each wrapper's Rust name (its `#[no_mangle]` symbol) beside the name it stands in for.
-        #[cfg(test)]
-        const EXPORTED_AS: [(&str, &CStr); WRAPPED] = [$( (stringify!($wfn), $wname), )*];
     };
 }
 
-driver_functions! {
+/// The shim's own function standing in for a driver function (exports.rs's `wrapper`), or null for one it only
+/// calls. The resolving here takes it as an argument: it must know our wrappers to route lookups to them, and
+/// the exports, above it, are what calls it.
+pub type Wrapper = fn(Sym) -> *mut c_void;
+
+/// The one list of driver functions, in the spirit of memray's `FOR_EACH_HOOKED_FUNCTION`: each one's `Sym`,
+/// its exact exported name, and, for those the shim wraps, the export (exports.rs) standing in for it. It hands
+/// the list to `$then!`: here `declare_driver_functions!`, in exports.rs `declare_wrappers!`, so the two halves
+/// cannot fall out of step (a test checks each wrapper's own symbol name against its name).
+macro_rules! for_each_driver_function {
+    ($then:ident) => {
+        $then! {
     wrapped {
         MemAlloc = c"cuMemAlloc_v2" => cuMemAlloc_v2,
         MemAllocPitch = c"cuMemAllocPitch_v2" => cuMemAllocPitch_v2,
@@ -99,7 +95,12 @@ driver_functions! {
         CtxPopCurrent = c"cuCtxPopCurrent_v2",
         PrimaryCtxGetState = c"cuDevicePrimaryCtxGetState",
     }
+        }
+    };
 }
+pub(crate) use for_each_driver_function;
+
+for_each_driver_function!(declare_driver_functions);
 
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
@@ -161,7 +162,7 @@ pub fn real_dlsym() -> Option<DlsymFn> {
     if p.is_null() {
         let glibc = glibc_dlsym()?;
         p = next_dlsym(glibc);
-        if p.is_null() || p == x::dlsym as *mut c_void {
+        if p.is_null() || in_this_library(p) {
             p = glibc as *mut c_void;
         }
         REAL_DLSYM.store(p, Ordering::Release);
@@ -218,7 +219,11 @@ pub unsafe extern "C" fn dlsym_route(handle: *mut c_void, symbol: *const c_char)
 
 /// A `dlsym` of a tracked name: the real lookup, with the caller's handle, then our wrapper in place of the
 /// driver's function. Nothing is allocated or locked here.
-pub unsafe extern "C" fn dlsym_hook(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+pub unsafe fn dlsym_hook(
+    handle: *mut c_void,
+    symbol: *const c_char,
+    wrapper: Wrapper,
+) -> *mut c_void {
     let Some(real) = real_dlsym() else {
         return null_mut();
     };
@@ -235,13 +240,12 @@ pub unsafe extern "C" fn dlsym_hook(handle: *mut c_void, symbol: *const c_char) 
     if p.is_null() {
         return p;
     }
-    adopt(f, p)
+    adopt(f, p, wrapper(f))
 }
 
-/// `p` is what the driver answered for `f`. Remember it as the real function and return the wrapper, unless
+/// `p` is what the driver answered for `f`. Remember it as the real function and return the wrapper `w`, unless
 /// the slot already holds a different function (another library exporting the same name: left alone).
-fn adopt(f: Sym, p: *mut c_void) -> *mut c_void {
-    let w = wrapper(f);
+fn adopt(f: Sym, p: *mut c_void, w: *mut c_void) -> *mut c_void {
     if p == w {
         return p;
     }
@@ -336,7 +340,7 @@ fn bind_library(lib: &Library, anchor: *mut c_void) -> bool {
     for f in ALL.into_iter().filter(|f| f.is_nvml() == lib.nvml) {
         // SAFETY: `handle` is a live handle from the dlopen above; the name is a NUL-terminated `&'static CStr`.
         let p = unsafe { real_dlsym(handle, f.name().as_ptr()) };
-        if !p.is_null() && p != wrapper(f) {
+        if !p.is_null() && !in_this_library(p) {
             let _ = REAL[f as usize].compare_exchange(
                 null_mut(),
                 p,
@@ -350,6 +354,20 @@ fn bind_library(lib: &Library, anchor: *mut c_void) -> bool {
     unsafe { libc::dlclose(handle) };
     crate::debug!("bound {}'s functions", lib.name);
     true
+}
+
+/// Whether `p` lies in this library (one of our own exports, never to be taken for the driver's function).
+/// Cold: once per function at binding.
+#[cold]
+pub(crate) fn in_this_library(p: *mut c_void) -> bool {
+    // SAFETY: `Dl_info` is pointers and integers, valid all zero; `dladdr` only reads the loader's tables for
+    // the two addresses (0 for one in no object), and `in_this_library` is a function of this library.
+    unsafe {
+        let (mut theirs, mut ours) = (std::mem::zeroed::<libc::Dl_info>(), std::mem::zeroed());
+        libc::dladdr(p, &mut theirs) != 0
+            && libc::dladdr(in_this_library as *const c_void, &mut ours) != 0
+            && theirs.dli_fbase == ours.dli_fbase
+    }
 }
 
 /// Fills every driver slot from the driver's own handle (see `bind_library`); `anchor` is any address inside
@@ -376,7 +394,7 @@ pub fn real_nvml(f: Sym) -> *mut c_void {
 
 /// What `cuGetProcAddress` returned, swapped for our wrapper when it is one of the tracked functions, matched
 /// by identity so that versions, `_ptsz` and flags stay the driver's own decision.
-pub fn swap_proc(p: *mut c_void) -> *mut c_void {
+pub fn swap_proc(p: *mut c_void, wrapper: Wrapper) -> *mut c_void {
     if p.is_null() {
         return p;
     }
@@ -423,21 +441,22 @@ pub fn current_device() -> u32 {
 mod tests {
     use super::*;
 
-    /// Each wrapper is exported under exactly the name it stands in for (`#[no_mangle]` exports a function by
-    /// its Rust name), and every wrapped function has one; the functions only called have none.
     #[test]
-    fn each_wrapper_is_exported_under_its_drivers_name() {
-        for (i, (rust, c)) in EXPORTED_AS.iter().enumerate() {
-            assert_eq!(c.to_str().unwrap(), *rust, "{:?}", ALL[i]);
-            assert_eq!(NAMES[i], *c);
-            assert!(!wrapper(ALL[i]).is_null(), "{:?}", ALL[i]);
-        }
-        for f in &ALL[WRAPPED..] {
-            assert!(wrapper(*f).is_null(), "{f:?}");
-        }
-        // `Sym` order is `ALL` order.
+    fn sym_order_is_all_order_and_names_are_the_drivers() {
         for (i, f) in ALL.iter().enumerate() {
             assert_eq!(*f as usize, i);
+            assert!(f
+                .name()
+                .to_bytes()
+                .starts_with(if f.is_nvml() { b"nvml" } else { b"cu" }));
         }
+        const { assert!(WRAPPED < COUNT) };
+    }
+
+    #[test]
+    fn our_own_functions_are_never_taken_for_the_drivers() {
+        assert!(in_this_library(current_device as *mut c_void));
+        assert!(!in_this_library(libc::malloc as *mut c_void));
+        assert!(!in_this_library(null_mut()));
     }
 }

@@ -10,9 +10,36 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use crate::contexts::{self, driver_fn};
 use crate::cuda::*;
-use crate::driver::Sym;
+use crate::driver::{for_each_driver_function, Sym};
 use crate::hooks;
 use crate::nvml;
+
+/// Builds this file's half of the driver functions' one list (driver.rs): `wrapper`, each wrapped function's
+/// export below.
+macro_rules! declare_wrappers {
+    (
+        wrapped { $( $(#[$wm:meta])* $w:ident = $wname:literal => $wfn:ident, )* }
+        called { $( $(#[$cm:meta])* $c:ident = $cname:literal, )* }
+    ) => {
+        /// The export standing in for `f` (null for a function the shim only calls): what `dlsym` and
+        /// `cuGetProcAddress` hand out in place of the driver's.
+        pub(crate) fn wrapper(f: Sym) -> *mut c_void {
+            match f {
+                $( Sym::$w => $wfn as *const () as *mut c_void, )*
+                _ => std::ptr::null_mut(),
+            }
+        }
+
+        /// Each wrapper's Rust name (its `#[no_mangle]` symbol) beside the name it stands in for, and the
+        /// functions only called.
+        #[cfg(test)]
+        const EXPORTED_AS: &[(Sym, &str, &std::ffi::CStr)] = &[$( (Sym::$w, stringify!($wfn), $wname), )*];
+        #[cfg(test)]
+        const ONLY_CALLED: &[Sym] = &[$( Sym::$c, )*];
+    };
+}
+
+for_each_driver_function!(declare_wrappers);
 
 #[no_mangle]
 #[link_section = ".vramtrace.hot"]
@@ -244,7 +271,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
     cuda_version: c_int,
     flags: u64,
 ) -> CUresult {
-    hooks::get_proc_address(symbol, pfn, cuda_version, flags, None)
+    hooks::get_proc_address(symbol, pfn, cuda_version, flags, None, wrapper)
 }
 
 /// The 5-argument lookup (CUDA 12.0 on): `cuGetProcAddress` in cuda.h is `#define`d to this.
@@ -256,7 +283,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: u64,
     status: *mut c_int,
 ) -> CUresult {
-    hooks::get_proc_address(symbol, pfn, cuda_version, flags, Some(status))
+    hooks::get_proc_address(symbol, pfn, cuda_version, flags, Some(status), wrapper)
 }
 
 /// NVML's memory figures (v1), for programs linked with `-lnvidia-ml`; `dlsym` hands out the same function.
@@ -281,7 +308,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
 /// straight into the next `dlsym` (glibc's, or another interposer's preloaded after us) with the caller's return
 /// address still on the stack, so glibc resolves
 /// `RTLD_NEXT` and `RTLD_DEFAULT` from the caller's scope exactly as it would without the shim. Tracked names
-/// go to `driver::dlsym_hook`. Written as a naked function because only a tail jump keeps the caller's address.
+/// go to `dlsym_hook`. Written as a naked function because only a tail jump keeps the caller's address.
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[no_mangle]
@@ -312,8 +339,13 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
         "jmp {hook}",
         ".cfi_endproc",
         route = sym crate::driver::dlsym_route,
-        hook = sym crate::driver::dlsym_hook,
+        hook = sym dlsym_hook,
     )
+}
+
+/// A `dlsym` of a tracked name (the trampoline's second way): the driver's answer, with our wrapper in its place.
+unsafe extern "C" fn dlsym_hook(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    crate::driver::dlsym_hook(handle, symbol, wrapper)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -394,4 +426,24 @@ pub unsafe extern "C" fn vramtrace_bridge_record(
     ack: c_int,
 ) -> c_int {
     crate::bridge::record(what, device, fields, len, ack)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each wrapper is exported under exactly the name it stands in for (`#[no_mangle]` exports a function by
+    /// its Rust name), and every wrapped function has one; the functions only called have none.
+    #[test]
+    fn each_wrapper_is_exported_under_its_drivers_name() {
+        for (f, rust, c) in EXPORTED_AS {
+            assert_eq!(c.to_str().unwrap(), *rust, "{f:?}");
+            assert_eq!(f.name(), *c);
+            assert!(!wrapper(*f).is_null(), "{f:?}");
+        }
+        for f in ONLY_CALLED {
+            assert!(wrapper(*f).is_null(), "{f:?}");
+        }
+        assert!(EXPORTED_AS.len() > 20 && ONLY_CALLED.len() > 5);
+    }
 }

@@ -40,11 +40,6 @@ impl Drop for Busy {
     }
 }
 
-/// Marks the calling thread as the shim's own: nothing it does is ever recorded.
-pub fn mark_own_thread() {
-    tls::state().busy.set(true);
-}
-
 /// The real function for `sym` as type `$t`, or the not-initialised code if there is no driver to call.
 macro_rules! real {
     ($sym:expr, $t:ty) => {{
@@ -705,6 +700,7 @@ pub unsafe fn get_proc_address(
     version: c_int,
     flags: u64,
     status: Option<*mut c_int>,
+    wrapper: driver::Wrapper,
 ) -> CUresult {
     let (sym, real) = match status {
         Some(_) => (Sym::GetProcAddressV2, driver::real(Sym::GetProcAddressV2)),
@@ -722,7 +718,7 @@ pub unsafe fn get_proc_address(
     if r == CUDA_SUCCESS && !pfn.is_null() && !(*pfn).is_null() {
         driver::bind(real);
         let found = *pfn;
-        let swapped = driver::swap_proc(found);
+        let swapped = driver::swap_proc(found, wrapper);
         if swapped != found {
             *pfn = swapped;
         } else if !symbol.is_null() && driver::is_tracked_base(CStr::from_ptr(symbol)) {

@@ -51,6 +51,8 @@ pub mod pystack;
 pub mod reap;
 pub mod record;
 pub mod settings;
+pub mod stack_table;
 pub mod stacks;
 pub mod tls;
 pub mod transport;
+pub mod waits;

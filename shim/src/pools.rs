@@ -51,9 +51,23 @@ static POOLS: [Entry; MAX_POOLS] = [const {
     }
 }; MAX_POOLS];
 
+static FORK_HANDLER: AtomicBool = AtomicBool::new(false);
+
+/// Registers [`after_fork_in_child`] once per process image, before this file first holds any state (the first
+/// pool followed, the first free in flight): the pools keep their own fork safety, as the other stateful parts
+/// of the shim do.
+#[inline]
+fn fork_safe() {
+    if !FORK_HANDLER.load(Ordering::Relaxed) && !FORK_HANDLER.swap(true, Ordering::AcqRel) {
+        // SAFETY: registers a plain `extern "C"` function of this library (glibc drops the handler should the
+        // library ever be unloaded); `FORK_HANDLER` makes it once per process image.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    }
+}
+
 /// In a forked child: the parent's pools are not the child's (CUDA starts afresh there), and a settle the
 /// fork interrupted would hold its entry for good.
-pub fn after_fork_in_child() {
+extern "C" fn after_fork_in_child() {
     for e in &POOLS {
         e.pool.store(0, Ordering::Relaxed);
         e.counted.store(0, Ordering::Relaxed);
@@ -163,6 +177,7 @@ pub fn settle_all(cap: &Cap) {
 /// count on room that is gone, and pass the cap (seen: 13 x 5 MiB held under a 64 MiB cap, 4 processes x 4
 /// threads). Every call that returns `Some` is followed by [`after`] or [`withdraw`].
 pub fn before(cap: &Cap, pool: CUmemoryPool, dev: u32, size: u64) -> Option<(&'static Entry, u64)> {
+    fork_safe();
     let e = entry(pool, dev)?;
     let others = IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
     let seen = COMPLETED.load(Ordering::Acquire);
@@ -206,6 +221,7 @@ pub fn free_call(done: bool) {
         COMPLETED.fetch_add(1, Ordering::AcqRel);
         IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
     } else {
+        fork_safe();
         IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
     }
 }

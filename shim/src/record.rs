@@ -66,7 +66,7 @@ pub(crate) struct Recorder {
     objects_asked: AtomicBool,
     pid: u32,
     /// This process's call sites (a forked child's new recorder starts with none).
-    stacks: crate::stacks::Table,
+    stacks: crate::stack_table::Table,
     /// The ring's pages, faulted in ahead of the writers by the courier.
     prefault: Prefault,
 }
@@ -209,7 +209,7 @@ impl Recorder {
         self.pid
     }
 
-    pub(crate) fn stacks(&self) -> &crate::stacks::Table {
+    pub(crate) fn stacks(&self) -> &crate::stack_table::Table {
         &self.stacks
     }
 
@@ -301,7 +301,7 @@ fn build() -> Option<&'static Recorder> {
     }
     let path = settings.socket.clone()?;
     // A safe moment (the first tracked call) to find the real wait functions, before a signal handler needs them.
-    crate::reap::prepare();
+    crate::waits::prepare();
     let pid = std::process::id();
     let ticks = settings.ticks;
     let flags = if settings.lossless {
@@ -365,7 +365,7 @@ fn build() -> Option<&'static Recorder> {
         lossless: AtomicBool::new(settings.lossless),
         objects_asked: AtomicBool::new(true),
         pid,
-        stacks: crate::stacks::Table::default(),
+        stacks: crate::stack_table::Table::default(),
         prefault: Prefault::new(&mapped.ring),
     }));
     let spawned = std::thread::Builder::new()
@@ -510,7 +510,7 @@ pub(crate) fn offer(rec: Record) -> Offered {
 
 /// The courier: the loaded objects first, then what the host's threads hand it, until the collector goes away.
 fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
-    crate::hooks::mark_own_thread();
+    crate::tls::mark_own_thread();
     let pid = rec.pid;
     let mut objects = crate::objects::Tracker::default();
     let send_objects = |objects: &mut crate::objects::Tracker| {

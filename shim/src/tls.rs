@@ -112,6 +112,11 @@ pub fn state() -> &'static State {
     STATE.with(|s| unsafe { &*(s as *const State) })
 }
 
+/// Marks the calling thread as the shim's own: nothing it does is ever recorded (the hooks see it busy).
+pub fn mark_own_thread() {
+    state().busy.set(true);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
