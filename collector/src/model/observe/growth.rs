@@ -21,10 +21,11 @@ use std::collections::HashMap;
 
 use vramtrace_format::Api;
 
-use crate::callsites::{NO_SITE, SITES_LISTED};
+use crate::callsites::SITES_LISTED;
 use crate::model::analysis::{LeakGroup, LeakSite, LeakTrend, Minimum};
 use crate::model::observe::leak::minima;
 use crate::model::observe::timeline::Timeline;
+use crate::model::replay::site_store::NO_SITE;
 
 /// Windows the span is cut into.
 pub const GROWTH_WINDOWS: usize = 16;

@@ -1,8 +1,8 @@
 //! The minima between a timeline's peaks (the cycles a growth counts), and the list of what was never freed.
 
-use crate::callsites::NO_SITE;
 use crate::model::analysis::*;
 use crate::model::observe::timeline::Timeline;
+use crate::model::replay::site_store::NO_SITE;
 
 /// The low points between peaks of a timeline, in time order. Peaks and troughs are the turns of a zigzag that
 /// ignores moves smaller than [`TURN_PCT`] % of the timeline's range: a trough is the lowest point after a peak

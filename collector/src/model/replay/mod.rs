@@ -5,6 +5,7 @@ pub(crate) mod book;
 pub mod framework;
 pub(crate) mod oom_snapshot;
 pub(crate) mod records;
+pub(crate) mod site_store;
 pub(crate) mod sites;
 
 use std::collections::HashMap;
@@ -12,7 +13,6 @@ use vramtrace_format::keys;
 
 use vramtrace_format::{flags, Api, Effect, Event, TraceHeader, NO_DEVICE};
 
-use crate::callsites::{self, NO_SITE};
 use crate::model::analysis::*;
 use crate::model::input::entry::Entry;
 use crate::model::input::merge::{Merge, Out};
@@ -23,6 +23,7 @@ use crate::model::observe::timeline::Timeline;
 use crate::model::observe::timeline::TimelineBuilder;
 pub(crate) use crate::model::replay::book::HOST_DEVICE;
 use crate::model::replay::book::{Act, Book, Undone};
+use crate::model::replay::site_store::{self as callsites, NO_SITE};
 use crate::symbols::Symbolizer;
 
 /// Aligned to 16 so that, in the address maps' (key, value) buckets, the value starts on a 16-byte boundary:

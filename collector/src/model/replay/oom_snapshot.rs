@@ -3,12 +3,13 @@
 
 use vramtrace_format::{flags, Api, Oom, NO_DEVICE};
 
-use crate::callsites::{SiteBytes, NO_SITE, SITES_LISTED};
+use crate::callsites::{SiteBytes, SITES_LISTED};
 use crate::model::analysis::*;
 use crate::model::observe::growth::{fill_what_grew, growth};
 use crate::model::observe::leak::site_ref;
 use crate::model::observe::timeline::{Bucket, Timeline};
 use crate::model::replay::framework::FrameworkOom;
+use crate::model::replay::site_store::NO_SITE;
 use crate::model::replay::Replay;
 
 impl Replay<'_> {

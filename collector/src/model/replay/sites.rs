@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 
-use crate::callsites::{self, Agg, CallSites, DeviceSites, SiteBytes, SITES_LISTED};
+use crate::callsites::{self, CallSites, DeviceSites, SiteBytes, SITES_LISTED};
+use crate::model::replay::site_store::Agg;
 use crate::model::replay::Replay;
 use crate::symbols::Symbolizer;
 
