@@ -156,41 +156,10 @@ mod tests {
     use vramtrace_format::codec::{self, kind};
     use vramtrace_format::{keys, Record};
 
-    /// Sends `buf` on `s` with descriptor `fd` attached (as the shim sends its hello and ring).
-    fn send_with_fd(s: &UnixStream, buf: &[u8], fd: i32) {
-        let mut iov = libc::iovec {
-            iov_base: buf.as_ptr() as *mut libc::c_void,
-            iov_len: buf.len(),
-        };
-        let mut cbuf = [0u64; 8];
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as _;
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
-            libc::CMSG_DATA(c).cast::<i32>().write_unaligned(fd);
-            assert_eq!(libc::sendmsg(s.as_raw_fd(), &msg, 0), buf.len() as isize);
-        }
-    }
+    use vramtrace_test_wire::send_with_fd;
 
     fn hello(pid: u32) -> Record {
-        Record::Hello(vramtrace_format::Hello {
-            pid,
-            ppid: 1,
-            ts_ns: 1,
-            cmdline: vec!["worker".into()],
-            hostname: "h".into(),
-            rank: None,
-            local_rank: None,
-            slurm_procid: None,
-            shim_version: "test".into(),
-            extra: vec![],
-        })
+        vramtrace_test_wire::hello(pid, 1, 1, "worker")
     }
 
     /// The hellos a trace's bytes hold.

@@ -17,8 +17,8 @@ use std::time::Duration;
 use vramtrace_e2e::traced::shim;
 use vramtrace_e2e::*;
 use vramtrace_format::codec::{self, kind};
-use vramtrace_format::ring::{Consumer, Item, Ring};
 use vramtrace_format::{ExitStatus, Record};
+use vramtrace_test_wire::ring_records;
 
 /// One connection the stand-in collector took: who the kernel says made it, what it sent, the descriptors
 /// that came with it.
@@ -174,38 +174,6 @@ fn reports(conns: &[Conn]) -> (Vec<Reap>, Vec<Reap>) {
     alone.sort_by_key(|r| (r.0, r.1));
     ringed.sort_by_key(|r| (r.0, r.1));
     (alone, ringed)
-}
-
-/// Every record published in the ring behind `fd` (its process is gone).
-fn ring_records(fd: i32) -> Vec<Record> {
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
-    let len = st.st_size as usize;
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    assert_ne!(base, libc::MAP_FAILED);
-    let ring = unsafe { Ring::open(base.cast(), len) }.expect("a ring");
-    let mut c = Consumer::new(ring);
-    let mut out = Vec::new();
-    c.drain(true, |it| {
-        if let Item::Blob(b) = it {
-            for (k, p) in codec::frames(b) {
-                if let Ok(Some(r)) = codec::decode_record(k, p) {
-                    out.push(r);
-                }
-            }
-        }
-    });
-    unsafe { libc::munmap(base, len) };
-    out
 }
 
 /// The reaps the program says it made (`reaped <pid> exit|signal <n>`, `grandchild <pid> of <reaper> exit <n>`).

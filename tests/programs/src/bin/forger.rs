@@ -22,7 +22,6 @@
 //! ```
 
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
 use vramtrace_format::codec::{self, kind};
@@ -40,58 +39,10 @@ fn mono_ns() -> u64 {
 
 /// A ring as the shim makes one: sealed memfd, mapped shared.
 fn make_ring(pid: u32) -> (Ring, i32) {
-    let slots = 1 << 12;
-    let len = ring::bytes_for(slots);
-    unsafe {
-        let fd = libc::syscall(
-            libc::SYS_memfd_create,
-            c"forged-ring".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        ) as i32;
-        assert!(fd >= 0);
-        assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
-        assert_eq!(
-            libc::fcntl(
-                fd,
-                libc::F_ADD_SEALS,
-                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL
-            ),
-            0
-        );
-        let base = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        );
-        assert_ne!(base, libc::MAP_FAILED);
-        (Ring::init(base.cast(), slots, pid, 0), fd)
-    }
+    vramtrace_test_wire::memfd_ring(pid, 1 << 12)
 }
 
-/// Sends `buf` with descriptor `fd` attached, as the shim sends its hello and ring.
-fn send_with_fd(s: &UnixStream, buf: &[u8], fd: i32) {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_ptr() as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    let mut cbuf = [0u64; 8];
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as _;
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
-        libc::CMSG_DATA(c).cast::<i32>().write_unaligned(fd);
-        assert_eq!(libc::sendmsg(s.as_raw_fd(), &msg, 0), buf.len() as isize);
-    }
-}
+use vramtrace_test_wire::send_with_fd;
 
 fn hello(pid: u32) -> Record {
     hello_from(pid, 1)
