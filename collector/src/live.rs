@@ -73,6 +73,8 @@ struct Proc {
     rank: Option<u32>,
     cmd: String,
     dev: BTreeMap<u32, ProcDev>,
+    /// Which GPU each of its ordinals is, by its driver's word (`Record::Devices`).
+    uuids: BTreeMap<u32, String>,
     /// Live allocations as (device, bytes), and each thread's last release: the report's replay core
     /// (`model/replay/book.rs`), so the two read every event alike.
     book: Book<(u32, u64)>,
@@ -112,6 +114,9 @@ pub struct State {
     dropped: u64,
     events: u64,
     batch: Vec<Event>,
+    /// Each ordinal's GPU as the processes named it: `None` once two named different ones (processes with
+    /// their own `CUDA_VISIBLE_DEVICES`), as the report's replay decides.
+    uuids: BTreeMap<u32, Option<String>>,
 }
 
 impl State {
@@ -156,6 +161,7 @@ impl State {
                     | kind::BRIDGE
                     | kind::FRAMEWORK_SAMPLE
                     | kind::CONTEXT_GONE
+                    | kind::DEVICES
             ) {
                 continue;
             }
@@ -202,6 +208,17 @@ impl State {
                 }
                 Ok(Some(Record::ProcessEnd { pid, .. })) => self.end(pid),
                 Ok(Some(Record::ContextGone { pid, device, .. })) => self.context_gone(pid, device),
+                Ok(Some(Record::Devices { pid, uuids, .. })) => {
+                    let p = self.procs.entry(pid).or_default();
+                    for (ordinal, u) in uuids {
+                        let u = vramtrace_format::gpu_uuid(&u);
+                        let known = self.uuids.entry(ordinal).or_insert_with(|| Some(u.clone()));
+                        if known.as_deref() != Some(u.as_str()) {
+                            *known = None;
+                        }
+                        p.uuids.insert(ordinal, u);
+                    }
+                }
                 // A process that connected ends with its connection (its last frames may follow this).
                 Ok(Some(Record::Exit(x)))
                     if self.procs.get(&x.pid).is_some_and(|p| !p.announced) =>
@@ -332,6 +349,15 @@ impl State {
         self.procs.insert(pid, p);
     }
 
+    /// The `uuid` label of the job's series on ordinal `d`: what the processes' drivers said, else what
+    /// `CUDA_VISIBLE_DEVICES` named, else empty.
+    fn uuid_of<'a>(&'a self, labels: &'a JobLabels, d: u32) -> &'a str {
+        match self.uuids.get(&d) {
+            Some(Some(u)) => u,
+            _ => labels.uuid(d),
+        }
+    }
+
     /// Processes with a series now.
     pub fn processes(&self) -> usize {
         self.procs.len()
@@ -367,13 +393,21 @@ impl State {
             l
         };
         let gpu = |d: u32| -> [(&'static str, String); 2] {
-            [("gpu", d.to_string()), ("uuid", labels.uuid(d).to_string())]
+            [
+                ("gpu", d.to_string()),
+                ("uuid", self.uuid_of(labels, d).to_string()),
+            ]
         };
         let mut pids: Vec<(&u32, &Proc)> = self.procs.iter().collect();
         pids.sort_unstable_by_key(|(pid, _)| **pid);
         for (pid, p) in pids {
             for (d, pd) in &p.dev {
-                let mut l = job(&gpu(*d));
+                // A process's series name its own GPU: its ordinal may be another process's other GPU.
+                let uuid = p
+                    .uuids
+                    .get(d)
+                    .map_or(self.uuid_of(labels, *d), String::as_str);
+                let mut l = job(&[("gpu", d.to_string()), ("uuid", uuid.to_string())]);
                 l.push(("pid", pid.to_string()));
                 l.push(("rank", p.rank.map_or(String::new(), |r| r.to_string())));
                 used.get_or_create(&l).set(pd.live as i64);
@@ -567,7 +601,7 @@ impl State {
                 .iter()
                 .map(|(d, dv)| GpuStatus {
                     gpu: *d,
-                    uuid: labels.uuid(*d).to_string(),
+                    uuid: self.uuid_of(labels, *d).to_string(),
                     used: dv.used,
                     peak: dv.peak,
                     cap: dv.cap,
@@ -1002,6 +1036,14 @@ mod tests {
         let mut frames = Vec::new();
         codec::put_record(&mut frames, &hello(10, Some(0)));
         codec::put_record(&mut frames, &hello(11, Some(1)));
+        codec::put_record(
+            &mut frames,
+            &Record::Devices {
+                pid: 10,
+                ts_ns: 9,
+                uuids: vec![(0, [0xa0; 16]), (1, [0xa1; 16])],
+            },
+        );
         codec::put_events(
             &mut frames,
             10,
@@ -1071,6 +1113,12 @@ mod tests {
             );
         }
         assert_eq!(gpus, 2);
+        let labels = JobLabels::default();
+        let status = live.status(&labels);
+        for g in &status.gpus {
+            let d = report.device(g.gpu).unwrap();
+            assert_eq!(d.uuid.as_deref(), Some(g.uuid.as_str()), "GPU {}", g.gpu);
+        }
         // The figures themselves, worked out by hand: GPU 0 = 40 + 64 + 30 + 3, GPU 1 = 70 + 8 + 11.
         assert_eq!((live.device_used(0), live.device_used(1)), (137, 89));
         for p in &report.processes {
@@ -1078,6 +1126,62 @@ mod tests {
             let live_total: u64 = lp.dev.values().map(|pd| pd.live).sum();
             assert_eq!(live_total, p.live_bytes_at_end, "pid {}", p.pid);
         }
+    }
+
+    /// GPUs are named as their processes' drivers name them; an ordinal two processes see as different GPUs
+    /// names none for the job, while each process's own series keeps its own.
+    #[test]
+    fn gpus_are_named_by_the_drivers_uuids() {
+        let mut b = Vec::new();
+        let (a0, a1, b1) = ([0xa0; 16], [0xa1; 16], [0xb1; 16]);
+        for (pid, uuids) in [(10, vec![(0, a0), (1, a1)]), (11, vec![(0, a0), (1, b1)])] {
+            codec::put_record(&mut b, &hello(pid, None));
+            codec::put_record(
+                &mut b,
+                &Record::Devices {
+                    pid,
+                    ts_ns: 2,
+                    uuids,
+                },
+            );
+            codec::put_events(
+                &mut b,
+                pid,
+                &[
+                    ev(Api::MemAlloc, 0, 0x1000, 5),
+                    ev(Api::MemAlloc, 1, 0x2000, 7),
+                ],
+            );
+        }
+        let mut s = State::default();
+        s.feed(&b);
+        let labels = JobLabels {
+            job: "j".into(),
+            host: "h".into(),
+            uuids: vec!["GPU-env0".into(), "GPU-env1".into()],
+        };
+        let st = s.status(&labels);
+        let gpu = |d: u32| st.gpus.iter().find(|g| g.gpu == d).unwrap().uuid.clone();
+        assert_eq!(
+            gpu(0),
+            vramtrace_format::gpu_uuid(&a0),
+            "the drivers' word over the environment's"
+        );
+        assert_eq!(
+            gpu(1),
+            "GPU-env1",
+            "two GPUs at one ordinal: the environment's, if any"
+        );
+        let text = s.render(&labels);
+        let used = |pid: u32, d: u32, u: &[u8; 16]| {
+            format!(
+                "vramtrace_memory_used_bytes{{job=\"j\",host=\"h\",gpu=\"{d}\",uuid=\"{}\",pid=\"{pid}\",rank=\"\"}}",
+                vramtrace_format::gpu_uuid(u)
+            )
+        };
+        assert!(text.contains(&used(10, 1, &a1)), "{text}");
+        assert!(text.contains(&used(11, 1, &b1)), "{text}");
+        assert!(text.contains(&used(11, 0, &a0)), "{text}");
     }
 
     #[test]

@@ -86,6 +86,9 @@ frame_kinds! {
     /// A process reaped a child of its own (`Record::Reaped`), from the reaper's shim: in its ring, or alone on
     /// a connection of its own (no version bump: older readers skip it).
     REAPED = 18, Reaper, true;
+    /// The GPUs a process sees, by UUID (`Record::Devices`), from its shim (no version bump: older readers
+    /// skip it).
+    DEVICES = 19, Process, true;
 }
 
 /// What the format declares of frame kind `k`; `None` for a kind this build does not know.
@@ -485,6 +488,9 @@ pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
         } => put_frame(out, kind::REAPED, |o| {
             bincode_to(o, &(*pid, *ts_ns, *child, *status))
         }),
+        Record::Devices { pid, ts_ns, uuids } => put_frame(out, kind::DEVICES, |o| {
+            bincode_to(o, &(*pid, *ts_ns, uuids))
+        }),
         Record::ProcessEnd { pid, ts_ns, kind } => put_frame(out, kind::PROCESS_END, |o| {
             bincode_to(
                 o,
@@ -593,6 +599,10 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<Option<Record>, DecodeE
                 child,
                 status,
             }
+        }
+        kind::DEVICES => {
+            let (pid, ts_ns, uuids): (u32, u64, Vec<(u32, [u8; 16])>) = bincode_from(payload)?;
+            Record::Devices { pid, ts_ns, uuids }
         }
         kind::PROCESS_END => {
             let b: EndBody = bincode_from(payload)?;
@@ -917,6 +927,11 @@ mod tests {
                 status: crate::ExitStatus::Code(7),
             }),
             Record::End { ts_ns: 16 },
+            Record::Devices {
+                pid: 9,
+                ts_ns: 19,
+                uuids: vec![(0, [0xab; 16]), (3, *b"fakecuda-gpu-03\0")],
+            },
             Record::Reaped {
                 pid: 4,
                 ts_ns: 17,
@@ -1028,6 +1043,16 @@ mod tests {
         written.dedup();
         let declared: Vec<u8> = KINDS.iter().map(|i| i.kind).collect();
         assert_eq!(written, declared);
+    }
+
+    #[test]
+    fn a_gpu_uuid_reads_as_nvidia_smi_writes_it() {
+        let u: [u8; 16] = std::array::from_fn(|i| i as u8);
+        assert_eq!(
+            crate::gpu_uuid(&u),
+            "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
+        );
+        assert_eq!(crate::gpu_uuid(&[0xff; 16]).len(), 40);
     }
 
     #[test]

@@ -304,6 +304,15 @@ pub enum Record {
         child: u32,
         status: ExitStatus,
     },
+    /// The GPUs a process sees, by the driver's own word (`cuDeviceGetUuid_v2` for each ordinal), frame kind 19:
+    /// what its device ordinals are, so a metric's `uuid` label is the one `nvidia-smi -L` and dcgm-exporter
+    /// show. Sent once a process's driver answers (no version bump: older readers skip it).
+    Devices {
+        pid: u32,
+        ts_ns: u64,
+        /// (ordinal, UUID's 16 bytes), for each ordinal the driver named.
+        uuids: Vec<(u32, [u8; 16])>,
+    },
 }
 
 impl Record {
@@ -321,7 +330,8 @@ impl Record {
             Record::Oom(o) => Some(&mut o.ts_ns),
             Record::Note { ts_ns, .. }
             | Record::ContextGone { ts_ns, .. }
-            | Record::Reaped { ts_ns, .. } => Some(ts_ns),
+            | Record::Reaped { ts_ns, .. }
+            | Record::Devices { ts_ns, .. } => Some(ts_ns),
             Record::FrameworkSample(f) => Some(&mut f.ts_ns),
             Record::Bridge(b) => Some(&mut b.ts_ns),
             _ => None,
@@ -347,7 +357,7 @@ impl Record {
             Record::FrameworkSample(f) => Some(&mut f.pid),
             Record::Bridge(b) => Some(&mut b.pid),
             Record::Exit(x) => Some(&mut x.pid),
-            Record::Reaped { pid, .. } => Some(pid),
+            Record::Reaped { pid, .. } | Record::Devices { pid, .. } => Some(pid),
             Record::End { .. } => None,
         }
     }
@@ -775,4 +785,18 @@ mod tests {
             );
         }
     }
+}
+
+/// A GPU's UUID as NVIDIA's tools write it (`nvidia-smi -L`, NVML, dcgm-exporter):
+/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn gpu_uuid(u: &[u8; 16]) -> String {
+    let mut s = String::with_capacity(40);
+    s.push_str("GPU-");
+    for (i, b) in u.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
 }

@@ -36,6 +36,7 @@ pub mod bridge;
 pub mod cap;
 pub mod contexts;
 pub mod cuda;
+pub mod devices;
 pub mod driver;
 pub mod exports;
 pub mod fds;

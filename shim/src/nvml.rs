@@ -18,12 +18,9 @@
 //! initialised), or for a GPU CUDA does not see (hidden by `CUDA_VISIBLE_DEVICES`, a MIG parent), the figures are
 //! NVML's own.
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::ffi::{c_char, c_uint, c_void};
 
 use crate::cap;
-use crate::cuda::{CUdevice, CUresult, CUDA_SUCCESS};
 use crate::driver::{self, Sym};
 
 pub type NvmlReturn = c_uint;
@@ -138,8 +135,7 @@ unsafe fn cuda_ordinal(device: NvmlDevice) -> Option<u32> {
     }
     let len = buf.iter().position(|b| *b == 0)?;
     let uuid = parse_uuid(&buf[..len])?;
-    ordinals()?
-        .uuids
+    crate::devices::uuids()?
         .iter()
         .position(|u| *u == Some(uuid))
         .map(|i| i as u32)
@@ -163,71 +159,6 @@ pub fn parse_uuid(text: &[u8]) -> Option<[u8; 16]> {
         n += 1;
     }
     (n == 32).then_some(out)
-}
-
-/// The UUID of each CUDA ordinal, read once per process (a forked child reads its own).
-struct Ordinals {
-    pid: i32,
-    uuids: Vec<Option<[u8; 16]>>,
-}
-
-static ORDINALS: AtomicPtr<Ordinals> = AtomicPtr::new(null_mut());
-
-fn ordinals() -> Option<&'static Ordinals> {
-    // SAFETY: getpid has no preconditions and cannot fail.
-    let pid = unsafe { libc::getpid() };
-    let p = ORDINALS.load(Ordering::Acquire);
-    // SAFETY: a non-null ORDINALS is a leaked `Box<Ordinals>`, published with release (this load is acquire) and
-    // never freed (a replaced table is leaked, below), so it is whole and lives for `'static`.
-    if !p.is_null() && unsafe { (*p).pid } == pid {
-        // SAFETY: as just above.
-        return Some(unsafe { &*p });
-    }
-    let fresh = read_ordinals(pid)?;
-    let fresh: *mut Ordinals = Box::into_raw(Box::new(fresh));
-    // A table another thread may still be reading is never freed: at most one per process that forks.
-    match ORDINALS.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
-        // SAFETY: `fresh` is now the published table: a leaked box, never freed.
-        Ok(_) => Some(unsafe { &*fresh }),
-        Err(now) => {
-            // SAFETY: `fresh` came from `Box::into_raw` above and was never published: this is its only owner.
-            drop(unsafe { Box::from_raw(fresh) });
-            // SAFETY: a non-null `now` is a published table (leaked box, never freed), read after an acquire.
-            (!now.is_null() && unsafe { (*now).pid } == pid).then(|| unsafe { &*now })
-        }
-    }
-}
-
-/// `None` while the driver is not loaded or not initialised (`cuDeviceGetCount` fails): asked again next time.
-fn read_ordinals(pid: i32) -> Option<Ordinals> {
-    let count = driver::real(Sym::DeviceGetCount);
-    let get = driver::real(Sym::DeviceGet);
-    let uuid = driver::real(Sym::DeviceGetUuidV2);
-    if count.is_null() || get.is_null() || uuid.is_null() {
-        return None;
-    }
-    // SAFETY: the three are non-null (checked above) and are what the driver exports under `cuDeviceGetCount`,
-    // `cuDeviceGet` and `cuDeviceGetUuid_v2` (a `driver::real` slot is filled only by lookups of its exact name),
-    // with these prototypes (`CUuuid` is 16 bytes); every out-pointer is a local.
-    unsafe {
-        let count: unsafe extern "C" fn(*mut c_int) -> CUresult = std::mem::transmute(count);
-        let get: unsafe extern "C" fn(*mut CUdevice, c_int) -> CUresult = std::mem::transmute(get);
-        let uuid: unsafe extern "C" fn(*mut [u8; 16], CUdevice) -> CUresult =
-            std::mem::transmute(uuid);
-        let mut n: c_int = 0;
-        if count(&mut n) != CUDA_SUCCESS || n < 0 {
-            return None;
-        }
-        let uuids = (0..n)
-            .map(|i| {
-                let mut dev: CUdevice = 0;
-                let mut u = [0u8; 16];
-                (get(&mut dev, i) == CUDA_SUCCESS && uuid(&mut u, dev) == CUDA_SUCCESS).then_some(u)
-            })
-            .collect();
-        crate::debug!("NVML devices map to CUDA ordinals by UUID ({n} ordinals)");
-        Some(Ordinals { pid, uuids })
-    }
 }
 
 #[cfg(test)]

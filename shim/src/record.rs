@@ -533,7 +533,13 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
     let mut buf = Vec::new();
     let mut socket_lost = false;
     let mut exiting = false;
+    let mut devices_told = false;
     loop {
+        // Which GPU each ordinal is, told once the driver answers (the program has initialised it): from here,
+        // never on the program's threads.
+        if !devices_told {
+            devices_told = tell_devices(rec);
+        }
         match rx.recv_timeout(HEARTBEAT) {
             Ok(Cold::Objects) => {
                 rec.objects_asked.store(false, Ordering::Release);
@@ -598,6 +604,28 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
     }
     rec.link.store(GONE, Ordering::Release);
     crate::debug!("the collector closed the connection; not recording");
+}
+
+/// Publishes which GPU each of this process's ordinals is (`Record::Devices`), once the driver can say. Whether
+/// it is done (told, or nothing to tell).
+fn tell_devices(rec: &Recorder) -> bool {
+    let Some(uuids) = crate::devices::uuids() else {
+        return false;
+    };
+    let uuids: Vec<(u32, [u8; 16])> = uuids
+        .iter()
+        .enumerate()
+        .filter_map(|(i, u)| u.map(|u| (i as u32, u)))
+        .collect();
+    if !uuids.is_empty() {
+        let r = Record::Devices {
+            pid: rec.pid,
+            ts_ns: now(),
+            uuids,
+        };
+        rec.blob(&r, None);
+    }
+    true
 }
 
 /// Whether the calling thread is the only one of the process still running: alone, or beside a main thread

@@ -68,6 +68,8 @@ pub struct Trace {
     pub exits: Vec<Exit>,
     /// Children their own parents reaped, as the reapers' shims told: (reaper, child, status).
     pub reaped: Vec<(u32, u32, vramtrace_format::ExitStatus)>,
+    /// Each process's GPUs by ordinal (`Record::Devices`): (pid, ordinal, UUID as nvidia-smi writes it).
+    pub devices: Vec<(u32, u32, String)>,
     pub dropped: u64,
     /// Contexts torn down: (pid, device).
     pub contexts_gone: Vec<(u32, u32)>,
@@ -190,6 +192,7 @@ pub fn read_trace(path: &Path) -> Trace {
         objects_records: vec![],
         exits: vec![],
         reaped: vec![],
+        devices: vec![],
     };
     let mut n = 0usize;
     while let Some(rec) = r.next_record() {
@@ -227,6 +230,11 @@ pub fn read_trace(path: &Path) -> Trace {
                 pid, count, cause, ..
             } => t.lost.push((pid, cause, count)),
             Record::ContextGone { pid, device, .. } => t.contexts_gone.push((pid, device)),
+            Record::Devices { pid, uuids, .. } => t.devices.extend(
+                uuids
+                    .iter()
+                    .map(|(o, u)| (pid, *o, vramtrace_format::gpu_uuid(u))),
+            ),
         }
     }
     t.stop = r.stop().clone();

@@ -54,6 +54,47 @@ fn top_shows_a_running_job_in_a_terminal_and_as_text() {
         gpu0.contains("6.00 MiB") && gpu0.contains("64.0 MiB") && gpu0.contains("58.0 MiB"),
         "{gpu0}"
     );
+    // The GPUs are named as the driver names them (cuDeviceGetUuid_v2, the UUID nvidia-smi -L prints), in
+    // the typed status and in every Prometheus series: the probe's shim tells the collector once its driver
+    // answers.
+    let want = |d: u8| {
+        let mut u = *b"fakecuda-gpu-00\0";
+        u[14] = b'0' + d;
+        vramtrace_format::gpu_uuid(&u)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, body) =
+            vramtrace_collector::live::http::get(&addr, "/status.json", Duration::from_secs(2))
+                .unwrap();
+        assert_eq!(code, 200);
+        let st: vramtrace_collector::live::Status = serde_json::from_str(&body).unwrap();
+        let named: Vec<(u32, String)> = st.gpus.iter().map(|g| (g.gpu, g.uuid.clone())).collect();
+        if named == [(0, want(0)), (1, want(1))] {
+            assert!(st.processes.iter().all(|p| !p.command.is_empty()));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the GPUs were never named: {named:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, metrics) =
+        vramtrace_collector::live::http::get(&addr, "/metrics", Duration::from_secs(2)).unwrap();
+    let series = metrics
+        .lines()
+        .filter(|l| l.starts_with("vramtrace_memory_used_bytes{"))
+        .collect::<Vec<_>>();
+    assert!(!series.is_empty(), "{metrics}");
+    for l in series {
+        assert!(
+            l.contains(&format!("uuid=\"{}\"", want(0)))
+                || l.contains(&format!("uuid=\"{}\"", want(1))),
+            "{l}"
+        );
+    }
+
     // Each process row names its command (the probe).
     let row = text
         .lines()

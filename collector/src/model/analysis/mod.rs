@@ -100,6 +100,10 @@ pub struct DeviceStats {
     pub growth: Option<LeakTrend>,
     /// The frameworks' own figures on this device (the Python bridge), when any process sent them.
     pub framework: Option<DeviceFramework>,
+    /// The GPU's UUID as NVIDIA's tools write it (`GPU-...`), by the driver's word in the job's processes
+    /// (`Record::Devices`); `None` when none said, or they named different GPUs at this ordinal (processes
+    /// with different `CUDA_VISIBLE_DEVICES`).
+    pub uuid: Option<String>,
 }
 
 impl DeviceStats {

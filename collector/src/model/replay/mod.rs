@@ -273,6 +273,8 @@ pub(super) struct Replay<'t> {
     fw: framework::FwReplay,
     /// The exports' tap: every change to memory, as it is applied.
     pub(super) tap: Option<&'t mut dyn Tap>,
+    /// Each ordinal's GPU as the processes named it (`Record::Devices`): `None` once two named different ones.
+    uuids: std::collections::BTreeMap<u32, Option<[u8; 16]>>,
 }
 
 impl<'t> Replay<'t> {
@@ -317,6 +319,7 @@ impl<'t> Replay<'t> {
             cs: callsites::Store::default(),
             fw: framework::FwReplay::default(),
             tap: None,
+            uuids: std::collections::BTreeMap::new(),
         }
     }
 
@@ -1098,8 +1101,15 @@ impl<'t> Replay<'t> {
                 timeline,
                 growth,
                 framework: None,
+                uuid: None,
             })
             .collect();
+        for d in devices.iter_mut() {
+            d.uuid = d
+                .device
+                .and_then(|g| self.uuids.get(&g).copied().flatten())
+                .map(|u| vramtrace_format::gpu_uuid(&u));
+        }
         for f in fw_devs {
             match devices.iter_mut().find(|d| d.device == Some(f.device)) {
                 Some(d) => d.framework = Some(f),
@@ -1119,6 +1129,7 @@ impl<'t> Replay<'t> {
                     timeline: Timeline::default(),
                     growth: None,
                     framework: Some(f),
+                    uuid: None,
                 }),
             }
         }

@@ -139,6 +139,16 @@ impl Replay<'_> {
             // A parent's word that it reaped a child: the collector checks it against what the kernel said of
             // the child and writes an `Exit` (receive/reaped.rs); the raw report is never in a trace it wrote.
             Record::Reaped { .. } => {}
+            // Metadata: which GPU each of a process's ordinals is. An ordinal two processes named differently
+            // (their own `CUDA_VISIBLE_DEVICES`) has no one UUID for the job.
+            Record::Devices { uuids, .. } => {
+                for (ordinal, u) in uuids {
+                    let known = self.uuids.entry(ordinal).or_insert(Some(u));
+                    if *known != Some(u) {
+                        *known = None;
+                    }
+                }
+            }
             // Why: the counts themselves came in `Dropped`, merged in time.
             Record::ContextGone {
                 pid, ts_ns, device, ..
