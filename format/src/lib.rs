@@ -695,6 +695,20 @@ pub struct TraceHeader {
     pub extra: Vec<(String, String)>,
 }
 
+/// A GPU's UUID as NVIDIA's tools write it (`nvidia-smi -L`, NVML, dcgm-exporter):
+/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn gpu_uuid(u: &[u8; 16]) -> String {
+    let mut s = String::with_capacity(40);
+    s.push_str("GPU-");
+    for (i, b) in u.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -785,18 +799,4 @@ mod tests {
             );
         }
     }
-}
-
-/// A GPU's UUID as NVIDIA's tools write it (`nvidia-smi -L`, NVML, dcgm-exporter):
-/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
-pub fn gpu_uuid(u: &[u8; 16]) -> String {
-    let mut s = String::with_capacity(40);
-    s.push_str("GPU-");
-    for (i, b) in u.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            s.push('-');
-        }
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
 }
