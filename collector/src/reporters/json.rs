@@ -3,6 +3,7 @@
 //! relative to the trace start.
 
 mod framework;
+pub mod print;
 pub mod trends;
 use std::fmt::Write;
 
