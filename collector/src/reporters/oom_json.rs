@@ -1,11 +1,18 @@
 //! The documented JSON of `vramtrace oom --json` (docs/JSON-SCHEMA.md, "`vramtrace oom --json`", schema version
-//! [`OOM_SCHEMA_VERSION`]). Same conventions as the report's JSON: integer bytes, integer ns relative to the
-//! trace start, `null` for "not known".
+//! [`OOM_SCHEMA_VERSION`]). Same conventions as the report's JSON (reporters/json.rs), whose parts it shares:
+//! integer bytes, integer ns relative to the trace start, `null` for "not known".
+
+use serde::Serialize;
 
 use crate::model::diagnose::{diagnose, Diagnosis, Finding};
-use crate::model::{self, Analysis, OomSnapshot};
-use crate::reporters::json::trends::{leak, refusals};
-use crate::reporters::json::{call_site_fields, write_value, J};
+use crate::model::framework::FrameworkOom;
+use crate::model::{Analysis, DeviceStats, OomAlloc, OomSnapshot, ProcessStats};
+use crate::reporters::json::framework::Kept;
+use crate::reporters::json::print;
+use crate::reporters::json::shared::{
+    cut_bytes, site_label, timeline, Bucket, CallSiteFields, Exit, Trace,
+};
+use crate::reporters::json::trends::{refusals, Leak, Refusal};
 use crate::reporters::oom_text::api_label;
 
 /// Bumped when a field changes meaning or goes away; new fields do not bump it.
@@ -16,451 +23,595 @@ pub const NO_OOM: &str = "no out-of-memory event was recorded";
 
 /// Pretty-printed, ending with a newline.
 pub fn render(a: &Analysis) -> String {
-    let mut out = String::new();
-    write_value(&mut out, &to_value(a), 0);
+    let ds = diagnoses(a);
+    let mut out = print::pretty(&Oom::of(a, &ds));
     out.push('\n');
     out
 }
 
-fn strings(v: &[String]) -> J {
-    J::A(v.iter().map(|s| J::S(s.clone())).collect())
+/// The diagnosis of each of `a`'s out-of-memory snapshots, which [`Oom::of`] reads.
+pub fn diagnoses(a: &Analysis) -> Vec<Diagnosis> {
+    a.ooms.iter().map(|s| diagnose(a, s)).collect()
 }
 
-pub fn to_value(a: &Analysis) -> J {
-    let h = &a.header;
-    let oom_results: u64 = a.processes.iter().map(|p| p.oom_results).sum();
-    let mut top = vec![
-        ("version", OOM_SCHEMA_VERSION.into()),
-        ("kind", "oom".into()),
-        (
-            "trace",
-            J::O(vec![
-                ("command", strings(&h.command)),
-                ("hostname", h.hostname.as_str().into()),
-                ("start_unix_ns", h.start_unix_ns.into()),
-                ("format_version", (a.format_version as u64).into()),
-                ("vramtrace_version", h.vramtrace_version.as_str().into()),
-            ]),
-        ),
-        ("partial", a.partial.into()),
-        ("stopped", a.stopped.clone().into()),
-        ("end_ns", a.end_ns.into()),
-        ("oom_recorded", (a.oom_records > 0).into()),
-        (
-            "message",
-            if a.oom_records == 0 {
-                J::S(NO_OOM.to_string())
-            } else {
-                J::Null
-            },
-        ),
-        ("oom_records", a.oom_records.into()),
-        ("refusals_recovered", a.refusals_recovered.into()),
-        ("refusal_stall_ns", a.refusal_stall_ns.into()),
-        ("refusals", refusals(a)),
-        ("oom_not_analysed", a.ooms_not_snapshotted().into()),
-        ("oom_results", oom_results.into()),
-        (
-            "ooms",
-            J::A(a.ooms.iter().map(|s| oom(a, s, &diagnose(a, s))).collect()),
-        ),
-        (
-            "processes",
-            J::A(
-                a.processes
-                    .iter()
-                    .map(|p| {
-                        let cut = match p.ended {
-                            model::Ended::CutMidFrame { partial_bytes } => {
-                                J::U(partial_bytes as u64)
-                            }
-                            _ => J::Null,
-                        };
-                        J::O(vec![
-                            ("pid", p.pid.into()),
-                            ("rank", p.rank.into()),
-                            ("cmdline", strings(&p.cmdline)),
-                            ("ended", p.ended.key().into()),
-                            ("exit", crate::reporters::json::exit_json(p.exit)),
-                            ("end_ns", p.end_ns.into()),
-                            ("cut_bytes", cut),
-                            ("peak_bytes", p.peak_bytes.into()),
-                            ("live_at_end_bytes", p.live_bytes_at_end.into()),
-                            (
-                                "live_at_end",
-                                J::A(
-                                    p.per_device
-                                        .iter()
-                                        .filter(|d| d.live_bytes_at_end > 0)
-                                        .map(|d| {
-                                            J::O(vec![
-                                                ("device", d.device.into()),
-                                                ("on_host", d.on_host.into()),
-                                                ("bytes", d.live_bytes_at_end.into()),
-                                            ])
-                                        })
-                                        .collect(),
-                                ),
-                            ),
-                            ("oom_results", p.oom_results.into()),
-                            ("cap_refusals", p.cap_refusals.into()),
-                        ])
-                    })
-                    .collect(),
-            ),
-        ),
-        (
-            "devices",
-            J::A(
-                a.devices
-                    .iter()
-                    .map(|d| {
-                        J::O(vec![
-                            ("device", d.device.into()),
-                            ("on_host", d.on_host.into()),
-                            ("peak_bytes", d.peak_bytes.into()),
-                            ("peak_time_ns", d.peak_time_ns.into()),
-                            ("total_bytes", d.total_bytes.into()),
-                            ("cap_bytes", d.cap_bytes.into()),
-                            ("limit_bytes", d.limit_bytes().into()),
-                            ("headroom_bytes", d.headroom_bytes().into()),
-                            ("live_bytes_at_end", d.live_bytes_at_end.into()),
-                            (
-                                "leak_trend",
-                                d.growth
-                                    .as_ref()
-                                    .map_or(J::Null, |l| leak(l, a.call_sites.present)),
-                            ),
-                        ])
-                    })
-                    .collect(),
-            ),
-        ),
-    ];
-    top.extend(call_site_fields(a));
-    J::O(top)
+/// The whole post-mortem.
+#[derive(Serialize)]
+pub struct Oom<'a> {
+    version: u64,
+    kind: &'static str,
+    trace: Trace<'a>,
+    partial: bool,
+    stopped: Option<&'a str>,
+    end_ns: u64,
+    oom_recorded: bool,
+    message: Option<&'static str>,
+    oom_records: u64,
+    refusals_recovered: u64,
+    refusal_stall_ns: u64,
+    refusals: Vec<Refusal>,
+    oom_not_analysed: u64,
+    oom_results: u64,
+    ooms: Vec<Event<'a>>,
+    processes: Vec<Process<'a>>,
+    devices: Vec<Device<'a>>,
+    #[serde(flatten)]
+    call_site_fields: CallSiteFields<'a>,
 }
 
-fn finding(f: &Finding, call_sites: bool) -> J {
-    let mut m: Vec<(&'static str, J)> = vec![("kind", f.key().into()), ("text", f.text().into())];
-    match f {
-        Finding::Fit {
-            needed_bytes,
-            available_bytes,
-            short_bytes,
-            limited_by,
-        } => {
-            m.push(("needed_bytes", (*needed_bytes).into()));
-            m.push(("available_bytes", (*available_bytes).into()));
-            m.push(("short_bytes", (*short_bytes).into()));
-            m.push(("limited_by", (*limited_by).into()));
+impl<'a> Oom<'a> {
+    /// `ds`: [`diagnoses`] of `a`.
+    pub fn of(a: &'a Analysis, ds: &'a [Diagnosis]) -> Self {
+        Oom {
+            version: OOM_SCHEMA_VERSION,
+            kind: "oom",
+            trace: Trace::of(a),
+            partial: a.partial,
+            stopped: a.stopped.as_deref(),
+            end_ns: a.end_ns,
+            oom_recorded: a.oom_records > 0,
+            message: (a.oom_records == 0).then_some(NO_OOM),
+            oom_records: a.oom_records,
+            refusals_recovered: a.refusals_recovered,
+            refusal_stall_ns: a.refusal_stall_ns,
+            refusals: refusals(a),
+            oom_not_analysed: a.ooms_not_snapshotted(),
+            oom_results: a.processes.iter().map(|p| p.oom_results).sum(),
+            ooms: a
+                .ooms
+                .iter()
+                .zip(ds)
+                .map(|(s, d)| Event::of(a, s, d))
+                .collect(),
+            processes: a.processes.iter().map(Process::of).collect(),
+            devices: a.devices.iter().map(|d| Device::of(a, d)).collect(),
+            call_site_fields: CallSiteFields::of(a),
         }
-        Finding::LeakTrend(l) => {
-            if let J::O(fields) = leak(l, call_sites) {
-                m.extend(fields);
-            }
-        }
-        Finding::PoolCache {
-            freed_bytes,
-            shortfall_bytes,
-        } => {
-            m.push(("freed_bytes", (*freed_bytes).into()));
-            m.push(("shortfall_bytes", (*shortfall_bytes).into()));
-        }
-        Finding::LedgerDiffers {
-            ledger_bytes,
-            trace_bytes,
-        } => {
-            m.push(("ledger_bytes", (*ledger_bytes).into()));
-            m.push(("trace_bytes", (*trace_bytes).into()));
-        }
-        Finding::DroppedEvents { count } => m.push(("count", (*count).into())),
-        Finding::NoDriverFigures => {}
-        Finding::FrameworkFigures {
-            allocated_bytes,
-            reserved_bytes,
-            inactive_split_bytes,
-            largest_free_block_bytes,
-            free_in_live_segments_bytes,
-            alloc_retries,
-            settings,
-        } => {
-            m.push(("allocated_bytes", (*allocated_bytes).into()));
-            m.push(("reserved_bytes", (*reserved_bytes).into()));
-            m.push(("inactive_split_bytes", (*inactive_split_bytes).into()));
-            m.push((
-                "largest_free_block_bytes",
-                (*largest_free_block_bytes).into(),
-            ));
-            m.push((
-                "free_in_live_segments_bytes",
-                (*free_in_live_segments_bytes).into(),
-            ));
-            m.push(("alloc_retries", (*alloc_retries).into()));
-            m.push(("settings", settings.as_str().into()));
-        }
-        Finding::AllocatedLeakTrend(l) => {
-            if let J::O(fields) = leak(l, false) {
-                m.extend(fields);
-            }
-        }
-        Finding::AllocRetries { count } => m.push(("count", (*count).into())),
-        Finding::BackwardThread { thread } => m.push(("thread", thread.as_str().into())),
     }
-    J::O(m)
 }
 
-/// The framework's own record of the error (`null` without the Python bridge).
-fn framework_oom(s: &OomSnapshot) -> J {
-    let Some(o) = &s.framework else {
-        return match s.framework_figures {
-            Some(f) => J::O(vec![
-                ("source", "sample".into()),
-                ("allocated_bytes", f.allocated.into()),
-                ("reserved_bytes", f.reserved.into()),
-                ("inactive_split_bytes", f.inactive_split.into()),
-                ("alloc_retries", f.alloc_retries.into()),
-            ]),
-            None => J::Null,
-        };
-    };
-    let f = o.figures;
-    let mut m = vec![
-        ("source", "observer".into()),
-        ("framework", o.framework.name().into()),
-        ("thread", o.thread.as_deref().into()),
-        ("requested_bytes", o.requested_bytes.into()),
-        ("allowed_or_total_bytes", o.allowed_or_total_bytes.into()),
-        ("device_free_bytes", o.device_free_bytes.into()),
-        ("allocated_bytes", f.allocated.into()),
-        ("reserved_bytes", f.reserved.into()),
-        ("active_bytes", f.active.into()),
-        ("inactive_split_bytes", f.inactive_split.into()),
-        ("requested_current_bytes", f.requested.into()),
-        ("alloc_retries", f.alloc_retries.into()),
-        ("num_ooms", f.ooms.into()),
-        ("backend", o.backend.as_deref().into()),
-        ("alloc_conf", o.alloc_conf.as_deref().into()),
-        ("expandable_segments", o.expandable_segments.into()),
-        ("max_split_size_bytes", o.max_split_size.into()),
-        ("segments", o.segments.into()),
-        ("largest_free_block_bytes", o.largest_free_block.into()),
-        (
-            "free_in_live_segments_bytes",
-            o.free_in_live_segments.into(),
-        ),
-        ("snapshot", o.snapshot_path.as_deref().into()),
-    ];
-    if let Some(r) = &o.snapshot {
-        m.push((
-            "kept",
-            J::A(
-                r.kept
-                    .iter()
-                    .map(|k| {
-                        J::O(vec![
-                            ("label", k.label.as_str().into()),
-                            ("bytes", k.bytes.into()),
-                            ("count", k.count.into()),
-                            ("during_rise_bytes", k.during_rise_bytes.into()),
-                        ])
-                    })
-                    .collect(),
-            ),
-        ));
-        m.push(("snapshot_error", r.error.as_deref().into()));
-    }
-    J::O(m)
+/// How a process ended and what it left.
+#[derive(Serialize)]
+struct Process<'a> {
+    pid: u32,
+    rank: Option<u32>,
+    cmdline: &'a [String],
+    ended: &'static str,
+    exit: Option<Exit>,
+    end_ns: Option<u64>,
+    cut_bytes: Option<u64>,
+    peak_bytes: u64,
+    live_at_end_bytes: u64,
+    live_at_end: Vec<LiveOn>,
+    oom_results: u64,
+    cap_refusals: u64,
 }
 
-fn oom(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> J {
-    let cs = a.call_sites.present;
-    let mut m = vec![
-        ("time_ns", s.time_ns.into()),
-        ("pid", s.pid.into()),
-        ("tid", s.tid.into()),
-        ("device", s.device.into()),
-        ("on_host", s.on_host.into()),
-        ("api", api_label(s.api, s.api_code, false).into()),
-        ("ptsz", s.ptsz.into()),
-        ("cap_refused", s.cap_refused.into()),
-        ("requested_bytes", s.requested_bytes.into()),
-        ("result", s.result.into()),
-    ];
-    if cs {
-        // The failing request's own call site (an index into `call_sites`, and its one-line label).
-        m.push(("request_call_site", s.request_site.map(|i| i as u64).into()));
-        m.push((
-            "request_site",
-            s.request_site
-                .and_then(|i| a.call_sites.sites.get(i))
-                .map(|x| x.label())
-                .into(),
-        ));
+/// Bytes live on one device.
+#[derive(Serialize)]
+struct LiveOn {
+    device: Option<u32>,
+    on_host: bool,
+    bytes: u64,
+}
+
+impl<'a> Process<'a> {
+    fn of(p: &'a ProcessStats) -> Self {
+        Process {
+            pid: p.pid,
+            rank: p.rank,
+            cmdline: &p.cmdline,
+            ended: p.ended.key(),
+            exit: Exit::of(p.exit),
+            end_ns: p.end_ns,
+            cut_bytes: cut_bytes(p),
+            peak_bytes: p.peak_bytes,
+            live_at_end_bytes: p.live_bytes_at_end,
+            live_at_end: p
+                .per_device
+                .iter()
+                .filter(|d| d.live_bytes_at_end > 0)
+                .map(|d| LiveOn {
+                    device: d.device,
+                    on_host: d.on_host,
+                    bytes: d.live_bytes_at_end,
+                })
+                .collect(),
+            oom_results: p.oom_results,
+            cap_refusals: p.cap_refusals,
+        }
     }
-    m.push(("view", d.view.into()));
-    m.push(("framework", framework_oom(s)));
-    m.push(("driver_ooms_folded", s.driver_ooms_folded.into()));
-    m.extend([
-        ("cause", d.cause.key().into()),
-        ("cause_rule", d.rule.into()),
-        ("cause_reason", d.reason.as_str().into()),
-        (
-            "growth",
-            d.growth
-                .as_ref()
-                .map_or(J::Null, |l| leak(l, a.call_sites.present)),
-        ),
-        (
-            "growth_line",
-            d.growth_line.as_ref().map_or(J::Null, |g| {
-                J::O(vec![
-                    ("label", g.label.as_str().into()),
-                    ("source", g.source.into()),
-                    ("kind", g.kind.key().into()),
-                    ("bytes", g.bytes.into()),
-                    ("count", g.count.into()),
-                    ("during_rise", g.during_rise.into()),
-                ])
+}
+
+/// A device's peak and what the job could have had.
+#[derive(Serialize)]
+struct Device<'a> {
+    device: Option<u32>,
+    on_host: bool,
+    peak_bytes: u64,
+    peak_time_ns: Option<u64>,
+    total_bytes: Option<u64>,
+    cap_bytes: Option<u64>,
+    limit_bytes: Option<u64>,
+    headroom_bytes: Option<u64>,
+    live_bytes_at_end: u64,
+    leak_trend: Option<Leak<'a>>,
+}
+
+impl<'a> Device<'a> {
+    fn of(a: &Analysis, d: &'a DeviceStats) -> Self {
+        Device {
+            device: d.device,
+            on_host: d.on_host,
+            peak_bytes: d.peak_bytes,
+            peak_time_ns: d.peak_time_ns,
+            total_bytes: d.total_bytes,
+            cap_bytes: d.cap_bytes,
+            limit_bytes: d.limit_bytes(),
+            headroom_bytes: d.headroom_bytes(),
+            live_bytes_at_end: d.live_bytes_at_end,
+            leak_trend: d.growth.as_ref().map(|l| Leak::of(l, a.call_sites.present)),
+        }
+    }
+}
+
+/// One out-of-memory error: what failed, the cause and its figures, what was live, findings and advice. The
+/// call-site fields only where the trace has stacks.
+#[derive(Serialize)]
+struct Event<'a> {
+    time_ns: u64,
+    pid: u32,
+    tid: u32,
+    device: Option<u32>,
+    on_host: bool,
+    api: String,
+    ptsz: bool,
+    cap_refused: bool,
+    requested_bytes: u64,
+    result: u32,
+    /// The failing request's own call site (an index into `call_sites`), and its one-line label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_call_site: Option<Option<usize>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_site: Option<Option<String>>,
+    view: &'static str,
+    framework: Option<Framework<'a>>,
+    driver_ooms_folded: u32,
+    cause: &'static str,
+    cause_rule: &'static str,
+    cause_reason: &'a str,
+    growth: Option<Leak<'a>>,
+    growth_line: Option<GrowthLine<'a>>,
+    device_free_bytes: Option<u64>,
+    device_total_bytes: Option<u64>,
+    cap_bytes: Option<u64>,
+    job_live_bytes: u64,
+    job_live_source: &'static str,
+    job_live_trace_bytes: u64,
+    ledger_job_bytes: Option<u64>,
+    ledger_process_bytes: Option<u64>,
+    shortfall_bytes: Option<u64>,
+    outside_job_bytes: Option<u64>,
+    context_estimate_bytes: u64,
+    outside_excess_bytes: Option<u64>,
+    job_processes_on_device: u64,
+    async_freed_recent_bytes: u64,
+    job_peak_bytes: u64,
+    job_peak_time_ns: Option<u64>,
+    needed_bytes: u64,
+    available_bytes: Option<u64>,
+    short_of_fitting_bytes: Option<u64>,
+    suggested_cap_bytes: u64,
+    dropped_events: u64,
+    live_count: u64,
+    processes: Vec<EventProcess<'a>>,
+    top_live: Vec<TopLive>,
+    size_classes: Vec<SizeClass>,
+    timeline_bucket_ns: u64,
+    timeline: Vec<Bucket>,
+    findings: Vec<FindingJson<'a>>,
+    advice: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    live_by_call_site: Option<Vec<SiteLive>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    live_by_call_site_unlisted_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    live_no_site_bytes: Option<u64>,
+}
+
+/// Where the growth came from.
+#[derive(Serialize)]
+struct GrowthLine<'a> {
+    label: &'a str,
+    source: &'static str,
+    kind: &'static str,
+    bytes: u64,
+    count: u64,
+    during_rise: bool,
+}
+
+/// A process of the job at the error.
+#[derive(Serialize)]
+struct EventProcess<'a> {
+    pid: u32,
+    rank: Option<u32>,
+    cmdline: &'a [String],
+    device_live_bytes: u64,
+    on_device: bool,
+    live: Vec<DeviceBytes>,
+}
+
+#[derive(Serialize)]
+struct DeviceBytes {
+    device: Option<u32>,
+    bytes: u64,
+}
+
+/// One of the largest allocations live at the error.
+#[derive(Serialize)]
+struct TopLive {
+    pid: u32,
+    tid: u32,
+    device: Option<u32>,
+    api: &'static str,
+    ptsz: bool,
+    address: u64,
+    bytes: u64,
+    alloc_time_ns: u64,
+    age_ns: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    call_site: Option<Option<usize>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    site: Option<Option<String>>,
+}
+
+#[derive(Serialize)]
+struct SizeClass {
+    label: &'static str,
+    min_bytes: u64,
+    max_bytes: Option<u64>,
+    count: u64,
+    bytes: u64,
+}
+
+/// Live bytes of one call site.
+#[derive(Serialize)]
+struct SiteLive {
+    call_site: usize,
+    count: u64,
+    bytes: u64,
+}
+
+impl<'a> Event<'a> {
+    fn of(a: &'a Analysis, s: &'a OomSnapshot, d: &'a Diagnosis) -> Self {
+        let cs = a.call_sites.present;
+        Event {
+            time_ns: s.time_ns,
+            pid: s.pid,
+            tid: s.tid,
+            device: s.device,
+            on_host: s.on_host,
+            api: api_label(s.api, s.api_code, false),
+            ptsz: s.ptsz,
+            cap_refused: s.cap_refused,
+            requested_bytes: s.requested_bytes,
+            result: s.result,
+            request_call_site: cs.then_some(s.request_site),
+            request_site: cs.then(|| site_label(a, s.request_site)),
+            view: d.view,
+            framework: Framework::of(s),
+            driver_ooms_folded: s.driver_ooms_folded,
+            cause: d.cause.key(),
+            cause_rule: d.rule,
+            cause_reason: &d.reason,
+            growth: d.growth.as_ref().map(|l| Leak::of(l, cs)),
+            growth_line: d.growth_line.as_ref().map(|g| GrowthLine {
+                label: &g.label,
+                source: g.source,
+                kind: g.kind.key(),
+                bytes: g.bytes,
+                count: g.count,
+                during_rise: g.during_rise,
             }),
-        ),
-        ("device_free_bytes", s.device_free_bytes.into()),
-        ("device_total_bytes", s.device_total_bytes.into()),
-        ("cap_bytes", d.cap_bytes.into()),
-        ("job_live_bytes", d.job_live_bytes.into()),
-        ("job_live_source", d.job_live_source.into()),
-        ("job_live_trace_bytes", s.job_live_trace_bytes.into()),
-        ("ledger_job_bytes", s.ledger_job_bytes.into()),
-        ("ledger_process_bytes", s.ledger_process_bytes.into()),
-        ("shortfall_bytes", d.shortfall_bytes.into()),
-        ("outside_job_bytes", d.outside_job_bytes.into()),
-        ("context_estimate_bytes", d.context_estimate_bytes.into()),
-        ("outside_excess_bytes", d.outside_excess_bytes.into()),
-        ("job_processes_on_device", s.job_processes_on_device.into()),
-        (
-            "async_freed_recent_bytes",
-            s.async_freed_recent_bytes.into(),
-        ),
-        ("job_peak_bytes", s.job_peak_bytes.into()),
-        ("job_peak_time_ns", s.job_peak_time_ns.into()),
-        ("needed_bytes", d.needed_bytes.into()),
-        ("available_bytes", d.available_bytes.into()),
-        ("short_of_fitting_bytes", d.short_of_fitting_bytes.into()),
-        ("suggested_cap_bytes", d.suggested_cap_bytes.into()),
-        ("dropped_events", s.dropped_events.into()),
-        ("live_count", s.live_count.into()),
-        (
-            "processes",
-            J::A(
-                s.processes
-                    .iter()
-                    .map(|p| {
-                        J::O(vec![
-                            ("pid", p.pid.into()),
-                            ("rank", p.rank.into()),
-                            ("cmdline", strings(&p.cmdline)),
-                            ("device_live_bytes", p.device_live_bytes.into()),
-                            ("on_device", p.on_device.into()),
-                            (
-                                "live",
-                                J::A(
-                                    p.per_device
-                                        .iter()
-                                        .map(|(dv, b)| {
-                                            J::O(vec![
-                                                ("device", (*dv).into()),
-                                                ("bytes", (*b).into()),
-                                            ])
-                                        })
-                                        .collect(),
-                                ),
-                            ),
-                        ])
-                    })
-                    .collect(),
-            ),
-        ),
-        (
-            "top_live",
-            J::A(
-                s.top_live
-                    .iter()
-                    .map(|l| {
-                        let mut m = vec![
-                            ("pid", l.pid.into()),
-                            ("tid", l.tid.into()),
-                            ("device", l.device.into()),
-                            ("api", l.api.name().into()),
-                            ("ptsz", l.ptsz.into()),
-                            ("address", l.address.into()),
-                            ("bytes", l.bytes.into()),
-                            ("alloc_time_ns", l.alloc_time_ns.into()),
-                            ("age_ns", l.age_ns.into()),
-                        ];
-                        if cs {
-                            m.push(("call_site", l.site.map(|i| i as u64).into()));
-                            m.push((
-                                "site",
-                                l.site
-                                    .and_then(|i| a.call_sites.sites.get(i))
-                                    .map(|x| x.label())
-                                    .into(),
-                            ));
-                        }
-                        J::O(m)
-                    })
-                    .collect(),
-            ),
-        ),
-        (
-            "size_classes",
-            J::A(
-                s.size_classes
-                    .iter()
-                    .map(|c| {
-                        J::O(vec![
-                            ("label", c.label.into()),
-                            ("min_bytes", c.min_bytes.into()),
-                            ("max_bytes", c.max_bytes.into()),
-                            ("count", c.count.into()),
-                            ("bytes", c.bytes.into()),
-                        ])
-                    })
-                    .collect(),
-            ),
-        ),
-        ("timeline_bucket_ns", s.timeline.bucket_ns.into()),
-        ("timeline", crate::reporters::json::timeline(&s.timeline)),
-        (
-            "findings",
-            J::A(d.findings.iter().map(|f| finding(f, cs)).collect()),
-        ),
-        (
-            "advice",
-            J::A(d.advice.iter().map(|x| J::S(x.clone())).collect()),
-        ),
-    ]);
-    if cs {
-        m.push((
-            "live_by_call_site",
-            J::A(
+            device_free_bytes: s.device_free_bytes,
+            device_total_bytes: s.device_total_bytes,
+            cap_bytes: d.cap_bytes,
+            job_live_bytes: d.job_live_bytes,
+            job_live_source: d.job_live_source,
+            job_live_trace_bytes: s.job_live_trace_bytes,
+            ledger_job_bytes: s.ledger_job_bytes,
+            ledger_process_bytes: s.ledger_process_bytes,
+            shortfall_bytes: d.shortfall_bytes,
+            outside_job_bytes: d.outside_job_bytes,
+            context_estimate_bytes: d.context_estimate_bytes,
+            outside_excess_bytes: d.outside_excess_bytes,
+            job_processes_on_device: s.job_processes_on_device,
+            async_freed_recent_bytes: s.async_freed_recent_bytes,
+            job_peak_bytes: s.job_peak_bytes,
+            job_peak_time_ns: s.job_peak_time_ns,
+            needed_bytes: d.needed_bytes,
+            available_bytes: d.available_bytes,
+            short_of_fitting_bytes: d.short_of_fitting_bytes,
+            suggested_cap_bytes: d.suggested_cap_bytes,
+            dropped_events: s.dropped_events,
+            live_count: s.live_count,
+            processes: s
+                .processes
+                .iter()
+                .map(|p| EventProcess {
+                    pid: p.pid,
+                    rank: p.rank,
+                    cmdline: &p.cmdline,
+                    device_live_bytes: p.device_live_bytes,
+                    on_device: p.on_device,
+                    live: p
+                        .per_device
+                        .iter()
+                        .map(|&(device, bytes)| DeviceBytes { device, bytes })
+                        .collect(),
+                })
+                .collect(),
+            top_live: s.top_live.iter().map(|l| TopLive::of(a, l)).collect(),
+            size_classes: s
+                .size_classes
+                .iter()
+                .map(|c| SizeClass {
+                    label: c.label,
+                    min_bytes: c.min_bytes,
+                    max_bytes: c.max_bytes,
+                    count: c.count,
+                    bytes: c.bytes,
+                })
+                .collect(),
+            timeline_bucket_ns: s.timeline.bucket_ns,
+            timeline: timeline(&s.timeline),
+            findings: d.findings.iter().map(|f| FindingJson::of(f, cs)).collect(),
+            advice: &d.advice,
+            live_by_call_site: cs.then(|| {
                 s.by_site
                     .iter()
-                    .map(|b| {
-                        J::O(vec![
-                            ("call_site", (b.site as u64).into()),
-                            ("count", b.count.into()),
-                            ("bytes", b.bytes.into()),
-                        ])
+                    .map(|b| SiteLive {
+                        call_site: b.site,
+                        count: b.count,
+                        bytes: b.bytes,
                     })
-                    .collect(),
-            ),
-        ));
-        m.push((
-            "live_by_call_site_unlisted_bytes",
-            s.by_site_unlisted_bytes.into(),
-        ));
-        m.push(("live_no_site_bytes", s.no_site_bytes.into()));
+                    .collect()
+            }),
+            live_by_call_site_unlisted_bytes: cs.then_some(s.by_site_unlisted_bytes),
+            live_no_site_bytes: cs.then_some(s.no_site_bytes),
+        }
     }
-    J::O(m)
+}
+
+impl TopLive {
+    fn of(a: &Analysis, l: &OomAlloc) -> Self {
+        let cs = a.call_sites.present;
+        TopLive {
+            pid: l.pid,
+            tid: l.tid,
+            device: l.device,
+            api: l.api.name(),
+            ptsz: l.ptsz,
+            address: l.address,
+            bytes: l.bytes,
+            alloc_time_ns: l.alloc_time_ns,
+            age_ns: l.age_ns,
+            call_site: cs.then_some(l.site),
+            site: cs.then(|| site_label(a, l.site)),
+        }
+    }
+}
+
+/// The framework's own record of the error: its observer's (`source: observer`), else the process's last sample
+/// of its figures (`source: sample`); `null` without the Python bridge.
+#[derive(Serialize)]
+#[serde(tag = "source", rename_all = "lowercase")]
+enum Framework<'a> {
+    Sample {
+        allocated_bytes: u64,
+        reserved_bytes: u64,
+        inactive_split_bytes: u64,
+        alloc_retries: u64,
+    },
+    Observer(Box<Observer<'a>>),
+}
+
+#[derive(Serialize)]
+struct Observer<'a> {
+    framework: &'static str,
+    thread: Option<&'a str>,
+    requested_bytes: u64,
+    allowed_or_total_bytes: Option<u64>,
+    device_free_bytes: Option<u64>,
+    allocated_bytes: u64,
+    reserved_bytes: u64,
+    active_bytes: u64,
+    inactive_split_bytes: u64,
+    requested_current_bytes: u64,
+    alloc_retries: u64,
+    num_ooms: u64,
+    backend: Option<&'a str>,
+    alloc_conf: Option<&'a str>,
+    expandable_segments: Option<bool>,
+    max_split_size_bytes: Option<u64>,
+    segments: Option<u64>,
+    largest_free_block_bytes: Option<u64>,
+    free_in_live_segments_bytes: Option<u64>,
+    snapshot: Option<&'a str>,
+    /// What the snapshot it kept says, once read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kept: Option<Vec<Kept<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    snapshot_error: Option<Option<&'a str>>,
+}
+
+impl<'a> Framework<'a> {
+    fn of(s: &'a OomSnapshot) -> Option<Self> {
+        let Some(o) = &s.framework else {
+            return s.framework_figures.map(|f| Framework::Sample {
+                allocated_bytes: f.allocated,
+                reserved_bytes: f.reserved,
+                inactive_split_bytes: f.inactive_split,
+                alloc_retries: f.alloc_retries,
+            });
+        };
+        Some(Framework::Observer(Box::new(Observer::of(o))))
+    }
+}
+
+impl<'a> Observer<'a> {
+    fn of(o: &'a FrameworkOom) -> Self {
+        let f = o.figures;
+        Observer {
+            framework: o.framework.name(),
+            thread: o.thread.as_deref(),
+            requested_bytes: o.requested_bytes,
+            allowed_or_total_bytes: o.allowed_or_total_bytes,
+            device_free_bytes: o.device_free_bytes,
+            allocated_bytes: f.allocated,
+            reserved_bytes: f.reserved,
+            active_bytes: f.active,
+            inactive_split_bytes: f.inactive_split,
+            requested_current_bytes: f.requested,
+            alloc_retries: f.alloc_retries,
+            num_ooms: f.ooms,
+            backend: o.backend.as_deref(),
+            alloc_conf: o.alloc_conf.as_deref(),
+            expandable_segments: o.expandable_segments,
+            max_split_size_bytes: o.max_split_size,
+            segments: o.segments,
+            largest_free_block_bytes: o.largest_free_block,
+            free_in_live_segments_bytes: o.free_in_live_segments,
+            snapshot: o.snapshot_path.as_deref(),
+            kept: o.snapshot.as_ref().map(|r| Kept::list(&r.kept)),
+            snapshot_error: o.snapshot.as_ref().map(|r| r.error.as_deref()),
+        }
+    }
+}
+
+/// A finding: its `kind` and `text`, then its own figures.
+#[derive(Serialize)]
+struct FindingJson<'a> {
+    kind: &'static str,
+    text: String,
+    #[serde(flatten)]
+    figures: Figures<'a>,
+}
+
+/// A finding's own figures, by kind (docs/JSON-SCHEMA.md, "findings").
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Figures<'a> {
+    Fit {
+        needed_bytes: u64,
+        available_bytes: u64,
+        short_bytes: u64,
+        limited_by: &'static str,
+    },
+    Growth(Leak<'a>),
+    PoolCache {
+        freed_bytes: u64,
+        shortfall_bytes: Option<u64>,
+    },
+    LedgerDiffers {
+        ledger_bytes: u64,
+        trace_bytes: u64,
+    },
+    Count {
+        count: u64,
+    },
+    None,
+    Framework {
+        allocated_bytes: u64,
+        reserved_bytes: u64,
+        inactive_split_bytes: u64,
+        largest_free_block_bytes: Option<u64>,
+        free_in_live_segments_bytes: Option<u64>,
+        alloc_retries: u64,
+        settings: &'a str,
+    },
+    Thread {
+        thread: &'a str,
+    },
+}
+
+impl<'a> FindingJson<'a> {
+    fn of(f: &'a Finding, call_sites: bool) -> Self {
+        let figures = match f {
+            &Finding::Fit {
+                needed_bytes,
+                available_bytes,
+                short_bytes,
+                limited_by,
+            } => Figures::Fit {
+                needed_bytes,
+                available_bytes,
+                short_bytes,
+                limited_by,
+            },
+            Finding::LeakTrend(l) => Figures::Growth(Leak::of(l, call_sites)),
+            // The framework's allocated bytes have no call sites of their own.
+            Finding::AllocatedLeakTrend(l) => Figures::Growth(Leak::of(l, false)),
+            &Finding::PoolCache {
+                freed_bytes,
+                shortfall_bytes,
+            } => Figures::PoolCache {
+                freed_bytes,
+                shortfall_bytes,
+            },
+            &Finding::LedgerDiffers {
+                ledger_bytes,
+                trace_bytes,
+            } => Figures::LedgerDiffers {
+                ledger_bytes,
+                trace_bytes,
+            },
+            &Finding::DroppedEvents { count } | &Finding::AllocRetries { count } => {
+                Figures::Count { count }
+            }
+            Finding::NoDriverFigures => Figures::None,
+            Finding::FrameworkFigures {
+                allocated_bytes,
+                reserved_bytes,
+                inactive_split_bytes,
+                largest_free_block_bytes,
+                free_in_live_segments_bytes,
+                alloc_retries,
+                settings,
+            } => Figures::Framework {
+                allocated_bytes: *allocated_bytes,
+                reserved_bytes: *reserved_bytes,
+                inactive_split_bytes: *inactive_split_bytes,
+                largest_free_block_bytes: *largest_free_block_bytes,
+                free_in_live_segments_bytes: *free_in_live_segments_bytes,
+                alloc_retries: *alloc_retries,
+                settings,
+            },
+            Finding::BackwardThread { thread } => Figures::Thread { thread },
+        };
+        FindingJson {
+            kind: f.key(),
+            text: f.text(),
+            figures,
+        }
+    }
 }

@@ -12,13 +12,16 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+use serde::Serialize;
 use vramtrace_format::keys;
 
 use vramtrace_format::TraceHeader;
 
 use crate::exit::{self, Code};
 use crate::model::{self, Analysis};
-use crate::reporters::json::{self, J};
+use crate::reporters::json::{self, print};
+use crate::reporters::oom_json;
 use crate::reporters::text::device_label;
 use crate::units::{bytes, count, secs};
 
@@ -238,21 +241,66 @@ fn hosts(ms: &[Member]) -> Vec<&str> {
     h
 }
 
-/// Shifts the named time fields of an object by `by` ns.
-fn shift(v: &mut J, fields: &[&str], by: u64) {
-    if let J::O(kv) = v {
-        for (k, x) in kv.iter_mut() {
-            if let (true, J::U(t)) = (fields.contains(k), &mut *x) {
-                *t += by;
-            }
-        }
-    }
+/// A process of a trace of several: one without a host of its own gets its trace's, last.
+#[derive(Serialize)]
+struct FleetProcess<'a> {
+    #[serde(flatten)]
+    p: json::Process<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hostname: Option<&'a str>,
 }
 
-fn field(v: &J, name: &str) -> Option<J> {
-    match v {
-        J::O(kv) => kv.iter().find(|(k, _)| *k == name).map(|(_, x)| x.clone()),
-        _ => None,
+/// A trace of several, and where its clock starts on the job's.
+#[derive(Serialize)]
+struct Host<'a> {
+    host: &'a str,
+    trace: String,
+    start_unix_ns: u64,
+    offset_ns: u64,
+    processes: u64,
+    peak_bytes_sum: u64,
+    partial: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct Rank {
+    rank: u32,
+    host: String,
+    pid: u32,
+}
+
+/// The job across its hosts.
+#[derive(Serialize)]
+struct Job<'a> {
+    key: String,
+    partial: bool,
+    start_unix_ns: u64,
+    duration_ns: u64,
+    hosts: Vec<Host<'a>>,
+    ranks: Vec<Rank>,
+    processes: u64,
+    events: u64,
+    dropped_events: u64,
+    allocations: u64,
+    oom_records: u64,
+    device_peaks_sum_bytes: u64,
+}
+
+/// `report --json` of several traces: the job, every device and process on the job's clock, then each trace's
+/// own report (on its own clock).
+#[derive(Serialize)]
+struct JobReport<'a> {
+    version: u64,
+    job: Job<'a>,
+    devices: Vec<json::Device<'a>>,
+    processes: Vec<FleetProcess<'a>>,
+    traces: Vec<json::Report<'a>>,
+}
+
+/// Adds `by` to a time, when there is one.
+fn shift(t: &mut Option<u64>, by: u64) {
+    if let Some(t) = t {
+        *t += by;
     }
 }
 
@@ -261,79 +309,80 @@ pub fn report_json(ms: &[Member]) -> String {
     let t = totals(ms);
     let mut devices = Vec::new();
     let mut processes = Vec::new();
-    let mut traces = Vec::new();
-    let mut hosts_j = Vec::new();
     for m in ms {
-        let full = json::to_value(&m.a);
-        if let Some(J::A(ds)) = field(&full, "devices") {
-            for mut d in ds {
-                shift(&mut d, &["peak_time_ns"], m.offset_ns);
-                devices.push(d);
-            }
+        for mut d in json::devices(&m.a) {
+            shift(&mut d.peak_time_ns, m.offset_ns);
+            devices.push(d);
         }
-        if let Some(J::A(ps)) = field(&full, "processes") {
-            for mut p in ps {
-                shift(&mut p, &["start_ns", "end_ns", "peak_time_ns"], m.offset_ns);
-                if let J::O(kv) = &mut p {
-                    if matches!(
-                        kv.iter().find(|(k, _)| *k == "hostname"),
-                        Some((_, J::Null)) | None
-                    ) {
-                        kv.retain(|(k, _)| *k != "hostname");
-                        kv.push(("hostname", host(m).into()));
-                    }
+        for p in &m.a.processes {
+            let mut p = json::Process::of(p);
+            p.start_ns += m.offset_ns;
+            shift(&mut p.end_ns, m.offset_ns);
+            shift(&mut p.peak_time_ns, m.offset_ns);
+            let hostname = match p.hostname {
+                Some(Some(_)) => None,
+                _ => {
+                    p.hostname = None;
+                    Some(host(m))
                 }
-                processes.push(p);
-            }
+            };
+            processes.push(FleetProcess { p, hostname });
         }
-        hosts_j.push(J::O(vec![
-            ("host", host(m).into()),
-            ("trace", m.path.display().to_string().into()),
-            ("start_unix_ns", m.a.header.start_unix_ns.into()),
-            ("offset_ns", m.offset_ns.into()),
-            ("processes", (m.a.processes.len() as u64).into()),
-            ("peak_bytes_sum", gpu_peaks(&m.a).into()),
-            ("partial", m.a.stopped.clone().into()),
-        ]));
-        traces.push(full);
     }
-    let ranks = ranks(ms)
-        .into_iter()
-        .map(|(r, h, pid)| {
-            J::O(vec![
-                ("rank", r.into()),
-                ("host", h.into()),
-                ("pid", pid.into()),
-            ])
-        })
-        .collect();
-    let doc = J::O(vec![
-        ("version", json::SCHEMA_VERSION.into()),
-        (
-            "job",
-            J::O(vec![
-                ("key", job_key(&ms[0].a).into()),
-                ("partial", ms.iter().any(|m| m.a.partial).into()),
-                ("start_unix_ns", ms[0].a.header.start_unix_ns.into()),
-                ("duration_ns", t.duration_ns.into()),
-                ("hosts", J::A(hosts_j)),
-                ("ranks", J::A(ranks)),
-                ("processes", t.processes.into()),
-                ("events", t.events.into()),
-                ("dropped_events", t.dropped.into()),
-                ("allocations", t.allocations.into()),
-                ("oom_records", t.ooms.into()),
-                ("device_peaks_sum_bytes", t.peak_sum.into()),
-            ]),
-        ),
-        ("devices", J::A(devices)),
-        ("processes", J::A(processes)),
-        ("traces", J::A(traces)),
-    ]);
-    let mut out = String::new();
-    json::write_value(&mut out, &doc, 0);
+    let doc = JobReport {
+        version: json::SCHEMA_VERSION,
+        job: Job {
+            key: job_key(&ms[0].a),
+            partial: ms.iter().any(|m| m.a.partial),
+            start_unix_ns: ms[0].a.header.start_unix_ns,
+            duration_ns: t.duration_ns,
+            hosts: ms
+                .iter()
+                .map(|m| Host {
+                    host: host(m),
+                    trace: m.path.display().to_string(),
+                    start_unix_ns: m.a.header.start_unix_ns,
+                    offset_ns: m.offset_ns,
+                    processes: m.a.processes.len() as u64,
+                    peak_bytes_sum: gpu_peaks(&m.a),
+                    partial: m.a.stopped.as_deref(),
+                })
+                .collect(),
+            ranks: ranks(ms)
+                .into_iter()
+                .map(|(rank, host, pid)| Rank { rank, host, pid })
+                .collect(),
+            processes: t.processes,
+            events: t.events,
+            dropped_events: t.dropped,
+            allocations: t.allocations,
+            oom_records: t.ooms,
+            device_peaks_sum_bytes: t.peak_sum,
+        },
+        devices,
+        processes,
+        traces: ms.iter().map(|m| json::Report::of(&m.a)).collect(),
+    };
+    let mut out = print::pretty(&doc);
     out.push('\n');
     out
+}
+
+/// `oom --json` of several traces: each host's post-mortem.
+#[derive(Serialize)]
+struct JobOom<'a> {
+    version: u64,
+    job: String,
+    hosts: Vec<HostOom<'a>>,
+}
+
+#[derive(Serialize)]
+struct HostOom<'a> {
+    host: &'a str,
+    trace: String,
+    offset_ns: u64,
+    oom_records: u64,
+    oom: oom_json::Oom<'a>,
 }
 
 /// `vramtrace oom A B ...`: each host's post-mortem, on the job's clock, the ones with an out-of-memory error
@@ -342,25 +391,23 @@ pub fn oom(ms: &[Member], json: bool) -> String {
     let mut order: Vec<&Member> = ms.iter().collect();
     order.sort_by_key(|m| (m.a.oom_records == 0, m.offset_ns));
     if json {
-        let hosts = order
-            .iter()
-            .map(|m| {
-                J::O(vec![
-                    ("host", host(m).into()),
-                    ("trace", m.path.display().to_string().into()),
-                    ("offset_ns", m.offset_ns.into()),
-                    ("oom_records", m.a.oom_records.into()),
-                    ("oom", crate::reporters::oom_json::to_value(&m.a)),
-                ])
-            })
-            .collect();
-        let doc = J::O(vec![
-            ("version", json::SCHEMA_VERSION.into()),
-            ("job", job_key(&ms[0].a).into()),
-            ("hosts", J::A(hosts)),
-        ]);
-        let mut out = String::new();
-        json::write_value(&mut out, &doc, 0);
+        let diagnoses: Vec<_> = order.iter().map(|m| oom_json::diagnoses(&m.a)).collect();
+        let doc = JobOom {
+            version: json::SCHEMA_VERSION,
+            job: job_key(&ms[0].a),
+            hosts: order
+                .iter()
+                .zip(&diagnoses)
+                .map(|(m, ds)| HostOom {
+                    host: host(m),
+                    trace: m.path.display().to_string(),
+                    offset_ns: m.offset_ns,
+                    oom_records: m.a.oom_records,
+                    oom: oom_json::Oom::of(&m.a, ds),
+                })
+                .collect(),
+        };
+        let mut out = print::pretty(&doc);
         out.push('\n');
         return out;
     }

@@ -1,81 +1,115 @@
 //! The JSON of what both `report --json` and `oom --json` show: the refusals a program recovered from, and a
 //! growth's trend (docs/JSON-SCHEMA.md).
 
-use super::J;
+use serde::Serialize;
+
 use crate::model::{Analysis, LeakTrend};
 
-/// The refusals a program recovered from (docs/JSON-SCHEMA.md, "Refusals").
-pub fn refusals(a: &Analysis) -> J {
-    J::A(
-        a.refusals
-            .iter()
-            .map(|r| {
-                J::O(vec![
-                    ("time_ns", r.time_ns.into()),
-                    ("pid", (r.pid as u64).into()),
-                    ("tid", (r.tid as u64).into()),
-                    ("device", r.device.into()),
-                    ("api", r.api.map(|x| x.name()).into()),
-                    ("requested_bytes", r.requested_bytes.into()),
-                    ("cap_refused", r.cap_refused.into()),
-                    ("recovered_after_ns", r.recovered_after_ns.into()),
-                    ("call_site", r.site.map(|x| x as u64).into()),
-                ])
-            })
-            .collect(),
-    )
+/// A refusal the program recovered from (docs/JSON-SCHEMA.md, "Refusals").
+#[derive(Serialize)]
+pub struct Refusal {
+    time_ns: u64,
+    pid: u32,
+    tid: u32,
+    device: Option<u32>,
+    api: Option<&'static str>,
+    requested_bytes: u64,
+    cap_refused: bool,
+    recovered_after_ns: u64,
+    call_site: Option<usize>,
 }
 
-/// A growth's trend; `call_sites`: the trace has stacks (the trend's `sites` are listed).
-pub fn leak(l: &LeakTrend, call_sites: bool) -> J {
-    let mut m = vec![
-        (
-            "minima",
-            J::A(
-                l.minima
-                    .iter()
-                    .map(|m| J::O(vec![("t_ns", m.t_ns.into()), ("bytes", m.bytes.into())]))
-                    .collect(),
-            ),
-        ),
-        ("rise_bytes", l.rise_bytes.into()),
-        ("steps", l.steps.into()),
-        (
-            "groups",
-            J::A(
-                l.groups
-                    .iter()
-                    .map(|g| {
-                        J::O(vec![
-                            ("api", g.api.name().into()),
-                            ("bytes_each", g.bytes_each.into()),
-                            ("count", g.count.into()),
-                            ("bytes", g.bytes.into()),
-                        ])
-                    })
-                    .collect(),
-            ),
-        ),
-        ("more_groups", l.more_groups.into()),
-    ];
-    if call_sites {
-        m.push((
-            "sites",
-            J::A(
+/// The refusals a program recovered from.
+pub fn refusals(a: &Analysis) -> Vec<Refusal> {
+    a.refusals
+        .iter()
+        .map(|r| Refusal {
+            time_ns: r.time_ns,
+            pid: r.pid,
+            tid: r.tid,
+            device: r.device,
+            api: r.api.map(|x| x.name()),
+            requested_bytes: r.requested_bytes,
+            cap_refused: r.cap_refused,
+            recovered_after_ns: r.recovered_after_ns,
+            call_site: r.site,
+        })
+        .collect()
+}
+
+/// A growth's trend. `sites` and `more_sites` only where the trace has stacks.
+#[derive(Serialize)]
+pub struct Leak<'a> {
+    minima: Vec<Minimum>,
+    rise_bytes: u64,
+    steps: Option<u64>,
+    groups: Vec<Group>,
+    more_groups: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sites: Option<Vec<LeakSite<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    more_sites: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Minimum {
+    t_ns: u64,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct Group {
+    api: &'static str,
+    bytes_each: u64,
+    count: u64,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct LeakSite<'a> {
+    call_site: usize,
+    label: &'a str,
+    count: u64,
+    bytes: u64,
+}
+
+impl<'a> Leak<'a> {
+    /// `call_sites`: the trace has stacks (the trend's `sites` are listed).
+    pub fn of(l: &'a LeakTrend, call_sites: bool) -> Self {
+        Leak {
+            minima: l
+                .minima
+                .iter()
+                .map(|m| Minimum {
+                    t_ns: m.t_ns,
+                    bytes: m.bytes,
+                })
+                .collect(),
+            rise_bytes: l.rise_bytes,
+            steps: l.steps,
+            groups: l
+                .groups
+                .iter()
+                .map(|g| Group {
+                    api: g.api.name(),
+                    bytes_each: g.bytes_each,
+                    count: g.count,
+                    bytes: g.bytes,
+                })
+                .collect(),
+            more_groups: l.more_groups,
+            sites: call_sites.then(|| {
                 l.sites
                     .iter()
-                    .map(|g| {
-                        J::O(vec![
-                            ("call_site", (g.site as u64).into()),
-                            ("label", g.label.as_str().into()),
-                            ("count", g.count.into()),
-                            ("bytes", g.bytes.into()),
-                        ])
+                    .map(|g| LeakSite {
+                        call_site: g.site,
+                        label: &g.label,
+                        count: g.count,
+                        bytes: g.bytes,
                     })
-                    .collect(),
-            ),
-        ));
-        m.push(("more_sites", l.more_sites.into()));
+                    .collect()
+            }),
+            more_sites: call_sites.then_some(l.more_sites),
+        }
     }
-    J::O(m)
 }

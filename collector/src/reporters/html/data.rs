@@ -1,0 +1,546 @@
+//! The page's data (docs/EXPORTS.md, version [`DATA_VERSION`]): one JSON object per trace that
+//! `assets/html/report.js` draws, built from the analysis and the timelines the tap gathered.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+
+use super::{sum_parts, Dev, Html, DATA_VERSION, MAX_PROCESS_SERIES, MAX_SITE_SERIES};
+use super::{NO_SITE_KEY, OTHER_SITES_KEY};
+use crate::callsites::Site;
+use crate::model::diagnose::{diagnose, key_figures, short_findings};
+use crate::model::{Analysis, FOLD_NS};
+use crate::reporters::oom_text::{event_text, oom_place};
+use crate::reporters::text::{self, device_name, ending_label, short_command};
+
+/// One trace's part of the page. `host` and `host_offset_ns` only among several traces of one job.
+#[derive(Serialize)]
+pub(super) struct Data<'a> {
+    version: u64,
+    made_by: &'static str,
+    command: String,
+    start_unix_ns: u64,
+    duration_ns: u64,
+    events: u64,
+    partial: Option<&'a str>,
+    notes: Vec<String>,
+    devices: Vec<Device<'a>>,
+    oom_records: u64,
+    refusals_recovered: u64,
+    ooms: Vec<Marker>,
+    ooms_not_marked: u64,
+    post_mortems: Vec<PostMortem>,
+    ooms_not_analysed: u64,
+    processes: Vec<Process>,
+    sites_at_peak: Vec<AtPeak>,
+    sites_by_allocated: Vec<ByAllocated>,
+    live_at_end: LiveAtEnd,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host_offset_ns: Option<u64>,
+}
+
+/// An out-of-memory error's post-mortem, beside the timelines.
+#[derive(Serialize)]
+struct PostMortem {
+    device: String,
+    t_ns: u64,
+    pid: u32,
+    requested_bytes: u64,
+    cause: &'static str,
+    cause_title: &'static str,
+    reason: String,
+    line: Option<String>,
+    /// `[name, size]` pairs.
+    figures: Vec<(&'static str, String)>,
+    findings: Vec<String>,
+    advice: Vec<String>,
+    text: String,
+}
+
+/// An out-of-memory error marked on a timeline.
+#[derive(Serialize)]
+struct Marker {
+    device: String,
+    t_ns: u64,
+    pid: u32,
+    slot: usize,
+    requested_bytes: u64,
+    cap_refused: bool,
+    device_free_bytes: Option<u64>,
+    call_site: Option<String>,
+    /// An index into `post_mortems`.
+    post_mortem: Option<usize>,
+    recovered: bool,
+    folded: bool,
+}
+
+#[derive(Serialize)]
+struct Process {
+    slot: usize,
+    pid: u32,
+    rank: Option<u32>,
+    command: String,
+    name: String,
+    ended: String,
+    start_ns: u64,
+    end_ns: Option<u64>,
+    devices: String,
+    peak_bytes: u64,
+    peak_time_ns: Option<u64>,
+    allocations: u64,
+    failed_allocations: u64,
+    oom_results: u64,
+    live_bytes_at_end: u64,
+    live_allocations_at_end: u64,
+}
+
+/// A device's call sites at its peak.
+#[derive(Serialize)]
+struct AtPeak {
+    device: String,
+    peak_bytes: u64,
+    sites: Vec<SiteBytes>,
+    unlisted_bytes: u64,
+    no_site_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct SiteBytes {
+    name: Option<String>,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct ByAllocated {
+    name: String,
+    pid: u32,
+    allocations: u64,
+    allocated_bytes: u64,
+    live_bytes_at_end: u64,
+}
+
+#[derive(Serialize)]
+struct LiveAtEnd {
+    count: u64,
+    bytes: u64,
+    largest: Vec<Live>,
+}
+
+#[derive(Serialize)]
+struct Live {
+    pid: u32,
+    device: String,
+    api: &'static str,
+    bytes: u64,
+    alloc_time_ns: u64,
+    age_ns: u64,
+    call_site: Option<String>,
+}
+
+/// One device's timelines: the job's bytes in use, stacked by process and by call site.
+#[derive(Serialize)]
+struct Device<'a> {
+    name: String,
+    device: Option<u32>,
+    bucket_ns: u64,
+    peak_bytes: Option<u64>,
+    peak_time_ns: Option<u64>,
+    cap_bytes: Option<u64>,
+    total_bytes: Option<u64>,
+    headroom: Option<String>,
+    in_use_bytes_at_end: Option<u64>,
+    allocations: Option<u64>,
+    job: &'a [u64],
+    framework: Option<Framework>,
+    processes: Vec<Series<'a>>,
+    sites: Vec<SiteSeries>,
+}
+
+/// The framework allocator's allocated and reserved bytes, on the page's buckets.
+#[derive(Serialize)]
+struct Framework {
+    name: String,
+    allocated: Vec<u64>,
+    reserved: Vec<u64>,
+}
+
+/// A process's part of a device's stack (or the rest of them together, with no slot or pid).
+#[derive(Serialize)]
+struct Series<'a> {
+    name: String,
+    slot: Option<usize>,
+    pid: Option<u32>,
+    peak_bytes: u64,
+    at: Cow<'a, [u64]>,
+    /// `[bucket, bytes]`: buckets whose maximum was above the value drawn at their end.
+    peaks: Vec<(usize, u64)>,
+}
+
+#[derive(Serialize)]
+struct SiteSeries {
+    name: String,
+    at: Vec<u64>,
+}
+
+/// Host memory, or the GPU's name.
+fn place(on_host: bool, device: Option<u32>) -> String {
+    if on_host {
+        "host memory".to_string()
+    } else {
+        device_name(device)
+    }
+}
+
+impl Html {
+    pub(super) fn data<'a>(&'a self, a: &'a Analysis, host: Option<(&'a str, u64)>) -> Data<'a> {
+        let post_mortems = a
+            .ooms
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let d = diagnose(a, s);
+                PostMortem {
+                    device: oom_place(s),
+                    t_ns: s.time_ns,
+                    pid: s.pid,
+                    requested_bytes: s.requested_bytes,
+                    cause: d.cause.key(),
+                    cause_title: d.cause.title(),
+                    reason: d.reason.clone(),
+                    line: d.growth_line.as_ref().map(|g| g.label.clone()),
+                    figures: key_figures(s, &d)
+                        .into_iter()
+                        .map(|(k, v)| (k, crate::units::bytes(v)))
+                        .collect(),
+                    findings: short_findings(&d).map(|f| f.text()).collect(),
+                    advice: d.advice.clone(),
+                    text: event_text(a, s, &d, i + 1),
+                }
+            })
+            .collect();
+        let markers = self
+            .markers
+            .iter()
+            .map(|m| {
+                // Its post-mortem: the snapshot of the same process and device at (or, for retries folded
+                // into one error, just after) its time.
+                let pm = a
+                    .ooms
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| {
+                        s.pid == m.pid
+                            && s.device == m.device
+                            && s.on_host == m.on_host
+                            && s.time_ns.abs_diff(m.t_ns) <= FOLD_NS
+                    })
+                    .min_by_key(|(_, s)| s.time_ns.abs_diff(m.t_ns))
+                    .map(|(i, _)| i);
+                let site = (m.stack != 0)
+                    .then(|| self.labels.get(&(m.slot, m.stack)).cloned())
+                    .flatten();
+                // A refusal the program recovered from (its thread allocated there again): not an error, and
+                // not the post-mortem of an error near it.
+                let recovered = a
+                    .refusals
+                    .iter()
+                    .any(|r| r.pid == m.pid && r.device == m.device && r.time_ns == m.t_ns);
+                let pm = pm.filter(|_| !recovered);
+                // The driver's earlier refusals of one error (the allocator's retry) point at its post-mortem
+                // too; only the one nearest the error's own time is the error.
+                let folded = pm.is_some_and(|i| {
+                    let at = a.ooms[i].time_ns;
+                    self.markers.iter().any(|o| {
+                        o.pid == m.pid
+                            && o.device == m.device
+                            && o.t_ns.abs_diff(at) < m.t_ns.abs_diff(at)
+                    })
+                });
+                Marker {
+                    device: place(m.on_host, m.device),
+                    t_ns: m.t_ns,
+                    pid: m.pid,
+                    slot: m.slot,
+                    requested_bytes: m.requested,
+                    cap_refused: m.cap_refused,
+                    device_free_bytes: m.free,
+                    call_site: site,
+                    post_mortem: pm,
+                    recovered,
+                    folded,
+                }
+            })
+            .collect();
+        let devices = self.devs.iter().map(|d| self.device(a, d)).collect();
+        let processes = a
+            .processes
+            .iter()
+            .enumerate()
+            .map(|(slot, p)| {
+                let devs: Vec<String> = p
+                    .per_device
+                    .iter()
+                    .map(|d| place(d.on_host, d.device))
+                    .collect();
+                Process {
+                    slot,
+                    pid: p.pid,
+                    rank: p.rank,
+                    command: short_command(&p.cmdline),
+                    name: super::super::process_name(p),
+                    ended: ending_label(p),
+                    start_ns: p.start_ns,
+                    end_ns: p.end_ns,
+                    devices: devs.join(", "),
+                    peak_bytes: p.peak_bytes,
+                    peak_time_ns: p.peak_time_ns,
+                    allocations: p.allocations,
+                    failed_allocations: p.failed_allocations,
+                    oom_results: p.oom_results,
+                    live_bytes_at_end: p.live_bytes_at_end,
+                    live_allocations_at_end: p.live_allocations_at_end,
+                }
+            })
+            .collect();
+        // A site of a process with PyTorch's caching allocator grew the cache: said beside its name.
+        let named = |s: &Site| {
+            if a.caching_allocator(s.pid) {
+                format!("{} (grew PyTorch's cache)", s.label())
+            } else {
+                s.label()
+            }
+        };
+        let site_name = |i: usize| a.call_sites.sites.get(i).map(named);
+        let at_peak = a
+            .call_sites
+            .at_peak
+            .iter()
+            .map(|d| AtPeak {
+                device: a
+                    .devices
+                    .iter()
+                    .find(|x| x.device == d.device && x.on_host == d.on_host)
+                    .map_or_else(|| device_name(d.device), text::device_label),
+                peak_bytes: d.peak_bytes,
+                sites: d
+                    .sites
+                    .iter()
+                    .map(|s| SiteBytes {
+                        name: site_name(s.site),
+                        bytes: s.bytes,
+                    })
+                    .collect(),
+                unlisted_bytes: d.unlisted_bytes,
+                no_site_bytes: d.no_site_bytes,
+            })
+            .collect();
+        let by_allocated = a
+            .call_sites
+            .by_allocated
+            .iter()
+            .filter_map(|&i| a.call_sites.sites.get(i))
+            .map(|s| ByAllocated {
+                name: named(s),
+                pid: s.pid,
+                allocations: s.allocations,
+                allocated_bytes: s.allocated_bytes,
+                live_bytes_at_end: s.live_bytes_at_end,
+            })
+            .collect();
+        let largest = a
+            .live_at_end
+            .iter()
+            .map(|l| Live {
+                pid: l.pid,
+                device: place(l.on_host, l.device),
+                api: l.api.name(),
+                bytes: l.bytes,
+                alloc_time_ns: l.alloc_time_ns,
+                age_ns: l.age_ns,
+                call_site: l.site.and_then(site_name),
+            })
+            .collect();
+        let mut notes = self.notes();
+        notes.extend(a.call_sites.notes.iter().map(|n| n.text.clone()));
+        if a.merge_inexact_events > 0 {
+            notes.push(format!(
+                "{} events arrived after the merge had replayed later ones (their process broke its \
+                 promise of order): they were replayed where they arrived",
+                a.merge_inexact_events
+            ));
+        }
+        if a.dropped_events > 0 {
+            notes.push(format!(
+                "{} events were dropped by the shim (its queue was full): the figures miss them",
+                a.dropped_events
+            ));
+        }
+        Data {
+            version: DATA_VERSION,
+            made_by: concat!("vramtrace ", env!("CARGO_PKG_VERSION")),
+            command: short_command(&a.header.command),
+            start_unix_ns: a.header.start_unix_ns,
+            duration_ns: a.duration_ns,
+            events: a.events,
+            partial: a.stopped.as_deref(),
+            notes,
+            devices,
+            oom_records: a.oom_records,
+            refusals_recovered: a.refusals_recovered,
+            ooms: markers,
+            ooms_not_marked: self.markers_left_out,
+            post_mortems,
+            ooms_not_analysed: a.ooms_not_snapshotted(),
+            processes,
+            sites_at_peak: at_peak,
+            sites_by_allocated: by_allocated,
+            live_at_end: LiveAtEnd {
+                count: a.live_at_end_count,
+                bytes: a.live_at_end_bytes,
+                largest,
+            },
+            host: host.map(|(name, _)| name),
+            host_offset_ns: host.map(|(_, offset)| offset),
+        }
+    }
+
+    fn device<'a>(&'a self, a: &Analysis, d: &'a Dev) -> Device<'a> {
+        // The series are of GPU memory (host memory is not in them): never the host's figures.
+        let stats = a
+            .devices
+            .iter()
+            .find(|x| x.device == d.device && !x.on_host);
+        // Processes: the largest by peak on their own, the rest summed.
+        let mut procs: Vec<(usize, usize)> = d.procs.iter().map(|(&s, &p)| (s, p)).collect();
+        procs.sort_by(|x, y| {
+            d.s.parts[y.1]
+                .peak()
+                .cmp(&d.s.parts[x.1].peak())
+                .then(x.0.cmp(&y.0))
+        });
+        let rest = procs.split_off(procs.len().min(MAX_PROCESS_SERIES));
+        procs.sort_unstable();
+        let mut series: Vec<Series> = procs
+            .iter()
+            .map(|&(slot, part)| {
+                let p = &d.s.parts[part];
+                Series {
+                    name: a
+                        .processes
+                        .get(slot)
+                        .map_or(format!("slot {slot}"), super::super::process_name),
+                    slot: Some(slot),
+                    pid: a.processes.get(slot).map(|p| p.pid),
+                    peak_bytes: p.peak(),
+                    at: Cow::Borrowed(&p.at),
+                    peaks: p
+                        .max
+                        .iter()
+                        .zip(&p.at)
+                        .enumerate()
+                        .filter(|(_, (m, at))| m > at)
+                        .map(|(i, (&m, _))| (i, m))
+                        .collect(),
+                }
+            })
+            .collect();
+        if !rest.is_empty() {
+            let sum = sum_parts(&d.s, rest.iter().map(|&(_, p)| p));
+            series.push(Series {
+                name: format!("{} other processes", rest.len()),
+                slot: None,
+                pid: None,
+                peak_bytes: sum.iter().copied().max().unwrap_or(0),
+                at: Cow::Owned(sum),
+                peaks: Vec::new(),
+            });
+        }
+        // Call sites, by label (the same line in two processes is one site here), the largest on their own.
+        let mut sites = Vec::new();
+        if d.sites.keys().any(|k| k.0 != usize::MAX) {
+            let mut by_label: Vec<(String, Vec<usize>)> = Vec::new();
+            let (mut none, mut other) = (Vec::new(), Vec::new());
+            for (k, &part) in &d.sites {
+                if *k == NO_SITE_KEY {
+                    none.push(part);
+                } else if *k == OTHER_SITES_KEY {
+                    other.push(part);
+                } else {
+                    let label = self
+                        .labels
+                        .get(k)
+                        .cloned()
+                        .unwrap_or_else(|| format!("stack {} of slot {}", k.1, k.0));
+                    match by_label.iter_mut().find(|(l, _)| *l == label) {
+                        Some((_, v)) => v.push(part),
+                        None => by_label.push((label, vec![part])),
+                    }
+                }
+            }
+            let mut summed: Vec<(String, Vec<u64>)> = by_label
+                .into_iter()
+                .map(|(l, parts)| (l, sum_parts(&d.s, parts.into_iter())))
+                .collect();
+            summed.sort_by(|x, y| {
+                let (mx, my) = (x.1.iter().max(), y.1.iter().max());
+                my.cmp(&mx).then(x.0.cmp(&y.0))
+            });
+            let rest = summed.split_off(summed.len().min(MAX_SITE_SERIES));
+            let n_rest = rest.len() + usize::from(!other.is_empty());
+            for (name, at) in summed {
+                sites.push(SiteSeries { name, at });
+            }
+            if n_rest > 0 {
+                let mut v = sum_parts(&d.s, other.into_iter());
+                for (_, r) in rest {
+                    for (x, y) in v.iter_mut().zip(r) {
+                        *x = x.saturating_add(y);
+                    }
+                }
+                sites.push(SiteSeries {
+                    name: "other call sites".into(),
+                    at: v,
+                });
+            }
+            if !none.is_empty() {
+                let v = sum_parts(&d.s, none.into_iter());
+                if v.iter().any(|&x| x > 0) {
+                    sites.push(SiteSeries {
+                        name: "no call site (below the threshold)".into(),
+                        at: v,
+                    });
+                }
+            }
+        }
+        // PyTorch's allocated and reserved bytes (the bridge's samples), on this page's buckets: each the most
+        // its timeline held in the bucket, so they draw beside the driver's bytes.
+        let on_grid = |tl: &crate::model::Timeline| -> Vec<u64> {
+            let w = d.s.width.max(1);
+            (0..d.s.job.len() as u64)
+                .map(|i| tl.max_between(i * w, (i + 1) * w).unwrap_or(0))
+                .collect()
+        };
+        Device {
+            name: stats.map_or_else(|| device_name(d.device), text::device_label),
+            device: d.device,
+            bucket_ns: d.s.width,
+            peak_bytes: stats.map(|s| s.peak_bytes),
+            peak_time_ns: stats.and_then(|s| s.peak_time_ns),
+            cap_bytes: stats.and_then(|s| s.cap_bytes),
+            total_bytes: stats.and_then(|s| s.total_bytes),
+            headroom: stats.and_then(text::headroom_line),
+            in_use_bytes_at_end: stats.map(|s| s.in_use_bytes_at_end),
+            allocations: stats.map(|s| s.allocations),
+            job: &d.s.job,
+            framework: stats.and_then(|s| s.framework.as_ref()).map(|f| Framework {
+                name: text::framework::title(&f.frameworks),
+                allocated: on_grid(&f.allocated),
+                reserved: on_grid(&f.reserved),
+            }),
+            processes: series,
+            sites,
+        }
+    }
+}
