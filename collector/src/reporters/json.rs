@@ -107,6 +107,8 @@ pub struct Device<'a> {
     on_host: bool,
     /// The trace's host: traces of several nodes merge (`report A B`), and a device is its host's.
     host: &'a str,
+    /// The GPU as NVIDIA's tools name it (`GPU-...`), when the processes' drivers said and agreed.
+    uuid: Option<&'a str>,
     peak_bytes: u64,
     /// Shifted onto the job's clock when several traces merge (verbs/fleet.rs).
     pub peak_time_ns: Option<u64>,
@@ -148,6 +150,7 @@ impl<'a> Device<'a> {
             device: d.device,
             on_host: d.on_host,
             host: &a.header.hostname,
+            uuid: d.uuid.as_deref(),
             peak_bytes: d.peak_bytes,
             peak_time_ns: d.peak_time_ns,
             live_bytes_at_end: d.live_bytes_at_end,
