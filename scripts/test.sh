@@ -9,6 +9,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 need=()
 command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# The wheel's test installs it into a fresh virtual environment (Debian splits venv/ensurepip out of python3).
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
     echo "test.sh: installing ${need[*]}"
     apt-get update -qq && apt-get install -y -qq "${need[@]}"
@@ -52,6 +54,9 @@ cargo build --workspace --locked
 # The shim as it ships (glibc 2.17 baseline): tests/e2e/tests/shim_glibc.rs checks what it needs and runs it.
 VRAMTRACE_COMPAT_SHIM="$(scripts/build-compat-shim.sh)"
 export VRAMTRACE_COMPAT_SHIM
+# The wheel as it ships (`pip install`): tests/e2e/tests/wheel.rs installs it into a fresh environment and runs it.
+VRAMTRACE_WHEEL="$(scripts/build-wheel.sh | tail -n1)"
+export VRAMTRACE_WHEEL
 cargo test --workspace --locked
 # The Python bridge's own tests (standard library only; the end-to-end ones are in tests/e2e/tests/bridge.rs).
 python3 -m unittest discover -s bridge/tests

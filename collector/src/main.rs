@@ -63,6 +63,8 @@ enum Verb {
 }
 
 fn main() {
+    #[cfg(feature = "glibc217")]
+    vramtrace_glibc217::link();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => exit::usage(e),

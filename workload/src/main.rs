@@ -63,6 +63,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    #[cfg(feature = "glibc217")]
+    vramtrace_glibc217::link();
     // cudarc panics when a driver entry point is missing; a panic here is one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
         let msg = info
