@@ -37,7 +37,10 @@
 //! object's type before trusting it, stops at [`MAX_FRAMES`] frames, and detects loops.
 //!
 //! Cost (`vramtrace_debug_pystack_ns`, release build, 2 shared cores, CPython 3.10-3.13): about 1.1-1.5 us
-//! for a 20-frame stack, most of it the allocation of the 40 strings of the `PyFrame`s. Lines are cached per
+//! for a 20-frame stack, most of it the allocation of the 40 strings of the `PyFrame`s. So the call sites read a
+//! stack by its keys first ([`walk_keys`]: each frame's file and function hashed where their characters lie, and
+//! its line; nothing decoded, nothing allocated), and read its strings only for a stack new to the process: in
+//! a 36-frame ctypes loop on the simulated driver, 1.35 us an allocation instead of 2.8 (docs/BENCHMARKS.md). Lines are cached per
 //! (code, instruction) in [`LINES`]: `PyCode_Addr2Line` alone scans a line table from its start, which for a
 //! long script's `<module>` is thousands of entries.
 //!
@@ -291,7 +294,7 @@ fn walk_inner(out: &mut Vec<PyFrame>) -> Walk {
 /// A walk with safe reads and every check; passing it lets later walks read memory directly.
 fn validate(py: &Python, ts: usize, out: &mut Vec<PyFrame>) -> Walk {
     let mem = Safe::new();
-    let mut frames = Vec::new();
+    let mut frames: Vec<PyFrame> = Vec::new();
     match walk_frames(py, &mem, ts, &mut frames, true) {
         Ok(()) if frames.is_empty() => Walk::NoPython,
         Ok(()) if frames.iter().all(|f| f.line == 0) => {
@@ -611,11 +614,11 @@ fn ptr_ok(p: usize) -> bool {
 /// Appends the frames of thread state `ts`, innermost first. `strict`: every oddity is an error; otherwise
 /// odd strings become "?" and an odd instruction offset line 0, while anything that breaks the chain still
 /// ends the walk (with the frames read so far kept).
-fn walk_frames<M: Mem>(
+fn walk_frames<M: Mem, S: Frames>(
     py: &Python,
     m: &M,
     ts: usize,
-    out: &mut Vec<PyFrame>,
+    out: &mut S,
     strict: bool,
 ) -> Result<(), Stop> {
     let o = &py.off;
@@ -667,27 +670,146 @@ fn walk_frames<M: Mem>(
             if !ptr_ok(code) || m.word(code + OB_TYPE) != Some(py.code_type) {
                 return Err(Stop::Bad(B_CODE));
             }
-            let file = string(py, m, code + o.co_filename);
-            let function = string(py, m, code + o.co_name);
-            let line = line(py, m, frame, code, !strict);
-            if strict && (file.is_none() || function.is_none()) {
-                return Err(Stop::Bad(B_STRING));
-            }
-            let line = match line {
-                Some(l) => l,
-                None if strict => return Err(Stop::Bad(B_INSTR)),
-                None => 0,
-            };
-            out.push(PyFrame {
-                file: file.unwrap_or_else(|| "?".into()),
-                function: function.unwrap_or_else(|| "?".into()),
-                line,
-            });
+            out.frame(py, m, frame, code, strict)?;
             kept += 1;
         }
         frame = m.word(frame + o.fr_previous).ok_or(Stop::Bad(B_FRAME))?;
     }
     Ok(())
+}
+
+/// Where a walk puts each frame: its strings (`Vec<PyFrame>`), or its key ([`FrameKey`]).
+trait Frames {
+    /// Reads frame `frame` of code object `code` (checked to be one) and keeps it.
+    fn frame<M: Mem>(
+        &mut self,
+        py: &Python,
+        m: &M,
+        frame: usize,
+        code: usize,
+        strict: bool,
+    ) -> Result<(), Stop>;
+}
+
+impl Frames for Vec<PyFrame> {
+    fn frame<M: Mem>(
+        &mut self,
+        py: &Python,
+        m: &M,
+        frame: usize,
+        code: usize,
+        strict: bool,
+    ) -> Result<(), Stop> {
+        let o = &py.off;
+        let file = string(py, m, code + o.co_filename);
+        let function = string(py, m, code + o.co_name);
+        let line = line(py, m, frame, code, !strict);
+        if strict && (file.is_none() || function.is_none()) {
+            return Err(Stop::Bad(B_STRING));
+        }
+        let line = match line {
+            Some(l) => l,
+            None if strict => return Err(Stop::Bad(B_INSTR)),
+            None => 0,
+        };
+        self.push(PyFrame {
+            file: file.unwrap_or_else(|| "?".into()),
+            function: function.unwrap_or_else(|| "?".into()),
+            line,
+        });
+        Ok(())
+    }
+}
+
+/// A Python frame by its content, read without decoding a string or allocating: 64-bit hashes of its file and
+/// function names' stored characters (as [`decode_str`] would read them, cut alike) and its line. Equal frames
+/// have equal keys, as their strings would; CPython's own cached hash is not used, since it is filled in only
+/// when something hashes the string (file names often never are).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameKey {
+    pub file: u64,
+    pub function: u64,
+    pub line: u32,
+}
+
+impl Frames for Vec<FrameKey> {
+    fn frame<M: Mem>(
+        &mut self,
+        py: &Python,
+        m: &M,
+        frame: usize,
+        code: usize,
+        _strict: bool,
+    ) -> Result<(), Stop> {
+        let o = &py.off;
+        let hash_at = |at: usize| -> Result<u64, Stop> {
+            let obj = m.word(at).ok_or(Stop::Bad(B_STRING))?;
+            if !ptr_ok(obj) || m.word(obj + OB_TYPE) != Some(py.unicode_type) {
+                return Err(Stop::Bad(B_STRING));
+            }
+            hash_str(o, m, obj).ok_or(Stop::Bad(B_STRING))
+        };
+        let file = hash_at(code + o.co_filename)?;
+        let function = hash_at(code + o.co_name)?;
+        let line = line(py, m, frame, code, true).unwrap_or(0);
+        self.push(FrameKey {
+            file,
+            function,
+            line,
+        });
+        Ok(())
+    }
+}
+
+/// What [`walk_keys`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keys {
+    /// Keys were appended (at least one).
+    Keyed,
+    /// No Python frames on this thread (or no Python).
+    NoPython,
+    /// Keys cannot be read here (the walker is not validated yet, or cannot read this interpreter): walk the
+    /// strings with [`walk`] instead.
+    Strings,
+}
+
+/// The calling thread's Python frames as keys ([`FrameKey`]), innermost first: the call sites' fast path,
+/// which decodes strings only for a stack it has not met (stacks.rs). Never panics, never blocks.
+pub fn walk_keys(out: &mut Vec<FrameKey>) -> Keys {
+    let start = out.len();
+    let got = catch_unwind(AssertUnwindSafe(|| {
+        let found = found()?;
+        // SAFETY: as in `walk_inner`.
+        let ts = unsafe { (found.this_tstate)() } as usize;
+        if ts == 0 {
+            return Some(Keys::NoPython);
+        }
+        // SAFETY: see `Found::finalizing`.
+        if found.finalizing.is_some_and(|f| unsafe { f() } != 0) {
+            return Some(Keys::NoPython);
+        }
+        let py = found.python.as_ref().ok()?;
+        if VALIDATION.load(Ordering::Acquire) != VALID {
+            return None;
+        }
+        match walk_frames(py, &Direct, ts, out, false) {
+            Ok(()) if out.len() > start => Some(Keys::Keyed),
+            Ok(()) | Err(Stop::OtherThread) => Some(Keys::NoPython),
+            // Anything odd: the string walk decides (and says why, once).
+            Err(_) => None,
+        }
+    }));
+    match got {
+        Ok(Some(k)) => k,
+        Ok(None) | Err(_) => {
+            out.truncate(start);
+            if found().is_none() {
+                Keys::NoPython
+            } else {
+                Keys::Strings
+            }
+        }
+    }
 }
 
 /// The line `frame` is at (0 when its code has none there); `None` when its instruction lies outside its
@@ -762,6 +884,52 @@ fn line_key(code: usize, offset: i64, linetable: usize, firstlineno: u32) -> u64
         h = (h.rotate_left(29) ^ v).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     }
     h ^ (h >> 31)
+}
+
+/// A 64-bit hash of the characters of the `str` at `obj` (type already checked), read where [`decode_str`]
+/// reads them, 8 bytes at a time, with no allocation; `None` when it does not read as a `str`.
+fn hash_str<M: Mem>(o: &Offsets, m: &M, obj: usize) -> Option<u64> {
+    let len = m.word(obj + STR_LENGTH)? as isize;
+    if len < 0 {
+        return None;
+    }
+    let n = (len as usize).min(MAX_CHARS);
+    let state = m.u32(obj + STR_STATE)?;
+    let kind = ((state >> 2) & 7) as usize;
+    let compact = state & (1 << 5) != 0;
+    let ascii = state & (1 << 6) != 0;
+    if o.str_ready_bit && state & (1 << 7) == 0 {
+        return None;
+    }
+    if !matches!(kind, 1 | 2 | 4) || (ascii && kind != 1) {
+        return None;
+    }
+    let data = match (compact, ascii) {
+        (true, true) => obj + o.str_ascii_data,
+        (true, false) => obj + o.str_compact_data,
+        (false, _) => {
+            let p = m.word(obj + o.str_compact_data)?;
+            if p < 0x1000 {
+                return None;
+            }
+            p
+        }
+    };
+    let bytes = n * kind;
+    let mut h = 0x9e37_79b9_7f4a_7c15u64 ^ (bytes as u64) ^ ((kind as u64) << 56);
+    let mut at = 0;
+    while at < bytes {
+        let take = (bytes - at).min(8);
+        let mut w = [0u8; 8];
+        if !m.copy(data + at, &mut w[..take]) {
+            return None;
+        }
+        let v = u64::from_le_bytes(w);
+        let x = ((h ^ v) as u128).wrapping_mul(0xe703_7ed1_a0b4_28db);
+        h = (x as u64) ^ ((x >> 64) as u64);
+        at += take;
+    }
+    Some(h)
 }
 
 /// The `str` object whose address is stored at `at`, as UTF-8 (cut to [`MAX_CHARS`]; characters that are not
@@ -1046,7 +1214,7 @@ mod tests {
 
     #[test]
     fn a_process_without_python_has_no_frames() {
-        let mut out = Vec::new();
+        let mut out: Vec<PyFrame> = Vec::new();
         assert_eq!(walk(&mut out), Walk::NoPython);
         assert!(out.is_empty());
         let mut buf = [0xffu8; 16];
@@ -1446,7 +1614,7 @@ mod tests {
             let ts = h.tstate(&off, f1, me());
             let py = h.python(off);
             for strict in [true, false] {
-                let mut out = Vec::new();
+                let mut out: Vec<PyFrame> = Vec::new();
                 assert_eq!(walk_frames(&py, &Safe::new(), ts, &mut out, strict), Ok(()));
                 let mut want = vec![("inner", 1006), ("entry", 1000), ("outer", 1014)];
                 if off.fr_owner.is_some() {
@@ -1454,18 +1622,53 @@ mod tests {
                 }
                 assert_eq!(names(&out), want, "{off:?}");
                 assert!(out.iter().all(|f| f.file == "f.py"));
-                let mut direct = Vec::new();
+                let mut direct: Vec<PyFrame> = Vec::new();
                 let _ = walk_frames(&py, &Direct, ts, &mut direct, strict);
                 assert_eq!(direct, out);
             }
             // Another thread's state.
             let other = h.tstate(&off, f1, me() + 8);
-            let mut out = Vec::new();
+            let mut out: Vec<PyFrame> = Vec::new();
             assert_eq!(
                 walk_frames(&py, &Direct, other, &mut out, false),
                 Err(Stop::OtherThread)
             );
             assert!(out.is_empty());
+        }
+    }
+
+    /// Keys name frames by content: two code objects of the same name (their strings apart in memory) at the
+    /// same line have one key, another name or line another; and there is a key for each frame the strings'
+    /// walk keeps, under every layout.
+    #[test]
+    fn keys_name_frames_by_content() {
+        let direct = parse_debug_offsets(&slots_313(), 0x030d00f0).unwrap();
+        for off in [OFFSETS_311, OFFSETS_312, direct] {
+            let mut h = Heap::new();
+            let (a, a_again, b) = (h.code(&off, "f"), h.code(&off, "f"), h.code(&off, "g"));
+            let f4 = h.frame(&off, b, 3, 0, 0);
+            let f3 = h.frame(&off, a, 5, f4, 0);
+            let f2 = h.frame(&off, a_again, 3, f3, 0);
+            let f1 = h.frame(&off, a, 3, f2, 0);
+            let ts = h.tstate(&off, f1, me());
+            let py = h.python(off);
+            let mut keys: Vec<FrameKey> = Vec::new();
+            assert_eq!(walk_frames(&py, &Direct, ts, &mut keys, false), Ok(()));
+            let mut frames: Vec<PyFrame> = Vec::new();
+            assert_eq!(walk_frames(&py, &Direct, ts, &mut frames, false), Ok(()));
+            assert_eq!(keys.len(), 4, "{off:?}");
+            assert_eq!(keys.len(), frames.len());
+            assert_eq!(
+                keys[0], keys[1],
+                "same name and line, another code object: {off:?}"
+            );
+            assert_ne!(keys[0], keys[2], "another line");
+            assert_ne!(keys[0].function, keys[3].function, "another name");
+            assert_eq!(keys[0].file, keys[3].file, "the same file");
+            assert_eq!(
+                keys.iter().map(|k| k.line).collect::<Vec<_>>(),
+                frames.iter().map(|f| f.line).collect::<Vec<_>>()
+            );
         }
     }
 
@@ -1480,14 +1683,14 @@ mod tests {
         let b = h.frame(&off, code, 2, a, 0);
         h.set(a + off.fr_previous, b as u64);
         let ts = h.tstate(&off, b, me());
-        let mut out = Vec::new();
+        let mut out: Vec<PyFrame> = Vec::new();
         assert_eq!(
             walk_frames(&py, &Direct, ts, &mut out, false),
             Err(Stop::Bad(B_LOOP))
         );
         assert_eq!(names(&out), [("f", 1004), ("f", 1002)]);
         assert_eq!(
-            walk_frames(&py, &Safe::new(), ts, &mut Vec::new(), true),
+            walk_frames(&py, &Safe::new(), ts, &mut Vec::<PyFrame>::new(), true),
             Err(Stop::Bad(B_LOOP))
         );
         // A long chain is cut at MAX_FRAMES.
@@ -1496,7 +1699,7 @@ mod tests {
             f = h.frame(&off, code, 1, f, 0);
         }
         let ts = h.tstate(&off, f, me());
-        let mut out = Vec::new();
+        let mut out: Vec<PyFrame> = Vec::new();
         assert_eq!(walk_frames(&py, &Direct, ts, &mut out, true), Ok(()));
         assert_eq!(out.len(), MAX_FRAMES);
         // Not a code object.
@@ -1504,7 +1707,7 @@ mod tests {
         let f = h.frame(&off, bogus, 0, 0, 0);
         let g = h.frame(&off, code, 1, f, 0);
         let ts = h.tstate(&off, g, me());
-        let mut out = Vec::new();
+        let mut out: Vec<PyFrame> = Vec::new();
         assert_eq!(
             walk_frames(&py, &Direct, ts, &mut out, false),
             Err(Stop::Bad(B_CODE))
@@ -1513,17 +1716,17 @@ mod tests {
         // An unmapped frame pointer: the safe reader says so.
         let ts = h.tstate(&off, 0x10_0000_0000, me());
         assert_eq!(
-            walk_frames(&py, &Safe::new(), ts, &mut Vec::new(), true),
+            walk_frames(&py, &Safe::new(), ts, &mut Vec::<PyFrame>::new(), true),
             Err(Stop::Bad(B_FRAME))
         );
         // An instruction outside its code: strict walks fail, others say line 0.
         let f = h.frame(&off, code, 1000, 0, 0);
         let ts = h.tstate(&off, f, me());
         assert_eq!(
-            walk_frames(&py, &Direct, ts, &mut Vec::new(), true),
+            walk_frames(&py, &Direct, ts, &mut Vec::<PyFrame>::new(), true),
             Err(Stop::Bad(B_INSTR))
         );
-        let mut out = Vec::new();
+        let mut out: Vec<PyFrame> = Vec::new();
         assert_eq!(walk_frames(&py, &Direct, ts, &mut out, false), Ok(()));
         assert_eq!(names(&out), [("f", 0)]);
         // A name that is not a string.
@@ -1531,10 +1734,10 @@ mod tests {
         let f = h.frame(&off, code, 1, 0, 0);
         let ts = h.tstate(&off, f, me());
         assert_eq!(
-            walk_frames(&py, &Direct, ts, &mut Vec::new(), true),
+            walk_frames(&py, &Direct, ts, &mut Vec::<PyFrame>::new(), true),
             Err(Stop::Bad(B_STRING))
         );
-        let mut out = Vec::new();
+        let mut out: Vec<PyFrame> = Vec::new();
         assert_eq!(walk_frames(&py, &Direct, ts, &mut out, false), Ok(()));
         assert_eq!(names(&out), [("?", 1002)]);
     }

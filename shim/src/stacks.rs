@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 
 use vramtrace_format::{PyFrame, Stack};
 
-use crate::pystack::{self, Walk};
+use crate::pystack::{self, FrameKey, Keys, Walk};
 use crate::record;
 use crate::settings;
 use crate::stack_table::Table;
@@ -80,10 +80,26 @@ fn capture(s: &settings::Settings) -> u32 {
         let walk = s.stacks_python
             && !table.python_off.load(Ordering::Relaxed)
             && !pystack::known_absent();
+        // The Python frames by their keys (no string decoded, nothing allocated); by their strings only where
+        // keys cannot be read.
+        let mut keyed = false;
         let mut py = if walk {
             let mut py = std::mem::take(&mut l.python);
             py.clear();
-            python(rec, table, &mut py);
+            l.keys.clear();
+            match pystack::walk_keys(&mut l.keys) {
+                Keys::Keyed => keyed = true,
+                Keys::NoPython => {}
+                Keys::Strings => {
+                    python(rec, table, &mut py);
+                    // The process's first walk validates the walker: this stack by its keys too, or its first
+                    // sighting would be another stack than the next ones.
+                    if !py.is_empty() && pystack::walk_keys(&mut l.keys) == Keys::Keyed {
+                        keyed = true;
+                        py.clear();
+                    }
+                }
+            }
             py
         } else {
             Vec::new()
@@ -98,7 +114,7 @@ fn capture(s: &settings::Settings) -> u32 {
         // hashing the frames.
         let known = found
             .map(|i| &l.chains.chains[i])
-            .filter(|c| py.is_empty() && c.id != 0 && c.owner == owner)
+            .filter(|c| py.is_empty() && !keyed && c.id != 0 && c.owner == owner)
             .map(|c| c.id);
         let id = match known {
             Some(id) => id,
@@ -111,8 +127,12 @@ fn capture(s: &settings::Settings) -> u32 {
                 };
                 // Whether the stack is the native frames alone, read before `intern` (which takes `py` when
                 // the stack is new).
-                let plain = py.is_empty();
-                let id = intern(rec, table, &mut l.ids, &ips[..n], &mut py);
+                let plain = py.is_empty() && !keyed;
+                let id = if keyed {
+                    intern_keyed(rec, table, &mut l.ids, &ips[..n], &l.keys, &mut py)
+                } else {
+                    intern(rec, table, &mut l.ids, &ips[..n], &mut py)
+                };
                 if let Some(c) = chain.filter(|_| plain).map(|i| &mut l.chains.chains[i]) {
                     (c.id, c.owner) = (id, owner);
                 }
@@ -171,12 +191,34 @@ fn intern(
     if let Some(id) = ids.get(owner, h) {
         return id;
     }
-    intern_new(rec, table, ids, owner, h, native, python)
+    intern_new(rec, table, ids, owner, h, native, python, false)
+}
+
+/// The id of (`native`, the Python frames keyed `keys`): as [`intern`], the Python part hashed from its keys,
+/// so a stack met before costs no string. Only a stack new to the process has its strings read (into `python`),
+/// for its record.
+#[link_section = ".vramtrace.hot"]
+fn intern_keyed(
+    rec: &record::Recorder,
+    table: &Table,
+    ids: &mut Ids,
+    native: &[u64],
+    keys: &[FrameKey],
+    python: &mut Vec<PyFrame>,
+) -> u32 {
+    let h = hash_keyed(native, keys);
+    let owner = table as *const Table as usize;
+    if let Some(id) = ids.get(owner, h) {
+        return id;
+    }
+    intern_new(rec, table, ids, owner, h, native, python, true)
 }
 
 /// A chain the thread has not seen lately: the process's table (a lock), and a new stack record if it is new.
+/// `walk`: the Python frames are still to be read (a keyed stack), only if the stack is new.
 #[cold]
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 fn intern_new(
     rec: &record::Recorder,
     table: &Table,
@@ -185,8 +227,15 @@ fn intern_new(
     h: u64,
     native: &[u64],
     python: &mut Vec<PyFrame>,
+    walk: bool,
 ) -> u32 {
     let make = || {
+        if walk {
+            // The frames are those the keys were read from: the thread is inside the driver's call, its Python
+            // frames cannot change under it.
+            python.clear();
+            self::python(rec, table, python);
+        }
         Box::new(Stack {
             pid: rec.pid(),
             id: 0,
@@ -245,8 +294,9 @@ impl Ids {
 struct Local {
     ids: Ids,
     chains: Chains,
-    /// The buffer the Python walker fills, reused.
+    /// The buffers the Python walker fills, reused: the frames' strings, and their keys.
     python: Vec<PyFrame>,
+    keys: Vec<FrameKey>,
 }
 
 impl Local {
@@ -255,6 +305,7 @@ impl Local {
             ids: Ids::default(),
             chains: Chains::default(),
             python: Vec::new(),
+            keys: Vec::new(),
         })
     }
 }
@@ -338,6 +389,24 @@ fn local() -> Option<*mut Local> {
     unsafe { libc::pthread_setspecific(*key, p.cast()) };
     crate::tls::state().local.set(p.cast());
     Some(p)
+}
+
+/// A 64-bit hash of the native frames and the Python frames' keys (never 0). Seeded apart from [`hash`]: the two
+/// never name the same stack by chance.
+#[link_section = ".vramtrace.hot"]
+fn hash_keyed(native: &[u64], keys: &[FrameKey]) -> u64 {
+    let mut h = Mix(0x1319_8a2e_0370_7344);
+    for ip in native {
+        h.word(*ip);
+    }
+    h.word(native.len() as u64);
+    for k in keys {
+        h.word(k.file);
+        h.word(k.function);
+        h.word(k.line as u64);
+    }
+    h.word(keys.len() as u64);
+    h.0.max(1)
 }
 
 /// A 64-bit hash of the frames (never 0, the cache's empty key).

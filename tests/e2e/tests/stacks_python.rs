@@ -500,3 +500,46 @@ fn no_python_frames_are_read_while_the_interpreter_finalizes() {
     assert!(teardown.python.is_empty(), "{:?}", teardown.python);
     assert!(!teardown.native.is_empty());
 }
+
+/// A stack met again is the same stack: 80 allocations from two lines name exactly two stacks, each with its
+/// line, the first sighting (the walk that validates the walker, by strings) and the later ones (by the frames'
+/// keys, no string read) alike.
+#[test]
+fn a_repeated_python_stack_is_one_stack() {
+    let python = pythons()
+        .into_iter()
+        .find(|p| p.version >= (3, 10))
+        .expect("a Python 3.10+");
+    let fake = FakeCuda::new();
+    let script = fake.dir().join("repeat_sites.py");
+    std::fs::copy(py_dir().join("repeat_sites.py"), &script).unwrap();
+    let (r, trace) = fake.traced("python", &[], &python.exe, &[&script]);
+    r.assert_success("repeat_sites.py under vramtrace run");
+    assert!(r.stdout.contains("ok"), "{}", r.stdout);
+    let t = read_trace(&trace);
+    t.assert_stacks_precede_their_events();
+    let pid = t.pids()[0];
+    let m = markers(&script);
+    let mut by_size: std::collections::BTreeMap<u64, std::collections::BTreeSet<u32>> =
+        Default::default();
+    for e in t.events[&pid].iter().filter(|e| e.api == Api::MemAlloc) {
+        by_size.entry(e.size).or_default().insert(e.stack);
+    }
+    assert_eq!(by_size.len(), 2, "{by_size:?}");
+    for (size, marker) in [(2 * MIB, "even"), (3 * MIB, "odd")] {
+        let ids = &by_size[&size];
+        assert_eq!(
+            ids.len(),
+            1,
+            "{size}: one stack for 40 allocations, got {ids:?}"
+        );
+        let s = t.stack(pid, *ids.iter().next().unwrap()).unwrap();
+        let top = s.python.first().expect("Python frames");
+        assert_eq!(
+            (top.function.as_str(), top.line),
+            ("step", m[marker]),
+            "{s:?}"
+        );
+        assert_eq!(top.file, script.to_str().unwrap());
+    }
+}
