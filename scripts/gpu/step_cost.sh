@@ -7,7 +7,7 @@
 #   bare | vt (defaults) | vt --stacks none | vt --python-agent off | vt --stacks none --python-agent off
 # Prints per-run medians, then per configuration the median of its runs' medians and its paired difference to
 # bare (each round's run against the same round's bare run), with the driver calls per step from the trace.
-#   Usage: bash scripts/gpu/step_cost.sh DIR [ROUNDS] [STEPS] [WARM]
+#   Usage: bash scripts/gpu/step_cost.sh DIR [ROUNDS] [STEPS] [WARM]    (env STEP_CONFIGS, STEP_SETTINGS: a subset)
 set -u
 DIR=$(cd "$1" && pwd)
 ROUNDS=${2:-5}
@@ -20,6 +20,8 @@ W=$(mktemp -d /tmp/vt-step.XXXX)
 export VRAMTRACE_SHIM="$DIR/libvramtrace.so"
 unset PYTORCH_CUDA_ALLOC_CONF
 CONFIGS=("bare" "vt" "vt --stacks none" "vt --python-agent off" "vt --stacks none --python-agent off")
+# STEP_CONFIGS="bare,vt": some of them only; STEP_SETTINGS="nocache": one setting only.
+[ -n "${STEP_CONFIGS:-}" ] && IFS=, read -r -a CONFIGS <<<"$STEP_CONFIGS"
 run() { # run SETTING CONFIG -> the run's median step ms; the trace in $W
     local setting=$1 cfg=$2 env=() out
     [ "$setting" = nocache ] && env=(PYTORCH_NO_CUDA_MEMORY_CACHING=1)
@@ -32,7 +34,7 @@ run() { # run SETTING CONFIG -> the run's median step ms; the trace in $W
     fi
     echo "$out" | python3 -c 'import json,sys,statistics; print(statistics.median(json.loads(sys.stdin.read().strip().splitlines()[-1])["step_ms"]))' 2>/dev/null || echo nan
 }
-for setting in nocache cache; do
+for setting in ${STEP_SETTINGS:-nocache cache}; do
     : >"$W/$setting.tsv"
     for r in $(seq "$ROUNDS"); do
         n=${#CONFIGS[@]}
