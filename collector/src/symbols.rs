@@ -58,6 +58,8 @@ pub struct Resolved {
 pub struct Symbolizer {
     debug_dirs: Vec<PathBuf>,
     cache: HashMap<(String, Vec<u8>), Rc<Loaded>>,
+    /// `VRAMTRACE_SYMBOLS=off`: no object file is read; frames stay `module+offset`.
+    off: bool,
 }
 
 enum Loaded {
@@ -80,7 +82,9 @@ impl Default for Symbolizer {
 }
 
 impl Symbolizer {
-    /// Debug directories from `VRAMTRACE_DEBUG_DIRS` (colon-separated), then [`DEFAULT_DEBUG_DIR`].
+    /// Debug directories from `VRAMTRACE_DEBUG_DIRS` (colon-separated), then [`DEFAULT_DEBUG_DIR`]; no file read
+    /// at all with `VRAMTRACE_SYMBOLS=off` (a report that must not depend on what this machine has: the
+    /// golden tests, or a trace read far from where it was recorded).
     pub fn new() -> Self {
         let mut dirs: Vec<PathBuf> = std::env::var_os("VRAMTRACE_DEBUG_DIRS")
             .map(|v| {
@@ -90,7 +94,9 @@ impl Symbolizer {
             })
             .unwrap_or_default();
         dirs.push(PathBuf::from(DEFAULT_DEBUG_DIR));
-        Self::with_debug_dirs(dirs)
+        let mut s = Self::with_debug_dirs(dirs);
+        s.off = std::env::var("VRAMTRACE_SYMBOLS").is_ok_and(|v| v.trim() == "off");
+        s
     }
 
     /// Exactly these debug directories, in order.
@@ -98,6 +104,7 @@ impl Symbolizer {
         Symbolizer {
             debug_dirs,
             cache: HashMap::new(),
+            off: false,
         }
     }
 
@@ -171,6 +178,9 @@ impl Symbolizer {
     }
 
     fn load(&self, path: &str, build_id: &[u8]) -> Loaded {
+        if self.off {
+            return Loaded::Unusable("VRAMTRACE_SYMBOLS=off");
+        }
         if !path.starts_with('/') {
             // "[vdso]", "linux-vdso.so.1", anonymous or JIT memory, the unnamed main program.
             return Loaded::Unusable("no file");
