@@ -227,6 +227,7 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
     o.push('\n');
     if !full {
         short_figures(o, s, d);
+        held_by(o, a, s);
         findings_and_advice(o, crate::model::diagnose::short_findings(d), &d.advice);
         return;
     }
@@ -564,6 +565,31 @@ fn top_live(o: &mut String, a: &Analysis, s: &OomSnapshot) {
     }
     o.push('\n');
 }
+
+/// The one screen's view of what held the memory: the call sites holding the most bytes live on the device
+/// then, one line each (`--full` lists them all with their callers). Whatever the cause, the first question
+/// after an out-of-memory error is what was using the memory.
+fn held_by(o: &mut String, a: &Analysis, s: &OomSnapshot) {
+    if !a.call_sites.present || s.by_site.is_empty() {
+        return;
+    }
+    writeln!(
+        o,
+        "  HELD BY (the call sites holding the most bytes live on {} then)",
+        oom_place(s)
+    )
+    .ok();
+    for b in s.by_site.iter().take(HELD_BY_LISTED) {
+        let lead = format!("    {:>11}  {:>7} live  ", bytes(b.bytes), count(b.count));
+        if let Some(first) = site_lines(a, b.site, &lead).into_iter().next() {
+            writeln!(o, "{first}").ok();
+        }
+    }
+    o.push('\n');
+}
+
+/// Call sites on the one screen (`held_by`).
+const HELD_BY_LISTED: usize = 3;
 
 fn live_by_site(o: &mut String, a: &Analysis, s: &OomSnapshot) {
     if !a.call_sites.present || s.live_count == 0 {
