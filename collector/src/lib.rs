@@ -22,3 +22,4 @@ pub mod ticks;
 pub mod torch_snapshot;
 pub mod units;
 pub mod verbs;
+pub mod whatif;
