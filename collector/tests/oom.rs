@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::traces::{oom_at, refused, training};
 use common::*;
 use vramtrace_collector::model::{analyze_reader, Analysis, OomSnapshot, MAX_OOM_SNAPSHOTS};
 use vramtrace_collector::reporters::{oom_text, text};
@@ -10,37 +11,10 @@ use vramtrace_collector::verbs::oom::{
     self, diagnose, Cause, Diagnosis, Finding, CONTEXT_ESTIMATE_BYTES,
 };
 use vramtrace_format::codec::encode_header;
-use vramtrace_format::{flags, Api, EndKind, Event, Oom, Record};
+use vramtrace_format::{flags, Api, EndKind, Record};
 
 fn run(records: &[Record]) -> Analysis {
     analyze_reader(&trace(records)[..]).unwrap()
-}
-
-/// An out-of-memory record of `pid` at `ms` on `device` for `req` bytes, with the driver's free and total.
-fn oom_at(pid: u32, ms: u64, device: u32, req: u64, free: Option<u64>, total: Option<u64>) -> Oom {
-    Oom {
-        pid,
-        tid: pid + 1,
-        ts_ns: START + ms * MS,
-        device,
-        api: Api::MemAlloc as u8,
-        flags: 0,
-        requested_bytes: req,
-        result: 2,
-        device_free_bytes: free,
-        device_total_bytes: total,
-        cap_bytes: None,
-        job_used_bytes: None,
-        process_used_bytes: None,
-        extra: vec![],
-    }
-}
-
-/// The failing allocation as the shim records it: result 2, no address.
-fn refused(ms: u64, device: u32, size: u64, flag: u8) -> Event {
-    let mut e = failed(alloc(ms, device, 0, size), 2);
-    e.flags |= flag;
-    e
 }
 
 fn only(a: &Analysis) -> (&OomSnapshot, Diagnosis) {
@@ -415,30 +389,6 @@ fn two_processes_of_the_job_are_merged_in_time_before_the_snapshot() {
     assert_eq!(pids, vec![200, 100]);
     // The free at 60 ms came after the event: the device ends lower.
     assert_eq!(a.device(0).unwrap().in_use_bytes_at_end, 30 * GIB);
-}
-
-/// `cycles` training steps of 100 ms on GPU 0 over a persistent 1 GiB: a 4 GiB activation freed after 50 ms,
-/// and with `leak`, a 64 MiB allocation each step never freed. Then one more step fails asking for 8 GiB.
-fn training(cycles: u64, leak: bool) -> Vec<Record> {
-    let mut evs = vec![alloc(1, 0, 0x1000, GIB)];
-    for k in 0..=cycles {
-        let t = 100 * k;
-        evs.push(alloc(t + 10, 0, 0x2000, 4 * GIB));
-        if leak {
-            evs.push(alloc(t + 20, 0, 0x10_0000 + k * 0x1000, 64 * MIB));
-        }
-        if k < cycles {
-            evs.push(free(t + 60, 0x2000));
-        }
-    }
-    let at = 100 * cycles + 30;
-    evs.push(refused(at, 0, 8 * GIB, 0));
-    vec![
-        hello(100, 0),
-        events(100, evs),
-        Record::Oom(oom_at(100, at, 0, 8 * GIB, Some(GIB), Some(8 * GIB))),
-        end(100, at + 1, EndKind::Vanished),
-    ]
 }
 
 #[test]

@@ -4,11 +4,12 @@
 mod common;
 
 use common::cli;
+use common::traces::{keeping_loop, oom_rec, torch_oom, torch_sample};
 use common::*;
 use vramtrace_collector::model::{analyze_reader, Analysis, MAX_OOM_SNAPSHOTS};
 use vramtrace_collector::reporters::oom_text;
 use vramtrace_collector::verbs::oom::{self, diagnose, Cause};
-use vramtrace_format::{flags, Api, Bridge, EndKind, Event, Oom, Record};
+use vramtrace_format::{Api, Bridge, EndKind, Event, Oom, Record};
 
 fn run(records: &[Record]) -> Analysis {
     analyze_reader(&trace(records)[..]).unwrap()
@@ -19,47 +20,6 @@ fn refused(ms: u64, size: u64, flag: u8) -> Event {
     let mut e = failed(alloc(ms, 0, 0, size), 2);
     e.flags |= flag;
     e
-}
-
-/// The out-of-memory record of thread 1 of `pid` on device 0.
-fn oom_rec(pid: u32, ms: u64, req: u64, free: u64, total: u64, cap: Option<u64>) -> Record {
-    Record::Oom(Oom {
-        pid,
-        tid: 1,
-        ts_ns: START + ms * MS,
-        device: 0,
-        api: Api::MemAlloc as u8,
-        flags: if cap.is_some() { flags::CAP_REFUSED } else { 0 },
-        requested_bytes: req,
-        result: 2,
-        device_free_bytes: Some(free),
-        device_total_bytes: Some(total),
-        cap_bytes: cap,
-        job_used_bytes: None,
-        process_used_bytes: None,
-        extra: vec![],
-    })
-}
-
-/// PyTorch's own record of an error it raised (the bridge's `oom`).
-fn torch_oom(pid: u32, ms: u64, req: u64, allocated: u64, reserved: u64) -> Record {
-    let f = |k: &str, v: u64| (k.to_string(), v.to_string());
-    Record::Bridge(Bridge {
-        pid,
-        tid: 1,
-        ts_ns: START + ms * MS,
-        what: "oom".into(),
-        device: 0,
-        ack: true,
-        fields: vec![
-            f("requested", req),
-            f("allowed_or_total", 80 * GIB),
-            f("device_free", 0),
-            f("allocated", allocated),
-            f("reserved", reserved),
-            f("alloc_retries", 1),
-        ],
-    })
 }
 
 #[test]
@@ -173,53 +133,6 @@ fn a_refusal_the_process_died_of_is_the_error() {
     assert_eq!(a.ooms.len(), 1);
 }
 
-/// A loop that keeps a `kept`-byte buffer per step beside a 256 MiB temporary, from `base` live bytes, until the
-/// allocation of step `fail_at` is refused (with the cap `cap`, else by a device of `total`).
-fn keeping_loop(base: u64, kept: u64, steps: u64, cap: Option<u64>, total: u64) -> Vec<Record> {
-    let mut evs = vec![alloc(1, 0, 0x1000, base)];
-    let mut live = base;
-    let mut t = 10;
-    let mut fail = None;
-    for k in 0..steps {
-        let limit = cap.unwrap_or(total);
-        if live + 256 * MIB + kept > limit {
-            fail = Some(t);
-            break;
-        }
-        evs.push(alloc(t, 0, 0x2000, 256 * MIB));
-        if kept > 0 {
-            evs.push(alloc(t + 3, 0, 0x10_0000 + k * 0x1000, kept));
-        }
-        evs.push(free(t + 6, 0x2000));
-        live += kept;
-        t += 10;
-    }
-    let mut recs = vec![hello(100, 0)];
-    if let Some(at) = fail {
-        // The step's temporary and its kept buffer, asked for at once: more than the limit leaves.
-        let req = 256 * MIB + kept;
-        evs.push(refused(
-            at,
-            req,
-            if cap.is_some() { flags::CAP_REFUSED } else { 0 },
-        ));
-        recs.push(events(100, evs));
-        recs.push(oom_rec(
-            100,
-            at,
-            req,
-            total.saturating_sub(live),
-            total,
-            cap,
-        ));
-        recs.push(end(100, at + 1, EndKind::Vanished));
-    } else {
-        recs.push(events(100, evs));
-        recs.push(end(100, t + 5, EndKind::Vanished));
-    }
-    recs
-}
-
 #[test]
 fn a_buffer_kept_each_step_under_a_cap_is_growth_and_raising_the_cap_is_not_the_advice() {
     let a = run_with(
@@ -294,23 +207,6 @@ fn report_names_growth_without_an_error_and_not_on_a_steady_loop() {
     assert!(a.device(0).unwrap().growth.is_none());
     let text = vramtrace_collector::reporters::text::render(&a, None);
     assert!(!text.to_lowercase().contains("growth"), "{text}");
-}
-
-/// The bridge's sample of PyTorch's figures for `pid` on device 0 at `ms`.
-fn torch_sample(pid: u32, ms: u64, allocated: u64) -> Record {
-    Record::FrameworkSample(vramtrace_format::FrameworkSample {
-        pid,
-        ts_ns: START + ms * MS,
-        framework: vramtrace_format::Framework::Torch,
-        device: 0,
-        allocated,
-        reserved: allocated + 512 * MIB,
-        active: allocated,
-        inactive_split: 0,
-        requested: allocated,
-        alloc_retries: 0,
-        ooms: 0,
-    })
 }
 
 #[test]

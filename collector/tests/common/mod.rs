@@ -2,7 +2,9 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod golden;
 pub mod rng;
+pub mod traces;
 
 use vramtrace_format::codec::{encode_header, put_frame, put_record, put_varint};
 use vramtrace_format::{
