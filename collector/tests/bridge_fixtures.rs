@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use vramtrace_collector::model::{analyze, Analysis};
+use vramtrace_collector::reporters::prose;
 use vramtrace_collector::verbs::oom::{diagnose, Cause, Diagnosis, Finding};
 
 const GIB: u64 = 1 << 30;
@@ -38,18 +39,18 @@ fn a_carved_cache_is_fragmentation_of_pytorchs_cache_not_pressure() {
     // The request and the allocator's retry were two driver failures: one error.
     assert_eq!(s.driver_ooms_folded, 1);
     assert_eq!(a.oom_records, 1);
-    assert_eq!(d.cause, Cause::FragmentationCache, "{}", d.reason);
+    assert_eq!(d.cause, Cause::FragmentationCache, "{}", prose::reason(&d));
     assert_eq!(d.rule, "cache_fragmented");
     assert_eq!(d.view, "driver+pytorch");
     assert!(
-        d.advice[0].contains("expandable_segments:True"),
+        prose::advice(&d)[0].contains("expandable_segments:True"),
         "{:?}",
-        d.advice
+        prose::advice(&d)
     );
     assert!(
-        !d.advice.iter().any(|x| x.starts_with("Shed")),
+        !prose::advice(&d).iter().any(|x| x.starts_with("Shed")),
         "{:?}",
-        d.advice
+        prose::advice(&d)
     );
 
     // Without the bridge's figures, the driver alone cannot tell: it is the driver-level verdict, and says so.
@@ -68,7 +69,7 @@ fn kept_outputs_under_a_cap_show_allocated_rising_and_the_line_that_keeps_them()
     // The cap refused, but allocated bytes grew step after step up to it: growth is the cause, named with the
     // line whose tensors grew, and its advice comes first (a sliver of cache, 97 MiB of 5.81 GiB, is no reason
     // to call it fragmentation; a larger cap only moves the error).
-    assert_eq!(d.cause, Cause::Growth, "{}", d.reason);
+    assert_eq!(d.cause, Cause::Growth, "{}", prose::reason(&d));
     let line = d.growth_line.as_ref().expect("the growth's line");
     assert!(
         line.label.ends_with("bridge_case.py:79 in keep"),
@@ -76,19 +77,19 @@ fn kept_outputs_under_a_cap_show_allocated_rising_and_the_line_that_keeps_them()
     );
     assert_eq!(line.source, "tensors");
     assert!(
-        d.reason.contains("bridge_case.py:79 in keep"),
+        prose::reason(&d).contains("bridge_case.py:79 in keep"),
         "{}",
-        d.reason
+        prose::reason(&d)
     );
     assert!(
-        d.advice[0].contains("keeps tensors alive"),
+        prose::advice(&d)[0].contains("keeps tensors alive"),
         "{:?}",
-        d.advice
+        prose::advice(&d)
     );
     assert!(
-        d.advice.iter().all(|x| !x.contains("--cap ")),
+        prose::advice(&d).iter().all(|x| !x.contains("--cap ")),
         "{:?}",
-        d.advice
+        prose::advice(&d)
     );
     let leak = d
         .findings
@@ -141,16 +142,16 @@ fn an_oom_in_the_backward_pass_is_marked_as_such() {
 fn a_request_larger_than_the_device_is_its_own_verdict() {
     let (a, d) = first_oom("huge.vtrace");
     assert_eq!(a.ooms[0].requested_bytes, 1 << 40);
-    assert_eq!(d.cause, Cause::RequestTooLarge, "{}", d.reason);
+    assert_eq!(d.cause, Cause::RequestTooLarge, "{}", prose::reason(&d));
     assert!(
-        d.reason.contains("larger than the device's total"),
+        prose::reason(&d).contains("larger than the device's total"),
         "{}",
-        d.reason
+        prose::reason(&d)
     );
     assert!(
-        !d.advice.iter().any(|x| x.contains("Shed")),
+        !prose::advice(&d).iter().any(|x| x.contains("Shed")),
         "{:?}",
-        d.advice
+        prose::advice(&d)
     );
     // 80 GB H100: the device total the driver reported.
     assert!(d.total_bytes.unwrap() > 79 * GIB && d.total_bytes.unwrap() < 80 * GIB + 512 * MIB);
@@ -195,7 +196,7 @@ fn a_loss_kept_with_its_graph_under_a_cap_is_growth_named_by_its_line() {
 fn kept_loss(name: &str) {
     let (a, d) = first_oom(name);
     assert_eq!(a.oom_records, 1);
-    assert_eq!(d.cause, Cause::Growth, "{}", d.reason);
+    assert_eq!(d.cause, Cause::Growth, "{}", prose::reason(&d));
     let g = d.growth.as_ref().unwrap();
     assert!(g.rise_bytes > 3 * GIB, "{}", g.rise_bytes);
     let line = d.growth_line.as_ref().expect("the growth's line");
@@ -205,19 +206,27 @@ fn kept_loss(name: &str) {
     );
     assert_eq!((line.source, line.kind.key()), ("tensors", "kept"));
     assert!(
-        d.advice[0].contains("keeps tensors alive"),
+        prose::advice(&d)[0].contains("keeps tensors alive"),
         "{:?}",
-        d.advice
+        prose::advice(&d)
     );
     assert!(
-        d.advice.iter().all(|x| !x.contains("--cap ")),
+        prose::advice(&d).iter().all(|x| !x.contains("--cap ")),
         "{:?}",
-        d.advice
+        prose::advice(&d)
     );
     // The history was armed after the rise's last low point: its tensors are live at the error, but were not
     // seen being made during the rise, and the reason says no more than that.
-    assert!(!d.reason.contains("made during the rise"), "{}", d.reason);
-    assert!(d.reason.contains("live at the error"), "{}", d.reason);
+    assert!(
+        !prose::reason(&d).contains("made during the rise"),
+        "{}",
+        prose::reason(&d)
+    );
+    assert!(
+        prose::reason(&d).contains("live at the error"),
+        "{}",
+        prose::reason(&d)
+    );
     // The bridge said when it armed the history, and why.
     let h = &a.bridge.history;
     assert!(h.iter().any(|x| x.armed && x.reason == "pressure"), "{h:?}");
@@ -232,7 +241,7 @@ fn kept_loss(name: &str) {
 fn outputs_kept_without_a_cap_are_growth_though_no_sample_shows_a_fall() {
     let (a, d) = first_oom("verdict_growth_free.vtrace");
     assert_eq!(a.oom_records, 1);
-    assert_eq!(d.cause, Cause::Growth, "{}", d.reason);
+    assert_eq!(d.cause, Cause::Growth, "{}", prose::reason(&d));
     let line = d.growth_line.as_ref().expect("the growth's line");
     assert!(
         line.label.ends_with("verdicts_case.py:110 in grow_free"),
@@ -240,8 +249,8 @@ fn outputs_kept_without_a_cap_are_growth_though_no_sample_shows_a_fall() {
     );
     assert_eq!(line.source, "tensors");
     assert!(
-        d.advice[0].contains("keeps tensors alive"),
+        prose::advice(&d)[0].contains("keeps tensors alive"),
         "{:?}",
-        d.advice
+        prose::advice(&d)
     );
 }

@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use vramtrace_collector::callsites::{self, Frame, FrameKind, Site};
 use vramtrace_collector::model::{analyze_reader, analyze_reader_with, Analysis};
+use vramtrace_collector::reporters::prose;
 use vramtrace_collector::{
     reporters::{json, oom_json, oom_text, text},
     verbs::oom,
@@ -342,8 +343,7 @@ fn an_oom_groups_live_bytes_by_site_and_names_the_sites_that_grew() {
         ("proj/train.py:77 in log_metrics", 9, 9 * 64 * MIB)
     );
     let d = oom::diagnose(&a, s);
-    assert!(d.findings.iter().any(|f| f
-        .text()
+    assert!(d.findings.iter().any(|f| prose::finding(f)
         .contains("Their call sites: proj/train.py:77 in log_metrics (576.00 MiB in 9).")));
     let text = oom_text::render(&a, None);
     assert!(text.contains("LIVE BY CALL SITE ON GPU 0"), "{text}");

@@ -5,7 +5,9 @@ mod common;
 
 use common::traces::{oom_at, refused, training};
 use common::*;
+use vramtrace_collector::model::diagnose::{Advice, Reason};
 use vramtrace_collector::model::{analyze_reader, Analysis, OomSnapshot, MAX_OOM_SNAPSHOTS};
+use vramtrace_collector::reporters::prose;
 use vramtrace_collector::reporters::{oom_text, text};
 use vramtrace_collector::verbs::oom::{
     self, diagnose, Cause, Diagnosis, Finding, CONTEXT_ESTIMATE_BYTES,
@@ -64,13 +66,38 @@ fn cap_refused_names_the_cap_and_the_cap_that_would_have_fitted() {
     assert_eq!(d.available_bytes, Some(8 * GIB));
     assert_eq!(d.short_of_fitting_bytes, Some(512 * MIB));
     assert_eq!(d.suggested_cap_bytes, 8 * GIB + 512 * MIB);
-    assert!(d.advice[0].contains("--cap 8.5GiB"), "{:?}", d.advice);
-    assert!(d.advice.iter().any(|x| x.contains("--cap-mode warn")));
+    // The diagnosis is data: the rule's figures and the advice's, which the reporters put in words.
+    assert_eq!(
+        d.reason,
+        Reason::CapRefused {
+            job_bytes: 7 * GIB + 512 * MIB,
+            cap: Some(8 * GIB),
+            requested: GIB,
+        }
+    );
+    assert_eq!(
+        d.advice[..2],
+        [
+            Advice::CapWouldFit {
+                cap: 8 * GIB + 512 * MIB,
+                needed: 8 * GIB + 512 * MIB,
+                device: None,
+            },
+            Advice::CapModeWarn,
+        ]
+    );
     assert!(
-        d.reason
-            .contains("7.50 GiB (by the cap's ledger) of its 8.00 GiB cap"),
+        prose::advice(&d)[0].contains("--cap 8.5GiB"),
+        "{:?}",
+        prose::advice(&d)
+    );
+    assert!(prose::advice(&d)
+        .iter()
+        .any(|x| x.contains("--cap-mode warn")));
+    assert!(
+        prose::reason(&d).contains("7.50 GiB (by the cap's ledger) of its 8.00 GiB cap"),
         "{}",
-        d.reason
+        prose::reason(&d)
     );
     assert!(!has_finding(&d, "ledger_differs"));
     // The device section has the cap and the device total from the header.
@@ -150,11 +177,11 @@ fn pressure_when_the_job_fills_the_device() {
     assert_eq!(d.available_bytes, Some(79 * GIB + 512 * MIB));
     assert_eq!(d.short_of_fitting_bytes, Some(512 * MIB));
     assert!(
-        d.advice[0].starts_with(
+        prose::advice(&d)[0].starts_with(
             "Shed at least 512.00 MiB on GPU 0 (536,870,912 bytes, 0.6% of the 80.00 GiB"
         ),
         "{}",
-        d.advice[0]
+        prose::advice(&d)[0]
     );
     for lever in [
         "gradient accumulation",
@@ -163,7 +190,10 @@ fn pressure_when_the_job_fills_the_device() {
         "Offload optimizer",
         "FSDP",
     ] {
-        assert!(d.advice.iter().any(|x| x.contains(lever)), "{lever}");
+        assert!(
+            prose::advice(&d).iter().any(|x| x.contains(lever)),
+            "{lever}"
+        );
     }
     assert!(matches!(
         d.findings[0],
@@ -214,13 +244,15 @@ fn fragmentation_when_the_driver_had_the_bytes_free() {
     );
     assert_eq!(d.shortfall_bytes, Some(0));
     assert!(
-        d.reason.contains("10.00 GiB free, at least the 4.00 GiB"),
+        prose::reason(&d).contains("10.00 GiB free, at least the 4.00 GiB"),
         "{}",
-        d.reason
+        prose::reason(&d)
     );
-    assert!(d.advice[0].contains("expandable_segments:True"));
-    assert!(d.advice.iter().any(|x| x.contains("cuMemPoolTrimTo")));
-    assert!(d.advice.iter().any(|x| x.contains("empty_cache")));
+    assert!(prose::advice(&d)[0].contains("expandable_segments:True"));
+    assert!(prose::advice(&d)
+        .iter()
+        .any(|x| x.contains("cuMemPoolTrimTo")));
+    assert!(prose::advice(&d).iter().any(|x| x.contains("empty_cache")));
 }
 
 #[test]
@@ -253,9 +285,9 @@ fn fragmentation_when_the_pool_kept_what_was_freed_async_just_before() {
         (Cause::Fragmentation, "pool_cached_async_frees")
     );
     assert!(
-        d.reason.contains("freed 1.50 GiB with cuMemFreeAsync"),
+        prose::reason(&d).contains("freed 1.50 GiB with cuMemFreeAsync"),
         "{}",
-        d.reason
+        prose::reason(&d)
     );
     assert!(!has_finding(&d, "pool_cache"));
 }
@@ -275,13 +307,15 @@ fn external_when_something_else_holds_the_device() {
     assert_eq!(d.outside_job_bytes, Some(77 * GIB));
     assert_eq!(d.outside_excess_bytes, Some(77 * GIB - 500 * MIB));
     assert_eq!(d.shortfall_bytes, Some(3 * GIB));
-    assert!(d.advice[0].contains("pids are unknown"), "{}", d.advice[0]);
-    assert!(d
-        .advice
+    assert!(
+        prose::advice(&d)[0].contains("pids are unknown"),
+        "{}",
+        prose::advice(&d)[0]
+    );
+    assert!(prose::advice(&d)
         .iter()
         .any(|x| x.contains("nvidia-smi --query-compute-apps=pid,used_memory --format=csv")));
-    assert!(d
-        .advice
+    assert!(prose::advice(&d)
         .iter()
         .any(|x| x.contains("stop the other process")));
 }
@@ -315,7 +349,7 @@ fn without_the_drivers_figures_the_cause_is_decided_from_what_is_known() {
     let a = run(&recs(GIB));
     let (_, d) = only(&a);
     assert_eq!((d.cause, d.rule), (Cause::Pressure, "no_driver_figures"));
-    assert!(d.reason.starts_with("neither the driver's free memory"));
+    assert!(prose::reason(&d).starts_with("neither the driver's free memory"));
     assert_eq!(d.available_bytes, None);
     assert!(!has_finding(&d, "fit"));
 }
@@ -412,10 +446,13 @@ fn growth_is_found_from_the_rising_floor_with_what_grew() {
     assert!(has_finding(&d, "leak_trend"));
     // 576 MiB of growth cannot explain a 7 GiB shortfall: pressure, with the growth beside it.
     assert_eq!(d.cause, Cause::Pressure);
-    assert!(d.advice.iter().any(|x| x.contains("rose cycle over cycle")));
-    assert!(d.findings.iter().any(|f| f
-        .text()
-        .contains("still live: 9 x 64.00 MiB cuMemAlloc_v2.")));
+    assert!(prose::advice(&d)
+        .iter()
+        .any(|x| x.contains("rose cycle over cycle")));
+    assert!(d
+        .findings
+        .iter()
+        .any(|f| prose::finding(f).contains("still live: 9 x 64.00 MiB cuMemAlloc_v2.")));
     // The whole run's report sees it on the device too.
     assert!(a.device(0).unwrap().growth.is_some());
 }

@@ -8,6 +8,7 @@ use common::traces::{keeping_loop, oom_rec, torch_oom, torch_sample};
 use common::*;
 use vramtrace_collector::model::{analyze_reader, Analysis, MAX_OOM_SNAPSHOTS};
 use vramtrace_collector::reporters::oom_text;
+use vramtrace_collector::reporters::prose;
 use vramtrace_collector::verbs::oom::{self, diagnose, Cause};
 use vramtrace_format::{Api, Bridge, EndKind, Event, Oom, Record};
 
@@ -141,7 +142,7 @@ fn a_buffer_kept_each_step_under_a_cap_is_growth_and_raising_the_cap_is_not_the_
     );
     assert_eq!(a.oom_records, 1);
     let d = diagnose(&a, &a.ooms[0]);
-    assert_eq!(d.cause, Cause::Growth, "{}: {}", d.rule, d.reason);
+    assert_eq!(d.cause, Cause::Growth, "{}: {}", d.rule, prose::reason(&d));
     let g = d.growth.as_ref().unwrap();
     // 18 buffers of 256 MiB were kept before the refusal; the rise seen is most of them.
     assert!(
@@ -149,13 +150,25 @@ fn a_buffer_kept_each_step_under_a_cap_is_growth_and_raising_the_cap_is_not_the_
         "{}",
         g.rise_bytes
     );
-    assert!(d.reason.contains("grew step after step"), "{}", d.reason);
-    assert!(!d.advice[0].contains("cap of"), "{:?}", d.advice);
-    assert!(d.advice[0].contains("never freed"), "{:?}", d.advice);
     assert!(
-        d.advice.iter().all(|x| !x.contains("--cap ")),
+        prose::reason(&d).contains("grew step after step"),
+        "{}",
+        prose::reason(&d)
+    );
+    assert!(
+        !prose::advice(&d)[0].contains("cap of"),
         "{:?}",
-        d.advice
+        prose::advice(&d)
+    );
+    assert!(
+        prose::advice(&d)[0].contains("never freed"),
+        "{:?}",
+        prose::advice(&d)
+    );
+    assert!(
+        prose::advice(&d).iter().all(|x| !x.contains("--cap ")),
+        "{:?}",
+        prose::advice(&d)
     );
     let text = oom::render(&a, false);
     assert!(text.contains("CAUSE: growth"), "{text}");
@@ -165,8 +178,12 @@ fn a_buffer_kept_each_step_under_a_cap_is_growth_and_raising_the_cap_is_not_the_
 fn the_same_loop_filling_the_device_is_growth_not_pressure() {
     let a = run(&keeping_loop(GIB, 32 * MIB, 10_000, None, 4 * GIB));
     let d = diagnose(&a, &a.ooms[0]);
-    assert_eq!(d.cause, Cause::Growth, "{}: {}", d.rule, d.reason);
-    assert!(!d.advice[0].starts_with("Shed"), "{:?}", d.advice);
+    assert_eq!(d.cause, Cause::Growth, "{}: {}", d.rule, prose::reason(&d));
+    assert!(
+        !prose::advice(&d)[0].starts_with("Shed"),
+        "{:?}",
+        prose::advice(&d)
+    );
 }
 
 #[test]
@@ -183,7 +200,13 @@ fn a_big_request_after_small_growth_is_still_pressure() {
     recs.push(end(100, at + 1, EndKind::Vanished));
     let a = run(&recs);
     let d = diagnose(&a, &a.ooms[0]);
-    assert_eq!(d.cause, Cause::Pressure, "{}: {}", d.rule, d.reason);
+    assert_eq!(
+        d.cause,
+        Cause::Pressure,
+        "{}: {}",
+        d.rule,
+        prose::reason(&d)
+    );
 }
 
 #[test]
@@ -325,10 +348,22 @@ fn a_kv_cache_behind_the_error_is_bounded_in_the_advice() {
         end(100, 40, EndKind::Vanished),
     ]);
     let d = diagnose(&a, &a.ooms[0]);
-    assert_eq!(d.cause, Cause::Pressure, "{}", d.reason);
-    assert!(d.advice[0].starts_with("Shed at least"), "{:?}", d.advice);
-    assert!(d.advice[1].contains("KV cache"), "{:?}", d.advice);
-    assert!(d.advice[1].contains("cache_utils.py"), "{:?}", d.advice);
+    assert_eq!(d.cause, Cause::Pressure, "{}", prose::reason(&d));
+    assert!(
+        prose::advice(&d)[0].starts_with("Shed at least"),
+        "{:?}",
+        prose::advice(&d)
+    );
+    assert!(
+        prose::advice(&d)[1].contains("KV cache"),
+        "{:?}",
+        prose::advice(&d)
+    );
+    assert!(
+        prose::advice(&d)[1].contains("cache_utils.py"),
+        "{:?}",
+        prose::advice(&d)
+    );
     // A program with no KV cache gets no such advice.
     let a = run(&[
         hello(100, 0),
@@ -341,9 +376,9 @@ fn a_kv_cache_behind_the_error_is_bounded_in_the_advice() {
     ]);
     let d = diagnose(&a, &a.ooms[0]);
     assert!(
-        d.advice.iter().all(|x| !x.contains("KV cache")),
+        prose::advice(&d).iter().all(|x| !x.contains("KV cache")),
         "{:?}",
-        d.advice
+        prose::advice(&d)
     );
 }
 
@@ -374,7 +409,7 @@ fn no_growth_is_claimed_where_events_were_lost() {
     );
     let a = run_with(capped_header(6 * GIB, 80 * GIB), &recs);
     let d = diagnose(&a, &a.ooms[0]);
-    assert_ne!(d.cause, Cause::Growth, "{}", d.reason);
+    assert_ne!(d.cause, Cause::Growth, "{}", prose::reason(&d));
     assert!(d.findings.iter().any(|f| f.key() == "dropped_events"));
 }
 
@@ -403,7 +438,7 @@ fn a_batch_that_doubles_until_the_cap_refuses_it_is_the_cap_not_growth() {
         .join("tests/fixtures/gpu/batch_doubling_cap.vtrace");
     let a = vramtrace_collector::model::analyze(&p).unwrap();
     let d = diagnose(&a, a.ooms.first().expect("its out-of-memory error"));
-    assert_eq!(d.cause, Cause::Cap, "{}: {}", d.rule, d.reason);
+    assert_eq!(d.cause, Cause::Cap, "{}: {}", d.rule, prose::reason(&d));
 }
 
 #[test]
@@ -480,6 +515,6 @@ fn review_findings_host_refusals_errors_past_the_snapshots_and_nothing_missing()
     recs.push(end(100, at + 1, EndKind::Vanished));
     let a = run(&recs);
     let d = diagnose(&a, &a.ooms[0]);
-    assert_ne!(d.cause, Cause::Growth, "{}", d.reason);
+    assert_ne!(d.cause, Cause::Growth, "{}", prose::reason(&d));
     assert_eq!(d.rule, "free_at_least_request");
 }

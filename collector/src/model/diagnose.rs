@@ -1,14 +1,19 @@
 //! Telling the causes of an out-of-memory event apart, from its snapshot: the cause (exactly one, with the rule
 //! and the figures that decided it), the findings beside it, and advice fitted to both. docs/OOM.md states the
 //! rules; keep the two in step.
+//!
+//! All of it is data: the reporters say it (reporters/prose.rs holds every sentence), so text, JSON and HTML
+//! say the same thing in the same words.
 
 mod advice;
 mod growth_line;
+mod reason;
 
-pub use growth_line::{growth_size_text, GrowthKind, GrowthLine};
+pub use advice::Advice;
+pub use growth_line::{GrowthKind, GrowthLine};
+pub use reason::{GrowthOf, Limit, Outside, Reason};
 
 use crate::model::analysis::{Analysis, LeakTrend, OomSnapshot};
-use crate::units::{bytes, count};
 use advice::advice;
 use growth_line::growth_line;
 
@@ -59,20 +64,6 @@ impl Cause {
             Cause::Growth => "growth",
         }
     }
-
-    /// A few words for people.
-    pub fn title(self) -> &'static str {
-        match self {
-            Cause::Cap => "the vramtrace cap",
-            Cause::Fragmentation => "fragmentation",
-            Cause::FragmentationCache => "fragmentation of PyTorch's cache",
-            Cause::RequestTooLarge => "a request larger than the device or the cap",
-            Cause::External => "memory held outside the job",
-            Cause::Pressure => "memory pressure from the job itself",
-            Cause::HostMemory => "pinned host memory ran out (not GPU memory)",
-            Cause::Growth => "memory growing step after step",
-        }
-    }
 }
 
 /// Something worth knowing beside the cause.
@@ -107,7 +98,8 @@ pub enum Finding {
         largest_free_block_bytes: Option<u64>,
         free_in_live_segments_bytes: Option<u64>,
         alloc_retries: u64,
-        settings: String,
+        /// The allocator's settings, from the framework's out-of-memory record (`None`: it sent none).
+        settings: Option<AllocatorSettings>,
     },
     /// Allocated bytes (the framework's figure, which its cache hides from the driver) rising across cycles.
     AllocatedLeakTrend(LeakTrend),
@@ -133,162 +125,45 @@ impl Finding {
             Finding::BackwardThread { .. } => "backward_thread",
         }
     }
-
-    /// One sentence for people.
-    pub fn text(&self) -> String {
-        match self {
-            Finding::Fit {
-                needed_bytes,
-                available_bytes,
-                short_bytes,
-                limited_by,
-            } => {
-                let what = if *limited_by == "cap" {
-                    "the cap"
-                } else {
-                    "the device"
-                };
-                if *short_bytes == 0 {
-                    format!(
-                        "The job needed {} at most up to this point (its peak, or its bytes plus the request) \
-                         and {what} could give it {}: it fitted by the numbers.",
-                        bytes(*needed_bytes),
-                        bytes(*available_bytes)
-                    )
-                } else {
-                    format!(
-                        "The job needed {} at most up to this point (its peak, or its bytes plus the request); \
-                         {what} could give it {}: {} short of fitting.",
-                        bytes(*needed_bytes),
-                        bytes(*available_bytes),
-                        bytes(*short_bytes)
-                    )
-                }
-            }
-            Finding::LeakTrend(l) => leak_text(l),
-            Finding::PoolCache {
-                freed_bytes,
-                shortfall_bytes,
-            } => {
-                let vs = match shortfall_bytes {
-                    Some(s) if freed_bytes >= s => {
-                        format!(", at least the {} shortfall", bytes(*s))
-                    }
-                    Some(s) => format!(" (the shortfall was {})", bytes(*s)),
-                    None => String::new(),
-                };
-                format!(
-                    "The job freed {} with cuMemFreeAsync in the last second before the event{vs}; its \
-                     stream-ordered pool may still have held that memory cached.",
-                    bytes(*freed_bytes)
-                )
-            }
-            Finding::LedgerDiffers {
-                ledger_bytes,
-                trace_bytes,
-            } => format!(
-                "The cap's ledger counted {} for the job on this device, the trace {} (dropped events, or a dead \
-                 process's share not yet reclaimed); the ledger's figure was used.",
-                bytes(*ledger_bytes),
-                bytes(*trace_bytes)
-            ),
-            Finding::DroppedEvents { count } => format!(
-                "{count} events were dropped by the shim before this point: the job's bytes from the trace can \
-                 be low."
-            ),
-            Finding::NoDriverFigures => "The driver could not say how much memory was free (no current \
-                                         context): the cause was decided from the trace's figures alone."
-                .to_string(),
-            Finding::FrameworkFigures {
-                allocated_bytes,
-                reserved_bytes,
-                inactive_split_bytes,
-                largest_free_block_bytes,
-                free_in_live_segments_bytes,
-                alloc_retries,
-                settings,
-            } => {
-                let mut t = format!(
-                    "PyTorch's allocator in this process: {} allocated in tensors, {} reserved ({} cached, \
-                     {} of it inactive split)",
-                    bytes(*allocated_bytes),
-                    bytes(*reserved_bytes),
-                    bytes(reserved_bytes.saturating_sub(*allocated_bytes)),
-                    bytes(*inactive_split_bytes)
-                );
-                if let Some(l) = largest_free_block_bytes {
-                    t.push_str(&format!("; largest free block {}", bytes(*l)));
-                }
-                if let Some(f) = free_in_live_segments_bytes {
-                    t.push_str(&format!(
-                        "; {} free inside segments that hold live tensors (it cannot give those back)",
-                        bytes(*f)
-                    ));
-                }
-                t.push_str(&format!(
-                    "; {alloc_retries} cache flush{} and retr{}; settings: {settings}.",
-                    if *alloc_retries == 1 { "" } else { "es" },
-                    if *alloc_retries == 1 { "y" } else { "ies" }
-                ));
-                t
-            }
-            Finding::AllocatedLeakTrend(l) => format!(
-                "Allocated bytes (PyTorch's own figure; its cache hides them from the driver) grew: {}",
-                leak_text(l).trim_start_matches("Growth: ")
-            ),
-            Finding::AllocRetries { count } => format!(
-                "PyTorch flushed its cache and retried a driver allocation {count} time{} before this \
-                 error: the allocator was already short of memory (the guides' early warning).",
-                if *count == 1 { "" } else { "s" }
-            ),
-            Finding::BackwardThread { thread } => format!(
-                "The failing allocation was made on autograd's backward thread ({thread}): the backward \
-                 pass ran out of memory, not the forward pass."
-            ),
-        }
-    }
 }
 
-/// One sentence on a growth finding: its size, then what grew and where.
-pub fn leak_text(l: &LeakTrend) -> String {
-    let mut s = format!("Growth: {}.", growth_size_text(l));
-    if !l.groups.is_empty() {
-        let g: Vec<String> = l
-            .groups
-            .iter()
-            .take(3)
-            .map(|g| format!("{} x {} {}", g.count, bytes(g.bytes_each), g.api.name()))
-            .collect();
-        s.push_str(&format!(
-            " Made during the rise and still live: {}.",
-            g.join(", ")
-        ));
+/// The allocator settings a framework's out-of-memory record carried (PyTorch's), as it gave them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocatorSettings {
+    pub backend: Option<String>,
+    /// `None`: not said (off, PyTorch's default).
+    pub expandable_segments: Option<bool>,
+    /// Blocks larger than this are never split (`None`: unlimited).
+    pub max_split_size: Option<u64>,
+    pub garbage_collection_threshold: Option<String>,
+    /// `PYTORCH_CUDA_ALLOC_CONF` as set (`None` or empty: not set).
+    pub alloc_conf: Option<String>,
+}
+
+impl AllocatorSettings {
+    fn of(o: &crate::model::replay::framework::FrameworkOom) -> AllocatorSettings {
+        AllocatorSettings {
+            backend: o.backend.clone(),
+            expandable_segments: o.expandable_segments,
+            max_split_size: o.max_split_size,
+            garbage_collection_threshold: o.garbage_collection_threshold.clone(),
+            alloc_conf: o.alloc_conf.clone(),
+        }
     }
-    if !l.sites.is_empty() {
-        let g: Vec<String> = l
-            .sites
-            .iter()
-            .take(3)
-            .map(|g| format!("{} ({} in {})", g.label, bytes(g.bytes), count(g.count)))
-            .collect();
-        s.push_str(&format!(" Their call sites: {}.", g.join("; ")));
-    }
-    s
 }
 
 /// The cause of one out-of-memory event, the figures that decided it, findings and advice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnosis {
+    /// `reason.cause()`.
     pub cause: Cause,
     /// What the diagnosis could see: `driver` (the driver's calls only) or `driver+pytorch` / `driver+jax`
     /// (the framework allocator's own figures too, from the Python bridge).
     pub view: &'static str,
-    /// Which rule decided (docs/OOM.md): `cap_refused`, `over_cap`, `free_at_least_request`,
-    /// `pool_cached_async_frees`, `outside_excess`, `job_fills_device`, and without the driver's figures
-    /// `no_driver_figures_pool`, `no_driver_figures_fits_total`, `no_driver_figures`.
+    /// Which rule decided (docs/OOM.md): `reason.rule()`.
     pub rule: &'static str,
-    /// The deciding figures in a sentence.
-    pub reason: String,
+    /// The deciding figures, by rule.
+    pub reason: Reason,
     /// The job's bytes in use on the device: the cap's ledger when the record has it, else the trace's.
     pub job_live_bytes: u64,
     /// `"ledger"` or `"trace"`.
@@ -318,7 +193,8 @@ pub struct Diagnosis {
     pub growth: Option<LeakTrend>,
     pub growth_line: Option<GrowthLine>,
     pub findings: Vec<Finding>,
-    pub advice: Vec<String>,
+    /// What to do, first the step that fixes the cause.
+    pub advice: Vec<Advice>,
 }
 
 /// Decides the cause of out-of-memory snapshot `s` of analysis `a`.
@@ -328,11 +204,6 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
     let (job, source) = match s.ledger_job_bytes {
         Some(b) => (b, "ledger"),
         None => (s.job_live_trace_bytes, "trace"),
-    };
-    let by = if source == "ledger" {
-        "by the cap's ledger"
-    } else {
-        "by the trace"
     };
     let cap = s.cap_bytes.or(dev.and_then(|d| d.cap_bytes));
     let free = s.device_free_bytes;
@@ -358,19 +229,17 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
         .max(1)
         .saturating_mul(CAP_STEP_BYTES);
     let recent = s.async_freed_recent_bytes;
-    let n = s.job_processes_on_device;
-    let procs = format!("{n} job process{}", if n == 1 { "" } else { "es" });
+    let procs = s.job_processes_on_device;
 
-    let b = bytes;
     let fw = s.framework.as_ref();
     let fig = s.framework_figures;
     let known_total = total.or(dev.and_then(|d| d.total_bytes));
     // The most any single request could get: the cap or the device, whichever is smaller.
-    let (limit_alone, limit_what) = match (cap, known_total) {
-        (Some(c), Some(t)) if c <= t => (Some(c), "the cap"),
-        (_, Some(t)) => (Some(t), "the device's total"),
-        (Some(c), None) => (Some(c), "the cap"),
-        (None, None) => (None, ""),
+    let limit_alone = match (cap, known_total) {
+        (Some(c), Some(t)) if c <= t => Some((c, Limit::Cap)),
+        (_, Some(t)) => Some((t, Limit::Device)),
+        (Some(c), None) => Some((c, Limit::Cap)),
+        (None, None) => None,
     };
     // What a new segment could get: the device's free memory, and under a cap the cap's room.
     let room = {
@@ -404,265 +273,127 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
     let grew = s
         .framework_leak
         .as_ref()
-        .map(|l| (l, "PyTorch's allocated bytes"))
-        .or(s.leak.as_ref().map(|l| (l, "the job's bytes in use")))
+        .map(|l| (l, GrowthOf::FrameworkAllocated))
+        .or(s.leak.as_ref().map(|l| (l, GrowthOf::JobInUse)))
         .filter(|(l, _)| missing.is_some_and(|m| l.rise_bytes >= m))
         // Lost events can be lost frees, which look exactly like memory kept: no growth verdict on them.
         .filter(|_| s.dropped_events == 0);
     let line = grew.and_then(|(l, _)| growth_line(a, s, l));
-    let (cause, rule, reason) = if s.on_host {
-        (
-            Cause::HostMemory,
-            "host_memory",
-            format!(
-                "cuMemCreate asked for {} of pinned memory on the host (a host location, not a GPU) and the \
-                 driver could not give it: the host's memory, or its limit on locked memory, ran out; no \
-                 GPU's memory was the limit",
-                b(req)
-            ),
-        )
-    } else if let Some(l) = limit_alone.filter(|&l| req > l) {
-        (
-            Cause::RequestTooLarge,
-            "request_exceeds_limit",
-            format!(
-                "the request alone ({}) is larger than {limit_what} ({}): no amount of freeing other memory \
-                 makes it fit",
-                b(req),
-                b(l)
-            ),
-        )
+    let reason = if s.on_host {
+        Reason::HostMemory { requested: req }
+    } else if let Some((l, limit)) = limit_alone.filter(|&(l, _)| req > l) {
+        Reason::RequestExceedsLimit {
+            requested: req,
+            limit_bytes: l,
+            limit,
+        }
     } else if let Some((f, cached, largest, short)) = cache_frag {
-        let by_whom = if s.cap_refused {
-            "the cap"
-        } else {
-            "the driver"
-        };
-        (
-            Cause::FragmentationCache,
-            "cache_fragmented",
-            format!(
-                "PyTorch held {} reserved but only {} in tensors: {} cached, at least the {} that {by_whom} \
-                 could not give, yet its largest free block was {}, smaller than the {} request (the free \
-                 bytes lie between live tensors, in segments it cannot release)",
-                b(f.reserved),
-                b(f.allocated),
-                b(cached),
-                b(short),
-                b(largest),
-                b(req)
-            ),
-        )
-    } else if let Some((l, what)) = grew {
-        let at = match &line {
-            Some(g) if g.source == "cache" => format!(
-                "; the code that grew PyTorch's cache during the rise: {} (the bytes are whatever tensors \
-                 live in it now)",
-                g.label
-            ),
-            Some(g) => format!(
-                "; {}: {} in {} at {}",
-                if g.during_rise {
-                    "made during the rise and live at the error"
-                } else {
-                    "live at the error, by their line (PyTorch's allocation history, armed late in the rise)"
-                },
-                b(g.bytes),
-                crate::units::counted(
-                    g.count,
-                    if g.source == "tensors" { "tensor" } else { "allocation" },
-                    if g.source == "tensors" { "tensors" } else { "allocations" }
-                ),
-                g.label
-            ),
-            None => String::new(),
-        };
-        (
-            Cause::Growth,
-            "growth",
-            format!(
-                "{what} grew step after step up to this error ({}); without that rise the {} request \
-                 would have fitted ({} was missing){at}",
-                growth_size_text(l),
-                b(req),
-                b(missing.unwrap_or(req))
-            ),
-        )
+        Reason::CacheFragmented {
+            reserved: f.reserved,
+            allocated: f.allocated,
+            cached,
+            short,
+            largest_free_block: largest,
+            requested: req,
+            cap_refused: s.cap_refused,
+        }
+    } else if let Some((_, of)) = grew {
+        Reason::Growth {
+            of,
+            requested: req,
+            missing: missing.unwrap_or(req),
+        }
     } else if s.cap_refused {
-        let reason = match cap {
-            Some(c) => format!(
-                "the vramtrace cap refused it: the job held {} ({by}) of its {} cap and asked for {} more \
-                 ({} in all)",
-                b(job),
-                b(c),
-                b(req),
-                b(job.saturating_add(req))
-            ),
-            None => format!(
-                "the vramtrace cap refused it (the record does not say the cap): the job held {} ({by}) \
-                 and asked for {} more",
-                b(job),
-                b(req)
-            ),
-        };
-        (Cause::Cap, "cap_refused", reason)
+        Reason::CapRefused {
+            job_bytes: job,
+            cap,
+            requested: req,
+        }
     } else if let Some(c) = cap.filter(|&c| job.saturating_add(req) > c) {
-        (
-            Cause::Cap,
-            "over_cap",
-            format!(
-                "the job's {} ({by}) plus the {} request is {}, over the {} cap (the cap was not \
-                 enforcing: the device refused first)",
-                b(job),
-                b(req),
-                b(job.saturating_add(req)),
-                b(c)
-            ),
-        )
+        Reason::OverCap {
+            job_bytes: job,
+            requested: req,
+            cap: c,
+        }
     } else if let Some(f) = free {
         let sf = req.saturating_sub(f);
         if f >= req {
-            (
-                Cause::Fragmentation,
-                "free_at_least_request",
-                format!(
-                    "the driver reported {} free, at least the {} asked for, yet refused it: no block that \
-                     large could be made from what was free",
-                    b(f),
-                    b(req)
-                ),
-            )
+            Reason::FreeAtLeastRequest {
+                free: f,
+                requested: req,
+            }
         } else if recent > 0 && recent >= sf {
-            (
-                Cause::Fragmentation,
-                "pool_cached_async_frees",
-                format!(
-                    "the driver reported {} free, {} short of the {} asked for, but the job had freed {} with \
-                     cuMemFreeAsync in the last second: its stream-ordered pool still held freed memory it \
-                     could not hand to this allocation",
-                    b(f),
-                    b(sf),
-                    b(req),
-                    b(recent)
-                ),
-            )
+            Reason::PoolCachedAsyncFrees {
+                free: f,
+                shortfall: sf,
+                requested: req,
+                async_freed: recent,
+            }
         } else if let Some(ex) = excess.filter(|&ex| ex >= sf && ex >= job / 4) {
-            (
-                Cause::External,
-                "outside_excess",
-                format!(
-                    "{} lay outside the job's allocations ({} total - {} free - {} job); less an estimated {} \
-                     for the contexts of {procs}, {} was held by something else: at least the {} shortfall \
-                     and at least a quarter of the job's {}",
-                    b(outside.unwrap_or(0)),
-                    b(total.unwrap_or(0)),
-                    b(f),
-                    b(job),
-                    b(ctx),
-                    b(ex),
-                    b(sf),
-                    b(job)
-                ),
-            )
+            Reason::OutsideExcess {
+                outside: outside.unwrap_or(0),
+                total: total.unwrap_or(0),
+                free: f,
+                job_bytes: job,
+                contexts_estimate: ctx,
+                processes: procs,
+                excess: ex,
+                shortfall: sf,
+            }
         } else {
-            let out = match (outside, excess) {
-                (Some(o), Some(ex)) => format!(
-                    "; outside the job lay {} (about {} of it the contexts of {procs}), leaving {} held by \
-                     others: not enough to explain it",
-                    b(o),
-                    b(o.min(ctx)),
-                    b(ex)
-                ),
-                _ => String::new(),
-            };
-            let tensors = match (fig, s.framework_job) {
-                (Some(_), Some((alloc, res))) => format!(
-                    "; of it, the framework had {} in tensors and {} cached",
-                    b(alloc),
-                    b(res.saturating_sub(alloc))
-                ),
-                _ => String::new(),
-            };
-            (
-                Cause::Pressure,
-                "job_fills_device",
-                format!(
-                    "the job's own allocations held {} ({by}) with {} free: the {} request was {} \
-                     short{tensors}{out}",
-                    b(job),
-                    b(f),
-                    b(req),
-                    b(sf)
-                ),
-            )
+            Reason::JobFillsDevice {
+                job_bytes: job,
+                free: f,
+                requested: req,
+                shortfall: sf,
+                framework: match (fig, s.framework_job) {
+                    (Some(_), Some((alloc, res))) => Some((alloc, res.saturating_sub(alloc))),
+                    _ => None,
+                },
+                outside: outside.zip(excess).map(|(o, ex)| Outside {
+                    bytes: o,
+                    contexts_bytes: o.min(ctx),
+                    excess_bytes: ex,
+                }),
+                processes: procs,
+            }
         }
     } else {
-        let known_total = total.or(dev.and_then(|d| d.total_bytes));
         match known_total {
             Some(t) if job.saturating_add(req).saturating_add(ctx) <= t => {
                 if recent >= req {
-                    (
-                        Cause::Fragmentation,
-                        "no_driver_figures_pool",
-                        format!(
-                            "the driver's free memory is unknown; the job's {} plus the {} request and an \
-                             estimated {} of contexts fit in the device's {}, and the job had freed {} with \
-                             cuMemFreeAsync in the last second: its pool most likely held it",
-                            b(job),
-                            b(req),
-                            b(ctx),
-                            b(t),
-                            b(recent)
-                        ),
-                    )
+                    Reason::NoFiguresPool {
+                        job_bytes: job,
+                        requested: req,
+                        contexts_estimate: ctx,
+                        total: t,
+                        async_freed: recent,
+                    }
                 } else {
-                    (
-                        Cause::External,
-                        "no_driver_figures_fits_total",
-                        format!(
-                            "the driver's free memory is unknown; the job's {} plus the {} request and an \
-                             estimated {} of contexts fit in the device's {}, so memory outside the job's \
-                             allocations must have filled it (other processes most likely; fragmentation \
-                             cannot be ruled out without the driver's figures)",
-                            b(job),
-                            b(req),
-                            b(ctx),
-                            b(t)
-                        ),
-                    )
+                    Reason::NoFiguresFitsTotal {
+                        job_bytes: job,
+                        requested: req,
+                        contexts_estimate: ctx,
+                        total: t,
+                    }
                 }
             }
-            Some(t) => (
-                Cause::Pressure,
-                "no_driver_figures",
-                format!(
-                    "the driver's free memory is unknown; the job's {} plus the {} request and an estimated \
-                     {} of contexts exceed the device's {}",
-                    b(job),
-                    b(req),
-                    b(ctx),
-                    b(t)
-                ),
-            ),
-            None => (
-                Cause::Pressure,
-                "no_driver_figures",
-                format!(
-                    "neither the driver's free memory nor the device's size is known: decided from the job's \
-                     own {} and the {} request alone (nothing points elsewhere)",
-                    b(job),
-                    b(req)
-                ),
-            ),
+            Some(t) => Reason::NoFiguresOverTotal {
+                job_bytes: job,
+                requested: req,
+                contexts_estimate: ctx,
+                total: t,
+            },
+            None => Reason::NothingKnown {
+                job_bytes: job,
+                requested: req,
+            },
         }
     };
+    let (cause, rule) = (reason.cause(), reason.rule());
 
     let mut findings = Vec::new();
     if let Some(f) = fig {
-        let settings = match fw {
-            Some(o) => settings_text(o),
-            None => "unknown (no out-of-memory record from the framework)".to_string(),
-        };
         findings.push(Finding::FrameworkFigures {
             allocated_bytes: f.allocated,
             reserved_bytes: f.reserved,
@@ -670,7 +401,7 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
             largest_free_block_bytes: fw.and_then(|o| o.largest_free_block),
             free_in_live_segments_bytes: fw.and_then(|o| o.free_in_live_segments),
             alloc_retries: f.alloc_retries,
-            settings,
+            settings: fw.map(AllocatorSettings::of),
         });
         if f.alloc_retries > 0 {
             findings.push(Finding::AllocRetries {
@@ -767,62 +498,4 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
     };
     d.advice = advice(a, s, &d);
     d
-}
-
-/// The allocator settings an out-of-memory record carried, in a few words.
-pub fn settings_text(o: &crate::model::replay::framework::FrameworkOom) -> String {
-    let mut v = Vec::new();
-    if let Some(b) = &o.backend {
-        v.push(format!("backend {b}"));
-    }
-    v.push(match o.expandable_segments {
-        Some(true) => "expandable segments on".to_string(),
-        Some(false) | None => "expandable segments off".to_string(),
-    });
-    v.push(match o.max_split_size {
-        Some(m) => format!("max split size {}", bytes(m)),
-        None => "no max split size".to_string(),
-    });
-    if let Some(g) = &o.garbage_collection_threshold {
-        v.push(format!("garbage collection threshold {g}"));
-    }
-    if let Some(c) = o.alloc_conf.as_deref().filter(|c| !c.is_empty()) {
-        v.push(format!("PYTORCH_CUDA_ALLOC_CONF={c}"));
-    }
-    v.join(", ")
-}
-
-/// `20.25GiB`, `8GiB`: a cap spec for `--cap`.
-pub fn cap_spec(b: u64) -> String {
-    let s = format!("{:.2}", b as f64 / (1u64 << 30) as f64);
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    format!("{s}GiB")
-}
-
-/// The findings a short form shows: all but those its key figures already say (how far it was from fitting,
-/// the framework's split).
-pub fn short_findings(d: &Diagnosis) -> impl Iterator<Item = &Finding> {
-    d.findings
-        .iter()
-        .filter(|f| !matches!(f, Finding::Fit { .. } | Finding::FrameworkFigures { .. }))
-}
-
-/// The few figures that prove a verdict, in the order a reader checks them: what was asked, what the job held,
-/// the cap, what the device had free, what was needed against what could be given, PyTorch's split, and what
-/// grew. Every output's short form shows these (the rest is the full report's and the JSON's).
-pub fn key_figures(s: &OomSnapshot, d: &Diagnosis) -> Vec<(&'static str, u64)> {
-    let mut v = vec![
-        ("requested", s.requested_bytes),
-        ("job live", d.job_live_bytes),
-    ];
-    v.extend(d.cap_bytes.map(|c| ("cap", c)));
-    v.extend(s.device_free_bytes.map(|f| ("device free", f)));
-    v.push(("needed", d.needed_bytes));
-    v.extend(d.available_bytes.map(|a| ("could give", a)));
-    if let Some(f) = s.framework_figures {
-        v.push(("allocated (tensors)", f.allocated));
-        v.push(("reserved (segments)", f.reserved));
-    }
-    v.extend(d.growth.as_ref().map(|g| ("grew", g.rise_bytes)));
-    v
 }

@@ -1,6 +1,7 @@
 //! The reporters: one file per output format, each rendering an analysis (or, for the exports, the replay as it
 //! goes: `model::observe::tap`): `text` and `json` (`report`), `oom_text` and `oom_json` (the post-mortem), `memory_viz`
-//! (with `pickle`), `perfetto` and `html` (`export`). They read the model; the model never reads them.
+//! (with `pickle`), `perfetto` and `html` (`export`). They read the model; the model never reads them. `prose`
+//! says the diagnosis (model/diagnose) in words, for all of them.
 
 pub mod html;
 pub mod json;
@@ -9,6 +10,7 @@ pub mod oom_json;
 pub mod oom_text;
 pub mod perfetto;
 pub mod pickle;
+pub mod prose;
 pub mod text;
 
 use crate::callsites::{choose_site, Frame, Site};

@@ -14,6 +14,7 @@ use crate::reporters::json::shared::{
 };
 use crate::reporters::json::trends::{refusals, Leak, Refusal};
 use crate::reporters::oom_text::api_label;
+use crate::reporters::prose;
 
 /// Bumped when a field changes meaning or goes away; new fields do not bump it.
 pub const OOM_SCHEMA_VERSION: u64 = 1;
@@ -198,7 +199,7 @@ struct Event<'a> {
     driver_ooms_folded: u32,
     cause: &'static str,
     cause_rule: &'static str,
-    cause_reason: &'a str,
+    cause_reason: String,
     growth: Option<Leak<'a>>,
     growth_line: Option<GrowthLine<'a>>,
     device_free_bytes: Option<u64>,
@@ -229,7 +230,7 @@ struct Event<'a> {
     timeline_bucket_ns: u64,
     timeline: Vec<Bucket>,
     findings: Vec<FindingJson<'a>>,
-    advice: &'a [String],
+    advice: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     live_by_call_site: Option<Vec<SiteLive>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -322,7 +323,7 @@ impl<'a> Event<'a> {
             driver_ooms_folded: s.driver_ooms_folded,
             cause: d.cause.key(),
             cause_rule: d.rule,
-            cause_reason: &d.reason,
+            cause_reason: prose::reason(d),
             growth: d.growth.as_ref().map(|l| Leak::of(l, cs)),
             growth_line: d.growth_line.as_ref().map(|g| GrowthLine {
                 label: &g.label,
@@ -385,7 +386,7 @@ impl<'a> Event<'a> {
             timeline_bucket_ns: s.timeline.bucket_ns,
             timeline: timeline(&s.timeline),
             findings: d.findings.iter().map(|f| FindingJson::of(f, cs)).collect(),
-            advice: &d.advice,
+            advice: prose::advice(d),
             live_by_call_site: cs.then(|| {
                 s.by_site
                     .iter()
@@ -547,7 +548,7 @@ enum Figures<'a> {
         largest_free_block_bytes: Option<u64>,
         free_in_live_segments_bytes: Option<u64>,
         alloc_retries: u64,
-        settings: &'a str,
+        settings: String,
     },
     Thread {
         thread: &'a str,
@@ -604,13 +605,13 @@ impl<'a> FindingJson<'a> {
                 largest_free_block_bytes: *largest_free_block_bytes,
                 free_in_live_segments_bytes: *free_in_live_segments_bytes,
                 alloc_retries: *alloc_retries,
-                settings,
+                settings: prose::settings(settings.as_ref()),
             },
             Finding::BackwardThread { thread } => Figures::Thread { thread },
         };
         FindingJson {
             kind: f.key(),
-            text: f.text(),
+            text: prose::finding(f),
             figures,
         }
     }

@@ -7,8 +7,9 @@ use std::path::Path;
 
 use vramtrace_format::Api;
 
-use crate::model::diagnose::{diagnose, Diagnosis, CONTEXT_ESTIMATE_BYTES};
+use crate::model::diagnose::{diagnose, Advice, Diagnosis, CONTEXT_ESTIMATE_BYTES};
 use crate::model::{self, Analysis, Ended, OomSnapshot, Timeline};
+use crate::reporters::prose;
 use crate::reporters::text::sparkline::sparkline;
 use crate::reporters::text::{device_name, fit_label, short_command, site_lines, WIDTH};
 use crate::units::{bytes, bytes_exact, count, fit, printable, secs};
@@ -214,8 +215,9 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
         }
     }
     o.push('\n');
-    writeln!(o, "  CAUSE: {} ({})", d.cause.key(), d.cause.title()).ok();
-    wrap(o, &format!("    Because {}.", d.reason), "    ");
+    let title = prose::cause_title(d.cause);
+    writeln!(o, "  CAUSE: {} ({title})", d.cause.key()).ok();
+    wrap(o, &format!("    Because {}.", prose::reason(d)), "    ");
     let view = match d.view {
         "driver" => "the driver's calls only (no framework figures for this process)".to_string(),
         v => format!(
@@ -228,7 +230,7 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
     if !full {
         short_figures(o, s, d);
         held_by(o, a, s);
-        findings_and_advice(o, crate::model::diagnose::short_findings(d), &d.advice);
+        findings_and_advice(o, prose::short_findings(d), &d.advice);
         return;
     }
 
@@ -391,19 +393,19 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
 fn findings_and_advice<'d>(
     o: &mut String,
     findings: impl Iterator<Item = &'d crate::model::diagnose::Finding>,
-    advice: &[String],
+    advice: &[Advice],
 ) {
     let mut findings = findings.peekable();
     if findings.peek().is_some() {
         writeln!(o, "  FINDINGS").ok();
         for f in findings {
-            wrap(o, &format!("  - {}", f.text()), "    ");
+            wrap(o, &format!("  - {}", prose::finding(f)), "    ");
         }
         o.push('\n');
     }
     writeln!(o, "  ADVICE").ok();
     for line in advice {
-        wrap(o, &format!("  - {line}"), "    ");
+        wrap(o, &format!("  - {}", prose::advice_text(line)), "    ");
     }
     o.push('\n');
 }
@@ -420,7 +422,7 @@ fn short_figures(o: &mut String, s: &OomSnapshot, d: &Diagnosis) {
         .ok();
         return;
     }
-    let rows: Vec<(&str, String)> = crate::model::diagnose::key_figures(s, d)
+    let rows: Vec<(&str, String)> = prose::key_figures(s, d)
         .into_iter()
         .map(|(k, v)| (k, bytes(v)))
         .collect();

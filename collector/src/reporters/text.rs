@@ -510,7 +510,7 @@ pub fn growth_text(g: &crate::model::LeakTrend, cache: bool) -> String {
     } else {
         "Growth"
     };
-    let mut t = format!("{what}: {}.", crate::model::diagnose::growth_size_text(g));
+    let mut t = format!("{what}: {}.", crate::reporters::prose::growth_size(g));
     if let Some(x) = g.groups.first() {
         t.push_str(&format!(
             " Made during the rise and live at the end: {} x {} {}",

@@ -14,13 +14,12 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::path::Path;
 
-pub use crate::model::diagnose::{
-    cap_spec, diagnose, Cause, Diagnosis, Finding, CONTEXT_ESTIMATE_BYTES,
-};
+pub use crate::model::diagnose::{diagnose, Cause, Diagnosis, Finding, CONTEXT_ESTIMATE_BYTES};
+pub use crate::reporters::prose::cap_spec;
 
 use crate::exit::{self, Code};
 use crate::model::{self, Analysis};
-use crate::reporters::{oom_json, oom_text};
+use crate::reporters::{oom_json, oom_text, prose};
 use crate::units::{bytes, secs};
 
 pub fn main(file: &Path, json: bool, full: bool) -> Code {
@@ -91,9 +90,9 @@ pub fn summary(a: &Analysis) -> Option<String> {
         bytes(s.requested_bytes)
     )
     .ok();
-    writeln!(o, "cause: {}: {}", d.cause.key(), d.reason).ok();
+    writeln!(o, "cause: {}: {}", d.cause.key(), prose::reason(&d)).ok();
     if let Some(first) = d.advice.first() {
-        writeln!(o, "advice: {first}").ok();
+        writeln!(o, "advice: {}", prose::advice_text(first)).ok();
     }
     if a.oom_records > 1 {
         writeln!(

@@ -65,5 +65,5 @@ fn host_memory_is_apart_from_the_gpus_and_its_oom_is_the_hosts() {
     assert_eq!(a.ooms.len(), 1);
     assert!(a.ooms[0].on_host);
     let d = diagnose::diagnose(&a, &a.ooms[0]);
-    assert_eq!(d.cause, diagnose::Cause::HostMemory, "{}", d.reason);
+    assert_eq!(d.cause, diagnose::Cause::HostMemory, "{:?}", d.reason);
 }

@@ -119,28 +119,6 @@ pub(super) fn growth_line(a: &Analysis, s: &OomSnapshot, l: &LeakTrend) -> Optio
     })
 }
 
-/// One sentence on a growth's size: in all, from when, over how many steps.
-pub fn growth_size_text(l: &LeakTrend) -> String {
-    let first = l.minima[0];
-    let last = l.minima[l.minima.len() - 1];
-    let mut t = format!(
-        "+{} from {} (at {}) to {} (at {})",
-        bytes(l.rise_bytes),
-        bytes(first.bytes),
-        crate::units::secs(first.t_ns),
-        bytes(last.bytes),
-        crate::units::secs(last.t_ns),
-    );
-    if let Some(n) = l.steps.filter(|&n| n > 0) {
-        t.push_str(&format!(
-            ", over {} steps (about {} a step)",
-            count(n),
-            bytes(l.rise_bytes / n)
-        ));
-    }
-    t
-}
-
 /// The KV cache's line, when the failing request or the tensors live at the error came from one (a serving loop
 /// whose batches or sequences grow): the advice then says to bound them, whatever the cause.
 pub(super) fn kv_cache_line(a: &Analysis, s: &OomSnapshot) -> Option<String> {

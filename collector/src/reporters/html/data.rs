@@ -8,9 +8,10 @@ use serde::Serialize;
 use super::{sum_parts, Dev, Html, DATA_VERSION, MAX_PROCESS_SERIES, MAX_SITE_SERIES};
 use super::{NO_SITE_KEY, OTHER_SITES_KEY};
 use crate::callsites::Site;
-use crate::model::diagnose::{diagnose, key_figures, short_findings};
+use crate::model::diagnose::diagnose;
 use crate::model::{Analysis, FOLD_NS};
 use crate::reporters::oom_text::{event_text, oom_place};
+use crate::reporters::prose::{self, key_figures, short_findings};
 use crate::reporters::text::{self, device_name, ending_label, short_command};
 
 /// One trace's part of the page. `host` and `host_offset_ns` only among several traces of one job.
@@ -207,15 +208,15 @@ impl Html {
                     pid: s.pid,
                     requested_bytes: s.requested_bytes,
                     cause: d.cause.key(),
-                    cause_title: d.cause.title(),
-                    reason: d.reason.clone(),
+                    cause_title: prose::cause_title(d.cause),
+                    reason: prose::reason(&d),
                     line: d.growth_line.as_ref().map(|g| g.label.clone()),
                     figures: key_figures(s, &d)
                         .into_iter()
                         .map(|(k, v)| (k, crate::units::bytes(v)))
                         .collect(),
-                    findings: short_findings(&d).map(|f| f.text()).collect(),
-                    advice: d.advice.clone(),
+                    findings: short_findings(&d).map(prose::finding).collect(),
+                    advice: prose::advice(&d),
                     text: event_text(a, s, &d, i + 1),
                 }
             })

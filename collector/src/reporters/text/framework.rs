@@ -66,7 +66,7 @@ pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
             o,
             &format!(
                 "{pad}Growth of allocated bytes (the tensors; the cache hides it from the driver): {}.",
-                crate::model::diagnose::growth_size_text(l)
+                crate::reporters::prose::growth_size(l)
             ),
             pad,
             WIDTH,

@@ -1,0 +1,345 @@
+//! The diagnosis in words: every sentence an out-of-memory report says about its cause, findings and advice,
+//! from the typed diagnosis (model/diagnose.rs). The text, the JSON (its `cause_reason`, findings' `text`,
+//! `settings` and `advice`), the HTML page and `vramtrace run`'s closing lines all say it from here, so they
+//! say the same thing. docs/OOM.md describes the rules these sentences report.
+
+mod advice;
+mod findings;
+
+pub use advice::{advice, advice_text};
+pub use findings::{finding, leak, settings};
+
+use crate::model::diagnose::{Cause, Diagnosis, Finding, GrowthOf, Limit, Reason};
+use crate::model::{LeakTrend, OomSnapshot};
+use crate::units::{bytes as b, count, counted, secs};
+
+/// A few words for people.
+pub fn cause_title(c: Cause) -> &'static str {
+    match c {
+        Cause::Cap => "the vramtrace cap",
+        Cause::Fragmentation => "fragmentation",
+        Cause::FragmentationCache => "fragmentation of PyTorch's cache",
+        Cause::RequestTooLarge => "a request larger than the device or the cap",
+        Cause::External => "memory held outside the job",
+        Cause::Pressure => "memory pressure from the job itself",
+        Cause::HostMemory => "pinned host memory ran out (not GPU memory)",
+        Cause::Growth => "memory growing step after step",
+    }
+}
+
+/// `3 job processes`.
+fn processes(n: u64) -> String {
+    format!("{n} job process{}", if n == 1 { "" } else { "es" })
+}
+
+/// The deciding figures in a sentence (no capital, no full stop: the reports put it after "Because").
+pub fn reason(d: &Diagnosis) -> String {
+    let by = if d.job_live_source == "ledger" {
+        "by the cap's ledger"
+    } else {
+        "by the trace"
+    };
+    match d.reason {
+        Reason::HostMemory { requested } => format!(
+            "cuMemCreate asked for {} of pinned memory on the host (a host location, not a GPU) and the \
+             driver could not give it: the host's memory, or its limit on locked memory, ran out; no \
+             GPU's memory was the limit",
+            b(requested)
+        ),
+        Reason::RequestExceedsLimit {
+            requested,
+            limit_bytes,
+            limit,
+        } => format!(
+            "the request alone ({}) is larger than {} ({}): no amount of freeing other memory makes it fit",
+            b(requested),
+            match limit {
+                Limit::Cap => "the cap",
+                Limit::Device => "the device's total",
+            },
+            b(limit_bytes)
+        ),
+        Reason::CacheFragmented {
+            reserved,
+            allocated,
+            cached,
+            short,
+            largest_free_block,
+            requested,
+            cap_refused,
+        } => format!(
+            "PyTorch held {} reserved but only {} in tensors: {} cached, at least the {} that {} could not \
+             give, yet its largest free block was {}, smaller than the {} request (the free bytes lie \
+             between live tensors, in segments it cannot release)",
+            b(reserved),
+            b(allocated),
+            b(cached),
+            b(short),
+            if cap_refused { "the cap" } else { "the driver" },
+            b(largest_free_block),
+            b(requested)
+        ),
+        Reason::Growth {
+            of,
+            requested,
+            missing,
+        } => {
+            let what = match of {
+                GrowthOf::FrameworkAllocated => "PyTorch's allocated bytes",
+                GrowthOf::JobInUse => "the job's bytes in use",
+            };
+            let at = match &d.growth_line {
+                Some(g) if g.source == "cache" => format!(
+                    "; the code that grew PyTorch's cache during the rise: {} (the bytes are whatever tensors \
+                     live in it now)",
+                    g.label
+                ),
+                Some(g) => format!(
+                    "; {}: {} in {} at {}",
+                    if g.during_rise {
+                        "made during the rise and live at the error"
+                    } else {
+                        "live at the error, by their line (PyTorch's allocation history, armed late in the \
+                         rise)"
+                    },
+                    b(g.bytes),
+                    if g.source == "tensors" {
+                        counted(g.count, "tensor", "tensors")
+                    } else {
+                        counted(g.count, "allocation", "allocations")
+                    },
+                    g.label
+                ),
+                None => String::new(),
+            };
+            format!(
+                "{what} grew step after step up to this error ({}); without that rise the {} request would \
+                 have fitted ({} was missing){at}",
+                d.growth.as_ref().map_or(String::new(), growth_size),
+                b(requested),
+                b(missing)
+            )
+        }
+        Reason::CapRefused {
+            job_bytes,
+            cap: Some(c),
+            requested,
+        } => format!(
+            "the vramtrace cap refused it: the job held {} ({by}) of its {} cap and asked for {} more ({} in \
+             all)",
+            b(job_bytes),
+            b(c),
+            b(requested),
+            b(job_bytes.saturating_add(requested))
+        ),
+        Reason::CapRefused {
+            job_bytes,
+            cap: None,
+            requested,
+        } => format!(
+            "the vramtrace cap refused it (the record does not say the cap): the job held {} ({by}) and asked \
+             for {} more",
+            b(job_bytes),
+            b(requested)
+        ),
+        Reason::OverCap {
+            job_bytes,
+            requested,
+            cap,
+        } => format!(
+            "the job's {} ({by}) plus the {} request is {}, over the {} cap (the cap was not enforcing: the \
+             device refused first)",
+            b(job_bytes),
+            b(requested),
+            b(job_bytes.saturating_add(requested)),
+            b(cap)
+        ),
+        Reason::FreeAtLeastRequest { free, requested } => format!(
+            "the driver reported {} free, at least the {} asked for, yet refused it: no block that large \
+             could be made from what was free",
+            b(free),
+            b(requested)
+        ),
+        Reason::PoolCachedAsyncFrees {
+            free,
+            shortfall,
+            requested,
+            async_freed,
+        } => format!(
+            "the driver reported {} free, {} short of the {} asked for, but the job had freed {} with \
+             cuMemFreeAsync in the last second: its stream-ordered pool still held freed memory it could not \
+             hand to this allocation",
+            b(free),
+            b(shortfall),
+            b(requested),
+            b(async_freed)
+        ),
+        Reason::OutsideExcess {
+            outside,
+            total,
+            free,
+            job_bytes,
+            contexts_estimate,
+            processes: n,
+            excess,
+            shortfall,
+        } => format!(
+            "{} lay outside the job's allocations ({} total - {} free - {} job); less an estimated {} for the \
+             contexts of {}, {} was held by something else: at least the {} shortfall and at least a quarter \
+             of the job's {}",
+            b(outside),
+            b(total),
+            b(free),
+            b(job_bytes),
+            b(contexts_estimate),
+            processes(n),
+            b(excess),
+            b(shortfall),
+            b(job_bytes)
+        ),
+        Reason::JobFillsDevice {
+            job_bytes,
+            free,
+            requested,
+            shortfall,
+            framework,
+            outside,
+            processes: n,
+        } => {
+            let tensors = framework.map_or(String::new(), |(alloc, cached)| {
+                format!(
+                    "; of it, the framework had {} in tensors and {} cached",
+                    b(alloc),
+                    b(cached)
+                )
+            });
+            let out = outside.map_or(String::new(), |o| {
+                format!(
+                    "; outside the job lay {} (about {} of it the contexts of {}), leaving {} held by others: \
+                     not enough to explain it",
+                    b(o.bytes),
+                    b(o.contexts_bytes),
+                    processes(n),
+                    b(o.excess_bytes)
+                )
+            });
+            format!(
+                "the job's own allocations held {} ({by}) with {} free: the {} request was {} \
+                 short{tensors}{out}",
+                b(job_bytes),
+                b(free),
+                b(requested),
+                b(shortfall)
+            )
+        }
+        Reason::NoFiguresPool {
+            job_bytes,
+            requested,
+            contexts_estimate,
+            total,
+            async_freed,
+        } => format!(
+            "the driver's free memory is unknown; the job's {} plus the {} request and an estimated {} of \
+             contexts fit in the device's {}, and the job had freed {} with cuMemFreeAsync in the last \
+             second: its pool most likely held it",
+            b(job_bytes),
+            b(requested),
+            b(contexts_estimate),
+            b(total),
+            b(async_freed)
+        ),
+        Reason::NoFiguresFitsTotal {
+            job_bytes,
+            requested,
+            contexts_estimate,
+            total,
+        } => format!(
+            "the driver's free memory is unknown; the job's {} plus the {} request and an estimated {} of \
+             contexts fit in the device's {}, so memory outside the job's allocations must have filled it \
+             (other processes most likely; fragmentation cannot be ruled out without the driver's figures)",
+            b(job_bytes),
+            b(requested),
+            b(contexts_estimate),
+            b(total)
+        ),
+        Reason::NoFiguresOverTotal {
+            job_bytes,
+            requested,
+            contexts_estimate,
+            total,
+        } => format!(
+            "the driver's free memory is unknown; the job's {} plus the {} request and an estimated {} of \
+             contexts exceed the device's {}",
+            b(job_bytes),
+            b(requested),
+            b(contexts_estimate),
+            b(total)
+        ),
+        Reason::NothingKnown {
+            job_bytes,
+            requested,
+        } => format!(
+            "neither the driver's free memory nor the device's size is known: decided from the job's own {} \
+             and the {} request alone (nothing points elsewhere)",
+            b(job_bytes),
+            b(requested)
+        ),
+    }
+}
+
+/// A growth's size in one phrase: in all, from when, over how many steps.
+pub fn growth_size(l: &LeakTrend) -> String {
+    let first = l.minima[0];
+    let last = l.minima[l.minima.len() - 1];
+    let mut t = format!(
+        "+{} from {} (at {}) to {} (at {})",
+        b(l.rise_bytes),
+        b(first.bytes),
+        secs(first.t_ns),
+        b(last.bytes),
+        secs(last.t_ns),
+    );
+    if let Some(n) = l.steps.filter(|&n| n > 0) {
+        t.push_str(&format!(
+            ", over {} steps (about {} a step)",
+            count(n),
+            b(l.rise_bytes / n)
+        ));
+    }
+    t
+}
+
+/// `20.25GiB`, `8GiB`: a cap spec for `--cap`.
+pub fn cap_spec(bytes: u64) -> String {
+    let s = format!("{:.2}", bytes as f64 / (1u64 << 30) as f64);
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s}GiB")
+}
+
+/// The findings a short form shows: all but those its key figures already say (how far it was from fitting,
+/// the framework's split).
+pub fn short_findings(d: &Diagnosis) -> impl Iterator<Item = &Finding> {
+    d.findings
+        .iter()
+        .filter(|f| !matches!(f, Finding::Fit { .. } | Finding::FrameworkFigures { .. }))
+}
+
+/// The few figures that prove a verdict, in the order a reader checks them: what was asked, what the job held,
+/// the cap, what the device had free, what was needed against what could be given, PyTorch's split, and what
+/// grew. Every output's short form shows these (the rest is the full report's and the JSON's).
+pub fn key_figures(s: &OomSnapshot, d: &Diagnosis) -> Vec<(&'static str, u64)> {
+    let mut v = vec![
+        ("requested", s.requested_bytes),
+        ("job live", d.job_live_bytes),
+    ];
+    v.extend(d.cap_bytes.map(|c| ("cap", c)));
+    v.extend(s.device_free_bytes.map(|f| ("device free", f)));
+    v.push(("needed", d.needed_bytes));
+    v.extend(d.available_bytes.map(|a| ("could give", a)));
+    if let Some(f) = s.framework_figures {
+        v.push(("allocated (tensors)", f.allocated));
+        v.push(("reserved (segments)", f.reserved));
+    }
+    v.extend(d.growth.as_ref().map(|g| ("grew", g.rise_bytes)));
+    v
+}

@@ -1,0 +1,201 @@
+//! A step of advice in words.
+
+use crate::model::diagnose::{Advice, Diagnosis, Limit};
+use crate::units::{bytes as b, count};
+
+/// `GPU 3`, or `the GPU` when the device is not known.
+fn gpu(device: Option<u32>) -> String {
+    device.map_or("the GPU".to_string(), |d| format!("GPU {d}"))
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "-".to_string();
+    }
+    format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+}
+
+/// ` (train.py:42 in step)` after the thing it names, or nothing.
+fn at(line: &Option<String>) -> String {
+    line.as_deref().map_or(String::new(), |l| format!(" ({l})"))
+}
+
+/// Every step of `d`'s advice, in order.
+pub fn advice(d: &Diagnosis) -> Vec<String> {
+    d.advice.iter().map(advice_text).collect()
+}
+
+/// One step of advice, in a sentence or two.
+pub fn advice_text(a: &Advice) -> String {
+    match a {
+        Advice::GrowthKvCache { line } => format!(
+            "The KV cache{} grows with the batch and the sequence: bound them (a maximum batch size or tokens \
+             per batch, max_new_tokens, a shorter context), or use a cache sized once for the limit (a static \
+             or paged KV cache); batches that grow until the memory runs out fail at the largest one.",
+            at(line)
+        ),
+        Advice::GrowthOptimizerState { line } => format!(
+            "This is the optimizer's state{}, made at its first steps and then kept: it stops growing once \
+             every parameter has its state. To make it smaller: an 8-bit or factored optimizer, or sharding it \
+             (ZeRO, FSDP).",
+            at(line)
+        ),
+        Advice::GrowthNeverFreed { line } => format!(
+            "Something allocated every step is never freed{}: free it at the end of the step, or reuse one \
+             buffer across steps.",
+            at(line)
+        ),
+        Advice::GrowthKeptTensors { line } => format!(
+            "Something keeps tensors alive across steps{}: outputs or losses stored in a list with their graph \
+             (keep loss.item() or out.detach().cpu() instead), metrics or history kept as GPU tensors, a graph \
+             retained (retain_graph=True) or a growing cache.",
+            at(line)
+        ),
+        Advice::TorchHistory => "To name the line that keeps them: vramtrace run --torch-history (PyTorch's \
+                                 allocation history with Python stacks) and run again."
+            .to_string(),
+        Advice::FixGrowthFirst { capped, per_step } => format!(
+            "A larger {} or a smaller batch only moves the error to a later step while the growth goes on{}: \
+             fix what grows first.",
+            if *capped { "cap" } else { "GPU" },
+            per_step.map_or(String::new(), |p| format!(" (about {} a step)", b(p)))
+        ),
+        Advice::HostMemory { requested } => format!(
+            "This was host memory ({} pinned through cuMemCreate with a host location): check the host's free \
+             memory and the process's limit on locked memory (ulimit -l, a container's memory limit). Freeing \
+             or capping GPU memory does not help here.",
+            b(*requested)
+        ),
+        Advice::SplitRequest {
+            requested,
+            device,
+            limit,
+        } => format!(
+            "One allocation of {} cannot fit on {}, whatever else is freed: {} is smaller. Find the tensor (the \
+             call site above) and split the work: a smaller batch or sequence for that operation, chunking it \
+             (e.g. attention or the loss over chunks), or sharding the tensor across GPUs.",
+            b(*requested),
+            gpu(*device),
+            match limit {
+                Limit::Cap => "the cap",
+                Limit::Device => "the device",
+            }
+        ),
+        Advice::CheckShape => "A size this large is often a bug: a wrong shape, a broadcast that materialised, \
+                               or units mixed up (elements for bytes). Check the shape at that line."
+            .to_string(),
+        Advice::CacheExpandableSegments => "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow in \
+                                            place, so free memory between tensors can serve a large request \
+                                            (PyTorch's own advice for this case)."
+            .to_string(),
+        Advice::CacheMaxSplitSize { mb } => format!(
+            "Or PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{mb}: blocks larger than this are never split for \
+             small tensors, so large ones stay available."
+        ),
+        Advice::CacheEmptyBetweenPhases => "torch.cuda.empty_cache() between phases (after evaluation, before \
+                                            the next large allocation) returns cached segments that hold no \
+                                            live tensor."
+            .to_string(),
+        Advice::CacheGcThreshold => "garbage_collection_threshold:0.8 (with \
+                                     torch.cuda.set_per_process_memory_fraction) makes the allocator reclaim \
+                                     cached blocks before it runs out."
+            .to_string(),
+        Advice::CachePersistentFirst => "Allocate large persistent buffers first, before the churn of \
+                                         short-lived tensors breaks up the cache."
+            .to_string(),
+        Advice::Shed {
+            bytes,
+            device,
+            needed,
+        } => format!(
+            "Shed at least {} on {} ({} bytes, {} of the {} the job needed at its peak); more to leave room for \
+             the allocator's rounding and caching.",
+            b(*bytes),
+            gpu(*device),
+            count(*bytes),
+            pct(*bytes, *needed),
+            b(*needed)
+        ),
+        Advice::SmallerBatch => "Smaller batch, or micro-batching with gradient accumulation: the same \
+                                 effective batch with activations for one micro-batch at a time."
+            .to_string(),
+        Advice::Checkpointing => "Activation checkpointing (torch.utils.checkpoint): recompute activations in \
+                                  the backward pass instead of keeping them."
+            .to_string(),
+        Advice::MixedPrecision => "Mixed precision (bf16/fp16 autocast): halves activation memory, and weights \
+                                   too when kept in bf16."
+            .to_string(),
+        Advice::OffloadOptimizer => {
+            "Offload optimizer state to host memory (DeepSpeed ZeRO-Offload, FSDP CPU offload).".to_string()
+        }
+        Advice::Shard => {
+            "Shard parameters, gradients and optimizer state across GPUs (FSDP, DeepSpeed ZeRO).".to_string()
+        }
+        Advice::FixKeptFirst => "Bytes in use rose cycle over cycle before the event (see the leak finding): \
+                                 fix what is kept across steps first (tensors stored in lists, losses \
+                                 accumulated with their graph)."
+            .to_string(),
+        Advice::ExpandableSegments => "PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so segments \
+                                       grow in place instead of needing new contiguous blocks."
+            .to_string(),
+        Advice::TrimPools => "Trim pools at phase boundaries: torch.cuda.empty_cache() (PyTorch), \
+                              cuMemPoolTrimTo(pool, 0) for stream-ordered pools (or lower their \
+                              CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)."
+            .to_string(),
+        Advice::PersistentFirst => "Allocate large persistent buffers first (weights, optimizer state, KV \
+                                    cache), before the churn of short-lived ones breaks up the free memory."
+            .to_string(),
+        Advice::HeldOutside {
+            bytes,
+            device,
+            job_bytes,
+        } => format!(
+            "{} (estimated) on {} was held outside the job, by processes vramtrace did not trace: their pids \
+             are unknown to it. Inside the job: none to blame (its processes held {} there).",
+            bytes.map_or("memory".to_string(), b),
+            gpu(*device),
+            b(*job_bytes)
+        ),
+        Advice::WhoHoldsTheGpu => {
+            "Who holds the GPU: nvidia-smi --query-compute-apps=pid,used_memory --format=csv".to_string()
+        }
+        Advice::MoveTheJob { device } => format!(
+            "Move the job to a free GPU (CUDA_VISIBLE_DEVICES), or stop the other process on {}.",
+            gpu(*device)
+        ),
+        Advice::CapWouldFit {
+            cap,
+            needed,
+            device,
+        } => {
+            let flag = match device {
+                Some(d) => format!("{d}={}", super::cap_spec(*cap)),
+                None => super::cap_spec(*cap),
+            };
+            format!(
+                "A cap of {} would have fitted the job's peak so far ({} = the larger of its peak and its bytes \
+                 plus the request, rounded up to 0.25 GiB): --cap {flag}",
+                b(*cap),
+                b(*needed)
+            )
+        }
+        Advice::CapOverDevice { total } => format!(
+            "That is more than the device's {}: the job itself must shed memory (smaller batch, checkpointing, \
+             mixed precision, sharding).",
+            b(*total)
+        ),
+        Advice::CapModeWarn => "To measure first: --cap-mode warn lets over-cap allocations through and flags \
+                                them in the trace."
+            .to_string(),
+        Advice::FixGrowthBeforeCap => "But first: bytes in use rose step after step before the event (see the \
+                                       leak finding), so a larger cap only delays it. Fix what is kept across \
+                                       steps (outputs or losses stored with their graph: store loss.item() or \
+                                       out.detach())."
+            .to_string(),
+        Advice::BoundKvCache { line } => format!(
+            "The memory went to a KV cache ({line}), which grows with the batch and the sequence: bound them (a \
+             maximum batch size or tokens per batch, max_new_tokens, a shorter context), or size the cache once \
+             for the limit (a static or paged KV cache)."
+        ),
+    }
+}
