@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod diagnosis;
 pub mod golden;
 pub mod rng;
 pub mod traces;
