@@ -1,5 +1,6 @@
 //! What if (issue 28): from a job's allocations, say before rerunning which allocator settings and which cap it
-//! fits in. So far the model of PyTorch's caching allocator (`allocator`), tested rule by rule on hand-made
-//! histories; the verb, the histories from traces and the post-mortem's use of it are still to come.
+//! fits in. `settings` reads and writes `PYTORCH_CUDA_ALLOC_CONF`; `native` and `async_pool` model PyTorch's two
+//! CUDA allocators.
 
-pub mod allocator;
+pub mod native;
+pub mod settings;
