@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use vramtrace_collector::verbs::{demo, export, fleet, oom, report, run, top};
+use vramtrace_collector::verbs::{demo, export, fleet, oom, report, run, top, whatif};
 use vramtrace_collector::{exit, probe};
 
 use clap::{Parser, Subcommand};
@@ -57,6 +57,9 @@ enum Verb {
     Top(top::TopArgs),
     /// Run the bundled workload under `vramtrace run` (real GPU if present, simulated driver otherwise), then report.
     Demo(demo::DemoArgs),
+    /// Replay each process's PyTorch history (`run --torch-history N`) under other allocator settings: which
+    /// fit, the smallest cap each needs, where each would first fail, and which saves most.
+    Whatif(whatif::WhatifArgs),
     /// (internal) Print each device's total memory, asked of the driver.
     #[command(name = "__probe", hide = true)]
     Probe,
@@ -82,6 +85,7 @@ fn main() {
         Verb::Export(args) => export::main(args),
         Verb::Demo(args) => demo::main(args),
         Verb::Top(args) => top::main(args),
+        Verb::Whatif(args) => whatif::main(args),
         Verb::Probe => probe::main(),
     };
     exit::with(code)

@@ -130,7 +130,7 @@ pub(crate) fn list(v: Option<&Value>) -> &[Value] {
     }
 }
 
-fn int(v: Option<&Value>) -> Option<i64> {
+pub(crate) fn int(v: Option<&Value>) -> Option<i64> {
     match v {
         Some(Value::I64(i)) => Some(*i),
         Some(Value::Int(b)) => b.to_string().parse().ok(),
@@ -139,7 +139,7 @@ fn int(v: Option<&Value>) -> Option<i64> {
     }
 }
 
-fn text(v: Option<&Value>) -> Option<&str> {
+pub(crate) fn text(v: Option<&Value>) -> Option<&str> {
     match v {
         Some(Value::String(s)) => Some(s),
         _ => None,
@@ -147,7 +147,7 @@ fn text(v: Option<&Value>) -> Option<&str> {
 }
 
 /// `file:line in function` of the first frame that is the user's own (else the innermost frame).
-fn line_of(frames: &[Value]) -> Option<String> {
+pub(crate) fn line_of(frames: &[Value]) -> Option<String> {
     let label = |f: &Value| -> Option<String> {
         let file = text(get(f, "filename"))?;
         let line = int(get(f, "line")).unwrap_or(0);

@@ -12,6 +12,8 @@ pub mod perfetto;
 pub mod pickle;
 pub mod prose;
 pub mod text;
+pub mod whatif_json;
+pub mod whatif_text;
 
 use crate::callsites::{choose_site, Frame, Site};
 use crate::model::ProcessStats;

@@ -9,3 +9,4 @@ pub mod oom;
 pub mod report;
 pub mod run;
 pub mod top;
+pub mod whatif;

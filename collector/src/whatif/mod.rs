@@ -1,6 +1,12 @@
 //! What if (issue 28): from a job's allocations, say before rerunning which allocator settings and which cap it
 //! fits in. `settings` reads and writes `PYTORCH_CUDA_ALLOC_CONF`; `native` and `async_pool` model PyTorch's two
-//! CUDA allocators.
+//! CUDA allocators; `history` reads a process's tensor-level history from its snapshot; `sim` replays a job's
+//! histories together against a limit.
 
+pub mod answer;
+pub mod async_pool;
+pub mod from_trace;
+pub mod history;
 pub mod native;
 pub mod settings;
+pub mod sim;

@@ -106,6 +106,12 @@ pub struct Model {
     reserved: u64,
     allocated: u64,
     out: Outcome,
+    /// Every segment made (+size) and given back (-size), in order: compared with the run's own in tests.
+    log: Vec<i64>,
+    /// Addresses the driver gave the run's own segments, per size, in order: a segment of a size the run also
+    /// made takes the next of them, so ties between equal free blocks (the lowest address wins) break as they
+    /// did. The driver's placement is not modelled otherwise.
+    hints: FastMap<u64, std::collections::VecDeque<u64>>,
 }
 
 /// `size` rounded up to the next of `divisions` equal steps between the powers of two around it.
@@ -159,11 +165,27 @@ impl Model {
             segments: Vec::new(),
             pools: [Pool::default(), Pool::default()],
             tensors: FastMap::default(),
-            next_addr: 1 << 40,
+            next_addr: 1 << 47,
             reserved: 0,
             allocated: 0,
             out: Outcome::default(),
+            log: Vec::new(),
+            hints: FastMap::default(),
         }
+    }
+
+    /// The run's own segments, (size, address) in the order it made them: see `hints`.
+    pub fn hint_addresses(&mut self, segments: &[(u64, u64)]) {
+        for &(size, addr) in segments {
+            self.hints.entry(size).or_default().push_back(addr);
+            // Segments of other sizes go below every address the run had, the way the driver goes on.
+            self.next_addr = self.next_addr.min(addr);
+        }
+    }
+
+    /// Segments (or mapped ranges) made, +size, and released, -size, in order.
+    pub fn segment_log(&self) -> &[i64] {
+        &self.log
     }
 
     pub fn reserved(&self) -> u64 {
@@ -390,7 +412,10 @@ impl Model {
         if self.reserved + alloc_size > room {
             return None;
         }
-        let addr = self.take_addresses(alloc_size);
+        let addr = match self.hints.get_mut(&alloc_size).and_then(|q| q.pop_front()) {
+            Some(a) => a,
+            None => self.take_addresses(alloc_size),
+        };
         let seg = self.segments.len() as u32;
         self.segments.push(Segment {
             base: addr,
@@ -408,6 +433,7 @@ impl Model {
             gc_base: 0,
         });
         self.reserved += alloc_size;
+        self.log.push(alloc_size as i64);
         self.out.segments_made += 1;
         self.note_reserved();
         Some(b)
@@ -533,6 +559,7 @@ impl Model {
         self.merge(i, n);
         self.insert_free(i);
         self.reserved += mapped;
+        self.log.push(mapped as i64);
         self.out.segments_made += 1;
         self.note_reserved();
         true
@@ -590,6 +617,7 @@ impl Model {
     fn release_block(&mut self, b: u32) {
         self.remove_free(b);
         self.reserved -= self.b(b).size;
+        self.log.push(-(self.b(b).size as i64));
         self.out.segments_released += 1;
         self.drop_block(b);
     }
@@ -649,6 +677,7 @@ impl Model {
         self.merge(b, p);
         self.merge(b, n);
         self.reserved -= end - begin;
+        self.log.push(-((end - begin) as i64));
         self.out.segments_released += 1;
         if self.whole(b) {
             self.drop_block(b);

@@ -1,0 +1,177 @@
+//! `vramtrace whatif TRACE... [--cap SPEC | --device-memory SPEC] [--alloc-conf CONF]... [--json]`: replays each
+//! process's PyTorch history (kept by `run --torch-history`) through a model of PyTorch's allocator under other
+//! settings, and says which fit, the smallest cap each needs, where each would first fail, and which saves most.
+//! Each trace is one host: its devices and cap are its own.
+//!
+//! A trace that cannot be read, or a setting or size that does not parse, is one line and exit 2. A trace
+//! with no history gets the driver-level answer and says what is missing (exit 0).
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use vramtrace_format::cap::CapSpec;
+
+use crate::exit::{self, Code};
+use crate::model;
+use crate::reporters::{whatif_json, whatif_text};
+use crate::whatif::answer::{answer, Limit, WhatIf};
+use crate::whatif::from_trace::{load, Loaded};
+use crate::whatif::settings::{default_grid, Settings};
+
+/// What each process is assumed to lose to its CUDA context under `--device-memory` (the context, cuBLAS and
+/// cuDNN handles: 300 to 600 MiB on recent GPUs and drivers), since the trace counts allocations only.
+pub const CONTEXT_ALLOWANCE: u64 = 512 << 20;
+
+#[derive(Args, Debug)]
+pub struct WhatifArgs {
+    /// Trace files written by `vramtrace run --torch-history N` (one per host of the job).
+    #[arg(required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
+    /// Judge every configuration against this job-wide cap (the syntax of `run --cap`); default: the run's own
+    /// cap, if it had one.
+    #[arg(long, conflicts_with = "device_memory")]
+    pub cap: Option<String>,
+    /// Judge against a device of this much memory (a size or a share, per device as in --cap), less 512 MiB per
+    /// process for its CUDA context.
+    #[arg(long)]
+    pub device_memory: Option<String>,
+    /// A PYTORCH_CUDA_ALLOC_CONF to try (repeat for several); default: a grid of the usual advice.
+    #[arg(long = "alloc-conf")]
+    pub alloc_conf: Vec<String>,
+    /// Print the documented JSON (docs/JSON-SCHEMA.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One trace's what-if, or why there is none.
+pub struct Answered {
+    pub file: PathBuf,
+    pub loaded: Loaded,
+    pub whatif: Option<WhatIf>,
+}
+
+fn limit_for(args: &WhatifArgs, l: &Loaded, devices: &[u32]) -> Result<Option<Limit>, String> {
+    let total = |d: u32| l.device_total.get(&d).copied().unwrap_or(0);
+    if let Some(spec) = &args.cap {
+        let s = CapSpec::parse(spec).map_err(|e| format!("--cap {spec}: {e}"))?;
+        let bytes = devices
+            .iter()
+            .filter_map(|&d| s.amount(d).map(|a| (d, a.bytes(total(d)))))
+            .collect();
+        return Ok(Some(Limit {
+            bytes,
+            what: format!("--cap {spec}"),
+        }));
+    }
+    if let Some(spec) = &args.device_memory {
+        let s = CapSpec::parse(spec).map_err(|e| format!("--device-memory {spec}: {e}"))?;
+        let mut per = BTreeMap::new();
+        for h in &l.histories {
+            *per.entry(h.device).or_insert(0u64) += 1;
+        }
+        let bytes = devices
+            .iter()
+            .filter_map(|&d| {
+                s.amount(d).map(|a| {
+                    let n = per.get(&d).copied().unwrap_or(1);
+                    (d, a.bytes(total(d)).saturating_sub(n * CONTEXT_ALLOWANCE))
+                })
+            })
+            .collect();
+        return Ok(Some(Limit {
+            bytes,
+            what: format!(
+                "--device-memory {spec}, less {} per process for its CUDA context",
+                crate::units::bytes(CONTEXT_ALLOWANCE)
+            ),
+        }));
+    }
+    if !l.run_cap.is_empty() {
+        let bytes = devices
+            .iter()
+            .filter_map(|d| l.run_cap.get(d).map(|&c| (*d, c)))
+            .collect();
+        return Ok(Some(Limit {
+            bytes,
+            what: "the run's cap".to_string(),
+        }));
+    }
+    Ok(None)
+}
+
+/// The configurations to try: those given, else the grid.
+pub fn configs(given: &[String]) -> Result<Vec<Settings>, String> {
+    if given.is_empty() {
+        return Ok(default_grid());
+    }
+    given
+        .iter()
+        .map(|c| Settings::parse(c).map_err(|e| format!("--alloc-conf {c:?}: {e}")))
+        .collect()
+}
+
+/// Loads one trace and answers for it.
+pub fn answer_file(
+    file: &Path,
+    args: &WhatifArgs,
+    configs: &[Settings],
+) -> Result<Answered, String> {
+    let a = model::analyze(file).map_err(|e| e.to_string())?;
+    let mut loaded = load(&a, file);
+    if loaded.histories.is_empty() {
+        return Ok(Answered {
+            file: file.to_owned(),
+            loaded,
+            whatif: None,
+        });
+    }
+    let mut devices: Vec<u32> = loaded.histories.iter().map(|h| h.device).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let limit = limit_for(args, &loaded, &devices)?;
+    let histories = std::mem::take(&mut loaded.histories);
+    let w = answer(
+        histories,
+        loaded.outside.clone(),
+        loaded.device_total.clone(),
+        loaded.others.clone(),
+        configs,
+        limit,
+    );
+    Ok(Answered {
+        file: file.to_owned(),
+        loaded,
+        whatif: Some(w),
+    })
+}
+
+pub fn main(args: WhatifArgs) -> Code {
+    let configs = match configs(&args.alloc_conf) {
+        Ok(c) => c,
+        Err(e) => return exit::fail(exit::USAGE, e),
+    };
+    let mut answered = Vec::new();
+    for f in &args.files {
+        match answer_file(f, &args, &configs) {
+            Ok(a) => answered.push(a),
+            Err(e) => return exit::fail(exit::USAGE, format_args!("{}: {e}", f.display())),
+        }
+    }
+    let text = if args.json {
+        whatif_json::render(&answered)
+    } else {
+        answered
+            .iter()
+            .map(whatif_text::render)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => exit::OK,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => exit::OK,
+        Err(e) => exit::fail(exit::FAILURE, format_args!("cannot write the what-if: {e}")),
+    }
+}

@@ -1,0 +1,119 @@
+//! The histories of a traced job: for each process, the best snapshot the bridge kept beside the trace (the one
+//! at exit has the whole ring; else its latest out-of-memory one), and from the trace itself what the what-if
+//! needs around them: each device's memory, the run's cap, and what each process held outside PyTorch.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::history::{from_snapshot, History};
+use crate::model::Analysis;
+use crate::torch_snapshot;
+
+/// What a trace gives the what-if.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub histories: Vec<History>,
+    /// Per history: bytes its process held on the device outside PyTorch's allocator, at most (its driver-level
+    /// peak less PyTorch's own reserve peak; an upper bound).
+    pub outside: Vec<u64>,
+    pub device_total: BTreeMap<u32, u64>,
+    /// The cap the run had, per device.
+    pub run_cap: BTreeMap<u32, u64>,
+    /// Per device, the job's driver-level peak (the fallback answer when there is no history).
+    pub driver_peak: BTreeMap<u32, u64>,
+    /// Processes that allocated on a GPU with no history to replay; per device, what they held at most.
+    pub without_history: Vec<u32>,
+    pub others: BTreeMap<u32, u64>,
+    pub notes: Vec<String>,
+    pub start_unix_us: u64,
+}
+
+/// The default device memory when the trace does not say (an 80 GiB card): only expandable segments' address
+/// space and memory fractions depend on it.
+const UNKNOWN_TOTAL: u64 = 80 << 30;
+
+pub fn load(a: &Analysis, trace: &Path) -> Loaded {
+    let mut l = Loaded {
+        start_unix_us: a.header.start_unix_ns / 1_000,
+        ..Loaded::default()
+    };
+    for d in &a.devices {
+        let (Some(dev), false) = (d.device, d.on_host) else {
+            continue;
+        };
+        if let Some(t) = d.total_bytes.or(d.driver_total_bytes) {
+            l.device_total.insert(dev, t);
+        }
+        if let Some(c) = d.cap_bytes {
+            l.run_cap.insert(dev, c);
+        }
+        l.driver_peak.insert(dev, d.peak_bytes);
+    }
+    // Per process, the snapshots to try, best first.
+    let mut tries: BTreeMap<u32, Vec<(String, &str)>> = BTreeMap::new();
+    for (pid, p) in &a.bridge.exit_snapshots {
+        tries.entry(*pid).or_default().push((p.clone(), "exit"));
+    }
+    for o in a.ooms.iter().rev() {
+        if let Some(p) = o.framework.as_ref().and_then(|f| f.snapshot_path.as_ref()) {
+            tries
+                .entry(o.pid)
+                .or_default()
+                .push((p.clone(), "out of memory"));
+        }
+    }
+    for (pid, candidates) in &tries {
+        let mut why = Vec::new();
+        let mut got = false;
+        for (recorded, at) in candidates {
+            let Some(path) = torch_snapshot::locate(recorded, trace) else {
+                why.push(format!("{recorded}: not found beside the trace"));
+                continue;
+            };
+            match torch_snapshot::load(&path) {
+                Ok(v) => {
+                    let hs = from_snapshot(&v, *pid, &path.display().to_string(), at, &mut l.notes);
+                    got = !hs.is_empty();
+                    l.histories.extend(hs);
+                    break;
+                }
+                Err(e) => why.push(format!("{}: {e}", path.display())),
+            }
+        }
+        if !got && !why.is_empty() && why.len() == candidates.len() {
+            l.notes.push(format!(
+                "pid {pid}: no PyTorch history could be read ({})",
+                why.join("; ")
+            ));
+        }
+    }
+    for h in &mut l.histories {
+        l.device_total.entry(h.device).or_insert(UNKNOWN_TOTAL);
+    }
+    for h in &l.histories {
+        let driver = a
+            .processes
+            .iter()
+            .find(|p| p.pid == h.pid)
+            .and_then(|p| {
+                p.per_device
+                    .iter()
+                    .find(|x| x.device == Some(h.device) && !x.on_host)
+            })
+            .map_or(0, |x| x.peak_bytes);
+        l.outside
+            .push(driver.saturating_sub(h.recorded_reserved_peak));
+    }
+    for p in &a.processes {
+        let on_gpu = p.per_device.iter().any(|x| !x.on_host && x.peak_bytes > 0);
+        if on_gpu && !l.histories.iter().any(|h| h.pid == p.pid) {
+            l.without_history.push(p.pid);
+            for x in p.per_device.iter().filter(|x| !x.on_host) {
+                if let Some(d) = x.device {
+                    *l.others.entry(d).or_default() += x.peak_bytes;
+                }
+            }
+        }
+    }
+    l
+}

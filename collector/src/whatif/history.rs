@@ -1,0 +1,404 @@
+//! A process's tensor-level history, from the PyTorch snapshot the bridge kept beside the trace
+//! (`--torch-history`): per device, the requests (`alloc`, with the size asked), the blocks coming back
+//! (`free_completed`: when the block could be reused, after the streams that used it were done) and the
+//! `empty_cache()` calls, which PyTorch does not record but its segment releases show.
+//!
+//! PyTorch keeps the last N entries. When the ring started after the process's first allocation, the tensors
+//! already live then are known from the entries that free them and from the snapshot's live blocks: the history
+//! starts with them allocated (in address order) and says how many it had to assume.
+
+use std::collections::HashMap;
+
+use serde_pickle::Value;
+
+use super::settings::{Backend, Settings, ROUNDUP_INTERVALS};
+use crate::torch_snapshot::{get, int, line_of, list, text};
+
+/// No call site known for an entry.
+pub const NO_SITE: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Tensor `id` of `size` bytes (as asked) on `stream`.
+    Alloc { id: u64, size: u64, stream: u64 },
+    /// Tensor `id`'s block is back in the cache.
+    Free { id: u64 },
+    /// `torch.cuda.empty_cache()` (inferred: segments released with no request waiting on them).
+    EmptyCache,
+    /// The request PyTorch refused with an out-of-memory error (its rounded size). It never held memory.
+    Oom { size: u64, stream: u64 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Unix microseconds.
+    pub t_us: u64,
+    pub op: Op,
+    /// Index into [`History::sites`], or [`NO_SITE`].
+    pub site: u32,
+}
+
+/// One process's history on one device.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    pub pid: u32,
+    pub device: u32,
+    /// The snapshot it came from, and when that was taken ("exit", "out of memory").
+    pub source: String,
+    pub taken_at: String,
+    pub entries: Vec<Entry>,
+    /// `file:line in function` of the user's line that asked, interned.
+    pub sites: Vec<String>,
+    /// Tensors live before the history's first entry, assumed allocated at its start.
+    pub assumed_live: u64,
+    pub assumed_live_bytes: u64,
+    /// The settings the process ran with, as its snapshot says.
+    pub recorded: Settings,
+    /// PyTorch's own reserve over the history (from its segment entries): at the start and at its most.
+    pub recorded_reserved_start: u64,
+    pub recorded_reserved_peak: u64,
+    /// The run's own segments made (+size) and released (-size), in order.
+    pub recorded_segments: Vec<i64>,
+    /// The run's own `cudaMalloc` segments, (size, address) in order (hints for the model's placement).
+    pub segment_addresses: Vec<(u64, u64)>,
+    /// At the run's first out-of-memory error: the free memory the driver reported, and the reserve then.
+    pub oom_device_free: Option<u64>,
+    pub oom_reserved: Option<u64>,
+    /// What could not be taken in (entries of graph-private pools, unreadable ones).
+    pub notes: Vec<String>,
+}
+
+impl History {
+    /// The history starts at the process's first allocation: nothing had to be assumed.
+    pub fn complete(&self) -> bool {
+        self.assumed_live == 0 && self.recorded_reserved_start == 0
+    }
+
+    pub fn start_us(&self) -> u64 {
+        self.entries.first().map_or(0, |e| e.t_us)
+    }
+
+    pub fn site(&self, i: u32) -> Option<&str> {
+        self.sites.get(i as usize).map(String::as_str)
+    }
+
+    pub fn requests(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| matches!(e.op, Op::Alloc { .. }))
+            .count()
+    }
+}
+
+fn uint(v: Option<&Value>) -> u64 {
+    int(v).unwrap_or(0) as u64
+}
+
+/// The settings a snapshot says its process ran with (`allocator_settings`).
+pub fn recorded_settings(snapshot: &Value) -> Settings {
+    let mut s = Settings::default();
+    let Some(a) = get(snapshot, "allocator_settings") else {
+        return s;
+    };
+    if let Some(conf) = text(get(a, "PYTORCH_CUDA_ALLOC_CONF")) {
+        if let Ok(parsed) = Settings::parse(conf) {
+            s = parsed;
+        }
+    }
+    if let Some(m) = int(get(a, "max_split_size")) {
+        s.max_split_size = (m > 0 && m < i64::MAX).then_some(m as u64);
+    }
+    if let Some(Value::Bool(b)) = get(a, "expandable_segments") {
+        s.expandable_segments = *b;
+    }
+    if let Some(Value::F64(t)) = get(a, "garbage_collection_threshold") {
+        s.garbage_collection_threshold = (*t > 0.0 && *t < 1.0).then_some(*t);
+    }
+    if let Some(Value::Dict(d)) = get(a, "roundup_power2_divisions") {
+        for (k, v) in d {
+            let key = match k {
+                serde_pickle::HashableValue::String(x) => x.parse::<u64>().ok(),
+                serde_pickle::HashableValue::I64(x) => Some(*x as u64),
+                _ => None,
+            };
+            if let (Some(mb), Some(n)) = (key.filter(|m| m.is_power_of_two()), int(Some(v))) {
+                let i = (63 - mb.leading_zeros() as usize).min(ROUNDUP_INTERVALS - 1);
+                s.roundup_power2_divisions[i] = n.max(0) as u64;
+            }
+        }
+    }
+    if text(get(a, "PYTORCH_CUDA_ALLOC_CONF")).is_some_and(|c| c.contains("cudaMallocAsync")) {
+        s.backend = Backend::CudaMallocAsync;
+    }
+    s
+}
+
+#[derive(Default)]
+struct Builder {
+    entries: Vec<Entry>,
+    sites: Vec<String>,
+    site_ids: HashMap<String, u32>,
+    live: HashMap<u64, (u64, u64)>,
+    next_id: u64,
+    seeds: Vec<(u64, u64, u64, u64)>,
+    /// Segment releases not yet known to be a request's or `empty_cache`'s.
+    releasing: bool,
+    release_t: u64,
+}
+
+impl Builder {
+    fn site(&mut self, frames: &[Value]) -> u32 {
+        let Some(label) = line_of(frames) else {
+            return NO_SITE;
+        };
+        if let Some(&i) = self.site_ids.get(&label) {
+            return i;
+        }
+        let i = self.sites.len() as u32;
+        self.site_ids.insert(label.clone(), i);
+        self.sites.push(label);
+        i
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Releases seen, then something other than a new segment or an error: they were `empty_cache()`.
+    fn settle(&mut self, next_is_request_side: bool) {
+        if self.releasing && !next_is_request_side {
+            self.entries.push(Entry {
+                t_us: self.release_t,
+                op: Op::EmptyCache,
+                site: NO_SITE,
+            });
+        }
+        self.releasing = false;
+    }
+}
+
+/// Every device's history in a snapshot (devices with no requests are left out), and why any was not taken.
+pub fn from_snapshot(
+    snapshot: &Value,
+    pid: u32,
+    source: &str,
+    taken_at: &str,
+    rejected: &mut Vec<String>,
+) -> Vec<History> {
+    let recorded = recorded_settings(snapshot);
+    let traces = list(get(snapshot, "device_traces"));
+    let segments = list(get(snapshot, "segments"));
+    let mut out = Vec::new();
+    for (device, trace) in traces.iter().enumerate() {
+        let entries = list(Some(trace));
+        let kinds = |name: &str| entries.iter().any(|e| text(get(e, "action")) == Some(name));
+        if kinds("alloc")
+            && !kinds("free_completed")
+            && !kinds("segment_alloc")
+            && !kinds("segment_map")
+        {
+            // Recorded with only some actions (`skip_actions`, or an old `enabled="alloc"`): no frees, no
+            // segments; replaying it would keep every tensor forever.
+            rejected.push(format!(
+                "pid {pid} GPU {device}: its history has allocations only (no frees, no segments), which cannot \
+                 be replayed"
+            ));
+            continue;
+        }
+        let h = device_history(
+            list(Some(trace)),
+            segments,
+            device as u32,
+            pid,
+            source,
+            taken_at,
+            &recorded,
+        );
+        if h.requests() > 0 || h.assumed_live > 0 {
+            out.push(h);
+        }
+    }
+    out
+}
+
+fn default_pool(e: &Value) -> bool {
+    match get(e, "segment_pool_id") {
+        Some(Value::Tuple(t)) | Some(Value::List(t)) => t.iter().all(|x| int(Some(x)) == Some(0)),
+        _ => true,
+    }
+}
+
+fn device_history(
+    trace: &[Value],
+    segments: &[Value],
+    device: u32,
+    pid: u32,
+    source: &str,
+    taken_at: &str,
+    recorded: &Settings,
+) -> History {
+    let mut b = Builder::default();
+    let mut private = 0u64;
+    let mut reserved_delta: i128 = 0;
+    let mut reserved_walk: Vec<i128> = Vec::new();
+    let mut recorded_segments = Vec::new();
+    let mut segment_addresses = Vec::new();
+    let mut oom_device_free = None;
+    let mut oom_at_walk = None;
+    for e in trace {
+        let Some(action) = text(get(e, "action")) else {
+            continue;
+        };
+        let t = uint(get(e, "time_us"));
+        let addr = uint(get(e, "addr"));
+        let size = uint(get(e, "size"));
+        let stream = uint(get(e, "stream"));
+        match action {
+            "segment_free" | "segment_unmap" => {
+                reserved_delta -= size as i128;
+                reserved_walk.push(reserved_delta);
+                recorded_segments.push(-(size as i64));
+                if !b.releasing {
+                    b.releasing = true;
+                    b.release_t = t;
+                }
+                continue;
+            }
+            "segment_alloc" | "segment_map" => {
+                reserved_delta += size as i128;
+                reserved_walk.push(reserved_delta);
+                recorded_segments.push(size as i64);
+                if action == "segment_alloc" {
+                    segment_addresses.push((size, addr));
+                }
+                b.settle(true);
+                continue;
+            }
+            "oom" => {
+                b.settle(true);
+                let site = b.site(list(get(e, "frames")));
+                if oom_device_free.is_none() {
+                    // The free memory the driver reported (the snapshot names it; the raw entry keeps it as
+                    // its address).
+                    oom_device_free =
+                        Some(int(get(e, "device_free")).map_or(addr, |x| x.max(0) as u64));
+                    oom_at_walk = Some(reserved_delta);
+                }
+                b.entries.push(Entry {
+                    t_us: t,
+                    op: Op::Oom { size, stream },
+                    site,
+                });
+                continue;
+            }
+            _ => {}
+        }
+        match action {
+            "alloc" => {
+                b.settle(false);
+                let site = b.site(list(get(e, "frames")));
+                let id = b.id();
+                b.live.insert(addr, (id, size));
+                b.entries.push(Entry {
+                    t_us: t,
+                    op: Op::Alloc { id, size, stream },
+                    site,
+                });
+            }
+            "free_completed" => {
+                b.settle(false);
+                let id = match b.live.remove(&addr) {
+                    Some((id, _)) => id,
+                    None => {
+                        // Allocated before the history began.
+                        let id = b.id();
+                        b.seeds.push((addr, id, size, stream));
+                        id
+                    }
+                };
+                b.entries.push(Entry {
+                    t_us: t,
+                    op: Op::Free { id },
+                    site: NO_SITE,
+                });
+            }
+            "free_requested" | "snapshot" => {}
+            _ => {}
+        }
+        if !default_pool(e) {
+            private += 1;
+        }
+    }
+    b.settle(false);
+    // Live at the snapshot but allocated before the history: assumed live from its start too.
+    let mut end_reserved: u64 = 0;
+    for seg in segments
+        .iter()
+        .filter(|s| int(get(s, "device")) == Some(device as i64))
+    {
+        end_reserved += uint(get(seg, "total_size"));
+        for blk in list(get(seg, "blocks")) {
+            let state = text(get(blk, "state")).unwrap_or("");
+            if !state.starts_with("active") {
+                continue;
+            }
+            let addr = uint(get(blk, "address"));
+            if b.live.contains_key(&addr) {
+                continue;
+            }
+            let id = b.id();
+            let size = int(get(blk, "requested_size"))
+                .filter(|x| *x > 0)
+                .or(int(get(blk, "size")))
+                .unwrap_or(0) as u64;
+            b.seeds.push((addr, id, size, uint(get(seg, "stream"))));
+        }
+    }
+    let start_t = b.entries.first().map_or(0, |e| e.t_us);
+    b.seeds.sort_unstable();
+    let assumed_live = b.seeds.len() as u64;
+    let assumed_live_bytes = b.seeds.iter().map(|s| s.2).sum();
+    let mut entries: Vec<Entry> = b
+        .seeds
+        .iter()
+        .map(|&(_, id, size, stream)| Entry {
+            t_us: start_t,
+            op: Op::Alloc { id, size, stream },
+            site: NO_SITE,
+        })
+        .collect();
+    entries.append(&mut b.entries);
+    // PyTorch's reserve at the history's start: what its segments hold at the end, less what the entries added.
+    let start = (end_reserved as i128 - reserved_delta).max(0);
+    let peak = reserved_walk
+        .iter()
+        .map(|d| start + d)
+        .max()
+        .unwrap_or(start)
+        .max(start);
+    let mut notes = Vec::new();
+    if private > 0 {
+        notes.push(format!(
+            "{private} entries of private pools (CUDA graphs, use_mem_pool) are replayed as the default pool's"
+        ));
+    }
+    History {
+        pid,
+        device,
+        source: source.to_string(),
+        taken_at: taken_at.to_string(),
+        entries,
+        sites: b.sites,
+        assumed_live,
+        assumed_live_bytes,
+        recorded: recorded.clone(),
+        recorded_reserved_start: start as u64,
+        recorded_reserved_peak: peak.max(0) as u64,
+        recorded_segments,
+        segment_addresses,
+        oom_device_free,
+        oom_reserved: oom_at_walk.map(|d| (start + d).max(0) as u64),
+        notes,
+    }
+}

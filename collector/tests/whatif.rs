@@ -1,0 +1,277 @@
+//! `vramtrace whatif` against runs recorded on a GPU (collector/tests/fixtures/whatif/, from
+//! scripts/gpu/whatif.sh on an H200, 2026-11-26; snapshots slimmed by scripts/gpu/slim_snapshot.py): four
+//! workloads, each run once under vramtrace with its whole PyTorch history, and again under each setting
+//! (gpu_results.json: PyTorch's own max_memory_reserved, and a capped run's out-of-memory step and line).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::cli::{text, TempDir};
+use serde_json::Value;
+use vramtrace_collector::model;
+use vramtrace_collector::whatif::answer::{answer, Limit, WhatIf};
+use vramtrace_collector::whatif::from_trace::{load, Loaded};
+use vramtrace_collector::whatif::history::Op;
+use vramtrace_collector::whatif::native::Model;
+use vramtrace_collector::whatif::settings::Settings;
+
+const CASES: [&str; 4] = ["train", "finetune", "serve", "frag"];
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whatif")
+}
+
+/// The case's trace and its snapshot (gunzipped) in `dir`.
+fn unpack(dir: &TempDir, case: &str) -> PathBuf {
+    let src = fixtures();
+    let trace = dir.0.join(format!("{case}.vtrace"));
+    std::fs::copy(src.join(format!("{case}.vtrace")), &trace).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        if let Some(pickle) = name
+            .strip_prefix(&format!("{case}.vtrace.torch-"))
+            .and_then(|_| name.strip_suffix(".gz"))
+        {
+            let out = Command::new("gzip")
+                .arg("-dc")
+                .arg(src.join(&name))
+                .output()
+                .expect("gzip");
+            assert!(out.status.success());
+            std::fs::write(dir.0.join(pickle), out.stdout).unwrap();
+        }
+    }
+    trace
+}
+
+fn loaded(dir: &TempDir, case: &str) -> (PathBuf, Loaded) {
+    let trace = unpack(dir, case);
+    let a = model::analyze(&trace).unwrap();
+    let l = load(&a, &trace);
+    (trace, l)
+}
+
+fn real() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixtures().join("gpu_results.json")).unwrap())
+        .unwrap()
+}
+
+fn whatif(l: Loaded, confs: &[&str], limit: Option<u64>) -> WhatIf {
+    let configs: Vec<Settings> = confs.iter().map(|c| Settings::parse(c).unwrap()).collect();
+    let limit = limit.map(|b| Limit {
+        bytes: BTreeMap::from([(0, b)]),
+        what: "test".into(),
+    });
+    answer(
+        l.histories,
+        l.outside,
+        l.device_total,
+        l.others,
+        &configs,
+        limit,
+    )
+}
+
+#[test]
+fn replaying_its_own_settings_the_model_makes_the_runs_segments_one_for_one() {
+    for case in CASES {
+        let dir = TempDir::new(&format!("whatif-own-{case}"));
+        let (_, l) = loaded(&dir, case);
+        assert_eq!(l.histories.len(), 1, "{case}: {:?}", l.notes);
+        let h = &l.histories[0];
+        assert!(
+            h.complete(),
+            "{case}: the fixture's history starts at the first allocation"
+        );
+        let mut m = Model::new(h.recorded.clone(), 141 << 30);
+        m.hint_addresses(&h.segment_addresses);
+        for e in &h.entries {
+            match e.op {
+                Op::Alloc { id, size, stream } => assert!(m.malloc(id, size, stream, u64::MAX)),
+                Op::Free { id } => m.free(id),
+                Op::EmptyCache => m.release_cached(),
+                Op::Oom { .. } => {}
+            }
+        }
+        let first_difference = m
+            .segment_log()
+            .iter()
+            .zip(&h.recorded_segments)
+            .position(|(a, b)| a != b);
+        assert_eq!(
+            first_difference, None,
+            "{case}: segments differ from the run's"
+        );
+        assert_eq!(m.segment_log().len(), h.recorded_segments.len(), "{case}");
+        assert_eq!(
+            m.outcome().reserved_peak,
+            h.recorded_reserved_peak,
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn under_each_setting_the_model_is_within_1_percent_of_pytorchs_own_reserve() {
+    // Each setting was run for real; the model replays the defaults run's history under it. roundup
+    // varies between real runs of the same workload (a second run moved its peak by 1.39% and 1.06%,
+    // scripts/gpu/whatif_matrix.sh), so it is held to that spread rather than 1%.
+    let real = real();
+    for case in CASES {
+        let dir = TempDir::new(&format!("whatif-settings-{case}"));
+        let (_, l) = loaded(&dir, case);
+        let settings = [
+            ("expandable_segments:True", 1.0),
+            ("max_split_size_mb:256", 1.0),
+            ("roundup_power2_divisions:4", 1.5),
+        ];
+        let confs: Vec<&str> = settings.iter().map(|s| s.0).collect();
+        let w = whatif(l, &confs, None);
+        let check = |label: &str, modelled: u64, tolerance: f64| {
+            let r = real[case][label].as_u64().unwrap() as f64;
+            let err = (modelled as f64 - r) / r * 100.0;
+            assert!(
+                err.abs() <= tolerance,
+                "{case} {label}: model {modelled}, PyTorch {r}: {err:+.2}%"
+            );
+        };
+        check("defaults", w.configs[0].processes[0].reserved_peak, 1.0);
+        for (conf, tolerance) in settings {
+            let c = w.configs.iter().find(|c| c.conf == conf).unwrap();
+            check(conf, c.processes[0].reserved_peak, tolerance);
+        }
+        // The setting with the lowest reserve is the real lowest.
+        let lowest_real = ["defaults"]
+            .iter()
+            .chain(confs.iter())
+            .min_by_key(|k| real[case][**k].as_u64().unwrap())
+            .copied()
+            .unwrap();
+        let lowest_model = w
+            .configs
+            .iter()
+            .min_by_key(|c| c.processes[0].reserved_peak)
+            .map(|c| {
+                if c.settings.is_none() {
+                    "defaults"
+                } else {
+                    c.conf.as_str()
+                }
+            })
+            .unwrap();
+        assert_eq!(lowest_model, lowest_real, "{case}");
+    }
+}
+
+#[test]
+fn under_the_cap_the_run_failed_at_the_model_fails_at_the_same_step_and_line() {
+    let real = real();
+    for case in CASES {
+        let dir = TempDir::new(&format!("whatif-cap-{case}"));
+        let (_, l) = loaded(&dir, case);
+        let capped = &real[case]["_cap"];
+        let cap = capped["bytes"].as_u64().unwrap();
+        let w = whatif(l, &[], Some(cap));
+        let f = w.configs[0]
+            .first_failure
+            .as_ref()
+            .unwrap_or_else(|| panic!("{case}: the model says the defaults fit {cap}"));
+        let steps: Vec<u64> = capped["steps_us"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_u64().unwrap())
+            .collect();
+        let step = steps.iter().filter(|&&s| s <= f.t_us).count() as i64 - 1;
+        assert_eq!(step, capped["oom"]["step"].as_i64().unwrap(), "{case}");
+        // Requests of the backward pass carry no Python line; where one is known it is the run's.
+        if let Some(site) = w.histories[0].site(f.site) {
+            let line = format!("whatif_case.py:{} ", capped["oom"]["line"]);
+            assert!(site.contains(&line), "{case}: {site} against {line}");
+        }
+    }
+}
+
+#[test]
+fn the_verb_says_what_fits_and_what_to_set() {
+    let dir = TempDir::new("whatif-cli");
+    let trace = unpack(&dir, "train");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+            .arg("whatif")
+            .args(args)
+            .arg(&trace)
+            .output()
+            .unwrap()
+    };
+    // Under 2.15 GiB the defaults fail in the backward pass; expandable segments fit, which the GPU confirmed
+    // (scripts/gpu/whatif.sh: run under a 2.143 GiB cap, it peaked at 1.996 GiB), and are named with the line
+    // that sets them.
+    let out = run(&["--cap", "2.15GiB"]);
+    let t = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        t.contains("PyTorch's own segments peaked at 2.25 GiB (+0.0%)"),
+        "{t}"
+    );
+    let row = t
+        .lines()
+        .find(|l| l.trim_start().starts_with("as run"))
+        .unwrap();
+    assert!(row.contains(" no ") && row.contains("128.00 MiB"), "{row}");
+    let row = t
+        .lines()
+        .find(|l| l.trim_start().starts_with("expandable_segments:True"))
+        .unwrap();
+    assert!(row.contains(" yes "), "{row}");
+    assert!(
+        t.contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True vramtrace run"),
+        "{t}"
+    );
+    // JSON: the best, and every configuration judged against the cap.
+    let out = run(&[
+        "--json",
+        "--cap",
+        "2.15GiB",
+        "--alloc-conf",
+        "expandable_segments:True",
+    ]);
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &d["traces"][0];
+    assert_eq!(t["best"]["conf"], "expandable_segments:True");
+    assert_eq!(t["configs"][0]["fits"], false);
+    assert_eq!(t["configs"][1]["fits"], true);
+    assert!(
+        t["configs"][1]["smallest_cap"].as_u64().unwrap() <= (2.15 * (1u64 << 30) as f64) as u64
+    );
+    // A setting that does not parse: one line, exit 2.
+    let out = run(&["--alloc-conf", "max_split_size_mb:10"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("more than 20"), "{err}");
+}
+
+#[test]
+fn a_trace_without_history_says_so_and_gives_the_driver_level_peak() {
+    let dir = TempDir::new("whatif-none");
+    let trace = dir.0.join("serve.vtrace");
+    // The trace alone: its snapshot is not beside it.
+    std::fs::copy(fixtures().join("serve.vtrace"), &trace).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .args(["whatif"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let t = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(t.contains("No PyTorch allocation history"), "{t}");
+    assert!(
+        t.contains("As run, from the driver's calls: GPU 0 peaked at"),
+        "{t}"
+    );
+    assert!(t.contains("not found beside the trace"), "{t}");
+}
