@@ -1,19 +1,46 @@
-//! How deeply a pickle nests, found without building it: serde-pickle builds values (and drops them) by
-//! recursion, so a forged pickle of a list in a list in a list ... a million deep overflows the stack and aborts
-//! whoever reads it (`run`'s post-mortem, `report`, `oom`, the exports). This walks the opcodes once with a stack
-//! of depths, memo included (a pickle can nest through the memo at a constant stack height), and says how deep
-//! the value would be, or why the input is not a pickle it can walk.
+//! How deeply a pickle nests, and how many values it stands for, found without building it. serde-pickle builds
+//! values (and drops them) by recursion, so a forged pickle of a list in a list in a list ... a million deep
+//! overflows the stack and aborts whoever reads it (`run`'s post-mortem, `report`, `oom`, the exports,
+//! `whatif`). And a value the pickle shares through its memo is copied at each use: a few hundred kilobytes that
+//! refer to one list fifty thousand times build billions of values and exhaust memory. This walks the opcodes
+//! once with a stack of (depth, values), memo included (a pickle can nest and multiply through the memo at a
+//! constant stack height), and says how deep the value would be, or why it will not be built.
 
 use std::collections::HashMap;
 
 /// Nesting deeper than this is refused (PyTorch's snapshots nest about 8 deep).
 pub const MAX_DEPTH: usize = 200;
+/// More values than this are refused: at serde-pickle's 32 to 64 bytes a value, about 2 to 4 GB. A
+/// million-entry allocation history without frames is about 20 M.
+pub const MAX_VALUES: u64 = 60_000_000;
+
+/// How deep an item nests and how many values it stands for.
+type Figures = (usize, u64);
+
+/// A stack item: its figures, and the memoized object it is, if any. The memo keeps objects, not copies: a list
+/// memoized empty and filled afterwards is read back full, so a memoized object's figures live in `objects`
+/// and grow as items go into it.
+#[derive(Clone, Copy)]
+struct Slot {
+    fig: Figures,
+    object: Option<usize>,
+}
+
+const SCALAR: Slot = Slot {
+    fig: (0, 1),
+    object: None,
+};
+const EMPTY: Slot = Slot {
+    fig: (1, 1),
+    object: None,
+};
 
 /// The deepest nesting of containers the pickle `b` builds, or why it cannot tell (an opcode it does not know,
-/// input cut short, nesting past [`MAX_DEPTH`]).
+/// input cut short, nesting past [`MAX_DEPTH`], more than [`MAX_VALUES`] values once shared ones are copied).
 pub fn depth(b: &[u8]) -> Result<usize, String> {
-    // Each stack item's depth (0 for a scalar); `None` marks a MARK.
-    let mut stack: Vec<Option<usize>> = Vec::new();
+    // `None` marks a MARK.
+    let mut stack: Vec<Option<Slot>> = Vec::new();
+    let mut objects: Vec<Figures> = Vec::new();
     let mut memo: HashMap<u64, usize> = HashMap::new();
     let mut deepest = 0usize;
     let mut i = 0usize;
@@ -35,22 +62,66 @@ pub fn depth(b: &[u8]) -> Result<usize, String> {
         *i += n + 1;
         Ok(())
     };
-    let pop = |stack: &mut Vec<Option<usize>>| -> Result<usize, String> {
+    let pop = |stack: &mut Vec<Option<Slot>>| -> Result<Slot, String> {
         stack
             .pop()
             .flatten()
             .ok_or_else(|| "stack underflow".to_string())
     };
-    // Pops to the last MARK, returning the deepest item above it.
-    let to_mark = |stack: &mut Vec<Option<usize>>| -> Result<usize, String> {
-        let mut d = 0;
+    // Pops to the last MARK: the deepest item above it and the values of all of them.
+    let to_mark = |stack: &mut Vec<Option<Slot>>| -> Result<Figures, String> {
+        let (mut d, mut n) = (0, 0u64);
         loop {
             match stack.pop() {
-                Some(Some(x)) => d = d.max(x),
-                Some(None) => return Ok(d),
+                Some(Some(x)) => {
+                    d = d.max(x.fig.0);
+                    n = n.saturating_add(x.fig.1);
+                }
+                Some(None) => return Ok((d, n)),
                 None => return Err("no mark".into()),
             }
         }
+    };
+    let both = |a: Figures, b: Figures| (a.0.max(b.0), a.1.saturating_add(b.1));
+    // Container `c` now also holds `inner`: its new figures, kept in its object if it is one.
+    let fill = |objects: &mut Vec<Figures>, c: Slot, inner: Figures| -> Slot {
+        let fig = (c.fig.0.max(inner.0 + 1), c.fig.1.saturating_add(inner.1));
+        if let Some(o) = c.object {
+            objects[o] = fig;
+        }
+        Slot {
+            fig,
+            object: c.object,
+        }
+    };
+    let memoize =
+        |stack: &mut Vec<Option<Slot>>, objects: &mut Vec<Figures>| -> Result<usize, String> {
+            let top = stack
+                .last_mut()
+                .and_then(|s| s.as_mut())
+                .ok_or("stack underflow")?;
+            Ok(match top.object {
+                Some(o) => o,
+                None => {
+                    objects.push(top.fig);
+                    top.object = Some(objects.len() - 1);
+                    objects.len() - 1
+                }
+            })
+        };
+    let memo_key = |i: &mut usize, op: u8| -> Result<u64, String> {
+        Ok(match op {
+            b'h' | b'q' => le(take(i, 1)?),
+            b'j' | b'r' => le(take(i, 4)?),
+            _ => {
+                let s = *i;
+                line(i)?;
+                std::str::from_utf8(&b[s..*i - 1])
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok())
+                    .ok_or("bad memo key")?
+            }
+        })
     };
     while i < b.len() {
         let op = b[i];
@@ -59,53 +130,49 @@ pub fn depth(b: &[u8]) -> Result<usize, String> {
             b'.' => return Ok(deepest),
             b'(' => stack.push(None),
             // Scalars with fixed-size arguments.
-            b'N' | 0x88 | 0x89 => stack.push(Some(0)),
-            b'K' => {
-                take(&mut i, 1)?;
-                stack.push(Some(0));
-            }
-            b'M' => {
-                take(&mut i, 2)?;
-                stack.push(Some(0));
-            }
-            b'J' => {
-                take(&mut i, 4)?;
-                stack.push(Some(0));
-            }
-            b'G' => {
-                take(&mut i, 8)?;
-                stack.push(Some(0));
+            b'N' | 0x88 | 0x89 => stack.push(Some(SCALAR)),
+            b'K' | b'M' | b'J' | b'G' => {
+                take(
+                    &mut i,
+                    match op {
+                        b'K' => 1,
+                        b'M' => 2,
+                        b'J' => 4,
+                        _ => 8,
+                    },
+                )?;
+                stack.push(Some(SCALAR));
             }
             // Scalars with a length, then bytes.
             b'U' | b'C' | 0x8c | 0x8a => {
                 let n = le(take(&mut i, 1)?) as usize;
                 take(&mut i, n)?;
-                stack.push(Some(0));
+                stack.push(Some(SCALAR));
             }
             b'T' | b'X' | b'B' | 0x8b => {
                 let n = le(take(&mut i, 4)?) as usize;
                 take(&mut i, n)?;
-                stack.push(Some(0));
+                stack.push(Some(SCALAR));
             }
             0x8d | 0x8e | 0x96 => {
                 let n = usize::try_from(le(take(&mut i, 8)?)).map_err(|_| "too long")?;
                 take(&mut i, n)?;
-                stack.push(Some(0));
+                stack.push(Some(SCALAR));
             }
             // Scalars up to a newline.
             b'I' | b'L' | b'F' | b'S' | b'V' => {
                 line(&mut i)?;
-                stack.push(Some(0));
+                stack.push(Some(SCALAR));
             }
             b'c' => {
                 line(&mut i)?;
                 line(&mut i)?;
-                stack.push(Some(0));
+                stack.push(Some(SCALAR));
             }
             0x93 => {
                 pop(&mut stack)?;
                 pop(&mut stack)?;
-                stack.push(Some(0));
+                stack.push(Some(SCALAR));
             }
             0x80 => {
                 take(&mut i, 1)?;
@@ -114,47 +181,56 @@ pub fn depth(b: &[u8]) -> Result<usize, String> {
                 take(&mut i, 8)?;
             }
             // Empty containers.
-            b']' | b'}' | b')' | 0x8f => stack.push(Some(1)),
+            b']' | b'}' | b')' | 0x8f => stack.push(Some(EMPTY)),
             // Containers from the items above the mark.
             b'l' | b't' | b'd' | 0x91 => {
-                let d = to_mark(&mut stack)? + 1;
-                stack.push(Some(d));
+                let inner = to_mark(&mut stack)?;
+                stack.push(Some(fill(&mut objects, EMPTY, inner)));
             }
             0x85..=0x87 => {
-                let mut d = 0;
+                let mut inner = (0, 0u64);
                 for _ in 0..(op - 0x84) {
-                    d = d.max(pop(&mut stack)?);
+                    inner = both(inner, pop(&mut stack)?.fig);
                 }
-                stack.push(Some(d + 1));
+                stack.push(Some(fill(&mut objects, EMPTY, inner)));
             }
             // Items into the container below them.
             b'a' => {
                 let x = pop(&mut stack)?;
                 let c = pop(&mut stack)?;
-                stack.push(Some(c.max(x + 1)));
+                stack.push(Some(fill(&mut objects, c, x.fig)));
             }
             b's' => {
                 let v = pop(&mut stack)?;
                 let k = pop(&mut stack)?;
                 let c = pop(&mut stack)?;
-                stack.push(Some(c.max(v.max(k) + 1)));
+                stack.push(Some(fill(&mut objects, c, both(v.fig, k.fig))));
             }
             b'e' | b'u' | 0x90 => {
                 let x = to_mark(&mut stack)?;
                 let c = pop(&mut stack)?;
-                stack.push(Some(c.max(x + 1)));
+                stack.push(Some(fill(&mut objects, c, x)));
             }
-            // Objects: a callable and its arguments make a value as deep as they are.
-            b'R' | 0x81 | b'b' => {
+            // Objects: a callable and its arguments make a value as deep and as large as they are.
+            b'R' | 0x81 => {
                 let x = pop(&mut stack)?;
                 let c = pop(&mut stack)?;
-                stack.push(Some(c.max(x + 1)));
+                stack.push(Some(fill(&mut objects, Slot { object: None, ..c }, x.fig)));
+            }
+            b'b' => {
+                let x = pop(&mut stack)?;
+                let c = pop(&mut stack)?;
+                stack.push(Some(fill(&mut objects, c, x.fig)));
             }
             0x92 => {
                 let k = pop(&mut stack)?;
                 let a = pop(&mut stack)?;
                 let c = pop(&mut stack)?;
-                stack.push(Some(c.max(a.max(k) + 1)));
+                stack.push(Some(fill(
+                    &mut objects,
+                    Slot { object: None, ..c },
+                    both(a.fig, k.fig),
+                )));
             }
             b'0' => {
                 stack.pop().ok_or("stack underflow")?;
@@ -167,44 +243,36 @@ pub fn depth(b: &[u8]) -> Result<usize, String> {
                 stack.push(top);
             }
             // The memo.
-            b'p' => {
-                let s = i;
-                line(&mut i)?;
-                let k = std::str::from_utf8(&b[s..i - 1])
-                    .ok()
-                    .and_then(|t| t.trim().parse().ok())
-                    .ok_or("bad memo key")?;
-                memo.insert(k, stack.last().copied().flatten().ok_or("stack underflow")?);
+            b'p' | b'q' | b'r' => {
+                let k = memo_key(&mut i, op)?;
+                let o = memoize(&mut stack, &mut objects)?;
+                memo.insert(k, o);
             }
-            b'q' | b'r' | 0x94 => {
-                let k = match op {
-                    b'q' => le(take(&mut i, 1)?),
-                    b'r' => le(take(&mut i, 4)?),
-                    _ => memo.len() as u64,
-                };
-                memo.insert(k, stack.last().copied().flatten().ok_or("stack underflow")?);
+            0x94 => {
+                let k = memo.len() as u64;
+                let o = memoize(&mut stack, &mut objects)?;
+                memo.insert(k, o);
             }
             b'g' | b'h' | b'j' => {
-                let k = match op {
-                    b'h' => le(take(&mut i, 1)?),
-                    b'j' => le(take(&mut i, 4)?),
-                    _ => {
-                        let s = i;
-                        line(&mut i)?;
-                        std::str::from_utf8(&b[s..i - 1])
-                            .ok()
-                            .and_then(|t| t.trim().parse().ok())
-                            .ok_or("bad memo key")?
-                    }
-                };
-                stack.push(Some(*memo.get(&k).ok_or("memo key not set")?));
+                let k = memo_key(&mut i, op)?;
+                let o = *memo.get(&k).ok_or("memo key not set")?;
+                stack.push(Some(Slot {
+                    fig: objects[o],
+                    object: Some(o),
+                }));
             }
             other => return Err(format!("opcode {other:#04x} is not read here")),
         }
-        if let Some(Some(d)) = stack.last() {
-            deepest = deepest.max(*d);
+        if let Some(Some(top)) = stack.last() {
+            deepest = deepest.max(top.fig.0);
             if deepest > MAX_DEPTH {
                 return Err(format!("it nests more than {MAX_DEPTH} deep"));
+            }
+            if top.fig.1 > MAX_VALUES {
+                return Err(format!(
+                    "it stands for more than {} M values once the values it shares are copied",
+                    MAX_VALUES / 1_000_000
+                ));
             }
         }
     }
@@ -271,5 +339,37 @@ mod tests {
         assert!(depth(b"\x80\x04]").is_err());
         assert!(depth(b"\xff").is_err());
         assert!(depth(b"\x80\x04\x8d\xff\xff\xff\xff\xff\xff\xff\xff").is_err());
+    }
+
+    #[test]
+    fn a_pickle_that_shares_one_list_thousands_of_times_is_refused_before_it_is_built() {
+        // The audit's bomb: one list of 50,000 ints, then a list referring to it 50,000 times through the memo:
+        // 350 KB that serde-pickle would copy into 2.5 billion values.
+        let b = python_pickle_shared("x = list(range(50000))\nv = [x] * 50000");
+        assert!(b.len() < 1 << 20, "{} bytes", b.len());
+        let e = depth(&b).unwrap_err();
+        assert!(e.contains("more than 60 M values"), "{e}");
+        // A PyTorch snapshot that shares its frames the same way, but a few times each, is read.
+        let b = python_pickle_shared(
+            "f = [dict(filename='a.py', line=3, name='f')]\nv = dict(device_traces=[[dict(action='alloc', frames=f) for _ in range(20000)]])",
+        );
+        assert_eq!(depth(&b).unwrap(), 6);
+    }
+
+    /// A pickle written with the memo (not fast mode): shared values are written once and referred to.
+    fn python_pickle_shared(program: &str) -> Vec<u8> {
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                &format!("import pickle,sys\n{program}\nsys.stdout.buffer.write(pickle.dumps(v, protocol=4))"),
+            ])
+            .output()
+            .expect("python3");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
     }
 }
