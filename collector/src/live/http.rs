@@ -1,15 +1,18 @@
 //! A small HTTP/1.1 server: `GET /metrics` answers the OpenMetrics text, `GET /status.json` the same figures
 //! typed for `vramtrace top`, anything else 404 (405 for other methods). One request per connection (`Connection: close`). Each connection is answered on a thread of its
-//! own (at most [`MAX_CLIENTS`] at once; more are closed at once) within one deadline for the whole exchange
-//! ([`DEADLINE`]): a client that sends a byte now and then, or never reads, can neither hold a scrape up nor keep
-//! `run` from ending (connection threads are never waited for). Requests and answers are parsed by `httparse`
+//! own (at most [`MAX_CLIENTS`] at once) within one deadline for the whole exchange ([`DEADLINE`]): a client
+//! that sends a byte now and then, or never reads, can neither hold a scrape up nor keep `run` from ending
+//! (connection threads are never waited for). When every place is taken, the connection that has waited
+//! longest without sending its whole request is closed for the newcomer: a flood of idle connections, opened
+//! again as fast as they are closed, cannot keep a scraper out (a scraper sends its request at once, and one
+//! that has sent it is never closed for another). Requests and answers are parsed by `httparse`
 //! (hyper's parser). The server crates on offer (tiny_http and its kin) give neither a deadline for a whole
 //! exchange nor a bound on threads: a slow or flooding client would hold threads without end.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -22,8 +25,61 @@ pub const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The longest one exchange (request read, answer written) may take.
 pub const DEADLINE: Duration = Duration::from_secs(3);
-/// Connections answered at once; past it, a new one is closed unanswered.
-pub const MAX_CLIENTS: usize = 16;
+/// Connections answered at once; past it, the longest waiting one that has sent no whole request gives way (a
+/// new one is closed unanswered only when all have sent theirs). Enough that a flood must open this many
+/// connections in the millisecond a scraper takes to send its request to push the scraper out; an idle one
+/// costs a thread's committed stack (a few KiB) until the request deadline.
+pub const MAX_CLIENTS: usize = 256;
+/// The longest a connection may take to send its whole request.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(1);
+
+/// A connection being answered.
+struct Place {
+    id: u64,
+    since: Instant,
+    /// A second handle on its socket, to close it under its thread.
+    stream: TcpStream,
+    /// Its whole request has come: it is never closed for another.
+    asked: Arc<AtomicBool>,
+}
+
+/// The connections being answered.
+#[derive(Default)]
+struct Places {
+    list: Mutex<Vec<Place>>,
+}
+
+impl Places {
+    /// A place for a new connection: free, or made by closing the longest waiting one that has not asked.
+    /// `None`: every place is answering a whole request.
+    fn take(&self, id: u64, s: &TcpStream) -> Option<Arc<AtomicBool>> {
+        let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        if l.len() >= MAX_CLIENTS {
+            let idle = l
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| !p.asked.load(Ordering::Acquire))
+                .min_by_key(|(_, p)| p.since)
+                .map(|(i, _)| i)?;
+            let p = l.swap_remove(idle);
+            // Its thread's read ends at once and gives the thread back.
+            let _ = p.stream.shutdown(std::net::Shutdown::Both);
+        }
+        let asked = Arc::new(AtomicBool::new(false));
+        l.push(Place {
+            id,
+            since: Instant::now(),
+            stream: s.try_clone().ok()?,
+            asked: asked.clone(),
+        });
+        Some(asked)
+    }
+
+    fn give_back(&self, id: u64) {
+        let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        l.retain(|p| p.id != id);
+    }
+}
 
 /// A running server; stops when dropped.
 pub struct Server {
@@ -52,25 +108,24 @@ pub fn serve(addr: SocketAddr, live: Arc<Live>) -> io::Result<Server> {
     let thread = thread::Builder::new()
         .name("vramtrace-metrics".into())
         .spawn(move || {
-            let busy = Arc::new(AtomicUsize::new(0));
-            for conn in listener.incoming() {
+            let places = Arc::new(Places::default());
+            for (id, conn) in (0u64..).zip(listener.incoming()) {
                 if stop2.load(Ordering::Acquire) {
                     return;
                 }
                 let Ok(s) = conn else { continue };
-                if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
-                    busy.fetch_sub(1, Ordering::AcqRel);
+                let Some(asked) = places.take(id, &s) else {
                     continue;
-                }
-                let (live, busy2) = (live.clone(), busy.clone());
+                };
+                let (live, places2) = (live.clone(), places.clone());
                 let spawned = thread::Builder::new()
                     .name("vramtrace-scrape".into())
                     .spawn(move || {
-                        let _ = answer(s, &live);
-                        busy2.fetch_sub(1, Ordering::AcqRel);
+                        let _ = answer(s, &live, &asked);
+                        places2.give_back(id);
                     });
                 if spawned.is_err() {
-                    busy.fetch_sub(1, Ordering::AcqRel);
+                    places.give_back(id);
                 }
             }
         })?;
@@ -93,8 +148,9 @@ fn left(deadline: Instant) -> io::Result<Option<Duration>> {
     Ok(Some(d))
 }
 
-fn answer(mut s: TcpStream, live: &Live) -> io::Result<()> {
-    let deadline = Instant::now() + DEADLINE;
+fn answer(mut s: TcpStream, live: &Live, asked: &AtomicBool) -> io::Result<()> {
+    let start = Instant::now();
+    let deadline = start + DEADLINE;
     let _ = s.set_nodelay(true);
     // The request line and headers, up to the blank line (at most 16 KiB), all within the deadline: a timeout
     // per read alone would let a byte every second hold the connection for ever. Parsed by httparse.
@@ -128,13 +184,14 @@ fn answer(mut s: TcpStream, live: &Live) -> io::Result<()> {
                 deadline,
             );
         }
-        s.set_read_timeout(left(deadline)?)?;
+        s.set_read_timeout(left(start + REQUEST_DEADLINE)?)?;
         let n = s.read(&mut buf)?;
         if n == 0 {
             break None;
         }
         req.extend_from_slice(&buf[..n]);
     };
+    asked.store(true, Ordering::Release);
     let Some((method, target, openmetrics)) = head else {
         return reply(
             &mut s,
@@ -371,5 +428,44 @@ mod tests {
         );
         assert!(ok.starts_with("HTTP/1.1 200 "), "{ok}");
         assert!(ok.contains(CONTENT_TYPE), "{ok}");
+    }
+
+    /// Issue 25: more idle connections than there are places, opened again as they are closed, keep no scrape
+    /// out (with 16 places and no eviction, a dozen idle connections kept every scrape out).
+    #[test]
+    fn a_flood_of_idle_connections_keeps_no_scrape_out() {
+        let server = serve("127.0.0.1:0".parse().unwrap(), live()).unwrap();
+        let addr = server.addr;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        // The flood: more idle connections than there are places, and each one closed is opened again.
+        let flood = thread::spawn(move || {
+            let mut held: Vec<TcpStream> = Vec::new();
+            while !stop2.load(Ordering::Acquire) {
+                held.retain(|s| {
+                    let mut b = [0u8; 1];
+                    s.set_nonblocking(true).ok();
+                    !matches!((&*s).read(&mut b), Ok(0))
+                });
+                while held.len() < MAX_CLIENTS + 50 {
+                    match TcpStream::connect(addr) {
+                        Ok(s) => held.push(s),
+                        Err(_) => break,
+                    }
+                }
+                thread::sleep(Duration::from_millis(5));
+            }
+        });
+        thread::sleep(Duration::from_millis(300));
+        for _ in 0..5 {
+            let t = Instant::now();
+            let (code, body) = get(&addr.to_string(), "/metrics", Duration::from_secs(2)).unwrap();
+            assert_eq!(code, 200);
+            assert!(body.contains("vramtrace_processes"));
+            assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+            thread::sleep(Duration::from_millis(100));
+        }
+        stop.store(true, Ordering::Release);
+        flood.join().unwrap();
     }
 }
