@@ -44,6 +44,10 @@ if ! command -v tmux >/dev/null 2>&1; then
     echo "test.sh: WARNING: tmux could not be installed: the top terminal test will be SKIPPED" >&2
     export VRAMTRACE_ALLOW_NO_TMUX=1
 fi
+if [ "$(id -u)" != 0 ]; then
+    echo "test.sh: WARNING: not root: the tests that run a process as another user will be SKIPPED" >&2
+    export VRAMTRACE_ALLOW_NO_ROOT=1
+fi
 for c in rustfmt clippy; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c" 2>/dev/null || true
 done
