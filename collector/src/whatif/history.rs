@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use serde_pickle::Value;
+use serde_pickle::{HashableValue, Value};
 
 use super::settings::{Backend, Settings, ROUNDUP_INTERVALS};
 use crate::torch_snapshot::{get, int, line_of, list, text};
@@ -92,6 +92,41 @@ impl History {
 
 fn uint(v: Option<&Value>) -> u64 {
     int(v).unwrap_or(0) as u64
+}
+
+/// The keys of a history entry, built once: a lookup by `&str` would build a key for each of a million entries.
+struct EntryKeys {
+    action: HashableValue,
+    time_us: HashableValue,
+    addr: HashableValue,
+    size: HashableValue,
+    stream: HashableValue,
+    frames: HashableValue,
+    device_free: HashableValue,
+    pool: HashableValue,
+}
+
+impl EntryKeys {
+    fn new() -> EntryKeys {
+        let k = |s: &str| HashableValue::String(s.to_string());
+        EntryKeys {
+            action: k("action"),
+            time_us: k("time_us"),
+            addr: k("addr"),
+            size: k("size"),
+            stream: k("stream"),
+            frames: k("frames"),
+            device_free: k("device_free"),
+            pool: k("segment_pool_id"),
+        }
+    }
+}
+
+fn at<'a>(v: &'a Value, k: &HashableValue) -> Option<&'a Value> {
+    match v {
+        Value::Dict(d) => d.get(k),
+        _ => None,
+    }
 }
 
 /// The settings a snapshot says its process ran with (`allocator_settings`).
@@ -192,7 +227,12 @@ pub fn from_snapshot(
     let mut out = Vec::new();
     for (device, trace) in traces.iter().enumerate() {
         let entries = list(Some(trace));
-        let kinds = |name: &str| entries.iter().any(|e| text(get(e, "action")) == Some(name));
+        let keys = EntryKeys::new();
+        let kinds = |name: &str| {
+            entries
+                .iter()
+                .any(|e| text(at(e, &keys.action)) == Some(name))
+        };
         if kinds("alloc")
             && !kinds("free_completed")
             && !kinds("segment_alloc")
@@ -222,8 +262,8 @@ pub fn from_snapshot(
     out
 }
 
-fn default_pool(e: &Value) -> bool {
-    match get(e, "segment_pool_id") {
+fn default_pool(e: &Value, k: &EntryKeys) -> bool {
+    match at(e, &k.pool) {
         Some(Value::Tuple(t)) | Some(Value::List(t)) => t.iter().all(|x| int(Some(x)) == Some(0)),
         _ => true,
     }
@@ -238,6 +278,7 @@ fn device_history(
     taken_at: &str,
     recorded: &Settings,
 ) -> History {
+    let k = EntryKeys::new();
     let mut b = Builder::default();
     let mut private = 0u64;
     let mut reserved_delta: i128 = 0;
@@ -247,13 +288,13 @@ fn device_history(
     let mut oom_device_free = None;
     let mut oom_at_walk = None;
     for e in trace {
-        let Some(action) = text(get(e, "action")) else {
+        let Some(action) = text(at(e, &k.action)) else {
             continue;
         };
-        let t = uint(get(e, "time_us"));
-        let addr = uint(get(e, "addr"));
-        let size = uint(get(e, "size"));
-        let stream = uint(get(e, "stream"));
+        let t = uint(at(e, &k.time_us));
+        let addr = uint(at(e, &k.addr));
+        let size = uint(at(e, &k.size));
+        let stream = uint(at(e, &k.stream));
         match action {
             "segment_free" | "segment_unmap" => {
                 reserved_delta -= size as i128;
@@ -277,12 +318,12 @@ fn device_history(
             }
             "oom" => {
                 b.settle(true);
-                let site = b.site(list(get(e, "frames")));
+                let site = b.site(list(at(e, &k.frames)));
                 if oom_device_free.is_none() {
                     // The free memory the driver reported (the snapshot names it; the raw entry keeps it as
                     // its address).
                     oom_device_free =
-                        Some(int(get(e, "device_free")).map_or(addr, |x| x.max(0) as u64));
+                        Some(int(at(e, &k.device_free)).map_or(addr, |x| x.max(0) as u64));
                     oom_at_walk = Some(reserved_delta);
                 }
                 b.entries.push(Entry {
@@ -297,7 +338,7 @@ fn device_history(
         match action {
             "alloc" => {
                 b.settle(false);
-                let site = b.site(list(get(e, "frames")));
+                let site = b.site(list(at(e, &k.frames)));
                 let id = b.id();
                 b.live.insert(addr, (id, size));
                 b.entries.push(Entry {
@@ -326,7 +367,7 @@ fn device_history(
             "free_requested" | "snapshot" => {}
             _ => {}
         }
-        if !default_pool(e) {
+        if !default_pool(e, &k) {
             private += 1;
         }
     }
