@@ -109,7 +109,13 @@ pub fn read_snapshots(a: &mut Analysis, trace: &Path) {
             let us = |t: u64| start_unix.saturating_add(t) / 1_000;
             (us(l.minima[0].t_ns), us(l.minima[l.minima.len() - 1].t_ns))
         });
-        let device = o.device;
+        let (device, pid) = (o.device, o.pid);
+        // Under the cap, what was left is the cap less the job's bytes (the driver's free memory is the
+        // device's, not the cap's).
+        let left = match (o.cap_refused, o.cap_bytes, o.ledger_job_bytes) {
+            (true, Some(c), Some(j)) => Some(c.saturating_sub(j)),
+            _ => None,
+        };
         let Some(f) = o.framework.as_mut() else {
             continue;
         };
@@ -117,6 +123,10 @@ pub fn read_snapshots(a: &mut Analysis, trace: &Path) {
             continue;
         };
         f.snapshot = Some(read_snapshot(&recorded, trace, device, rise));
+        // The allocator replayed from the history up to this error (whatif/postmortem.rs).
+        if let (Some(p), Some(d)) = (crate::torch_snapshot::locate(&recorded, trace), device) {
+            f.replay = crate::whatif::postmortem::replay_failure(&p, pid, d, left);
+        }
     }
     // A device whose allocated bytes grew over the run: the lines of the tensors live at exit, from the snapshot
     // a process of it kept then (the one holding the most).

@@ -275,3 +275,44 @@ fn a_trace_without_history_says_so_and_gives_the_driver_level_peak() {
     );
     assert!(t.contains("not found beside the trace"), "{t}");
 }
+
+#[test]
+fn a_post_mortem_replays_the_failure_and_names_the_setting_that_gets_past_it() {
+    // The train run's history cut where the model, under 2.15 GiB for PyTorch's allocator, first refuses: that
+    // request becomes the run's own failed one, as in an out-of-memory snapshot.
+    let dir = TempDir::new("whatif-postmortem");
+    let (_, l) = loaded(&dir, "train");
+    let mut h = l.histories[0].clone();
+    let limit = (2.15 * (1u64 << 30) as f64) as u64 - l.outside[0];
+    let w = whatif(
+        Loaded {
+            histories: vec![h.clone()],
+            outside: vec![0],
+            ..Loaded::default()
+        },
+        &[],
+        Some(limit),
+    );
+    let f = w.configs[0].first_failure.clone().unwrap();
+    let Op::Alloc { size, stream, .. } = h.entries[f.entry].op else {
+        panic!("refused a non-request");
+    };
+    h.entries.truncate(f.entry);
+    h.entries.push(vramtrace_collector::whatif::history::Entry {
+        t_us: f.t_us,
+        op: Op::Oom { size, stream },
+        site: f.site,
+    });
+    h.oom_reserved = Some(0);
+    let r =
+        vramtrace_collector::whatif::postmortem::replay_history(h.clone(), Some(limit)).unwrap();
+    assert!(r.reproduced, "{r:?}");
+    assert_eq!(r.limit, limit);
+    // Expandable segments get past it (the GPU run under that cap did: 1.996 GiB at most).
+    assert_eq!(r.passes[0].0, "expandable_segments:True", "{:?}", r.passes);
+    assert!(r.needs > limit);
+    // With room for what the run's settings need, the failure is not reproduced: its advice would be withheld.
+    let r = vramtrace_collector::whatif::postmortem::replay_history(h, Some(limit + (256 << 20)))
+        .unwrap();
+    assert!(!r.reproduced);
+}

@@ -8,5 +8,6 @@ pub mod async_pool;
 pub mod from_trace;
 pub mod history;
 pub mod native;
+pub mod postmortem;
 pub mod settings;
 pub mod sim;

@@ -128,6 +128,8 @@ pub struct FrameworkOom {
     pub free_in_live_segments: Option<u64>,
     pub snapshot_path: Option<String>,
     pub snapshot: Option<SnapshotReading>,
+    /// The process's history replayed up to this error (the snapshot's `device_traces`), when it has one.
+    pub replay: Option<crate::whatif::postmortem::Replay>,
 }
 
 impl FrameworkOom {
@@ -186,6 +188,7 @@ impl FrameworkOom {
             free_in_live_segments: num("free_in_live_segments"),
             snapshot_path: text("snapshot"),
             snapshot: None,
+            replay: None,
         }
     }
 

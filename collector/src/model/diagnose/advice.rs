@@ -111,6 +111,25 @@ pub enum Advice {
     /// Bytes in use rose before it: a larger cap only delays it.
     FixGrowthBeforeCap,
 
+    // From the allocator replayed (whatif/postmortem.rs).
+    /// With `conf`, PyTorch's allocator gets past the failed request within `limit`, its reserve at most
+    /// `reserve` up to it; `complete`: the history covers the process from its first allocation.
+    SettingGetsPast {
+        conf: String,
+        reserve: u64,
+        limit: u64,
+        complete: bool,
+    },
+    /// No allocator setting of the grid gets past the failed request within `limit`.
+    NoSettingGetsPast {
+        limit: u64,
+    },
+    /// A cap of `cap` gets the history past the failed request with the settings it ran with.
+    CapFitsHistory {
+        cap: u64,
+        device: Option<u32>,
+    },
+
     // Any cause.
     /// The memory went to a KV cache (`line`): bound the batch and the sequence.
     BoundKvCache {
@@ -121,6 +140,12 @@ pub enum Advice {
 pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice> {
     let mut v = Vec::new();
     let device = s.device;
+    // The allocator replayed from the process's own history, where it fails where the run failed.
+    let replay = s
+        .framework
+        .as_ref()
+        .and_then(|f| f.replay.as_ref())
+        .filter(|r| r.reproduced);
     match d.cause {
         Cause::Growth => {
             let per_step = d
@@ -165,19 +190,29 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
         }
         Cause::FragmentationCache => {
             let o = s.framework.as_ref();
-            if o.and_then(|o| o.expandable_segments) != Some(true) {
-                v.push(Advice::CacheExpandableSegments);
+            match replay {
+                // The settings that the replay shows getting past it, and no others.
+                Some(r) => {
+                    if r.passes.is_empty() {
+                        v.push(Advice::NoSettingGetsPast { limit: r.limit });
+                    }
+                }
+                None => {
+                    if o.and_then(|o| o.expandable_segments) != Some(true) {
+                        v.push(Advice::CacheExpandableSegments);
+                    }
+                    if o.is_none_or(|o| o.max_split_size.is_none()) {
+                        v.push(Advice::CacheMaxSplitSize {
+                            mb: (s.requested_bytes >> 20).clamp(20, 1024),
+                        });
+                    }
+                }
             }
-            if o.is_none_or(|o| o.max_split_size.is_none()) {
-                v.push(Advice::CacheMaxSplitSize {
-                    mb: (s.requested_bytes >> 20).clamp(20, 1024),
-                });
+            v.push(Advice::CacheEmptyBetweenPhases);
+            if replay.is_none() {
+                v.push(Advice::CacheGcThreshold);
             }
-            v.extend([
-                Advice::CacheEmptyBetweenPhases,
-                Advice::CacheGcThreshold,
-                Advice::CachePersistentFirst,
-            ]);
+            v.push(Advice::CachePersistentFirst);
         }
         Cause::Pressure => {
             let shed = d
@@ -217,11 +252,19 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
         ]),
         Cause::Cap => {
             // With one device the flag is the cap alone; with several it names the device it is for.
-            v.push(Advice::CapWouldFit {
-                cap: d.suggested_cap_bytes,
-                needed: d.needed_bytes,
-                device: device.filter(|_| a.devices.len() > 1),
-            });
+            let flag_device = device.filter(|_| a.devices.len() > 1);
+            match (replay, d.cap_bytes) {
+                // The replay's own figure: the cap less what the allocator had, plus what it needs.
+                (Some(r), Some(cap)) => v.push(Advice::CapFitsHistory {
+                    cap: (cap.saturating_sub(r.limit) + r.needs).div_ceil(64 << 20) * (64 << 20),
+                    device: flag_device,
+                }),
+                _ => v.push(Advice::CapWouldFit {
+                    cap: d.suggested_cap_bytes,
+                    needed: d.needed_bytes,
+                    device: flag_device,
+                }),
+            }
             if let Some(t) = d.total_bytes.filter(|&t| d.suggested_cap_bytes > t) {
                 v.push(Advice::CapOverDevice { total: t });
             }
@@ -229,6 +272,24 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
             if s.framework_leak.is_some() || s.leak.is_some() {
                 v.push(Advice::FixGrowthBeforeCap);
             }
+        }
+    }
+    // A setting that gets past the failure in the same memory, by the replay: the first thing to try.
+    let settings_matter = matches!(
+        d.cause,
+        Cause::Cap | Cause::FragmentationCache | Cause::Pressure | Cause::Fragmentation
+    );
+    if let Some(r) = replay.filter(|_| settings_matter) {
+        if let Some((conf, reserve)) = r.passes.first() {
+            v.insert(
+                0,
+                Advice::SettingGetsPast {
+                    conf: conf.clone(),
+                    reserve: *reserve,
+                    limit: r.limit,
+                    complete: r.complete,
+                },
+            );
         }
     }
     // A KV cache behind a cause other than its own growth (a serving loop's batch or sequence outgrew the

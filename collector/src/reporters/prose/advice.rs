@@ -179,6 +179,39 @@ pub fn advice_text(a: &Advice) -> String {
                 b(*needed)
             )
         }
+        Advice::CapFitsHistory { cap, device } => {
+            let flag = match device {
+                Some(d) => format!("{d}={}", super::cap_spec(*cap)),
+                None => super::cap_spec(*cap),
+            };
+            format!(
+                "A cap of {} gets this history past the failed request with the settings it ran with (PyTorch's \
+                 allocator replayed from its own history, rounded up to 64 MiB): --cap {flag}",
+                b(*cap)
+            )
+        }
+        Advice::SettingGetsPast {
+            conf,
+            reserve,
+            limit,
+            complete,
+        } => format!(
+            "PYTORCH_CUDA_ALLOC_CONF={conf}: with it PyTorch's allocator gets past the failed request in the same \
+             {}, its reserve at most {} up to it (the allocator replayed from {}; `vramtrace whatif` tries \
+             more settings).",
+            b(*limit),
+            b(*reserve),
+            if *complete {
+                "the process's whole history"
+            } else {
+                "the history PyTorch kept, which began late"
+            }
+        ),
+        Advice::NoSettingGetsPast { limit } => format!(
+            "No allocator setting gets past the failed request in the same {} (PyTorch's allocator replayed \
+             from its history under each): the tensors themselves must shrink.",
+            b(*limit)
+        ),
         Advice::CapOverDevice { total } => format!(
             "That is more than the device's {}: the job itself must shed memory (smaller batch, checkpointing, \
              mixed precision, sharding).",
