@@ -10,11 +10,10 @@
 
 mod common;
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::cli::{assert_usage_error, python_check, text, TempDir};
+use common::cli::{assert_usage_error, chromium, python_check, text, TempDir};
 use common::*;
 use vramtrace_collector::model::{analyze, Analysis};
 
@@ -263,31 +262,6 @@ fn bad_input_is_one_line_and_exit_2_and_an_existing_page_is_kept() {
 }
 
 /// Where Chromium is, or `None` (said loudly: a skipped browser test must not look like a passing one).
-fn chromium() -> Option<String> {
-    let found = std::env::var("VRAMTRACE_CHROMIUM")
-        .ok()
-        .into_iter()
-        .chain(["chromium", "chromium-browser", "google-chrome"].map(String::from))
-        .find(|c| {
-            Command::new(c)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        });
-    if found.is_none() {
-        assert!(
-            std::env::var("VRAMTRACE_REQUIRE_BROWSER").as_deref() != Ok("1"),
-            "VRAMTRACE_REQUIRE_BROWSER=1 but no chromium found (VRAMTRACE_CHROMIUM, chromium, chromium-browser)"
-        );
-        // Past the test harness's capture: this must be seen.
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "\n!!! export_html: SKIPPED the headless-browser test: no chromium found. Install Debian's \
-             `chromium` (scripts/test.sh does) or set VRAMTRACE_CHROMIUM. !!!\n"
-        );
-    }
-    found
-}
 
 #[test]
 fn the_page_loads_in_a_headless_browser_with_no_error_and_draws_its_plots() {

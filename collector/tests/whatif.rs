@@ -316,3 +316,47 @@ fn a_post_mortem_replays_the_failure_and_names_the_setting_that_gets_past_it() {
         .unwrap();
     assert!(!r.reproduced);
 }
+
+#[test]
+fn the_html_page_has_the_whatif_table() {
+    let dir = TempDir::new("whatif-html");
+    let trace = unpack(&dir, "train");
+    let page = dir.0.join("train.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .args(["export", "--format", "html", "--out"])
+        .arg(&page)
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let open = "<script type=\"application/json\" id=\"vramtrace-data\">";
+    let at = html.find(open).unwrap() + open.len();
+    let data: Value =
+        serde_json::from_str(&html[at..at + html[at..].find("</script>").unwrap()]).unwrap();
+    let w = &data["whatif"];
+    let rows = w["rows"].as_array().unwrap();
+    assert_eq!(rows[0]["settings"], "as run");
+    let e = rows
+        .iter()
+        .find(|r| r["settings"] == "expandable_segments:True")
+        .unwrap();
+    assert!(e["peak_bytes"].as_u64().unwrap() < rows[0]["peak_bytes"].as_u64().unwrap());
+    assert!(
+        w["best"]
+            .as_str()
+            .unwrap()
+            .contains("expandable_segments:True"),
+        "{w}"
+    );
+    // The page draws it with no error (where a browser is at hand).
+    if let Some(browser) = common::cli::chromium() {
+        let o = Command::new("python3")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/html_check.py"))
+            .arg(&page)
+            .args(["--browser", &browser])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    }
+}

@@ -415,6 +415,21 @@
   }
   section("Live at the end", liveKids);
 
+  if (D.whatif) {
+    var W = D.whatif, wk = [];
+    wk.push(el("p", { text: "PyTorch's caching allocator, replayed from each process's own history under other settings (vramtrace whatif; docs/WHATIF.md)." + (W.limit ? " Limit: " + W.limit + "." : "") }));
+    if (W.histories.length) wk.push(el("ul", { cls: "notes" }, W.histories.map(function (h) { return el("li", { text: h }); })));
+    var heads = ["settings", "peak", "smallest cap"], num = [false, true, true];
+    if (W.limit) { heads.push("fits", "first refused"); num.push(false, false); }
+    wk.push(table(heads, W.rows.map(function (r) {
+      var row = [r.settings, bytes(r.peak_bytes), bytes(r.smallest_cap_bytes)];
+      if (W.limit) row.push(r.fits ? "yes" : "no", r.first_refused || "");
+      return row;
+    }), num));
+    wk.push(el("p", { text: W.best ? "Saves most: " + W.best + "." : "None of these settings needs less than the run's own." }));
+    section("What if", wk);
+  }
+
   section("Processes", [table(["pid", "rank", "command", "devices", "ended", "peak", "at", "allocations", "failed", "live at the end"], D.processes.map(function (p) {
     return [p.pid, p.rank === null ? "" : p.rank, p.command || "(not announced)", p.devices, p.ended, bytes(p.peak_bytes), secs(p.peak_time_ns), count(p.allocations), count(p.failed_allocations), bytes(p.live_bytes_at_end)];
   }), [true, true, false, false, false, true, true, true, true, true])]);

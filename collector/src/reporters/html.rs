@@ -146,6 +146,8 @@ pub struct Html {
     /// Site labels, resolved at the end.
     labels: FastMap<SiteKey, String>,
     sites_past_limit: bool,
+    /// The what-if's table, when the trace has PyTorch histories (`whatif_table`).
+    whatif: Option<data::WhatIfTable>,
 }
 
 impl Html {
@@ -185,6 +187,11 @@ impl Html {
         };
         self.last_dev = Some((device, i));
         i
+    }
+
+    /// Adds the what-if's answers to the page (a table of each setting's peak, smallest cap and first refusal).
+    pub fn set_whatif(&mut self, w: &crate::whatif::answer::WhatIf, start_unix_us: u64) {
+        self.whatif = Some(data::WhatIfTable::of(w, start_unix_us));
     }
 
     /// Writes the page: the analysis `a` is the replay's that fed this tap.

@@ -294,6 +294,23 @@ fn write(args: &ExportArgs, w: BufWriter<File>) -> Result<(Analysis, Vec<String>
                 .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
             // The post-mortems beside the timelines are `vramtrace oom`'s: with the snapshots kept beside it.
             model::read_snapshots(&mut a, trace);
+            // The what-if's table, where processes kept their PyTorch history (against the run's cap, if any).
+            let loaded = crate::whatif::from_trace::load(&a, trace);
+            if !loaded.histories.is_empty() {
+                let limit = (!loaded.run_cap.is_empty()).then(|| crate::whatif::answer::Limit {
+                    bytes: loaded.run_cap.clone(),
+                    what: "the run's cap".into(),
+                });
+                let w = crate::whatif::answer::answer(
+                    loaded.histories,
+                    loaded.outside,
+                    loaded.device_total,
+                    loaded.others,
+                    &crate::whatif::settings::default_grid(),
+                    limit,
+                );
+                tap.set_whatif(&w, loaded.start_unix_us);
+            }
             let mut w = tap.write(&a, w).map_err(io_err)?;
             w.flush().map_err(io_err)?;
             Ok((a, tap.notes()))

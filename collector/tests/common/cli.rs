@@ -78,3 +78,30 @@ pub fn python_check(json: &[u8], script: &str) -> String {
     );
     text(&out.stdout)
 }
+
+/// A headless Chromium for the page tests, or `None` (said loudly; a failure under VRAMTRACE_REQUIRE_BROWSER=1).
+pub fn chromium() -> Option<String> {
+    let found = std::env::var("VRAMTRACE_CHROMIUM")
+        .ok()
+        .into_iter()
+        .chain(["chromium", "chromium-browser", "google-chrome"].map(String::from))
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+    if found.is_none() {
+        assert!(
+            std::env::var("VRAMTRACE_REQUIRE_BROWSER").as_deref() != Ok("1"),
+            "VRAMTRACE_REQUIRE_BROWSER=1 but no chromium found (VRAMTRACE_CHROMIUM, chromium, chromium-browser)"
+        );
+        // Past the test harness's capture: this must be seen.
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "\n!!! export_html: SKIPPED the headless-browser test: no chromium found. Install Debian's \
+             `chromium` (scripts/test.sh does) or set VRAMTRACE_CHROMIUM. !!!\n"
+        );
+    }
+    found
+}
