@@ -110,7 +110,7 @@ impl WhatIf {
 /// One configuration's replays: unlimited, under the limit, and the smallest limit per device.
 type Replays = (Replayed, Option<Replayed>, BTreeMap<u32, u64>);
 
-fn one(job: &Job, settings: Option<&Settings>, limit: Option<&Limit>) -> Replays {
+fn one(job: &Job, settings: Option<&Settings>, limit: Option<&Limit>, smallest: bool) -> Replays {
     let hs = job.histories;
     let pick = |i: usize| match settings {
         Some(s) => s.clone(),
@@ -118,7 +118,11 @@ fn one(job: &Job, settings: Option<&Settings>, limit: Option<&Limit>) -> Replays
     };
     let unlimited = job.replay(&pick, &BTreeMap::new());
     let limited = limit.map(|l| job.replay(&pick, &l.bytes));
-    let smallest = job.smallest_limits(&pick, &unlimited);
+    let smallest = if smallest {
+        job.smallest_limits(&pick, &unlimited)
+    } else {
+        unlimited.device_peak.clone()
+    };
     (unlimited, limited, smallest)
 }
 
@@ -130,6 +134,28 @@ pub fn answer(
     others: BTreeMap<u32, u64>,
     configs: &[Settings],
     limit: Option<Limit>,
+) -> WhatIf {
+    answer_with(
+        histories,
+        outside,
+        device_total,
+        others,
+        configs,
+        limit,
+        true,
+    )
+}
+
+/// [`answer`]; with `every_smallest` false, only "as run" gets its smallest limit searched (the others' is
+/// their peak): the post-mortem asks only which settings fit, and a search costs several replays each.
+pub fn answer_with(
+    histories: Vec<History>,
+    outside: Vec<u64>,
+    device_total: BTreeMap<u32, u64>,
+    others: BTreeMap<u32, u64>,
+    configs: &[Settings],
+    limit: Option<Limit>,
+    every_smallest: bool,
 ) -> WhatIf {
     // "As run" first; a configuration equal to what every process ran with is not tried twice.
     let same_as_run =
@@ -156,7 +182,12 @@ pub fn answer(
                 let (job, tried, limit) = (&job, &tried, limit.as_ref());
                 scope.spawn(move || {
                     idx.into_iter()
-                        .map(|i| (i, one(job, tried[i].as_ref(), limit)))
+                        .map(|i| {
+                            (
+                                i,
+                                one(job, tried[i].as_ref(), limit, every_smallest || i == 0),
+                            )
+                        })
                         .collect::<Vec<_>>()
                 })
             })

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::answer::{answer, Limit};
+use super::answer::{answer_with, Limit};
 use super::history::{from_snapshot, History, Op};
 use super::settings::default_grid;
 
@@ -64,7 +64,7 @@ pub fn replay_history(h: History, left: Option<u64>) -> Option<Replay> {
     let oom_entry = h.entries.len() - 1;
     let complete = h.complete();
     let device = h.device;
-    let w = answer(
+    let w = answer_with(
         vec![h],
         vec![0],
         BTreeMap::new(),
@@ -74,6 +74,7 @@ pub fn replay_history(h: History, left: Option<u64>) -> Option<Replay> {
             bytes: BTreeMap::from([(device, limit)]),
             what: "what the allocator could have had".into(),
         }),
+        false,
     );
     let own = &w.configs[0];
     let reproduced = own
