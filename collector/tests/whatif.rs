@@ -360,3 +360,60 @@ fn the_html_page_has_the_whatif_table() {
         assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
     }
 }
+
+#[test]
+fn forged_sizes_and_counts_are_left_out_or_saturate_never_overflow() {
+    // A snapshot as a traced program could write it: sizes near 2^64, a negative one, a million tensors of
+    // 200 TiB each never freed, an address at the top of the address space, a forged device total.
+    let dir = TempDir::new("whatif-forged");
+    let path = dir.0.join("forged.pickle");
+    let program = format!(
+        "import pickle\n\
+         big = 200 << 40\n\
+         t = [dict(action='alloc', addr=(1 << 40) + i * 4096, size=big, stream=0, time_us=i) for i in range(100000)]\n\
+         t += [dict(action='alloc', addr=5, size=(1 << 64) - 1, stream=0, time_us=1),\n\
+               dict(action='alloc', addr=6, size=-5, stream=0, time_us=2),\n\
+               dict(action='segment_alloc', addr=(1 << 64) - 4096, size=1 << 21, stream=0, time_us=3),\n\
+               dict(action='free_completed', addr=7, size=(1 << 63), stream=-1, time_us=-9)]\n\
+         pickle.dump(dict(segments=[dict(device=0, total_size=(1 << 64) - 1, stream=0, blocks=[\n\
+             dict(address=9, size=(1 << 64) - 1, requested_size=-1, state='active_allocated')])],\n\
+             device_traces=[t]), open({:?}, 'wb'), protocol=4)",
+        path.display().to_string()
+    );
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(&program)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = vramtrace_collector::torch_snapshot::load_snapshot(&path).unwrap();
+    let mut notes = Vec::new();
+    let hs =
+        vramtrace_collector::whatif::history::from_snapshot(&v, 1, "forged", "exit", &mut notes);
+    assert_eq!(hs.len(), 1);
+    assert!(
+        hs[0]
+            .notes
+            .iter()
+            .any(|n| n.contains("left out (forged or corrupt)")),
+        "{:?}",
+        hs[0].notes
+    );
+    let w = answer(
+        hs,
+        vec![u64::MAX],
+        BTreeMap::from([(0, u64::MAX)]),
+        BTreeMap::from([(0, u64::MAX)]),
+        &[
+            Settings::parse("expandable_segments:True").unwrap(),
+            Settings::default(),
+        ],
+        Some(Limit {
+            bytes: BTreeMap::from([(0, 1 << 50)]),
+            what: "test".into(),
+        }),
+    );
+    // Figures saturate rather than wrap: the peak is at least the 100,000 tensors' 200 TiB each would be.
+    assert!(w.peak(0) >= 1 << 63, "{}", w.peak(0));
+    assert_eq!(w.configs[0].fits, Some(false));
+}

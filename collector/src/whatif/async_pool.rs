@@ -11,7 +11,7 @@ const GRANULE: u64 = 2 << 20;
 const ALIGN: u64 = 512;
 
 fn granules(bytes: u64) -> u64 {
-    bytes.div_ceil(GRANULE) * GRANULE
+    bytes.div_ceil(GRANULE).saturating_mul(GRANULE)
 }
 
 #[derive(Default)]
@@ -37,7 +37,7 @@ impl AsyncPool {
 
     pub fn malloc(&mut self, id: u64, size: u64, room: u64) -> bool {
         let size = size.max(1).div_ceil(ALIGN) * ALIGN;
-        let used = self.used + size;
+        let used = self.used.saturating_add(size);
         let mut need = self.reserved.max(granules(used));
         if need > room {
             // Trim to what is in use and ask again.
@@ -55,7 +55,7 @@ impl AsyncPool {
         self.reserved = need;
         self.used = used;
         if let Some(old) = self.live.insert(id, size) {
-            self.used -= old;
+            self.used = self.used.saturating_sub(old);
         }
         self.out.reserved_peak = self.out.reserved_peak.max(self.reserved);
         self.out.allocated_peak = self.out.allocated_peak.max(self.used);
@@ -64,7 +64,7 @@ impl AsyncPool {
 
     pub fn free(&mut self, id: u64) {
         if let Some(s) = self.live.remove(&id) {
-            self.used -= s;
+            self.used = self.used.saturating_sub(s);
         }
     }
 

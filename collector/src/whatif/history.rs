@@ -16,6 +16,9 @@ use crate::torch_snapshot::{get, int, line_of, list, text};
 
 /// No call site known for an entry.
 pub const NO_SITE: u32 = u32::MAX;
+/// Sizes past this (256 TiB) are not a GPU's: an entry claiming one is forged or corrupt and is left out, so no
+/// sum of sizes in the model can overflow.
+pub const MAX_SIZE: u64 = 1 << 48;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -287,6 +290,7 @@ fn device_history(
     let mut segment_addresses = Vec::new();
     let mut oom_device_free = None;
     let mut oom_at_walk = None;
+    let mut implausible = 0u64;
     for e in trace {
         let Some(action) = text(at(e, &k.action)) else {
             continue;
@@ -295,6 +299,10 @@ fn device_history(
         let addr = uint(at(e, &k.addr));
         let size = uint(at(e, &k.size));
         let stream = uint(at(e, &k.stream));
+        if size > MAX_SIZE || addr > u64::MAX - MAX_SIZE {
+            implausible += 1;
+            continue;
+        }
         match action {
             "segment_free" | "segment_unmap" => {
                 reserved_delta -= size as i128;
@@ -378,7 +386,7 @@ fn device_history(
         .iter()
         .filter(|s| int(get(s, "device")) == Some(device as i64))
     {
-        end_reserved += uint(get(seg, "total_size"));
+        end_reserved = end_reserved.saturating_add(uint(get(seg, "total_size")).min(MAX_SIZE));
         for blk in list(get(seg, "blocks")) {
             let state = text(get(blk, "state")).unwrap_or("");
             if !state.starts_with("active") {
@@ -393,13 +401,17 @@ fn device_history(
                 .filter(|x| *x > 0)
                 .or(int(get(blk, "size")))
                 .unwrap_or(0) as u64;
+            if size > MAX_SIZE {
+                implausible += 1;
+                continue;
+            }
             b.seeds.push((addr, id, size, uint(get(seg, "stream"))));
         }
     }
     let start_t = b.entries.first().map_or(0, |e| e.t_us);
     b.seeds.sort_unstable();
     let assumed_live = b.seeds.len() as u64;
-    let assumed_live_bytes = b.seeds.iter().map(|s| s.2).sum();
+    let assumed_live_bytes = b.seeds.iter().map(|s| s.2).fold(0u64, u64::saturating_add);
     let mut entries: Vec<Entry> = b
         .seeds
         .iter()
@@ -419,6 +431,12 @@ fn device_history(
         .unwrap_or(start)
         .max(start);
     let mut notes = Vec::new();
+    if implausible > 0 {
+        notes.push(format!(
+            "{implausible} entries with a size over 256 TiB or an address at the top of the address space were \
+             left out (forged or corrupt)"
+        ));
+    }
     if private > 0 {
         notes.push(format!(
             "{private} entries of private pools (CUDA graphs, use_mem_pool) are replayed as the default pool's"

@@ -159,7 +159,8 @@ impl Model {
     pub fn new(settings: Settings, device_total: u64) -> Model {
         Model {
             settings,
-            device_total,
+            // A forged total cannot make the address arithmetic overflow.
+            device_total: device_total.min(super::history::MAX_SIZE),
             blocks: Vec::new(),
             spare: Vec::new(),
             segments: Vec::new(),
@@ -310,7 +311,7 @@ impl Model {
         };
         let b = self.split(b, size);
         self.bm(b).state = State::Allocated;
-        self.allocated += self.b(b).size;
+        self.allocated = self.allocated.saturating_add(self.b(b).size);
         self.out.allocated_peak = self.out.allocated_peak.max(self.allocated);
         if let Some(old) = self.tensors.insert(id, b) {
             // An id met twice (a history that lost a free): the older block is given back.
@@ -402,14 +403,14 @@ impl Model {
             self.out.retries += 1;
         }
         if let Some(allowed) = self.allowed() {
-            if self.reserved + alloc_size > allowed {
+            if self.reserved.saturating_add(alloc_size) > allowed {
                 return None;
             }
         }
         if self.settings.expandable_segments {
             return self.alloc_expandable(small, stream, size, room);
         }
-        if self.reserved + alloc_size > room {
+        if self.reserved.saturating_add(alloc_size) > room {
             return None;
         }
         let addr = match self.hints.get_mut(&alloc_size).and_then(|q| q.pop_front()) {
@@ -432,7 +433,7 @@ impl Model {
             seg,
             gc_base: 0,
         });
-        self.reserved += alloc_size;
+        self.reserved = self.reserved.saturating_add(alloc_size);
         self.log.push(alloc_size as i64);
         self.out.segments_made += 1;
         self.note_reserved();
@@ -532,7 +533,7 @@ impl Model {
         let start = self.b(i).addr - base;
         let end = (start + size).div_ceil(page) * page;
         let mapped = end - start;
-        if mapped == 0 || self.reserved + mapped > room {
+        if mapped == 0 || self.reserved.saturating_add(mapped) > room {
             return false;
         }
         self.remove_unmapped(i);
@@ -558,7 +559,7 @@ impl Model {
         self.merge(i, p);
         self.merge(i, n);
         self.insert_free(i);
-        self.reserved += mapped;
+        self.reserved = self.reserved.saturating_add(mapped);
         self.log.push(mapped as i64);
         self.out.segments_made += 1;
         self.note_reserved();
@@ -605,7 +606,7 @@ impl Model {
     }
 
     fn release_tensor_block(&mut self, b: u32) {
-        self.allocated -= self.b(b).size;
+        self.allocated = self.allocated.saturating_sub(self.b(b).size);
         self.bm(b).state = State::Free;
         let (p, n) = (self.b(b).prev, self.b(b).next);
         self.merge(b, p);
@@ -616,7 +617,7 @@ impl Model {
     /// Gives a whole cached (non-expandable) segment back to the driver.
     fn release_block(&mut self, b: u32) {
         self.remove_free(b);
-        self.reserved -= self.b(b).size;
+        self.reserved = self.reserved.saturating_sub(self.b(b).size);
         self.log.push(-(self.b(b).size as i64));
         self.out.segments_released += 1;
         self.drop_block(b);
@@ -676,7 +677,7 @@ impl Model {
         let (p, n) = (self.b(b).prev, self.b(b).next);
         self.merge(b, p);
         self.merge(b, n);
-        self.reserved -= end - begin;
+        self.reserved = self.reserved.saturating_sub(end - begin);
         self.log.push(-((end - begin) as i64));
         self.out.segments_released += 1;
         if self.whole(b) {
@@ -757,7 +758,7 @@ impl Model {
         if self.reserved <= threshold {
             return;
         }
-        let target = self.reserved - threshold;
+        let target = self.reserved.saturating_sub(threshold);
         let calls = self.pools[0].calls;
         let age = |m: &Model, i: u32| calls.saturating_sub(m.b(i).gc_base);
         let freeable: Vec<u32> = self.pools[0]
@@ -777,7 +778,7 @@ impl Model {
             for i in now {
                 if self.whole(i) && !self.expandable(i) && age(self, i) as f64 >= threshold_age {
                     freed = true;
-                    reclaimed += self.b(i).size;
+                    reclaimed = reclaimed.saturating_add(self.b(i).size);
                     total_age = total_age.saturating_sub(age(self, i));
                     count -= 1;
                     self.release_block(i);

@@ -176,11 +176,12 @@ impl<'a> Job<'a> {
         let mut allocated = vec![0u64; width];
         let mut outside = vec![0u64; width];
         for (i, &d) in devices.iter().enumerate() {
-            outside[d as usize] += self.outside.get(i).copied().unwrap_or(0);
+            outside[d as usize] =
+                outside[d as usize].saturating_add(self.outside.get(i).copied().unwrap_or(0));
         }
         for (&d, &b) in &self.others {
             if let Some(o) = outside.get_mut(d as usize) {
-                *o += b;
+                *o = o.saturating_add(b);
             }
         }
         let limit: Vec<u64> = (0..width)
@@ -195,7 +196,7 @@ impl<'a> Job<'a> {
             let m = &mut models[h];
             let (r0, a0) = (m.reserved(), m.allocated());
             // What the driver (or the cap) leaves this process: the limit less everyone else's share.
-            let others = outside[d] + reserved[d] - r0;
+            let others = outside[d].saturating_add(reserved[d].saturating_sub(r0));
             let room = limit[d].saturating_sub(others);
             let e = &self.histories[h].entries[i];
             let refused = match e.op {
@@ -221,10 +222,12 @@ impl<'a> Job<'a> {
                     }
                 }
             };
-            reserved[d] = reserved[d] + m.reserved() - r0;
-            allocated[d] = allocated[d] + m.allocated() - a0;
-            peak[d] = peak[d].max(reserved[d] + outside[d]);
-            apeak[d] = apeak[d].max(allocated[d] + outside[d]);
+            reserved[d] = reserved[d].saturating_sub(r0).saturating_add(m.reserved());
+            allocated[d] = allocated[d]
+                .saturating_sub(a0)
+                .saturating_add(m.allocated());
+            peak[d] = peak[d].max(reserved[d].saturating_add(outside[d]));
+            apeak[d] = apeak[d].max(allocated[d].saturating_add(outside[d]));
             if let Some((size, the_runs_own)) = refused {
                 out.failures += 1;
                 out.failed_devices.insert(d as u32);
@@ -235,7 +238,7 @@ impl<'a> Job<'a> {
                         t_us: e.t_us,
                         size,
                         site: e.site,
-                        job_bytes: reserved[d] + outside[d],
+                        job_bytes: reserved[d].saturating_add(outside[d]),
                         the_runs_own,
                     });
                 }
