@@ -82,13 +82,15 @@ pub fn read(path: &Path, device: Option<u32>, rise_us: Option<(u64, u64)>) -> Sn
     r
 }
 
-/// [`load`], for the benchmarks.
-pub fn load_snapshot(path: &Path) -> Result<Value, String> {
-    load(path)
+/// The snapshot at `path` read by the what-if's reader (`whatif::pickle_reader`): checked the same way, and
+/// every string interned.
+pub fn load_doc(path: &Path) -> Result<crate::whatif::pickle_reader::Doc, String> {
+    crate::whatif::pickle_reader::read(&load_bytes(path)?)
+        .map_err(|e| format!("not a readable pickle: {e}"))
 }
 
-/// The snapshot at `path` as a pickle value (bounded in size; said why not).
-pub(crate) fn load(path: &Path) -> Result<Value, String> {
+/// The snapshot's bytes (bounded in size; said why not).
+fn load_bytes(path: &Path) -> Result<Vec<u8>, String> {
     let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err("not a regular file".into());
@@ -104,6 +106,12 @@ pub(crate) fn load(path: &Path) -> Result<Value, String> {
     File::open(path)
         .and_then(|f| f.take(MAX_SNAPSHOT_BYTES).read_to_end(&mut bytes))
         .map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+/// The snapshot at `path` as a pickle value (bounded in size; said why not).
+pub(crate) fn load(path: &Path) -> Result<Value, String> {
+    let bytes = load_bytes(path)?;
     // serde-pickle builds and drops values by recursion: a forged pickle nested a million deep would overflow
     // the stack and abort the reader. Its depth is known first, without recursion.
     crate::pickle_depth::depth(&bytes).map_err(|e| format!("not a readable pickle: {e}"))?;

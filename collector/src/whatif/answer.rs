@@ -119,7 +119,8 @@ fn one(job: &Job, settings: Option<&Settings>, limit: Option<&Limit>, smallest: 
     let unlimited = job.replay(&pick, &BTreeMap::new());
     let limited = limit.map(|l| job.replay(&pick, &l.bytes));
     let smallest = if smallest {
-        job.smallest_limits(&pick, &unlimited)
+        let tried = limited.as_ref().zip(limit.map(|l| &l.bytes));
+        job.smallest_limits(&pick, &unlimited, tried)
     } else {
         unlimited.device_peak.clone()
     };

@@ -9,10 +9,9 @@
 
 use std::collections::HashMap;
 
-use serde_pickle::{HashableValue, Value};
-
+use super::pickle_reader::{Doc, V};
 use super::settings::{Backend, Settings, ROUNDUP_INTERVALS};
-use crate::torch_snapshot::{get, int, line_of, list, text};
+use crate::callsites::{is_library_python, short_path};
 
 /// No call site known for an entry.
 pub const NO_SITE: u32 = u32::MAX;
@@ -93,79 +92,86 @@ impl History {
     }
 }
 
-fn uint(v: Option<&Value>) -> u64 {
-    int(v).unwrap_or(0) as u64
+fn uint(v: Option<&V>) -> u64 {
+    v.and_then(V::int).unwrap_or(0) as u64
 }
 
-/// The keys of a history entry, built once: a lookup by `&str` would build a key for each of a million entries.
-struct EntryKeys {
-    action: HashableValue,
-    time_us: HashableValue,
-    addr: HashableValue,
-    size: HashableValue,
-    stream: HashableValue,
-    frames: HashableValue,
-    device_free: HashableValue,
-    pool: HashableValue,
+/// The snapshot's keys, looked up once: an entry's fields are found by id, not by string.
+struct K<'d> {
+    doc: &'d Doc,
+    action: Option<u32>,
+    time_us: Option<u32>,
+    addr: Option<u32>,
+    size: Option<u32>,
+    stream: Option<u32>,
+    frames: Option<u32>,
+    device_free: Option<u32>,
+    pool: Option<u32>,
+    filename: Option<u32>,
+    line: Option<u32>,
+    name: Option<u32>,
 }
 
-impl EntryKeys {
-    fn new() -> EntryKeys {
-        let k = |s: &str| HashableValue::String(s.to_string());
-        EntryKeys {
-            action: k("action"),
-            time_us: k("time_us"),
-            addr: k("addr"),
-            size: k("size"),
-            stream: k("stream"),
-            frames: k("frames"),
-            device_free: k("device_free"),
-            pool: k("segment_pool_id"),
+impl<'d> K<'d> {
+    fn new(doc: &'d Doc) -> K<'d> {
+        K {
+            doc,
+            action: doc.id("action"),
+            time_us: doc.id("time_us"),
+            addr: doc.id("addr"),
+            size: doc.id("size"),
+            stream: doc.id("stream"),
+            frames: doc.id("frames"),
+            device_free: doc.id("device_free"),
+            pool: doc.id("segment_pool_id"),
+            filename: doc.id("filename"),
+            line: doc.id("line"),
+            name: doc.id("name"),
         }
     }
-}
 
-fn at<'a>(v: &'a Value, k: &HashableValue) -> Option<&'a Value> {
-    match v {
-        Value::Dict(d) => d.get(k),
-        _ => None,
+    fn text(&self, v: Option<&V>) -> Option<&'d str> {
+        v.and_then(|v| self.doc.str(v))
+    }
+
+    fn get<'v>(&self, v: &'v V, key: &str) -> Option<&'v V> {
+        v.get(self.doc.id(key))
     }
 }
 
 /// The settings a snapshot says its process ran with (`allocator_settings`).
-pub fn recorded_settings(snapshot: &Value) -> Settings {
+pub fn recorded_settings(doc: &Doc) -> Settings {
+    let k = K::new(doc);
     let mut s = Settings::default();
-    let Some(a) = get(snapshot, "allocator_settings") else {
+    let Some(a) = k.get(&doc.root, "allocator_settings") else {
         return s;
     };
-    if let Some(conf) = text(get(a, "PYTORCH_CUDA_ALLOC_CONF")) {
-        if let Ok(parsed) = Settings::parse(conf) {
-            s = parsed;
-        }
+    let conf = k.text(k.get(a, "PYTORCH_CUDA_ALLOC_CONF"));
+    if let Some(parsed) = conf.and_then(|c| Settings::parse(c).ok()) {
+        s = parsed;
     }
-    if let Some(m) = int(get(a, "max_split_size")) {
+    if let Some(m) = k.get(a, "max_split_size").and_then(V::int) {
         s.max_split_size = (m > 0 && m < i64::MAX).then_some(m as u64);
     }
-    if let Some(Value::Bool(b)) = get(a, "expandable_segments") {
+    if let Some(V::Bool(b)) = k.get(a, "expandable_segments") {
         s.expandable_segments = *b;
     }
-    if let Some(Value::F64(t)) = get(a, "garbage_collection_threshold") {
+    if let Some(V::Float(t)) = k.get(a, "garbage_collection_threshold") {
         s.garbage_collection_threshold = (*t > 0.0 && *t < 1.0).then_some(*t);
     }
-    if let Some(Value::Dict(d)) = get(a, "roundup_power2_divisions") {
-        for (k, v) in d {
-            let key = match k {
-                serde_pickle::HashableValue::String(x) => x.parse::<u64>().ok(),
-                serde_pickle::HashableValue::I64(x) => Some(*x as u64),
-                _ => None,
+    if let Some(V::Dict(d)) = k.get(a, "roundup_power2_divisions") {
+        for (key, v) in d {
+            let mb = match key {
+                V::Int(x) => Some(*x as u64),
+                _ => k.text(Some(key)).and_then(|x| x.parse::<u64>().ok()),
             };
-            if let (Some(mb), Some(n)) = (key.filter(|m| m.is_power_of_two()), int(Some(v))) {
+            if let (Some(mb), Some(n)) = (mb.filter(|m| m.is_power_of_two()), v.int()) {
                 let i = (63 - mb.leading_zeros() as usize).min(ROUNDUP_INTERVALS - 1);
                 s.roundup_power2_divisions[i] = n.max(0) as u64;
             }
         }
     }
-    if text(get(a, "PYTORCH_CUDA_ALLOC_CONF")).is_some_and(|c| c.contains("cudaMallocAsync")) {
+    if conf.is_some_and(|c| c.contains("cudaMallocAsync")) {
         s.backend = Backend::CudaMallocAsync;
     }
     s
@@ -176,6 +182,10 @@ struct Builder {
     entries: Vec<Entry>,
     sites: Vec<String>,
     site_ids: HashMap<String, u32>,
+    /// The label of a frame (file, line, function ids), and whether a file is a library's: a million entries
+    /// name a few hundred frames.
+    frame_sites: HashMap<(u32, i64, u32), u32>,
+    library: HashMap<u32, bool>,
     live: HashMap<u64, (u64, u64)>,
     next_id: u64,
     seeds: Vec<(u64, u64, u64, u64)>,
@@ -185,16 +195,51 @@ struct Builder {
 }
 
 impl Builder {
-    fn site(&mut self, frames: &[Value]) -> u32 {
-        let Some(label) = line_of(frames) else {
+    /// The user's line of a request: its first frame in a file that is not a library's (else its innermost).
+    fn site(&mut self, k: &K, frames: &[V]) -> u32 {
+        let file_of = |f: &V| match f.get(k.filename) {
+            Some(V::Str(i)) => Some(*i),
+            _ => None,
+        };
+        let library = &mut self.library;
+        let mut own = |i: u32| {
+            !*library.entry(i).or_insert_with(|| {
+                is_library_python(k.doc.strings.get(i as usize).map_or("", String::as_str))
+            })
+        };
+        let Some(f) = frames
+            .iter()
+            .find(|f| file_of(f).is_some_and(&mut own))
+            .or(frames.first())
+        else {
             return NO_SITE;
         };
-        if let Some(&i) = self.site_ids.get(&label) {
+        let Some(file) = file_of(f) else {
+            return NO_SITE;
+        };
+        let line = f.get(k.line).and_then(V::int).unwrap_or(0);
+        let name = match f.get(k.name) {
+            Some(V::Str(i)) => *i,
+            _ => u32::MAX,
+        };
+        if let Some(&i) = self.frame_sites.get(&(file, line, name)) {
             return i;
         }
-        let i = self.sites.len() as u32;
-        self.site_ids.insert(label.clone(), i);
-        self.sites.push(label);
+        let label = format!(
+            "{}:{line} in {}",
+            short_path(&k.doc.strings[file as usize]),
+            k.doc.strings.get(name as usize).map_or("?", String::as_str)
+        );
+        let i = match self.site_ids.get(&label) {
+            Some(&i) => i,
+            None => {
+                let i = self.sites.len() as u32;
+                self.site_ids.insert(label.clone(), i);
+                self.sites.push(label);
+                i
+            }
+        };
+        self.frame_sites.insert((file, line, name), i);
         i
     }
 
@@ -218,23 +263,23 @@ impl Builder {
 
 /// Every device's history in a snapshot (devices with no requests are left out), and why any was not taken.
 pub fn from_snapshot(
-    snapshot: &Value,
+    doc: &Doc,
     pid: u32,
     source: &str,
     taken_at: &str,
     rejected: &mut Vec<String>,
 ) -> Vec<History> {
-    let recorded = recorded_settings(snapshot);
-    let traces = list(get(snapshot, "device_traces"));
-    let segments = list(get(snapshot, "segments"));
+    let k = K::new(doc);
+    let recorded = recorded_settings(doc);
+    let traces = k.get(&doc.root, "device_traces").map_or(&[][..], V::list);
+    let segments = k.get(&doc.root, "segments").map_or(&[][..], V::list);
     let mut out = Vec::new();
     for (device, trace) in traces.iter().enumerate() {
-        let entries = list(Some(trace));
-        let keys = EntryKeys::new();
+        let entries = trace.list();
         let kinds = |name: &str| {
             entries
                 .iter()
-                .any(|e| text(at(e, &keys.action)) == Some(name))
+                .any(|e| k.text(e.get(k.action)) == Some(name))
         };
         if kinds("alloc")
             && !kinds("free_completed")
@@ -250,7 +295,8 @@ pub fn from_snapshot(
             continue;
         }
         let h = device_history(
-            list(Some(trace)),
+            &k,
+            entries,
             segments,
             device as u32,
             pid,
@@ -265,23 +311,24 @@ pub fn from_snapshot(
     out
 }
 
-fn default_pool(e: &Value, k: &EntryKeys) -> bool {
-    match at(e, &k.pool) {
-        Some(Value::Tuple(t)) | Some(Value::List(t)) => t.iter().all(|x| int(Some(x)) == Some(0)),
+fn default_pool(e: &V, k: &K) -> bool {
+    match e.get(k.pool) {
+        Some(V::Tuple(t)) | Some(V::List(t)) => t.iter().all(|x| x.int() == Some(0)),
         _ => true,
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn device_history(
-    trace: &[Value],
-    segments: &[Value],
+    k: &K,
+    trace: &[V],
+    segments: &[V],
     device: u32,
     pid: u32,
     source: &str,
     taken_at: &str,
     recorded: &Settings,
 ) -> History {
-    let k = EntryKeys::new();
     let mut b = Builder::default();
     let mut private = 0u64;
     let mut reserved_delta: i128 = 0;
@@ -292,13 +339,13 @@ fn device_history(
     let mut oom_at_walk = None;
     let mut implausible = 0u64;
     for e in trace {
-        let Some(action) = text(at(e, &k.action)) else {
+        let Some(action) = k.text(e.get(k.action)) else {
             continue;
         };
-        let t = uint(at(e, &k.time_us));
-        let addr = uint(at(e, &k.addr));
-        let size = uint(at(e, &k.size));
-        let stream = uint(at(e, &k.stream));
+        let t = uint(e.get(k.time_us));
+        let addr = uint(e.get(k.addr));
+        let size = uint(e.get(k.size));
+        let stream = uint(e.get(k.stream));
         if size > MAX_SIZE || addr > u64::MAX - MAX_SIZE {
             implausible += 1;
             continue;
@@ -326,12 +373,15 @@ fn device_history(
             }
             "oom" => {
                 b.settle(true);
-                let site = b.site(list(at(e, &k.frames)));
+                let site = b.site(k, e.get(k.frames).map_or(&[][..], V::list));
                 if oom_device_free.is_none() {
                     // The free memory the driver reported (the snapshot names it; the raw entry keeps it as
                     // its address).
-                    oom_device_free =
-                        Some(int(at(e, &k.device_free)).map_or(addr, |x| x.max(0) as u64));
+                    oom_device_free = Some(
+                        e.get(k.device_free)
+                            .and_then(V::int)
+                            .map_or(addr, |x| x.max(0) as u64),
+                    );
                     oom_at_walk = Some(reserved_delta);
                 }
                 b.entries.push(Entry {
@@ -346,7 +396,7 @@ fn device_history(
         match action {
             "alloc" => {
                 b.settle(false);
-                let site = b.site(list(at(e, &k.frames)));
+                let site = b.site(k, e.get(k.frames).map_or(&[][..], V::list));
                 let id = b.id();
                 b.live.insert(addr, (id, size));
                 b.entries.push(Entry {
@@ -375,7 +425,7 @@ fn device_history(
             "free_requested" | "snapshot" => {}
             _ => {}
         }
-        if !default_pool(e, &k) {
+        if !default_pool(e, k) {
             private += 1;
         }
     }
@@ -384,28 +434,30 @@ fn device_history(
     let mut end_reserved: u64 = 0;
     for seg in segments
         .iter()
-        .filter(|s| int(get(s, "device")) == Some(device as i64))
+        .filter(|s| k.get(s, "device").and_then(V::int) == Some(device as i64))
     {
-        end_reserved = end_reserved.saturating_add(uint(get(seg, "total_size")).min(MAX_SIZE));
-        for blk in list(get(seg, "blocks")) {
-            let state = text(get(blk, "state")).unwrap_or("");
+        end_reserved = end_reserved.saturating_add(uint(k.get(seg, "total_size")).min(MAX_SIZE));
+        for blk in k.get(seg, "blocks").map_or(&[][..], V::list) {
+            let state = k.text(k.get(blk, "state")).unwrap_or("");
             if !state.starts_with("active") {
                 continue;
             }
-            let addr = uint(get(blk, "address"));
+            let addr = uint(k.get(blk, "address"));
             if b.live.contains_key(&addr) {
                 continue;
             }
             let id = b.id();
-            let size = int(get(blk, "requested_size"))
+            let size = k
+                .get(blk, "requested_size")
+                .and_then(V::int)
                 .filter(|x| *x > 0)
-                .or(int(get(blk, "size")))
+                .or(k.get(blk, "size").and_then(V::int))
                 .unwrap_or(0) as u64;
             if size > MAX_SIZE {
                 implausible += 1;
                 continue;
             }
-            b.seeds.push((addr, id, size, uint(get(seg, "stream"))));
+            b.seeds.push((addr, id, size, uint(k.get(seg, "stream"))));
         }
     }
     let start_t = b.entries.first().map_or(0, |e| e.t_us);

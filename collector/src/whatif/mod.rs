@@ -8,6 +8,7 @@ pub mod async_pool;
 pub mod from_trace;
 pub mod history;
 pub mod native;
+pub mod pickle_reader;
 pub mod postmortem;
 pub mod settings;
 pub mod sim;

@@ -255,10 +255,12 @@ impl<'a> Job<'a> {
     /// The smallest limit per device under which every request gets through (the run's own failed ones too),
     /// found by bisection between the allocated peak and the unlimited replay's peak, to 0.5% or 2 MiB. Tried
     /// values are checked by replay; the answer is one that fitted.
+    /// `tried`: a replay under some limits already done, which brackets the search.
     pub fn smallest_limits(
         &self,
         settings: &dyn Fn(usize) -> Settings,
         unlimited: &Replayed,
+        tried: Option<(&Replayed, &BTreeMap<u32, u64>)>,
     ) -> BTreeMap<u32, u64> {
         let mut lo: BTreeMap<u32, u64> = unlimited
             .device_allocated_peak
@@ -266,6 +268,17 @@ impl<'a> Job<'a> {
             .map(|(&d, &a)| (d, a.saturating_sub(1)))
             .collect();
         let mut hi: BTreeMap<u32, u64> = unlimited.device_peak.clone();
+        if let Some((r, limits)) = tried {
+            for (&d, &l) in limits {
+                if r.failed_devices.contains(&d) {
+                    if let Some(x) = lo.get_mut(&d) {
+                        *x = (*x).max(l);
+                    }
+                } else if let Some(x) = hi.get_mut(&d) {
+                    *x = (*x).min(l);
+                }
+            }
+        }
         for _ in 0..24 {
             let open: Vec<u32> = hi
                 .iter()
@@ -360,7 +373,7 @@ mod tests {
         );
         assert_eq!(capped.failed_devices, BTreeSet::from([0]));
         // The smallest caps: 120 MiB on GPU 0 (within 2 MiB), 90 MiB on GPU 1.
-        let small = job.smallest_limits(&d, &free);
+        let small = job.smallest_limits(&d, &free, None);
         assert!(
             small[&0] >= 120 * MIB - 2 * MIB && small[&0] <= 120 * MIB,
             "{}",
