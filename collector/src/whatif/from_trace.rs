@@ -110,7 +110,8 @@ pub fn load(a: &Analysis, trace: &Path) -> Loaded {
             l.without_history.push(p.pid);
             for x in p.per_device.iter().filter(|x| !x.on_host) {
                 if let Some(d) = x.device {
-                    *l.others.entry(d).or_default() += x.peak_bytes;
+                    let o = l.others.entry(d).or_default();
+                    *o = o.saturating_add(x.peak_bytes);
                 }
             }
         }
