@@ -160,6 +160,18 @@ impl<'a> Job<'a> {
         settings: &dyn Fn(usize) -> Settings,
         limits: &BTreeMap<u32, u64>,
     ) -> Replayed {
+        self.replay_until(settings, limits, None)
+    }
+
+    /// [`Job::replay`], stopping once every device of `watch` has refused a request (the search for a smallest
+    /// limit asks only that: a too-small limit fails early, in the run's first steps, most of the time). Its
+    /// figures are then those up to there.
+    fn replay_until(
+        &self,
+        settings: &dyn Fn(usize) -> Settings,
+        limits: &BTreeMap<u32, u64>,
+        watch: Option<&[u32]>,
+    ) -> Replayed {
         let n = self.histories.len();
         let mut models: Vec<Allocator> = (0..n)
             .map(|i| {
@@ -242,6 +254,9 @@ impl<'a> Job<'a> {
                         the_runs_own,
                     });
                 }
+                if watch.is_some_and(|w| w.iter().all(|x| out.failed_devices.contains(x))) {
+                    break;
+                }
             }
         }
         for d in self.devices() {
@@ -305,7 +320,7 @@ impl<'a> Job<'a> {
                     )
                 })
                 .collect();
-            let r = self.replay(settings, &mid);
+            let r = self.replay_until(settings, &mid, Some(&open));
             for d in open {
                 if r.failed_devices.contains(&d) {
                     lo.insert(d, mid[&d]);
