@@ -417,3 +417,24 @@ fn forged_sizes_and_counts_are_left_out_or_saturate_never_overflow() {
     assert!(w.peak(0) >= 1 << 63, "{}", w.peak(0));
     assert_eq!(w.configs[0].fits, Some(false));
 }
+
+#[test]
+fn a_page_of_several_hosts_has_each_hosts_whatif_table() {
+    let dir = TempDir::new("whatif-html-hosts");
+    let (a, b) = (unpack(&dir, "train"), unpack(&dir, "frag"));
+    let page = dir.0.join("job.html");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .args(["export", "--format", "html", "--force", "--out"])
+        .arg(&page)
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    // One data block per host, each with its own table: train's history and frag's.
+    let tables: Vec<&str> = html.split("\"whatif\":").skip(1).collect();
+    assert_eq!(tables.len(), 2, "{}", &html[..200.min(html.len())]);
+    assert!(tables.iter().any(|t| t.contains("23205 entries")));
+    assert!(tables.iter().any(|t| t.contains("1440 entries")));
+}

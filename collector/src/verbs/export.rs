@@ -176,6 +176,7 @@ fn write_several_html(
         let mut a = model::analyze_tapped(path, &mut tap)
             .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
         model::read_snapshots(&mut a, path);
+        add_whatif(&mut tap, &a, path);
         if let Some(why) = &a.stopped {
             notes.push(format!(
                 "{}: partial trace, exported up to where it stops: {why}",
@@ -201,6 +202,28 @@ fn write_several_html(
             )
         })?;
     Ok((a, notes))
+}
+
+/// The what-if's table on a trace's page (its host's section), where processes kept their PyTorch history:
+/// the default grid against the run's cap, if it had one.
+fn add_whatif(tap: &mut html::Html, a: &Analysis, trace: &std::path::Path) {
+    let loaded = crate::whatif::from_trace::load(a, trace);
+    if loaded.histories.is_empty() {
+        return;
+    }
+    let limit = (!loaded.run_cap.is_empty()).then(|| crate::whatif::answer::Limit {
+        bytes: loaded.run_cap.clone(),
+        what: "the run's cap".into(),
+    });
+    let w = crate::whatif::answer::answer(
+        loaded.histories,
+        loaded.outside,
+        loaded.device_total,
+        loaded.others,
+        &crate::whatif::settings::default_grid(),
+        limit,
+    );
+    tap.set_whatif(&w, loaded.start_unix_us);
 }
 
 /// Several traces into one snapshot: each trace's devices after the ones before (the pickle's `vramtrace.hosts`
@@ -294,23 +317,7 @@ fn write(args: &ExportArgs, w: BufWriter<File>) -> Result<(Analysis, Vec<String>
                 .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
             // The post-mortems beside the timelines are `vramtrace oom`'s: with the snapshots kept beside it.
             model::read_snapshots(&mut a, trace);
-            // The what-if's table, where processes kept their PyTorch history (against the run's cap, if any).
-            let loaded = crate::whatif::from_trace::load(&a, trace);
-            if !loaded.histories.is_empty() {
-                let limit = (!loaded.run_cap.is_empty()).then(|| crate::whatif::answer::Limit {
-                    bytes: loaded.run_cap.clone(),
-                    what: "the run's cap".into(),
-                });
-                let w = crate::whatif::answer::answer(
-                    loaded.histories,
-                    loaded.outside,
-                    loaded.device_total,
-                    loaded.others,
-                    &crate::whatif::settings::default_grid(),
-                    limit,
-                );
-                tap.set_whatif(&w, loaded.start_unix_us);
-            }
+            add_whatif(&mut tap, &a, trace);
             let mut w = tap.write(&a, w).map_err(io_err)?;
             w.flush().map_err(io_err)?;
             Ok((a, tap.notes()))
