@@ -279,32 +279,33 @@ pub fn depth(b: &[u8]) -> Result<usize, String> {
     Err("no STOP: cut short".into())
 }
 
+/// (Tests) What Python's pickle writes for `v` after `program` (protocol 4): in fast mode (no memo, as the bridge
+/// writes), or `shared` (the memo: a value used twice is written once and referred to).
+#[cfg(test)]
+pub(crate) fn python_written(program: &str, shared: bool) -> Vec<u8> {
+    let dump = if shared {
+        "sys.stdout.buffer.write(pickle.dumps(v, protocol=4))"
+    } else {
+        "p = pickle.Pickler(sys.stdout.buffer, protocol=4)\np.fast = True\np.dump(v)"
+    };
+    let out = std::process::Command::new("python3")
+        .args(["-c", &format!("import pickle,sys\n{program}\n{dump}")])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// What Python's pickle writes for `v` after `program` (protocol 4): in fast mode (no memo, as the bridge
-    /// writes), or `shared` (the memo: a value used twice is written once and referred to).
-    fn python(program: &str, shared: bool) -> Vec<u8> {
-        let dump = if shared {
-            "sys.stdout.buffer.write(pickle.dumps(v, protocol=4))"
-        } else {
-            "p = pickle.Pickler(sys.stdout.buffer, protocol=4)\np.fast = True\np.dump(v)"
-        };
-        let out = std::process::Command::new("python3")
-            .args(["-c", &format!("import pickle,sys\n{program}\n{dump}")])
-            .output()
-            .expect("python3");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    }
-
     fn python_pickle(expr: &str) -> Vec<u8> {
-        python(&format!("v = {expr}"), false)
+        python_written(&format!("v = {expr}"), false)
     }
 
     #[test]
@@ -351,12 +352,12 @@ mod tests {
     fn a_pickle_that_shares_one_list_thousands_of_times_is_refused_before_it_is_built() {
         // The audit's bomb: one list of 50,000 ints, then a list referring to it 50,000 times through the memo:
         // 350 KB that serde-pickle would copy into 2.5 billion values.
-        let b = python("x = list(range(50000))\nv = [x] * 50000", true);
+        let b = python_written("x = list(range(50000))\nv = [x] * 50000", true);
         assert!(b.len() < 1 << 20, "{} bytes", b.len());
         let e = depth(&b).unwrap_err();
         assert!(e.contains("more than 60 M values"), "{e}");
         // A PyTorch snapshot that shares its frames the same way, but a few times each, is read.
-        let b = python(
+        let b = python_written(
             "f = [dict(filename='a.py', line=3, name='f')]\nv = dict(device_traces=[[dict(action='alloc', frames=f) for _ in range(20000)]])",
             true,
         );

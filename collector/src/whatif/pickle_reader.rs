@@ -355,22 +355,9 @@ pub fn read(b: &[u8]) -> Result<Doc, String> {
 mod tests {
     use super::*;
 
+    /// What Python writes: in fast mode (as the bridge does), or with the memo.
     fn python(program: &str, fast: bool) -> Vec<u8> {
-        let dump = if fast {
-            "p = pickle.Pickler(sys.stdout.buffer, protocol=4)\np.fast = True\np.dump(v)"
-        } else {
-            "sys.stdout.buffer.write(pickle.dumps(v, protocol=4))"
-        };
-        let out = std::process::Command::new("python3")
-            .args(["-c", &format!("import pickle,sys\n{program}\n{dump}")])
-            .output()
-            .expect("python3");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
+        crate::pickle_depth::python_written(program, !fast)
     }
 
     /// The value as Python's `repr` would show it, for comparing with Python itself.
