@@ -377,6 +377,9 @@ pub enum LossCause {
     /// The process sent records it may not send (another process's, the collector's own, undecodable, or larger
     /// than the collector's room for unfinished records): refused at ingest, never written.
     Refused,
+    /// The process ended while writing them, and they were no events: records of the shim's own (a call site, the
+    /// loaded objects, the GPUs' names, a note) or of the Python bridge. Like `Refused`, no `Dropped` beside it.
+    DiedMidNonEvent,
 }
 
 impl LossCause {
@@ -390,6 +393,10 @@ impl LossCause {
                 "the collector was stalled (stopped, or starved of CPU) while the process ran, and its ring filled"
             }
             LossCause::DiedMidRecord => "the process ended while writing them",
+            LossCause::DiedMidNonEvent => {
+                "the process ended while writing them; they were records of the shim's own or of the Python bridge \
+                 (a call site, the loaded objects, the GPUs' names, a note, a sample), not allocations or frees"
+            }
             LossCause::Refused => {
                 "the process sent records it may not send (for another process, the collector's own kinds, \
                  undecodable, or too large for the collector's room); they were refused"
@@ -403,6 +410,7 @@ impl LossCause {
             LossCause::CollectorStalled => "collector_stalled",
             LossCause::DiedMidRecord => "died_mid_record",
             LossCause::Refused => "refused",
+            LossCause::DiedMidNonEvent => "died_mid_non_event",
         }
     }
 }

@@ -65,6 +65,9 @@ const OFF_TAIL: usize = 128;
 const OFF_DROPPED: usize = 192;
 const OFF_WAKE: usize = 256;
 const OFF_SLEEPING: usize = 260;
+/// Blobs reserved and not yet published. Once the process is dead, what it died writing that was no event (the
+/// shim's own records, the bridge's): a torn record is an event only beyond these (see [`Ring::blobs_in_writing`]).
+const OFF_BLOBS_WRITING: usize = 320;
 
 /// Header flag: the producer waits for room instead of dropping (`--lossless`).
 pub const FLAG_LOSSLESS: u32 = 1;
@@ -437,14 +440,31 @@ impl Ring {
     }
 
     fn blob_keeping(&self, bytes: &[u8], keep: u64) -> bool {
+        match self.begin_blob(bytes, keep) {
+            Some(pos) => {
+                self.finish_blob(pos, bytes);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Reserves the slots of a blob and counts it in writing: the position of its first slot.
+    fn begin_blob(&self, bytes: &[u8], keep: u64) -> Option<u64> {
         if bytes.is_empty() || bytes.len() > self.max_blob() {
-            return false;
+            return None;
         }
         let n = bytes.len().div_ceil(BLOB_PER_SLOT) as u64;
         // Padding to the ring's end may cost up to n - 1 more slots than the record.
-        let Some(pos) = self.reserve(n, keep) else {
-            return false;
-        };
+        let pos = self.reserve(n, keep)?;
+        // Counted after the reservation and uncounted before the publication: a process dying between either pair
+        // leaves a torn blob uncounted, taken for an event (the cautious side: "events may be missing").
+        self.a64(OFF_BLOBS_WRITING).fetch_add(1, Ordering::Relaxed);
+        Some(pos)
+    }
+
+    /// Writes and publishes a blob whose slots `begin_blob` reserved at `pos`.
+    fn finish_blob(&self, pos: u64, bytes: &[u8]) {
         for (i, chunk) in bytes.chunks(BLOB_PER_SLOT).enumerate() {
             let p = pos + i as u64;
             let s = self.slot(p);
@@ -460,9 +480,16 @@ impl Ring {
                 self.seq(p).store(p + 1, Ordering::Release);
             }
         }
+        self.a64(OFF_BLOBS_WRITING).fetch_sub(1, Ordering::Relaxed);
         // The first slot last: the record is whole when it is visible.
         self.seq(pos).store(pos + 1, Ordering::Release);
-        true
+    }
+
+    /// Blobs reserved and not yet published. Read once the process is dead, it bounds how many of the records it
+    /// died writing were blobs (records of the shim's own or of the bridge, no event). Shared memory the process
+    /// can scribble on: a caller takes it as at most the records torn.
+    pub fn blobs_in_writing(&self) -> u64 {
+        self.a64(OFF_BLOBS_WRITING).load(Ordering::Acquire)
     }
 }
 
@@ -482,6 +509,8 @@ pub struct Consumer {
     pub torn: u64,
     /// Set when the ring held something no shim writes: draining stopped there.
     pub corrupt: bool,
+    /// Records skipped while their process lived ([`Consumer::skip_stuck`]), counted in `torn` too.
+    pub skipped: u64,
 }
 
 impl Consumer {
@@ -493,6 +522,7 @@ impl Consumer {
             blob: Vec::new(),
             torn: 0,
             corrupt: false,
+            skipped: 0,
         }
     }
 
@@ -636,6 +666,7 @@ impl Consumer {
             return;
         }
         self.torn += 1;
+        self.skipped += 1;
         self.pos += 1;
         while self.pos < head && !self.starts_record(self.pos) {
             self.pos += 1;
@@ -1038,6 +1069,32 @@ mod tests {
         });
         assert_eq!(got, vec![1, 2]);
         assert_eq!(c.torn, 1);
+        assert_eq!(
+            r.blobs_in_writing(),
+            0,
+            "a bare reservation is not counted as a blob"
+        );
+    }
+
+    #[test]
+    fn a_blob_a_dead_process_was_writing_is_counted_as_one() {
+        let m = Mem::new(MIN_SLOTS);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(MIN_SLOTS)` bytes, dropped after the ring's
+        // last use.
+        let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
+        let mut c = Consumer::new(r);
+        assert!(r.try_blob(&[1; 100]));
+        assert_eq!(r.blobs_in_writing(), 0, "published: no longer in writing");
+        // A thread reserved a blob of three slots and died writing it; another thread's event came after.
+        assert!(r.begin_blob(&[2; 130], KEEP_FOR_LAST).is_some());
+        assert!(r.try_event(&ev(2, 2)));
+        let (mut blobs, mut events) = (0, 0);
+        c.drain(true, |it| match it {
+            Item::Blob(_) => blobs += 1,
+            Item::Event(_) => events += 1,
+        });
+        assert_eq!((blobs, events, c.torn), (1, 1, 1));
+        assert_eq!(r.blobs_in_writing(), 1, "the torn record was a blob");
     }
 
     #[test]

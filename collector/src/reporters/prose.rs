@@ -343,3 +343,32 @@ pub fn key_figures(s: &OomSnapshot, d: &Diagnosis) -> Vec<(&'static str, u64)> {
     v.extend(d.growth.as_ref().map(|g| ("grew", g.rise_bytes)));
     v
 }
+
+/// Why events were lost, from the causes the collector wrote beside its counts: "its ring was full", or, for a
+/// trace without them, what a drop was before causes were written.
+pub fn events_lost(a: &crate::model::Analysis) -> String {
+    use vramtrace_format::LossCause;
+    let mut why: Vec<&str> = Vec::new();
+    for p in &a.processes {
+        for (c, _) in &p.lost {
+            let w = match c {
+                LossCause::RingFull => "a ring was full",
+                LossCause::CollectorStalled => "the collector was stalled",
+                LossCause::DiedMidRecord => "a process ended while writing them",
+                LossCause::Refused | LossCause::DiedMidNonEvent => continue,
+            };
+            if !why.contains(&w) {
+                why.push(w);
+            }
+        }
+    }
+    let why = if why.is_empty() {
+        "dropped by the shim".to_string()
+    } else {
+        format!("lost ({})", why.join("; "))
+    };
+    format!(
+        "{} {why}",
+        counted(a.dropped_events, "event was", "events were")
+    )
+}

@@ -780,9 +780,8 @@ fn warnings(o: &mut String, a: &Analysis) {
     let mut w: Vec<String> = Vec::new();
     if a.dropped_events > 0 {
         w.push(format!(
-            "{} dropped by the shim (its queue was full): the numbers above can be low, \
-             and frees of unrecorded allocations show up as unmatched.",
-            units::counted(a.dropped_events, "event was", "events were")
+            "{}: the numbers above can be low, and frees of unrecorded allocations show up as unmatched.",
+            super::prose::events_lost(a)
         ));
     }
     if a.merge_inexact_events > 0 {

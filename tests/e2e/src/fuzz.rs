@@ -229,6 +229,7 @@ pub fn valid_trace(rng: &mut Rng, records: usize) -> Vec<u8> {
                     LossCause::CollectorStalled,
                     LossCause::DiedMidRecord,
                     LossCause::Refused,
+                    LossCause::DiedMidNonEvent,
                 ]),
             },
             15 => Record::Tick { pid, ts_ns: ts },

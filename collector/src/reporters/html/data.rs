@@ -376,8 +376,8 @@ impl Html {
         }
         if a.dropped_events > 0 {
             notes.push(format!(
-                "{} events were dropped by the shim (its queue was full): the figures miss them",
-                a.dropped_events
+                "{}: the figures miss them",
+                crate::reporters::prose::events_lost(a)
             ));
         }
         Data {
