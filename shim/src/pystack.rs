@@ -54,7 +54,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use vramtrace_format::PyFrame;
 
@@ -216,10 +216,12 @@ static FOUND: AtomicPtr<Option<Found>> = AtomicPtr::new(std::ptr::null_mut());
 #[inline]
 #[link_section = ".vramtrace.hot"]
 pub fn known_absent() -> bool {
-    let p = FOUND.load(Ordering::Acquire);
-    // SAFETY: published boxes are never freed.
-    !p.is_null() && unsafe { (*p).is_none() }
+    ABSENT.load(Ordering::Relaxed)
 }
+
+/// `FOUND` was published as `None`: apart, so that the capture reads a word of the shim's data rather than the
+/// published box on the heap (another page walk when the caches are cold).
+static ABSENT: AtomicBool = AtomicBool::new(false);
 
 const PENDING: u8 = 0;
 const VALID: u8 = 1;
@@ -360,7 +362,11 @@ fn found() -> Option<&'static Found> {
         };
     }
     // SAFETY: published boxes are never freed.
-    unsafe { (*p).as_ref() }
+    let found = unsafe { (*p).as_ref() };
+    if found.is_none() {
+        ABSENT.store(true, Ordering::Relaxed);
+    }
+    found
 }
 
 fn sym(name: &CStr) -> usize {

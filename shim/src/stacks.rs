@@ -78,8 +78,16 @@ fn capture(s: &settings::Settings) -> u32 {
         // The thread's buffer for Python frames is borrowed only where there may be some to walk: in a process
         // without Python the capture's cache hit touches nothing of it.
         let walk = s.stacks_python
-            && !table.python_off.load(Ordering::Relaxed)
-            && !pystack::known_absent();
+            && !pystack::known_absent()
+            && !table.python_off.load(Ordering::Relaxed);
+        let owner = table as *const Table as usize;
+        // The chain of the thread's last capture, if this is it again: found in `Local`'s first lines alone.
+        if s.stacks_native && !walk {
+            if let Some(id) = l.chains.memo.hit(sp, owner) {
+                capturing.set(false);
+                return Some(id);
+            }
+        }
         // The Python frames by their keys (no string decoded, nothing allocated); by their strings only where
         // keys cannot be read.
         let mut keyed = false;
@@ -104,7 +112,6 @@ fn capture(s: &settings::Settings) -> u32 {
         } else {
             Vec::new()
         };
-        let owner = table as *const Table as usize;
         let found = if s.stacks_native {
             l.chains.find(sp)
         } else {
@@ -117,7 +124,12 @@ fn capture(s: &settings::Settings) -> u32 {
             .filter(|c| py.is_empty() && !keyed && c.id != 0 && c.owner == owner)
             .map(|c| c.id);
         let id = match known {
-            Some(id) => id,
+            Some(id) => {
+                if let Some(i) = found {
+                    l.chains.remember_last(i);
+                }
+                id
+            }
             None => {
                 let mut ips = [0u64; MAX_FRAMES];
                 let (n, chain) = match found {
@@ -133,8 +145,10 @@ fn capture(s: &settings::Settings) -> u32 {
                 } else {
                     intern(rec, table, &mut l.ids, &ips[..n], &mut py)
                 };
-                if let Some(c) = chain.filter(|_| plain).map(|i| &mut l.chains.chains[i]) {
+                if let Some(i) = chain.filter(|_| plain) {
+                    let c = &mut l.chains.chains[i];
                     (c.id, c.owner) = (id, owner);
+                    l.chains.remember_last(i);
                 }
                 id
             }
@@ -290,10 +304,12 @@ impl Ids {
     }
 }
 
-/// What a thread keeps between captures, allocated at its first one.
+/// What a thread keeps between captures, allocated at its first one. The chains first: their `memo` is what a
+/// repeated capture reads.
+#[repr(C)]
 struct Local {
-    ids: Ids,
     chains: Chains,
+    ids: Ids,
     /// The buffers the Python walker fills, reused: the frames' strings, and their keys.
     python: Vec<PyFrame>,
     keys: Vec<FrameKey>,
@@ -581,7 +597,10 @@ fn unwind(ips: &mut [u64; MAX_FRAMES], raw: Option<&mut Raw>) -> usize {
 /// put every outer frame where it was. Only chains whose every return address sat where the ABI puts it are
 /// remembered (a signal frame is not).
 #[derive(Default)]
+#[repr(C)]
 struct Chains {
+    /// The last chain found or remembered, copied.
+    memo: Memo,
     chains: Vec<Chain>,
     /// Each chain's `sp`, apart: a lookup scans these (a few hundred compares) before reading any stack.
     sps: Vec<u64>,
@@ -594,9 +613,72 @@ struct Chains {
 /// a few hundred bytes of slots.
 const CHAINS: usize = 512;
 
+/// Return addresses a memo holds: with its other fields, four cache lines.
+const MEMO_SLOTS: usize = 14;
+
+/// A copy of one short chain, whole, inside the thread's `Local`. A loop that allocates from one place finds its
+/// chain here: after the driver's trip through the kernel the caches and TLB are cold, and reading the chains'
+/// own buffers (the stack pointers, the chain, its slots: each on the heap, apart) cost a page walk each, where
+/// this costs the one of `Local` (docs/GPU-RESULTS.md, "The 1 MiB loop inside one process").
+#[repr(C, align(64))]
+struct Memo {
+    /// The capturing frame's stack pointer; 0: empty.
+    sp: u64,
+    owner: usize,
+    id: u32,
+    n: u32,
+    slots: [(u64, u64); MEMO_SLOTS],
+}
+
+impl Default for Memo {
+    fn default() -> Memo {
+        Memo {
+            sp: 0,
+            owner: 0,
+            id: 0,
+            n: 0,
+            slots: [(0, 0); MEMO_SLOTS],
+        }
+    }
+}
+
+impl Memo {
+    /// The id of the memo's chain if it is the one live now above a capturing frame at `sp`, in the table at
+    /// `owner`.
+    #[inline(always)]
+    fn hit(&self, sp: u64, owner: usize) -> Option<u32> {
+        if self.sp != sp || self.owner != owner || self.id == 0 {
+            return None;
+        }
+        self.slots[..self.n as usize]
+            .iter()
+            // SAFETY: as in `Chains::find`: the slots of a chain remembered above a capturing frame at this same
+            // `sp` on this thread, read innermost first, each only after every one below it matched.
+            .all(|&(at, value)| unsafe { read_stack(at) } == value)
+            .then_some(self.id)
+    }
+}
+
 impl Chains {
+    /// Copies chain `i` (with its id) into the memo if it fits; else empties the memo.
+    #[link_section = ".vramtrace.hot"]
+    fn remember_last(&mut self, i: usize) {
+        let c = &self.chains[i];
+        if c.id == 0 || c.slots.len() > MEMO_SLOTS {
+            self.memo.sp = 0;
+            return;
+        }
+        if self.memo.sp == c.sp && self.memo.id == c.id && self.memo.owner == c.owner {
+            return;
+        }
+        self.memo.slots[..c.slots.len()].copy_from_slice(&c.slots);
+        self.memo.n = c.slots.len() as u32;
+        (self.memo.sp, self.memo.owner, self.memo.id) = (c.sp, c.owner, c.id);
+    }
+
     /// Forgets every chain, keeping the buffers.
     fn forget(&mut self) {
+        self.memo.sp = 0;
         for c in &mut self.chains {
             c.sp = 0;
             c.slots.clear();
@@ -839,5 +921,82 @@ mod tests {
             assert_eq!(chains.frames(i, &mut ips), 3);
             assert_eq!(ips[0], 0x1000 * (c + 1));
         }
+    }
+
+    /// The memo answers only for the chain it copied, live now at the same stack pointer in the same table:
+    /// another chain at that stack pointer (one return address differs), another stack pointer, a forked child's
+    /// table, or a forgotten state each go to the chains.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_memo_answers_only_for_its_own_chain() {
+        let mut stack = [0u64; 3];
+        let base = std::ptr::addr_of_mut!(stack) as u64;
+        let at = |k: usize| base + 8 * k as u64;
+        let sp = at(0) - 64;
+        let set = |c: u64| {
+            for k in 0..3 {
+                // SAFETY: writes to this test's own array, read back through the same addresses.
+                unsafe { std::ptr::write_volatile(at(k) as *mut u64, 0x1000 * (c + 1) + k as u64) };
+            }
+        };
+        let raw = |c: u64| {
+            let mut raw = Raw {
+                ip: [0; RAW_FRAMES],
+                slot: [0; RAW_FRAMES],
+                n: 5,
+                own: 2,
+                plain: true,
+            };
+            for (j, k) in (2..5).zip(0..3) {
+                raw.slot[j] = at(k);
+                raw.ip[j] = 0x1000 * (c + 1) + k as u64;
+            }
+            raw
+        };
+        let (owner, child) = (0x5000usize, 0x6000usize);
+        let mut chains = Chains::default();
+        assert_eq!(chains.memo.hit(sp, owner), None, "empty");
+        for (c, id) in [(0u64, 11u32), (1, 12)] {
+            set(c);
+            let i = chains.remember(sp, &raw(c)).unwrap();
+            (chains.chains[i].id, chains.chains[i].owner) = (id, owner);
+            chains.remember_last(i);
+        }
+        set(1);
+        assert_eq!(chains.memo.hit(sp, owner), Some(12), "the last chain, live");
+        assert_eq!(
+            chains.memo.hit(sp + 16, owner),
+            None,
+            "another stack pointer"
+        );
+        assert_eq!(chains.memo.hit(sp, child), None, "a forked child's table");
+        set(0);
+        assert_eq!(
+            chains.memo.hit(sp, owner),
+            None,
+            "chain 0 is live: the memo holds chain 1"
+        );
+        let i = chains.find(sp).expect("chain 0 is remembered");
+        assert_eq!(chains.chains[i].id, 11);
+        chains.remember_last(i);
+        assert_eq!(chains.memo.hit(sp, owner), Some(11));
+        // The outermost return address alone differs: another chain.
+        // SAFETY: this test's own array.
+        unsafe { std::ptr::write_volatile(at(2) as *mut u64, 0xdead) };
+        assert_eq!(chains.memo.hit(sp, owner), None);
+        set(0);
+        chains.forget();
+        assert_eq!(chains.memo.hit(sp, owner), None, "forgotten");
+        // A chain longer than the memo is not copied: the memo empties.
+        let mut long = raw(0);
+        long.n = MEMO_SLOTS + 3;
+        for j in 5..long.n {
+            long.slot[j] = at(2);
+            long.ip[j] = 0x1000 + 2;
+        }
+        let i = chains.remember(sp, &long).unwrap();
+        (chains.chains[i].id, chains.chains[i].owner) = (13, owner);
+        chains.remember_last(i);
+        assert_eq!(chains.memo.hit(sp, owner), None, "too long for the memo");
     }
 }
