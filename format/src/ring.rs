@@ -65,9 +65,13 @@ const OFF_TAIL: usize = 128;
 const OFF_DROPPED: usize = 192;
 const OFF_WAKE: usize = 256;
 const OFF_SLEEPING: usize = 260;
-/// Blobs reserved and not yet published. Once the process is dead, what it died writing that was no event (the
-/// shim's own records, the bridge's): a torn record is an event only beyond these (see [`Ring::blobs_in_writing`]).
-const OFF_BLOBS_WRITING: usize = 320;
+/// Where blobs are being written: `INTENTS` pairs of words. The first is 0 (free), `CLAIMED`, or the position of
+/// the first slot of a blob its writer is reserving or writing, plus one; the second, the blob's slots. A record
+/// a dead process left torn at a position one of them names was a blob (the shim's own records, the bridge's),
+/// not an event.
+const OFF_INTENTS: usize = 384;
+const INTENTS: usize = 8;
+const CLAIMED: u64 = u64::MAX;
 
 /// Header flag: the producer waits for room instead of dropping (`--lossless`).
 pub const FLAG_LOSSLESS: u32 = 1;
@@ -205,7 +209,8 @@ impl Ring {
 
     #[inline(always)]
     fn a64(&self, off: usize) -> &AtomicU64 {
-        // SAFETY: every caller passes a header offset (OFF_MAGIC, OFF_HEAD, OFF_TAIL, OFF_DROPPED), 8-aligned and
+        // SAFETY: every caller passes a header offset (OFF_MAGIC, OFF_HEAD, OFF_TAIL, OFF_DROPPED, an intent word
+        // at OFF_INTENTS + 16 * i or 8 more, with i < INTENTS), 8-aligned and
         // inside the header page; `base` is 64-aligned and stays mapped while `self` is used (`init`/`open`), and
         // these words are only ever accessed atomically by the producers and the collector.
         unsafe { &*(self.base.add(off) as *const AtomicU64) }
@@ -240,14 +245,21 @@ impl Ring {
     /// the first, or `None` when the ring has no room (nothing reserved).
     #[inline(always)]
     fn reserve(&self, n: u64, keep: u64) -> Option<u64> {
-        self.reserve_between(n, keep, || ())
+        self.reserve_announced(n, keep, |_| ())
+    }
+
+    /// [`Ring::reserve`], telling `announce` the position its reservation will start at just before each try.
+    #[inline(always)]
+    fn reserve_announced(&self, n: u64, keep: u64, announce: impl FnMut(u64)) -> Option<u64> {
+        self.reserve_hooked(n, keep, || (), || (), announce)
     }
 
     /// [`Ring::reserve`], running `between` after reading the head word and before reading the tail: where a
     /// producer may be pre-empted while others reserve and the collector releases (tests make that happen).
     #[inline(always)]
+    #[cfg(test)]
     fn reserve_between(&self, n: u64, keep: u64, between: impl FnMut()) -> Option<u64> {
-        self.reserve_hooked(n, keep, between, || ())
+        self.reserve_hooked(n, keep, between, || (), |_| ())
     }
 
     /// [`Ring::reserve_between`], also running `after_tail` once the tail is read, before the compare-and-swap:
@@ -259,6 +271,7 @@ impl Ring {
         keep: u64,
         mut between: impl FnMut(),
         mut after_tail: impl FnMut(),
+        mut announce: impl FnMut(u64),
     ) -> Option<u64> {
         let head = self.a64(OFF_HEAD);
         let mut w = head.load(Ordering::Relaxed);
@@ -288,6 +301,7 @@ impl Ring {
             if used + pad + n + keep > self.slots {
                 return None;
             }
+            announce(h + pad);
             // The position stays far below 2^48 (a year at 10 M records a second): no carry into the high bits.
             match head.compare_exchange_weak(w, w + pad + n, Ordering::SeqCst, Ordering::Relaxed) {
                 Ok(_) => {
@@ -441,30 +455,66 @@ impl Ring {
 
     fn blob_keeping(&self, bytes: &[u8], keep: u64) -> bool {
         match self.begin_blob(bytes, keep) {
-            Some(pos) => {
-                self.finish_blob(pos, bytes);
+            Some((pos, intent)) => {
+                self.finish_blob(pos, intent, bytes);
                 true
             }
             None => false,
         }
     }
 
-    /// Reserves the slots of a blob and counts it in writing: the position of its first slot.
-    fn begin_blob(&self, bytes: &[u8], keep: u64) -> Option<u64> {
+    /// Reserves the slots of a blob, its first slot's position named in an intent word before each try to reserve
+    /// (so a writer that dies at any point after the try that succeeds leaves its blob known as one): that
+    /// position, and which word (`None`: all were taken by other writers; a blob torn then is taken for an event).
+    fn begin_blob(&self, bytes: &[u8], keep: u64) -> Option<(u64, Option<usize>)> {
         if bytes.is_empty() || bytes.len() > self.max_blob() {
             return None;
         }
         let n = bytes.len().div_ceil(BLOB_PER_SLOT) as u64;
+        let intent = (0..INTENTS).find(|&i| {
+            self.intent(i)
+                .compare_exchange(0, CLAIMED, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        });
+        if let Some(i) = intent {
+            self.intent_len(i).store(n, Ordering::Relaxed);
+        }
+        let announce = |p: u64| {
+            if let Some(i) = intent {
+                self.intent(i).store(p + 1, Ordering::Release);
+            }
+        };
         // Padding to the ring's end may cost up to n - 1 more slots than the record.
-        let pos = self.reserve(n, keep)?;
-        // Counted after the reservation and uncounted before the publication: a process dying between either pair
-        // leaves a torn blob uncounted, taken for an event (the cautious side: "events may be missing").
-        self.a64(OFF_BLOBS_WRITING).fetch_add(1, Ordering::Relaxed);
-        Some(pos)
+        match self.reserve_announced(n, keep, announce) {
+            Some(pos) => Some((pos, intent)),
+            None => {
+                if let Some(i) = intent {
+                    self.intent(i).store(0, Ordering::Release);
+                }
+                None
+            }
+        }
     }
 
-    /// Writes and publishes a blob whose slots `begin_blob` reserved at `pos`.
-    fn finish_blob(&self, pos: u64, bytes: &[u8]) {
+    #[inline(always)]
+    fn intent(&self, i: usize) -> &AtomicU64 {
+        self.a64(OFF_INTENTS + 16 * i)
+    }
+
+    #[inline(always)]
+    fn intent_len(&self, i: usize) -> &AtomicU64 {
+        self.a64(OFF_INTENTS + 16 * i + 8)
+    }
+
+    /// The slots of the blob a writer named as starting at `pos` (see [`OFF_INTENTS`]), if one did.
+    fn blob_intended_at(&self, pos: u64) -> Option<u64> {
+        (0..INTENTS)
+            .find(|&i| self.intent(i).load(Ordering::Acquire) == pos + 1)
+            .map(|i| self.intent_len(i).load(Ordering::Relaxed))
+    }
+
+    /// Writes and publishes a blob whose slots `begin_blob` reserved at `pos`, then frees its intent word.
+    fn finish_blob(&self, pos: u64, intent: Option<usize>, bytes: &[u8]) {
         for (i, chunk) in bytes.chunks(BLOB_PER_SLOT).enumerate() {
             let p = pos + i as u64;
             let s = self.slot(p);
@@ -480,16 +530,12 @@ impl Ring {
                 self.seq(p).store(p + 1, Ordering::Release);
             }
         }
-        self.a64(OFF_BLOBS_WRITING).fetch_sub(1, Ordering::Relaxed);
         // The first slot last: the record is whole when it is visible.
         self.seq(pos).store(pos + 1, Ordering::Release);
-    }
-
-    /// Blobs reserved and not yet published. Read once the process is dead, it bounds how many of the records it
-    /// died writing were blobs (records of the shim's own or of the bridge, no event). Shared memory the process
-    /// can scribble on: a caller takes it as at most the records torn.
-    pub fn blobs_in_writing(&self) -> u64 {
-        self.a64(OFF_BLOBS_WRITING).load(Ordering::Acquire)
+        // Freed once published: a writer dying between the two leaves a word naming a record that is whole.
+        if let Some(i) = intent {
+            self.intent(i).store(0, Ordering::Release);
+        }
     }
 }
 
@@ -509,8 +555,10 @@ pub struct Consumer {
     pub torn: u64,
     /// Set when the ring held something no shim writes: draining stopped there.
     pub corrupt: bool,
-    /// Records skipped while their process lived ([`Consumer::skip_stuck`]), counted in `torn` too.
-    pub skipped: u64,
+    /// Of `torn`, the records a dead process left torn that its ring's intent words name as blobs (records of the
+    /// shim's own or of the bridge): no events. The words are the process's memory, which it can scribble on: at
+    /// worst its own torn events are told as blobs.
+    pub torn_blobs: u64,
 }
 
 impl Consumer {
@@ -522,7 +570,7 @@ impl Consumer {
             blob: Vec::new(),
             torn: 0,
             corrupt: false,
-            skipped: 0,
+            torn_blobs: 0,
         }
     }
 
@@ -547,12 +595,25 @@ impl Consumer {
                 if !dead {
                     break; // a producer is still writing it
                 }
-                // A record its process died writing: skip to the next slot that starts a published record.
-                self.torn += 1;
-                self.pos += 1;
-                while self.pos < head && !self.starts_record(self.pos) {
-                    self.pos += 1;
+                // Records its process died writing, up to the next slot that starts a published record. Those an
+                // intent word names are blobs of known length; the first one none names (an event, or what is
+                // left) ends what can be told apart, and the rest of the run counts as one record.
+                let mut end = pos + 1;
+                while end < head && !self.starts_record(end) {
+                    end += 1;
                 }
+                let mut q = pos;
+                while q < end {
+                    self.torn += 1;
+                    match ring.blob_intended_at(q) {
+                        Some(n) if n > 0 && q + n <= end => {
+                            self.torn_blobs += 1;
+                            q += n;
+                        }
+                        _ => break,
+                    }
+                }
+                self.pos = end;
                 continue;
             }
             let s = ring.slot(pos);
@@ -666,7 +727,6 @@ impl Consumer {
             return;
         }
         self.torn += 1;
-        self.skipped += 1;
         self.pos += 1;
         while self.pos < head && !self.starts_record(self.pos) {
             self.pos += 1;
@@ -954,7 +1014,9 @@ mod tests {
                             std::thread::sleep(Duration::from_millis(300));
                         }
                     };
-                    let pos = r.reserve_hooked(1, KEEP_FOR_LAST, || (), pause).unwrap();
+                    let pos = r
+                        .reserve_hooked(1, KEEP_FOR_LAST, || (), pause, |_| ())
+                        .unwrap();
                     r.write_event(pos, &ev(2, 0));
                 }));
                 rx.recv().unwrap();
@@ -1069,11 +1131,7 @@ mod tests {
         });
         assert_eq!(got, vec![1, 2]);
         assert_eq!(c.torn, 1);
-        assert_eq!(
-            r.blobs_in_writing(),
-            0,
-            "a bare reservation is not counted as a blob"
-        );
+        assert_eq!(c.torn_blobs, 0, "a bare reservation is no blob");
     }
 
     #[test]
@@ -1084,17 +1142,43 @@ mod tests {
         let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
         let mut c = Consumer::new(r);
         assert!(r.try_blob(&[1; 100]));
-        assert_eq!(r.blobs_in_writing(), 0, "published: no longer in writing");
-        // A thread reserved a blob of three slots and died writing it; another thread's event came after.
+        assert!(
+            (0..INTENTS).all(|i| r.intent(i).load(Ordering::Relaxed) == 0),
+            "published: its intent word is free again"
+        );
+        // A thread reserved a blob of three slots and died writing it; another died reserving an event; a third
+        // thread's event came after.
         assert!(r.begin_blob(&[2; 130], KEEP_FOR_LAST).is_some());
+        assert!(r.reserve(1, KEEP_FOR_LAST).is_some());
         assert!(r.try_event(&ev(2, 2)));
         let (mut blobs, mut events) = (0, 0);
         c.drain(true, |it| match it {
             Item::Blob(_) => blobs += 1,
             Item::Event(_) => events += 1,
         });
-        assert_eq!((blobs, events, c.torn), (1, 1, 1));
-        assert_eq!(r.blobs_in_writing(), 1, "the torn record was a blob");
+        assert_eq!((blobs, events, c.torn), (1, 1, 2));
+        assert_eq!(c.torn_blobs, 1, "one of the two torn records was a blob");
+    }
+
+    #[test]
+    fn every_blob_writer_that_dies_past_its_reservation_names_its_blob() {
+        let m = Mem::new(MIN_SLOTS);
+        // SAFETY: `m` is zeroed, 4096-aligned memory of `bytes_for(MIN_SLOTS)` bytes, dropped after the ring's
+        // last use.
+        let r = unsafe { Ring::init(m.0, MIN_SLOTS, 7, 0) };
+        // Nine writers mid-blob at once: eight have intent words, the ninth none (its blob is taken for an event).
+        for _ in 0..9 {
+            assert!(r.begin_blob(&[3; 10], KEEP_FOR_LAST).is_some());
+        }
+        let mut c = Consumer::new(r);
+        c.drain(true, |_| ());
+        assert_eq!((c.torn, c.torn_blobs), (9, 8));
+        // A blob that found no room frees its word.
+        let m2 = Mem::new(MIN_SLOTS);
+        // SAFETY: as above.
+        let r2 = unsafe { Ring::init(m2.0, MIN_SLOTS, 8, 0) };
+        assert!(r2.begin_blob(&[4; 48 * 200], MIN_SLOTS).is_none());
+        assert!((0..INTENTS).all(|i| r2.intent(i).load(Ordering::Relaxed) == 0));
     }
 
     #[test]

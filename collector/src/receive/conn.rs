@@ -17,7 +17,7 @@ use vramtrace_format::{EndKind, Event, LossCause, Record, OOM_ACK, OOM_NAK};
 
 use super::budget::{self, Claim};
 use super::fds::{recv_with_fds, take_hello};
-use super::hold::{blob_into, hold_frame, put_loss, put_note, torn_split, Hold, SOCKET_HOLD_NS};
+use super::hold::{blob_into, hold_frame, put_loss, put_note, Hold, SOCKET_HOLD_NS};
 use super::ingest::{self, Refusal, Refused, Speaker};
 use super::limits::{CLOCK_MARGIN_NS, READ, RESERVE_WAIT};
 use super::reaped;
@@ -124,7 +124,7 @@ pub(super) struct Drain {
     pub(super) consumer: Consumer,
     pub(super) dropped_seen: u64,
     pub(super) torn_seen: u64,
-    /// Torn records already told as blobs (no events).
+    /// The consumer's `torn_blobs` already told.
     pub(super) torn_blobs: u64,
     /// When this ring was last drained (CLOCK_MONOTONIC), or when its process said hello.
     pub(super) last_ns: u64,
@@ -882,16 +882,10 @@ impl Conn {
         if consumer.torn > d.torn_seen {
             let count = consumer.torn - d.torn_seen;
             d.torn_seen = consumer.torn;
-            // Once the process is dead, its ring's count of blobs in writing is final: that many of the records
-            // it died writing were no events. Not while it lives (others may be mid-blob), nor after a record was
-            // skipped as stuck (it may have been a blob, already counted as an event).
-            let blobs = if dead && consumer.skipped == 0 {
-                consumer.ring().blobs_in_writing()
-            } else {
-                0
-            };
-            let (events, others) = torn_split(count, blobs, d.torn_blobs);
-            d.torn_blobs += others;
+            // Those its ring's intent words named as blobs (only ever counted once the process is dead): no events.
+            let others = (consumer.torn_blobs - d.torn_blobs).min(count);
+            d.torn_blobs = consumer.torn_blobs;
+            let events = count - others;
             if events > 0 {
                 put_loss(out, pid, ts, events, LossCause::DiedMidRecord);
             }

@@ -138,29 +138,3 @@ pub(super) fn put_loss(out: &mut Vec<u8>, pid: u32, ts_ns: u64, count: u64, caus
 pub(super) fn put_note(out: &mut Vec<u8>, pid: u32, ts_ns: u64, text: String) {
     codec::put_record(out, &Record::Note { pid, ts_ns, text });
 }
-
-/// Of `count` records a dead process left torn, how many were events and how many blobs (no events): its ring
-/// counted `blobs` in writing when it died, of which `told` were already told (an earlier drain). The count is
-/// the process's own shared memory: never more blobs than records torn.
-pub(super) fn torn_split(count: u64, blobs: u64, told: u64) -> (u64, u64) {
-    let others = blobs.saturating_sub(told).min(count);
-    (count - others, others)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::torn_split;
-
-    #[test]
-    fn torn_records_are_events_beyond_the_blobs_in_writing() {
-        assert_eq!(torn_split(1, 0, 0), (1, 0), "no blob in writing: an event");
-        assert_eq!(torn_split(1, 1, 0), (0, 1), "the courier's blob");
-        assert_eq!(torn_split(3, 1, 0), (2, 1));
-        assert_eq!(torn_split(1, 1, 1), (1, 0), "that blob was told already");
-        assert_eq!(
-            torn_split(2, u64::MAX, 0),
-            (0, 2),
-            "a scribbled count is bounded by the records torn"
-        );
-    }
-}
