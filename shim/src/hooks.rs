@@ -84,16 +84,20 @@ fn refuse(api: Api, flag: u8, dev: u32, size: u64, aux: u64) -> CUresult {
     r
 }
 
-/// An allocation of `size` bytes on `dev`: the cap's admission, the driver call, then the event. Over the cap
-/// the driver is never called and the caller gets the driver's own out-of-memory code, so frameworks react as
-/// to a real OOM (PyTorch frees its cache, retries, raises `torch.OutOfMemoryError`).
+/// An allocation of `size` bytes on the device `dev` says: the cap's admission, the driver call, then the event.
+/// Over the cap the driver is never called and the caller gets the driver's own out-of-memory code, so
+/// frameworks react as to a real OOM (PyTorch frees its cache, retries, raises `torch.OutOfMemoryError`).
+/// `dev` is asked once: before the call under a cap (admission needs it), else after it and only if something
+/// records the event. After the call, the driver's context and thread state that `cuCtxGetDevice` reads are
+/// warm from the allocation; before it, after the last call's trip through the kernel, they were cold, and the
+/// lookup cost about a tenth of a percent of a 1 MiB pair (docs/GPU-RESULTS.md, issue 27).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 #[link_section = ".vramtrace.hot"]
 unsafe fn track_alloc(
     api: Api,
     flag: u8,
-    dev: u32,
+    dev: impl Fn() -> u32,
     size: u64,
     aux: u64,
     kind: Kind,
@@ -101,11 +105,21 @@ unsafe fn track_alloc(
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
     let cap = cap::get();
-    let decision = cap.map_or(Decision::Free, |c| c.admit(dev, size));
+    let early = cap.map(|_| dev());
+    let decision = match (cap, early) {
+        (Some(c), Some(d)) => c.admit(d, size),
+        _ => Decision::Free,
+    };
     let Some(flag) = admitted_flag(decision, flag) else {
-        return refuse(api, flag, dev, size, aux);
+        return refuse(api, flag, early.unwrap_or(NO_DEVICE), size, aux);
     };
     let r = call();
+    let dev = match early {
+        Some(d) => d,
+        None if record::live().is_some() => dev(),
+        // Nobody to tell: no driver call made for it.
+        None => NO_DEVICE,
+    };
     let id = returned(out, r);
     if let (Some(c), Decision::Counted | Decision::Exceeded) = (cap, decision) {
         if r == CUDA_SUCCESS {
@@ -229,11 +243,10 @@ pub unsafe fn mem_alloc(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
     let Some(_busy) = Busy::enter() else {
         return f(dptr, size);
     };
-    let dev = driver::current_device();
     track_alloc(
         Api::MemAlloc,
         0,
-        dev,
+        driver::current_device,
         size as u64,
         0,
         Kind::Ptr,
@@ -324,11 +337,10 @@ pub unsafe fn mem_alloc_managed(dptr: *mut CUdeviceptr, size: usize, flags: c_ui
     let Some(_busy) = Busy::enter() else {
         return f(dptr, size, flags);
     };
-    let dev = driver::current_device();
     track_alloc(
         Api::MemAllocManaged,
         0,
-        dev,
+        driver::current_device,
         size as u64,
         flags as u64,
         Kind::Ptr,
@@ -423,7 +435,7 @@ unsafe fn track_pool_alloc(
         pools::before(c, p, dev, size).map(|x| (c, x))
     });
     let Some((c, (entry, growth))) = followed else {
-        return track_alloc(api, flag, dev, size, aux, Kind::Ptr, out, call);
+        return track_alloc(api, flag, || dev, size, aux, Kind::Ptr, out, call);
     };
     let mut decision = c.admit(dev, growth);
     if let Decision::Refused { .. } = decision {
@@ -508,7 +520,7 @@ pub unsafe fn mem_create(
     track_alloc(
         Api::MemCreate,
         0,
-        dev,
+        || dev,
         size as u64,
         0,
         Kind::Handle,
