@@ -72,6 +72,7 @@ const PTR_SLOTS: usize = 1 << 16;
 /// `cuMemCreate` handles: fewer, larger allocations.
 const HANDLE_SLOTS: usize = 1 << 12;
 
+#[link_section = ".vramtrace.hotdata"]
 static CAP: crate::lazy::Lazy<Cap> = crate::lazy::Lazy::new();
 static LEDGER_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 static HANDLER: AtomicBool = AtomicBool::new(false);

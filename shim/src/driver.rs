@@ -104,6 +104,7 @@ for_each_driver_function!(declare_driver_functions);
 
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+#[link_section = ".vramtrace.hotdata"]
 static REAL: [AtomicPtr<c_void>; COUNT] = [EMPTY; COUNT];
 static BOUND: AtomicBool = AtomicBool::new(false);
 

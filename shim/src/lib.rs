@@ -57,3 +57,13 @@ pub mod stacks;
 pub mod tls;
 pub mod transport;
 pub mod waits;
+
+/// The hot path's data: the driver's functions, the recorder, the settings, the cap and a few flags, together in
+/// `.vramtrace.hotdata` so that an allocation reads one page of the shim's data, not four (after the driver's
+/// trip through the kernel each page is a page walk: docs/GPU-RESULTS.md, issue 27). Aligned past its size so
+/// it never straddles a page; `tests/e2e/tests/shim_layout.rs` checks both.
+#[repr(C, align(1024))]
+struct HotDataAlign([std::sync::atomic::AtomicU8; 0]);
+#[used]
+#[link_section = ".vramtrace.hotdata"]
+static HOT_DATA_ALIGN: HotDataAlign = HotDataAlign([]);

@@ -221,6 +221,7 @@ pub fn known_absent() -> bool {
 
 /// `FOUND` was published as `None`: apart, so that the capture reads a word of the shim's data rather than the
 /// published box on the heap (another page walk when the caches are cold).
+#[link_section = ".vramtrace.hotdata"]
 static ABSENT: AtomicBool = AtomicBool::new(false);
 
 const PENDING: u8 = 0;

@@ -17,7 +17,7 @@
 //! abandons the parent's recorder and builds its own ring at its next tracked call. At `exit` a goodbye goes in
 //! the ring; nothing waits: the collector drains the ring once the process is gone.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 use vramtrace_format::keys;
 
@@ -76,7 +76,14 @@ const GONE: u8 = 2;
 
 /// This process's recorder (leaked: a forked child abandons its parent's, which another thread may be using).
 static RECORDER: crate::lazy::Lazy<&'static Recorder> = crate::lazy::Lazy::new();
+/// `RECORDER`'s answer once it has one, without its box on the heap between: the recorder, or null for none
+/// (valid while `LIVE_SET`; cleared in a forked child with `RECORDER`).
+#[link_section = ".vramtrace.hotdata"]
+static LIVE: AtomicPtr<Recorder> = AtomicPtr::new(std::ptr::null_mut());
+#[link_section = ".vramtrace.hotdata"]
+static LIVE_SET: AtomicBool = AtomicBool::new(false);
 /// Bumped in every forked child: thread-id caches from before the fork are stale.
+#[link_section = ".vramtrace.hotdata"]
 static FORK_GEN: AtomicU32 = AtomicU32::new(0);
 static HANDLERS: AtomicBool = AtomicBool::new(false);
 
@@ -266,11 +273,30 @@ pub(crate) fn live() -> Option<&'static Recorder> {
 }
 
 #[inline]
+#[link_section = ".vramtrace.hot"]
 fn recorder() -> Option<&'static Recorder> {
+    if LIVE_SET.load(Ordering::Acquire) {
+        // SAFETY: `LIVE` holds null or a recorder `build` leaked (never freed), stored before `LIVE_SET`.
+        return unsafe { LIVE.load(Ordering::Relaxed).as_ref() };
+    }
+    recorder_slow()
+}
+
+#[cold]
+#[inline(never)]
+fn recorder_slow() -> Option<&'static Recorder> {
     // First tracked call of this process (or of a forked child): settings, handlers, ring, courier.
     // Concurrent first calls wait for the one that won; a fork while it runs leaves the child able to start
     // its own (crate::lazy).
-    RECORDER.get_or_init(build).copied()
+    let r = RECORDER.get_or_init(build).copied();
+    LIVE.store(
+        r.map_or(std::ptr::null_mut(), |r| {
+            r as *const Recorder as *mut Recorder
+        }),
+        Ordering::Relaxed,
+    );
+    LIVE_SET.store(true, Ordering::Release);
+    r
 }
 
 /// Sends the hello with the ring attached. A user with more descriptors in flight than its limit
@@ -417,6 +443,8 @@ fn hang_up_untraced(sock: Option<Socket>, mut h: Hello, why: Option<String>) {
 /// `close`, both safe here.
 extern "C" fn after_fork_in_child() {
     RECORDER.forget();
+    LIVE_SET.store(false, Ordering::Release);
+    LIVE.store(std::ptr::null_mut(), Ordering::Relaxed);
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
     let fd = SOCKET_FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {

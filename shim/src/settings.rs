@@ -1,6 +1,7 @@
 //! What the environment tells the shim, read once at its first tracked call (never in a constructor).
 
 use std::ffi::OsString;
+use std::sync::atomic::{AtomicU64, Ordering};
 use vramtrace_format::env;
 
 /// The shim's settings for this process.
@@ -52,7 +53,47 @@ pub struct Settings {
 /// `VRAMTRACE_STACK_MIN_BYTES=0` records every allocation's call site.
 pub const DEFAULT_STACK_MIN_BYTES: u64 = 1 << 20;
 
+#[link_section = ".vramtrace.hotdata"]
 static SETTINGS: crate::lazy::Lazy<Settings> = crate::lazy::Lazy::new();
+
+/// The call-site settings every allocation reads, copied out of `Settings` (on the heap, a page of its own) into
+/// the shim's hot data: `KNOWN`, `NATIVE` and `PYTHON` bits over the minimum size (capped at `MIN_MASK`). 0: not
+/// read yet. The environment does not change under a process, nor across a fork, so the copy never goes stale.
+#[link_section = ".vramtrace.hotdata"]
+static STACKS: AtomicU64 = AtomicU64::new(0);
+const KNOWN: u64 = 1 << 63;
+const NATIVE: u64 = 1 << 62;
+const PYTHON: u64 = 1 << 61;
+const MIN_MASK: u64 = (1 << 48) - 1;
+
+/// What the call-site capture needs of the settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stacks {
+    pub native: bool,
+    pub python: bool,
+    /// Allocations smaller than this get no call site (unless they fail). At most 2^48 - 1.
+    pub min_bytes: u64,
+}
+
+/// [`Stacks`] from the hot copy (the settings read at the first call).
+#[inline]
+#[link_section = ".vramtrace.hot"]
+pub fn call_sites() -> Stacks {
+    let mut v = STACKS.load(Ordering::Relaxed);
+    if v & KNOWN == 0 {
+        let s = get();
+        v = KNOWN
+            | if s.stacks_native { NATIVE } else { 0 }
+            | if s.stacks_python { PYTHON } else { 0 }
+            | s.stack_min_bytes.min(MIN_MASK);
+        STACKS.store(v, Ordering::Relaxed);
+    }
+    Stacks {
+        native: v & NATIVE != 0,
+        python: v & PYTHON != 0,
+        min_bytes: v & MIN_MASK,
+    }
+}
 
 /// Reads the environment the first time; the same answer ever after (a forked child keeps its parent's, or
 /// reads it afresh if the fork came while another thread was reading it).

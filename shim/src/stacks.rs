@@ -53,8 +53,8 @@ extern "C" {
 #[inline]
 #[link_section = ".vramtrace.hot"]
 pub fn site(size: u64, failed: bool) -> u32 {
-    let s = settings::get();
-    if !(s.stacks_native || s.stacks_python) || (size < s.stack_min_bytes && !failed) {
+    let s = settings::call_sites();
+    if !(s.native || s.python) || (size < s.min_bytes && !failed) {
         return 0;
     }
     capture(s)
@@ -62,7 +62,7 @@ pub fn site(size: u64, failed: bool) -> u32 {
 
 #[inline(never)]
 #[link_section = ".vramtrace.hot"]
-fn capture(s: &settings::Settings) -> u32 {
+fn capture(s: settings::Stacks) -> u32 {
     let Some(rec) = record::live() else { return 0 };
     let table = rec.stacks();
     // Read here, in the frame that unwinds: a repeated call chain finds this frame at the same address.
@@ -77,12 +77,11 @@ fn capture(s: &settings::Settings) -> u32 {
         let l = unsafe { &mut *p };
         // The thread's buffer for Python frames is borrowed only where there may be some to walk: in a process
         // without Python the capture's cache hit touches nothing of it.
-        let walk = s.stacks_python
-            && !pystack::known_absent()
-            && !table.python_off.load(Ordering::Relaxed);
+        let walk =
+            s.python && !pystack::known_absent() && !table.python_off.load(Ordering::Relaxed);
         let owner = table as *const Table as usize;
         // The chain of the thread's last capture, if this is it again: found in `Local`'s first lines alone.
-        if s.stacks_native && !walk {
+        if s.native && !walk {
             if let Some(id) = l.chains.memo.hit(sp, owner) {
                 capturing.set(false);
                 return Some(id);
@@ -112,11 +111,7 @@ fn capture(s: &settings::Settings) -> u32 {
         } else {
             Vec::new()
         };
-        let found = if s.stacks_native {
-            l.chains.find(sp)
-        } else {
-            None
-        };
+        let found = if s.native { l.chains.find(sp) } else { None };
         // A remembered chain with no Python frames is the stack it was last time: its id, without copying or
         // hashing the frames.
         let known = found
@@ -134,7 +129,7 @@ fn capture(s: &settings::Settings) -> u32 {
                 let mut ips = [0u64; MAX_FRAMES];
                 let (n, chain) = match found {
                     Some(i) => (l.chains.frames(i, &mut ips), Some(i)),
-                    None if s.stacks_native => native(&mut l.chains, sp, &mut ips),
+                    None if s.native => native(&mut l.chains, sp, &mut ips),
                     None => (0, None),
                 };
                 // Whether the stack is the native frames alone, read before `intern` (which takes `py` when
@@ -162,7 +157,7 @@ fn capture(s: &settings::Settings) -> u32 {
     match done {
         Some(id) => id,
         // A thread being torn down (or a reentry): native frames only, nothing cached.
-        _ if s.stacks_native => {
+        _ if s.native => {
             let mut ips = [0u64; MAX_FRAMES];
             let n = unwind(&mut ips, None);
             intern(rec, table, &mut Ids::default(), &ips[..n], &mut Vec::new())

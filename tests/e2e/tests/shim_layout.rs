@@ -170,3 +170,38 @@ fn the_memory_wrappers_sit_in_the_hot_section() {
         }
     }
 }
+
+#[test]
+fn the_hot_paths_data_sits_in_one_page() {
+    for so in shims() {
+        let (start, end) = section(&so, ".vramtrace.hotdata")
+            .unwrap_or_else(|| panic!("{}: no .vramtrace.hotdata section", so.display()));
+        assert_eq!(
+            start >> 12,
+            (end - 1) >> 12,
+            "{}: the hot data {start:#x}..{end:#x} straddles a page",
+            so.display()
+        );
+        // What an allocation and a free read of the shim's own data: the driver's functions, the recorder, the
+        // settings and their call-site copy, the cap, the fork generation and the "no Python" flag.
+        for name in [
+            "vramtrace::driver::REAL",
+            "vramtrace::record::LIVE",
+            "vramtrace::record::LIVE_SET",
+            "vramtrace::record::FORK_GEN",
+            "vramtrace::settings::SETTINGS",
+            "vramtrace::settings::STACKS",
+            "vramtrace::cap::CAP",
+            "vramtrace::pystack::ABSENT",
+        ] {
+            let at = demangled(&so, name);
+            assert_eq!(at.len(), 1, "{}: {name} at {at:x?}", so.display());
+            assert!(
+                (start..end).contains(&at[0]),
+                "{}: {name} at {:#x}, outside the hot data {start:#x}..{end:#x}",
+                so.display(),
+                at[0]
+            );
+        }
+    }
+}
