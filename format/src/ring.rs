@@ -436,6 +436,22 @@ impl Ring {
         (head == tail).then_some(t)
     }
 
+    /// The mapping's address and slot count, for [`Ring::from_parts`].
+    pub fn parts(&self) -> (*mut u8, u64) {
+        (self.base, self.slots)
+    }
+
+    /// The view whose [`Ring::parts`] these are, made again without reading the header (for a hot path that
+    /// keeps the parts where it keeps its other data).
+    ///
+    /// # Safety
+    /// `base` and `slots` must be the parts of a view made by [`Ring::init`] or [`Ring::open`] whose mapping is
+    /// still mapped, and stays mapped while the new view is used.
+    #[inline(always)]
+    pub unsafe fn from_parts(base: *mut u8, slots: u64) -> Ring {
+        Ring { base, slots }
+    }
+
     /// The most bytes one blob may carry: a quarter of the ring.
     pub fn max_blob(&self) -> usize {
         (self.slots as usize / 4) * BLOB_PER_SLOT

@@ -62,7 +62,7 @@ pub mod waits;
 /// `.vramtrace.hotdata` so that an allocation reads one page of the shim's data, not four (after the driver's
 /// trip through the kernel each page is a page walk: docs/GPU-RESULTS.md, issue 27). Aligned past its size so
 /// it never straddles a page; `tests/e2e/tests/shim_layout.rs` checks both.
-#[repr(C, align(1024))]
+#[repr(C, align(2048))]
 struct HotDataAlign([std::sync::atomic::AtomicU8; 0]);
 #[used]
 #[link_section = ".vramtrace.hotdata"]

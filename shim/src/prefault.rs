@@ -30,16 +30,18 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 /// The threshold once nothing is left to do.
 const NEVER: u64 = u64::MAX;
 
-/// On a cache line of its own: the writers read `ask_at` on every event, and the courier writes it.
-#[repr(align(64))]
+/// A writer whose event lands at this position or later asks for more (`NEVER`: all done, or given up). Read by
+/// every event: in the shim's hot data, not in the recorder on the heap (one recorder, so one `Prefault`, per
+/// process; `Prefault::new` sets it).
+#[link_section = ".vramtrace.hotdata"]
+static ASK_AT: AtomicU64 = AtomicU64::new(0);
+
 pub(crate) struct Prefault {
     /// The slots' memory (first lap positions: slot `p` at `p * SLOT` bytes).
     base: usize,
     slots: u64,
     /// Slots populated from the start, `0..done`.
     done: AtomicU64,
-    /// A writer whose event lands at this position or later asks for more (`NEVER`: all done, or given up).
-    ask_at: AtomicU64,
     /// Asked and not yet done: the writers ask once.
     asked: AtomicBool,
     /// How far ahead of the asking writer the courier populates (the courier's own).
@@ -49,12 +51,12 @@ pub(crate) struct Prefault {
 impl Prefault {
     pub(crate) fn new(ring: &Ring) -> Prefault {
         let (base, len) = ring.slot_memory();
+        // The first event asks.
+        ASK_AT.store(0, Ordering::Relaxed);
         Prefault {
             base: base as usize,
             slots: (len / SLOT) as u64,
             done: AtomicU64::new(0),
-            // The first event asks.
-            ask_at: AtomicU64::new(0),
             asked: AtomicBool::new(false),
             ahead: AtomicU64::new(AHEAD_SLOTS),
         }
@@ -63,7 +65,7 @@ impl Prefault {
     /// Whether the event just published at `pos` should ask for more: the writers' whole cost.
     #[inline(always)]
     pub(crate) fn wanted(&self, pos: u64) -> bool {
-        pos >= self.ask_at.load(Ordering::Relaxed)
+        pos >= ASK_AT.load(Ordering::Relaxed)
     }
 
     /// Claims the asking (one writer asks at a time). False: asked already, nothing to send.
@@ -80,7 +82,7 @@ impl Prefault {
 
     /// The ask could not be delivered: no courier to do it, ever. Writers stop asking.
     pub(crate) fn abandon(&self) {
-        self.ask_at.store(NEVER, Ordering::Relaxed);
+        ASK_AT.store(NEVER, Ordering::Relaxed);
     }
 
     /// The courier's part: populate whole chunks until the lookahead past `pos` (or the ring's end), then set
@@ -116,7 +118,7 @@ impl Prefault {
         } else {
             done - ahead / 2
         };
-        self.ask_at.store(next, Ordering::Relaxed);
+        ASK_AT.store(next, Ordering::Relaxed);
         self.asked.store(false, Ordering::Release);
     }
 

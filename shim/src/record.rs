@@ -17,7 +17,7 @@
 //! abandons the parent's recorder and builds its own ring at its next tracked call. At `exit` a goodbye goes in
 //! the ring; nothing waits: the collector drains the ring once the process is gone.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 use vramtrace_format::keys;
 
@@ -55,11 +55,7 @@ enum Cold {
 
 pub(crate) struct Recorder {
     ring: Ring,
-    /// Events carry the time-stamp counter (the ring's `FLAG_TICKS`).
-    ticks: bool,
     cold: Sender<Cold>,
-    /// `CONNECTED`, or `GONE` (the collector went away: callers stop offering events).
-    link: AtomicU8,
     /// `--lossless`, while the courier can tell that the collector is there (a waiter must never outlive it).
     lossless: AtomicBool,
     /// A `Cold::Objects` is queued and not yet handled.
@@ -82,6 +78,19 @@ static RECORDER: crate::lazy::Lazy<&'static Recorder> = crate::lazy::Lazy::new()
 static LIVE: AtomicPtr<Recorder> = AtomicPtr::new(std::ptr::null_mut());
 #[link_section = ".vramtrace.hotdata"]
 static LIVE_SET: AtomicBool = AtomicBool::new(false);
+/// The recorder's link to the collector: `CONNECTED`, or `GONE` (the collector went away: callers stop offering
+/// events). With the ring's parts and whether events carry ticks, what every event reads of the recorder, kept
+/// here rather than in it (on the heap: a page walk more an event when the caches are cold). One recorder per
+/// process (a forked child's `build` sets them afresh before its recorder is published).
+#[link_section = ".vramtrace.hotdata"]
+static LINK: AtomicU8 = AtomicU8::new(0);
+/// Events carry the time-stamp counter (the ring's `FLAG_TICKS`).
+#[link_section = ".vramtrace.hotdata"]
+static TICKS: AtomicBool = AtomicBool::new(false);
+#[link_section = ".vramtrace.hotdata"]
+static RING_BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+#[link_section = ".vramtrace.hotdata"]
+static RING_SLOTS: AtomicU64 = AtomicU64::new(0);
 /// Bumped in every forked child: thread-id caches from before the fork are stale.
 #[link_section = ".vramtrace.hotdata"]
 static FORK_GEN: AtomicU32 = AtomicU32::new(0);
@@ -127,15 +136,23 @@ pub fn push(
     stack: u32,
 ) {
     let Some(r) = recorder() else { return };
-    if r.link.load(Ordering::Relaxed) == GONE {
+    if LINK.load(Ordering::Relaxed) == GONE {
         return;
     }
+    // SAFETY: the parts of this process's recorder's ring (`r` is it), stored by `build` before it was published;
+    // the ring's mapping is never unmapped.
+    let ring = unsafe {
+        Ring::from_parts(
+            RING_BASE.load(Ordering::Relaxed),
+            RING_SLOTS.load(Ordering::Relaxed),
+        )
+    };
     let tid = tid();
     // The clock last, just before the ring reserves: the shorter the window between the two, the less often
     // the collector has to hold a time at its ring's previous one (`ring::Ring::try_event`). The counter's
     // ticks where the ring says so (the collector converts them), else ns.
     let e = Event {
-        ts_ns: if r.ticks {
+        ts_ns: if TICKS.load(Ordering::Relaxed) {
             ticks::read()
         } else {
             ticks::monotonic()
@@ -150,7 +167,7 @@ pub fn push(
         aux,
         stack,
     };
-    match r.ring.try_event_at(&e) {
+    match ring.try_event_at(&e) {
         Some(pos) if r.prefault.wanted(pos) => r.ask_prefault(pos),
         Some(_) => {}
         None => r.event_no_room(e),
@@ -170,7 +187,7 @@ impl Recorder {
                 }
                 // Stop when the collector is gone, the deadline passed, or nothing can tell us any more
                 // whether the collector is there (lossless was turned off: the socket was closed under us).
-                if self.link.load(Ordering::Acquire) == GONE
+                if LINK.load(Ordering::Acquire) == GONE
                     || until.is_some_and(|u| Instant::now() >= u)
                     || (until.is_none() && !self.lossless.load(Ordering::Relaxed))
                 {
@@ -254,7 +271,7 @@ pub(crate) fn publish_frame_anywhere(frame: &[u8]) -> bool {
     };
     // A child forked without glibc's atfork handlers (a raw `clone`) still sees its parent's recorder.
     // SAFETY: getpid has no preconditions, and is async-signal-safe.
-    if r.pid != unsafe { libc::getpid() } as u32 || r.link.load(Ordering::Acquire) == GONE {
+    if r.pid != unsafe { libc::getpid() } as u32 || LINK.load(Ordering::Acquire) == GONE {
         return false;
     }
     r.ring.try_blob(frame)
@@ -269,7 +286,7 @@ pub(crate) fn start_now() {
 /// The recorder of this process if it is recording, starting it at the first call.
 #[inline]
 pub(crate) fn live() -> Option<&'static Recorder> {
-    recorder().filter(|r| r.link.load(Ordering::Relaxed) != GONE)
+    recorder().filter(|_| LINK.load(Ordering::Relaxed) != GONE)
 }
 
 #[inline]
@@ -382,12 +399,15 @@ fn build() -> Option<&'static Recorder> {
         }
     };
     let (cold, rx) = crossbeam_channel::bounded(64);
+    LINK.store(CONNECTED, Ordering::Release);
+    TICKS.store(ticks, Ordering::Relaxed);
+    let (base, slots) = mapped.ring.parts();
+    RING_BASE.store(base, Ordering::Relaxed);
+    RING_SLOTS.store(slots, Ordering::Relaxed);
     // Leaked on purpose: a forked child abandons it rather than touch state another thread may have held.
     let rec: &'static Recorder = Box::leak(Box::new(Recorder {
         ring: mapped.ring,
-        ticks,
         cold,
-        link: AtomicU8::new(CONNECTED),
         lossless: AtomicBool::new(settings.lossless),
         objects_asked: AtomicBool::new(true),
         pid,
@@ -460,7 +480,7 @@ extern "C" fn goodbye_at_exit() {
     let Some(&r) = RECORDER.peek() else {
         return;
     };
-    if r.pid != std::process::id() || r.link.load(Ordering::Acquire) == GONE {
+    if r.pid != std::process::id() || LINK.load(Ordering::Acquire) == GONE {
         return;
     }
     let room = if r.lossless.load(Ordering::Relaxed) {
@@ -483,7 +503,7 @@ extern "C" fn goodbye_at_exit() {
 
 /// Whether events reach a collector.
 pub fn active() -> bool {
-    recorder().is_some_and(|r| r.link.load(Ordering::Acquire) == CONNECTED)
+    recorder().is_some_and(|_| LINK.load(Ordering::Acquire) == CONNECTED)
 }
 
 /// Hands an out-of-memory record to the collector and waits, at most `OOM_WAIT` in all, until it is in the
@@ -497,7 +517,7 @@ pub fn oom(o: Oom) -> bool {
 /// acknowledge it (an `Oom` record, or a `Bridge` record with `ack` set). Whether it did.
 pub(crate) fn send_sync(rec: Record) -> bool {
     let Some(r) = recorder() else { return false };
-    if r.link.load(Ordering::Acquire) == GONE {
+    if LINK.load(Ordering::Acquire) == GONE {
         return false;
     }
     let deadline = Instant::now() + OOM_WAIT;
@@ -630,7 +650,7 @@ fn courier(rec: &'static Recorder, rx: Receiver<Cold>, sock: Socket) {
             Err(RecvTimeoutError::Disconnected) => return,
         }
     }
-    rec.link.store(GONE, Ordering::Release);
+    LINK.store(GONE, Ordering::Release);
     crate::debug!("the collector closed the connection; not recording");
 }
 
