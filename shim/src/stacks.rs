@@ -60,13 +60,36 @@ pub fn site(size: u64, failed: bool) -> u32 {
     capture(s)
 }
 
+/// The capture's hot part: the thread's last call chain again (its memo), or [`capture_walk`]. Small, so that a
+/// loop allocating from one place runs a page of it.
 #[inline(never)]
 #[link_section = ".vramtrace.hot"]
 fn capture(s: settings::Stacks) -> u32 {
     let Some(rec) = record::live() else { return 0 };
-    let table = rec.stacks();
-    // Read here, in the frame that unwinds: a repeated call chain finds this frame at the same address.
+    // Read here, in this frame: a repeated call chain finds this frame at the same address. The chains are
+    // keyed by it and hold the return addresses from this frame's caller outward (`CHAIN_FROM`).
     let sp = stack_pointer();
+    if s.native && (!s.python || pystack::known_absent()) {
+        let state = crate::tls::state();
+        let p = state.local.get().cast::<Local>();
+        if !p.is_null() && !state.capturing.replace(true) {
+            let owner = rec.stacks() as *const Table as usize;
+            // SAFETY: this thread's own state; `capturing` keeps a reentrant capture (a signal handler) off it.
+            let hit = unsafe { &*p }.chains.memo.hit(sp, owner);
+            state.capturing.set(false);
+            if let Some(id) = hit {
+                return id;
+            }
+        }
+    }
+    capture_walk(s, rec, sp)
+}
+
+/// The capture's every other case: Python frames, a chain remembered among the thread's others, a new one
+/// unwound. `sp`: [`capture`]'s stack pointer, the chains' key.
+#[inline(never)]
+fn capture_walk(s: settings::Stacks, rec: &record::Recorder, sp: u64) -> u32 {
+    let table = rec.stacks();
     let done = (|| {
         let p = local()?;
         let capturing = &crate::tls::state().capturing;
@@ -515,6 +538,10 @@ struct Raw {
 
 /// The most frames of the shim's own a cached chain may start with.
 const OWN_FRAMES: usize = 16;
+/// The first frame of an unwinding from [`capture_walk`] whose return address a chain keeps: frame 0 is
+/// `unwind`, 1 `capture_walk`, 2 `capture`; frame 3's return address lies at the top of `capture`'s frame, live
+/// while `capture` runs (frame 2's lies below it, in `capture_walk`'s, gone when `capture` checks its memo).
+const CHAIN_FROM: usize = 3;
 const RAW_FRAMES: usize = MAX_FRAMES + OWN_FRAMES;
 
 unsafe extern "C" fn each_frame(ctx: *mut c_void, arg: *mut c_void) -> c_int {
@@ -733,11 +760,11 @@ impl Chains {
     /// frame 0 is `unwind`'s own).
     #[cfg(target_arch = "x86_64")]
     fn remember(&mut self, sp: u64, raw: &Raw) -> Option<usize> {
-        if !raw.plain || raw.own < 2 || raw.own > OWN_FRAMES || raw.n <= raw.own {
+        if !raw.plain || raw.own < CHAIN_FROM || raw.own > OWN_FRAMES || raw.n <= raw.own {
             return None;
         }
-        // From the capturing frame's return address (frame 2's ip) outward.
-        let slots = (2..raw.n).map(|j| (raw.slot[j], raw.ip[j]));
+        // From the return address into `capture`'s caller outward.
+        let slots = (CHAIN_FROM..raw.n).map(|j| (raw.slot[j], raw.ip[j]));
         // No remembered chain matched (`find` came first): a new one, in place of the oldest.
         let i = if self.chains.len() < CHAINS {
             self.chains.push(Chain {
@@ -759,14 +786,14 @@ impl Chains {
         c.sp = sp;
         c.slots.clear();
         c.slots.extend(slots);
-        c.native = raw.own - 2;
+        c.native = raw.own - CHAIN_FROM;
         c.id = 0;
         Some(i)
     }
 }
 
 /// The native frames of a call chain no remembered one matches, unwound (and remembered, where the frames allow).
-/// Their count, and the chain remembered. Inlined: the unwinding must start from the capturing frame.
+/// Their count, and the chain remembered. Inlined into `capture_walk`, whose frames `CHAIN_FROM` counts.
 #[inline(always)]
 fn native(chains: &mut Chains, sp: u64, ips: &mut [u64; MAX_FRAMES]) -> (usize, Option<usize>) {
     #[cfg(target_arch = "x86_64")]
@@ -886,11 +913,11 @@ mod tests {
             let mut raw = Raw {
                 ip: [0; RAW_FRAMES],
                 slot: [0; RAW_FRAMES],
-                n: 5,
-                own: 2,
+                n: 6,
+                own: 3,
                 plain: true,
             };
-            for (j, k) in (2..5).zip(0..3) {
+            for (j, k) in (CHAIN_FROM..6).zip(0..3) {
                 raw.slot[j] = at(k);
                 raw.ip[j] = 0x1000 * (c + 1) + k as u64;
             }
@@ -938,11 +965,11 @@ mod tests {
             let mut raw = Raw {
                 ip: [0; RAW_FRAMES],
                 slot: [0; RAW_FRAMES],
-                n: 5,
-                own: 2,
+                n: 6,
+                own: 3,
                 plain: true,
             };
-            for (j, k) in (2..5).zip(0..3) {
+            for (j, k) in (CHAIN_FROM..6).zip(0..3) {
                 raw.slot[j] = at(k);
                 raw.ip[j] = 0x1000 * (c + 1) + k as u64;
             }
@@ -984,8 +1011,8 @@ mod tests {
         assert_eq!(chains.memo.hit(sp, owner), None, "forgotten");
         // A chain longer than the memo is not copied: the memo empties.
         let mut long = raw(0);
-        long.n = MEMO_SLOTS + 3;
-        for j in 5..long.n {
+        long.n = CHAIN_FROM + MEMO_SLOTS + 1;
+        for j in 6..long.n {
             long.slot[j] = at(2);
             long.ip[j] = 0x1000 + 2;
         }
