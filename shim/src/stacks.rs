@@ -900,35 +900,64 @@ mod tests {
 
     /// A training step calls the driver from a few hundred call chains in turn: each must still be remembered when
     /// its turn comes again (with 8 remembered, the 9th evicted the 1st and every lookup missed).
+    /// A stand-in stack: three return-address slots, whose values name the chain that is "live".
     #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn hundreds_of_chains_taken_in_turn_are_each_found_again() {
-        // A stand-in stack: three return-address slots, whose values name the chain that is "live".
-        let mut stack = [0u64; 3];
-        let base = std::ptr::addr_of_mut!(stack) as u64;
-        let at = |k: usize| base + 8 * k as u64;
-        let sp = at(0) - 64;
-        let mut chains = Chains::default();
-        let chain = |c: u64| {
+    struct StandIn {
+        stack: Box<[u64; 3]>,
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    impl StandIn {
+        fn new() -> StandIn {
+            StandIn {
+                stack: Box::new([0; 3]),
+            }
+        }
+
+        fn at(&self, k: usize) -> u64 {
+            self.stack.as_ptr() as u64 + 8 * k as u64
+        }
+
+        /// The stack pointer of a capturing frame below the slots.
+        fn sp(&self) -> u64 {
+            self.at(0) - 64
+        }
+
+        /// Makes chain `c` the live one.
+        fn set(&self, c: u64) {
+            for k in 0..3 {
+                // SAFETY: writes to this stand-in's own array, read back through the same addresses.
+                unsafe {
+                    std::ptr::write_volatile(self.at(k) as *mut u64, 0x1000 * (c + 1) + k as u64)
+                };
+            }
+        }
+
+        /// An unwinding that found chain `c` above the capturing frame.
+        fn raw(&self, c: u64) -> Raw {
             let mut raw = Raw {
                 ip: [0; RAW_FRAMES],
                 slot: [0; RAW_FRAMES],
-                n: 6,
-                own: 3,
+                n: CHAIN_FROM + 3,
+                own: CHAIN_FROM,
                 plain: true,
             };
-            for (j, k) in (CHAIN_FROM..6).zip(0..3) {
-                raw.slot[j] = at(k);
-                raw.ip[j] = 0x1000 * (c + 1) + k as u64;
+            for k in 0..3 {
+                raw.slot[CHAIN_FROM + k] = self.at(k);
+                raw.ip[CHAIN_FROM + k] = 0x1000 * (c + 1) + k as u64;
             }
             raw
-        };
-        let set = |c: u64| {
-            for k in 0..3 {
-                // SAFETY: writes to this test's own array, read back by `find` through the same addresses.
-                unsafe { std::ptr::write_volatile(at(k) as *mut u64, 0x1000 * (c + 1) + k as u64) };
-            }
-        };
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn hundreds_of_chains_taken_in_turn_are_each_found_again() {
+        let st = StandIn::new();
+        let sp = st.sp();
+        let mut chains = Chains::default();
+        let chain = |c: u64| st.raw(c);
+        let set = |c: u64| st.set(c);
         for c in 0..300u64 {
             set(c);
             assert_eq!(chains.find(sp), None, "chain {c} is new");
@@ -951,30 +980,10 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_memo_answers_only_for_its_own_chain() {
-        let mut stack = [0u64; 3];
-        let base = std::ptr::addr_of_mut!(stack) as u64;
-        let at = |k: usize| base + 8 * k as u64;
-        let sp = at(0) - 64;
-        let set = |c: u64| {
-            for k in 0..3 {
-                // SAFETY: writes to this test's own array, read back through the same addresses.
-                unsafe { std::ptr::write_volatile(at(k) as *mut u64, 0x1000 * (c + 1) + k as u64) };
-            }
-        };
-        let raw = |c: u64| {
-            let mut raw = Raw {
-                ip: [0; RAW_FRAMES],
-                slot: [0; RAW_FRAMES],
-                n: 6,
-                own: 3,
-                plain: true,
-            };
-            for (j, k) in (CHAIN_FROM..6).zip(0..3) {
-                raw.slot[j] = at(k);
-                raw.ip[j] = 0x1000 * (c + 1) + k as u64;
-            }
-            raw
-        };
+        let st = StandIn::new();
+        let (at, sp) = (|k: usize| st.at(k), st.sp());
+        let set = |c: u64| st.set(c);
+        let raw = |c: u64| st.raw(c);
         let (owner, child) = (0x5000usize, 0x6000usize);
         let mut chains = Chains::default();
         assert_eq!(chains.memo.hit(sp, owner), None, "empty");
