@@ -410,3 +410,65 @@ assert "cut short" in job["hosts"][1]["partial"], job["hosts"]
         "{summary}"
     );
 }
+
+#[test]
+fn records_a_process_died_writing_are_told_by_what_they_were() {
+    use vramtrace_format::LossCause;
+    let lost = |pid: u32, ms: u64, count: u64, cause: LossCause| Record::Lost {
+        pid,
+        ts_ns: START + ms * MS,
+        count,
+        cause,
+    };
+    // Process 11 died writing a record of the shim's own (its GPUs' names): no event is missing. Process 12 died
+    // writing two events.
+    let records = vec![
+        hello(11, 0),
+        hello(12, 0),
+        events(11, vec![alloc(10, 0, 0xa000, 64 * MIB)]),
+        events(12, vec![alloc(11, 0, 0xb000, 32 * MIB)]),
+        lost(11, 20, 1, LossCause::DiedMidNonEvent),
+        Record::Dropped {
+            pid: 12,
+            ts_ns: START + 21 * MS,
+            count: 2,
+        },
+        lost(12, 21, 2, LossCause::DiedMidRecord),
+        end(11, 30, EndKind::Vanished),
+        end(12, 30, EndKind::Vanished),
+    ];
+    let d = TempDir::new("torn");
+    let f = d.file("t.vtrace", &trace(&records));
+    let s = text(&report(&f, false).stdout);
+    assert!(
+        s.contains("2 events were lost (a process ended while writing them)"),
+        "{s}"
+    );
+    assert!(!s.contains("queue was full"), "{s}");
+    python_check(
+        &report(&f, true).stdout,
+        r#"
+assert d["dropped_events"] == 2, d["dropped_events"]
+p = {x["pid"]: x for x in d["processes"]}
+assert p[11]["dropped_events"] == 0, p[11]
+assert [(l["cause"], l["records"]) for l in p[11]["lost"]] == [("died_mid_non_event", 1)], p[11]["lost"]
+assert [(l["cause"], l["records"]) for l in p[12]["lost"]] == [("died_mid_record", 2)], p[12]["lost"]
+"#,
+    );
+
+    // Only the shim's own record torn: nothing to warn about.
+    let f = d.file(
+        "u.vtrace",
+        &trace(&[
+            hello(11, 0),
+            events(11, vec![alloc(10, 0, 0xa000, 64 * MIB)]),
+            lost(11, 20, 1, LossCause::DiedMidNonEvent),
+            end(11, 30, EndKind::Vanished),
+        ]),
+    );
+    let s = text(&report(&f, false).stdout);
+    assert!(
+        !s.contains("events were lost") && !s.contains("event was lost"),
+        "{s}"
+    );
+}
