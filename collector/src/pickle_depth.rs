@@ -35,6 +35,23 @@ const EMPTY: Slot = Slot {
     object: None,
 };
 
+/// The `n` bytes of `b` at `*i`, moving `i` past them; "cut short" where `b` ends first. The pickle walkers'
+/// reader (this one and the what-if's `pickle_reader`).
+pub(crate) fn take<'a>(b: &'a [u8], i: &mut usize, n: usize) -> Result<&'a [u8], String> {
+    let end = i
+        .checked_add(n)
+        .filter(|&e| e <= b.len())
+        .ok_or("cut short")?;
+    let s = &b[*i..end];
+    *i = end;
+    Ok(s)
+}
+
+/// A little-endian unsigned integer of up to 8 bytes.
+pub(crate) fn le(s: &[u8]) -> u64 {
+    s.iter().rev().fold(0u64, |a, &x| (a << 8) | x as u64)
+}
+
 /// The deepest nesting of containers the pickle `b` builds, or why it cannot tell (an opcode it does not know,
 /// input cut short, nesting past [`MAX_DEPTH`], more than [`MAX_VALUES`] values once shared ones are copied).
 pub fn depth(b: &[u8]) -> Result<usize, String> {
@@ -44,16 +61,7 @@ pub fn depth(b: &[u8]) -> Result<usize, String> {
     let mut memo: HashMap<u64, usize> = HashMap::new();
     let mut deepest = 0usize;
     let mut i = 0usize;
-    let take = |i: &mut usize, n: usize| -> Result<&[u8], String> {
-        let end = i
-            .checked_add(n)
-            .filter(|&e| e <= b.len())
-            .ok_or("cut short")?;
-        let s = &b[*i..end];
-        *i = end;
-        Ok(s)
-    };
-    let le = |s: &[u8]| s.iter().rev().fold(0u64, |a, &x| (a << 8) | x as u64);
+    let take = |i: &mut usize, n: usize| take(b, i, n);
     let line = |i: &mut usize| -> Result<(), String> {
         let n = b[*i..]
             .iter()

@@ -9,6 +9,8 @@
 
 use std::collections::HashMap;
 
+use crate::pickle_depth::{le, take};
+
 /// A value: strings are ids into [`Doc::strings`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum V {
@@ -116,16 +118,7 @@ pub fn read(b: &[u8]) -> Result<Doc, String> {
     let mut stack: Vec<Option<Item>> = Vec::new();
     let mut memo: HashMap<u64, V> = HashMap::new();
     let mut i = 0usize;
-    let take = |i: &mut usize, n: usize| -> Result<&[u8], String> {
-        let end = i
-            .checked_add(n)
-            .filter(|&e| e <= b.len())
-            .ok_or("cut short")?;
-        let s = &b[*i..end];
-        *i = end;
-        Ok(s)
-    };
-    let le = |s: &[u8]| s.iter().rev().fold(0u64, |a, &x| (a << 8) | x as u64);
+    let take = |i: &mut usize, n: usize| take(b, i, n);
     let pop = |stack: &mut Vec<Option<Item>>, memo: &mut HashMap<u64, V>| -> Result<V, String> {
         let it = stack.pop().flatten().ok_or("stack underflow")?;
         Ok(settle(it, memo))
