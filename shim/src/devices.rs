@@ -70,6 +70,11 @@ fn read_ordinals(pid: i32) -> Option<Ordinals> {
                 (get(&mut dev, i) == CUDA_SUCCESS && uuid(&mut u, dev) == CUDA_SUCCESS).then_some(u)
             })
             .collect();
+        // One device seen: every context is on it, and allocations need not ask which (`context_device`).
+        let mut only: CUdevice = 0;
+        if n == 1 && get(&mut only, 0) == CUDA_SUCCESS && only >= 0 {
+            driver::set_only_device(only as u32);
+        }
         crate::debug!("NVML devices map to CUDA ordinals by UUID ({n} ordinals)");
         Some(Ordinals { pid, uuids })
     }

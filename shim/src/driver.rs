@@ -8,7 +8,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 
 /// Builds this file's half of the list: `Sym`, `ALL`, `NAMES`, `WRAPPED` (the export each wrapped function has
 /// is exports.rs's half: `wrapper`).
@@ -107,6 +107,10 @@ const EMPTY: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
 #[link_section = ".vramtrace.hotdata"]
 static REAL: [AtomicPtr<c_void>; COUNT] = [EMPTY; COUNT];
 static BOUND: AtomicBool = AtomicBool::new(false);
+/// The one device of a process that sees exactly one (`cuDeviceGetCount` said 1): every context it can make is
+/// on it. `NO_DEVICE` until the devices are first read (`devices`), and for ever where there are several.
+#[link_section = ".vramtrace.hotdata"]
+static ONLY_DEVICE: AtomicU32 = AtomicU32::new(vramtrace_format::NO_DEVICE);
 
 impl Sym {
     pub fn name(self) -> &'static CStr {
@@ -415,6 +419,25 @@ pub fn is_tracked_base(symbol: &CStr) -> bool {
         let n = f.name().to_bytes();
         n.starts_with(s) && matches!(&n[s.len()..], b"" | b"_v2" | b"_ptsz")
     })
+}
+
+/// The process sees this one device and no other (`devices` read it from the driver).
+pub(crate) fn set_only_device(dev: u32) {
+    ONLY_DEVICE.store(dev, Ordering::Relaxed);
+}
+
+/// The device of the calling thread's current context, which the caller knows to exist (a call that needs one
+/// just succeeded): where the process sees one device, that one without asking the driver; else
+/// [`current_device`]. The driver's `cuCtxGetDevice` after a 1 MiB allocation cost about 0.1% of the pair
+/// (docs/GPU-RESULTS.md, issue 27), most of it the trip to its code.
+#[inline]
+#[link_section = ".vramtrace.hot"]
+pub fn context_device() -> u32 {
+    let only = ONLY_DEVICE.load(Ordering::Relaxed);
+    if only != vramtrace_format::NO_DEVICE {
+        return only;
+    }
+    current_device()
 }
 
 /// The device of the calling thread's current context, or `NO_DEVICE`. Worker threads may have no context: the

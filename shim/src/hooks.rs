@@ -84,20 +84,28 @@ fn refuse(api: Api, flag: u8, dev: u32, size: u64, aux: u64) -> CUresult {
     r
 }
 
-/// An allocation of `size` bytes on the device `dev` says: the cap's admission, the driver call, then the event.
+/// Where an allocation's memory lives.
+#[derive(Clone, Copy)]
+enum On {
+    /// The device of the calling thread's current context.
+    Context,
+    /// This device (`NO_DEVICE`: host memory).
+    Device(u32),
+}
+
+/// An allocation of `size` bytes on the device `on` says: the cap's admission, the driver call, then the event.
 /// Over the cap the driver is never called and the caller gets the driver's own out-of-memory code, so
 /// frameworks react as to a real OOM (PyTorch frees its cache, retries, raises `torch.OutOfMemoryError`).
-/// `dev` is asked once: before the call under a cap (admission needs it), else after it and only if something
-/// records the event. After the call, the driver's context and thread state that `cuCtxGetDevice` reads are
-/// warm from the allocation; before it, after the last call's trip through the kernel, they were cold, and the
-/// lookup cost about a tenth of a percent of a 1 MiB pair (docs/GPU-RESULTS.md, issue 27).
+/// The context's device is asked once: before the call under a cap (admission needs it), else after it and only
+/// if something records the event; after a successful call the context exists, and a process that sees one
+/// device need not ask at all (`driver::context_device`).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 #[link_section = ".vramtrace.hot"]
 unsafe fn track_alloc(
     api: Api,
     flag: u8,
-    dev: impl Fn() -> u32,
+    on: On,
     size: u64,
     aux: u64,
     kind: Kind,
@@ -105,7 +113,10 @@ unsafe fn track_alloc(
     call: impl FnOnce() -> CUresult,
 ) -> CUresult {
     let cap = cap::get();
-    let early = cap.map(|_| dev());
+    let early = cap.map(|_| match on {
+        On::Context => driver::current_device(),
+        On::Device(d) => d,
+    });
     let decision = match (cap, early) {
         (Some(c), Some(d)) => c.admit(d, size),
         _ => Decision::Free,
@@ -114,11 +125,12 @@ unsafe fn track_alloc(
         return refuse(api, flag, early.unwrap_or(NO_DEVICE), size, aux);
     };
     let r = call();
-    let dev = match early {
-        Some(d) => d,
-        None if record::live().is_some() => dev(),
+    let dev = match (early, on) {
+        (Some(d), _) | (None, On::Device(d)) => d,
         // Nobody to tell: no driver call made for it.
-        None => NO_DEVICE,
+        (None, On::Context) if record::live().is_none() => NO_DEVICE,
+        (None, On::Context) if r == CUDA_SUCCESS => driver::context_device(),
+        (None, On::Context) => driver::current_device(),
     };
     let id = returned(out, r);
     if let (Some(c), Decision::Counted | Decision::Exceeded) = (cap, decision) {
@@ -246,7 +258,7 @@ pub unsafe fn mem_alloc(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
     track_alloc(
         Api::MemAlloc,
         0,
-        driver::current_device,
+        On::Context,
         size as u64,
         0,
         Kind::Ptr,
@@ -340,7 +352,7 @@ pub unsafe fn mem_alloc_managed(dptr: *mut CUdeviceptr, size: usize, flags: c_ui
     track_alloc(
         Api::MemAllocManaged,
         0,
-        driver::current_device,
+        On::Context,
         size as u64,
         flags as u64,
         Kind::Ptr,
@@ -435,7 +447,7 @@ unsafe fn track_pool_alloc(
         pools::before(c, p, dev, size).map(|x| (c, x))
     });
     let Some((c, (entry, growth))) = followed else {
-        return track_alloc(api, flag, || dev, size, aux, Kind::Ptr, out, call);
+        return track_alloc(api, flag, On::Device(dev), size, aux, Kind::Ptr, out, call);
     };
     let mut decision = c.admit(dev, growth);
     if let Decision::Refused { .. } = decision {
@@ -520,7 +532,7 @@ pub unsafe fn mem_create(
     track_alloc(
         Api::MemCreate,
         0,
-        || dev,
+        On::Device(dev),
         size as u64,
         0,
         Kind::Handle,

@@ -6,14 +6,21 @@ use vramtrace_collector::model;
 use vramtrace_e2e::traced::{read_trace, vramtrace};
 use vramtrace_e2e::*;
 
-fn capped_probe(fc: &FakeCuda, name: &str) -> (Probe, std::path::PathBuf) {
+/// `probe` under `vramtrace run` with `extra` arguments, its trace at `<name>.vtrace`.
+fn traced_probe(fc: &FakeCuda, name: &str, extra: &[&str]) -> (Probe, std::path::PathBuf) {
     let path = fc.dir().join(format!("{name}.vtrace"));
     let mut c = fc.command(vramtrace());
-    c.args(["run", "--python-agent", "off", "--cap", "8MiB", "--out"])
+    c.args(["run", "--python-agent", "off"])
+        .args(extra)
+        .arg("--out")
         .arg(&path)
         .arg("--")
         .arg(program("probe"));
     (Probe::start(c), path)
+}
+
+fn capped_probe(fc: &FakeCuda, name: &str) -> (Probe, std::path::PathBuf) {
+    traced_probe(fc, name, &["--cap", "8MiB"])
 }
 
 #[test]
@@ -126,4 +133,98 @@ fn the_legacy_primary_context_functions_that_old_versions_get_are_seen_too() {
         );
         assert_eq!(a.processes[0].context_freed_bytes, 6 << 20, "{cmd}");
     }
+}
+
+/// The `cuCtxGetDevice` calls the driver answered (`FAKECUDA_LOG_QUERIES`).
+fn queries(fc: &FakeCuda) -> usize {
+    fc.log()
+        .iter()
+        .filter(|l| l.func == "cuCtxGetDevice")
+        .count()
+}
+
+#[test]
+fn a_process_that_sees_one_device_has_its_allocations_on_it_without_asking_the_driver_each_time() {
+    let fc = FakeCuda::new()
+        .env("FAKECUDA_DEVICES", "1")
+        .env("FAKECUDA_LOG_QUERIES", "1");
+    let (mut p, path) = traced_probe(&fc, "one", &[]);
+    let mut ptrs = vec![];
+    // Until the shim has read the devices (its courier, once the driver answers), each allocation asks.
+    let mut asked = true;
+    for _ in 0..200 {
+        let before = queries(&fc);
+        let (rc, ptr) = p.cmd2("alloc 1048576");
+        assert_eq!(rc, 0);
+        ptrs.push(ptr);
+        asked = queries(&fc) > before;
+        if !asked {
+            break;
+        }
+        p.cmd("sleep 20");
+    }
+    assert!(
+        !asked,
+        "every allocation still asked the driver for its device"
+    );
+    let before = queries(&fc);
+    for _ in 0..50 {
+        let (rc, ptr) = p.cmd2("alloc 2097152");
+        assert_eq!(rc, 0);
+        ptrs.push(ptr);
+    }
+    assert_eq!(queries(&fc), before, "an allocation asked for the device");
+    // A failed allocation still asks (it may have failed for want of a context).
+    assert_eq!(p.cmd2("alloc 1099511627776").0, 2, "out of memory");
+    assert_eq!(queries(&fc), before + 1, "the failed allocation asked");
+    for ptr in &ptrs {
+        assert_eq!(p.cmd(&format!("free {ptr:#x}")).trim(), "0");
+    }
+    p.finish();
+    let t = read_trace(&path);
+    let allocs: Vec<_> = t
+        .all_events()
+        .into_iter()
+        .filter(|e| e.api == vramtrace_format::Api::MemAlloc && e.result == 0)
+        .collect();
+    assert_eq!(allocs.len(), ptrs.len());
+    assert!(
+        allocs.iter().all(|e| e.device == 0),
+        "{:?}",
+        allocs.iter().map(|e| e.device).collect::<Vec<_>>()
+    );
+    let a = model::analyze(&path).unwrap();
+    assert_eq!(
+        a.device(0).unwrap().peak_bytes,
+        (ptrs.len() as u64 - 50) * (1 << 20) + 50 * (2 << 20)
+    );
+}
+
+#[test]
+fn a_process_that_sees_two_devices_asks_which_for_each_allocation() {
+    let fc = FakeCuda::new()
+        .env("FAKECUDA_DEVICES", "2")
+        .env("FAKECUDA_LOG_QUERIES", "1");
+    let (mut p, path) = traced_probe(&fc, "two", &[]);
+    assert_eq!(p.cmd2("alloc 1048576").0, 0);
+    p.cmd("sleep 300");
+    let before = queries(&fc);
+    for i in 0..20 {
+        assert_eq!(p.cmd("device 1").trim(), "0");
+        assert_eq!(p.cmd2("alloc 1048576").0, 0, "alloc {i} on device 1");
+        assert_eq!(p.cmd("device 0").trim(), "0");
+        assert_eq!(p.cmd2("alloc 2097152").0, 0, "alloc {i} on device 0");
+    }
+    assert_eq!(queries(&fc) - before, 40, "one question an allocation");
+    p.finish();
+    let t = read_trace(&path);
+    let on = |d: u32| {
+        t.all_events()
+            .into_iter()
+            .filter(|e| e.api == vramtrace_format::Api::MemAlloc && e.device == d)
+            .map(|e| e.size)
+            .sum::<u64>()
+    };
+    assert_eq!(on(1), 20 << 20);
+    assert_eq!(on(0), (1 << 20) + (40 << 20));
 }

@@ -13,6 +13,8 @@
 //! - `FAKECUDA_PITCH_ALIGN`: the row alignment `cuMemAllocPitch` pads to (default 512; real GPUs differ).
 //! - `FAKECUDA_HOST_BYTES`: the pinned host memory `cuMemCreate` with a host location can take, per process
 //!   (default 64 GiB); past it, `CUDA_ERROR_OUT_OF_MEMORY`.
+//! - `FAKECUDA_LOG_QUERIES=1`: the log also has a line for each `cuCtxGetDevice` (addr 0, size 0, aux = the
+//!   device), so tests can count what the shim asks.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -31,6 +33,7 @@ pub struct Config {
     pub shadow_max: u64,
     pub host_bytes: u64,
     pub pitch_align: u64,
+    pub log_queries: bool,
 }
 
 impl Config {
@@ -91,6 +94,7 @@ fn read() -> Config {
             .and_then(|s| parse_bytes(&s))
             .filter(|a| a.is_power_of_two())
             .unwrap_or(512),
+        log_queries: var("FAKECUDA_LOG_QUERIES").is_some_and(|s| s == "1"),
     }
 }
 

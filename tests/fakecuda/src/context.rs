@@ -136,8 +136,15 @@ fn get_current(pctx: *mut CUcontext) -> Result<(), CUresult> {
 }
 
 fn get_device(dev: *mut CUdevice) -> Result<(), CUresult> {
-    let d = driver::current_device()?;
-    put(dev, d as CUdevice)
+    let d = driver::current_device();
+    if crate::config::get().log_queries {
+        let (rc, aux) = match d {
+            Ok(d) => (0, d as u64),
+            Err(e) => (e, u32::MAX as u64),
+        };
+        crate::log::call("cuCtxGetDevice", rc, 0, 0, aux);
+    }
+    put(dev, d? as CUdevice)
 }
 
 /// Flags of the current context.
