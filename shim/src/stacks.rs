@@ -71,11 +71,10 @@ fn capture(s: settings::Stacks) -> u32 {
     let sp = stack_pointer();
     if s.native && (!s.python || pystack::known_absent()) {
         let state = crate::tls::state();
-        let p = state.local.get().cast::<Local>();
-        if !p.is_null() && !state.capturing.replace(true) {
+        if !state.capturing.replace(true) {
             let owner = rec.stacks() as *const Table as usize;
-            // SAFETY: this thread's own state; `capturing` keeps a reentrant capture (a signal handler) off it.
-            let hit = unsafe { &*p }.chains.memo.hit(sp, owner);
+            // SAFETY: this thread's own memo; `capturing` keeps a reentrant capture (a signal handler) off it.
+            let hit = unsafe { &*state.memo.get() }.hit(sp, owner);
             state.capturing.set(false);
             if let Some(id) = hit {
                 return id;
@@ -98,14 +97,16 @@ fn capture_walk(s: settings::Stacks, rec: &record::Recorder, sp: u64) -> u32 {
         }
         // SAFETY: this thread's own state; `capturing` keeps a reentrant capture (a signal handler) off it.
         let l = unsafe { &mut *p };
+        // SAFETY: as `l`: the thread's own memo, under the same `capturing`.
+        let memo = unsafe { &mut *crate::tls::state().memo.get() };
         // The thread's buffer for Python frames is borrowed only where there may be some to walk: in a process
         // without Python the capture's cache hit touches nothing of it.
         let walk =
             s.python && !pystack::known_absent() && !table.python_off.load(Ordering::Relaxed);
         let owner = table as *const Table as usize;
-        // The chain of the thread's last capture, if this is it again: found in `Local`'s first lines alone.
+        // The chain of the thread's last capture, if this is it again: found in the thread's memo alone.
         if s.native && !walk {
-            if let Some(id) = l.chains.memo.hit(sp, owner) {
+            if let Some(id) = memo.hit(sp, owner) {
                 capturing.set(false);
                 return Some(id);
             }
@@ -144,7 +145,7 @@ fn capture_walk(s: settings::Stacks, rec: &record::Recorder, sp: u64) -> u32 {
         let id = match known {
             Some(id) => {
                 if let Some(i) = found {
-                    l.chains.remember_last(i);
+                    l.chains.remember_last(i, memo);
                 }
                 id
             }
@@ -166,7 +167,7 @@ fn capture_walk(s: settings::Stacks, rec: &record::Recorder, sp: u64) -> u32 {
                 if let Some(i) = chain.filter(|_| plain) {
                     let c = &mut l.chains.chains[i];
                     (c.id, c.owner) = (id, owner);
-                    l.chains.remember_last(i);
+                    l.chains.remember_last(i, memo);
                 }
                 id
             }
@@ -322,8 +323,8 @@ impl Ids {
     }
 }
 
-/// What a thread keeps between captures, allocated at its first one. The chains first: their `memo` is what a
-/// repeated capture reads.
+/// What a thread keeps between captures, allocated at its first one (its last chain, which a repeated capture
+/// reads, is in its TLS block instead: `Memo`).
 #[repr(C)]
 struct Local {
     chains: Chains,
@@ -621,8 +622,6 @@ fn unwind(ips: &mut [u64; MAX_FRAMES], raw: Option<&mut Raw>) -> usize {
 #[derive(Default)]
 #[repr(C)]
 struct Chains {
-    /// The last chain found or remembered, copied.
-    memo: Memo,
     chains: Vec<Chain>,
     /// Each chain's `sp`, apart: a lookup scans these (a few hundred compares) before reading any stack.
     sps: Vec<u64>,
@@ -635,15 +634,17 @@ struct Chains {
 /// a few hundred bytes of slots.
 const CHAINS: usize = 512;
 
-/// Return addresses a memo holds: with its other fields, four cache lines.
+/// Return addresses a memo holds: with its other fields and the thread's flags before them, five cache lines (a
+/// chain of n return addresses reads the first 1 + n/4).
 const MEMO_SLOTS: usize = 14;
 
-/// A copy of one short chain, whole, inside the thread's `Local`. A loop that allocates from one place finds its
-/// chain here: after the driver's trip through the kernel the caches and TLB are cold, and reading the chains'
-/// own buffers (the stack pointers, the chain, its slots: each on the heap, apart) cost a page walk each, where
-/// this costs the one of `Local` (docs/GPU-RESULTS.md, "The 1 MiB loop inside one process").
-#[repr(C, align(64))]
-struct Memo {
+/// A copy of one short chain, whole, in the thread's static TLS block (`tls::State`). A loop that allocates
+/// from one place finds its chain here: after the driver's trip through the kernel the caches and TLB are cold,
+/// and reading the chains' own buffers (the stack pointers, the chain, its slots: each on the heap, apart) cost a
+/// page walk each (docs/GPU-RESULTS.md, "The 1 MiB loop inside one process"); in `Local`, on the heap, it cost
+/// one, and a pointer's load before it (issue 27).
+#[repr(C)]
+pub(crate) struct Memo {
     /// The capturing frame's stack pointer; 0: empty.
     sp: u64,
     owner: usize,
@@ -652,19 +653,17 @@ struct Memo {
     slots: [(u64, u64); MEMO_SLOTS],
 }
 
-impl Default for Memo {
-    fn default() -> Memo {
-        Memo {
-            sp: 0,
-            owner: 0,
-            id: 0,
-            n: 0,
-            slots: [(0, 0); MEMO_SLOTS],
-        }
-    }
-}
-
 impl Memo {
+    /// Empty: what a thread starts with (all zero, as `.tbss`; the `thread_local!` elsewhere starts with this).
+    #[allow(dead_code)]
+    pub(crate) const EMPTY: Memo = Memo {
+        sp: 0,
+        owner: 0,
+        id: 0,
+        n: 0,
+        slots: [(0, 0); MEMO_SLOTS],
+    };
+
     /// The id of the memo's chain if it is the one live now above a capturing frame at `sp`, in the table at
     /// `owner`.
     #[inline(always)]
@@ -682,25 +681,25 @@ impl Memo {
 }
 
 impl Chains {
-    /// Copies chain `i` (with its id) into the memo if it fits; else empties the memo.
+    /// Copies chain `i` (with its id) into `memo` if it fits; else empties `memo`.
     #[link_section = ".vramtrace.hot"]
-    fn remember_last(&mut self, i: usize) {
+    fn remember_last(&self, i: usize, memo: &mut Memo) {
         let c = &self.chains[i];
         if c.id == 0 || c.slots.len() > MEMO_SLOTS {
-            self.memo.sp = 0;
+            memo.sp = 0;
             return;
         }
-        if self.memo.sp == c.sp && self.memo.id == c.id && self.memo.owner == c.owner {
+        if memo.sp == c.sp && memo.id == c.id && memo.owner == c.owner {
             return;
         }
-        self.memo.slots[..c.slots.len()].copy_from_slice(&c.slots);
-        self.memo.n = c.slots.len() as u32;
-        (self.memo.sp, self.memo.owner, self.memo.id) = (c.sp, c.owner, c.id);
+        memo.slots[..c.slots.len()].copy_from_slice(&c.slots);
+        memo.n = c.slots.len() as u32;
+        (memo.sp, memo.owner, memo.id) = (c.sp, c.owner, c.id);
     }
 
-    /// Forgets every chain, keeping the buffers.
+    /// Forgets every chain, keeping the buffers. (A thread's memo is its own, not the chains': a thread that
+    /// takes a finished thread's chains starts with an empty one.)
     fn forget(&mut self) {
-        self.memo.sp = 0;
         for c in &mut self.chains {
             c.sp = 0;
             c.slots.clear();
@@ -976,7 +975,7 @@ mod tests {
 
     /// The memo answers only for the chain it copied, live now at the same stack pointer in the same table:
     /// another chain at that stack pointer (one return address differs), another stack pointer, a forked child's
-    /// table, or a forgotten state each go to the chains.
+    /// table, or a new thread's empty memo each go to the chains.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_memo_answers_only_for_its_own_chain() {
@@ -986,38 +985,36 @@ mod tests {
         let raw = |c: u64| st.raw(c);
         let (owner, child) = (0x5000usize, 0x6000usize);
         let mut chains = Chains::default();
-        assert_eq!(chains.memo.hit(sp, owner), None, "empty");
+        let mut memo = Memo::EMPTY;
+        assert_eq!(memo.hit(sp, owner), None, "empty");
         for (c, id) in [(0u64, 11u32), (1, 12)] {
             set(c);
             let i = chains.remember(sp, &raw(c)).unwrap();
             (chains.chains[i].id, chains.chains[i].owner) = (id, owner);
-            chains.remember_last(i);
+            chains.remember_last(i, &mut memo);
         }
         set(1);
-        assert_eq!(chains.memo.hit(sp, owner), Some(12), "the last chain, live");
-        assert_eq!(
-            chains.memo.hit(sp + 16, owner),
-            None,
-            "another stack pointer"
-        );
-        assert_eq!(chains.memo.hit(sp, child), None, "a forked child's table");
+        assert_eq!(memo.hit(sp, owner), Some(12), "the last chain, live");
+        assert_eq!(memo.hit(sp + 16, owner), None, "another stack pointer");
+        assert_eq!(memo.hit(sp, child), None, "a forked child's table");
         set(0);
         assert_eq!(
-            chains.memo.hit(sp, owner),
+            memo.hit(sp, owner),
             None,
             "chain 0 is live: the memo holds chain 1"
         );
         let i = chains.find(sp).expect("chain 0 is remembered");
         assert_eq!(chains.chains[i].id, 11);
-        chains.remember_last(i);
-        assert_eq!(chains.memo.hit(sp, owner), Some(11));
+        chains.remember_last(i, &mut memo);
+        assert_eq!(memo.hit(sp, owner), Some(11));
         // The outermost return address alone differs: another chain.
         // SAFETY: this test's own array.
         unsafe { std::ptr::write_volatile(at(2) as *mut u64, 0xdead) };
-        assert_eq!(chains.memo.hit(sp, owner), None);
+        assert_eq!(memo.hit(sp, owner), None);
         set(0);
+        memo = Memo::EMPTY;
         chains.forget();
-        assert_eq!(chains.memo.hit(sp, owner), None, "forgotten");
+        assert_eq!(memo.hit(sp, owner), None, "a new thread's");
         // A chain longer than the memo is not copied: the memo empties.
         let mut long = raw(0);
         long.n = CHAIN_FROM + MEMO_SLOTS + 1;
@@ -1027,7 +1024,7 @@ mod tests {
         }
         let i = chains.remember(sp, &long).unwrap();
         (chains.chains[i].id, chains.chains[i].owner) = (13, owner);
-        chains.remember_last(i);
-        assert_eq!(chains.memo.hit(sp, owner), None, "too long for the memo");
+        chains.remember_last(i, &mut memo);
+        assert_eq!(memo.hit(sp, owner), None, "too long for the memo");
     }
 }

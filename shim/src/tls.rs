@@ -8,16 +8,20 @@
 //! offset from the GOT and adds the thread pointer. Stable Rust cannot choose a variable's model, so on x86-64
 //! Linux the state is a TLS symbol defined and reached in assembly; elsewhere it is a `thread_local!`.
 //!
-//! An initial-exec access marks the library `STATIC_TLS`: its whole TLS block (this state and the thread-locals
-//! of std and the crates, about 180 bytes) is static however it is loaded. `dlopen`ed instead of preloaded (the
-//! Python call-site tests do that), it takes room in glibc's reserve of static TLS, which that fits; where it
-//! would not, the `dlopen` fails. It never corrupts anything.
+//! An initial-exec access marks the library `STATIC_TLS`: its whole TLS block (this state with the call-site
+//! memo, 320 bytes, and the thread-locals of std and the crates: about 500 bytes) is static however it is loaded.
+//! Preloaded, as `vramtrace run` loads it, that is part of every thread's initial block. `dlopen`ed instead (the
+//! Python call-site tests do that), it takes room in glibc's reserve of static TLS (1,664 bytes and more),
+//! which that fits; where it would not, the `dlopen` fails. It never corrupts anything.
 
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_void;
 
-/// One thread's state. All zero at thread start (`.tbss`).
-#[repr(C)]
+use crate::stacks::Memo;
+
+/// One thread's state. All zero at thread start (`.tbss`). Aligned to a cache line, whose first bytes hold the
+/// flags every hook reads and the memo's own fields.
+#[repr(C, align(64))]
 pub struct State {
     /// Inside a hook (or a thread of the shim's own): a tracked call made from there goes straight through.
     pub busy: Cell<bool>,
@@ -31,7 +35,13 @@ pub struct State {
     pub tid: Cell<u64>,
     /// The thread's call-site state (`stacks::Local`), or null.
     pub local: Cell<*mut c_void>,
+    /// The thread's last call chain (`stacks::capture`), touched only while `capturing` is held: here rather than
+    /// in `Local` on the heap, so that a repeated capture reads the lines next to these flags and no other page.
+    pub(crate) memo: UnsafeCell<Memo>,
 }
+
+/// The state's size: the TLS symbol's below.
+const STATE_BYTES: usize = std::mem::size_of::<State>();
 
 // The state is a TLS symbol of our own on x86-64 Linux (the size below is the symbol's), a `thread_local!`
 // elsewhere.
@@ -40,7 +50,9 @@ pub struct State {
     target_os = "linux",
     target_pointer_width = "64"
 ))]
-const _: () = assert!(std::mem::size_of::<State>() == 24);
+const _: () = assert!(
+    STATE_BYTES.is_multiple_of(64) && STATE_BYTES <= 320 && std::mem::align_of::<State>() == 64
+);
 
 #[cfg(all(
     target_arch = "x86_64",
@@ -49,14 +61,15 @@ const _: () = assert!(std::mem::size_of::<State>() == 24);
 ))]
 std::arch::global_asm!(
     ".pushsection .tbss,\"awT\",@nobits",
-    ".p2align 3",
+    ".p2align 6",
     ".globl vramtrace_thread_state",
     ".hidden vramtrace_thread_state",
     ".type vramtrace_thread_state, @object",
-    ".size vramtrace_thread_state, 24",
+    ".size vramtrace_thread_state, {bytes}",
     "vramtrace_thread_state:",
-    ".zero 24",
+    ".zero {bytes}",
     ".popsection",
+    bytes = const STATE_BYTES,
     options(att_syntax)
 );
 
@@ -96,6 +109,7 @@ thread_local! {
             exiting: Cell::new(false),
             tid: Cell::new(0),
             local: Cell::new(std::ptr::null_mut()),
+            memo: UnsafeCell::new(Memo::EMPTY),
         }
     };
 }
