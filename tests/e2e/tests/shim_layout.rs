@@ -193,6 +193,7 @@ fn the_hot_paths_data_sits_in_one_page() {
             "vramtrace::settings::STACKS",
             "vramtrace::cap::CAP",
             "vramtrace::pystack::ABSENT",
+            "vramtrace::driver::ONLY_DEVICE",
         ] {
             let at = demangled(&so, name);
             assert_eq!(at.len(), 1, "{}: {name} at {at:x?}", so.display());
@@ -211,6 +212,57 @@ fn the_hot_paths_data_sits_in_one_page() {
             pages.len(),
             1,
             "{}: the hot data spans pages {pages:x?}",
+            so.display()
+        );
+    }
+}
+
+/// Where the dynamic loader writes addresses at load time (`R_X86_64_RELATIVE`): (where, the address written).
+fn relative_relocations(so: &Path) -> Vec<(u64, u64)> {
+    let out = Command::new("readelf")
+        .arg("-rW")
+        .arg(so)
+        .output()
+        .expect("readelf");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 4 && f[2] == "R_X86_64_RELATIVE").then(|| {
+                Some((
+                    u64::from_str_radix(f[0], 16).ok()?,
+                    u64::from_str_radix(f[3], 16).ok()?,
+                ))
+            })?
+        })
+        .collect()
+}
+
+/// The hot path reads its data where it lies (`lea`/`mov` relative to the instruction), not through an address
+/// in the GOT: that would be a second page of data and more lines on every call. rustc reaches through the GOT
+/// any static that another crate could link to, which a shim that is also an rlib had on its every hot static
+/// (issue 27); the shim is a cdylib alone, and this keeps it so.
+#[test]
+fn the_hot_data_is_read_where_it_lies_not_through_the_got() {
+    for so in shims() {
+        let (start, end) = section(&so, ".vramtrace.hotdata")
+            .unwrap_or_else(|| panic!("{}: no .vramtrace.hotdata section", so.display()));
+        let (got, got_end) =
+            section(&so, ".got").unwrap_or_else(|| panic!("{}: no .got section", so.display()));
+        let relocs = relative_relocations(&so);
+        assert!(
+            relocs.len() > 10,
+            "{}: too few relocations read ({}): readelf's output not understood",
+            so.display(),
+            relocs.len()
+        );
+        let through_got: Vec<_> = relocs
+            .iter()
+            .filter(|(at, to)| (got..got_end).contains(at) && (start..end).contains(to))
+            .collect();
+        assert!(
+            through_got.is_empty(),
+            "{}: GOT entries hold addresses in the hot data: {through_got:x?}",
             so.display()
         );
     }
