@@ -7,6 +7,8 @@
 // Without the shim both paths are the same function: that run measures the method's own noise.
 // Build: gcc -O2 -o inproc inproc_overhead.c -I$CUDA/include -lcuda
 // Usage: inproc [BLOCKS] [PAIRS_PER_BLOCK] [BYTES]   (BLOCKS x PAIRS_PER_BLOCK pairs each way)
+// INPROC_QUICK=1: the pairs alone, without the timings of cuCtxGetDevice and cuMemFree_v2(0) (for many short
+// runs: scripts/gpu/inproc_many.sh).
 // Prints summary lines starting "inproc:".
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -140,8 +142,9 @@ int main(int argc, char **argv) {
     }
     // What the shim asks the driver on each allocation (the current device), timed alone: how much of the cost
     // above is the driver's answer rather than the shim's own work.
+    int quick = getenv("INPROC_QUICK") && strcmp(getenv("INPROC_QUICK"), "1") == 0;
     getdev_fn rg = (getdev_fn)wanted[2].addr;
-    if (rg) {
+    if (rg && !quick) {
         CUdevice dv;
         double t0 = now_ns();
         for (int i = 0; i < 100000; i++) rg(&dv);
@@ -155,7 +158,7 @@ int main(int argc, char **argv) {
     // The shim's own cost with warm caches and with cold ones: cuMemFree_v2(0) returns at once in the driver, so
     // the wrapper's work is all there is; before each cold call 32 MiB are read (what a real allocation's trip
     // through the kernel does to the caches). 300 of each, alternating.
-    {
+    if (!quick) {
         size_t big = 32u << 20;
         volatile char *junk = malloc(big);
         for (size_t i = 0; i < big; i += 64) junk[i] = (char)i;

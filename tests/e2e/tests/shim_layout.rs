@@ -267,3 +267,92 @@ fn the_hot_data_is_read_where_it_lies_not_through_the_got() {
         );
     }
 }
+
+/// The GOT slots the loader fills with a TLS offset (`R_X86_64_TPOFF64`): what the initial-exec sequence reads.
+fn tls_offset_slots(so: &Path) -> Vec<u64> {
+    let out = Command::new("readelf")
+        .arg("-rW")
+        .arg(so)
+        .output()
+        .expect("readelf");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 3 && f[2] == "R_X86_64_TPOFF64")
+                .then(|| u64::from_str_radix(f[0], 16).ok())?
+        })
+        .collect()
+}
+
+/// What an allocation and a free run, in the shipped build, loads nothing from the GOT but the thread state's
+/// offset: no static's address, no function's (a call into another crate that the compiler hoists as a
+/// pointer loaded from the GOT before a loop costs the line on every pass, taken or not). Calls through the GOT
+/// on the cold paths (panics) are allowed: they load nothing until they run.
+#[test]
+fn the_hot_path_loads_nothing_from_the_got_but_its_tls_offset() {
+    let Some(so) = std::env::var_os("VRAMTRACE_COMPAT_SHIM").map(std::path::PathBuf::from) else {
+        eprintln!("SKIP: VRAMTRACE_COMPAT_SHIM unset (scripts/test.sh builds the shipped shim)");
+        return;
+    };
+    let (got, got_end) = section(&so, ".got").expect("a .got section");
+    let tls = tls_offset_slots(&so);
+    assert!(
+        !tls.is_empty(),
+        "no TLS offset slot: readelf's output not understood"
+    );
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn", "-C", "-j", ".vramtrace.hot"])
+        .arg(&so)
+        .output()
+        .expect("objdump");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hot = [
+        "cuMemAlloc_v2",
+        "cuMemFree_v2",
+        "vramtrace::hooks::mem_alloc",
+        "vramtrace::hooks::mem_free",
+        "vramtrace::record::push",
+        "vramtrace::stacks::capture",
+    ];
+    let mut current = String::new();
+    let (mut seen, mut loads) = (std::collections::BTreeSet::new(), vec![]);
+    for line in text.lines() {
+        if let Some(name) = line.strip_suffix(">:").and_then(|l| l.split_once(" <")) {
+            current = name.1.to_string();
+            continue;
+        }
+        if !hot.contains(&current.as_str()) {
+            continue;
+        }
+        seen.insert(current.clone());
+        // "  992ab:\tadd    0x759e(%rip),%rax        # a0850 <_DYNAMIC+0x230>"
+        let Some((insn, comment)) = line.split_once('#') else {
+            continue;
+        };
+        let Some(target) = comment
+            .split_whitespace()
+            .next()
+            .and_then(|a| u64::from_str_radix(a, 16).ok())
+        else {
+            continue;
+        };
+        let op = insn.split('\t').nth(1).unwrap_or("").trim_start();
+        if (got..got_end).contains(&target)
+            && !tls.contains(&target)
+            && !op.starts_with("call")
+            && !op.starts_with("jmp")
+        {
+            loads.push(format!("{current}: {}", line.trim()));
+        }
+    }
+    assert!(
+        seen.contains("cuMemAlloc_v2") && seen.contains("cuMemFree_v2"),
+        "the exported wrappers were not found in the hot section: {seen:?}"
+    );
+    assert!(
+        loads.is_empty(),
+        "GOT loads on the hot path:\n{}",
+        loads.join("\n")
+    );
+}
