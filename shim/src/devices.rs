@@ -71,10 +71,15 @@ fn read_ordinals(pid: i32) -> Option<Ordinals> {
             })
             .collect();
         // One device seen: every context is on it, and allocations need not ask which (`context_device`).
+        // Anything else says so too, whatever an earlier read (a forked parent's) left.
         let mut only: CUdevice = 0;
-        if n == 1 && get(&mut only, 0) == CUDA_SUCCESS && only >= 0 {
-            driver::set_only_device(only as u32);
-        }
+        driver::set_only_device(
+            if n == 1 && get(&mut only, 0) == CUDA_SUCCESS && only >= 0 {
+                only as u32
+            } else {
+                vramtrace_format::NO_DEVICE
+            },
+        );
         crate::debug!("NVML devices map to CUDA ordinals by UUID ({n} ordinals)");
         Some(Ordinals { pid, uuids })
     }

@@ -421,7 +421,7 @@ pub fn is_tracked_base(symbol: &CStr) -> bool {
     })
 }
 
-/// The process sees this one device and no other (`devices` read it from the driver).
+/// The process sees this one device and no other (`devices` read it from the driver); `NO_DEVICE`: it does not.
 pub(crate) fn set_only_device(dev: u32) {
     ONLY_DEVICE.store(dev, Ordering::Relaxed);
 }

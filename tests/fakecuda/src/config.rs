@@ -13,8 +13,9 @@
 //! - `FAKECUDA_PITCH_ALIGN`: the row alignment `cuMemAllocPitch` pads to (default 512; real GPUs differ).
 //! - `FAKECUDA_HOST_BYTES`: the pinned host memory `cuMemCreate` with a host location can take, per process
 //!   (default 64 GiB); past it, `CUDA_ERROR_OUT_OF_MEMORY`.
-//! - `FAKECUDA_LOG_QUERIES=1`: the log also has a line for each `cuCtxGetDevice` (addr 0, size 0, aux = the
-//!   device), so tests can count what the shim asks.
+//! - `FAKECUDA_LOG_QUERIES=1`: the log also has a line for each `cuCtxGetDevice`, `cuDeviceGetCount` and
+//!   `cuDeviceGetUuid_v2` (addr 0, size 0, aux = the answer: the device, the count, the device asked about), so
+//!   tests can count what the shim asks and see when it has read the devices.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -126,14 +126,25 @@ fn error_text(e: CUresult, p: *mut *const c_char, name: bool) -> CUresult {
     }
 }
 
+/// A question about the devices, logged with its answer (`aux`) where `FAKECUDA_LOG_QUERIES` asks.
+fn query(name: &str, answer: Result<u64, CUresult>) -> Result<u64, CUresult> {
+    if config::get().log_queries {
+        match answer {
+            Ok(v) => crate::log::call(name, 0, 0, 0, v),
+            Err(e) => crate::log::call(name, e, 0, 0, u32::MAX as u64),
+        }
+    }
+    answer
+}
+
 export! {
     fn cuInit(flags: c_uint) => init(flags);
     fn cuDriverGetVersion(version: *mut c_int) => rc(put(version, 12080));
     fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) => rc(check_device(ordinal).and_then(|_| put(device, ordinal)));
-    fn cuDeviceGetCount(count: *mut c_int) => rc(crate::driver::check_init().and_then(|_| put(count, config::get().devices as c_int)));
+    fn cuDeviceGetCount(count: *mut c_int) => rc(query("cuDeviceGetCount", crate::driver::check_init().map(|_| config::get().devices as u64)).and_then(|n| put(count, n as c_int)));
     fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) => rc(check_device(dev).and_then(|d| put_str(name, len, &format!("NVIDIA H100 80GB HBM3 (fakecuda {d})"))));
     fn cuDeviceGetUuid(uuid_out: *mut [u8; 16], dev: CUdevice) => rc(check_device(dev).and_then(|d| put(uuid_out, uuid(d))));
-    fn cuDeviceGetUuid_v2(uuid_out: *mut [u8; 16], dev: CUdevice) => rc(check_device(dev).and_then(|d| put(uuid_out, uuid(d))));
+    fn cuDeviceGetUuid_v2(uuid_out: *mut [u8; 16], dev: CUdevice) => rc(query("cuDeviceGetUuid_v2", check_device(dev).map(|d| d as u64)).and_then(|d| put(uuid_out, uuid(d as usize))));
     fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) => rc(total_mem(dev).and_then(|b| put(bytes, b as usize)));
     /// Legacy (pre-3.2): `unsigned int` size, saturated.
     fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) => rc(total_mem(dev).and_then(|b| put(bytes, b.min(c_uint::MAX as u64) as c_uint)));
