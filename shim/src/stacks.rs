@@ -634,8 +634,8 @@ struct Chains {
 /// a few hundred bytes of slots.
 const CHAINS: usize = 512;
 
-/// Return addresses a memo holds: with its other fields and the thread's flags before them, five cache lines (a
-/// chain of n return addresses reads the first 1 + n/4).
+/// Return addresses a memo holds: with its other fields and the thread's flags before them, five cache lines (the
+/// slots start 48 bytes into the first: a chain of n return addresses reads 1 + (n + 2) / 4 of them).
 const MEMO_SLOTS: usize = 14;
 
 /// A copy of one short chain, whole, in the thread's static TLS block (`tls::State`). A loop that allocates
@@ -663,6 +663,12 @@ impl Memo {
         n: 0,
         slots: [(0, 0); MEMO_SLOTS],
     };
+
+    /// Holds no chain (a new thread's, all zero).
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.sp == 0 && self.owner == 0 && self.id == 0 && self.n == 0
+    }
 
     /// The id of the memo's chain if it is the one live now above a capturing frame at `sp`, in the table at
     /// `owner`.

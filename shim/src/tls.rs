@@ -36,7 +36,8 @@ pub struct State {
     /// The thread's call-site state (`stacks::Local`), or null.
     pub local: Cell<*mut c_void>,
     /// The thread's last call chain (`stacks::capture`), touched only while `capturing` is held: here rather than
-    /// in `Local` on the heap, so that a repeated capture reads the lines next to these flags and no other page.
+    /// in `Local` on the heap, so that a repeated capture reads the lines right after these flags (the TLS area,
+    /// which the thread's own code keeps warm) and no pointer's target.
     pub(crate) memo: UnsafeCell<Memo>,
 }
 
@@ -50,6 +51,7 @@ const STATE_BYTES: usize = std::mem::size_of::<State>();
     target_os = "linux",
     target_pointer_width = "64"
 ))]
+// 64 is also the most alignment glibc gives a static TLS block on x86-64: a larger one would fail a `dlopen`.
 const _: () = assert!(
     STATE_BYTES.is_multiple_of(64) && STATE_BYTES <= 320 && std::mem::align_of::<State>() == 64
 );
@@ -149,7 +151,9 @@ mod tests {
         );
         let other = std::thread::spawn(|| {
             let t = state();
-            let fresh = !t.busy.get() && t.tid.get() == 0;
+            // SAFETY: this thread's own memo, nothing else touches it here.
+            let memo_empty = unsafe { &*t.memo.get() }.is_empty();
+            let fresh = !t.busy.get() && t.tid.get() == 0 && memo_empty;
             t.busy.set(true);
             t.tid.set(9);
             (fresh, t as *const State as usize)
