@@ -140,8 +140,8 @@ int main(int argc, char **argv) {
             e[i] = pair(ea, ef, bytes);
         }
     }
-    // What the shim asks the driver on each allocation (the current device), timed alone: how much of the cost
-    // above is the driver's answer rather than the shim's own work.
+    // What the shim asks the driver after an allocation in a process that sees several GPUs (the current
+    // device), timed alone: how much of the cost above that answer is (with one GPU the shim does not ask).
     int quick = getenv("INPROC_QUICK") && strcmp(getenv("INPROC_QUICK"), "1") == 0;
     getdev_fn rg = (getdev_fn)wanted[2].addr;
     if (rg && !quick) {

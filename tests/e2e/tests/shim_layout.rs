@@ -288,7 +288,8 @@ fn tls_offset_slots(so: &Path) -> Vec<u64> {
 /// What an allocation and a free run, in the shipped build, loads nothing from the GOT but the thread state's
 /// offset: no static's address, no function's (a call into another crate that the compiler hoists as a
 /// pointer loaded from the GOT before a loop costs the line on every pass, taken or not). Calls through the GOT
-/// on the cold paths (panics) are allowed: they load nothing until they run.
+/// (`call *...(%rip)`) are not checked: today they sit on cold paths (panics, the futex wake), and a hot one
+/// would show in the GPU figures. The functions listed that the build inlined have no symbol and are skipped.
 #[test]
 fn the_hot_path_loads_nothing_from_the_got_but_its_tls_offset() {
     let Some(so) = std::env::var_os("VRAMTRACE_COMPAT_SHIM").map(std::path::PathBuf::from) else {
