@@ -217,8 +217,9 @@ fn the_hot_paths_data_sits_in_one_page() {
     }
 }
 
-/// Where the dynamic loader writes addresses at load time (`R_X86_64_RELATIVE`): (where, the address written).
-fn relative_relocations(so: &Path) -> Vec<(u64, u64)> {
+/// The dynamic relocations of `so` of one type (`readelf -rW`): (where the loader writes, the rest of the line's
+/// fields after the type: for `R_X86_64_RELATIVE`, the address written).
+fn relocations(so: &Path, kind: &str) -> Vec<(u64, Vec<String>)> {
     let out = Command::new("readelf")
         .arg("-rW")
         .arg(so)
@@ -228,13 +229,19 @@ fn relative_relocations(so: &Path) -> Vec<(u64, u64)> {
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() >= 4 && f[2] == "R_X86_64_RELATIVE").then(|| {
-                Some((
-                    u64::from_str_radix(f[0], 16).ok()?,
-                    u64::from_str_radix(f[3], 16).ok()?,
-                ))
+            (f.len() >= 3 && f[2] == kind).then(|| {
+                let at = u64::from_str_radix(f[0], 16).ok()?;
+                Some((at, f[3..].iter().map(|x| x.to_string()).collect()))
             })?
         })
+        .collect()
+}
+
+/// Where the dynamic loader writes addresses at load time (`R_X86_64_RELATIVE`): (where, the address written).
+fn relative_relocations(so: &Path) -> Vec<(u64, u64)> {
+    relocations(so, "R_X86_64_RELATIVE")
+        .into_iter()
+        .filter_map(|(at, rest)| Some((at, u64::from_str_radix(rest.first()?, 16).ok()?)))
         .collect()
 }
 
@@ -270,18 +277,9 @@ fn the_hot_data_is_read_where_it_lies_not_through_the_got() {
 
 /// The GOT slots the loader fills with a TLS offset (`R_X86_64_TPOFF64`): what the initial-exec sequence reads.
 fn tls_offset_slots(so: &Path) -> Vec<u64> {
-    let out = Command::new("readelf")
-        .arg("-rW")
-        .arg(so)
-        .output()
-        .expect("readelf");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() >= 3 && f[2] == "R_X86_64_TPOFF64")
-                .then(|| u64::from_str_radix(f[0], 16).ok())?
-        })
+    relocations(so, "R_X86_64_TPOFF64")
+        .into_iter()
+        .map(|(at, _)| at)
         .collect()
 }
 
