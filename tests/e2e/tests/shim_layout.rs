@@ -70,13 +70,19 @@ fn shims() -> Vec<std::path::PathBuf> {
     shims
 }
 
+/// The shipped (release) shim that scripts/test.sh builds, or `None` (said on stderr) where it did not.
+fn shipped_shim() -> Option<std::path::PathBuf> {
+    let so = std::env::var_os("VRAMTRACE_COMPAT_SHIM").map(std::path::PathBuf::from);
+    if so.is_none() {
+        eprintln!("SKIP: VRAMTRACE_COMPAT_SHIM unset (scripts/test.sh builds the shipped shim)");
+    }
+    so
+}
+
 #[test]
 fn the_hot_paths_inner_functions_sit_in_the_hot_section_too() {
     // In the shipped (release) build: a debug build keeps closures apart, which `#[link_section]` does not reach.
-    let Some(so) = std::env::var_os("VRAMTRACE_COMPAT_SHIM").map(std::path::PathBuf::from) else {
-        eprintln!("SKIP: VRAMTRACE_COMPAT_SHIM unset (scripts/test.sh builds the shipped shim)");
-        return;
-    };
+    let Some(so) = shipped_shim() else { return };
     let (start, end) = section(&so, ".vramtrace.hot").expect("a .vramtrace.hot section");
     let mut seen = 0;
     // What every allocation and free runs (the hooks, the recorder's push with its counter read inlined), and the call-site
@@ -290,10 +296,7 @@ fn tls_offset_slots(so: &Path) -> Vec<u64> {
 /// would show in the GPU figures. The functions listed that the build inlined have no symbol and are skipped.
 #[test]
 fn the_hot_path_loads_nothing_from_the_got_but_its_tls_offset() {
-    let Some(so) = std::env::var_os("VRAMTRACE_COMPAT_SHIM").map(std::path::PathBuf::from) else {
-        eprintln!("SKIP: VRAMTRACE_COMPAT_SHIM unset (scripts/test.sh builds the shipped shim)");
-        return;
-    };
+    let Some(so) = shipped_shim() else { return };
     let (got, got_end) = section(&so, ".got").expect("a .got section");
     let tls = tls_offset_slots(&so);
     assert!(
