@@ -11,16 +11,25 @@
   `history` record; VRAMTRACE_TORCH_HISTORY=N keeps N entries from the start, `off` never. While armed, the
   snapshot is dumped beside the trace at each out-of-memory error, and at exit (pickle protocol 4, which
   memory_viz opens): a live block keeps its frames on itself, so the dump names the lines of live tensors;
+- the program's steps (optimizer steps and DataLoader batches, counted by a global optimizer hook and a wrapped
+  `__next__`), a `steps` record from the sampler when they moved; the floor of allocated bytes per step, so a
+  leak arms the history within a few steps;
+- what holds the CUDA tensors (a bounded walk of the program's objects, _holders.py), a `holders` record at
+  each out-of-memory error, at the exit of a job whose memory grew, and when `<trace>.holders-<pid>.request`
+  appears: nothing of it runs before then;
 - at exit, a last sample and an `exit` record.
 Everything here swallows its own errors: the program runs exactly as without vramtrace."""
 
 import atexit
+import collections
+import functools
 import os
 import sys
 import threading
 import time
+import weakref
 
-from . import _shim, debug
+from . import _holders, _hook, _shim, debug
 
 _state = {
     "torch": None,
@@ -66,6 +75,23 @@ GROWTH_RUN = 4  # rises of the trailing window minima that make growth
 GROWTH_STEP_BYTES = MIB  # each rise at least this...
 GROWTH_STEP_SHARE = 0.01  # ...and this share of the minimum before it
 
+# The same rule over steps (StepFloors), for programs that step: a leak that fills the device in seconds arms
+# the history within a few steps, not after GROWTH_MIN_SPAN_S.
+STEP_FLOORS = 64  # the floors of this many step indices at most
+STEP_WINDOW = 6  # the rule looks at the last this many step floors
+STEP_RISES = 4  # ...of which at least this many rise
+STEP_RISE_BYTES = MIB  # each by at least this...
+STEP_RISE_SHARE = 0.005  # ...and this share of the floor before it
+STEP_TOTAL_BYTES = 4 * MIB  # and together by at least this
+STEP_MIN_SAMPLES = 3  # a step the sampler saw fewer times than this has no floor (its low point was missed)
+
+HOLDERS_DEADLINE_S = 1.0
+REQUEST_EVERY_S = 1.0  # how often the sampler looks for a holders request
+# At a step's boundary (after optimizer.step(), or as a batch is drawn) allocated bytes are read at most this
+# often: the same moment of every step, so what a step kept is exact (a sampler's reading falls anywhere in a
+# step). One reading costs tens of microseconds: at most 50 a second keeps a CPU-bound loop's cost under 0.3%.
+BOUNDARY_EVERY_NS = 20_000_000
+
 AUTO_ENTRIES = 20000
 
 
@@ -98,6 +124,150 @@ def _version(torch):
     return getattr(torch, "__version__", "?")
 
 
+class _First(object):
+    """Counts the calls for one object only, the first seen (until it is collected: then the next one seen), so
+    that several optimizers stepping in one iteration (a GAN), or a validation loader beside the training
+    one, count one step an iteration."""
+
+    __slots__ = ("ref", "ident")
+
+    def __init__(self):
+        self.ref = None
+        self.ident = None
+
+    def counts(self, obj):
+        ref = self.ref
+        if ref is not None:
+            held = ref()
+            if held is obj:
+                return True
+            if held is not None:
+                return False
+        elif self.ident is not None:
+            return id(obj) == self.ident  # not weakly referenceable: its id, for good
+        try:
+            self.ref = weakref.ref(obj)
+        except TypeError:
+            self.ident = id(obj)
+        return True
+
+
+class _Steps(object):
+    """The program's step counters (written by its own threads, read by the sampler: plain ints)."""
+
+    def __init__(self):
+        self.optimizer = 0
+        self.batches = 0
+        self.t_ns = 0  # monotonic_ns of the latest step of either kind
+        self.first_optimizer = _First()
+        self.first_loader = _First()
+        self.sent = (0, 0)
+        self.read_ns = 0  # the last reading at a step's boundary
+
+    def index(self):
+        """The step the program is in: optimizer steps once there are any (a step may take several batches),
+        else batches; None before either."""
+        return self.optimizer or self.batches or None
+
+
+_steps = _Steps()
+# Patched or registered once per process, forks included (the hook and the patch survive a fork).
+_step_hooks = {"optimizer": False, "dataloader": False}
+
+
+def _on_optimizer_step(optimizer, args, kwargs):
+    try:
+        s = _steps
+        if s.first_optimizer.counts(optimizer):
+            s.optimizer += 1
+            s.t_ns = time.monotonic_ns()
+            _boundary(s)
+    except Exception:
+        pass
+
+
+def _count_batch(it):
+    try:
+        s = _steps
+        if s.first_loader.counts(it.__dict__.get("_dataset", it)):
+            s.batches += 1
+            s.t_ns = time.monotonic_ns()
+            if not s.optimizer:  # optimizer steps, when there are any, are the steps read
+                _boundary(s)
+    except Exception:
+        pass
+
+
+def _boundary(s):
+    """At a step's boundary: the current device's allocated bytes, sent with the counts (`steps` with `device`
+    and `allocated`), at most every BOUNDARY_EVERY_NS. Only once the bridge attached (torch initialised CUDA):
+    asking earlier would initialise it."""
+    now = s.t_ns
+    if now - s.read_ns < BOUNDARY_EVERY_NS or not _state["attached"] or _state["pid"] != os.getpid():
+        return
+    s.read_ns = now
+    torch = _state["torch"]
+    dev = torch.cuda.current_device()
+    allocated = _values(_raw_stats(torch, dev))[0]
+    arming = _state["arming"]
+    if arming is not None:
+        arming.boundary(dev, allocated)
+    counts = (s.optimizer, s.batches)
+    s.sent = counts
+    _shim.record(
+        "steps",
+        None,
+        [("optimizer", counts[0]), ("batches", counts[1]), ("t_ns", now), ("device", dev), ("allocated", allocated)],
+    )
+
+
+def _hook_optimizer(mod):
+    if _step_hooks["optimizer"]:
+        return
+    register = getattr(mod, "register_optimizer_step_post_hook", None)  # PyTorch >= 2.0
+    if register is None:
+        return
+    _step_hooks["optimizer"] = True
+    register(_on_optimizer_step)
+
+
+def _wrap_next(real):
+    @functools.wraps(real)
+    def __next__(self):
+        out = real(self)  # a StopIteration (or anything else) goes through untouched
+        _count_batch(self)
+        return out
+
+    __next__._vramtrace = True
+    return __next__
+
+
+def _hook_dataloader(mod):
+    if _step_hooks["dataloader"]:
+        return
+    cls = getattr(mod, "_BaseDataLoaderIter", None)
+    real = getattr(cls, "__next__", None) if cls is not None else None
+    if real is None or getattr(real, "_vramtrace", False):
+        return
+    _step_hooks["dataloader"] = True
+    cls.__next__ = _wrap_next(real)
+
+
+def _hook_steps():
+    _hook.when_imported("torch.optim.optimizer", _hook_optimizer)
+    _hook.when_imported("torch.utils.data.dataloader", _hook_dataloader)
+
+
+def _send_steps():
+    """A `steps` record when the program stepped since the last one."""
+    s = _steps
+    now = (s.optimizer, s.batches)
+    if now == s.sent:
+        return
+    s.sent = now
+    _shim.record("steps", None, [("optimizer", now[0]), ("batches", now[1]), ("t_ns", s.t_ns)])
+
+
 def _after_fork():
     # Only the forking thread survives: the sampler is gone, and the allocator's figures in this copy of the
     # parent's memory are the parent's, not ours: say nothing of them (CUDA cannot be used again here). A child
@@ -112,6 +282,8 @@ def _after_fork():
     # decides again.
     _state["history"] = 0
     _state["arming"] = None
+    global _steps
+    _steps = _Steps()
 
 
 def _attach():
@@ -166,6 +338,10 @@ def _attach_unsafe():
     if armed_ns is not None:
         _history_record("armed", "requested", None, arming.entries, 0, 0, None, armed_ns)
     _state["arming"] = arming
+    try:
+        _hook_steps()
+    except Exception as e:
+        debug("step hooks failed: %r" % (e,))
     _start_sampler()
     atexit.register(_at_exit)
     # multiprocessing's forked children end in os._exit, which skips atexit; they run its finalizers first.
@@ -277,9 +453,17 @@ def _sampler():
     me = threading.current_thread()
     period = _interval_ms() / 1000.0
     next_scan = 0.0
+    next_request = 0.0
     while _state["thread"] is me:
         try:
+            _send_steps()
+        except Exception:
+            pass
+        try:
             now = time.monotonic()
+            if now >= next_request:
+                next_request = now + REQUEST_EVERY_S
+                _holders_on_request()
             if now >= next_scan:
                 devices = range(_device_count(torch))
                 next_scan = now + DISCOVER_S
@@ -400,6 +584,61 @@ def rising_run(minima):
     return run
 
 
+class StepFloors(object):
+    """One device's allocated bytes by step: the minimum the sampler saw within each step index, for the last
+    STEP_FLOORS indices. The open step (the latest) has no floor yet, nor has a step seen fewer than
+    STEP_MIN_SAMPLES times: with steps shorter than a few sampling periods, one sample is a random point of the
+    step, not its low point (the time-based FloorSeries covers those programs)."""
+
+    def __init__(self):
+        self.steps = collections.deque(maxlen=STEP_FLOORS)  # [index, minimum, samples, maximum]
+
+    def add(self, step, value):
+        """One sample in step `step`; True when it opened a new step (the one before it closed)."""
+        steps = self.steps
+        if steps:
+            last = steps[-1]
+            if step == last[0]:
+                if value < last[1]:
+                    last[1] = value
+                if value > last[3]:
+                    last[3] = value
+                last[2] += 1
+                return False
+            if step < last[0]:
+                steps.clear()  # the counters restarted (or moved from batches to optimizer steps)
+        steps.append([step, value, 1, value])
+        return len(steps) > 1
+
+    def closed(self):
+        """(floor, peak) of the closed steps that have a floor, oldest first."""
+        return [(s[1], s[3]) for s in list(self.steps)[:-1] if s[2] >= STEP_MIN_SAMPLES]
+
+    def floors(self):
+        return [f for f, _ in self.closed()]
+
+    def rising(self):
+        closed = self.closed()[-STEP_WINDOW:]
+        return bool(closed) and steps_rising([f for f, _ in closed], closed[0][1])
+
+
+def steps_rising(floors, first_peak=None):
+    """The last STEP_WINDOW step floors rose: at least STEP_RISES rises of STEP_RISE_BYTES and STEP_RISE_SHARE
+    each, STEP_TOTAL_BYTES in all, and (given the highest sample of the window's first step) up to that peak
+    at least. A sampler in step with the program drifts slowly in phase, so its floors of a steady loop can rise
+    step after step, but never above what the loop itself reaches: that takes memory that stays."""
+    floors = floors[-STEP_WINDOW:]
+    if len(floors) < STEP_WINDOW:
+        return False
+    rises = 0
+    for a, b in zip(floors, floors[1:]):
+        if b - a >= max(STEP_RISE_BYTES, a * STEP_RISE_SHARE):
+            rises += 1
+    if first_peak is not None and floors[-1] < first_peak:
+        return False
+    return rises >= STEP_RISES and floors[-1] - floors[0] >= STEP_TOTAL_BYTES
+
+
 def _min(a, b):
     if a is None:
         return b
@@ -409,7 +648,8 @@ def _min(a, b):
 
 
 class _Device(object):
-    __slots__ = ("limit", "limit_read", "allocated", "reserved", "retries", "floor", "next_growth", "growing")
+    __slots__ = ("limit", "limit_read", "allocated", "reserved", "retries", "floor", "next_growth", "growing",
+                 "steps", "growing_steps", "boundary", "boundary_rising")
 
     def __init__(self):
         self.limit = None  # bytes, None while unknown
@@ -420,6 +660,10 @@ class _Device(object):
         self.floor = FloorSeries()
         self.next_growth = None
         self.growing = False
+        self.steps = StepFloors()
+        self.growing_steps = False
+        self.boundary = collections.deque(maxlen=STEP_WINDOW)  # readings at steps' boundaries (_boundary)
+        self.boundary_rising = False
 
 
 class Arming(object):
@@ -434,6 +678,7 @@ class Arming(object):
         self.device = None  # the device whose figures armed it
         self.last_trigger = None
         self.devices = {}
+        self.grew = False  # a growth rule fired on some device, once (the exit then walks the holders)
 
     def arm_requested(self):
         self.armed = "requested"
@@ -447,11 +692,12 @@ class Arming(object):
         d.limit = limit if limit and limit > 0 else None
         d.limit_read = True
 
-    def sample(self, device, t, allocated, reserved, retries):
-        if self.mode != "auto":
-            return None
+    def sample(self, device, t, allocated, reserved, retries, step=None):
+        """`step`: the program's step index (optimizer steps, else batches), None if it has none."""
         d = self._device(device)
-        reason = self._trigger(d, t, allocated, reserved, retries)
+        reason = self._trigger(d, t, allocated, reserved, retries, step)
+        if self.mode != "auto":
+            return None  # the growth rules still run: the exit asks them whether to walk the holders
         if reason is not None:
             self.last_trigger = t
             if self.armed is None:
@@ -476,10 +722,24 @@ class Arming(object):
             d = self.devices[device] = _Device()
         return d
 
-    def _trigger(self, d, t, allocated, reserved, retries):
+    def growing(self):
+        """Memory grew: a growth rule fired once, or says so now on some device."""
+        return self.grew or any(d.growing or d.growing_steps or d.boundary_rising for d in self.devices.values())
+
+    def boundary(self, device, allocated):
+        """Allocated bytes read at a step's boundary (the program's thread): the same moment of each step, so
+        their rises are what steps kept, with no sampler phase to mistake for growth."""
+        d = self._device(device)
+        d.boundary.append(allocated)
+        d.boundary_rising = steps_rising(list(d.boundary))
+
+    def _trigger(self, d, t, allocated, reserved, retries, step=None):
         d.allocated = allocated
         d.reserved = reserved
         d.floor.add(t, allocated)
+        if step is not None and d.steps.add(step, allocated):
+            d.growing_steps = d.steps.rising()
+        d.growing_steps = d.growing_steps or d.boundary_rising
         retried = retries > d.retries
         d.retries = retries  # reset_accumulated_memory_stats() takes it back to 0: follow it
         if d.next_growth is None or t >= d.next_growth:
@@ -489,7 +749,11 @@ class Arming(object):
             return "retry"
         if d.limit and allocated >= PRESSURE_SHARE * d.limit:
             return "pressure"
+        if d.growing_steps:
+            self.grew = True
+            return "growth_steps"
         if d.growing:
+            self.grew = True
             return "growth"
         return None
 
@@ -521,14 +785,14 @@ def _watch(device, vals, t_ns=None):
     """One sample into the arming rule (sampler thread only: the rule is not shared); arms or disarms the
     history when it says so. O(1) a sample but for a rare read of the device's limit."""
     arming = _state["arming"]
-    if arming is None or arming.mode != "auto":
+    if arming is None:
         return
     try:
         if t_ns is None:
             t_ns = time.monotonic_ns()
         if vals[1] > 0 and arming.needs_limit(device):
             arming.set_limit(device, _device_limit(_state["torch"], device))
-        decision = arming.sample(device, t_ns / 1e9, vals[0], vals[1], vals[5])
+        decision = arming.sample(device, t_ns / 1e9, vals[0], vals[1], vals[5], _steps.index())
         if decision is not None:
             _act(arming, decision, t_ns)
     except Exception as e:
@@ -647,6 +911,10 @@ def _oom_unsafe(device, alloc, allowed, device_free):
     torch = _state["torch"]
     _state["ooms"] += 1
     n = _state["ooms"]
+    try:
+        _send_steps()
+    except Exception:
+        pass
     vals = sample_device(device, force=True) or (0,) * 7
     try:
         stats = torch.cuda.memory_stats(device)
@@ -694,6 +962,42 @@ def _oom_unsafe(device, alloc, allowed, device_free):
         if path:
             fields.append(("snapshot", path))
     _shim.record("oom", device, fields, ack=True)
+    # What the error saw live, and who holds it: after the oom record, which is in the trace whatever this costs.
+    _send_holders("oom", device, max(0, vals[1] - vals[0]), oom=n)
+
+
+# ---- what holds the tensors -------------------------------------------------------------------------------
+
+
+def _send_holders(at, device, cache_bytes, oom=None):
+    """Walks the holders (bounded by HOLDERS_DEADLINE_S) and sends the `holders` record, acknowledged. The
+    cache's bytes come from figures already read: no CUDA call."""
+    try:
+        result = _holders.walk(_state["torch"], HOLDERS_DEADLINE_S, device, cache_bytes)
+        _shim.record("holders", device, _holders.fields(result, at, oom), ack=True)
+    except Exception as e:
+        debug("holders walk failed: %r" % (e,))
+
+
+def _cached_bytes(vals_by_device):
+    return sum(max(0, v[1] - v[0]) for v in vals_by_device)
+
+
+def _request_path():
+    trace = os.environ.get("VRAMTRACE_TRACE")
+    return "%s.holders-%d.request" % (trace, os.getpid()) if trace else None
+
+
+def _holders_on_request():
+    """The sampler, once a second: `<trace>.holders-<pid>.request` asks for a walk now (all devices)."""
+    path = _request_path()
+    if path is None or not os.path.exists(path):
+        return
+    try:
+        os.unlink(path)
+    except OSError:
+        return  # a request that cannot be taken back would be answered every second: never answered
+    _send_holders("request", None, _cached_bytes(list(_state["last"].values())))
 
 
 def _thread_name():
@@ -761,11 +1065,17 @@ def _exit_unsafe():
     _state["exit_done"] = True
     _state["thread"] = None  # the sampler stops
     torch = _state["torch"]
+    try:
+        _send_steps()
+    except Exception:
+        pass
+    final = []
     # Every device: a short-lived process may end before the sampler first looked.
     for d in range(_device_count(torch)):
         vals = sample_device(d, force=d in _state["last"])
         if vals is None or d not in _state["last"]:
             continue
+        final.append(vals)
         # Acknowledged: everything the process queued before it reaches the trace too, even if the process
         # then ends in os._exit.
         _shim.record(
@@ -774,6 +1084,10 @@ def _exit_unsafe():
             [("allocated", vals[0]), ("reserved", vals[1]), ("alloc_retries", vals[5]), ("ooms", vals[6])],
             ack=True,
         )
+    # A job whose memory grew: what holds it now is what the report's leak section needs.
+    arming = _state["arming"]
+    if arming is not None and (arming.growing() or arming.armed in ("growth", "growth_steps")):
+        _send_holders("exit", None, _cached_bytes(final))
     # Armed now (requested, or automatically: then it was armed for what the report needs, a leak's growing
     # tensors or the pressure it ended in). Disarmed since: nothing worth a dump.
     with _history_lock:

@@ -28,6 +28,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../bridge/vramtrace_bridge/_torch.py"),
     ),
     (
+        "vramtrace_bridge/_holders.py",
+        include_str!("../../bridge/vramtrace_bridge/_holders.py"),
+    ),
+    (
         "vramtrace_bridge/_jax.py",
         include_str!("../../bridge/vramtrace_bridge/_jax.py"),
     ),

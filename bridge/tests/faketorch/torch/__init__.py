@@ -10,6 +10,9 @@ __version__ = "0.0-fake"
 
 from . import cuda  # noqa: E402
 from . import _C  # noqa: E402
+from ._tensor import Tensor, empty_cuda  # noqa: E402
+from . import nn  # noqa: E402
+from . import optim  # noqa: E402  (as torch's own __init__ does; torch.utils.data comes when the program asks)
 
 
 class OutOfMemoryError(RuntimeError):

@@ -178,6 +178,12 @@ def is_initialized():
     return _initialized
 
 
+def current_device():
+    if not _initialized:
+        raise RuntimeError("current_device() before CUDA initialised: the bridge must never ask then")
+    return 0
+
+
 def device_count():
     return 1
 

@@ -1,0 +1,9 @@
+from .optimizer import Optimizer  # noqa: F401
+
+
+class SGD(Optimizer):
+    pass
+
+
+class Adam(Optimizer):
+    pass

@@ -1,0 +1,335 @@
+"""What holds the CUDA tensors (vramtrace_bridge/_holders.py), against the stand-in torch's tensors, modules,
+optimizers and autograd nodes (bridge/tests/faketorch/torch/_tensor.py), in this process and in a program of its
+own; and the `holders` records the bridge sends. Run: python3 -m unittest discover -s bridge/tests"""
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BRIDGE = os.path.dirname(HERE)
+FAKETORCH = os.path.join(HERE, "faketorch")
+sys.path.insert(0, BRIDGE)
+sys.path.insert(0, FAKETORCH)
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402  (the stand-in)
+from torch._tensor import AccumulateGrad, AddBackward0, CatBackward0, MulBackward0, Parameter, Tensor  # noqa: E402
+from test_history import GIB, MIB, WithTorch, check_schema  # noqa: E402
+from vramtrace_bridge import _holders, _torch  # noqa: E402
+
+SCOPE = "global of %s" % __name__
+
+
+def walk(**kw):
+    return _holders.walk(torch, kw.pop("deadline_s", 10.0), **kw)
+
+
+def named(result, name, kind=None):
+    hs = [h for h in result["holders"] if h["name"] == name and (kind is None or h["kind"] == kind)]
+    return hs[0] if len(hs) == 1 else hs
+
+
+class Trainer(object):
+    def __init__(self):
+        self.outputs = [Tensor(3000 + i) for i in range(4)]
+
+
+class Slotted(object):
+    __slots__ = ("kept",)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        torch.nn.Module.__init__(self)
+        self.w = Parameter(2048)
+        self.head = Head()
+        self.register_buffer("mask", Tensor(512))
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        torch.nn.Module.__init__(self)
+        self.w = Parameter(1024)
+
+
+class Walk(unittest.TestCase):
+    def setUp(self):
+        gc.collect()
+        self.globals = []
+
+    def tearDown(self):
+        for name in self.globals:
+            globals().pop(name, None)
+        gc.collect()
+
+    def set_global(self, name, value):
+        globals()[name] = value
+        self.globals.append(name)
+
+    def test_a_global_list_is_named_with_its_module_and_counted_exactly(self):
+        self.set_global("kept", [Tensor(1000 + i) for i in range(57)])
+        r = walk()
+        self.assertEqual(named(r, "kept"), {"kind": "variable", "name": "kept", "scope": SCOPE, "what": "list",
+                                            "tensors": 57, "bytes": sum(1000 + i for i in range(57))})
+        self.assertGreaterEqual(r["tensors"], 57)
+        self.assertIsNone(r["partial"])
+        self.assertGreater(r["objects"], 1000)
+
+    def test_a_local_is_named_with_its_function_and_line(self):
+        losses = [Tensor(7777), Tensor(1)]
+        r = walk(); line = sys._getframe().f_lineno  # noqa: E702  (the line the frame is at during the walk)
+        h = named(r, "losses")
+        self.assertEqual((h["kind"], h["what"], h["tensors"], h["bytes"]), ("variable", "list", 2, 7778))
+        self.assertEqual(h["scope"], "local of test_a_local_is_named_with_its_function_and_line() at "
+                                     "test_holders.py:%d" % line)
+        del losses
+
+    def test_attribute_paths_and_slots(self):
+        self.set_global("trainer", Trainer())
+        s = Slotted()
+        s.kept = {"a": Tensor(999)}
+        self.set_global("slotted", s)
+        r = walk()
+        h = named(r, "trainer.outputs")
+        self.assertEqual((h["kind"], h["scope"], h["what"], h["tensors"], h["bytes"]),
+                         ("variable", SCOPE, "list", 4, 3000 + 3001 + 3002 + 3003))
+        self.assertEqual((named(r, "slotted.kept")["what"], named(r, "slotted.kept")["bytes"]), ("dict", 999))
+
+    def test_a_shared_storage_is_counted_once(self):
+        a = Tensor(4096)
+        self.set_global("shared", [a, a.view(), a.view()])
+        self.set_global("also", a.view())
+        del a
+        r = walk()
+        # `also` is the shorter path (a variable, before the list's elements): the storage is counted there.
+        self.assertEqual((named(r, "also")["tensors"], named(r, "also")["what"], named(r, "also")["bytes"]),
+                         (1, "Tensor", 4096))
+        h = named(r, "shared")
+        self.assertEqual((h["tensors"], h["bytes"]), (3, 0))
+        self.assertEqual(len([k for k in r["holders"] if k["bytes"] == 4096 and k["name"] in ("also", "shared")]), 1)
+
+    def test_a_running_total_names_its_graph_and_the_batches_it_spans(self):
+        total = None
+        saved = 0
+        weight = Parameter(64)
+        self.set_global("weight", weight)
+        for i in range(45):
+            act = Tensor(10000 + i)
+            loss_fn = MulBackward0([AccumulateGrad(weight)], self=act, other=weight)
+            saved += 10000 + i
+            total = AddBackward0(([total] if total is not None else []) + [loss_fn], alpha=1)
+            del act
+        self.set_global("total_loss", Tensor(4, grad_fn=total))
+        del total, loss_fn
+        r = walk()
+        g = named(r, "total_loss", "graph")
+        self.assertEqual((g["kind"], g["scope"], g["what"]), ("graph", SCOPE, "AddBackward0"))
+        self.assertEqual(g["batches"], 45)
+        self.assertEqual(g["nodes"], 45 * 3)  # the adds, the muls, the weight's AccumulateGrad nodes
+        self.assertEqual((g["tensors"], g["bytes"]), (45, saved))  # the weight: counted as `weight`
+        self.assertEqual(named(r, "total_loss", "variable")["bytes"], 4)
+        # After backward() the saved tensors are freed: reading them raises, the graph holds nothing.
+        node, stack = globals()["total_loss"].grad_fn, []
+        while node is not None:
+            node.release()
+            stack.extend(n for n, _ in node.next_functions)
+            node = stack.pop() if stack else None
+        gc.collect()
+        self.assertEqual(named(walk(), "total_loss", "graph"), [])
+
+    def test_saved_tuples_and_a_graph_without_a_chain(self):
+        parts = tuple(Tensor(100 + i) for i in range(3))
+        self.set_global("cat", Tensor(8, grad_fn=CatBackward0(tensors=parts)))
+        del parts
+        g = named(walk(), "cat", "graph")
+        self.assertEqual((g["tensors"], g["bytes"], g["nodes"]), (3, 303, 1))
+        self.assertNotIn("batches", g)
+
+    def test_a_reference_cycle_is_named_as_such(self):
+        gc.disable()
+        self.addCleanup(gc.enable)
+
+        def make():
+            c = [Tensor(5555)]
+            c.append(c)
+
+        make()
+        r = walk()
+        h = [h for h in r["holders"] if h["kind"] == "cycle"]
+        self.assertEqual(len(h), 1, r["holders"])
+        self.assertEqual((h[0]["what"], h[0]["tensors"], h[0]["bytes"]), ("list", 1, 5555))
+        self.assertEqual(h[0]["name"], "reference cycle through a list, awaiting the garbage collector")
+        gc.collect()
+        self.assertEqual([h for h in walk()["holders"] if h["kind"] == "cycle"], [])
+
+    def test_parameters_and_optimizer_state_by_role(self):
+        model = Net()
+        opt = torch.optim.Adam(model.parameters())
+        opt.step()
+        self.set_global("model", model)
+        self.set_global("opt", opt)
+        del model, opt
+        r = walk()
+        p = named(r, "model", "parameters")
+        self.assertEqual((p["scope"], p["what"], p["tensors"], p["bytes"]), (SCOPE, "Net", 3, 2048 + 1024 + 512))
+        o = named(r, "opt", "optimizer")
+        self.assertEqual((o["what"], o["tensors"], o["bytes"]), ("Adam", 4, 2 * (2048 + 1024)))
+        # An optimizer whose model is gone still holds the parameters: named through it.
+        globals().pop("model")
+        r = walk()
+        self.assertEqual(named(r, "opt.param_groups", "parameters")["bytes"], 2048 + 1024)
+
+    def test_the_device_filter_and_cpu_tensors(self):
+        self.set_global("mixed", [Tensor(100), Tensor(200, device="cuda:1"), Tensor(300, device="cpu")])
+        self.assertEqual(named(walk(device=0), "mixed")["bytes"], 100)
+        self.assertEqual(named(walk(device=1), "mixed")["bytes"], 200)
+        self.assertEqual(named(walk(), "mixed")["bytes"], 300)
+
+    def test_the_cache_is_a_holder(self):
+        r = walk(cache_bytes=3 * GIB)
+        self.assertEqual(r["holders"][0], {"kind": "cache", "name": "PyTorch's cache (reserved but free)",
+                                           "scope": None, "what": "CUDACachingAllocator", "tensors": 0,
+                                           "bytes": 3 * GIB})
+
+    def test_a_zero_deadline_gives_a_partial_walk(self):
+        self.set_global("kept", [Tensor(10)])
+        r = walk(deadline_s=0)
+        self.assertTrue(r["partial"].startswith("the 0s deadline stopped it while finding the CUDA tensors"),
+                        r["partial"])
+        f = dict(_holders.fields(r, "request"))
+        self.assertEqual(f["partial"], "1")
+        check_schema("holders", [(k, v) for k, v in _holders.fields(r, "request") if v is not None])
+
+    def test_at_most_16_holders_largest_first_and_the_fields(self):
+        for i in range(20):
+            self.set_global("g%d" % i, Tensor(1000 * (i + 1)))
+        r = walk()
+        self.assertEqual(len(r["holders"]), 16)
+        sizes = [h["bytes"] for h in r["holders"]]
+        self.assertEqual(sizes, sorted(sizes, reverse=True))
+        self.assertEqual(r["holders"][0]["name"], "g19")
+        f = _holders.fields(r, "oom", oom=2)
+        self.assertEqual([k for k, _ in f[:6]], ["at", "oom", "elapsed_ms", "objects", "tensors", "tensor_bytes"])
+        self.assertEqual(f[6:12], [("h.0.kind", "variable"), ("h.0.name", "g19"), ("h.0.scope", SCOPE),
+                                   ("h.0.what", "Tensor"), ("h.0.tensors", 1), ("h.0.bytes", 20000)])
+        check_schema("holders", [(k, v) for k, v in f if v is not None])
+
+    def test_it_never_raises(self):
+        class Broken(object):
+            Tensor = Tensor
+
+            def __getattr__(self, name):
+                raise RuntimeError("no")
+
+        r = _holders.walk(Broken(), 1.0)
+        self.assertIn("holders", r)
+        r = _holders.walk(object(), 1.0)
+        self.assertTrue(r["partial"].startswith("failed"))
+
+
+class Bounded(unittest.TestCase):
+    def test_500000_objects_and_2000_cuda_tensors_within_the_deadline(self):
+        code = textwrap.dedent("""
+            import gc, json, sys
+            import torch
+            from torch._tensor import Tensor
+            from vramtrace_bridge import _holders
+
+            class Row(object):
+                def __init__(self, i):
+                    self.i = i
+                    self.tags = [i]
+                    self.meta = {"n": i, "tags": self.tags}  # holds a list: gc tracks it
+
+            rows = [Row(i) for i in range(150000)]  # 450,000 objects gc tracks, and their __dict__s
+            cache = {"k%d" % i: [Tensor(1 << 20) for _ in range(4)] for i in range(500)}  # 2,000 tensors
+            extra = [[i] for i in range(50000)]
+            n = len(gc.get_objects())
+            r = _holders.walk(torch, 1.0)
+            print(json.dumps([n, r]))
+        """)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VRAMTRACE", "FAKETORCH"))}
+        env["PYTHONPATH"] = FAKETORCH + os.pathsep + BRIDGE
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        n, r = json.loads(p.stdout.strip().splitlines()[-1])
+        sys.stderr.write("\n  holders walk: %d gc objects, %d CUDA tensors: %d ms, partial: %s\n"
+                         % (n, r["tensors"], r["elapsed_ms"], r["partial"]))
+        self.assertGreaterEqual(n, 500000)
+        self.assertEqual(r["tensors"], 2000)
+        self.assertLess(r["elapsed_ms"], 1500)
+        if r["partial"] is None:
+            h = [h for h in r["holders"] if h["name"] == "cache"][0]
+            self.assertEqual((h["scope"], h["tensors"], h["bytes"]), ("global of __main__", 2000, 2000 << 20))
+
+
+class Records(WithTorch):
+    """The `holders` records the bridge sends (checked against schema.json at the door)."""
+
+    def setUp(self):
+        WithTorch.setUp(self)
+        self.patch(_torch, "_steps", _torch._Steps())
+
+    def holders(self):
+        return [(dev, dict(f), ack) for w, dev, f, ack in self.door.records if w == "holders"]
+
+    def test_at_an_oom_after_the_oom_record_acknowledged(self):
+        self.attach()
+        kept = [Tensor(123456)]  # noqa: F841
+        self.hold(950 * MIB)
+        with self.assertRaises(torch.OutOfMemoryError):
+            torch.cuda.empty(200 * MIB)
+        whats = [r[0] for r in self.door.records]
+        self.assertEqual(whats.index("holders"), whats.index("oom") + 1)
+        (dev, f, ack), = self.holders()
+        self.assertEqual((dev, f["at"], f["oom"], ack), (0, "oom", "1", 1))
+        names = {f[k]: k.split(".")[1] for k in f if k.endswith(".name")}
+        i = names["kept"]
+        self.assertEqual((f["h.%s.kind" % i], f["h.%s.bytes" % i]), ("variable", "123456"))
+        self.assertTrue(f["h.%s.scope" % i].startswith("local of test_at_an_oom_after_the_oom_record_acknowledged"))
+        self.assertNotIn("partial", f)
+
+    def test_at_exit_only_when_memory_grew(self):
+        self.attach()
+        self.hold(100 * MIB)
+        self.tick(0.0)
+        _torch._exit_unsafe()
+        self.assertEqual(self.holders(), [])
+        self.setUp()
+        os.environ["FAKETORCH_TOTAL"] = str(80 * GIB)
+        self.attach()
+        opt = torch.optim.SGD([])
+        t = 0.0
+        for _ in range(12):
+            opt.step()
+            for _ in range(4):
+                self.tick(t)
+                t += 0.02
+            self.hold(64 * MIB)
+        _torch._exit_unsafe()
+        (dev, f, ack), = self.holders()
+        self.assertEqual((dev, f["at"], ack), (None, "exit", 1))
+        self.assertNotIn("oom", f)
+
+    def test_on_request_once_and_the_request_is_taken_back(self):
+        self.attach()
+        self.hold(100 * MIB)
+        self.tick(0.0)
+        path = "%s.holders-%d.request" % (self.trace, os.getpid())
+        _torch._holders_on_request()
+        self.assertEqual(self.holders(), [])
+        open(path, "w").close()
+        _torch._holders_on_request()
+        _torch._holders_on_request()
+        (dev, f, ack), = self.holders()
+        self.assertEqual((dev, f["at"]), (None, "request"))
+        self.assertFalse(os.path.exists(path))
+
+
+if __name__ == "__main__":
+    unittest.main()
