@@ -104,15 +104,23 @@ pub fn utc(unix_ns: u64) -> String {
     )
 }
 
-/// Control characters (a newline in an argument, an escape sequence) shown escaped, so that text from the
-/// traced program cannot break or restyle the report.
+/// A character that can break or restyle a terminal's line: a control character (a newline, an escape
+/// sequence), or one that reorders what follows it (the bidirectional overrides and isolates, U+202E among
+/// them: "Trojan Source").
+pub fn unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Unsafe characters ([`unsafe_char`]) shown escaped, so that text from the traced program cannot break,
+/// restyle or reorder the report.
 pub fn printable(s: &str) -> String {
-    if !s.chars().any(char::is_control) {
+    if !s.chars().any(unsafe_char) {
         return s.to_string();
     }
     s.chars()
         .map(|c| {
-            if c.is_control() {
+            if unsafe_char(c) {
                 c.escape_default().to_string()
             } else {
                 c.to_string()

@@ -184,6 +184,15 @@ pub fn own_native(f: &Frame) -> bool {
         && !library_native(f)
 }
 
+/// Whether a frame is the program's own code: a Python frame outside the standard library and the frameworks'
+/// packages, or [`own_native`].
+pub fn own_frame(f: &Frame) -> bool {
+    match f.kind {
+        FrameKind::Python => f.file.as_deref().is_some_and(|p| !is_library_python(p)),
+        _ => own_native(f),
+    }
+}
+
 /// The `::`-separated parts of a demangled C++ or Rust name, without its parameters: `a::B<c::D>::f(int)` ->
 /// `["a", "B<c::D>", "f"]`.
 pub(crate) fn name_parts(name: &str) -> Vec<String> {

@@ -13,6 +13,7 @@ pub use advice::Advice;
 pub use growth_line::{GrowthKind, GrowthLine};
 pub use reason::{GrowthOf, Limit, Outside, Reason};
 
+use crate::model::analysis::holders::Holder;
 use crate::model::analysis::{Analysis, LeakTrend, OomSnapshot};
 use advice::advice;
 use growth_line::growth_line;
@@ -107,6 +108,16 @@ pub enum Finding {
     AllocRetries { count: u64 },
     /// The failing allocation was made on autograd's backward thread.
     BackwardThread { thread: String },
+    /// The failing process is one of several ranks running the same program, and held far more than its peers
+    /// at the error: what it keeps that they do not is the suspect.
+    RankAsymmetry {
+        pid: u32,
+        rank: u32,
+        bytes: u64,
+        peers: u64,
+        peers_median_bytes: u64,
+        peers_max_bytes: u64,
+    },
 }
 
 impl Finding {
@@ -123,6 +134,7 @@ impl Finding {
             Finding::AllocatedLeakTrend(_) => "allocated_leak_trend",
             Finding::AllocRetries { .. } => "alloc_retries",
             Finding::BackwardThread { .. } => "backward_thread",
+            Finding::RankAsymmetry { .. } => "rank_asymmetry",
         }
     }
 }
@@ -192,6 +204,9 @@ pub struct Diagnosis {
     /// driver's), and the line it came from when one can be named.
     pub growth: Option<LeakTrend>,
     pub growth_line: Option<GrowthLine>,
+    /// What held the most of the process's tensors at the error, of what the program keeps by name, a graph or
+    /// a cycle (the bridge's walk; never its weights, optimizer state or cache): with a growth, what grew.
+    pub holder: Option<Holder>,
     pub findings: Vec<Finding>,
     /// What to do, first the step that fixes the cause.
     pub advice: Vec<Advice>,
@@ -409,6 +424,9 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
             });
         }
     }
+    if let Some(f) = rank_asymmetry(s) {
+        findings.push(f);
+    }
     if let Some(o) = fw.filter(|o| o.on_backward_thread()) {
         findings.push(Finding::BackwardThread {
             thread: o.thread.clone().unwrap_or_default(),
@@ -493,9 +511,53 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
             .then(|| grew.map(|(l, _)| l.clone()))
             .flatten(),
         growth_line: line.filter(|_| cause == Cause::Growth),
+        holder: s
+            .holders
+            .as_ref()
+            .and_then(|h| h.suspects().next().cloned())
+            .filter(|h| h.bytes > 0),
         findings,
         advice: Vec::new(),
     };
     d.advice = advice(a, s, &d);
     d
+}
+
+/// A rank holding at least this many times its peers' median ...
+pub const RANK_FACTOR_PCT: u64 = 150;
+/// ... and at least this many bytes more.
+pub const RANK_EXCESS_BYTES: u64 = 256 << 20;
+
+/// The failing process against the other ranks of the same program (same command line: torchrun's, Slurm's and
+/// MPI's workers run one), by their bytes live at the error on all devices.
+fn rank_asymmetry(s: &OomSnapshot) -> Option<Finding> {
+    let me = s.processes.iter().find(|p| p.pid == s.pid)?;
+    let rank = me.rank?;
+    let total = |p: &crate::model::analysis::OomProcess| {
+        p.per_device
+            .iter()
+            .fold(0u64, |a, (_, b)| a.saturating_add(*b))
+    };
+    let mine = total(me);
+    let mut peers: Vec<u64> = s
+        .processes
+        .iter()
+        .filter(|p| p.pid != s.pid && p.rank.is_some() && p.cmdline == me.cmdline)
+        .map(total)
+        .collect();
+    if peers.is_empty() {
+        return None;
+    }
+    peers.sort_unstable();
+    let median = peers[peers.len() / 2];
+    let far = (mine as u128) * 100 >= (median as u128) * RANK_FACTOR_PCT as u128
+        && mine >= median.saturating_add(RANK_EXCESS_BYTES);
+    far.then(|| Finding::RankAsymmetry {
+        pid: s.pid,
+        rank,
+        bytes: mine,
+        peers: peers.len() as u64,
+        peers_median_bytes: median,
+        peers_max_bytes: peers[peers.len() - 1],
+    })
 }

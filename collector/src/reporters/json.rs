@@ -4,6 +4,7 @@
 //! are in [`shared`], [`trends`] and [`framework`].
 
 pub mod framework;
+pub mod holders;
 pub mod print;
 pub mod shared;
 pub mod trends;

@@ -202,6 +202,8 @@ struct Event<'a> {
     cause_reason: String,
     growth: Option<Leak<'a>>,
     growth_line: Option<GrowthLine<'a>>,
+    /// What kept the process's tensors alive at the error (the bridge's walk), when it ran.
+    holders: Option<crate::reporters::json::holders::HoldersJson<'a>>,
     device_free_bytes: Option<u64>,
     device_total_bytes: Option<u64>,
     cap_bytes: Option<u64>,
@@ -325,6 +327,10 @@ impl<'a> Event<'a> {
             cause_rule: d.rule,
             cause_reason: prose::reason(d),
             growth: d.growth.as_ref().map(|l| Leak::of(l, cs)),
+            holders: s
+                .holders
+                .as_ref()
+                .map(crate::reporters::json::holders::HoldersJson::of),
             growth_line: d.growth_line.as_ref().map(|g| GrowthLine {
                 label: &g.label,
                 source: g.source,
@@ -553,6 +559,14 @@ enum Figures<'a> {
     Thread {
         thread: &'a str,
     },
+    Ranks {
+        pid: u32,
+        rank: u32,
+        bytes: u64,
+        peers: u64,
+        peers_median_bytes: u64,
+        peers_max_bytes: u64,
+    },
 }
 
 impl<'a> FindingJson<'a> {
@@ -608,6 +622,21 @@ impl<'a> FindingJson<'a> {
                 settings: prose::settings(settings.as_ref()),
             },
             Finding::BackwardThread { thread } => Figures::Thread { thread },
+            &Finding::RankAsymmetry {
+                pid,
+                rank,
+                bytes,
+                peers,
+                peers_median_bytes,
+                peers_max_bytes,
+            } => Figures::Ranks {
+                pid,
+                rank,
+                bytes,
+                peers,
+                peers_median_bytes,
+                peers_max_bytes,
+            },
         };
         FindingJson {
             kind: f.key(),

@@ -10,6 +10,7 @@ pub use advice::{advice, advice_text};
 pub use findings::{finding, leak, settings};
 
 use crate::model::diagnose::{Cause, Diagnosis, Finding, GrowthOf, Limit, Reason};
+use crate::model::{GrowthUnit, StepSource};
 use crate::model::{LeakTrend, OomSnapshot};
 use crate::units::{bytes as b, count, counted, secs};
 
@@ -112,9 +113,16 @@ pub fn reason(d: &Diagnosis) -> String {
                 ),
                 None => String::new(),
             };
+            let held = d.holder.as_ref().map_or(String::new(), |h| {
+                format!(
+                    "; at the error {} held {}",
+                    holder_label(h),
+                    b(h.bytes)
+                )
+            });
             format!(
                 "{what} grew step after step up to this error ({}); without that rise the {} request would \
-                 have fitted ({} was missing){at}",
+                 have fitted ({} was missing){held}{at}",
                 d.growth.as_ref().map_or(String::new(), growth_size),
                 b(requested),
                 b(missing)
@@ -287,11 +295,70 @@ pub fn reason(d: &Diagnosis) -> String {
     }
 }
 
-/// A growth's size in one phrase: in all, from when, over how many steps.
+/// A holder in words: `kept (list, global of __main__)`, `the graph behind total (global of __main__): saved
+/// tensors of 45 batches`.
+pub fn holder_label(h: &crate::model::holders::Holder) -> String {
+    use crate::model::holders::HolderKind;
+    let scope = |h: &crate::model::holders::Holder| {
+        let parts: Vec<&str> = [h.what.as_str(), h.scope.as_str()]
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .collect();
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", parts.join(", "))
+        }
+    };
+    match h.kind {
+        HolderKind::Variable => format!("{}{}", h.name, scope(h)),
+        HolderKind::Graph => {
+            let mut t = format!(
+                "the autograd graph behind {}{}",
+                h.name,
+                if h.scope.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", h.scope)
+                }
+            );
+            match (h.batches, h.nodes) {
+                (Some(n), _) => t.push_str(&format!(", spanning {} iterations", count(n))),
+                (None, Some(n)) => t.push_str(&format!(", {} nodes", count(n))),
+                _ => {}
+            }
+            t
+        }
+        HolderKind::Parameters => format!("the parameters and buffers of {}{}", h.name, scope(h)),
+        HolderKind::Optimizer => format!("the state of optimizer {}{}", h.name, scope(h)),
+        HolderKind::Cycle => format!(
+            "a reference cycle{} awaiting Python's garbage collector",
+            if h.what.is_empty() {
+                String::new()
+            } else {
+                format!(" through {}", h.what)
+            }
+        ),
+        HolderKind::Unreached => "tensors no Python object reaches".to_string(),
+        HolderKind::Cache => "PyTorch's cache (reserved but free)".to_string(),
+    }
+}
+
+/// `1 step`, `3 batches`: a count of `noun`.
+pub fn nouns(noun: &str, n: u64) -> String {
+    match (n, noun) {
+        (1, _) => noun.to_string(),
+        (_, "batch") => "batches".to_string(),
+        _ => format!("{noun}s"),
+    }
+}
+
+/// A growth's size in one phrase: what a step kept and over how many (when the program's steps or the
+/// driver's cycles were counted), in all, from when.
 pub fn growth_size(l: &LeakTrend) -> String {
     let first = l.minima[0];
     let last = l.minima[l.minima.len() - 1];
-    let mut t = format!(
+    let whole = format!(
         "+{} from {} (at {}) to {} (at {})",
         b(l.rise_bytes),
         b(first.bytes),
@@ -299,14 +366,32 @@ pub fn growth_size(l: &LeakTrend) -> String {
         b(last.bytes),
         secs(last.t_ns),
     );
-    if let Some(n) = l.steps.filter(|&n| n > 0) {
-        t.push_str(&format!(
-            ", over {} steps (about {} a step)",
+    let noun = l.unit.noun();
+    match (l.steps.filter(|&n| n > 0), l.unit) {
+        (Some(n), GrowthUnit::Steps(src)) => format!(
+            "kept {} per {noun} over {} {} ({}), {whole}",
+            b(l.rise_bytes / n),
             count(n),
+            nouns(noun, n),
+            match src {
+                StepSource::Optimizer => "the program's optimizer steps",
+                StepSource::Batches => "the program's DataLoader batches",
+            }
+        ),
+        (Some(n), GrowthUnit::Cycles) => format!(
+            "kept about {} per {noun} over {} {} of its allocations (driver level: no step count), {whole}",
+            b(l.rise_bytes / n),
+            count(n),
+            nouns(noun, n),
+        ),
+        (Some(n), GrowthUnit::Time) => format!(
+            "{whole}, over {} {} of the bytes in use (about {} a {noun})",
+            count(n),
+            nouns(noun, n),
             b(l.rise_bytes / n)
-        ));
+        ),
+        (None, _) => whole,
     }
-    t
 }
 
 /// `20.25GiB`, `8GiB`: a cap spec for `--cap`.

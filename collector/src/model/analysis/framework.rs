@@ -74,6 +74,8 @@ pub struct ProcessFramework {
     pub last_time_ns: u64,
     pub peak_allocated: u64,
     pub peak_reserved: u64,
+    /// The program's own iterations the bridge counted in this process (what, and how many), when it did.
+    pub steps: Option<(crate::model::analysis::StepSource, u64)>,
 }
 
 /// The job's framework figures on one device: sums over its processes.
@@ -228,6 +230,9 @@ pub struct BridgeSummary {
     pub history: Vec<HistoryChange>,
     /// Samples received, all processes.
     pub samples: u64,
+    /// The bridge's walks of what held the tensors, at exit (after a growth) or on request, at most
+    /// [`crate::model::analysis::holders::MAX_WALKS`]; those at an error are on its snapshot.
+    pub walks: Vec<crate::model::analysis::holders::Holders>,
 }
 
 #[cfg(test)]
@@ -246,6 +251,7 @@ mod tests {
         };
         let readers = [
             include_str!("framework.rs"),
+            include_str!("holders.rs"),
             include_str!("../replay/framework.rs"),
         ];
         let mut read = Vec::new();

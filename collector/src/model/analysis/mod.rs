@@ -6,6 +6,7 @@ use vramtrace_format::{Api, ExitStatus, TraceHeader};
 use crate::callsites::{CallSites, SiteBytes};
 use crate::model::observe::timeline::Timeline;
 pub mod framework;
+pub mod holders;
 
 use crate::model::analysis::framework::{
     BridgeSummary, DeviceFramework, Figures, FrameworkOom, ProcessFramework,
@@ -352,6 +353,47 @@ pub struct LeakGroup {
     pub bytes: u64,
 }
 
+/// What a growth's steps are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrowthUnit {
+    /// The program's own iterations, counted by the Python bridge.
+    Steps(StepSource),
+    /// Driver level, one process: each rise of its floor between frees is one cycle.
+    Cycles,
+    /// The device's timeline cut into wall-clock windows; steps are the timeline's cycles when it resolves them.
+    Time,
+}
+
+/// Which of the program's iterations the bridge counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepSource {
+    /// `optimizer.step()` (PyTorch's global step hook).
+    Optimizer,
+    /// Batches drawn from a `torch.utils.data.DataLoader`.
+    Batches,
+}
+
+impl GrowthUnit {
+    /// The JSON name.
+    pub fn key(self) -> &'static str {
+        match self {
+            GrowthUnit::Steps(StepSource::Optimizer) => "optimizer_steps",
+            GrowthUnit::Steps(StepSource::Batches) => "dataloader_batches",
+            GrowthUnit::Cycles => "driver_cycles",
+            GrowthUnit::Time => "time_windows",
+        }
+    }
+
+    /// A step in words (`step`, `batch`, `cycle`).
+    pub fn noun(self) -> &'static str {
+        match self {
+            GrowthUnit::Steps(StepSource::Optimizer) => "step",
+            GrowthUnit::Steps(StepSource::Batches) => "batch",
+            GrowthUnit::Cycles | GrowthUnit::Time => "cycle",
+        }
+    }
+}
+
 /// Bytes in use rising across repeated cycles: the minima between peaks, each no lower than the one before.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeakTrend {
@@ -362,6 +404,11 @@ pub struct LeakTrend {
     /// The repeating steps counted over the rise, when they could be told apart (a growth; see
     /// [`growth::growth`]).
     pub steps: Option<u64>,
+    /// What `steps` counts: the program's own steps (the Python bridge's count), the driver-level cycles of one
+    /// process, or the cycles of a timeline cut into wall-clock windows.
+    pub unit: GrowthUnit,
+    /// The process whose floor grew, when the growth was read per process (steps and cycles).
+    pub pid: Option<u32>,
     /// Filled in out-of-memory snapshots only: the largest groups (at most 10), largest first.
     pub groups: Vec<LeakGroup>,
     /// Groups beyond those listed.
@@ -448,6 +495,8 @@ pub struct OomSnapshot {
     pub framework_job: Option<(u64, u64)>,
     /// Allocated bytes (the framework's figure) rising across cycles up to the event.
     pub framework_leak: Option<LeakTrend>,
+    /// What kept the failing process's tensors alive at the error (the bridge's walk, from PyTorch's observer).
+    pub holders: Option<holders::Holders>,
     /// Failed driver requests of the same error folded into this one (the allocator's retry after flushing
     /// its cache).
     pub driver_ooms_folded: u32,

@@ -23,12 +23,20 @@ pub enum Advice {
     GrowthKeptTensors {
         line: Option<String>,
     },
+    /// What the bridge's walk found holding the most at the error keeps what grew.
+    GrowthHeldBy {
+        holder: crate::model::analysis::holders::Holder,
+    },
     /// `vramtrace run --torch-history` names the line next time.
     TorchHistory,
-    /// A larger cap (`capped`) or GPU only delays it; `per_step`: the rise a step, when steps were counted.
+    /// A larger cap (`capped`) or GPU only delays it; `per_step`: the rise a step (`noun`: step, batch or
+    /// cycle), when steps were counted; `lasts`: for a larger limit (bytes, `true` for the whole device), about
+    /// how many more steps it would last at that rate.
     FixGrowthFirst {
         capped: bool,
         per_step: Option<u64>,
+        noun: &'static str,
+        lasts: Vec<(u64, u64, bool)>,
     },
 
     // Host memory.
@@ -148,25 +156,54 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
         .filter(|r| r.reproduced);
     match d.cause {
         Cause::Growth => {
+            // A rate only where steps were counted (the program's, or a process's cycles): the timeline's
+            // cycles in wall-clock windows are not the program's steps.
             let per_step = d
                 .growth
                 .as_ref()
+                .filter(|l| l.unit != crate::model::analysis::GrowthUnit::Time)
                 .and_then(|l| l.steps.filter(|&n| n > 0).map(|n| l.rise_bytes / n));
             let line = d.growth_line.as_ref().map(|g| g.label.clone());
             let kind = d.growth_line.as_ref().map_or(GrowthKind::Kept, |g| g.kind);
             let native = d.view == "driver";
-            v.push(match kind {
-                GrowthKind::KvCache => Advice::GrowthKvCache { line },
-                GrowthKind::OptimizerState => Advice::GrowthOptimizerState { line },
-                GrowthKind::Kept if native => Advice::GrowthNeverFreed { line },
-                GrowthKind::Kept => Advice::GrowthKeptTensors { line },
+            v.push(match (kind, &d.holder) {
+                (GrowthKind::KvCache, _) => Advice::GrowthKvCache { line },
+                (GrowthKind::OptimizerState, _) => Advice::GrowthOptimizerState { line },
+                // The walk names the object that keeps them: the fix is there.
+                (GrowthKind::Kept, Some(h)) => Advice::GrowthHeldBy { holder: h.clone() },
+                (GrowthKind::Kept, None) if native => Advice::GrowthNeverFreed { line },
+                (GrowthKind::Kept, None) => Advice::GrowthKeptTensors { line },
             });
-            if d.growth_line.is_none() && !native {
+            if d.growth_line.is_none() && d.holder.is_none() && !native {
                 v.push(Advice::TorchHistory);
+            }
+            // What a larger limit would buy at this rate: twice the cap, and the whole device.
+            let now = d.job_live_bytes.saturating_add(s.requested_bytes);
+            let mut lasts = Vec::new();
+            if let Some(p) = per_step.filter(|&p| p > 0) {
+                let mut limits: Vec<(u64, bool)> = Vec::new();
+                match (d.cap_bytes, d.total_bytes) {
+                    (Some(c), t) => {
+                        let twice = c.saturating_mul(2);
+                        if t.is_none_or(|t| twice < t) {
+                            limits.push((twice, false));
+                        }
+                        if let Some(t) = t.filter(|&t| t > c) {
+                            limits.push((t, true));
+                        }
+                    }
+                    (None, Some(t)) => limits.push((t.saturating_mul(2), false)),
+                    (None, None) => {}
+                }
+                for (l, whole) in limits {
+                    lasts.push((l, l.saturating_sub(now) / p, whole));
+                }
             }
             v.push(Advice::FixGrowthFirst {
                 capped: d.cap_bytes.is_some(),
                 per_step,
+                noun: d.growth.as_ref().map_or("step", |l| l.unit.noun()),
+                lasts,
             });
         }
         Cause::HostMemory => v.push(Advice::HostMemory {

@@ -144,15 +144,8 @@ fn growth_of(tl: &Timeline, end: u64, exact: bool) -> Option<LeakTrend> {
         .iter()
         .map(|&k| win[k].1.bytes - win[k - 1].1.bytes)
         .collect();
-    let mut early: Vec<u64> = incs[..incs.len() / 2].to_vec();
-    early.sort_unstable();
-    let last_inc = incs[incs.len() - 1];
-    if let Some(&typical) = early.get(early.len().saturating_sub(1) / 2) {
-        if last_inc == *incs.iter().max().unwrap_or(&0)
-            && last_inc >= typical.saturating_mul(GEOMETRIC_FACTOR)
-        {
-            return None;
-        }
+    if last_dwarfs(&incs) {
+        return None;
     }
     let begin = win[first_rise - 1].0;
     // Steps free something: a rise with no fall in it (weights loading, a first step's activations made one
@@ -197,11 +190,29 @@ fn growth_of(tl: &Timeline, end: u64, exact: bool) -> Option<LeakTrend> {
         steps: steps_in(tl, &floor[begin..], from_t, to_t, step),
         minima: points,
         rise_bytes: rise,
+        unit: crate::model::analysis::GrowthUnit::Time,
+        pid: None,
         groups: Vec::new(),
         more_groups: 0,
         sites: Vec::new(),
         more_sites: 0,
     })
+}
+
+/// Rises `incs` (oldest first) whose last is the largest and [`GEOMETRIC_FACTOR`] times the typical one of the
+/// first half: the work growing (a batch that doubles), not memory kept.
+pub(crate) fn last_dwarfs(incs: &[u64]) -> bool {
+    let Some(&last) = incs.last() else {
+        return false;
+    };
+    let mut early: Vec<u64> = incs[..incs.len() / 2].to_vec();
+    early.sort_unstable();
+    early
+        .get(early.len().saturating_sub(1) / 2)
+        .is_some_and(|&typical| {
+            last == *incs.iter().max().unwrap_or(&0)
+                && last >= typical.saturating_mul(GEOMETRIC_FACTOR)
+        })
 }
 
 /// The repeating steps of a growth between `from` and `to`: the timeline's cycles there (its low points

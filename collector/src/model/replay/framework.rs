@@ -11,8 +11,10 @@ use std::collections::HashMap;
 
 use vramtrace_format::{Bridge, Framework, FrameworkSample, NO_DEVICE};
 
-use crate::model::analysis::LeakTrend;
+use crate::model::analysis::holders::{Holders, MAX_WALKS};
+use crate::model::analysis::{GrowthUnit, LeakTrend, StepSource};
 use crate::model::observe::growth::growth_sampled;
+use crate::model::observe::steps::{StepSeries, MIN_RISES};
 use crate::model::observe::timeline::TimelineBuilder;
 
 pub use crate::model::analysis::framework::*;
@@ -27,6 +29,18 @@ struct ProcDev {
     peak_reserved: u64,
     /// Counted in its device's sums (until the process ends).
     counted: bool,
+    /// Its allocated bytes' floor per step, once the bridge counted a step: the least of the sampler's
+    /// readings in each step, and the bridge's own reading at the step's boundary (`exact`), when it took one.
+    steps: StepSeries,
+    exact: StepSeries,
+}
+
+/// A process's count of its own iterations (the bridge's `steps` records).
+#[derive(Clone, Copy)]
+struct Steps {
+    pid: u32,
+    source: StepSource,
+    count: u64,
 }
 
 struct Dev {
@@ -48,6 +62,8 @@ struct Dev {
 #[derive(Default)]
 pub(crate) struct FwReplay {
     procs: HashMap<(usize, u32), ProcDev>,
+    /// Per process slot, its step count, once it sent one.
+    steps: HashMap<usize, Steps>,
     devs: Vec<Dev>,
     summary: BridgeSummary,
 }
@@ -93,6 +109,9 @@ impl FwReplay {
         p.peak_allocated = p.peak_allocated.max(f.allocated);
         p.peak_reserved = p.peak_reserved.max(f.reserved);
         p.counted = true;
+        if let Some(st) = self.steps.get(&slot) {
+            p.steps.observe(st.count, t, f.allocated);
+        }
         let d = self.dev(s.device);
         if !d.frameworks.contains(&s.framework) {
             d.frameworks.push(s.framework);
@@ -136,9 +155,42 @@ impl FwReplay {
 
     /// Any other bridge record of slot `slot`; an out-of-memory record comes back to be attached to a
     /// snapshot.
-    pub fn on_bridge(&mut self, b: Bridge, t: u64) -> Option<FrameworkOom> {
+    pub fn on_bridge(&mut self, slot: usize, b: Bridge, t: u64) -> Option<FrameworkOom> {
         match b.what.as_str() {
             "oom" => return Some(FrameworkOom::from_bridge(&b, t)),
+            "steps" => {
+                // Optimizer steps when the program has any, else DataLoader batches: one counter per process, so
+                // a change of counter restarts its series (StepSeries::observe).
+                let (opt, batches) = (
+                    b.num("optimizer").unwrap_or(0),
+                    b.num("batches").unwrap_or(0),
+                );
+                let (source, count) = if opt > 0 {
+                    (StepSource::Optimizer, opt)
+                } else {
+                    (StepSource::Batches, batches)
+                };
+                // The bridge's reading at the step's boundary: the same moment of every step.
+                if let (Some(dev), Some(alloc)) = (b.num("device"), b.num("allocated")) {
+                    if count > 0 && dev < u64::from(NO_DEVICE) {
+                        self.procs
+                            .entry((slot, dev as u32))
+                            .or_default()
+                            .exact
+                            .observe(count, t, alloc);
+                    }
+                }
+                if count > 0 {
+                    self.steps.insert(
+                        slot,
+                        Steps {
+                            pid: b.pid,
+                            source,
+                            count,
+                        },
+                    );
+                }
+            }
             "attach" => {
                 // Only the PyTorch side says `attach` (bridge/schema.json).
                 let framework = Framework::Torch;
@@ -194,6 +246,13 @@ impl FwReplay {
         None
     }
 
+    /// A walk of what held the tensors that belongs to no error (at exit, on request).
+    pub fn walk(&mut self, h: Holders) {
+        if self.summary.walks.len() < MAX_WALKS {
+            self.summary.walks.push(h);
+        }
+    }
+
     /// The last figures of slot `slot` on `device`, if it sent any.
     pub fn figures(&self, slot: usize, device: u32) -> Option<Figures> {
         self.procs
@@ -210,10 +269,27 @@ impl FwReplay {
             .map(|d| (d.allocated, d.reserved))
     }
 
-    /// Allocated bytes growing step after step on `device` up to `t` ([`growth`]).
-    pub fn leak_until(&self, device: u32, t: u64) -> Option<LeakTrend> {
+    /// Allocated bytes growing step after step on `device` up to `t`: counted in process `slot`'s own steps
+    /// when the bridge counted enough of them (steps.rs), else read from the job's allocated bytes on the
+    /// device in wall-clock windows ([`growth_sampled`]).
+    pub fn leak_until(&self, slot: usize, device: u32, t: u64) -> Option<LeakTrend> {
+        if let Some(g) = self.step_growth(slot, device) {
+            return g;
+        }
         let d = self.devs.iter().find(|d| d.device == device)?;
         growth_sampled(&d.tl_allocated.clone().finish(t), t)
+    }
+
+    /// Process `slot`'s growth on `device` in its own steps: `Some(None)` when it counted enough steps to say
+    /// and saw none; `None` when it could not say (no step counted, or too few).
+    fn step_growth(&self, slot: usize, device: u32) -> Option<Option<LeakTrend>> {
+        let st = self.steps.get(&slot)?;
+        let p = self.procs.get(&(slot, device))?;
+        let unit = GrowthUnit::Steps(st.source);
+        if p.exact.points().len() > MIN_RISES {
+            return Some(p.exact.growth(unit, st.pid, true));
+        }
+        (p.steps.points().len() > MIN_RISES).then(|| p.steps.growth(unit, st.pid, false))
     }
 
     /// Per slot, its figures per device; per device, the job's.
@@ -245,10 +321,27 @@ impl FwReplay {
                 last_time_ns: p.last_t,
                 peak_allocated: p.peak_allocated,
                 peak_reserved: p.peak_reserved,
+                steps: self.steps.get(slot).map(|st| (st.source, st.count)),
             });
         }
         for v in per_slot.values_mut() {
             v.sort_by_key(|p| p.device);
+        }
+        // Per device, the processes' growths in their own steps (the largest), and whether every process with
+        // figures there could say (then the wall-clock rule is not asked).
+        let mut by_steps: HashMap<u32, (Option<LeakTrend>, bool)> = HashMap::new();
+        for &(slot, device) in self.procs.keys() {
+            let e = by_steps.entry(device).or_insert((None, true));
+            match self.step_growth(slot, device) {
+                Some(g) => {
+                    if let Some(g) =
+                        g.filter(|g| e.0.as_ref().is_none_or(|o| g.rise_bytes > o.rise_bytes))
+                    {
+                        e.0 = Some(g);
+                    }
+                }
+                None => e.1 = false,
+            }
         }
         let mut devices: Vec<DeviceFramework> = self
             .devs
@@ -257,7 +350,11 @@ impl FwReplay {
                 let (r, o, n) = live_retries.get(&d.device).copied().unwrap_or_default();
                 // Growth is read up to the last rise: what follows (an error's unwinding, exit) is not it.
                 let allocated = d.tl_allocated.finish(end);
-                let leak = growth_sampled(&allocated, end);
+                let leak = match by_steps.remove(&d.device) {
+                    Some((Some(g), _)) => Some(g),
+                    Some((None, true)) => None,
+                    _ => growth_sampled(&allocated, end),
+                };
                 DeviceFramework {
                     device: d.device,
                     frameworks: d

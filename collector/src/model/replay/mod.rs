@@ -18,6 +18,7 @@ use crate::model::input::entry::Entry;
 use crate::model::input::merge::{Merge, Out};
 use crate::model::input::merge_link::{Chunk, MergeLink};
 use crate::model::observe::leak::{site_ref, trim_leaks};
+use crate::model::observe::steps::StepSeries;
 use crate::model::observe::tap::{Change, Step, Tap};
 use crate::model::observe::timeline::Timeline;
 use crate::model::observe::timeline::TimelineBuilder;
@@ -50,6 +51,11 @@ struct ProcDev {
     peak: u64,
     live_end: u64,
     allocations: u64,
+    /// Its last change was a free: the next allocation starts a new cycle (the driver-level step).
+    after_free: bool,
+    cycles: u64,
+    /// Its bytes in use at the start of each cycle (observe/steps.rs: growth in cycles, without the bridge).
+    troughs: StepSeries,
 }
 
 struct Proc {
@@ -796,6 +802,11 @@ impl<'t> Replay<'t> {
             }
         }
         let pd = p.dev(d);
+        if pd.after_free {
+            pd.after_free = false;
+            pd.cycles += 1;
+            pd.troughs.observe(pd.cycles, t, pd.cur);
+        }
         pd.cur = pd.cur.saturating_add(size);
         pd.allocations += 1;
         pd.peak = pd.peak.max(pd.cur);
@@ -820,6 +831,7 @@ impl<'t> Replay<'t> {
         }
         let pd = p.dev(d);
         pd.cur = pd.cur.saturating_sub(l.size);
+        pd.after_free = true;
     }
 
     /// Tells the tap of a change to allocation `l` (already applied). Inlined down to the check: a report has
@@ -1042,7 +1054,17 @@ impl<'t> Replay<'t> {
                 if lossy[i] {
                     return None;
                 }
-                let mut g = crate::model::observe::growth::growth(tl, end)?;
+                // The device's timeline in wall-clock windows, else the largest growth of one of its processes
+                // in its own cycles (observe/steps.rs): a leak that fills the device in a second is one too.
+                let mut g = crate::model::observe::growth::growth(tl, end).or_else(|| {
+                    self.procs
+                        .iter()
+                        .filter_map(|p| {
+                            let pd = p.dev.get(i)?;
+                            pd.troughs.growth(GrowthUnit::Cycles, p.s.pid, true)
+                        })
+                        .max_by_key(|g| g.rise_bytes)
+                })?;
                 let kept = self
                     .kept
                     .iter()

@@ -142,7 +142,7 @@ impl Replay<'_> {
         o.framework_figures = Some(fo.figures);
         if let Some(dev) = fo.device {
             o.framework_job = self.fw.job_allocated(dev);
-            o.framework_leak = self.fw.leak_until(dev, t);
+            o.framework_leak = self.fw.leak_until(s, dev, t);
         }
         o.framework = Some(fo);
     }
@@ -204,7 +204,15 @@ impl Replay<'_> {
         let full = d
             .map(|d| self.devs[d].tl.clone().finish(t))
             .unwrap_or_default();
-        let mut leak = growth(&full, t);
+        // The failing process's own cycles first (time-free: a leak of a few steps in a second counts), else
+        // the device's timeline in wall-clock windows.
+        let mut leak = d
+            .and_then(|d| self.procs[s].dev.get(d))
+            .and_then(|pd| {
+                pd.troughs
+                    .growth(GrowthUnit::Cycles, self.procs[s].s.pid, true)
+            })
+            .or_else(|| growth(&full, t));
         let timeline = window(&full, t.saturating_sub(OOM_WINDOW_NS), OOM_TIMELINE_POINTS);
         drop(full);
 
@@ -372,8 +380,9 @@ impl Replay<'_> {
                 .then(|| self.fw.job_allocated(o.device))
                 .flatten(),
             framework_leak: (o.device != NO_DEVICE)
-                .then(|| self.fw.leak_until(o.device, t))
+                .then(|| self.fw.leak_until(s, o.device, t))
                 .flatten(),
+            holders: None,
             driver_ooms_folded: 0,
             seq,
         });

@@ -5,6 +5,7 @@
 use vramtrace_format::keys;
 use vramtrace_format::{EndKind, Event, Hello, Record};
 
+use crate::model::analysis::holders::{Holders, WalkAt};
 use crate::model::analysis::Ended;
 use crate::model::input::entry::Entry;
 use crate::model::replay::Replay;
@@ -200,9 +201,29 @@ impl Replay<'_> {
         let t = self.rel(ts);
         match rec {
             Record::FrameworkSample(f) => self.fw.on_sample(s, &f, t),
+            Record::Bridge(b) if b.what == "holders" => {
+                let Some(h) = Holders::from_bridge(&b, t) else {
+                    return;
+                };
+                // At an error: the process's latest framework error before it (the walk runs in PyTorch's
+                // observer, after the `oom` record and before the exception unwinds).
+                if let WalkAt::Oom(_) = h.at {
+                    let pid = h.pid;
+                    if let Some(o) = self
+                        .ooms
+                        .iter_mut()
+                        .rev()
+                        .find(|o| o.pid == pid && o.framework.is_some() && o.time_ns <= t)
+                    {
+                        o.holders = Some(h);
+                        return;
+                    }
+                }
+                self.fw.walk(h);
+            }
             Record::Bridge(b) => {
                 let (pid, tid) = (b.pid, b.tid);
-                if let Some(fo) = self.fw.on_bridge(b, t) {
+                if let Some(fo) = self.fw.on_bridge(s, b, t) {
                     self.fold_framework_oom(s, pid, tid, ts, fo);
                 }
             }

@@ -136,6 +136,8 @@ pub struct Bridge<'a> {
     attached: Vec<Attached<'a>>,
     messages: Vec<Message<'a>>,
     history: Vec<History<'a>>,
+    /// What held the tensors at exit (after a growth) or when asked.
+    walks: Vec<super::holders::HoldersJson<'a>>,
     samples: u64,
     cache_at_end_bytes: u64,
     cache_at_end_tensor_bytes: u64,
@@ -202,6 +204,11 @@ impl<'a> Bridge<'a> {
                     time_ns: *t,
                     text,
                 })
+                .collect(),
+            walks: b
+                .walks
+                .iter()
+                .map(super::holders::HoldersJson::of)
                 .collect(),
             history: b
                 .history

@@ -43,6 +43,13 @@ pub struct Leak<'a> {
     minima: Vec<Minimum>,
     rise_bytes: u64,
     steps: Option<u64>,
+    /// What `steps` counts: `optimizer_steps`, `dataloader_batches` (the program's own, from the bridge),
+    /// `driver_cycles` (one process's rises between its frees) or `time_windows` (the timeline's cycles).
+    unit: &'static str,
+    /// `rise_bytes / steps`: what a step kept.
+    per_step_bytes: Option<u64>,
+    /// The process whose floor grew, when it was read per process.
+    pid: Option<u32>,
     groups: Vec<Group>,
     more_groups: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -87,6 +94,9 @@ impl<'a> Leak<'a> {
                 .collect(),
             rise_bytes: l.rise_bytes,
             steps: l.steps,
+            unit: l.unit.key(),
+            per_step_bytes: l.steps.filter(|&n| n > 0).map(|n| l.rise_bytes / n),
+            pid: l.pid,
             groups: l
                 .groups
                 .iter()

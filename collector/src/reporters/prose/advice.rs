@@ -51,15 +51,70 @@ pub fn advice_text(a: &Advice) -> String {
              retained (retain_graph=True) or a growing cache.",
             at(line)
         ),
+        Advice::GrowthHeldBy { holder: h } => {
+            use crate::model::holders::HolderKind;
+            let what = super::holder_label(h);
+            let fix = match h.kind {
+                HolderKind::Graph => {
+                    "it keeps the autograd graph, with every activation saved for backward, of each iteration it \
+                     adds up: accumulate loss.item() or loss.detach(), and run evaluation under torch.no_grad()"
+                }
+                HolderKind::Cycle => {
+                    "they sit in a reference cycle until Python's garbage collector runs: break the cycle (a \
+                     weakref for the back reference) or call gc.collect() between steps"
+                }
+                HolderKind::Unreached => {
+                    "no Python object reaches them: native code, a graph kept through a tensor not named, or CUDA \
+                     graphs' pools hold them"
+                }
+                _ => {
+                    "store what you need across steps as Python numbers or CPU tensors (loss.item(), \
+                     out.detach().cpu()), or clear it each step"
+                }
+            };
+            format!(
+                "{what} holds {} ({}) at the error: {fix}.",
+                b(h.bytes),
+                if h.tensors > 0 {
+                    format!("{} tensor{}", count(h.tensors), if h.tensors == 1 { "" } else { "s" })
+                } else {
+                    "saved tensors".to_string()
+                }
+            )
+        }
         Advice::TorchHistory => "To name the line that keeps them: vramtrace run --torch-history (PyTorch's \
                                  allocation history with Python stacks) and run again."
             .to_string(),
-        Advice::FixGrowthFirst { capped, per_step } => format!(
-            "A larger {} or a smaller batch only moves the error to a later step while the growth goes on{}: \
-             fix what grows first.",
-            if *capped { "cap" } else { "GPU" },
-            per_step.map_or(String::new(), |p| format!(" (about {} a step)", b(p)))
-        ),
+        Advice::FixGrowthFirst {
+            capped,
+            per_step,
+            noun,
+            lasts,
+        } => {
+            let rate = per_step.map_or(String::new(), |p| format!(" (about {} a {noun})", b(p)));
+            let mut t = format!(
+                "No cap, GPU or allocator setting fixes a growth{rate}: a larger {} or a smaller batch only moves \
+                 the error to a later {noun}. Fix what grows first.",
+                if *capped { "cap" } else { "GPU" },
+            );
+            let said: Vec<String> = lasts
+                .iter()
+                .map(|(l, n, whole)| {
+                    let what = if *whole {
+                        format!("the whole device ({})", b(*l))
+                    } else if *capped {
+                        format!("a cap of {}", b(*l))
+                    } else {
+                        format!("a GPU of {}", b(*l))
+                    };
+                    format!("{what} would last about {} more {}", count(*n), super::nouns(noun, *n))
+                })
+                .collect();
+            if !said.is_empty() {
+                t.push_str(&format!(" At this rate {}.", said.join(", and ")));
+            }
+            t
+        }
         Advice::HostMemory { requested } => format!(
             "This was host memory ({} pinned through cuMemCreate with a host location): check the host's free \
              memory and the process's limit on locked memory (ulimit -l, a container's memory limit). Freeing \
@@ -185,8 +240,10 @@ pub fn advice_text(a: &Advice) -> String {
                 None => super::cap_spec(*cap),
             };
             format!(
-                "A cap of {} gets this history past the failed request with the settings it ran with (PyTorch's \
-                 allocator replayed from its own history, rounded up to 64 MiB): --cap {flag}",
+                "A cap of at least {} (--cap {flag}): with it the settings it ran with serve the failed request \
+                 (PyTorch's allocator replayed from its own history, rounded up to 64 MiB). The history ends at \
+                 this request: what the steps after it need is not known, so this is a floor, not a cap that \
+                 fits the job.",
                 b(*cap)
             )
         }
@@ -196,9 +253,9 @@ pub fn advice_text(a: &Advice) -> String {
             limit,
             complete,
         } => format!(
-            "PYTORCH_CUDA_ALLOC_CONF={conf}: with it PyTorch's allocator gets past the failed request in the same \
-             {}, its reserve at most {} up to it (the allocator replayed from {}; `vramtrace whatif` tries \
-             more settings).",
+            "PYTORCH_CUDA_ALLOC_CONF={conf}: with it PyTorch's allocator serves the failed request in the same {}, \
+             its reserve at most {} up to it (the allocator replayed from {}; `vramtrace whatif` tries more \
+             settings). The history ends at this request: later steps may still need more.",
             b(*limit),
             b(*reserve),
             if *complete {

@@ -116,6 +116,27 @@ pub fn finding(f: &Finding) -> String {
             "The failing allocation was made on autograd's backward thread ({thread}): the backward \
              pass ran out of memory, not the forward pass."
         ),
+        Finding::RankAsymmetry {
+            pid,
+            rank,
+            bytes: mine,
+            peers,
+            peers_median_bytes,
+            peers_max_bytes,
+        } => format!(
+            "Rank {rank} (pid {pid}) held {} at the error; its {} running the same program held {} (median; at \
+             most {}): {} more. Ranks doing the same work should hold about the same: what rank {rank} keeps \
+             that they do not is the suspect.",
+            bytes(*mine),
+            if *peers == 1 {
+                "peer".to_string()
+            } else {
+                format!("{} peers", count(*peers))
+            },
+            bytes(*peers_median_bytes),
+            bytes(*peers_max_bytes),
+            bytes(mine.saturating_sub(*peers_median_bytes))
+        ),
     }
 }
 

@@ -71,6 +71,38 @@ pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
             pad,
             WIDTH,
         );
+        // What held the tensors at exit (the bridge walks them after a growth): the object, named first.
+        let walk = a.bridge.walks.iter().rev().find(|w| {
+            l.pid.is_none_or(|p| p == w.pid) && w.device.is_none_or(|x| Some(x) == d.device)
+        });
+        if let Some(w) = walk {
+            // What grew, not every name that holds a tensor: a tenth of the rise at least.
+            for h in w
+                .suspects()
+                .filter(|h| h.bytes >= l.rise_bytes / 10)
+                .take(3)
+            {
+                wrap(
+                    o,
+                    &format!(
+                        "{pad}  held at exit by {}: {}{}",
+                        crate::reporters::prose::holder_label(h),
+                        bytes(h.bytes),
+                        if h.tensors > 0 {
+                            format!(
+                                " in {}",
+                                crate::units::counted(h.tensors, "tensor", "tensors")
+                            )
+                        } else {
+                            String::new()
+                        }
+                    ),
+                    pad,
+                    WIDTH,
+                );
+            }
+        }
+        let walked = walk.is_some_and(|w| w.suspects().any(|h| h.bytes >= l.rise_bytes / 10));
         let during = f
             .kept
             .as_ref()
@@ -102,6 +134,7 @@ pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
                 pad,
                 WIDTH,
             ),
+            (None, None) if walked => {}
             (None, None) => wrap(
                 o,
                 &match &f.kept {

@@ -1,0 +1,243 @@
+//! What kept a process's CUDA tensors alive, as the Python bridge found it (a `holders` record: at an
+//! out-of-memory error from PyTorch's observer, before the exception unwinds; at exit after a growth; on
+//! request). bridge/vramtrace_bridge/_holders.py makes it; docs/OOM.md, "What holds the memory", says how.
+
+use vramtrace_format::{Bridge, NO_DEVICE};
+
+/// Holders kept from one record (the bridge sends at most 16).
+pub const MAX_HOLDERS: usize = 16;
+/// Walks kept at exit or on request, all processes together.
+pub const MAX_WALKS: usize = 64;
+
+/// When the walk ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkAt {
+    /// At the process's `n`th out-of-memory error (1-based), before it unwound.
+    Oom(u64),
+    Exit,
+    Request,
+}
+
+impl WalkAt {
+    pub fn key(self) -> &'static str {
+        match self {
+            WalkAt::Oom(_) => "oom",
+            WalkAt::Exit => "exit",
+            WalkAt::Request => "request",
+        }
+    }
+}
+
+/// What a holder is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HolderKind {
+    /// A name the program can reach: a global, a local, an attribute path, a container inside one.
+    Variable,
+    /// The tensors autograd saved for the backward pass of the graph behind a variable.
+    Graph,
+    /// A module's parameters and buffers.
+    Parameters,
+    /// An optimizer's state.
+    Optimizer,
+    /// A reference cycle awaiting Python's garbage collector.
+    Cycle,
+    /// Live tensors no Python object reaches (native code, a graph not named, CUDA graphs).
+    Unreached,
+    /// PyTorch's cache: reserved but free.
+    Cache,
+}
+
+impl HolderKind {
+    fn parse(s: &str) -> Option<HolderKind> {
+        Some(match s {
+            "variable" => HolderKind::Variable,
+            "graph" => HolderKind::Graph,
+            "parameters" => HolderKind::Parameters,
+            "optimizer" => HolderKind::Optimizer,
+            "cycle" => HolderKind::Cycle,
+            "unreached" => HolderKind::Unreached,
+            "cache" => HolderKind::Cache,
+            _ => return None,
+        })
+    }
+
+    pub fn key(self) -> &'static str {
+        match self {
+            HolderKind::Variable => "variable",
+            HolderKind::Graph => "graph",
+            HolderKind::Parameters => "parameters",
+            HolderKind::Optimizer => "optimizer",
+            HolderKind::Cycle => "cycle",
+            HolderKind::Unreached => "unreached",
+            HolderKind::Cache => "cache",
+        }
+    }
+
+    /// Memory the program keeps on purpose (weights, optimizer state, the cache): never the suspect of a
+    /// growth.
+    pub fn expected(self) -> bool {
+        matches!(
+            self,
+            HolderKind::Parameters | HolderKind::Optimizer | HolderKind::Cache
+        )
+    }
+}
+
+/// One holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub kind: HolderKind,
+    /// The path the program reaches it by (`kept`, `trainer.outputs`), or what it is.
+    pub name: String,
+    /// `global of __main__`, `local of train() at train.py:42`; empty when none.
+    pub scope: String,
+    /// The container's type (`list`, `dict`, `Tensor`).
+    pub what: String,
+    pub tensors: u64,
+    pub bytes: u64,
+    /// For a graph: its nodes, and the iterations it spans when more than one.
+    pub nodes: Option<u64>,
+    pub batches: Option<u64>,
+}
+
+/// One walk of one process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holders {
+    pub pid: u32,
+    pub device: Option<u32>,
+    /// Relative ns.
+    pub time_ns: u64,
+    pub at: WalkAt,
+    pub elapsed_ms: u64,
+    /// Python objects looked at, CUDA tensors found and their bytes (each storage once).
+    pub objects: u64,
+    pub tensors: u64,
+    pub tensor_bytes: u64,
+    /// Why the walk stopped short (its time bound), when it did: the holders are what it found by then.
+    pub partial: Option<String>,
+    /// Largest first.
+    pub holders: Vec<Holder>,
+}
+
+impl Holders {
+    /// Reads a `holders` record at relative time `t`; `None` when it says nothing usable.
+    pub fn from_bridge(b: &Bridge, t: u64) -> Option<Holders> {
+        let at = match b.field("at")? {
+            "oom" => WalkAt::Oom(b.num("oom").unwrap_or(0)),
+            "exit" => WalkAt::Exit,
+            "request" => WalkAt::Request,
+            _ => return None,
+        };
+        let mut holders = Vec::new();
+        for i in 0..MAX_HOLDERS {
+            let f = |k: &str| b.field(&format!("h.{i}.{k}"));
+            let n = |k: &str| b.num(&format!("h.{i}.{k}"));
+            let Some(kind) = f("kind").and_then(HolderKind::parse) else {
+                break;
+            };
+            let clean = |s: Option<&str>| {
+                s.unwrap_or("")
+                    .chars()
+                    .filter(|&c| !crate::units::unsafe_char(c))
+                    .take(200)
+                    .collect::<String>()
+            };
+            holders.push(Holder {
+                kind,
+                name: clean(f("name")),
+                scope: clean(f("scope")),
+                what: clean(f("what")),
+                tensors: n("tensors").unwrap_or(0),
+                bytes: n("bytes").unwrap_or(0),
+                nodes: n("nodes"),
+                batches: n("batches").filter(|&x| x > 1),
+            });
+        }
+        holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(&b.name)));
+        Some(Holders {
+            pid: b.pid,
+            device: (b.device != NO_DEVICE).then_some(b.device),
+            time_ns: t,
+            at,
+            elapsed_ms: b.num("elapsed_ms").unwrap_or(0),
+            objects: b.num("objects").unwrap_or(0),
+            tensors: b.num("tensors").unwrap_or(0),
+            tensor_bytes: b.num("tensor_bytes").unwrap_or(0),
+            partial: (b.field("partial") == Some("1")).then(|| {
+                b.field("partial_reason")
+                    .unwrap_or("its time bound")
+                    .chars()
+                    .filter(|&c| !crate::units::unsafe_char(c))
+                    .take(200)
+                    .collect()
+            }),
+            holders,
+        })
+    }
+
+    /// The holders a growth can be blamed on: what the program keeps by name, a graph, a cycle, the
+    /// unreached; not its weights, optimizer state or PyTorch's cache.
+    pub fn suspects(&self) -> impl Iterator<Item = &Holder> {
+        self.holders.iter().filter(|h| !h.kind.expected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(fields: &[(&str, &str)]) -> Bridge {
+        Bridge {
+            pid: 5,
+            tid: 5,
+            ts_ns: 0,
+            what: "holders".into(),
+            device: 0,
+            ack: true,
+            fields: fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_record_reads_into_holders_largest_first() {
+        let h = Holders::from_bridge(
+            &rec(&[
+                ("at", "oom"),
+                ("oom", "2"),
+                ("tensors", "60"),
+                ("tensor_bytes", "5000"),
+                ("h.0.kind", "parameters"),
+                ("h.0.name", "model"),
+                ("h.0.bytes", "1000"),
+                ("h.1.kind", "variable"),
+                ("h.1.name", "kept"),
+                ("h.1.scope", "global of __main__"),
+                ("h.1.what", "list"),
+                ("h.1.tensors", "57"),
+                ("h.1.bytes", "4000"),
+                ("h.2.kind", "graph"),
+                ("h.2.name", "total\u{202e}"),
+                ("h.2.batches", "1"),
+                ("h.3.kind", "nonsense"),
+                ("h.4.kind", "variable"),
+            ]),
+            7,
+        )
+        .unwrap();
+        assert_eq!(h.at, WalkAt::Oom(2));
+        assert_eq!(h.device, Some(0));
+        // Read up to the first kind it does not know, largest first.
+        assert_eq!(h.holders.len(), 3);
+        assert_eq!(h.holders[0].name, "kept");
+        assert_eq!(h.holders[0].tensors, 57);
+        assert_eq!(h.holders[1].kind, HolderKind::Parameters);
+        // Control characters (a right-to-left override) never reach a terminal; one batch is no span.
+        assert_eq!(h.holders[2].name, "total");
+        assert_eq!(h.holders[2].batches, None);
+        assert_eq!(h.suspects().count(), 2);
+        assert!(Holders::from_bridge(&rec(&[("at", "later")]), 0).is_none());
+    }
+}
