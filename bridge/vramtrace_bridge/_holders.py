@@ -21,6 +21,7 @@ import time
 MAX_DEPTH = 6
 MAX_HOLDERS = 16
 MAX_UNREACHED = 20  # the largest unreached tensors asked of gc.get_referrers (one full pass each)
+MAX_BATCH = 512  # the rest, asked together in one more pass
 CHECK_EVERY = 1024  # objects between two looks at the clock
 
 # How a type is walked (cached per type: the walk classifies each type once).
@@ -313,7 +314,8 @@ class _Walk(object):
             except Exception:
                 pass
         try:
-            g = t.grad  # a parameter's gradient: held with it
+            # A leaf's gradient is held with it; a non-leaf has none, and asking warns on the program's stderr.
+            g = t.grad if t.is_leaf else None
         except Exception:
             g = None
         if g is not None and depth < MAX_DEPTH:
@@ -449,6 +451,35 @@ class _Walk(object):
                 cycle.append(rec)
                 if via not in cycle_types:
                     cycle_types.append(via)
+        # The rest in one more pass: whatever refers to any of them (gc.get_referrers compares each referent
+        # with every argument: a few hundred at most), then which of them each such referrer holds.
+        if rest and self.left():
+            batch = rest[:MAX_BATCH]
+            by_id = {id(rec[0]): rec for rec in batch}
+            ours.add(id(batch))
+            ours.add(id(by_id))
+            try:
+                refs = gc.get_referrers(*[rec[0] for rec in batch])
+            except Exception:
+                refs = []
+            ours.add(id(refs))
+            held = set()
+            for r in refs:
+                if id(r) in ours or id(r) in self.visited or type(r).__name__ == "frame":
+                    continue
+                try:
+                    inner = gc.get_referents(r)
+                except Exception:
+                    continue
+                for x in inner:
+                    if id(x) in by_id and id(x) not in held:
+                        held.add(id(x))
+                        via = type(r).__name__
+                        if via not in cycle_types:
+                            cycle_types.append(via)
+            del refs
+            cycle.extend(by_id[i] for i in held)
+            rest = [rec for rec in rest if id(rec[0]) not in held]
         if cycle:
             name = "reference cycle through a %s, awaiting the garbage collector" % "/".join(cycle_types[:3])
             label = ("cycle", name, None, cycle_types[0])

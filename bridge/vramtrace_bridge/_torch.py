@@ -87,10 +87,11 @@ STEP_MIN_SAMPLES = 3  # a step the sampler saw fewer times than this has no floo
 
 HOLDERS_DEADLINE_S = 1.0
 REQUEST_EVERY_S = 1.0  # how often the sampler looks for a holders request
-# At a step's boundary (after optimizer.step(), or as a batch is drawn) allocated bytes are read at most this
-# often: the same moment of every step, so what a step kept is exact (a sampler's reading falls anywhere in a
-# step). One reading costs tens of microseconds: at most 50 a second keeps a CPU-bound loop's cost under 0.3%.
-BOUNDARY_EVERY_NS = 20_000_000
+# At a step's boundary (after optimizer.step(), or as a batch is drawn) allocated bytes are read: the same moment
+# of every step, so what a step kept is exact (a sampler's reading falls anywhere in a step). Each reading waits
+# until the program has run for its cost over this share, so they never take more of its time, however short its
+# steps (a reading of 30 us: at most one every 6 ms).
+BOUNDARY_SHARE = 0.005
 
 AUTO_ENTRIES = 20000
 
@@ -162,7 +163,7 @@ class _Steps(object):
         self.first_optimizer = _First()
         self.first_loader = _First()
         self.sent = (0, 0)
-        self.read_ns = 0  # the last reading at a step's boundary
+        self.next_read_ns = 0  # no reading at a step's boundary before this
 
     def index(self):
         """The step the program is in: optimizer steps once there are any (a step may take several batches),
@@ -200,12 +201,19 @@ def _count_batch(it):
 
 def _boundary(s):
     """At a step's boundary: the current device's allocated bytes, sent with the counts (`steps` with `device`
-    and `allocated`), at most every BOUNDARY_EVERY_NS. Only once the bridge attached (torch initialised CUDA):
-    asking earlier would initialise it."""
+    and `allocated`), within BOUNDARY_SHARE of the program's time. Only once the bridge attached (torch
+    initialised CUDA): asking earlier would initialise it."""
     now = s.t_ns
-    if now - s.read_ns < BOUNDARY_EVERY_NS or not _state["attached"] or _state["pid"] != os.getpid():
+    if now < s.next_read_ns or not _state["attached"] or _state["pid"] != os.getpid():
         return
-    s.read_ns = now
+    t0 = time.perf_counter_ns()
+    try:
+        _read_boundary(s, now)
+    finally:
+        s.next_read_ns = now + int(max(time.perf_counter_ns() - t0, 1000) / BOUNDARY_SHARE)
+
+
+def _read_boundary(s, now):
     torch = _state["torch"]
     dev = torch.cuda.current_device()
     allocated = _values(_raw_stats(torch, dev))[0]

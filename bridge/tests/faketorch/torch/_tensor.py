@@ -27,7 +27,24 @@ class Tensor(object):
         self._device = int(device.split(":")[1]) if ":" in device else (0 if self.is_cuda else -1)
         self.requires_grad = requires_grad or grad_fn is not None
         self.grad_fn = grad_fn
-        self.grad = None
+        self._grad = None
+
+    @property
+    def is_leaf(self):
+        return self.grad_fn is None
+
+    @property
+    def grad(self):
+        if not self.is_leaf:
+            # PyTorch's own warning (TensorBody.h): the bridge must never trigger it.
+            import warnings
+
+            warnings.warn("The .grad attribute of a Tensor that is not a leaf Tensor is being accessed.", UserWarning)
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        self._grad = value
 
     def untyped_storage(self):
         return self._storage
