@@ -438,3 +438,34 @@ fn a_page_of_several_hosts_has_each_hosts_whatif_table() {
     assert!(tables.iter().any(|t| t.contains("23205 entries")));
     assert!(tables.iter().any(|t| t.contains("1440 entries")));
 }
+
+/// Issue 35: a run that failed from growth fits no setting: the what-if says so instead of naming one that
+/// "saves most", in text and JSON.
+#[test]
+fn a_run_that_grew_fits_no_setting() {
+    let trace = fixtures().join("../gpu/verdict_growth.vtrace");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .args(["whatif", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &d["traces"][0];
+    assert_eq!(t["caveat"]["kind"], "growth", "{t}");
+    assert!(t["best"].is_null(), "{t}");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .arg("whatif")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let t = text(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        t.contains("No setting fits: the run kept memory step after step"),
+        "{t}"
+    );
+    assert!(!t.contains("Saves most"), "{t}");
+}

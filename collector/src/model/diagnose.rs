@@ -285,11 +285,23 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
         .filter(|&x| x > 0)
         .or(shortfall.filter(|&x| x > 0))
         .or(free.is_none().then_some(req));
-    let grew = s
+    // With no growth read from a series, a graph kept across iterations is one (a loop without an optimizer or
+    // a DataLoader, such as an evaluation that sums its losses with their graphs).
+    // Counted in steps or cycles first, then the graph (its iterations are the program's), then wall-clock
+    // windows.
+    let graph = graph_growth(s);
+    let counted = |l: &&LeakTrend| l.unit != crate::model::analysis::GrowthUnit::Time;
+    let fw_leak = s
         .framework_leak
         .as_ref()
-        .map(|l| (l, GrowthOf::FrameworkAllocated))
-        .or(s.leak.as_ref().map(|l| (l, GrowthOf::JobInUse)))
+        .map(|l| (l, GrowthOf::FrameworkAllocated));
+    let driver_leak = s.leak.as_ref().map(|l| (l, GrowthOf::JobInUse));
+    let grew = fw_leak
+        .filter(|(l, _)| counted(l))
+        .or(driver_leak.filter(|(l, _)| counted(l)))
+        .or(graph.as_ref().map(|l| (l, GrowthOf::HeldGraph)))
+        .or(fw_leak)
+        .or(driver_leak)
         .filter(|(l, _)| missing.is_some_and(|m| l.rise_bytes >= m))
         // Lost events can be lost frees, which look exactly like memory kept: no growth verdict on them.
         .filter(|_| s.dropped_events == 0);
@@ -559,5 +571,36 @@ fn rank_asymmetry(s: &OomSnapshot) -> Option<Finding> {
         peers: peers.len() as u64,
         peers_median_bytes: median,
         peers_max_bytes: peers[peers.len() - 1],
+    })
+}
+
+/// Iterations a graph kept at the error must span to be a growth by itself.
+pub const GRAPH_MIN_ITERATIONS: u64 = 3;
+
+/// The growth an autograd graph kept across iterations makes (the bridge's walk at the error): its bytes over
+/// the iterations it spans. The walk cannot say when they were made: one point, at the error.
+fn graph_growth(s: &OomSnapshot) -> Option<LeakTrend> {
+    use crate::model::analysis::{GrowthUnit, Minimum, StepSource};
+    let h = s
+        .holders
+        .as_ref()?
+        .holders
+        .iter()
+        .filter(|h| h.kind == crate::model::analysis::holders::HolderKind::Graph)
+        .filter(|h| h.batches.is_some_and(|b| b >= GRAPH_MIN_ITERATIONS))
+        .max_by_key(|h| h.bytes)?;
+    Some(LeakTrend {
+        minima: vec![Minimum {
+            t_ns: s.time_ns,
+            bytes: h.bytes,
+        }],
+        rise_bytes: h.bytes,
+        steps: h.batches,
+        unit: GrowthUnit::Steps(StepSource::GraphIterations),
+        pid: Some(s.pid),
+        groups: Vec::new(),
+        more_groups: 0,
+        sites: Vec::new(),
+        more_sites: 0,
     })
 }

@@ -81,6 +81,18 @@ pub fn reason(d: &Diagnosis) -> String {
             b(requested)
         ),
         Reason::Growth {
+            of: GrowthOf::HeldGraph,
+            requested,
+            missing,
+        } => format!(
+            "{} grew iteration after iteration up to this error ({}); without it the {} request would have \
+             fitted ({} was missing)",
+            d.holder.as_ref().map_or("an autograd graph kept across iterations".to_string(), holder_label),
+            d.growth.as_ref().map_or(String::new(), growth_size),
+            b(requested),
+            b(missing)
+        ),
+        Reason::Growth {
             of,
             requested,
             missing,
@@ -88,6 +100,7 @@ pub fn reason(d: &Diagnosis) -> String {
             let what = match of {
                 GrowthOf::FrameworkAllocated => "PyTorch's allocated bytes",
                 GrowthOf::JobInUse => "the job's bytes in use",
+                GrowthOf::HeldGraph => "an autograd graph",
             };
             let at = match &d.growth_line {
                 Some(g) if g.source == "cache" => format!(
@@ -368,6 +381,13 @@ pub fn growth_size(l: &LeakTrend) -> String {
     );
     let noun = l.unit.noun();
     match (l.steps.filter(|&n| n > 0), l.unit) {
+        (Some(n), GrowthUnit::Steps(StepSource::GraphIterations)) => format!(
+            "it holds {} of saved tensors over {} {}, about {} an {noun}",
+            b(l.rise_bytes),
+            count(n),
+            nouns(noun, n),
+            b(l.rise_bytes / n)
+        ),
         (Some(n), GrowthUnit::Steps(src)) => format!(
             "kept {} per {noun} over {} {} ({}), {whole}",
             b(l.rise_bytes / n),
@@ -376,6 +396,7 @@ pub fn growth_size(l: &LeakTrend) -> String {
             match src {
                 StepSource::Optimizer => "the program's optimizer steps",
                 StepSource::Batches => "the program's DataLoader batches",
+                StepSource::GraphIterations => "the iterations its graph spans",
             }
         ),
         (Some(n), GrowthUnit::Cycles) => format!(

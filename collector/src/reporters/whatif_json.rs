@@ -34,7 +34,17 @@ struct Trace<'a> {
     without_history: &'a [u32],
     configs: Vec<ConfigJ<'a>>,
     best: Option<Best<'a>>,
+    /// What must be read first (docs/WHATIF.md): `{kind ("growth" or "history_incomplete"), text}`; with one,
+    /// `best` is null and no setting is said to fit.
+    caveat: Option<CaveatJ>,
     notes: &'a [String],
+}
+
+#[derive(Serialize)]
+struct CaveatJ {
+    kind: &'static str,
+    text: String,
+    per_step_bytes: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -148,6 +158,7 @@ fn trace(a: &Answered) -> Trace<'_> {
         without_history: &l.without_history,
         configs: Vec::new(),
         best: None,
+        caveat: None,
         notes: &l.notes,
     };
     let Some(w) = &a.whatif else {
@@ -219,7 +230,16 @@ fn trace(a: &Answered) -> Trace<'_> {
             passes_run_ooms: c.passes_run_ooms,
         })
         .collect();
-    t.best = w.best.map(|b| Best {
+    let caveat = crate::whatif::caveat::caveat(w, &a.loaded);
+    t.caveat = caveat.as_ref().map(|c| CaveatJ {
+        kind: c.key(),
+        text: c.text(),
+        per_step_bytes: match c {
+            crate::whatif::caveat::Caveat::Growth(g) => g.per_step_bytes,
+            _ => None,
+        },
+    });
+    t.best = w.best.filter(|_| caveat.is_none()).map(|b| Best {
         label: &w.configs[b].label,
         conf: &w.configs[b].conf,
         smallest_cap: w.needs(b),

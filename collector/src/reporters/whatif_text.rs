@@ -182,6 +182,11 @@ pub fn render(a: &Answered) -> String {
         }
     )
     .ok();
+    let caveat = crate::whatif::caveat::caveat(w, &a.loaded);
+    let incomplete = matches!(
+        caveat,
+        Some(crate::whatif::caveat::Caveat::Incomplete { .. })
+    );
     for (i, c) in w.configs.iter().enumerate() {
         let mut label = c.label.clone();
         if c.approximate {
@@ -189,6 +194,11 @@ pub fn render(a: &Answered) -> String {
         }
         let fits = match (fits_col, c.fits) {
             (false, _) => String::new(),
+            // The run itself failed there: its replay getting through says the history is short, not that it fits.
+            (true, Some(true)) if i == 0 && incomplete => {
+                "  no    (the run failed; see below)".to_string()
+            }
+            (true, Some(true)) if incomplete => "  ?     (lower bound)".to_string(),
             (true, Some(true)) => "  yes   -".to_string(),
             (true, _) => format!(
                 "  no    {}",
@@ -217,8 +227,18 @@ pub fn render(a: &Answered) -> String {
         .ok();
     }
     writeln!(o).ok();
-    match w.best {
-        Some(b) => {
+    match (w.best, &caveat) {
+        (_, Some(c)) => {
+            let mut t = String::new();
+            crate::reporters::text::wrap(
+                &mut t,
+                &format!("  {}", c.text()),
+                "  ",
+                crate::reporters::text::WIDTH,
+            );
+            o.push_str(&t);
+        }
+        (Some(b), None) => {
             let c = &w.configs[b];
             let saved = w.needs(0).saturating_sub(w.needs(b));
             writeln!(
@@ -236,7 +256,7 @@ pub fn render(a: &Answered) -> String {
             }
             writeln!(o, "{how}").ok();
         }
-        None => {
+        (None, None) => {
             writeln!(o, "  None of these settings needs less than the run's own.").ok();
         }
     }

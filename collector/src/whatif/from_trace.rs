@@ -26,6 +26,20 @@ pub struct Loaded {
     pub others: BTreeMap<u32, u64>,
     pub notes: Vec<String>,
     pub start_unix_us: u64,
+    /// Per device, the out-of-memory errors the run raised there (refusals it recovered from are not).
+    pub run_failed: BTreeMap<u32, u64>,
+    /// The run's memory grew step after step (an error's cause, else a device's growth over the run): what a
+    /// step kept and what a step is, when steps were counted.
+    pub growth: Option<RunGrowth>,
+}
+
+/// The run's growth, as the what-if says it: no setting fits a job that keeps memory each step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunGrowth {
+    pub rise_bytes: u64,
+    /// `rise / steps` where steps were counted (the program's, or a process's cycles).
+    pub per_step_bytes: Option<u64>,
+    pub noun: &'static str,
 }
 
 /// The default device memory when the trace does not say (an 80 GiB card): only expandable segments' address
@@ -49,6 +63,12 @@ pub fn load(a: &Analysis, trace: &Path) -> Loaded {
         }
         l.driver_peak.insert(dev, d.peak_bytes);
     }
+    for o in &a.ooms {
+        if let Some(d) = o.device {
+            *l.run_failed.entry(d).or_default() += 1;
+        }
+    }
+    l.growth = run_growth(a);
     // Per process, the snapshots to try, best first.
     let mut tries: BTreeMap<u32, Vec<(String, &str)>> = BTreeMap::new();
     for (pid, p) in &a.bridge.exit_snapshots {
@@ -117,4 +137,35 @@ pub fn load(a: &Analysis, trace: &Path) -> Loaded {
         }
     }
     l
+}
+
+/// The run's growth: the cause of one of its errors, else the largest growth of a device over the run.
+fn run_growth(a: &Analysis) -> Option<RunGrowth> {
+    let of = |g: &crate::model::LeakTrend| RunGrowth {
+        rise_bytes: g.rise_bytes,
+        per_step_bytes: (g.unit != crate::model::GrowthUnit::Time)
+            .then(|| g.steps.filter(|&n| n > 0).map(|n| g.rise_bytes / n))
+            .flatten(),
+        noun: g.unit.noun(),
+    };
+    let at_error = a
+        .ooms
+        .iter()
+        .map(|s| crate::model::diagnose::diagnose(a, s))
+        .filter(|d| d.cause == crate::model::diagnose::Cause::Growth)
+        .filter_map(|d| d.growth.as_ref().map(of))
+        .max_by_key(|g| g.rise_bytes);
+    at_error.or_else(|| {
+        a.devices
+            .iter()
+            .flat_map(|d| {
+                [
+                    d.growth.as_ref(),
+                    d.framework.as_ref().and_then(|f| f.leak.as_ref()),
+                ]
+            })
+            .flatten()
+            .map(of)
+            .max_by_key(|g| g.rise_bytes)
+    })
 }

@@ -5,6 +5,7 @@
 
 pub mod answer;
 pub mod async_pool;
+pub mod caveat;
 pub mod from_trace;
 pub mod history;
 pub mod native;

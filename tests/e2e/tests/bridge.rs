@@ -26,14 +26,24 @@ fn fake_torch(fake: &FakeCuda) -> PathBuf {
     let site = fake.dir().join("site-packages");
     let dst = site.join("torch");
     std::fs::create_dir_all(&dst).unwrap();
-    let src = repo().join("bridge/tests/faketorch/torch");
+    copy_py(&repo().join("bridge/tests/faketorch/torch"), &dst);
+    site
+}
+
+/// The `.py` files under `src`, subpackages included, into `dst`.
+fn copy_py(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
     for e in std::fs::read_dir(src).unwrap() {
         let e = e.unwrap();
-        if e.file_name().to_string_lossy().ends_with(".py") {
-            std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+        let name = e.file_name();
+        if e.file_type().unwrap().is_dir() {
+            if name != "__pycache__" {
+                copy_py(&e.path(), &dst.join(&name));
+            }
+        } else if name.to_string_lossy().ends_with(".py") {
+            std::fs::copy(e.path(), dst.join(&name)).unwrap();
         }
     }
-    site
 }
 
 fn json(verb: &str, trace: &Path) -> serde_json::Value {
@@ -304,4 +314,157 @@ fn torch_history_needs_the_bridge() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--torch-history"), "{err}");
+}
+
+/// The stand-in torch on PYTHONPATH, and `bridge_keep_steps.py MIB STEPS MS MODE` under `vramtrace run ARGS`:
+/// its result, the trace, and the steps the program kept before its error (its stderr says).
+fn keep_steps(
+    name: &str,
+    args: &[&str],
+    prog: &[&str],
+) -> (FakeCuda, vramtrace_e2e::RunResult, PathBuf) {
+    let fake = FakeCuda::new().env("FAKECUDA_DEVICES", "1");
+    let site = fake_torch(&fake);
+    let fake = fake.env("PYTHONPATH", &site);
+    let mut a: Vec<String> = vec![script("bridge_keep_steps.py").display().to_string()];
+    a.extend(prog.iter().map(|s| s.to_string()));
+    let (r, trace) = fake.traced(name, args, "python3", &a);
+    (fake, r, trace)
+}
+
+/// Issue 35: outputs kept in a list under a cap that fills in under a second are growth counted in the
+/// program's own steps, at the step's exact figure, and the list is named as what holds them: in the cause,
+/// HELD BY and the advice, never a cap or an allocator setting.
+#[test]
+fn outputs_kept_under_a_tight_cap_are_growth_in_steps_held_by_their_list() {
+    let (fake, r, trace) = keep_steps("keep", &["--cap", "2GiB"], &["128", "100", "30", "keep"]);
+    assert_eq!(r.status.code(), Some(3), "{}", r.stderr);
+    let kept: u64 = r
+        .stderr
+        .split("OOM after ")
+        .nth(1)
+        .and_then(|x| x.split_whitespace().next())
+        .and_then(|x| x.parse().ok())
+        .expect("the program's count");
+    // What the driver gave never passed the cap: the shim refused the cache's last request itself.
+    let (mut live, mut peak) = (std::collections::HashMap::new(), 0u64);
+    for l in fake.log().iter().filter(|l| l.rc == 0) {
+        if l.func.starts_with("cuMemAlloc") {
+            live.insert(l.addr, l.size);
+        } else if l.func.starts_with("cuMemFree") {
+            live.remove(&l.addr);
+        }
+        peak = peak.max(live.values().sum());
+    }
+    assert!((2 * GIB - 256 * MIB..=2 * GIB).contains(&peak), "{peak}");
+    // The trace: the optimizer's steps, read at their boundaries.
+    let t = read_trace(&trace);
+    let readings: Vec<u64> = t
+        .bridge
+        .iter()
+        .filter(|(_, b)| b.what == "steps")
+        .filter_map(|(_, b)| b.num("allocated"))
+        .collect();
+    // Read as often as their cost allows (half a percent of the program's time): several in 14 steps.
+    assert!(readings.len() >= 4, "{readings:?}");
+    let j = json("oom", &trace);
+    let e = &j["ooms"][0];
+    assert_eq!(e["cause"], "growth", "{}", text("oom", &trace));
+    assert_eq!(e["growth"]["unit"], "optimizer_steps");
+    assert_eq!(e["growth"]["per_step_bytes"].as_u64(), Some(128 * MIB));
+    assert!(e["growth"]["steps"].as_u64().unwrap() + 2 >= kept, "{kept}");
+    let h = &e["holders"]["holders"][0];
+    assert_eq!(
+        (h["kind"].as_str(), h["name"].as_str()),
+        (Some("variable"), Some("kept"))
+    );
+    assert_eq!(h["scope"], "global of __main__");
+    assert_eq!(h["tensors"].as_u64(), Some(kept));
+    assert_eq!(h["bytes"].as_u64(), Some(kept * 128 * MIB));
+    let advice: Vec<&str> = e["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        advice[0].starts_with("kept (list, global of __main__) holds"),
+        "{advice:?}"
+    );
+    assert!(advice
+        .iter()
+        .all(|a| !a.contains("--cap") && !a.contains("PYTORCH_CUDA_ALLOC_CONF")));
+    let screen = text("oom", &trace);
+    assert!(
+        screen.contains("HELD BY (what kept the tensors alive at the error"),
+        "{screen}"
+    );
+}
+
+/// A running total of losses kept with their graphs: the graph behind the variable is named, with the
+/// iterations it spans, and the advice says no_grad.
+#[test]
+fn a_running_total_that_keeps_its_graphs_is_named_by_its_variable() {
+    let (_fake, r, trace) = keep_steps("graph", &["--cap", "2GiB"], &["128", "100", "30", "graph"]);
+    assert_eq!(r.status.code(), Some(3), "{}", r.stderr);
+    let j = json("oom", &trace);
+    let e = &j["ooms"][0];
+    assert_eq!(e["cause"], "growth");
+    let h = &e["holders"]["holders"][0];
+    assert_eq!(
+        (h["kind"].as_str(), h["name"].as_str()),
+        (Some("graph"), Some("total"))
+    );
+    assert!(h["batches"].as_u64().unwrap() >= 10, "{h}");
+    assert!(e["advice"][0].as_str().unwrap().contains("torch.no_grad()"));
+}
+
+/// Without an error: the report names the growth per step, and the bridge's walk at exit names the list. A
+/// steady loop of the same program is not growth.
+#[test]
+fn report_names_growth_in_steps_and_its_holder_at_exit_and_not_a_steady_loop() {
+    let (_fake, r, trace) = keep_steps("free", &[], &["32", "40", "20", "keep"]);
+    assert!(r.success(), "{}", r.stderr);
+    let j = json("report", &trace);
+    let leak = &j["devices"][0]["framework"]["allocated_leak"];
+    assert_eq!(leak["unit"], "optimizer_steps", "{j}");
+    assert_eq!(leak["per_step_bytes"].as_u64(), Some(32 * MIB));
+    let walk = &j["bridge"]["walks"][0];
+    assert_eq!(walk["at"], "exit");
+    assert_eq!(walk["holders"][0]["name"], "kept");
+    assert_eq!(walk["holders"][0]["tensors"].as_u64(), Some(40));
+    assert!(text("report", &trace).contains("held at exit by kept (list, global of __main__)"));
+
+    let (_fake, r, trace) = keep_steps("steady", &[], &["32", "60", "20", "steady"]);
+    assert!(r.success(), "{}", r.stderr);
+    let j = json("report", &trace);
+    assert!(
+        j["devices"][0]["framework"]["allocated_leak"].is_null(),
+        "{j}"
+    );
+    assert!(j["devices"][0]["growth"].is_null(), "{j}");
+    assert_eq!(j["bridge"]["walks"].as_array().map(Vec::len), Some(0));
+}
+
+/// A program on the driver alone (no bridge) keeping 32 MiB a round fills a 1 GiB cap in half a second: growth
+/// by the driver-level rule (cycles of its allocations), at the round's figure; 30 rounds without an error are
+/// growth in the report.
+#[test]
+fn a_driver_program_keeping_memory_each_round_is_growth_in_cycles() {
+    let fake = FakeCuda::new().env("FAKECUDA_DEVICES", "1");
+    let prog = script("driver_keep_loop.py").display().to_string();
+    let (r, trace) = fake.traced("cycles", &["--cap", "1GiB"], "python3", &[&prog, "1000"]);
+    assert_eq!(r.status.code(), Some(1), "{}", r.stderr);
+    let j = json("oom", &trace);
+    let e = &j["ooms"][0];
+    assert_eq!(e["cause"], "growth", "{}", text("oom", &trace));
+    assert_eq!(e["growth"]["unit"], "driver_cycles");
+    assert_eq!(e["growth"]["per_step_bytes"].as_u64(), Some(32 * MIB));
+    assert!(!text("oom", &trace).contains("--cap 1.25GiB"));
+
+    let (r, trace) = fake.traced("cycles_free", &[], "python3", &[&prog, "30"]);
+    assert!(r.success(), "{}", r.stderr);
+    let j = json("report", &trace);
+    let g = &j["devices"][0]["growth"];
+    assert_eq!(g["per_step_bytes"].as_u64(), Some(32 * MIB), "{j}");
 }

@@ -371,6 +371,8 @@ pub enum StepSource {
     Optimizer,
     /// Batches drawn from a `torch.utils.data.DataLoader`.
     Batches,
+    /// The iterations an autograd graph kept at the error spans (the bridge's walk), for a loop with neither.
+    GraphIterations,
 }
 
 impl GrowthUnit {
@@ -379,6 +381,7 @@ impl GrowthUnit {
         match self {
             GrowthUnit::Steps(StepSource::Optimizer) => "optimizer_steps",
             GrowthUnit::Steps(StepSource::Batches) => "dataloader_batches",
+            GrowthUnit::Steps(StepSource::GraphIterations) => "graph_iterations",
             GrowthUnit::Cycles => "driver_cycles",
             GrowthUnit::Time => "time_windows",
         }
@@ -389,6 +392,7 @@ impl GrowthUnit {
         match self {
             GrowthUnit::Steps(StepSource::Optimizer) => "step",
             GrowthUnit::Steps(StepSource::Batches) => "batch",
+            GrowthUnit::Steps(StepSource::GraphIterations) => "iteration",
             GrowthUnit::Cycles | GrowthUnit::Time => "cycle",
         }
     }

@@ -17,6 +17,9 @@ pub enum GrowthOf {
     FrameworkAllocated,
     /// The job's bytes in use, as the driver's calls show them.
     JobInUse,
+    /// An autograd graph the program keeps across its iterations (the bridge's walk at the error: a graph
+    /// behind one variable spanning several iterations), for a loop with no step the bridge could count.
+    HeldGraph,
 }
 
 /// What lay outside the job on the device, when the driver said its total and free.

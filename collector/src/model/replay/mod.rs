@@ -1054,17 +1054,17 @@ impl<'t> Replay<'t> {
                 if lossy[i] {
                     return None;
                 }
-                // The device's timeline in wall-clock windows, else the largest growth of one of its processes
-                // in its own cycles (observe/steps.rs): a leak that fills the device in a second is one too.
-                let mut g = crate::model::observe::growth::growth(tl, end).or_else(|| {
-                    self.procs
-                        .iter()
-                        .filter_map(|p| {
-                            let pd = p.dev.get(i)?;
-                            pd.troughs.growth(GrowthUnit::Cycles, p.s.pid, true)
-                        })
-                        .max_by_key(|g| g.rise_bytes)
-                })?;
+                // The largest growth of one of the device's processes in its own cycles (observe/steps.rs: a
+                // leak that fills the device in a second is one too), else its timeline in wall-clock windows.
+                let mut g = self
+                    .procs
+                    .iter()
+                    .filter_map(|p| {
+                        let pd = p.dev.get(i)?;
+                        pd.troughs.growth(GrowthUnit::Cycles, p.s.pid, true)
+                    })
+                    .max_by_key(|g| g.rise_bytes)
+                    .or_else(|| crate::model::observe::growth::growth(tl, end))?;
                 let kept = self
                     .kept
                     .iter()

@@ -91,7 +91,12 @@ pub fn advice_text(a: &Advice) -> String {
             noun,
             lasts,
         } => {
-            let rate = per_step.map_or(String::new(), |p| format!(" (about {} a {noun})", b(p)));
+            let a = if noun.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                "an"
+            } else {
+                "a"
+            };
+            let rate = per_step.map_or(String::new(), |p| format!(" (about {} {a} {noun})", b(p)));
             let mut t = format!(
                 "No cap, GPU or allocator setting fixes a growth{rate}: a larger {} or a smaller batch only moves \
                  the error to a later {noun}. Fix what grows first.",

@@ -1,0 +1,356 @@
+//! Verdicts in the program's own terms (issue 35), on traces built in memory as the bridge writes them: growth
+//! counted in the program's steps whatever the wall clock, what held the tensors named in the cause, HELD BY and
+//! advice alike, a graph kept across iterations, a rank holding far more than its peers, and advice that a
+//! replay or a wall-clock guess does not overstate.
+
+mod common;
+
+use common::traces::{torch_oom, torch_sample};
+use common::*;
+use vramtrace_collector::model::{analyze_reader, Analysis, GrowthUnit, StepSource};
+use vramtrace_collector::reporters::{oom_json, oom_text};
+use vramtrace_collector::verbs::oom::{diagnose, Cause};
+use vramtrace_format::{Bridge, EndKind, Record};
+
+fn run(records: &[Record]) -> Analysis {
+    analyze_reader(&trace(records)[..]).unwrap()
+}
+
+/// `text` with its line breaks and runs of spaces made one space, so a check does not depend on wrapping.
+fn flat(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn bridge(pid: u32, ms: u64, what: &str, device: u32, fields: &[(&str, String)]) -> Record {
+    Record::Bridge(Bridge {
+        pid,
+        tid: 1,
+        ts_ns: START + ms * MS,
+        what: what.into(),
+        device,
+        ack: false,
+        fields: fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+    })
+}
+
+/// The bridge's reading at the boundary of optimizer step `n`.
+fn step(pid: u32, ms: u64, n: u64, allocated: Option<u64>) -> Record {
+    let mut f = vec![("optimizer", n.to_string()), ("batches", "0".into())];
+    if let Some(a) = allocated {
+        f.push(("device", "0".into()));
+        f.push(("allocated", a.to_string()));
+    }
+    bridge(pid, ms, "steps", u32::MAX, &f)
+}
+
+/// The walk at the process's first error: `holders` as (kind, name, scope, what, tensors, bytes, batches).
+fn holders(pid: u32, ms: u64, hs: &[(&str, &str, &str, &str, u64, u64, u64)]) -> Record {
+    let mut f = vec![
+        ("at", "oom".to_string()),
+        ("oom", "1".into()),
+        ("elapsed_ms", "42".into()),
+        ("tensors", hs.iter().map(|h| h.4).sum::<u64>().to_string()),
+        (
+            "tensor_bytes",
+            hs.iter().map(|h| h.5).sum::<u64>().to_string(),
+        ),
+    ];
+    let keys: Vec<String> = (0..hs.len())
+        .flat_map(|i| {
+            [
+                "kind", "name", "scope", "what", "tensors", "bytes", "batches",
+            ]
+            .map(|k| format!("h.{i}.{k}"))
+        })
+        .collect();
+    let mut vals = Vec::new();
+    for h in hs {
+        vals.extend([
+            h.0.to_string(),
+            h.1.to_string(),
+            h.2.to_string(),
+            h.3.to_string(),
+            h.4.to_string(),
+            h.5.to_string(),
+            h.6.to_string(),
+        ]);
+    }
+    let mut rec = bridge(pid, ms, "holders", 0, &std::mem::take(&mut f));
+    if let Record::Bridge(b) = &mut rec {
+        b.fields
+            .extend(keys.into_iter().zip(vals).collect::<Vec<_>>());
+    }
+    rec
+}
+
+/// A training loop of PyTorch's on device 0 that keeps `kept` bytes a step over 1 GiB of weights, `steps`
+/// steps of `step_ms`, with a 2 GiB activation a step; the bridge's readings at each step's boundary (when
+/// `boundary`), samples every 20 ms, then PyTorch's error asking for 512 MiB.
+fn keeping(steps: u64, step_ms: u64, kept: u64, boundary: bool) -> (Vec<Record>, u64) {
+    let mut r = vec![
+        hello(100, 0),
+        events(100, vec![alloc(1, 0, 0xa000, 6 * GIB - 128 * MIB)]),
+    ];
+    let mut t = 10;
+    for n in 0..steps {
+        let floor = GIB + kept * n;
+        // Samples through the step: its start, its activations, its end.
+        let mut s = t;
+        while s < t + step_ms {
+            let phase = (s - t) * 4 / step_ms.max(1);
+            let v = floor + if phase == 1 || phase == 2 { 2 * GIB } else { 0 };
+            r.push(torch_sample(100, s, v));
+            s += 20.min(step_ms.max(1));
+        }
+        t += step_ms;
+        r.push(step(100, t, n + 1, boundary.then_some(floor + kept)));
+    }
+    (r, t)
+}
+
+#[test]
+fn outputs_kept_each_step_under_a_tight_cap_are_growth_per_step_in_seconds() {
+    // 15 steps of 130 ms keeping 256 MiB each: the cap fills in 2 s, inside what wall-clock windows could see.
+    let (mut r, t) = keeping(15, 130, 256 * MIB, true);
+    r.push(torch_oom(
+        100,
+        t + 5,
+        512 * MIB,
+        GIB + 15 * 256 * MIB,
+        GIB + 16 * 256 * MIB,
+    ));
+    r.push(holders(
+        100,
+        t + 6,
+        &[
+            (
+                "variable",
+                "kept",
+                "global of __main__",
+                "list",
+                15,
+                15 * 256 * MIB,
+                0,
+            ),
+            (
+                "parameters",
+                "model",
+                "global of __main__",
+                "Linear",
+                2,
+                GIB,
+                0,
+            ),
+        ],
+    ));
+    r.push(end(100, t + 10, EndKind::Vanished));
+    let a = run_with(capped_header(6 * GIB, 80 * GIB), &r);
+    let s = &a.ooms[0];
+    let d = diagnose(&a, s);
+    assert_eq!(d.cause, Cause::Growth, "{:?}", d.reason);
+    let g = d.growth.as_ref().unwrap();
+    assert_eq!(g.unit, GrowthUnit::Steps(StepSource::Optimizer));
+    let per = g.rise_bytes / g.steps.unwrap();
+    assert!(
+        per.abs_diff(256 * MIB) * 20 <= 256 * MIB,
+        "{per} a step over {:?}",
+        g.steps
+    );
+    // The holder is named in the cause, HELD BY and the advice; the weights never are the suspect.
+    assert_eq!(d.holder.as_ref().unwrap().name, "kept");
+    let text = flat(&oom_text::render(&a, None));
+    let cause = text
+        .split("CAUSE")
+        .nth(1)
+        .unwrap()
+        .split("FIGURES")
+        .next()
+        .unwrap();
+    assert!(cause.contains("kept 256.00 MiB per step over"), "{cause}");
+    assert!(cause.contains("kept (list, global of __main__)"), "{cause}");
+    let held = text
+        .split("HELD BY")
+        .nth(1)
+        .unwrap()
+        .split("FINDINGS")
+        .next()
+        .unwrap();
+    assert!(
+        held.contains("15 tensors kept (list, global of __main__)"),
+        "{held}"
+    );
+    let advice = text.split("ADVICE").nth(1).unwrap();
+    assert!(
+        advice.contains("kept (list, global of __main__) holds"),
+        "{advice}"
+    );
+    // No cap or setting advised: how long larger ones last instead.
+    assert!(!advice.contains("--cap"), "{advice}");
+    assert!(advice.contains("more steps"), "{advice}");
+    // JSON carries the unit, the step's figure and the holders.
+    let json: serde_json::Value = serde_json::from_str(&oom_json::render(&a)).unwrap();
+    let e = &json["ooms"][0];
+    assert_eq!(e["growth"]["unit"], "optimizer_steps");
+    assert_eq!(e["growth"]["per_step_bytes"].as_u64(), Some(per));
+    assert_eq!(e["holders"]["holders"][0]["name"], "kept");
+    assert_eq!(e["holders"]["holders"][0]["kind"], "variable");
+    assert_eq!(e["holders"]["at"], "oom");
+}
+
+#[test]
+fn growth_is_read_in_steps_whatever_their_length() {
+    for (steps, ms) in [(6, 150), (300, 25), (40, 2_000)] {
+        let (mut r, t) = keeping(steps, ms, 64 * MIB, true);
+        r.push(end(100, t + 1, EndKind::Vanished));
+        let a = run(&r);
+        let g = a.devices[0]
+            .framework
+            .as_ref()
+            .and_then(|f| f.leak.as_ref())
+            .unwrap_or_else(|| panic!("{steps} x {ms} ms: no growth"));
+        assert_eq!(g.rise_bytes / g.steps.unwrap(), 64 * MIB, "{steps} x {ms}");
+        assert_eq!(g.pid, Some(100));
+    }
+}
+
+#[test]
+fn steady_steps_warm_up_and_state_made_once_are_not_growth() {
+    // Nothing kept, sampled only (no boundary readings): the sampler's phase wanders, the floor does not rise.
+    let (mut r, t) = keeping(200, 60, 0, false);
+    r.push(end(100, t + 1, EndKind::Vanished));
+    let a = run(&r);
+    assert!(a.devices[0].framework.as_ref().unwrap().leak.is_none());
+    // An optimizer's state made at the first step (the floor rises once), readings at every boundary.
+    let mut r = vec![hello(100, 0)];
+    for n in 1..=60u64 {
+        let v = GIB + if n >= 1 { 2 * GIB } else { 0 };
+        r.push(torch_sample(100, n * 50, v));
+        r.push(step(100, n * 50 + 10, n, Some(v)));
+    }
+    r.push(end(100, 4_000, EndKind::Vanished));
+    let a = run(&r);
+    assert!(a.devices[0].framework.as_ref().unwrap().leak.is_none());
+}
+
+#[test]
+fn a_graph_kept_across_iterations_without_steps_is_growth_named_by_its_variable() {
+    // An evaluation loop: no optimizer, no DataLoader. The walk finds `total`'s graph over 6 iterations.
+    let mut r = vec![hello(100, 0)];
+    for i in 0..8u64 {
+        r.push(torch_sample(100, 10 + i * 40, GIB + i * 768 * MIB));
+    }
+    r.push(torch_oom(100, 330, 256 * MIB, 6 * GIB, 6 * GIB));
+    r.push(holders(
+        100,
+        331,
+        &[
+            (
+                "graph",
+                "total",
+                "global of __main__",
+                "AddBackward0",
+                20,
+                5 * GIB,
+                6,
+            ),
+            (
+                "variable",
+                "x",
+                "global of __main__",
+                "Tensor",
+                1,
+                256 * MIB,
+                0,
+            ),
+        ],
+    ));
+    r.push(end(100, 340, EndKind::Vanished));
+    let a = run(&r);
+    let d = diagnose(&a, &a.ooms[0]);
+    assert_eq!(d.cause, Cause::Growth, "{:?}", d.reason);
+    let g = d.growth.as_ref().unwrap();
+    assert_eq!(g.unit, GrowthUnit::Steps(StepSource::GraphIterations));
+    assert_eq!(g.steps, Some(6));
+    let text = flat(&oom_text::render(&a, None));
+    assert!(text.contains("the autograd graph behind total"), "{text}");
+    assert!(text.contains("torch.no_grad()"), "{text}");
+    // A graph of one iteration (the step in progress) is no growth, with memory flat across the samples.
+    let mut r2 = vec![hello(100, 0)];
+    r2.extend((0..8u64).map(|i| torch_sample(100, 10 + i * 40, 6 * GIB)));
+    r2.push(torch_oom(100, 330, 256 * MIB, 6 * GIB, 6 * GIB));
+    r2.push(holders(
+        100,
+        331,
+        &[(
+            "graph",
+            "out",
+            "global of __main__",
+            "MmBackward0",
+            3,
+            5 * GIB,
+            1,
+        )],
+    ));
+    r2.push(end(100, 340, EndKind::Vanished));
+    let a = run(&r2);
+    assert_ne!(diagnose(&a, &a.ooms[0]).cause, Cause::Growth);
+}
+
+#[test]
+fn a_rank_holding_far_more_than_its_peers_is_named() {
+    // Four ranks of one program (one command line; common::hello gives rank pid % 10), one device each; rank
+    // 1 holds 6 GiB at its error, the others about 2.8 GiB.
+    let mut r = Vec::new();
+    for (i, pid) in [100u32, 101, 102, 103].iter().enumerate() {
+        let mut h = hello(*pid, 0);
+        if let Record::Hello(h) = &mut h {
+            h.cmdline = vec!["python3".into(), "train.py".into()];
+        }
+        r.push(h);
+        let bytes = if *pid == 101 {
+            6 * GIB
+        } else {
+            2800 * MIB + i as u64 * MIB
+        };
+        r.push(events(
+            *pid,
+            vec![alloc(5, i as u32, 0x1000 + i as u64, bytes)],
+        ));
+    }
+    r.push(events(101, vec![failed(alloc(50, 1, 0, 512 * MIB), 2)]));
+    r.push(Record::Oom({
+        let mut o = common::traces::oom_of(101, 50, 512 * MIB);
+        o.device = 1;
+        o
+    }));
+    for pid in [100u32, 101, 102, 103] {
+        r.push(end(pid, 60, EndKind::Vanished));
+    }
+    let a = run(&r);
+    let d = diagnose(&a, &a.ooms[0]);
+    let f = d
+        .findings
+        .iter()
+        .find(|f| f.key() == "rank_asymmetry")
+        .unwrap_or_else(|| panic!("{:?}", d.findings));
+    let text = vramtrace_collector::reporters::prose::finding(f);
+    assert!(text.starts_with("Rank 1 (pid 101) held 6.00 GiB"), "{text}");
+    assert!(text.contains("its 3 peers"), "{text}");
+    // The same bytes on every rank: nothing to say.
+    let even: Vec<Record> = r
+        .iter()
+        .map(|x| match x {
+            Record::Events {
+                pid: 101,
+                events: e,
+            } if e[0].size == 6 * GIB => events(101, vec![alloc(5, 1, 0x1001, 2800 * MIB)]),
+            other => other.clone(),
+        })
+        .collect();
+    let a = run(&even);
+    let d = diagnose(&a, &a.ooms[0]);
+    assert!(d.findings.iter().all(|f| f.key() != "rank_asymmetry"));
+}
