@@ -188,6 +188,7 @@ class Counters(WithTorch):
         opt = torch.optim.SGD([])
         opt.step()
         self.assertGreaterEqual(_torch._steps.next_read_ns - _torch._steps.t_ns, int(1000 / _torch.BOUNDARY_SHARE))
+        _torch._steps.reads = _torch.BOUNDARY_FREE  # past the readings taken at every step
         opt.step()  # before the first reading's cost is paid back: counted, not read
         got = self.steps()
         self.assertEqual(len(got), 1, got)
@@ -203,6 +204,16 @@ class Counters(WithTorch):
         # The sampler does not send again what the boundary sent.
         _torch._send_steps()
         self.assertEqual(len(self.steps()), 2)
+
+    def test_the_first_steps_are_read_at_every_boundary(self):
+        self.attach()
+        opt = torch.optim.SGD([])
+        for _ in range(_torch.BOUNDARY_FREE + 10):
+            opt.step()
+        got = [int(s["optimizer"]) for s in self.steps() if "allocated" in s]
+        # Every one of the first BOUNDARY_FREE steps, then paced by cost (none within microseconds).
+        self.assertEqual(got[: _torch.BOUNDARY_FREE], list(range(1, _torch.BOUNDARY_FREE + 1)))
+        self.assertLess(len(got), _torch.BOUNDARY_FREE + 10)
 
     def test_no_boundary_reading_before_cuda_is_initialised(self):
         # A program that steps an optimizer before (or without) CUDA: counted, never read (asking would
@@ -221,6 +232,7 @@ class Counters(WithTorch):
         self.assertEqual(self.steps(), [])
         opt = torch.optim.SGD([])
         _torch._steps.next_read_ns = 1 << 62  # no boundary readings: the sampler alone
+        _torch._steps.reads = _torch.BOUNDARY_FREE
         opt.step()
         _torch._send_steps()
         _torch._send_steps()

@@ -42,7 +42,9 @@ class _Deadline(Exception):
 class _Walk(object):
     def __init__(self, torch, deadline_s, device):
         self.t0 = time.monotonic()
-        self.end = self.t0 + max(0.0, deadline_s)
+        # A margin for what follows the last look at the clock (the result's sort, the record): the bound holds.
+        self.end = self.t0 + max(0.0, deadline_s) * 0.95
+        self.pass_s = 0.0  # one pass over the whole heap (gc.get_objects()), the cost of a gc.get_referrers
         self.deadline_s = deadline_s
         self.device = device
         self.partial = None  # the stage the deadline stopped, or None
@@ -69,13 +71,16 @@ class _Walk(object):
                 self.partial = stage
             raise _Deadline()
 
-    def left(self):
-        return self.partial is None and time.monotonic() < self.end
+    def left(self, need_s=0.0):
+        """Time remains (for `need_s` more, at least)."""
+        return self.partial is None and time.monotonic() + need_s < self.end
 
     # ---- 1. the live CUDA tensors ----
 
     def find_tensors(self):
+        t = time.monotonic()
         objs = gc.get_objects()
+        self.pass_s = time.monotonic() - t
         n = len(objs)
         kinds = self.kinds
         try:
@@ -431,7 +436,8 @@ class _Walk(object):
         ours.update(id(rec) for rec in left)
         rest = []
         for i, rec in enumerate(left):
-            if i >= MAX_UNREACHED or not self.left():
+            # A full pass over the heap each (a few times get_objects): only while one surely fits.
+            if i >= MAX_UNREACHED or not self.left(4 * self.pass_s):
                 rest.extend(left[i:])
                 break
             try:
@@ -453,7 +459,7 @@ class _Walk(object):
                     cycle_types.append(via)
         # The rest in one more pass: whatever refers to any of them (gc.get_referrers compares each referent
         # with every argument: a few hundred at most), then which of them each such referrer holds.
-        if rest and self.left():
+        if rest and self.left(4 * self.pass_s):
             batch = rest[:MAX_BATCH]
             by_id = {id(rec[0]): rec for rec in batch}
             ours.add(id(batch))

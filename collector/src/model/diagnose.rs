@@ -25,6 +25,8 @@ pub const CAP_STEP_BYTES: u64 = 1 << 28;
 /// Fragmentation of PyTorch's cache is the cause only when the cache (reserved - allocated) is at least this
 /// share of what it reserved.
 pub const CACHE_SHARE_PCT: u64 = 10;
+/// ... and only when what was short is at least this share of the request (percent).
+pub const CACHE_MARGIN_PCT: u64 = 10;
 /// The cap's ledger and the trace disagreeing by more than this is a finding.
 pub const LEDGER_SLACK_BYTES: u64 = 1 << 20;
 
@@ -273,7 +275,11 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
         // The cache must be a real share of what is reserved: a few stray blocks beside a job that filled
         // its cap or device with live tensors are not why it failed.
         let sizeable = cached.saturating_mul(100) >= f.reserved.saturating_mul(CACHE_SHARE_PCT);
-        (short > 0 && cached >= short && sizeable && largest < req)
+        // What fragmentation cost must be a real part of the request: a job a few MiB short, its largest free
+        // block nearly the request's size, was at its limit anyway (a batch that doubles each round fails
+        // at the next one whatever the cache's layout): the cap or pressure is why.
+        let marginal = short.saturating_mul(100) < req.saturating_mul(CACHE_MARGIN_PCT);
+        (short > 0 && cached >= short && sizeable && largest < req && !marginal)
             .then_some((f, cached, largest, short))
     });
     // Growth: the bytes in use rose step after step up to this error, by at least what was missing (without

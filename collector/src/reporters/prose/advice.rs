@@ -233,8 +233,9 @@ pub fn advice_text(a: &Advice) -> String {
                 None => super::cap_spec(*cap),
             };
             format!(
-                "A cap of {} would have fitted the job's peak so far ({} = the larger of its peak and its bytes \
-                 plus the request, rounded up to 0.25 GiB): --cap {flag}",
+                "A cap of at least {} (--cap {flag}): the job's peak so far, or its bytes plus this request, \
+                 {} rounded up to 0.25 GiB. What the steps after this request need is not in the trace, so \
+                 this is a floor, not a cap the job is known to fit.",
                 b(*cap),
                 b(*needed)
             )
