@@ -90,8 +90,8 @@ REQUEST_EVERY_S = 1.0  # how often the sampler looks for a holders request
 # At a step's boundary (after optimizer.step(), or as a batch is drawn) allocated bytes are read: the same moment
 # of every step, so what a step kept is exact (a sampler's reading falls anywhere in a step). Each reading waits
 # until the program has run for its cost over this share, so they never take more of its time, however short its
-# steps (a reading of 30 us: at most one every 6 ms).
-BOUNDARY_SHARE = 0.005
+# steps (a reading of 80 us, as on an H200 host: at most one every 40 ms).
+BOUNDARY_SHARE = 0.002
 # ... except the first this many, read at every step: a leak that fills a cap in a few dozen steps (a CPU side
 # running ahead of the GPU queues them in milliseconds) is read exactly, for a cost paid once.
 BOUNDARY_FREE = 64

@@ -354,3 +354,53 @@ fn a_rank_holding_far_more_than_its_peers_is_named() {
     let d = diagnose(&a, &a.ooms[0]);
     assert!(d.findings.iter().all(|f| f.key() != "rank_asymmetry"));
 }
+
+#[test]
+fn a_kv_cache_growing_while_a_request_is_served_is_the_work_not_growth() {
+    // No step counted (a generate() loop): allocated bytes rise in wall-clock windows as the sequence grows,
+    // and the walk finds the KV cache holding them. The cap is why; the advice bounds the cache and never says
+    // to fix what is kept.
+    let mut r = vec![
+        hello(100, 0),
+        events(100, vec![alloc(1, 0, 0xa000, 6 * GIB - 160 * MIB)]),
+    ];
+    for i in 0..200u64 {
+        r.push(torch_sample(100, 10 + i * 20, GIB + i * 16 * MIB));
+    }
+    r.push(events(100, vec![failed(alloc(4_020, 0, 0, 162 * MIB), 2)]));
+    r.push(Record::Oom({
+        let mut o = common::traces::oom_of(100, 4_020, 162 * MIB);
+        o.flags = vramtrace_format::flags::CAP_REFUSED;
+        o.cap_bytes = Some(6 * GIB);
+        o
+    }));
+    r.push(torch_oom(
+        100,
+        4_021,
+        162 * MIB,
+        GIB + 199 * 16 * MIB,
+        6 * GIB - 160 * MIB,
+    ));
+    r.push(holders(
+        100,
+        4_022,
+        &[(
+            "variable",
+            "self.layers",
+            "local of update() at cache_utils.py:1397",
+            "list",
+            22,
+            3 * GIB,
+            0,
+        )],
+    ));
+    r.push(end(100, 4_030, EndKind::Vanished));
+    let a = run_with(capped_header(6 * GIB, 80 * GIB), &r);
+    let d = diagnose(&a, &a.ooms[0]);
+    assert_eq!(d.cause, Cause::Cap, "{:?}", d.reason);
+    assert!(d.work_grows);
+    let advice = flat(&vramtrace_collector::reporters::prose::advice(&d).join(" | "));
+    assert!(advice.contains("KV cache"), "{advice}");
+    assert!(!advice.contains("kept across steps"), "{advice}");
+    assert!(advice.contains("at least"), "{advice}");
+}

@@ -209,6 +209,9 @@ pub struct Diagnosis {
     /// What held the most of the process's tensors at the error, of what the program keeps by name, a graph or
     /// a cycle (the bridge's walk; never its weights, optimizer state or cache): with a growth, what grew.
     pub holder: Option<Holder>,
+    /// A rise read in wall-clock windows went to a KV cache: the work grew (a sequence, a batch), nothing was
+    /// kept; no advice says to fix what is kept.
+    pub work_grows: bool,
     pub findings: Vec<Finding>,
     /// What to do, first the step that fixes the cause.
     pub advice: Vec<Advice>,
@@ -311,7 +314,25 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
         .filter(|(l, _)| missing.is_some_and(|m| l.rise_bytes >= m))
         // Lost events can be lost frees, which look exactly like memory kept: no growth verdict on them.
         .filter(|_| s.dropped_events == 0);
-    let line = grew.and_then(|(l, _)| growth_line(a, s, l));
+    let mut line = grew.and_then(|(l, _)| growth_line(a, s, l));
+    // A rise read in wall-clock windows (no step counted) that went to a KV cache is a request's sequence or
+    // batch growing as it is served, not memory kept across steps: the cap or pressure is why, and bounding
+    // the cache is the advice (kv_cache_line). Counted steps that keep a cache growing stay a growth.
+    let kv_holder = s
+        .holders
+        .as_ref()
+        .and_then(|h| h.suspects().next())
+        .is_some_and(|h| {
+            GrowthKind::of(&format!("{} {} {}", h.name, h.scope, h.what)) == GrowthKind::KvCache
+        });
+    let work_grows = grew.is_some_and(|(l, _)| {
+        l.unit == crate::model::analysis::GrowthUnit::Time
+            && (kv_holder || line.as_ref().is_some_and(|g| g.kind == GrowthKind::KvCache))
+    });
+    let grew = grew.filter(|_| !work_grows);
+    if grew.is_none() {
+        line = None;
+    }
     let reason = if s.on_host {
         Reason::HostMemory { requested: req }
     } else if let Some((l, limit)) = limit_alone.filter(|&(l, _)| req > l) {
@@ -534,6 +555,7 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
             .as_ref()
             .and_then(|h| h.suspects().next().cloned())
             .filter(|h| h.bytes > 0),
+        work_grows,
         findings,
         advice: Vec::new(),
     };

@@ -308,53 +308,9 @@ pub fn reason(d: &Diagnosis) -> String {
     }
 }
 
-/// A holder in words: `kept (list, global of __main__)`, `the graph behind total (global of __main__): saved
-/// tensors of 45 batches`.
+/// A holder in words (its name, what and where): [`Holder::label`](crate::model::holders::Holder::label).
 pub fn holder_label(h: &crate::model::holders::Holder) -> String {
-    use crate::model::holders::HolderKind;
-    let scope = |h: &crate::model::holders::Holder| {
-        let parts: Vec<&str> = [h.what.as_str(), h.scope.as_str()]
-            .into_iter()
-            .filter(|p| !p.is_empty())
-            .collect();
-        if parts.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", parts.join(", "))
-        }
-    };
-    match h.kind {
-        HolderKind::Variable => format!("{}{}", h.name, scope(h)),
-        HolderKind::Graph => {
-            let mut t = format!(
-                "the autograd graph behind {}{}",
-                h.name,
-                if h.scope.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", h.scope)
-                }
-            );
-            match (h.batches, h.nodes) {
-                (Some(n), _) => t.push_str(&format!(", spanning {} iterations", count(n))),
-                (None, Some(n)) => t.push_str(&format!(", {} nodes", count(n))),
-                _ => {}
-            }
-            t
-        }
-        HolderKind::Parameters => format!("the parameters and buffers of {}{}", h.name, scope(h)),
-        HolderKind::Optimizer => format!("the state of optimizer {}{}", h.name, scope(h)),
-        HolderKind::Cycle => format!(
-            "a reference cycle{} awaiting Python's garbage collector",
-            if h.what.is_empty() {
-                String::new()
-            } else {
-                format!(" through {}", h.what)
-            }
-        ),
-        HolderKind::Unreached => "tensors no Python object reaches".to_string(),
-        HolderKind::Cache => "PyTorch's cache (reserved but free)".to_string(),
-    }
+    h.label()
 }
 
 /// `1 step`, `3 batches`: a count of `noun`.

@@ -119,6 +119,61 @@ pub struct Holders {
     pub holders: Vec<Holder>,
 }
 
+impl Holder {
+    /// The holder in words: `kept (list, global of __main__)`, `the autograd graph behind total (global of
+    /// __main__), spanning 45 iterations`: what the reports name it by.
+    pub fn label(&self) -> String {
+        let h = self;
+        let scope = |h: &Holder| {
+            let parts: Vec<&str> = [h.what.as_str(), h.scope.as_str()]
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .collect();
+            if parts.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", parts.join(", "))
+            }
+        };
+        match h.kind {
+            HolderKind::Variable => format!("{}{}", h.name, scope(h)),
+            HolderKind::Graph => {
+                let mut t = format!(
+                    "the autograd graph behind {}{}",
+                    h.name,
+                    if h.scope.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", h.scope)
+                    }
+                );
+                match (h.batches, h.nodes) {
+                    (Some(n), _) => {
+                        t.push_str(&format!(", spanning {} iterations", crate::units::count(n)))
+                    }
+                    (None, Some(n)) => t.push_str(&format!(", {} nodes", crate::units::count(n))),
+                    _ => {}
+                }
+                t
+            }
+            HolderKind::Parameters => {
+                format!("the parameters and buffers of {}{}", h.name, scope(h))
+            }
+            HolderKind::Optimizer => format!("the state of optimizer {}{}", h.name, scope(h)),
+            HolderKind::Cycle => format!(
+                "a reference cycle{} awaiting Python's garbage collector",
+                if h.what.is_empty() {
+                    String::new()
+                } else {
+                    format!(" through {}", h.what)
+                }
+            ),
+            HolderKind::Unreached => "tensors no Python object reaches".to_string(),
+            HolderKind::Cache => "PyTorch's cache (reserved but free)".to_string(),
+        }
+    }
+}
+
 impl Holders {
     /// Reads a `holders` record at relative time `t`; `None` when it says nothing usable.
     pub fn from_bridge(b: &Bridge, t: u64) -> Option<Holders> {

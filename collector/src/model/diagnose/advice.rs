@@ -169,7 +169,16 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
             v.push(match (kind, &d.holder) {
                 (GrowthKind::KvCache, _) => Advice::GrowthKvCache { line },
                 (GrowthKind::OptimizerState, _) => Advice::GrowthOptimizerState { line },
-                // The walk names the object that keeps them: the fix is there.
+                // The walk names the object that keeps them: the fix is there (a KV cache's own advice when it
+                // is one).
+                (GrowthKind::Kept, Some(h))
+                    if GrowthKind::of(&format!("{} {} {}", h.name, h.scope, h.what))
+                        == GrowthKind::KvCache =>
+                {
+                    Advice::GrowthKvCache {
+                        line: Some(h.label()),
+                    }
+                }
                 (GrowthKind::Kept, Some(h)) => Advice::GrowthHeldBy { holder: h.clone() },
                 (GrowthKind::Kept, None) if native => Advice::GrowthNeverFreed { line },
                 (GrowthKind::Kept, None) => Advice::GrowthKeptTensors { line },
@@ -269,7 +278,7 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
                 Advice::OffloadOptimizer,
                 Advice::Shard,
             ]);
-            if s.leak.is_some() || s.framework_leak.is_some() {
+            if (s.leak.is_some() || s.framework_leak.is_some()) && !d.work_grows {
                 v.push(Advice::FixKeptFirst);
             }
         }
@@ -306,7 +315,7 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
                 v.push(Advice::CapOverDevice { total: t });
             }
             v.push(Advice::CapModeWarn);
-            if s.framework_leak.is_some() || s.leak.is_some() {
+            if (s.framework_leak.is_some() || s.leak.is_some()) && !d.work_grows {
                 v.push(Advice::FixGrowthBeforeCap);
             }
         }
@@ -332,7 +341,15 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
     // A KV cache behind a cause other than its own growth (a serving loop's batch or sequence outgrew the
     // memory): bounding them is the lasting fix, said second, after the cause's own first step.
     if d.cause != Cause::Growth {
-        if let Some(line) = super::growth_line::kv_cache_line(a, s) {
+        let held = s
+            .holders
+            .as_ref()
+            .and_then(|h| h.suspects().next())
+            .filter(|h| {
+                GrowthKind::of(&format!("{} {} {}", h.name, h.scope, h.what)) == GrowthKind::KvCache
+            })
+            .map(crate::model::holders::Holder::label);
+        if let Some(line) = super::growth_line::kv_cache_line(a, s).or(held) {
             let at = v.len().min(1);
             v.insert(at, Advice::BoundKvCache { line });
         }
