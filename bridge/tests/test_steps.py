@@ -3,6 +3,8 @@ counters against the stand-in torch (bridge/tests/faketorch), the rule against s
 test_arming's. Run: python3 -m unittest discover -s bridge/tests"""
 
 import gc
+import threading
+import time
 import os
 import sys
 import unittest
@@ -282,3 +284,33 @@ class Counters(WithTorch):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SamplerPace(WithTorch):
+    def test_a_costly_round_makes_the_sampler_wait_longer(self):
+        # A round whose reads take 3 ms (a CPU-bound host) waits 1 s at a 0.3% share, not the 20 ms period.
+        self.attach()
+        real = _torch._state["thread"]
+        _torch._state["thread"] = None  # the real sampler stops; this test drives one round by hand
+        if real is not None:
+            real.join(5)
+        waits = []
+        me = threading.current_thread()
+
+        def slow_sample(d, force=False):
+            end = time.perf_counter() + 0.003
+            while time.perf_counter() < end:
+                pass
+            return None
+
+        def fake_sleep(s):
+            waits.append(s)
+            _torch._state["thread"] = None  # one round only
+
+        self.patch(_torch, "sample_device", slow_sample)
+        self.patch(_torch.time, "sleep", fake_sleep)
+        _torch._state["thread"] = me
+        _torch._state["active"] = {0}
+        _torch._sampler()
+        self.assertEqual(len(waits), 1)
+        self.assertGreaterEqual(waits[0], 0.003 / _torch.SAMPLER_SHARE)

@@ -111,13 +111,19 @@ if want cost; then
     for i in $(seq 1 "${COST_ROUNDS:-5}"); do
         for c in cost_cpu cost_gpu; do
             [ "$c" = cost_gpu ] && [ "$i" -gt "${GPU_ROUNDS:-3}" ] && continue
-            for mode in bare traced; do
+            modes="bare traced"
+            [ "$c" = cost_cpu ] && modes="bare traced noagent"
+            for mode in $modes; do
                 if (($(left) < 25)); then continue; fi
                 case $mode in
                     bare) VT_CHECK_TAG=holds-cost timeout -k 5 "$(tmo 60)" python3 "$CASE" "$c" \
                         >"$c-$mode-$i.out" 2>&1 ;;
                     traced) VT_CHECK_TAG=holds-cost timeout -k 5 "$(tmo 60)" "$VT" run -q -o "$c-traced.vtrace" \
                         --force -- python3 "$CASE" "$c" >"$c-$mode-$i.out" 2>&1 ;;
+                    # The shim and the collector without the bridge: what of a traced process's cost is not the
+                    # bridge's (cost_inproc measures the bridge alone).
+                    noagent) VT_CHECK_TAG=holds-cost timeout -k 5 "$(tmo 60)" "$VT" run -q --python-agent off \
+                        -o "$c-noagent.vtrace" --force -- python3 "$CASE" "$c" >"$c-$mode-$i.out" 2>&1 ;;
                 esac
                 reap holds-cost
                 log "$c $mode $i: $(grep '^RESULT' "$c-$mode-$i.out" | tail -1)"

@@ -1306,6 +1306,13 @@ def j_cost(d):
                     vals[mode].append(v)
                 if mode == "traced" and res:
                     steps = res[-1].get("bridge_steps")
+        if case == "cost_cpu":
+            vals["noagent"] = []
+            for i in range(1, 20):
+                res = _results(_read(os.path.join(d, "%s-noagent-%d.out" % (case, i))) or "")
+                v = _num(res[-1].get("median_ms")) if res else None
+                if v is not None:
+                    vals["noagent"].append(v)
         b, t = vals["bare"], vals["traced"]
         if not b or not t:
             row.verdict = "not run"
@@ -1315,6 +1322,10 @@ def j_cost(d):
         mb, mt = statistics.median(b), statistics.median(t)
         pct = (mt / mb - 1) * 100
         row.program = "bare %s ms; traced %s ms" % (",".join("%.4g" % x for x in b), ",".join("%.4g" % x for x in t))
+        na = vals.get("noagent") or []
+        if na:
+            row.program += "; traced without the bridge %s ms (median %+.2f%%)" % (
+                ",".join("%.4g" % x for x in na), (statistics.median(na) / mb - 1) * 100)
         row.cause = "-"
         row.per_step = "%.4g vs %.4g ms/step (%+.2f%%)" % (mb, mt, pct)
         row.holder = "bridge counted %s optimizer steps" % steps
