@@ -314,3 +314,17 @@ class SamplerPace(WithTorch):
         _torch._sampler()
         self.assertEqual(len(waits), 1)
         self.assertGreaterEqual(waits[0], 0.003 / _torch.SAMPLER_SHARE)
+
+
+class SmallGrowth(unittest.TestCase):
+    def test_a_few_bytes_kept_at_every_boundary_is_growth_for_the_exit_walk(self):
+        a = Arming("auto", 20000)
+        for i in range(_torch.SMALL_RUN + 1):
+            a.boundary(0, GIB + 512 * i)  # a scalar loss kept each step: one 512-byte block
+        self.assertTrue(a.growing())
+        # A steady loop read at its boundaries (the same bytes each step), or one flat step in the run: not.
+        for series in ([GIB] * 100, [GIB + 512 * i for i in range(20)] + [GIB + 512 * 19] + [GIB + 512 * (20 + i) for i in range(20)]):
+            a = Arming("auto", 20000)
+            for v in series:
+                a.boundary(0, v)
+            self.assertFalse(a.growing(), series[:3])

@@ -1,7 +1,8 @@
 """Training steps on the stand-in torch that keep each step's output in a global list (`kept`), under a cap:
 the bridge counts the optimizer's steps, reads allocated bytes at each step's boundary and, at the
-out-of-memory error, walks what holds the tensors. argv: MiB kept a step, steps, ms a step, mode (`keep`:
-the list; `steady`: nothing kept; `graph`: a running total of losses that keeps each step's graph)."""
+out-of-memory error, walks what holds the tensors. argv: MiB kept a step (0: 512 bytes), steps, ms a step, mode
+(`keep` or `small`: the list; `steady`: nothing kept; `graph`: a running total of losses that keeps each step's
+graph)."""
 
 import sys
 import time
@@ -24,8 +25,8 @@ total = None
 def step(i):
     global total
     act = torch.empty_cuda(96 * MIB)  # the step's activations, freed at its end
-    out = torch.empty_cuda(kept_mib * MIB)
-    if mode == "keep":
+    out = torch.empty_cuda(kept_mib * MIB if kept_mib else 512)
+    if mode in ("keep", "small"):  # small: MIB 0, a 512-byte tensor a step (a loss kept without .item())
         kept.append(out)
     elif mode == "graph":
         # total = total + loss, without no_grad: the loss's node saved the step's output, and the chain of

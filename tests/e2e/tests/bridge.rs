@@ -468,3 +468,29 @@ fn a_driver_program_keeping_memory_each_round_is_growth_in_cycles() {
     let g = &j["devices"][0]["growth"];
     assert_eq!(g["per_step_bytes"].as_u64(), Some(32 * MIB), "{j}");
 }
+
+/// Losses kept as tensors (512 bytes a step): no growth verdict, a small growth in the report, named with the
+/// list the walk found at exit.
+#[test]
+fn a_few_bytes_kept_each_step_is_a_small_growth_named_with_its_holder() {
+    let (_fake, r, trace) = keep_steps("small", &[], &["0", "45", "15", "small"]);
+    assert!(r.success(), "{}", r.stderr);
+    let j = json("report", &trace);
+    let f = &j["devices"][0]["framework"];
+    assert!(f["allocated_leak"].is_null(), "{f}");
+    assert_eq!(
+        f["small_growth"]["per_step_bytes"].as_u64(),
+        Some(512),
+        "{f}"
+    );
+    assert!(f["small_growth"]["steps"].as_u64().unwrap() >= 32);
+    let t = text("report", &trace)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(t.contains("Small growth"), "{t}");
+    assert!(
+        t.contains("held at exit by kept (list, global of __main__)"),
+        "{t}"
+    );
+}

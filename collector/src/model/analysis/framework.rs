@@ -95,6 +95,9 @@ pub struct DeviceFramework {
     pub ooms: u64,
     /// Allocated bytes growing step after step (which the cache hides from the driver).
     pub leak: Option<LeakTrend>,
+    /// Without a growth: something small kept at every step of a process (its readings at the steps'
+    /// boundaries rose at each of the last 32 or more): (pid, steps, bytes it rose).
+    pub small_growth: Option<(u32, u64, u64)>,
     /// With a growth: the live tensors at exit of the snapshot a process kept (the bridge dumps one when its
     /// allocation history is armed at exit), grouped by the line that allocated them: the lines that grew.
     pub kept: Option<SnapshotReading>,

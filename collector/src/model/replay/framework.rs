@@ -329,6 +329,18 @@ impl FwReplay {
         }
         // Per device, the processes' growths in their own steps (the largest), and whether every process with
         // figures there could say (then the wall-clock rule is not asked).
+        let mut small: HashMap<u32, (u32, u64, u64)> = HashMap::new();
+        for (&(slot, device), p) in &self.procs {
+            if let (Some(st), Some((steps, rise))) = (
+                self.steps.get(&slot),
+                crate::model::observe::steps::small_growth(p.exact.points()),
+            ) {
+                let e = small.entry(device).or_insert((st.pid, steps, rise));
+                if rise > e.2 {
+                    *e = (st.pid, steps, rise);
+                }
+            }
+        }
         let mut by_steps: HashMap<u32, (Option<LeakTrend>, bool)> = HashMap::new();
         for &(slot, device) in self.procs.keys() {
             let e = by_steps.entry(device).or_insert((None, true));
@@ -371,6 +383,7 @@ impl FwReplay {
                     peak_reserved: d.peak_reserved,
                     alloc_retries: d.retries_done.saturating_add(r),
                     ooms: d.ooms_done.saturating_add(o),
+                    small_growth: small.get(&d.device).copied().filter(|_| leak.is_none()),
                     leak,
                     kept: None,
                 }

@@ -45,6 +45,8 @@ pub struct Device<'a> {
     alloc_retries: u64,
     num_ooms: u64,
     allocated_leak: Option<Leak<'a>>,
+    /// Without a growth, something small kept at every step: `{pid, steps, rise_bytes, per_step_bytes}`.
+    small_growth: Option<SmallGrowth>,
     kept_lines: Option<KeptLines<'a>>,
     allocated_timeline_bucket_ns: u64,
     allocated_timeline: Vec<Bucket>,
@@ -92,6 +94,12 @@ impl<'a> Device<'a> {
             alloc_retries: f.alloc_retries,
             num_ooms: f.ooms,
             allocated_leak: f.leak.as_ref().map(|l| Leak::of(l, false)),
+            small_growth: f.small_growth.map(|(pid, steps, rise)| SmallGrowth {
+                pid,
+                steps,
+                rise_bytes: rise,
+                per_step_bytes: rise / steps.max(1),
+            }),
             kept_lines: f.kept.as_ref().map(|k| KeptLines {
                 snapshot: &k.path,
                 lines: Kept::list(&k.kept),
@@ -128,6 +136,14 @@ pub fn process(v: &[ProcessFramework]) -> Vec<Process> {
             last: Figures::of(&p.last),
         })
         .collect()
+}
+
+#[derive(Serialize)]
+struct SmallGrowth {
+    pid: u32,
+    steps: u64,
+    rise_bytes: u64,
+    per_step_bytes: u64,
 }
 
 /// `bridge`: what the Python bridge attached to, said and armed, and the cache it left.

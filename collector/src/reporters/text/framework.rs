@@ -61,6 +61,43 @@ pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
             WIDTH,
         );
     }
+    if let Some((pid, steps, rise)) = f.small_growth {
+        // Named with what held it at exit, when the bridge walked; never a cause.
+        let held = a
+            .bridge
+            .walks
+            .iter()
+            .rev()
+            .find(|w| w.pid == pid)
+            // Something kept at every step: the holder of the most tensors, not the largest one.
+            .and_then(|w| w.suspects().max_by_key(|h| (h.tensors, h.bytes)))
+            .map_or(String::new(), |h| {
+                format!(
+                    "; held at exit by {}{}",
+                    h.label(),
+                    if h.tensors > 0 {
+                        format!(
+                            ": {}",
+                            crate::units::counted(h.tensors, "tensor", "tensors")
+                        )
+                    } else {
+                        String::new()
+                    }
+                )
+            });
+        wrap(
+            o,
+            &format!(
+                "{pad}Small growth (pid {pid}): allocated bytes rose at every one of the last {} steps' \
+                 boundaries, about {} a step ({} in all), too little to call a growth{held}.",
+                count(steps),
+                bytes(rise / steps.max(1)),
+                bytes(rise)
+            ),
+            pad,
+            WIDTH,
+        );
+    }
     if let Some(l) = &f.leak {
         wrap(
             o,
