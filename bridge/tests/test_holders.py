@@ -343,6 +343,7 @@ class Records(WithTorch):
 
     def test_on_request_once_and_the_request_is_taken_back(self):
         self.attach()
+        self.patch(_torch, "_state", dict(_torch._state, next_request_walk=0.0))
         self.hold(100 * MIB)
         self.tick(0.0)
         path = "%s.holders-%d.request" % (self.trace, os.getpid())
@@ -354,6 +355,29 @@ class Records(WithTorch):
         (dev, f, ack), = self.holders()
         self.assertEqual((dev, f["at"]), (None, "request"))
         self.assertFalse(os.path.exists(path))
+        # Another request within the minute: taken back, not answered (a walk costs the program up to 1 s).
+        open(path, "w").close()
+        _torch._holders_on_request()
+        self.assertEqual(len(self.holders()), 1)
+        self.assertFalse(os.path.exists(path))
+
+    def test_a_link_or_another_users_file_is_no_request(self):
+        self.attach()
+        path = "%s.holders-%d.request" % (self.trace, os.getpid())
+        target = path + ".target"
+        open(target, "w").close()
+        self.addCleanup(lambda: os.path.exists(target) and os.unlink(target))
+        os.symlink(target, path)
+        _torch._holders_on_request()
+        self.assertEqual(self.holders(), [])
+        self.assertFalse(os.path.lexists(path))
+        self.assertTrue(os.path.exists(target))  # never followed
+        # A file of another user (as root here: chown it away).
+        if os.getuid() == 0:
+            open(path, "w").close()
+            os.chown(path, 12345, 12345)
+            _torch._holders_on_request()
+            self.assertEqual(self.holders(), [])
 
 
 if __name__ == "__main__":

@@ -91,6 +91,7 @@ SMALL_RUN = 32  # boundary readings in a row that each rose, however little: a s
 
 HOLDERS_DEADLINE_S = 1.0
 REQUEST_EVERY_S = 1.0  # how often the sampler looks for a holders request
+REQUEST_WALK_EVERY_S = 60.0  # and answers one at most this often
 # At a step's boundary (after optimizer.step(), or as a batch is drawn) allocated bytes are read: the same moment
 # of every step, so what a step kept is exact (a sampler's reading falls anywhere in a step). Each reading waits
 # until the program has run for its cost over this share, so they never take more of its time, however short its
@@ -301,6 +302,7 @@ def _after_fork():
     _state["arming"] = None
     global _steps
     _steps = _Steps()
+    _state["next_request_walk"] = 0.0
 
 
 def _attach():
@@ -1020,12 +1022,25 @@ def _request_path():
 def _holders_on_request():
     """The sampler, once a second: `<trace>.holders-<pid>.request` asks for a walk now (all devices)."""
     path = _request_path()
-    if path is None or not os.path.exists(path):
+    if path is None:
         return
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    # Only the job's own user asks: a file another user left in a shared folder (or a link) is not a request,
+    # and a walk costs the program up to a second, so at most one a minute.
+    import stat
+
+    own = stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
     try:
         os.unlink(path)
     except OSError:
         return  # a request that cannot be taken back would be answered every second: never answered
+    now = time.monotonic()
+    if not own or now < _state.get("next_request_walk", 0.0):
+        return
+    _state["next_request_walk"] = now + REQUEST_WALK_EVERY_S
     _send_holders("request", None, _cached_bytes(list(_state["last"].values())))
 
 
