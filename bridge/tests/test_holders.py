@@ -380,5 +380,85 @@ class Records(WithTorch):
             self.assertEqual(self.holders(), [])
 
 
+class Harmless(unittest.TestCase):
+    """What the walk must not do to the program: keep its locals alive, run its unpack hooks, walk twice."""
+
+    def test_a_running_frames_locals_are_not_kept_alive_after_the_walk(self):
+        import weakref
+
+        seen = []
+
+        def step():
+            t = Tensor(4096)
+            ref = weakref.ref(t)
+            walk()  # reads this frame's locals (as an OOM inside the step would)
+            del t
+            gc.collect()
+            seen.append(ref() is None)
+
+        step()
+        # On 3.13 f_locals is a live view (nothing copied); before it, the copy the walk made was emptied.
+        self.assertEqual(seen, [True])
+
+    def test_saved_tensors_are_not_unpacked_where_checkpointing_can_run(self):
+        class Recompute(AddBackward0):
+            calls = 0
+
+            @property
+            def _saved_self(self):  # an unpack hook: checkpointing would recompute the forward here
+                Recompute.calls += 1
+                return Tensor(777)
+
+        total = None
+        for _ in range(5):
+            total = Recompute(([total] if total is not None else []))
+        globals()["total_ck"] = Tensor(4, grad_fn=total)
+        self.addCleanup(globals().pop, "total_ck", None)
+        sys.modules.setdefault("torch.utils.checkpoint", type(sys)("torch.utils.checkpoint"))
+        self.addCleanup(sys.modules.pop, "torch.utils.checkpoint", None)
+        r = walk()
+        self.assertEqual(Recompute.calls, 0)
+        # Still named, with the iterations it spans; its bytes unread.
+        g = named(r, "total_ck", "graph")
+        self.assertEqual((g["batches"], g["bytes"]), (5, 0))
+
+    def test_a_graph_reached_from_a_librarys_frame_says_so(self):
+        r = _holders._result(_FakeWalk({("graph", "hidden_states", "local of forward() at m.py:9", "AddBackward0"):
+                                        [1, 10, 3, 64]}, {"local of forward() at m.py:9"}), None)
+        h = r["holders"][0]
+        self.assertTrue(h["lib"])
+        self.assertIn(("h.0.lib", "1"), _holders.fields(r, "oom", 1))
+
+
+class _FakeWalk(object):
+    def __init__(self, holders, lib):
+        import time
+
+        self.holders = holders
+        self.library_scopes = lib
+        self.unpack = True
+        self.partial = None
+        self.deadline_s = 1.0
+        self.t0 = time.monotonic()
+        self.objects = 0
+        self.cuda = {}
+
+
+class WalkOnce(WithTorch):
+    def test_an_error_inside_a_walk_is_not_walked_again_and_many_errors_are_paced(self):
+        self.attach()
+        calls = []
+        self.patch(_holders, "walk", lambda *a, **k: calls.append(1) or {
+            "elapsed_ms": 0, "objects": 0, "tensors": 0, "tensor_bytes": 0, "partial": None, "holders": []})
+        self.patch(_torch, "_state", dict(_torch._state, walking=True, next_oom_walk=0.0))
+        _torch._send_holders("oom", 0, 0, oom=1)
+        self.assertEqual(calls, [])
+        _torch._state["walking"] = False
+        for n in range(1, 10):
+            _torch._send_holders("oom", 0, 0, oom=n)
+        # The first OOM_WALKS errors, then one a minute.
+        self.assertEqual(len(calls), _torch.OOM_WALKS)
+
+
 if __name__ == "__main__":
     unittest.main()

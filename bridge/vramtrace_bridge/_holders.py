@@ -22,6 +22,7 @@ MAX_DEPTH = 6
 MAX_HOLDERS = 16
 MAX_UNREACHED = 20  # the largest unreached tensors asked of gc.get_referrers (one full pass each)
 MAX_BATCH = 512  # the rest, asked together in one more pass
+_CO_OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function's frame, whose f_locals is a copy
 CHECK_EVERY = 1024  # objects between two looks at the clock
 
 # How a type is walked (cached per type: the walk classifies each type once).
@@ -62,6 +63,11 @@ class _Walk(object):
         self.visited = set()
         self.graph_roots = []  # (tensor, label) reached through variables, with a graph behind them
         self.later = []  # (obj, label, depth): walked after everything else (an optimizer's parameters)
+        self.library_scopes = set()  # scopes of libraries' frames (a model's forward in progress)
+        # Reading a node's saved tensors runs their unpack hooks: with torch.utils.checkpoint (non-reentrant) that
+        # recomputes a forward (CUDA work, in an out-of-memory observer), with save_on_cpu a copy to the device.
+        # Where those can be in use the graphs are named and counted, never unpacked.
+        self.unpack = "torch.utils.checkpoint" not in sys.modules
 
     # ---- the clock ----
 
@@ -166,18 +172,27 @@ class _Walk(object):
                     user = name == "__main__" or (mod is not None and _user_module(name, mod))
                 except Exception:
                     user = False
-                (out if user else tail).extend(self.frame_roots(f))
+                (out if user else tail).extend(self.frame_roots(f, not user))
                 f = f.f_back
         return out + tail
 
-    def frame_roots(self, f):
+    def frame_roots(self, f, library):
         try:
             code = f.f_code
             g = f.f_globals
             if str(g.get("__name__", "")).startswith("vramtrace_bridge") or code.co_name == "<module>":
                 return []  # our own frames; a module's body: its locals are its globals
             scope = "local of %s() at %s:%d" % (code.co_name, os.path.basename(code.co_filename), f.f_lineno)
-            items = list(dict.items(f.f_locals))
+            if library:
+                self.library_scopes.add(scope)
+            loc = f.f_locals
+            items = list(dict.items(loc))
+            # Before 3.13 reading f_locals leaves a copy of the locals on the running frame until it returns:
+            # it would keep this step's tensors alive after the walk (a serving loop that catches the error).
+            # The walk holds what it needs; the copy is emptied (not under a tracer, which writes it back).
+            if (sys.version_info < (3, 13) and code.co_flags & _CO_OPTIMIZED and type(loc) is dict
+                    and f.f_trace is None and sys.gettrace() is None):
+                loc.clear()
         except Exception:
             return []
         return [(v, ("variable", k, scope, _tname(v))) for k, v in items]
@@ -350,7 +365,8 @@ class _Walk(object):
                 continue
             glabel = ("graph", label[1], label[2], type(root).__name__)
             nodes, tensors, nbytes = self.walk_graph(root, seen, keep)
-            if nbytes or tensors:
+            # Unread (checkpointing can run), a graph is still named by the iterations it spans.
+            if nbytes or tensors or (not self.unpack and _chain(root) > 1):
                 h = self.holders.get(glabel)
                 if h is None:
                     h = self.holders[glabel] = [0, 0, 0, 0]
@@ -371,7 +387,7 @@ class _Walk(object):
             nodes += 1
             if not nodes & 255:
                 self.check("walking autograd graphs")
-            for name in self.node_saved_names(type(node)):
+            for name in self.node_saved_names(type(node)) if self.unpack else ():
                 try:
                     v = getattr(node, name)  # a C++ node's getter: raises once backward() freed it
                 except Exception:
@@ -631,9 +647,11 @@ def walk(torch, deadline_s=1.0, device=None, cache_bytes=None):
 def _result(w, cache_bytes):
     holders = []
     for (kind, name, scope, what), (tensors, nbytes, nodes, batches) in w.holders.items():
-        if kind == "graph" and not nbytes:
-            continue
+        if kind == "graph" and not nbytes and (w.unpack or batches < 2):
+            continue  # nothing saved behind it (or, unread, a graph of one step)
         h = {"kind": kind, "name": name, "scope": scope, "what": what, "tensors": tensors, "bytes": nbytes}
+        if scope in w.library_scopes:
+            h["lib"] = True
         if kind == "graph":
             h["nodes"] = nodes
             if batches > 1:
@@ -674,4 +692,6 @@ def fields(result, at, oom=None):
                 (p + "tensors", h["tensors"]), (p + "bytes", h["bytes"])]
         if h["kind"] == "graph":
             out += [(p + "nodes", h["nodes"]), (p + "batches", h.get("batches"))]
+        if h.get("lib"):
+            out.append((p + "lib", "1"))
     return out

@@ -57,6 +57,7 @@ STAT_KEYS = (
 # The sampler's own work is at most this share of the time: it waits longer than VRAMTRACE_TORCH_SAMPLE_MS when
 # a round costs more than this share of it.
 SAMPLER_SHARE = 0.003
+SAMPLER_MAX_WAIT = 10  # periods
 # Devices are re-scanned for new activity this often; between scans only active ones are read.
 DISCOVER_S = 1.0
 MIB = 1 << 20
@@ -92,6 +93,8 @@ SMALL_RUN = 32  # boundary readings in a row that each rose, however little: a s
 HOLDERS_DEADLINE_S = 1.0
 REQUEST_EVERY_S = 1.0  # how often the sampler looks for a holders request
 REQUEST_WALK_EVERY_S = 60.0  # and answers one at most this often
+OOM_WALKS = 3  # out-of-memory errors of a process walked each; after them, one walk a minute at most
+OOM_WALK_EVERY_S = 60.0
 # At a step's boundary (after optimizer.step(), or as a batch is drawn) allocated bytes are read: the same moment
 # of every step, so what a step kept is exact (a sampler's reading falls anywhere in a step). Each reading waits
 # until the program has run for its cost over this share, so they never take more of its time, however short its
@@ -303,6 +306,8 @@ def _after_fork():
     global _steps
     _steps = _Steps()
     _state["next_request_walk"] = 0.0
+    _state["next_oom_walk"] = 0.0
+    _state["walking"] = False
 
 
 def _attach():
@@ -474,7 +479,7 @@ def _sampler():
     next_scan = 0.0
     next_request = 0.0
     while _state["thread"] is me:
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         try:
             _send_steps()
         except Exception:
@@ -483,7 +488,9 @@ def _sampler():
             now = time.monotonic()
             if now >= next_request:
                 next_request = now + REQUEST_EVERY_S
+                w = time.thread_time()
                 _holders_on_request()
+                t0 += time.thread_time() - w  # a walk on request is not the sampler's own pace
             if now >= next_scan:
                 devices = range(_device_count(torch))
                 next_scan = now + DISCOVER_S
@@ -497,7 +504,8 @@ def _sampler():
             pass
         # Its own work (reading the allocator's stats holds the GIL the program needs) stays under SAMPLER_SHARE
         # of the time: a round that cost 130 us (a CPU-bound H200 host) waits 43 ms, not 20.
-        time.sleep(max(period, (time.perf_counter() - t0) / SAMPLER_SHARE))
+        # Its own CPU time (not time spent waiting for the GIL), and never more than SAMPLER_MAX_WAIT periods.
+        time.sleep(min(max(period, (time.thread_time() - t0) / SAMPLER_SHARE), period * SAMPLER_MAX_WAIT))
 
 
 def _start_sampler():
@@ -1003,11 +1011,21 @@ def _oom_unsafe(device, alloc, allowed, device_free):
 def _send_holders(at, device, cache_bytes, oom=None):
     """Walks the holders (bounded by HOLDERS_DEADLINE_S) and sends the `holders` record, acknowledged. The
     cache's bytes come from figures already read: no CUDA call."""
+    # Never inside itself (an error raised while walking), and a program that catches its errors (a serving
+    # loop, a batch-size search) pays for a few walks, then at most one a minute.
+    now = time.monotonic()
+    if _state.get("walking") or (at == "oom" and (oom or 0) > OOM_WALKS and now < _state.get("next_oom_walk", 0.0)):
+        return
+    _state["walking"] = True
     try:
+        if at == "oom" and (oom or 0) >= OOM_WALKS:
+            _state["next_oom_walk"] = now + OOM_WALK_EVERY_S
         result = _holders.walk(_state["torch"], HOLDERS_DEADLINE_S, device, cache_bytes)
         _shim.record("holders", device, _holders.fields(result, at, oom), ack=True)
     except Exception as e:
         debug("holders walk failed: %r" % (e,))
+    finally:
+        _state["walking"] = False
 
 
 def _cached_bytes(vals_by_device):

@@ -277,6 +277,26 @@ fn a_graph_kept_across_iterations_without_steps_is_growth_named_by_its_variable(
     let text = flat(&oom_text::render(&a, None));
     assert!(text.contains("the autograd graph behind total"), "{text}");
     assert!(text.contains("torch.no_grad()"), "{text}");
+    // The same graph reached from a library's frame (a Llama block's `hidden_states = residual + hidden_states`,
+    // twice a layer: the chain spans layers, not iterations) is no growth by itself.
+    let mut lib = r.clone();
+    let n = lib.len();
+    if let Record::Bridge(b) = &mut lib[n - 2] {
+        b.fields.push(("h.0.lib".into(), "1".into()));
+    }
+    let flat_samples: Vec<Record> = lib
+        .into_iter()
+        .map(|x| match x {
+            Record::FrameworkSample(mut f) => {
+                f.allocated = 6 * GIB;
+                Record::FrameworkSample(f)
+            }
+            other => other,
+        })
+        .collect();
+    let a = run(&flat_samples);
+    assert!(a.ooms[0].holders.as_ref().unwrap().holders[0].library);
+    assert_ne!(diagnose(&a, &a.ooms[0]).cause, Cause::Growth);
     // A graph of one iteration (the step in progress) is no growth, with memory flat across the samples.
     let mut r2 = vec![hello(100, 0)];
     r2.extend((0..8u64).map(|i| torch_sample(100, 10 + i * 40, 6 * GIB)));

@@ -278,9 +278,9 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
         // The cache must be a real share of what is reserved: a few stray blocks beside a job that filled
         // its cap or device with live tensors are not why it failed.
         let sizeable = cached.saturating_mul(100) >= f.reserved.saturating_mul(CACHE_SHARE_PCT);
-        // What fragmentation cost must be a real part of the request: a job a few MiB short, its largest free
-        // block nearly the request's size, was at its limit anyway (a batch that doubles each round fails
-        // at the next one whatever the cache's layout): the cap or pressure is why.
+        // What fragmentation cost must be a real part of the request: a job only a few MiB short of room for it
+        // was at its limit anyway (a batch that doubles each round fails at the next one whatever the cache's
+        // layout): the cap or pressure is why.
         let marginal = short.saturating_mul(100) < req.saturating_mul(CACHE_MARGIN_PCT);
         (short > 0 && cached >= short && sizeable && largest < req && !marginal)
             .then_some((f, cached, largest, short))
@@ -318,13 +318,7 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
     // A rise read in wall-clock windows (no step counted) that went to a KV cache is a request's sequence or
     // batch growing as it is served, not memory kept across steps: the cap or pressure is why, and bounding
     // the cache is the advice (kv_cache_line). Counted steps that keep a cache growing stay a growth.
-    let kv_holder = s
-        .holders
-        .as_ref()
-        .and_then(|h| h.suspects().next())
-        .is_some_and(|h| {
-            GrowthKind::of(&format!("{} {} {}", h.name, h.scope, h.what)) == GrowthKind::KvCache
-        });
+    let kv_holder = growth_line::kv_cache_holder(s).is_some();
     let work_grows = grew.is_some_and(|(l, _)| {
         l.unit == crate::model::analysis::GrowthUnit::Time
             && (kv_holder || line.as_ref().is_some_and(|g| g.kind == GrowthKind::KvCache))
@@ -609,12 +603,18 @@ pub const GRAPH_MIN_ITERATIONS: u64 = 3;
 /// the iterations it spans. The walk cannot say when they were made: one point, at the error.
 fn graph_growth(s: &OomSnapshot) -> Option<LeakTrend> {
     use crate::model::analysis::{GrowthUnit, Minimum, StepSource};
+    // Where the process's steps were counted they decide: a graph over a few micro-batches is gradient
+    // accumulation, released at the optimizer's step. A graph rooted in a library's frame (a model's forward in
+    // progress: `hidden_states = residual + hidden_states`, twice a layer) spans layers, not iterations.
+    if s.steps_counted {
+        return None;
+    }
     let h = s
         .holders
         .as_ref()?
         .holders
         .iter()
-        .filter(|h| h.kind == crate::model::analysis::holders::HolderKind::Graph)
+        .filter(|h| h.kind == crate::model::analysis::holders::HolderKind::Graph && !h.library)
         .filter(|h| h.batches.is_some_and(|b| b >= GRAPH_MIN_ITERATIONS))
         .max_by_key(|h| h.bytes)?;
     Some(LeakTrend {

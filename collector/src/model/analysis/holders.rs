@@ -98,6 +98,8 @@ pub struct Holder {
     /// For a graph: its nodes, and the iterations it spans when more than one.
     pub nodes: Option<u64>,
     pub batches: Option<u64>,
+    /// Reached from a library's frame (a model's forward in progress), not from the program's own names.
+    pub library: bool,
 }
 
 /// One walk of one process.
@@ -206,6 +208,7 @@ impl Holders {
                 bytes: n("bytes").unwrap_or(0),
                 nodes: n("nodes"),
                 batches: n("batches").filter(|&x| x > 1),
+                library: f("lib") == Some("1"),
             });
         }
         holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(&b.name)));

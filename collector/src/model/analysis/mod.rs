@@ -501,6 +501,9 @@ pub struct OomSnapshot {
     pub framework_leak: Option<LeakTrend>,
     /// What kept the failing process's tensors alive at the error (the bridge's walk, from PyTorch's observer).
     pub holders: Option<holders::Holders>,
+    /// The failing process counted enough of its own steps to say whether it grew (then a graph kept across
+    /// iterations is not read as a growth by itself: gradient accumulation keeps one legitimately).
+    pub steps_counted: bool,
     /// Failed driver requests of the same error folded into this one (the allocator's retry after flushing
     /// its cache).
     pub driver_ooms_folded: u32,

@@ -341,14 +341,7 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
     // A KV cache behind a cause other than its own growth (a serving loop's batch or sequence outgrew the
     // memory): bounding them is the lasting fix, said second, after the cause's own first step.
     if d.cause != Cause::Growth {
-        let held = s
-            .holders
-            .as_ref()
-            .and_then(|h| h.suspects().next())
-            .filter(|h| {
-                GrowthKind::of(&format!("{} {} {}", h.name, h.scope, h.what)) == GrowthKind::KvCache
-            })
-            .map(crate::model::holders::Holder::label);
+        let held = super::growth_line::kv_cache_holder(s).map(crate::model::holders::Holder::label);
         if let Some(line) = super::growth_line::kv_cache_line(a, s).or(held) {
             let at = v.len().min(1);
             v.insert(at, Advice::BoundKvCache { line });

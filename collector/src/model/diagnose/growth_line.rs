@@ -121,6 +121,14 @@ pub(super) fn growth_line(a: &Analysis, s: &OomSnapshot, l: &LeakTrend) -> Optio
 
 /// The KV cache's line, when the failing request or the tensors live at the error came from one (a serving loop
 /// whose batches or sequences grow): the advice then says to bound them, whatever the cause.
+/// The largest holder the bridge's walk found at the error (not weights, optimizer state or cache), when it is a
+/// KV cache (transformers' cache code, a `past_key_values`).
+pub(super) fn kv_cache_holder(s: &OomSnapshot) -> Option<&crate::model::holders::Holder> {
+    s.holders.as_ref()?.suspects().next().filter(|h| {
+        GrowthKind::of(&format!("{} {} {}", h.name, h.scope, h.what)) == GrowthKind::KvCache
+    })
+}
+
 pub(super) fn kv_cache_line(a: &Analysis, s: &OomSnapshot) -> Option<String> {
     let request = s
         .request_site

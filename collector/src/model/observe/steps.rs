@@ -98,7 +98,8 @@ impl StepSeries {
                     q.floor = q.floor.min(p.floor);
                     q.peak = q.peak.max(p.peak);
                 }
-                _ => out.push(*p),
+                // The point takes its new bucket's start, so it merges with its neighbours next time too.
+                _ => out.push(StepPoint { index: start, ..*p }),
             }
         }
         self.points = out;
@@ -408,6 +409,30 @@ mod tests {
         assert_eq!(small_growth(s.points()), None);
         let steady = series(100, 2 << 30, |_| 0, 0, 1);
         assert_eq!(small_growth(steady.points()), None);
+    }
+
+    #[test]
+    fn readings_every_few_steps_stay_bounded_and_exact_through_merges() {
+        // Paced readings (every 3rd step, from step 64 on: not aligned with the buckets' widths).
+        let mut s = StepSeries::default();
+        let mut i = 1;
+        while i < 40_000 {
+            s.observe(i, i * 1_000_000, (1 << 30) + i * MIB);
+            i += if i < 64 { 1 } else { 3 };
+        }
+        assert!(s.points().len() <= MAX_POINTS, "{}", s.points().len());
+        // Every point starts its bucket: neighbours are a whole width apart.
+        let w = s.points()[2].index - s.points()[1].index;
+        assert!(s
+            .points()
+            .windows(2)
+            .skip(1)
+            .all(|p| p[1].index - p[0].index == w));
+        let g = s.growth(STEPS, 1, true).expect("growth");
+        assert_eq!(g.rise_bytes / g.steps.unwrap(), MIB);
+        // A jump far ahead does not fold the history into one point.
+        s.observe(1 << 40, 0, 1 << 31);
+        assert!(s.points().len() > 1);
     }
 
     #[test]

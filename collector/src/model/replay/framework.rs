@@ -35,6 +35,9 @@ struct ProcDev {
     exact: StepSeries,
 }
 
+/// Boundary readings name devices below this ordinal only.
+const MAX_READING_DEVICE: u64 = 256;
+
 /// A process's count of its own iterations (the bridge's `steps` records).
 #[derive(Clone, Copy)]
 struct Steps {
@@ -171,8 +174,10 @@ impl FwReplay {
                     (StepSource::Batches, batches)
                 };
                 // The bridge's reading at the step's boundary: the same moment of every step.
+                // A device ordinal a GPU can have: a forged record cannot make millions of devices (the samples
+                // may come late, or rarely, on a busy host: the readings do not wait for them).
                 if let (Some(dev), Some(alloc)) = (b.num("device"), b.num("allocated")) {
-                    if count > 0 && dev < u64::from(NO_DEVICE) {
+                    if count > 0 && dev < MAX_READING_DEVICE {
                         self.procs
                             .entry((slot, dev as u32))
                             .or_default()
@@ -278,6 +283,11 @@ impl FwReplay {
         }
         let d = self.devs.iter().find(|d| d.device == device)?;
         growth_sampled(&d.tl_allocated.clone().finish(t), t)
+    }
+
+    /// Process `slot` counted enough of its steps on `device` to say whether it grew.
+    pub fn counts_steps(&self, slot: usize, device: u32) -> bool {
+        self.step_growth(slot, device).is_some()
     }
 
     /// Process `slot`'s growth on `device` in its own steps: `Some(None)` when it counted enough steps to say

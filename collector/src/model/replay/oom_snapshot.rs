@@ -143,6 +143,7 @@ impl Replay<'_> {
         if let Some(dev) = fo.device {
             o.framework_job = self.fw.job_allocated(dev);
             o.framework_leak = self.fw.leak_until(s, dev, t);
+            o.steps_counted = self.fw.counts_steps(s, dev);
         }
         o.framework = Some(fo);
     }
@@ -383,6 +384,7 @@ impl Replay<'_> {
                 .then(|| self.fw.leak_until(s, o.device, t))
                 .flatten(),
             holders: None,
+            steps_counted: o.device != NO_DEVICE && self.fw.counts_steps(s, o.device),
             driver_ooms_folded: 0,
             seq,
         });

@@ -33,6 +33,8 @@ struct HolderJson<'a> {
     bytes: u64,
     nodes: Option<u64>,
     batches: Option<u64>,
+    /// Reached from a library's frame (a model's forward in progress), not the program's own names.
+    library: bool,
     /// The holder in words, as the text reports say it.
     label: String,
 }
@@ -64,6 +66,7 @@ fn holder(h: &Holder) -> HolderJson<'_> {
         bytes: h.bytes,
         nodes: h.nodes,
         batches: h.batches,
+        library: h.library,
         label: prose::holder_label(h),
     }
 }
