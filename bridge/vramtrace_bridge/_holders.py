@@ -17,6 +17,7 @@ import gc
 import os
 import sys
 import time
+import types
 
 MAX_DEPTH = 6
 MAX_HOLDERS = 16
@@ -66,8 +67,9 @@ class _Walk(object):
         self.library_scopes = set()  # scopes of libraries' frames (a model's forward in progress)
         # Reading a node's saved tensors runs their unpack hooks: with torch.utils.checkpoint (non-reentrant) that
         # recomputes a forward (CUDA work, in an out-of-memory observer), with save_on_cpu a copy to the device.
-        # Where those can be in use the graphs are named and counted, never unpacked.
-        self.unpack = "torch.utils.checkpoint" not in sys.modules
+        # Where such a hook is alive (find_tensors sees its function among the objects) the graphs are named and
+        # counted, never unpacked. A program's own saved_tensors_hooks cannot be told: said in docs/OOM.md.
+        self.unpack = True
 
     # ---- the clock ----
 
@@ -96,6 +98,8 @@ class _Walk(object):
                     self.check("finding the CUDA tensors (%d of %d objects)" % (i, n))
                 o = objs[i]
                 tp = type(o)
+                if tp is _FunctionType and self.unpack:
+                    self.unpack = not _unpack_hook(o)
                 k = kinds.get(tp)
                 if k is None:
                     k = self.kind(tp)
@@ -510,6 +514,20 @@ class _Walk(object):
         # The smaller ones (and any the clock left unasked) are not reached either way.
         for rec in rest:
             self.credit(("unreached", UNREACHED_NAME, None, None), rec[1])
+
+
+_FunctionType = types.FunctionType
+# Where PyTorch defines the saved-tensor hooks whose unpacking runs work: non-reentrant checkpointing (it
+# recomputes the forward) and save_on_cpu (a copy back to the device).
+_HOOK_MODULES = ("torch.utils.checkpoint", "torch.autograd.graph")
+
+
+def _unpack_hook(f):
+    """`f` is one of PyTorch's unpack hooks, alive: saved tensors somewhere run it when read."""
+    try:
+        return f.__module__ in _HOOK_MODULES and "unpack" in f.__qualname__
+    except Exception:
+        return False
 
 
 def _attr(torch, *path):

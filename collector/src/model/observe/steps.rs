@@ -192,7 +192,14 @@ pub fn growth_in_steps(
     }
     // The work growing: each rise about twice the one before (a batch or a sequence doubling until it does
     // not fit), or a last rise that dwarfs the first half's.
-    let incs: Vec<u64> = cluster.iter().map(|&i| floor[i] - floor[i - 1]).collect();
+    // Per step: readings paced every few steps rise by several steps' worth at once, not by a doubling.
+    let incs: Vec<u64> = cluster
+        .iter()
+        .map(|&i| {
+            let gap = points[i].index.saturating_sub(points[i - 1].index).max(1);
+            (floor[i] - floor[i - 1]) / gap
+        })
+        .collect();
     let doubling = incs
         .windows(2)
         .filter(|w| w[1].saturating_mul(10) >= w[0].saturating_mul(17))
@@ -433,6 +440,20 @@ mod tests {
         // A jump far ahead does not fold the history into one point.
         s.observe(1 << 40, 0, 1 << 31);
         assert!(s.points().len() > 1);
+    }
+
+    #[test]
+    fn readings_every_step_then_paced_are_one_steady_growth() {
+        // The bridge reads the first 64 steps, then every 8 or 9: a rise per reading eight times the early
+        // ones is the same 32 MiB a step, not the work doubling.
+        let mut s = StepSeries::default();
+        let mut i = 1;
+        while i <= 300 {
+            s.observe(i, i * 10_000_000, (681 * MIB) + (i - 1) * 32 * MIB);
+            i += if i < 64 { 1 } else { 8 + i % 2 };
+        }
+        let g = s.growth(STEPS, 1, true).expect("growth");
+        assert_eq!(g.rise_bytes / g.steps.unwrap(), 32 * MIB);
     }
 
     #[test]
