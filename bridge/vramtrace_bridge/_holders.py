@@ -525,7 +525,10 @@ _HOOK_MODULES = ("torch.utils.checkpoint", "torch.autograd.graph")
 def _unpack_hook(f):
     """`f` is one of PyTorch's unpack hooks, alive: saved tensors somewhere run it when read."""
     try:
-        return f.__module__ in _HOOK_MODULES and "unpack" in f.__qualname__
+        # The hooks are closures made for each use (`..._checkpoint_hook.__init__.<locals>.unpack_hook`,
+        # `save_on_cpu.__init__.<locals>.unpack_from_cpu`): a module's own functions are always alive.
+        q = f.__qualname__
+        return f.__module__ in _HOOK_MODULES and "unpack" in q and "<locals>" in q
     except Exception:
         return False
 
