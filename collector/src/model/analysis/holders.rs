@@ -162,13 +162,12 @@ impl Holder {
                 format!("the parameters and buffers of {}{}", h.name, scope(h))
             }
             HolderKind::Optimizer => format!("the state of optimizer {}{}", h.name, scope(h)),
+            // The walk saw a referrer it did not reach from the program's names: a cycle, most often, but it
+            // cannot tell one from an object held deeper than it went.
             HolderKind::Cycle => format!(
-                "a reference cycle{} awaiting Python's garbage collector",
-                if h.what.is_empty() {
-                    String::new()
-                } else {
-                    format!(" through {}", h.what)
-                }
+                "a {} the program's names do not reach (a reference cycle awaiting Python's garbage collector, \
+                 or held deeper than the walk went)",
+                if h.what.is_empty() { "container" } else { h.what.as_str() }
             ),
             HolderKind::Unreached => "tensors no Python object reaches".to_string(),
             HolderKind::Cache => "PyTorch's cache (reserved but free)".to_string(),

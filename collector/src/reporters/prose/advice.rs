@@ -60,8 +60,9 @@ pub fn advice_text(a: &Advice) -> String {
                      adds up: accumulate loss.item() or loss.detach(), and run evaluation under torch.no_grad()"
                 }
                 HolderKind::Cycle => {
-                    "they sit in a reference cycle until Python's garbage collector runs: break the cycle (a \
-                     weakref for the back reference) or call gc.collect() between steps"
+                    "if it is a reference cycle, they stay until Python's garbage collector runs: break the cycle \
+                     (a weakref for the back reference) or call gc.collect() between steps; if gc.collect() frees \
+                     nothing, something deeper holds them"
                 }
                 HolderKind::Unreached => {
                     "no Python object reaches them: native code, a graph kept through a tensor not named, or CUDA \
