@@ -466,9 +466,9 @@ def _bridge_steps():
         return "?"
 
 
-def cost_cpu():
-    import torch
-
+def _cpu_step(torch):
+    """The CPU-bound training step of the cost cases: 8 small Linear+GELU+LayerNorm blocks, batch 16, SGD (so the
+    bridge's optimizer hook runs every step)."""
     torch.manual_seed(0)
     d = 256
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.GELU(), torch.nn.LayerNorm(d))
@@ -482,6 +482,13 @@ def cost_cpu():
         loss.backward()
         opt.step()
 
+    return step
+
+
+def cost_cpu():
+    import torch
+
+    step = _cpu_step(torch)
     for _ in range(200):
         step()
     torch.cuda.synchronize()
@@ -523,19 +530,7 @@ def cost_inproc():
             T._state["thread"] = None  # the sampler stops at its next look
         time.sleep(0.05)
 
-    torch.manual_seed(0)
-    d = 256
-    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.GELU(), torch.nn.LayerNorm(d))
-                                  for _ in range(8)]).cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    x = torch.randn(16, d, device="cuda")
-
-    def step():
-        loss = model(x).pow(2).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
+    step = _cpu_step(torch)
     for _ in range(300):
         step()
     torch.cuda.synchronize()

@@ -294,10 +294,8 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
         .filter(|&x| x > 0)
         .or(shortfall.filter(|&x| x > 0))
         .or(free.is_none().then_some(req));
-    // With no growth read from a series, a graph kept across iterations is one (a loop without an optimizer or
-    // a DataLoader, such as an evaluation that sums its losses with their graphs).
-    // Counted in steps or cycles first, then the graph (its iterations are the program's), then wall-clock
-    // windows.
+    // Counted in steps or cycles first; then a graph kept across iterations (a loop without an optimizer or a
+    // DataLoader, such as an evaluation that sums its losses with their graphs); then wall-clock windows.
     let graph = graph_growth(s);
     let counted = |l: &&LeakTrend| l.unit != crate::model::analysis::GrowthUnit::Time;
     let fw_leak = s

@@ -287,19 +287,26 @@ impl FwReplay {
 
     /// Process `slot` counted enough of its steps on `device` to say whether it grew.
     pub fn counts_steps(&self, slot: usize, device: u32) -> bool {
-        self.step_growth(slot, device).is_some()
+        self.step_series(slot, device).is_some()
+    }
+
+    /// The series process `slot`'s growth on `device` is read from, with its count and whether its points are
+    /// exact: the boundary readings when there are enough, else the sampler's floors; `None` when neither has
+    /// enough points to say.
+    fn step_series(&self, slot: usize, device: u32) -> Option<(&StepSeries, &Steps, bool)> {
+        let st = self.steps.get(&slot)?;
+        let p = self.procs.get(&(slot, device))?;
+        if p.exact.points().len() > MIN_RISES {
+            return Some((&p.exact, st, true));
+        }
+        (p.steps.points().len() > MIN_RISES).then_some((&p.steps, st, false))
     }
 
     /// Process `slot`'s growth on `device` in its own steps: `Some(None)` when it counted enough steps to say
     /// and saw none; `None` when it could not say (no step counted, or too few).
     fn step_growth(&self, slot: usize, device: u32) -> Option<Option<LeakTrend>> {
-        let st = self.steps.get(&slot)?;
-        let p = self.procs.get(&(slot, device))?;
-        let unit = GrowthUnit::Steps(st.source);
-        if p.exact.points().len() > MIN_RISES {
-            return Some(p.exact.growth(unit, st.pid, true));
-        }
-        (p.steps.points().len() > MIN_RISES).then(|| p.steps.growth(unit, st.pid, false))
+        self.step_series(slot, device)
+            .map(|(s, st, exact)| s.growth(GrowthUnit::Steps(st.source), st.pid, exact))
     }
 
     /// Per slot, its figures per device; per device, the job's.
