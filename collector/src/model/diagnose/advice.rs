@@ -27,6 +27,11 @@ pub enum Advice {
     GrowthHeldBy {
         holder: crate::model::analysis::holders::Holder,
     },
+    /// A growth read in driver-level cycles: a program loading its weights piece by piece (a staging buffer
+    /// freed after each) reads the same; if it was loading, what it loads does not fit (`held` when it failed).
+    CyclesMayBeLoading {
+        held: u64,
+    },
     /// `vramtrace run --torch-history` names the line next time.
     TorchHistory,
     /// A larger cap (`capped`) or GPU only delays it; `per_step`: the rise a step (`noun`: step, batch or
@@ -207,6 +212,14 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
                 for (l, whole) in limits {
                     lasts.push((l, l.saturating_sub(now) / p, whole));
                 }
+            }
+            if d.growth
+                .as_ref()
+                .is_some_and(|l| l.unit == crate::model::analysis::GrowthUnit::Cycles)
+            {
+                v.push(Advice::CyclesMayBeLoading {
+                    held: d.job_live_bytes,
+                });
             }
             v.push(Advice::FixGrowthFirst {
                 capped: d.cap_bytes.is_some(),

@@ -83,6 +83,12 @@ pub fn advice_text(a: &Advice) -> String {
                 }
             )
         }
+        Advice::CyclesMayBeLoading { held } => format!(
+            "Seen through the driver alone, a loop that keeps memory every round reads the same as a program \
+             loading its weights piece by piece (a staging buffer freed after each): if this was loading, \
+             nothing leaked and what it loads does not fit in what it could have ({} held when it failed).",
+            b(*held)
+        ),
         Advice::TorchHistory => "To name the line that keeps them: vramtrace run --torch-history (PyTorch's \
                                  allocation history with Python stacks) and run again."
             .to_string(),
