@@ -12,6 +12,7 @@ pub mod fdlimit;
 pub(crate) mod hangup;
 pub mod live;
 pub mod model;
+pub mod out_file;
 pub mod pickle_depth;
 pub mod probe;
 pub mod receive;

@@ -6,7 +6,7 @@
 //! existing output is kept unless `--force`. A trace cut short is exported up to where it stops (said on
 //! stderr).
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
@@ -79,8 +79,14 @@ pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
     } else {
         None
     };
-    let file = crate::verbs::run::open_out(&args.out, args.force)
+    let mut pending = crate::out_file::OutFile::create(&args.out, args.force)
         .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
+    let file = pending.file().try_clone().map_err(|e| {
+        Failed(
+            exit::FAILURE,
+            format!("cannot write {}: {e}", args.out.display()),
+        )
+    })?;
     let w = BufWriter::with_capacity(1 << 20, file);
     let r = match order {
         Some(order) => match args.format {
@@ -90,10 +96,12 @@ pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
         },
         None => write(args, w),
     };
-    if r.is_err() {
-        let _ = fs::remove_file(&args.out);
-    }
-    r
+    // Only a whole export takes the name; a failed one leaves what was there as it was (the temporary goes).
+    let r = r?;
+    pending
+        .commit()
+        .map_err(|e| Failed(exit::FAILURE, e.to_string()))?;
+    Ok(r)
 }
 
 /// Several traces' headers, which can be read together (`fleet::check_together`), in the order of their wall-clock starts, each with how

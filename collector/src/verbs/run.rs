@@ -3,7 +3,7 @@
 //! run ended by anything (SIGKILL included) leaves a trace readable up to its last whole frame.
 
 use std::ffi::OsString;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
@@ -265,11 +265,9 @@ impl Prepared {
         if agent == OnOff::Off && matches!(args.torch_history, Some(TorchHistory::Entries(_))) {
             bail!("--torch-history needs the Python bridge, which --python-agent off turns off");
         }
-        let mut file = open_out(&out, args.force)?;
-        let mut made = Made {
-            path: out.clone(),
-            keep: false,
-        };
+        // A private temporary beside `out`, renamed onto it once the run can start (never through a link, never
+        // onto another user's file: `out_file`). Until then a failure leaves whatever was at `out` untouched.
+        let mut pending = crate::out_file::OutFile::create(&out, args.force)?;
         // Traces of one job (one per node) merge in `report`; the `job` label of `--metrics`.
         let job = crate::live::job_name(args.job_name.as_deref());
         if let Some((name, from)) = &job {
@@ -302,7 +300,9 @@ impl Prepared {
             extra,
         };
         let head = codec::encode_header(&header);
-        file.write_all(&head)
+        pending
+            .file()
+            .write_all(&head)
             .with_context(|| format!("cannot write {}", out.display()))?;
         let dir = RuntimeDir::create()?;
         // Only the job's user reaches the runtime directory: 0700, the socket 0600 (mkdtemp made it ours). Run as
@@ -345,6 +345,11 @@ impl Prepared {
             },
             OnOff::Off => None,
         };
+        let file = pending
+            .file()
+            .try_clone()
+            .with_context(|| format!("cannot write {}", out.display()))?;
+        let reader = file.try_clone().ok();
         let writer = TraceWriter::new(file, head.len() as u64);
         let metrics = match metrics_addr {
             Some(addr) => {
@@ -356,7 +361,7 @@ impl Prepared {
                 let live = crate::live::Live::new(
                     labels,
                     &header,
-                    File::open(&out).ok(),
+                    reader,
                     head.len() as u64,
                     writer.written.clone(),
                 );
@@ -373,7 +378,8 @@ impl Prepared {
             }
             None => None,
         };
-        made.keep = true;
+        // Everything that could refuse the run has been made: the trace takes its name.
+        pending.commit()?;
         Ok(Prepared {
             shim,
             out,
@@ -621,6 +627,7 @@ impl Prepared {
 
 /// Writes `text` to `<trace stem>.<kind>.txt`, never over an existing file (a numbered name instead).
 fn write_beside(trace: &Path, kind: &str, text: &str) -> io::Result<PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt;
     for n in 0..100 {
         let ext = if n == 0 {
             format!("{kind}.txt")
@@ -628,7 +635,14 @@ fn write_beside(trace: &Path, kind: &str, text: &str) -> io::Result<PathBuf> {
             format!("{kind}.{n}.txt")
         };
         let path = trace.with_extension(ext);
-        match OpenOptions::new().write(true).create_new(true).open(&path) {
+        // Afresh, never through a link; the job's user's alone, as the trace is.
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+        {
             Ok(mut f) => return f.write_all(text.as_bytes()).map(|_| path),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
@@ -746,42 +760,6 @@ fn default_out(command: &[OsString]) -> PathBuf {
         })
         .collect();
     PathBuf::from(format!("vramtrace-{prog}-{}.vtrace", std::process::id()))
-}
-
-/// The trace file a run made, removed if the run fails before it starts (a bad `--metrics` address, a socket it
-/// cannot bind): left empty, it would make the next run with the same `--out` refuse ("already exists").
-struct Made {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl Drop for Made {
-    fn drop(&mut self) {
-        if !self.keep {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
-/// Opens the trace (or an export) for writing. An existing file is kept unless `--force`: nothing the user
-/// gave is lost.
-pub(crate) fn open_out(out: &Path, force: bool) -> anyhow::Result<File> {
-    let mut o = OpenOptions::new();
-    o.write(true);
-    if force {
-        o.create(true).truncate(true);
-    } else {
-        o.create_new(true);
-    }
-    o.open(out).map_err(|e| match e.kind() {
-        io::ErrorKind::AlreadyExists => {
-            anyhow::anyhow!(
-                "{} already exists; choose another --out or add --force",
-                out.display()
-            )
-        }
-        _ => anyhow::anyhow!("cannot write {}: {e}", out.display()),
-    })
 }
 
 /// How the job's processes ended that did not end well, from their wait statuses (at most 8 lines).

@@ -775,6 +775,21 @@ pub fn check_pattern_log(log: &[LogLine], repeat: usize, threads: usize, device_
 /// Whether this test can run a process as another user: root, with util-linux's `setpriv`. Without them the
 /// test fails, so a security test never passes by not running: CI runs as root; `VRAMTRACE_ALLOW_NO_ROOT=1`
 /// lets a developer's unprivileged run skip it (scripts/test.sh sets it when not root).
+impl FakeCuda {
+    /// `program` run as `uid` (its group too, no others), with no per-user runtime folder of ours: another
+    /// local user, or the job's user when the test runs as root. Needs [`can_drop_privileges`].
+    pub fn as_user(&self, uid: u32, program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+        let mut c = self.command("setpriv");
+        c.arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={uid}"))
+            .arg("--clear-groups")
+            .arg(program)
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("TMPDIR");
+        c
+    }
+}
+
 pub fn can_drop_privileges() -> bool {
     let why = if unsafe { libc::geteuid() } != 0 {
         "needs root to run a process as another user"

@@ -19,17 +19,6 @@ fn open_dir(name: &str) -> std::path::PathBuf {
     d
 }
 
-fn as_user(fc: &FakeCuda, uid: u32, program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
-    let mut c = fc.command("setpriv");
-    c.arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={uid}"))
-        .arg("--clear-groups")
-        .arg(program)
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("TMPDIR");
-    c
-}
-
 #[test]
 fn another_user_finds_a_jobs_socket_and_reaches_nothing() {
     if !can_drop_privileges() {
@@ -39,7 +28,7 @@ fn another_user_finds_a_jobs_socket_and_reaches_nothing() {
     let dir = open_dir("reach");
     let trace = dir.join("t.vtrace");
     // The job's user: 65533, with a cap (so a ledger exists).
-    let mut job = as_user(&fc, 65533, vramtrace());
+    let mut job = fc.as_user(65533, vramtrace());
     job.args(["run", "--cap", "1GiB", "--python-agent", "off", "--out"])
         .arg(&trace)
         .args(["--", "sleep", "3"])
@@ -49,7 +38,8 @@ fn another_user_finds_a_jobs_socket_and_reaches_nothing() {
     // The other user: 65534, until it sees the socket.
     let start = Instant::now();
     let said = loop {
-        let out = as_user(&fc, 65534, program("forger"))
+        let out = fc
+            .as_user(65534, program("forger"))
             .args(["attack", "65533"])
             .output()
             .unwrap();
@@ -111,7 +101,8 @@ fn processes_of_another_user_that_vanish_at_once_are_turned_away_whatever_their_
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(!socket.is_empty());
-    let dashed = as_user(&fc, 65534, program("forger"))
+    let dashed = fc
+        .as_user(65534, program("forger"))
         .args(["dash", &collector.to_string(), "40"])
         .env("VRAMTRACE_SOCKET", &socket)
         .output()
