@@ -24,6 +24,9 @@ pub(crate) struct Report {
     pub ts_ns: u64,
     pub child: u32,
     pub status: ExitStatus,
+    /// Whether the child's own parent (as the trace knows it) was still alive when this report came: then the
+    /// kernel let only that parent reap it, and a report from anyone else is not believed.
+    pub parent_alive: bool,
 }
 
 /// What the job's connections learnt of parents and reaps.
@@ -86,16 +89,36 @@ pub(super) fn admit(
             let n = r.per_reporter.entry(who.kernel).or_default();
             *n += 1;
             if *n <= MAX_PER_REPORTER && r.kept.len() < MAX_REPORTS {
+                let parent_alive = c
+                    .reaps
+                    .parents
+                    .lock()
+                    .ok()
+                    .and_then(|p| p.get(&child).and_then(|v| v.last()).map(|(_, pp)| *pp))
+                    .is_some_and(|pp| pp != who.kernel && alive(pp));
                 r.kept.push(Report {
                     reporter: who.kernel,
                     ts_ns,
                     child,
                     status,
+                    parent_alive,
                 });
             }
         }
     }
     Ok(())
+}
+
+/// Whether `pid` names a live process now (a zombie counts: it has not been reaped, so it still parents its
+/// children). A pid reused since only makes a true report of an ancestor refused, never a forged one believed.
+fn alive(pid: u32) -> bool {
+    if pid <= 1 {
+        // init reaps orphans outside the job; the job's own subreaper is pid 1 only in a container of its own.
+        return false;
+    }
+    // SAFETY: kill with signal 0 sends nothing; it only asks whether the pid exists.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// More reports than any job makes processes for.
@@ -115,9 +138,11 @@ fn parent_at(parents: &Parents, pid: u32, ts_ns: u64) -> Option<(u64, u32)> {
 }
 
 /// The reports to keep (child's `Exit`s) and the refused count per reporter: a report is believed when the
-/// reporter is the child's parent, or an ancestor of it (a process reparented to a subreaper of the job:
-/// tini, catatonit). One about a process of the trace whose ancestors do not include the reporter is refused;
-/// one about a process that never connected is passed over.
+/// reporter is the child's parent, or an ancestor of it once that parent was gone (a process reparented to a
+/// subreaper of the job: tini, catatonit). The kernel lets only the parent of the moment reap a child, so an
+/// ancestor's report made while the parent lived is refused, and the parent's own report is believed before
+/// any ancestor's whatever came first. One about a process of the trace whose ancestors do not include the
+/// reporter is refused; one about a process that never connected is passed over.
 pub(super) fn judge(
     reports: &[Report],
     parents: &Parents,
@@ -126,10 +151,21 @@ pub(super) fn judge(
     let mut exits = Vec::new();
     let mut refused: HashMap<u32, u64> = HashMap::new();
     let mut done: HashSet<(u32, u64)> = HashSet::new();
-    for r in reports {
+    // The parents' own reports first: an ancestor's, sent sooner, cannot take a child's exit from its parent.
+    let by_parent =
+        |r: &Report| parent_at(parents, r.child, r.ts_ns).is_some_and(|(_, p)| p == r.reporter);
+    let ordered = reports
+        .iter()
+        .filter(|r| by_parent(r))
+        .chain(reports.iter().filter(|r| !by_parent(r)));
+    for r in ordered {
         let Some((hello_ts, parent)) = parent_at(parents, r.child, r.ts_ns) else {
             continue;
         };
+        if parent != r.reporter && r.parent_alive {
+            *refused.entry(r.reporter).or_default() += 1;
+            continue;
+        }
         let mut ancestor = parent;
         let mut ours = false;
         for _ in 0..64 {
@@ -240,6 +276,7 @@ mod tests {
             ts_ns: 5,
             child,
             status: ExitStatus::Code(code),
+            parent_alive: false,
         }
     }
 
@@ -317,18 +354,21 @@ mod tests {
                 ts_ns: 10,
                 child: 30,
                 status: ExitStatus::Code(1),
+                parent_alive: false,
             },
             Report {
                 reporter: 11,
                 ts_ns: 100,
                 child: 20,
                 status: ExitStatus::Code(2),
+                parent_alive: false,
             },
             Report {
                 reporter: 12,
                 ts_ns: 900,
                 child: 20,
                 status: ExitStatus::Code(3),
+                parent_alive: false,
             },
             // The first process's parent cannot speak for the second.
             Report {
@@ -336,6 +376,7 @@ mod tests {
                 ts_ns: 901,
                 child: 20,
                 status: ExitStatus::Code(9),
+                parent_alive: false,
             },
         ];
         let (exits, refused) = judge(&reports, &parents, &HashSet::new());
@@ -343,12 +384,48 @@ mod tests {
         assert_eq!(
             codes,
             [
-                (30, ExitStatus::Code(1)),
                 (20, ExitStatus::Code(2)),
-                (20, ExitStatus::Code(3))
+                (20, ExitStatus::Code(3)),
+                (30, ExitStatus::Code(1))
             ]
         );
         assert_eq!(refused, HashMap::from([(11, 1)]));
+    }
+
+    #[test]
+    fn a_grandparent_cannot_speak_for_a_child_whose_parent_lives() {
+        // 30 is 21's child, 21 is 10's. 10 reports 30 killed while 21 still lived (sooner than 21's own word),
+        // and again later as if orphaned: neither outweighs 21's report. With 21 gone, 10's word is taken.
+        let parents: Parents = HashMap::from([(21, vec![(1, 10)]), (30, vec![(2, 21)])]);
+        let forged = Report {
+            reporter: 10,
+            ts_ns: 3,
+            child: 30,
+            status: ExitStatus::Signal {
+                signal: 9,
+                core: false,
+            },
+            parent_alive: true,
+        };
+        let true_one = Report {
+            reporter: 21,
+            ts_ns: 9,
+            child: 30,
+            status: ExitStatus::Code(0),
+            parent_alive: false,
+        };
+        let late = Report {
+            parent_alive: false,
+            ..forged
+        };
+        let (exits, refused) = judge(&[forged, late, true_one], &parents, &HashSet::new());
+        let codes: Vec<(u32, ExitStatus)> = exits.iter().map(|x| (x.pid, x.status)).collect();
+        assert_eq!(codes, [(30, ExitStatus::Code(0))]);
+        assert_eq!(refused, HashMap::from([(10, 1)]));
+        let (exits, _) = judge(&[forged], &parents, &HashSet::new());
+        assert!(exits.is_empty(), "{exits:?}");
+        let (exits, _) = judge(&[late], &parents, &HashSet::new());
+        assert_eq!(exits.len(), 1);
     }
 
     #[test]
@@ -395,6 +472,7 @@ mod tests {
                     ts_ns: 5,
                     child: 20,
                     status: ExitStatus::Code(1),
+                    parent_alive: false,
                 });
             }
         }

@@ -588,3 +588,27 @@ fn processes_reaped_by_their_own_parents_are_named_with_how_they_ended() {
     // The summary names both, though the command itself exited 0.
     run.says("killed by SIGKILL").says("exited with code 3");
 }
+
+#[test]
+fn a_grandparent_cannot_report_its_grandchild_killed_before_the_parent_speaks() {
+    // The forger runs bash, bash runs a probe that ends 0 and reaps it itself; while the probe still runs, the
+    // forger (its grandparent) reports it killed by SIGKILL. Only bash, its parent, could have reaped it.
+    let fc = FakeCuda::new();
+    let probe = program("probe");
+    let forger = program("forger");
+    let (run, path) = fc.traced(
+        "grandparent",
+        &["--python-agent", "off"],
+        forger.to_str().unwrap(),
+        &["grandparent", probe.to_str().unwrap()],
+    );
+    run.assert_success("the forger and its bash end 0");
+    let a = model::analyze(&path).unwrap();
+    let p = a
+        .processes
+        .iter()
+        .find(|p| p.cmdline.first().is_some_and(|c| c.ends_with("probe")))
+        .expect("the probe is in the trace");
+    assert_eq!(p.exit, Some(ExitStatus::Code(0)), "{:?}", a.processes);
+    assert!(!run.stderr.contains("SIGKILL"), "{}", run.stderr);
+}

@@ -15,6 +15,10 @@
 //!                                           then writes noise over its ring's header (past the magic) and its
 //!                                           slots while the collector drains it, and exits 0 a second later.
 //!                                           Prints its real pid.
+//! forger grandparent <probe>              hello; runs `forger parent <probe>`, which says hello, runs the
+//!                                           probe (alloc, sleep 700 ms, exit 0) and reaps it itself; while the
+//!                                           probe lives, reports it killed by SIGKILL on a connection of its
+//!                                           own, as its grandparent. Prints the probe's pid.
 //! forger attack <uid>                       another user: finds vramtrace's sockets in /proc/net/unix whose
 //!                                           folder is <uid>'s, and tries each (connect, list its folder, open
 //!                                           its ledger). Prints
@@ -327,6 +331,62 @@ fn scribble() {
     }
 }
 
+fn grandparent(probe: &str) {
+    // Both it and the parent say hello, as processes of the job that touched CUDA would: the collector knows
+    // the line grandparent -> parent -> probe from the kernel.
+    let (_conn, _ring) = connect(std::process::id());
+    let mut parent = std::process::Command::new(std::env::current_exe().expect("own path"))
+        .args(["parent", probe])
+        .spawn()
+        .expect("parent");
+    let children = format!("/proc/{0}/task/{0}/children", parent.id());
+    let start = std::time::Instant::now();
+    let child: u32 = loop {
+        if let Some(c) = std::fs::read_to_string(&children)
+            .ok()
+            .and_then(|t| t.split_whitespace().next().and_then(|w| w.parse().ok()))
+        {
+            break c;
+        }
+        assert!(
+            start.elapsed().as_secs() < 10,
+            "the parent started no child"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    // Let it connect (its first allocation), then speak for it while it still runs: this report comes first.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut buf = [0u8; codec::REAPED_FRAME_MAX];
+    let n = codec::encode_reaped_into(
+        &mut buf,
+        std::process::id(),
+        mono_ns(),
+        child,
+        ExitStatus::Signal {
+            signal: 9,
+            core: false,
+        },
+    )
+    .expect("a reaped frame");
+    let path = std::env::var_os("VRAMTRACE_SOCKET").expect("VRAMTRACE_SOCKET");
+    let mut s = UnixStream::connect(path).expect("connect");
+    s.write_all(&buf[..n]).expect("send");
+    drop(s);
+    assert!(parent.wait().expect("wait").success());
+    println!("{child}");
+}
+
+/// The probe's parent: says hello, runs it, reaps it (its shim reports how it ended).
+fn parent(probe: &str) {
+    let (_conn, _ring) = connect(std::process::id());
+    let st = std::process::Command::new(probe)
+        .args(["alloc 1048576", "sleep 700"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("probe");
+    assert!(st.success());
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize| -> u64 { args[i].parse().expect("a number") };
@@ -336,6 +396,8 @@ fn main() {
         Some("dash") => dash(num(1) as u32, num(2)),
         Some("attack") => attack(num(1) as u32),
         Some("scribble") => scribble(),
+        Some("grandparent") => grandparent(&args[1]),
+        Some("parent") => parent(&args[1]),
         _ => {
             eprintln!("usage: forger speak <claimed-pid> <victim-pid> | hoard <bytes> <hold-ms>");
             std::process::exit(2);
