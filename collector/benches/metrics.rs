@@ -183,7 +183,7 @@ fn ingest(
             head.len() as u64,
             w.written.clone(),
         );
-        let t = live.spawn();
+        let t = live.spawn(None);
         (live, t)
     });
     for p in 0..procs {
@@ -343,6 +343,7 @@ fn main() {
             job: "bench".into(),
             host: "node-0001".into(),
             uuids: vec![],
+            pids: true,
         },
         &header(),
         None,

@@ -50,6 +50,9 @@ pub struct JobLabels {
     pub host: String,
     /// Device ordinal -> UUID, where known (`CUDA_VISIBLE_DEVICES` naming GPUs by UUID).
     pub uuids: Vec<String>,
+    /// Per-process series carry a `pid` label (`--metrics-pids`). Off by default: whoever reaches the port (any
+    /// local user, on loopback) would learn the job's pids; without it a process's series are its rank's.
+    pub pids: bool,
 }
 
 impl JobLabels {
@@ -400,6 +403,10 @@ impl State {
         };
         let mut pids: Vec<(&u32, &Proc)> = self.procs.iter().collect();
         pids.sort_unstable_by_key(|(pid, _)| **pid);
+        // Without `pid` labels, processes of one rank (or of none) on one GPU share a series: their sums (a peak
+        // is then the most each held, added: a bound, not a moment).
+        let mut sums: BTreeMap<L, [i64; 2]> = BTreeMap::new();
+        let mut fw_sums: BTreeMap<L, [i64; 2]> = BTreeMap::new();
         for (pid, p) in pids {
             for (d, pd) in &p.dev {
                 // A process's series name its own GPU: its ordinal may be another process's other GPU.
@@ -408,17 +415,29 @@ impl State {
                     .get(d)
                     .map_or(self.uuid_of(labels, *d), String::as_str);
                 let mut l = job(&[("gpu", d.to_string()), ("uuid", uuid.to_string())]);
-                l.push(("pid", pid.to_string()));
+                if labels.pids {
+                    l.push(("pid", pid.to_string()));
+                }
                 l.push(("rank", p.rank.map_or(String::new(), |r| r.to_string())));
-                used.get_or_create(&l).set(pd.live as i64);
-                peak.get_or_create(&l).set(pd.peak as i64);
+                let s = sums.entry(l.clone()).or_default();
+                s[0] += pd.live as i64;
+                s[1] += pd.peak as i64;
                 if let Some((f, al, re)) = pd.framework {
                     let mut l = l.clone();
                     l.push(("framework", f.name().to_string()));
-                    fw_allocated.get_or_create(&l).set(al as i64);
-                    fw_reserved.get_or_create(&l).set(re as i64);
+                    let s = fw_sums.entry(l).or_default();
+                    s[0] += al as i64;
+                    s[1] += re as i64;
                 }
             }
+        }
+        for (l, [u, p]) in &sums {
+            used.get_or_create(l).set(*u);
+            peak.get_or_create(l).set(*p);
+        }
+        for (l, [a, r]) in &fw_sums {
+            fw_allocated.get_or_create(l).set(*a);
+            fw_reserved.get_or_create(l).set(*r);
         }
         for (d, dv) in &self.devs {
             let l = job(&gpu(*d));
@@ -540,8 +559,8 @@ impl State {
     }
 }
 
-/// What `/status.json` answers (`vramtrace top` reads it): the figures `/metrics` serves, typed, with each
-/// process's command.
+/// The typed status `vramtrace top` reads (`<attach_dir>/<pid>.status.json`, the owner's alone): the figures
+/// `/metrics` serves, with each process's pid and command.
 #[derive(serde::Serialize, serde::Deserialize, Debug, Default, Clone, PartialEq)]
 pub struct Status {
     pub job: String,
@@ -576,7 +595,7 @@ pub struct ProcStatus {
 }
 
 impl State {
-    /// These figures as `/status.json` answers them.
+    /// These figures as the status file holds them.
     pub fn status(&self, labels: &JobLabels) -> Status {
         let mut processes: Vec<ProcStatus> = self
             .procs
@@ -727,14 +746,29 @@ impl Live {
         self.inner.lock().map_or(0, |g| g.state.device_used(device))
     }
 
-    /// Starts the background reader: every [`CATCH_UP`] until [`Live::stop`].
-    pub fn spawn(self: &Arc<Live>) -> Option<thread::JoinHandle<()>> {
+    /// Starts the background reader: every [`CATCH_UP`] until [`Live::stop`]. With `status`, the typed status
+    /// is kept there (replaced whole when the figures change) for `vramtrace top`: a file in the owner's
+    /// private attach folder, so that command lines and pids reach nobody else.
+    pub fn spawn(
+        self: &Arc<Live>,
+        status: Option<std::path::PathBuf>,
+    ) -> Option<thread::JoinHandle<()>> {
         let me = self.clone();
         thread::Builder::new()
             .name("vramtrace-live".into())
             .spawn(move || {
+                let mut said = None;
                 while !me.stop.load(Ordering::Acquire) {
                     me.catch_up();
+                    if let Some(path) = &status {
+                        let st = me.status();
+                        if said.as_ref() != Some(&st) {
+                            // A failed write (a full disk) is tried again at the next change.
+                            if write_status(path, &st).is_ok() {
+                                said = Some(st);
+                            }
+                        }
+                    }
                     thread::park_timeout(CATCH_UP);
                 }
             })
@@ -824,6 +858,8 @@ pub struct Running {
     pub server: Server,
     reader: Option<thread::JoinHandle<()>>,
     attach: Option<std::path::PathBuf>,
+    /// `<attach_dir>/<pid>.status.json`, the typed status `top` reads.
+    status: Option<std::path::PathBuf>,
 }
 
 impl Running {
@@ -836,23 +872,31 @@ impl Running {
         trace: &std::path::Path,
     ) -> std::io::Result<Running> {
         let server = serve(addr, live.clone())?;
-        let reader = live.spawn();
-        let attach =
-            match write_attach(attach_dir(), &server.addr, &live.labels.job, command, trace) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    eprintln!(
-                        "vramtrace: no attach file for `vramtrace top` ({e}): give it --addr {}",
+        let attach = match write_attach(
+            attach_dir(),
+            &server.addr,
+            &live.labels.job,
+            command,
+            trace,
+        ) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!(
+                        "vramtrace: no attach file for `vramtrace top` ({e}): give it --addr {} (it then shows \
+                         what /metrics serves: no command lines)",
                         server.addr
                     );
-                    None
-                }
-            };
+                None
+            }
+        };
+        let status = attach.as_ref().map(|a| a.with_extension("status.json"));
+        let reader = live.spawn(status.clone());
         Ok(Running {
             live,
             server,
             reader,
             attach,
+            status,
         })
     }
 }
@@ -864,10 +908,30 @@ impl Drop for Running {
             t.thread().unpark();
             let _ = t.join();
         }
-        if let Some(p) = self.attach.take() {
+        for p in [self.attach.take(), self.status.take()]
+            .into_iter()
+            .flatten()
+        {
             let _ = std::fs::remove_file(p);
         }
     }
+}
+
+/// Replaces `path` (in the private attach folder) with `st`: a temporary made afresh beside it, renamed over it,
+/// so `top` never reads half a status.
+fn write_status(path: &std::path::Path, st: &Status) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("json.part");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)?;
+    f.write_all(serde_json::to_string(st).unwrap_or_default().as_bytes())?;
+    std::fs::rename(&tmp, path)
 }
 
 /// Where running jobs leave their attach files: `$XDG_RUNTIME_DIR/vramtrace`, else `/tmp/vramtrace-<uid>`.
@@ -1018,6 +1082,68 @@ mod tests {
         })
     }
 
+    #[test]
+    fn a_scrape_reads_back_as_the_figures_without_pids_unless_asked() {
+        use crate::verbs::top::Sample;
+        let mut b = Vec::new();
+        for (pid, rank) in [(10u32, 0u32), (11, 1), (12, 1)] {
+            let mut h = hello(pid, Some(rank));
+            if let Record::Hello(h) = &mut h {
+                h.cmdline = vec!["python3".into(), "secret-arg".into()];
+            }
+            codec::put_record(&mut b, &h);
+            let e = ev(
+                Api::MemAlloc,
+                0,
+                0x1000 * u64::from(pid),
+                u64::from(pid) << 20,
+            );
+            codec::put_events(&mut b, pid, &[e]);
+        }
+        let mut st = State::default();
+        st.feed(&b);
+        let mut labels = JobLabels {
+            job: "j \"q\"".into(),
+            host: "h".into(),
+            ..Default::default()
+        };
+        for pids in [false, true] {
+            labels.pids = pids;
+            let om = st.render(&labels);
+            assert_eq!(om.contains("pid=\"10\""), pids, "{om}");
+            assert!(
+                !om.contains("secret-arg") && !om.contains("python3"),
+                "{om}"
+            );
+            for text in [om.clone(), http::classic_text(&om)] {
+                let s = Sample::from_metrics(&text).unwrap();
+                assert_eq!(s.job, "j \"q\"");
+                assert_eq!(s.gpus["0"].used, 33 << 20);
+                assert_eq!(s.gpus["0"].allocations, 3);
+                let rows: Vec<(&str, &str, u64)> = s
+                    .procs
+                    .iter()
+                    .map(|((p, r, _), row)| (p.as_str(), r.as_str(), row.used))
+                    .collect();
+                if pids {
+                    assert_eq!(
+                        rows,
+                        [
+                            ("10", "0", 10 << 20),
+                            ("11", "1", 11 << 20),
+                            ("12", "1", 12 << 20)
+                        ]
+                    );
+                } else {
+                    // Ranks 1's two processes: one series, their sum.
+                    assert_eq!(rows, [("-", "0", 10 << 20), ("-", "1", 23 << 20)]);
+                }
+            }
+        }
+        assert!(Sample::from_metrics("<html>").is_err());
+        assert!(Sample::from_metrics("other_metric 1\n").is_err());
+    }
+
     /// The live metrics and the report read one trace alike: every kind of event that changes what is live
     /// (a lost free, host memory, a refused release put back, a double free refused, a context torn down,
     /// handles that outlive it), applied by the same core (`model/replay/book.rs`).
@@ -1159,6 +1285,7 @@ mod tests {
             job: "j".into(),
             host: "h".into(),
             uuids: vec!["GPU-env0".into(), "GPU-env1".into()],
+            pids: true,
         };
         let st = s.status(&labels);
         let gpu = |d: u32| st.gpus.iter().find(|g| g.gpu == d).unwrap().uuid.clone();
@@ -1221,6 +1348,7 @@ mod tests {
             job: "j".into(),
             host: "h".into(),
             uuids: vec![],
+            pids: true,
         });
         assert!(
             text.contains(
@@ -1253,7 +1381,10 @@ mod tests {
         s.feed(&e);
         assert_eq!(s.device_used(0), 5);
         assert_eq!(s.device_used(1), 0);
-        let text = s.render(&JobLabels::default());
+        let text = s.render(&JobLabels {
+            pids: true,
+            ..JobLabels::default()
+        });
         assert!(!text.contains("pid=\"10\""), "{text}");
         assert!(text.contains("pid=\"11\""), "{text}");
     }
@@ -1370,6 +1501,7 @@ mod tests {
             job: "j".into(),
             host: "h".into(),
             uuids: vec![],
+            pids: true,
         };
         let text = s.render(&labels);
         assert!(

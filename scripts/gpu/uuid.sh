@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 27 on a real GPU: the GPUs are named as NVIDIA's tools name them. A PyTorch process and the Rust workload
-# (the driver API alone) run under `vramtrace run --metrics`; while the PyTorch one holds its memory, /status.json
-# and every /metrics series must carry the UUID `nvidia-smi` gives for its GPU, and afterwards `report --json`
+# (the driver API alone) run under `vramtrace run --metrics`; while the PyTorch one holds its memory, the status
+# file `top` reads (the owner's, in $XDG_RUNTIME_DIR/vramtrace) and every /metrics series must carry the UUID `nvidia-smi` gives for its GPU, and afterwards `report --json`
 # must name each device by it. Prints one line a check, then `uuid: N yes, M NO`.
 #   Usage: bash scripts/gpu/uuid.sh DIR      (DIR: the carried build: vramtrace, libvramtrace.so, vramtrace-workload)
 set -u
@@ -15,6 +15,8 @@ unset CUDA_VISIBLE_DEVICES
 nvidia-smi --query-gpu=index,uuid --format=csv,noheader >smi.csv
 nvidia-smi -L >smi-L.txt
 PORT=$((20000 + RANDOM % 20000))
+export XDG_RUNTIME_DIR="$W/rt"
+mkdir -m 700 "$XDG_RUNTIME_DIR"
 cat >hold.py <<'PY'
 import sys, time, torch
 x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
@@ -26,13 +28,14 @@ PY
 RUN=$!
 for _ in $(seq 1 100); do grep -q holding torch.out 2>/dev/null && break; sleep 0.1; done
 sleep 1.5
-python3 - "$PORT" <<'PY' >scrape.txt 2>&1
+python3 - "$PORT" "$XDG_RUNTIME_DIR/vramtrace/$RUN.status.json" <<'PY' >scrape.txt 2>&1
 import sys, urllib.request
-port = sys.argv[1]
-for path in ("/status.json", "/metrics"):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-        print(f"== {path}")
-        print(r.read().decode())
+port, status = sys.argv[1], sys.argv[2]
+print("== /status.json")
+print(open(status).read())
+with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+    print("== /metrics")
+    print(r.read().decode())
 PY
 wait $RUN
 echo "run rc $?" >>torch.out
@@ -52,7 +55,7 @@ def check(what, got, want):
 text = open("scrape.txt").read()
 status = json.loads(text.split("== /status.json\n")[1].split("== /metrics\n")[0])
 for g in status["gpus"]:
-    check(f"/status.json GPU {g['gpu']}", g["uuid"], smi.get(g["gpu"]))
+    check(f"status file GPU {g['gpu']}", g["uuid"], smi.get(g["gpu"]))
 metrics = text.split("== /metrics\n")[1]
 series = [l for l in metrics.splitlines() if l.startswith("vramtrace_") and 'gpu="' in l and 'gpu=""' not in l]
 for l in series[:64]:

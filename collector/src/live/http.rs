@@ -1,5 +1,6 @@
-//! A small HTTP/1.1 server: `GET /metrics` answers the OpenMetrics text, `GET /status.json` the same figures
-//! typed for `vramtrace top`, anything else 404 (405 for other methods). One request per connection (`Connection: close`). Each connection is answered on a thread of its
+//! A small HTTP/1.1 server: `GET /metrics` answers the OpenMetrics text, anything else 404 (405 for other
+//! methods). Only what Prometheus scrapes: a TCP port is open to every local user (loopback too), so the
+//! job's command lines and pids are not served here (`top` reads them from the owner's private status file). One request per connection (`Connection: close`). Each connection is answered on a thread of its
 //! own (at most [`MAX_CLIENTS`] at once) within one deadline for the whole exchange ([`DEADLINE`]): a client
 //! that sends a byte now and then, or never reads, can neither hold a scrape up nor keep `run` from ending
 //! (connection threads are never waited for). When every place is taken, the connection that has waited
@@ -197,7 +198,7 @@ fn answer(mut s: TcpStream, live: &Live, asked: &AtomicBool) -> io::Result<()> {
             &mut s,
             "400 Bad Request",
             "text/plain; charset=utf-8",
-            b"GET /metrics or /status.json\n",
+            b"GET /metrics\n",
             deadline,
         );
     };
@@ -215,29 +216,18 @@ fn answer(mut s: TcpStream, live: &Live, asked: &AtomicBool) -> io::Result<()> {
             let body = if method == "HEAD" { "" } else { body.as_str() };
             reply(&mut s, "200 OK", ctype, body.as_bytes(), deadline)
         }
-        ("GET" | "HEAD", "/status.json") => {
-            let body = serde_json::to_string(&live.status()).unwrap_or_default();
-            let body = if method == "HEAD" { "" } else { body.as_str() };
-            reply(
-                &mut s,
-                "200 OK",
-                "application/json",
-                body.as_bytes(),
-                deadline,
-            )
-        }
         ("GET" | "HEAD", _) => reply(
             &mut s,
             "404 Not Found",
             "text/plain; charset=utf-8",
-            b"vramtrace serves /metrics and /status.json\n",
+            b"vramtrace serves /metrics\n",
             deadline,
         ),
         _ => reply(
             &mut s,
             "405 Method Not Allowed",
             "text/plain; charset=utf-8",
-            b"GET /metrics or /status.json\n",
+            b"GET /metrics\n",
             deadline,
         ),
     }

@@ -84,6 +84,10 @@ pub struct RunArgs {
     /// `vramtrace top`): an address, or a port alone for loopback. Without ADDR: loopback, a free port.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
     pub metrics: Option<String>,
+    /// Label `--metrics`' per-process series with their pids. Off by default: anyone who reaches the port
+    /// (every local user, on loopback) would see them; without it a process's series are its rank's.
+    #[arg(long, requires = "metrics")]
+    pub metrics_pids: bool,
     /// The job's name, for the `job` label and the trace header (traces of one job merge). Default: the
     /// launcher's job id ($SLURM_JOB_ID, $TORCHELASTIC_RUN_ID, $PBS_JOBID, $LSB_JOBID, $FLUX_JOB_ID, $JOB_ID).
     #[arg(long, value_name = "NAME")]
@@ -357,6 +361,7 @@ impl Prepared {
                     job: job.map(|j| j.0).unwrap_or_default(),
                     host: header.hostname.clone(),
                     uuids: crate::live::uuids_from_env(),
+                    pids: args.metrics_pids,
                 };
                 let live = crate::live::Live::new(
                     labels,

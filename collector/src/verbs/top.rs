@@ -33,8 +33,8 @@ pub struct Sample {
     pub host: String,
     /// By GPU ordinal: used, peak, cap, total, allocations so far.
     pub gpus: BTreeMap<String, Gpu>,
-    /// (pid, gpu) -> process figures.
-    pub procs: BTreeMap<(u32, String), ProcRow>,
+    /// (pid, rank, gpu) -> process figures; pid `-` for a rank's series of `/metrics` without pids.
+    pub procs: BTreeMap<(String, String, String), ProcRow>,
     pub dropped: u64,
 }
 
@@ -82,7 +82,11 @@ impl From<crate::live::Status> for Sample {
                 .into_iter()
                 .map(|p| {
                     (
-                        (p.pid, p.gpu.to_string()),
+                        (
+                            p.pid.to_string(),
+                            p.rank.map_or(String::new(), |r| r.to_string()),
+                            p.gpu.to_string(),
+                        ),
                         ProcRow {
                             rank: p.rank.map_or(String::new(), |r| r.to_string()),
                             command: p.command,
@@ -97,8 +101,125 @@ impl From<crate::live::Status> for Sample {
     }
 }
 
-/// The running job's metrics address: the newest attach file whose run is alive.
-fn find_addr() -> Result<String, String> {
+impl Sample {
+    /// A sample from what `/metrics` serves (`top --addr`, a job on another host or port): the same figures
+    /// as the status file, without command lines, and without pids unless the run was given `--metrics-pids`.
+    pub fn from_metrics(text: &str) -> Result<Sample, String> {
+        let mut s = Sample::default();
+        let mut seen = false;
+        for line in text.lines() {
+            if line.starts_with('#') || line.trim().is_empty() {
+                continue;
+            }
+            let Some((name, labels, value)) = metric_line(line) else {
+                return Err(format!(
+                    "not a metrics line: {}",
+                    crate::units::fit(line, 80)
+                ));
+            };
+            let name = name.strip_suffix("_total").unwrap_or(name);
+            let label = |k: &str| {
+                labels
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map_or(String::new(), |(_, v)| v.clone())
+            };
+            let v = value.max(0.0) as u64;
+            if s.job.is_empty() {
+                s.job = label("job");
+                s.host = label("host");
+            }
+            let gpu = label("gpu");
+            match name {
+                "vramtrace_memory_used_bytes" | "vramtrace_memory_peak_bytes" => {
+                    let pid = labels
+                        .iter()
+                        .find(|(n, _)| n == "pid")
+                        .map_or("-".to_string(), |(_, v)| v.clone());
+                    let rank = label("rank");
+                    let row = s.procs.entry((pid, rank.clone(), gpu)).or_default();
+                    row.rank = rank;
+                    if name == "vramtrace_memory_used_bytes" {
+                        row.used = v;
+                    } else {
+                        row.peak = v;
+                    }
+                }
+                "vramtrace_device_used_bytes"
+                | "vramtrace_device_peak_bytes"
+                | "vramtrace_cap_bytes"
+                | "vramtrace_device_total_bytes"
+                | "vramtrace_allocations"
+                    if !gpu.is_empty() =>
+                {
+                    let g = s.gpus.entry(gpu).or_default();
+                    match name {
+                        "vramtrace_device_used_bytes" => g.used = v,
+                        "vramtrace_device_peak_bytes" => g.peak = v,
+                        "vramtrace_cap_bytes" => g.cap = Some(v),
+                        "vramtrace_device_total_bytes" => g.total = Some(v),
+                        _ => g.allocations = v,
+                    }
+                }
+                "vramtrace_events_dropped" => s.dropped = v,
+                "vramtrace_processes" => seen = true,
+                _ => {}
+            }
+        }
+        if !seen {
+            return Err("not a vramtrace run's metrics (no vramtrace_processes)".into());
+        }
+        Ok(s)
+    }
+}
+
+/// A series' labels, in their order.
+type Labels = Vec<(String, String)>;
+
+/// `name{k="v",...} value` (or `name value`) of the Prometheus text formats; label values unescaped.
+fn metric_line(line: &str) -> Option<(&str, Labels, f64)> {
+    let end = line.find(['{', ' '])?;
+    let name = &line[..end];
+    let mut labels = Vec::new();
+    let mut rest = &line[end..];
+    if let Some(r) = rest.strip_prefix('{') {
+        let mut chars = r.char_indices();
+        let mut key = String::new();
+        loop {
+            let (i, c) = chars.next()?;
+            match c {
+                '}' => {
+                    rest = &r[i + 1..];
+                    break;
+                }
+                ',' | ' ' => {}
+                '=' => {
+                    if chars.next()?.1 != '"' {
+                        return None;
+                    }
+                    let mut v = String::new();
+                    loop {
+                        match chars.next()?.1 {
+                            '"' => break,
+                            '\\' => match chars.next()?.1 {
+                                'n' => v.push('\n'),
+                                c => v.push(c),
+                            },
+                            c => v.push(c),
+                        }
+                    }
+                    labels.push((std::mem::take(&mut key), v));
+                }
+                c => key.push(c),
+            }
+        }
+    }
+    let value = rest.split_whitespace().next()?.parse().ok()?;
+    Some((name, labels, value))
+}
+
+/// The running job: its metrics address and its status file, from the newest attach file whose run is alive.
+fn find_job() -> Result<(String, PathBuf), String> {
     use std::os::unix::fs::MetadataExt;
     // Only a folder that is ours and private is read, and only files of ours in it: another user could have
     // made `/tmp/vramtrace-<uid>` first and planted an address there.
@@ -135,12 +256,61 @@ fn find_addr() -> Result<String, String> {
         }
     }
     found.sort();
-    found.pop().map(|(_, a, _)| a).ok_or_else(|| {
+    found
+        .pop()
+        .map(|(_, a, p)| (a, p.with_extension("status.json")))
+        .ok_or_else(|| {
         format!(
             "no running job to attach to (none in {}): start it with `vramtrace run --metrics -- CMD`, or give --addr",
             dir.display()
         )
     })
+}
+
+/// The job's status file (the run replaces it whole at each change; it may not be there yet for a moment after
+/// the run starts). Only a regular file of ours, at most 64 MiB.
+fn read_status(p: &std::path::Path) -> Result<Sample, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    // A run killed outright leaves its file behind: its pid (the file's name) says whether it still runs.
+    let pid = p
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split('.').next())
+        .and_then(|n| n.parse::<i32>().ok());
+    let gone = |pid: i32| {
+        let r = unsafe { libc::kill(pid, 0) };
+        r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    };
+    if pid.is_some_and(gone) {
+        return Err("the job has ended".into());
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(p);
+        match f {
+            Ok(f) => {
+                let m = f.metadata().map_err(|e| e.to_string())?;
+                if !m.is_file() || m.uid() != unsafe { libc::geteuid() } {
+                    return Err(format!("{} is not the job's status file", p.display()));
+                }
+                let mut body = String::new();
+                f.take(64 << 20)
+                    .read_to_string(&mut body)
+                    .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+                return serde_json::from_str::<crate::live::Status>(&body)
+                    .map(Sample::from)
+                    .map_err(|e| format!("{} is not a vramtrace status: {e}", p.display()));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(format!("the job's status ({}): {e}", p.display())),
+        }
+    }
 }
 
 /// The state `top` keeps between refreshes: the last sample, and per GPU its history and allocation rate.
@@ -199,12 +369,12 @@ impl View {
     }
 
     fn proc_rows(&self) -> Vec<[String; 6]> {
-        let mut rows: Vec<(&(u32, String), &ProcRow)> = self.now.procs.iter().collect();
+        let mut rows: Vec<(&(String, String, String), &ProcRow)> = self.now.procs.iter().collect();
         rows.sort_by(|a, b| b.1.used.cmp(&a.1.used).then(a.0.cmp(b.0)));
         rows.iter()
-            .map(|((pid, g), r)| {
+            .map(|((pid, _, g), r)| {
                 [
-                    pid.to_string(),
+                    pid.clone(),
                     if r.rank.is_empty() {
                         "-".into()
                     } else {
@@ -268,21 +438,22 @@ fn spark(h: &[u64], width: usize) -> String {
 }
 
 pub fn main(args: TopArgs) -> Code {
-    let addr = match args.addr.clone().map_or_else(find_addr, Ok) {
-        Ok(a) => a,
-        Err(e) => return exit::fail(exit::USAGE, e),
+    // Given an address: what its /metrics serves (open to any local user, so no command lines). Else the
+    // running job's own status file, in our private attach folder: pids and command lines too.
+    let (addr, status) = match args.addr.clone() {
+        Some(a) => (a, None),
+        None => match find_job() {
+            Ok((a, p)) => (a, Some(p)),
+            Err(e) => return exit::fail(exit::USAGE, e),
+        },
     };
     let fetch = |addr: &str| -> Result<Sample, String> {
-        match get(addr, "/status.json", Duration::from_secs(2)) {
-            Ok((200, body)) => serde_json::from_str::<crate::live::Status>(&body)
-                .map(Sample::from)
-                .map_err(|e| format!("{addr} answered what is not a vramtrace status: {e}")),
-            // A run of an older vramtrace serves /metrics alone.
-            Ok((404, _)) if get(addr, "/metrics", Duration::from_secs(2)).is_ok_and(|(c, _)| c == 200) => {
-                Err(format!(
-                    "{addr} is an older vramtrace run (no /status.json): attach with the vramtrace that started it"
-                ))
-            }
+        if let Some(p) = &status {
+            return read_status(p);
+        }
+        match get(addr, "/metrics", Duration::from_secs(2)) {
+            Ok((200, body)) => Sample::from_metrics(&body)
+                .map_err(|e| format!("{addr} answered what is not a vramtrace run's metrics: {e}")),
             Ok((code, _)) => Err(format!(
                 "{addr} answered HTTP {code}: not a vramtrace run --metrics"
             )),
@@ -473,7 +644,7 @@ mod tests {
         assert_eq!(back, st);
         let s = Sample::from(back);
         assert_eq!(s.gpus["0"].cap, Some(4 << 30));
-        assert_eq!(s.procs[&(7, "0".to_string())].rank, "2");
+        assert_eq!(s.procs[&("7".into(), "2".into(), "0".into())].rank, "2");
         let mut v = View::default();
         v.update(s);
         let t = v.plain("a");

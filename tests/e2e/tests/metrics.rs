@@ -161,7 +161,13 @@ fn prometheus_scrapes_the_bytes_a_running_job_holds() {
     let runtime = fake.dir().join("run");
     let (mut probe, addr) = start_job(
         &fake,
-        &["--metrics", "127.0.0.1:0", "--job-name", "e2e-job"],
+        &[
+            "--metrics",
+            "127.0.0.1:0",
+            "--metrics-pids",
+            "--job-name",
+            "e2e-job",
+        ],
     );
 
     // Device 0: 3 MiB + 5 MiB; device 1: 2 MiB.

@@ -29,13 +29,17 @@ fn top_shows_a_running_job_in_a_terminal_and_as_text() {
     let (rc, _) = probe.cmd2(&format!("alloc {}", 2 * MIB));
     assert_eq!(rc, 0);
 
-    // Plain text, once: the figures, exactly.
+    // Plain text, once: the figures, exactly, from the job's own status file (found through the attach file,
+    // as the job's user's `top` finds it).
+    let runtime = fake.dir().join("run");
+    let top = || {
+        let mut c = Command::new(vramtrace());
+        c.env("XDG_RUNTIME_DIR", &runtime);
+        c
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     let text = loop {
-        let o = Command::new(vramtrace())
-            .args(["top", "--once", "--addr", &addr])
-            .output()
-            .unwrap();
+        let o = top().args(["top", "--once"]).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let t = String::from_utf8_lossy(&o.stdout).into_owned();
         if t.contains("6.00 MiB") && t.contains("2.00 MiB") {
@@ -62,13 +66,13 @@ fn top_shows_a_running_job_in_a_terminal_and_as_text() {
         u[14] = b'0' + d;
         vramtrace_format::gpu_uuid(&u)
     };
+    let status = runtime
+        .join("vramtrace")
+        .join(format!("{}.status.json", probe.pid));
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (code, body) =
-            vramtrace_collector::live::http::get(&addr, "/status.json", Duration::from_secs(2))
-                .unwrap();
-        assert_eq!(code, 200);
-        let st: vramtrace_collector::live::Status = serde_json::from_str(&body).unwrap();
+        let body = std::fs::read_to_string(&status).unwrap_or_default();
+        let st: vramtrace_collector::live::Status = serde_json::from_str(&body).unwrap_or_default();
         let named: Vec<(u32, String)> = st.gpus.iter().map(|g| (g.gpu, g.uuid.clone())).collect();
         if named == [(0, want(0)), (1, want(1))] {
             assert!(st.processes.iter().all(|p| !p.command.is_empty()));
@@ -102,6 +106,37 @@ fn top_shows_a_running_job_in_a_terminal_and_as_text() {
         .unwrap_or_else(|| panic!("{text}"));
     assert!(row.contains("probe"), "{row}");
 
+    // What the TCP port serves any local user: the metrics, no command lines, no pids (not asked for), no
+    // typed status. The status file is the job's user's alone.
+    let (code, _) =
+        vramtrace_collector::live::http::get(&addr, "/status.json", Duration::from_secs(2))
+            .unwrap();
+    assert_eq!(code, 404);
+    assert!(
+        !metrics.contains("pid=") && !metrics.contains("probe"),
+        "{metrics}"
+    );
+    {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&status).unwrap();
+        assert_eq!(m.mode() & 0o077, 0, "the status file is open to others");
+        let dir = std::fs::metadata(status.parent().unwrap()).unwrap();
+        assert_eq!(dir.mode() & 0o077, 0, "the attach folder is open to others");
+    }
+    // `top --addr` reads what the port serves: the same bytes per GPU, its processes by rank.
+    let o = top()
+        .args(["top", "--once", "--addr", &addr])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let remote = String::from_utf8_lossy(&o.stdout).into_owned();
+    let gpu0r = remote.lines().find(|l| l.starts_with("GPU 0")).unwrap();
+    assert!(
+        gpu0r.contains("6.00 MiB") && gpu0r.contains("64.0 MiB"),
+        "{remote}"
+    );
+    assert!(!remote.contains("probe"), "{remote}");
+
     // Bad input: one line, exit 2.
     let o = Command::new(vramtrace())
         .args(["top", "--once", "--addr", "127.0.0.1:1"])
@@ -120,7 +155,11 @@ fn top_shows_a_running_job_in_a_terminal_and_as_text() {
         panic!("tmux is needed (scripts/test.sh installs it); VRAMTRACE_ALLOW_NO_TMUX=1 skips");
     }
     let session = format!("vramtrace-top-{}", std::process::id());
-    let cmd = format!("{} top --interval 200 --addr {addr}", vramtrace().display());
+    let cmd = format!(
+        "XDG_RUNTIME_DIR={} {} top --interval 200",
+        runtime.display(),
+        vramtrace().display()
+    );
     tmux(&[
         "new-session",
         "-d",
