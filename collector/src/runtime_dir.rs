@@ -23,8 +23,9 @@ pub(crate) struct RuntimeDir {
 }
 
 /// Where runtime directories are made, first choice first: a socket path must fit in 108 bytes, so the short
-/// per-user runtime directory, then TMPDIR, then /tmp.
-fn bases() -> Vec<PathBuf> {
+/// per-user runtime directory, then TMPDIR, then /tmp, then /dev/shm (a filesystem of its own: /tmp out of
+/// inodes need not mean it is), then `last` (the trace's own folder: where the user could write).
+fn bases(last: Option<&Path>) -> Vec<PathBuf> {
     let mut bases: Vec<PathBuf> = Vec::new();
     for var in ["XDG_RUNTIME_DIR", "TMPDIR"] {
         if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
@@ -32,26 +33,58 @@ fn bases() -> Vec<PathBuf> {
         }
     }
     bases.push(PathBuf::from("/tmp"));
+    bases.push(PathBuf::from("/dev/shm"));
+    if let Some(l) = last.and_then(|l| std::path::absolute(l).ok()) {
+        bases.push(l);
+    }
     bases.retain(|b| b.as_os_str().len() < 80);
-    bases.dedup();
+    let mut seen = std::collections::HashSet::new();
+    bases.retain(|b| seen.insert(b.clone()));
     bases
 }
 
+/// No runtime directory could be made anywhere: the job then runs untraced (`run` says what is lost).
+#[derive(Debug)]
+pub struct NoRuntimeDir {
+    pub tried: Vec<PathBuf>,
+    pub last: Option<io::Error>,
+}
+
+impl std::fmt::Display for NoRuntimeDir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tried: Vec<String> = self.tried.iter().map(|p| p.display().to_string()).collect();
+        write!(
+            f,
+            "cannot create a private runtime directory in {}: {}",
+            tried.join(", "),
+            self.last
+                .as_ref()
+                .map_or("no usable base directory".into(), |e| e.to_string())
+        )
+    }
+}
+
+impl std::error::Error for NoRuntimeDir {}
+
 impl RuntimeDir {
-    /// Makes a fresh directory (mode 0700, ours), after removing the stale ones of this user.
-    pub(crate) fn create() -> anyhow::Result<RuntimeDir> {
-        let bases = bases();
+    /// Makes a fresh directory (mode 0700, ours), after removing the stale ones of this user; `last` is the
+    /// base tried after the usual ones.
+    pub(crate) fn create(last: Option<&Path>) -> Result<RuntimeDir, NoRuntimeDir> {
+        let bases = bases(last);
         for base in &bases {
             clean_stale(base);
         }
-        let mut last = None;
+        let mut err = None;
         for base in &bases {
-            let template =
-                CString::new(base.join(format!("{PREFIX}XXXXXX")).as_os_str().as_bytes())?;
+            let Ok(template) =
+                CString::new(base.join(format!("{PREFIX}XXXXXX")).as_os_str().as_bytes())
+            else {
+                continue;
+            };
             let mut raw = template.into_bytes_with_nul();
             let p = unsafe { libc::mkdtemp(raw.as_mut_ptr().cast()) };
             if p.is_null() {
-                last = Some(io::Error::last_os_error());
+                err = Some(io::Error::last_os_error());
                 continue;
             }
             raw.pop();
@@ -62,10 +95,10 @@ impl RuntimeDir {
             let _ = write_owner(&dir.path);
             return Ok(dir);
         }
-        anyhow::bail!(
-            "cannot create a private runtime directory: {}",
-            last.map_or("no usable base directory".into(), |e| e.to_string())
-        )
+        Err(NoRuntimeDir {
+            tried: bases,
+            last: err,
+        })
     }
 }
 
@@ -316,7 +349,7 @@ mod tests {
 
     #[test]
     fn a_new_directory_names_its_collector() {
-        let dir = RuntimeDir::create().unwrap();
+        let dir = RuntimeDir::create(None).unwrap();
         let o = Owner::parse(&std::fs::read_to_string(dir.path.join(OWNER_FILE)).unwrap());
         assert_eq!(o, Owner::me());
         let path = dir.path.clone();

@@ -181,9 +181,77 @@ pub fn main(args: RunArgs) -> Code {
     };
     let prep = match Prepared::new(&args) {
         Ok(p) => p,
-        Err(e) => return exit::fail(exit::USAGE, format!("{e:#}")),
+        Err(e) => match e.downcast_ref::<crate::runtime_dir::NoRuntimeDir>() {
+            // Nowhere to put the socket (every base out of inodes, say): the job still runs, untraced.
+            Some(why) => return run_untraced(&args, why, &signals),
+            None => return exit::fail(exit::USAGE, format!("{e:#}")),
+        },
     };
     prep.execute(&args, signals)
+}
+
+/// Runs the command as it is, without the shim, when the job's runtime directory cannot be made: nothing of the
+/// job is traced, capped or bridged, and `run` says so in one line before the job starts. Signals sent to us
+/// are passed on as in a traced run; its exit code is the command's.
+fn run_untraced(args: &RunArgs, why: &crate::runtime_dir::NoRuntimeDir, signals: &Signals) -> Code {
+    let cap = args.cap.clone().or_else(|| {
+        std::env::var(env::CAP)
+            .ok()
+            .filter(|c| !c.trim().is_empty())
+    });
+    eprintln!(
+        "vramtrace: {why}: the job runs untraced: no trace is written{}, no Python bridge",
+        cap.map_or(String::new(), |c| format!(
+            ", the cap ({c}) is not enforced"
+        ))
+    );
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return spawn_failed(args, &e),
+    };
+    let pid = child.id() as i32;
+    std::mem::forget(child);
+    loop {
+        let mut status = 0;
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            if let Some(x) = vramtrace_format::ExitStatus::from_wait(status) {
+                return x.shell_code();
+            }
+        } else if r < 0 {
+            return exit::FAILURE;
+        }
+        if let Some(signo) = wait_signal(signals, 200) {
+            if FORWARDED.contains(&signo.0) && signo.1 != libc::SI_KERNEL {
+                unsafe { libc::kill(pid, signo.0) };
+            }
+        }
+    }
+}
+
+/// Exit code and one line for a command that could not be started.
+fn spawn_failed(args: &RunArgs, e: &io::Error) -> Code {
+    let name = args.command[0].to_string_lossy();
+    match e.kind() {
+        io::ErrorKind::NotFound => {
+            exit::fail(exit::NOT_FOUND, format!("{name}: command not found"))
+        }
+        io::ErrorKind::PermissionDenied => {
+            exit::fail(exit::NOT_EXECUTABLE, format!("{name}: permission denied"))
+        }
+        _ => exit::fail(exit::NOT_EXECUTABLE, format!("{name}: cannot run: {e}")),
+    }
 }
 
 /// Everything made before the command starts. Any failure here is the user's input: exit 2, nothing started.
@@ -308,7 +376,12 @@ impl Prepared {
             .file()
             .write_all(&head)
             .with_context(|| format!("cannot write {}", out.display()))?;
-        let dir = RuntimeDir::create()?;
+        // The trace's own folder is the last place tried: the user could write there.
+        let folder = out
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let dir = RuntimeDir::create(Some(folder))?;
         // Only the job's user reaches the runtime directory: 0700, the socket 0600 (mkdtemp made it ours). Run as
         // root, a process of the job may drop its privileges to another user and must still connect: then the
         // directory lets others through (0711) but not list it, every name in it is random, the socket is
@@ -498,18 +571,9 @@ impl Prepared {
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                let name = args.command[0].to_string_lossy();
                 // Nothing ran: the trace file we created holds only a header; take it away again.
                 let _ = std::fs::remove_file(&self.out);
-                return match e.kind() {
-                    io::ErrorKind::NotFound => {
-                        exit::fail(exit::NOT_FOUND, format!("{name}: command not found"))
-                    }
-                    io::ErrorKind::PermissionDenied => {
-                        exit::fail(exit::NOT_EXECUTABLE, format!("{name}: permission denied"))
-                    }
-                    _ => exit::fail(exit::NOT_EXECUTABLE, format!("{name}: cannot run: {e}")),
-                };
+                return spawn_failed(args, &e);
             }
         };
         let status = supervise(child.id(), &signals, &self.trace, &conns);

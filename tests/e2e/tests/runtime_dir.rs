@@ -112,3 +112,113 @@ fn a_full_runtime_filesystem_does_not_stop_the_job() {
     let t = vramtrace_e2e::traced::read_trace(&path);
     assert_eq!(t.events.values().flatten().filter(|e| e.ok()).count(), 1);
 }
+
+/// Runs `script` in a mount namespace of its own where /tmp and /dev/shm are filesystems with bytes free but no
+/// inode left (the fake driver's folder, under /tmp, bound back in). `None` where that cannot be made here.
+fn without_inodes(fc: &FakeCuda, script: &str) -> Option<std::process::Output> {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: a mount namespace needs root");
+        return None;
+    }
+    let keep = std::path::Path::new("/var/tmp").join(format!("vt-keep-{}", std::process::id()));
+    std::fs::create_dir_all(&keep).unwrap();
+    // The fake driver's folders under /tmp, made again in the new /tmp and bound back from the old one.
+    let mut back = String::new();
+    for d in [fc.dir(), fake_lib_dir()] {
+        if let Ok(rel) = d.strip_prefix("/tmp") {
+            back.push_str(&format!(
+                "mkdir -p {d}; mount --bind {keep}/{rel} {d}; ",
+                d = d.display(),
+                keep = keep.display(),
+                rel = rel.display()
+            ));
+        }
+    }
+    let setup = format!(
+        "set -e; mount --make-rprivate /; mount --bind /tmp {keep}; \
+         for m in /tmp /dev/shm; do mount -t tmpfs -o size=64m,nr_inodes=64 tmpfs $m; done; \
+         {back} \
+         for m in /tmp /dev/shm; do i=0; while touch $m/fill$i 2>/dev/null; do i=$((i+1)); done; done; \
+         if mkdir /tmp/probe-inode 2>/dev/null; then echo 'inodes left' >&2; exit 99; fi; \
+         unset XDG_RUNTIME_DIR TMPDIR; {script}",
+        keep = keep.display(),
+    );
+    let o = fc
+        .command("unshare")
+        .args(["--mount", "sh", "-c", &setup])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir(&keep);
+    if o.status.code() == Some(99) || String::from_utf8_lossy(&o.stderr).contains("unshare failed")
+    {
+        eprintln!("skipped: {}", String::from_utf8_lossy(&o.stderr));
+        return None;
+    }
+    Some(o)
+}
+
+#[test]
+fn runtime_filesystems_without_inodes_do_not_stop_the_job() {
+    let fc = FakeCuda::new();
+    // /tmp and /dev/shm have no inode left: the runtime directory goes beside the trace, and the job is traced.
+    let out = std::path::Path::new("/var/tmp").join(format!("vt-noinode-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let trace = out.join("t.vtrace");
+    let script = format!(
+        "{vt} run --python-agent off --out {t} -- {p} 'alloc 1048576' 'exit 3'",
+        vt = vramtrace().display(),
+        t = trace.display(),
+        p = program("probe").display()
+    );
+    let Some(o) = without_inodes(&fc, &script) else {
+        let _ = std::fs::remove_dir_all(&out);
+        return;
+    };
+    let err = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let t = vramtrace_e2e::traced::read_trace(&trace);
+    assert_eq!(
+        t.events.values().flatten().filter(|e| e.ok()).count(),
+        1,
+        "{err}"
+    );
+    // The runtime directory made beside the trace is gone with the run.
+    let left: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("vramtrace-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+
+    // Nor beside it (a folder too deep for a socket's path): the job still runs, untraced, its exit code its
+    // own, and run says what is lost in one line.
+    let deep = out.join("d".repeat(100));
+    std::fs::create_dir_all(&deep).unwrap();
+    let trace = deep.join("t.vtrace");
+    let script = format!(
+        "{vt} run --python-agent off --cap 1GiB --out {t} -- {p} 'alloc 1048576' 'exit 3'",
+        vt = vramtrace().display(),
+        t = trace.display(),
+        p = program("probe").display()
+    );
+    let o = without_inodes(&fc, &script).unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let _ = std::fs::remove_dir_all(&out);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("vramtrace:"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains("cannot create a private runtime directory")
+            && said[0].contains("the job runs untraced")
+            && said[0].contains("the cap (1GiB) is not enforced"),
+        "{err}"
+    );
+    assert!(!trace.exists(), "an untraced run left a trace");
+}
