@@ -6,6 +6,7 @@
 
 pub mod bridge_files;
 pub mod callsites;
+pub mod cap_check;
 pub mod exit;
 pub mod fasthash;
 pub mod fdlimit;

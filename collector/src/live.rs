@@ -84,6 +84,22 @@ struct Proc {
     /// Out-of-memory refusals not yet told apart (thread, device, time): recovered when the thread next
     /// allocates on the device, an error when the framework raises one or the process ends (as the replay).
     open_ooms: Vec<(u32, u32, u64)>,
+    /// The cap its shim applies, by its hello: (spec, mode, given the job's ledger).
+    cap: Option<(String, String, bool)>,
+    /// Its full command line, as its hello said it.
+    argv: Vec<String>,
+}
+
+/// What the trace says of one process of the job, for the cap's check against the GPU's count
+/// (`cap_check.rs`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Counted {
+    pub pid: u32,
+    pub argv: Vec<String>,
+    /// The cap its shim applies, by its hello: (spec, mode, given the job's ledger). `None`: no cap.
+    pub cap: Option<(String, String, bool)>,
+    /// Bytes its shim counted, live now, by GPU UUID (an ordinal whose UUID is not known: `None`).
+    pub bytes: Vec<(Option<String>, u32, u64)>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -174,6 +190,16 @@ impl State {
                     p.announced = true;
                     p.rank = h.rank.or(h.slurm_procid);
                     p.cmd = command_line(&h.cmdline);
+                    let get =
+                        |k: &str| h.extra.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+                    p.cap = get(keys::hello::CAP).map(|c| {
+                        (
+                            c,
+                            get(keys::hello::CAP_MODE).unwrap_or_default(),
+                            get(keys::hello::CAP_LEDGER).as_deref() == Some("1"),
+                        )
+                    });
+                    p.argv = h.cmdline;
                 }
                 Ok(Some(Record::Dropped { count, .. })) => self.dropped += count,
                 Ok(Some(Record::Oom(o))) => {
@@ -595,6 +621,30 @@ pub struct ProcStatus {
 }
 
 impl State {
+    /// Each process the trace has seen, with what its shim counted live now, by GPU.
+    pub fn counted(&self) -> Vec<Counted> {
+        self.procs
+            .iter()
+            .map(|(pid, p)| Counted {
+                pid: *pid,
+                argv: p.argv.clone(),
+                cap: p.cap.clone(),
+                bytes: p
+                    .dev
+                    .iter()
+                    .map(|(d, pd)| {
+                        let uuid = p
+                            .uuids
+                            .get(d)
+                            .cloned()
+                            .or_else(|| self.uuids.get(d).cloned().flatten());
+                        (uuid, *d, pd.live)
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
     /// These figures as the status file holds them.
     pub fn status(&self, labels: &JobLabels) -> Status {
         let mut processes: Vec<ProcStatus> = self
@@ -737,6 +787,15 @@ impl Live {
         self.inner
             .lock()
             .map(|g| g.state.status(&self.labels))
+            .unwrap_or_default()
+    }
+
+    /// What the trace says of each process, with everything written up to now (`cap_check.rs`).
+    pub fn counted(&self) -> Vec<Counted> {
+        self.catch_up();
+        self.inner
+            .lock()
+            .map(|g| g.state.counted())
             .unwrap_or_default()
     }
 

@@ -6,8 +6,16 @@ use std::time::Duration;
 
 use crate::exit::Code;
 
-/// The devices' total memory in bytes, by ordinal. `None` when there is no usable driver.
-pub fn devices() -> Option<Vec<u64>> {
+/// A device as the driver gives it to the job: its total memory and UUID (`GPU-...`, as NVML names it; `None`
+/// where the driver does not say).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Device {
+    pub total: u64,
+    pub uuid: Option<String>,
+}
+
+/// The devices, by ordinal. `None` when there is no usable driver.
+pub fn devices() -> Option<Vec<Device>> {
     let exe = std::env::current_exe().ok()?;
     let mut child = Command::new(exe)
         .arg("__probe")
@@ -37,15 +45,26 @@ pub fn devices() -> Option<Vec<u64>> {
         return None;
     }
     let text = String::from_utf8(out.stdout).ok()?;
-    text.lines().map(|l| l.trim().parse().ok()).collect()
+    text.lines()
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            let total = w.next()?.parse().ok()?;
+            Some(Device {
+                total,
+                uuid: w.next().map(str::to_string),
+            })
+        })
+        .collect()
 }
 
-/// `vramtrace __probe`: prints each device's total memory, one line each. Exit 3 when there is no driver.
+/// `vramtrace __probe`: prints each device's total memory and UUID, one line each. Exit 3 when there is no
+/// driver.
 pub fn main() -> Code {
     type Init = unsafe extern "C" fn(u32) -> u32;
     type Count = unsafe extern "C" fn(*mut i32) -> u32;
     type Get = unsafe extern "C" fn(*mut i32, i32) -> u32;
     type Total = unsafe extern "C" fn(*mut usize, i32) -> u32;
+    type Uuid = unsafe extern "C" fn(*mut [u8; 16], i32) -> u32;
     unsafe {
         let Ok(lib) = libloading::Library::new("libcuda.so.1") else {
             return 3;
@@ -67,7 +86,14 @@ pub fn main() -> Code {
             if get(&mut d, i) != 0 || total(&mut bytes, d) != 0 {
                 return 3;
             }
-            println!("{bytes}");
+            let mut u = [0u8; 16];
+            let uuid = lib
+                .get::<Uuid>(b"cuDeviceGetUuid_v2\0")
+                .or_else(|_| lib.get::<Uuid>(b"cuDeviceGetUuid\0"))
+                .ok()
+                .filter(|f| f(&mut u, d) == 0)
+                .map(|_| vramtrace_format::gpu_uuid(&u));
+            println!("{bytes} {}", uuid.unwrap_or_default());
         }
     }
     0

@@ -43,6 +43,13 @@ pub mod hello {
     pub const PID_IN_ITS_NAMESPACE: &str = "pid_in_its_namespace";
     /// The job's token (`VRAMTRACE_JOB_TOKEN`): sent by the shim, checked and taken out by the collector.
     pub const JOB_TOKEN: &str = "job_token";
+    /// The cap this process's shim applies, as it read it (`VRAMTRACE_CAP`; absent: none): the collector
+    /// compares it with the job's, to say how a process got past the cap.
+    pub const CAP: &str = "cap";
+    /// `enforce` or `warn`: the mode the shim applies (with [`CAP`]).
+    pub const CAP_MODE: &str = "cap_mode";
+    /// `"1"` when the shim was given the job's ledger (`VRAMTRACE_LEDGER`), `"0"` when it caps the process alone.
+    pub const CAP_LEDGER: &str = "cap_ledger";
 }
 
 #[cfg(test)]

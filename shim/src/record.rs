@@ -751,6 +751,20 @@ fn hello_extra(pid: u32) -> Vec<(String, String)> {
     {
         extra.push((keys::hello::JOB_TOKEN.to_string(), t));
     }
+    // The cap this process applies, as it read it: a process that set its own, or lost the job's ledger, is
+    // told apart when the GPU's count shows it past the job's cap.
+    let s = crate::settings::get();
+    if let Some(cap) = &s.cap {
+        extra.push((keys::hello::CAP.to_string(), cap.clone()));
+        extra.push((
+            keys::hello::CAP_MODE.to_string(),
+            if s.cap_warn { "warn" } else { "enforce" }.to_string(),
+        ));
+        extra.push((
+            keys::hello::CAP_LEDGER.to_string(),
+            if s.ledger.is_some() { "1" } else { "0" }.to_string(),
+        ));
+    }
     extra
 }
 

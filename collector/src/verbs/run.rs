@@ -19,6 +19,7 @@ use anyhow::{bail, Context};
 use vramtrace_format::codec;
 use vramtrace_format::{Record, TraceHeader};
 
+use crate::cap_check::CapOn;
 use crate::exit::{self, Code};
 use crate::probe;
 use crate::receive::{spawn_acceptor, Connections, TraceWriter};
@@ -88,6 +89,10 @@ pub struct RunArgs {
     /// (every local user, on loopback) would see them; without it a process's series are its rank's.
     #[arg(long, requires = "metrics")]
     pub metrics_pids: bool,
+    /// Under a cap, what each process may hold on a GPU beyond what its shim counted (its CUDA context,
+    /// modules and libraries) before the GPU's own count (NVML) calls the job past its cap. Default 1.5GiB.
+    #[arg(long, value_name = "SIZE")]
+    pub cap_allowance: Option<String>,
     /// The job's name, for the `job` label and the trace header (traces of one job merge). Default: the
     /// launcher's job id ($SLURM_JOB_ID, $TORCHELASTIC_RUN_ID, $PBS_JOBID, $LSB_JOBID, $FLUX_JOB_ID, $JOB_ID).
     #[arg(long, value_name = "NAME")]
@@ -168,6 +173,9 @@ impl CapMode {
         }
     }
 }
+
+/// Keys and values for the trace header's `extra`.
+type HeaderKeys = Vec<(String, String)>;
 
 /// After the command exits, how long to wait for its other processes' connections to close.
 const LINGER: Duration = Duration::from_secs(2);
@@ -270,6 +278,10 @@ struct Prepared {
     bridge: Option<PathBuf>,
     /// `--metrics`: the server, stopped when the run ends.
     _metrics: Option<crate::live::Running>,
+    /// The job's cap per GPU, and the trace's reader, for the check against the GPU's own count.
+    cap_on: Vec<CapOn>,
+    cap_allowance: u64,
+    live: Option<Arc<crate::live::Live>>,
 }
 
 impl Prepared {
@@ -297,9 +309,14 @@ impl Prepared {
                 env::size(&v).map_err(|e| anyhow::anyhow!("{k}={v:?}: {e}"))?;
             }
         }
+        let cap_allowance = match &args.cap_allowance {
+            Some(a) => env::size(a).map_err(|e| anyhow::anyhow!("--cap-allowance {a}: {e}"))?,
+            None => crate::cap_check::ALLOWANCE,
+        };
         let mut extra = Vec::new();
+        let mut cap_on = Vec::new();
         if let Some(spec) = &cap {
-            extra = check_cap(spec, mode)?;
+            (extra, cap_on) = check_cap(spec, mode)?;
         }
         if let Some(min) = &args.stack_min_bytes {
             env::size(min).map_err(|e| anyhow::anyhow!("--stack-min-bytes {min}: {e}"))?;
@@ -456,6 +473,20 @@ impl Prepared {
             }
             None => None,
         };
+        // The cap's check against the GPU's count reads the trace as the metrics do (their reader, if running).
+        let live = match (&metrics, cap_on.is_empty()) {
+            (_, true) => None,
+            (Some(m), false) => Some(m.live.clone()),
+            (None, false) => pending.file().try_clone().ok().map(|f| {
+                crate::live::Live::new(
+                    crate::live::JobLabels::default(),
+                    &header,
+                    Some(f),
+                    head.len() as u64,
+                    writer.written.clone(),
+                )
+            }),
+        };
         // Everything that could refuse the run has been made: the trace takes its name.
         pending.commit()?;
         Ok(Prepared {
@@ -463,6 +494,9 @@ impl Prepared {
             out,
             trace: Arc::new(Mutex::new(writer)),
             _metrics: metrics,
+            cap_on,
+            cap_allowance,
+            live,
             _dir: dir,
             listener,
             socket,
@@ -576,6 +610,23 @@ impl Prepared {
                 return spawn_failed(args, &e);
             }
         };
+        // The cap, confirmed by the GPU's own count while the job runs.
+        let watch = match (&self.cap, &self.live) {
+            (Some(spec), Some(live)) if !self.cap_on.is_empty() => crate::cap_check::start(
+                crate::cap_check::JobCap {
+                    spec: spec.clone(),
+                    enforce: self.cap_mode == CapMode::Enforce,
+                    on: self.cap_on.clone(),
+                    allowance: self.cap_allowance,
+                },
+                Arc::new(CheckSink {
+                    live: live.clone(),
+                    trace: self.trace.clone(),
+                }),
+                args.quiet,
+            ),
+            _ => None,
+        };
         let status = supervise(child.id(), &signals, &self.trace, &conns);
         // std's handle must not wait for a pid we reaped ourselves.
         std::mem::forget(child);
@@ -594,6 +645,9 @@ impl Prepared {
         }
         let lingering = conns.open.load(Ordering::Acquire);
         let code = exit_code(status);
+        let breaches = watch
+            .map(|w| std::mem::take(&mut *w.breaches.lock().unwrap_or_else(|e| e.into_inner())))
+            .unwrap_or_default();
         // How the processes their own parents reaped ended, where the kernel agrees the parent is theirs.
         crate::receive::write_reaped(&conns, &self.trace);
         if let Ok(mut w) = self.trace.lock() {
@@ -612,7 +666,7 @@ impl Prepared {
                     msg.push_str(&w);
                     msg.push('\n');
                 }
-                msg.push_str(&self.post_mortem(&a, code));
+                msg.push_str(&self.post_mortem(&a, code, &breaches));
             }
             Err(e) => msg.push_str(&format!("cannot summarise the trace: {e}\n")),
         }
@@ -664,12 +718,26 @@ impl Prepared {
 impl Prepared {
     /// When the job met an out-of-memory error or ended badly, the post-mortem goes beside the trace (even
     /// with --quiet: it is the evidence) and its gist into the summary.
-    fn post_mortem(&self, a: &crate::model::Analysis, code: Code) -> String {
+    fn post_mortem(
+        &self,
+        a: &crate::model::Analysis,
+        code: Code,
+        breaches: &[crate::cap_check::Breach],
+    ) -> String {
         let oom = a.oom_records > 0;
-        if !oom && code == exit::OK {
+        if !oom && code == exit::OK && breaches.is_empty() {
             return String::new();
         }
         let mut msg = String::new();
+        // The cap past by the GPU's own count comes first: it is why the job was stopped, if it was.
+        let mut head = String::new();
+        for b in breaches {
+            head.push_str("CAP PASSED, BY THE GPU'S OWN COUNT\n");
+            for (_, line) in b.lines() {
+                head.push_str(&format!("- {line}\n"));
+            }
+            head.push('\n');
+        }
         if let Some(s) = crate::verbs::oom::summary(a) {
             msg.push_str(&s);
         } else {
@@ -683,7 +751,8 @@ impl Prepared {
             ));
         }
         let kind = if oom { "oom" } else { "postmortem" };
-        match write_beside(&self.out, kind, &crate::verbs::oom::render_short(a)) {
+        let text = format!("{head}{}", crate::verbs::oom::render_short(a));
+        match write_beside(&self.out, kind, &text) {
             Ok(p) => msg.push_str(&format!(
                 "post-mortem written to {} (vramtrace oom reads the trace too)\n",
                 p.display()
@@ -691,6 +760,33 @@ impl Prepared {
             Err(e) => msg.push_str(&format!("cannot write the post-mortem: {e}\n")),
         }
         msg
+    }
+}
+
+/// What the cap's check reads (the trace's count, as the metrics read it) and writes (its notes).
+struct CheckSink {
+    live: Arc<crate::live::Live>,
+    trace: Arc<Mutex<TraceWriter>>,
+}
+
+impl crate::cap_check::Sink for CheckSink {
+    fn counted(&self) -> Vec<crate::live::Counted> {
+        self.live.counted()
+    }
+
+    fn note(&self, pid: u32, text: &str) {
+        let mut buf = Vec::new();
+        codec::put_record(
+            &mut buf,
+            &Record::Note {
+                pid,
+                ts_ns: mono_ns(),
+                text: text.to_string(),
+            },
+        );
+        if let Ok(mut w) = self.trace.lock() {
+            w.write(pid, &buf);
+        }
     }
 }
 
@@ -735,7 +831,7 @@ fn cap_mode(args: &RunArgs) -> anyhow::Result<CapMode> {
 
 /// Checks a cap before anything starts: its syntax, and the devices it names against the machine's. Returns the
 /// trace header's record of it: the spec, the mode, and per device the cap and the device's size.
-fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<Vec<(String, String)>> {
+fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<(HeaderKeys, Vec<CapOn>)> {
     let parsed = CapSpec::parse(spec).map_err(|e| anyhow::anyhow!("--cap {spec}: {e}"))?;
     let mut extra = vec![
         (keys::header::CAP.to_string(), spec.to_string()),
@@ -743,7 +839,7 @@ fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<Vec<(String, String)>>
     ];
     let Some(devices) = probe::devices() else {
         eprintln!("vramtrace: no CUDA driver answered; the cap is applied to whatever devices the job finds");
-        return Ok(extra);
+        return Ok((extra, Vec::new()));
     };
     if let Some(d) = parsed.max_device() {
         if d as usize >= devices.len() {
@@ -754,7 +850,9 @@ fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<Vec<(String, String)>>
             );
         }
     }
-    for (i, total) in devices.iter().enumerate() {
+    let mut on = Vec::new();
+    for (i, dev) in devices.iter().enumerate() {
+        let total = &dev.total;
         extra.push((
             keys::header::per_device(keys::header::DEVICE_TOTAL, i as u32),
             total.to_string(),
@@ -772,9 +870,17 @@ fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<Vec<(String, String)>>
                 keys::header::per_device(keys::header::CAP_BYTES, i as u32),
                 bytes.to_string(),
             ));
+            // Checked against NVML's per-process count, which names GPUs by UUID.
+            if let Some(uuid) = &dev.uuid {
+                on.push(CapOn {
+                    uuid: uuid.clone(),
+                    ordinal: i as u32,
+                    bytes: bytes.min(*total),
+                });
+            }
         }
     }
-    Ok(extra)
+    Ok((extra, on))
 }
 
 fn indent_summary(s: &str) -> String {

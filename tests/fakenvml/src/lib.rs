@@ -8,6 +8,8 @@
 //!   from it at every call. Without it nothing is in use (the driver's process-local counts are not visible).
 //! - `FAKENVML_RESERVED`: bytes each device keeps for the driver (default 0): v1's `used` includes them, v2
 //!   reports them apart as `reserved`.
+//! - `FAKENVML_CONTEXT_BYTES`: bytes each process listed by `nvmlDeviceGetComputeRunningProcesses` holds beyond
+//!   its allocations (default 0): the real driver counts a process's context, its modules and libraries there.
 //! - `FAKENVML_REVERSE=1`: NVML index `i` is CUDA device `n - 1 - i` (NVML enumerates in PCI order, CUDA in
 //!   its own), so that only a mapping by UUID finds the right device.
 //!
@@ -16,7 +18,9 @@
 //!
 //! Functions: `nvmlInit_v2`, `nvmlInit`, `nvmlInitWithFlags`, `nvmlShutdown`, `nvmlErrorString`,
 //! `nvmlDeviceGetCount[_v2]`, `nvmlDeviceGetHandleByIndex[_v2]`, `nvmlDeviceGetIndex`, `nvmlDeviceGetUUID`,
-//! `nvmlDeviceGetMemoryInfo`, `nvmlDeviceGetMemoryInfo_v2` (which checks the struct's version like NVML).
+//! `nvmlDeviceGetMemoryInfo`, `nvmlDeviceGetMemoryInfo_v2` (which checks the struct's version like NVML),
+//! `nvmlDeviceGetComputeRunningProcesses[_v2|_v3]` (each process of the shared state holding bytes on the device,
+//! from the driver's per-process slots: what `nvidia-smi --query-compute-apps` reads).
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
@@ -62,6 +66,7 @@ struct Config {
     state: Option<std::path::PathBuf>,
     reserved: u64,
     reverse: bool,
+    context_bytes: u64,
 }
 
 impl Config {
@@ -98,6 +103,32 @@ impl Config {
         }
         word(64 + 16 * dev as u64)
     }
+
+    /// (pid, bytes) of each process of the shared state holding bytes of CUDA device `dev` (slots at
+    /// 320 + 136 s: the pid, then 16 words of bytes per device). Processes that are gone are not listed.
+    fn processes(&self, dev: usize) -> Vec<(u32, u64)> {
+        let Some(f) = self
+            .state
+            .as_ref()
+            .and_then(|p| std::fs::File::open(p).ok())
+        else {
+            return Vec::new();
+        };
+        let mut all = vec![0u8; 320 + 136 * 256];
+        if f.read_exact_at(&mut all, 0).is_err() || all[..8] != *b"FAKECUDA" {
+            return Vec::new();
+        }
+        let word = |off: usize| u64::from_le_bytes(all[off..off + 8].try_into().expect("8 bytes"));
+        (0..256)
+            .filter_map(|s| {
+                let base = 320 + 136 * s;
+                let pid = word(base) as u32;
+                let bytes = word(base + 8 + 8 * dev);
+                let alive = pid != 0 && std::path::Path::new(&format!("/proc/{pid}")).exists();
+                (alive && bytes > 0).then_some((pid, bytes + self.context_bytes))
+            })
+            .collect()
+    }
 }
 
 fn config() -> &'static Config {
@@ -120,6 +151,9 @@ fn config() -> &'static Config {
                 .and_then(|s| parse_bytes(&s))
                 .unwrap_or(0),
             reverse: var("FAKENVML_REVERSE").is_some_and(|s| s == "1"),
+            context_bytes: var("FAKENVML_CONTEXT_BYTES")
+                .and_then(|s| parse_bytes(&s))
+                .unwrap_or(0),
         }
     })
 }
@@ -352,4 +386,82 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
             },
         )
     }))
+}
+
+/// `nvmlProcessInfo_t` (v2 and v3): pid, bytes, and the MIG instance ids (0xFFFFFFFF: not on a MIG instance).
+#[repr(C)]
+pub struct NvmlProcessInfo {
+    pid: c_uint,
+    used_gpu_memory: u64,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+/// `nvmlProcessInfo_v1_t`: pid and bytes.
+#[repr(C)]
+pub struct NvmlProcessInfoV1 {
+    pid: c_uint,
+    used_gpu_memory: u64,
+}
+
+/// The listing as NVML does it: with room for fewer than there are, `INSUFFICIENT_SIZE` and the count needed.
+unsafe fn running<T>(
+    device: NvmlDevice,
+    count: *mut c_uint,
+    infos: *mut T,
+    make: impl Fn(u32, u64) -> T,
+) -> NvmlReturn {
+    rc(device_of(device).and_then(|d| {
+        if count.is_null() {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        let list = config().processes(d);
+        let room = *count as usize;
+        *count = list.len() as c_uint;
+        if room < list.len() {
+            return Err(NVML_ERROR_INSUFFICIENT_SIZE);
+        }
+        if !list.is_empty() && infos.is_null() {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        for (k, (pid, bytes)) in list.into_iter().enumerate() {
+            infos.add(k).write(make(pid, bytes));
+        }
+        Ok(())
+    }))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    device: NvmlDevice,
+    count: *mut c_uint,
+    infos: *mut NvmlProcessInfo,
+) -> NvmlReturn {
+    running(device, count, infos, |pid, bytes| NvmlProcessInfo {
+        pid,
+        used_gpu_memory: bytes,
+        gpu_instance_id: u32::MAX,
+        compute_instance_id: u32::MAX,
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
+    device: NvmlDevice,
+    count: *mut c_uint,
+    infos: *mut NvmlProcessInfo,
+) -> NvmlReturn {
+    nvmlDeviceGetComputeRunningProcesses_v3(device, count, infos)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
+    device: NvmlDevice,
+    count: *mut c_uint,
+    infos: *mut NvmlProcessInfoV1,
+) -> NvmlReturn {
+    running(device, count, infos, |pid, bytes| NvmlProcessInfoV1 {
+        pid,
+        used_gpu_memory: bytes,
+    })
 }

@@ -1,0 +1,664 @@
+//! The cap, confirmed by the GPU's own count. The shim enforces the cap in each process through the job's
+//! ledger; a process of the job can get past it (started without the preload, with its own `VRAMTRACE_CAP`,
+//! without the ledger, through a door the shim does not see: glibc's own `dlsym`, `dlmopen`, a second copy of the
+//! driver; or by scribbling on the ledger). NVML's per-process count (what `nvidia-smi --query-compute-apps`
+//! reads) sees every one of them: while a capped job runs, `run` reads it twice a second and compares it with
+//! what the trace counted.
+//!
+//! A process's GPU figure includes what the shim never counts (its context, modules, libraries), so each
+//! process is allowed [`ALLOWANCE`] (or `--cap-allowance`) beyond its counted bytes. The job is past its cap on a GPU when the sum over
+//! its processes of the larger of (counted, GPU figure less the allowance) passes the cap, twice in a row (the
+//! trace can lag the driver by a drain). Then, under `--cap-mode enforce`, the job is stopped (SIGTERM, SIGKILL
+//! 5 s later) and the post-mortem names each process that got past and how; under `warn` it is flagged.
+//!
+//! NVML is read on a thread of its own: a call that hangs holds only that thread (it is never joined).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::live::Counted;
+use crate::units;
+
+/// What a process may hold on a GPU beyond what its shim counted, by default (`--cap-allowance`): its CUDA
+/// context, loaded modules and libraries' own memory (cuBLAS, cuDNN, NCCL). Measured: 676 MiB for a PyTorch
+/// process with cuBLAS loaded on an H200 (docs/GPU-RESULTS.md "Issue 36"); twice that leaves room for more
+/// libraries without calling a well-behaved job past its cap.
+pub const ALLOWANCE: u64 = 3 << 29;
+/// How often the GPU's count is read.
+pub const INTERVAL: Duration = Duration::from_millis(500);
+/// Between SIGTERM and SIGKILL, when the job is stopped.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// The job's cap on one GPU: its UUID as the driver names it, the job's ordinal for it, and the bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapOn {
+    pub uuid: String,
+    pub ordinal: u32,
+    pub bytes: u64,
+}
+
+/// One line of NVML's listing: a process holding memory on a GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuProc {
+    pub uuid: String,
+    pub pid: u32,
+    pub bytes: u64,
+}
+
+/// How a process got past the cap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum How {
+    /// It never reached the collector: no shim (its `LD_PRELOAD` or `VRAMTRACE_SOCKET` taken away).
+    Untraced,
+    /// Its shim applied a cap of its own (`VRAMTRACE_CAP` set by the process; `None`: none at all).
+    OwnCap(Option<String>),
+    /// Its shim only warned (`VRAMTRACE_CAP_MODE=warn` set by the process) under an enforced cap.
+    OwnMode,
+    /// Its shim had no `VRAMTRACE_LEDGER`: it capped the process alone, not with the job.
+    NoLedger,
+    /// Its shim applied the job's settings, yet the GPU holds more for it than the shim counted.
+    Unseen,
+    /// No process holds more than its shim counted, yet the counts sum past the cap: the shared ledger no
+    /// longer agrees with them.
+    Ledger,
+}
+
+impl How {
+    fn text(&self) -> String {
+        match self {
+            How::Untraced => {
+                "it ran without the shim: it never reached vramtrace (its LD_PRELOAD or \
+                              VRAMTRACE_SOCKET was taken away)"
+                    .into()
+            }
+            How::OwnCap(Some(c)) => {
+                format!("its shim applied a cap of its own (VRAMTRACE_CAP={c})")
+            }
+            How::OwnCap(None) => "its shim applied no cap (VRAMTRACE_CAP taken away)".into(),
+            How::OwnMode => {
+                "its shim only warned (VRAMTRACE_CAP_MODE=warn set in the process)".into()
+            }
+            How::NoLedger => {
+                "its shim had no VRAMTRACE_LEDGER: it capped this process alone, not with \
+                              the job"
+                    .into()
+            }
+            How::Unseen => {
+                "it allocated memory its shim never saw: through a door the shim does not \
+                            intercept (glibc's own dlsym, dlmopen, a second copy of the driver)"
+                    .into()
+            }
+            How::Ledger => {
+                "the job's shared ledger no longer agrees with its processes' counts (written \
+                            over by a process of the job)"
+                    .into()
+            }
+        }
+    }
+}
+
+/// One process named in a breach.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Offender {
+    pub pid: u32,
+    pub argv: Vec<String>,
+    /// By NVML (`None`: NVML did not list it).
+    pub gpu_bytes: Option<u64>,
+    pub counted: u64,
+    pub how: How,
+}
+
+/// The job past its cap on one GPU, by the GPU's count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Breach {
+    pub cap: CapOn,
+    /// The allowance it was judged with.
+    pub allowance: u64,
+    /// The job's bytes on the GPU as judged: per process the larger of counted and GPU less the allowance.
+    pub job_bytes: u64,
+    pub offenders: Vec<Offender>,
+}
+
+impl Breach {
+    /// What `run` says and the post-mortem begins with: the breach, then one line per process.
+    pub fn lines(&self) -> Vec<(u32, String)> {
+        let allowance = self.allowance;
+        let mut v = vec![(
+            0,
+            format!(
+                "the GPU's own count puts the job past its cap on GPU {} ({}): {} against a cap of {} \
+                 (each process allowed {} for its context and libraries)",
+                self.cap.ordinal,
+                self.cap.uuid,
+                units::bytes(self.job_bytes),
+                units::bytes(self.cap.bytes),
+                units::bytes(allowance)
+            ),
+        )];
+        for o in &self.offenders {
+            let cmd = units::fit(&units::printable(&o.argv.join(" ")), 60);
+            let gpu = o.gpu_bytes.map_or("NVML did not list it".to_string(), |b| {
+                format!("holds {} by the GPU's count", units::bytes(b))
+            });
+            v.push((
+                o.pid,
+                format!(
+                    "pid {} ({cmd}) {gpu}, its shim counted {}: {}",
+                    o.pid,
+                    units::bytes(o.counted),
+                    o.how.text()
+                ),
+            ));
+        }
+        v
+    }
+}
+
+/// The job's cap specification as given (`--cap`) and its mode, to tell a process's own settings apart.
+#[derive(Clone, Debug)]
+pub struct JobCap {
+    pub spec: String,
+    pub enforce: bool,
+    pub on: Vec<CapOn>,
+    /// What each process may hold beyond its counted bytes ([`ALLOWANCE`] unless `--cap-allowance`).
+    pub allowance: u64,
+}
+
+/// Judges one reading: the GPUs on which the job is past its cap. `job(pid)` says whether a process NVML lists
+/// is one of the job's (the trace's processes always are).
+pub fn judge(
+    cap: &JobCap,
+    gpu: &[GpuProc],
+    counted: &[Counted],
+    job: &dyn Fn(u32) -> bool,
+) -> Vec<Breach> {
+    let traced: HashMap<u32, &Counted> = counted.iter().map(|c| (c.pid, c)).collect();
+    let mut out = Vec::new();
+    for on in &cap.on {
+        // Per process on this GPU: (GPU figure, counted).
+        let mut procs: BTreeMap<u32, (Option<u64>, u64)> = BTreeMap::new();
+        for g in gpu.iter().filter(|g| g.uuid == on.uuid) {
+            if traced.contains_key(&g.pid) || job(g.pid) {
+                let e = procs.entry(g.pid).or_default();
+                e.0 = Some(e.0.unwrap_or(0).saturating_add(g.bytes));
+            }
+        }
+        for c in counted {
+            let here: u64 = c
+                .bytes
+                .iter()
+                .filter(|(u, d, _)| match u {
+                    Some(u) => *u == on.uuid,
+                    None => *d == on.ordinal,
+                })
+                .map(|(_, _, b)| *b)
+                .sum();
+            if here > 0 || procs.contains_key(&c.pid) {
+                procs.entry(c.pid).or_default().1 = here;
+            }
+        }
+        let job_bytes: u64 = procs
+            .values()
+            .map(|(g, c)| (*c).max(g.unwrap_or(0).saturating_sub(cap.allowance)))
+            .fold(0u64, u64::saturating_add);
+        if job_bytes <= on.bytes {
+            continue;
+        }
+        let mut offenders = Vec::new();
+        for (pid, (g, c)) in &procs {
+            let t = traced.get(pid);
+            let escaped = g.unwrap_or(0) > c.saturating_add(cap.allowance);
+            let how = match t {
+                None => Some(How::Untraced),
+                Some(t) => match &t.cap {
+                    None => Some(How::OwnCap(None)),
+                    Some((spec, _, _)) if *spec != cap.spec => {
+                        Some(How::OwnCap(Some(spec.clone())))
+                    }
+                    Some((_, mode, _)) if cap.enforce && mode == "warn" => Some(How::OwnMode),
+                    Some((_, _, false)) => Some(How::NoLedger),
+                    Some(_) if escaped => Some(How::Unseen),
+                    Some(_) => None,
+                },
+            };
+            // A process with the job's settings and no excess is no offender; one with settings of its own
+            // is, once it holds anything here.
+            let holds = g.unwrap_or(0) > 0 || *c > 0;
+            if let Some(how) = how.filter(|h| holds && (escaped || *h != How::Untraced)) {
+                offenders.push(Offender {
+                    pid: *pid,
+                    argv: t.map(|t| t.argv.clone()).unwrap_or_else(|| argv_of(*pid)),
+                    gpu_bytes: *g,
+                    counted: *c,
+                    how,
+                });
+            }
+        }
+        if offenders.is_empty() {
+            // Every process counted what it holds, with the job's settings: the ledger was what let them.
+            if let Some((pid, (g, c))) = procs.iter().max_by_key(|(_, (_, c))| *c) {
+                offenders.push(Offender {
+                    pid: *pid,
+                    argv: traced.get(pid).map(|t| t.argv.clone()).unwrap_or_default(),
+                    gpu_bytes: *g,
+                    counted: *c,
+                    how: How::Ledger,
+                });
+            }
+        }
+        out.push(Breach {
+            cap: on.clone(),
+            allowance: cap.allowance,
+            job_bytes,
+            offenders,
+        });
+    }
+    out
+}
+
+/// A process's command line from /proc (for one that never said hello).
+fn argv_of(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|w| !w.is_empty())
+                .take(64)
+                .map(|w| String::from_utf8_lossy(w).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The parent of `pid`, by /proc.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Whether `pid` descends from `root` (orphans of the job are reparented to `run`, its subreaper).
+pub fn descends_from(pid: u32, root: u32) -> bool {
+    let mut p = pid;
+    for _ in 0..256 {
+        if p == root {
+            return true;
+        }
+        match parent_of(p) {
+            Some(up) if up > 1 && up != p => p = up,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Every process descending from `root`, by /proc.
+fn descendants(root: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| *p != root && descends_from(*p, root))
+        .collect()
+}
+
+/// NVML, loaded at run time (the collector never links it): the calls the check needs.
+pub struct Nvml {
+    _lib: libloading::Library,
+    devices: Vec<(String, usize)>,
+    procs: ProcsFn,
+    v1: bool,
+}
+
+type ProcsFn = unsafe extern "C" fn(usize, *mut u32, *mut u8) -> u32;
+
+/// `nvmlProcessInfo_t` (v2/v3) is 24 bytes (pid, pad, bytes, two instance ids); v1 is 16 (pid, pad, bytes).
+const INFO: usize = 24;
+const INFO_V1: usize = 16;
+/// `NVML_VALUE_NOT_AVAILABLE`: no figure for this process (a process NVML may not look into).
+const NOT_AVAILABLE: u64 = u64::MAX;
+
+impl Nvml {
+    /// Loads `libnvidia-ml.so.1` and lists its devices by UUID.
+    pub fn open() -> Result<Nvml, String> {
+        type Init = unsafe extern "C" fn() -> u32;
+        type Count = unsafe extern "C" fn(*mut u32) -> u32;
+        type Handle = unsafe extern "C" fn(u32, *mut usize) -> u32;
+        type Uuid = unsafe extern "C" fn(usize, *mut u8, u32) -> u32;
+        // SAFETY: NVML's documented C API, called with the types nvml.h gives them; buffers are ours and sized
+        // as passed.
+        unsafe {
+            let lib = libloading::Library::new("libnvidia-ml.so.1")
+                .map_err(|e| format!("cannot load NVML: {e}"))?;
+            let init: Init = *lib
+                .get::<Init>(b"nvmlInit_v2\0")
+                .map_err(|e| format!("NVML: {e}"))?;
+            let count: Count = *lib
+                .get::<Count>(b"nvmlDeviceGetCount_v2\0")
+                .map_err(|e| format!("NVML: {e}"))?;
+            let handle: Handle = *lib
+                .get::<Handle>(b"nvmlDeviceGetHandleByIndex_v2\0")
+                .map_err(|e| format!("NVML: {e}"))?;
+            let uuid: Uuid = *lib
+                .get::<Uuid>(b"nvmlDeviceGetUUID\0")
+                .map_err(|e| format!("NVML: {e}"))?;
+            let (procs, v1) = match lib
+                .get::<ProcsFn>(b"nvmlDeviceGetComputeRunningProcesses_v3\0")
+                .or_else(|_| lib.get::<ProcsFn>(b"nvmlDeviceGetComputeRunningProcesses_v2\0"))
+            {
+                Ok(f) => (*f, false),
+                Err(_) => (
+                    *lib.get::<ProcsFn>(b"nvmlDeviceGetComputeRunningProcesses\0")
+                        .map_err(|e| format!("NVML: {e}"))?,
+                    true,
+                ),
+            };
+            let r = init();
+            if r != 0 {
+                return Err(format!("nvmlInit_v2 failed ({r})"));
+            }
+            let mut n = 0u32;
+            if count(&mut n) != 0 {
+                return Err("nvmlDeviceGetCount_v2 failed".into());
+            }
+            let mut devices = Vec::new();
+            for i in 0..n.min(64) {
+                let mut h = 0usize;
+                let mut buf = [0u8; 96];
+                if handle(i, &mut h) != 0 || uuid(h, buf.as_mut_ptr(), buf.len() as u32) != 0 {
+                    continue;
+                }
+                let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+                devices.push((String::from_utf8_lossy(&buf[..end]).into_owned(), h));
+            }
+            Ok(Nvml {
+                _lib: lib,
+                devices,
+                procs,
+                v1,
+            })
+        }
+    }
+
+    /// Every process NVML lists on every GPU, with its bytes (those NVML gives no figure for are left out).
+    pub fn read(&self) -> Result<Vec<GpuProc>, String> {
+        let size = if self.v1 { INFO_V1 } else { INFO };
+        let mut out = Vec::new();
+        for (uuid, h) in &self.devices {
+            let mut room = 64u32;
+            let mut buf;
+            loop {
+                buf = vec![0u8; room as usize * size];
+                let mut n = room;
+                // SAFETY: `buf` holds `room` entries of the struct's size; NVML writes at most `n` of them.
+                let r = unsafe { (self.procs)(*h, &mut n, buf.as_mut_ptr()) };
+                match r {
+                    0 => {
+                        buf.truncate(n.min(room) as usize * size);
+                        break;
+                    }
+                    // NVML_ERROR_INSUFFICIENT_SIZE: more processes than room; `n` says how many.
+                    7 if n > room && n <= 1 << 16 => room = n + 8,
+                    r => return Err(format!("NVML's process listing failed ({r})")),
+                }
+            }
+            for e in buf.chunks_exact(size) {
+                let pid = u32::from_ne_bytes(e[0..4].try_into().expect("4 bytes"));
+                let bytes = u64::from_ne_bytes(e[8..16].try_into().expect("8 bytes"));
+                if bytes != NOT_AVAILABLE {
+                    out.push(GpuProc {
+                        uuid: uuid.clone(),
+                        pid,
+                        bytes,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The running check: its breaches, and the thread, stopped when dropped.
+pub struct Watch {
+    pub breaches: Arc<Mutex<Vec<Breach>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// What the check acts through: the trace (its notes) and how it reads what the trace counted.
+pub trait Sink: Send + Sync + 'static {
+    fn counted(&self) -> Vec<Counted>;
+    fn note(&self, pid: u32, text: &str);
+}
+
+/// Starts the check for a job whose processes descend from this one. `None` (said in one line) where NVML
+/// cannot be read: the cap then holds only as far as the shims see.
+pub fn start(cap: JobCap, sink: Arc<dyn Sink>, quiet: bool) -> Option<Watch> {
+    let nvml = match Nvml::open() {
+        Ok(n) => n,
+        Err(e) => {
+            if !quiet {
+                eprintln!(
+                    "vramtrace: the cap is not checked against the GPU's own count ({e}): a process of the \
+                     job that gets past its shim is not seen"
+                );
+            }
+            return None;
+        }
+    };
+    let breaches = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (b2, s2) = (breaches.clone(), stop.clone());
+    let root = std::process::id();
+    let spawned = thread::Builder::new()
+        .name("vramtrace-capcheck".into())
+        .spawn(move || {
+            let mut suspect: Vec<String> = Vec::new();
+            let mut told: Vec<String> = Vec::new();
+            while !s2.load(Ordering::Acquire) {
+                thread::sleep(INTERVAL);
+                let Ok(gpu) = nvml.read() else { continue };
+                let counted = sink.counted();
+                let found = judge(&cap, &gpu, &counted, &|pid| descends_from(pid, root));
+                let now: Vec<String> = found.iter().map(|b| b.cap.uuid.clone()).collect();
+                for b in found {
+                    // Twice in a row: the trace may lag the driver by one drain.
+                    if !suspect.contains(&b.cap.uuid) || told.contains(&b.cap.uuid) {
+                        continue;
+                    }
+                    told.push(b.cap.uuid.clone());
+                    for (pid, line) in b.lines() {
+                        eprintln!("vramtrace: {line}");
+                        sink.note(pid, &line);
+                    }
+                    let stopping = cap.enforce;
+                    let act = if stopping {
+                        "stopping the job (--cap-mode enforce)"
+                    } else {
+                        "flagged (--cap-mode warn): the job goes on"
+                    };
+                    eprintln!("vramtrace: {act}");
+                    sink.note(0, act);
+                    if let Ok(mut v) = b2.lock() {
+                        v.push(b);
+                    }
+                    if stopping {
+                        stop_job(root);
+                    }
+                }
+                suspect = now;
+            }
+        });
+    spawned.ok().map(|_| Watch { breaches, stop })
+}
+
+/// SIGTERM to every process of the job, SIGKILL to those left after [`GRACE`].
+fn stop_job(root: u32) {
+    for p in descendants(root) {
+        // SAFETY: kill has no memory preconditions; a pid gone meanwhile only fails.
+        unsafe { libc::kill(p as i32, libc::SIGTERM) };
+    }
+    thread::spawn(move || {
+        let until = Instant::now() + GRACE;
+        while Instant::now() < until {
+            if descendants(root).is_empty() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        for p in descendants(root) {
+            // SAFETY: as above.
+            unsafe { libc::kill(p as i32, libc::SIGKILL) };
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn cap() -> JobCap {
+        JobCap {
+            spec: "1GiB".into(),
+            enforce: true,
+            allowance: GIB,
+            on: vec![CapOn {
+                uuid: "GPU-a".into(),
+                ordinal: 0,
+                bytes: GIB,
+            }],
+        }
+    }
+
+    fn counted(pid: u32, bytes: u64, settings: Option<(&str, &str, bool)>) -> Counted {
+        Counted {
+            pid,
+            argv: vec![format!("p{pid}")],
+            cap: settings.map(|(c, m, l)| (c.to_string(), m.to_string(), l)),
+            bytes: vec![(Some("GPU-a".into()), 0, bytes)],
+        }
+    }
+
+    fn gpu(pid: u32, bytes: u64) -> GpuProc {
+        GpuProc {
+            uuid: "GPU-a".into(),
+            pid,
+            bytes,
+        }
+    }
+
+    const JOB: Option<(&str, &str, bool)> = Some(("1GiB", "enforce", true));
+
+    #[test]
+    fn a_job_at_its_cap_with_contexts_is_no_breach() {
+        // Two processes, 0.5 GiB counted each, 0.9 GiB of context each beside it.
+        let c = [counted(10, GIB / 2, JOB), counted(11, GIB / 2, JOB)];
+        let g = [
+            gpu(10, GIB / 2 + (900 << 20)),
+            gpu(11, GIB / 2 + (900 << 20)),
+        ];
+        assert!(judge(&cap(), &g, &c, &|_| true).is_empty());
+        // Another user's process on the GPU is not the job's.
+        let g = [gpu(10, GIB / 2), gpu(99, 70 * GIB)];
+        assert!(judge(&cap(), &g, &c, &|p| p != 99).is_empty());
+    }
+
+    #[test]
+    fn each_way_past_the_cap_is_named() {
+        let judge1 = |c: Vec<Counted>, g: Vec<GpuProc>| {
+            let b = judge(&cap(), &g, &c, &|_| true);
+            assert_eq!(b.len(), 1, "{b:?}");
+            b[0].offenders
+                .iter()
+                .map(|o| (o.pid, o.how.clone()))
+                .collect::<Vec<_>>()
+        };
+        // Without the preload: never in the trace.
+        assert_eq!(
+            judge1(
+                vec![counted(10, GIB / 2, JOB)],
+                vec![gpu(10, GIB / 2), gpu(11, 3 * GIB)]
+            ),
+            [(11, How::Untraced)]
+        );
+        // Its own VRAMTRACE_CAP: counted, but past the job's cap.
+        assert_eq!(
+            judge1(
+                vec![
+                    counted(10, GIB / 2, JOB),
+                    counted(11, 3 * GIB, Some(("100GiB", "enforce", true)))
+                ],
+                vec![gpu(10, GIB / 2), gpu(11, 3 * GIB)]
+            ),
+            [(11, How::OwnCap(Some("100GiB".into())))]
+        );
+        // No ledger: capped alone at 1 GiB; with its parent's 1 GiB the job holds 2.
+        assert_eq!(
+            judge1(
+                vec![
+                    counted(10, GIB, JOB),
+                    counted(11, GIB, Some(("1GiB", "enforce", false)))
+                ],
+                vec![gpu(10, GIB), gpu(11, GIB)]
+            ),
+            [(11, How::NoLedger)]
+        );
+        // The job's settings, but memory the shim never saw (glibc's dlsym, dlmopen).
+        assert_eq!(
+            judge1(vec![counted(10, 0, JOB)], vec![gpu(10, 3 * GIB)]),
+            [(10, How::Unseen)]
+        );
+        // A scribbled ledger: each count right, the sum past the cap.
+        assert_eq!(
+            judge1(
+                vec![counted(10, GIB, JOB), counted(11, 2 * GIB, JOB)],
+                vec![gpu(10, GIB), gpu(11, 2 * GIB)]
+            ),
+            [(11, How::Ledger)]
+        );
+        // A process that only warns under an enforced cap.
+        assert_eq!(
+            judge1(
+                vec![counted(10, 2 * GIB, Some(("1GiB", "warn", true)))],
+                vec![gpu(10, 2 * GIB)]
+            ),
+            [(10, How::OwnMode)]
+        );
+    }
+
+    #[test]
+    fn a_breach_says_who_and_how_in_its_lines() {
+        let c = [counted(10, 0, JOB)];
+        let g = [gpu(10, 3 * GIB)];
+        let b = &judge(&cap(), &g, &c, &|_| true)[0];
+        let lines = b.lines();
+        assert!(
+            lines[0].1.contains("past its cap on GPU 0 (GPU-a)"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[0].1.contains("2.00 GiB against a cap of 1.00 GiB"),
+            "{lines:?}"
+        );
+        assert_eq!(lines[1].0, 10);
+        assert!(
+            lines[1]
+                .1
+                .contains("pid 10 (p10) holds 3.00 GiB by the GPU's count, its shim counted 0 B"),
+            "{lines:?}"
+        );
+    }
+}

@@ -1,0 +1,146 @@
+//! A process of a capped job that gets past its shim: started without the preload, with its own
+//! `VRAMTRACE_CAP`, without the job's ledger. The GPU's own count (NVML's per-process listing, simulated by
+//! tests/fakenvml from the driver's per-process accounting) catches each: under `--cap-mode enforce` the job
+//! is stopped and the post-mortem names the process and how it got past; under `warn` it is flagged.
+
+use vramtrace_collector::model;
+use vramtrace_e2e::*;
+
+const MIB: u64 = 1 << 20;
+
+/// A job under `--cap 1GiB`: a well-behaved probe holding 512 MiB, and `escape` (a shell prefix) running a
+/// probe that allocates `bad` bytes; both then sleep 8 s unless stopped. The environment is returned with the
+/// run: the trace lives in its folder.
+fn job(mode: &str, escape: &str, bad: u64) -> (RunResult, std::path::PathBuf, String, FakeCuda) {
+    let fc = FakeCuda::new()
+        .with_state()
+        .env("FAKENVML_CONTEXT_BYTES", "300M");
+    let p = program("probe");
+    let script = format!(
+        "{p} 'alloc {good}' 'sleep 8000' >/dev/null & \
+         {escape} {p} 'alloc {bad}' 'sleep 8000' >/dev/null; wait",
+        p = p.display(),
+        good = 512 * MIB,
+    );
+    let name = format!("escape-{mode}-{}", escape.len());
+    let (run, path) = fc.traced(
+        &name,
+        &["--cap", "1GiB", "--cap-mode", mode, "--python-agent", "off"],
+        "bash",
+        &["-c", &script],
+    );
+    // A post-mortem, or an out-of-memory one where the escape made a well-behaved process refused.
+    let pm = ["postmortem.txt", "oom.txt"]
+        .iter()
+        .find_map(|e| std::fs::read_to_string(path.with_extension(e)).ok())
+        .unwrap_or_default();
+    (run, path, pm, fc)
+}
+
+fn stopped_and_named(escape: &str, how: &str) {
+    let (run, path, pm, _fc) = job("enforce", escape, 3072 * MIB);
+    let err = &run.stderr;
+    assert!(
+        err.contains("the GPU's own count puts the job past its cap on GPU 0"),
+        "{err}"
+    );
+    assert!(err.contains(how), "{err}");
+    assert!(err.contains("stopping the job"), "{err}");
+    assert!(!run.success(), "the job was not stopped: {err}");
+    let listing: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        pm.contains("CAP PASSED, BY THE GPU'S OWN COUNT") && pm.contains(how),
+        "{pm}\n{listing:?}\n{err}"
+    );
+    // The offender is named by pid: the one whose bytes the GPU shows (3 GiB + its context).
+    let line = err
+        .lines()
+        .find(|l| l.contains(how))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("holds 3.29 GiB by the GPU's count"), "{line}");
+    // Stopped, not left to sleep its 8 s: the well-behaved probe was ended by SIGTERM.
+    let a = model::analyze(&path).unwrap();
+    let ended: Vec<_> = a
+        .processes
+        .iter()
+        .filter(|p| p.cmdline.first().is_some_and(|c| c.ends_with("probe")))
+        .map(|p| p.exit)
+        .collect();
+    assert!(
+        ended.contains(&Some(vramtrace_format::ExitStatus::Signal {
+            signal: 15,
+            core: false
+        })),
+        "{ended:?}"
+    );
+}
+
+#[test]
+fn a_child_with_its_own_cap_is_caught_by_the_gpus_count() {
+    stopped_and_named(
+        "VRAMTRACE_CAP=100GiB",
+        "a cap of its own (VRAMTRACE_CAP=100GiB)",
+    );
+}
+
+#[test]
+fn a_child_without_the_ledger_is_caught() {
+    // Capped alone at 1 GiB it may allocate 900 MiB: with the other's 512 MiB, the job holds 1.4 GiB.
+    let (run, _, pm, _fc) = job("enforce", "env -u VRAMTRACE_LEDGER", 900 * MIB);
+    let err = &run.stderr;
+    assert!(err.contains("past its cap on GPU 0"), "{err}");
+    assert!(err.contains("had no VRAMTRACE_LEDGER"), "{err}");
+    assert!(pm.contains("had no VRAMTRACE_LEDGER"), "{pm}");
+}
+
+#[test]
+fn a_child_without_the_preload_is_caught() {
+    stopped_and_named("env -u LD_PRELOAD", "it ran without the shim");
+}
+
+#[test]
+fn under_warn_the_job_is_flagged_and_goes_on() {
+    let (run, path, _, _fc) = job("warn", "env -u LD_PRELOAD", 3072 * MIB);
+    let err = &run.stderr;
+    assert!(run.success(), "{err}");
+    assert!(
+        err.contains("past its cap on GPU 0") && err.contains("flagged"),
+        "{err}"
+    );
+    // The trace keeps it: `report` shows the notes.
+    let a = model::analyze(&path).unwrap();
+    assert!(
+        a.call_sites
+            .notes
+            .iter()
+            .any(|n| n.text.contains("it ran without the shim")),
+        "{:?}",
+        a.call_sites.notes
+    );
+}
+
+#[test]
+fn a_job_within_its_cap_is_never_flagged() {
+    // Both well-behaved: 512 MiB and 384 MiB, each with 300 MiB of context the shim never counts.
+    let fc = FakeCuda::new()
+        .with_state()
+        .env("FAKENVML_CONTEXT_BYTES", "300M");
+    let p = program("probe");
+    let script = format!(
+        "{p} 'alloc {a}' 'sleep 2500' >/dev/null & {p} 'alloc {b}' 'sleep 2500' >/dev/null; wait",
+        p = p.display(),
+        a = 512 * MIB,
+        b = 384 * MIB
+    );
+    let (run, _) = fc.traced(
+        "within",
+        &["--cap", "1GiB", "--python-agent", "off"],
+        "bash",
+        &["-c", &script],
+    );
+    run.assert_success("within its cap");
+    assert!(!run.stderr.contains("past its cap"), "{}", run.stderr);
+}
