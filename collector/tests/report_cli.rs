@@ -202,6 +202,39 @@ fn summary_names_peaks_processes_and_leaks() {
     );
 }
 
+/// What the Python bridge could not do (a snapshot it could not write: in a sticky shared folder another user
+/// took its name) is in the run's summary, not only in `report --json`; a program's words there, and in a
+/// process's command line, never reach the terminal raw (U+202E would reverse what follows).
+#[test]
+fn summary_says_what_the_bridge_could_not_do_and_escapes_the_programs_words() {
+    let mut recs = sample();
+    recs.push(Record::Bridge(vramtrace_format::Bridge {
+        pid: 11,
+        tid: 1,
+        ts_ns: common::START + 20 * common::MS,
+        what: "note".into(),
+        device: vramtrace_format::NO_DEVICE,
+        ack: false,
+        fields: vec![(
+            "text".into(),
+            "could not write the allocation history to /tmp/t.torch-11-oom.pickle: \
+             PermissionError(1, 'Operation not permitted') \u{202e}evil"
+                .into(),
+        )],
+    }));
+    let a = analyze_reader(&trace(&recs)[..]).unwrap();
+    let s = summary(&a);
+    let line = s
+        .lines()
+        .find(|l| l.contains("the Python bridge"))
+        .unwrap_or_else(|| panic!("{s}"));
+    assert!(
+        line.starts_with("pid 11: the Python bridge: could not write the allocation history"),
+        "{line}"
+    );
+    assert!(!s.contains('\u{202e}'), "{s}");
+}
+
 /// NCCL makes pinned host buffers with `cuMemCreate` and a host location: the shim records them on no device.
 /// The report calls them host memory, not an unknown GPU, and leaves them out of the job's sums of GPU peaks;
 /// memory on no known device that is not all `cuMemCreate` stays an unknown GPU's.

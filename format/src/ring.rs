@@ -602,6 +602,15 @@ impl Consumer {
         &self.ring
     }
 
+    /// Whether the ring can have been full: its head (slots ever reserved) reached three quarters of its size. A
+    /// record is refused a little short of full (the slots kept for the last records, padding to the end, a
+    /// blob's length), never at a quarter; a ring that never got that far dropped nothing, so a drop count it
+    /// shows then is not the shim's.
+    pub fn ever_full(&self) -> bool {
+        let slots = self.ring.slots();
+        self.pos.max(self.ring.head()) >= slots - slots / 4
+    }
+
     /// Takes every whole record published so far, in the ring's order, and releases their slots. With `dead`
     /// (the producing process is gone, nothing more will be written) a reserved record that was never published
     /// is skipped and counted in `torn`, and what follows it is still taken. Returns the records taken.

@@ -138,6 +138,8 @@ pub(super) struct Drain {
     pub(super) ticks: bool,
     /// The ring held something no shim writes: said once in the trace.
     pub(super) corrupt_said: bool,
+    /// A drop count the ring could not have reached (never full) was said once.
+    pub(super) drops_forged_said: bool,
     /// Where the drain has been waiting for a record to be published, and since when.
     pub(super) stuck: Option<(u64, u64)>,
     /// The ring's memfd inode: while the process maps it, it may still write to it.
@@ -161,6 +163,7 @@ impl Drain {
             last_ts: 0,
             stuck: None,
             corrupt_said: false,
+            drops_forged_said: false,
             ino,
             batch: Vec::with_capacity(BATCH),
             out: Vec::with_capacity(64 << 10),
@@ -872,12 +875,29 @@ impl Conn {
         if dropped > d.dropped_seen {
             let count = dropped - d.dropped_seen;
             d.dropped_seen = dropped;
-            let cause = if stalled {
-                LossCause::CollectorStalled
+            // A shim drops only into a full ring, so a ring whose head never reached its size dropped nothing:
+            // its count was written by the process itself, and is said as that, never as events lost.
+            if !consumer.ever_full() {
+                if !d.drops_forged_said {
+                    d.drops_forged_said = true;
+                    put_note(
+                        out,
+                        pid,
+                        ts,
+                        format!(
+                            "the drop count in the process's ring rose by {count}, yet its ring was never full: \
+                             written over by the process itself, not events lost"
+                        ),
+                    );
+                }
             } else {
-                LossCause::RingFull
-            };
-            put_loss(out, pid, ts, count, cause);
+                let cause = if stalled {
+                    LossCause::CollectorStalled
+                } else {
+                    LossCause::RingFull
+                };
+                put_loss(out, pid, ts, count, cause);
+            }
         }
         if consumer.torn > d.torn_seen {
             let count = consumer.torn - d.torn_seen;

@@ -84,8 +84,8 @@ pub fn summary(a: &Analysis) -> String {
             o,
             "pid {} ({}) was not traced: {}",
             p.pid,
-            p.cmdline.first().map_or("?", |c| c.as_str()),
-            p.untraced.as_deref().unwrap_or_default()
+            crate::units::printable(p.cmdline.first().map_or("?", |c| c.as_str())),
+            crate::units::printable(p.untraced.as_deref().unwrap_or_default())
         )
         .ok();
     }
@@ -103,12 +103,30 @@ pub fn summary(a: &Analysis) -> String {
                 o,
                 "pid {} ({}): {} records lost: {}",
                 p.pid,
-                p.cmdline.first().map_or("?", |c| c.as_str()),
+                crate::units::printable(p.cmdline.first().map_or("?", |c| c.as_str())),
                 count(*n),
                 cause.describe()
             )
             .ok();
         }
+    }
+    // What the Python bridge could not do (a snapshot it could not write beside the trace, a history it could
+    // not arm): said here too, not only in `report --json`'s bridge messages.
+    for (pid, _, text) in a.bridge.notes.iter().take(4) {
+        writeln!(
+            o,
+            "pid {pid}: the Python bridge: {}",
+            crate::units::printable(text)
+        )
+        .ok();
+    }
+    if a.bridge.notes.len() > 4 {
+        writeln!(
+            o,
+            "... and {} more from the Python bridge (`vramtrace report --json`, bridge.messages)",
+            count(a.bridge.notes.len() as u64 - 4)
+        )
+        .ok();
     }
     if a.live_at_end_count > 0 {
         writeln!(

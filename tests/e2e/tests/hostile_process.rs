@@ -169,3 +169,39 @@ fn a_process_scribbling_over_its_live_ring_costs_only_its_own_records() {
     assert_eq!(sizes, [2 << 20, 4 << 20]);
     assert!(t.ends.iter().any(|(p, _)| *p == probe));
 }
+
+#[test]
+fn a_drop_count_written_into_a_ring_never_full_is_not_called_lost_events() {
+    // The count sits in the process's own memory: one that adds 5000 to it, its ring holding one event, is told
+    // as having written over its ring, not as having recorded faster than the collector drained.
+    let fc = FakeCuda::new();
+    let (run, path) = fc.traced(
+        "dropcount",
+        &["--python-agent", "off"],
+        program("forger"),
+        &["dropcount", "5000"],
+    );
+    run.assert_success("the forger");
+    assert!(!run.stderr.contains("faster than"), "{}", run.stderr);
+    let t = read_trace(&path);
+    assert_eq!(t.dropped, 0);
+    let a = vramtrace_collector::model::analyze(&path).unwrap();
+    assert!(
+        a.call_sites
+            .notes
+            .iter()
+            .any(|n| n.text.contains("written over by the process itself")),
+        "{:?}",
+        a.call_sites.notes
+    );
+    let o = std::process::Command::new(vramtrace_e2e::traced::vramtrace())
+        .arg("report")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && !report.contains("faster than"),
+        "{report}"
+    );
+}

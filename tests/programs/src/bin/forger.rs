@@ -19,6 +19,9 @@
 //!                                           probe (alloc, sleep 700 ms, exit 0) and reaps it itself; while the
 //!                                           probe lives, reports it killed by SIGKILL on a connection of its
 //!                                           own, as its grandparent. Prints the probe's pid.
+//! forger dropcount <n>                    hello with its own pid and a ring; publishes one event, then adds n
+//!                                           to its ring's drop count (a ring never full), and exits 0 after
+//!                                           300 ms. Prints its real pid.
 //! forger attack <uid>                       another user: finds vramtrace's sockets in /proc/net/unix whose
 //!                                           folder is <uid>'s, and tries each (connect, list its folder, open
 //!                                           its ledger). Prints
@@ -387,6 +390,18 @@ fn parent(probe: &str) {
     assert!(st.success());
 }
 
+fn dropcount(n: u64) {
+    let me = std::process::id();
+    let (_s, ring) = connect(me);
+    assert!(ring.try_event(&alloc(1 << 20)));
+    for _ in 0..n {
+        ring.count_drop();
+    }
+    println!("{me}");
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize| -> u64 { args[i].parse().expect("a number") };
@@ -397,6 +412,7 @@ fn main() {
         Some("attack") => attack(num(1) as u32),
         Some("scribble") => scribble(),
         Some("grandparent") => grandparent(&args[1]),
+        Some("dropcount") => dropcount(num(1)),
         Some("parent") => parent(&args[1]),
         _ => {
             eprintln!("usage: forger speak <claimed-pid> <victim-pid> | hoard <bytes> <hold-ms>");
