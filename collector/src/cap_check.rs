@@ -548,6 +548,7 @@ mod tests {
             pid,
             argv: vec![format!("p{pid}")],
             cap: settings.map(|(c, m, l)| (c.to_string(), m.to_string(), l)),
+            cap_from_job: false,
             bytes: vec![(Some("GPU-a".into()), 0, bytes)],
         }
     }

@@ -53,6 +53,7 @@ fn take(
     conn.gone = gone;
     conn.reserve = reserve;
     conn.job_token = conns.job_token.clone();
+    conn.settings = conns.settings.clone();
     conn.conns = Some(conns.clone());
     // The receiver's thread first, waiting for its connection: one that cannot be had (a container's pids
     // limit, which counts the job's threads too) marks the hello untraced, with why, rather than leave a

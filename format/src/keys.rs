@@ -50,6 +50,9 @@ pub mod hello {
     pub const CAP_MODE: &str = "cap_mode";
     /// `"1"` when the shim was given the job's ledger (`VRAMTRACE_LEDGER`), `"0"` when it caps the process alone.
     pub const CAP_LEDGER: &str = "cap_ledger";
+    /// Written by the collector: `job` when the process's shim had the job's settings in time (its cap keys are
+    /// then the job's), `environment` when it may have applied its own environment's (its hello's keys).
+    pub const CAP_FROM: &str = "cap_from";
 }
 
 #[cfg(test)]

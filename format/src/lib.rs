@@ -20,6 +20,7 @@ pub mod env;
 pub mod keys;
 pub mod reader;
 pub mod ring;
+pub mod settings;
 pub mod ticks;
 
 pub use codec::{DecodeError, FrameSplitter};

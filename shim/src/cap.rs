@@ -92,8 +92,11 @@ pub(crate) fn warn_line(msg: std::fmt::Arguments) {
 }
 
 fn build() -> Option<Cap> {
-    let s = crate::settings::get();
-    let text = s.cap.as_deref()?;
+    // The recorder first: its hello brings the job's settings from the collector, which the cap follows rather
+    // than this process's environment (a child that set its own VRAMTRACE_CAP, or lost VRAMTRACE_LEDGER).
+    crate::record::started();
+    let (cap, warn, ledger_path) = crate::settings::cap_settings();
+    let text = cap.as_deref()?;
     let spec = match CapSpec::parse(text) {
         Ok(spec) => spec,
         Err(e) => {
@@ -108,7 +111,7 @@ fn build() -> Option<Cap> {
         // library ever be unloaded); `HANDLER` makes it once per process image.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
     }
-    let ledger = match &s.ledger {
+    let ledger = match &ledger_path {
         Some(path) => match Ledger::open_shared(Path::new(path)) {
             Ok(l) => l,
             Err(e) => {
@@ -119,14 +122,11 @@ fn build() -> Option<Cap> {
         None => Ledger::private(),
     };
     LEDGER_FD.store(ledger.fd(), Ordering::Release);
-    crate::debug!(
-        "cap {text:?} ({})",
-        if s.cap_warn { "warn" } else { "enforce" }
-    );
+    crate::debug!("cap {text:?} ({})", if warn { "warn" } else { "enforce" });
     Some(Cap {
         ledger,
         spec,
-        warn: s.cap_warn,
+        warn,
         caps: [const { AtomicU64::new(0) }; MAX_DEVICES],
         ptrs: Live::new(PTR_SLOTS),
         handles: Live::new(HANDLE_SLOTS),

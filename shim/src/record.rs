@@ -299,6 +299,11 @@ fn recorder() -> Option<&'static Recorder> {
     recorder_slow()
 }
 
+/// Makes sure this process has tried to start recording (and so has the collector's settings, if any).
+pub(crate) fn started() {
+    let _ = recorder();
+}
+
 #[cold]
 #[inline(never)]
 fn recorder_slow() -> Option<&'static Recorder> {
@@ -330,6 +335,9 @@ fn pass_ring(s: &Socket, hello: &[u8], ring_fd: i32) -> Result<(), Option<i32>> 
         }
     }
 }
+
+/// The longest the first tracked call waits for the collector's settings.
+pub(crate) const SETTINGS_WAIT: Duration = Duration::from_millis(250);
 
 fn build() -> Option<&'static Recorder> {
     let settings = crate::settings::get();
@@ -377,7 +385,18 @@ fn build() -> Option<&'static Recorder> {
     // is closed once, here (the mapping stays valid without it).
     unsafe { libc::close(mapped.fd) };
     let sock = match (sock, sent) {
-        (Some(s), Some(Ok(()))) => s,
+        (Some(s), Some(Ok(()))) => {
+            // The collector answers the hello with the job's settings: the cap this process applies is the
+            // job's, not what its environment says. Waited for once, at most SETTINGS_WAIT (a stopped
+            // collector); without an answer the environment's apply, and the collector says so.
+            if let Some(j) = s
+                .read_line(Instant::now() + SETTINGS_WAIT)
+                .and_then(|l| vramtrace_format::settings::JobSettings::decode(&l))
+            {
+                crate::settings::set_job(j);
+            }
+            s
+        }
         (other, sent) => {
             // The kernel would not pass the ring (its user has too many descriptors in flight): named, as when
             // the ring cannot be made. No socket, or no error to say: nothing is said.

@@ -1,8 +1,45 @@
 //! What the environment tells the shim, read once at its first tracked call (never in a constructor).
 
 use std::ffi::OsString;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use vramtrace_format::env;
+use vramtrace_format::settings::JobSettings;
+
+/// The job's settings as the collector answered this process's hello (null: no answer, or no collector). A
+/// pointer, not a lock: a fork at any moment leaves the child a value or null, never a held lock.
+static JOB: AtomicPtr<JobSettings> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Keeps the collector's answer (the first one: a forked child's is the same job's).
+pub(crate) fn set_job(s: JobSettings) {
+    let p = Box::into_raw(Box::new(s));
+    if JOB
+        .compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        // SAFETY: `p` came from `Box::into_raw` just above and was never shared.
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
+/// The cap this process applies: the job's, as the collector said it (whatever this process's environment
+/// says), else, with no answer (no collector, or none in time), the environment's: (spec, warn, ledger).
+pub(crate) fn cap_settings() -> (Option<String>, bool, Option<OsString>) {
+    // SAFETY: `JOB` holds null or a leaked box (never freed once stored).
+    match unsafe { JOB.load(Ordering::Acquire).as_ref() } {
+        Some(j) => {
+            use std::os::unix::ffi::OsStringExt;
+            (
+                j.cap.clone(),
+                j.warn,
+                j.ledger.clone().map(OsString::from_vec),
+            )
+        }
+        None => {
+            let s = get();
+            (s.cap.clone(), s.cap_warn, s.ledger.clone())
+        }
+    }
+}
 
 /// The shim's settings for this process.
 #[derive(Debug, Default)]

@@ -266,15 +266,13 @@ impl Socket {
         n == 0
     }
 
-    /// Waits until `deadline` for the collector's answer to the `nth` record sent that waits for one (counting
-    /// from 1; `answered` counts the answers read so far on this connection). Answers come one per such record,
-    /// in order, so a late answer to an earlier record (one that gave up waiting) is skipped, never taken for
-    /// this one. Whether this record's answer says it is in the trace.
-    pub fn await_ack(&self, nth: u64, answered: &mut u64, deadline: Instant) -> bool {
+    /// The next byte the collector sends, waited for until `deadline`. `None`: the deadline passed, the
+    /// connection ended, or the descriptor is no longer our socket.
+    fn next_byte(&self, deadline: Instant) -> Option<u8> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || !self.ours() {
-                return false;
+                return None;
             }
             let mut pfd = libc::pollfd {
                 fd: self.fd,
@@ -290,16 +288,47 @@ impl Socket {
             // SAFETY: `b` is a local byte, the one byte the call may write.
             let n =
                 unsafe { libc::recv(self.fd, (&mut b as *mut u8).cast(), 1, libc::MSG_DONTWAIT) };
-            if n == 0 {
-                return false;
+            match n {
+                1 => return Some(b),
+                0 => return None,
+                _ if matches!(
+                    std::io::Error::last_os_error().raw_os_error(),
+                    Some(libc::EAGAIN | libc::EINTR)
+                ) => {}
+                _ => return None,
             }
-            if n == 1 && (b == OOM_ACK || b == OOM_NAK) {
+        }
+    }
+
+    /// One line the collector sent (the job's settings, in answer to the hello), waited for until `deadline`; at
+    /// most `settings::MAX_LINE` bytes. Read a byte at a time: nothing after the line is taken from the socket
+    /// (the answers to records that wait come later, read by `await_ack`).
+    pub fn read_line(&self, deadline: Instant) -> Option<Vec<u8>> {
+        let mut line = Vec::new();
+        while line.len() < vramtrace_format::settings::MAX_LINE {
+            match self.next_byte(deadline)? {
+                b'\n' => return Some(line),
+                b => line.push(b),
+            }
+        }
+        None
+    }
+
+    /// Waits until `deadline` for the collector's answer to the `nth` record sent that waits for one (counting
+    /// from 1; `answered` counts the answers read so far on this connection). Answers come one per such record,
+    /// in order, so a late answer to an earlier record (one that gave up waiting) is skipped, never taken for
+    /// this one (as is a settings line that came after its wait). Whether this record's answer says it is in
+    /// the trace.
+    pub fn await_ack(&self, nth: u64, answered: &mut u64, deadline: Instant) -> bool {
+        while let Some(b) = self.next_byte(deadline) {
+            if b == OOM_ACK || b == OOM_NAK {
                 *answered += 1;
                 if *answered == nth {
                     return b == OOM_ACK;
                 }
             }
         }
+        false
     }
 }
 

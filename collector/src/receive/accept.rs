@@ -42,6 +42,9 @@ pub(crate) struct Connections {
     pub(crate) job_token: Arc<str>,
     /// Parents of the trace's processes, and the exits their parents reported (`reaped`).
     pub(crate) reaps: super::reaped::Reaps,
+    /// The job's settings line, sent to each process that says hello (`format::settings`): its shim applies
+    /// them rather than what its environment says.
+    pub(crate) settings: Arc<[u8]>,
 }
 
 impl Connections {
@@ -50,6 +53,15 @@ impl Connections {
             job_token: Arc::from(job_token),
             ..Default::default()
         }
+    }
+
+    /// With the job's settings for the shims (`format::settings::JobSettings`).
+    pub(crate) fn with_settings(
+        mut self,
+        s: &vramtrace_format::settings::JobSettings,
+    ) -> Connections {
+        self.settings = Arc::from(s.encode().into_bytes());
+        self
     }
 }
 

@@ -83,6 +83,8 @@ pub(super) struct Conn {
     pub(super) skip: u64,
     /// The job's token (`VRAMTRACE_JOB_TOKEN`): a gone peer of another user is of the job only with it.
     pub(super) job_token: Arc<str>,
+    /// The job's settings line, answered to the hello (empty: none to send).
+    pub(super) settings: Arc<[u8]>,
     /// When it was accepted (`SILENT_WAIT`).
     pub(super) accepted: Instant,
     /// Closed for sending nothing (`SILENT_WAIT`).
@@ -201,6 +203,7 @@ impl Conn {
             claim: None,
             skip: 0,
             job_token: Arc::from(""),
+            settings: Arc::from(Vec::new()),
             accepted: Instant::now(),
             mute: false,
             conns: None,
@@ -493,9 +496,18 @@ impl Conn {
         hello: &mut bool,
     ) -> Option<bool> {
         if k == kind::HELLO && self.who == Who::Unknown {
-            let h = self.hello(payload)?;
+            let mut h = self.hello(payload)?;
+            if let Some(job) = vramtrace_format::settings::JobSettings::decode(&self.settings) {
+                cap_from(&mut h, &job, mono_ns());
+            }
             codec::put_record(out, &Record::Hello(h));
             *hello = true;
+            // The job's settings, which the shim waits for before its first call goes on: the cap it applies
+            // is the job's, whatever the process's own environment says. A few hundred bytes into a fresh
+            // socket's empty buffer: the write does not wait.
+            if !self.settings.is_empty() {
+                let _ = (&self.stream).write_all(&self.settings);
+            }
             return Some(true);
         }
         if k == kind::REAPED && self.who == Who::Unknown {
@@ -1052,4 +1064,37 @@ pub(super) fn peer_hung_up(stream: &UnixStream) -> bool {
     };
     let n = unsafe { libc::poll(&mut pfd, 1, 0) };
     n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0
+}
+
+/// How soon after its hello a process's shim must have the job's settings to be taken as applying them: half
+/// the time it waits for them (`shim/src/record.rs` `SETTINGS_WAIT`), for the trip back.
+const SETTINGS_IN_TIME_NS: u64 = 125_000_000;
+
+/// Says in the hello which cap the process applies: the job's (its shim had the settings in time: the keys are
+/// made the job's), or, answered late, possibly its environment's (the keys its shim sent, as they were).
+fn cap_from(
+    h: &mut vramtrace_format::Hello,
+    job: &vramtrace_format::settings::JobSettings,
+    now: u64,
+) {
+    use keys::hello::{CAP, CAP_FROM, CAP_LEDGER, CAP_MODE};
+    h.extra.retain(|(k, _)| k != CAP_FROM);
+    if now.saturating_sub(h.ts_ns) < SETTINGS_IN_TIME_NS {
+        h.extra
+            .retain(|(k, _)| k != CAP && k != CAP_MODE && k != CAP_LEDGER);
+        if let Some(c) = &job.cap {
+            h.extra.push((CAP.into(), c.clone()));
+            h.extra.push((
+                CAP_MODE.into(),
+                if job.warn { "warn" } else { "enforce" }.into(),
+            ));
+            h.extra.push((
+                CAP_LEDGER.into(),
+                if job.ledger.is_some() { "1" } else { "0" }.into(),
+            ));
+        }
+        h.extra.push((CAP_FROM.into(), "job".into()));
+    } else {
+        h.extra.push((CAP_FROM.into(), "environment".into()));
+    }
 }

@@ -519,7 +519,17 @@ impl Prepared {
         // The job's token: only the job's processes see it (their environment), so it vouches for one of
         // another user that was gone before the kernel could be asked where it came from.
         let token = format!("{:016x}{:016x}", random_u64(), random_u64());
-        let conns = Arc::new(Connections::new(&token));
+        // The job's settings, answered to each process's hello: its shim applies the job's cap, whatever its own
+        // environment says (a child started with its own VRAMTRACE_CAP, or without VRAMTRACE_LEDGER).
+        let settings = vramtrace_format::settings::JobSettings {
+            cap: self.cap.clone(),
+            warn: self.cap_mode == CapMode::Warn,
+            ledger: self.cap.as_ref().map(|_| {
+                use std::os::unix::ffi::OsStrExt;
+                self.ledger.as_os_str().as_bytes().to_vec()
+            }),
+        };
+        let conns = Arc::new(Connections::new(&token).with_settings(&settings));
         let acceptor = spawn_acceptor(
             self.listener.try_clone().ok(),
             self.trace.clone(),

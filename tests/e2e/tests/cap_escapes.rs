@@ -1,7 +1,9 @@
-//! A process of a capped job that gets past its shim: started without the preload, with its own
-//! `VRAMTRACE_CAP`, without the job's ledger. The GPU's own count (NVML's per-process listing, simulated by
-//! tests/fakenvml from the driver's per-process accounting) catches each: under `--cap-mode enforce` the job
-//! is stopped and the post-mortem names the process and how it got past; under `warn` it is flagged.
+//! A process of a capped job that tries to get past its shim. One started with its own `VRAMTRACE_CAP`, or
+//! without `VRAMTRACE_LEDGER`, still gets the job's settings from the collector (its hello's answer): the job's
+//! cap holds, by the driver's own count. One started without the preload is caught by the GPU's own count
+//! (NVML's per-process listing, simulated by tests/fakenvml from the driver's per-process accounting): under
+//! `--cap-mode enforce` the job is stopped and the post-mortem names the process and how it got past; under
+//! `warn` it is flagged.
 
 use vramtrace_collector::model;
 use vramtrace_e2e::*;
@@ -9,16 +11,21 @@ use vramtrace_e2e::*;
 const MIB: u64 = 1 << 20;
 
 /// A job under `--cap 1GiB`: a well-behaved probe holding 512 MiB, and `escape` (a shell prefix) running a
-/// probe that allocates `bad` bytes; both then sleep 8 s unless stopped. The environment is returned with the
-/// run: the trace lives in its folder.
-fn job(mode: &str, escape: &str, bad: u64) -> (RunResult, std::path::PathBuf, String, FakeCuda) {
+/// probe that allocates `bad` bytes; both then sleep `ms` unless stopped. The environment is returned with
+/// the run: the trace and the driver's state live in its folder.
+fn job(
+    mode: &str,
+    escape: &str,
+    bad: u64,
+    ms: u64,
+) -> (RunResult, std::path::PathBuf, String, FakeCuda) {
     let fc = FakeCuda::new()
         .with_state()
         .env("FAKENVML_CONTEXT_BYTES", "300M");
     let p = program("probe");
     let script = format!(
-        "{p} 'alloc {good}' 'sleep 8000' >/dev/null & \
-         {escape} {p} 'alloc {bad}' 'sleep 8000' >/dev/null; wait",
+        "{p} 'alloc {good}' 'sleep {ms}' >/dev/null & \
+         {escape} {p} 'sleep 100' 'alloc {bad}' 'sleep {ms}' >/dev/null; wait",
         p = p.display(),
         good = 512 * MIB,
     );
@@ -38,7 +45,7 @@ fn job(mode: &str, escape: &str, bad: u64) -> (RunResult, std::path::PathBuf, St
 }
 
 fn stopped_and_named(escape: &str, how: &str) {
-    let (run, path, pm, _fc) = job("enforce", escape, 3072 * MIB);
+    let (run, path, pm, _fc) = job("enforce", escape, 3072 * MIB, 8000);
     let err = &run.stderr;
     assert!(
         err.contains("the GPU's own count puts the job past its cap on GPU 0"),
@@ -61,39 +68,55 @@ fn stopped_and_named(escape: &str, how: &str) {
         .find(|l| l.contains(how))
         .unwrap_or_else(|| panic!("{err}"));
     assert!(line.contains("holds 3.29 GiB by the GPU's count"), "{line}");
-    // Stopped, not left to sleep its 8 s: the well-behaved probe was ended by SIGTERM.
+    // Stopped, not left to sleep its 8 s: the well-behaved probe did not end on its own (SIGTERM, or SIGKILL once
+    // its parent was gone).
     let a = model::analyze(&path).unwrap();
     let ended: Vec<_> = a
         .processes
         .iter()
         .filter(|p| p.cmdline.first().is_some_and(|c| c.ends_with("probe")))
-        .map(|p| p.exit)
+        .map(|p| (p.exit, p.ended))
         .collect();
+    assert!(!ended.is_empty());
     assert!(
-        ended.contains(&Some(vramtrace_format::ExitStatus::Signal {
-            signal: 15,
-            core: false
-        })),
+        ended
+            .iter()
+            .all(|(x, _)| *x != Some(vramtrace_format::ExitStatus::Code(0))),
         "{ended:?}"
     );
 }
 
-#[test]
-fn a_child_with_its_own_cap_is_caught_by_the_gpus_count() {
-    stopped_and_named(
-        "VRAMTRACE_CAP=100GiB",
-        "a cap of its own (VRAMTRACE_CAP=100GiB)",
+/// A child whose environment says otherwise is capped with the job all the same: its request past the job's
+/// cap is refused, and the driver never holds more than the cap for the job.
+fn held_to_the_jobs_cap(escape: &str, bad: u64) {
+    let (run, path, _, fc) = job("enforce", escape, bad, 300);
+    let err = &run.stderr;
+    assert!(!err.contains("past its cap"), "{err}");
+    let peak = fc.state()[0].peak;
+    assert!(peak <= 1 << 30, "the driver held {peak} bytes for the job");
+    let a = model::analyze(&path).unwrap();
+    let refused: u64 = a.processes.iter().map(|p| p.cap_refusals).sum();
+    assert_eq!(refused, 1, "{err}");
+    // Its hello says it applied the job's settings.
+    let t = vramtrace_e2e::traced::read_trace(&path);
+    assert!(
+        t.hellos
+            .iter()
+            .all(|h| h.extra.iter().any(|(k, v)| k == "cap_from" && v == "job")),
+        "{:?}",
+        t.hellos
     );
 }
 
 #[test]
-fn a_child_without_the_ledger_is_caught() {
-    // Capped alone at 1 GiB it may allocate 900 MiB: with the other's 512 MiB, the job holds 1.4 GiB.
-    let (run, _, pm, _fc) = job("enforce", "env -u VRAMTRACE_LEDGER", 900 * MIB);
-    let err = &run.stderr;
-    assert!(err.contains("past its cap on GPU 0"), "{err}");
-    assert!(err.contains("had no VRAMTRACE_LEDGER"), "{err}");
-    assert!(pm.contains("had no VRAMTRACE_LEDGER"), "{pm}");
+fn a_child_with_its_own_cap_gets_the_jobs() {
+    held_to_the_jobs_cap("VRAMTRACE_CAP=100GiB VRAMTRACE_CAP_MODE=warn", 3072 * MIB);
+}
+
+#[test]
+fn a_child_without_the_ledger_is_capped_with_the_job() {
+    // Capped alone, 900 MiB would pass beside the other's 512 MiB.
+    held_to_the_jobs_cap("env -u VRAMTRACE_LEDGER", 900 * MIB);
 }
 
 #[test]
@@ -103,7 +126,7 @@ fn a_child_without_the_preload_is_caught() {
 
 #[test]
 fn under_warn_the_job_is_flagged_and_goes_on() {
-    let (run, path, _, _fc) = job("warn", "env -u LD_PRELOAD", 3072 * MIB);
+    let (run, path, _, _fc) = job("warn", "env -u LD_PRELOAD", 3072 * MIB, 3000);
     let err = &run.stderr;
     assert!(run.success(), "{err}");
     assert!(

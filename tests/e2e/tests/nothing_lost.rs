@@ -464,7 +464,7 @@ fn processes_the_collector_had_no_descriptor_for_at_the_end_are_said_to_be_missi
     let fc = FakeCuda::new();
     let p = program("probe").display().to_string();
     let script = format!(
-        "for i in $(seq 40); do ({p} 'alloc 1048576' 'sleep 6000' >/dev/null & echo $! >> {pids}) ; done; \
+        "for i in $(seq 40); do ({p} 'alloc 1048576' 'sleep 8000' >/dev/null & echo $! >> {pids}) ; done; \
          sleep 2; for i in $(seq 10); do {p} 'alloc 2097152' >/dev/null & done; wait",
         pids = fc.dir().join("orphans").display()
     );

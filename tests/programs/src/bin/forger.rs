@@ -124,6 +124,14 @@ fn connect_from(pid: u32, ppid: u32) -> (UnixStream, Ring) {
     let mut buf = Vec::new();
     codec::put_record(&mut buf, &hello_from(pid, ppid));
     send_with_fd(&s, &buf, fd);
+    // The collector answers a hello with the job's settings (one line), before any answer to a record.
+    let mut r = std::io::BufReader::new(&s);
+    let mut line = Vec::new();
+    let _ = std::io::BufRead::read_until(&mut r, b'\n', &mut line);
+    assert!(
+        r.buffer().is_empty(),
+        "the collector sent more than its settings after the hello"
+    );
     (s, ring)
 }
 
