@@ -27,6 +27,9 @@ use crate::units;
 /// process with cuBLAS loaded on an H200 (docs/GPU-RESULTS.md "Issue 36"); twice that leaves room for more
 /// libraries without calling a well-behaved job past its cap.
 pub const ALLOWANCE: u64 = 3 << 29;
+/// What the job may hold past its cap before it is called past it: a stream-ordered pool's growth is rounded
+/// up by the driver after it was admitted (at least this, or 1% of the cap).
+const SLACK: u64 = 64 << 20;
 /// How often the GPU's count is read.
 pub const INTERVAL: Duration = Duration::from_millis(500);
 /// Between SIGTERM and SIGKILL, when the job is stopped.
@@ -204,7 +207,8 @@ pub fn judge(
             .values()
             .map(|(g, c)| (*c).max(g.unwrap_or(0).saturating_sub(cap.allowance)))
             .fold(0u64, u64::saturating_add);
-        if job_bytes <= on.bytes {
+        // A few MiB past the cap are the driver's rounding of a pool's growth (docs/CAP.md), not an escape.
+        if job_bytes <= on.bytes.saturating_add(SLACK.max(on.bytes / 100)) {
             continue;
         }
         let mut offenders = Vec::new();
@@ -235,6 +239,17 @@ pub fn judge(
                     counted: *c,
                     how,
                 });
+            }
+        }
+        if !cap.enforce {
+            // Under warn the shims let requests past the cap through, and the trace marks each: only what they
+            // never saw is news.
+            offenders.retain(|o| {
+                o.how == How::Untraced
+                    || o.gpu_bytes.unwrap_or(0) > o.counted.saturating_add(cap.allowance)
+            });
+            if offenders.is_empty() {
+                continue;
             }
         }
         if offenders.is_empty() {
@@ -638,6 +653,26 @@ mod tests {
             ),
             [(10, How::OwnMode)]
         );
+    }
+
+    #[test]
+    fn under_warn_only_what_the_shims_never_saw_is_flagged() {
+        let warn = JobCap {
+            enforce: false,
+            ..cap()
+        };
+        let w = Some(("1GiB", "warn", true));
+        // Let through past the cap by the shim itself (the trace marks it): nothing to say.
+        let c = [counted(10, 2 * GIB, w)];
+        assert!(judge(&warn, &[gpu(10, 2 * GIB)], &c, &|_| true).is_empty());
+        // A process without the shim beside it: flagged, alone.
+        let b = judge(&warn, &[gpu(10, 2 * GIB), gpu(11, 3 * GIB)], &c, &|_| true);
+        let named: Vec<_> = b[0]
+            .offenders
+            .iter()
+            .map(|o| (o.pid, o.how.clone()))
+            .collect();
+        assert_eq!(named, [(11, How::Untraced)]);
     }
 
     #[test]
