@@ -64,6 +64,9 @@ pub enum How {
     NoLedger,
     /// Its shim applied the job's settings, yet the GPU holds more for it than the shim counted.
     Unseen,
+    /// The shim was loaded in it, yet it never reached vramtrace, and the GPU holds memory for it: every call
+    /// went past the shim (`dlmopen`, a second copy of the driver, glibc's own `dlsym`).
+    Bypassed,
     /// No process holds more than its shim counted, yet the counts sum past the cap: the shared ledger no
     /// longer agrees with them.
     Ledger,
@@ -90,8 +93,14 @@ impl How {
                     .into()
             }
             How::Unseen => {
-                "it allocated memory its shim never saw: through a door the shim does not \
-                            intercept (glibc's own dlsym, dlmopen, a second copy of the driver)"
+                "the GPU holds memory for it that its shim did not count: a door the shim does not \
+                 intercept, or calls it could not place on this GPU (glibc's own dlsym, dlmopen, a second copy \
+                 of the driver)"
+                    .into()
+            }
+            How::Bypassed => {
+                "it loaded the shim but its memory went past it: every call through a door the shim does \
+                 not intercept (dlmopen, a second copy of the driver, glibc's own dlsym)"
                     .into()
             }
             How::Ledger => {
@@ -171,12 +180,14 @@ pub struct JobCap {
 }
 
 /// Judges one reading: the GPUs on which the job is past its cap. `job(pid)` says whether a process NVML lists
-/// is one of the job's (the trace's processes always are).
+/// is one of the job's (the trace's processes always are); `shimmed(pid)` whether the shim is loaded in a
+/// process that never reached the collector.
 pub fn judge(
     cap: &JobCap,
     gpu: &[GpuProc],
     counted: &[Counted],
     job: &dyn Fn(u32) -> bool,
+    shimmed: &dyn Fn(u32) -> bool,
 ) -> Vec<Breach> {
     let traced: HashMap<u32, &Counted> = counted.iter().map(|c| (c.pid, c)).collect();
     let mut out = Vec::new();
@@ -215,7 +226,9 @@ pub fn judge(
         for (pid, (g, c)) in &procs {
             let t = traced.get(pid);
             let escaped = g.unwrap_or(0) > c.saturating_add(cap.allowance);
+            let untraced = t.is_none();
             let how = match t {
+                None if shimmed(*pid) => Some(How::Bypassed),
                 None => Some(How::Untraced),
                 Some(t) => match &t.cap {
                     None => Some(How::OwnCap(None)),
@@ -231,7 +244,7 @@ pub fn judge(
             // A process with the job's settings and no excess is no offender; one with settings of its own
             // is, once it holds anything here.
             let holds = g.unwrap_or(0) > 0 || *c > 0;
-            if let Some(how) = how.filter(|h| holds && (escaped || *h != How::Untraced)) {
+            if let Some(how) = how.filter(|_| holds && (escaped || !untraced)) {
                 offenders.push(Offender {
                     pid: *pid,
                     argv: t.map(|t| t.argv.clone()).unwrap_or_else(|| argv_of(*pid)),
@@ -245,7 +258,7 @@ pub fn judge(
             // Under warn the shims let requests past the cap through, and the trace marks each: only what they
             // never saw is news.
             offenders.retain(|o| {
-                o.how == How::Untraced
+                matches!(o.how, How::Untraced | How::Bypassed)
                     || o.gpu_bytes.unwrap_or(0) > o.counted.saturating_add(cap.allowance)
             });
             if offenders.is_empty() {
@@ -285,6 +298,16 @@ fn argv_of(pid: u32) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Whether `libvramtrace.so` is mapped in `pid` (by /proc/<pid>/maps, at most 4 MiB of it read).
+fn shim_loaded(pid: u32) -> bool {
+    use std::io::Read;
+    let mut maps = Vec::new();
+    std::fs::File::open(format!("/proc/{pid}/maps"))
+        .and_then(|f| f.take(4 << 20).read_to_end(&mut maps))
+        .is_ok()
+        && maps.windows(15).any(|w| w == b"libvramtrace.so")
 }
 
 /// The parent of `pid`, by /proc.
@@ -485,7 +508,13 @@ pub fn start(cap: JobCap, sink: Arc<dyn Sink>, quiet: bool) -> Option<Watch> {
                 thread::sleep(INTERVAL);
                 let Ok(gpu) = nvml.read() else { continue };
                 let counted = sink.counted();
-                let found = judge(&cap, &gpu, &counted, &|pid| descends_from(pid, root));
+                let found = judge(
+                    &cap,
+                    &gpu,
+                    &counted,
+                    &|pid| descends_from(pid, root),
+                    &shim_loaded,
+                );
                 let now: Vec<String> = found.iter().map(|b| b.cap.uuid.clone()).collect();
                 for b in found {
                     // Twice in a row: the trace may lag the driver by one drain.
@@ -586,16 +615,16 @@ mod tests {
             gpu(10, GIB / 2 + (900 << 20)),
             gpu(11, GIB / 2 + (900 << 20)),
         ];
-        assert!(judge(&cap(), &g, &c, &|_| true).is_empty());
+        assert!(judge(&cap(), &g, &c, &|_| true, &|_| false).is_empty());
         // Another user's process on the GPU is not the job's.
         let g = [gpu(10, GIB / 2), gpu(99, 70 * GIB)];
-        assert!(judge(&cap(), &g, &c, &|p| p != 99).is_empty());
+        assert!(judge(&cap(), &g, &c, &|p| p != 99, &|_| false).is_empty());
     }
 
     #[test]
     fn each_way_past_the_cap_is_named() {
         let judge1 = |c: Vec<Counted>, g: Vec<GpuProc>| {
-            let b = judge(&cap(), &g, &c, &|_| true);
+            let b = judge(&cap(), &g, &c, &|_| true, &|_| false);
             assert_eq!(b.len(), 1, "{b:?}");
             b[0].offenders
                 .iter()
@@ -645,6 +674,15 @@ mod tests {
             ),
             [(11, How::Ledger)]
         );
+        // The shim loaded, never reached: every call went past it.
+        let b = judge(
+            &cap(),
+            &[gpu(10, GIB / 2), gpu(11, 3 * GIB)],
+            &[counted(10, GIB / 2, JOB)],
+            &|_| true,
+            &|p| p == 11,
+        );
+        assert_eq!(b[0].offenders[0].how, How::Bypassed);
         // A process that only warns under an enforced cap.
         assert_eq!(
             judge1(
@@ -664,9 +702,15 @@ mod tests {
         let w = Some(("1GiB", "warn", true));
         // Let through past the cap by the shim itself (the trace marks it): nothing to say.
         let c = [counted(10, 2 * GIB, w)];
-        assert!(judge(&warn, &[gpu(10, 2 * GIB)], &c, &|_| true).is_empty());
+        assert!(judge(&warn, &[gpu(10, 2 * GIB)], &c, &|_| true, &|_| false).is_empty());
         // A process without the shim beside it: flagged, alone.
-        let b = judge(&warn, &[gpu(10, 2 * GIB), gpu(11, 3 * GIB)], &c, &|_| true);
+        let b = judge(
+            &warn,
+            &[gpu(10, 2 * GIB), gpu(11, 3 * GIB)],
+            &c,
+            &|_| true,
+            &|_| false,
+        );
         let named: Vec<_> = b[0]
             .offenders
             .iter()
@@ -679,7 +723,7 @@ mod tests {
     fn a_breach_says_who_and_how_in_its_lines() {
         let c = [counted(10, 0, JOB)];
         let g = [gpu(10, 3 * GIB)];
-        let b = &judge(&cap(), &g, &c, &|_| true)[0];
+        let b = &judge(&cap(), &g, &c, &|_| true, &|_| false)[0];
         let lines = b.lines();
         assert!(
             lines[0].1.contains("past its cap on GPU 0 (GPU-a)"),

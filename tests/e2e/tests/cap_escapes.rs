@@ -124,6 +124,20 @@ fn a_child_without_the_preload_is_caught() {
     stopped_and_named("env -u LD_PRELOAD", "it ran without the shim");
 }
 
+/// A second copy of the driver in a link-map namespace of its own (`dlmopen`): the preloaded shim never sees
+/// the call, the GPU does.
+#[test]
+fn a_driver_reached_through_dlmopen_is_caught() {
+    let src =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../programs/c/dlmopen_alloc.c");
+    let bin = scratch_dir().join("dlmopen_alloc");
+    compile_c(&src, &bin, &["-O1", "-Wall", "-Werror"], &["-ldl"]);
+    stopped_and_named(
+        &format!("{} {} 8000; true; :", bin.display(), 3072 * MIB),
+        "the GPU holds memory for it that its shim did not count",
+    );
+}
+
 #[test]
 fn under_warn_the_job_is_flagged_and_goes_on() {
     let (run, path, _, _fc) = job("warn", "env -u LD_PRELOAD", 3072 * MIB, 3000);
