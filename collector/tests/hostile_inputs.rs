@@ -1,0 +1,186 @@
+//! Issue 36 ("Hostile input, round 2"): files a traced program or anyone else can put where a trace's readers
+//! look, run through every verb that reads them as a user would, under an address-space limit and a deadline.
+//! Each verb ends by itself with exit 0 (a partial answer that says what it could not read) or 2 (one line),
+//! never a signal (an abort for memory is 134), never a hang.
+
+mod common;
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::cli::{text, TempDir};
+
+/// The address space each verb gets: about four times what the readers need for these inputs (the binary, a
+/// 100 MB input read whole, thread stacks), a quarter of what the unbounded readers asked for.
+const ADDRESS_SPACE: u64 = 1 << 30;
+/// Far more than any of these takes (a debug build reads each in under a second); past it the verb hangs.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+struct Ran {
+    code: Option<i32>,
+    signal: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// `vramtrace ARGS` under [`ADDRESS_SPACE`], killed at [`DEADLINE`] (the test then fails: it hung).
+fn bounded(args: &[&str], dir: &Path) -> Ran {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vramtrace"));
+    c.args(args)
+        .current_dir(dir)
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: ADDRESS_SPACE,
+                rlim_max: ADDRESS_SPACE,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = c.spawn().unwrap();
+    // Drained on threads: a verb that writes much must not stall on a full pipe.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let o = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut s).ok();
+        s
+    });
+    let e = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut s).ok();
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > DEADLINE {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("vramtrace {args:?} still running after {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ran {
+        code: status.code(),
+        signal: status.signal(),
+        stdout: String::from_utf8_lossy(&o.join().unwrap()).into_owned(),
+        stderr: String::from_utf8_lossy(&e.join().unwrap()).into_owned(),
+    }
+}
+
+/// Exit 0, or 2 with one line; never a signal or a panic.
+fn assert_ended_well(args: &[&str], r: &Ran) {
+    assert_eq!(
+        r.signal, None,
+        "vramtrace {args:?} died of signal {:?}: {}",
+        r.signal, r.stderr
+    );
+    assert!(
+        matches!(r.code, Some(0) | Some(2)),
+        "vramtrace {args:?} exited {:?}: {}",
+        r.code,
+        r.stderr
+    );
+    assert!(!r.stderr.contains("panicked"), "{args:?}: {}", r.stderr);
+    if r.code == Some(2) {
+        assert_eq!(r.stderr.lines().count(), 1, "{args:?}: {}", r.stderr);
+    }
+}
+
+/// Every verb that reads a trace and the files it names.
+const VERBS: &[&[&str]] = &[
+    &["report", "t.vtrace"],
+    &["report", "t.vtrace", "--json"],
+    &["oom", "t.vtrace"],
+    &["oom", "t.vtrace", "--full"],
+    &["oom", "t.vtrace", "--json"],
+    &["whatif", "t.vtrace"],
+    &[
+        "export",
+        "t.vtrace",
+        "--format",
+        "memory-viz",
+        "--out",
+        "out.pickle",
+        "--force",
+    ],
+    &[
+        "export", "t.vtrace", "--format", "html", "--out", "out.html", "--force",
+    ],
+    &[
+        "export",
+        "t.vtrace",
+        "--format",
+        "perfetto",
+        "--out",
+        "out.pftrace",
+        "--force",
+    ],
+];
+
+/// A GPU run's trace (an out-of-memory error and an exit, each with a PyTorch snapshot named) in `dir`, as
+/// `t.vtrace`; its snapshots are looked for beside it under these names.
+fn trace_naming_snapshots(dir: &TempDir) -> [PathBuf; 2] {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu");
+    std::fs::copy(
+        fixtures.join("verdict_growth_late.vtrace"),
+        dir.0.join("t.vtrace"),
+    )
+    .unwrap();
+    [
+        dir.0.join("t.vtrace.torch-561-oom1.pickle"),
+        dir.0.join("t.vtrace.torch-561-exit.pickle"),
+    ]
+}
+
+/// Every verb on `t.vtrace` in `dir`: ended well; `oom --full` says why the snapshot was not read.
+fn every_verb_ends_well(dir: &TempDir, why: &str) {
+    for args in VERBS {
+        let r = bounded(args, &dir.0);
+        assert_ended_well(args, &r);
+        if args == &["oom", "t.vtrace", "--full"] {
+            assert_eq!(r.code, Some(0), "{}", r.stderr);
+            assert!(
+                r.stdout.contains("could not read it") && r.stdout.contains(why),
+                "want {why:?} in: {}",
+                r.stdout
+            );
+        }
+    }
+}
+
+#[test]
+fn snapshots_of_a_hundred_megabytes_of_none_or_mark_are_refused_in_bounded_memory() {
+    // 100 MB of NONE (each a value the reader would keep) and of MARK (each a stack serde-pickle would set
+    // aside), then STOP: before issue 36 each verb asked for 2 GiB and aborted (134) under a 2 GiB limit.
+    let dir = TempDir::new("hostile-none-mark");
+    let [oom, exit] = trace_naming_snapshots(&dir);
+    for (op, why) in [(b'N', "on its stack"), (b'(', "MiB to build")] {
+        let mut b = vec![0x80, 4];
+        b.extend(std::iter::repeat_n(op, 100 << 20));
+        b.push(b'.');
+        std::fs::write(&oom, &b).unwrap();
+        std::fs::write(&exit, &b).unwrap();
+        every_verb_ends_well(&dir, why);
+    }
+    // The trace is still read: the error is there, only its snapshot is said missing.
+    let r = bounded(&["oom", "t.vtrace"], &dir.0);
+    assert!(
+        r.stdout.contains("CAUSE: growth"),
+        "{}",
+        text(r.stdout.as_bytes())
+    );
+}
