@@ -20,7 +20,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -358,12 +357,8 @@ struct Map {
 
 impl Map {
     fn open(path: &Path) -> std::io::Result<Map> {
-        // A trace names files it does not vouch for: a FIFO would block a plain open for good, so open without
-        // waiting and read nothing that is not a regular file.
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)?;
+        // A trace names files it does not vouch for: only a regular file is opened.
+        let f = crate::untrusted_file::open_regular(path)?;
         let meta = f.metadata()?;
         let len = usize::try_from(meta.len()).unwrap_or(0);
         if !meta.is_file() || len == 0 {

@@ -184,3 +184,53 @@ fn snapshots_of_a_hundred_megabytes_of_none_or_mark_are_refused_in_bounded_memor
         text(r.stdout.as_bytes())
     );
 }
+
+/// A FIFO at `path`.
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+#[test]
+fn snapshots_that_are_fifos_or_devices_are_said_missing_not_waited_on() {
+    // A FIFO nobody writes would hold a plain open for good; /dev/zero (through a link) never ends.
+    let dir = TempDir::new("hostile-fifo");
+    let [oom, exit] = trace_naming_snapshots(&dir);
+    mkfifo(&oom);
+    std::os::unix::fs::symlink("/dev/zero", &exit).unwrap();
+    every_verb_ends_well(&dir, "not found");
+}
+
+#[test]
+fn a_trace_that_is_a_fifo_is_refused_in_one_line_not_waited_on() {
+    let dir = TempDir::new("hostile-fifo-trace");
+    mkfifo(&dir.0.join("t.vtrace"));
+    for args in VERBS {
+        let r = bounded(args, &dir.0);
+        assert_ended_well(args, &r);
+        assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains("a FIFO"), "{args:?}: {}", r.stderr);
+    }
+}
+
+#[test]
+fn a_snapshot_that_is_the_kernel_log_is_not_read() {
+    // /proc/kmsg is a regular file by stat that says it holds 0 bytes, waits for the kernel's next message
+    // and hands each out once: root's `run`, reading the snapshot a traced process named there, never
+    // returned, and took the log's messages from whoever reads them. Only root may open it.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("VRAMTRACE_ALLOW_NO_ROOT").is_some(),
+            "needs root to open /proc/kmsg (VRAMTRACE_ALLOW_NO_ROOT=1 skips it)"
+        );
+        eprintln!("SKIPPED: not root (VRAMTRACE_ALLOW_NO_ROOT)");
+        return;
+    }
+    let dir = TempDir::new("hostile-kmsg");
+    let [oom, exit] = trace_naming_snapshots(&dir);
+    std::os::unix::fs::symlink("/proc/kmsg", &oom).unwrap();
+    std::os::unix::fs::symlink("/proc/kmsg", &exit).unwrap();
+    every_verb_ends_well(&dir, "empty");
+}
