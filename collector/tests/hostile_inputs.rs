@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::cli::{text, TempDir};
+use common::MIB;
 
 /// The address space each verb gets: about four times what the readers need for these inputs (the binary, a
 /// 100 MB input read whole, thread stacks), a quarter of what the unbounded readers asked for.
@@ -233,4 +234,104 @@ fn a_snapshot_that_is_the_kernel_log_is_not_read() {
     std::os::unix::fs::symlink("/proc/kmsg", &oom).unwrap();
     std::os::unix::fs::symlink("/proc/kmsg", &exit).unwrap();
     every_verb_ends_well(&dir, "empty");
+}
+
+/// A trace of one process allocating 1 MiB on each of `devices` (freeing none), an event each.
+fn devices_trace(devices: &[u32]) -> Vec<u8> {
+    use common::*;
+    let evs = devices
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| {
+            alloc(
+                1 + i as u64 / 1000,
+                d,
+                0x1_0000_0000 + (i as u64) * MIB,
+                MIB,
+            )
+        })
+        .collect();
+    trace(&[
+        hello(100, 0),
+        events(100, evs),
+        goodbye(100, 1 + devices.len() as u64 / 1000),
+    ])
+}
+
+/// `python3 -c SCRIPT` on the snapshot `out.pickle` in `dir` (as `d`); its stdout.
+fn python_on_pickle(dir: &Path, script: &str) -> String {
+    let out = Command::new("python3")
+        .current_dir(dir)
+        .args([
+            "-c",
+            &format!("import pickle\nd = pickle.load(open('out.pickle', 'rb'))\n{script}"),
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Every verb on `t.vtrace` in `dir`, each ending with exit 0.
+fn every_verb_answers(dir: &TempDir) {
+    for args in VERBS {
+        let r = bounded(args, &dir.0);
+        assert_ended_well(args, &r);
+        assert_eq!(r.code, Some(0), "{args:?}: {}", r.stderr);
+    }
+}
+
+#[test]
+fn a_device_numbered_2_to_the_31_costs_what_device_0_does() {
+    // 236 bytes of trace: `export --format memory-viz` sized a list by the device's number and asked for
+    // 154 GB (an abort).
+    let dir = TempDir::new("hostile-device-2-31");
+    std::fs::write(dir.0.join("t.vtrace"), devices_trace(&[1 << 31])).unwrap();
+    every_verb_answers(&dir);
+    let r = bounded(&["report", "t.vtrace", "--json"], &dir.0);
+    let got = common::cli::python_check(
+        r.stdout.as_bytes(),
+        "print([(x['device'], x['peak_bytes']) for x in d['devices']])",
+    );
+    assert_eq!(got.trim(), format!("[({}, {MIB})]", 1u64 << 31));
+    // memory_viz draws it as its only device, and says which device it is.
+    let got = python_on_pickle(
+        &dir.0,
+        "print(len(d['device_traces']), d['vramtrace']['device_numbers'], len(d['device_traces'][0]))",
+    );
+    assert_eq!(got.trim(), format!("1 [{}] 4", 1u64 << 31));
+}
+
+#[test]
+fn a_hundred_thousand_devices_cost_time_and_memory_in_proportion() {
+    // 128,000 devices (a 2 MiB trace) took 33 s a verb in release, every device looked for among all the
+    // others, and each device's timeline held 2,048 buckets whatever the count (1 GB at 32,000 devices; the
+    // HTML page 4 GB). Figures before and after: docs/BENCHMARKS.md.
+    let dir = TempDir::new("hostile-devices-128k");
+    let devices: Vec<u32> = (0..128_000).map(|i| i * 7 + 3).collect();
+    std::fs::write(dir.0.join("t.vtrace"), devices_trace(&devices)).unwrap();
+    every_verb_answers(&dir);
+    let r = bounded(&["report", "t.vtrace", "--json"], &dir.0);
+    let got = common::cli::python_check(
+        r.stdout.as_bytes(),
+        "ds = [x['device'] for x in d['devices']]\n\
+         print(len(ds), ds == sorted(ds), ds[0], ds[-1], {x['peak_bytes'] for x in d['devices']})",
+    );
+    assert_eq!(
+        got.trim(),
+        format!("128000 True 3 {} {{{MIB}}}", 127_999 * 7 + 3)
+    );
+    let got = python_on_pickle(
+        &dir.0,
+        "n = d['vramtrace']['device_numbers']\n\
+         print(len(d['device_traces']), len(n), n[0], n[-1], sum(map(len, d['device_traces'])))",
+    );
+    assert_eq!(
+        got.trim(),
+        format!("128000 128000 3 {} {}", 127_999 * 7 + 3, 4 * 128_000)
+    );
 }
