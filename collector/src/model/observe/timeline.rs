@@ -144,7 +144,7 @@ impl TimelineBuilder {
                 .iter()
                 .enumerate()
                 .map(|(i, &(max, last))| Bucket {
-                    t_ns: i as u64 * self.width,
+                    t_ns: (i as u64).saturating_mul(self.width),
                     max_bytes: max,
                     last_bytes: last,
                 })

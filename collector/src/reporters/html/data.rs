@@ -529,7 +529,11 @@ impl Html {
         let on_grid = |tl: &crate::model::Timeline| -> Vec<u64> {
             let w = d.s.width.max(1);
             (0..d.s.job.len() as u64)
-                .map(|i| tl.max_between(i * w, (i + 1) * w).unwrap_or(0))
+                // Saturating: times near 2^64 make buckets as wide.
+                .map(|i| {
+                    tl.max_between(i.saturating_mul(w), (i + 1).saturating_mul(w))
+                        .unwrap_or(0)
+                })
                 .collect()
         };
         Device {
