@@ -39,7 +39,6 @@ pub use analysis::framework::{
 pub use analysis::*;
 use input::decode;
 pub use observe::tap;
-use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 use vramtrace_format::keys;
@@ -76,7 +75,7 @@ pub fn analyze_tapped(path: &Path, tap: &mut dyn tap::Tap) -> Result<Analysis, M
 }
 
 fn replay_file(path: &Path, tap: Option<&mut dyn tap::Tap>) -> Result<Analysis, ModelError> {
-    let file = File::open(path).map_err(|source| ModelError::Read {
+    let file = crate::untrusted_file::open_regular(path).map_err(|source| ModelError::Read {
         path: path.to_owned(),
         source,
     })?;

@@ -20,12 +20,10 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use object::{Object as _, ObjectSection, ObjectSymbol, SymbolKind};
 
 type Reader = gimli::EndianRcSlice<gimli::RunTimeEndian>;
 
@@ -185,14 +183,14 @@ impl Symbolizer {
             // "[vdso]", "linux-vdso.so.1", anonymous or JIT memory, the unnamed main program.
             return Loaded::Unusable("no file");
         }
-        let map = match Map::open(Path::new(path)) {
-            Ok(m) => m,
+        let object = match ObjectFile::open(Path::new(path)) {
+            Ok(o) => o,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Loaded::Unusable("file not found")
             }
             Err(_) => return Loaded::Unusable("file unreadable"),
         };
-        let Ok(file) = object::File::parse(&*map) else {
+        let Ok(file) = object.parse() else {
             return Loaded::Unusable("not an ELF file");
         };
         let actual = file.build_id().ok().flatten().unwrap_or(&[]);
@@ -202,13 +200,14 @@ impl Symbolizer {
         let id = if actual.is_empty() { build_id } else { actual };
         let mut table = Vec::new();
         add_symbols(&file, &mut table);
-        let mut dwarf = load_dwarf(&file, None);
+        let mut dwarf = load_dwarf(&object, &file, None);
         if dwarf.is_none() {
-            if let Some((debug_map, debug_path)) = self.find_debug_file(&file, path, id) {
-                if let Ok(debug) = object::File::parse(&*debug_map) {
+            if let Some((debug_object, debug_path)) = self.find_debug_file(&file, path, id) {
+                if let Ok(debug) = debug_object.parse() {
                     add_symbols(&debug, &mut table);
                     let sup = self.find_sup(&debug, &debug_path);
-                    dwarf = load_dwarf(&debug, sup.as_deref());
+                    let sup = sup.as_ref().and_then(|o| Some((o, o.parse().ok()?)));
+                    dwarf = load_dwarf(&debug_object, &debug, sup.as_ref().map(|(o, f)| (*o, f)));
                 }
             }
         }
@@ -219,12 +218,7 @@ impl Symbolizer {
     }
 
     /// A separate debug file for `file` (at `path`, build id `id`): by build id, then by `.gnu_debuglink`.
-    fn find_debug_file(
-        &self,
-        file: &object::File,
-        path: &str,
-        id: &[u8],
-    ) -> Option<(Map, PathBuf)> {
+    fn find_debug_file(&self, file: &Elf, path: &str, id: &[u8]) -> Option<(ObjectFile, PathBuf)> {
         let mut candidates: Vec<PathBuf> = Vec::new();
         if id.len() >= 2 {
             let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
@@ -251,24 +245,25 @@ impl Symbolizer {
             if c == Path::new(path) {
                 continue;
             }
-            let Ok(map) = Map::open(&c) else { continue };
-            let Ok(debug) = object::File::parse(&*map) else {
+            let Ok(object) = ObjectFile::open(&c) else {
+                continue;
+            };
+            let Ok(debug) = object.parse() else {
                 continue;
             };
             // A debug file of another build would give wrong lines: its build id must match when both have one.
             let theirs = debug.build_id().ok().flatten().unwrap_or(&[]);
-            if !id.is_empty() && !theirs.is_empty() && theirs != id {
-                continue;
-            }
-            if has_dwarf(&debug) {
-                return Some((map, c));
+            let usable = (id.is_empty() || theirs.is_empty() || theirs == id) && has_dwarf(&debug);
+            drop(debug);
+            if usable {
+                return Some((object, c));
             }
         }
         None
     }
 
     /// The dwz supplementary file a debug file points to (`.gnu_debugaltlink`), if found.
-    fn find_sup(&self, debug: &object::File, debug_path: &Path) -> Option<Map> {
+    fn find_sup(&self, debug: &Elf, debug_path: &Path) -> Option<ObjectFile> {
         let (name, id) = debug.gnu_debugaltlink().ok().flatten()?;
         let name = Path::new(std::str::from_utf8(name).ok()?);
         let mut candidates = Vec::new();
@@ -288,20 +283,19 @@ impl Symbolizer {
             }
         }
         candidates.into_iter().find_map(|c| {
-            let map = Map::open(&c).ok()?;
-            let f = object::File::parse(&*map).ok()?;
-            (f.build_id().ok().flatten() == Some(id)).then_some(())?;
-            Some(map)
+            let object = ObjectFile::open(&c).ok()?;
+            let same = object.parse().ok()?.build_id().ok().flatten() == Some(id);
+            same.then_some(object)
         })
     }
 }
 
-fn has_dwarf(f: &object::File) -> bool {
+fn has_dwarf(f: &Elf) -> bool {
     f.section_by_name(".debug_info")
         .is_some_and(|s| s.size() > 0 && s.kind() != object::SectionKind::UninitializedData)
 }
 
-fn endian(f: &object::File) -> gimli::RunTimeEndian {
+fn endian(f: &Elf) -> gimli::RunTimeEndian {
     if f.is_little_endian() {
         gimli::RunTimeEndian::Little
     } else {
@@ -309,28 +303,33 @@ fn endian(f: &object::File) -> gimli::RunTimeEndian {
     }
 }
 
-fn section(f: &object::File, id: gimli::SectionId) -> Reader {
+/// Section `id` of `f` (read from `o`), as gimli holds it; empty when absent or unreadable.
+fn section(o: &ObjectFile, f: &Elf, id: gimli::SectionId) -> Reader {
     let data = f
         .section_by_name(id.name())
         .filter(|s| s.kind() != object::SectionKind::UninitializedData)
-        .and_then(|s| s.uncompressed_data().ok())
-        .unwrap_or(Cow::Borrowed(&[]));
-    gimli::EndianRcSlice::new(Rc::from(&*data), endian(f))
+        .and_then(|s| o.section_bytes(&s))
+        .unwrap_or_default();
+    gimli::EndianRcSlice::new(Rc::from(data), endian(f))
 }
 
 /// The DWARF of `f` (with the supplementary file's, if any) as an `addr2line` context; `None` without any.
-fn load_dwarf(f: &object::File, sup: Option<&[u8]>) -> Option<addr2line::Context<Reader>> {
+fn load_dwarf(
+    o: &ObjectFile,
+    f: &Elf,
+    sup: Option<(&ObjectFile, &Elf)>,
+) -> Option<addr2line::Context<Reader>> {
     if !has_dwarf(f) {
         return None;
     }
-    let mut dwarf = gimli::Dwarf::load(|id| Ok::<_, gimli::Error>(section(f, id))).ok()?;
-    if let Some(sup) = sup.and_then(|s| object::File::parse(s).ok()) {
-        let _ = dwarf.load_sup(|id| Ok::<_, gimli::Error>(section(&sup, id)));
+    let mut dwarf = gimli::Dwarf::load(|id| Ok::<_, gimli::Error>(section(o, f, id))).ok()?;
+    if let Some((so, sf)) = sup {
+        let _ = dwarf.load_sup(|id| Ok::<_, gimli::Error>(section(so, sf, id)));
     }
     addr2line::Context::from_dwarf(dwarf).ok()
 }
 
-fn add_symbols(f: &object::File, table: &mut Vec<(u64, u64, Box<str>)>) {
+fn add_symbols(f: &Elf, table: &mut Vec<(u64, u64, Box<str>)>) {
     for s in f.symbols().chain(f.dynamic_symbols()) {
         if s.kind() != SymbolKind::Text || s.address() == 0 || s.is_undefined() {
             continue;
@@ -350,59 +349,56 @@ fn lookup_symbol(table: &[(u64, u64, Box<str>)], pc: u64) -> Option<&str> {
     (*size == 0 || pc - addr < *size).then_some(&**name)
 }
 
-/// A read-only private mapping of a whole file (an object can be a gigabyte: it is not read into memory).
-struct Map {
-    ptr: *mut libc::c_void,
-    len: usize,
+/// An object file read through `pread`, never mapped: another process can truncate a file while it is read,
+/// and a mapped page past the new end kills the reader (SIGBUS), where a read just comes back short. Parsing
+/// reads the headers, tables and names it needs through `object`'s cache (a few pieces, each read once);
+/// DWARF sections, which gimli keeps anyway, are read straight into their own buffers, each no larger than
+/// the file.
+struct ObjectFile {
+    cache: Cache,
+    file: std::fs::File,
+    len: u64,
 }
 
-impl Map {
-    fn open(path: &Path) -> std::io::Result<Map> {
-        // A trace names files it does not vouch for: a FIFO would block a plain open for good, so open without
-        // waiting and read nothing that is not a regular file.
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)?;
-        let meta = f.metadata()?;
-        let len = usize::try_from(meta.len()).unwrap_or(0);
-        if !meta.is_file() || len == 0 {
+type Cache = object::ReadCache<std::fs::File>;
+
+/// An ELF object as parsed from an [`ObjectFile`].
+type Elf<'a> = object::File<'a, &'a Cache>;
+
+impl ObjectFile {
+    fn open(path: &Path) -> std::io::Result<ObjectFile> {
+        // A trace names files it does not vouch for: only a regular file is opened.
+        let file = crate::untrusted_file::open_regular(path)?;
+        let len = file.metadata()?.len();
+        if len == 0 {
             return Err(std::io::ErrorKind::InvalidInput.into());
         }
-        // SAFETY: a fresh read-only private mapping of an open regular file; unmapped in Drop. A file truncated
-        // while mapped could fault on access: objects of a finished job are not expected to be rewritten in
-        // place (a rebuild writes a new file, caught by the build id check).
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Map { ptr, len })
+        Ok(ObjectFile {
+            cache: object::ReadCache::new(file.try_clone()?),
+            file,
+            len,
+        })
     }
-}
 
-impl std::ops::Deref for Map {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: the mapping is `len` readable bytes for as long as `self` lives.
-        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    fn parse(&self) -> object::Result<Elf<'_>> {
+        object::File::parse(&self.cache)
     }
-}
 
-impl Drop for Map {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly what `open` mapped; nothing borrows it any more (`&self` ended).
-        unsafe {
-            libc::munmap(self.ptr, self.len);
+    /// A section's contents, uncompressed; `None` when it lies past the file's end (as it was opened, or as
+    /// it is now) or does not decompress.
+    fn section_bytes<'a>(&'a self, s: &object::Section<'a, '_, &'a Cache>) -> Option<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let range = s.compressed_file_range().ok()?;
+        if range.format != object::CompressionFormat::None {
+            return s.uncompressed_data().ok().map(Cow::into_owned);
         }
+        let end = range.offset.checked_add(range.uncompressed_size)?;
+        if end > self.len {
+            return None;
+        }
+        let mut data = vec![0; usize::try_from(range.uncompressed_size).ok()?];
+        self.file.read_exact_at(&mut data, range.offset).ok()?;
+        Some(data)
     }
 }
 

@@ -134,9 +134,15 @@ pub struct CallSites {
 }
 
 impl CallSites {
+    /// The sites at `device`'s peak. `at_peak` is in order of device number (no device last): a binary
+    /// search, as this is asked once per device and a trace can name a million.
     pub fn at_peak_of(&self, device: Option<u32>, on_host: bool) -> Option<&DeviceSites> {
-        self.at_peak
+        let key = |d: &DeviceSites| d.device.unwrap_or(u32::MAX);
+        let want = device.unwrap_or(u32::MAX);
+        let from = self.at_peak.partition_point(|d| key(d) < want);
+        self.at_peak[from..]
             .iter()
+            .take_while(|d| key(d) == want)
             .find(|d| d.device == device && d.on_host == on_host)
     }
 }

@@ -140,6 +140,8 @@ struct Marker {
 pub struct Html {
     header: Option<TraceHeader>,
     devs: Vec<Dev>,
+    /// Each device's index in `devs`.
+    dev_ids: FastMap<Option<u32>, usize>,
     last_dev: Option<(Option<u32>, usize)>,
     markers: Vec<Marker>,
     markers_left_out: u64,
@@ -178,10 +180,21 @@ impl Html {
                 return i;
             }
         }
-        let i = match self.devs.iter().position(|d| d.device == device) {
-            Some(i) => i,
+        let i = match self.dev_ids.get(&device) {
+            Some(&i) => i,
             None => {
-                self.devs.push(Dev::new(device));
+                // The devices' timelines share one budget of buckets (as the report's): more devices, coarser
+                // each, so a trace naming a million devices costs what 64 do.
+                let cap = crate::model::observe::timeline::cap_for(self.devs.len() + 1);
+                if cap != crate::model::observe::timeline::cap_for(self.devs.len()) {
+                    for d in &mut self.devs {
+                        d.s.set_cap(cap);
+                    }
+                }
+                let mut d = Dev::new(device);
+                d.s.set_cap(cap);
+                self.devs.push(d);
+                self.dev_ids.insert(device, self.devs.len() - 1);
                 self.devs.len() - 1
             }
         };
@@ -207,6 +220,13 @@ impl Html {
             d.s.finish(a.end_ns);
         }
         self.devs.sort_by_key(|d| d.device.unwrap_or(u32::MAX));
+        self.dev_ids = self
+            .devs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.device, i))
+            .collect();
+        self.last_dev = None;
         let json = print::compact(&self.data(a, host));
         // `<` only occurs inside strings: escaped, no `</script>` or `<!--` can end the data early.
         json.replace('<', "\\u003c")

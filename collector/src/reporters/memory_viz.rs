@@ -78,7 +78,8 @@ struct Ev {
 
 #[derive(Clone, Copy)]
 struct Seg {
-    dev: u32,
+    /// Its device's key in `MemoryViz::devices`.
+    dev: u64,
     /// The address drawn (the real one unless another process held the range).
     xaddr: u64,
     size: u64,
@@ -133,10 +134,75 @@ impl DeviceTrace {
     }
 }
 
+/// Device numbers drawn apart by more than this many unused ones are drawn one after another instead.
+const MAX_UNUSED_DEVICES: u64 = 1024;
+
+/// How the devices are numbered in the snapshot: memory_viz's `device_traces` is a list by device number, so
+/// devices keep their numbers (an unused number is an empty list) unless that would draw more than
+/// [`MAX_UNUSED_DEVICES`] empty ones (a trace naming device 2^31 asked for a list of 2^31): then they are
+/// drawn one after another by number, and `vramtrace.device_numbers` says which is which.
+struct Drawn {
+    keys: Vec<u64>,
+    positional: bool,
+}
+
+impl Drawn {
+    fn of(devices: &BTreeMap<u64, DeviceTrace>) -> Drawn {
+        let keys: Vec<u64> = devices.keys().copied().collect();
+        let positional = keys
+            .last()
+            .is_none_or(|&k| k < keys.len() as u64 + MAX_UNUSED_DEVICES);
+        Drawn { keys, positional }
+    }
+
+    /// Devices in the snapshot.
+    fn count(&self) -> u64 {
+        match (self.positional, self.keys.last()) {
+            (true, Some(&k)) => k + 1,
+            _ => self.keys.len() as u64,
+        }
+    }
+
+    /// The snapshot's number of the device `key` (one of `keys`).
+    fn index(&self, key: u64) -> u64 {
+        if self.positional {
+            key
+        } else {
+            self.keys.partition_point(|&k| k < key) as u64
+        }
+    }
+
+    /// The snapshot's number of the first device at or after `key`.
+    fn first_at(&self, key: u64) -> u64 {
+        if self.positional {
+            key.min(self.count())
+        } else {
+            self.keys.partition_point(|&k| k < key) as u64
+        }
+    }
+
+    /// Every device the snapshot lists, in its order (`none` for an unused number).
+    fn traces<'a>(
+        &'a self,
+        devices: &'a BTreeMap<u64, DeviceTrace>,
+        none: &'a DeviceTrace,
+    ) -> impl Iterator<Item = &'a DeviceTrace> + 'a {
+        let n = if self.positional { self.count() } else { 0 };
+        let positional = (0..n).map(move |k| devices.get(&k).unwrap_or(none));
+        let compact = devices
+            .values()
+            .take(if self.positional { 0 } else { usize::MAX });
+        positional.chain(compact)
+    }
+}
+
 /// The tap that builds the snapshot.
 pub struct MemoryViz {
     max_events: usize,
-    devices: Vec<DeviceTrace>,
+    /// By device: its number after the devices of the traces before (`dev_base`). Sparse: a trace can name any
+    /// device number up to 2^32 - 1, and only the devices it uses are kept (see [`Drawn`] for how they are
+    /// numbered in the snapshot).
+    devices: BTreeMap<u64, DeviceTrace>,
     /// Live pointer allocations: (slot, pointer) -> segment.
     live: FastMap<(usize, u64), Seg>,
     /// Live mappings: (slot, address) -> segment.
@@ -153,11 +219,11 @@ pub struct MemoryViz {
     torch_notes: Vec<String>,
     /// Several traces of one job: the one being replayed goes after the others' devices and processes, its
     /// times moved onto the first trace's clock.
-    dev_base: u32,
+    dev_base: u64,
     slot_base: usize,
     t_offset: u64,
-    /// Per trace so far: (its host, its first device, its offset on the job's clock).
-    hosts: Vec<(String, u32, u64)>,
+    /// Per trace so far: (its host, its first device key, its offset on the job's clock).
+    hosts: Vec<(String, u64, u64)>,
 }
 
 /// One process's and GPU's tensor-level history, from the snapshot the bridge kept (`--torch-history`):
@@ -172,7 +238,7 @@ impl MemoryViz {
     pub fn new(max_events: usize) -> Self {
         MemoryViz {
             max_events: max_events.max(1),
-            devices: Vec::new(),
+            devices: BTreeMap::new(),
             live: FastMap::default(),
             mapped: FastMap::default(),
             sites: FastMap::default(),
@@ -194,7 +260,7 @@ impl MemoryViz {
     /// The next trace of a job (one per node): its devices after those drawn so far, its processes after
     /// `slot_base` (the slots of the traces before), its times `offset_ns` later than the first trace's.
     pub fn next_host(&mut self, host: &str, offset_ns: u64, slot_base: usize) {
-        self.dev_base = self.devices.len() as u32;
+        self.dev_base = self.devices.keys().next_back().map_or(0, |k| k + 1);
         self.slot_base = slot_base;
         self.t_offset = offset_ns;
         self.hosts
@@ -287,15 +353,11 @@ impl MemoryViz {
         })
     }
 
-    fn dev(&mut self, d: u32) -> &mut DeviceTrace {
-        let d = d as usize;
-        if self.devices.len() <= d {
-            self.devices.resize_with(d + 1, DeviceTrace::default);
-        }
-        &mut self.devices[d]
+    fn dev(&mut self, d: u64) -> &mut DeviceTrace {
+        self.devices.entry(d).or_default()
     }
 
-    fn push(&mut self, d: u32, ev: Ev) {
+    fn push(&mut self, d: u64, ev: Ev) {
         let max = self.max_events;
         let dt = self.dev(d);
         dt.total += 1;
@@ -305,7 +367,7 @@ impl MemoryViz {
         dt.ring.push_back(ev);
     }
 
-    fn open(&mut self, d: u32, addr: u64, size: u64, t_ns: u64, site: u32, mapped: bool) -> Seg {
+    fn open(&mut self, d: u64, addr: u64, size: u64, t_ns: u64, site: u32, mapped: bool) -> Seg {
         let mut remapped = self.remapped;
         let xaddr = self.dev(d).place(addr, size, &mut remapped);
         self.remapped = remapped;
@@ -380,7 +442,7 @@ impl Tap for MemoryViz {
                 };
                 let site = self.site(slot, s.stack);
                 let mapped = s.change == Change::Map;
-                let seg = self.open(d + self.dev_base, s.addr, s.size, t_ns, site, mapped);
+                let seg = self.open(self.dev_base + d as u64, s.addr, s.size, t_ns, site, mapped);
                 let map = if mapped {
                     &mut self.mapped
                 } else {
@@ -429,7 +491,7 @@ impl Tap for MemoryViz {
         }
         let site = self.site(o.slot + self.slot_base, o.stack);
         self.push(
-            d + self.dev_base,
+            self.dev_base + d as u64,
             Ev {
                 action: Action::Oom,
                 mapped: false,
@@ -456,11 +518,21 @@ impl MemoryViz {
     /// What the reader should know: events left out, synthetic addresses, what is not drawn.
     pub fn notes(&self) -> Vec<String> {
         let mut n = Vec::new();
-        for (d, dt) in self.devices.iter().enumerate() {
+        let drawn = Drawn::of(&self.devices);
+        if !drawn.positional {
+            n.push(format!(
+                "device numbers as high as {} would draw that many devices, nearly all unused: the {} used are \
+                 drawn one after another, by number (vramtrace.device_numbers gives each one's number)",
+                drawn.keys.last().copied().unwrap_or(0),
+                drawn.keys.len()
+            ));
+        }
+        for (&k, dt) in &self.devices {
             if dt.total > dt.ring.len() as u64 {
                 n.push(format!(
-                    "device {d}: device_traces holds the last {} of {} events (memory_viz becomes unusable \
+                    "device {}: device_traces holds the last {} of {} events (memory_viz becomes unusable \
                      past about 600 k; --max-events sets it); the segments are those at the end",
+                    drawn.index(k),
                     dt.ring.len(),
                     dt.total
                 ));
@@ -492,7 +564,7 @@ impl MemoryViz {
             ));
         }
         for (i, t) in self.torch.iter().enumerate() {
-            n.push(format!("device {}: {}", self.devices.len() + i, t.label));
+            n.push(format!("device {}: {}", drawn.count() + i as u64, t.label));
         }
         n.extend(self.torch_notes.iter().cloned());
         n
@@ -503,6 +575,7 @@ impl MemoryViz {
         let start_us = a.header.start_unix_ns / 1_000;
         let mut p = Pickler::new(w)?;
         let mut emitted = vec![false; self.frames.len()];
+        let drawn = Drawn::of(&self.devices);
         p.empty_dict()?;
         p.mark()?;
 
@@ -517,7 +590,7 @@ impl MemoryViz {
                 p.empty_dict()?;
                 p.mark()?;
                 p.str("device")?;
-                p.uint(s.dev as u64)?;
+                p.uint(drawn.index(s.dev))?;
                 p.str("address")?;
                 p.uint(s.xaddr)?;
                 for k in [
@@ -563,7 +636,7 @@ impl MemoryViz {
             p.appends()?;
         }
         for (i, t) in self.torch.iter().enumerate() {
-            let device = (self.devices.len() + i) as i64;
+            let device = (drawn.count() + i as u64) as i64;
             for chunk in t.segments.chunks(BATCH) {
                 p.mark()?;
                 for seg in chunk {
@@ -576,7 +649,8 @@ impl MemoryViz {
         // One list of events per device ordinal.
         p.str("device_traces")?;
         p.empty_list()?;
-        for dt in &self.devices {
+        let none = DeviceTrace::default();
+        for dt in drawn.traces(&self.devices, &none) {
             p.mark()?;
             p.empty_list()?;
             let evs: Vec<&Ev> = dt.ring.iter().collect();
@@ -632,11 +706,28 @@ impl MemoryViz {
         p.str("events")?;
         p.empty_list()?;
         if !self.devices.is_empty() {
-            p.mark()?;
-            for dt in &self.devices {
-                p.uint(dt.total)?;
+            for chunk in drawn
+                .traces(&self.devices, &none)
+                .collect::<Vec<_>>()
+                .chunks(BATCH)
+            {
+                p.mark()?;
+                for dt in chunk {
+                    p.uint(dt.total)?;
+                }
+                p.appends()?;
             }
-            p.appends()?;
+        }
+        if !drawn.positional {
+            p.str("device_numbers")?;
+            p.empty_list()?;
+            for chunk in drawn.keys.chunks(BATCH) {
+                p.mark()?;
+                for &k in chunk {
+                    p.uint(k)?;
+                }
+                p.appends()?;
+            }
         }
         // Several traces of one job: which devices are whose.
         if !self.hosts.is_empty() {
@@ -647,15 +738,16 @@ impl MemoryViz {
                 let end = self
                     .hosts
                     .get(i + 1)
-                    .map_or(self.devices.len() as u32, |h| h.1);
+                    .map_or(drawn.count(), |h| drawn.first_at(h.1));
+                let first = drawn.first_at(*first);
                 p.empty_dict()?;
                 p.mark()?;
                 p.str("host")?;
                 p.str(host)?;
                 p.str("first_device")?;
-                p.uint(*first as u64)?;
+                p.uint(first)?;
                 p.str("devices")?;
-                p.uint(end.saturating_sub(*first) as u64)?;
+                p.uint(end.saturating_sub(first))?;
                 p.str("offset_ns")?;
                 p.uint(*offset)?;
                 p.setitems()?;
@@ -668,7 +760,7 @@ impl MemoryViz {
         if !self.torch.is_empty() {
             p.mark()?;
             for i in 0..self.torch.len() {
-                p.uint((self.devices.len() + i) as u64)?;
+                p.uint(drawn.count() + i as u64)?;
             }
             p.appends()?;
         }

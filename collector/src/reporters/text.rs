@@ -236,11 +236,9 @@ fn call_sites(o: &mut String, a: &Analysis) {
             "CALL SITES AT EACH DEVICE'S PEAK (bytes live then, by where they were allocated)"
         )
         .ok();
+        let index = a.device_index();
         for d in &cs.at_peak {
-            let stats = a
-                .devices
-                .iter()
-                .find(|x| x.device == d.device && x.on_host == d.on_host);
+            let stats = index.get(&(d.device, d.on_host)).map(|&i| &a.devices[i]);
             let when = stats
                 .and_then(|x| x.peak_time_ns)
                 .map_or(String::new(), |t| format!(" at {}", secs(t)));

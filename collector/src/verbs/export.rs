@@ -109,7 +109,8 @@ pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
 fn job_order(traces: &[PathBuf], force: bool) -> Result<Vec<(PathBuf, TraceHeader, u64)>, Failed> {
     let mut hs = Vec::new();
     for t in traces {
-        let f = File::open(t).map_err(|e| Failed(exit::USAGE, format!("{}: {e}", t.display())))?;
+        let f = crate::untrusted_file::open_regular(t)
+            .map_err(|e| Failed(exit::USAGE, format!("{}: {e}", t.display())))?;
         let (_, h) = TraceReader::open(io::BufReader::new(f))
             .map_err(|e| Failed(exit::USAGE, format!("{}: {e}", t.display())))?;
         hs.push((t.clone(), h, 0u64));

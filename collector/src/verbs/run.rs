@@ -667,19 +667,29 @@ impl Prepared {
             w.write(0, &end);
             let _ = w.file.sync_data();
         }
-        let mut msg = String::new();
-        match crate::model::analyze(&self.out) {
-            Ok(a) => {
-                msg.push_str(&crate::verbs::report::summary(&a));
-                msg.push_str(&endings(&a));
-                if let Some(w) = crate::reporters::text::cap_exceeded_text(&a) {
-                    msg.push_str(&w);
-                    msg.push('\n');
+        // The readers of the trace and the files it names are bounded and should never panic; if one does
+        // (a bug), the job's exit code, the losses below and the trace's path are still said.
+        let summary = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut msg = String::new();
+            match crate::model::analyze(&self.out) {
+                Ok(a) => {
+                    msg.push_str(&crate::verbs::report::summary(&a));
+                    msg.push_str(&endings(&a));
+                    if let Some(w) = crate::reporters::text::cap_exceeded_text(&a) {
+                        msg.push_str(&w);
+                        msg.push('\n');
+                    }
+                    msg.push_str(&self.post_mortem(&a, code, &breaches));
                 }
-                msg.push_str(&self.post_mortem(&a, code, &breaches));
+                Err(e) => msg.push_str(&format!("cannot summarise the trace: {e}\n")),
             }
-            Err(e) => msg.push_str(&format!("cannot summarise the trace: {e}\n")),
-        }
+            msg
+        }));
+        let mut msg = summary.unwrap_or_else(|_| {
+            "cannot summarise the trace: its reader failed (a bug in vramtrace: please report it with the \
+             trace)\n"
+                .to_string()
+        });
         let loss = self
             .trace
             .lock()

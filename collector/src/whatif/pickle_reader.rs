@@ -3,11 +3,14 @@
 //! cost neither a string nor a map each. serde-pickle took 3 s for a million entries; the what-if's target is
 //! 5 s in all (docs/BENCHMARKS.md).
 //!
-//! The input is untrusted. It is walked first by `pickle_depth` (nesting at most 200 deep, at most 60 M values
-//! once shared ones are copied), and the machine itself checks every length and stack access: it ends in an
-//! error, never a panic, on anything else. Objects (`GLOBAL`, `REDUCE`, ...) are refused: a snapshot has none.
+//! The input is untrusted. It is walked first by `pickle_depth` (nesting at most 200 deep, at most 1 GiB to
+//! build once shared values are copied), and the machine itself checks every length and stack access: it ends
+//! in an error, never a panic, on anything else. Every opcode costs it constant time (a memo key is found in a
+//! map, never by a search of the stack), and an item memoized under many keys is copied into the memo once.
+//! Objects (`GLOBAL`, `REDUCE`, ...) are refused: a snapshot has none.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use crate::pickle_depth::{le, take};
 
@@ -91,10 +94,26 @@ fn item(v: V) -> Option<Item> {
     })
 }
 
-/// The item's value, leaving the stack: copied into the memo under its keys.
-fn settle(it: Item, memo: &mut HashMap<u64, V>) -> V {
-    for k in it.keys {
-        memo.insert(k, it.v.clone());
+/// The memo: complete values by key (one copy, however many keys), and where the items still on the stack that
+/// have keys are.
+#[derive(Default)]
+struct Memo {
+    done: HashMap<u64, Rc<V>>,
+    /// Key to stack position, for an item not yet settled.
+    pending: HashMap<u64, usize>,
+    /// Keys given to items still on the stack (MEMOIZE's next key is `done` and these).
+    pending_keys: u64,
+}
+
+/// The item's value, leaving the stack: copied into the memo under its keys, once.
+fn settle(it: Item, memo: &mut Memo) -> V {
+    if !it.keys.is_empty() {
+        let v = Rc::new(it.v.clone());
+        memo.pending_keys -= it.keys.len() as u64;
+        for k in it.keys {
+            memo.pending.remove(&k);
+            memo.done.insert(k, v.clone());
+        }
     }
     it.v
 }
@@ -116,24 +135,23 @@ pub fn read(b: &[u8]) -> Result<Doc, String> {
     };
     // `None` marks a MARK.
     let mut stack: Vec<Option<Item>> = Vec::new();
-    let mut memo: HashMap<u64, V> = HashMap::new();
+    let mut memo = Memo::default();
     let mut i = 0usize;
     let take = |i: &mut usize, n: usize| take(b, i, n);
-    let pop = |stack: &mut Vec<Option<Item>>, memo: &mut HashMap<u64, V>| -> Result<V, String> {
+    let pop = |stack: &mut Vec<Option<Item>>, memo: &mut Memo| -> Result<V, String> {
         let it = stack.pop().flatten().ok_or("stack underflow")?;
         Ok(settle(it, memo))
     };
-    let to_mark =
-        |stack: &mut Vec<Option<Item>>, memo: &mut HashMap<u64, V>| -> Result<Vec<V>, String> {
-            let at = stack.iter().rposition(Option::is_none).ok_or("no mark")?;
-            let items = stack.split_off(at + 1);
-            stack.pop();
-            Ok(items
-                .into_iter()
-                .flatten()
-                .map(|it| settle(it, memo))
-                .collect())
-        };
+    let to_mark = |stack: &mut Vec<Option<Item>>, memo: &mut Memo| -> Result<Vec<V>, String> {
+        let at = stack.iter().rposition(Option::is_none).ok_or("no mark")?;
+        let items = stack.split_off(at + 1);
+        stack.pop();
+        Ok(items
+            .into_iter()
+            .flatten()
+            .map(|it| settle(it, memo))
+            .collect())
+    };
     let pairs = |items: Vec<V>| -> Result<Vec<(V, V)>, String> {
         if !items.len().is_multiple_of(2) {
             return Err("odd number of dict items".into());
@@ -305,19 +323,15 @@ pub fn read(b: &[u8]) -> Result<Doc, String> {
                 let k = match op {
                     b'q' => le(take(&mut i, 1)?),
                     b'r' => le(take(&mut i, 4)?),
-                    _ => {
-                        memo.len() as u64
-                            + stack
-                                .iter()
-                                .flatten()
-                                .map(|t| t.keys.len() as u64)
-                                .sum::<u64>()
-                    }
+                    _ => memo.done.len() as u64 + memo.pending_keys,
                 };
+                let at = stack.len().wrapping_sub(1);
                 match stack.last_mut() {
                     Some(Some(t)) => t.keys.push(k),
                     _ => return Err("stack underflow".into()),
                 }
+                memo.pending_keys += 1;
+                memo.pending.insert(k, at);
             }
             b'h' | b'j' => {
                 let k = if op == b'h' {
@@ -325,14 +339,14 @@ pub fn read(b: &[u8]) -> Result<Doc, String> {
                 } else {
                     le(take(&mut i, 4)?)
                 };
-                let v = match memo.get(&k) {
-                    Some(v) => v.clone(),
+                let v = match memo.done.get(&k) {
+                    Some(v) => V::clone(v),
                     // Still on the stack (not yet in a container): as it is now.
-                    None => stack
-                        .iter()
-                        .flatten()
-                        .rev()
-                        .find(|t| t.keys.contains(&k))
+                    None => memo
+                        .pending
+                        .get(&k)
+                        .and_then(|&at| stack.get(at))
+                        .and_then(|t| t.as_ref())
                         .map(|t| t.v.clone())
                         .ok_or("memo key not set")?,
                 };

@@ -6,6 +6,17 @@
 pub const FIRST_BUCKET_NS: u64 = 1_000;
 /// The most buckets a timeline holds.
 pub const MAX_BUCKETS: usize = 2048;
+/// The most buckets all of a replay's timelines hold together: each of 64 devices gets [`MAX_BUCKETS`], more
+/// devices fewer each ([`cap_for`]), so that a trace naming a million devices costs no more than 64 of them.
+pub const TOTAL_BUCKETS: usize = 64 * MAX_BUCKETS;
+/// The fewest buckets a timeline is cut to.
+pub const MIN_BUCKETS: usize = 2;
+
+/// The buckets each of `timelines` timelines may hold: a power of two, [`MIN_BUCKETS`] to [`MAX_BUCKETS`].
+pub fn cap_for(timelines: usize) -> usize {
+    let c = (TOTAL_BUCKETS / timelines.max(1)).clamp(MIN_BUCKETS, MAX_BUCKETS);
+    1 << c.ilog2()
+}
 
 /// One bucket: it covers `[t_ns, t_ns + bucket_ns)` relative to the trace start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +58,8 @@ pub(crate) struct TimelineBuilder {
     b: Vec<(u64, u64)>,
     last_t: u64,
     last_v: u64,
+    /// The most buckets it holds ([`cap_for`]).
+    cap: usize,
 }
 
 impl Default for TimelineBuilder {
@@ -56,6 +69,7 @@ impl Default for TimelineBuilder {
             b: Vec::new(),
             last_t: 0,
             last_v: 0,
+            cap: MAX_BUCKETS,
         }
     }
 }
@@ -84,7 +98,7 @@ impl TimelineBuilder {
     #[inline(never)]
     fn bucket_for(&mut self, t: u64) -> usize {
         let mut idx = t / self.width;
-        while idx >= MAX_BUCKETS as u64 {
+        while idx >= self.cap as u64 {
             self.halve();
             idx = t / self.width;
         }
@@ -106,7 +120,15 @@ impl TimelineBuilder {
             })
             .collect();
         self.b = merged;
-        self.width *= 2;
+        self.width = self.width.saturating_mul(2);
+    }
+
+    /// From now on at most `cap` buckets (a power of two): coarser now if it holds more.
+    pub fn set_cap(&mut self, cap: usize) {
+        self.cap = cap.clamp(MIN_BUCKETS, MAX_BUCKETS);
+        while self.b.len() > self.cap {
+            self.halve();
+        }
     }
 
     /// Extends the timeline to `end` (the value holds) and hands it out.
@@ -122,7 +144,7 @@ impl TimelineBuilder {
                 .iter()
                 .enumerate()
                 .map(|(i, &(max, last))| Bucket {
-                    t_ns: i as u64 * self.width,
+                    t_ns: (i as u64).saturating_mul(self.width),
                     max_bytes: max,
                     last_bytes: last,
                 })

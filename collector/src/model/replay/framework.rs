@@ -15,7 +15,7 @@ use crate::model::analysis::holders::{Holders, MAX_WALKS};
 use crate::model::analysis::{GrowthUnit, LeakTrend, StepSource};
 use crate::model::observe::growth::growth_sampled;
 use crate::model::observe::steps::{StepSeries, MIN_RISES};
-use crate::model::observe::timeline::TimelineBuilder;
+use crate::model::observe::timeline::{self, TimelineBuilder};
 
 pub use crate::model::analysis::framework::*;
 
@@ -68,21 +68,34 @@ pub(crate) struct FwReplay {
     /// Per process slot, its step count, once it sent one.
     steps: HashMap<usize, Steps>,
     devs: Vec<Dev>,
+    /// Each device's index in `devs`, by its number.
+    dev_ids: crate::fasthash::FastMap<u32, usize>,
     summary: BridgeSummary,
 }
 
 impl FwReplay {
     fn dev(&mut self, device: u32) -> &mut Dev {
-        let i = match self.devs.iter().position(|d| d.device == device) {
-            Some(i) => i,
+        let i = match self.dev_ids.get(&device) {
+            Some(&i) => i,
             None => {
+                self.dev_ids.insert(device, self.devs.len());
+                // Two timelines a device, sharing one budget of buckets with every other device's.
+                let cap = timeline::cap_for(2 * (self.devs.len() + 1));
+                if cap != timeline::cap_for(2 * self.devs.len()) {
+                    for d in &mut self.devs {
+                        d.tl_allocated.set_cap(cap);
+                        d.tl_reserved.set_cap(cap);
+                    }
+                }
+                let mut tl = TimelineBuilder::default();
+                tl.set_cap(cap);
                 self.devs.push(Dev {
                     device,
                     frameworks: Vec::new(),
                     allocated: 0,
                     reserved: 0,
-                    tl_allocated: TimelineBuilder::default(),
-                    tl_reserved: TimelineBuilder::default(),
+                    tl_allocated: tl.clone(),
+                    tl_reserved: tl,
                     peak_allocated: 0,
                     peak_allocated_t: None,
                     peak_reserved: 0,
@@ -268,10 +281,8 @@ impl FwReplay {
 
     /// The job's allocated bytes on `device` now, if any process sent figures for it.
     pub fn job_allocated(&self, device: u32) -> Option<(u64, u64)> {
-        self.devs
-            .iter()
-            .find(|d| d.device == device)
-            .map(|d| (d.allocated, d.reserved))
+        let d = &self.devs[*self.dev_ids.get(&device)?];
+        Some((d.allocated, d.reserved))
     }
 
     /// Allocated bytes growing step after step on `device` up to `t`: counted in process `slot`'s own steps
@@ -281,7 +292,7 @@ impl FwReplay {
         if let Some(g) = self.step_growth(slot, device) {
             return g;
         }
-        let d = self.devs.iter().find(|d| d.device == device)?;
+        let d = &self.devs[*self.dev_ids.get(&device)?];
         growth_sampled(&d.tl_allocated.clone().finish(t), t)
     }
 

@@ -13,6 +13,7 @@ use vramtrace_format::keys;
 
 use vramtrace_format::{flags, Api, Effect, Event, TraceHeader, NO_DEVICE};
 
+use crate::fasthash::FastMap;
 use crate::model::analysis::*;
 use crate::model::input::entry::Entry;
 use crate::model::input::merge::{Merge, Out};
@@ -21,7 +22,7 @@ use crate::model::observe::leak::{site_ref, trim_leaks};
 use crate::model::observe::steps::StepSeries;
 use crate::model::observe::tap::{Change, Step, Tap};
 use crate::model::observe::timeline::Timeline;
-use crate::model::observe::timeline::TimelineBuilder;
+use crate::model::observe::timeline::{self, TimelineBuilder};
 pub(crate) use crate::model::replay::book::HOST_DEVICE;
 use crate::model::replay::book::{Act, Book, Undone};
 use crate::model::replay::site_store::{self as callsites, NO_SITE};
@@ -65,7 +66,11 @@ struct Proc {
     /// The last failed allocation: (tid, bytes, call-site aggregate), so an OOM record names its request's site.
     last_failed: Option<(u32, u64, u32)>,
     cur: u64,
-    dev: Vec<ProcDev>,
+    /// Its figures per device it used, in the order it first used them; `dev_slot` finds a device's (by its
+    /// index in the replay's `devs`). Sparse: a process that used the 100,000th device holds one entry, not
+    /// 100,000.
+    dev: Vec<(usize, ProcDev)>,
+    dev_slot: FastMap<usize, usize>,
     /// The device its last allocation was on, and that device's index in the replay's `devs`: a process nearly
     /// always allocates on one device, and the search walks whole `Dev`s.
     dev_hint: (u32, usize),
@@ -141,6 +146,7 @@ impl Proc {
             },
             cur: 0,
             dev: Vec::new(),
+            dev_slot: FastMap::default(),
             dev_hint: (0, usize::MAX),
             book: Book::default(),
             reserved: 0,
@@ -160,12 +166,27 @@ impl Proc {
         }
     }
 
+    /// Its figures on device `d` (an index in the replay's `devs`), made on first use.
     #[inline]
     fn dev(&mut self, d: usize) -> &mut ProcDev {
-        if self.dev.len() <= d {
-            self.dev.resize(d + 1, ProcDev::default());
-        }
-        &mut self.dev[d]
+        // Nearly always the device of its last change.
+        let i = match self.dev.last() {
+            Some((last, _)) if *last == d => self.dev.len() - 1,
+            _ => match self.dev_slot.get(&d) {
+                Some(&i) => i,
+                None => {
+                    self.dev.push((d, ProcDev::default()));
+                    self.dev_slot.insert(d, self.dev.len() - 1);
+                    self.dev.len() - 1
+                }
+            },
+        };
+        &mut self.dev[i].1
+    }
+
+    /// Its figures on device `d`, if it used it.
+    fn dev_get(&self, d: usize) -> Option<&ProcDev> {
+        self.dev_slot.get(&d).map(|&i| &self.dev[i].1)
     }
 }
 
@@ -233,6 +254,8 @@ pub(super) struct Replay<'t> {
     procs: Vec<Proc>,
     by_pid: HashMap<u32, usize>,
     devs: Vec<Dev>,
+    /// Each device's index in `devs`, by its number (any u32 a trace names: never a vector by number).
+    dev_ids: FastMap<u32, usize>,
     /// Slots still open (holding the merge back).
     open: Vec<usize>,
     min_wm: u64,
@@ -301,6 +324,7 @@ impl<'t> Replay<'t> {
             procs: Vec::new(),
             by_pid: HashMap::new(),
             devs: Vec::new(),
+            dev_ids: FastMap::default(),
             open: Vec::new(),
             min_wm: u64::MAX,
             wm_dirty: false,
@@ -491,7 +515,7 @@ impl<'t> Replay<'t> {
     /// Every context of process `s` on `device` was torn down at `ts`: the driver freed its pointer allocations
     /// there (handles are the device's and stay).
     fn context_gone(&mut self, s: usize, device: u32, ts: u64) {
-        let Some(d) = self.devs.iter().position(|x| x.device == device) else {
+        let Some(&d) = self.dev_ids.get(&device) else {
             return;
         };
         let t = self.rel(ts);
@@ -516,9 +540,19 @@ impl<'t> Replay<'t> {
 
     #[inline]
     fn dev_index(&mut self, device: u32) -> usize {
-        if let Some(i) = self.devs.iter().position(|d| d.device == device) {
+        if let Some(&i) = self.dev_ids.get(&device) {
             return i;
         }
+        self.dev_ids.insert(device, self.devs.len());
+        // The timelines share one budget of buckets: more devices, coarser each (changes log2 times at most).
+        let cap = timeline::cap_for(self.devs.len() + 1);
+        if cap != timeline::cap_for(self.devs.len()) {
+            for d in &mut self.devs {
+                d.tl.set_cap(cap);
+            }
+        }
+        let mut tl = TimelineBuilder::default();
+        tl.set_cap(cap);
         self.devs.push(Dev {
             device,
             cur: 0,
@@ -528,7 +562,7 @@ impl<'t> Replay<'t> {
             allocations: 0,
             largest: 0,
             info: None,
-            tl: TimelineBuilder::default(),
+            tl,
             async_freed: [(u64::MAX, 0); ASYNC_STEPS],
             oom_total: None,
             oom_cap: None,
@@ -889,7 +923,7 @@ impl<'t> Replay<'t> {
         let (device_bytes, process_device_bytes) = match d {
             Some(d) => (
                 self.devs[d].cur,
-                self.procs[s].dev.get(d).map_or(0, |pd| pd.cur),
+                self.procs[s].dev_get(d).map_or(0, |pd| pd.cur),
             ),
             None => (0, 0),
         };
@@ -941,7 +975,7 @@ impl<'t> Replay<'t> {
             stack,
             flags,
             device_bytes: dv.cur,
-            process_device_bytes: p.dev.get(d).map_or(0, |pd| pd.cur),
+            process_device_bytes: p.dev_get(d).map_or(0, |pd| pd.cur),
         };
         if let Some(tap) = self.tap.as_mut() {
             tap.step(&step);
@@ -1040,13 +1074,24 @@ impl<'t> Replay<'t> {
             .map(|d| std::mem::take(&mut d.tl).finish(end))
             .collect();
         // A device whose processes lost events is not judged: a lost free looks exactly like memory kept.
-        let lossy: Vec<bool> = (0..self.devs.len())
-            .map(|d| {
-                self.procs.iter().any(|p| {
-                    p.s.dropped_events > 0 && p.dev.get(d).is_some_and(|pd| pd.allocations > 0)
-                })
-            })
-            .collect();
+        // Each process's devices once, and what was kept per device once: never every device against every
+        // process or every allocation kept (a trace can name a million devices).
+        let mut lossy = vec![false; self.devs.len()];
+        let mut users: Vec<Vec<usize>> = vec![Vec::new(); self.devs.len()];
+        for (slot, p) in self.procs.iter().enumerate() {
+            for (d, pd) in &p.dev {
+                users[*d].push(slot);
+                if p.s.dropped_events > 0 && pd.allocations > 0 {
+                    lossy[*d] = true;
+                }
+            }
+        }
+        let mut kept_on: Vec<Vec<usize>> = vec![Vec::new(); self.devs.len()];
+        for (k, kept) in self.kept.iter().enumerate() {
+            if let Some(on) = kept_on.get_mut(kept.0 as usize) {
+                on.push(k);
+            }
+        }
         self.growths = timelines
             .iter()
             .enumerate()
@@ -1056,20 +1101,19 @@ impl<'t> Replay<'t> {
                 }
                 // The largest growth of one of the device's processes in its own cycles (observe/steps.rs: a
                 // leak that fills the device in a second is one too), else its timeline in wall-clock windows.
-                let mut g = self
-                    .procs
+                let mut g = users[i]
                     .iter()
-                    .filter_map(|p| {
-                        let pd = p.dev.get(i)?;
+                    .filter_map(|&slot| {
+                        let p = &self.procs[slot];
+                        let pd = p.dev_get(i)?;
                         pd.troughs.growth(GrowthUnit::Cycles, p.s.pid, true)
                     })
                     .max_by_key(|g| g.rise_bytes)
                     .or_else(|| crate::model::observe::growth::growth(tl, end))?;
-                let kept = self
-                    .kept
-                    .iter()
-                    .filter(|k| k.0 as usize == i)
-                    .map(|k| (k.1, k.2, k.3, k.4));
+                let kept = kept_on[i].iter().map(|&k| {
+                    let k = &self.kept[k];
+                    (k.1, k.2, k.3, k.4)
+                });
                 crate::model::observe::growth::fill_what_grew(&mut g, kept);
                 Some(g)
             })
@@ -1089,9 +1133,8 @@ impl<'t> Replay<'t> {
                 s.per_device = p
                     .dev
                     .iter()
-                    .enumerate()
                     .filter(|(_, pd)| pd.allocations > 0)
-                    .map(|(d, pd)| ProcessDevice {
+                    .map(|&(d, ref pd)| ProcessDevice {
                         device: dev_of(d),
                         on_host: devs[d].device == HOST_DEVICE,
                         peak_bytes: pd.peak,
@@ -1132,8 +1175,15 @@ impl<'t> Replay<'t> {
                 .and_then(|g| self.uuids.get(&g).copied().flatten())
                 .map(|u| vramtrace_format::gpu_uuid(&u));
         }
+        // By number, once: never a search of every device for each (a trace can name a million).
+        let mut by_number: FastMap<u32, usize> = FastMap::default();
+        for (i, d) in devices.iter().enumerate() {
+            if let Some(n) = d.device {
+                by_number.entry(n).or_insert(i);
+            }
+        }
         for f in fw_devs {
-            match devices.iter_mut().find(|d| d.device == Some(f.device)) {
+            match by_number.get(&f.device).map(|&i| &mut devices[i]) {
                 Some(d) => d.framework = Some(f),
                 None => devices.push(DeviceStats {
                     device: Some(f.device),

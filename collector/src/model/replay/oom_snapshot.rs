@@ -173,7 +173,7 @@ impl Replay<'_> {
         } else {
             o.device
         };
-        let d = self.devs.iter().position(|x| x.device == key);
+        let d = self.dev_ids.get(&key).copied();
         let device = (o.device != NO_DEVICE).then_some(o.device);
         let (device_free, device_total) = if on_host {
             (None, None)
@@ -208,7 +208,7 @@ impl Replay<'_> {
         // The failing process's own cycles first (time-free: a leak of a few steps in a second counts), else
         // the device's timeline in wall-clock windows.
         let mut leak = d
-            .and_then(|d| self.procs[s].dev.get(d))
+            .and_then(|d| self.procs[s].dev_get(d))
             .and_then(|pd| {
                 pd.troughs
                     .growth(GrowthUnit::Cycles, self.procs[s].s.pid, true)
@@ -227,12 +227,12 @@ impl Replay<'_> {
                 continue;
             }
             let used =
-                i == s || d.is_some_and(|d| p.dev.get(d).is_some_and(|pd| pd.allocations > 0));
+                i == s || d.is_some_and(|d| p.dev_get(d).is_some_and(|pd| pd.allocations > 0));
             on_device += used as u64;
             let mut per_device: Vec<(Option<u32>, u64)> = p
                 .dev
                 .iter()
-                .enumerate()
+                .map(|(di, pd)| (*di, pd))
                 // GPUs only: host memory (a host OOM's own figure is `device_live_bytes`) is no GPU's.
                 .filter(|(di, pd)| {
                     pd.cur > 0 && devs[*di].device != crate::model::replay::HOST_DEVICE
@@ -249,7 +249,7 @@ impl Replay<'_> {
                 announced: p.s.announced,
                 rank: p.s.rank,
                 cmdline: p.s.cmdline.clone(),
-                device_live_bytes: d.and_then(|d| p.dev.get(d)).map_or(0, |pd| pd.cur),
+                device_live_bytes: d.and_then(|d| p.dev_get(d)).map_or(0, |pd| pd.cur),
                 per_device,
                 on_device: used,
             });

@@ -276,7 +276,12 @@ impl Html {
                 }
             })
             .collect();
-        let devices = self.devs.iter().map(|d| self.device(a, d)).collect();
+        let index = a.device_index();
+        let devices = self
+            .devs
+            .iter()
+            .map(|d| self.device(a, &index, d))
+            .collect();
         let processes = a
             .processes
             .iter()
@@ -321,10 +326,9 @@ impl Html {
             .at_peak
             .iter()
             .map(|d| AtPeak {
-                device: a
-                    .devices
-                    .iter()
-                    .find(|x| x.device == d.device && x.on_host == d.on_host)
+                device: index
+                    .get(&(d.device, d.on_host))
+                    .map(|&i| &a.devices[i])
                     .map_or_else(|| device_name(d.device), text::device_label),
                 peak_bytes: d.peak_bytes,
                 sites: d
@@ -410,12 +414,14 @@ impl Html {
         }
     }
 
-    fn device<'a>(&'a self, a: &Analysis, d: &'a Dev) -> Device<'a> {
+    fn device<'a>(
+        &'a self,
+        a: &Analysis,
+        index: &crate::fasthash::FastMap<(Option<u32>, bool), usize>,
+        d: &'a Dev,
+    ) -> Device<'a> {
         // The series are of GPU memory (host memory is not in them): never the host's figures.
-        let stats = a
-            .devices
-            .iter()
-            .find(|x| x.device == d.device && !x.on_host);
+        let stats = index.get(&(d.device, false)).map(|&i| &a.devices[i]);
         // Processes: the largest by peak on their own, the rest summed.
         let mut procs: Vec<(usize, usize)> = d.procs.iter().map(|(&s, &p)| (s, p)).collect();
         procs.sort_by(|x, y| {
@@ -523,7 +529,11 @@ impl Html {
         let on_grid = |tl: &crate::model::Timeline| -> Vec<u64> {
             let w = d.s.width.max(1);
             (0..d.s.job.len() as u64)
-                .map(|i| tl.max_between(i * w, (i + 1) * w).unwrap_or(0))
+                // Saturating: times near 2^64 make buckets as wide.
+                .map(|i| {
+                    tl.max_between(i.saturating_mul(w), (i + 1).saturating_mul(w))
+                        .unwrap_or(0)
+                })
                 .collect()
         };
         Device {

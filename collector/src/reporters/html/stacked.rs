@@ -96,6 +96,9 @@ pub struct Stacked {
     open_max: u64,
     generation: u64,
     last_t: u64,
+    /// The most buckets it holds: [`MAX_BUCKETS`], fewer when many devices share the budget
+    /// (`timeline::cap_for`).
+    cap: usize,
 }
 
 impl Default for Stacked {
@@ -109,11 +112,17 @@ impl Default for Stacked {
             open_max: 0,
             generation: 1,
             last_t: 0,
+            cap: MAX_BUCKETS,
         }
     }
 }
 
 impl Stacked {
+    /// At most `cap` buckets from its next change on (a power of two, at most [`MAX_BUCKETS`]).
+    pub fn set_cap(&mut self, cap: usize) {
+        self.cap = cap.clamp(2, MAX_BUCKETS);
+    }
+
     /// A new part (holding nothing yet); its index.
     pub fn add_part(&mut self) -> usize {
         let n = self.job.len();
@@ -146,7 +155,7 @@ impl Stacked {
             self.close();
         }
         let mut idx = t / self.width;
-        while idx >= MAX_BUCKETS as u64 {
+        while idx >= self.cap as u64 {
             self.halve();
             idx = t / self.width;
         }
