@@ -180,8 +180,11 @@ fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the path"))
     };
     let (f, t) = (c(from)?, c(to)?);
+    // The system call itself: glibc's wrapper is 2.28's, newer than the wheel's baseline (2.17).
+    // SAFETY: two NUL-terminated paths that outlive the call; integer flags.
     let r = unsafe {
-        libc::renameat2(
+        libc::syscall(
+            libc::SYS_renameat2,
             libc::AT_FDCWD,
             f.as_ptr(),
             libc::AT_FDCWD,
