@@ -122,17 +122,35 @@ fn without_inodes(fc: &FakeCuda, script: &str) -> Option<std::process::Output> {
     }
     let keep = std::path::Path::new("/var/tmp").join(format!("vt-keep-{}", std::process::id()));
     std::fs::create_dir_all(&keep).unwrap();
-    // The fake driver's folders under /tmp, made again in the new /tmp and bound back from the old one.
+    // What the test runs from that lives under /tmp (the fake driver's folders; the build itself when the checkout
+    // is there, as CI's may be), made again in the new /tmp and bound back from the old one.
+    let mut dirs: Vec<std::path::PathBuf> = [
+        fc.dir().to_path_buf(),
+        fake_lib_dir().to_path_buf(),
+        vramtrace().parent().unwrap().to_path_buf(),
+        program("probe").parent().unwrap().to_path_buf(),
+        scratch_dir().to_path_buf(),
+    ]
+    .into_iter()
+    .map(|d| d.canonicalize().unwrap_or(d))
+    .filter(|d| d.starts_with("/tmp"))
+    .collect();
+    dirs.sort();
+    dirs.dedup();
     let mut back = String::new();
-    for d in [fc.dir(), fake_lib_dir()] {
-        if let Ok(rel) = d.strip_prefix("/tmp") {
-            back.push_str(&format!(
-                "mkdir -p {d}; mount --bind {keep}/{rel} {d}; ",
-                d = d.display(),
-                keep = keep.display(),
-                rel = rel.display()
-            ));
+    let mut bound: Vec<std::path::PathBuf> = Vec::new();
+    for d in dirs {
+        if bound.iter().any(|b| d.starts_with(b)) {
+            continue;
         }
+        let rel = d.strip_prefix("/tmp").unwrap();
+        back.push_str(&format!(
+            "mkdir -p {d}; mount --bind {keep}/{rel} {d}; ",
+            d = d.display(),
+            keep = keep.display(),
+            rel = rel.display()
+        ));
+        bound.push(d);
     }
     let setup = format!(
         "set -e; mount --make-rprivate /; mount --bind /tmp {keep}; \
