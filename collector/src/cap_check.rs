@@ -11,7 +11,8 @@
 //! trace can lag the driver by a drain). Then, under `--cap-mode enforce`, the job is stopped (SIGTERM, SIGKILL
 //! 5 s later) and the post-mortem names each process that got past and how; under `warn` it is flagged.
 //!
-//! NVML is read on a thread of its own: a call that hangs holds only that thread (it is never joined).
+//! NVML is opened and read on a thread of its own: a call that hangs holds only that thread (it is never
+//! joined). The check runs only where the collector's pids are the kernel's first namespace's (NVML's).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -70,6 +71,8 @@ pub enum How {
     /// No process holds more than its shim counted, yet the counts sum past the cap: the shared ledger no
     /// longer agrees with them.
     Ledger,
+    /// Past the cap by the GPU's count, but some of the job's records were lost: how cannot be told.
+    Untold,
 }
 
 impl How {
@@ -101,6 +104,11 @@ impl How {
             How::Bypassed => {
                 "it loaded the shim but its memory went past it: every call through a door the shim does \
                  not intercept (dlmopen, a second copy of the driver, glibc's own dlsym)"
+                    .into()
+            }
+            How::Untold => {
+                "the GPU holds more for the job than its cap, and some of its records were lost (dropped or \
+                 refused), so how it got past cannot be told from the trace"
                     .into()
             }
             How::Ledger => {
@@ -201,22 +209,32 @@ pub fn judge(
             }
         }
         for c in counted {
+            // Bytes on an ordinal whose GPU the process has not named are on no GPU here: with its own
+            // CUDA_VISIBLE_DEVICES, its ordinal 0 may be another GPU than the collector's.
             let here: u64 = c
                 .bytes
                 .iter()
-                .filter(|(u, d, _)| match u {
-                    Some(u) => *u == on.uuid,
-                    None => *d == on.ordinal,
-                })
+                .filter(|(u, _, _)| u.as_deref() == Some(on.uuid.as_str()))
                 .map(|(_, _, b)| *b)
                 .sum();
             if here > 0 || procs.contains_key(&c.pid) {
                 procs.entry(c.pid).or_default().1 = here;
             }
         }
+        let lossy = |pid: &u32| traced.get(pid).is_some_and(|t| t.lossy);
+        // Per process the larger of its count and the GPU's figure less the allowance; a process whose records
+        // were lost is judged by the GPU alone (a free that never reached the trace looks like memory kept).
+        let judged = |pid: &u32, g: Option<u64>, c: u64| {
+            let gpu = g.unwrap_or(0).saturating_sub(cap.allowance);
+            if lossy(pid) {
+                gpu
+            } else {
+                c.max(gpu)
+            }
+        };
         let job_bytes: u64 = procs
-            .values()
-            .map(|(g, c)| (*c).max(g.unwrap_or(0).saturating_sub(cap.allowance)))
+            .iter()
+            .map(|(pid, (g, c))| judged(pid, *g, *c))
             .fold(0u64, u64::saturating_add);
         // A few MiB past the cap are the driver's rounding of a pool's growth (docs/CAP.md), not an escape.
         if job_bytes <= on.bytes.saturating_add(SLACK.max(on.bytes / 100)) {
@@ -266,14 +284,18 @@ pub fn judge(
             }
         }
         if offenders.is_empty() {
-            // Every process counted what it holds, with the job's settings: the ledger was what let them.
-            if let Some((pid, (g, c))) = procs.iter().max_by_key(|(_, (_, c))| *c) {
+            // Every process counted what it holds, with the job's settings: the ledger was what let them. Said
+            // only where every count is whole: where records were lost, the GPU's figure made the breach and how
+            // is not told.
+            let untold = procs.keys().any(lossy);
+            let largest = procs.iter().max_by_key(|(pid, (g, c))| judged(pid, *g, *c));
+            if let Some((pid, (g, c))) = largest {
                 offenders.push(Offender {
                     pid: *pid,
                     argv: traced.get(pid).map(|t| t.argv.clone()).unwrap_or_default(),
                     gpu_bytes: *g,
                     counted: *c,
-                    how: How::Ledger,
+                    how: if untold { How::Untold } else { How::Ledger },
                 });
             }
         }
@@ -424,18 +446,33 @@ impl Nvml {
         }
     }
 
-    /// Every process NVML lists on every GPU, with its bytes (those NVML gives no figure for are left out).
-    pub fn read(&self) -> Result<Vec<GpuProc>, String> {
+    /// Every process NVML lists on the GPUs named (by UUID), with its bytes (those NVML gives no figure for are
+    /// left out). A GPU whose listing fails is passed over, not the others.
+    pub fn read(&self, uuids: &[&str]) -> Vec<GpuProc> {
+        let mut out = Vec::new();
+        for (uuid, h) in self
+            .devices
+            .iter()
+            .filter(|(u, _)| uuids.contains(&u.as_str()))
+        {
+            if let Ok(mut v) = self.read_one(uuid, *h) {
+                out.append(&mut v);
+            }
+        }
+        out
+    }
+
+    fn read_one(&self, uuid: &str, h: usize) -> Result<Vec<GpuProc>, String> {
         let size = if self.v1 { INFO_V1 } else { INFO };
         let mut out = Vec::new();
-        for (uuid, h) in &self.devices {
+        {
             let mut room = 64u32;
             let mut buf;
             loop {
                 buf = vec![0u8; room as usize * size];
                 let mut n = room;
                 // SAFETY: `buf` holds `room` entries of the struct's size; NVML writes at most `n` of them.
-                let r = unsafe { (self.procs)(*h, &mut n, buf.as_mut_ptr()) };
+                let r = unsafe { (self.procs)(h, &mut n, buf.as_mut_ptr()) };
                 match r {
                     0 => {
                         buf.truncate(n.min(room) as usize * size);
@@ -451,7 +488,7 @@ impl Nvml {
                 let bytes = u64::from_ne_bytes(e[8..16].try_into().expect("8 bytes"));
                 if bytes != NOT_AVAILABLE {
                     out.push(GpuProc {
-                        uuid: uuid.clone(),
+                        uuid: uuid.to_string(),
                         pid,
                         bytes,
                     });
@@ -466,6 +503,7 @@ impl Nvml {
 pub struct Watch {
     pub breaches: Arc<Mutex<Vec<Breach>>>,
     stop: Arc<AtomicBool>,
+    stopping: Arc<Stopping>,
 }
 
 impl Drop for Watch {
@@ -480,33 +518,56 @@ pub trait Sink: Send + Sync + 'static {
     fn note(&self, pid: u32, text: &str);
 }
 
-/// Starts the check for a job whose processes descend from this one. `None` (said in one line) where NVML
-/// cannot be read: the cap then holds only as far as the shims see.
+/// Whether this process sees pids as the kernel's first pid namespace does. In a namespace of its own (a
+/// container's), NVML's pids are the host's and name none of ours, or, worse, another process by the same
+/// number.
+fn in_first_pid_namespace() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .map(|v| v.split_whitespace().count() == 1)
+        })
+        .unwrap_or(false)
+}
+
+/// Starts the check for a job whose processes descend from this one, on a thread of its own (NVML is opened
+/// there too: a driver slow to answer, or one that hangs, holds only that thread). Where NVML cannot be read,
+/// or its pids would not be ours, it says so in one line and the cap holds only as far as the shims see.
 pub fn start(cap: JobCap, sink: Arc<dyn Sink>, quiet: bool) -> Option<Watch> {
-    let nvml = match Nvml::open() {
-        Ok(n) => n,
-        Err(e) => {
-            if !quiet {
-                eprintln!(
-                    "vramtrace: the cap is not checked against the GPU's own count ({e}): a process of the \
-                     job that gets past its shim is not seen"
-                );
-            }
-            return None;
-        }
-    };
     let breaches = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
-    let (b2, s2) = (breaches.clone(), stop.clone());
+    let stopping = Arc::new(Mutex::new(None));
+    let (b2, s2, st2) = (breaches.clone(), stop.clone(), stopping.clone());
     let root = std::process::id();
-    let spawned = thread::Builder::new()
+    let off = move |why: String| {
+        if !quiet {
+            eprintln!(
+                "vramtrace: the cap is not checked against the GPU's own count ({why}): a process of the job \
+                 that gets past its shim is not seen"
+            );
+        }
+    };
+    thread::Builder::new()
         .name("vramtrace-capcheck".into())
         .spawn(move || {
+            if !in_first_pid_namespace() {
+                off("vramtrace runs in a pid namespace of its own, where NVML's pids are not its own".into());
+                return;
+            }
+            let nvml = match Nvml::open() {
+                Ok(n) => n,
+                Err(e) => return off(e),
+            };
+            let uuids: Vec<String> = cap.on.iter().map(|o| o.uuid.clone()).collect();
+            let uuids: Vec<&str> = uuids.iter().map(String::as_str).collect();
             let mut suspect: Vec<String> = Vec::new();
             let mut told: Vec<String> = Vec::new();
             while !s2.load(Ordering::Acquire) {
                 thread::sleep(INTERVAL);
-                let Ok(gpu) = nvml.read() else { continue };
+                escalate(&st2, root);
+                let gpu = nvml.read(&uuids);
                 let counted = sink.counted();
                 let found = judge(
                     &cap,
@@ -526,8 +587,7 @@ pub fn start(cap: JobCap, sink: Arc<dyn Sink>, quiet: bool) -> Option<Watch> {
                         eprintln!("vramtrace: {line}");
                         sink.note(pid, &line);
                     }
-                    let stopping = cap.enforce;
-                    let act = if stopping {
+                    let act = if cap.enforce {
                         "stopping the job (--cap-mode enforce)"
                     } else {
                         "flagged (--cap-mode warn): the job goes on"
@@ -537,35 +597,63 @@ pub fn start(cap: JobCap, sink: Arc<dyn Sink>, quiet: bool) -> Option<Watch> {
                     if let Ok(mut v) = b2.lock() {
                         v.push(b);
                     }
-                    if stopping {
-                        stop_job(root);
+                    if cap.enforce {
+                        stop_job(&st2, root);
                     }
                 }
                 suspect = now;
             }
-        });
-    spawned.ok().map(|_| Watch { breaches, stop })
+        })
+        .ok()
+        .map(|_| Watch {
+            breaches,
+            stop,
+            stopping,
+        })
 }
 
-/// SIGTERM to every process of the job, SIGKILL to those left after [`GRACE`].
-fn stop_job(root: u32) {
+/// When the job was told to stop (SIGTERM), if it was.
+type Stopping = Mutex<Option<Instant>>;
+
+/// SIGTERM to every process of the job; SIGKILL follows [`GRACE`] later ([`escalate`], [`Watch::finish`]).
+fn stop_job(stopping: &Stopping, root: u32) {
+    if let Ok(mut s) = stopping.lock() {
+        s.get_or_insert_with(Instant::now);
+    }
     for p in descendants(root) {
         // SAFETY: kill has no memory preconditions; a pid gone meanwhile only fails.
         unsafe { libc::kill(p as i32, libc::SIGTERM) };
     }
-    thread::spawn(move || {
-        let until = Instant::now() + GRACE;
-        while Instant::now() < until {
-            if descendants(root).is_empty() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
+}
+
+/// SIGKILL to every process of the job still there [`GRACE`] after it was told to stop.
+fn escalate(stopping: &Stopping, root: u32) {
+    let due = stopping
+        .lock()
+        .ok()
+        .and_then(|s| *s)
+        .is_some_and(|t| t.elapsed() >= GRACE);
+    if due {
         for p in descendants(root) {
-            // SAFETY: as above.
+            // SAFETY: as in `stop_job`.
             unsafe { libc::kill(p as i32, libc::SIGKILL) };
         }
-    });
+    }
+}
+
+impl Watch {
+    /// Once the command has ended: if the check stopped the job, waits out the rest of [`GRACE`] while any of
+    /// its processes is left, then kills those (they ignored SIGTERM). `run` calls it before it ends, so the
+    /// escalation never dies with it.
+    pub fn finish(&self) {
+        let since = self.stopping.lock().ok().and_then(|s| *s);
+        let Some(since) = since else { return };
+        let root = std::process::id();
+        while since.elapsed() < GRACE && !descendants(root).is_empty() {
+            thread::sleep(Duration::from_millis(100));
+        }
+        escalate(&self.stopping, root);
+    }
 }
 
 #[cfg(test)]
@@ -593,6 +681,7 @@ mod tests {
             argv: vec![format!("p{pid}")],
             cap: settings.map(|(c, m, l)| (c.to_string(), m.to_string(), l)),
             cap_from_job: false,
+            lossy: false,
             bytes: vec![(Some("GPU-a".into()), 0, bytes)],
         }
     }
@@ -691,6 +780,25 @@ mod tests {
             ),
             [(10, How::OwnMode)]
         );
+    }
+
+    #[test]
+    fn a_count_that_lost_records_is_no_evidence() {
+        // Its ring dropped frees: the trace says 2 GiB, the GPU 0.5 GiB. No breach, and no ledger blamed.
+        let mut c = counted(10, 2 * GIB, JOB);
+        c.lossy = true;
+        assert!(judge(
+            &cap(),
+            &[gpu(10, GIB / 2)],
+            &[c.clone()],
+            &|_| true,
+            &|_| false
+        )
+        .is_empty());
+        // The GPU's own figure still counts: 3 GiB is past the cap whatever the trace lost.
+        let b = judge(&cap(), &[gpu(10, 3 * GIB)], &[c], &|_| true, &|_| false);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].offenders[0].how, How::Untold);
     }
 
     #[test]

@@ -90,6 +90,9 @@ struct Proc {
     cap_from_job: bool,
     /// Its full command line, as its hello said it.
     argv: Vec<String>,
+    /// Some of its records never reached the trace (dropped, refused, torn): its live bytes may hold a free
+    /// that was lost.
+    lossy: bool,
 }
 
 /// What the trace says of one process of the job, for the cap's check against the GPU's count
@@ -102,6 +105,8 @@ pub struct Counted {
     pub cap: Option<(String, String, bool)>,
     /// Its shim had the job's settings from the collector (so `cap` is the job's).
     pub cap_from_job: bool,
+    /// Some of its records were lost: `bytes` may be too high (a free that never arrived).
+    pub lossy: bool,
     /// Bytes its shim counted, live now, by GPU UUID (an ordinal whose UUID is not known: `None`).
     pub bytes: Vec<(Option<String>, u32, u64)>,
 }
@@ -178,6 +183,7 @@ impl State {
                 k,
                 kind::HELLO
                     | kind::DROPPED
+                    | kind::LOST
                     | kind::PROCESS_END
                     | kind::OOM
                     | kind::EXIT
@@ -206,7 +212,15 @@ impl State {
                     p.cap_from_job = get(keys::hello::CAP_FROM).as_deref() == Some("job");
                     p.argv = h.cmdline;
                 }
-                Ok(Some(Record::Dropped { count, .. })) => self.dropped += count,
+                Ok(Some(Record::Dropped { pid, count, .. })) => {
+                    self.dropped += count;
+                    self.procs.entry(pid).or_default().lossy = true;
+                }
+                // Records of a process that never reached the trace (refused, torn at its death): its live
+                // bytes may miss a free.
+                Ok(Some(Record::Lost { pid, .. })) => {
+                    self.procs.entry(pid).or_default().lossy = true;
+                }
                 Ok(Some(Record::Oom(o))) => {
                     self.refusals += 1;
                     self.procs.entry(o.pid).or_default().open_ooms.push((
@@ -635,6 +649,7 @@ impl State {
                 argv: p.argv.clone(),
                 cap: p.cap.clone(),
                 cap_from_job: p.cap_from_job,
+                lossy: p.lossy,
                 bytes: p
                     .dev
                     .iter()

@@ -129,10 +129,15 @@ impl OutFile {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 Err(OutError::Exists(self.dest.clone()))
             }
-            // A sticky folder's entry of another user's, made between the check and the rename.
+            // A sticky folder's entry of another user's, made between the check and the rename; any other
+            // EPERM is the filesystem's own (one without hard links or RENAME_NOREPLACE, such as some FUSE
+            // mounts), said as it is.
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-                let uid = std::fs::symlink_metadata(&self.dest).map_or(u32::MAX, |m| m.uid());
-                Err(OutError::Theirs(self.dest.clone(), uid))
+                let me = unsafe { libc::geteuid() };
+                match std::fs::symlink_metadata(&self.dest) {
+                    Ok(m) if m.uid() != me => Err(OutError::Theirs(self.dest.clone(), m.uid())),
+                    _ => Err(OutError::Io(self.dest.clone(), e)),
+                }
             }
             Err(e) => Err(OutError::Io(self.dest.clone(), e)),
         }

@@ -71,11 +71,18 @@ impl RuntimeDir {
     /// base tried after the usual ones.
     pub(crate) fn create(last: Option<&Path>) -> Result<RuntimeDir, NoRuntimeDir> {
         let bases = bases(last);
-        for base in &bases {
+        // The usual bases are cleaned every run; the last resorts (/dev/shm, the trace's folder: maybe large, or
+        // on a network filesystem) only when one is tried.
+        let last = last.and_then(|l| std::path::absolute(l).ok());
+        let usual = |b: &PathBuf| b != Path::new("/dev/shm") && Some(b) != last.as_ref();
+        for base in bases.iter().filter(|b| usual(b)) {
             clean_stale(base);
         }
         let mut err = None;
         for base in &bases {
+            if !usual(base) {
+                clean_stale(base);
+            }
             let Ok(template) =
                 CString::new(base.join(format!("{PREFIX}XXXXXX")).as_os_str().as_bytes())
             else {

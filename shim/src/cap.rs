@@ -83,6 +83,13 @@ pub fn get() -> Option<&'static Cap> {
     CAP.get_or_init(build)
 }
 
+/// The cap if this process has built it already (a tracked call came first), without building it: NVML's hooks
+/// use this, so a process that only reads NVML (nvidia-smi, a GPU monitor inside the job) never starts recording.
+#[inline]
+pub fn peek() -> Option<&'static Cap> {
+    CAP.peek()
+}
+
 /// One line on stderr whatever `VRAMTRACE_DEBUG` says: a cap the user asked for and does not get must be told.
 pub(crate) fn warn_line(msg: std::fmt::Arguments) {
     let line = format!("vramtrace: {msg}\n");

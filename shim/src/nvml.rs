@@ -113,9 +113,11 @@ pub fn split_v2(total: u64, free: u64, reserved: u64, job: u64) -> (u64, u64) {
     (reserved, taken - reserved)
 }
 
-/// The cap and the CUDA ordinal of this NVML device, when a cap applies to it.
+/// The cap and the CUDA ordinal of this NVML device, when a cap applies to it. Only a cap already built (by
+/// the process's first tracked driver call): building it here would start recording in a process that only
+/// reads NVML.
 unsafe fn capped_device(device: NvmlDevice) -> Option<(&'static cap::Cap, u32)> {
-    let c = cap::get()?;
+    let c = cap::peek()?;
     let dev = cuda_ordinal(device)?;
     c.cap_of(dev)?;
     Some((c, dev))

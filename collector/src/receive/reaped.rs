@@ -94,7 +94,7 @@ pub(super) fn admit(
                     .parents
                     .lock()
                     .ok()
-                    .and_then(|p| p.get(&child).and_then(|v| v.last()).map(|(_, pp)| *pp))
+                    .and_then(|p| parent_at(&p, child, ts_ns).map(|(_, pp)| pp))
                     .is_some_and(|pp| pp != who.kernel && alive(pp));
                 r.kept.push(Report {
                     reporter: who.kernel,
@@ -109,16 +109,27 @@ pub(super) fn admit(
     Ok(())
 }
 
-/// Whether `pid` names a live process now (a zombie counts: it has not been reaped, so it still parents its
-/// children). A pid reused since only makes a true report of an ancestor refused, never a forged one believed.
+/// Whether `pid` names a live process now: one that has not exited. A zombie (exited, not yet reaped) has already
+/// given its children to a subreaper, which may then report them. A pid reused since only makes a true report of
+/// an ancestor refused, never a forged one believed.
 fn alive(pid: u32) -> bool {
     if pid <= 1 {
         // init reaps orphans outside the job; the job's own subreaper is pid 1 only in a container of its own.
         return false;
     }
-    // SAFETY: kill with signal 0 sends nothing; it only asks whether the pid exists.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the first field after the command's closing parenthesis.
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        // No /proc (or not readable): whether the pid exists at all.
+        Err(_) => {
+            // SAFETY: kill with signal 0 sends nothing; it only asks whether the pid exists.
+            let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+            r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+        }
+    }
 }
 
 /// More reports than any job makes processes for.
@@ -426,6 +437,23 @@ mod tests {
         assert!(exits.is_empty(), "{exits:?}");
         let (exits, _) = judge(&[late], &parents, &HashSet::new());
         assert_eq!(exits.len(), 1);
+    }
+
+    #[test]
+    fn a_zombie_is_no_parent_any_more() {
+        // A child that has exited and is not yet reaped: its children are already a subreaper's.
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        let start = std::time::Instant::now();
+        while alive(pid) {
+            assert!(
+                start.elapsed().as_secs() < 10,
+                "the child never became a zombie"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        c.wait().unwrap();
+        assert!(alive(std::process::id()));
     }
 
     #[test]

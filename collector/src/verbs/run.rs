@@ -207,10 +207,20 @@ fn run_untraced(args: &RunArgs, why: &crate::runtime_dir::NoRuntimeDir, signals:
             .ok()
             .filter(|c| !c.trim().is_empty())
     });
+    // An enforced cap that cannot be kept is not dropped quietly on a shared GPU: refused, as before the job.
+    if cap.is_some() && cap_mode(args).is_ok_and(|m| m == CapMode::Enforce) {
+        return exit::fail(
+            exit::USAGE,
+            format!(
+                "{why}: the cap cannot be enforced without it, so the job was not started (with \
+                 --cap-mode warn it runs untraced and uncapped)"
+            ),
+        );
+    }
     eprintln!(
         "vramtrace: {why}: the job runs untraced: no trace is written{}, no Python bridge",
         cap.map_or(String::new(), |c| format!(
-            ", the cap ({c}) is not enforced"
+            ", the cap ({c}, warn) is not checked"
         ))
     );
     let mut cmd = Command::new(&args.command[0]);

@@ -217,16 +217,21 @@ fn runtime_filesystems_without_inodes_do_not_stop_the_job() {
     let deep = out.join("d".repeat(100));
     std::fs::create_dir_all(&deep).unwrap();
     let trace = deep.join("t.vtrace");
-    let script = format!(
-        "{vt} run --python-agent off --cap 1GiB --out {t} -- {p} 'alloc 1048576' 'exit 3'",
-        vt = vramtrace().display(),
-        t = trace.display(),
-        p = program("probe").display()
-    );
-    let o = without_inodes(&fc, &script).unwrap();
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    let _ = std::fs::remove_dir_all(&out);
-    assert_eq!(o.status.code(), Some(3), "{err}");
+    let run = |cap: &str| {
+        let script = format!(
+            "{vt} run --python-agent off {cap} --out {t} -- {p} 'alloc 1048576' 'exit 3'",
+            vt = vramtrace().display(),
+            t = trace.display(),
+            p = program("probe").display()
+        );
+        let o = without_inodes(&fc, &script).unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run("");
+    assert_eq!(code, Some(3), "{err}");
     let said: Vec<&str> = err
         .lines()
         .filter(|l| l.starts_with("vramtrace:"))
@@ -234,9 +239,20 @@ fn runtime_filesystems_without_inodes_do_not_stop_the_job() {
     assert_eq!(said.len(), 1, "{err}");
     assert!(
         said[0].contains("cannot create a private runtime directory")
-            && said[0].contains("the job runs untraced")
-            && said[0].contains("the cap (1GiB) is not enforced"),
+            && said[0].contains("the job runs untraced"),
         "{err}"
     );
     assert!(!trace.exists(), "an untraced run left a trace");
+    // An enforced cap that cannot be kept is never dropped quietly: the job is not started. Warned of only, it
+    // runs.
+    let (code, err) = run("--cap 1GiB");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("the cap cannot be enforced without it"),
+        "{err}"
+    );
+    let (code, err) = run("--cap 1GiB --cap-mode warn");
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("the cap (1GiB, warn) is not checked"), "{err}");
+    let _ = std::fs::remove_dir_all(&out);
 }
