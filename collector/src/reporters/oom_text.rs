@@ -582,6 +582,24 @@ fn held_by(o: &mut String, a: &Analysis, s: &OomSnapshot) {
         holders(o, h, HELD_BY_HOLDERS);
         return;
     }
+    // A history kept at this error that could not be read is said, not passed over: what follows is from the
+    // call sites instead.
+    if let Some(e) = s
+        .framework
+        .as_ref()
+        .and_then(|f| f.snapshot.as_ref())
+        .and_then(|r| r.error.as_ref())
+    {
+        wrap(
+            o,
+            &format!(
+                "  PyTorch's allocation history kept at this error could not be read, so the lines below are \
+                 the driver's call sites: {}",
+                printable(&e.to_string())
+            ),
+            "    ",
+        );
+    }
     if let Some(r) = s
         .framework
         .as_ref()
