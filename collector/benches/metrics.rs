@@ -144,8 +144,11 @@ struct OwnedRing {
 impl OwnedRing {
     fn new(slots: u64, pid: u32) -> OwnedRing {
         let layout = std::alloc::Layout::from_size_align(ring::bytes_for(slots), 4096).unwrap();
+        // SAFETY: `layout` has a non-zero size (a ring's bytes); the result is checked for null below.
         let mem = unsafe { std::alloc::alloc_zeroed(layout) };
         assert!(!mem.is_null());
+        // SAFETY: `mem` is a zeroed, 4096-aligned allocation of `bytes_for(slots)` bytes, owned with the ring
+        // and freed only when it is dropped.
         let ring = unsafe { Ring::init(mem, slots, pid, 0) };
         OwnedRing { mem, layout, ring }
     }
@@ -153,6 +156,7 @@ impl OwnedRing {
 
 impl Drop for OwnedRing {
     fn drop(&mut self) {
+        // SAFETY: `mem` came from `alloc_zeroed` with this `layout`, freed once, here, with the ring's owner.
         unsafe { std::alloc::dealloc(self.mem, self.layout) };
     }
 }

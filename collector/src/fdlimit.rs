@@ -11,7 +11,9 @@ pub struct Original(libc::rlimit);
 
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit. The limit it had, if it changed.
 pub fn raise() -> Option<Original> {
+    // SAFETY: a C struct of integers (and padding): all zeroes is a valid value.
     let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: the rlimit is a local the call reads or writes; nothing else is touched.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0
         || lim.rlim_cur >= lim.rlim_max
     {
@@ -21,19 +23,23 @@ pub fn raise() -> Option<Original> {
         rlim_cur: lim.rlim_max,
         rlim_max: lim.rlim_max,
     };
+    // SAFETY: the rlimit is a local the call reads or writes; nothing else is touched.
     (unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0).then_some(Original(lim))
 }
 
 impl Original {
     /// Puts the soft limit back. Async-signal-safe (one system call): for the command's `pre_exec`.
     pub fn restore(&self) {
+        // SAFETY: the rlimit is a local the call reads or writes; nothing else is touched.
         unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &self.0) };
     }
 }
 
 /// This process's soft limit on descriptors (for messages).
 pub fn soft() -> Option<u64> {
+    // SAFETY: a C struct of integers (and padding): all zeroes is a valid value.
     let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: the rlimit is a local the call reads or writes; nothing else is touched.
     (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim.rlim_cur as u64)
 }
 
@@ -42,7 +48,9 @@ mod tests {
     use super::*;
 
     fn get() -> libc::rlimit {
+        // SAFETY: a C struct of integers (and padding): all zeroes is a valid value.
         let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+        // SAFETY: the rlimit is a local the call reads or writes; nothing else is touched.
         assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
         lim
     }
@@ -50,6 +58,7 @@ mod tests {
     #[test]
     fn the_soft_limit_is_raised_to_the_hard_one_and_given_back() {
         // In a child process: the limit is the whole test process's.
+        // SAFETY: in a test: the child only makes system calls on locals before `_exit`.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
         if pid == 0 {
@@ -58,6 +67,7 @@ mod tests {
                 rlim_cur: 64.min(hard),
                 rlim_max: hard,
             };
+            // SAFETY: the rlimit is a local the call reads or writes; nothing else is touched.
             let ok = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) } == 0
                 && match raise() {
                     Some(orig) => {
@@ -70,9 +80,11 @@ mod tests {
                 }
                 && soft() == Some(hard)
                 && raise().is_none();
+            // SAFETY: in the forked test child: `_exit` ends it at once, running nothing of the parent's state.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };
         }
         let mut status = 0;
+        // SAFETY: `status` is a local int the call writes; the pid is an integer.
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
         assert!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,

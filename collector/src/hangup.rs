@@ -28,11 +28,13 @@ pub(crate) struct Hangups {
 impl Hangups {
     /// Starts the watcher thread; None if epoll or the thread cannot be had (ends are then stamped when noticed).
     pub(crate) fn start() -> Option<Arc<Hangups>> {
+        // SAFETY: integer flags only; a failure returns -1, checked below.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
             return None;
         }
         let h = Arc::new(Hangups {
+            // SAFETY: `fd` was just returned by epoll_create1 (checked non-negative) and nothing else owns it.
             epoll: unsafe { OwnedFd::from_raw_fd(fd) },
             waiting: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
@@ -61,6 +63,7 @@ impl Hangups {
             u64: key,
         };
         let rc =
+            // SAFETY: both descriptors are open (the epoll ours, `fd` the caller's), `ev` is a local event the call reads.
             unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
         if rc != 0 {
             if let Ok(mut w) = self.waiting.lock() {
@@ -73,6 +76,7 @@ impl Hangups {
     fn watch(&self) {
         let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
         loop {
+            // SAFETY: `evs` is a local array of `evs.len()` events, as the call is told; the epoll descriptor is ours.
             let n = unsafe {
                 libc::epoll_wait(
                     self.epoll.as_raw_fd(),

@@ -1018,6 +1018,7 @@ fn write_status(path: &std::path::Path, st: &Status) -> std::io::Result<()> {
 pub fn attach_dir() -> std::path::PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
         Some(d) => std::path::PathBuf::from(d).join("vramtrace"),
+        // SAFETY: no arguments and no preconditions; it cannot fail.
         None => std::path::PathBuf::from(format!("/tmp/vramtrace-{}", unsafe { libc::geteuid() })),
     }
 }
@@ -1037,6 +1038,7 @@ fn private_dir(dir: std::path::PathBuf) -> std::io::Result<std::path::PathBuf> {
         Err(e) => return Err(e),
     }
     let m = std::fs::symlink_metadata(&dir)?;
+    // SAFETY: no arguments and no preconditions; it cannot fail.
     let me = unsafe { libc::geteuid() };
     let refuse = |why: String| {
         Err(std::io::Error::new(
@@ -1523,6 +1525,7 @@ mod tests {
         let e = private_dir(link).unwrap_err();
         assert!(e.to_string().contains("not a directory"), "{e}");
         // Another user's folder (as root here, CI's case: give it to nobody): refused, nothing written in it.
+        // SAFETY: no arguments and no preconditions; it cannot fail.
         if unsafe { libc::geteuid() } == 0 {
             let theirs = base.join("theirs");
             std::fs::create_dir(&theirs).unwrap();

@@ -133,6 +133,7 @@ impl OutFile {
             // EPERM is the filesystem's own (one without hard links or RENAME_NOREPLACE, such as some FUSE
             // mounts), said as it is.
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                // SAFETY: no arguments and no preconditions; it cannot fail.
                 let me = unsafe { libc::geteuid() };
                 match std::fs::symlink_metadata(&self.dest) {
                     Ok(m) if m.uid() != me => Err(OutError::Theirs(self.dest.clone(), m.uid())),
@@ -167,6 +168,7 @@ fn check_dest(dest: &Path, force: bool) -> Result<(), OutError> {
     if m.is_dir() {
         return Err(OutError::Folder(dest.to_path_buf()));
     }
+    // SAFETY: no arguments and no preconditions; it cannot fail.
     let me = unsafe { libc::geteuid() };
     if m.uid() != me {
         return Err(OutError::Theirs(dest.to_path_buf(), m.uid()));
@@ -210,6 +212,7 @@ fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
 
 fn random() -> u64 {
     let mut v = 0u64;
+    // SAFETY: `v` is a local u64, 8 bytes, as the call is told.
     let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
     if n != 8 {
         // O_EXCL still refuses a name taken; only the retry count suffers.

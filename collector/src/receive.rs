@@ -188,6 +188,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("vramtrace-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.vtrace");
+        // SAFETY: in a test: the child only makes system calls (getrlimit, setrlimit) on locals before `_exit`.
         let child = unsafe { libc::fork() };
         assert!(child >= 0);
         if child == 0 {
@@ -200,21 +201,26 @@ mod tests {
                 let mut conn = Conn::new(ours);
                 // As the kernel would say of the process that sent the hello.
                 conn.kernel_pid = Some(4242);
+                // SAFETY: a C struct of integers (and padding): all zeroes is a valid value.
                 let mut was: libc::rlimit = unsafe { std::mem::zeroed() };
+                // SAFETY: the rlimit is a local the call reads or writes; nothing else is touched.
                 unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut was) };
                 let limit = |n: Option<u64>| {
                     let l = libc::rlimit {
                         rlim_cur: n.map_or(was.rlim_cur, |n| n as libc::rlim_t),
                         rlim_max: was.rlim_max,
                     };
+                    // SAFETY: the rlimit is a local the call reads or writes; nothing else is touched.
                     unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) };
                 };
                 case(&mut conn, &trace, &limit, &path)
             }))
             .unwrap_or(false);
+            // SAFETY: in the forked test child: `_exit` ends it at once, running nothing of the parent's state.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };
         }
         let mut status = 0;
+        // SAFETY: `status` is a local int the call writes; the pid is an integer.
         assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
         let hellos = hellos_in(&std::fs::read(&path).unwrap_or_default());
         let _ = std::fs::remove_dir_all(&dir);

@@ -89,6 +89,7 @@ impl RuntimeDir {
                 continue;
             };
             let mut raw = template.into_bytes_with_nul();
+            // SAFETY: `raw` is a NUL-terminated template we own; mkdtemp rewrites its six X's in place.
             let p = unsafe { libc::mkdtemp(raw.as_mut_ptr().cast()) };
             if p.is_null() {
                 err = Some(io::Error::last_os_error());
@@ -221,6 +222,7 @@ fn is_stale(dir: &Path, me: &Owner) -> bool {
 }
 
 fn me_uid() -> u32 {
+    // SAFETY: no arguments and no preconditions; it cannot fail.
     unsafe { libc::geteuid() }
 }
 

@@ -358,6 +358,7 @@ fn a_fifo_named_by_a_trace_never_hangs_the_report() {
     let d = dir("fifo");
     let fifo = d.join("libfake.so");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     let p = Probe {
         bias: 0x7f00_0000_0000,

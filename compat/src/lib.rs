@@ -30,10 +30,12 @@ mod tests {
     #[test]
     fn it_fills_a_buffer_as_glibcs_does() {
         let mut a = [0u8; 64];
+        // SAFETY: `a` is a local buffer of `a.len()` bytes, as the call is told.
         let n = unsafe { super::getrandom(a.as_mut_ptr().cast(), a.len(), 0) };
         assert_eq!(n, 64);
         assert_ne!(a, [0u8; 64]);
         // A bad buffer: -1 and EFAULT, nothing written.
+        // SAFETY: the bad address is the point: the kernel refuses it (EFAULT) before writing anything.
         let n = unsafe { super::getrandom(8 as *mut _, 16, 0) };
         assert_eq!(n, -1);
         assert_eq!(

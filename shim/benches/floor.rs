@@ -51,8 +51,11 @@ fn main() {
 
     let slots = ring::slots_for_bytes(16 << 20);
     let layout = std::alloc::Layout::from_size_align(ring::bytes_for(slots), 4096).unwrap();
+    // SAFETY: `layout` has a non-zero size (a ring's bytes); the result is checked for null below.
     let mem = unsafe { std::alloc::alloc_zeroed(layout) };
     assert!(!mem.is_null());
+    // SAFETY: `mem` is a zeroed, 4096-aligned allocation of `bytes_for(slots)` bytes, kept until the drainer
+    // is joined and freed after.
     let r = unsafe { Ring::init(mem, slots, 1, 0) };
     let drainer = {
         let stop = stop.clone();
@@ -98,6 +101,7 @@ fn main() {
     stop.store(true, Ordering::Relaxed);
     r.wake_now();
     let drained = drainer.join().unwrap();
+    // SAFETY: `mem` came from `alloc_zeroed` with this `layout`; the drainer that used the ring is joined.
     unsafe { std::alloc::dealloc(mem, layout) };
 
     println!(

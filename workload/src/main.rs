@@ -172,6 +172,7 @@ fn tiny_loop(args: &Args, iters: u64) -> Result<(), String> {
                 cu(e)
             )
         })?;
+        // SAFETY: `p` was allocated just above in the current context and is freed once.
         unsafe { result::free_sync(p) }
             .map_err(|e| format!("CUDA failed: cuMemFree_v2 at iteration {i}: {}", cu(e)))?;
     }

@@ -88,6 +88,7 @@ pub(crate) fn spawn_acceptor(
         .and_then(|v| v.parse().ok())
         .map(Duration::from_millis);
     let me = std::process::id();
+    // SAFETY: no arguments and no preconditions; it cannot fail.
     let uid = unsafe { libc::geteuid() };
     let hangups = Hangups::start();
     thread::Builder::new()
@@ -124,6 +125,7 @@ pub(crate) fn spawn_acceptor(
                                 events: libc::POLLIN,
                                 revents: 0,
                             };
+                            // SAFETY: one local pollfd, as the count says.
                             if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 {
                                 starved = true;
                                 all_announced = false;
@@ -207,6 +209,7 @@ pub(crate) fn spawn_acceptor(
                     events: libc::POLLIN,
                     revents: 0,
                 };
+                // SAFETY: one local pollfd, as the count says.
                 unsafe { libc::poll(&mut pfd, 1, 20) };
             }
         })
@@ -233,8 +236,10 @@ enum Peer {
 
 /// The peer's credentials as the kernel took them when it connected (`SO_PEERCRED`).
 fn peer_cred(stream: &UnixStream) -> Option<libc::ucred> {
+    // SAFETY: a C struct of integers (and padding): all zeroes is a valid value.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is a local ucred and `len` its size, as SO_PEERCRED writes; the socket is open (borrowed from `stream`).
     let rc = unsafe {
         libc::getsockopt(
             stream.as_raw_fd(),
@@ -344,6 +349,7 @@ fn read_parent(pid: u32) -> Result<Option<u32>, io::Error> {
 /// This host's name, as the shim puts it in a hello.
 pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
+    // SAFETY: `buf` is a local buffer of `buf.len()` bytes, as the call is told.
     if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
         return String::new();
     }
@@ -363,18 +369,25 @@ mod tests {
         assert!(matches!(effective_uid(me), Ok(Some(_))));
         assert!(matches!(effective_uid(u32::MAX - 7), Ok(None)));
         // Out of descriptors: an error, never a verdict (a forked child, whose limit is its own).
+        // SAFETY: in a test: the child only makes system calls on locals and reads /proc before `_exit`.
         let child = unsafe { libc::fork() };
         assert!(child >= 0);
         if child == 0 {
+            // SAFETY: a C struct of integers (and padding): all zeroes is a valid value.
             let mut l: libc::rlimit = unsafe { std::mem::zeroed() };
+            // SAFETY: the rlimit is a local the call reads or writes; nothing else is touched.
             unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) };
             l.rlim_cur = 0;
+            // SAFETY: the rlimit is a local the call reads or writes; nothing else is touched.
             if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) } != 0 {
+                // SAFETY: in the forked test child: `_exit` ends it at once, running nothing of the parent's state.
                 unsafe { libc::_exit(9) };
             }
+            // SAFETY: no arguments and no preconditions; it cannot fail.
             let parent = unsafe { libc::getppid() } as u32;
             let a = descends_from(std::process::id(), parent).is_err();
             let b = effective_uid(std::process::id()).is_err();
+            // SAFETY: in the forked test child: `_exit` ends it at once, running nothing of the parent's state.
             unsafe {
                 libc::_exit(if a && b {
                     0
@@ -384,6 +397,7 @@ mod tests {
             };
         }
         let mut status = 0;
+        // SAFETY: `status` is a local int the call writes; the pid is an integer.
         assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
         assert!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,

@@ -276,6 +276,7 @@ impl Conn {
                         events: libc::POLLIN,
                         revents: 0,
                     };
+                    // SAFETY: one local pollfd, as the count says.
                     unsafe { libc::poll(&mut pfd, 1, 100) };
                 }
             }
@@ -1062,6 +1063,7 @@ pub(super) fn peer_hung_up(stream: &UnixStream) -> bool {
         events: libc::POLLRDHUP,
         revents: 0,
     };
+    // SAFETY: one local pollfd, as the count says.
     let n = unsafe { libc::poll(&mut pfd, 1, 0) };
     n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0
 }

@@ -47,16 +47,19 @@ pub(super) fn recv_with_fds(
         iov_len: buf.len(),
     };
     let mut cbuf = [0u64; 32];
+    // SAFETY: a C struct of integers (and padding): all zeroes is a valid value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr().cast();
     msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    // SAFETY: `msg` points at a local iovec and control buffer that outlive the call; the socket is open.
     let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC | flags) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
     let mut fds = Vec::new();
+    // SAFETY: `msg` was filled by recvmsg above with a control buffer of ours; the CMSG macros walk only inside it, and each descriptor SCM_RIGHTS delivered is new to this process, owned once by its OwnedFd.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
         while !c.is_null() {

@@ -12,10 +12,12 @@ pub(super) struct Mapping {
     pub(super) len: usize,
 }
 
+// SAFETY: the mapping is plain shared memory, unmapped only by Drop; moving the owner to another thread moves nothing the kernel ties to a thread.
 unsafe impl Send for Mapping {}
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        // SAFETY: `base` and `len` are the mapping made in `map_ring`, unmapped once, here; no view of it outlives its owner.
         unsafe { libc::munmap(self.base, self.len) };
     }
 }
@@ -23,11 +25,14 @@ impl Drop for Mapping {
 /// Maps a ring's descriptor as it came from a process: only sealed memory (a process that shrank it would make
 /// the collector fault), of a size its header agrees with.
 pub(super) fn map_ring(fd: &OwnedFd) -> Result<(Mapping, Ring, u64), String> {
+    // SAFETY: F_GET_SEALS takes and returns integers on a descriptor we hold.
     let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
     if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
         return Err("its memory is not sealed against shrinking".into());
     }
+    // SAFETY: a C struct of integers (and padding): all zeroes is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a local stat the call writes; the descriptor is one we hold.
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 || st.st_size <= 0 {
         return Err("its size cannot be read".into());
     }
@@ -35,6 +40,7 @@ pub(super) fn map_ring(fd: &OwnedFd) -> Result<(Mapping, Ring, u64), String> {
     if len > ring::bytes_for(ring::MAX_SLOTS) {
         return Err(format!("it is too large ({len} bytes)"));
     }
+    // SAFETY: maps `len` bytes (checked against the descriptor's size and sealed against shrinking above) of a descriptor we hold; the result is checked for MAP_FAILED.
     let base = unsafe {
         libc::mmap(
             std::ptr::null_mut(),

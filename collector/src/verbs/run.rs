@@ -346,6 +346,7 @@ impl Prepared {
         // directory lets others through (0711) but not list it, every name in it is random, the socket is
         // 0666, and the peer check (`spawn_acceptor`, on the kernel's credentials) turns away anything that does
         // not descend from the job.
+        // SAFETY: no arguments and no preconditions; it cannot fail.
         let root = unsafe { libc::geteuid() } == 0;
         let socket = dir.path.join(format!("sock-{:016x}", random_u64()));
         let listener = UnixListener::bind(&socket)
@@ -452,6 +453,7 @@ impl Prepared {
     fn execute(self, args: &RunArgs, signals: Signals) -> Code {
         // Every process of the job that loses its parent becomes ours: we learn how it ended (its wait status),
         // and when none is left, that the job is over.
+        // SAFETY: integer arguments only.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         // The clock's first sample before the job starts: its events' counter ticks convert without a wait.
         crate::ticks::start();
@@ -543,6 +545,7 @@ impl Prepared {
         }
         // Our blocked signals must not be the command's (std does not reset the mask it inherits), nor our
         // descriptor limit.
+        // SAFETY: the closure runs between fork and exec: it only clears the signal mask and restores a resource limit, both async-signal-safe system calls on locals.
         unsafe {
             cmd.pre_exec(move || {
                 let mut set: libc::sigset_t = std::mem::zeroed();

@@ -224,6 +224,7 @@ fn find_job() -> Result<(String, PathBuf), String> {
     // Only a folder that is ours and private is read, and only files of ours in it: another user could have
     // made `/tmp/vramtrace-<uid>` first and planted an address there.
     let dir = crate::live::private_attach_dir().map_err(|e| e.to_string())?;
+    // SAFETY: no arguments and no preconditions; it cannot fail.
     let me = unsafe { libc::geteuid() };
     let mut found: Vec<(std::time::SystemTime, String, PathBuf)> = Vec::new();
     for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -239,6 +240,7 @@ fn find_job() -> Result<(String, PathBuf), String> {
         else {
             continue;
         };
+        // SAFETY: kill takes integers only; a pid gone meanwhile only makes it fail.
         if unsafe { libc::kill(pid, 0) } != 0
             && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
         {
@@ -279,6 +281,7 @@ fn read_status(p: &std::path::Path) -> Result<Sample, String> {
         .and_then(|n| n.split('.').next())
         .and_then(|n| n.parse::<i32>().ok());
     let gone = |pid: i32| {
+        // SAFETY: kill takes integers only; a pid gone meanwhile only makes it fail.
         let r = unsafe { libc::kill(pid, 0) };
         r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
     };
@@ -294,6 +297,7 @@ fn read_status(p: &std::path::Path) -> Result<Sample, String> {
         match f {
             Ok(f) => {
                 let m = f.metadata().map_err(|e| e.to_string())?;
+                // SAFETY: no arguments and no preconditions; it cannot fail.
                 if !m.is_file() || m.uid() != unsafe { libc::geteuid() } {
                     return Err(format!("{} is not the job's status file", p.display()));
                 }

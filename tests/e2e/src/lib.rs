@@ -791,6 +791,7 @@ impl FakeCuda {
 }
 
 pub fn can_drop_privileges() -> bool {
+    // SAFETY: no arguments and no preconditions; it cannot fail.
     let why = if unsafe { libc::geteuid() } != 0 {
         "needs root to run a process as another user"
     } else if !std::process::Command::new("setpriv")

@@ -216,6 +216,7 @@ fn a_trace_that_cannot_be_written_says_what_was_lost() {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // SAFETY: the closure runs between fork and exec and only calls setrlimit on a local.
     unsafe {
         c.pre_exec(|| {
             // Only the collector's: the job raises its own soft limit again (the shim's ring is a file too).

@@ -157,8 +157,10 @@ fn a_stopped_collector_loses_nothing_its_rings_hold_and_says_why_it_lost_the_res
         let pid = child.id() as i32;
         // Stopped before the program allocates, continued after it exited.
         std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: kill takes integers only; a pid gone meanwhile only makes it fail.
         unsafe { libc::kill(pid, libc::SIGSTOP) };
         std::thread::sleep(Duration::from_secs(3));
+        // SAFETY: kill takes integers only; a pid gone meanwhile only makes it fail.
         unsafe { libc::kill(pid, libc::SIGCONT) };
         let run = wait_with_timeout(child, Duration::from_secs(60), "stopped");
         assert_eq!(run.status.code(), Some(7), "{}", run.stderr);
@@ -481,6 +483,7 @@ fn processes_the_collector_had_no_descriptor_for_at_the_end_are_said_to_be_missi
         .lines()
         .filter_map(|l| l.trim().parse::<i32>().ok())
     {
+        // SAFETY: kill takes integers only; a pid gone meanwhile only makes it fail.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     // The 40 hold more descriptors than the collector has: some of the 10 cannot be taken, and that is said,

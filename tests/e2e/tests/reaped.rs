@@ -76,8 +76,10 @@ fn read_conn(c: UnixStream) -> Conn {
     c.set_nonblocking(false).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let fd = c.as_raw_fd();
+    // SAFETY: a C struct of integers: all zeroes is a valid value.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is a local ucred and `len` its size, as SO_PEERCRED writes; the socket is open.
     let ok = unsafe {
         libc::getsockopt(
             fd,
@@ -96,18 +98,22 @@ fn read_conn(c: UnixStream) -> Conn {
             iov_len: data.len(),
         };
         let mut cbuf = [0u64; 8];
+        // SAFETY: a C struct of integers and pointers: all zeroes (null pointers) is a valid value.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = cbuf.as_mut_ptr().cast();
         msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+        // SAFETY: `msg` points at the local iovec and control buffer above, which outlive the call.
         let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC) };
         if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
             continue;
         }
         assert!(n >= 0, "recvmsg: {}", std::io::Error::last_os_error());
+        // SAFETY: `msg` was filled by recvmsg; the macro reads only its own fields.
         let mut cm = unsafe { libc::CMSG_FIRSTHDR(&msg) };
         while !cm.is_null() {
+            // SAFETY: `cm` is non-null and lies inside the control buffer recvmsg filled; CMSG_NXTHDR stays inside it.
             unsafe {
                 if (*cm).cmsg_level == libc::SOL_SOCKET && (*cm).cmsg_type == libc::SCM_RIGHTS {
                     fds.push(libc::CMSG_DATA(cm).cast::<i32>().read_unaligned());
@@ -168,6 +174,7 @@ fn reports(conns: &[Conn]) -> (Vec<Reap>, Vec<Reap>) {
             other => panic!("a connection began with {other:?}"),
         }
         for fd in &c.fds {
+            // SAFETY: each descriptor came to this test by SCM_RIGHTS and is closed once, here.
             unsafe { libc::close(*fd) };
         }
     }

@@ -48,6 +48,7 @@ fn a_killed_collectors_runtime_directory_is_removed_by_the_next_run() {
         std::thread::sleep(Duration::from_millis(20));
     };
     // Killed: nothing of it cleans up.
+    // SAFETY: kill takes integers only; a pid gone meanwhile only makes it fail.
     unsafe { libc::kill(run.id() as i32, libc::SIGKILL) };
     run.wait().unwrap();
     assert!(left.exists());
@@ -79,6 +80,7 @@ fn a_killed_collectors_runtime_directory_is_removed_by_the_next_run() {
 
 #[test]
 fn a_full_runtime_filesystem_does_not_stop_the_job() {
+    // SAFETY: no arguments and no preconditions; it cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: mounting a small filesystem needs root");
         return;
@@ -116,6 +118,7 @@ fn a_full_runtime_filesystem_does_not_stop_the_job() {
 /// Runs `script` in a mount namespace of its own where /tmp and /dev/shm are filesystems with bytes free but no
 /// inode left (the fake driver's folder, under /tmp, bound back in). `None` where that cannot be made here.
 fn without_inodes(fc: &FakeCuda, script: &str) -> Option<std::process::Output> {
+    // SAFETY: no arguments and no preconditions; it cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: a mount namespace needs root");
         return None;

@@ -38,6 +38,7 @@ fn a_dead_collector_never_stops_the_program() {
     assert_eq!(p.cmd2("alloc 1048576").0, 0);
     std::thread::sleep(Duration::from_millis(300));
     // SIGKILL the collector (the probe's parent): the program goes on.
+    // SAFETY: kill takes integers only; a pid gone meanwhile only makes it fail.
     unsafe { libc::kill(p.pid as i32, libc::SIGKILL) };
     std::thread::sleep(Duration::from_millis(100));
     for _ in 0..100 {
@@ -218,6 +219,7 @@ fn an_oom_reaches_the_trace_even_when_the_process_dies_right_after() {
     let child =
         std::fs::read_to_string(format!("/proc/{}/task/{}/children", p.pid, p.pid)).unwrap();
     let probe_pid: i32 = child.split_whitespace().next().unwrap().parse().unwrap();
+    // SAFETY: kill takes integers only; a pid gone meanwhile only makes it fail.
     unsafe { libc::kill(probe_pid, libc::SIGKILL) };
     let status = p.finish();
     assert_eq!(status.code(), Some(137));
@@ -297,6 +299,7 @@ fn signals_sent_to_vramtrace_reach_the_command() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill takes integers only; a pid gone meanwhile only makes it fail.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let start = std::time::Instant::now();
     let r = wait_with_timeout(child, Duration::from_secs(20), "vramtrace run sleep");

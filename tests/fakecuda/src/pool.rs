@@ -117,8 +117,8 @@ fn set_attribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void) -> Result<
         .ok_or(CUDA_ERROR_INVALID_VALUE)?;
     match attr {
         1..=3 => Ok(()), // reuse policies (int)
-        // SAFETY: a cuuint64_t per the API.
         4 => {
+            // SAFETY: a cuuint64_t per the API (the caller's pointer to the value).
             p.release_threshold = unsafe { value.cast::<u64>().read_unaligned() };
             Ok(())
         }

@@ -127,6 +127,7 @@ pub struct LibCuda(*mut c_void);
 
 // SAFETY: a dlopen handle may be used from any thread.
 unsafe impl Send for LibCuda {}
+// SAFETY: as for Send: the handle is only passed to dlsym, which is thread-safe.
 unsafe impl Sync for LibCuda {}
 
 impl LibCuda {

@@ -90,6 +90,7 @@ pub fn hello(pid: u32, ppid: u32, ts_ns: u64, cmd: &str) -> Record {
 pub fn ring_records(fd: i32) -> Vec<Record> {
     // SAFETY: `stat` is integers, valid all zero; fstat fills it for a descriptor the caller holds.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is the local stat above, which the call writes; `fd` is the caller's open descriptor.
     assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
     let len = st.st_size as usize;
     // SAFETY: maps the whole file behind `fd`, checked below, unmapped before returning.
@@ -140,13 +141,17 @@ mod tests {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
         };
+        // SAFETY: a C struct of integers and pointers: all zeroes (null pointers) is a valid value.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = cbuf.as_mut_ptr().cast();
         msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+        // SAFETY: `msg` points at a local iovec and control buffer that outlive the call; the socket is open.
         let n = unsafe { libc::recvmsg(b.as_raw_fd(), &mut msg, 0) };
         assert_eq!(n as usize, frame.len());
+        // SAFETY: recvmsg filled the control buffer with one SCM_RIGHTS message (the whole frame came, checked
+        // above): its first header and data lie inside the buffer.
         let got = unsafe {
             libc::CMSG_DATA(libc::CMSG_FIRSTHDR(&msg))
                 .cast::<i32>()

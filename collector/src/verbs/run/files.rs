@@ -78,6 +78,7 @@ pub(super) fn default_out(command: &[OsString]) -> PathBuf {
 
 pub(super) fn random_u64() -> u64 {
     let mut v = 0u64;
+    // SAFETY: `v` is a local u64, 8 bytes, as the call is told.
     let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
     if n != 8 {
         // No entropy source: still unlikely to be guessed by someone who cannot list the directory.

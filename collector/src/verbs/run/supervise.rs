@@ -12,6 +12,7 @@ pub(super) struct Signals {
 
 impl Signals {
     pub(super) fn block() -> io::Result<Signals> {
+        // SAFETY: `sa` and the signal sets are locals the calls read or write; `on_file_size_limit` is an extern "C" handler that does nothing; the signalfd made here is owned by `Signals`.
         unsafe {
             // A write past a file-size limit (`ulimit -f`) raises SIGXFSZ, which kills: with a handler the write
             // fails with EFBIG instead, and the trace's writer says what was lost. A handler, unlike an ignored
@@ -53,6 +54,7 @@ pub(super) fn reap(
     let mut mine = None;
     loop {
         let mut status = 0;
+        // SAFETY: `status` is a local int the call writes; the pid is an integer.
         let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
         if pid == 0 {
             return (mine, false);
@@ -105,6 +107,7 @@ pub(super) fn supervise(
         }
         if let Some(signo) = wait_signal(signals, 200) {
             if FORWARDED.contains(&signo.0) && signo.1 != libc::SI_KERNEL {
+                // SAFETY: kill takes integers only; a pid gone meanwhile only makes it fail.
                 unsafe { libc::kill(command as i32, signo.0) };
             }
         }
@@ -146,11 +149,14 @@ pub(super) fn wait_signal(signals: &Signals, ms: i32) -> Option<(i32, i32)> {
         events: libc::POLLIN,
         revents: 0,
     };
+    // SAFETY: one local pollfd, as the count says.
     if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
         return None;
     }
+    // SAFETY: a C struct of integers (and padding): all zeroes is a valid value.
     let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
     let size = std::mem::size_of::<libc::signalfd_siginfo>();
+    // SAFETY: `info` is a local signalfd_siginfo and `size` its size, as the call is told; the descriptor is the signalfd we made.
     let n = unsafe { libc::read(signals.fd, &mut info as *mut _ as *mut libc::c_void, size) };
     (n as usize == size).then_some((info.ssi_signo as i32, info.ssi_code))
 }

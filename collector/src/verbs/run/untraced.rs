@@ -50,6 +50,7 @@ pub(super) fn run_untraced(
     std::mem::forget(child);
     loop {
         let mut status = 0;
+        // SAFETY: `status` is a local int the call writes; the pid is an integer.
         let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         if r == pid {
             if let Some(x) = vramtrace_format::ExitStatus::from_wait(status) {
@@ -60,6 +61,7 @@ pub(super) fn run_untraced(
         }
         if let Some(signo) = wait_signal(signals, 200) {
             if FORWARDED.contains(&signo.0) && signo.1 != libc::SI_KERNEL {
+                // SAFETY: kill takes integers only; a pid gone meanwhile only makes it fail.
                 unsafe { libc::kill(pid, signo.0) };
             }
         }

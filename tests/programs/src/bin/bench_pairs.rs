@@ -89,6 +89,7 @@ macro_rules! sites {
         $(
             #[inline(never)]
             fn $name(fns: Fns, p: &mut u64, bytes: usize) -> u32 {
+                // SAFETY: `fns` holds the driver's functions, a context is current, `p` is a live u64.
                 std::hint::black_box(unsafe { fns.alloc(p, bytes) } ^ $n) ^ $n
             }
         )*
@@ -125,6 +126,8 @@ fn main() {
 
 #[inline(never)]
 fn run(pairs: u64, batch: u64, bytes: usize, sites: usize) {
+    // SAFETY: the driver's functions, called with the types cuda.h gives them on locals of the sizes they write;
+    // `backtrace` writes at most `frames.len()` pointers into the local array.
     unsafe {
         // The return addresses from here outwards: what the shim sees above its entry point (the driver is
         // called from this function through a pointer, or from one of the sites).

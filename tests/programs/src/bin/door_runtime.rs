@@ -77,6 +77,7 @@ fn lookups() -> Result<Api, String> {
     // SAFETY: the functions the driver returned for those versions.
     let gpa: GetProcAddressV2 =
         unsafe { std::mem::transmute::<*mut c_void, GetProcAddressV2>(p12) };
+    // SAFETY: as above: the function the driver returned for version 11.
     let gpa4: GetProcAddress = unsafe { std::mem::transmute::<*mut c_void, GetProcAddress>(p11) };
 
     // Versioned lookups.

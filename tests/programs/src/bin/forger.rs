@@ -40,6 +40,7 @@ fn mono_ns() -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
+    // SAFETY: `ts` is a local timespec the call writes.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -255,6 +256,7 @@ fn hoard(bytes: usize, hold_ms: u64) {
 fn dash(ppid: u32, n: u64) {
     let mut pids = Vec::new();
     for _ in 0..n {
+        // SAFETY: the child only connects, writes and `_exit`s: no lock another thread held is taken.
         let child = unsafe { libc::fork() };
         if child == 0 {
             let me = std::process::id();
@@ -263,11 +265,13 @@ fn dash(ppid: u32, n: u64) {
             codec::put_record(&mut buf, &note(me, "dashed in"));
             let _ = s.write_all(&buf);
             ring.try_event(&alloc(6 << 30));
+            // SAFETY: ends the child at once, running nothing of the parent's state.
             unsafe { libc::_exit(0) };
         }
         pids.push(child);
     }
     for p in &pids {
+        // SAFETY: a null status pointer is allowed; the pid is an integer.
         unsafe { libc::waitpid(*p, std::ptr::null_mut(), 0) };
     }
     let list: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
@@ -327,6 +331,8 @@ fn scribble() {
         x
     };
     for round in 0..50 {
+        // SAFETY: scribbling on our own ring is the point: `slots`/`header` bound the writes to its mapping,
+        // which stays mapped while the process lives.
         unsafe {
             let base = slots.sub(header);
             for off in (8..header).step_by(8) {
