@@ -26,6 +26,7 @@ use crate::pystack::{self, FrameKey, Keys, Walk};
 use crate::record;
 use crate::settings;
 use crate::stack_table::Table;
+use crate::tls::{Memo, MEMO_SLOTS};
 
 /// The most return addresses kept per stack (the innermost ones).
 pub const MAX_FRAMES: usize = 64;
@@ -633,25 +634,6 @@ struct Chains {
 /// some 60 frames (about 20 us in libtorch), +10% a step on an H200 (docs/GPU-RESULTS.md, issue 27). A chain is
 /// a few hundred bytes of slots.
 const CHAINS: usize = 512;
-
-/// Return addresses a memo holds: with its other fields and the thread's flags before them, five cache lines (the
-/// slots start 48 bytes into the first: a chain of n return addresses reads 1 + (n + 2) / 4 of them).
-const MEMO_SLOTS: usize = 14;
-
-/// A copy of one short chain, whole, in the thread's static TLS block (`tls::State`). A loop that allocates
-/// from one place finds its chain here: after the driver's trip through the kernel the caches and TLB are cold,
-/// and reading the chains' own buffers (the stack pointers, the chain, its slots: each on the heap, apart) cost a
-/// page walk each (docs/GPU-RESULTS.md, "The 1 MiB loop inside one process"); in `Local`, on the heap, it cost
-/// one, and a pointer's load before it (issue 27).
-#[repr(C)]
-pub(crate) struct Memo {
-    /// The capturing frame's stack pointer; 0: empty.
-    sp: u64,
-    owner: usize,
-    id: u32,
-    n: u32,
-    slots: [(u64, u64); MEMO_SLOTS],
-}
 
 impl Memo {
     /// Empty: what a thread starts with (all zero, as `.tbss`; the `thread_local!` elsewhere starts with this).

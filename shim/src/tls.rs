@@ -17,7 +17,24 @@
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_void;
 
-use crate::stacks::Memo;
+/// Return addresses a memo holds: with its other fields and the thread's flags before them, five cache lines (the
+/// slots start 48 bytes into the first: a chain of n return addresses reads 1 + (n + 2) / 4 of them).
+pub(crate) const MEMO_SLOTS: usize = 14;
+
+/// A copy of one short chain, whole, in the thread's static TLS block (`tls::State`). A loop that allocates
+/// from one place finds its chain here: after the driver's trip through the kernel the caches and TLB are cold,
+/// and reading the chains' own buffers (the stack pointers, the chain, its slots: each on the heap, apart) cost a
+/// page walk each (docs/GPU-RESULTS.md, "The 1 MiB loop inside one process"); in `Local`, on the heap, it cost
+/// one, and a pointer's load before it (issue 27).
+#[repr(C)]
+pub(crate) struct Memo {
+    /// The capturing frame's stack pointer; 0: empty.
+    pub(crate) sp: u64,
+    pub(crate) owner: usize,
+    pub(crate) id: u32,
+    pub(crate) n: u32,
+    pub(crate) slots: [(u64, u64); MEMO_SLOTS],
+}
 
 /// One thread's state. All zero at thread start (`.tbss`). Aligned to a cache line, whose first bytes hold the
 /// flags every hook reads and the memo's own fields.

@@ -4,8 +4,8 @@
 use serde::Serialize;
 
 use super::json::print;
-use crate::verbs::whatif::Answered;
 use crate::whatif::answer::WhatIf;
+use crate::whatif::answered::Answered;
 use crate::whatif::sim::Failure;
 
 pub const SCHEMA_VERSION: u64 = 1;

@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 
 use crate::units::{bytes, count};
-use crate::verbs::whatif::Answered;
 use crate::whatif::answer::WhatIf;
+use crate::whatif::answered::Answered;
 use crate::whatif::history::History;
 use crate::whatif::sim::Failure;
 

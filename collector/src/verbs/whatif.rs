@@ -16,7 +16,8 @@ use vramtrace_format::cap::CapSpec;
 use crate::exit::{self, Code};
 use crate::model;
 use crate::reporters::{whatif_json, whatif_text};
-use crate::whatif::answer::{answer, Limit, WhatIf};
+use crate::whatif::answer::{answer, Limit};
+use crate::whatif::answered::Answered;
 use crate::whatif::from_trace::{load, Loaded};
 use crate::whatif::settings::{default_grid, Settings};
 
@@ -43,13 +44,6 @@ pub struct WhatifArgs {
     /// Print the documented JSON (docs/JSON-SCHEMA.md) instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// One trace's what-if, or why there is none.
-pub struct Answered {
-    pub file: PathBuf,
-    pub loaded: Loaded,
-    pub whatif: Option<WhatIf>,
 }
 
 fn limit_for(args: &WhatifArgs, l: &Loaded, devices: &[u32]) -> Result<Option<Limit>, String> {

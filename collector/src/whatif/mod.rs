@@ -4,6 +4,7 @@
 //! histories together against a limit.
 
 pub mod answer;
+pub mod answered;
 pub mod async_pool;
 pub mod caveat;
 pub mod from_trace;
