@@ -6,7 +6,8 @@
 //! what the trace counted.
 //!
 //! A process's GPU figure includes what the shim never counts (its context, modules, libraries), so each
-//! process is allowed [`ALLOWANCE`] (or `--cap-allowance`) beyond its counted bytes. The job is past its cap on a GPU when the sum over
+//! process is allowed [`ALLOWANCE`] (or `--cap-allowance`) beyond its counted bytes. The job is past its cap on a
+//! GPU when the sum over
 //! its processes of the larger of (counted, GPU figure less the allowance) passes the cap, twice in a row (the
 //! trace can lag the driver by a drain). Then, under `--cap-mode enforce`, the job is stopped (SIGTERM, SIGKILL
 //! 5 s later) and the post-mortem names each process that got past and how; under `warn` it is flagged.
@@ -268,7 +269,9 @@ pub fn judge(
             if let Some(how) = how.filter(|_| holds && (escaped || !untraced)) {
                 offenders.push(Offender {
                     pid: *pid,
-                    argv: t.map(|t| t.argv.clone()).unwrap_or_else(|| argv_of(*pid)),
+                    argv: t
+                        .map(|t| t.argv.clone())
+                        .unwrap_or_else(|| crate::receive::cmdline_of(*pid)),
                     gpu_bytes: *g,
                     counted: *c,
                     how,
@@ -312,19 +315,6 @@ pub fn judge(
     out
 }
 
-/// A process's command line from /proc (for one that never said hello).
-fn argv_of(pid: u32) -> Vec<String> {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| {
-            b.split(|c| *c == 0)
-                .filter(|w| !w.is_empty())
-                .take(64)
-                .map(|w| String::from_utf8_lossy(w).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Whether `libvramtrace.so` is mapped in `pid` (by /proc/<pid>/maps, at most 4 MiB of it read).
 fn shim_loaded(pid: u32) -> bool {
     use std::io::Read;
@@ -335,29 +325,10 @@ fn shim_loaded(pid: u32) -> bool {
         && maps.windows(15).any(|w| w == b"libvramtrace.so")
 }
 
-/// The parent of `pid`, by /proc.
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 1..]
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// Whether `pid` descends from `root` (orphans of the job are reparented to `run`, its subreaper).
-pub fn descends_from(pid: u32, root: u32) -> bool {
-    let mut p = pid;
-    for _ in 0..256 {
-        if p == root {
-            return true;
-        }
-        match parent_of(p) {
-            Some(up) if up > 1 && up != p => p = up,
-            _ => return false,
-        }
-    }
-    false
+/// Whether `pid` descends from `root` (orphans of the job are reparented to `run`, its subreaper): the
+/// acceptor's test (by /proc), a failure to read /proc taken as no.
+fn descends_from(pid: u32, root: u32) -> bool {
+    crate::receive::descends_from(pid, root).unwrap_or(false)
 }
 
 /// Every process descending from `root`, by /proc.
@@ -552,7 +523,6 @@ mod tests {
             pid,
             argv: vec![format!("p{pid}")],
             cap: settings.map(|(c, m, l)| (c.to_string(), m.to_string(), l)),
-            cap_from_job: false,
             lossy: false,
             bytes: vec![(Some("GPU-a".into()), 0, bytes)],
         }

@@ -63,7 +63,8 @@ impl Hangups {
             u64: key,
         };
         let rc =
-            // SAFETY: both descriptors are open (the epoll ours, `fd` the caller's), `ev` is a local event the call reads.
+            // SAFETY: both descriptors are open (the epoll ours, `fd` the caller's), `ev` is a local event the call
+            // reads.
             unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
         if rc != 0 {
             if let Ok(mut w) = self.waiting.lock() {

@@ -2,7 +2,9 @@
 //! one file per output format), over `model`, which replays a trace into live sets, peaks, timelines, out-of-memory
 //! snapshots and their diagnosis. Beside them: `receive` (a job's processes into the trace), `live` (the running
 //! job's figures for `--metrics` and `top`), `callsites` and `symbols` (call sites, resolved offline),
-//! `ticks` (events' counter ticks to ns), `fdlimit` (room for a socket per process), `torch_snapshot` (PyTorch's snapshot pickles), `bridge_files` (the Python bridge, carried in the binary), `untrusted_file` (opening only regular files).
+//! `ticks` (events' counter ticks to ns), `fdlimit` (room for a socket per process), `torch_snapshot` (PyTorch's
+//! snapshot pickles), `bridge_files` (the Python bridge, carried in the binary), `untrusted_file` (opening only
+//! regular files).
 
 pub mod bridge_files;
 pub mod callsites;

@@ -86,8 +86,6 @@ struct Proc {
     open_ooms: Vec<(u32, u32, u64)>,
     /// The cap its shim applies, by its hello: (spec, mode, given the job's ledger).
     cap: Option<(String, String, bool)>,
-    /// Its shim had the job's settings from the collector in time (its `cap` is then the job's).
-    cap_from_job: bool,
     /// Its full command line, as its hello said it.
     argv: Vec<String>,
     /// Some of its records never reached the trace (dropped, refused, torn): its live bytes may hold a free
@@ -103,8 +101,6 @@ pub struct Counted {
     pub argv: Vec<String>,
     /// The cap its shim applies, by its hello: (spec, mode, given the job's ledger). `None`: no cap.
     pub cap: Option<(String, String, bool)>,
-    /// Its shim had the job's settings from the collector (so `cap` is the job's).
-    pub cap_from_job: bool,
     /// Some of its records were lost: `bytes` may be too high (a free that never arrived).
     pub lossy: bool,
     /// Bytes its shim counted, live now, by GPU UUID (an ordinal whose UUID is not known: `None`).
@@ -209,7 +205,6 @@ impl State {
                             get(keys::hello::CAP_LEDGER).as_deref() == Some("1"),
                         )
                     });
-                    p.cap_from_job = get(keys::hello::CAP_FROM).as_deref() == Some("job");
                     p.argv = h.cmdline;
                 }
                 Ok(Some(Record::Dropped { pid, count, .. })) => {
@@ -648,7 +643,6 @@ impl State {
                 pid: *pid,
                 argv: p.argv.clone(),
                 cap: p.cap.clone(),
-                cap_from_job: p.cap_from_job,
                 lossy: p.lossy,
                 bytes: p
                     .dev

@@ -73,10 +73,16 @@ impl OutFile {
         for _ in 0..16 {
             let mut t = OsString::from(".");
             t.push(name);
-            t.push(format!(".vramtrace-{:016x}", random()));
+            t.push(format!(
+                ".vramtrace-{:016x}",
+                crate::runtime_dir::random_u64()
+            ));
             // A name too long for the folder with the suffix: a shorter one beside it.
             if t.as_bytes().len() > 255 {
-                t = OsString::from(format!(".vramtrace-out-{:016x}", random()));
+                t = OsString::from(format!(
+                    ".vramtrace-out-{:016x}",
+                    crate::runtime_dir::random_u64()
+                ));
             }
             let tmp = dir.join(t);
             match std::fs::OpenOptions::new()
@@ -208,20 +214,6 @@ fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     }
     std::fs::hard_link(from, to)?;
     std::fs::remove_file(from)
-}
-
-fn random() -> u64 {
-    let mut v = 0u64;
-    // SAFETY: `v` is a local u64, 8 bytes, as the call is told.
-    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
-    if n != 8 {
-        // O_EXCL still refuses a name taken; only the retry count suffers.
-        v = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            ^ u64::from(std::process::id()) << 32;
-    }
-    v
 }
 
 #[cfg(test)]

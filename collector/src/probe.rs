@@ -65,7 +65,8 @@ pub fn main() -> Code {
     type Get = unsafe extern "C" fn(*mut i32, i32) -> u32;
     type Total = unsafe extern "C" fn(*mut usize, i32) -> u32;
     type Uuid = unsafe extern "C" fn(*mut [u8; 16], i32) -> u32;
-    // SAFETY: in `vramtrace __probe`, a process of its own: the driver's functions are called with the types cuda.h gives them, on locals of the sizes they write; a driver that crashes takes only this process.
+    // SAFETY: in `vramtrace __probe`, a process of its own: the driver's functions are called with the types cuda.h
+    // gives them, on locals of the sizes they write; a driver that crashes takes only this process.
     unsafe {
         let Ok(lib) = libloading::Library::new("libcuda.so.1") else {
             return 3;

@@ -26,7 +26,9 @@ mod ring_map;
 mod writer;
 
 use accept::peer_identity;
-pub(crate) use accept::{hostname, spawn_acceptor, Connections, STARVED_NOTE};
+pub(crate) use accept::{
+    cmdline_of, descends_from, hostname, spawn_acceptor, Connections, STARVED_NOTE,
+};
 use conn::{Conn, GonePeer};
 use hold::put_note;
 use limits::CLOCK_MARGIN_NS;

@@ -262,6 +262,19 @@ pub(crate) fn clean_stale(base: &Path) -> usize {
     removed
 }
 
+/// 64 random bits for names nobody else may guess (the socket, the ledger, an output's temporary, the job's
+/// token).
+pub(crate) fn random_u64() -> u64 {
+    let mut v = 0u64;
+    // SAFETY: `v` is a local u64, 8 bytes, as the call is told.
+    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
+    if n != 8 {
+        // No entropy source: still unlikely to be guessed by someone who cannot list the directory.
+        v = crate::ticks::mono_ns() ^ (std::process::id() as u64) << 32;
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -323,7 +323,8 @@ impl Record {
     }
 
     /// The time of a record a process stamps itself and sends whole (an out-of-memory record, a note, the
-    /// bridge's records, a context torn down, a child reaped); `None` for the others (events carry their own, the collector
+    /// bridge's records, a context torn down, a child reaped); `None` for the others (events carry their own, the
+    /// collector
     /// writes the rest).
     pub fn process_time_mut(&mut self) -> Option<&mut u64> {
         match self {

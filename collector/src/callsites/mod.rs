@@ -1,6 +1,7 @@
 //! Call sites: where allocations came from (trace format 2's `Stack`, `Objects` and `Note` records).
 //!
-//! During the replay (`model::replay::site_store`) each process keeps its stacks (stack id -> native return addresses and Python
+//! During the replay (`model::replay::site_store`) each process keeps its stacks (stack id -> native return
+//! addresses and Python
 //! frames, strings interned, memory bounded by `MAX_STACKS` and the frame limits), its loaded objects (every
 //! list it sent, merged: see `ObjectTable`), and per (process, stack, device) an aggregate: allocations,
 //! bytes allocated, bytes live now, bytes live at the device's peak, bytes live at the end.

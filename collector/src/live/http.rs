@@ -1,6 +1,7 @@
 //! A small HTTP/1.1 server: `GET /metrics` answers the OpenMetrics text, anything else 404 (405 for other
 //! methods). Only what Prometheus scrapes: a TCP port is open to every local user (loopback too), so the
-//! job's command lines and pids are not served here (`top` reads them from the owner's private status file). One request per connection (`Connection: close`). Each connection is answered on a thread of its
+//! job's command lines and pids are not served here (`top` reads them from the owner's private status file). One
+//! request per connection (`Connection: close`). Each connection is answered on a thread of its
 //! own (at most [`MAX_CLIENTS`] at once) within one deadline for the whole exchange ([`DEADLINE`]): a client
 //! that sends a byte now and then, or never reads, can neither hold a scrape up nor keep `run` from ending
 //! (connection threads are never waited for). When every place is taken, the connection that has waited

@@ -239,7 +239,8 @@ fn peer_cred(stream: &UnixStream) -> Option<libc::ucred> {
     // SAFETY: a C struct of integers (and padding): all zeroes is a valid value.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` is a local ucred and `len` its size, as SO_PEERCRED writes; the socket is open (borrowed from `stream`).
+    // SAFETY: `cred` is a local ucred and `len` its size, as SO_PEERCRED writes; the socket is open (borrowed from
+    // `stream`).
     let rc = unsafe {
         libc::getsockopt(
             stream.as_raw_fd(),
@@ -295,7 +296,7 @@ fn effective_uid(pid: u32) -> Result<Option<u32>, io::Error> {
 }
 
 /// Whether `pid`'s chain of parents (by /proc) reaches `ancestor`.
-fn descends_from(mut pid: u32, ancestor: u32) -> Result<bool, io::Error> {
+pub(crate) fn descends_from(mut pid: u32, ancestor: u32) -> Result<bool, io::Error> {
     for _ in 0..4096 {
         if pid == ancestor {
             return Ok(true);
@@ -315,15 +316,19 @@ fn descends_from(mut pid: u32, ancestor: u32) -> Result<bool, io::Error> {
 pub(super) fn peer_identity(stream: &UnixStream) -> Option<(u32, Vec<String>, u32)> {
     let cred = peer_cred(stream).filter(|c| c.pid > 0)?;
     let pid = cred.pid as u32;
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+    Some((pid, cmdline_of(pid), parent_of(pid).unwrap_or(0)))
+}
+
+/// `pid`'s command line, by /proc (empty when it is gone).
+pub(crate) fn cmdline_of(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|b| {
             b.split(|c| *c == 0)
                 .filter(|a| !a.is_empty())
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect()
         })
-        .unwrap_or_default();
-    Some((pid, cmdline, parent_of(pid).unwrap_or(0)))
+        .unwrap_or_default()
 }
 
 /// `pid`'s parent, by /proc.

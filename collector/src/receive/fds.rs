@@ -59,7 +59,8 @@ pub(super) fn recv_with_fds(
         return Err(io::Error::last_os_error());
     }
     let mut fds = Vec::new();
-    // SAFETY: `msg` was filled by recvmsg above with a control buffer of ours; the CMSG macros walk only inside it, and each descriptor SCM_RIGHTS delivered is new to this process, owned once by its OwnedFd.
+    // SAFETY: `msg` was filled by recvmsg above with a control buffer of ours; the CMSG macros walk only inside it,
+    // and each descriptor SCM_RIGHTS delivered is new to this process, owned once by its OwnedFd.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
         while !c.is_null() {

@@ -12,12 +12,14 @@ pub(super) struct Mapping {
     pub(super) len: usize,
 }
 
-// SAFETY: the mapping is plain shared memory, unmapped only by Drop; moving the owner to another thread moves nothing the kernel ties to a thread.
+// SAFETY: the mapping is plain shared memory, unmapped only by Drop; moving the owner to another thread moves
+// nothing the kernel ties to a thread.
 unsafe impl Send for Mapping {}
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: `base` and `len` are the mapping made in `map_ring`, unmapped once, here; no view of it outlives its owner.
+        // SAFETY: `base` and `len` are the mapping made in `map_ring`, unmapped once, here; no view of it outlives
+        // its owner.
         unsafe { libc::munmap(self.base, self.len) };
     }
 }
@@ -40,7 +42,8 @@ pub(super) fn map_ring(fd: &OwnedFd) -> Result<(Mapping, Ring, u64), String> {
     if len > ring::bytes_for(ring::MAX_SLOTS) {
         return Err(format!("it is too large ({len} bytes)"));
     }
-    // SAFETY: maps `len` bytes (checked against the descriptor's size and sealed against shrinking above) of a descriptor we hold; the result is checked for MAP_FAILED.
+    // SAFETY: maps `len` bytes (checked against the descriptor's size and sealed against shrinking above) of a
+    // descriptor we hold; the result is checked for MAP_FAILED.
     let base = unsafe {
         libc::mmap(
             std::ptr::null_mut(),

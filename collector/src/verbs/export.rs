@@ -1,5 +1,6 @@
 //! `vramtrace export TRACE --format memory-viz|perfetto|html --out FILE`: the trace in a viewer people already
-//! use, or in a page of its own (docs/EXPORTS.md). The reporters are in `reporters/`, one file per format; they are fed by the model's
+//! use, or in a page of its own (docs/EXPORTS.md). The reporters are in `reporters/`, one file per format; they are
+//! fed by the model's
 //! replay ([`crate::model::observe::tap`]), so what they show is what `report` shows, in the same order.
 //!
 //! A trace that cannot be read, or an output that cannot be created, is one line on stderr and exit 2; an
@@ -104,7 +105,8 @@ pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
     Ok(r)
 }
 
-/// Several traces' headers, which can be read together (`fleet::check_together`), in the order of their wall-clock starts, each with how
+/// Several traces' headers, which can be read together (`fleet::check_together`), in the order of their wall-clock
+/// starts, each with how
 /// much later than the first it started (ns).
 fn job_order(traces: &[PathBuf], force: bool) -> Result<Vec<(PathBuf, TraceHeader, u64)>, Failed> {
     let mut hs = Vec::new();

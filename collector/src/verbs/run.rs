@@ -23,7 +23,7 @@ use crate::cap_check::CapOn;
 use crate::exit::{self, Code};
 use crate::probe;
 use crate::receive::{spawn_acceptor, Connections, TraceWriter};
-use crate::runtime_dir::RuntimeDir;
+use crate::runtime_dir::{random_u64, RuntimeDir};
 use crate::ticks::mono_ns;
 use crate::units;
 use vramtrace_format::cap::CapSpec;
@@ -545,18 +545,7 @@ impl Prepared {
         }
         // Our blocked signals must not be the command's (std does not reset the mask it inherits), nor our
         // descriptor limit.
-        // SAFETY: the closure runs between fork and exec: it only clears the signal mask and restores a resource limit, both async-signal-safe system calls on locals.
-        unsafe {
-            cmd.pre_exec(move || {
-                let mut set: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut set);
-                libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-                if let Some(o) = nofile {
-                    o.restore();
-                }
-                Ok(())
-            });
-        }
+        as_started(&mut cmd, nofile);
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {

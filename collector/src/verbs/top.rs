@@ -1,6 +1,7 @@
 //! `vramtrace top`: attaches to a running job (a `vramtrace run --metrics`) and shows, refreshed, bytes in use
 //! per GPU and process, peak, cap and headroom, the allocation rate and a sparkline of each GPU's bytes. It reads
-//! the run's typed status (`/status.json`, the figures `/metrics` serves Prometheus), found through the attach file the run writes
+//! the run's typed status (`/status.json`, the figures `/metrics` serves Prometheus), found through the attach file
+//! the run writes
 //! (`$XDG_RUNTIME_DIR/vramtrace/<pid>.addr`) or given with `--addr`. On a terminal: ratatui (q or Esc quits);
 //! otherwise, or with `--once`, plain text.
 

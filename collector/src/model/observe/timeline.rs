@@ -1,4 +1,5 @@
-//! A device's bytes in use over time, downsampled as it is built: buckets start 1 µs wide (so a short run still has a shape); when a value would
+//! A device's bytes in use over time, downsampled as it is built: buckets start 1 µs wide (so a short run still has
+//! a shape); when a value would
 //! land past the last of `MAX_BUCKETS`, neighbouring pairs merge and the width doubles. Each bucket keeps the
 //! highest value seen in it and the value at its end, so a peak is never lost to downsampling.
 

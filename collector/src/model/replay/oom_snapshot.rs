@@ -50,7 +50,8 @@ impl Replay<'_> {
 
     /// Attaches a framework's out-of-memory record to the driver's snapshot of the same error (the last
     /// failed request of its thread on that device not recovered from, or of the process there within
-    /// [`FOLD_NS`]; earlier ones were the allocator's retries and fold into it), or snapshots it on its own when the driver saw no failure (PyTorch's
+    /// [`FOLD_NS`]; earlier ones were the allocator's retries and fold into it), or snapshots it on its own when
+    /// the driver saw no failure (PyTorch's
     /// per-process memory fraction refuses before asking the driver).
     pub(in crate::model) fn fold_framework_oom(
         &mut self,

@@ -76,17 +76,6 @@ pub(super) fn default_out(command: &[OsString]) -> PathBuf {
     PathBuf::from(format!("vramtrace-{prog}-{}.vtrace", std::process::id()))
 }
 
-pub(super) fn random_u64() -> u64 {
-    let mut v = 0u64;
-    // SAFETY: `v` is a local u64, 8 bytes, as the call is told.
-    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
-    if n != 8 {
-        // No entropy source: still unlikely to be guessed by someone who cannot list the directory.
-        v = mono_ns() ^ (std::process::id() as u64) << 32;
-    }
-    v
-}
-
 pub(super) fn set_mode(path: &Path, mode: u32) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))

@@ -12,7 +12,8 @@ pub(super) struct Signals {
 
 impl Signals {
     pub(super) fn block() -> io::Result<Signals> {
-        // SAFETY: `sa` and the signal sets are locals the calls read or write; `on_file_size_limit` is an extern "C" handler that does nothing; the signalfd made here is owned by `Signals`.
+        // SAFETY: `sa` and the signal sets are locals the calls read or write; `on_file_size_limit` is an extern
+        // "C" handler that does nothing; the signalfd made here is owned by `Signals`.
         unsafe {
             // A write past a file-size limit (`ulimit -f`) raises SIGXFSZ, which kills: with a handler the write
             // fails with EFBIG instead, and the trace's writer says what was lost. A handler, unlike an ignored
@@ -156,7 +157,8 @@ pub(super) fn wait_signal(signals: &Signals, ms: i32) -> Option<(i32, i32)> {
     // SAFETY: a C struct of integers (and padding): all zeroes is a valid value.
     let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
     let size = std::mem::size_of::<libc::signalfd_siginfo>();
-    // SAFETY: `info` is a local signalfd_siginfo and `size` its size, as the call is told; the descriptor is the signalfd we made.
+    // SAFETY: `info` is a local signalfd_siginfo and `size` its size, as the call is told; the descriptor is the
+    // signalfd we made.
     let n = unsafe { libc::read(signals.fd, &mut info as *mut _ as *mut libc::c_void, size) };
     (n as usize == size).then_some((info.ssi_signo as i32, info.ssi_code))
 }
@@ -164,4 +166,22 @@ pub(super) fn wait_signal(signals: &Signals, ms: i32) -> Option<(i32, i32)> {
 /// The command's exit code, or 128+N when signal N ended it, as a shell reports it.
 pub(super) fn exit_code(status: Option<vramtrace_format::ExitStatus>) -> Code {
     status.map_or(exit::FAILURE, |s| s.shell_code())
+}
+
+/// The command starts as if `run` were not there: none of our blocked signals (std does not reset the mask it
+/// inherits), and the descriptor limit it had before we raised ours (`nofile`).
+pub(super) fn as_started(cmd: &mut Command, nofile: Option<crate::fdlimit::Original>) {
+    // SAFETY: the closure runs between fork and exec: it only clears the signal mask and restores a resource
+    // limit, async-signal-safe system calls on locals.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            if let Some(o) = nofile {
+                o.restore();
+            }
+            Ok(())
+        });
+    }
 }

@@ -33,15 +33,7 @@ pub(super) fn run_untraced(
     );
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-            Ok(())
-        });
-    }
+    as_started(&mut cmd, None);
     let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return spawn_failed(args, &e),
