@@ -229,7 +229,7 @@ fn replay_frames_tapped(
     let (reader, a, unknown_frames, stopped) = std::thread::scope(|scope| {
         let mut st = Replay::new(header.start_mono_ns, bound.max(8), reference);
         st.merge.start_thread(scope);
-        st.tap = tap;
+        st.tap = tap.map(|t| Box::new(t) as Box<dyn tap::Tap + '_>);
         if let Some(t) = st.tap.as_mut() {
             t.start(&header);
         }

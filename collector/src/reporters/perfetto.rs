@@ -393,7 +393,7 @@ fn counter_packet(ts: u64, track: u64, value: u64) -> TracePacket {
     }
 }
 
-impl<W: Write> Tap for Perfetto<W> {
+impl<W: Write + Send> Tap for Perfetto<W> {
     fn start(&mut self, header: &TraceHeader) {
         self.start_mono = header.start_mono_ns;
         self.command = header.command.clone();

@@ -20,7 +20,7 @@ use crate::model::input::merge::{Merge, Out};
 use crate::model::input::merge_link::{Chunk, MergeLink};
 use crate::model::observe::leak::{site_ref, trim_leaks};
 use crate::model::observe::steps::StepSeries;
-use crate::model::observe::tap::{Change, Step, Tap};
+use crate::model::observe::tap::{Change, ErrorStep, Step, Tap};
 use crate::model::observe::timeline::Timeline;
 use crate::model::observe::timeline::{self, TimelineBuilder};
 pub(crate) use crate::model::replay::book::HOST_DEVICE;
@@ -300,8 +300,9 @@ pub(super) struct Replay<'t> {
     /// Stacks, notes and call-site aggregates.
     cs: callsites::Store,
     fw: framework::FwReplay,
-    /// The exports' tap: every change to memory, as it is applied.
-    pub(super) tap: Option<&'t mut dyn Tap>,
+    /// The observers' tap (the exports, the live metrics): every change to memory and every decision, as it is
+    /// applied.
+    pub(super) tap: Option<Box<dyn Tap + 't>>,
     /// Each ordinal's GPU as the processes named it (`Record::Devices`): `None` once two named different ones.
     uuids: std::collections::BTreeMap<u32, Option<[u8; 16]>>,
 }
@@ -461,7 +462,15 @@ impl<'t> Replay<'t> {
         }
     }
 
-    /// The trace is read: replays everything still in the merge. Returns the merge's count of inexact entries.
+    /// The trace is read (or the job is over): replays everything still in the merge, and the refusals still
+    /// open are errors (nothing can recover them now). Returns the merge's count of inexact entries.
+    pub(super) fn drain(&mut self) -> u64 {
+        let n = self.pump_to_end();
+        let end = self.rel(self.last_ts);
+        self.unrecovered(|_| true, end);
+        n
+    }
+
     fn pump_to_end(&mut self) -> u64 {
         while let Some(c) = self.merge.send_or_take() {
             self.replay_chunk(c);
@@ -501,13 +510,16 @@ impl<'t> Replay<'t> {
         match entry {
             Entry::Hello { slot, hello } => self.hello_applied(slot, *hello),
             Entry::End { slot } => self.end_process(slot, ts),
-            Entry::Oom { slot, oom } => self.snapshot(slot, &oom, ts),
+            Entry::Oom { slot, oom } => self.snapshot(slot, &oom, ts, true),
             Entry::Framework { slot, rec } => self.on_fw(slot, *rec, ts),
             Entry::ContextGone { slot, device } => self.context_gone(slot, device, ts),
             Entry::Dropped { slot, count } => {
                 let p = &mut self.procs[slot].s;
                 p.dropped_events = p.dropped_events.saturating_add(count);
                 self.dropped = self.dropped.saturating_add(count);
+                if let Some(tap) = self.tap.as_mut() {
+                    tap.dropped(slot, count);
+                }
             }
         }
     }
@@ -534,6 +546,41 @@ impl<'t> Replay<'t> {
         let t = self.rel(ts);
         self.collect_live(s, t, true);
         self.fw.on_process_end(s, t);
+        // Refusals it never recovered from, nor raised as a framework's error: each an error, decided now.
+        if self.procs[s].open_oom {
+            self.unrecovered(|o| o.slot == s, t);
+        }
+        if let Some(tap) = self.tap.as_mut() {
+            tap.ended(s, t);
+        }
+    }
+
+    /// The open refusals `which` picks are errors, decided at `t`.
+    fn unrecovered(&mut self, which: impl Fn(&OpenOom) -> bool, t: u64) {
+        let mut i = 0;
+        while i < self.open_ooms.len() {
+            if which(&self.open_ooms[i]) {
+                let o = self.open_ooms.remove(i);
+                self.procs[o.slot].open_oom = self.open_ooms.iter().any(|x| x.slot == o.slot);
+                self.error(o.slot, Some(o.device), t);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// One out-of-memory error of process `s` on raw device `device`, decided at `t`: the one place the
+    /// count moves, so every observer counts what the report counts.
+    pub(super) fn error(&mut self, s: usize, device: Option<u32>, t: u64) {
+        self.oom_records += 1;
+        if let Some(tap) = self.tap.as_mut() {
+            tap.error(&ErrorStep {
+                t_ns: t,
+                slot: s,
+                process: &self.procs[s].s,
+                device: device.and_then(ordinal),
+            });
+        }
     }
 
     // ---- replaying one event ----
@@ -596,6 +643,11 @@ impl<'t> Replay<'t> {
                 Effect::Info if e.result == 0 => {
                     let d = self.dev_index(e.device);
                     self.devs[d].info = Some((e.addr, e.size));
+                    if let (Some(tap), Some(g)) = (self.tap.as_mut(), ordinal(e.device)) {
+                        if e.addr > 0 {
+                            tap.device_total(g, e.addr);
+                        }
+                    }
                 }
                 _ => {}
             },
@@ -687,6 +739,9 @@ impl<'t> Replay<'t> {
         if e.flags & flags::CAP_REFUSED != 0 {
             p.cap_refusals += 1;
         }
+        if let Some(tap) = self.tap.as_mut() {
+            tap.refused(s, ordinal(device), e);
+        }
     }
 
     /// Address reservations and mappings (`cuMemAddressReserve`, `cuMemMap`...): their own figures, no
@@ -747,7 +802,6 @@ impl<'t> Replay<'t> {
                     site = self.ooms.remove(k).request_site;
                 }
             }
-            self.oom_records = self.oom_records.saturating_sub(1);
             self.refusals_recovered += 1;
             let stall = t.saturating_sub(o.t);
             self.refusal_stall_ns = self.refusal_stall_ns.saturating_add(stall);
@@ -773,11 +827,13 @@ impl<'t> Replay<'t> {
     /// A framework's record of an error raised at `t` by thread `tid` of process `s` on `device`: the refusals
     /// before it there (its thread's still open, whatever their age; the process's within [`FOLD_NS`]) were
     /// that error's, not recovered from.
+    /// An error that names no device (a framework that did not say) folds the process's refusals on any.
     /// Returns how many it folded.
-    fn raised(&mut self, s: usize, tid: u32, device: u32, t: u64) -> usize {
+    pub(super) fn raised(&mut self, s: usize, tid: u32, device: Option<u32>, t: u64) -> usize {
         let before = self.open_ooms.len();
-        self.open_ooms
-            .retain(|o| !(o.slot == s && o.device == device && folds_into(o.tid, o.t, tid, t)));
+        self.open_ooms.retain(|o| {
+            !(o.slot == s && device.is_none_or(|d| o.device == d) && folds_into(o.tid, o.t, tid, t))
+        });
         self.procs[s].open_oom = self.open_ooms.iter().any(|o| o.slot == s);
         before - self.open_ooms.len()
     }
@@ -785,9 +841,10 @@ impl<'t> Replay<'t> {
     /// Out-of-memory record `o` of process `s` reached the replay at `t` (snapshot `snap`, if it got one).
     fn open_oom(&mut self, s: usize, o: &vramtrace_format::Oom, t: u64, snap: Option<u64>) {
         if self.open_ooms.len() >= OPEN_OOMS_BOUND {
-            // The oldest stays an error: it is forgotten, not recovered.
+            // The oldest is an error: it is forgotten, not recovered.
             let old = self.open_ooms.remove(0);
             self.procs[old.slot].open_oom = self.open_ooms.iter().any(|x| x.slot == old.slot);
+            self.error(old.slot, Some(old.device), t);
         }
         self.open_ooms.push(OpenOom {
             slot: s,
@@ -1040,7 +1097,7 @@ impl<'t> Replay<'t> {
     }
 
     pub(super) fn finish(mut self, header: TraceHeader, sym: Option<&mut Symbolizer>) -> Analysis {
-        let merge_inexact_events = self.pump_to_end();
+        let merge_inexact_events = self.drain();
         let end = self.rel(self.last_ts);
         for s in 0..self.procs.len() {
             let p = &mut self.procs[s];
@@ -1061,7 +1118,7 @@ impl<'t> Replay<'t> {
             }
         }
         let mut sym = sym;
-        if let Some(tap) = self.tap.take() {
+        if let Some(mut tap) = self.tap.take() {
             let (cs, procs) = (&self.cs, &self.procs);
             tap.finish(&mut |slot: usize, stack: u32| {
                 cs.frames(&procs.get(slot)?.cs, stack, sym.as_deref_mut())

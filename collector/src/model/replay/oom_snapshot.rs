@@ -14,7 +14,7 @@ use crate::model::replay::Replay;
 
 impl Replay<'_> {
     /// Tells the tap of out-of-memory record `o` of slot `s`, replayed at `ts`.
-    fn tap_oom(&mut self, s: usize, o: &Oom, ts: u64) {
+    fn tap_oom(&mut self, s: usize, o: &Oom, ts: u64, framework: bool) {
         let stack = match self.procs[s].last_failed {
             Some((tid, size, site))
                 if tid == o.tid && size == o.requested_bytes && site != NO_SITE =>
@@ -42,6 +42,7 @@ impl Replay<'_> {
             on_host,
             stack,
             device_bytes,
+            framework,
         };
         if let Some(tap) = self.tap.as_mut() {
             tap.oom(&step);
@@ -62,6 +63,8 @@ impl Replay<'_> {
         fo: FrameworkOom,
     ) {
         let t = fo.time_ns;
+        // One error, however many of the driver's requests failed behind it.
+        self.error(s, fo.device, t);
         // The error's refusals: those of its thread still open (not recovered from: the thread allocated
         // nothing on the device since), however long the framework took to say so (its snapshot of a large
         // cache takes seconds), and any of the process on the device within FOLD_NS.
@@ -73,7 +76,7 @@ impl Replay<'_> {
                 // A snapshot still here without a framework record is of a refusal still open: one recovered
                 // from gave its snapshot back.
                 o.pid == pid
-                    && o.device == fo.device
+                    && fo.device.is_none_or(|d| o.device == Some(d))
                     && !o.on_host
                     && o.framework.is_none()
                     && crate::model::replay::folds_into(o.tid, o.time_ns, tid, t)
@@ -90,25 +93,14 @@ impl Replay<'_> {
                 self.ooms.push(keep);
                 let i = self.ooms.len() - 1;
                 self.ooms[i].driver_ooms_folded = folded;
-                // One error, however many driver requests failed behind it.
-                self.oom_records = self.oom_records.saturating_sub(folded as u64);
                 i
             }
             None => {
                 if self.ooms.len() >= MAX_OOM_SNAPSHOTS {
-                    // Past the snapshots held: still one error. The refusals behind it (counted already, as
-                    // errors until now) are its own: they fold into it, never to be taken for recovered ones.
-                    let behind = match fo.device {
-                        Some(dev) => self.raised(s, tid, dev, ts.saturating_sub(self.start)),
-                        None => 0,
-                    };
-                    match behind {
-                        0 => self.oom_records += 1,
-                        n => self.oom_records = self.oom_records.saturating_sub(n as u64 - 1),
-                    }
+                    // Past the snapshots held: still the one error, the refusals behind it its own.
+                    self.raised(s, tid, fo.device, t);
                     return;
                 }
-                self.oom_records += 1;
                 let o = Oom {
                     pid,
                     tid,
@@ -126,19 +118,15 @@ impl Replay<'_> {
                     extra: Vec::new(),
                 };
                 let before = self.ooms.len();
-                self.snapshot(s, &o, ts);
+                self.snapshot(s, &o, ts, false);
                 if self.ooms.len() == before {
-                    if let Some(dev) = fo.device {
-                        self.raised(s, tid, dev, ts.saturating_sub(self.start));
-                    }
+                    self.raised(s, tid, fo.device, t);
                     return;
                 }
                 self.ooms.len() - 1
             }
         };
-        if let Some(dev) = fo.device {
-            self.raised(s, tid, dev, ts.saturating_sub(self.start));
-        }
+        self.raised(s, tid, fo.device, t);
         let o = &mut self.ooms[at];
         o.framework_figures = Some(fo.figures);
         if let Some(dev) = fo.device {
@@ -150,21 +138,26 @@ impl Replay<'_> {
     }
 
     /// The replay reached out-of-memory record `o` of process `s` (at absolute time `ts`): everything up to
-    /// then is applied.
-    pub(in crate::model) fn snapshot(&mut self, s: usize, o: &Oom, ts: u64) {
+    /// then is applied. `refusal`: the driver's (or the cap's) refusal, open until it is told recovered, raised
+    /// or an error; else a framework's own error, already counted.
+    pub(in crate::model) fn snapshot(&mut self, s: usize, o: &Oom, ts: u64, refusal: bool) {
         if self.tap.is_some() {
-            self.tap_oom(s, o, ts);
+            self.tap_oom(s, o, ts, !refusal);
         }
         let t = self.rel(ts);
         // The first ones still standing get a snapshot (a refusal found recovered gives its place back); the
         // rest are counted.
         if self.ooms.len() >= MAX_OOM_SNAPSHOTS {
-            self.open_oom(s, o, t, None);
+            if refusal {
+                self.open_oom(s, o, t, None);
+            }
             return;
         }
         self.oom_seq += 1;
         let seq = self.oom_seq;
-        self.open_oom(s, o, t, Some(seq));
+        if refusal {
+            self.open_oom(s, o, t, Some(seq));
+        }
         // A `cuMemCreate` on no device asked for host memory: its figures are the host device's, and the GPU
         // figures the record may carry (shims before 2026-11-22 attached the current GPU's) describe another
         // memory.

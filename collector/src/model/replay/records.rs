@@ -112,7 +112,6 @@ impl Replay<'_> {
                 // Follows the batch holding its failure: it moves no promise (nor do the bridge's records).
                 let s = self.route(o.pid, ts);
                 self.procs[s].newest = self.procs[s].newest.max(ts);
-                self.oom_records += 1;
                 let (pid, tid) = (o.pid, o.tid);
                 let entry = Entry::Oom {
                     slot: s,
@@ -142,7 +141,13 @@ impl Replay<'_> {
             Record::Reaped { .. } => {}
             // Metadata: which GPU each of a process's ordinals is. An ordinal two processes named differently
             // (their own `CUDA_VISIBLE_DEVICES`) has no one UUID for the job.
-            Record::Devices { uuids, .. } => {
+            Record::Devices { pid, uuids, .. } => {
+                if self.tap.is_some() {
+                    let s = self.route(pid, self.last_ts);
+                    if let Some(tap) = self.tap.as_mut() {
+                        tap.devices(s, &uuids);
+                    }
+                }
                 for (ordinal, u) in uuids {
                     let known = self.uuids.entry(ordinal).or_insert(Some(u));
                     if *known != Some(u) {
@@ -165,6 +170,9 @@ impl Replay<'_> {
                 pid, count, cause, ..
             } => {
                 let s = self.route(pid, self.last_ts);
+                if let Some(tap) = self.tap.as_mut() {
+                    tap.lost(s);
+                }
                 let lost = &mut self.procs[s].s.lost;
                 match lost.iter_mut().find(|(c, _)| *c == cause) {
                     Some((_, n)) => *n += count,
@@ -200,7 +208,12 @@ impl Replay<'_> {
     pub(in crate::model) fn on_fw(&mut self, s: usize, rec: Record, ts: u64) {
         let t = self.rel(ts);
         match rec {
-            Record::FrameworkSample(f) => self.fw.on_sample(s, &f, t),
+            Record::FrameworkSample(f) => {
+                self.fw.on_sample(s, &f, t);
+                if let Some(tap) = self.tap.as_mut() {
+                    tap.framework(s, &f);
+                }
+            }
             Record::Bridge(b) if b.what == "holders" => {
                 let Some(h) = Holders::from_bridge(&b, t) else {
                     return;
@@ -252,6 +265,9 @@ impl Replay<'_> {
 
     /// The replay reached hello `h` of process `s`.
     pub(in crate::model) fn hello_applied(&mut self, s: usize, h: Hello) {
+        if let Some(tap) = self.tap.as_mut() {
+            tap.hello(s, &h);
+        }
         let rel = self.rel(h.ts_ns);
         let p = &mut self.procs[s];
         p.s.announced = true;
