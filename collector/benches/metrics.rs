@@ -186,6 +186,7 @@ fn ingest(
             std::fs::File::open(&path).ok(),
             head.len() as u64,
             w.written.clone(),
+            false,
         );
         let t = live.spawn(None);
         (live, t)
@@ -328,9 +329,17 @@ fn main() {
     let all: Vec<u8> = fr.concat();
     let mut rates = Vec::new();
     for _ in 0..5 {
-        let mut st = live::State::default();
+        let st = Live::new(
+            JobLabels::default(),
+            &header(),
+            None,
+            0,
+            Arc::new(0u64.into()),
+            false,
+        );
         let t0 = Instant::now();
         st.feed(&all);
+        st.finish();
         rates.push(events as f64 / t0.elapsed().as_secs_f64() / 1e6);
     }
     println!(
@@ -353,6 +362,7 @@ fn main() {
         None,
         0,
         Arc::new(0u64.into()),
+        false,
     );
     let mut b = Vec::new();
     for p in 0..256u32 {
@@ -373,7 +383,22 @@ fn main() {
             .collect();
         put_events(&mut b, 1000 + p, &evs);
     }
+    // Every process's promise, as the collector's ticks: the replay applies what came before.
+    for p in 0..256u32 {
+        put_record(
+            &mut b,
+            &Record::Tick {
+                pid: 1000 + p,
+                ts_ns: 1000,
+            },
+        );
+    }
     live.feed(&b);
+    assert_eq!(
+        live.status().processes.len(),
+        256 * 2,
+        "the job is replayed"
+    );
     let server = live::serve("127.0.0.1:0".parse().unwrap(), live.clone()).unwrap();
     let addr = server.addr.to_string();
     let mut times = Vec::new();

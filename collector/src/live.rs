@@ -3,40 +3,36 @@
 //!
 //! Off the receivers' path: the receivers only append whole frames to the trace, as ever, and publish how many
 //! bytes of it are whole ([`TraceWriter::written`](crate::receive)); [`Live`] reads the trace file itself, behind
-//! them, on its own thread (every [`CATCH_UP`]) and once more at each scrape, so a scrape answers with everything
-//! written up to that moment and ingest pays one atomic store per write.
+//! them, on its own thread (every [`CATCH_UP`]) and once more at each scrape, so ingest pays one atomic store
+//! per write.
 //!
-//! What it keeps: per process and device the bytes live now (an address map, as the report's replay keeps one)
-//! and their peak; per device the job's total and its peak; counts of successful allocations, the cap's
-//! refusals (events flagged `CAP_REFUSED`), out-of-memory records and dropped events. A process's series go when
-//! its end is recorded (`ProcessEnd`; an `Exit` of a process that never connected), so the label set stays
-//! bounded by the processes running. Entries are applied in the order they reach the file, not the report's
-//! exact time order: a peak here can differ from the report's by what two processes did within one drain.
+//! The figures are the report's: the frames feed the report's own replay (`model::stream`), and
+//! [`figures::Figures`] is an observer on it, as the exports are. Bytes, peaks, allocations, refusals and errors
+//! follow one set of rules, in the replay's time order: what a scrape shows is what `vramtrace report` says of
+//! the trace up to the moment every process had promised (the collector's ticks keep that within a few tens of
+//! milliseconds of now). The cap's check against the GPU reads its own count ([`counted`]), which must not
+//! wait for that promise.
 
+pub mod counted;
+pub mod figures;
 pub mod http;
+mod render;
 
+pub use counted::Counted;
+pub use figures::Figures;
 pub use http::{serve, Server};
+pub use render::{GpuStatus, ProcStatus, Status};
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
-use vramtrace_format::keys;
 
-use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::{Registry, Unit};
-use vramtrace_format::codec::{self, kind};
-use vramtrace_format::{flags, Effect, Event, Record, TraceHeader, NO_DEVICE};
+use vramtrace_format::TraceHeader;
 
-use crate::fasthash::FastMap;
-use crate::model::replay::book::{self, Act, Book, Undone, HOST_DEVICE};
+use crate::model::stream::Stream;
 
 /// How often the background thread reads what the receivers wrote.
 pub const CATCH_UP: Duration = Duration::from_millis(100);
@@ -61,644 +57,6 @@ impl JobLabels {
     }
 }
 
-#[derive(Default)]
-struct ProcDev {
-    live: u64,
-    peak: u64,
-    /// The framework allocator's last figures here (the Python bridge's samples): (framework, allocated,
-    /// reserved).
-    framework: Option<(vramtrace_format::Framework, u64, u64)>,
-}
-
-#[derive(Default)]
-struct Proc {
-    announced: bool,
-    rank: Option<u32>,
-    cmd: String,
-    dev: BTreeMap<u32, ProcDev>,
-    /// Which GPU each of its ordinals is, by its driver's word (`Record::Devices`).
-    uuids: BTreeMap<u32, String>,
-    /// Live allocations as (device, bytes), and each thread's last release: the report's replay core
-    /// (`model/replay/book.rs`), so the two read every event alike.
-    book: Book<(u32, u64)>,
-    /// Out-of-memory refusals not yet told apart (thread, device, time): recovered when the thread next
-    /// allocates on the device, an error when the framework raises one or the process ends (as the replay).
-    open_ooms: Vec<(u32, u32, u64)>,
-    /// The cap its shim applies, by its hello: (spec, mode, given the job's ledger).
-    cap: Option<(String, String, bool)>,
-    /// Its full command line, as its hello said it.
-    argv: Vec<String>,
-    /// Some of its records never reached the trace (dropped, refused, torn): its live bytes may hold a free
-    /// that was lost.
-    lossy: bool,
-}
-
-/// What the trace says of one process of the job, for the cap's check against the GPU's count
-/// (`cap_check.rs`).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Counted {
-    pub pid: u32,
-    pub argv: Vec<String>,
-    /// The cap its shim applies, by its hello: (spec, mode, given the job's ledger). `None`: no cap.
-    pub cap: Option<(String, String, bool)>,
-    /// Some of its records were lost: `bytes` may be too high (a free that never arrived).
-    pub lossy: bool,
-    /// Bytes its shim counted, live now, by GPU UUID (an ordinal whose UUID is not known: `None`).
-    pub bytes: Vec<(Option<String>, u32, u64)>,
-}
-
-#[derive(Default, Clone, Copy)]
-struct Dev {
-    used: u64,
-    peak: u64,
-    cap: Option<u64>,
-    total: Option<u64>,
-    allocations: u64,
-    cap_refusals: u64,
-    /// Out-of-memory refusals, all of them, and of them the errors (not recovered from).
-    refusals: u64,
-    ooms: u64,
-}
-
-/// Whether memory on `device` is a GPU's (not the host's, not on a GPU the shim could not tell).
-#[inline]
-fn on_gpu(device: u32) -> bool {
-    device != NO_DEVICE && device != HOST_DEVICE
-}
-
-/// The live figures, fed whole frames in the order they reach the trace.
-#[derive(Default)]
-pub struct State {
-    procs: FastMap<u32, Proc>,
-    devs: BTreeMap<u32, Dev>,
-    allocations: u64,
-    cap_refusals: u64,
-    refusals: u64,
-    ooms: u64,
-    dropped: u64,
-    events: u64,
-    batch: Vec<Event>,
-    /// Each ordinal's GPU as the processes named it: `None` once two named different ones (processes with
-    /// their own `CUDA_VISIBLE_DEVICES`), as the report's replay decides.
-    uuids: BTreeMap<u32, Option<String>>,
-}
-
-impl State {
-    /// The caps and device sizes the trace header records (`cap_bytes.N`, `device_total.N`).
-    pub fn from_header(h: &TraceHeader) -> State {
-        let mut s = State::default();
-        for (k, v) in &h.extra {
-            let Ok(v) = v.parse::<u64>() else { continue };
-            if let Some(d) = keys::header::device_of(keys::header::CAP_BYTES, k) {
-                s.dev(d).cap = Some(v);
-            } else if let Some(d) = keys::header::device_of(keys::header::DEVICE_TOTAL, k) {
-                s.dev(d).total = Some(v);
-            }
-        }
-        s
-    }
-
-    fn dev(&mut self, d: u32) -> &mut Dev {
-        self.devs.entry(d).or_default()
-    }
-
-    /// Applies whole frames (as `TraceWriter::write` takes them). Frames that do not decode are skipped.
-    pub fn feed(&mut self, frames: &[u8]) {
-        for (k, payload) in codec::frames(frames) {
-            if k == kind::EVENTS || k == kind::EVENTS_STACKS {
-                let mut batch = std::mem::take(&mut self.batch);
-                batch.clear();
-                if let Ok(pid) = codec::decode_events_of(k, payload, &mut batch) {
-                    self.events += batch.len() as u64;
-                    self.apply_batch(pid, &batch);
-                }
-                self.batch = batch;
-                continue;
-            }
-            if !matches!(
-                k,
-                kind::HELLO
-                    | kind::DROPPED
-                    | kind::LOST
-                    | kind::PROCESS_END
-                    | kind::OOM
-                    | kind::EXIT
-                    | kind::BRIDGE
-                    | kind::FRAMEWORK_SAMPLE
-                    | kind::CONTEXT_GONE
-                    | kind::DEVICES
-            ) {
-                continue;
-            }
-            match codec::decode_record(k, payload) {
-                Ok(Some(Record::Hello(h))) => {
-                    let p = self.procs.entry(h.pid).or_default();
-                    p.announced = true;
-                    p.rank = h.rank.or(h.slurm_procid);
-                    p.cmd = command_line(&h.cmdline);
-                    let get =
-                        |k: &str| h.extra.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-                    p.cap = get(keys::hello::CAP).map(|c| {
-                        (
-                            c,
-                            get(keys::hello::CAP_MODE).unwrap_or_default(),
-                            get(keys::hello::CAP_LEDGER).as_deref() == Some("1"),
-                        )
-                    });
-                    p.argv = h.cmdline;
-                }
-                Ok(Some(Record::Dropped { pid, count, .. })) => {
-                    self.dropped += count;
-                    self.procs.entry(pid).or_default().lossy = true;
-                }
-                // Records of a process that never reached the trace (refused, torn at its death): its live
-                // bytes may miss a free.
-                Ok(Some(Record::Lost { pid, .. })) => {
-                    self.procs.entry(pid).or_default().lossy = true;
-                }
-                Ok(Some(Record::Oom(o))) => {
-                    self.refusals += 1;
-                    self.procs.entry(o.pid).or_default().open_ooms.push((
-                        o.tid,
-                        book::oom_device(&o),
-                        o.ts_ns,
-                    ));
-                    if o.device != NO_DEVICE {
-                        let d = self.dev(o.device);
-                        d.refusals += 1;
-                        if o.cap_bytes.is_some() {
-                            d.cap = o.cap_bytes;
-                        }
-                        if o.device_total_bytes.is_some() {
-                            d.total = o.device_total_bytes;
-                        }
-                    }
-                }
-                // A framework raised an error: the refusals behind it are that one error.
-                Ok(Some(Record::Bridge(b))) if b.what == "oom" => {
-                    if let Some(p) = self.procs.get_mut(&b.pid) {
-                        p.open_ooms.retain(|o| {
-                            !((b.device == NO_DEVICE || o.1 == b.device)
-                                && crate::model::replay::folds_into(o.0, o.2, b.tid, b.ts_ns))
-                        });
-                    }
-                    self.error(b.device);
-                }
-                Ok(Some(Record::FrameworkSample(f))) if f.device != NO_DEVICE => {
-                    let p = self.procs.entry(f.pid).or_default();
-                    let pd = p.dev.entry(f.device).or_default();
-                    pd.framework = Some((f.framework, f.allocated, f.reserved));
-                }
-                Ok(Some(Record::ProcessEnd { pid, .. })) => self.end(pid),
-                Ok(Some(Record::ContextGone { pid, device, .. })) => self.context_gone(pid, device),
-                Ok(Some(Record::Devices { pid, uuids, .. })) => {
-                    let p = self.procs.entry(pid).or_default();
-                    for (ordinal, u) in uuids {
-                        let u = vramtrace_format::gpu_uuid(&u);
-                        let known = self.uuids.entry(ordinal).or_insert_with(|| Some(u.clone()));
-                        if known.as_deref() != Some(u.as_str()) {
-                            *known = None;
-                        }
-                        p.uuids.insert(ordinal, u);
-                    }
-                }
-                // A process that connected ends with its connection (its last frames may follow this).
-                Ok(Some(Record::Exit(x)))
-                    if self.procs.get(&x.pid).is_some_and(|p| !p.announced) =>
-                {
-                    self.end(x.pid)
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// One out-of-memory error on `device` (or none).
-    fn error(&mut self, device: u32) {
-        self.ooms += 1;
-        if device != NO_DEVICE {
-            self.dev(device).ooms += 1;
-        }
-    }
-
-    /// A process is gone: CUDA gave back what it held, and its series go; refusals it never recovered from
-    /// were errors.
-    fn end(&mut self, pid: u32) {
-        let Some(p) = self.procs.remove(&pid) else {
-            return;
-        };
-        for &(_, d, _) in &p.open_ooms {
-            self.error(d);
-        }
-        for (d, pd) in p.dev {
-            let dev = self.dev(d);
-            dev.used = dev.used.saturating_sub(pd.live);
-        }
-    }
-
-    /// Applies one process's batch: the process is looked up once.
-    fn apply_batch(&mut self, pid: u32, batch: &[Event]) {
-        let mut p = self.procs.remove(&pid).unwrap_or_default();
-        for e in batch {
-            self.apply(&mut p, e);
-        }
-        self.procs.insert(pid, p);
-    }
-
-    #[inline]
-    fn apply(&mut self, p: &mut Proc, e: &Event) {
-        match book::act(e) {
-            Act::Alloc { handle, device } => {
-                self.allocations += 1;
-                if !p.open_ooms.is_empty() {
-                    p.open_ooms.retain(|o| !(o.0 == e.tid && o.1 == device));
-                }
-                if let Some(old) = p.book.alloc(handle, e.addr, (device, e.size)) {
-                    // Its free was not recorded: the newer allocation replaces it.
-                    self.take(p, old);
-                }
-                self.give(p, device, e.size, true);
-            }
-            Act::Refused { device } => {
-                if e.flags & flags::CAP_REFUSED != 0 {
-                    self.cap_refusals += 1;
-                    if on_gpu(device) {
-                        self.dev(device).cap_refusals += 1;
-                    }
-                }
-            }
-            Act::Free { handle } => {
-                if let Some(took) = p.book.free(e.tid, handle, e.addr) {
-                    self.take(p, took);
-                }
-            }
-            Act::Undo { handle } => {
-                if let Undone::Back((d, size)) = p.book.undo(e.tid, handle, e.addr) {
-                    // Back, not allocated anew: no allocation is counted.
-                    self.give(p, d, size, false);
-                }
-            }
-            Act::None => {
-                if e.api.effect() == Effect::Info
-                    && e.device != NO_DEVICE
-                    && e.result == 0
-                    && e.addr > 0
-                {
-                    self.dev(e.device).total = Some(e.addr);
-                }
-            }
-        }
-    }
-
-    /// `size` bytes on device `d` are live for process `p` (`new`: a new allocation, counted).
-    #[inline]
-    fn give(&mut self, p: &mut Proc, d: u32, size: u64, new: bool) {
-        // On no GPU (`cuMemCreate` with a host location: NCCL's host buffers) or on a GPU the shim could not
-        // tell: in no GPU's series.
-        if !on_gpu(d) {
-            return;
-        }
-        let pd = p.dev.entry(d).or_default();
-        pd.live += size;
-        pd.peak = pd.peak.max(pd.live);
-        let dv = self.dev(d);
-        dv.allocations += new as u64;
-        dv.used += size;
-        dv.peak = dv.peak.max(dv.used);
-    }
-
-    /// `(d, size)`, live for process `p`, is gone.
-    #[inline]
-    fn take(&mut self, p: &mut Proc, (d, size): (u32, u64)) {
-        if !on_gpu(d) {
-            return;
-        }
-        if let Some(pd) = p.dev.get_mut(&d) {
-            pd.live = pd.live.saturating_sub(size);
-        }
-        let dv = self.dev(d);
-        dv.used = dv.used.saturating_sub(size);
-    }
-
-    /// Every context of process `pid` on `device` was torn down: the driver freed its pointer allocations there,
-    /// as the report's replay frees them.
-    fn context_gone(&mut self, pid: u32, device: u32) {
-        let Some(mut p) = self.procs.remove(&pid) else {
-            return;
-        };
-        for (_, v) in p.book.context_gone(|&(d, _)| d == device) {
-            self.take(&mut p, v);
-        }
-        self.procs.insert(pid, p);
-    }
-
-    /// The `uuid` label of the job's series on ordinal `d`: what the processes' drivers said, else what
-    /// `CUDA_VISIBLE_DEVICES` named, else empty.
-    fn uuid_of<'a>(&'a self, labels: &'a JobLabels, d: u32) -> &'a str {
-        match self.uuids.get(&d) {
-            Some(Some(u)) => u,
-            _ => labels.uuid(d),
-        }
-    }
-
-    /// Processes with a series now.
-    pub fn processes(&self) -> usize {
-        self.procs.len()
-    }
-
-    /// Bytes live now on `device`, all processes.
-    pub fn device_used(&self, device: u32) -> u64 {
-        self.devs.get(&device).map_or(0, |d| d.used)
-    }
-
-    /// The OpenMetrics text of these figures, labelled with `labels`. Built afresh each time: a process that
-    /// ended has no series left.
-    pub fn render(&self, labels: &JobLabels) -> String {
-        type L = Vec<(&'static str, String)>;
-        let mut reg = Registry::default();
-        let used = Family::<L, Gauge>::default();
-        let peak = Family::<L, Gauge>::default();
-        let dev_used = Family::<L, Gauge>::default();
-        let dev_peak = Family::<L, Gauge>::default();
-        let cap = Family::<L, Gauge>::default();
-        let total = Family::<L, Gauge>::default();
-        let allocs = Family::<L, Counter>::default();
-        let refusals = Family::<L, Counter>::default();
-        let ooms = Family::<L, Counter>::default();
-        let oom_refusals = Family::<L, Counter>::default();
-        let dropped = Family::<L, Counter>::default();
-        let procs = Family::<L, Gauge>::default();
-        let fw_allocated = Family::<L, Gauge>::default();
-        let fw_reserved = Family::<L, Gauge>::default();
-        let job = |extra: &[(&'static str, String)]| -> L {
-            let mut l = vec![("job", labels.job.clone()), ("host", labels.host.clone())];
-            l.extend_from_slice(extra);
-            l
-        };
-        let gpu = |d: u32| -> [(&'static str, String); 2] {
-            [
-                ("gpu", d.to_string()),
-                ("uuid", self.uuid_of(labels, d).to_string()),
-            ]
-        };
-        let mut pids: Vec<(&u32, &Proc)> = self.procs.iter().collect();
-        pids.sort_unstable_by_key(|(pid, _)| **pid);
-        // Without `pid` labels, processes of one rank (or of none) on one GPU share a series: their sums (a peak
-        // is then the most each held, added: a bound, not a moment).
-        let mut sums: BTreeMap<L, [i64; 2]> = BTreeMap::new();
-        let mut fw_sums: BTreeMap<L, [i64; 2]> = BTreeMap::new();
-        for (pid, p) in pids {
-            for (d, pd) in &p.dev {
-                // A process's series name its own GPU: its ordinal may be another process's other GPU.
-                let uuid = p
-                    .uuids
-                    .get(d)
-                    .map_or(self.uuid_of(labels, *d), String::as_str);
-                let mut l = job(&[("gpu", d.to_string()), ("uuid", uuid.to_string())]);
-                if labels.pids {
-                    l.push(("pid", pid.to_string()));
-                }
-                l.push(("rank", p.rank.map_or(String::new(), |r| r.to_string())));
-                let s = sums.entry(l.clone()).or_default();
-                s[0] += pd.live as i64;
-                s[1] += pd.peak as i64;
-                if let Some((f, al, re)) = pd.framework {
-                    let mut l = l.clone();
-                    l.push(("framework", f.name().to_string()));
-                    let s = fw_sums.entry(l).or_default();
-                    s[0] += al as i64;
-                    s[1] += re as i64;
-                }
-            }
-        }
-        for (l, [u, p]) in &sums {
-            used.get_or_create(l).set(*u);
-            peak.get_or_create(l).set(*p);
-        }
-        for (l, [a, r]) in &fw_sums {
-            fw_allocated.get_or_create(l).set(*a);
-            fw_reserved.get_or_create(l).set(*r);
-        }
-        for (d, dv) in &self.devs {
-            let l = job(&gpu(*d));
-            dev_used.get_or_create(&l).set(dv.used as i64);
-            dev_peak.get_or_create(&l).set(dv.peak as i64);
-            if let Some(c) = dv.cap {
-                cap.get_or_create(&l).set(c as i64);
-            }
-            if let Some(t) = dv.total {
-                total.get_or_create(&l).set(t as i64);
-            }
-            allocs.get_or_create(&l).inc_by(dv.allocations);
-            refusals.get_or_create(&l).inc_by(dv.cap_refusals);
-            ooms.get_or_create(&l).inc_by(dv.ooms);
-            oom_refusals.get_or_create(&l).inc_by(dv.refusals);
-        }
-        // Counts that name no device (an out-of-memory record without one) still count, under gpu="".
-        let on_devs = |f: fn(&Dev) -> u64| self.devs.values().map(f).sum::<u64>();
-        let unplaced = [
-            (&allocs, self.allocations - on_devs(|d| d.allocations)),
-            (&refusals, self.cap_refusals - on_devs(|d| d.cap_refusals)),
-            (&ooms, self.ooms - on_devs(|d| d.ooms)),
-            (&oom_refusals, self.refusals - on_devs(|d| d.refusals)),
-        ];
-        for (fam, n) in unplaced {
-            if n > 0 {
-                fam.get_or_create(&job(&[("gpu", String::new()), ("uuid", String::new())]))
-                    .inc_by(n);
-            }
-        }
-        dropped.get_or_create(&job(&[])).inc_by(self.dropped);
-        procs.get_or_create(&job(&[])).set(self.procs.len() as i64);
-        reg.register_with_unit(
-            "vramtrace_memory_used",
-            "Device memory a process holds now, per GPU",
-            Unit::Bytes,
-            used,
-        );
-        reg.register_with_unit(
-            "vramtrace_memory_peak",
-            "The most device memory a process has held at once, per GPU",
-            Unit::Bytes,
-            peak,
-        );
-        reg.register_with_unit(
-            "vramtrace_device_used",
-            "Device memory the whole job holds now, per GPU",
-            Unit::Bytes,
-            dev_used,
-        );
-        reg.register_with_unit(
-            "vramtrace_device_peak",
-            "The most device memory the whole job has held at once, per GPU",
-            Unit::Bytes,
-            dev_peak,
-        );
-        reg.register_with_unit(
-            "vramtrace_cap",
-            "The job's cap on the GPU (vramtrace run --cap)",
-            Unit::Bytes,
-            cap,
-        );
-        reg.register_with_unit(
-            "vramtrace_device_total",
-            "The GPU's memory, as the driver reported it",
-            Unit::Bytes,
-            total,
-        );
-        reg.register(
-            "vramtrace_allocations",
-            "Successful device allocations (pointer allocations and cuMemCreate)",
-            allocs,
-        );
-        reg.register(
-            "vramtrace_cap_refusals",
-            "Allocations the cap refused",
-            refusals,
-        );
-        reg.register(
-            "vramtrace_oom",
-            "Out-of-memory errors: raised by the framework, or refusals a process never recovered from by \
-             its end",
-            ooms,
-        );
-        reg.register(
-            "vramtrace_oom_refusals",
-            "Allocations refused for lack of memory, recovered from or not (PyTorch flushes its cache and \
-             retries)",
-            oom_refusals,
-        );
-        reg.register(
-            "vramtrace_events_dropped",
-            "Events the processes could not record (their ring was full)",
-            dropped,
-        );
-        reg.register_with_unit(
-            "vramtrace_framework_allocated",
-            "Bytes in the framework allocator's tensors (PyTorch's allocated, JAX's in use), per process and GPU",
-            Unit::Bytes,
-            fw_allocated,
-        );
-        reg.register_with_unit(
-            "vramtrace_framework_reserved",
-            "Bytes the framework allocator holds from the driver (PyTorch's reserved), per process and GPU",
-            Unit::Bytes,
-            fw_reserved,
-        );
-        reg.register(
-            "vramtrace_processes",
-            "Processes of the job traced now",
-            procs,
-        );
-        let mut out = String::with_capacity(256 + 300 * self.procs.len());
-        if encode(&mut out, &reg).is_err() {
-            out.clear();
-            let _ = writeln!(out, "# EOF");
-        }
-        out
-    }
-}
-
-/// The typed status `vramtrace top` reads (`<attach_dir>/<pid>.status.json`, the owner's alone): the figures
-/// `/metrics` serves, with each process's pid and command.
-#[derive(serde::Serialize, serde::Deserialize, Debug, Default, Clone, PartialEq)]
-pub struct Status {
-    pub job: String,
-    pub host: String,
-    pub gpus: Vec<GpuStatus>,
-    /// One row per process and GPU it holds memory on (or held).
-    pub processes: Vec<ProcStatus>,
-    /// Events the shims dropped, all processes.
-    pub dropped: u64,
-}
-
-#[derive(serde::Serialize, serde::Deserialize, Debug, Default, Clone, PartialEq)]
-pub struct GpuStatus {
-    pub gpu: u32,
-    pub uuid: String,
-    pub used: u64,
-    pub peak: u64,
-    pub cap: Option<u64>,
-    pub total: Option<u64>,
-    pub allocations: u64,
-}
-
-#[derive(serde::Serialize, serde::Deserialize, Debug, Default, Clone, PartialEq)]
-pub struct ProcStatus {
-    pub pid: u32,
-    pub rank: Option<u32>,
-    /// The process's command line as its hello said it, its program by name (not path), at most 256 characters.
-    pub command: String,
-    pub gpu: u32,
-    pub used: u64,
-    pub peak: u64,
-}
-
-impl State {
-    /// Each process the trace has seen, with what its shim counted live now, by GPU.
-    pub fn counted(&self) -> Vec<Counted> {
-        self.procs
-            .iter()
-            .map(|(pid, p)| Counted {
-                pid: *pid,
-                argv: p.argv.clone(),
-                cap: p.cap.clone(),
-                lossy: p.lossy,
-                bytes: p
-                    .dev
-                    .iter()
-                    .map(|(d, pd)| {
-                        let uuid = p
-                            .uuids
-                            .get(d)
-                            .cloned()
-                            .or_else(|| self.uuids.get(d).cloned().flatten());
-                        (uuid, *d, pd.live)
-                    })
-                    .collect(),
-            })
-            .collect()
-    }
-
-    /// These figures as the status file holds them.
-    pub fn status(&self, labels: &JobLabels) -> Status {
-        let mut processes: Vec<ProcStatus> = self
-            .procs
-            .iter()
-            .flat_map(|(pid, p)| {
-                p.dev.iter().map(move |(d, pd)| ProcStatus {
-                    pid: *pid,
-                    rank: p.rank,
-                    command: p.cmd.clone(),
-                    gpu: *d,
-                    used: pd.live,
-                    peak: pd.peak,
-                })
-            })
-            .collect();
-        processes.sort_by_key(|p| (p.pid, p.gpu));
-        Status {
-            job: labels.job.clone(),
-            host: labels.host.clone(),
-            gpus: self
-                .devs
-                .iter()
-                .map(|(d, dv)| GpuStatus {
-                    gpu: *d,
-                    uuid: self.uuid_of(labels, *d).to_string(),
-                    used: dv.used,
-                    peak: dv.peak,
-                    cap: dv.cap,
-                    total: dv.total,
-                    allocations: dv.allocations,
-                })
-                .collect(),
-            processes,
-            dropped: self.dropped,
-        }
-    }
-}
-
 /// The live figures of a running job, read from its trace file behind the receivers.
 pub struct Live {
     labels: JobLabels,
@@ -709,28 +67,53 @@ pub struct Live {
 }
 
 struct Inner {
-    state: State,
+    /// The report's replay, fed as the trace grows, [`Figures`] its tap.
+    stream: Stream,
+    /// Each process's count for the cap's check, when it runs.
+    cap: Option<counted::CapView>,
     file: Option<File>,
     /// How far the trace has been read (starts past the header).
     pos: u64,
     buf: Vec<u8>,
 }
 
+impl Inner {
+    fn feed(&mut self, frames: &[u8]) {
+        let cap = &mut self.cap;
+        self.stream.feed(frames, |f| {
+            if let Some(c) = cap.as_mut() {
+                c.look(f);
+            }
+        });
+    }
+
+    fn figures(&self) -> &Figures {
+        static NONE: std::sync::OnceLock<Figures> = std::sync::OnceLock::new();
+        self.stream
+            .tap()
+            .and_then(|t| t.downcast_ref::<Figures>())
+            .unwrap_or_else(|| NONE.get_or_init(Figures::default))
+    }
+}
+
 impl Live {
     /// `file` reads the trace (a clone of the writer's descriptor: reads do not move its offset); `start` is
-    /// where the frames begin; `written` is the writer's count of whole bytes.
+    /// where the frames begin; `written` is the writer's count of whole bytes. `counts`: keep each process's
+    /// count for the cap's check ([`Live::counted`]).
     pub fn new(
         labels: JobLabels,
         header: &TraceHeader,
         file: Option<File>,
         start: u64,
         written: Arc<AtomicU64>,
+        counts: bool,
     ) -> Arc<Live> {
         Arc::new(Live {
             labels,
             written,
             inner: Mutex::new(Inner {
-                state: State::from_header(header),
+                stream: Stream::new(header, Box::new(Figures::default())),
+                cap: counts.then(counted::CapView::default),
                 file,
                 pos: start,
                 buf: Vec::new(),
@@ -743,55 +126,79 @@ impl Live {
     pub fn catch_up(&self) {
         let Ok(mut g) = self.inner.lock() else { return };
         let inner = &mut *g;
-        let Some(file) = inner.file.as_ref() else {
+        let Some(file) = inner.file.take() else {
             return;
         };
         loop {
             let end = self.written.load(Ordering::Acquire);
             if inner.pos >= end {
-                return;
+                break;
             }
             let want = ((end - inner.pos) as usize).min(CHUNK);
-            inner.buf.resize(want, 0);
-            let Ok(n) = file.read_at(&mut inner.buf[..want], inner.pos) else {
-                return;
+            let mut buf = std::mem::take(&mut inner.buf);
+            buf.resize(want, 0);
+            let n = match file.read_at(&mut buf[..want], inner.pos) {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    inner.buf = buf;
+                    break;
+                }
             };
-            if n == 0 {
-                return;
-            }
             // Only whole frames: a chunk can end inside one.
-            let whole = whole_prefix(&inner.buf[..n]);
+            let whole = whole_prefix(&buf[..n]);
             if whole == 0 {
                 if n == CHUNK {
                     // A frame larger than a chunk: read it whole.
-                    let len = u32::from_le_bytes(inner.buf[..4].try_into().expect("4 bytes"));
+                    let len = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes"));
                     let mut big = vec![0u8; 4 + len as usize];
+                    inner.buf = buf;
                     if file.read_exact_at(&mut big, inner.pos).is_err() {
-                        return;
+                        break;
                     }
-                    inner.state.feed(&big);
+                    inner.feed(&big);
                     inner.pos += big.len() as u64;
                     continue;
                 }
-                return;
+                inner.buf = buf;
+                break;
             }
-            inner.state.feed(&inner.buf[..whole]);
+            inner.feed(&buf[..whole]);
             inner.pos += whole as u64;
+            inner.buf = buf;
         }
+        inner.file = Some(file);
     }
 
     /// Applies frames directly (tests, benchmarks: a `Live` without a file).
     pub fn feed(&self, frames: &[u8]) {
         if let Ok(mut g) = self.inner.lock() {
-            g.state.feed(frames);
+            g.feed(frames);
         }
+    }
+
+    /// The job is over: reads the rest, and the replay gives out what it held back; refusals still open are
+    /// errors (as the report counts them).
+    pub fn finish(&self) {
+        self.catch_up();
+        if let Ok(mut g) = self.inner.lock() {
+            g.stream.drain();
+        }
+    }
+
+    /// The figures now, with everything written up to now (as far as every process has promised).
+    pub fn figures(&self) -> Figures {
+        self.catch_up();
+        self.inner
+            .lock()
+            .map(|g| g.figures().clone())
+            .unwrap_or_default()
     }
 
     /// The OpenMetrics text, with everything written up to now.
     pub fn render(&self) -> String {
         self.catch_up();
         match self.inner.lock() {
-            Ok(g) => g.state.render(&self.labels),
+            Ok(g) => g.figures().render(&self.labels),
             Err(_) => "# EOF\n".into(),
         }
     }
@@ -801,23 +208,26 @@ impl Live {
         self.catch_up();
         self.inner
             .lock()
-            .map(|g| g.state.status(&self.labels))
+            .map(|g| g.figures().status(&self.labels))
             .unwrap_or_default()
     }
 
-    /// What the trace says of each process, with everything written up to now (`cap_check.rs`).
+    /// What the trace says of each process, with everything written up to now (`cap_check.rs`); empty unless
+    /// made with `counts`.
     pub fn counted(&self) -> Vec<Counted> {
         self.catch_up();
         self.inner
             .lock()
-            .map(|g| g.state.counted())
+            .map(|g| g.cap.as_ref().map(|c| c.counted()).unwrap_or_default())
             .unwrap_or_default()
     }
 
     /// Bytes live now on `device`, all processes (tests).
     pub fn device_used(&self, device: u32) -> u64 {
         self.catch_up();
-        self.inner.lock().map_or(0, |g| g.state.device_used(device))
+        self.inner
+            .lock()
+            .map_or(0, |g| g.figures().device_used(device))
     }
 
     /// Starts the background reader: every [`CATCH_UP`] until [`Live::stop`]. With `status`, the typed status
@@ -1108,7 +518,67 @@ fn write_attach(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vramtrace_format::{Api, Hello};
+    use vramtrace_format::codec;
+    use vramtrace_format::{flags, Api, Event, Hello, Record, NO_DEVICE};
+
+    fn header() -> TraceHeader {
+        TraceHeader {
+            start_unix_ns: 0,
+            start_mono_ns: 0,
+            command: vec!["t".into()],
+            hostname: "h".into(),
+            vramtrace_version: "t".into(),
+            extra: vec![],
+        }
+    }
+
+    /// A `Live` fed frames directly, each feed followed by every test process's promise (pids 10 to 12), as
+    /// the collector's ticks follow a quiet process: the replay applies what is older.
+    struct Fed(Arc<Live>);
+
+    impl Fed {
+        fn new() -> Fed {
+            let written = Arc::new(AtomicU64::new(0));
+            Fed(Live::new(
+                JobLabels::default(),
+                &header(),
+                None,
+                0,
+                written,
+                true,
+            ))
+        }
+
+        fn feed(&mut self, frames: &[u8], promise: u64) {
+            let mut b = frames.to_vec();
+            for pid in 10..=12 {
+                codec::put_record(
+                    &mut b,
+                    &Record::Tick {
+                        pid,
+                        ts_ns: promise,
+                    },
+                );
+            }
+            self.0.feed(&b);
+        }
+
+        fn figures(&self) -> Figures {
+            self.0.figures()
+        }
+
+        fn device_used(&self, d: u32) -> u64 {
+            self.0.device_used(d)
+        }
+
+        fn render(&self, labels: &JobLabels) -> String {
+            self.figures().render(labels)
+        }
+
+        fn status(&self, labels: &JobLabels) -> Status {
+            self.figures().status(labels)
+        }
+    }
 
     #[test]
     fn a_command_is_its_program_by_name_and_its_arguments() {
@@ -1176,8 +646,8 @@ mod tests {
             );
             codec::put_events(&mut b, pid, &[e]);
         }
-        let mut st = State::default();
-        st.feed(&b);
+        let mut st = Fed::new();
+        st.feed(&b, 2);
         let mut labels = JobLabels {
             job: "j \"q\"".into(),
             host: "h".into(),
@@ -1290,16 +760,9 @@ mod tests {
             codec::put_record(&mut frames, &Record::Tick { pid, ts_ns: 100 });
         }
 
-        let mut live = State::default();
-        live.feed(&frames);
-        let mut trace = codec::encode_header(&TraceHeader {
-            start_unix_ns: 0,
-            start_mono_ns: 0,
-            command: vec!["t".into()],
-            hostname: "h".into(),
-            vramtrace_version: "t".into(),
-            extra: vec![],
-        });
+        let live = Fed::new();
+        live.0.feed(&frames);
+        let mut trace = codec::encode_header(&header());
         trace.extend_from_slice(&frames);
         let report = crate::model::analyze_reader(&trace[..]).unwrap();
 
@@ -1308,9 +771,10 @@ mod tests {
             let Some(g) = d.device else { continue };
             gpus += 1;
             assert_eq!(live.device_used(g), d.in_use_bytes_at_end, "GPU {g} in use");
-            assert_eq!(live.devs[&g].peak, d.peak_bytes, "GPU {g} peak");
+            assert_eq!(live.figures().devs[&g].peak, d.peak_bytes, "GPU {g} peak");
             assert_eq!(
-                live.devs[&g].allocations, d.allocations,
+                live.figures().devs[&g].allocations,
+                d.allocations,
                 "GPU {g} allocations"
             );
         }
@@ -1323,10 +787,16 @@ mod tests {
         }
         // The figures themselves, worked out by hand: GPU 0 = 40 + 64 + 30 + 3, GPU 1 = 70 + 8 + 11.
         assert_eq!((live.device_used(0), live.device_used(1)), (137, 89));
+        // The cap's own count, read as the frames came, says the same of each process.
+        let counted = live.0.counted();
+        let figures = live.figures();
         for p in &report.processes {
-            let lp = &live.procs[&p.pid];
+            let lp = figures.procs.values().find(|lp| lp.pid == p.pid).unwrap();
             let live_total: u64 = lp.dev.values().map(|pd| pd.live).sum();
             assert_eq!(live_total, p.live_bytes_at_end, "pid {}", p.pid);
+            let c = counted.iter().find(|c| c.pid == p.pid).unwrap();
+            let cap_total: u64 = c.bytes.iter().map(|b| b.2).sum();
+            assert_eq!(cap_total, p.live_bytes_at_end, "pid {}", p.pid);
         }
     }
 
@@ -1355,8 +825,8 @@ mod tests {
                 ],
             );
         }
-        let mut s = State::default();
-        s.feed(&b);
+        let mut s = Fed::new();
+        s.feed(&b, 3);
         let labels = JobLabels {
             job: "j".into(),
             host: "h".into(),
@@ -1389,7 +859,7 @@ mod tests {
 
     #[test]
     fn live_bytes_follow_allocations_frees_and_ends() {
-        let mut s = State::default();
+        let mut s = Fed::new();
         let mut b = Vec::new();
         codec::put_record(&mut b, &hello(10, Some(3)));
         codec::put_events(
@@ -1416,10 +886,10 @@ mod tests {
                 count: 4,
             },
         );
-        s.feed(&b);
+        s.feed(&b, 3);
         assert_eq!(s.device_used(0), 30 + 20 + 5);
         assert_eq!(s.device_used(1), 50);
-        assert_eq!(s.devs[&0].peak, 130);
+        assert_eq!(s.figures().devs[&0].peak, 130);
         let text = s.render(&JobLabels {
             job: "j".into(),
             host: "h".into(),
@@ -1454,7 +924,7 @@ mod tests {
                 kind: vramtrace_format::EndKind::Goodbye,
             },
         );
-        s.feed(&e);
+        s.feed(&e, 20);
         assert_eq!(s.device_used(0), 5);
         assert_eq!(s.device_used(1), 0);
         let text = s.render(&JobLabels {
@@ -1534,13 +1004,15 @@ mod tests {
 
     #[test]
     fn refusals_recovered_from_are_not_errors_and_the_frameworks_figures_are_served() {
-        let mut s = State::default();
+        let mut s = Fed::new();
         let mut b = Vec::new();
         codec::put_record(&mut b, &hello(10, Some(0)));
         codec::put_record(&mut b, &hello(11, Some(1)));
         // pid 10: refused, then its thread allocates again (a cache flush and a retry): recovered.
         codec::put_record(&mut b, &oom(10, 5));
-        codec::put_events(&mut b, 10, &[ev(Api::MemAlloc, 0, 0x1000, 100)]);
+        // Its thread allocates again after the refusal: recovered from.
+        let after = |ts_ns, e| Event { ts_ns, ..e };
+        codec::put_events(&mut b, 10, &[after(6, ev(Api::MemAlloc, 0, 0x1000, 100))]);
         // pid 11: refused twice, then PyTorch raises: one error, whatever the program does next.
         codec::put_record(&mut b, &oom(11, 5));
         codec::put_record(&mut b, &oom(11, 6));
@@ -1556,7 +1028,7 @@ mod tests {
                 fields: vec![],
             }),
         );
-        codec::put_events(&mut b, 11, &[ev(Api::MemAlloc, 0, 0x2000, 10)]);
+        codec::put_events(&mut b, 11, &[after(8, ev(Api::MemAlloc, 0, 0x2000, 10))]);
         codec::put_record(
             &mut b,
             &Record::FrameworkSample(vramtrace_format::FrameworkSample {
@@ -1573,7 +1045,7 @@ mod tests {
                 ooms: 1,
             }),
         );
-        s.feed(&b);
+        s.feed(&b, 9);
         let labels = JobLabels {
             job: "j".into(),
             host: "h".into(),
@@ -1612,7 +1084,7 @@ mod tests {
                 kind: vramtrace_format::EndKind::Vanished,
             },
         );
-        s.feed(&e);
+        s.feed(&e, 20);
         let text = s.render(&labels);
         assert!(
             text.contains("vramtrace_oom_total{job=\"j\",host=\"h\",gpu=\"0\",uuid=\"\"} 2\n"),
@@ -1622,7 +1094,7 @@ mod tests {
 
     #[test]
     fn a_release_the_driver_refused_is_live_again() {
-        let mut s = State::default();
+        let mut s = Fed::new();
         let mut b = Vec::new();
         let mut undone = ev(Api::MemFree, NO_DEVICE, 0x1000, 0);
         undone.result = 1;
@@ -1641,12 +1113,16 @@ mod tests {
                 wrong,
             ],
         );
-        s.feed(&b);
+        s.feed(&b, 3);
         assert_eq!(s.device_used(0), 100);
         // Then freed for real.
         let mut f = Vec::new();
-        codec::put_events(&mut f, 10, &[ev(Api::MemFree, NO_DEVICE, 0x1000, 0)]);
-        s.feed(&f);
+        let later = Event {
+            ts_ns: 4,
+            ..ev(Api::MemFree, NO_DEVICE, 0x1000, 0)
+        };
+        codec::put_events(&mut f, 10, &[later]);
+        s.feed(&f, 5);
         assert_eq!(s.device_used(0), 0);
     }
 
@@ -1654,7 +1130,7 @@ mod tests {
     /// They are no GPU's memory: no GPU's series moves, and no series names a GPU that does not exist.
     #[test]
     fn memory_on_no_gpu_is_in_no_gpu_series() {
-        let mut s = State::default();
+        let mut s = Fed::new();
         let mut b = Vec::new();
         codec::put_record(&mut b, &hello(10, Some(0)));
         codec::put_events(
@@ -1665,7 +1141,7 @@ mod tests {
                 ev(Api::MemCreate, NO_DEVICE, 9, 2 << 20),
             ],
         );
-        s.feed(&b);
+        s.feed(&b, 3);
         assert_eq!(s.device_used(0), 100);
         let text = s.render(&JobLabels::default());
         assert!(!text.contains(&NO_DEVICE.to_string()), "{text}");
@@ -1674,8 +1150,12 @@ mod tests {
             "{text}"
         );
         let mut b = Vec::new();
-        codec::put_events(&mut b, 10, &[ev(Api::MemRelease, NO_DEVICE, 9, 0)]);
-        s.feed(&b);
+        let later = Event {
+            ts_ns: 4,
+            ..ev(Api::MemRelease, NO_DEVICE, 9, 0)
+        };
+        codec::put_events(&mut b, 10, &[later]);
+        s.feed(&b, 5);
         assert_eq!(
             s.device_used(0),
             100,

@@ -32,6 +32,7 @@ pub mod diagnose;
 pub mod input;
 pub mod observe;
 pub mod replay;
+pub mod stream;
 
 pub use analysis::framework::{
     DeviceFramework, Figures, KeptLine, ProcessFramework, SnapshotReading,
@@ -41,7 +42,6 @@ use input::decode;
 pub use observe::tap;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
-use vramtrace_format::keys;
 
 pub use vramtrace_format::ExitStatus;
 use vramtrace_format::{OpenError, TraceReader};
@@ -230,24 +230,7 @@ fn replay_frames_tapped(
         let mut st = Replay::new(header.start_mono_ns, bound.max(8), reference);
         st.merge.start_thread(scope);
         st.tap = tap.map(|t| Box::new(t) as Box<dyn tap::Tap + '_>);
-        if let Some(t) = st.tap.as_mut() {
-            t.start(&header);
-        }
-        if header
-            .extra
-            .iter()
-            .any(|(k, v)| k == keys::header::NEWCOMER_TICKS && v == "1")
-        {
-            st.newcomers = Some(header.start_mono_ns);
-        }
-        st.goodbye_last = header
-            .extra
-            .iter()
-            .any(|(k, v)| k == keys::header::GOODBYE_LAST && v == "1");
-        let promised_end = header
-            .extra
-            .iter()
-            .any(|(k, v)| k == keys::header::END_RECORD && v == "1");
+        let promised_end = st.configure(&header);
         let mut unknown_frames = 0u64;
         let reader = decode::decode_ahead(reader, |entry| match entry {
             decode::Entry::Events(pid, batch) => st.on_events(pid, batch),

@@ -353,6 +353,7 @@ mod tests {
             None,
             0,
             Arc::new(AtomicU64::new(0)),
+            false,
         )
     }
 

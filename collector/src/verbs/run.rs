@@ -402,6 +402,7 @@ impl Prepared {
                     reader,
                     head.len() as u64,
                     writer.written.clone(),
+                    !cap_on.is_empty(),
                 );
                 let running =
                     crate::live::Running::start(addr, live, &header.command.join(" "), &out)
@@ -427,6 +428,7 @@ impl Prepared {
                     Some(f),
                     head.len() as u64,
                     writer.written.clone(),
+                    true,
                 )
             }),
         };

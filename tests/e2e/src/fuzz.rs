@@ -377,7 +377,7 @@ pub fn valid_trace(rng: &mut Rng, records: usize, shape: Shape) -> Vec<u8> {
 }
 
 /// Where the frames of `t` begin and end, after its header (`start`).
-fn frame_spans(t: &[u8], start: usize) -> Vec<(usize, usize)> {
+pub fn frame_spans(t: &[u8], start: usize) -> Vec<(usize, usize)> {
     let mut spans = Vec::new();
     let mut pos = start;
     while pos + 5 <= t.len() {

@@ -320,8 +320,8 @@ fn an_ended_process_takes_its_series_with_it() {
         .collect();
     assert!(used[0].ends_with(&format!(" {}", 4 * MIB)), "{body}");
     // The job's peak on the device: the probe's 4 MiB, with the child's 1 MiB beside it when the probe's
-    // allocation reached the collector first (live figures follow the order events reach the trace, and each
-    // process's ring is drained on its own: docs/FLEETS.md). `report` gives the exact, time-ordered 5 MiB.
+    // allocation was replayed first (the live figures are the report's replay, which goes as far as every
+    // process has promised: the child's may not have been yet). `report` gives the exact, time-ordered 5 MiB.
     let peak: u64 = body
         .lines()
         .find(|l| l.starts_with("vramtrace_device_peak_bytes{"))
@@ -333,7 +333,9 @@ fn an_ended_process_takes_its_series_with_it() {
 
 #[test]
 fn the_grafana_dashboard_queries_only_metrics_the_server_exports() {
-    use vramtrace_collector::live::{JobLabels, State};
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+    use vramtrace_collector::live::{JobLabels, Live};
     use vramtrace_format::codec;
     use vramtrace_format::{Api, Event, Record, TraceHeader};
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/grafana/vramtrace.json");
@@ -368,7 +370,14 @@ fn the_grafana_dashboard_queries_only_metrics_the_server_exports() {
             ("device_total.0".into(), "2000".into()),
         ],
     };
-    let mut st = State::from_header(&header);
+    let st = Live::new(
+        JobLabels::default(),
+        &header,
+        None,
+        0,
+        Arc::new(AtomicU64::new(0)),
+        false,
+    );
     let mut b = Vec::new();
     let e = Event {
         ts_ns: 1,
@@ -392,7 +401,8 @@ fn the_grafana_dashboard_queries_only_metrics_the_server_exports() {
         },
     );
     st.feed(&b);
-    let body = st.render(&JobLabels::default());
+    st.finish();
+    let body = st.render();
     let served: std::collections::BTreeSet<&str> = body
         .lines()
         .filter(|l| !l.starts_with('#'))

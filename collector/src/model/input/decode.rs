@@ -100,6 +100,22 @@ impl Decoded {
 
 /// Decodes frames into batches for `sink` (false: stop) until the end or broken framing; a whole frame that does
 /// not decode is skipped, and the reader counts it.
+/// One frame of kind `k`, decoded: every reader of frames (the file's, the live metrics') reads them so.
+pub(in crate::model) fn frame(k: u8, payload: &[u8]) -> Result<Entry, String> {
+    if k == kind::EVENTS || k == kind::EVENTS_STACKS {
+        let mut v = Vec::new();
+        codec::decode_events_of(k, payload, &mut v)
+            .map(|pid| Entry::Events(pid, v))
+            .map_err(|e| e.to_string())
+    } else {
+        match codec::decode_record(k, payload) {
+            Ok(Some(rec)) => Ok(Entry::Record(rec)),
+            Ok(None) => Ok(Entry::Unknown),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
 fn decode<R: Read>(
     mut reader: TraceReader<R>,
     mut sink: impl FnMut(Vec<Decoded>) -> bool,
@@ -107,27 +123,16 @@ fn decode<R: Read>(
     let mut batch = Vec::with_capacity(MAX_ITEMS);
     let mut events = 0usize;
     while let Some((k, payload)) = reader.next_frame() {
-        let d = if k == kind::EVENTS || k == kind::EVENTS_STACKS {
-            let mut v = Vec::new();
-            match codec::decode_events_of(k, payload, &mut v) {
-                Ok(pid) => {
-                    events += v.len();
-                    Decoded::Events(pid, v)
-                }
-                // A whole frame that does not decode is skipped and counted: the frames after it are whole.
-                Err(e) => {
-                    reader.mark_bad(e.to_string());
-                    continue;
-                }
+        let d = match frame(k, payload) {
+            Ok(Entry::Events(pid, v)) => {
+                events += v.len();
+                Decoded::Events(pid, v)
             }
-        } else {
-            match codec::decode_record(k, payload) {
-                Ok(Some(rec)) => Decoded::Record(rec),
-                Ok(None) => Decoded::Unknown,
-                Err(e) => {
-                    reader.mark_bad(e.to_string());
-                    continue;
-                }
+            Ok(Entry::Record(r)) => Decoded::Record(r),
+            Ok(Entry::Unknown) => Decoded::Unknown,
+            Err(e) => {
+                reader.mark_bad(e);
+                continue;
             }
         };
         batch.push(d);

@@ -12,7 +12,8 @@ use crate::model::analysis::ProcessStats;
 /// What changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
-    /// A pointer allocation, or a `cuMemCreate` handle (`handle`), succeeded.
+    /// A pointer allocation, or a `cuMemCreate` handle (`handle`), succeeded; or (`Step::back`) a release the
+    /// driver refused made it live again.
     Alloc,
     /// A free or release matched a live allocation.
     Free,
@@ -43,6 +44,8 @@ pub struct Step<'a> {
     pub stack: u32,
     /// The event's flags (`vramtrace_format::flags`); 0 for a release.
     pub flags: u8,
+    /// An `Alloc` that is not a new allocation: a release the driver refused made it live again.
+    pub back: bool,
     /// The job's bytes in use on the device after the change, and this process's.
     pub device_bytes: u64,
     pub process_device_bytes: u64,
@@ -100,8 +103,9 @@ pub trait Tap: Send {
     fn lost(&mut self, _slot: usize) {}
     /// The framework allocator's figures of the process (the Python bridge's sample).
     fn framework(&mut self, _slot: usize, _f: &FrameworkSample) {}
-    /// Which GPU each ordinal is, by the process's driver (read as it arrives).
-    fn devices(&mut self, _slot: usize, _uuids: &[(u32, [u8; 16])]) {}
+    /// Which GPU each ordinal is, by process `pid`'s driver (read as it arrives, before the process may have a
+    /// slot).
+    fn devices(&mut self, _pid: u32, _uuids: &[(u32, [u8; 16])]) {}
     /// The driver said how much memory `device` has (`cuMemGetInfo`, `cuDeviceTotalMem`).
     fn device_total(&mut self, _device: u32, _total: u64) {}
     /// The trace is replayed: resolve the call sites the tap needs (symbolised offline, as the report's).
@@ -144,8 +148,8 @@ impl<T: Tap + ?Sized> Tap for &mut T {
     fn framework(&mut self, slot: usize, f: &FrameworkSample) {
         (**self).framework(slot, f)
     }
-    fn devices(&mut self, slot: usize, uuids: &[(u32, [u8; 16])]) {
-        (**self).devices(slot, uuids)
+    fn devices(&mut self, pid: u32, uuids: &[(u32, [u8; 16])]) {
+        (**self).devices(pid, uuids)
     }
     fn device_total(&mut self, device: u32, total: u64) {
         (**self).device_total(device, total)

@@ -249,7 +249,7 @@ pub fn folds_into(tid: u32, t: u64, error_tid: u32, error_t: u64) -> bool {
     t <= error_t && (tid == error_tid || error_t - t <= FOLD_NS)
 }
 
-pub(super) struct Replay<'t> {
+pub(in crate::model) struct Replay<'t> {
     start: u64,
     procs: Vec<Proc>,
     by_pid: HashMap<u32, usize>,
@@ -302,7 +302,7 @@ pub(super) struct Replay<'t> {
     fw: framework::FwReplay,
     /// The observers' tap (the exports, the live metrics): every change to memory and every decision, as it is
     /// applied.
-    pub(super) tap: Option<Box<dyn Tap + 't>>,
+    pub(in crate::model) tap: Option<Box<dyn Tap + 't>>,
     /// Each ordinal's GPU as the processes named it (`Record::Devices`): `None` once two named different ones.
     uuids: std::collections::BTreeMap<u32, Option<[u8; 16]>>,
 }
@@ -310,7 +310,7 @@ pub(super) struct Replay<'t> {
 impl<'t> Replay<'t> {
     /// A streaming replay holding at most about `bound` events in memory; `reference`: the plain one that sorts
     /// everything at the end (the tests' yardstick).
-    pub(super) fn new(start: u64, bound: usize, reference: bool) -> Self {
+    pub(in crate::model) fn new(start: u64, bound: usize, reference: bool) -> Self {
         Replay {
             start,
             merge: MergeLink::inline(if reference {
@@ -355,6 +355,20 @@ impl<'t> Replay<'t> {
     }
 
     #[inline]
+    /// What the trace's header promises the replay (and tells the tap). Returns whether the collector promised
+    /// an end record.
+    pub(in crate::model) fn configure(&mut self, header: &TraceHeader) -> bool {
+        if let Some(t) = self.tap.as_mut() {
+            t.start(header);
+        }
+        let on = |key: &str| header.extra.iter().any(|(k, v)| k == key && v == "1");
+        if on(keys::header::NEWCOMER_TICKS) {
+            self.newcomers = Some(header.start_mono_ns);
+        }
+        self.goodbye_last = on(keys::header::GOODBYE_LAST);
+        on(keys::header::END_RECORD)
+    }
+
     fn rel(&self, ts: u64) -> u64 {
         ts.saturating_sub(self.start)
     }
@@ -464,7 +478,7 @@ impl<'t> Replay<'t> {
 
     /// The trace is read (or the job is over): replays everything still in the merge, and the refusals still
     /// open are errors (nothing can recover them now). Returns the merge's count of inexact entries.
-    pub(super) fn drain(&mut self) -> u64 {
+    pub(in crate::model) fn drain(&mut self) -> u64 {
         let n = self.pump_to_end();
         let end = self.rel(self.last_ts);
         self.unrecovered(|_| true, end);
@@ -698,6 +712,7 @@ impl<'t> Replay<'t> {
                 e.stack,
                 e.flags,
                 t,
+                false,
             );
         }
     }
@@ -945,7 +960,18 @@ impl<'t> Replay<'t> {
         t: u64,
     ) {
         let stack = self.site_stack(l.site);
-        self.tap_step(change, s, l.dev as usize, handle, addr, l.size, stack, 0, t);
+        self.tap_step(
+            change,
+            s,
+            l.dev as usize,
+            handle,
+            addr,
+            l.size,
+            stack,
+            0,
+            t,
+            false,
+        );
     }
 
     /// The stack id of call-site aggregate `site` (0: none).
@@ -996,6 +1022,7 @@ impl<'t> Replay<'t> {
             size: e.size,
             stack,
             flags: e.flags,
+            back: false,
             device_bytes,
             process_device_bytes,
         };
@@ -1016,6 +1043,7 @@ impl<'t> Replay<'t> {
         stack: u32,
         flags: u8,
         t: u64,
+        back: bool,
     ) {
         let dv = &self.devs[d];
         let p = &self.procs[s];
@@ -1031,6 +1059,7 @@ impl<'t> Replay<'t> {
             size,
             stack,
             flags,
+            back,
             device_bytes: dv.cur,
             process_device_bytes: p.dev_get(d).map_or(0, |pd| pd.cur),
         };
@@ -1352,6 +1381,10 @@ impl Replay<'_> {
         p.s.allocations = p.s.allocations.saturating_sub(1);
         let pd = p.dev(d);
         pd.allocations = pd.allocations.saturating_sub(1);
-        self.tap_live(Change::Alloc, s, handle, addr, &l, t);
+        if self.tap.is_some() {
+            // Live again, not a new allocation (the live metrics count allocations).
+            let stack = self.site_stack(l.site);
+            self.tap_step(Change::Alloc, s, d, handle, addr, l.size, stack, 0, t, true);
+        }
     }
 }

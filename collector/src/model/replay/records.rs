@@ -142,11 +142,8 @@ impl Replay<'_> {
             // Metadata: which GPU each of a process's ordinals is. An ordinal two processes named differently
             // (their own `CUDA_VISIBLE_DEVICES`) has no one UUID for the job.
             Record::Devices { pid, uuids, .. } => {
-                if self.tap.is_some() {
-                    let s = self.route(pid, self.last_ts);
-                    if let Some(tap) = self.tap.as_mut() {
-                        tap.devices(s, &uuids);
-                    }
+                if let Some(tap) = self.tap.as_mut() {
+                    tap.devices(pid, &uuids);
                 }
                 for (ordinal, u) in uuids {
                     let known = self.uuids.entry(ordinal).or_insert(Some(u));
