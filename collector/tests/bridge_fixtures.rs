@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use vramtrace_collector::model::diagnose::Rule;
 use vramtrace_collector::model::{analyze, Analysis};
 use vramtrace_collector::reporters::prose;
 use vramtrace_collector::verbs::oom::{diagnose, Cause, Diagnosis, Finding};
@@ -40,7 +41,7 @@ fn a_carved_cache_is_fragmentation_of_pytorchs_cache_not_pressure() {
     assert_eq!(s.driver_ooms_folded, 1);
     assert_eq!(a.oom_records, 1);
     assert_eq!(d.cause, Cause::FragmentationCache, "{}", prose::reason(&d));
-    assert_eq!(d.rule, "cache_fragmented");
+    assert_eq!(d.rule, Rule::CacheFragmented);
     assert_eq!(d.view, "driver+pytorch");
     assert!(
         prose::advice(&d)[0].contains("expandable_segments:True"),

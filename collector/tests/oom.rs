@@ -5,7 +5,7 @@ mod common;
 
 use common::traces::{oom_at, refused, training};
 use common::*;
-use vramtrace_collector::model::diagnose::{Advice, Reason};
+use vramtrace_collector::model::diagnose::{Advice, Reason, Rule};
 use vramtrace_collector::model::{analyze_reader, Analysis, OomSnapshot, MAX_OOM_SNAPSHOTS};
 use vramtrace_collector::reporters::prose;
 use vramtrace_collector::reporters::{oom_text, text};
@@ -58,7 +58,7 @@ fn cap_refused_names_the_cap_and_the_cap_that_would_have_fitted() {
     assert_eq!(s.time_ns, 30 * MS);
     assert_eq!(s.job_live_trace_bytes, 7 * GIB + 512 * MIB);
     assert_eq!(d.cause, Cause::Cap);
-    assert_eq!(d.rule, "cap_refused");
+    assert_eq!(d.rule, Rule::CapRefused);
     assert_eq!(d.job_live_source, "ledger");
     assert_eq!(d.job_live_bytes, 7 * GIB + 512 * MIB);
     assert_eq!(d.cap_bytes, Some(8 * GIB));
@@ -129,7 +129,7 @@ fn over_the_cap_in_warn_mode_is_the_cap_too_and_a_rounded_cap_is_suggested() {
         Record::Oom(o),
     ]);
     let (_, d) = only(&a);
-    assert_eq!((d.cause, d.rule), (Cause::Cap, "over_cap"));
+    assert_eq!((d.cause, d.rule), (Cause::Cap, Rule::OverCap));
     assert_eq!(d.needed_bytes, 12 * GIB);
     assert_eq!(d.suggested_cap_bytes, 12 * GIB);
     // The cap came from the record: the device section knows it too.
@@ -167,7 +167,7 @@ fn pressure_when_the_job_fills_the_device() {
     assert_eq!(s.job_live_trace_bytes, 78 * GIB);
     assert_eq!(s.job_processes_on_device, 1);
     assert_eq!(d.cause, Cause::Pressure);
-    assert_eq!(d.rule, "job_fills_device");
+    assert_eq!(d.rule, Rule::JobFillsDevice);
     assert_eq!(d.job_live_source, "trace");
     assert_eq!(d.shortfall_bytes, Some(512 * MIB));
     assert_eq!(d.outside_job_bytes, Some(512 * MIB));
@@ -240,7 +240,7 @@ fn fragmentation_when_the_driver_had_the_bytes_free() {
     let (_, d) = only(&a);
     assert_eq!(
         (d.cause, d.rule),
-        (Cause::Fragmentation, "free_at_least_request")
+        (Cause::Fragmentation, Rule::FreeAtLeastRequest)
     );
     assert_eq!(d.shortfall_bytes, Some(0));
     assert!(
@@ -282,7 +282,7 @@ fn fragmentation_when_the_pool_kept_what_was_freed_async_just_before() {
     assert_eq!(d.outside_job_bytes, Some(29 * GIB));
     assert_eq!(
         (d.cause, d.rule),
-        (Cause::Fragmentation, "pool_cached_async_frees")
+        (Cause::Fragmentation, Rule::PoolCachedAsyncFrees)
     );
     assert!(
         prose::reason(&d).contains("freed 1.50 GiB with cuMemFreeAsync"),
@@ -303,7 +303,7 @@ fn external_when_something_else_holds_the_device() {
         Record::Oom(oom_at(100, 30, 0, 4 * GIB, Some(GIB), Some(80 * GIB))),
     ]);
     let (_, d) = only(&a);
-    assert_eq!((d.cause, d.rule), (Cause::External, "outside_excess"));
+    assert_eq!((d.cause, d.rule), (Cause::External, Rule::OutsideExcess));
     assert_eq!(d.outside_job_bytes, Some(77 * GIB));
     assert_eq!(d.outside_excess_bytes, Some(77 * GIB - 500 * MIB));
     assert_eq!(d.shortfall_bytes, Some(3 * GIB));
@@ -338,17 +338,17 @@ fn without_the_drivers_figures_the_cause_is_decided_from_what_is_known() {
     let (_, d) = only(&a);
     assert_eq!(
         (d.cause, d.rule),
-        (Cause::External, "no_driver_figures_fits_total")
+        (Cause::External, Rule::NoDriverFiguresFitsTotal)
     );
     assert_eq!(d.total_bytes, Some(16 * GIB));
     assert!(has_finding(&d, "no_driver_figures"));
     let a = run_with(h, &recs(6 * GIB));
     let (_, d) = only(&a);
-    assert_eq!((d.cause, d.rule), (Cause::Pressure, "no_driver_figures"));
+    assert_eq!((d.cause, d.rule), (Cause::Pressure, Rule::NoDriverFigures));
     // Nothing known at all: pressure, and it says so.
     let a = run(&recs(GIB));
     let (_, d) = only(&a);
-    assert_eq!((d.cause, d.rule), (Cause::Pressure, "no_driver_figures"));
+    assert_eq!((d.cause, d.rule), (Cause::Pressure, Rule::NoDriverFigures));
     assert!(prose::reason(&d).starts_with("neither the driver's free memory"));
     assert_eq!(d.available_bytes, None);
     assert!(!has_finding(&d, "fit"));

@@ -6,6 +6,7 @@ mod common;
 use common::cli;
 use common::traces::{keeping_loop, oom_rec, torch_oom, torch_sample};
 use common::*;
+use vramtrace_collector::model::diagnose::Rule;
 use vramtrace_collector::model::{analyze_reader, Analysis, MAX_OOM_SNAPSHOTS};
 use vramtrace_collector::reporters::oom_text;
 use vramtrace_collector::reporters::prose;
@@ -142,7 +143,13 @@ fn a_buffer_kept_each_step_under_a_cap_is_growth_and_raising_the_cap_is_not_the_
     );
     assert_eq!(a.oom_records, 1);
     let d = diagnose(&a, &a.ooms[0]);
-    assert_eq!(d.cause, Cause::Growth, "{}: {}", d.rule, prose::reason(&d));
+    assert_eq!(
+        d.cause,
+        Cause::Growth,
+        "{}: {}",
+        d.rule.key(),
+        prose::reason(&d)
+    );
     let g = d.growth.as_ref().unwrap();
     // 18 buffers of 256 MiB were kept before the refusal; the rise seen is most of them.
     assert!(
@@ -178,7 +185,13 @@ fn a_buffer_kept_each_step_under_a_cap_is_growth_and_raising_the_cap_is_not_the_
 fn the_same_loop_filling_the_device_is_growth_not_pressure() {
     let a = run(&keeping_loop(GIB, 32 * MIB, 10_000, None, 4 * GIB));
     let d = diagnose(&a, &a.ooms[0]);
-    assert_eq!(d.cause, Cause::Growth, "{}: {}", d.rule, prose::reason(&d));
+    assert_eq!(
+        d.cause,
+        Cause::Growth,
+        "{}: {}",
+        d.rule.key(),
+        prose::reason(&d)
+    );
     assert!(
         !prose::advice(&d)[0].starts_with("Shed"),
         "{:?}",
@@ -204,7 +217,7 @@ fn a_big_request_after_small_growth_is_still_pressure() {
         d.cause,
         Cause::Pressure,
         "{}: {}",
-        d.rule,
+        d.rule.key(),
         prose::reason(&d)
     );
 }
@@ -438,7 +451,13 @@ fn a_batch_that_doubles_until_the_cap_refuses_it_is_the_cap_not_growth() {
         .join("tests/fixtures/gpu/batch_doubling_cap.vtrace");
     let a = vramtrace_collector::model::analyze(&p).unwrap();
     let d = diagnose(&a, a.ooms.first().expect("its out-of-memory error"));
-    assert_eq!(d.cause, Cause::Cap, "{}: {}", d.rule, prose::reason(&d));
+    assert_eq!(
+        d.cause,
+        Cause::Cap,
+        "{}: {}",
+        d.rule.key(),
+        prose::reason(&d)
+    );
 }
 
 #[test]
@@ -516,5 +535,5 @@ fn review_findings_host_refusals_errors_past_the_snapshots_and_nothing_missing()
     let a = run(&recs);
     let d = diagnose(&a, &a.ooms[0]);
     assert_ne!(d.cause, Cause::Growth, "{}", prose::reason(&d));
-    assert_eq!(d.rule, "free_at_least_request");
+    assert_eq!(d.rule, Rule::FreeAtLeastRequest);
 }

@@ -324,7 +324,7 @@ impl<'a> Event<'a> {
             framework: Framework::of(s),
             driver_ooms_folded: s.driver_ooms_folded,
             cause: d.cause.key(),
-            cause_rule: d.rule,
+            cause_rule: d.rule.key(),
             cause_reason: prose::reason(d),
             growth: d.growth.as_ref().map(|l| Leak::of(l, cs)),
             holders: s

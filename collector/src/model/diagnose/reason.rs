@@ -1,7 +1,7 @@
 //! Why a rule decided: one variant per rule of docs/OOM.md, with the figures it decided on. The reporters say
-//! it (reporters/prose.rs); the rule's name and the cause are read from it, so the three cannot disagree.
+//! it (reporters/prose.rs); the rule and the cause are read from it, so the three cannot disagree.
 
-use super::Cause;
+use super::{Cause, Rule};
 
 /// Which limit a figure is: the vramtrace cap, or the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,40 +136,30 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// The rule's JSON name (docs/OOM.md).
-    pub fn rule(&self) -> &'static str {
+    /// The rule that gave it (docs/OOM.md).
+    pub fn rule(&self) -> Rule {
         match self {
-            Reason::HostMemory { .. } => "host_memory",
-            Reason::RequestExceedsLimit { .. } => "request_exceeds_limit",
-            Reason::CacheFragmented { .. } => "cache_fragmented",
-            Reason::Growth { .. } => "growth",
-            Reason::CapRefused { .. } => "cap_refused",
-            Reason::OverCap { .. } => "over_cap",
-            Reason::FreeAtLeastRequest { .. } => "free_at_least_request",
-            Reason::PoolCachedAsyncFrees { .. } => "pool_cached_async_frees",
-            Reason::OutsideExcess { .. } => "outside_excess",
-            Reason::JobFillsDevice { .. } => "job_fills_device",
-            Reason::NoFiguresPool { .. } => "no_driver_figures_pool",
-            Reason::NoFiguresFitsTotal { .. } => "no_driver_figures_fits_total",
-            Reason::NoFiguresOverTotal { .. } | Reason::NothingKnown { .. } => "no_driver_figures",
+            Reason::HostMemory { .. } => Rule::HostMemory,
+            Reason::RequestExceedsLimit { .. } => Rule::RequestExceedsLimit,
+            Reason::CacheFragmented { .. } => Rule::CacheFragmented,
+            Reason::Growth { .. } => Rule::Growth,
+            Reason::CapRefused { .. } => Rule::CapRefused,
+            Reason::OverCap { .. } => Rule::OverCap,
+            Reason::FreeAtLeastRequest { .. } => Rule::FreeAtLeastRequest,
+            Reason::PoolCachedAsyncFrees { .. } => Rule::PoolCachedAsyncFrees,
+            Reason::OutsideExcess { .. } => Rule::OutsideExcess,
+            Reason::JobFillsDevice { .. } => Rule::JobFillsDevice,
+            Reason::NoFiguresPool { .. } => Rule::NoDriverFiguresPool,
+            Reason::NoFiguresFitsTotal { .. } => Rule::NoDriverFiguresFitsTotal,
+            // One rule, two sets of figures: with the device's total, and with nothing known.
+            Reason::NoFiguresOverTotal { .. } | Reason::NothingKnown { .. } => {
+                Rule::NoDriverFigures
+            }
         }
     }
 
     /// The cause the rule gives.
     pub fn cause(&self) -> Cause {
-        match self {
-            Reason::HostMemory { .. } => Cause::HostMemory,
-            Reason::RequestExceedsLimit { .. } => Cause::RequestTooLarge,
-            Reason::CacheFragmented { .. } => Cause::FragmentationCache,
-            Reason::Growth { .. } => Cause::Growth,
-            Reason::CapRefused { .. } | Reason::OverCap { .. } => Cause::Cap,
-            Reason::FreeAtLeastRequest { .. }
-            | Reason::PoolCachedAsyncFrees { .. }
-            | Reason::NoFiguresPool { .. } => Cause::Fragmentation,
-            Reason::OutsideExcess { .. } | Reason::NoFiguresFitsTotal { .. } => Cause::External,
-            Reason::JobFillsDevice { .. }
-            | Reason::NoFiguresOverTotal { .. }
-            | Reason::NothingKnown { .. } => Cause::Pressure,
-        }
+        self.rule().cause()
     }
 }
