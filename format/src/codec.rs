@@ -8,8 +8,7 @@
 
 use crate::Api;
 use crate::{
-    Bridge, EndKind, Event, Exit, ExitStatus, FrameworkSample, Hello, Objects, Oom, Record, Stack,
-    TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE, VERSION,
+    EndKind, Event, ExitStatus, Record, TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE, VERSION,
 };
 
 /// Who writes a frame kind: what a collector lets a process send, and what it writes itself.
@@ -399,108 +398,76 @@ fn decode_events_with(
     Ok(pid)
 }
 
-#[derive(bincode::Encode, bincode::Decode)]
-struct PidTs {
-    pid: u32,
-    ts_ns: u64,
-}
-
-#[derive(bincode::Encode, bincode::Decode)]
-struct DroppedBody {
-    pid: u32,
-    ts_ns: u64,
-    count: u64,
-}
-
-#[derive(bincode::Encode, bincode::Decode)]
-struct EndBody {
-    pid: u32,
-    ts_ns: u64,
-    kind: EndKind,
-}
-
-/// Appends any record as one frame.
-pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
-    match rec {
-        Record::Hello(h) => put_frame(out, kind::HELLO, |o| bincode_to(o, h)),
-        Record::Events { pid, events } => put_events(out, *pid, events),
-        Record::Dropped { pid, ts_ns, count } => put_frame(out, kind::DROPPED, |o| {
-            bincode_to(
-                o,
-                &DroppedBody {
-                    pid: *pid,
-                    ts_ns: *ts_ns,
-                    count: *count,
-                },
-            )
-        }),
-        Record::Goodbye { pid, ts_ns } => put_frame(out, kind::GOODBYE, |o| {
-            bincode_to(
-                o,
-                &PidTs {
-                    pid: *pid,
-                    ts_ns: *ts_ns,
-                },
-            )
-        }),
-        Record::Tick { pid, ts_ns } => put_frame(out, kind::TICK, |o| {
-            bincode_to(
-                o,
-                &PidTs {
-                    pid: *pid,
-                    ts_ns: *ts_ns,
-                },
-            )
-        }),
-        Record::Oom(o) => put_frame(out, kind::OOM, |out| bincode_to(out, o)),
-        Record::Stack(st) => put_frame(out, kind::STACK, |out| bincode_to(out, st)),
-        Record::Objects(ob) => put_frame(out, kind::OBJECTS, |out| bincode_to(out, ob)),
-        Record::Note { pid, ts_ns, text } => put_frame(out, kind::NOTE, |out| {
-            bincode_to(out, &(*pid, *ts_ns, text.as_str()))
-        }),
-        Record::FrameworkSample(f) => {
-            put_frame(out, kind::FRAMEWORK_SAMPLE, |out| bincode_to(out, f))
+/// Declares how each [`Record`] goes on the wire, once: its frame kind, and its body (a struct variant's
+/// fields in their order, bincode-encoded as a tuple; a newtype variant's value). [`put_record`],
+/// [`decode_record`] and [`Record::kind`] are made from it, so a variant not declared here does not compile
+/// (the encoder's match is exhaustive) and its decoder cannot be forgotten.
+macro_rules! record_wire {
+    (
+        values { $($nv:ident = $nk:ident,)* }
+        fields { $($fv:ident { $($f:ident: $t:ty),* } = $fk:ident,)* }
+    ) => {
+        /// Appends any record as one frame.
+        pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
+            match rec {
+                Record::Events { pid, events } => put_events(out, *pid, events),
+                $(Record::$nv(v) => put_frame(out, kind::$nk, |o| bincode_to(o, v)),)*
+                $(Record::$fv { $($f),* } => put_frame(out, kind::$fk, |o| bincode_to(o, &($($f,)*))),)*
+            }
         }
-        Record::Bridge(b) => put_frame(out, kind::BRIDGE, |out| bincode_to(out, b)),
-        Record::Exit(x) => put_frame(out, kind::EXIT, |out| bincode_to(out, x)),
-        Record::End { ts_ns } => put_frame(out, kind::END, |out| bincode_to(out, ts_ns)),
-        Record::Lost {
-            pid,
-            ts_ns,
-            count,
-            cause,
-        } => put_frame(out, kind::LOST, |o| {
-            bincode_to(o, &(*pid, *ts_ns, *count, *cause))
-        }),
-        Record::ContextGone {
-            pid,
-            ts_ns,
-            device,
-            how,
-        } => put_frame(out, kind::CONTEXT_GONE, |o| {
-            bincode_to(o, &(*pid, *ts_ns, *device, how.as_str()))
-        }),
-        Record::Reaped {
-            pid,
-            ts_ns,
-            child,
-            status,
-        } => put_frame(out, kind::REAPED, |o| {
-            bincode_to(o, &(*pid, *ts_ns, *child, *status))
-        }),
-        Record::Devices { pid, ts_ns, uuids } => put_frame(out, kind::DEVICES, |o| {
-            bincode_to(o, &(*pid, *ts_ns, uuids))
-        }),
-        Record::ProcessEnd { pid, ts_ns, kind } => put_frame(out, kind::PROCESS_END, |o| {
-            bincode_to(
-                o,
-                &EndBody {
-                    pid: *pid,
-                    ts_ns: *ts_ns,
-                    kind: *kind,
-                },
-            )
-        }),
+
+        /// Decodes one frame's payload. `Ok(None)` for a kind this build does not know (a newer writer's
+        /// addition).
+        pub fn decode_record(k: u8, payload: &[u8]) -> Result<Option<Record>, DecodeError> {
+            Ok(Some(match k {
+                kind::EVENTS | kind::EVENTS_STACKS => {
+                    let mut events = Vec::new();
+                    let pid = decode_events_of(k, payload, &mut events)?;
+                    Record::Events { pid, events }
+                }
+                $(kind::$nk => Record::$nv(bincode_from(payload)?),)*
+                $(kind::$fk => {
+                    let ($($f,)*): ($($t,)*) = bincode_from(payload)?;
+                    Record::$fv { $($f),* }
+                })*
+                _ => return Ok(None),
+            }))
+        }
+
+        impl Record {
+            /// Its frame kind (events: [`kind::EVENTS_STACKS`], as [`put_events`] writes them).
+            pub fn kind(&self) -> u8 {
+                match self {
+                    Record::Events { .. } => kind::EVENTS_STACKS,
+                    $(Record::$nv(_) => kind::$nk,)*
+                    $(Record::$fv { .. } => kind::$fk,)*
+                }
+            }
+        }
+    };
+}
+
+record_wire! {
+    values {
+        Hello = HELLO,
+        Oom = OOM,
+        Stack = STACK,
+        Objects = OBJECTS,
+        FrameworkSample = FRAMEWORK_SAMPLE,
+        Bridge = BRIDGE,
+        Exit = EXIT,
+    }
+    fields {
+        Dropped { pid: u32, ts_ns: u64, count: u64 } = DROPPED,
+        Goodbye { pid: u32, ts_ns: u64 } = GOODBYE,
+        Tick { pid: u32, ts_ns: u64 } = TICK,
+        Note { pid: u32, ts_ns: u64, text: String } = NOTE,
+        End { ts_ns: u64 } = END,
+        Lost { pid: u32, ts_ns: u64, count: u64, cause: crate::LossCause } = LOST,
+        ContextGone { pid: u32, ts_ns: u64, device: u32, how: String } = CONTEXT_GONE,
+        Reaped { pid: u32, ts_ns: u64, child: u32, status: ExitStatus } = REAPED,
+        Devices { pid: u32, ts_ns: u64, uuids: Vec<(u32, [u8; 16])> } = DEVICES,
+        ProcessEnd { pid: u32, ts_ns: u64, kind: EndKind } = PROCESS_END,
     }
 }
 
@@ -524,96 +491,6 @@ pub fn encode_reaped_into(
     buf.get_mut(..4)?.copy_from_slice(&len.to_le_bytes());
     *buf.get_mut(4)? = kind::REAPED;
     Some(n + FRAME_OVERHEAD)
-}
-
-/// Decodes one frame's payload. `Ok(None)` for a kind this build does not know (a newer writer's addition).
-pub fn decode_record(kind: u8, payload: &[u8]) -> Result<Option<Record>, DecodeError> {
-    Ok(Some(match kind {
-        kind::HELLO => Record::Hello(bincode_from::<Hello>(payload)?),
-        kind::EVENTS | kind::EVENTS_STACKS => {
-            let mut events = Vec::new();
-            let pid = decode_events_of(kind, payload, &mut events)?;
-            Record::Events { pid, events }
-        }
-        kind::STACK => Record::Stack(bincode_from::<Stack>(payload)?),
-        kind::OBJECTS => Record::Objects(bincode_from::<Objects>(payload)?),
-        kind::NOTE => {
-            let (pid, ts_ns, text): (u32, u64, String) = bincode_from(payload)?;
-            Record::Note { pid, ts_ns, text }
-        }
-        kind::DROPPED => {
-            let b: DroppedBody = bincode_from(payload)?;
-            Record::Dropped {
-                pid: b.pid,
-                ts_ns: b.ts_ns,
-                count: b.count,
-            }
-        }
-        kind::GOODBYE => {
-            let b: PidTs = bincode_from(payload)?;
-            Record::Goodbye {
-                pid: b.pid,
-                ts_ns: b.ts_ns,
-            }
-        }
-        kind::TICK => {
-            let b: PidTs = bincode_from(payload)?;
-            Record::Tick {
-                pid: b.pid,
-                ts_ns: b.ts_ns,
-            }
-        }
-        kind::OOM => Record::Oom(bincode_from::<Oom>(payload)?),
-        kind::FRAMEWORK_SAMPLE => {
-            Record::FrameworkSample(bincode_from::<FrameworkSample>(payload)?)
-        }
-        kind::BRIDGE => Record::Bridge(bincode_from::<Bridge>(payload)?),
-        kind::EXIT => Record::Exit(bincode_from::<Exit>(payload)?),
-        kind::END => Record::End {
-            ts_ns: bincode_from::<u64>(payload)?,
-        },
-        kind::CONTEXT_GONE => {
-            let (pid, ts_ns, device, how): (u32, u64, u32, String) = bincode_from(payload)?;
-            Record::ContextGone {
-                pid,
-                ts_ns,
-                device,
-                how,
-            }
-        }
-        kind::LOST => {
-            let (pid, ts_ns, count, cause): (u32, u64, u64, crate::LossCause) =
-                bincode_from(payload)?;
-            Record::Lost {
-                pid,
-                ts_ns,
-                count,
-                cause,
-            }
-        }
-        kind::REAPED => {
-            let (pid, ts_ns, child, status): (u32, u64, u32, ExitStatus) = bincode_from(payload)?;
-            Record::Reaped {
-                pid,
-                ts_ns,
-                child,
-                status,
-            }
-        }
-        kind::DEVICES => {
-            let (pid, ts_ns, uuids): (u32, u64, Vec<(u32, [u8; 16])>) = bincode_from(payload)?;
-            Record::Devices { pid, ts_ns, uuids }
-        }
-        kind::PROCESS_END => {
-            let b: EndBody = bincode_from(payload)?;
-            Record::ProcessEnd {
-                pid: b.pid,
-                ts_ns: b.ts_ns,
-                kind: b.kind,
-            }
-        }
-        _ => return Ok(None),
-    }))
 }
 
 // ---- header ----------------------------------------------------------------------------------------------
@@ -778,629 +655,4 @@ pub fn device_of(e: &Event) -> Option<u32> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::flags;
-
-    fn sample(i: u64) -> Event {
-        Event {
-            ts_ns: 1_000_000_000 + i * 1500,
-            tid: 4242 + (i % 3) as u32,
-            api: Api::ALL[(i % 14) as usize],
-            flags: if i.is_multiple_of(5) { flags::PTSZ } else { 0 },
-            device: if i.is_multiple_of(4) {
-                NO_DEVICE
-            } else {
-                (i % 2) as u32
-            },
-            result: if i.is_multiple_of(7) { 2 } else { 0 },
-            addr: 0x7f00_0000_0000u64.wrapping_add(i.wrapping_mul(0x20_0000)),
-            size: (i + 1) << 20,
-            aux: if i.is_multiple_of(2) {
-                0
-            } else {
-                0x5555_0000 + i
-            },
-            stack: (i % 5) as u32,
-        }
-    }
-
-    #[test]
-    fn events_round_trip_including_extremes() {
-        let mut evs: Vec<Event> = (0..500).map(sample).collect();
-        // Time going backwards across threads, max values, a zero address after a large one.
-        evs.push(Event {
-            ts_ns: 5,
-            tid: u32::MAX,
-            addr: u64::MAX,
-            size: u64::MAX,
-            aux: u64::MAX,
-            result: u32::MAX,
-            device: NO_DEVICE,
-            ..evs[0]
-        });
-        evs.push(Event {
-            ts_ns: u64::MAX,
-            tid: 0,
-            addr: 0,
-            size: 0,
-            aux: 0,
-            ..evs[1]
-        });
-        // The extremes again far from the end, where fields are read without bounds checks.
-        let ends = evs[500..].to_vec();
-        evs.splice(0..0, ends.iter().copied());
-        evs.splice(250..250, ends);
-        let mut buf = Vec::new();
-        put_events(&mut buf, 77, &evs);
-        let (k, payload) = frames(&buf).next().unwrap();
-        assert_eq!(k, kind::EVENTS_STACKS);
-        let mut back = Vec::new();
-        assert_eq!(decode_events(payload, &mut back).unwrap(), 77);
-        assert_eq!(back, evs);
-    }
-
-    #[test]
-    fn typical_events_are_compact() {
-        // An alloc/free pair per step, same thread and stream: the 24-byte budget with room to spare.
-        let mut evs = Vec::new();
-        for i in 0..1000u64 {
-            let addr = 0x7f12_3400_0000 + (i % 8) * 0x40_0000;
-            let mut a = sample(0);
-            a.ts_ns = 10_000_000 + i * 20_000;
-            a.tid = 9000;
-            a.api = Api::MemAllocAsync;
-            a.flags = 0;
-            a.device = 0;
-            a.result = 0;
-            a.addr = addr;
-            a.size = 4 << 20;
-            a.aux = 0x5600_1234_5000;
-            let mut f = a;
-            f.api = Api::MemFreeAsync;
-            f.ts_ns += 9_000;
-            f.size = 0;
-            f.device = NO_DEVICE;
-            evs.push(a);
-            evs.push(f);
-        }
-        let mut buf = Vec::new();
-        put_events(&mut buf, 1, &evs);
-        let per_event = buf.len() as f64 / evs.len() as f64;
-        assert!(per_event < 16.0, "{per_event} bytes/event");
-    }
-
-    #[test]
-    fn records_round_trip() {
-        let recs = vec![
-            Record::Hello(Hello {
-                pid: 1,
-                ppid: 0,
-                ts_ns: 3,
-                cmdline: vec!["python".into(), "train.py".into()],
-                hostname: "h".into(),
-                rank: Some(3),
-                local_rank: None,
-                slurm_procid: Some(7),
-                shim_version: "0.1.0".into(),
-                extra: vec![("k".into(), "v".into())],
-            }),
-            Record::Events {
-                pid: 9,
-                events: (0..3).map(sample).collect(),
-            },
-            Record::Dropped {
-                pid: 9,
-                ts_ns: 10,
-                count: 12345,
-            },
-            Record::Goodbye { pid: 9, ts_ns: 11 },
-            Record::Tick { pid: 9, ts_ns: 12 },
-            Record::ProcessEnd {
-                pid: 9,
-                ts_ns: 13,
-                kind: EndKind::CutMidFrame { partial_bytes: 17 },
-            },
-            Record::ContextGone {
-                pid: 9,
-                ts_ns: 15,
-                device: 1,
-                how: "cuCtxDestroy".into(),
-            },
-            Record::Lost {
-                pid: 9,
-                ts_ns: 14,
-                count: 77,
-                cause: crate::LossCause::CollectorStalled,
-            },
-            Record::Exit(crate::Exit {
-                pid: 9,
-                ts_ns: 14,
-                status: crate::ExitStatus::Signal {
-                    signal: 9,
-                    core: false,
-                },
-            }),
-            Record::Exit(crate::Exit {
-                pid: 10,
-                ts_ns: 15,
-                status: crate::ExitStatus::Code(7),
-            }),
-            Record::End { ts_ns: 16 },
-            Record::Devices {
-                pid: 9,
-                ts_ns: 19,
-                uuids: vec![(0, [0xab; 16]), (3, *b"fakecuda-gpu-03\0")],
-            },
-            Record::Reaped {
-                pid: 4,
-                ts_ns: 17,
-                child: 9,
-                status: crate::ExitStatus::Signal {
-                    signal: 9,
-                    core: false,
-                },
-            },
-            Record::Stack(Stack {
-                pid: 9,
-                id: 3,
-                native: vec![0x55_0000_1234, 0x7f00_0000_0042],
-                python: vec![crate::PyFrame {
-                    file: "train.py".into(),
-                    function: "forward".into(),
-                    line: 88,
-                }],
-            }),
-            Record::Objects(Objects {
-                pid: 9,
-                ts_ns: 15,
-                objects: vec![crate::Object {
-                    path: "/usr/lib/libtorch.so".into(),
-                    bias: 0x7f00_0000_0000,
-                    text: vec![(0x7f00_0001_0000, 0x7f00_0100_0000)],
-                    build_id: vec![1, 2, 3, 4],
-                }],
-            }),
-            Record::Note {
-                pid: 9,
-                ts_ns: 16,
-                text: "python 3.14 is not supported".into(),
-            },
-            Record::FrameworkSample(crate::FrameworkSample {
-                pid: 9,
-                ts_ns: 17,
-                framework: crate::Framework::Torch,
-                device: 1,
-                allocated: 28_991_029_248,
-                reserved: 59_055_800_320,
-                active: 28_991_029_248,
-                inactive_split: 30_064_771_072,
-                requested: 28_991_029_000,
-                alloc_retries: 1,
-                ooms: 1,
-            }),
-            Record::Bridge(crate::Bridge {
-                pid: 9,
-                tid: 11,
-                ts_ns: 18,
-                what: "oom".into(),
-                device: 1,
-                ack: true,
-                fields: vec![("requested".into(), "37580963840".into())],
-            }),
-            Record::Oom(Oom {
-                pid: 9,
-                tid: 10,
-                ts_ns: 14,
-                device: 1,
-                api: Api::MemAllocAsync as u8,
-                flags: crate::flags::CAP_REFUSED,
-                requested_bytes: 1 << 30,
-                result: 2,
-                device_free_bytes: Some(5 << 30),
-                device_total_bytes: Some(80 << 30),
-                cap_bytes: Some(4 << 30),
-                job_used_bytes: Some(3 << 30),
-                process_used_bytes: None,
-                extra: vec![],
-            }),
-        ];
-        let mut buf = Vec::new();
-        for r in &recs {
-            put_record(&mut buf, r);
-        }
-        let back: Vec<Record> = frames(&buf)
-            .map(|(k, p)| decode_record(k, p).unwrap().unwrap())
-            .collect();
-        assert_eq!(back, recs);
-        // Every kind the format declares is written by `put_record` (kind 2 only by writers before version 2),
-        // and what the table says of it is what the record is.
-        let mut written: Vec<u8> = frames(&buf).map(|(k, _)| k).collect();
-        for ((k, _), r) in frames(&buf).zip(&recs) {
-            let info = kind_info(k).unwrap();
-            assert_eq!(
-                r.clone().process_time_mut().is_some(),
-                info.process_time,
-                "{}",
-                info.name
-            );
-            assert_eq!(
-                Record::has_process_time(k),
-                info.process_time,
-                "{}",
-                info.name
-            );
-            if info.writer == Writer::Process {
-                assert!(
-                    r.clone().pid_mut().is_some(),
-                    "{} speaks for a pid",
-                    info.name
-                );
-            }
-        }
-        written.push(kind::EVENTS);
-        written.sort_unstable();
-        written.dedup();
-        let declared: Vec<u8> = KINDS.iter().map(|i| i.kind).collect();
-        assert_eq!(written, declared);
-    }
-
-    #[test]
-    fn a_gpu_uuid_reads_as_nvidia_smi_writes_it() {
-        let u: [u8; 16] = std::array::from_fn(|i| i as u8);
-        assert_eq!(
-            crate::gpu_uuid(&u),
-            "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
-        );
-        assert_eq!(crate::gpu_uuid(&[0xff; 16]).len(), 40);
-    }
-
-    #[test]
-    fn kinds_are_declared_once_with_numbers_never_shared() {
-        let mut seen = std::collections::HashSet::new();
-        for (i, k) in KINDS.iter().enumerate() {
-            assert!(seen.insert(k.kind), "{} reuses {}", k.name, k.kind);
-            assert_eq!(kind_info(k.kind), Some(k));
-            if i > 0 {
-                assert!(KINDS[i - 1].kind < k.kind, "in number order");
-            }
-        }
-        assert_eq!(kind_info(kind::REAPED).unwrap().name, "REAPED");
-        assert_eq!(kind_info(kind::HELLO).unwrap().writer, Writer::Hello);
-        assert_eq!(kind_info(0), None);
-    }
-
-    #[test]
-    fn version_1_events_without_stack_ids_still_read() {
-        // A kind-2 frame as version 1 wrote it: the same fields, no stack id.
-        let mut p = Vec::new();
-        for v in [42u64, 1, zigzag(1000), zigzag(7)] {
-            put_varint(&mut p, v); // pid, count, ts delta, tid delta
-        }
-        p.push(Api::MemAlloc as u8);
-        p.push(0);
-        for v in [1u64, 0, zigzag(0x7000), 4096, 0] {
-            put_varint(&mut p, v); // device+1, result, addr delta, size, aux delta
-        }
-        match decode_record(kind::EVENTS, &p).unwrap().unwrap() {
-            Record::Events { pid, events } => {
-                assert_eq!(pid, 42);
-                assert_eq!(events.len(), 1);
-                let e = events[0];
-                assert_eq!(
-                    (e.ts_ns, e.tid, e.device, e.addr, e.size, e.stack),
-                    (1000, 7, 0, 0x7000, 4096, 0)
-                );
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn unknown_kind_is_skipped_not_an_error() {
-        assert_eq!(decode_record(200, b"whatever").unwrap(), None);
-        // The next kinds after the last one this build knows, as an older reader finds a newer writer's.
-        for k in (0..=255).filter(|&k| kind_info(k).is_none()) {
-            assert_eq!(decode_record(k, b"whatever").unwrap(), None, "kind {k}");
-        }
-    }
-
-    #[test]
-    fn reaped_frames_written_in_place_are_put_records_bytes() {
-        use crate::ExitStatus;
-        let statuses = [
-            ExitStatus::Code(0),
-            ExitStatus::Code(3),
-            ExitStatus::Code(255),
-            ExitStatus::Code(i32::MIN),
-            ExitStatus::Signal {
-                signal: 9,
-                core: false,
-            },
-            ExitStatus::Signal {
-                signal: 11,
-                core: true,
-            },
-            ExitStatus::Signal {
-                signal: i32::MAX,
-                core: true,
-            },
-        ];
-        for status in statuses {
-            for (pid, ts_ns, child) in [
-                (1, 0, 2),
-                (u32::MAX, u64::MAX, u32::MAX),
-                (4_194_304, 1 << 40, 7),
-            ] {
-                let rec = Record::Reaped {
-                    pid,
-                    ts_ns,
-                    child,
-                    status,
-                };
-                let mut want = Vec::new();
-                put_record(&mut want, &rec);
-                let mut buf = [0xAAu8; REAPED_FRAME_MAX];
-                let n = encode_reaped_into(&mut buf, pid, ts_ns, child, status).unwrap();
-                assert_eq!(&buf[..n], &want[..], "{rec:?}");
-                assert!(n <= 31, "{n} bytes for {rec:?}");
-                // Round trip through the frame reader and the decoder.
-                let (k, p) = frames(&buf[..n]).next().unwrap();
-                assert_eq!(k, kind::REAPED);
-                assert_eq!(decode_record(k, p).unwrap(), Some(rec));
-                // Too little room: nothing claimed, no panic.
-                for short in 0..n {
-                    assert_eq!(
-                        encode_reaped_into(&mut buf[..short], pid, ts_ns, child, status),
-                        None,
-                        "{short} bytes"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn corrupt_payloads_error_without_panicking() {
-        let mut buf = Vec::new();
-        put_events(&mut buf, 5, &(0..50).map(sample).collect::<Vec<_>>());
-        let payload = &buf[5..];
-        // Every truncation and a spread of single-byte corruptions: errors or (rarely) other events, no panic.
-        for cut in 0..payload.len() {
-            let _ = decode_events(&payload[..cut], &mut Vec::new());
-        }
-        for i in 0..payload.len() {
-            let mut p = payload.to_vec();
-            p[i] ^= 0xff;
-            let _ = decode_events(&p, &mut Vec::new());
-            let _ = decode_record(kind::HELLO, &p);
-        }
-        // A huge claimed count is refused before reserving memory.
-        let mut huge = Vec::new();
-        put_varint(&mut huge, 1);
-        put_varint(&mut huge, u64::MAX >> 1);
-        assert_eq!(
-            decode_events(&huge, &mut Vec::new()),
-            Err(DecodeError::Short)
-        );
-    }
-
-    /// A kind-2 payload (version 1: no stack ids) of `evs`.
-    fn events_v1(pid: u32, evs: &[Event]) -> Vec<u8> {
-        let mut p = Vec::new();
-        put_varint(&mut p, pid as u64);
-        put_varint(&mut p, evs.len() as u64);
-        let (mut ts, mut tid, mut addr, mut aux) = (0u64, 0u32, 0u64, 0u64);
-        for e in evs {
-            put_varint(&mut p, zigzag(e.ts_ns.wrapping_sub(ts) as i64));
-            put_varint(&mut p, zigzag(e.tid.wrapping_sub(tid) as i32 as i64));
-            p.push(e.api as u8);
-            p.push(e.flags);
-            put_varint(&mut p, e.device.wrapping_add(1) as u64);
-            put_varint(&mut p, e.result as u64);
-            put_varint(&mut p, zigzag(e.addr.wrapping_sub(addr) as i64));
-            put_varint(&mut p, e.size);
-            put_varint(&mut p, zigzag(e.aux.wrapping_sub(aux) as i64));
-            (ts, tid, addr, aux) = (e.ts_ns, e.tid, e.addr, e.aux);
-        }
-        p
-    }
-
-    #[test]
-    fn unchecked_reads_decode_any_bytes_as_the_checked_ones_do() {
-        // Long payloads of both kinds (most events inside the unchecked window), corrupted at random: bits
-        // flipped, runs of continuation bytes (the longest varints), bytes cut. Values and errors both match the
-        // checked reads. (With the window too small, the debug build's assertion fails this.)
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
-        let mut evs: Vec<Event> = (0..200).map(sample).collect();
-        for i in (0..200).step_by(17) {
-            evs[i].addr = u64::MAX - i as u64;
-            evs[i].size = u64::MAX >> (i % 7);
-        }
-        let mut buf = Vec::new();
-        put_events(&mut buf, 9, &evs);
-        let with_stacks = buf[5..].to_vec();
-        let without = events_v1(9, &evs);
-        for (k, good) in [(kind::EVENTS, without), (kind::EVENTS_STACKS, with_stacks)] {
-            // Intact, both decode every event.
-            let mut all = Vec::new();
-            assert_eq!(decode_events_with(k, &good, &mut all, true), Ok(9));
-            assert_eq!(all.len(), evs.len(), "kind {k}");
-            for round in 0..3000 {
-                let mut p = good.clone();
-                match round % 3 {
-                    0 => {
-                        for _ in 0..1 + next() % 4 {
-                            let i = (next() % p.len() as u64) as usize;
-                            p[i] ^= 1 << (next() % 8);
-                        }
-                    }
-                    1 => {
-                        let i = (next() % p.len() as u64) as usize;
-                        let run = (1 + next() % 12) as usize;
-                        for b in p.iter_mut().skip(i).take(run) {
-                            *b |= 0x80;
-                        }
-                    }
-                    _ => p.truncate((next() % p.len() as u64) as usize),
-                }
-                let (mut fast, mut checked) = (Vec::new(), Vec::new());
-                let a = decode_events_with(k, &p, &mut fast, true);
-                let b = decode_events_with(k, &p, &mut checked, false);
-                assert_eq!(a, b, "round {round}, kind {k}");
-                assert_eq!(fast, checked, "round {round}, kind {k}");
-            }
-        }
-    }
-
-    #[test]
-    fn varints_of_every_length_read_back_whether_or_not_bytes_follow() {
-        let mut values = vec![0u64, 1, u64::MAX, u64::MAX - 1];
-        for bits in 1..64 {
-            values.extend([(1u64 << bits) - 1, 1u64 << bits, (1u64 << bits) + 1]);
-        }
-        for v in values {
-            let mut b = Vec::new();
-            put_varint(&mut b, v);
-            let len = b.len();
-            // Alone (the careful path near a payload's end), and followed by other bytes (the quick paths, which
-            // read a whole word: the bytes after must not leak into the value).
-            for tail in [
-                &[][..],
-                &[0x80, 0x80, 0x80, 0x01, 0x05][..],
-                &[0xff; 8][..],
-                &[0x7f, 0x80, 0xff, 0x01, 0x00, 0x81, 0xfe, 0x7f][..],
-            ] {
-                let mut bytes = b.clone();
-                bytes.extend_from_slice(tail);
-                let mut c = Cursor {
-                    bytes: &bytes,
-                    pos: 0,
-                };
-                assert_eq!(c.varint(), Ok(v), "{v:#x} with {} bytes after", tail.len());
-                assert_eq!(c.pos, len, "{v:#x}");
-                if bytes.len() >= 8 {
-                    // The unchecked path inside an event's window reads the same.
-                    let mut c = Cursor {
-                        bytes: &bytes,
-                        pos: 0,
-                    };
-                    assert_eq!(c.varint_in_window(), Ok(v), "{v:#x} in a window");
-                    assert_eq!(c.pos, len, "{v:#x} in a window");
-                }
-            }
-            // Cut short: an error, never a value.
-            for cut in 0..len {
-                let mut c = Cursor {
-                    bytes: &b[..cut],
-                    pos: 0,
-                };
-                assert_eq!(c.varint(), Err(DecodeError::Short), "{v:#x} cut at {cut}");
-            }
-        }
-        // Longer than a u64 can be, or a tenth byte above 1: refused.
-        for bad in [
-            &[0xffu8; 11][..],
-            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02][..],
-        ] {
-            let mut c = Cursor { bytes: bad, pos: 0 };
-            assert_eq!(c.varint(), Err(DecodeError::BadVarint));
-        }
-    }
-
-    #[test]
-    fn splitter_yields_only_whole_frames() {
-        let mut all = Vec::new();
-        for i in 0..10 {
-            put_record(
-                &mut all,
-                &Record::Tick {
-                    pid: i,
-                    ts_ns: i as u64,
-                },
-            );
-        }
-        let mut s = FrameSplitter::new();
-        let mut got = 0;
-        for chunk in all.chunks(3) {
-            s.push(chunk);
-            let whole = s.whole().unwrap().to_vec();
-            got += frames(&whole).count();
-            s.consume(whole.len());
-        }
-        assert_eq!(got, 10);
-        assert_eq!(s.pending(), 0);
-        let mut bad = FrameSplitter::new();
-        bad.push(&(MAX_FRAME + 1).to_le_bytes());
-        assert!(bad.whole().is_err());
-    }
-
-    #[test]
-    fn splitter_reads_in_place_and_ignores_what_a_read_left_unwritten() {
-        let mut all = Vec::new();
-        for i in 0..50 {
-            put_record(
-                &mut all,
-                &Record::Tick {
-                    pid: i,
-                    ts_ns: i as u64 * 7,
-                },
-            );
-        }
-        let mut s = FrameSplitter::new();
-        let mut out = Vec::new();
-        let mut at = 0;
-        let mut step = 0;
-        while at < all.len() || s.pending() > 0 {
-            step += 1;
-            // A read of 0 to 12 bytes into 16 bytes of room; the room past it holds whatever it held.
-            let n = (step * 5 % 13).min(all.len() - at);
-            let room = s.spare(16);
-            room[..n].copy_from_slice(&all[at..at + n]);
-            room[n..].fill(0xEE);
-            s.filled(16, n);
-            at += n;
-            let whole = s.whole().unwrap().to_vec();
-            out.extend_from_slice(&whole);
-            s.consume(whole.len());
-            assert!(step < 10_000);
-        }
-        assert_eq!(out, all);
-        assert_eq!(frames(&out).count(), 50);
-    }
-
-    #[test]
-    fn header_round_trip_and_version_check() {
-        let h = TraceHeader {
-            start_unix_ns: 1,
-            start_mono_ns: 2,
-            command: vec!["a".into()],
-            hostname: "x".into(),
-            vramtrace_version: "0.1.0".into(),
-            extra: vec![],
-        };
-        let bytes = encode_header(&h);
-        let prefix: [u8; HEADER_PREFIX] = bytes[..HEADER_PREFIX].try_into().unwrap();
-        let (v, len) = decode_header_prefix(&prefix).unwrap();
-        assert_eq!(v, VERSION);
-        assert_eq!(
-            decode_header_body(&bytes[HEADER_PREFIX..HEADER_PREFIX + len as usize]).unwrap(),
-            h
-        );
-        let mut newer = prefix;
-        newer[8..10].copy_from_slice(&(VERSION + 1).to_le_bytes());
-        assert!(matches!(
-            decode_header_prefix(&newer),
-            Err(DecodeError::NewerVersion { .. })
-        ));
-        let mut bad = prefix;
-        bad[0] = b'X';
-        assert_eq!(decode_header_prefix(&bad), Err(DecodeError::BadMagic));
-    }
-}
+mod tests;
