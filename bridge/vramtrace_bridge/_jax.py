@@ -94,9 +94,12 @@ def _watch():
 
 
 def _fields(stats):
-    keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_reserved", "bytes_limit", "largest_free_block_bytes",
-            "num_allocs", "largest_alloc_size")
-    return [(k, int(stats[k])) for k in keys if k in stats]
+    keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_reserved", "bytes_limit", "num_allocs", "largest_alloc_size")
+    out = [(k, int(stats[k])) for k in keys if k in stats]
+    # The largest free block under the name the PyTorch side sends (bridge/schema.json), not JAX's own.
+    if "largest_free_block_bytes" in stats:
+        out.append(("largest_free_block", int(stats["largest_free_block_bytes"])))
+    return out
 
 
 def _oom(err):

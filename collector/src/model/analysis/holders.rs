@@ -2,6 +2,7 @@
 //! out-of-memory error from PyTorch's observer, before the exception unwinds; at exit after a growth; on
 //! request). bridge/vramtrace_bridge/_holders.py makes it; docs/OOM.md, "What holds the memory", says how.
 
+use vramtrace_format::keys::bridge::{holders as k, what};
 use vramtrace_format::{Bridge, NO_DEVICE};
 
 /// Holders kept from one record (the bridge sends at most 16).
@@ -21,8 +22,8 @@ pub enum WalkAt {
 impl WalkAt {
     pub fn key(self) -> &'static str {
         match self {
-            WalkAt::Oom(_) => "oom",
-            WalkAt::Exit => "exit",
+            WalkAt::Oom(_) => what::OOM,
+            WalkAt::Exit => what::EXIT,
             WalkAt::Request => "request",
         }
     }
@@ -178,9 +179,9 @@ impl Holder {
 impl Holders {
     /// Reads a `holders` record at relative time `t`; `None` when it says nothing usable.
     pub fn from_bridge(b: &Bridge, t: u64) -> Option<Holders> {
-        let at = match b.field("at")? {
-            "oom" => WalkAt::Oom(b.num("oom").unwrap_or(0)),
-            "exit" => WalkAt::Exit,
+        let at = match b.field(k::AT)? {
+            what::OOM => WalkAt::Oom(b.num(k::OOM).unwrap_or(0)),
+            what::EXIT => WalkAt::Exit,
             "request" => WalkAt::Request,
             _ => return None,
         };
@@ -216,12 +217,12 @@ impl Holders {
             device: (b.device != NO_DEVICE).then_some(b.device),
             time_ns: t,
             at,
-            elapsed_ms: b.num("elapsed_ms").unwrap_or(0),
-            objects: b.num("objects").unwrap_or(0),
-            tensors: b.num("tensors").unwrap_or(0),
-            tensor_bytes: b.num("tensor_bytes").unwrap_or(0),
-            partial: (b.field("partial") == Some("1")).then(|| {
-                b.field("partial_reason")
+            elapsed_ms: b.num(k::ELAPSED_MS).unwrap_or(0),
+            objects: b.num(k::OBJECTS).unwrap_or(0),
+            tensors: b.num(k::TENSORS).unwrap_or(0),
+            tensor_bytes: b.num(k::TENSOR_BYTES).unwrap_or(0),
+            partial: (b.field(k::PARTIAL) == Some("1")).then(|| {
+                b.field(k::PARTIAL_REASON)
                     .unwrap_or("its time bound")
                     .chars()
                     .filter(|&c| !crate::units::unsafe_char(c))

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use vramtrace_format::keys::bridge::{self, what};
 use vramtrace_format::{Bridge, Framework, FrameworkSample, NO_DEVICE};
 
 use crate::model::analysis::holders::{Holders, MAX_WALKS};
@@ -173,13 +174,13 @@ impl FwReplay {
     /// snapshot.
     pub fn on_bridge(&mut self, slot: usize, b: Bridge, t: u64) -> Option<FrameworkOom> {
         match b.what.as_str() {
-            "oom" => return Some(FrameworkOom::from_bridge(&b, t)),
-            "steps" => {
+            what::OOM => return Some(FrameworkOom::from_bridge(&b, t)),
+            what::STEPS => {
                 // Optimizer steps when the program has any, else DataLoader batches: one counter per process, so
                 // a change of counter restarts its series (StepSeries::observe).
                 let (opt, batches) = (
-                    b.num("optimizer").unwrap_or(0),
-                    b.num("batches").unwrap_or(0),
+                    b.num(bridge::steps::OPTIMIZER).unwrap_or(0),
+                    b.num(bridge::steps::BATCHES).unwrap_or(0),
                 );
                 let (source, count) = if opt > 0 {
                     (StepSource::Optimizer, opt)
@@ -189,7 +190,10 @@ impl FwReplay {
                 // The bridge's reading at the step's boundary: the same moment of every step.
                 // A device ordinal a GPU can have: a forged record cannot make millions of devices (the samples
                 // may come late, or rarely, on a busy host: the readings do not wait for them).
-                if let (Some(dev), Some(alloc)) = (b.num("device"), b.num("allocated")) {
+                if let (Some(dev), Some(alloc)) = (
+                    b.num(bridge::steps::DEVICE),
+                    b.num(bridge::steps::ALLOCATED),
+                ) {
                     if count > 0 && dev < MAX_READING_DEVICE {
                         self.procs
                             .entry((slot, dev as u32))
@@ -209,7 +213,7 @@ impl FwReplay {
                     );
                 }
             }
-            "attach" => {
+            what::ATTACH => {
                 // Only the PyTorch side says `attach` (bridge/schema.json).
                 let framework = Framework::Torch;
                 let mut problems: Vec<(String, String)> = b
@@ -224,37 +228,37 @@ impl FwReplay {
                     self.summary.attached.push(BridgeProcess {
                         pid: b.pid,
                         framework,
-                        framework_version: text("torch"),
-                        python: text("python"),
-                        backend: text("backend"),
-                        alloc_conf: text("alloc_conf"),
-                        sample_ms: b.num("sample_ms"),
-                        history_entries: b.num("history_entries").unwrap_or(0),
+                        framework_version: text(bridge::attach::TORCH),
+                        python: text(bridge::attach::PYTHON),
+                        backend: text(bridge::attach::BACKEND),
+                        alloc_conf: text(bridge::attach::ALLOC_CONF),
+                        sample_ms: b.num(bridge::attach::SAMPLE_MS),
+                        history_entries: b.num(bridge::attach::HISTORY_ENTRIES).unwrap_or(0),
                         problems: problems.into_iter().map(|(_, v)| v).collect(),
                     });
                 }
             }
-            "history" if self.summary.history.len() < MAX_HISTORY_CHANGES => {
+            what::HISTORY if self.summary.history.len() < MAX_HISTORY_CHANGES => {
                 self.summary.history.push(HistoryChange {
                     pid: b.pid,
                     device: (b.device != NO_DEVICE).then_some(b.device),
                     time_ns: t,
-                    armed: b.field("state") == Some("armed"),
-                    reason: b.field("reason").unwrap_or("").to_string(),
-                    entries: b.num("entries").unwrap_or(0),
-                    allocated: b.num("allocated"),
-                    limit: b.num("limit"),
+                    armed: b.field(bridge::history::STATE) == Some("armed"),
+                    reason: b.field(bridge::history::REASON).unwrap_or("").to_string(),
+                    entries: b.num(bridge::history::ENTRIES).unwrap_or(0),
+                    allocated: b.num(bridge::history::ALLOCATED),
+                    limit: b.num(bridge::history::LIMIT),
                 });
             }
-            "note" if self.summary.notes.len() < MAX_BRIDGE_NOTES => {
-                let text = b.field("text").unwrap_or("").to_string();
+            what::NOTE if self.summary.notes.len() < MAX_BRIDGE_NOTES => {
+                let text = b.field(bridge::note::TEXT).unwrap_or("").to_string();
                 if !self.summary.notes.iter().any(|(_, _, x)| *x == text) {
                     self.summary.notes.push((b.pid, t, text));
                 }
             }
-            "snapshot" => {
-                if let Some(p) = b.field("path") {
-                    if b.field("at") == Some("exit") {
+            what::SNAPSHOT => {
+                if let Some(p) = b.field(bridge::snapshot::PATH) {
+                    if b.field(bridge::snapshot::AT) == Some(what::EXIT) {
                         self.summary.exit_snapshots.push((b.pid, p.to_string()));
                     }
                 }

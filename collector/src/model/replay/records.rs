@@ -211,7 +211,7 @@ impl Replay<'_> {
                     tap.framework(s, &f);
                 }
             }
-            Record::Bridge(b) if b.what == "holders" => {
+            Record::Bridge(b) if b.what == keys::bridge::what::HOLDERS => {
                 let Some(h) = Holders::from_bridge(&b, t) else {
                     return;
                 };
