@@ -1,0 +1,319 @@
+//! Replaying one event: what an allocation, a free, a refusal or an address-space call changes.
+
+use super::*;
+
+impl Replay<'_> {
+    #[inline]
+    pub(super) fn dev_index(&mut self, device: u32) -> usize {
+        if let Some(&i) = self.dev_ids.get(&device) {
+            return i;
+        }
+        self.dev_ids.insert(device, self.devs.len());
+        // The timelines share one budget of buckets: more devices, coarser each (changes log2 times at most).
+        let cap = timeline::cap_for(self.devs.len() + 1);
+        if cap != timeline::cap_for(self.devs.len()) {
+            for d in &mut self.devs {
+                d.tl.set_cap(cap);
+            }
+        }
+        let mut tl = TimelineBuilder::default();
+        tl.set_cap(cap);
+        self.devs.push(Dev {
+            device,
+            cur: 0,
+            peak: 0,
+            peak_t: None,
+            live_end: 0,
+            allocations: 0,
+            largest: 0,
+            info: None,
+            tl,
+            async_freed: [(u64::MAX, 0); ASYNC_STEPS],
+            oom_total: None,
+            oom_cap: None,
+            peak_seq: 0,
+        });
+        self.devs.len() - 1
+    }
+
+    /// [`Replay::dev_index`] for an allocation of process `s`, through its hint.
+    #[inline(always)]
+    pub(super) fn dev_of(&mut self, s: usize, device: u32) -> usize {
+        let (hinted, i) = self.procs[s].dev_hint;
+        if hinted == device && i < self.devs.len() {
+            return i;
+        }
+        let i = self.dev_index(device);
+        self.procs[s].dev_hint = (device, i);
+        i
+    }
+
+    #[inline]
+    pub(super) fn apply(&mut self, s: usize, e: &Event) {
+        let t = self.rel(e.ts_ns);
+        match book::act(e) {
+            Act::Alloc { handle, device } => self.alloc(s, e, handle, device, t),
+            Act::Free { handle } => self.free(s, e, handle, t),
+            Act::Refused { device } => self.refused(s, e, device),
+            Act::Undo { handle } => self.undo_release(s, e.tid, e.addr, handle, t),
+            Act::None => match e.api.effect() {
+                Effect::AddressSpace => self.address_space(s, e, t),
+                Effect::Info if e.result == 0 => {
+                    let d = self.dev_index(e.device);
+                    self.devs[d].info = Some((e.addr, e.size));
+                    if let (Some(tap), Some(g)) = (self.tap.as_mut(), ordinal(e.device)) {
+                        if e.addr > 0 {
+                            tap.device_total(g, e.addr);
+                        }
+                    }
+                }
+                _ => {}
+            },
+        }
+    }
+
+    /// A successful allocation (`handle`: a `cuMemCreate`) of process `s` on `device`.
+    #[inline(always)]
+    pub(super) fn alloc(&mut self, s: usize, e: &Event, handle: bool, device: u32, t: u64) {
+        if e.flags & flags::CAP_EXCEEDED != 0 {
+            self.procs[s].s.cap_exceeded += 1;
+        }
+        if self.procs[s].open_oom {
+            self.recovered(s, e.tid, device, t);
+        }
+        let d = self.dev_of(s, device);
+        let site = if e.stack != 0 {
+            self.cs
+                .site_for(&mut self.procs[s].cs, s, e.stack, d as u16)
+        } else {
+            NO_SITE
+        };
+        let live = Live {
+            size: e.size,
+            ts: t,
+            tid: e.tid,
+            site,
+            dev: d as u16,
+            api: e.api,
+            flags: e.flags,
+        };
+        let p = &mut self.procs[s];
+        if let Some(old) = p.book.alloc(handle, e.addr, live) {
+            p.s.lost_frees += 1;
+            self.lost += 1;
+            self.take(s, &old, t);
+            self.tap_live(Change::Free, s, handle, e.addr, &old, t);
+        }
+        self.give(s, d, e.size, t, site);
+        if self.tap.is_some() {
+            self.tap_step(
+                Change::Alloc,
+                s,
+                d,
+                handle,
+                e.addr,
+                e.size,
+                e.stack,
+                e.flags,
+                t,
+                false,
+            );
+        }
+    }
+
+    /// A successful release of a pointer or (`handle`) a handle by process `s`.
+    #[inline(always)]
+    pub(super) fn free(&mut self, s: usize, e: &Event, handle: bool, t: u64) {
+        let p = &mut self.procs[s];
+        match p.book.free(e.tid, handle, e.addr) {
+            Some(old) => {
+                p.s.frees += 1;
+                self.take(s, &old, t);
+                self.tap_live(Change::Free, s, handle, e.addr, &old, t);
+                if e.api == Api::MemFreeAsync {
+                    self.note_async_free(old.dev as usize, t, old.size);
+                }
+            }
+            None => {
+                p.s.unmatched_frees += 1;
+                self.unmatched += 1;
+            }
+        }
+    }
+
+    /// An allocation the driver or the cap refused.
+    pub(super) fn refused(&mut self, s: usize, e: &Event, device: u32) {
+        if e.stack != 0 {
+            let d = self.dev_index(device);
+            let site = self
+                .cs
+                .site_for(&mut self.procs[s].cs, s, e.stack, d as u16);
+            self.procs[s].last_failed = Some((e.tid, e.size, site));
+        }
+        let p = &mut self.procs[s].s;
+        p.failed_allocations += 1;
+        if e.result == CUDA_OOM {
+            p.oom_results += 1;
+        }
+        if e.flags & flags::CAP_REFUSED != 0 {
+            p.cap_refusals += 1;
+        }
+        if let Some(tap) = self.tap.as_mut() {
+            tap.refused(s, ordinal(device), e);
+        }
+    }
+
+    /// Address reservations and mappings (`cuMemAddressReserve`, `cuMemMap`...): their own figures, no
+    /// allocation.
+    pub(super) fn address_space(&mut self, s: usize, e: &Event, t: u64) {
+        let p = &mut self.procs[s];
+        if e.result != 0 {
+            // A refused unmap or address free, published before the driver refused it: taken back.
+            if e.flags & flags::UNDONE != 0 {
+                match e.api {
+                    Api::MemUnmap => {
+                        p.mapped = p.mapped.saturating_add(e.size);
+                        p.s.mapped_peak_bytes = p.s.mapped_peak_bytes.max(p.mapped);
+                    }
+                    Api::MemAddressFree => {
+                        p.reserved = p.reserved.saturating_add(e.size);
+                        p.s.address_reserved_peak_bytes =
+                            p.s.address_reserved_peak_bytes.max(p.reserved);
+                    }
+                    _ => {}
+                }
+            }
+            return;
+        }
+        match e.api {
+            Api::MemAddressReserve => {
+                p.reserved = p.reserved.saturating_add(e.size);
+                p.s.address_reserved_peak_bytes = p.s.address_reserved_peak_bytes.max(p.reserved);
+            }
+            Api::MemAddressFree => p.reserved = p.reserved.saturating_sub(e.size),
+            Api::MemMap => {
+                p.mapped = p.mapped.saturating_add(e.size);
+                p.s.mapped_peak_bytes = p.s.mapped_peak_bytes.max(p.mapped);
+            }
+            Api::MemUnmap => p.mapped = p.mapped.saturating_sub(e.size),
+            _ => {}
+        }
+        if self.tap.is_some() && matches!(e.api, Api::MemMap | Api::MemUnmap) {
+            self.tap_map(s, e, t);
+        }
+    }
+
+    /// `size` bytes allocated on device `d` by process `s`. Inlined (as `take`): once per event.
+    #[inline(always)]
+    pub(super) fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32) {
+        let on_host = self.devs[d].device == HOST_DEVICE;
+        let dv = &mut self.devs[d];
+        if site != NO_SITE {
+            let a = &mut self.cs.aggs[site as usize];
+            a.sync(dv.peak_seq);
+            a.cur = a.cur.saturating_add(size);
+            a.live_count += 1;
+            a.allocations += 1;
+            a.bytes = a.bytes.saturating_add(size);
+        }
+        dv.cur = dv.cur.saturating_add(size);
+        dv.allocations += 1;
+        dv.largest = dv.largest.max(size);
+        if dv.cur > dv.peak {
+            dv.peak = dv.cur;
+            dv.peak_t = Some(t);
+            dv.peak_seq += 1;
+        }
+        dv.tl.set(t, dv.cur);
+        let p = &mut self.procs[s];
+        p.s.allocations += 1;
+        p.s.largest_allocation_bytes = p.s.largest_allocation_bytes.max(size);
+        // A process's peak is of GPU memory: host memory (`cuMemCreate` with a host location) is only its device's.
+        if !on_host {
+            p.cur = p.cur.saturating_add(size);
+            if p.cur > p.s.peak_bytes {
+                p.s.peak_bytes = p.cur;
+                p.s.peak_time_ns = Some(t);
+            }
+        }
+        let pd = p.dev(d);
+        if pd.after_free {
+            pd.after_free = false;
+            pd.cycles += 1;
+            pd.troughs.observe(pd.cycles, t, pd.cur);
+        }
+        pd.cur = pd.cur.saturating_add(size);
+        pd.allocations += 1;
+        pd.peak = pd.peak.max(pd.cur);
+    }
+
+    #[inline(always)]
+    pub(super) fn take(&mut self, s: usize, l: &Live, t: u64) {
+        let d = l.dev as usize;
+        let on_host = self.devs[d].device == HOST_DEVICE;
+        let dv = &mut self.devs[d];
+        if l.site != NO_SITE {
+            let a = &mut self.cs.aggs[l.site as usize];
+            a.sync(dv.peak_seq);
+            a.cur = a.cur.saturating_sub(l.size);
+            a.live_count = a.live_count.saturating_sub(1);
+        }
+        dv.cur = dv.cur.saturating_sub(l.size);
+        dv.tl.set(t, dv.cur);
+        let p = &mut self.procs[s];
+        if !on_host {
+            p.cur = p.cur.saturating_sub(l.size);
+        }
+        let pd = p.dev(d);
+        pd.cur = pd.cur.saturating_sub(l.size);
+        pd.after_free = true;
+    }
+
+    /// A `cuMemFreeAsync` of `size` bytes on device index `d` at `t`.
+    pub(super) fn note_async_free(&mut self, d: usize, t: u64, size: u64) {
+        let step = t / ASYNC_STEP_NS;
+        let slot = &mut self.devs[d].async_freed[(step % ASYNC_STEPS as u64) as usize];
+        if slot.0 != step {
+            *slot = (step, 0);
+        }
+        slot.1 = slot.1.saturating_add(size);
+    }
+}
+
+/// Releases the driver refused ([`book::Undone`]): the replay's side.
+impl Replay<'_> {
+    /// The driver refused thread `tid`'s release of `addr` in process `s`, at `t` (relative ns): what the release
+    /// took out is live again, as if it had never been released.
+    pub(super) fn undo_release(&mut self, s: usize, tid: u32, addr: u64, handle: bool, t: u64) {
+        let p = &mut self.procs[s];
+        let l = match p.book.undo(tid, handle, addr) {
+            Undone::Back(l) => l,
+            Undone::Nothing => {
+                // Nothing was live there (a double free, a wrong pointer): the unmatched free it counted was none.
+                p.s.unmatched_frees = p.s.unmatched_frees.saturating_sub(1);
+                self.unmatched = self.unmatched.saturating_sub(1);
+                return;
+            }
+            Undone::Stale => return,
+        };
+        p.s.frees = p.s.frees.saturating_sub(1);
+        self.give(s, l.dev as usize, l.size, t, l.site);
+        // Back, not allocated anew: the counts of allocations stay as they were.
+        let d = l.dev as usize;
+        if l.site != NO_SITE {
+            let a = &mut self.cs.aggs[l.site as usize];
+            a.allocations = a.allocations.saturating_sub(1);
+            a.bytes = a.bytes.saturating_sub(l.size);
+        }
+        self.devs[d].allocations = self.devs[d].allocations.saturating_sub(1);
+        let p = &mut self.procs[s];
+        p.s.allocations = p.s.allocations.saturating_sub(1);
+        let pd = p.dev(d);
+        pd.allocations = pd.allocations.saturating_sub(1);
+        if self.tap.is_some() {
+            // Live again, not a new allocation (the live metrics count allocations).
+            let stack = self.site_stack(l.site);
+            self.tap_step(Change::Alloc, s, d, handle, addr, l.size, stack, 0, t, true);
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! The trace is replayed: what was live at each process's end, and the figures put together as an
+//! [`Analysis`].
+
+use super::*;
+
+impl Replay<'_> {
+    /// Everything process `s` still holds at `t` is live at its end; with `release`, CUDA gives it back at `t`.
+    pub(super) fn collect_live(&mut self, s: usize, t: u64, release: bool) {
+        let p = &mut self.procs[s];
+        let pid = p.s.pid;
+        for (addr, l, handle) in p.book.take_all().collect::<Vec<_>>() {
+            if l.site != NO_SITE {
+                let a = &mut self.cs.aggs[l.site as usize];
+                a.live_end = a.live_end.saturating_add(l.size);
+            }
+            let on_host = self.devs[l.dev as usize].device == HOST_DEVICE;
+            let p = &mut self.procs[s];
+            // A process's figures are of GPU memory, as its peak; host memory is in its device's (and listed).
+            if !on_host {
+                p.s.live_bytes_at_end = p.s.live_bytes_at_end.saturating_add(l.size);
+                p.s.live_allocations_at_end += 1;
+            }
+            let pd = p.dev(l.dev as usize);
+            pd.live_end = pd.live_end.saturating_add(l.size);
+            let dv = &mut self.devs[l.dev as usize];
+            dv.live_end = dv.live_end.saturating_add(l.size);
+            self.leak_count += 1;
+            self.leak_bytes = self.leak_bytes.saturating_add(l.size);
+            if self.kept.len() < KEPT_BOUND {
+                self.kept.push((l.dev, l.api, l.size, l.site, l.ts));
+            }
+            self.leaks.push(LiveAlloc {
+                pid,
+                device: ordinal(dv.device),
+                on_host,
+                api: l.api,
+                ptsz: l.flags & flags::PTSZ != 0,
+                address: addr,
+                bytes: l.size,
+                alloc_time_ns: l.ts,
+                age_ns: t.saturating_sub(l.ts),
+                site: site_ref(l.site),
+            });
+            if self.leaks.len() >= 64 * LEAK_LIST {
+                trim_leaks(&mut self.leaks);
+            }
+            if release {
+                self.take(s, &l, t);
+                self.tap_live(Change::Released, s, handle, addr, &l, t);
+            }
+        }
+    }
+
+    pub(in crate::model) fn finish(
+        mut self,
+        header: TraceHeader,
+        sym: Option<&mut Symbolizer>,
+    ) -> Analysis {
+        let merge_inexact_events = self.drain();
+        let end = self.rel(self.last_ts);
+        for s in 0..self.procs.len() {
+            let p = &mut self.procs[s];
+            if !p.end_queued && p.goodbye {
+                p.s.ended = Ended::Goodbye;
+            }
+            let at = p.s.end_ns.unwrap_or(end);
+            self.collect_live(s, at, false);
+        }
+        trim_leaks(&mut self.leaks);
+        // Each reaped status to the latest image of its pid that started before it.
+        for x in std::mem::take(&mut self.exits) {
+            let slot = (0..self.procs.len())
+                .rev()
+                .find(|&s| self.procs[s].s.pid == x.pid && self.procs[s].start_abs <= x.ts_ns);
+            if let Some(s) = slot {
+                self.procs[s].s.exit = Some(x.status);
+            }
+        }
+        let mut sym = sym;
+        if let Some(mut tap) = self.tap.take() {
+            let (cs, procs) = (&self.cs, &self.procs);
+            tap.finish(&mut |slot: usize, stack: u32| {
+                cs.frames(&procs.get(slot)?.cs, stack, sym.as_deref_mut())
+            });
+        }
+        // Each device's timeline, and its growth with what grew (before call sites are resolved: they name it).
+        let timelines: Vec<Timeline> = self
+            .devs
+            .iter_mut()
+            .map(|d| std::mem::take(&mut d.tl).finish(end))
+            .collect();
+        // A device whose processes lost events is not judged: a lost free looks exactly like memory kept.
+        // Each process's devices once, and what was kept per device once: never every device against every
+        // process or every allocation kept (a trace can name a million devices).
+        let mut lossy = vec![false; self.devs.len()];
+        let mut users: Vec<Vec<usize>> = vec![Vec::new(); self.devs.len()];
+        for (slot, p) in self.procs.iter().enumerate() {
+            for (d, pd) in &p.dev {
+                users[*d].push(slot);
+                if p.s.dropped_events > 0 && pd.allocations > 0 {
+                    lossy[*d] = true;
+                }
+            }
+        }
+        let mut kept_on: Vec<Vec<usize>> = vec![Vec::new(); self.devs.len()];
+        for (k, kept) in self.kept.iter().enumerate() {
+            if let Some(on) = kept_on.get_mut(kept.0 as usize) {
+                on.push(k);
+            }
+        }
+        self.growths = timelines
+            .iter()
+            .enumerate()
+            .map(|(i, tl)| {
+                if lossy[i] {
+                    return None;
+                }
+                // The largest growth of one of the device's processes in its own cycles (observe/steps.rs: a
+                // leak that fills the device in a second is one too), else its timeline in wall-clock windows.
+                let mut g = users[i]
+                    .iter()
+                    .filter_map(|&slot| {
+                        let p = &self.procs[slot];
+                        let pd = p.dev_get(i)?;
+                        pd.troughs.growth(GrowthUnit::Cycles, p.s.pid, true)
+                    })
+                    .max_by_key(|g| g.rise_bytes)
+                    .or_else(|| crate::model::observe::growth::growth(tl, end))?;
+                let kept = kept_on[i].iter().map(|&k| {
+                    let k = &self.kept[k];
+                    (k.1, k.2, k.3, k.4)
+                });
+                crate::model::observe::growth::fill_what_grew(&mut g, kept);
+                Some(g)
+            })
+            .collect();
+        let call_sites = self.call_sites(sym);
+        let fw = std::mem::take(&mut self.fw);
+        let (mut fw_procs, fw_devs, bridge) = fw.finish(end);
+        let devs = &self.devs;
+        let dev_of = |d: usize| ordinal(devs[d].device);
+        let processes: Vec<ProcessStats> = self
+            .procs
+            .iter()
+            .enumerate()
+            .map(|(slot, p)| {
+                let mut s = p.s.clone();
+                s.framework = fw_procs.remove(&slot).unwrap_or_default();
+                s.per_device = p
+                    .dev
+                    .iter()
+                    .filter(|(_, pd)| pd.allocations > 0)
+                    .map(|&(d, ref pd)| ProcessDevice {
+                        device: dev_of(d),
+                        on_host: devs[d].device == HOST_DEVICE,
+                        peak_bytes: pd.peak,
+                        live_bytes_at_end: pd.live_end,
+                        allocations: pd.allocations,
+                    })
+                    .collect();
+                s.per_device.sort_by_key(|pd| pd.device.unwrap_or(u32::MAX));
+                s
+            })
+            .collect();
+        let mut devices: Vec<DeviceStats> = self
+            .devs
+            .into_iter()
+            .zip(timelines.into_iter().zip(std::mem::take(&mut self.growths)))
+            .map(|(d, (timeline, growth))| DeviceStats {
+                device: ordinal(d.device),
+                on_host: d.device == HOST_DEVICE,
+                peak_bytes: d.peak,
+                peak_time_ns: d.peak_t,
+                live_bytes_at_end: d.live_end,
+                in_use_bytes_at_end: d.cur,
+                allocations: d.allocations,
+                largest_allocation_bytes: d.largest,
+                driver_total_bytes: d.info.map(|i| i.0),
+                driver_free_bytes: d.info.map(|i| i.1),
+                total_bytes: d.info.map(|i| i.0).or(d.oom_total),
+                cap_bytes: d.oom_cap,
+                timeline,
+                growth,
+                framework: None,
+                uuid: None,
+            })
+            .collect();
+        for d in devices.iter_mut() {
+            d.uuid = d
+                .device
+                .and_then(|g| self.uuids.get(&g).copied().flatten())
+                .map(|u| vramtrace_format::gpu_uuid(&u));
+        }
+        // By number, once: never a search of every device for each (a trace can name a million).
+        let mut by_number: FastMap<u32, usize> = FastMap::default();
+        for (i, d) in devices.iter().enumerate() {
+            if let Some(n) = d.device {
+                by_number.entry(n).or_insert(i);
+            }
+        }
+        for f in fw_devs {
+            match by_number.get(&f.device).map(|&i| &mut devices[i]) {
+                Some(d) => d.framework = Some(f),
+                None => devices.push(DeviceStats {
+                    device: Some(f.device),
+                    on_host: false,
+                    peak_bytes: 0,
+                    peak_time_ns: None,
+                    live_bytes_at_end: 0,
+                    in_use_bytes_at_end: 0,
+                    allocations: 0,
+                    largest_allocation_bytes: 0,
+                    driver_total_bytes: None,
+                    driver_free_bytes: None,
+                    total_bytes: None,
+                    cap_bytes: None,
+                    timeline: Timeline::default(),
+                    growth: None,
+                    framework: Some(f),
+                    uuid: None,
+                }),
+            }
+        }
+        devices.sort_by_key(|d| d.device.unwrap_or(u32::MAX));
+        let from_header = |key: &str, dev: Option<u32>| -> Option<u64> {
+            let want = keys::header::per_device(key, dev?);
+            header
+                .extra
+                .iter()
+                .find(|(k, _)| *k == want)
+                .and_then(|(_, v)| v.trim().parse().ok())
+        };
+        for d in &mut devices {
+            d.total_bytes = d
+                .total_bytes
+                .or(from_header(keys::header::DEVICE_TOTAL, d.device));
+            d.cap_bytes = from_header(keys::header::CAP_BYTES, d.device).or(d.cap_bytes);
+        }
+        let mut ooms = self.ooms;
+        ooms.sort_by_key(|o| o.time_ns);
+        // Who each process is, from its hello, read wherever it was in the file (a process's hello may come
+        // after entries of it that were already replayed): the same whenever the snapshot was taken.
+        for p in ooms.iter_mut().flat_map(|o| o.processes.iter_mut()) {
+            if let Some(pr) = self.procs.get(p.slot) {
+                p.announced = pr.s.announced;
+                p.rank = pr.s.rank;
+                p.cmdline.clone_from(&pr.s.cmdline);
+            }
+        }
+        let first = self.first_ts.map(|f| f.saturating_sub(self.start));
+        Analysis {
+            header,
+            format_version: 0,
+            partial: false,
+            stopped: None,
+            frames: 0,
+            unknown_frames: 0,
+            bad_frames: 0,
+            first_bad_frame: None,
+            events: self.events,
+            dropped_events: self.dropped,
+            unmatched_frees: self.unmatched,
+            lost_frees: self.lost,
+            first_ns: first,
+            end_ns: end,
+            duration_ns: self.first_ts.map_or(0, |f| self.last_ts.saturating_sub(f)),
+            devices,
+            processes,
+            live_at_end: self.leaks,
+            live_at_end_count: self.leak_count,
+            live_at_end_bytes: self.leak_bytes,
+            oom_records: self.oom_records,
+            refusals: self.refusals,
+            refusals_recovered: self.refusals_recovered,
+            refusal_stall_ns: self.refusal_stall_ns,
+            merge_inexact_events,
+            bridge,
+            ooms,
+            call_sites,
+        }
+    }
+}
