@@ -1010,14 +1010,4 @@ fn devices(o: &mut String, a: &Analysis) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_stay_whole_when_wrapped() {
-        let mut o = String::new();
-        let text = format!("{} 8.00 GiB", "x".repeat(WIDTH - 6));
-        wrap(&mut o, &text, "  ");
-        assert_eq!(o, format!("{}\n  8.00 GiB\n", "x".repeat(WIDTH - 6)));
-    }
-}
+mod tests;
