@@ -1,0 +1,288 @@
+//! A process's ring, drained: its events into frames, the records beside them in the ring's causal order,
+//! and the promises (ticks) that let the report's merge go on while the process is quiet. What the merge may
+//! rely on is kept here: a tick never promises past what the ring could still hand out.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use vramtrace_format::codec;
+use vramtrace_format::ring::{Consumer, Item, Ring};
+use vramtrace_format::{Event, LossCause, Record};
+
+use super::conn::*;
+use super::hold::{blob_into, put_loss, put_note, Hold};
+use super::limits::CLOCK_MARGIN_NS;
+use super::ring_map::Mapping;
+use super::writer::TraceWriter;
+use crate::hangup;
+use crate::ticks::mono_ns;
+
+/// A ring is drained at least this often while its process runs, and whenever it passes a quarter full.
+pub(super) const NAP_MIN: Duration = Duration::from_millis(1);
+pub(super) const NAP_MAX: Duration = Duration::from_millis(50);
+/// A record reserved and not published for this long will not be finished (its thread was cancelled, or a signal
+/// handler never returned): the drain skips it and counts it, rather than let the ring fill behind it.
+pub(super) const STUCK_NS: u64 = 2_000_000_000;
+/// A collector that has not drained a ring for this long was stalled (stopped, or starved of CPU): the records
+/// the ring could not hold meanwhile are said to be lost for that reason.
+pub(super) const STALL: Duration = Duration::from_millis(500);
+/// Events per frame written from a ring.
+pub(super) const BATCH: usize = 4096;
+/// How often, at most, an empty ring's drain promises that nothing older is still to come from its process.
+pub(super) const TICK_NS: u64 = 10_000_000;
+
+/// A mapped ring and what its drains have said so far.
+pub(super) struct Drain {
+    /// Keeps the ring mapped while the consumer reads it.
+    pub(super) _map: Mapping,
+    pub(super) consumer: Consumer,
+    pub(super) dropped_seen: u64,
+    pub(super) torn_seen: u64,
+    /// The consumer's `torn_blobs` already told.
+    pub(super) torn_blobs: u64,
+    /// When this ring was last drained (CLOCK_MONOTONIC), or when its process said hello.
+    pub(super) last_ns: u64,
+    pub(super) last_tick: u64,
+    /// The latest time a tick promised: the process's end is never older.
+    pub(super) promised: u64,
+    /// The latest time of anything of this process written: a later event or record, or its goodbye, is held
+    /// at no less.
+    pub(super) last_ts: u64,
+    /// Its events carry counter ticks (read once, when the ring was mapped: the process can write its header).
+    pub(super) ticks: bool,
+    /// The ring held something no shim writes: said once in the trace.
+    pub(super) corrupt_said: bool,
+    /// A drop count the ring could not have reached (never full) was said once.
+    pub(super) drops_forged_said: bool,
+    /// Where the drain has been waiting for a record to be published, and since when.
+    pub(super) stuck: Option<(u64, u64)>,
+    /// The ring's memfd inode: while the process maps it, it may still write to it.
+    pub(super) ino: u64,
+    pub(super) batch: Vec<Event>,
+    pub(super) out: Vec<u8>,
+}
+
+impl Drain {
+    pub(super) fn new(map: Mapping, ring: Ring, ino: u64) -> Drain {
+        Drain {
+            ticks: ring.ticks(),
+            _map: map,
+            consumer: Consumer::new(ring),
+            dropped_seen: 0,
+            torn_seen: 0,
+            torn_blobs: 0,
+            last_ns: mono_ns(),
+            last_tick: 0,
+            promised: 0,
+            last_ts: 0,
+            stuck: None,
+            corrupt_said: false,
+            drops_forged_said: false,
+            ino,
+            batch: Vec::with_capacity(BATCH),
+            out: Vec::with_capacity(64 << 10),
+        }
+    }
+}
+
+impl Conn {
+    /// Takes what the ring holds into the trace, with what was lost since the last drain. `dead`: the process
+    /// is gone (records it left half-written are skipped, the goodbye it published is written). Whether
+    /// anything was taken.
+    pub(super) fn drain(&mut self, trace: &Mutex<TraceWriter>, dead: bool) -> bool {
+        let (Some(who), Some(d)) = (self.speaker(), self.ring.as_mut()) else {
+            return false;
+        };
+        let pid = who.kernel;
+        let refused = &mut self.refused;
+        let conns = self.conns.as_deref();
+        // When this drain looked (the stall and the tick's pace; the tick's promise itself is stamped in the ring).
+        let promise = mono_ns();
+        // A process that hung up ends at its hang-up (`finish`): nothing promised goes past it, or its end would
+        // come after its own promise (and be merged late). Once the receiver saw the hang-up, a process that
+        // lives on (it closed its socket itself) ends when it is found gone: no cap then.
+        let hung_up = if self.open {
+            hangup::closed_at(&self.closed_at)
+        } else {
+            None
+        };
+        let stalled = promise.saturating_sub(d.last_ns) >= STALL.as_nanos() as u64;
+        d.last_ns = promise;
+        let Drain {
+            consumer,
+            batch,
+            out,
+            last_ts,
+            promised,
+            last_tick,
+            ticks,
+            ..
+        } = d;
+        let mut goodbye = None;
+        // Events stamped with the counter: converted by the collector's one line (format's `ticks`).
+        let line = ticks.then(crate::ticks::line);
+        let mut take = |item: Item| match item {
+            Item::Event(mut e) => {
+                if let Some(l) = &line {
+                    e.ts_ns = l.to_ns(e.ts_ns);
+                }
+                // The ring holds its events in causal order, stamped just before they were reserved: a time
+                // behind one before it, or behind a promise, is a writer pre-empted between its stamp and its
+                // reservation (or a clock's error of a microsecond). Held there, so that nothing is out of order
+                // (ring.rs, `Ring::try_event`).
+                e.ts_ns = e.ts_ns.max(*last_ts).max(*promised);
+                *last_ts = e.ts_ns;
+                batch.push(e);
+                if batch.len() >= BATCH {
+                    codec::put_events(out, pid, batch);
+                    batch.clear();
+                }
+            }
+            Item::Blob(bytes) => {
+                if !batch.is_empty() {
+                    codec::put_events(out, pid, batch);
+                    batch.clear();
+                }
+                // In the ring's causal order, like the events around it.
+                let mut hold = Hold {
+                    last: *last_ts,
+                    promised: *promised,
+                    now: promise,
+                    most: None,
+                };
+                blob_into(out, bytes, &mut goodbye, &mut hold, who, refused, conns);
+                *last_ts = hold.last;
+            }
+        };
+        let taken = consumer.drain(dead, &mut take);
+        if !batch.is_empty() {
+            codec::put_events(out, pid, batch);
+            batch.clear();
+        }
+        // A promise that nothing older is still to come, for a process that is quiet: what its producers reserve
+        // after it is held at no less than it (above).
+        if !dead
+            && taken == 0
+            && consumer.ring().used() == 0
+            && promise >= *last_tick + TICK_NS
+            // A process that hung up and is not stamped yet (the watcher is late): no promise past its end.
+            && (hung_up.is_some() || !self.open || !peer_hung_up(&self.stream))
+        {
+            *last_tick = promise;
+            if let Some(t) = consumer.ring().promise(mono_ns) {
+                // A margin for the events' converted ticks against the collector's clock (`CLOCK_MARGIN_NS`).
+                let ts_ns = t
+                    .min(hung_up.unwrap_or(u64::MAX))
+                    .saturating_sub(CLOCK_MARGIN_NS);
+                *promised = (*promised).max(ts_ns);
+                codec::put_record(out, &Record::Tick { pid, ts_ns });
+            }
+        }
+        if !batch.is_empty() {
+            codec::put_events(out, pid, batch);
+            batch.clear();
+        }
+        if goodbye.is_some() {
+            self.goodbye = goodbye;
+        }
+        if !dead {
+            d.stuck = match (consumer.waiting_at(), d.stuck) {
+                (Some(at), Some((was, since))) if at == was => {
+                    if promise.saturating_sub(since) >= STUCK_NS {
+                        consumer.skip_stuck();
+                        None
+                    } else {
+                        Some((was, since))
+                    }
+                }
+                (Some(at), _) => Some((at, promise)),
+                (None, _) => None,
+            };
+        }
+        let ts = mono_ns();
+        let dropped = consumer.ring().dropped();
+        // The count is shared memory the process can scribble on: a jump no ring could drop between two looks
+        // (more than 2^40 records) is not counted, and the ring is taken for corrupt.
+        if dropped.saturating_sub(d.dropped_seen) > MAX_PLAUSIBLE_DROPS {
+            consumer.corrupt = true;
+            d.dropped_seen = dropped;
+        }
+        if dropped > d.dropped_seen {
+            let count = dropped - d.dropped_seen;
+            d.dropped_seen = dropped;
+            // A shim drops only into a full ring, so a ring whose head never reached its size dropped nothing:
+            // its count was written by the process itself, and is said as that, never as events lost.
+            if !consumer.ever_full() {
+                if !d.drops_forged_said {
+                    d.drops_forged_said = true;
+                    put_note(
+                        out,
+                        pid,
+                        ts,
+                        format!(
+                            "the drop count in the process's ring rose by {count}, yet its ring was never full: \
+                             written over by the process itself, not events lost"
+                        ),
+                    );
+                }
+            } else {
+                let cause = if stalled {
+                    LossCause::CollectorStalled
+                } else {
+                    LossCause::RingFull
+                };
+                put_loss(out, pid, ts, count, cause);
+            }
+        }
+        if consumer.torn > d.torn_seen {
+            let count = consumer.torn - d.torn_seen;
+            d.torn_seen = consumer.torn;
+            // Those its ring's intent words named as blobs (only ever counted once the process is dead): no events.
+            let others = (consumer.torn_blobs - d.torn_blobs).min(count);
+            d.torn_blobs = consumer.torn_blobs;
+            let events = count - others;
+            if events > 0 {
+                put_loss(out, pid, ts, events, LossCause::DiedMidRecord);
+            }
+            if others > 0 {
+                codec::put_record(
+                    out,
+                    &Record::Lost {
+                        pid,
+                        ts_ns: ts,
+                        count: others,
+                        cause: LossCause::DiedMidNonEvent,
+                    },
+                );
+            }
+        }
+        if consumer.corrupt && !d.corrupt_said {
+            // Said once; the consumer keeps refusing (`corrupt` stays set) and sleeps between its looks.
+            d.corrupt_said = true;
+            put_note(
+                out,
+                pid,
+                ts,
+                "the process's ring held something no shim writes; the rest of it was not read"
+                    .into(),
+            );
+            consumer.torn = u64::MAX / 2;
+            d.torn_seen = consumer.torn;
+        }
+        if dead {
+            if let Some(bye) = self.goodbye {
+                // Never older than a tick already written (the process lived on after its goodbye).
+                let ts_ns = bye.max(*last_ts).max(d.promised);
+                codec::put_record(out, &Record::Goodbye { pid, ts_ns });
+            }
+        }
+        if !out.is_empty() {
+            if let Ok(mut w) = trace.lock() {
+                w.write(pid, out);
+            }
+            out.clear();
+        }
+        self.put_refused(trace);
+        taken > 0
+    }
+}
