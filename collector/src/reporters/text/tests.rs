@@ -1,3 +1,4 @@
+use super::layout::glue_units;
 use super::*;
 
 #[test]
