@@ -23,6 +23,7 @@ mod hello;
 mod hold;
 mod ingest;
 mod limits;
+mod peer;
 mod reaped;
 mod ring_map;
 mod writer;
@@ -31,9 +32,9 @@ use accept::peer_identity;
 pub(crate) use accept::{
     cmdline_of, descends_from, hostname, spawn_acceptor, Connections, STARVED_NOTE,
 };
-use conn::{Conn, GonePeer};
 use hold::put_note;
 use limits::CLOCK_MARGIN_NS;
+use peer::{Conn, GonePeer};
 pub(crate) use reaped::write as write_reaped;
 pub use writer::TraceWriter;
 

@@ -14,97 +14,20 @@ use vramtrace_format::keys;
 use vramtrace_format::codec::{self, kind, FrameSplitter};
 use vramtrace_format::{EndKind, LossCause, Record, OOM_ACK, OOM_NAK};
 
-use super::budget::{self, Claim};
-use super::drain::{Drain, NAP_MAX, NAP_MIN};
+use super::budget::{self};
+use super::drain::{NAP_MAX, NAP_MIN};
 use super::fds::{recv_with_fds, take_hello};
 use super::hello::cap_from;
 use super::hold::{hold_frame, put_note, Hold, SOCKET_HOLD_NS};
+use super::hostname;
 use super::ingest::{self, Refusal, Refused, Speaker};
 use super::limits::{READ, RESERVE_WAIT};
+use super::peer::*;
 use super::reaped;
 use super::ring_map::{map_ring, maps_inode};
 use super::writer::TraceWriter;
-use super::{hostname, Connections};
-use crate::hangup::{self, ClosedAt};
+use crate::hangup::{self};
 use crate::ticks::mono_ns;
-
-/// More records than a ring could drop between two looks: a scribbled count.
-pub(super) const MAX_PLAUSIBLE_DROPS: u64 = 1 << 40;
-
-/// A connection that has sent nothing for this long after it was accepted (and is not waiting for a
-/// descriptor for its ring) is not a shim: closed, and named from what the kernel said of it.
-pub(super) const SILENT_WAIT: Duration = Duration::from_secs(5);
-
-/// Who a connection speaks for, as it goes: nobody until its first frame, then a process of the trace (the kernel's
-/// pid, and the pid its hello said; none when the collector named it) or a reporter of its children's exits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Who {
-    Unknown,
-    Process { pid: u32, said: Option<u32> },
-    Reporter { said: u32 },
-}
-
-/// One process's connection and ring: whole frames go to the trace as they come; when it closes, the ring is
-/// drained to its end and the end is recorded.
-pub(super) struct Conn {
-    pub(super) stream: UnixStream,
-    pub(super) split: FrameSplitter,
-    /// Who the connection speaks for: nobody yet, a process of the trace, or a reporter of exits.
-    pub(super) who: Who,
-    /// The goodbye the process published at `exit`, held back until its ring is drained (an atexit handler
-    /// that runs after ours may still free memory), then written with the time of its last record.
-    pub(super) goodbye: Option<u64>,
-    pub(super) open: bool,
-    pub(super) ring: Option<Drain>,
-    /// A ring came that could not be used: said once in the trace.
-    pub(super) bad_ring: Option<String>,
-    /// When the process hung up, stamped by the watcher (`hangup`): the time of its end unless it outlived it.
-    pub(super) closed_at: Option<ClosedAt>,
-    /// When the process was found gone, if it went on after closing its socket.
-    pub(super) gone_at: Option<u64>,
-    /// A peer of another user that was gone before it was checked: judged on its hello.
-    pub(super) gone: Option<GonePeer>,
-    /// A descriptor held for the ring until the hello comes, let go just before each read: the ring always
-    /// has a place to land (the kernel drops a passed descriptor it cannot place: `MSG_CTRUNC`).
-    pub(super) reserve: Option<OwnedFd>,
-    /// Since when the ring first had no place: no reserve could be had, or a look at the hello found none
-    /// (`take_hello`). Either waits, in all, at most `RESERVE_WAIT` from then.
-    pub(super) no_place_since: Option<Instant>,
-    /// The peer as the kernel and /proc knew it when accepted: (pid, command line, parent).
-    pub(super) peer: Option<(u32, Vec<String>, u32)>,
-    /// Counted in `Connections::unannounced` until its hello comes (or it ends).
-    pub(super) unannounced: Option<Arc<Connections>>,
-    /// The peer's pid by the kernel (`SO_PEERCRED`): the process this connection speaks for.
-    pub(super) kernel_pid: Option<u32>,
-    /// What it sent that it may not say (`ingest`).
-    pub(super) refused: Refused,
-    /// Its claim on the budget for unfinished frames (`budget`); none in tests.
-    pub(super) claim: Option<Claim>,
-    /// Bytes of a refused frame still to come, skipped as they arrive.
-    pub(super) skip: u64,
-    /// The job's token (`VRAMTRACE_JOB_TOKEN`): a gone peer of another user is of the job only with it.
-    pub(super) job_token: Arc<str>,
-    /// The job's settings line, answered to the hello (empty: none to send).
-    pub(super) settings: Arc<[u8]>,
-    /// When it was accepted (`SILENT_WAIT`).
-    pub(super) accepted: Instant,
-    /// Closed for sending nothing (`SILENT_WAIT`).
-    pub(super) mute: bool,
-    /// The job's connections (parents known, exits reported); none in tests.
-    pub(super) conns: Option<Arc<Connections>>,
-    /// Answers owed to out-of-memory records dropped unfinished (`budget_unfinished`), sent after those owed
-    /// to the records before them.
-    pub(super) late_naks: usize,
-    /// Why a peer was turned away before anything of it was written, said under pid 0.
-    pub(super) turned_away: Option<String>,
-}
-
-/// What judging a gone peer on its hello takes (the job's token, `Conn::hello`): the peer's user, and the job's
-/// connections (the refusals counted).
-pub(super) struct GonePeer {
-    pub(super) uid: u32,
-    pub(super) conns: Arc<Connections>,
-}
 
 /// What one read's frames came to: what is to be written, the answers owed (admitted or not, in order),
 /// whether the hello was among them.
@@ -710,16 +633,4 @@ impl Conn {
         // Only now: a newcomer promise must not pass this end, written at the hang-up's time.
         self.announced();
     }
-}
-
-/// Whether the peer of `stream` has closed its end (without waiting).
-pub(super) fn peer_hung_up(stream: &UnixStream) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: stream.as_raw_fd(),
-        events: libc::POLLRDHUP,
-        revents: 0,
-    };
-    // SAFETY: one local pollfd, as the count says.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0
 }

@@ -6,13 +6,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use vramtrace_format::codec;
-use vramtrace_format::ring::{Consumer, Item, Ring};
-use vramtrace_format::{Event, LossCause, Record};
+use vramtrace_format::ring::Item;
+use vramtrace_format::{LossCause, Record};
 
-use super::conn::*;
 use super::hold::{blob_into, put_loss, put_note, Hold};
 use super::limits::CLOCK_MARGIN_NS;
-use super::ring_map::Mapping;
+use super::peer::*;
 use super::writer::TraceWriter;
 use crate::hangup;
 use crate::ticks::mono_ns;
@@ -26,64 +25,8 @@ pub(super) const STUCK_NS: u64 = 2_000_000_000;
 /// A collector that has not drained a ring for this long was stalled (stopped, or starved of CPU): the records
 /// the ring could not hold meanwhile are said to be lost for that reason.
 pub(super) const STALL: Duration = Duration::from_millis(500);
-/// Events per frame written from a ring.
-pub(super) const BATCH: usize = 4096;
 /// How often, at most, an empty ring's drain promises that nothing older is still to come from its process.
 pub(super) const TICK_NS: u64 = 10_000_000;
-
-/// A mapped ring and what its drains have said so far.
-pub(super) struct Drain {
-    /// Keeps the ring mapped while the consumer reads it.
-    pub(super) _map: Mapping,
-    pub(super) consumer: Consumer,
-    pub(super) dropped_seen: u64,
-    pub(super) torn_seen: u64,
-    /// The consumer's `torn_blobs` already told.
-    pub(super) torn_blobs: u64,
-    /// When this ring was last drained (CLOCK_MONOTONIC), or when its process said hello.
-    pub(super) last_ns: u64,
-    pub(super) last_tick: u64,
-    /// The latest time a tick promised: the process's end is never older.
-    pub(super) promised: u64,
-    /// The latest time of anything of this process written: a later event or record, or its goodbye, is held
-    /// at no less.
-    pub(super) last_ts: u64,
-    /// Its events carry counter ticks (read once, when the ring was mapped: the process can write its header).
-    pub(super) ticks: bool,
-    /// The ring held something no shim writes: said once in the trace.
-    pub(super) corrupt_said: bool,
-    /// A drop count the ring could not have reached (never full) was said once.
-    pub(super) drops_forged_said: bool,
-    /// Where the drain has been waiting for a record to be published, and since when.
-    pub(super) stuck: Option<(u64, u64)>,
-    /// The ring's memfd inode: while the process maps it, it may still write to it.
-    pub(super) ino: u64,
-    pub(super) batch: Vec<Event>,
-    pub(super) out: Vec<u8>,
-}
-
-impl Drain {
-    pub(super) fn new(map: Mapping, ring: Ring, ino: u64) -> Drain {
-        Drain {
-            ticks: ring.ticks(),
-            _map: map,
-            consumer: Consumer::new(ring),
-            dropped_seen: 0,
-            torn_seen: 0,
-            torn_blobs: 0,
-            last_ns: mono_ns(),
-            last_tick: 0,
-            promised: 0,
-            last_ts: 0,
-            stuck: None,
-            corrupt_said: false,
-            drops_forged_said: false,
-            ino,
-            batch: Vec::with_capacity(BATCH),
-            out: Vec::with_capacity(64 << 10),
-        }
-    }
-}
 
 impl Conn {
     /// Takes what the ring holds into the trace, with what was lost since the last drain. `dead`: the process

@@ -6,8 +6,8 @@ use vramtrace_format::keys;
 use vramtrace_format::codec::{self, kind};
 use vramtrace_format::Record;
 
-use super::conn::*;
 use super::ingest::{self};
+use super::peer::*;
 
 impl Conn {
     /// Takes the hello: the process is who the kernel says it is (its pid and parent then), whatever the hello
