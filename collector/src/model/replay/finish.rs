@@ -24,12 +24,7 @@ impl Replay<'_> {
             pd.live_end = pd.live_end.saturating_add(l.size);
             let dv = &mut self.devs[l.dev as usize];
             dv.live_end = dv.live_end.saturating_add(l.size);
-            self.leak_count += 1;
-            self.leak_bytes = self.leak_bytes.saturating_add(l.size);
-            if self.kept.len() < KEPT_BOUND {
-                self.kept.push((l.dev, l.api, l.size, l.site, l.ts));
-            }
-            self.leaks.push(LiveAlloc {
+            let a = LiveAlloc {
                 pid,
                 device: ordinal(dv.device),
                 on_host,
@@ -40,10 +35,8 @@ impl Replay<'_> {
                 alloc_time_ns: l.ts,
                 age_ns: t.saturating_sub(l.ts),
                 site: site_ref(l.site),
-            });
-            if self.leaks.len() >= 64 * LEAK_LIST {
-                trim_leaks(&mut self.leaks);
-            }
+            };
+            self.live_end.add(a, l.dev, l.site);
             if release {
                 self.take(s, &l, t);
                 self.tap_live(Change::Released, s, handle, addr, &l, t);
@@ -66,7 +59,7 @@ impl Replay<'_> {
             let at = p.s.end_ns.unwrap_or(end);
             self.collect_live(s, at, false);
         }
-        trim_leaks(&mut self.leaks);
+        self.live_end.finish();
         // Each reaped status to the latest image of its pid that started before it.
         for x in std::mem::take(&mut self.exits) {
             let slot = (0..self.procs.len())
@@ -102,12 +95,7 @@ impl Replay<'_> {
                 }
             }
         }
-        let mut kept_on: Vec<Vec<usize>> = vec![Vec::new(); self.devs.len()];
-        for (k, kept) in self.kept.iter().enumerate() {
-            if let Some(on) = kept_on.get_mut(kept.0 as usize) {
-                on.push(k);
-            }
-        }
+        let kept_on = self.live_end.kept_by_device(self.devs.len());
         self.growths = timelines
             .iter()
             .enumerate()
@@ -126,11 +114,7 @@ impl Replay<'_> {
                     })
                     .max_by_key(|g| g.rise_bytes)
                     .or_else(|| crate::model::observe::growth::growth(tl, end))?;
-                let kept = kept_on[i].iter().map(|&k| {
-                    let k = &self.kept[k];
-                    (k.1, k.2, k.3, k.4)
-                });
-                crate::model::observe::growth::fill_what_grew(&mut g, kept);
+                crate::model::observe::growth::fill_what_grew(&mut g, kept_on[i].iter().copied());
                 Some(g)
             })
             .collect();
@@ -266,9 +250,9 @@ impl Replay<'_> {
             duration_ns: self.first_ts.map_or(0, |f| self.last_ts.saturating_sub(f)),
             devices,
             processes,
-            live_at_end: self.leaks,
-            live_at_end_count: self.leak_count,
-            live_at_end_bytes: self.leak_bytes,
+            live_at_end: self.live_end.list,
+            live_at_end_count: self.live_end.count,
+            live_at_end_bytes: self.live_end.bytes,
             oom_records: self.oom_records,
             refusals: self.refusals,
             refusals_recovered: self.refusals_recovered,

@@ -22,7 +22,7 @@ use crate::model::analysis::*;
 use crate::model::input::entry::Entry;
 use crate::model::input::merge::{Merge, Out};
 use crate::model::input::merge_link::{Chunk, MergeLink};
-use crate::model::observe::leak::{site_ref, trim_leaks};
+use crate::model::observe::leak::{site_ref, LiveAtEnd};
 use crate::model::observe::steps::StepSeries;
 use crate::model::observe::tap::{Change, ErrorStep, Step, Tap};
 use crate::model::observe::timeline::Timeline;
@@ -237,9 +237,6 @@ struct OpenOom {
 /// The most open refusals held; past it, the oldest is counted an error.
 pub const OPEN_OOMS_BOUND: usize = 4096;
 
-/// The most allocations live at their process's end kept for telling what grew (16 MiB).
-pub const KEPT_BOUND: usize = 1 << 19;
-
 /// A framework out-of-memory record folds the driver's failed requests of its process for the same error made
 /// this long before it (the allocator flushing its cache and retrying); its own thread's, however long before,
 /// while that thread allocated nothing since.
@@ -282,12 +279,8 @@ pub(in crate::model) struct Replay<'t> {
     lost: u64,
     first_ts: Option<u64>,
     last_ts: u64,
-    leaks: Vec<LiveAlloc>,
-    /// Every allocation live when its process ended (or the trace did), as (device index, api, bytes, call-site
-    /// aggregate, time made), up to [`KEPT_BOUND`]: what a device's growth is made of.
-    kept: Vec<(u16, Api, u64, u32, u64)>,
-    leak_count: u64,
-    leak_bytes: u64,
+    /// What was live at each process's end (observe/leak.rs).
+    live_end: LiveAtEnd,
     oom_records: u64,
     ooms: Vec<OomSnapshot>,
     /// Out-of-memory refusals whose outcome is not known yet: recovered when their thread next allocates on
@@ -339,10 +332,7 @@ impl<'t> Replay<'t> {
             lost: 0,
             first_ts: None,
             last_ts: 0,
-            leaks: Vec::new(),
-            kept: Vec::new(),
-            leak_count: 0,
-            leak_bytes: 0,
+            live_end: LiveAtEnd::default(),
             oom_records: 0,
             ooms: Vec::new(),
             growths: Vec::new(),

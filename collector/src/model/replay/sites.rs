@@ -81,7 +81,7 @@ impl Replay<'_> {
             .collect();
 
         // What the other lists name.
-        for l in &mut self.leaks {
+        for l in &mut self.live_end.list {
             l.site = l.site.map(|i| rm.get(aggs, i));
         }
         for o in &mut self.ooms {
