@@ -80,11 +80,10 @@ pub fn read(path: &Path, device: Option<u32>, rise_us: Option<(u64, u64)>) -> Sn
     r
 }
 
-/// The snapshot at `path` read by the what-if's reader (`whatif::pickle_reader`): checked the same way, and
-/// every string interned.
-pub fn load_doc(path: &Path) -> Result<crate::whatif::pickle_reader::Doc, String> {
-    crate::whatif::pickle_reader::read(&load_bytes(path)?)
-        .map_err(|e| format!("not a readable pickle: {e}"))
+/// The snapshot at `path` read by the one pickle reader (`crate::pickle`, bounded as it reads), every string
+/// interned.
+pub fn load_doc(path: &Path) -> Result<crate::pickle::Doc, String> {
+    crate::pickle::read(&load_bytes(path)?).map_err(|e| format!("not a readable pickle: {e}"))
 }
 
 /// The snapshot's bytes (a regular file, bounded in size; said why not).
