@@ -151,7 +151,7 @@ fn main() {
     std::fs::write(&path, &bytes).unwrap();
 
     let t = Instant::now();
-    let v = vramtrace_collector::torch_snapshot::load_doc(&path).unwrap();
+    let v = vramtrace_collector::torch_snapshot::load(&path).unwrap();
     let load_s = t.elapsed().as_secs_f64();
     eprintln!("pickle loaded in {load_s:.3} s");
     let mut notes = Vec::new();

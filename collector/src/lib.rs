@@ -17,7 +17,6 @@ pub mod live;
 pub mod model;
 pub mod out_file;
 pub mod pickle;
-pub mod pickle_depth;
 pub mod probe;
 pub mod receive;
 pub mod reporters;
