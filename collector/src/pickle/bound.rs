@@ -49,8 +49,10 @@ impl Bound {
         Ok(())
     }
 
-    pub(super) fn open_mark(&mut self) {
+    /// A MARK opened: it holds no value, but it is counted (see [`MARK_BYTES`]).
+    pub(super) fn open_mark(&mut self) -> Result<(), String> {
         self.marks += 1;
+        self.spend(0)
     }
 
     pub(super) fn close_mark(&mut self) {
@@ -63,21 +65,28 @@ impl Bound {
             > BUDGET
     }
 
-    /// After each opcode: why the read stops here, if it must. `top`: how deeply the item on top of the stack
-    /// nests (a container only grows while it is on top).
-    pub(super) fn check(&mut self, top: usize, stack: usize, memo: usize) -> Result<(), String> {
-        self.deepest = self.deepest.max(top);
+    /// An item of nesting `depth` is on top of the stack: a container only grows while it is on top, so this
+    /// sees every nesting the value reaches.
+    pub(super) fn nest(&mut self, depth: usize) -> Result<(), String> {
+        self.deepest = self.deepest.max(depth);
         if self.deepest > MAX_DEPTH {
             return Err(format!("it nests more than {MAX_DEPTH} deep"));
         }
-        if self.over_budget() {
-            return Err(budget_passed());
-        }
+        Ok(())
+    }
+
+    /// The stack now holds `stack` items, marks included.
+    pub(super) fn stack(&self, stack: usize) -> Result<(), String> {
         if stack > MAX_STACK {
             return Err(format!(
                 "it holds more than {MAX_STACK} items on its stack at once"
             ));
         }
+        Ok(())
+    }
+
+    /// The memo now holds `memo` entries.
+    pub(super) fn memo(&self, memo: usize) -> Result<(), String> {
         if memo > MAX_MEMO {
             return Err(format!("it memoizes more than {MAX_MEMO} values"));
         }
