@@ -151,7 +151,7 @@ fn main() {
     std::fs::write(&path, &bytes).unwrap();
 
     let t = Instant::now();
-    let v = vramtrace_collector::torch_snapshot::load_doc(&path).unwrap();
+    let v = vramtrace_collector::torch_snapshot::load(&path).unwrap();
     let load_s = t.elapsed().as_secs_f64();
     eprintln!("pickle loaded in {load_s:.3} s");
     let mut notes = Vec::new();
@@ -159,6 +159,12 @@ fn main() {
     drop(v);
     let read_s = t.elapsed().as_secs_f64();
     let entries = histories[0].entries.len();
+    // The same file as `report` and `export` read it (torch_snapshot::read): the other snapshot path.
+    let t = Instant::now();
+    let reading = vramtrace_collector::torch_snapshot::read(&path, Some(0), None);
+    let report_s = t.elapsed().as_secs_f64();
+    assert!(reading.error.is_none(), "{:?}", reading.error);
+    eprintln!("pickle read as report does in {report_s:.3} s");
 
     let grid = default_grid();
     let configs = grid.len() + 1;
@@ -190,15 +196,16 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     println!();
     println!(
-        "{:>10} {:>8} {:>12} {:>10} {:>12} {:>12} {:>10}",
-        "entries", "configs", "pickle MB", "read s", "answers s", "+cap s", "total s"
+        "{:>10} {:>8} {:>12} {:>10} {:>10} {:>12} {:>12} {:>10}",
+        "entries", "configs", "pickle MB", "read s", "report s", "answers s", "+cap s", "total s"
     );
     println!(
-        "{:>10} {:>8} {:>12.1} {:>10.3} {:>12.3} {:>12.3} {:>10.3}",
+        "{:>10} {:>8} {:>12.1} {:>10.3} {:>10.3} {:>12.3} {:>12.3} {:>10.3}",
         entries,
         configs,
         bytes.len() as f64 / 1e6,
         read_s,
+        report_s,
         free_s,
         cap_s,
         read_s + cap_s

@@ -16,7 +16,7 @@ pub(crate) mod hangup;
 pub mod live;
 pub mod model;
 pub mod out_file;
-pub mod pickle_depth;
+pub mod pickle;
 pub mod probe;
 pub mod receive;
 pub mod reporters;

@@ -10,9 +10,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use serde_pickle::{DeOptions, HashableValue, Value};
-
 use crate::callsites::{is_library_python, short_path};
+use crate::pickle::{Doc, V};
 
 /// A live tensor group of a PyTorch snapshot: the line that allocated them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,17 +73,10 @@ pub fn read(path: &Path, device: Option<u32>, rise_us: Option<(u64, u64)>) -> Sn
         ..SnapshotReading::default()
     };
     match load(path) {
-        Ok(v) => group(&v, device, rise_us, &mut r),
+        Ok(doc) => group(&doc, device, rise_us, &mut r),
         Err(e) => r.error = Some(e),
     }
     r
-}
-
-/// The snapshot at `path` read by the what-if's reader (`whatif::pickle_reader`): checked the same way, and
-/// every string interned.
-pub fn load_doc(path: &Path) -> Result<crate::whatif::pickle_reader::Doc, String> {
-    crate::whatif::pickle_reader::read(&load_bytes(path)?)
-        .map_err(|e| format!("not a readable pickle: {e}"))
 }
 
 /// The snapshot's bytes (a regular file, bounded in size; said why not).
@@ -99,104 +91,80 @@ fn load_bytes(path: &Path) -> Result<Vec<u8>, String> {
     })
 }
 
-/// The snapshot at `path` as a pickle value (bounded in size; said why not).
-pub(crate) fn load(path: &Path) -> Result<Value, String> {
-    let bytes = load_bytes(path)?;
-    // serde-pickle builds and drops values by recursion: a forged pickle nested a million deep would overflow
-    // the stack and abort the reader. Its depth is known first, without recursion.
-    crate::pickle_depth::depth(&bytes).map_err(|e| format!("not a readable pickle: {e}"))?;
-    serde_pickle::value_from_slice(&bytes, DeOptions::new()).map_err(|e| {
-        let e = e.to_string();
-        if e.contains("recursive") {
-            // serde-pickle 1.2 mis-resolves a value the pickle shares between places; the bridge writes its
-            // snapshots without sharing (pickle's fast mode), a snapshot dumped by PyTorch itself shares.
-            "it shares values between places (pickle's memo), which this reader cannot follow; the \
-                 bridge's own snapshots (--torch-history) avoid that"
-                .to_string()
-        } else {
-            format!("not a readable pickle: {e}")
-        }
-    })
+/// The snapshot at `path` read by the one pickle reader (`crate::pickle`, bounded as it reads: a forged
+/// pickle is refused before it costs more than it could justify), every string interned.
+pub fn load(path: &Path) -> Result<Doc, String> {
+    crate::pickle::read(&load_bytes(path)?).map_err(|e| format!("not a readable pickle: {e}"))
 }
 
-pub(crate) fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
-    match v {
-        Value::Dict(d) => d.get(&HashableValue::String(key.to_string())),
-        _ => None,
-    }
+/// An integer only where it fits 64-bit signed (as the figures below have always been read).
+fn int(v: Option<&V>) -> Option<i64> {
+    v.and_then(V::exact_int)
 }
 
-pub(crate) fn list(v: Option<&Value>) -> &[Value] {
-    match v {
-        Some(Value::List(l)) | Some(Value::Tuple(l)) => l,
-        _ => &[],
-    }
-}
-
-pub(crate) fn int(v: Option<&Value>) -> Option<i64> {
-    match v {
-        Some(Value::I64(i)) => Some(*i),
-        Some(Value::Int(b)) => b.to_string().parse().ok(),
-        Some(Value::Bool(b)) => Some(*b as i64),
-        _ => None,
-    }
-}
-
-pub(crate) fn text(v: Option<&Value>) -> Option<&str> {
-    match v {
-        Some(Value::String(s)) => Some(s),
-        _ => None,
-    }
+fn list(v: Option<&V>) -> &[V] {
+    v.map_or(&[], V::list)
 }
 
 /// `file:line in function` of the first frame that is the user's own (else the innermost frame).
-pub(crate) fn line_of(frames: &[Value]) -> Option<String> {
-    let label = |f: &Value| -> Option<String> {
-        let file = text(get(f, "filename"))?;
-        let line = int(get(f, "line")).unwrap_or(0);
-        let name = text(get(f, "name")).unwrap_or("?");
+fn line_of(doc: &Doc, frames: &[V]) -> Option<String> {
+    let (filename, line, name) = (doc.id("filename"), doc.id("line"), doc.id("name"));
+    let label = |f: &V| -> Option<String> {
+        let file = doc.text(f.get(filename))?;
+        let line = int(f.get(line)).unwrap_or(0);
+        let name = doc.text(f.get(name)).unwrap_or("?");
         Some(format!("{}:{line} in {name}", short_path(file)))
     };
     frames
         .iter()
-        .find(|f| text(get(f, "filename")).is_some_and(|p| !is_library_python(p)))
+        .find(|f| {
+            doc.text(f.get(filename))
+                .is_some_and(|p| !is_library_python(p))
+        })
         .or(frames.first())
         .and_then(label)
 }
 
-fn group(v: &Value, device: Option<u32>, rise_us: Option<(u64, u64)>, r: &mut SnapshotReading) {
-    let on_device = |x: &Value| device.is_none_or(|d| int(get(x, "device")) == Some(d as i64));
+fn group(doc: &Doc, device: Option<u32>, rise_us: Option<(u64, u64)>, r: &mut SnapshotReading) {
+    let v = &doc.root;
+    let on_device = |x: &V| device.is_none_or(|d| int(doc.get(x, "device")) == Some(d as i64));
     // When each live block was allocated: the last `alloc` at its address in the device's trace.
     let mut born: HashMap<i64, u64> = HashMap::new();
-    let traces = list(get(v, "device_traces"));
+    let traces = list(doc.get(v, "device_traces"));
     let dev_trace = match device {
         Some(d) => traces.get(d as usize).map(|t| list(Some(t))).unwrap_or(&[]),
         None => &[],
     };
+    // A trace has a million entries: its keys are looked up once.
+    let (action, addr, time_us) = (doc.id("action"), doc.id("addr"), doc.id("time_us"));
     for e in dev_trace {
-        if text(get(e, "action")) == Some("alloc") {
-            if let (Some(a), Some(t)) = (int(get(e, "addr")), int(get(e, "time_us"))) {
+        if doc.text(e.get(action)) == Some("alloc") {
+            if let (Some(a), Some(t)) = (int(e.get(addr)), int(e.get(time_us))) {
                 born.insert(a, t.max(0) as u64);
             }
         }
     }
-    r.overflowed = get(v, "allocator_settings")
-        .and_then(|s| get(s, "trace_alloc_overflowed"))
-        .is_some_and(|x| matches!(x, Value::Bool(true)));
+    r.overflowed = doc
+        .get(v, "allocator_settings")
+        .and_then(|s| doc.get(s, "trace_alloc_overflowed"))
+        .is_some_and(|x| matches!(x, V::Bool(true)));
     let mut by_line: HashMap<String, KeptLine> = HashMap::new();
-    for seg in list(get(v, "segments")).iter().filter(|s| on_device(s)) {
-        for b in list(get(seg, "blocks")) {
-            if text(get(b, "state")) != Some("active_allocated") {
+    for seg in list(doc.get(v, "segments")).iter().filter(|s| on_device(s)) {
+        for b in list(doc.get(seg, "blocks")) {
+            if doc.text(doc.get(b, "state")) != Some("active_allocated") {
                 continue;
             }
-            let size = int(get(b, "size")).unwrap_or(0).max(0) as u64;
+            let size = int(doc.get(b, "size")).unwrap_or(0).max(0) as u64;
             r.live_tensors += 1;
             r.live_bytes = r.live_bytes.saturating_add(size);
-            let Some(label) = line_of(list(get(b, "frames"))) else {
+            let Some(label) = line_of(doc, list(doc.get(b, "frames"))) else {
                 r.no_frames_bytes = r.no_frames_bytes.saturating_add(size);
                 continue;
             };
-            let during = match (rise_us, int(get(b, "address")).and_then(|a| born.get(&a))) {
+            let during = match (
+                rise_us,
+                int(doc.get(b, "address")).and_then(|a| born.get(&a)),
+            ) {
                 (Some((from, to)), Some(&t)) => t >= from && t <= to,
                 _ => false,
             };
@@ -222,87 +190,26 @@ fn group(v: &Value, device: Option<u32>, rise_us: Option<(u64, u64)>, r: &mut Sn
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pickle::python_written;
 
-    fn s(x: &str) -> Value {
-        Value::String(x.into())
-    }
-
-    fn dict(kv: Vec<(&str, Value)>) -> Value {
-        Value::Dict(
-            kv.into_iter()
-                .map(|(k, v)| (HashableValue::String(k.into()), v))
-                .collect(),
-        )
-    }
-
-    fn frame(file: &str, line: i64, name: &str) -> Value {
-        dict(vec![
-            ("filename", s(file)),
-            ("line", Value::I64(line)),
-            ("name", s(name)),
-        ])
-    }
+    /// A snapshot with five blocks on device 0 (two lines of the user's, one block without frames, one
+    /// inactive) and the allocations of two of them in its trace, as Python writes it.
+    const SNAPSHOT: &str = "lib = dict(filename='/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py', \
+        line=134, name='forward')\n\
+        def block(addr, size, state, user):\n    \
+            return dict(address=addr, size=size, state=state, frames=[lib, user] if user else [])\n\
+        train = dict(filename='/home/u/train.py', line=72, name='keep')\n\
+        v = dict(segments=[dict(device=0, blocks=[block(100, 32 << 20, 'active_allocated', train), \
+        block(200, 32 << 20, 'active_allocated', train), block(300, 8 << 20, 'inactive', train), \
+        block(400, 4 << 20, 'active_allocated', dict(filename='/home/u/train.py', line=80, name='keep')), \
+        block(500, 1 << 20, 'active_allocated', None)])], device_traces=[[dict(action='alloc', addr=100, \
+        time_us=10), dict(action='alloc', addr=200, time_us=50)]])";
 
     #[test]
     fn live_tensors_group_by_the_users_line() {
-        let lib = frame(
-            "/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py",
-            134,
-            "forward",
-        );
-        let block = |addr: i64, size: i64, state: &str, user: Option<Value>| {
-            let frames = match user {
-                Some(u) => vec![lib.clone(), u],
-                None => vec![],
-            };
-            dict(vec![
-                ("address", Value::I64(addr)),
-                ("size", Value::I64(size)),
-                ("state", s(state)),
-                ("frames", Value::List(frames)),
-            ])
-        };
-        let train = || Some(frame("/home/u/train.py", 72, "keep"));
-        let snap = dict(vec![
-            (
-                "segments",
-                Value::List(vec![dict(vec![
-                    ("device", Value::I64(0)),
-                    (
-                        "blocks",
-                        Value::List(vec![
-                            block(100, 32 << 20, "active_allocated", train()),
-                            block(200, 32 << 20, "active_allocated", train()),
-                            block(300, 8 << 20, "inactive", train()),
-                            block(
-                                400,
-                                4 << 20,
-                                "active_allocated",
-                                Some(frame("/home/u/train.py", 80, "keep")),
-                            ),
-                            block(500, 1 << 20, "active_allocated", None),
-                        ]),
-                    ),
-                ])]),
-            ),
-            (
-                "device_traces",
-                Value::List(vec![Value::List(vec![
-                    dict(vec![
-                        ("action", s("alloc")),
-                        ("addr", Value::I64(100)),
-                        ("time_us", Value::I64(10)),
-                    ]),
-                    dict(vec![
-                        ("action", s("alloc")),
-                        ("addr", Value::I64(200)),
-                        ("time_us", Value::I64(50)),
-                    ]),
-                ])]),
-            ),
-        ]);
+        let doc = crate::pickle::read(&python_written(SNAPSHOT, false)).unwrap();
         let mut r = SnapshotReading::default();
-        group(&snap, Some(0), Some((20, 60)), &mut r);
+        group(&doc, Some(0), Some((20, 60)), &mut r);
         assert_eq!(r.live_tensors, 4);
         assert_eq!(r.live_bytes, (32 + 32 + 4 + 1) << 20);
         assert_eq!(r.no_frames_bytes, 1 << 20);
@@ -314,8 +221,28 @@ mod tests {
         assert_eq!(r.kept[1].label, "u/train.py:80 in keep");
         // Another device: nothing.
         let mut r = SnapshotReading::default();
-        group(&snap, Some(1), None, &mut r);
+        group(&doc, Some(1), None, &mut r);
         assert_eq!(r.live_tensors, 0);
+    }
+
+    #[test]
+    fn a_snapshot_pytorch_dumped_itself_reads_as_the_bridges_own() {
+        // PyTorch's `_dump_snapshot` pickles with the memo (each frame written once, referred to after);
+        // serde-pickle 1.2 refused such a file. The bridge writes without it (fast mode). Both read alike.
+        let dir = std::env::temp_dir().join(format!("vt-snap-shared-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut got = Vec::new();
+        for shared in [false, true] {
+            let path = dir.join(format!("{shared}.pickle"));
+            std::fs::write(&path, python_written(SNAPSHOT, shared)).unwrap();
+            let mut r = read(&path, Some(0), Some((20, 60)));
+            assert_eq!(r.error, None);
+            r.path.clear();
+            got.push(r);
+        }
+        assert_eq!(got[0], got[1]);
+        assert_eq!(got[0].live_tensors, 4);
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -386,7 +386,7 @@ fn forged_sizes_and_counts_are_left_out_or_saturate_never_overflow() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let v = vramtrace_collector::torch_snapshot::load_doc(&path).unwrap();
+    let v = vramtrace_collector::torch_snapshot::load(&path).unwrap();
     let mut notes = Vec::new();
     let hs =
         vramtrace_collector::whatif::history::from_snapshot(&v, 1, "forged", "exit", &mut notes);

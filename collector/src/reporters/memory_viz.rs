@@ -17,8 +17,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, Write};
 use std::path::Path;
 
-use serde_pickle::{HashableValue, Value};
-
 use vramtrace_format::NO_DEVICE;
 
 use super::pickle::{Pickler, BATCH};
@@ -26,7 +24,9 @@ use crate::callsites::{Frame, FrameKind};
 use crate::fasthash::FastMap;
 use crate::model::observe::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::Analysis;
-use crate::torch_snapshot;
+
+mod torch_history;
+use torch_history::TorchHistory;
 
 /// The most events kept per device: memory_viz's users report it unusable past about 600 k.
 pub const MAX_EVENTS: usize = 500_000;
@@ -226,14 +226,6 @@ pub struct MemoryViz {
     hosts: Vec<(String, u64, u64)>,
 }
 
-/// One process's and GPU's tensor-level history, from the snapshot the bridge kept (`--torch-history`):
-/// PyTorch's own `segments` and `device_traces` for that GPU, drawn as a device after the real ones.
-struct TorchHistory {
-    label: String,
-    segments: Vec<Value>,
-    trace: Vec<Value>,
-}
-
 impl MemoryViz {
     pub fn new(max_events: usize) -> Self {
         MemoryViz {
@@ -272,74 +264,11 @@ impl MemoryViz {
     /// own after the real ones (its allocator's view: blocks and tensors inside the segments the driver-level
     /// devices show whole). `trace`: where the snapshots are looked for beside.
     pub fn add_torch_history(&mut self, a: &Analysis, trace: &Path) {
-        // Per process, the snapshots to try, best first: at exit (the whole history), then the latest
-        // out-of-memory one.
-        let mut candidates: BTreeMap<u32, Vec<(String, &str)>> = BTreeMap::new();
-        for (pid, p) in &a.bridge.exit_snapshots {
-            candidates
-                .entry(*pid)
-                .or_default()
-                .push((p.clone(), "exit"));
-        }
-        for o in a.ooms.iter().rev() {
-            if let Some(p) = o.framework.as_ref().and_then(|f| f.snapshot_path.as_ref()) {
-                candidates
-                    .entry(o.pid)
-                    .or_default()
-                    .push((p.clone(), "out of memory"));
-            }
-        }
-        for (pid, tries) in candidates {
-            let mut found = None;
-            let mut why = Vec::new();
-            for (recorded, at) in &tries {
-                match torch_snapshot::locate(recorded, trace) {
-                    Some(path) => match torch_snapshot::load(&path) {
-                        Ok(v) => {
-                            found = Some((path, v, *at));
-                            break;
-                        }
-                        Err(e) => why.push(format!("{}: {e}", path.display())),
-                    },
-                    None => why.push(format!("{recorded}: not found beside the trace")),
-                }
-            }
-            let Some((path, v, at)) = found else {
-                self.torch_notes.push(format!(
-                    "pid {pid}: no PyTorch snapshot could be read ({})",
-                    why.join("; ")
-                ));
-                continue;
-            };
-            let traces = torch_snapshot::list(torch_snapshot::get(&v, "device_traces"));
-            let segments = torch_snapshot::list(torch_snapshot::get(&v, "segments"));
-            for (gpu, t) in traces.iter().enumerate() {
-                let mine: Vec<Value> = segments
-                    .iter()
-                    .filter(|s| {
-                        matches!(torch_snapshot::get(s, "device"), Some(Value::I64(d)) if *d == gpu as i64)
-                    })
-                    .cloned()
-                    .collect();
-                let trace = torch_snapshot::list(Some(t)).to_vec();
-                if mine.is_empty() && trace.is_empty() {
-                    continue;
-                }
-                let host = match self.hosts.last() {
-                    Some((h, ..)) => format!("{h}: "),
-                    None => String::new(),
-                };
-                self.torch.push(TorchHistory {
-                    label: format!(
-                        "{host}pid {pid} GPU {gpu}: PyTorch's own allocator history (tensors in its segments), from \
-                         its snapshot at {at} ({})",
-                        path.display()
-                    ),
-                    segments: mine,
-                    trace,
-                });
-            }
-        }
+        let host = match self.hosts.last() {
+            Some((h, ..)) => format!("{h}: "),
+            None => String::new(),
+        };
+        torch_history::add(a, trace, &host, &mut self.torch, &mut self.torch_notes);
     }
 
     fn site(&mut self, slot: usize, stack: u32) -> u32 {
@@ -637,13 +566,7 @@ impl MemoryViz {
         }
         for (i, t) in self.torch.iter().enumerate() {
             let device = (drawn.count() + i as u64) as i64;
-            for chunk in t.segments.chunks(BATCH) {
-                p.mark()?;
-                for seg in chunk {
-                    put_value(&mut p, seg, Some(device))?;
-                }
-                p.appends()?;
-            }
+            t.put_segments(&mut p, device)?;
         }
 
         // One list of events per device ordinal.
@@ -683,16 +606,7 @@ impl MemoryViz {
         }
         // PyTorch's own history, one device each after the real ones, as PyTorch wrote it.
         for t in &self.torch {
-            p.mark()?;
-            p.empty_list()?;
-            for chunk in t.trace.chunks(BATCH) {
-                p.mark()?;
-                for e in chunk {
-                    put_value(&mut p, e, None)?;
-                }
-                p.appends()?;
-            }
-            p.appends()?;
+            t.put_trace(&mut p)?;
         }
 
         p.str("allocator_settings")?;
@@ -843,60 +757,4 @@ fn frame_fields(f: &Frame) -> (String, u32, String) {
         },
     };
     (file, f.line.unwrap_or(0), name)
-}
-
-/// A value of PyTorch's snapshot, re-written with the opcodes memory_viz reads; `device`: the `device` of a
-/// segment, replaced. Integers past 64-bit signed, floats and bytes (none in PyTorch's snapshots) become None.
-fn put_value<W: Write>(p: &mut Pickler<W>, v: &Value, device: Option<i64>) -> io::Result<()> {
-    match v {
-        Value::None => p.none(),
-        Value::Bool(b) => p.bool(*b),
-        Value::I64(i) => p.int(*i),
-        Value::Int(big) => match i64::try_from(big.clone()) {
-            Ok(i) => p.int(i),
-            Err(_) => p.none(),
-        },
-        Value::String(s) => p.str(s),
-        Value::Tuple(l) if l.len() == 2 => {
-            put_value(p, &l[0], None)?;
-            put_value(p, &l[1], None)?;
-            p.tuple2()
-        }
-        Value::List(l) | Value::Tuple(l) => {
-            p.empty_list()?;
-            for chunk in l.chunks(BATCH) {
-                p.mark()?;
-                for x in chunk {
-                    put_value(p, x, None)?;
-                }
-                p.appends()?;
-            }
-            Ok(())
-        }
-        Value::Dict(m) => {
-            p.empty_dict()?;
-            if m.is_empty() {
-                return Ok(());
-            }
-            p.mark()?;
-            for (k, x) in m {
-                match k {
-                    HashableValue::String(k) => {
-                        p.str(k)?;
-                        match (k.as_str(), device) {
-                            ("device", Some(d)) => p.int(d)?,
-                            _ => put_value(p, x, None)?,
-                        }
-                    }
-                    HashableValue::I64(k) => {
-                        p.int(*k)?;
-                        put_value(p, x, None)?;
-                    }
-                    _ => continue,
-                }
-            }
-            p.setitems()
-        }
-        _ => p.none(),
-    }
 }

@@ -90,7 +90,7 @@ pub fn load(a: &Analysis, trace: &Path) -> Loaded {
                 why.push(format!("{recorded}: not found beside the trace"));
                 continue;
             };
-            match torch_snapshot::load_doc(&path) {
+            match torch_snapshot::load(&path) {
                 Ok(v) => {
                     let hs = from_snapshot(&v, *pid, &path.display().to_string(), at, &mut l.notes);
                     got = !hs.is_empty();

@@ -9,9 +9,9 @@
 
 use std::collections::HashMap;
 
-use super::pickle_reader::{Doc, V};
 use super::settings::{Backend, Settings, ROUNDUP_INTERVALS};
 use crate::callsites::{is_library_python, short_path};
+use crate::pickle::{Doc, V};
 
 /// No call site known for an entry.
 pub const NO_SITE: u32 = u32::MAX;
@@ -511,5 +511,77 @@ fn device_history(
         oom_device_free,
         oom_reserved: oom_at_walk.map(|d| (start + d).max(0) as u64),
         notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mutated_snapshots_are_read_or_refused_never_a_panic() {
+        // A snapshot as the bridge writes it, then 3,000 mutants: bytes changed, cut, duplicated, shuffled.
+        let good = crate::pickle::python_written(
+            "f = [dict(filename='a.py', line=3, name='f')]\n\
+             v = dict(segments=[dict(device=0, total_size=1 << 21, blocks=[dict(address=1, size=2, \
+             state='active_allocated', frames=f)])], device_traces=[[dict(action=a, addr=i, size=i * 512, \
+             stream=0, time_us=i, frames=f) for i, a in enumerate(['alloc', 'free_completed', 'segment_alloc', \
+             'oom'] * 5)]], allocator_settings=dict(max_split_size=-1, roundup_power2_divisions={'1': 4}))",
+            true,
+        );
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n.max(1) as u64) as usize
+        };
+        let mut read_ok = 0;
+        for _ in 0..3000 {
+            let mut b = good.clone();
+            for _ in 0..1 + next(4) {
+                if b.is_empty() {
+                    break;
+                }
+                match next(4) {
+                    0 => {
+                        let at = next(b.len());
+                        b[at] = next(256) as u8;
+                    }
+                    1 => b.truncate(next(b.len())),
+                    2 => {
+                        let (at, n) = (next(b.len()), next(16));
+                        let piece: Vec<u8> = b[at..(at + n).min(b.len())].to_vec();
+                        let to = next(b.len());
+                        b.splice(to..to, piece);
+                    }
+                    _ => {
+                        let (i, j) = (next(b.len()), next(b.len()));
+                        b.swap(i, j);
+                    }
+                }
+            }
+            if let Ok(d) = crate::pickle::read(&b) {
+                read_ok += 1;
+                // What was read can be taken apart as the what-if does.
+                let mut notes = Vec::new();
+                let hs = from_snapshot(&d, 1, "m", "exit", &mut notes);
+                if !hs.is_empty() {
+                    let n = hs.len();
+                    let _ = crate::whatif::answer::answer(
+                        hs,
+                        vec![0; n],
+                        Default::default(),
+                        Default::default(),
+                        &crate::whatif::settings::default_grid()[..3],
+                        None,
+                    );
+                }
+            }
+        }
+        assert!(
+            read_ok > 100,
+            "{read_ok} of 3000 mutants read: the mutations are too harsh to test reading"
+        );
     }
 }

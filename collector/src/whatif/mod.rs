@@ -10,7 +10,6 @@ pub mod caveat;
 pub mod from_trace;
 pub mod history;
 pub mod native;
-pub mod pickle_reader;
 pub mod postmortem;
 pub mod settings;
 pub mod sim;

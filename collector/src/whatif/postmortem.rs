@@ -42,7 +42,7 @@ fn to_first_failure(mut h: History) -> Option<History> {
 /// of it with the failed request in it. `left`: what was left beyond the process's reserve when the cap refused
 /// (the cap less the job's bytes); `None`: the driver refused, and the history's free memory says.
 pub fn replay_failure(path: &Path, pid: u32, device: u32, left: Option<u64>) -> Option<Replay> {
-    let v = crate::torch_snapshot::load_doc(path).ok()?;
+    let v = crate::torch_snapshot::load(path).ok()?;
     let mut notes = Vec::new();
     let h = from_snapshot(
         &v,
