@@ -24,6 +24,7 @@ pub mod runtime_dir;
 pub mod symbols;
 pub mod ticks;
 pub mod torch_snapshot;
+pub mod trace_file;
 pub mod units;
 pub mod untrusted_file;
 pub mod verbs;

@@ -35,7 +35,7 @@ pub mod replay;
 pub mod stream;
 
 pub use analysis::framework::{
-    DeviceFramework, Figures, KeptLine, ProcessFramework, SnapshotReading,
+    AllocatorReplay, DeviceFramework, Figures, KeptLine, ProcessFramework, SnapshotReading,
 };
 pub use analysis::*;
 use input::decode;
@@ -60,15 +60,13 @@ pub enum ModelError {
     Open { path: PathBuf, source: OpenError },
 }
 
-/// Reads and replays a trace file; call sites are symbolised from the files the trace names
-/// ([`Symbolizer::new`]).
-pub fn analyze(path: &Path) -> Result<Analysis, ModelError> {
-    let mut a = replay_file(path, None)?;
-    read_snapshots(&mut a, path);
-    Ok(a)
+/// Reads and replays a trace file, the trace alone; call sites are symbolised from the files the trace names
+/// ([`Symbolizer::new`]). `crate::trace_file::analyze` also reads the snapshots kept beside it.
+pub fn analyze_trace(path: &Path) -> Result<Analysis, ModelError> {
+    replay_file(path, None)
 }
 
-/// [`analyze`] with a [`tap::Tap`] told of every change to memory as the replay applies it (the exports);
+/// [`analyze_trace`] with a [`tap::Tap`] told of every change to memory as the replay applies it (the exports);
 /// the framework snapshots kept beside the trace are not read.
 pub fn analyze_tapped(path: &Path, tap: &mut dyn tap::Tap) -> Result<Analysis, ModelError> {
     replay_file(path, Some(tap))
@@ -97,71 +95,6 @@ fn replay_file(path: &Path, tap: Option<&mut dyn tap::Tap>) -> Result<Analysis, 
             source,
         },
     })
-}
-
-/// Reads the framework snapshots kept beside the trace (`--torch-history`) for the out-of-memory events that
-/// name one ([`analyze`] does; [`analyze_tapped`] leaves it to its caller).
-pub fn read_snapshots(a: &mut Analysis, trace: &Path) {
-    let start_unix = a.header.start_unix_ns;
-    for o in &mut a.ooms {
-        let rise = o.framework_leak.as_ref().map(|l| {
-            let us = |t: u64| start_unix.saturating_add(t) / 1_000;
-            (us(l.minima[0].t_ns), us(l.minima[l.minima.len() - 1].t_ns))
-        });
-        let (device, pid) = (o.device, o.pid);
-        // Under the cap, what was left is the cap less the job's bytes (the driver's free memory is the
-        // device's, not the cap's).
-        let left = match (o.cap_refused, o.cap_bytes, o.ledger_job_bytes) {
-            (true, Some(c), Some(j)) => Some(c.saturating_sub(j)),
-            _ => None,
-        };
-        let Some(f) = o.framework.as_mut() else {
-            continue;
-        };
-        let Some(recorded) = f.snapshot_path.clone() else {
-            continue;
-        };
-        f.snapshot = Some(read_snapshot(&recorded, trace, device, rise));
-        // The allocator replayed from the history up to this error (whatif/postmortem.rs).
-        if let (Some(p), Some(d)) = (crate::torch_snapshot::locate(&recorded, trace), device) {
-            f.replay = crate::whatif::postmortem::replay_failure(&p, pid, d, left);
-        }
-    }
-    // A device whose allocated bytes grew over the run: the lines of the tensors live at exit, from the snapshot
-    // a process of it kept then (the one holding the most).
-    let exits = a.bridge.exit_snapshots.clone();
-    for d in &mut a.devices {
-        let Some(f) = d.framework.as_mut() else {
-            continue;
-        };
-        let Some(l) = f.leak.as_ref() else {
-            continue;
-        };
-        let us = |t: u64| start_unix.saturating_add(t) / 1_000;
-        let rise = Some((us(l.minima[0].t_ns), us(l.minima[l.minima.len() - 1].t_ns)));
-        f.kept = exits
-            .iter()
-            .map(|(_, p)| read_snapshot(p, trace, Some(f.device), rise))
-            .filter(|r| r.error.is_none() && r.live_bytes > 0)
-            .max_by_key(|r| r.live_bytes);
-    }
-}
-
-/// A framework snapshot named by a record, found beside `trace` or where it was written, and read.
-fn read_snapshot(
-    recorded: &str,
-    trace: &Path,
-    device: Option<u32>,
-    rise: Option<(u64, u64)>,
-) -> SnapshotReading {
-    match crate::torch_snapshot::locate(recorded, trace) {
-        Some(p) => crate::torch_snapshot::read(&p, device, rise),
-        None => SnapshotReading {
-            path: recorded.to_string(),
-            error: Some("not found (beside the trace or where it was written)".into()),
-            ..SnapshotReading::default()
-        },
-    }
 }
 
 /// Replays a trace from any reader (buffer it: frames are read a few bytes at a time); call sites are

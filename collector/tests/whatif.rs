@@ -11,7 +11,6 @@ use std::process::Command;
 
 use common::cli::{text, TempDir};
 use serde_json::Value;
-use vramtrace_collector::model;
 use vramtrace_collector::whatif::answer::{answer, Limit, WhatIf};
 use vramtrace_collector::whatif::from_trace::{load, Loaded};
 use vramtrace_collector::whatif::history::Op;
@@ -49,7 +48,7 @@ fn unpack(dir: &TempDir, case: &str) -> PathBuf {
 
 fn loaded(dir: &TempDir, case: &str) -> (PathBuf, Loaded) {
     let trace = unpack(dir, case);
-    let a = model::analyze(&trace).unwrap();
+    let a = vramtrace_collector::trace_file::analyze(&trace).unwrap();
     let l = load(&a, &trace);
     (trace, l)
 }

@@ -18,12 +18,12 @@ pub use crate::model::diagnose::{diagnose, Cause, Diagnosis, Finding, CONTEXT_ES
 pub use crate::reporters::prose::cap_spec;
 
 use crate::exit::{self, Code};
-use crate::model::{self, Analysis};
+use crate::model::Analysis;
 use crate::reporters::{oom_json, oom_text, prose};
 use crate::units::{bytes, secs};
 
 pub fn main(file: &Path, json: bool, full: bool) -> Code {
-    let a = match model::analyze(file) {
+    let a = match crate::trace_file::analyze(file) {
         Ok(a) => a,
         Err(e) => return exit::fail(exit::USAGE, e),
     };

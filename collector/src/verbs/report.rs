@@ -9,13 +9,13 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use crate::exit::{self, Code};
-use crate::model::{self, Analysis};
+use crate::model::Analysis;
 use crate::reporters::json;
 use crate::reporters::text::{device_label, render as render_text};
 use crate::units::{bytes, count, secs};
 
 pub fn main(file: &Path, json: bool) -> Code {
-    let a = match model::analyze(file) {
+    let a = match crate::trace_file::analyze(file) {
         Ok(a) => a,
         Err(e) => return exit::fail(exit::USAGE, e),
     };

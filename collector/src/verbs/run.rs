@@ -607,7 +607,7 @@ impl Prepared {
         // (a bug), the job's exit code, the losses below and the trace's path are still said.
         let summary = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut msg = String::new();
-            match crate::model::analyze(&self.out) {
+            match crate::trace_file::analyze(&self.out) {
                 Ok(a) => {
                     msg.push_str(&crate::verbs::report::summary(&a));
                     msg.push_str(&endings(&a));

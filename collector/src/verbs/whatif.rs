@@ -14,7 +14,6 @@ use clap::Args;
 use vramtrace_format::cap::CapSpec;
 
 use crate::exit::{self, Code};
-use crate::model;
 use crate::reporters::{whatif_json, whatif_text};
 use crate::whatif::answer::{answer, Limit};
 use crate::whatif::answered::Answered;
@@ -112,7 +111,7 @@ pub fn answer_file(
     args: &WhatifArgs,
     configs: &[Settings],
 ) -> Result<Answered, String> {
-    let a = model::analyze(file).map_err(|e| e.to_string())?;
+    let a = crate::trace_file::analyze(file).map_err(|e| e.to_string())?;
     let mut loaded = load(&a, file);
     if loaded.histories.is_empty() {
         return Ok(Answered {

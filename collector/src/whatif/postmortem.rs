@@ -12,21 +12,8 @@ use super::answer::{answer_with, Limit};
 use super::history::{from_snapshot, History, Op};
 use super::settings::default_grid;
 
-/// What replaying a failed process's history said.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Replay {
-    /// What the allocator could have had at the failure: its reserve then plus the free memory reported.
-    pub limit: u64,
-    /// The history starts at the process's first allocation.
-    pub complete: bool,
-    /// The settings it ran with fail at the run's own failed request under `limit`.
-    pub reproduced: bool,
-    /// Settings that get past the failed request under `limit`: (PYTORCH_CUDA_ALLOC_CONF, the reserve at its
-    /// most up to the request), the lowest reserve first.
-    pub passes: Vec<(String, u64)>,
-    /// The least that the settings it ran with need to get past the request.
-    pub needs: u64,
-}
+/// What replaying a failed process's history said (a type of the model's answer).
+pub use crate::model::AllocatorReplay as Replay;
 
 /// The history up to and including its first refused request.
 fn to_first_failure(mut h: History) -> Option<History> {

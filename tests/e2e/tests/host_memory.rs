@@ -2,7 +2,7 @@
 //! records it on no device and outside every GPU's cap; the report calls it host memory, apart from the GPUs;
 //! a failed one is a host-memory out-of-memory error, carrying no GPU's figures.
 
-use vramtrace_collector::model::{self, diagnose};
+use vramtrace_collector::model::diagnose;
 use vramtrace_e2e::traced::{assert_trace_matches_log, read_trace};
 use vramtrace_e2e::*;
 use vramtrace_format::{Api, NO_DEVICE};
@@ -51,7 +51,7 @@ fn host_memory_is_apart_from_the_gpus_and_its_oom_is_the_hosts() {
         "a GPU's figures on a host memory failure"
     );
 
-    let a = model::analyze(&path).unwrap();
+    let a = vramtrace_collector::trace_file::analyze(&path).unwrap();
     let gpu = a.device(0).unwrap();
     assert_eq!(gpu.peak_bytes, 4 << 20);
     let host: Vec<_> = a.devices.iter().filter(|d| d.on_host).collect();

@@ -185,7 +185,7 @@ fn a_drop_count_written_into_a_ring_never_full_is_not_called_lost_events() {
     assert!(!run.stderr.contains("faster than"), "{}", run.stderr);
     let t = read_trace(&path);
     assert_eq!(t.dropped, 0);
-    let a = vramtrace_collector::model::analyze(&path).unwrap();
+    let a = vramtrace_collector::trace_file::analyze(&path).unwrap();
     assert!(
         a.call_sites
             .notes

@@ -6,7 +6,6 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use vramtrace_collector::model;
 use vramtrace_e2e::traced::{assert_replays_exactly, read_trace, vramtrace};
 use vramtrace_e2e::*;
 use vramtrace_format::{Api, EndKind, ExitStatus, LossCause};
@@ -60,7 +59,7 @@ fn exit_and_kill_right_after_allocating_lose_nothing() {
     }
     assert_eq!(t.dropped, 0);
     // How each ended, from the wait statuses: 20 exited with 3 and 20 were killed.
-    let a = model::analyze(&path).unwrap();
+    let a = vramtrace_collector::trace_file::analyze(&path).unwrap();
     let code3 = a
         .processes
         .iter()
@@ -455,7 +454,12 @@ fn a_process_that_connects_and_hangs_up_without_a_hello_is_named() {
     run.says(&format!("pid {pid} ("))
         .says("hung up without saying hello");
     // Its hello and end, written by the collector, are in time with everything else.
-    assert_eq!(model::analyze(&path).unwrap().merge_inexact_events, 0);
+    assert_eq!(
+        vramtrace_collector::trace_file::analyze(&path)
+            .unwrap()
+            .merge_inexact_events,
+        0
+    );
 }
 
 #[test]

@@ -337,7 +337,7 @@ fn each_allocation_names_its_call_site() {
     // sent on the socket) comes after its failed allocation (an event, its time converted from the counter).
     // The program went on allocating from that thread: a refusal it recovered from, not an error, still named
     // by its request's site.
-    let an = vramtrace_collector::model::analyze(&r.path).unwrap();
+    let an = vramtrace_collector::trace_file::analyze(&r.path).unwrap();
     assert_eq!((an.oom_records, an.refusals_recovered), (0, 1));
     let site = an.refusals[0].site.expect("the request's site");
     let label = an.call_sites.sites[site].label();
@@ -422,7 +422,7 @@ fn callers_at_the_same_depth_are_told_apart() {
     }
     // The report: both sites are alloc_weights at one line, a wrapper its two callers tell apart, so each
     // label leads with its caller and says what it came through.
-    let an = vramtrace_collector::model::analyze(&r.path).unwrap();
+    let an = vramtrace_collector::trace_file::analyze(&r.path).unwrap();
     let labels: Vec<String> = an.call_sites.sites.iter().map(|s| s.label()).collect();
     assert_eq!(labels.len(), 2, "{labels:?}");
     for (l, caller) in labels.iter().zip(["via_a", "via_b"]) {

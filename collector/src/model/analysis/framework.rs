@@ -135,7 +135,23 @@ pub struct FrameworkOom {
     pub snapshot_path: Option<String>,
     pub snapshot: Option<SnapshotReading>,
     /// The process's history replayed up to this error (the snapshot's `device_traces`), when it has one.
-    pub replay: Option<crate::whatif::postmortem::Replay>,
+    pub replay: Option<AllocatorReplay>,
+}
+
+/// What replaying a failed process's PyTorch history up to its failed request said (`whatif/postmortem.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocatorReplay {
+    /// What the allocator could have had at the failure: its reserve then plus the free memory reported.
+    pub limit: u64,
+    /// The history starts at the process's first allocation.
+    pub complete: bool,
+    /// The settings it ran with fail at the run's own failed request under `limit`.
+    pub reproduced: bool,
+    /// Settings that get past the failed request under `limit`: (PYTORCH_CUDA_ALLOC_CONF, the reserve at its
+    /// most up to the request), the lowest reserve first.
+    pub passes: Vec<(String, u64)>,
+    /// The least that the settings it ran with need to get past the request.
+    pub needs: u64,
 }
 
 impl FrameworkOom {
