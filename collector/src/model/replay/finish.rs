@@ -105,15 +105,25 @@ impl Replay<'_> {
                 }
                 // The largest growth of one of the device's processes in its own cycles (observe/steps.rs: a
                 // leak that fills the device in a second is one too), else its timeline in wall-clock windows.
-                let mut g = users[i]
+                let g = users[i]
                     .iter()
                     .filter_map(|&slot| {
                         let p = &self.procs[slot];
                         let pd = p.dev_get(i)?;
                         pd.troughs.growth(GrowthUnit::Cycles, p.s.pid, true)
                     })
-                    .max_by_key(|g| g.rise_bytes)
-                    .or_else(|| crate::model::observe::growth::growth(tl, end))?;
+                    .max_by_key(|g| g.rise_bytes);
+                // The processes' own cycles, where they are enough to judge, decide: no growth in them is none.
+                let judged = users[i].iter().any(|&slot| {
+                    self.procs[slot]
+                        .dev_get(i)
+                        .is_some_and(|pd| pd.troughs.judges())
+                });
+                let mut g = match g {
+                    Some(g) => g,
+                    None if judged => return None,
+                    None => crate::model::observe::growth::growth(tl, end)?,
+                };
                 crate::model::observe::growth::fill_what_grew(&mut g, kept_on[i].iter().copied());
                 Some(g)
             })

@@ -201,13 +201,20 @@ impl Replay<'_> {
             .unwrap_or_default();
         // The failing process's own cycles first (time-free: a leak of a few steps in a second counts), else
         // the device's timeline in wall-clock windows.
-        let mut leak = d
-            .and_then(|d| self.procs[s].dev_get(d))
+        // Where its cycles are enough to judge, they decide: no growth in them is none (observe/steps.rs).
+        let own = d.and_then(|d| self.procs[s].dev_get(d));
+        let mut leak = own
             .and_then(|pd| {
                 pd.troughs
                     .growth(GrowthUnit::Cycles, self.procs[s].s.pid, true)
             })
-            .or_else(|| growth(&full, t));
+            .or_else(|| {
+                if own.is_some_and(|pd| pd.troughs.judges()) {
+                    None
+                } else {
+                    growth(&full, t)
+                }
+            });
         let timeline = window(&full, t.saturating_sub(OOM_WINDOW_NS), OOM_TIMELINE_POINTS);
         drop(full);
 
