@@ -461,6 +461,56 @@ fn a_steady_demo_timed_unevenly_is_not_growth_when_its_cycles_say_so() {
     );
 }
 
+/// Process 100: a steady loop of 40 cycles (256 MiB made and freed each). Process 200 on the same GPU: 64 MiB
+/// every 100 ms, never freed (a leaking PyTorch process as the driver sees it: its cache never gives back).
+fn leaker_beside_a_steady_neighbour() -> Vec<Record> {
+    let mut r = vec![hello(100, 0), hello(200, 0)];
+    let (mut a, mut b) = (vec![alloc(1, 0, 0x1, GIB)], vec![]);
+    for i in 0..40u64 {
+        let t = 10 + 100 * i;
+        a.push(alloc(t, 0, 0x1000 + i, 256 * MIB));
+        a.push(free(t + 50, 0x1000 + i));
+        b.push(alloc(t + 20, 0, 0x10_0000 + i, 64 * MIB));
+    }
+    r.push(events(100, a));
+    r.push(events(200, b));
+    r
+}
+
+#[test]
+fn a_steady_neighbours_cycles_do_not_hide_a_leak_beside_it() {
+    // Found by review: a device judged by any process's cycles hid the leaker, which has none.
+    let mut r = leaker_beside_a_steady_neighbour();
+    r.push(end(100, 5000, EndKind::Vanished));
+    r.push(end(200, 5000, EndKind::Vanished));
+    let a = analyze_reader(&trace(&r)[..]).unwrap();
+    let g = a
+        .device(0)
+        .unwrap()
+        .growth
+        .as_ref()
+        .expect("the leak on GPU 0");
+    assert!(g.rise_bytes >= 2 * GIB, "{}", g.rise_bytes);
+    // At an error of the steady process, the device's growth is still in its snapshot.
+    let mut r = leaker_beside_a_steady_neighbour();
+    r.push(events(100, vec![failed(alloc(4100, 0, 0, 256 * MIB), 2)]));
+    r.push(common::traces::oom_rec(
+        100,
+        4100,
+        256 * MIB,
+        10 * MIB,
+        80 * GIB,
+        None,
+    ));
+    r.push(end(100, 5000, EndKind::Vanished));
+    r.push(end(200, 5000, EndKind::Vanished));
+    let a = analyze_reader(&trace(&r)[..]).unwrap();
+    assert!(
+        a.ooms[0].leak.is_some(),
+        "the snapshot keeps the device's growth"
+    );
+}
+
 #[test]
 fn a_batch_that_doubles_until_the_cap_refuses_it_is_the_cap_not_growth() {
     // Recorded on the H100 (scripts/gpu/cap_oom.sh, case oom-cap, 2026-11-26): an MLP whose batch doubles every

@@ -113,11 +113,13 @@ impl Replay<'_> {
                         pd.troughs.growth(GrowthUnit::Cycles, p.s.pid, true)
                     })
                     .max_by_key(|g| g.rise_bytes);
-                // The processes' own cycles, where they are enough to judge, decide: no growth in them is none.
-                let judged = users[i].iter().any(|&slot| {
+                // The processes' own cycles decide when every process that allocated there has enough of them to
+                // judge: no growth in any is none. One without (a leaker that never frees, beside a steady
+                // neighbour) leaves it to the device's timeline.
+                let judged = users[i].iter().all(|&slot| {
                     self.procs[slot]
                         .dev_get(i)
-                        .is_some_and(|pd| pd.troughs.judges())
+                        .is_none_or(|pd| pd.allocations == 0 || pd.troughs.judges())
                 });
                 let mut g = match g {
                     Some(g) => g,

@@ -201,20 +201,21 @@ impl Replay<'_> {
             .unwrap_or_default();
         // The failing process's own cycles first (time-free: a leak of a few steps in a second counts), else
         // the device's timeline in wall-clock windows.
-        // Where its cycles are enough to judge, they decide: no growth in them is none (observe/steps.rs).
+        // Where the cycles of every process on the device still holding memory are enough to judge, they
+        // decide: no growth in them is none (observe/steps.rs). One without leaves it to the timeline.
         let own = d.and_then(|d| self.procs[s].dev_get(d));
+        let judged = d.is_some_and(|d| {
+            self.procs.iter().filter(|p| !p.released).all(|p| {
+                p.dev_get(d)
+                    .is_none_or(|pd| pd.allocations == 0 || pd.troughs.judges())
+            })
+        });
         let mut leak = own
             .and_then(|pd| {
                 pd.troughs
                     .growth(GrowthUnit::Cycles, self.procs[s].s.pid, true)
             })
-            .or_else(|| {
-                if own.is_some_and(|pd| pd.troughs.judges()) {
-                    None
-                } else {
-                    growth(&full, t)
-                }
-            });
+            .or_else(|| if judged { None } else { growth(&full, t) });
         let timeline = window(&full, t.saturating_sub(OOM_WINDOW_NS), OOM_TIMELINE_POINTS);
         drop(full);
 

@@ -80,7 +80,9 @@ impl Replay<'_> {
     pub(super) fn raised(&mut self, s: usize, tid: u32, device: Option<u32>, t: u64) -> usize {
         let before = self.open_ooms.len();
         self.open_ooms.retain(|o| {
-            !(o.slot == s && device.is_none_or(|d| o.device == d) && folds_into(o.tid, o.t, tid, t))
+            // No device named: any GPU's, never pinned host memory's (a `cuMemCreate` on the host).
+            let on = device.map_or(o.device != HOST_DEVICE, |d| o.device == d);
+            !(o.slot == s && on && folds_into(o.tid, o.t, tid, t))
         });
         self.procs[s].open_oom = self.open_ooms.iter().any(|o| o.slot == s);
         before - self.open_ooms.len()
