@@ -27,6 +27,9 @@ pub(super) struct Proc {
     /// Its command line as `top` shows it (`command_line`).
     pub cmd: String,
     pub dev: BTreeMap<u32, ProcDev>,
+    /// Which GPU each of its ordinals is, by its driver (`Record::Devices`): its image's own, so an exec of the
+    /// same pid keeps its names.
+    pub uuids: BTreeMap<u32, String>,
 }
 
 /// One GPU's figures for the whole job.
@@ -56,9 +59,8 @@ pub struct Figures {
     pub(super) ooms: u64,
     pub(super) dropped: u64,
     /// Each ordinal's GPU as the processes named it: `None` once two named different ones (processes with
-    /// their own `CUDA_VISIBLE_DEVICES`), as the report's replay decides; and each pid's own.
+    /// their own `CUDA_VISIBLE_DEVICES`), as the report's replay decides (each process's own: `Proc::uuids`).
     pub(super) uuids: BTreeMap<u32, Option<String>>,
-    pub(super) pid_uuids: BTreeMap<u32, BTreeMap<u32, String>>,
 }
 
 impl Figures {
@@ -213,12 +215,7 @@ impl Tap for Figures {
     }
 
     fn ended(&mut self, slot: usize, _t_ns: u64) {
-        if let Some(p) = self.procs.remove(&slot) {
-            // Its pid's names go with its last image.
-            if !self.procs.values().any(|q| q.pid == p.pid) {
-                self.pid_uuids.remove(&p.pid);
-            }
-        }
+        self.procs.remove(&slot);
     }
 
     fn dropped(&mut self, _slot: usize, count: u64) {
@@ -233,9 +230,12 @@ impl Tap for Figures {
         pd.framework = Some((f.framework, f.allocated, f.reserved));
     }
 
-    fn devices(&mut self, pid: u32, uuids: &[(u32, [u8; 16])]) {
-        let own = self.pid_uuids.entry(pid).or_default();
-        name_gpus(&mut self.uuids, own, uuids);
+    fn devices(&mut self, slot: usize, pid: u32, uuids: &[(u32, [u8; 16])]) {
+        let own = self.procs.entry(slot).or_insert_with(|| Proc {
+            pid,
+            ..Proc::default()
+        });
+        name_gpus(&mut self.uuids, &mut own.uuids, uuids);
     }
 
     fn device_total(&mut self, device: u32, total: u64) {

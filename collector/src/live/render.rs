@@ -66,10 +66,9 @@ impl Figures {
         for (pid, p) in pids {
             for (d, pd) in &p.dev {
                 // A process's series name its own GPU: its ordinal may be another process's other GPU.
-                let uuid = self
-                    .pid_uuids
-                    .get(&pid)
-                    .and_then(|u| u.get(d))
+                let uuid = p
+                    .uuids
+                    .get(d)
                     .map_or(self.uuid_of(labels, *d), String::as_str);
                 let mut l = job(&[("gpu", d.to_string()), ("uuid", uuid.to_string())]);
                 if labels.pids {

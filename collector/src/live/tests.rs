@@ -283,6 +283,51 @@ fn the_live_metrics_and_the_report_agree() {
 
 /// GPUs are named as their processes' drivers name them; an ordinal two processes see as different GPUs
 /// names none for the job, while each process's own series keeps its own.
+/// An exec'd image of a pid is another process: its GPU names are its own, not its predecessor's.
+#[test]
+fn an_execd_image_keeps_its_own_gpu_names() {
+    let (x, y) = ([0xaa; 16], [0xbb; 16]);
+    let mut b = Vec::new();
+    for (ts, u, addr) in [(1u64, x, 0x1000u64), (10, y, 0x2000)] {
+        let mut h = hello(10, None);
+        if let Record::Hello(h) = &mut h {
+            h.ts_ns = ts;
+        }
+        codec::put_record(&mut b, &h);
+        codec::put_record(
+            &mut b,
+            &Record::Devices {
+                pid: 10,
+                ts_ns: ts + 1,
+                uuids: vec![(0, u)],
+            },
+        );
+        let e = Event {
+            ts_ns: ts + 2,
+            ..ev(Api::MemAlloc, 0, addr, 5)
+        };
+        codec::put_events(&mut b, 10, &[e]);
+        // Its last word before the exec (its series stay until its connection's end is read).
+        codec::put_record(
+            &mut b,
+            &Record::Goodbye {
+                pid: 10,
+                ts_ns: ts + 3,
+            },
+        );
+    }
+    let mut s = Fed::new();
+    s.feed(&b, 20);
+    let text = s.render(&JobLabels {
+        pids: true,
+        ..JobLabels::default()
+    });
+    for u in [x, y] {
+        let want = format!("uuid=\"{}\",pid=\"10\"", vramtrace_format::gpu_uuid(&u));
+        assert!(text.contains(&want), "{want}: {text}");
+    }
+}
+
 #[test]
 fn gpus_are_named_by_the_drivers_uuids() {
     let mut b = Vec::new();

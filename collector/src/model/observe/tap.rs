@@ -103,9 +103,9 @@ pub trait Tap: Send {
     fn lost(&mut self, _slot: usize) {}
     /// The framework allocator's figures of the process (the Python bridge's sample).
     fn framework(&mut self, _slot: usize, _f: &FrameworkSample) {}
-    /// Which GPU each ordinal is, by process `pid`'s driver (read as it arrives, before the process may have a
-    /// slot).
-    fn devices(&mut self, _pid: u32, _uuids: &[(u32, [u8; 16])]) {}
+    /// Which GPU each ordinal is, by the driver of process `pid` (slot `slot`, its current image; read as it
+    /// arrives, before the replay reaches the process's hello).
+    fn devices(&mut self, _slot: usize, _pid: u32, _uuids: &[(u32, [u8; 16])]) {}
     /// The driver said how much memory `device` has (`cuMemGetInfo`, `cuDeviceTotalMem`).
     fn device_total(&mut self, _device: u32, _total: u64) {}
     /// The trace is replayed: resolve the call sites the tap needs (symbolised offline, as the report's).
@@ -148,8 +148,8 @@ impl<T: Tap + ?Sized> Tap for &mut T {
     fn framework(&mut self, slot: usize, f: &FrameworkSample) {
         (**self).framework(slot, f)
     }
-    fn devices(&mut self, pid: u32, uuids: &[(u32, [u8; 16])]) {
-        (**self).devices(pid, uuids)
+    fn devices(&mut self, slot: usize, pid: u32, uuids: &[(u32, [u8; 16])]) {
+        (**self).devices(slot, pid, uuids)
     }
     fn device_total(&mut self, device: u32, total: u64) {
         (**self).device_total(device, total)

@@ -142,8 +142,9 @@ impl Replay<'_> {
             // Metadata: which GPU each of a process's ordinals is. An ordinal two processes named differently
             // (their own `CUDA_VISIBLE_DEVICES`) has no one UUID for the job.
             Record::Devices { pid, uuids, .. } => {
-                if let Some(tap) = self.tap.as_mut() {
-                    tap.devices(pid, &uuids);
+                // The pid's current image (its hello made the slot at intake, before this).
+                if let (Some(tap), Some(&slot)) = (self.tap.as_mut(), self.by_pid.get(&pid)) {
+                    tap.devices(slot, pid, &uuids);
                 }
                 for (ordinal, u) in uuids {
                     let known = self.uuids.entry(ordinal).or_insert(Some(u));
