@@ -77,16 +77,16 @@ struct Inner {
     buf: Vec<u8>,
 }
 
-impl Inner {
-    fn feed(&mut self, frames: &[u8]) {
-        let cap = &mut self.cap;
-        self.stream.feed(frames, |f| {
-            if let Some(c) = cap.as_mut() {
-                c.look(f);
-            }
-        });
-    }
+/// Whole frames to the replay, and to the cap's count when it is kept.
+fn feed(stream: &mut Stream, cap: &mut Option<counted::CapView>, frames: &[u8]) {
+    stream.feed(frames, |f| {
+        if let Some(c) = cap.as_mut() {
+            c.look(f);
+        }
+    });
+}
 
+impl Inner {
     fn figures(&self) -> &Figures {
         static NONE: std::sync::OnceLock<Figures> = std::sync::OnceLock::new();
         self.stream
@@ -125,54 +125,55 @@ impl Live {
     /// Reads what the writer has added since the last time.
     pub fn catch_up(&self) {
         let Ok(mut g) = self.inner.lock() else { return };
-        let inner = &mut *g;
-        let Some(file) = inner.file.take() else {
+        let Inner {
+            stream,
+            cap,
+            file,
+            pos,
+            buf,
+        } = &mut *g;
+        let Some(file) = file.as_ref() else {
             return;
         };
         loop {
             let end = self.written.load(Ordering::Acquire);
-            if inner.pos >= end {
-                break;
+            if *pos >= end {
+                return;
             }
-            let want = ((end - inner.pos) as usize).min(CHUNK);
-            let mut buf = std::mem::take(&mut inner.buf);
+            let want = ((end - *pos) as usize).min(CHUNK);
             buf.resize(want, 0);
-            let n = match file.read_at(&mut buf[..want], inner.pos) {
-                Ok(n) if n > 0 => n,
-                _ => {
-                    inner.buf = buf;
-                    break;
-                }
+            let Ok(n) = file.read_at(&mut buf[..want], *pos) else {
+                return;
             };
+            if n == 0 {
+                return;
+            }
             // Only whole frames: a chunk can end inside one.
             let whole = whole_prefix(&buf[..n]);
             if whole == 0 {
-                if n == CHUNK {
-                    // A frame larger than a chunk: read it whole.
-                    let len = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes"));
-                    let mut big = vec![0u8; 4 + len as usize];
-                    inner.buf = buf;
-                    if file.read_exact_at(&mut big, inner.pos).is_err() {
-                        break;
-                    }
-                    inner.feed(&big);
-                    inner.pos += big.len() as u64;
-                    continue;
+                if n < CHUNK {
+                    return;
                 }
-                inner.buf = buf;
-                break;
+                // A frame larger than a chunk: read it whole.
+                let len = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes"));
+                let mut big = vec![0u8; 4 + len as usize];
+                if file.read_exact_at(&mut big, *pos).is_err() {
+                    return;
+                }
+                feed(stream, cap, &big);
+                *pos += big.len() as u64;
+                continue;
             }
-            inner.feed(&buf[..whole]);
-            inner.pos += whole as u64;
-            inner.buf = buf;
+            feed(stream, cap, &buf[..whole]);
+            *pos += whole as u64;
         }
-        inner.file = Some(file);
     }
 
     /// Applies frames directly (tests, benchmarks: a `Live` without a file).
     pub fn feed(&self, frames: &[u8]) {
         if let Ok(mut g) = self.inner.lock() {
-            g.feed(frames);
+            let Inner { stream, cap, .. } = &mut *g;
+            feed(stream, cap, frames);
         }
     }
 

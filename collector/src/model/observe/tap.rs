@@ -99,8 +99,6 @@ pub trait Tap: Send {
     fn ended(&mut self, _slot: usize, _t_ns: u64) {}
     /// `count` events of the process were dropped (its ring was full).
     fn dropped(&mut self, _slot: usize, _count: u64) {}
-    /// Some of the process's records never reached the trace (read as they arrive: not in time order).
-    fn lost(&mut self, _slot: usize) {}
     /// The framework allocator's figures of the process (the Python bridge's sample).
     fn framework(&mut self, _slot: usize, _f: &FrameworkSample) {}
     /// Which GPU each ordinal is, by the driver of process `pid` (slot `slot`, its current image; read as it
@@ -141,9 +139,6 @@ impl<T: Tap + ?Sized> Tap for &mut T {
     }
     fn dropped(&mut self, slot: usize, count: u64) {
         (**self).dropped(slot, count)
-    }
-    fn lost(&mut self, slot: usize) {
-        (**self).lost(slot)
     }
     fn framework(&mut self, slot: usize, f: &FrameworkSample) {
         (**self).framework(slot, f)

@@ -168,9 +168,6 @@ impl Replay<'_> {
                 pid, count, cause, ..
             } => {
                 let s = self.route(pid, self.last_ts);
-                if let Some(tap) = self.tap.as_mut() {
-                    tap.lost(s);
-                }
                 let lost = &mut self.procs[s].s.lost;
                 match lost.iter_mut().find(|(c, _)| *c == cause) {
                     Some((_, n)) => *n += count,
