@@ -155,7 +155,7 @@ pub struct AllocatorSettings {
 }
 
 impl AllocatorSettings {
-    fn of(o: &crate::model::replay::framework::FrameworkOom) -> AllocatorSettings {
+    fn of(o: &crate::model::observe::framework::FrameworkOom) -> AllocatorSettings {
         AllocatorSettings {
             backend: o.backend.clone(),
             expandable_segments: o.expandable_segments,

@@ -1,5 +1,5 @@
 //! The frameworks' part of the answer: what the Python bridge saw inside their allocators, as the replay
-//! (`replay/framework.rs`) leaves it.
+//! (`observe/framework.rs`) leaves it.
 
 use vramtrace_format::keys;
 use vramtrace_format::{Bridge, Framework, FrameworkSample, NO_DEVICE};
@@ -268,8 +268,8 @@ mod tests {
             ("framework.rs", include_str!("framework.rs")),
             ("holders.rs", include_str!("holders.rs")),
             (
-                "../replay/framework.rs",
-                include_str!("../replay/framework.rs"),
+                "../observe/framework.rs",
+                include_str!("../observe/framework.rs"),
             ),
             ("../replay/records.rs", include_str!("../replay/records.rs")),
         ];

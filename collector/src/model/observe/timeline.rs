@@ -154,6 +154,56 @@ impl TimelineBuilder {
     }
 }
 
+/// `N` timelines per device, by device index, sharing one budget of buckets ([`TOTAL_BUCKETS`]): more devices,
+/// coarser each (the resolution changes log2 times at most). The replay keeps one a device (bytes in use), the
+/// framework figures two (allocated and reserved).
+pub(crate) struct Timelines<const N: usize> {
+    devs: Vec<[TimelineBuilder; N]>,
+}
+
+impl<const N: usize> Default for Timelines<N> {
+    fn default() -> Self {
+        Timelines { devs: Vec::new() }
+    }
+}
+
+impl<const N: usize> Timelines<N> {
+    /// The next device index has its timelines (empty), every device's cut to the shared budget.
+    pub fn add_device(&mut self) {
+        let n = self.devs.len();
+        let cap = cap_for(N * (n + 1));
+        if cap != cap_for(N * n) {
+            for tl in self.devs.iter_mut().flatten() {
+                tl.set_cap(cap);
+            }
+        }
+        self.devs.push(std::array::from_fn(|_| {
+            let mut tl = TimelineBuilder::default();
+            tl.set_cap(cap);
+            tl
+        }));
+    }
+
+    /// Device `d`'s timeline `k` is `v` from `t`. Inlined: once per event.
+    #[inline(always)]
+    pub fn set(&mut self, d: usize, k: usize, t: u64, v: u64) {
+        self.devs[d][k].set(t, v);
+    }
+
+    /// Device `d`'s timeline `k` as it stands, extended to `end` (a copy: it goes on).
+    pub fn at(&self, d: usize, k: usize, end: u64) -> Timeline {
+        self.devs[d][k].clone().finish(end)
+    }
+
+    /// Every device's timelines, extended to `end`, by device index.
+    pub fn finish(self, end: u64) -> Vec<[Timeline; N]> {
+        self.devs
+            .into_iter()
+            .map(|tls| tls.map(|tl| tl.finish(end)))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +248,43 @@ mod tests {
         b.set(5_000_000, 1);
         b.set(1_000, 2);
         assert_eq!(b.finish(0).buckets.last().unwrap().last_bytes, 2);
+    }
+
+    #[test]
+    fn timelines_share_one_budget_and_keep_each_devices_own_shape() {
+        let mut tls: Timelines<2> = Timelines::default();
+        tls.add_device();
+        // One device: a full-width timeline each, at the first resolution.
+        for i in 0..100u64 {
+            tls.set(0, 0, i * FIRST_BUCKET_NS, i);
+            tls.set(0, 1, i * FIRST_BUCKET_NS, 2 * i);
+        }
+        let one = tls.at(0, 0, 100 * FIRST_BUCKET_NS);
+        assert_eq!(one.bucket_ns, FIRST_BUCKET_NS);
+        assert_eq!(one.buckets[99].max_bytes, 99);
+        // Enough devices that each gets fewer buckets than the first already holds: it is cut, its peak kept.
+        let devices = TOTAL_BUCKETS / 64 + 1;
+        for _ in 1..devices {
+            tls.add_device();
+        }
+        let cap = cap_for(2 * devices);
+        assert!(
+            cap < 100,
+            "the test needs a budget below 100 buckets, got {cap}"
+        );
+        tls.set(devices - 1, 0, 5, 7);
+        let all = tls.finish(100 * FIRST_BUCKET_NS);
+        assert_eq!(all.len(), devices);
+        assert!(all[0][0].buckets.len() <= cap && all[0][0].bucket_ns > FIRST_BUCKET_NS);
+        assert_eq!(
+            all[0][0].buckets.iter().map(|b| b.max_bytes).max(),
+            Some(99)
+        );
+        assert_eq!(
+            all[0][1].buckets.iter().map(|b| b.max_bytes).max(),
+            Some(198)
+        );
+        assert_eq!(all[devices - 1][0].buckets[0].max_bytes, 7);
+        assert!(all[devices - 1][1].buckets.is_empty());
     }
 }

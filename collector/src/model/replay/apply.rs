@@ -9,30 +9,13 @@ impl Replay<'_> {
             return i;
         }
         self.dev_ids.insert(device, self.devs.len());
-        // The timelines share one budget of buckets: more devices, coarser each (changes log2 times at most).
-        let cap = timeline::cap_for(self.devs.len() + 1);
-        if cap != timeline::cap_for(self.devs.len()) {
-            for d in &mut self.devs {
-                d.tl.set_cap(cap);
-            }
-        }
-        let mut tl = TimelineBuilder::default();
-        tl.set_cap(cap);
         self.devs.push(Dev {
             device,
-            cur: 0,
-            peak: 0,
-            peak_t: None,
-            live_end: 0,
-            allocations: 0,
-            largest: 0,
             info: None,
-            tl,
-            async_freed: [(u64::MAX, 0); ASYNC_STEPS],
             oom_total: None,
             oom_cap: None,
-            peak_seq: 0,
         });
+        self.mem.add_device();
         self.devs.len() - 1
     }
 
@@ -83,8 +66,13 @@ impl Replay<'_> {
         }
         let d = self.dev_of(s, device);
         let site = if e.stack != 0 {
-            self.cs
-                .site_for(&mut self.procs[s].cs, s, e.stack, d as u16)
+            self.cs.site_for(
+                &mut self.procs[s].cs,
+                &mut self.mem.sites,
+                s,
+                e.stack,
+                d as u16,
+            )
         } else {
             NO_SITE
         };
@@ -131,7 +119,7 @@ impl Replay<'_> {
                 self.take(s, &old, t);
                 self.tap_live(Change::Free, s, handle, e.addr, &old, t);
                 if e.api == Api::MemFreeAsync {
-                    self.note_async_free(old.dev as usize, t, old.size);
+                    self.mem.recent_frees.freed(old.dev as usize, t, old.size);
                 }
             }
             None => {
@@ -145,9 +133,13 @@ impl Replay<'_> {
     pub(super) fn refused(&mut self, s: usize, e: &Event, device: u32) {
         if e.stack != 0 {
             let d = self.dev_index(device);
-            let site = self
-                .cs
-                .site_for(&mut self.procs[s].cs, s, e.stack, d as u16);
+            let site = self.cs.site_for(
+                &mut self.procs[s].cs,
+                &mut self.mem.sites,
+                s,
+                e.stack,
+                d as u16,
+            );
             self.procs[s].last_failed = Some((e.tid, e.size, site));
         }
         let p = &mut self.procs[s].s;
@@ -203,80 +195,40 @@ impl Replay<'_> {
         }
     }
 
+    /// What a change of `size` bytes on device index `d` by process `s` at `t` is to the observers.
+    #[inline(always)]
+    pub(super) fn change(
+        &self,
+        s: usize,
+        d: usize,
+        size: u64,
+        t: u64,
+        site: u32,
+    ) -> memory::Change {
+        memory::Change {
+            slot: s,
+            dev: d,
+            size,
+            t,
+            site,
+            on_host: self.devs[d].device == HOST_DEVICE,
+        }
+    }
+
     /// `size` bytes allocated on device `d` by process `s`. Inlined (as `take`): once per event.
     #[inline(always)]
     pub(super) fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32) {
-        let on_host = self.devs[d].device == HOST_DEVICE;
-        let dv = &mut self.devs[d];
-        if site != NO_SITE {
-            let a = &mut self.cs.aggs[site as usize];
-            a.sync(dv.peak_seq);
-            a.cur = a.cur.saturating_add(size);
-            a.live_count += 1;
-            a.allocations += 1;
-            a.bytes = a.bytes.saturating_add(size);
-        }
-        dv.cur = dv.cur.saturating_add(size);
-        dv.allocations += 1;
-        dv.largest = dv.largest.max(size);
-        if dv.cur > dv.peak {
-            dv.peak = dv.cur;
-            dv.peak_t = Some(t);
-            dv.peak_seq += 1;
-        }
-        dv.tl.set(t, dv.cur);
-        let p = &mut self.procs[s];
-        p.s.allocations += 1;
-        p.s.largest_allocation_bytes = p.s.largest_allocation_bytes.max(size);
-        // A process's peak is of GPU memory: host memory (`cuMemCreate` with a host location) is only its device's.
-        if !on_host {
-            p.cur = p.cur.saturating_add(size);
-            if p.cur > p.s.peak_bytes {
-                p.s.peak_bytes = p.cur;
-                p.s.peak_time_ns = Some(t);
-            }
-        }
-        let pd = p.dev(d);
-        if pd.after_free {
-            pd.after_free = false;
-            pd.cycles += 1;
-            pd.troughs.observe(pd.cycles, t, pd.cur);
-        }
-        pd.cur = pd.cur.saturating_add(size);
-        pd.allocations += 1;
-        pd.peak = pd.peak.max(pd.cur);
+        let p = &mut self.procs[s].s;
+        p.allocations += 1;
+        p.largest_allocation_bytes = p.largest_allocation_bytes.max(size);
+        let c = self.change(s, d, size, t, site);
+        self.mem.give(c);
     }
 
     #[inline(always)]
     pub(super) fn take(&mut self, s: usize, l: &Live, t: u64) {
-        let d = l.dev as usize;
-        let on_host = self.devs[d].device == HOST_DEVICE;
-        let dv = &mut self.devs[d];
-        if l.site != NO_SITE {
-            let a = &mut self.cs.aggs[l.site as usize];
-            a.sync(dv.peak_seq);
-            a.cur = a.cur.saturating_sub(l.size);
-            a.live_count = a.live_count.saturating_sub(1);
-        }
-        dv.cur = dv.cur.saturating_sub(l.size);
-        dv.tl.set(t, dv.cur);
-        let p = &mut self.procs[s];
-        if !on_host {
-            p.cur = p.cur.saturating_sub(l.size);
-        }
-        let pd = p.dev(d);
-        pd.cur = pd.cur.saturating_sub(l.size);
-        pd.after_free = true;
-    }
-
-    /// A `cuMemFreeAsync` of `size` bytes on device index `d` at `t`.
-    pub(super) fn note_async_free(&mut self, d: usize, t: u64, size: u64) {
-        let step = t / ASYNC_STEP_NS;
-        let slot = &mut self.devs[d].async_freed[(step % ASYNC_STEPS as u64) as usize];
-        if slot.0 != step {
-            *slot = (step, 0);
-        }
-        slot.1 = slot.1.saturating_add(size);
+        let c = self.change(s, l.dev as usize, l.size, t, l.site);
+        self.mem.take(c);
     }
 }
 
@@ -299,17 +251,11 @@ impl Replay<'_> {
         p.s.frees = p.s.frees.saturating_sub(1);
         self.give(s, l.dev as usize, l.size, t, l.site);
         // Back, not allocated anew: the counts of allocations stay as they were.
+        let c = self.change(s, l.dev as usize, l.size, t, l.site);
+        self.mem.uncount(c);
+        let p = &mut self.procs[s].s;
+        p.allocations = p.allocations.saturating_sub(1);
         let d = l.dev as usize;
-        if l.site != NO_SITE {
-            let a = &mut self.cs.aggs[l.site as usize];
-            a.allocations = a.allocations.saturating_sub(1);
-            a.bytes = a.bytes.saturating_sub(l.size);
-        }
-        self.devs[d].allocations = self.devs[d].allocations.saturating_sub(1);
-        let p = &mut self.procs[s];
-        p.s.allocations = p.s.allocations.saturating_sub(1);
-        let pd = p.dev(d);
-        pd.allocations = pd.allocations.saturating_sub(1);
         if self.tap.is_some() {
             // Live again, not a new allocation (the live metrics count allocations).
             let stack = self.site_stack(l.site);

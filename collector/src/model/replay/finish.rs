@@ -9,21 +9,16 @@ impl Replay<'_> {
         let p = &mut self.procs[s];
         let pid = p.s.pid;
         for (addr, l, handle) in p.book.take_all().collect::<Vec<_>>() {
-            if l.site != NO_SITE {
-                let a = &mut self.cs.aggs[l.site as usize];
-                a.live_end = a.live_end.saturating_add(l.size);
-            }
-            let on_host = self.devs[l.dev as usize].device == HOST_DEVICE;
+            let c = self.change(s, l.dev as usize, l.size, t, l.site);
+            self.mem.kept(c);
+            let on_host = c.on_host;
             let p = &mut self.procs[s];
             // A process's figures are of GPU memory, as its peak; host memory is in its device's (and listed).
             if !on_host {
                 p.s.live_bytes_at_end = p.s.live_bytes_at_end.saturating_add(l.size);
                 p.s.live_allocations_at_end += 1;
             }
-            let pd = p.dev(l.dev as usize);
-            pd.live_end = pd.live_end.saturating_add(l.size);
-            let dv = &mut self.devs[l.dev as usize];
-            dv.live_end = dv.live_end.saturating_add(l.size);
+            let dv = &self.devs[l.dev as usize];
             let a = LiveAlloc {
                 pid,
                 device: ordinal(dv.device),
@@ -77,10 +72,12 @@ impl Replay<'_> {
             });
         }
         // Each device's timeline, and its growth with what grew (before call sites are resolved: they name it).
-        let timelines: Vec<Timeline> = self
-            .devs
-            .iter_mut()
-            .map(|d| std::mem::take(&mut d.tl).finish(end))
+        let mut mem = std::mem::take(&mut self.mem);
+        let timelines: Vec<Timeline> = mem
+            .timelines
+            .finish(end)
+            .into_iter()
+            .map(|[tl]| tl)
             .collect();
         // A device whose processes lost events is not judged: a lost free looks exactly like memory kept.
         // Each process's devices once, and what was kept per device once: never every device against every
@@ -88,7 +85,7 @@ impl Replay<'_> {
         let mut lossy = vec![false; self.devs.len()];
         let mut users: Vec<Vec<usize>> = vec![Vec::new(); self.devs.len()];
         for (slot, p) in self.procs.iter().enumerate() {
-            for (d, pd) in &p.dev {
+            for (d, pd) in mem.procs.get(slot).devs() {
                 users[*d].push(slot);
                 if p.s.dropped_events > 0 && pd.allocations > 0 {
                     lossy[*d] = true;
@@ -108,17 +105,17 @@ impl Replay<'_> {
                 let g = users[i]
                     .iter()
                     .filter_map(|&slot| {
-                        let p = &self.procs[slot];
-                        let pd = p.dev_get(i)?;
-                        pd.troughs.growth(GrowthUnit::Cycles, p.s.pid, true)
+                        let pd = mem.procs.dev(slot, i)?;
+                        pd.troughs
+                            .growth(GrowthUnit::Cycles, self.procs[slot].s.pid, true)
                     })
                     .max_by_key(|g| g.rise_bytes);
                 // The processes' own cycles decide when every process that allocated there has enough of them to
                 // judge: no growth in any is none. One without (a leaker that never frees, beside a steady
                 // neighbour) leaves it to the device's timeline.
                 let judged = users[i].iter().all(|&slot| {
-                    self.procs[slot]
-                        .dev_get(i)
+                    mem.procs
+                        .dev(slot, i)
                         .is_none_or(|pd| pd.allocations == 0 || pd.troughs.judges())
                 });
                 let mut g = match g {
@@ -130,7 +127,7 @@ impl Replay<'_> {
                 Some(g)
             })
             .collect();
-        let call_sites = self.call_sites(sym);
+        let call_sites = self.call_sites(&mut mem.sites, &mem.peaks, sym);
         let fw = std::mem::take(&mut self.fw);
         let (mut fw_procs, fw_devs, bridge) = fw.finish(end);
         let devs = &self.devs;
@@ -142,8 +139,11 @@ impl Replay<'_> {
             .map(|(slot, p)| {
                 let mut s = p.s.clone();
                 s.framework = fw_procs.remove(&slot).unwrap_or_default();
-                s.per_device = p
-                    .dev
+                let figs = mem.procs.get(slot);
+                s.peak_bytes = figs.peak;
+                s.peak_time_ns = figs.peak_t;
+                s.per_device = figs
+                    .devs()
                     .iter()
                     .filter(|(_, pd)| pd.allocations > 0)
                     .map(|&(d, ref pd)| ProcessDevice {
@@ -161,16 +161,17 @@ impl Replay<'_> {
         let mut devices: Vec<DeviceStats> = self
             .devs
             .into_iter()
+            .zip(mem.peaks.into_vec())
             .zip(timelines.into_iter().zip(std::mem::take(&mut self.growths)))
-            .map(|(d, (timeline, growth))| DeviceStats {
+            .map(|((d, pk), (timeline, growth))| DeviceStats {
                 device: ordinal(d.device),
                 on_host: d.device == HOST_DEVICE,
-                peak_bytes: d.peak,
-                peak_time_ns: d.peak_t,
-                live_bytes_at_end: d.live_end,
-                in_use_bytes_at_end: d.cur,
-                allocations: d.allocations,
-                largest_allocation_bytes: d.largest,
+                peak_bytes: pk.peak,
+                peak_time_ns: pk.peak_t,
+                live_bytes_at_end: pk.live_end,
+                in_use_bytes_at_end: pk.cur,
+                allocations: pk.allocations,
+                largest_allocation_bytes: pk.largest,
                 driver_total_bytes: d.info.map(|i| i.0),
                 driver_free_bytes: d.info.map(|i| i.1),
                 total_bytes: d.info.map(|i| i.0).or(d.oom_total),

@@ -1,10 +1,11 @@
-//! The replay: live sets, peaks, timelines and per-process figures, applied entry by entry in the order the
-//! merge ([`crate::model::input::merge`]) hands them out.
+//! The replay's core: records applied entry by entry in the order the merge ([`crate::model::input::merge`])
+//! hands them out, with what applying the next one needs (routing, watermarks, live sets, open refusals). The
+//! figures drawn from it are observers it feeds (`model/observe/`: `memory` for peaks, timelines, per-process
+//! figures and call sites; the tap for the exports and the live metrics).
 
 mod apply;
 pub(crate) mod book;
 mod finish;
-pub mod framework;
 pub(crate) mod oom_snapshot;
 mod outcomes;
 pub(crate) mod records;
@@ -22,11 +23,11 @@ use crate::model::analysis::*;
 use crate::model::input::entry::Entry;
 use crate::model::input::merge::{Merge, Out};
 use crate::model::input::merge_link::{Chunk, MergeLink};
+use crate::model::observe::framework::FwReplay;
 use crate::model::observe::leak::{site_ref, LiveAtEnd};
-use crate::model::observe::steps::StepSeries;
+use crate::model::observe::memory::{self, Memory};
 use crate::model::observe::tap::{Change, ErrorStep, Step, Tap};
 use crate::model::observe::timeline::Timeline;
-use crate::model::observe::timeline::{self, TimelineBuilder};
 pub(crate) use crate::model::replay::book::HOST_DEVICE;
 use crate::model::replay::book::{Act, Book, Undone};
 use crate::model::replay::site_store::{self as callsites, NO_SITE};
@@ -50,31 +51,12 @@ struct Live {
     flags: u8,
 }
 
-#[derive(Default, Clone)]
-struct ProcDev {
-    cur: u64,
-    peak: u64,
-    live_end: u64,
-    allocations: u64,
-    /// Its last change was a free: the next allocation starts a new cycle (the driver-level step).
-    after_free: bool,
-    cycles: u64,
-    /// Its bytes in use at the start of each cycle (observe/steps.rs: growth in cycles, without the bridge).
-    troughs: StepSeries,
-}
-
 struct Proc {
     s: ProcessStats,
     /// It has out-of-memory refusals not yet known recovered or raised (in `Replay::open_ooms`).
     open_oom: bool,
     /// The last failed allocation: (tid, bytes, call-site aggregate), so an OOM record names its request's site.
     last_failed: Option<(u32, u64, u32)>,
-    cur: u64,
-    /// Its figures per device it used, in the order it first used them; `dev_slot` finds a device's (by its
-    /// index in the replay's `devs`). Sparse: a process that used the 100,000th device holds one entry, not
-    /// 100,000.
-    dev: Vec<(usize, ProcDev)>,
-    dev_slot: FastMap<usize, usize>,
     /// The device its last allocation was on, and that device's index in the replay's `devs`: a process nearly
     /// always allocates on one device, and the search walks whole `Dev`s.
     dev_hint: (u32, usize),
@@ -148,9 +130,6 @@ impl Proc {
                 untraced: None,
                 context_freed_bytes: 0,
             },
-            cur: 0,
-            dev: Vec::new(),
-            dev_slot: FastMap::default(),
             dev_hint: (0, usize::MAX),
             book: Book::default(),
             reserved: 0,
@@ -169,48 +148,16 @@ impl Proc {
             cs: callsites::ProcSites::default(),
         }
     }
-
-    /// Its figures on device `d` (an index in the replay's `devs`), made on first use.
-    #[inline]
-    fn dev(&mut self, d: usize) -> &mut ProcDev {
-        // Nearly always the device of its last change.
-        let i = match self.dev.last() {
-            Some((last, _)) if *last == d => self.dev.len() - 1,
-            _ => match self.dev_slot.get(&d) {
-                Some(&i) => i,
-                None => {
-                    self.dev.push((d, ProcDev::default()));
-                    self.dev_slot.insert(d, self.dev.len() - 1);
-                    self.dev.len() - 1
-                }
-            },
-        };
-        &mut self.dev[i].1
-    }
-
-    /// Its figures on device `d`, if it used it.
-    fn dev_get(&self, d: usize) -> Option<&ProcDev> {
-        self.dev_slot.get(&d).map(|&i| &self.dev[i].1)
-    }
 }
 
+/// A device as the records describe it (its figures are the observers': `memory`).
 struct Dev {
     device: u32,
-    cur: u64,
-    peak: u64,
-    peak_t: Option<u64>,
-    live_end: u64,
-    allocations: u64,
-    largest: u64,
+    /// (total, free) bytes the driver last reported (`cuMemGetInfo`).
     info: Option<(u64, u64)>,
-    tl: TimelineBuilder,
-    /// Bytes freed with `cuMemFreeAsync` per 100 ms step: (step number, bytes), a ring over the last second.
-    async_freed: [(u64, u64); ASYNC_STEPS],
     /// The largest device total an out-of-memory record gave, and the cap one gave.
     oom_total: Option<u64>,
     oom_cap: Option<u64>,
-    /// New peaks reached so far (call-site aggregates compare it: see `callsites`).
-    peak_seq: u64,
 }
 
 /// A replay device's ordinal for the reports: `None` for memory on no GPU or on a GPU the shim could not tell.
@@ -296,7 +243,9 @@ pub(in crate::model) struct Replay<'t> {
     growths: Vec<Option<LeakTrend>>,
     /// Stacks, notes and call-site aggregates.
     cs: callsites::Store,
-    fw: framework::FwReplay,
+    fw: FwReplay,
+    /// The figures every change to memory feeds (observe/memory.rs).
+    mem: Memory,
     /// The observers' tap (the exports, the live metrics): every change to memory and every decision, as it is
     /// applied.
     pub(in crate::model) tap: Option<Box<dyn Tap + 't>>,
@@ -342,7 +291,8 @@ impl<'t> Replay<'t> {
             refusal_stall_ns: 0,
             oom_seq: 0,
             cs: callsites::Store::default(),
-            fw: framework::FwReplay::default(),
+            fw: FwReplay::default(),
+            mem: Memory::default(),
             tap: None,
             uuids: std::collections::BTreeMap::new(),
         }
@@ -378,6 +328,7 @@ impl<'t> Replay<'t> {
         let s = self.procs.len();
         let rel = self.rel(ts);
         self.procs.push(Proc::new(pid, ts, rel, prev));
+        self.mem.add_process();
         self.by_pid.insert(pid, s);
         self.open.push(s);
         if !self.wm_dirty {

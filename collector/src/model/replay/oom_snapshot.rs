@@ -5,10 +5,10 @@ use vramtrace_format::{flags, Api, Oom, NO_DEVICE};
 
 use crate::callsites::{SiteBytes, SITES_LISTED};
 use crate::model::analysis::*;
+use crate::model::observe::framework::FrameworkOom;
 use crate::model::observe::growth::{fill_what_grew, growth};
 use crate::model::observe::leak::site_ref;
 use crate::model::observe::timeline::{Bucket, Timeline};
-use crate::model::replay::framework::FrameworkOom;
 use crate::model::replay::site_store::NO_SITE;
 use crate::model::replay::Replay;
 
@@ -19,7 +19,7 @@ impl Replay<'_> {
             Some((tid, size, site))
                 if tid == o.tid && size == o.requested_bytes && site != NO_SITE =>
             {
-                self.cs.aggs[site as usize].stack
+                self.mem.sites[site as usize].stack
             }
             _ => 0,
         };
@@ -30,10 +30,9 @@ impl Replay<'_> {
             o.device
         };
         let device_bytes = self
-            .devs
-            .iter()
-            .find(|d| d.device == key)
-            .map_or(0, |d| d.cur);
+            .dev_ids
+            .get(&key)
+            .map_or(0, |&d| self.mem.peaks.get(d).cur);
         let step = crate::model::observe::tap::OomStep {
             t_ns: self.rel(ts),
             slot: s,
@@ -185,30 +184,30 @@ impl Replay<'_> {
         }
         let (job_live, job_peak, job_peak_t, async_recent) = match d {
             Some(d) => {
-                let dv = &self.devs[d];
-                let now = t / ASYNC_STEP_NS;
-                let recent = dv
-                    .async_freed
-                    .iter()
-                    .filter(|(step, _)| *step <= now && now - *step < ASYNC_STEPS as u64)
-                    .fold(0u64, |a, (_, b)| a.saturating_add(*b));
-                (dv.cur, dv.peak, dv.peak_t, recent)
+                let pk = self.mem.peaks.get(d);
+                let recent = self.mem.recent_frees.recent(d, t);
+                (pk.cur, pk.peak, pk.peak_t, recent)
             }
             None => (0, 0, None, 0),
         };
         let full = d
-            .map(|d| self.devs[d].tl.clone().finish(t))
+            .map(|d| self.mem.timelines.at(d, 0, t))
             .unwrap_or_default();
         // The failing process's own cycles first (time-free: a leak of a few steps in a second counts), else
         // the device's timeline in wall-clock windows.
         // Where the cycles of every process on the device still holding memory are enough to judge, they
         // decide: no growth in them is none (observe/steps.rs). One without leaves it to the timeline.
-        let own = d.and_then(|d| self.procs[s].dev_get(d));
+        let figs = &self.mem.procs;
+        let own = d.and_then(|d| figs.dev(s, d));
         let judged = d.is_some_and(|d| {
-            self.procs.iter().filter(|p| !p.released).all(|p| {
-                p.dev_get(d)
-                    .is_none_or(|pd| pd.allocations == 0 || pd.troughs.judges())
-            })
+            self.procs
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| !p.released)
+                .all(|(i, _)| {
+                    figs.dev(i, d)
+                        .is_none_or(|pd| pd.allocations == 0 || pd.troughs.judges())
+                })
         });
         let mut leak = own
             .and_then(|pd| {
@@ -229,10 +228,11 @@ impl Replay<'_> {
                 continue;
             }
             let used =
-                i == s || d.is_some_and(|d| p.dev_get(d).is_some_and(|pd| pd.allocations > 0));
+                i == s || d.is_some_and(|d| figs.dev(i, d).is_some_and(|pd| pd.allocations > 0));
             on_device += used as u64;
-            let mut per_device: Vec<(Option<u32>, u64)> = p
-                .dev
+            let mut per_device: Vec<(Option<u32>, u64)> = figs
+                .get(i)
+                .devs()
                 .iter()
                 .map(|(di, pd)| (*di, pd))
                 // GPUs only: host memory (a host OOM's own figure is `device_live_bytes`) is no GPU's.
@@ -251,7 +251,7 @@ impl Replay<'_> {
                 announced: p.s.announced,
                 rank: p.s.rank,
                 cmdline: p.s.cmdline.clone(),
-                device_live_bytes: d.and_then(|d| p.dev_get(d)).map_or(0, |pd| pd.cur),
+                device_live_bytes: d.and_then(|d| figs.dev(i, d)).map_or(0, |pd| pd.cur),
                 per_device,
                 on_device: used,
             });
@@ -323,7 +323,7 @@ impl Replay<'_> {
         // Live bytes by call site on the device.
         let (mut by_site, mut site_total) = (Vec::new(), 0u64);
         if let Some(d) = d {
-            for (i, a) in self.cs.aggs.iter().enumerate() {
+            for (i, a) in self.mem.sites.iter().enumerate() {
                 if a.dev as usize == d && a.cur > 0 {
                     site_total = site_total.saturating_add(a.cur);
                     by_site.push(SiteBytes {

@@ -3,9 +3,7 @@
 //! list it sent, merged: see [`ObjectTable`]), and per (process, stack, device) an aggregate: allocations, bytes
 //! allocated, bytes live now, bytes live at the device's peak, bytes live at the end.
 //!
-//! Bytes live at the peak cost O(1) an event: a device counts its new peaks (`peak_seq`); an aggregate that
-//! changes notes the count it saw, and when it next changes (or at the end) with a newer peak in between, its
-//! bytes then (unchanged since) were its bytes at that peak.
+//! The aggregates' figures are an observer's (`observe/sites.rs`); the store hands out their indices.
 
 use std::collections::HashMap;
 
@@ -34,36 +32,8 @@ pub const MAX_NOTES: usize = 64;
 
 // ---- during the replay ----------------------------------------------------------------------------------
 
-/// No call site.
-pub(crate) const NO_SITE: u32 = u32::MAX;
-
-/// The figures of one (process slot, stack id, device index).
-#[derive(Clone)]
-pub(crate) struct Agg {
-    pub slot: u32,
-    pub stack: u32,
-    pub dev: u16,
-    /// The device's `peak_seq` when this last changed.
-    pub seen: u64,
-    pub cur: u64,
-    pub at_peak: u64,
-    pub live_count: u64,
-    pub allocations: u64,
-    pub bytes: u64,
-    pub live_end: u64,
-}
-
-impl Agg {
-    /// Before a change at a moment when the device has seen `peak_seq` peaks: the bytes now were the bytes at
-    /// every peak since the last change.
-    #[inline]
-    pub fn sync(&mut self, peak_seq: u64) {
-        if self.seen < peak_seq {
-            self.at_peak = self.cur;
-            self.seen = peak_seq;
-        }
-    }
-}
+use crate::model::observe::sites::SiteAggs;
+pub(crate) use crate::model::observe::sites::NO_SITE;
 
 /// A stack as kept: ranges of the frame arenas.
 #[derive(Clone, Copy)]
@@ -164,7 +134,6 @@ pub(crate) struct Store {
     python: Vec<[u32; 3]>,
     native: Vec<u64>,
     stacks: Vec<RawStack>,
-    pub aggs: Vec<Agg>,
     notes: Vec<(Note, Vec<u32>)>,
     pub stacks_seen: u64,
     pub stacks_not_kept: u64,
@@ -259,7 +228,14 @@ impl Store {
 
     /// The aggregate of an allocation of `stack` on device index `dev` by process slot `slot`.
     #[inline]
-    pub fn site_for(&mut self, ps: &mut ProcSites, slot: usize, stack: u32, dev: u16) -> u32 {
+    pub fn site_for(
+        &mut self,
+        ps: &mut ProcSites,
+        aggs: &mut SiteAggs,
+        slot: usize,
+        stack: u32,
+        dev: u16,
+    ) -> u32 {
         if stack == 0 {
             return NO_SITE;
         }
@@ -270,23 +246,11 @@ impl Store {
         let idx = match ps.sites.get(&key) {
             Some(&i) => i,
             None => {
-                if self.aggs.len() >= MAX_SITES {
+                if aggs.len() >= MAX_SITES {
                     return NO_SITE;
                 }
                 self.any = true;
-                let i = self.aggs.len() as u32;
-                self.aggs.push(Agg {
-                    slot: slot as u32,
-                    stack,
-                    dev,
-                    seen: 0,
-                    cur: 0,
-                    at_peak: 0,
-                    live_count: 0,
-                    allocations: 0,
-                    bytes: 0,
-                    live_end: 0,
-                });
+                let i = aggs.add(slot as u32, stack, dev);
                 ps.sites.insert(key, i);
                 i
             }

@@ -4,14 +4,20 @@
 use std::collections::HashMap;
 
 use crate::callsites::{self, CallSites, DeviceSites, SiteBytes, SITES_LISTED};
-use crate::model::replay::site_store::Agg;
+use crate::model::observe::peaks::DevicePeaks;
+use crate::model::observe::sites::{Agg, SiteAggs};
 use crate::model::replay::Replay;
 use crate::symbols::Symbolizer;
 
 impl Replay<'_> {
     /// The call sites the reports show, symbolised, with every site reference (aggregate indices until now)
     /// turned into an index of `CallSites::sites`.
-    pub(in crate::model) fn call_sites(&mut self, mut sym: Option<&mut Symbolizer>) -> CallSites {
+    pub(in crate::model) fn call_sites(
+        &mut self,
+        aggs: &mut SiteAggs,
+        peaks: &DevicePeaks,
+        mut sym: Option<&mut Symbolizer>,
+    ) -> CallSites {
         let notes = self.cs.notes();
         if !self.cs.any {
             return CallSites {
@@ -20,11 +26,8 @@ impl Replay<'_> {
             };
         }
         let devs = &self.devs;
-        let aggs = &mut self.cs.aggs;
-        for a in aggs.iter_mut() {
-            a.sync(devs[a.dev as usize].peak_seq);
-        }
-        let aggs = &self.cs.aggs;
+        aggs.settle(|d| peaks.seq(d));
+        let aggs: &[Agg] = aggs;
         let mut rm = Remap::default();
 
         // Each device's peak.
@@ -36,8 +39,8 @@ impl Replay<'_> {
         }
         let mut at_peak = Vec::new();
         for (d, mut list) in per_dev.into_iter().enumerate() {
-            let dv = &devs[d];
-            if dv.peak == 0 {
+            let (dv, peak) = (&devs[d], peaks.get(d).peak);
+            if peak == 0 {
                 continue;
             }
             let total = list
@@ -57,10 +60,10 @@ impl Replay<'_> {
             at_peak.push(DeviceSites {
                 device: crate::model::replay::ordinal(dv.device),
                 on_host: dv.device == crate::model::replay::HOST_DEVICE,
-                peak_bytes: dv.peak,
+                peak_bytes: peak,
                 sites,
                 unlisted_bytes: total.saturating_sub(listed),
-                no_site_bytes: dv.peak.saturating_sub(total),
+                no_site_bytes: peak.saturating_sub(total),
             });
         }
         at_peak.sort_by_key(|d| d.device.unwrap_or(u32::MAX));

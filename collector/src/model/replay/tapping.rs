@@ -50,7 +50,7 @@ impl Replay<'_> {
         if site == NO_SITE {
             0
         } else {
-            self.cs.aggs[site as usize].stack
+            self.mem.sites[site as usize].stack
         }
     }
 
@@ -76,8 +76,8 @@ impl Replay<'_> {
         let on_host = d.is_some_and(|d| self.devs[d].device == HOST_DEVICE);
         let (device_bytes, process_device_bytes) = match d {
             Some(d) => (
-                self.devs[d].cur,
-                self.procs[s].dev_get(d).map_or(0, |pd| pd.cur),
+                self.mem.peaks.get(d).cur,
+                self.mem.procs.dev(s, d).map_or(0, |pd| pd.cur),
             ),
             None => (0, 0),
         };
@@ -131,8 +131,8 @@ impl Replay<'_> {
             stack,
             flags,
             back,
-            device_bytes: dv.cur,
-            process_device_bytes: p.dev_get(d).map_or(0, |pd| pd.cur),
+            device_bytes: self.mem.peaks.get(d).cur,
+            process_device_bytes: self.mem.procs.dev(s, d).map_or(0, |pd| pd.cur),
         };
         if let Some(tap) = self.tap.as_mut() {
             tap.step(&step);

@@ -227,7 +227,7 @@ fn is_python(argv: &[String]) -> bool {
 
 /// What the bridge attached to, what it could not do, and the Python processes it did not run in.
 /// An arming change of PyTorch's allocation history in a few words: what the tensors' lines cover.
-pub fn history_text(h: &crate::model::replay::framework::HistoryChange) -> String {
+pub fn history_text(h: &crate::model::observe::framework::HistoryChange) -> String {
     let why = match h.reason.as_str() {
         "requested" => "as asked (--torch-history)".to_string(),
         "retry" => "PyTorch flushed its cache and retried".to_string(),

@@ -16,7 +16,7 @@ use crate::model::analysis::holders::{Holders, MAX_WALKS};
 use crate::model::analysis::{GrowthUnit, LeakTrend, StepSource};
 use crate::model::observe::growth::growth_sampled;
 use crate::model::observe::steps::{StepSeries, MIN_RISES};
-use crate::model::observe::timeline::{self, TimelineBuilder};
+use crate::model::observe::timeline::Timelines;
 
 pub use crate::model::analysis::framework::*;
 
@@ -52,8 +52,6 @@ struct Dev {
     frameworks: Vec<Framework>,
     allocated: u64,
     reserved: u64,
-    tl_allocated: TimelineBuilder,
-    tl_reserved: TimelineBuilder,
     peak_allocated: u64,
     peak_allocated_t: Option<u64>,
     peak_reserved: u64,
@@ -62,6 +60,10 @@ struct Dev {
     ooms_done: u64,
 }
 
+/// The index of a device's timeline of allocated bytes, and of reserved bytes, in `FwReplay::tls`.
+const ALLOCATED: usize = 0;
+const RESERVED: usize = 1;
+
 /// The replay's state for bridge records.
 #[derive(Default)]
 pub(crate) struct FwReplay {
@@ -69,34 +71,26 @@ pub(crate) struct FwReplay {
     /// Per process slot, its step count, once it sent one.
     steps: HashMap<usize, Steps>,
     devs: Vec<Dev>,
+    /// Each device's allocated and reserved bytes over time (`ALLOCATED`, `RESERVED`), by index in `devs`.
+    tls: Timelines<2>,
     /// Each device's index in `devs`, by its number.
     dev_ids: crate::fasthash::FastMap<u32, usize>,
     summary: BridgeSummary,
 }
 
 impl FwReplay {
-    fn dev(&mut self, device: u32) -> &mut Dev {
+    /// Device `device`'s index in `devs`, made on first use.
+    fn dev(&mut self, device: u32) -> usize {
         let i = match self.dev_ids.get(&device) {
             Some(&i) => i,
             None => {
                 self.dev_ids.insert(device, self.devs.len());
-                // Two timelines a device, sharing one budget of buckets with every other device's.
-                let cap = timeline::cap_for(2 * (self.devs.len() + 1));
-                if cap != timeline::cap_for(2 * self.devs.len()) {
-                    for d in &mut self.devs {
-                        d.tl_allocated.set_cap(cap);
-                        d.tl_reserved.set_cap(cap);
-                    }
-                }
-                let mut tl = TimelineBuilder::default();
-                tl.set_cap(cap);
+                self.tls.add_device();
                 self.devs.push(Dev {
                     device,
                     frameworks: Vec::new(),
                     allocated: 0,
                     reserved: 0,
-                    tl_allocated: tl.clone(),
-                    tl_reserved: tl,
                     peak_allocated: 0,
                     peak_allocated_t: None,
                     peak_reserved: 0,
@@ -106,7 +100,7 @@ impl FwReplay {
                 self.devs.len() - 1
             }
         };
-        &mut self.devs[i]
+        i
     }
 
     /// A sample of process slot `slot`, at relative time `t`.
@@ -129,7 +123,8 @@ impl FwReplay {
         if let Some(st) = self.steps.get(&slot) {
             p.steps.observe(st.count, t, f.allocated);
         }
-        let d = self.dev(s.device);
+        let i = self.dev(s.device);
+        let d = &mut self.devs[i];
         if !d.frameworks.contains(&s.framework) {
             d.frameworks.push(s.framework);
         }
@@ -138,12 +133,13 @@ impl FwReplay {
             .saturating_sub(old_a)
             .saturating_add(f.allocated);
         d.reserved = d.reserved.saturating_sub(old_r).saturating_add(f.reserved);
-        Self::moved(d, t);
+        self.moved(i, t);
     }
 
-    fn moved(d: &mut Dev, t: u64) {
-        d.tl_allocated.set(t, d.allocated);
-        d.tl_reserved.set(t, d.reserved);
+    fn moved(&mut self, i: usize, t: u64) {
+        let d = &mut self.devs[i];
+        self.tls.set(i, ALLOCATED, t, d.allocated);
+        self.tls.set(i, RESERVED, t, d.reserved);
         if d.allocated > d.peak_allocated {
             d.peak_allocated = d.allocated;
             d.peak_allocated_t = Some(t);
@@ -161,12 +157,13 @@ impl FwReplay {
             }
         }
         for (device, f) in gone {
-            let d = self.dev(device);
+            let i = self.dev(device);
+            let d = &mut self.devs[i];
             d.allocated = d.allocated.saturating_sub(f.allocated);
             d.reserved = d.reserved.saturating_sub(f.reserved);
             d.retries_done = d.retries_done.saturating_add(f.alloc_retries);
             d.ooms_done = d.ooms_done.saturating_add(f.ooms);
-            Self::moved(d, t);
+            self.moved(i, t);
         }
     }
 
@@ -296,8 +293,8 @@ impl FwReplay {
         if let Some(g) = self.step_growth(slot, device) {
             return g;
         }
-        let d = &self.devs[*self.dev_ids.get(&device)?];
-        growth_sampled(&d.tl_allocated.clone().finish(t), t)
+        let i = *self.dev_ids.get(&device)?;
+        growth_sampled(&self.tls.at(i, ALLOCATED, t), t)
     }
 
     /// Process `slot` counted enough of its steps on `device` to say whether it grew.
@@ -390,10 +387,10 @@ impl FwReplay {
         let mut devices: Vec<DeviceFramework> = self
             .devs
             .into_iter()
-            .map(|d| {
+            .zip(self.tls.finish(end))
+            .map(|(d, [allocated, reserved])| {
                 let (r, o, n) = live_retries.get(&d.device).copied().unwrap_or_default();
                 // Growth is read up to the last rise: what follows (an error's unwinding, exit) is not it.
-                let allocated = d.tl_allocated.finish(end);
                 let leak = match by_steps.remove(&d.device) {
                     Some((Some(g), _)) => Some(g),
                     Some((None, true)) => None,
@@ -409,7 +406,7 @@ impl FwReplay {
                         .join("+"),
                     processes: n,
                     allocated,
-                    reserved: d.tl_reserved.finish(end),
+                    reserved,
                     peak_allocated: d.peak_allocated,
                     peak_allocated_time_ns: d.peak_allocated_t,
                     peak_reserved: d.peak_reserved,
