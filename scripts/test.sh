@@ -61,6 +61,8 @@ export VRAMTRACE_COMPAT_SHIM
 # The wheel as it ships (`pip install`): tests/e2e/tests/wheel.rs installs it into a fresh environment and runs it.
 VRAMTRACE_WHEEL="$(scripts/build-wheel.sh | tail -n1)"
 export VRAMTRACE_WHEEL
+# `pip install .` from the checkout into a fresh environment, and the demo from it (the wheel's build reused).
+scripts/test-pip-install.sh
 cargo test --workspace --locked
 # The Python bridge's own tests (standard library only; the end-to-end ones are in tests/e2e/tests/bridge.rs).
 python3 -m unittest discover -s bridge/tests

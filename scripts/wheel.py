@@ -1,25 +1,26 @@
 #!/usr/bin/env python3
-"""Assembles vramtrace's wheel from binaries built for the glibc 2.17 baseline (scripts/build-wheel.sh), after
-checking them against the manylinux2014 policy (PEP 599), as auditwheel would: no glibc symbol version newer than
-2.17, no libgcc symbol newer than GCC 4.8, and no shared library beyond the policy's list.
+"""Checks vramtrace's release wheel (scripts/build-wheel.sh) against the manylinux2014 policy (PEP 599), as
+auditwheel would, for every binary in it (maturin checks the one it builds; the shim, the simulated driver and
+the workload are data to it): no glibc symbol version newer than 2.17, no libgcc symbol newer than GCC 4.8, and
+no shared library beyond the policy's list. Also that the wheel holds what `vramtrace` looks for where it looks:
+`vramtrace` in the wheel's `scripts` (the environment's bin), the other three in its `data` under
+`lib/vramtrace/` (`<env>/lib/vramtrace/`, `../lib/vramtrace/` from `vramtrace`'s folder).
 
-The wheel holds no Python: `vramtrace` goes into the environment's bin (the wheel's `scripts`), the shim, the
-simulated driver and the demo's workload into `<env>/lib/vramtrace/` (the wheel's `data`), where `vramtrace`
-looks for them from its own folder (`../lib/vramtrace/`), as an install under a prefix (scripts/install.sh).
-
-Usage: wheel.py --out DIR --version V --bin PATH --lib PATH [--lib PATH...]    prints the wheel's path last
+Usage: wheel.py WHEEL      exit 1 with the reasons on stderr when it breaks the policy or lacks a piece
 """
 
 import argparse
-import base64
-import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 
 NAME = "vramtrace"
+BIN = "vramtrace"
+LIBS = ["libvramtrace.so", "libfakecuda.so", "vramtrace-workload"]
 TAGS = ["py3-none-manylinux_2_17_x86_64", "py3-none-manylinux2014_x86_64"]
 GLIBC_MAX = (2, 17)
 GCC_MAX = (4, 8, 0)
@@ -57,67 +58,39 @@ def check(path):
     return why
 
 
-def digest(data):
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--version", required=True)
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--lib", action="append", default=[])
-    a = ap.parse_args()
-
-    bad = {p: check(p) for p in [a.bin] + a.lib}
-    bad = {p: w for p, w in bad.items() if w}
-    if bad:
-        for p, w in bad.items():
-            print("wheel.py: %s: %s" % (p, "; ".join(w)), file=sys.stderr)
+    if len(sys.argv) != 2:
+        print("usage: wheel.py WHEEL", file=sys.stderr)
+        sys.exit(2)
+    whl = sys.argv[1]
+    tag = os.path.basename(whl)
+    why = []
+    # name-version-python-abi-platforms.whl; maturin writes the platforms in either order.
+    parts = tag[:-len(".whl")].split("-")
+    tags = {"-".join([parts[2], parts[3], p]) for p in parts[4].split(".")} if len(parts) == 5 else set()
+    if not set(TAGS) <= tags:
+        why.append("%s: not tagged %s" % (tag, " and ".join(TAGS)))
+    tmp = tempfile.mkdtemp(prefix="vramtrace-wheel-check-")
+    try:
+        with zipfile.ZipFile(whl) as z:
+            names = z.namelist()
+            want = [n for n in names if re.fullmatch(r"[^/]+\.data/scripts/" + re.escape(BIN), n)]
+            want += [n for n in names if re.fullmatch(r"[^/]+\.data/data/lib/vramtrace/[^/]+", n)
+                     and n.rsplit("/", 1)[1] in LIBS]
+            got = sorted(n.rsplit("/", 1)[1] for n in want)
+            if got != sorted([BIN] + LIBS):
+                why.append("holds %s where %s were expected" % (got, sorted([BIN] + LIBS)))
+            for n in want:
+                path = z.extract(n, tmp)
+                if not z.getinfo(n).external_attr >> 16 & 0o111:
+                    why.append("%s: not executable" % n)
+                why += ["%s: %s" % (n, w) for w in check(path)]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if why:
+        for w in why:
+            print("wheel.py: " + w, file=sys.stderr)
         sys.exit(1)
-
-    data = "%s-%s.data" % (NAME, a.version)
-    info = "%s-%s.dist-info" % (NAME, a.version)
-    files = [("%s/scripts/%s" % (data, os.path.basename(a.bin)), a.bin)]
-    files += [("%s/data/lib/vramtrace/%s" % (data, os.path.basename(p)), p) for p in a.lib]
-    metadata = "\n".join([
-        "Metadata-Version: 2.1",
-        "Name: " + NAME,
-        "Version: " + a.version,
-        "Summary: See, cap and explain the GPU memory of any CUDA program on Linux, with no change to it",
-        "License: MIT OR Apache-2.0",
-        "Classifier: Environment :: GPU :: NVIDIA CUDA",
-        "Classifier: Operating System :: POSIX :: Linux",
-        "",
-        "`vramtrace run -- CMD` traces every CUDA memory call of a job; `vramtrace report`, `oom` and `export` read",
-        "the trace. This wheel puts `vramtrace` on the environment's PATH, with its preloaded shim beside it.",
-        "",
-    ])
-    wheel = "\n".join(["Wheel-Version: 1.0", "Generator: vramtrace scripts/wheel.py", "Root-Is-Purelib: false"]
-                      + ["Tag: " + t for t in TAGS]) + "\n"
-
-    os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, "%s-%s-py3-none-%s.whl" % (NAME, a.version,
-                                                           ".".join(t.split("-", 2)[2] for t in TAGS)))
-    record = []
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        def put(name, content, mode):
-            zi = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
-            zi.external_attr = (0o100000 | mode) << 16
-            zi.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(zi, content)
-            record.append("%s,%s,%d" % (name, digest(content), len(content)))
-
-        for name, src in files:
-            with open(src, "rb") as f:
-                put(name, f.read(), 0o755)
-        put(info + "/METADATA", metadata.encode(), 0o644)
-        put(info + "/WHEEL", wheel.encode(), 0o644)
-        record.append(info + "/RECORD,,")
-        zi = zipfile.ZipInfo(info + "/RECORD", date_time=(2026, 1, 1, 0, 0, 0))
-        zi.external_attr = 0o100644 << 16
-        z.writestr(zi, "\n".join(record) + "\n", zipfile.ZIP_DEFLATED)
-    print(path)
 
 
 if __name__ == "__main__":

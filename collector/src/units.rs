@@ -1,11 +1,16 @@
 //! Numbers for people: sizes, durations, counts and dates.
+//!
+//! The one place sizes and times are written for people: the text reports, the JSON's human figures and the
+//! HTML page all show what these functions show. The page's script (`assets/html/report.js`, `bytes` and `secs`)
+//! follows the same rules, in integers as here: sizes in hundredths of their unit and times in milliseconds,
+//! rounded half up, times from the run's start. `collector/tests/figures_golden.rs` checks that the three agree.
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 const TIB: u64 = 1 << 40;
 
-/// `10.50 GiB`, `3.00 MiB`, `512 B`: two decimals in the largest unit that fits.
+/// `10.50 GiB`, `3.00 MiB`, `512 B`: two decimals in the largest unit that fits, rounded half up.
 pub fn bytes(b: u64) -> String {
     let (unit, name) = match b {
         b if b >= TIB => (TIB, "TiB"),
@@ -14,7 +19,8 @@ pub fn bytes(b: u64) -> String {
         b if b >= KIB => (KIB, "KiB"),
         _ => return format!("{b} B"),
     };
-    format!("{:.2} {name}", b as f64 / unit as f64)
+    let hundredths = (u128::from(b) * 100 + u128::from(unit / 2)) / u128::from(unit);
+    format!("{}.{:02} {name}", hundredths / 100, hundredths % 100)
 }
 
 /// `0.98 GiB`, `12.3 GiB`, `512 MiB`: three figures at most, in the largest unit under which the figure
@@ -68,9 +74,10 @@ pub fn bytes_exact(b: u64) -> String {
     format!("{} ({} bytes)", bytes(b), count(b))
 }
 
-/// Seconds with millisecond precision: `3.215 s`.
+/// Seconds to the nearest millisecond (half up): `3.215 s`. Times in the reports are from the run's start.
 pub fn secs(ns: u64) -> String {
-    format!("{}.{:03} s", ns / 1_000_000_000, (ns / 1_000_000) % 1000)
+    let ms = ns / 1_000_000 + u64::from(ns % 1_000_000 >= 500_000);
+    format!("{}.{:03} s", ms / 1000, ms % 1000)
 }
 
 /// A span for people: `850 us`, `12.4 ms`, `3.215 s`.
@@ -153,8 +160,15 @@ mod tests {
         assert_eq!(count(999), "999");
         assert_eq!(count(1000), "1,000");
         assert_eq!(count(1_234_567), "1,234,567");
-        assert_eq!(secs(3_215_999_999), "3.215 s");
+        // Rounded half up, as the HTML page's script does, never cut short.
+        assert_eq!(secs(3_215_999_999), "3.216 s");
+        assert_eq!(secs(3_215_499_999), "3.215 s");
+        assert_eq!(secs(3_215_500_000), "3.216 s");
+        assert_eq!(secs(999_999_999), "1.000 s");
         assert_eq!(secs(0), "0.000 s");
+        // Exactly half a hundredth: up (Rust's `{:.2}` would round this one down, JavaScript's `toFixed` up).
+        assert_eq!(bytes(MIB + MIB / 8), "1.13 MiB");
+        assert_eq!(bytes(MIB - 1), "1024.00 KiB");
         assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(
             utc(1_709_251_200_000_000_000 + 3_723_000_000_000),

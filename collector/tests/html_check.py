@@ -2,6 +2,7 @@
 """Loads a page of `vramtrace export --format html` in headless Chromium and checks that it works.
 
     html_check.py PAGE [--browser PATH] [--width W] [--height H] [--screenshot OUT.png [--full] [--view MODE]]
+                  [--text]
 
 Drives the browser over the DevTools protocol on a pipe (`--remote-debugging-pipe`; standard library only) and
 fails (exit 1, the reasons on stderr) on:
@@ -176,6 +177,7 @@ def main():
     ap.add_argument("--full", action="store_true", help="the screenshot holds the whole page")
     ap.add_argument("--view", default="processes", help="the view of the screenshot: processes, sites, alone")
     ap.add_argument("--timeout", type=float, default=60)
+    ap.add_argument("--text", action="store_true", help="the summary holds the page's text as shown (`text`)")
     a = ap.parse_args()
     exe = find_browser(a.browser)
     if not exe:
@@ -229,6 +231,9 @@ def main():
                     if p["coloured"] < max(50, p["area"] // 1000):
                         errors.append("plot %d drew no data in view %r: %s" % (i, mode, p))
             summary["coloured"] = {m: [p["coloured"] for p in v] for m, v in views.items()}
+            if a.text:
+                r = b.send("Runtime.evaluate", {"expression": "document.body.innerText", "returnByValue": True}, session=s)
+                summary["text"] = r.get("result", {}).get("value") or ""
             if a.screenshot:
                 b.send("Runtime.evaluate", {"expression": "document.querySelectorAll('button[data-mode=\"%s\"]').forEach(b => b.click())" % a.view}, session=s)
                 b.pump(0.3)

@@ -19,6 +19,9 @@ pub const LEDGER: &str = "VRAMTRACE_LEDGER";
 pub const STACKS: &str = "VRAMTRACE_STACKS";
 /// A size: allocations below it record no call site.
 pub const STACK_MIN_BYTES: &str = "VRAMTRACE_STACK_MIN_BYTES";
+/// [`STACK_MIN_BYTES`] unless set: 1 MiB (the shim's `settings.rs` says why). The reports name it where an
+/// allocation has no call site.
+pub const DEFAULT_STACK_MIN_BYTES: u64 = 1 << 20;
 /// A size: each process's ring.
 pub const RING_BYTES: &str = "VRAMTRACE_RING_BYTES";
 /// `1`: a thread that finds the ring full waits for room.

@@ -88,7 +88,7 @@ pub struct Settings {
 /// small pool allocations, where the capture would cost most and which weigh least in a device's memory, go
 /// without. Failed allocations of any size keep theirs (they are what an out-of-memory report needs).
 /// `VRAMTRACE_STACK_MIN_BYTES=0` records every allocation's call site.
-pub const DEFAULT_STACK_MIN_BYTES: u64 = 1 << 20;
+pub const DEFAULT_STACK_MIN_BYTES: u64 = vramtrace_format::env::DEFAULT_STACK_MIN_BYTES;
 
 #[link_section = ".vramtrace.hotdata"]
 static SETTINGS: crate::lazy::Lazy<Settings> = crate::lazy::Lazy::new();

@@ -60,6 +60,10 @@ struct Args {
     /// Device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// No `workload:` lines (its sizes and counts, for tests and benchmarks): `vramtrace demo` passes it
+    /// unless `--verbose`.
+    #[arg(long)]
+    quiet: bool,
 }
 
 fn main() -> ExitCode {
@@ -310,7 +314,8 @@ fn training(args: &Args) -> Result<(), String> {
         peak: 0,
         allocations: 0,
     };
-    println!(
+    if !args.quiet {
+        println!(
         "workload: device={} alloc={} scale_mib={scale} layers={layers} steps={} weight_bytes={w} \
          activation_bytes={act} gradient_bytes={w} optimizer_bytes={} workspace_bytes={workspace} (per layer unless said)",
         args.device,
@@ -318,6 +323,7 @@ fn training(args: &Args) -> Result<(), String> {
         args.steps,
         2 * w,
     );
+    }
 
     // Weights: uploaded once, kept to the end.
     let host: Vec<f32> = (0..w / 4).map(|i| (i % 1000) as f32 * 1e-3).collect();
@@ -360,10 +366,12 @@ fn training(args: &Args) -> Result<(), String> {
         .map_err(|e| format!("CUDA failed: synchronize: {}", cu(e)))?;
     ctx.check_err()
         .map_err(|e| format!("CUDA failed: {}", cu(e)))?;
-    println!(
-        "workload: peak_expected_bytes={} steps={} allocations={}",
-        gpu.peak, args.steps, gpu.allocations
-    );
+    if !args.quiet {
+        println!(
+            "workload: peak_expected_bytes={} steps={} allocations={}",
+            gpu.peak, args.steps, gpu.allocations
+        );
+    }
     drop(gpu);
     drop(ctx);
     Ok(())

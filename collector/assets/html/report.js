@@ -28,15 +28,21 @@
   function render(D, app, key) {
   if (D.host !== undefined) {
     app.appendChild(el("h2", { cls: "host", text: "Host " + D.host + " (its clock starts at +" +
-      (D.host_offset_ns / 1e9).toFixed(3) + " s on the job's)" }));
+      secs(D.host_offset_ns) + " on the job's)" }));
   }
 
   // ---- formatting ----
   var UNITS = [["TiB", Math.pow(2, 40)], ["GiB", Math.pow(2, 30)], ["MiB", Math.pow(2, 20)], ["KiB", 1024]];
+  // `bytes` and `secs` write sizes and times as the text report does (collector/src/units.rs): in integers,
+  // sizes in hundredths of their unit and times in milliseconds from the run's start, rounded half up.
+  function pad(n, w) { var s = String(n); while (s.length < w) s = "0" + s; return s; }
   function bytes(b) {
     if (b === null || b === undefined) return "";
     for (var i = 0; i < UNITS.length; i++) {
-      if (b >= UNITS[i][1]) return (b / UNITS[i][1]).toFixed(2) + " " + UNITS[i][0];
+      if (b >= UNITS[i][1]) {
+        var h = Math.round(b * 100 / UNITS[i][1]);
+        return Math.floor(h / 100) + "." + pad(h % 100, 2) + " " + UNITS[i][0];
+      }
     }
     return b + " B";
   }
@@ -53,8 +59,8 @@
   }
   function secs(ns) {
     if (ns === null || ns === undefined) return "";
-    var s = ns / 1e9;
-    return s >= 100 ? s.toFixed(1) + " s" : s.toFixed(3) + " s";
+    var ms = Math.floor(ns / 1e6) + (ns % 1e6 >= 5e5 ? 1 : 0);
+    return Math.floor(ms / 1000) + "." + pad(ms % 1000, 3) + " s";
   }
   function span(ns) {
     if (ns < 1e6) return (ns / 1e3).toPrecision(3) + " \u00b5s";
@@ -113,7 +119,7 @@
   var head = el("header", null, [
     el("h1", null, ["vramtrace ", el("span", { cls: "cmd", text: D.command || "(no command)" })]),
     el("p", { cls: "meta", text: [
-      "duration " + secs(D.duration_ns),
+      "over " + secs(D.end_ns),
       count(D.events) + " events",
       D.processes.length + " process" + (D.processes.length === 1 ? "" : "es"),
       D.devices.length + " device" + (D.devices.length === 1 ? "" : "s"),
@@ -200,7 +206,7 @@
     var xs = new Array(n + 1);
     for (var i = 0; i <= n; i++) xs[i] = (lead + i) * bs;
     function ext(a) { var b = a.slice(lead); b.push(b.length ? b[b.length - 1] : 0); return b; }
-    var data = [xs], series = [{ label: "time", value: function (u, v) { return v === null ? "" : secs(v * 1e9); } }];
+    var data = [xs], series = [{ label: "time", value: function (u, v) { return v === null ? "" : secs(Math.round(v * 1e9)); } }];
     var parts = mode === "sites" ? dev.sites : dev.processes;
     var step = uPlot.paths.stepped({ align: 1 });
     if (mode === "alone") {
@@ -229,7 +235,8 @@
         })(k);
       }
     }
-    data.push(ext(dev.job));
+    var job = ext(dev.job);
+    data.push(job);
     series.push({ label: "job (bucket maximum)", stroke: "#111827", width: 1.5, paths: step, value: function (u, v) { return bytes(v); } });
     if (dev.framework) {
       // The framework's own figures beside the driver's: the tensors, and what its cache holds.
@@ -247,7 +254,18 @@
       data.push(flat(dev.total_bytes));
       series.push({ label: "device " + bytes(dev.total_bytes), stroke: "#6b7280", width: 1.5, dash: [2, 4], points: { show: false }, value: function () { return bytes(dev.total_bytes); } });
     }
-    return { data: data, series: series };
+    // Where the legend rests when the cursor is elsewhere: the job's highest bucket (its peak), so its values
+    // read without hovering.
+    var peakIdx = 0;
+    for (var j = 1; j < job.length; j++) if (job[j] > job[peakIdx]) peakIdx = j;
+    return { data: data, series: series, peakIdx: peakIdx };
+  }
+
+  // Time-axis labels with as many decimals as the tick spacing needs (0.002 s, not 0.0020000000000000005 s), so
+  // that a short run's labels do not run into each other.
+  function axisSecs(u, vals, axisIdx, space, incr) {
+    var d = incr > 0 ? Math.max(0, Math.min(9, -Math.floor(Math.log10(incr) + 1e-9))) : 3;
+    return vals.map(function (v) { return v.toFixed(d) + " s"; });
   }
 
   function yRange(dev) {
@@ -266,13 +284,17 @@
       series: b.series,
       scales: { x: { time: false }, y: { range: function () { return yRange(dev); } } },
       axes: [
-        { label: "seconds since the start", values: function (u, vals) { return vals.map(function (v) { return v + " s"; }); } },
+        { label: "seconds since the start", values: axisSecs, space: 60 },
         { values: axisBytes, size: 70, incrs: BYTE_INCRS }
       ],
       legend: { live: true },
       cursor: { sync: { key: "vramtrace" + key, setSeries: false }, drag: { x: true, y: false } },
       plugins: [markerPlugin(dev)],
-      hooks: { setScale: [function (u, key) { if (key === "x") syncX(u); }] }
+      hooks: {
+        setScale: [function (u, key) { if (key === "x") syncX(u); }],
+        ready: [function (u) { u.setLegend({ idx: b.peakIdx }, false); }],
+        setLegend: [function (u) { if (u.legend.idx === null || u.legend.idx === undefined) u.setLegend({ idx: b.peakIdx }, false); }]
+      }
     };
     var x = p.u && p.u.scales.x;
     if (p.u) p.u.destroy();

@@ -31,9 +31,9 @@ use frame::base_name;
 pub use frame::{short_path, Frame, FrameKind};
 use policy::{autograd_engine, module_in, plumbing_native, runtime_function};
 pub use policy::{
-    autograd_node, is_library_python, own_native, AUTOGRAD_ENGINE, AUTOGRAD_NODES, CORE_MODULES,
-    CRT_FUNCTIONS, FRAMEWORK_PACKAGES, INTERNAL_DIRS, INTERNAL_MODULES, LIBRARY_FUNCTIONS,
-    LIBRARY_SOURCES, PLUMBING_FUNCTIONS, RUNTIME_FUNCTIONS,
+    autograd_node, is_library_python, own_frame, own_native, AUTOGRAD_ENGINE, AUTOGRAD_NODES,
+    CORE_MODULES, CRT_FUNCTIONS, FRAMEWORK_PACKAGES, INTERNAL_DIRS, INTERNAL_MODULES,
+    LIBRARY_FUNCTIONS, LIBRARY_SOURCES, PLUMBING_FUNCTIONS, RUNTIME_FUNCTIONS,
 };
 
 /// Sites listed per list (each device's peak, bytes allocated, live at an out-of-memory event, what grew).
@@ -201,6 +201,21 @@ impl Site {
         })
     }
 
+    /// Whether caller `j` is the program's own to show: not library code, and not the entry point a runtime
+    /// generates between two stretches of library code (Rust's `main`, called by the C runtime, calling std's
+    /// `lang_start`): only library and runtime frames are on either side of it.
+    fn own_caller(&self, j: usize) -> bool {
+        let f = &self.frames[j];
+        if !own_frame(f) {
+            return false;
+        }
+        let generated_entry = f.file.is_none()
+            && j > 0
+            && !own_frame(&self.frames[j - 1])
+            && self.frames[j + 1..].iter().all(|g| !own_frame(g));
+        !generated_entry
+    }
+
     /// The site frame's file and line: `generated/Functions.cpp:123` (or what its label has instead).
     fn site_line(&self) -> Option<String> {
         let f = self.site_frame()?;
@@ -226,8 +241,8 @@ impl Site {
         }
     }
 
-    /// The call site in lines, for text: [`Site::base_label`]; then its first `callers` callers and those its
-    /// label adds (`<- ...`, with `<- …` where callers are skipped); then what else its label adds (`at ...`,
+    /// The call site in lines, for text: [`Site::base_label`]; then its first `callers` callers of the
+    /// program's own (library frames folded) and those its label adds (`<- ...`, with `<- …` where callers are skipped); then what else its label adds (`at ...`,
     /// `via ...`, `(pid P, stack S)`).
     pub fn short(&self, callers: usize) -> Vec<String> {
         let mut out = vec![self.base_label()];
@@ -237,8 +252,11 @@ impl Site {
         if self.extra.contains(&Extra::Line) {
             out.push(self.extra_part(Extra::Line, i));
         }
+        // Callers of the program's own: library and runtime frames between them (Rust's std and core, the
+        // C runtime, a framework's internals) fold into `<- …` as the frames inside the site do.
         let mut shown: Vec<usize> = (i + 1..self.frames.len())
             .take_while(|&j| self.is_caller(j))
+            .filter(|&j| self.own_caller(j))
             .take(callers)
             .collect();
         for &e in &self.extra {

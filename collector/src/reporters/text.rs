@@ -18,6 +18,8 @@ use units::{bytes, bytes_exact, count, fit, printable, secs, utc};
 pub const WIDTH: usize = 100;
 /// Characters of a device's sparkline.
 pub const SPARK_COLUMNS: usize = 60;
+/// The process table's columns but the command and the ending, with their gaps.
+const PROCESS_COLUMNS: usize = 2 + 7 + 2 + 4 + 2 + 1 + 10 + 2 + 11 + 2 + 8 + 2 + 10 + 2;
 /// Rows of the process table before the rest is summed up.
 pub const MAX_PROCESS_ROWS: usize = 64;
 
@@ -80,6 +82,15 @@ pub fn site_lines(a: &Analysis, site: usize, lead: &str) -> Vec<String> {
     out
 }
 
+/// The row of bytes allocated with no call site: below the shim's threshold (`run --stack-min-bytes`), named
+/// (the trace does not say whether the run changed it).
+pub fn no_site_label() -> String {
+    format!(
+        "(no call site recorded: below the {} threshold of --stack-min-bytes)",
+        bytes(vramtrace_format::env::DEFAULT_STACK_MIN_BYTES)
+    )
+}
+
 fn pct(part: u64, whole: u64) -> String {
     if whole == 0 {
         return "-".to_string();
@@ -128,7 +139,7 @@ fn call_sites(o: &mut String, a: &Analysis) {
             }
             for (v, what) in [
                 (d.unlisted_bytes, "(other call sites)"),
-                (d.no_site_bytes, "(no call site recorded)"),
+                (d.no_site_bytes, no_site_label().as_str()),
             ] {
                 if v > 0 {
                     writeln!(
@@ -454,6 +465,31 @@ fn processes(o: &mut String, a: &Analysis) {
         return;
     }
     writeln!(o, "PROCESSES").ok();
+    // The command takes the room the other columns leave within WIDTH (at least 22 characters).
+    let shown = &a.processes[..a.processes.len().min(MAX_PROCESS_ROWS)];
+    let commands: Vec<String> = shown
+        .iter()
+        .map(|p| {
+            if p.announced {
+                short_command(&p.cmdline)
+            } else {
+                "(no hello)".to_string()
+            }
+        })
+        .collect();
+    let ended_width = shown
+        .iter()
+        .map(|p| ending_label(p).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("ENDED".len());
+    let room = WIDTH.saturating_sub(PROCESS_COLUMNS + ended_width);
+    let cmd_width = commands
+        .iter()
+        .map(|c| c.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(22, room.max(22));
     let row = |pid: &str,
                rank: &str,
                cmd: &str,
@@ -463,7 +499,7 @@ fn processes(o: &mut String, a: &Analysis) {
                failed: &str,
                ended: &str| {
         format!(
-            "  {pid:>7}  {rank:>4}  {cmd:<22} {peak:>10}  {live:>11}  {allocs:>8}  {failed:>10}  {ended}"
+            "  {pid:>7}  {rank:>4}  {cmd:<cmd_width$} {peak:>10}  {live:>11}  {allocs:>8}  {failed:>10}  {ended}"
         )
     };
     writeln!(
@@ -481,12 +517,7 @@ fn processes(o: &mut String, a: &Analysis) {
         )
     )
     .ok();
-    for p in a.processes.iter().take(MAX_PROCESS_ROWS) {
-        let cmd = if p.announced {
-            short_command(&p.cmdline)
-        } else {
-            "(no hello)".to_string()
-        };
+    for (p, cmd) in shown.iter().zip(&commands) {
         let failed = if p.failed_allocations == 0 {
             "-".to_string()
         } else {
@@ -495,7 +526,7 @@ fn processes(o: &mut String, a: &Analysis) {
         let line = row(
             &p.pid.to_string(),
             &p.rank.map_or("-".to_string(), |r| r.to_string()),
-            &fit(&cmd, 22),
+            &fit(cmd, cmd_width),
             &bytes(p.peak_bytes),
             &bytes(p.live_bytes_at_end),
             &count(p.allocations),

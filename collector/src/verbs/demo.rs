@@ -6,6 +6,8 @@
 //! `../lib/vramtrace/` (an installed prefix, `scripts/install.sh`). Whether a real driver is here is asked of a
 //! child (`vramtrace-workload --probe`), so this process never loads libcuda. The simulated driver is put in front
 //! of the run's `LD_LIBRARY_PATH` as `libcuda.so.1` (and `libcuda.so`) symlinks in a private temporary folder.
+//! That folder, with the trace unless `--out` put it elsewhere, is removed before the demo ends: a demo leaves
+//! nothing behind. The workload's own counters (`workload: ...`) show only with `--verbose`.
 
 use std::ffi::OsString;
 use std::fs;
@@ -24,7 +26,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
-    /// Where to write the trace (default: demo.vtrace in a new temporary folder; the path is printed).
+    /// Where to write the trace, kept (default: a temporary file, removed once the report is printed).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Use the simulated driver even where a real GPU is present.
@@ -33,6 +35,9 @@ pub struct DemoArgs {
     /// Training steps of the workload (its default: 20).
     #[arg(long, value_name = "N")]
     pub steps: Option<u32>,
+    /// Also the workload's own lines (its sizes and counts, `workload: ...`).
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 /// Which driver the run uses.
@@ -66,7 +71,8 @@ pub fn main(args: DemoArgs) -> Code {
         probe(&workload)
     };
 
-    // One private folder: the default trace, and the simulated driver's symlinks (removed at the end).
+    // One private folder: the default trace, and the simulated driver's symlinks; removed at the end, trace and
+    // all, unless the trace went elsewhere (`--out`).
     let tmp = match private_temp_dir() {
         Ok(d) => d,
         Err(e) => {
@@ -111,11 +117,16 @@ pub fn main(args: DemoArgs) -> Code {
             lib_dir = Some(dir);
         }
     }
+    if !args.verbose {
+        workload_args.push("--quiet".into());
+    }
     if let Some(n) = args.steps {
         workload_args.push("--steps".into());
         workload_args.push(n.to_string().into());
     }
-    println!("vramtrace demo: trace: {}", out.display());
+    if args.out.is_some() {
+        println!("vramtrace demo: trace: {}", out.display());
+    }
 
     let mut run = Command::new(&exe);
     run.arg("run")
@@ -162,7 +173,11 @@ pub fn main(args: DemoArgs) -> Code {
     }
 
     println!();
-    let code = match Command::new(&exe).arg("report").arg(&out).status() {
+    let reported = Command::new(&exe).arg("report").arg(&out).status();
+    if args.out.is_none() {
+        let _ = fs::remove_dir_all(&tmp);
+    }
+    let code = match reported {
         Ok(status) if status.success() => OK,
         Ok(status) => {
             return fail(
@@ -178,10 +193,17 @@ pub fn main(args: DemoArgs) -> Code {
         }
     };
     println!();
-    println!(
-        "vramtrace demo: the trace stays at {} (`vramtrace report --json` reads it too)",
-        out.display()
-    );
+    if args.out.is_some() {
+        println!(
+            "vramtrace demo: the trace stays at {} (`vramtrace report --json` reads it too)",
+            out.display()
+        );
+    } else {
+        println!(
+            "vramtrace demo: the trace was temporary and is gone; `vramtrace demo --out FILE` keeps it \
+             (then `vramtrace report FILE`, `vramtrace export FILE --format html --out PAGE`)"
+        );
+    }
     if run_ok {
         code
     } else {

@@ -90,3 +90,61 @@ fn the_demo_names_the_workloads_own_functions() {
         "{labels:?}"
     );
 }
+
+/// The demo as a user reads it: no developer counters unless `--verbose`, no std or runtime frames in its call
+/// chains, the threshold named where a call site is missing, and nothing left in the temporary folder.
+#[test]
+fn the_demo_reads_as_a_users_and_leaves_nothing_behind() {
+    let dir = TempDir::new("demo-tmp");
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let run = |verbose: bool| {
+        let mut c = Command::new(vramtrace());
+        c.args(["demo", "--simulated", "--steps", "2"])
+            .env("TMPDIR", &tmp)
+            .current_dir(dir.path());
+        if verbose {
+            c.arg("--verbose");
+        }
+        let out = c.output().expect("vramtrace demo");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "the demo left {left:?} in TMPDIR");
+        stdout
+    };
+    let out = run(false);
+    for unwanted in [
+        "workload: ",
+        "core::ops::function",
+        "std::rt::",
+        "__rust_begin_short_backtrace",
+    ] {
+        assert!(!out.contains(unwanted), "{unwanted:?} in:\n{out}");
+    }
+    assert!(
+        out.contains("(no call site recorded: below the 1.00 MiB threshold of --stack-min-bytes)"),
+        "{out}"
+    );
+    assert!(out.contains("<- vramtrace_workload::main"), "{out}");
+    assert!(out.contains("the trace was temporary"), "{out}");
+    // Its one folder besides TMPDIR: the working folder, untouched.
+    let here: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(here, vec![std::ffi::OsString::from("tmp")]);
+
+    let verbose = run(true);
+    assert!(
+        verbose.contains("workload: peak_expected_bytes="),
+        "{verbose}"
+    );
+}

@@ -21,7 +21,11 @@ pub(super) struct Data<'a> {
     made_by: &'static str,
     command: String,
     start_unix_ns: u64,
+    /// From the first record to the last (kept for readers of the page's data).
     duration_ns: u64,
+    /// The last record's time from the run's start: what the page and the text report call the run's length
+    /// (every time on the page is from the run's start, as in the text report).
+    end_ns: u64,
     events: u64,
     partial: Option<&'a str>,
     notes: Vec<String>,
@@ -390,6 +394,7 @@ impl Html {
             command: short_command(&a.header.command),
             start_unix_ns: a.header.start_unix_ns,
             duration_ns: a.duration_ns,
+            end_ns: a.end_ns,
             events: a.events,
             partial: a.stopped.as_deref(),
             notes,

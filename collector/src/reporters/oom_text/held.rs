@@ -192,7 +192,10 @@ pub(super) fn live_by_site(o: &mut String, a: &Analysis, s: &OomSnapshot) {
     }
     for (v, what) in [
         (s.by_site_unlisted_bytes, "(other call sites)"),
-        (s.no_site_bytes, "(no call site recorded)"),
+        (
+            s.no_site_bytes,
+            crate::reporters::text::no_site_label().as_str(),
+        ),
     ] {
         if v > 0 {
             writeln!(o, "    {:>11}  {:>12}  {what}", bytes(v), "").ok();
