@@ -23,8 +23,17 @@ const PROCESS_COLUMNS: usize = 2 + 7 + 2 + 4 + 2 + 1 + 10 + 2 + 11 + 2 + 8 + 2 +
 /// Rows of the process table before the rest is summed up.
 pub const MAX_PROCESS_ROWS: usize = 64;
 
+/// The widest a table grows to where the terminal has the room ([`render_in`]).
+pub const MAX_TABLE_WIDTH: usize = 200;
+
 /// The whole report. `file` names the trace in the title.
 pub fn render(a: &Analysis, file: Option<&Path>) -> String {
+    render_in(a, file, WIDTH)
+}
+
+/// The whole report for a terminal `columns` wide: prose stays within [`WIDTH`] (for reading), and the process
+/// table's commands take what room the terminal has beyond it, up to [`MAX_TABLE_WIDTH`].
+pub fn render_in(a: &Analysis, file: Option<&Path>, columns: usize) -> String {
     let mut o = String::new();
     if let Some(why) = &a.stopped {
         wrap(&mut o, &format!("PARTIAL TRACE: {why}."), "", WIDTH);
@@ -38,7 +47,7 @@ pub fn render(a: &Analysis, file: Option<&Path>) -> String {
     }
     header(&mut o, a, file);
     devices(&mut o, a);
-    processes(&mut o, a);
+    processes(&mut o, a, columns.clamp(WIDTH, MAX_TABLE_WIDTH));
     call_sites(&mut o, a);
     live_at_end(&mut o, a);
     address_space(&mut o, a);
@@ -460,12 +469,12 @@ pub fn refusals_text(a: &Analysis) -> Option<String> {
     ))
 }
 
-fn processes(o: &mut String, a: &Analysis) {
+fn processes(o: &mut String, a: &Analysis, width: usize) {
     if a.processes.is_empty() {
         return;
     }
     writeln!(o, "PROCESSES").ok();
-    // The command takes the room the other columns leave within WIDTH (at least 22 characters).
+    // The command takes the room the other columns leave within `width` (at least 22 characters).
     let shown = &a.processes[..a.processes.len().min(MAX_PROCESS_ROWS)];
     let commands: Vec<String> = shown
         .iter()
@@ -483,7 +492,7 @@ fn processes(o: &mut String, a: &Analysis) {
         .max()
         .unwrap_or(0)
         .max("ENDED".len());
-    let room = WIDTH.saturating_sub(PROCESS_COLUMNS + ended_width);
+    let room = width.saturating_sub(PROCESS_COLUMNS + ended_width);
     let cmd_width = commands
         .iter()
         .map(|c| c.chars().count())

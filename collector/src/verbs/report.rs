@@ -11,7 +11,7 @@ use std::path::Path;
 use crate::exit::{self, Code};
 use crate::model::Analysis;
 use crate::reporters::json;
-use crate::reporters::text::{device_label, render as render_text};
+use crate::reporters::text::{device_label, render_in, WIDTH};
 use crate::units::{bytes, count, secs};
 
 pub fn main(file: &Path, json: bool) -> Code {
@@ -22,7 +22,7 @@ pub fn main(file: &Path, json: bool) -> Code {
     let text = if json {
         json::render(&a)
     } else {
-        render_text(&a, Some(file))
+        render_in(&a, Some(file), terminal_columns().unwrap_or(WIDTH))
     };
     let mut out = io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
@@ -141,4 +141,15 @@ pub fn summary(a: &Analysis) -> String {
         .ok();
     }
     o
+}
+
+/// The columns of the terminal the report is printed on, if standard output is one: a table may use them.
+/// Piped or redirected, the report keeps its fixed width (the same bytes whoever runs it).
+fn terminal_columns() -> Option<usize> {
+    // SAFETY: `winsize` is plain data, and TIOCGWINSZ only writes one into the pointer it is given; on a
+    // descriptor that is not a terminal it fails and writes nothing.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: as above: fd 1 and a valid, writable `winsize`.
+    let ok = unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) } == 0;
+    (ok && ws.ws_col > 0).then_some(ws.ws_col as usize)
 }

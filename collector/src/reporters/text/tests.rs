@@ -57,3 +57,31 @@ fn wraps_at_width() {
         "python3 t.py"
     );
 }
+
+/// The process table's commands take the room a wide terminal has, and keep the fixed width otherwise.
+#[test]
+fn commands_take_the_room_a_terminal_has() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let a = crate::trace_file::analyze(&dir.join("tests/fixtures/gpu/keep.vtrace")).unwrap();
+    let full = super::short_command(&a.processes[0].cmdline);
+    assert!(
+        full.chars().count() > 30,
+        "the test needs a long command: {full}"
+    );
+    let row = |text: String| {
+        let pid = a.processes[0].pid.to_string();
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&pid))
+            .unwrap()
+            .to_string()
+    };
+    let narrow = row(super::render(&a, None));
+    let wide = row(super::render_in(&a, None, 160));
+    assert!(
+        !narrow.contains(&full) && narrow.chars().count() <= WIDTH,
+        "{narrow}"
+    );
+    assert!(wide.contains(&full), "{wide}");
+    // Prose stays within the fixed width, and a terminal narrower than it changes nothing.
+    assert_eq!(super::render_in(&a, None, 40), super::render(&a, None));
+}
