@@ -1,6 +1,6 @@
 //! One trace, one set of figures: the text report, the JSON and the HTML page (as headless Chromium shows it)
 //! say the same run length and the same peak, at the same time, written the same way (collector/src/units.rs;
-//! the page's script follows it). The figures go into a golden file (tests/golden/figures.txt), blessed with
+//! the page's script follows it). The figures go into a golden file (tests/figures_golden.txt), blessed with
 //! VRAMTRACE_BLESS=1 like the others. Needs Chromium as export_html.rs's browser test does.
 
 mod common;
@@ -82,7 +82,7 @@ fn text_json_and_html_show_the_same_figures() {
         text_figs[0], json_figs[0], html_figs[0], text_figs[1], json_figs[1], html_figs[1], text_figs[2],
         json_figs[2], html_figs[2]
     );
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/figures.txt");
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/figures_golden.txt");
     if std::env::var_os("VRAMTRACE_BLESS").is_some() {
         std::fs::write(&golden, &got).unwrap();
     }
