@@ -12,6 +12,10 @@ pub mod header {
     /// The job's name, and where it came from (`--job-name`, a scheduler's variable).
     pub const JOB: &str = "job";
     pub const JOB_SOURCE: &str = "job_source";
+    /// The job's call-site settings as `run` gave them: the threshold in bytes (allocations below it record no
+    /// call site) and which stacks (`none`, `native`, `python`, `all`).
+    pub const STACK_MIN_BYTES: &str = "stack_min_bytes";
+    pub const STACKS: &str = "stacks";
     /// `on` or `off`: whether the Python bridge was put on the job's path.
     pub const PYTHON_AGENT: &str = "python_agent";
     /// The cap's spec as given, and its mode (`enforce` or `warn`).

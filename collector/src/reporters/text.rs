@@ -93,11 +93,30 @@ pub fn site_lines(a: &Analysis, site: usize, lead: &str) -> Vec<String> {
 
 /// The row of bytes allocated with no call site: below the shim's threshold (`run --stack-min-bytes`), named
 /// (the trace does not say whether the run changed it).
-pub fn no_site_label() -> String {
-    format!(
-        "(no call site recorded: below the {} threshold of --stack-min-bytes)",
-        bytes(vramtrace_format::env::DEFAULT_STACK_MIN_BYTES)
-    )
+/// Why an allocation has no call site, as far as the trace says: the job's threshold and capture settings are in
+/// its header (`run` writes them); a trace without them gets the default named as a default, not as a fact.
+pub fn no_site_label(a: &Analysis) -> String {
+    use vramtrace_format::keys::header;
+    let setting = |key: &str| {
+        a.header
+            .extra
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    if setting(header::STACKS) == Some("none") {
+        return "(no call sites: capture was off, --stacks none)".to_string();
+    }
+    match setting(header::STACK_MIN_BYTES).and_then(|v| v.parse::<u64>().ok()) {
+        Some(min) => format!(
+            "(no call site recorded: below the {} threshold of --stack-min-bytes)",
+            bytes(min)
+        ),
+        None => format!(
+            "(no call site recorded: below the --stack-min-bytes threshold, {} unless set)",
+            bytes(vramtrace_format::env::DEFAULT_STACK_MIN_BYTES)
+        ),
+    }
 }
 
 fn pct(part: u64, whole: u64) -> String {
@@ -148,7 +167,7 @@ fn call_sites(o: &mut String, a: &Analysis) {
             }
             for (v, what) in [
                 (d.unlisted_bytes, "(other call sites)"),
-                (d.no_site_bytes, no_site_label().as_str()),
+                (d.no_site_bytes, no_site_label(a).as_str()),
             ] {
                 if v > 0 {
                     writeln!(

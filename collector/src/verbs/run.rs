@@ -311,6 +311,23 @@ impl Prepared {
             ),
             None => None,
         };
+        // The call-site settings the job runs with, so that a report can say why an allocation has no site.
+        let stack_min = match &args.stack_min_bytes {
+            Some(m) => env::size(m).ok(),
+            None => inherited(env::STACK_MIN_BYTES).and_then(|v| env::size(&v).ok()),
+        }
+        .unwrap_or(env::DEFAULT_STACK_MIN_BYTES);
+        let stacks = match args.stacks {
+            Some(s) => s.name().to_string(),
+            None => {
+                inherited(env::STACKS).map_or("all".to_string(), |v| v.trim().to_ascii_lowercase())
+            }
+        };
+        extra.push((
+            keys::header::STACK_MIN_BYTES.to_string(),
+            stack_min.to_string(),
+        ));
+        extra.push((keys::header::STACKS.to_string(), stacks));
         // The report can then say which Python processes the bridge did not run in.
         extra.push((
             keys::header::PYTHON_AGENT.to_string(),

@@ -468,6 +468,12 @@ fn stacks_none_records_no_call_sites() {
         assert!(events.iter().all(|e| e.stack == 0), "{mode}: {events:?}");
         assert!(t.stacks.is_empty() && t.objects.is_empty(), "{mode}");
         assert_eq!(r.stderr, "");
+        // The report says why there are no sites: the capture was off, not a threshold.
+        if mode == "none" {
+            let an = vramtrace_collector::trace_file::analyze(&r.path).unwrap();
+            let label = vramtrace_collector::reporters::text::no_site_label(&an);
+            assert_eq!(label, "(no call sites: capture was off, --stacks none)");
+        }
     }
 }
 
@@ -494,6 +500,15 @@ fn the_threshold_skips_small_allocations() {
     );
     r.trace.assert_stacks_precede_their_events();
     assert_eq!(r.trace.stacks.len(), 2);
+    // The report names the job's own threshold (from the trace's header), not the default.
+    let an = vramtrace_collector::trace_file::analyze(&r.path).unwrap();
+    let text = vramtrace_collector::reporters::text::render(&an, None);
+    assert!(
+        text.contains(
+            "(no call site recorded: below the 32.00 MiB threshold of --stack-min-bytes)"
+        ),
+        "{text}"
+    );
 }
 
 #[test]

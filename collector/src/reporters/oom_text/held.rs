@@ -194,7 +194,7 @@ pub(super) fn live_by_site(o: &mut String, a: &Analysis, s: &OomSnapshot) {
         (s.by_site_unlisted_bytes, "(other call sites)"),
         (
             s.no_site_bytes,
-            crate::reporters::text::no_site_label().as_str(),
+            crate::reporters::text::no_site_label(a).as_str(),
         ),
     ] {
         if v > 0 {
