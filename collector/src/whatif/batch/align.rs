@@ -178,7 +178,7 @@ impl fmt::Display for Mismatch {
             self.device,
             self.requests
                 .iter()
-                .map(|(x, n)| format!("{n} at {x}"))
+                .map(|(x, n)| format!("{} at {x}", crate::units::count(*n as u64)))
                 .collect::<Vec<_>>()
                 .join(", ")
         )?;

@@ -170,6 +170,22 @@ impl KnobJob {
         (job.replay_until(&pick, limits, watch), s.clamped)
     }
 
+    /// Where a refused request of the history synthesized at `value` falls: the process, its line and where in
+    /// the run's setup or step cycle.
+    pub fn place(&self, value: u64, f: &Failure) -> (u32, u32, String, String) {
+        let a = &self.aligned;
+        let t = synth::nearest(&a.values, value);
+        let h = &a.runs[t].histories[f.history];
+        let slot = &a.slots[f.history];
+        let k = slot.at[t].partition_point(|&i| (i as usize) < f.entry);
+        (
+            h.pid,
+            h.device,
+            super::align::site_label(h, f.site),
+            slot.steps[t].place(k),
+        )
+    }
+
     /// Any fit ambiguous (so an alternative replay bounds the answers).
     pub fn ambiguous(&self) -> bool {
         self.aligned
