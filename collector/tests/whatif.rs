@@ -468,3 +468,105 @@ fn a_run_that_grew_fits_no_setting() {
     );
     assert!(!t.contains("Saves most"), "{t}");
 }
+
+/// `--knob`: the GPU's training run as two runs of a program whose step tensors double with the batch (the
+/// recorded run at 8, its steps' requests doubled at 16). Predicted at 24, the replay is that of the run with the
+/// steps' requests tripled, request for request, under each setting.
+#[test]
+fn the_knob_whatif_extrapolates_a_real_history_and_refuses_another_code_path() {
+    use vramtrace_collector::whatif::batch::align::steps;
+    use vramtrace_collector::whatif::batch::synth::{self, Which};
+    use vramtrace_collector::whatif::batch::{align, KnobRun};
+    use vramtrace_collector::whatif::sim::Job;
+    let dir = TempDir::new("whatif-knob");
+    let (_, l) = loaded(&dir, "train");
+    let h = l.histories[0].clone();
+    let sites: Vec<u32> = h
+        .entries
+        .iter()
+        .filter_map(|e| matches!(e.op, Op::Alloc { .. }).then_some(e.site))
+        .collect();
+    let setup = steps(&sites).setup;
+    assert!(setup > 0 && setup < sites.len() / 4, "{setup}");
+    let scaled = |n: u64| {
+        let mut x = h.clone();
+        let mut k = 0;
+        for e in &mut x.entries {
+            if let Op::Alloc { size, .. } = &mut e.op {
+                if k >= setup {
+                    *size *= n;
+                }
+                k += 1;
+            }
+        }
+        x
+    };
+    let run = |value: u64, h| KnobRun {
+        value,
+        label: format!("b{value}"),
+        histories: vec![h],
+    };
+    let a = align(vec![run(8, scaled(1)), run(16, scaled(2))]).unwrap();
+    let got = synth::at(&a, 24, Which::Fitted).histories;
+    let want = [scaled(3)];
+    for conf in ["", "expandable_segments:True"] {
+        let s = Settings::parse(conf).unwrap();
+        let peak = |hs: &[vramtrace_collector::whatif::history::History]| {
+            let job = Job::new(hs, vec![0], BTreeMap::new(), BTreeMap::new());
+            let r = job.replay(&|_| s.clone(), &BTreeMap::new());
+            (r.outcomes[0].reserved_peak, r.outcomes[0].allocated_peak)
+        };
+        assert_eq!(peak(&got), peak(&want), "{conf}");
+    }
+
+    // At the command line: the training run against the fine-tuning one (another loop) is refused, in one line
+    // naming the line whose count differs; a run not given as FILE=VALUE too.
+    let train = unpack(&dir, "train");
+    let finetune = unpack(&dir, "finetune");
+    let knob = |args: &[String]| {
+        Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+            .args(["whatif", "--knob", "batch"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = knob(&[
+        format!("{}=8", train.display()),
+        format!("{}=16", finetune.display()),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("different code paths") && err.contains("whatif_case.py:61 in train"),
+        "{err}"
+    );
+    let out = knob(&[train.display().to_string()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("FILE=VALUE"));
+    // The same run at two values: every size constant, the peak at 40 is the run's own (2.25 GiB, as modelled),
+    // outside the runs by 24, and under 3 GiB it fits as far as the search goes.
+    let out = knob(&[
+        format!("{}=8", train.display()),
+        format!("{}=16", train.display()),
+        "--at".into(),
+        "40".into(),
+        "--cap".into(),
+        "3GiB".into(),
+        "--json".into(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["fits"][0]["shape"], "constant");
+    let at = &d["configs"][0]["at"][0];
+    assert_eq!(at["outside_runs"]["by"], 24);
+    assert_eq!(
+        at["predicted"]["reserved_peaks"][0].as_u64().unwrap(),
+        l.histories[0].recorded_reserved_peak
+    );
+    let largest = &d["configs"][0]["largest"];
+    assert_eq!(
+        (largest["value"].as_u64(), largest["at_least"].as_bool()),
+        (Some(256), Some(true))
+    );
+}

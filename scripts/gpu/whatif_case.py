@@ -1,7 +1,12 @@
 """Issue 28's workloads: the same allocations whatever the allocator settings (seeded), so one run's history can be
 replayed under the settings of another run and the model's reserve compared with PyTorch's own.
 
-    python3 whatif_case.py CASE        CASE: train | finetune | serve | frag
+    python3 whatif_case.py CASE [--batch B] [--steps N]      CASE: train | finetune | serve | frag | conv
+
+Issue 39 (whatif --knob batch): --batch sets the batch of train (a transformer language model, sequence 256),
+finetune (the same model, its embedding frozen, sequence lengths varying step to step, the same lengths at every
+batch: they are drawn as before) and conv (a small ResNet-like network on 64x64 images, torch only); --steps the
+number of steps (default: 24 for train and finetune, 8 for conv).
 
 Prints one JSON line last: PyTorch's max_memory_reserved / max_memory_allocated, num_alloc_retries, each step's
 start (Unix us), and, if the run ran out of memory, the step and the line of this file that asked.
@@ -15,6 +20,12 @@ import traceback
 import torch
 
 CASE = sys.argv[1]
+_opts = dict(zip(sys.argv[2::2], sys.argv[3::2]))
+_bad = [k for k in _opts if k not in ("--batch", "--steps")] + (["(odd)"] if len(sys.argv) % 2 else [])
+if _bad:
+    sys.exit(f"whatif_case.py: unknown or incomplete options {_bad}; usage: CASE [--batch B] [--steps N]")
+BATCH = int(_opts["--batch"]) if "--batch" in _opts else None
+STEPS = int(_opts["--steps"]) if "--steps" in _opts else None
 dev = torch.device("cuda")
 torch.manual_seed(0)
 g = torch.Generator().manual_seed(1)
@@ -52,9 +63,11 @@ def train(varying, freeze):
         for p in m["emb"].parameters():
             p.requires_grad_(False)
     opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4)
-    for _ in range(24):
+    for _ in range(STEPS or 24):
         step_mark()
         b, s = (ri(2, 12), ri(64, 512)) if varying else (8, 256)
+        if BATCH:
+            b = BATCH  # the lengths still drawn as before: the same at every batch
         x = torch.randint(0, 8192, (b, s), device=dev)
         loss = torch.nn.functional.cross_entropy(forward(m, x).flatten(0, 1), x.flatten())  # line: loss
         loss.backward()
@@ -92,11 +105,59 @@ def frag():
             keep = keep[40:]
 
 
-out = {"case": CASE, "oom": None}
+class Block(torch.nn.Module):
+    """A ResNet basic block: two 3x3 convolutions with batch norm, a 1x1 projection when the shape changes."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.b1 = torch.nn.BatchNorm2d(cout)
+        self.c2 = torch.nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.b2 = torch.nn.BatchNorm2d(cout)
+        self.skip = (
+            torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 1, stride, bias=False), torch.nn.BatchNorm2d(cout))
+            if stride != 1 or cin != cout
+            else torch.nn.Identity()
+        )
+
+    def forward(self, x):
+        y = torch.relu(self.b1(self.c1(x)))
+        return torch.relu(self.b2(self.c2(y)) + self.skip(x))
+
+
+def conv():
+    # Deterministic algorithms: cuDNN's choice (and its workspace) should not change with the batch.
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    widths = [64, 128, 256, 512]
+    layers = [torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False), torch.nn.BatchNorm2d(64), torch.nn.ReLU()]
+    cin = 64
+    for i, w in enumerate(widths):
+        layers += [Block(cin, w, 1 if i == 0 else 2), Block(w, w, 1)]
+        cin = w
+    layers += [torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(cin, 100)]
+    m = torch.nn.Sequential(*layers).to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    b = BATCH or 32
+    for _ in range(STEPS or 8):
+        step_mark()
+        x = torch.randn(b, 3, 64, 64, device=dev)
+        y = torch.randint(0, 100, (b,), device=dev)
+        loss = torch.nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+out = {"case": CASE, "batch": BATCH, "oom": None}
 try:
-    {"train": lambda: train(False, False), "finetune": lambda: train(True, True), "serve": serve, "frag": frag}[
-        CASE
-    ]()
+    {
+        "train": lambda: train(False, False),
+        "finetune": lambda: train(True, True),
+        "serve": serve,
+        "frag": frag,
+        "conv": conv,
+    }[CASE]()
 except torch.OutOfMemoryError as e:
     tb = traceback.extract_tb(sys.exc_info()[2])
     mine = [f for f in tb if f.filename == __file__]

@@ -13,6 +13,8 @@ pub mod pickle;
 pub mod prose;
 pub mod text;
 pub mod whatif_json;
+pub mod whatif_knob_json;
+pub mod whatif_knob_text;
 pub mod whatif_text;
 
 use crate::callsites::{choose_site, Frame, Site};

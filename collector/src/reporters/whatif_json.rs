@@ -17,7 +17,7 @@ struct Doc<'a> {
 }
 
 #[derive(Serialize)]
-struct DeviceBytes {
+pub(crate) struct DeviceBytes {
     device: u32,
     bytes: u64,
 }
@@ -125,7 +125,7 @@ struct Best<'a> {
     saves_bytes: u64,
 }
 
-fn per_device(m: &std::collections::BTreeMap<u32, u64>) -> Vec<DeviceBytes> {
+pub(crate) fn per_device(m: &std::collections::BTreeMap<u32, u64>) -> Vec<DeviceBytes> {
     m.iter()
         .map(|(&device, &bytes)| DeviceBytes { device, bytes })
         .collect()

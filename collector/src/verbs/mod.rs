@@ -10,3 +10,4 @@ pub mod report;
 pub mod run;
 pub mod top;
 pub mod whatif;
+pub mod whatif_knob;

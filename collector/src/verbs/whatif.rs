@@ -3,6 +3,8 @@
 //! settings, and says which fit, the smallest cap each needs, where each would first fail, and which saves most.
 //! Each trace is one host: its devices and cap are its own.
 //!
+//! With `--knob NAME`, the traces are runs at different values of a knob (`FILE=VALUE`): `whatif_knob`.
+//!
 //! A trace that cannot be read, or a setting or size that does not parse, is one line and exit 2. A trace
 //! with no history gets the driver-level answer and says what is missing (exit 0).
 
@@ -26,9 +28,17 @@ pub const CONTEXT_ALLOWANCE: u64 = 512 << 20;
 
 #[derive(Args, Debug)]
 pub struct WhatifArgs {
-    /// Trace files written by `vramtrace run --torch-history N` (one per host of the job).
+    /// Trace files written by `vramtrace run --torch-history N` (one per host of the job); with --knob, two or
+    /// three runs of one program as FILE=VALUE (the knob's value in that run).
     #[arg(required = true, num_args = 1..)]
     pub files: Vec<PathBuf>,
+    /// The runs differ in this knob (a name for reports: batch, seq, ...): match their allocations, fit each
+    /// size in the knob, and answer at other values (docs/WHATIF.md, "What if the batch").
+    #[arg(long)]
+    pub knob: Option<String>,
+    /// With --knob: a value to predict the peaks at (repeat for several).
+    #[arg(long, requires = "knob")]
+    pub at: Vec<u64>,
     /// Judge every configuration against this job-wide cap (the syntax of `run --cap`); default: the run's own
     /// cap, if it had one.
     #[arg(long, conflicts_with = "device_memory")]
@@ -45,7 +55,7 @@ pub struct WhatifArgs {
     pub json: bool,
 }
 
-fn limit_for(args: &WhatifArgs, l: &Loaded, devices: &[u32]) -> Result<Option<Limit>, String> {
+pub fn limit_for(args: &WhatifArgs, l: &Loaded, devices: &[u32]) -> Result<Option<Limit>, String> {
     let total = |d: u32| l.device_total.get(&d).copied().unwrap_or(0);
     if let Some(spec) = &args.cap {
         let s = CapSpec::parse(spec).map_err(|e| format!("--cap {spec}: {e}"))?;
@@ -141,6 +151,9 @@ pub fn answer_file(
 }
 
 pub fn main(args: WhatifArgs) -> Code {
+    if let Some(knob) = &args.knob {
+        return super::whatif_knob::main(&args, knob);
+    }
     let configs = match configs(&args.alloc_conf) {
         Ok(c) => c,
         Err(e) => return exit::fail(exit::USAGE, e),

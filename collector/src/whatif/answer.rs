@@ -127,6 +127,79 @@ fn one(job: &Job, settings: Option<&Settings>, limit: Option<&Limit>, smallest: 
     (unlimited, limited, smallest)
 }
 
+/// The configurations to replay: "as run" (`None`) first, then each of `configs` that differs from it and from
+/// the others.
+pub fn to_try(histories: &[History], configs: &[Settings]) -> Vec<Option<Settings>> {
+    let same_as_run =
+        |s: &Settings| !histories.is_empty() && histories.iter().all(|h| &h.recorded == s);
+    let mut tried: Vec<Option<Settings>> = vec![None];
+    for c in configs {
+        if !same_as_run(c) && !tried.iter().any(|t| t.as_ref() == Some(c)) {
+            tried.push(Some(c.clone()));
+        }
+    }
+    tried
+}
+
+/// The settings string the processes ran with, when they agree.
+pub fn run_conf(histories: &[History]) -> String {
+    let confs: Vec<String> = histories.iter().map(|h| h.recorded.conf()).collect();
+    if confs.windows(2).all(|w| w[0] == w[1]) {
+        confs.first().cloned().unwrap_or_default()
+    } else {
+        "(differs between processes)".to_string()
+    }
+}
+
+/// A configuration's label, its conf string, and whether its model is a lower bound only.
+pub fn describe(
+    settings: Option<&Settings>,
+    histories: &[History],
+    run_conf: &str,
+) -> (String, String, bool) {
+    match settings {
+        None => (
+            "as run".to_string(),
+            run_conf.to_string(),
+            histories
+                .iter()
+                .any(|h| h.recorded.backend == Backend::CudaMallocAsync),
+        ),
+        Some(s) => (s.label(), s.conf(), s.backend == Backend::CudaMallocAsync),
+    }
+}
+
+/// `f(0..n)`, spread over the machine's threads (each configuration's replays are independent).
+pub fn parallel<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(n)
+        .max(1);
+    let mut results: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let f = &f;
+                scope.spawn(move || {
+                    (t..n)
+                        .step_by(threads)
+                        .map(|i| (i, f(i)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in handles {
+            for (i, r) in h.join().expect("a what-if replay panicked") {
+                results[i] = Some(r);
+            }
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.expect("every configuration was replayed"))
+        .collect()
+}
+
 /// Replays `histories` (one job, one host) as run and under each of `configs`.
 pub fn answer(
     histories: Vec<History>,
@@ -158,59 +231,21 @@ pub fn answer_with(
     limit: Option<Limit>,
     every_smallest: bool,
 ) -> WhatIf {
-    // "As run" first; a configuration equal to what every process ran with is not tried twice.
-    let same_as_run =
-        |s: &Settings| !histories.is_empty() && histories.iter().all(|h| &h.recorded == s);
-    let mut tried: Vec<Option<Settings>> = vec![None];
-    for c in configs {
-        if !same_as_run(c) && !tried.iter().any(|t| t.as_ref() == Some(c)) {
-            tried.push(Some(c.clone()));
-        }
-    }
+    let tried = to_try(&histories, configs);
     let job = Job::new(&histories, outside.clone(), device_total, others);
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(tried.len())
-        .max(1);
-    let mut results: Vec<Option<Replays>> = vec![None; tried.len()];
-    std::thread::scope(|scope| {
-        let chunks: Vec<Vec<usize>> = (0..threads)
-            .map(|t| (t..tried.len()).step_by(threads).collect())
-            .collect();
-        let handles: Vec<_> = chunks
-            .into_iter()
-            .map(|idx| {
-                let (job, tried, limit) = (&job, &tried, limit.as_ref());
-                scope.spawn(move || {
-                    idx.into_iter()
-                        .map(|i| {
-                            (
-                                i,
-                                one(job, tried[i].as_ref(), limit, every_smallest || i == 0),
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        for h in handles {
-            for (i, r) in h.join().expect("a what-if replay panicked") {
-                results[i] = Some(r);
-            }
-        }
+    let results = parallel(tried.len(), |i| {
+        one(
+            &job,
+            tried[i].as_ref(),
+            limit.as_ref(),
+            every_smallest || i == 0,
+        )
     });
-    let run_conf = {
-        let confs: Vec<String> = histories.iter().map(|h| h.recorded.conf()).collect();
-        if confs.windows(2).all(|w| w[0] == w[1]) {
-            confs.first().cloned().unwrap_or_default()
-        } else {
-            "(differs between processes)".to_string()
-        }
-    };
+    let run_conf = run_conf(&histories);
     let mut answers = Vec::new();
     let mut checks = Vec::new();
     for (i, (t, r)) in tried.iter().zip(results).enumerate() {
-        let (unlimited, limited, smallest) = r.expect("every configuration was replayed");
+        let (unlimited, limited, smallest) = r;
         if i == 0 {
             for (h, hist) in histories.iter().enumerate() {
                 checks.push(Check {
@@ -250,16 +285,7 @@ pub fn answer_with(
                 failures: l.failures,
             })
             .collect();
-        let (label, conf) = match t {
-            None => ("as run".to_string(), run_conf.clone()),
-            Some(s) => (s.label(), s.conf()),
-        };
-        let approximate = match t {
-            Some(s) => s.backend == Backend::CudaMallocAsync,
-            None => histories
-                .iter()
-                .any(|h| h.recorded.backend == Backend::CudaMallocAsync),
-        };
+        let (label, conf, approximate) = describe(t.as_ref(), &histories, &run_conf);
         answers.push(ConfigAnswer {
             settings: t.clone(),
             label,

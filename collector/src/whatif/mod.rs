@@ -6,6 +6,7 @@
 pub mod answer;
 pub mod answered;
 pub mod async_pool;
+pub mod batch;
 pub mod caveat;
 pub mod from_trace;
 pub mod history;

@@ -166,7 +166,7 @@ impl<'a> Job<'a> {
     /// [`Job::replay`], stopping once every device of `watch` has refused a request (the search for a smallest
     /// limit asks only that: a too-small limit fails early, in the run's first steps, most of the time). Its
     /// figures are then those up to there.
-    fn replay_until(
+    pub fn replay_until(
         &self,
         settings: &dyn Fn(usize) -> Settings,
         limits: &BTreeMap<u32, u64>,

@@ -1,0 +1,251 @@
+//! `vramtrace whatif --knob NAME ... --json` (docs/JSON-SCHEMA.md, "whatif --knob"): the runs matched, the fits,
+//! and per configuration the peaks at the values asked and the largest value that fits the limit. Sizes in
+//! bytes; `null` for "not known" or "not asked".
+
+use serde::Serialize;
+
+use super::json::print;
+use super::whatif_json::{per_device, DeviceBytes};
+use crate::verbs::whatif_knob::KnobAnswered;
+use crate::whatif::batch::answer::{AtAnswer, Beyond, Largest, Peaks};
+use crate::whatif::sim::Failure;
+
+pub const SCHEMA_VERSION: u64 = 1;
+
+#[derive(Serialize)]
+struct Doc<'a> {
+    version: u64,
+    knob: &'a str,
+    runs: Vec<RunJ>,
+    fits: Vec<FitJ>,
+    limit: Option<LimitJ<'a>>,
+    configs: Vec<ConfigJ<'a>>,
+    best: Option<BestJ<'a>>,
+    notes: &'a [String],
+}
+
+#[derive(Serialize)]
+struct RunJ {
+    path: String,
+    value: u64,
+    histories: Vec<HistoryJ>,
+}
+
+#[derive(Serialize)]
+struct HistoryJ {
+    pid: u32,
+    device: u32,
+    requests: u64,
+    setup_requests: u64,
+    step_requests: u64,
+    steps: u64,
+}
+
+#[derive(Serialize)]
+struct FitJ {
+    shape: &'static str,
+    requests: u64,
+    bytes_asked_in_largest_run: u64,
+    ambiguous: u64,
+}
+
+#[derive(Serialize)]
+struct LimitJ<'a> {
+    what: &'a str,
+    devices: Vec<DeviceBytes>,
+}
+
+#[derive(Serialize)]
+struct OutsideJ {
+    side: &'static str,
+    by: u64,
+    far: bool,
+}
+
+#[derive(Serialize)]
+struct PeaksJ {
+    peak: u64,
+    allocated_peak: u64,
+    reserved_peaks: Vec<u64>,
+    allocated_peaks: Vec<u64>,
+}
+
+#[derive(Serialize)]
+struct AtJ {
+    value: u64,
+    outside_runs: Option<OutsideJ>,
+    predicted: PeaksJ,
+    alternative: Option<PeaksJ>,
+    fits: Option<bool>,
+    first_failure: Option<FailureJ>,
+    clamped_requests: u64,
+}
+
+#[derive(Serialize)]
+struct FailureJ {
+    pid: u32,
+    device: u32,
+    size: u64,
+    site: String,
+    place: String,
+    job_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct LargestJ {
+    value: Option<u64>,
+    outside_runs: Option<OutsideJ>,
+    at_least: bool,
+    next_failure: Option<FailureJ>,
+    alternative_value: Option<Option<u64>>,
+    refused_below: Vec<u64>,
+    replays: u32,
+}
+
+#[derive(Serialize)]
+struct ConfigJ<'a> {
+    label: &'a str,
+    conf: &'a str,
+    as_run: bool,
+    approximate: bool,
+    at: Vec<AtJ>,
+    largest: Option<LargestJ>,
+}
+
+#[derive(Serialize)]
+struct BestJ<'a> {
+    label: &'a str,
+    conf: &'a str,
+    value: Option<u64>,
+}
+
+fn outside(values: &[u64], b: Beyond) -> Option<OutsideJ> {
+    let (side, by) = match b {
+        Beyond::Inside => return None,
+        Beyond::Below(by) => ("below", by),
+        Beyond::Above(by) => ("above", by),
+    };
+    Some(OutsideJ {
+        side,
+        by,
+        far: b.far(values),
+    })
+}
+
+fn peaks(p: &Peaks) -> PeaksJ {
+    PeaksJ {
+        peak: p.peak,
+        allocated_peak: p.allocated_peak,
+        reserved_peaks: p.reserved.clone(),
+        allocated_peaks: p.allocated.clone(),
+    }
+}
+
+fn failure(a: &KnobAnswered, value: u64, f: &Failure) -> FailureJ {
+    let (pid, device, site, place) = a.job.place(value, f);
+    FailureJ {
+        pid,
+        device,
+        size: f.size,
+        site,
+        place,
+        job_bytes: f.job_bytes,
+    }
+}
+
+fn at(a: &KnobAnswered, x: &AtAnswer) -> AtJ {
+    AtJ {
+        value: x.value,
+        outside_runs: outside(&a.job.aligned.values, x.beyond),
+        predicted: peaks(&x.fitted),
+        alternative: x.alternative.as_ref().map(peaks),
+        fits: x.fits,
+        first_failure: x.first_failure.as_ref().map(|f| failure(a, x.value, f)),
+        clamped_requests: x.clamped,
+    }
+}
+
+fn largest(a: &KnobAnswered, l: &Largest) -> LargestJ {
+    let values = &a.job.aligned.values;
+    LargestJ {
+        value: l.value,
+        outside_runs: l.beyond(values).and_then(|b| outside(values, b)),
+        at_least: l.at_least,
+        next_failure: l
+            .next_failure
+            .as_ref()
+            .map(|f| failure(a, l.value.map_or(1, |v| v + 1), f)),
+        alternative_value: l.alternative,
+        refused_below: l.refused_below.clone(),
+        replays: l.replays,
+    }
+}
+
+pub fn render(a: &KnobAnswered) -> String {
+    let j = &a.job.aligned;
+    let w = &a.answer;
+    let doc = Doc {
+        version: SCHEMA_VERSION,
+        knob: &a.knob,
+        runs: j
+            .runs
+            .iter()
+            .enumerate()
+            .map(|(r, run)| RunJ {
+                path: run.label.clone(),
+                value: run.value,
+                histories: run
+                    .histories
+                    .iter()
+                    .zip(&j.slots)
+                    .map(|(h, s)| HistoryJ {
+                        pid: h.pid,
+                        device: h.device,
+                        requests: s.requests() as u64,
+                        setup_requests: s.steps[r].setup as u64,
+                        step_requests: s.steps[r].period as u64,
+                        steps: s.steps[r].count as u64,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        fits: w
+            .shapes
+            .iter()
+            .map(|c| FitJ {
+                shape: c.shape.name(),
+                requests: c.requests,
+                bytes_asked_in_largest_run: c.bytes,
+                ambiguous: c.ambiguous,
+            })
+            .collect(),
+        limit: w.limit.as_ref().map(|l| LimitJ {
+            what: &l.what,
+            devices: per_device(&l.bytes),
+        }),
+        configs: w
+            .configs
+            .iter()
+            .map(|c| ConfigJ {
+                label: &c.label,
+                conf: &c.conf,
+                as_run: c.settings.is_none(),
+                approximate: c.approximate,
+                at: c.at.iter().map(|x| at(a, x)).collect(),
+                largest: c.largest.as_ref().map(|l| largest(a, l)),
+            })
+            .collect(),
+        best: w.best.map(|b| {
+            let c = &w.configs[b];
+            BestJ {
+                label: &c.label,
+                conf: &c.conf,
+                value: c.largest.as_ref().and_then(|l| l.value),
+            }
+        }),
+        notes: &a.notes,
+    };
+    let mut out = print::pretty(&doc);
+    out.push('\n');
+    out
+}

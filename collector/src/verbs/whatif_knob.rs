@@ -1,0 +1,126 @@
+//! `vramtrace whatif --knob NAME RUN_A=VALUE RUN_B=VALUE [RUN_C=VALUE] [--at VALUE]... [--cap SPEC |
+//! --device-memory SPEC] [--alloc-conf CONF]... [--json]`: from runs of one program at different values of a
+//! knob, the peaks at other values and the largest value that fits, per allocator configuration.
+//!
+//! Exit 2 with one line: a file not given as FILE=VALUE, a trace that cannot be read, a setting that does not
+//! parse, or runs that cannot be extrapolated from (no history, a history cut short, different code paths: the
+//! line names the requests and lines that differ).
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use super::whatif::{configs, limit_for, WhatifArgs};
+use crate::exit::{self, Code};
+use crate::reporters::{whatif_knob_json, whatif_knob_text};
+use crate::whatif::batch::{align, answer, KnobAnswer, KnobJob, KnobRun};
+use crate::whatif::from_trace::{load, Loaded};
+
+/// `FILE=VALUE`, the value a positive integer.
+pub fn parse_run(arg: &Path) -> Result<(PathBuf, u64), String> {
+    let s = arg.to_string_lossy();
+    let (file, value) = s.rsplit_once('=').ok_or_else(|| {
+        format!("{s}: with --knob, give each run as FILE=VALUE (the knob's value in it), e.g. run8.vtrace=8")
+    })?;
+    match value.parse::<u64>() {
+        Ok(v) if v > 0 => Ok((PathBuf::from(file), v)),
+        _ => Err(format!(
+            "{s}: {value:?} is not a positive whole number (the knob's value in that run)"
+        )),
+    }
+}
+
+/// What the verb hands its reporters.
+pub struct KnobAnswered {
+    pub knob: String,
+    pub files: Vec<(PathBuf, u64)>,
+    pub job: KnobJob,
+    pub answer: KnobAnswer,
+    pub notes: Vec<String>,
+}
+
+fn read(file: &Path) -> Result<Loaded, String> {
+    let a = crate::trace_file::analyze(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(load(&a, file))
+}
+
+pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, String> {
+    let configs = configs(&args.alloc_conf)?;
+    let files: Vec<(PathBuf, u64)> = args
+        .files
+        .iter()
+        .map(|f| parse_run(f))
+        .collect::<Result<_, _>>()?;
+    let mut loaded: Vec<(u64, Loaded)> = Vec::new();
+    let mut runs = Vec::new();
+    let mut notes = Vec::new();
+    for (file, value) in &files {
+        let mut l = read(file)?;
+        notes.extend(
+            l.notes
+                .iter()
+                .map(|n| format!("{} ({knob} {value}): {n}", file.display())),
+        );
+        // The histories in device order, each with what its process held outside PyTorch.
+        let mut hs: Vec<_> = std::mem::take(&mut l.histories)
+            .into_iter()
+            .zip(l.outside.iter().copied())
+            .collect();
+        hs.sort_by_key(|(h, _)| h.device);
+        l.outside = hs.iter().map(|(_, o)| *o).collect();
+        runs.push(KnobRun {
+            value: *value,
+            label: file.display().to_string(),
+            histories: hs.into_iter().map(|(h, _)| h).collect(),
+        });
+        loaded.push((*value, l));
+    }
+    let aligned = align(runs).map_err(|e| format!("--knob {knob}: {e}"))?;
+    loaded.sort_by_key(|(v, _)| *v);
+    let slots = aligned.slots.len();
+    let outside = (0..slots)
+        .map(|i| {
+            loaded
+                .iter()
+                .filter_map(|(_, l)| l.outside.get(i).copied())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    // The largest run's trace says what the device holds and what the limit is.
+    let (_, top) = loaded.last().ok_or("no runs")?;
+    let mut devices: Vec<u32> = aligned.runs[0].histories.iter().map(|h| h.device).collect();
+    devices.dedup();
+    let limit = limit_for(args, top, &devices)?;
+    let job = KnobJob {
+        aligned,
+        outside,
+        device_total: top.device_total.clone(),
+        others: top.others.clone(),
+    };
+    let answer = answer(&job, &configs, &args.at, limit);
+    Ok(KnobAnswered {
+        knob: knob.to_string(),
+        files,
+        job,
+        answer,
+        notes,
+    })
+}
+
+pub fn main(args: &WhatifArgs, knob: &str) -> Code {
+    let a = match answered(args, knob) {
+        Ok(a) => a,
+        Err(e) => return exit::fail(exit::USAGE, e),
+    };
+    let text = if args.json {
+        whatif_knob_json::render(&a)
+    } else {
+        whatif_knob_text::render(&a)
+    };
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => exit::OK,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => exit::OK,
+        Err(e) => exit::fail(exit::FAILURE, format_args!("cannot write the what-if: {e}")),
+    }
+}

@@ -1,0 +1,361 @@
+//! Runs of one program at different values of a knob, matched request for request: the k-th request of a
+//! process in one run is the k-th in another when every run asks from the same lines in the same order. Each
+//! run's requests are also told apart into a setup and a repeating cycle (the steps), found from the lines
+//! alone, so a difference can be placed ("in the setup", "in repeat 3 of 24").
+
+use std::collections::HashMap;
+use std::fmt;
+
+use super::fit::{fit, Fit};
+use crate::whatif::history::{History, Op, NO_SITE};
+
+/// One run: the knob's value and the histories of its processes (one per process and device).
+#[derive(Clone, Debug)]
+pub struct KnobRun {
+    pub value: u64,
+    /// Where it came from (the trace), for messages.
+    pub label: String,
+    pub histories: Vec<History>,
+}
+
+/// A run's requests as a setup and then `count` repeats of a cycle of `period` requests (the steps), the last
+/// repeat ending with the history. A first step that differs from the rest (optimizer state made) is setup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Steps {
+    pub setup: usize,
+    pub period: usize,
+    pub count: usize,
+}
+
+impl Steps {
+    /// Where request `k` falls, in words.
+    pub fn place(&self, k: usize) -> String {
+        if k < self.setup || self.period == 0 {
+            "in the setup".to_string()
+        } else {
+            let i = (k - self.setup) / self.period + 1;
+            format!("in repeat {i} of {} of the step cycle", self.count)
+        }
+    }
+}
+
+/// The setup and the cycle of a sequence of request lines: the longest suffix that holds at least two whole
+/// repeats of its smallest period (a prefix function over the reversed sequence: linear time).
+pub fn steps(lines: &[u32]) -> Steps {
+    let n = lines.len();
+    let r = |i: usize| lines[n - 1 - i];
+    let mut pi = vec![0usize; n];
+    for i in 1..n {
+        let mut k = pi[i - 1];
+        while k > 0 && r(i) != r(k) {
+            k = pi[k - 1];
+        }
+        if r(i) == r(k) {
+            k += 1;
+        }
+        pi[i] = k;
+    }
+    for l in (2..=n).rev() {
+        let p = l - pi[l - 1];
+        if l >= 2 * p {
+            let count = l / p;
+            return Steps {
+                setup: n - count * p,
+                period: p,
+                count,
+            };
+        }
+    }
+    Steps {
+        setup: n,
+        period: 0,
+        count: 0,
+    }
+}
+
+/// One process's requests across the runs.
+#[derive(Clone, Debug)]
+pub struct Slot {
+    /// Per run, the index in its history's entries of each request.
+    pub at: Vec<Vec<u32>>,
+    /// Request `k`'s size in run `r`: `sizes[k * runs + r]`.
+    pub sizes: Vec<u64>,
+    pub fits: Vec<Fit>,
+    /// Per run.
+    pub steps: Vec<Steps>,
+}
+
+impl Slot {
+    pub fn requests(&self) -> usize {
+        self.fits.len()
+    }
+}
+
+/// The runs matched, sorted by the knob's value.
+#[derive(Clone, Debug)]
+pub struct Aligned {
+    pub values: Vec<u64>,
+    pub runs: Vec<KnobRun>,
+    pub slots: Vec<Slot>,
+}
+
+/// Why the runs cannot be extrapolated from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KnobError {
+    /// Two or three runs are needed; this many were given.
+    Runs(usize),
+    /// Two runs at one value.
+    SameValue(u64),
+    /// A run with no history to match.
+    NoHistory { value: u64 },
+    /// The runs hold different numbers of processes' histories: (value, histories).
+    Processes(Vec<(u64, usize)>),
+    /// A history that began after its process's first allocation (the ring wrapped): its setup is unknown.
+    Incomplete { value: u64, pid: u32, device: u32 },
+    /// A run that ran out of memory: its history stops part way, so its requests cannot be matched.
+    Failed { value: u64, pid: u32, device: u32 },
+    /// The runs asked from different lines or in a different order.
+    Mismatch(Mismatch),
+}
+
+/// Where the runs' requests part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    /// Of the first run (by value): which process.
+    pub pid: u32,
+    pub device: u32,
+    /// Per run: (value, requests).
+    pub requests: Vec<(u64, usize)>,
+    /// The first request that differs: its index, where it falls in the first run, and each run's line there
+    /// (`None`: the run had no more requests).
+    pub first: Option<Diverge>,
+    /// Lines asked a different number of times, most different first (at most [`MAX_LINES`]): the line and
+    /// its count per run.
+    pub lines: Vec<(String, Vec<u64>)>,
+}
+
+/// The first request that differs: its index, where it falls in the first run, and per run (value, line).
+pub type Diverge = (usize, String, Vec<(u64, Option<String>)>);
+
+/// How many differing lines a mismatch names.
+pub const MAX_LINES: usize = 10;
+
+impl fmt::Display for KnobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KnobError::Runs(n) => write!(f, "give two or three runs (FILE=VALUE), not {n}"),
+            KnobError::SameValue(v) => write!(f, "two runs at the same value {v}: give runs at different values"),
+            KnobError::NoHistory { value } => write!(
+                f,
+                "the run at {value} has no PyTorch history: trace it with `vramtrace run --torch-history 4000000`"
+            ),
+            KnobError::Processes(v) => write!(
+                f,
+                "the runs hold different numbers of process histories ({}): run the same job",
+                v.iter().map(|(x, n)| format!("{n} at {x}")).collect::<Vec<_>>().join(", ")
+            ),
+            KnobError::Incomplete { value, pid, device } => write!(
+                f,
+                "the run at {value} (pid {pid} GPU {device}) kept only the end of its history: its setup is unknown; \
+                 rerun with a larger --torch-history"
+            ),
+            KnobError::Failed { value, pid, device } => write!(
+                f,
+                "the run at {value} (pid {pid} GPU {device}) ran out of memory, so its history stops part way: give \
+                 runs that finished"
+            ),
+            KnobError::Mismatch(m) => m.fmt(f),
+        }
+    }
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the runs take different code paths (pid {} GPU {}), so no size can be extrapolated: requests {}",
+            self.pid,
+            self.device,
+            self.requests
+                .iter()
+                .map(|(x, n)| format!("{} at {x}", crate::units::count(*n as u64)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
+        if let Some((k, place, sites)) = &self.first {
+            write!(f, "; request {} ({place}) differs:", k + 1)?;
+            for (x, s) in sites {
+                write!(f, " at {x} {}", s.as_deref().unwrap_or("(none)"))?;
+                f.write_str(";")?;
+            }
+        }
+        if !self.lines.is_empty() {
+            f.write_str(" lines asked a different number of times:")?;
+            for (line, counts) in &self.lines {
+                let c: Vec<String> = counts.iter().map(|c| c.to_string()).collect();
+                write!(f, " {line} ({});", c.join(" / "))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for KnobError {}
+
+/// The label of a request's line.
+pub fn site_label(h: &History, site: u32) -> String {
+    if site == NO_SITE {
+        return "(no Python frame: autograd's backward thread)".to_string();
+    }
+    h.site(site).unwrap_or("?").to_string()
+}
+
+/// Matches the runs' requests and fits each one's size.
+pub fn align(mut runs: Vec<KnobRun>) -> Result<Aligned, KnobError> {
+    if !(2..=3).contains(&runs.len()) {
+        return Err(KnobError::Runs(runs.len()));
+    }
+    runs.sort_by_key(|r| r.value);
+    if let Some(w) = runs.windows(2).find(|w| w[0].value == w[1].value) {
+        return Err(KnobError::SameValue(w[0].value));
+    }
+    for r in &mut runs {
+        if r.histories.is_empty() {
+            return Err(KnobError::NoHistory { value: r.value });
+        }
+        r.histories.sort_by_key(|h| h.device);
+        for h in &r.histories {
+            let (value, pid, device) = (r.value, h.pid, h.device);
+            if !h.complete() {
+                return Err(KnobError::Incomplete { value, pid, device });
+            }
+            if h.entries.iter().any(|e| matches!(e.op, Op::Oom { .. })) {
+                return Err(KnobError::Failed { value, pid, device });
+            }
+        }
+    }
+    let n = runs[0].histories.len();
+    if runs.iter().any(|r| r.histories.len() != n) {
+        return Err(KnobError::Processes(
+            runs.iter().map(|r| (r.value, r.histories.len())).collect(),
+        ));
+    }
+    let values: Vec<u64> = runs.iter().map(|r| r.value).collect();
+    let slots = (0..n)
+        .map(|i| {
+            let hs: Vec<&History> = runs.iter().map(|r| &r.histories[i]).collect();
+            slot(&values, &hs)
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Aligned {
+        values,
+        runs,
+        slots,
+    })
+}
+
+fn slot(values: &[u64], hs: &[&History]) -> Result<Slot, KnobError> {
+    // Lines named alike in every run (each history interns its own).
+    let mut ids: HashMap<String, u32> = HashMap::new();
+    let mut names: Vec<String> = Vec::new();
+    let mut lines: Vec<Vec<u32>> = Vec::with_capacity(hs.len());
+    let mut at: Vec<Vec<u32>> = Vec::with_capacity(hs.len());
+    for h in hs {
+        let local: Vec<u32> = (0..h.sites.len() as u32)
+            .map(|s| {
+                let label = site_label(h, s);
+                *ids.entry(label.clone()).or_insert_with(|| {
+                    names.push(label);
+                    names.len() as u32 - 1
+                })
+            })
+            .collect();
+        let mut l = Vec::new();
+        let mut a = Vec::new();
+        for (i, e) in h.entries.iter().enumerate() {
+            if let Op::Alloc { .. } = e.op {
+                l.push(local.get(e.site as usize).copied().unwrap_or(NO_SITE));
+                a.push(i as u32);
+            }
+        }
+        lines.push(l);
+        at.push(a);
+    }
+    let steps: Vec<Steps> = lines.iter().map(|l| steps(l)).collect();
+    let same = lines.windows(2).all(|w| w[0] == w[1]);
+    if !same {
+        return Err(KnobError::Mismatch(mismatch(
+            values, hs, &lines, &names, &steps[0],
+        )));
+    }
+    let runs = hs.len();
+    let requests = lines[0].len();
+    let mut sizes = vec![0u64; requests * runs];
+    for (r, h) in hs.iter().enumerate() {
+        for (k, &i) in at[r].iter().enumerate() {
+            if let Op::Alloc { size, .. } = h.entries[i as usize].op {
+                sizes[k * runs + r] = size;
+            }
+        }
+    }
+    let fits = sizes.chunks(runs).map(|s| fit(values, s)).collect();
+    Ok(Slot {
+        at,
+        sizes,
+        fits,
+        steps,
+    })
+}
+
+fn mismatch(
+    values: &[u64],
+    hs: &[&History],
+    lines: &[Vec<u32>],
+    names: &[String],
+    steps: &Steps,
+) -> Mismatch {
+    let name = |id: u32| {
+        names
+            .get(id as usize)
+            .cloned()
+            .unwrap_or_else(|| site_label(hs[0], NO_SITE))
+    };
+    let longest = lines.iter().map(Vec::len).max().unwrap_or(0);
+    let first = (0..longest)
+        .find(|&k| lines.iter().any(|l| l.get(k) != lines[0].get(k)))
+        .map(|k| {
+            let sites = values
+                .iter()
+                .zip(lines)
+                .map(|(&x, l)| (x, l.get(k).map(|&id| name(id))))
+                .collect();
+            (k, steps.place(k), sites)
+        });
+    let mut counts: HashMap<u32, Vec<u64>> = HashMap::new();
+    for (r, l) in lines.iter().enumerate() {
+        for &id in l {
+            counts.entry(id).or_insert_with(|| vec![0; lines.len()])[r] += 1;
+        }
+    }
+    let mut differ: Vec<(u64, String, Vec<u64>)> = counts
+        .into_iter()
+        .filter(|(_, c)| c.windows(2).any(|w| w[0] != w[1]))
+        .map(|(id, c)| {
+            let spread = c.iter().max().unwrap_or(&0) - c.iter().min().unwrap_or(&0);
+            (spread, name(id), c)
+        })
+        .collect();
+    differ.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    differ.truncate(MAX_LINES);
+    Mismatch {
+        pid: hs[0].pid,
+        device: hs[0].device,
+        requests: values
+            .iter()
+            .zip(lines)
+            .map(|(&x, l)| (x, l.len()))
+            .collect(),
+        first,
+        lines: differ.into_iter().map(|(_, s, c)| (s, c)).collect(),
+    }
+}

@@ -1,0 +1,340 @@
+//! The knob's what-if on synthetic programs whose sizes are known functions of the knob: what the fits
+//! synthesize at an untried value is checked against the program generated at that value and replayed alike.
+
+use std::collections::BTreeMap;
+
+use super::align::{align, steps, KnobError, KnobRun};
+use super::answer::{answer, Beyond, KnobJob};
+use super::fit::Shape;
+use super::synth::{self, Which};
+use crate::whatif::answer::Limit;
+use crate::whatif::history::{Entry, History, Op, NO_SITE};
+use crate::whatif::settings::Settings;
+use crate::whatif::sim::Job;
+
+const MIB: u64 = 1 << 20;
+
+type Size = fn(u64) -> u64;
+
+/// A training loop at knob value `x`: three weights, then `steps` steps, each asking for the `per_step` tensors
+/// (freed in reverse), a workspace freed at once, optimizer state on the first step only; `extra`: one more
+/// tensor each step from another line (a code path taken only at some values).
+fn program(x: u64, per_step: &[(u32, Size)], steps: usize, extra: bool) -> History {
+    let mut h = History {
+        pid: 7,
+        sites: [
+            "train.py:10 in setup",
+            "train.py:20 in forward",
+            "train.py:30 in forward",
+            "train.py:40 in attention",
+            "train.py:50 in step",
+            "train.py:60 in workspace",
+            "train.py:99 in branch",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        ..History::default()
+    };
+    let mut id = 0u64;
+    let push = |h: &mut History, op: Op, site: u32| {
+        let t_us = h.entries.len() as u64 + 1;
+        h.entries.push(Entry { t_us, op, site });
+    };
+    let mut alloc = |h: &mut History, size: u64, site: u32| {
+        id += 1;
+        push(
+            h,
+            Op::Alloc {
+                id,
+                size,
+                stream: 0,
+            },
+            site,
+        );
+        id
+    };
+    for w in [40 * MIB, 40 * MIB, 8 * MIB + 100] {
+        alloc(&mut h, w, 0);
+    }
+    for step in 0..steps {
+        let live: Vec<u64> = per_step
+            .iter()
+            .map(|&(site, f)| alloc(&mut h, f(x), site))
+            .collect();
+        let ws = alloc(&mut h, 2 * MIB + 7, 5);
+        let ex = extra.then(|| alloc(&mut h, 3 * MIB, 6));
+        if step == 0 {
+            alloc(&mut h, 40 * MIB, 4);
+            alloc(&mut h, 40 * MIB, 4);
+        }
+        for i in std::iter::once(ws).chain(ex).chain(live.into_iter().rev()) {
+            push(&mut h, Op::Free { id: i }, NO_SITE);
+        }
+    }
+    h
+}
+
+fn run(x: u64, h: History) -> KnobRun {
+    KnobRun {
+        value: x,
+        label: format!("run{x}"),
+        histories: vec![h],
+    }
+}
+
+fn job(runs: Vec<KnobRun>) -> KnobJob {
+    KnobJob {
+        aligned: align(runs).expect("the runs match"),
+        outside: vec![0],
+        device_total: BTreeMap::from([(0, 80 << 30)]),
+        others: BTreeMap::new(),
+    }
+}
+
+/// The job's peaks replaying `h` as it is.
+fn replayed(h: History, s: &Settings) -> (u64, u64) {
+    let hs = [h];
+    let job = Job::new(&hs, vec![0], BTreeMap::new(), BTreeMap::new());
+    let r = job.replay(&|_| s.clone(), &BTreeMap::new());
+    (r.outcomes[0].reserved_peak, r.outcomes[0].allocated_peak)
+}
+
+const BATCH: [(u32, Size); 2] = [
+    // Activations: batch × 256 × 1024 × 4 bytes.
+    (1, |b| b * 256 * 1024 * 4),
+    // A constant part and a proportional one.
+    (2, |b| 4096 + b * 1024 * 3),
+];
+
+#[test]
+fn two_runs_fit_constant_linear_and_affine_and_predict_an_untried_batch_exactly() {
+    let j = job(vec![
+        run(16, program(16, &BATCH, 5, false)),
+        run(8, program(8, &BATCH, 5, false)),
+    ]);
+    assert_eq!(j.aligned.values, vec![8, 16], "sorted by value");
+    let slot = &j.aligned.slots[0];
+    let shapes: Vec<Shape> = slot.fits.iter().map(|f| f.shape).collect();
+    // Setup: three weights; each step: the two tensors and the workspace; the first also optimizer state.
+    assert_eq!(&shapes[..3], &[Shape::Constant; 3]);
+    assert_eq!(
+        &shapes[3..8],
+        &[
+            Shape::Linear,
+            Shape::Affine,
+            Shape::Constant,
+            Shape::Constant,
+            Shape::Constant
+        ]
+    );
+    // The first step made the optimizer state: it is setup; the other four repeat.
+    assert_eq!(
+        slot.steps[0],
+        super::align::Steps {
+            setup: 8,
+            period: 3,
+            count: 4
+        }
+    );
+    for x in [4, 12, 24, 40] {
+        let s = synth::at(&j.aligned, x, Which::Fitted);
+        let truth = program(x, &BATCH, 5, false);
+        let sizes = |h: &History| -> Vec<u64> {
+            h.entries
+                .iter()
+                .filter_map(|e| match e.op {
+                    Op::Alloc { size, .. } => Some(size),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(sizes(&s.histories[0]), sizes(&truth), "at {x}");
+        for conf in ["", "expandable_segments:True"] {
+            let set = Settings::parse(conf).unwrap();
+            assert_eq!(
+                replayed(s.histories[0].clone(), &set),
+                replayed(truth.clone(), &set),
+                "{x} {conf}"
+            );
+        }
+    }
+    // The affine tensor is ambiguous with two runs: its alternative (a + c·x²) is larger beyond the runs.
+    let w = answer(&j, &[Settings::default()], &[12, 40], None);
+    let at40 = &w.configs[0].at[1];
+    assert_eq!(at40.beyond, Beyond::Above(24));
+    assert!(at40.beyond.far(&j.aligned.values));
+    let alt = at40.alternative.as_ref().expect("an ambiguous fit");
+    assert!(alt.allocated_peak > at40.fitted.allocated_peak);
+    assert_eq!(w.configs[0].at[0].beyond, Beyond::Inside);
+    let affine = w.shapes.iter().find(|c| c.shape == Shape::Affine).unwrap();
+    assert_eq!((affine.requests, affine.ambiguous), (5, 5));
+}
+
+const SEQ: [(u32, Size); 2] = [
+    (1, |s| s * 1024 * 2),
+    // Attention with a bias: a + b·s + c·s².
+    (3, |s| 512 + s * 64 + s * s * 2),
+];
+
+#[test]
+fn three_runs_fit_a_quadratic_and_confirm_a_line() {
+    let j = job(vec![
+        run(256, program(256, &SEQ, 4, false)),
+        run(512, program(512, &SEQ, 4, false)),
+        run(1024, program(1024, &SEQ, 4, false)),
+    ]);
+    let f = &j.aligned.slots[0].fits;
+    assert_eq!(
+        (f[3].shape, f[3].alternative, f[4].shape, f[4].alternative),
+        (Shape::Linear, None, Shape::Quadratic, Some(Shape::Chord))
+    );
+    let truth = program(1536, &SEQ, 4, false);
+    let s = synth::at(&j.aligned, 1536, Which::Fitted);
+    assert_eq!(
+        replayed(s.histories[0].clone(), &Settings::default()),
+        replayed(truth, &Settings::default())
+    );
+}
+
+#[test]
+fn a_different_code_path_is_refused_with_the_lines_that_differ() {
+    let e = align(vec![
+        run(8, program(8, &BATCH, 5, false)),
+        run(16, program(16, &BATCH, 5, true)),
+    ])
+    .unwrap_err();
+    let KnobError::Mismatch(m) = &e else {
+        panic!("{e}")
+    };
+    assert_eq!(m.requests, vec![(8, 20), (16, 25)]);
+    let (k, place, sites) = m.first.as_ref().unwrap();
+    // The 9th request: after the first step's three and its workspace, the branch.
+    assert_eq!(*k, 6);
+    assert_eq!(place, "in the setup");
+    assert_eq!(
+        sites[1],
+        (16, Some("train.py:99 in branch".to_string())),
+        "{sites:?}"
+    );
+    assert_eq!(
+        m.lines,
+        vec![("train.py:99 in branch".to_string(), vec![0, 5])]
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("different code paths") && text.contains("train.py:99 in branch (0 / 5)")
+    );
+}
+
+#[test]
+fn runs_that_cannot_be_matched_say_why() {
+    let p = || program(8, &BATCH, 2, false);
+    assert_eq!(align(vec![run(8, p())]).unwrap_err(), KnobError::Runs(1));
+    assert_eq!(
+        align(vec![run(8, p()), run(8, p())]).unwrap_err(),
+        KnobError::SameValue(8)
+    );
+    let mut late = p();
+    late.assumed_live = 3;
+    assert!(matches!(
+        align(vec![run(8, p()), run(16, late)]).unwrap_err(),
+        KnobError::Incomplete { value: 16, .. }
+    ));
+    let mut failed = p();
+    failed.entries.push(Entry {
+        t_us: 1000,
+        op: Op::Oom {
+            size: MIB,
+            stream: 0,
+        },
+        site: 1,
+    });
+    assert!(matches!(
+        align(vec![run(8, failed), run(16, p())]).unwrap_err(),
+        KnobError::Failed { value: 8, .. }
+    ));
+    let mut two = run(16, p());
+    two.histories.push(p());
+    assert!(matches!(
+        align(vec![run(8, p()), two]).unwrap_err(),
+        KnobError::Processes(_)
+    ));
+}
+
+#[test]
+fn the_largest_batch_is_the_brute_force_answer_under_each_setting() {
+    let j = job(vec![
+        run(4, program(4, &BATCH, 4, false)),
+        run(8, program(8, &BATCH, 4, false)),
+    ]);
+    let limits = BTreeMap::from([(0, 200 * MIB)]);
+    for conf in ["", "expandable_segments:True", "max_split_size_mb:128"] {
+        let s = Settings::parse(conf).unwrap();
+        let fits = |x: u64| {
+            let h = synth::at(&j.aligned, x, Which::Fitted).histories;
+            let job = Job::new(&h, vec![0], BTreeMap::new(), BTreeMap::new());
+            job.replay(&|_| s.clone(), &limits).failures == 0
+        };
+        // The largest that fits, trying every batch. Fitting is not monotone in the batch: under the defaults
+        // batches 10 and 11 fail where 12 to 18 fit (a tensor of 10 MiB or more gets a segment of its own
+        // size, under 10 MiB it shares a 20 MiB one), so the search's answer is checked against every batch.
+        let all: Vec<u64> = (1..=128u64).filter(|&x| fits(x)).collect();
+        if conf.is_empty() {
+            assert!(!fits(10) && fits(12), "{all:?}");
+        }
+        let brute = all.last().copied();
+        let got = j.largest(Which::Fitted, Some(&s), &limits);
+        assert_eq!(got.value, brute, "{conf}");
+        assert!(brute.is_some_and(|b| b > 8 && b < 64), "{conf}: {brute:?}");
+        assert!(!got.at_least);
+        let f = got.next_failure.expect("the next batch's refusal");
+        assert!(f.size > 0);
+        assert!(got.replays < 20, "{}", got.replays);
+    }
+    // Under a limit nothing reaches, the search stops at 16 times the largest run and says so.
+    let roomy = BTreeMap::from([(0, 1u64 << 40)]);
+    let g = j.largest(Which::Fitted, None, &roomy);
+    assert_eq!((g.value, g.at_least), (Some(128), true));
+    // Under one nothing fits in, none.
+    let tight = BTreeMap::from([(0, 50 * MIB)]);
+    assert_eq!(j.largest(Which::Fitted, None, &tight).value, None);
+    // The answer per configuration, and which reaches furthest.
+    let w = answer(
+        &j,
+        &[
+            Settings::default(),
+            Settings::parse("expandable_segments:True").unwrap(),
+        ],
+        &[],
+        Some(Limit {
+            bytes: limits,
+            what: "test".into(),
+        }),
+    );
+    let reach: Vec<Option<u64>> = w
+        .configs
+        .iter()
+        .map(|c| c.largest.as_ref().unwrap().value)
+        .collect();
+    assert_eq!(w.configs[0].label, "as run");
+    assert!(reach.iter().all(Option::is_some));
+    match w.best {
+        Some(b) => assert!(reach[b] > reach[0]),
+        None => assert!(reach.iter().all(|r| *r <= reach[0])),
+    }
+}
+
+#[test]
+fn the_step_cycle_is_found_from_the_lines_alone() {
+    // Setup 0 1 2, a first step that differs (5 6 7 9), then five steps of 5 6 7.
+    let mut l = vec![0, 1, 2, 5, 6, 7, 9];
+    for _ in 0..5 {
+        l.extend([5, 6, 7]);
+    }
+    let s = steps(&l);
+    assert_eq!((s.setup, s.period, s.count), (7, 3, 5));
+    assert_eq!(s.place(3), "in the setup");
+    assert_eq!(s.place(7 + 3 * 2), "in repeat 3 of 5 of the step cycle");
+    assert_eq!(steps(&[1, 2, 3]).count, 0);
+}
