@@ -98,6 +98,9 @@ pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, String> {
         others: top.others.clone(),
     };
     let answer = answer(&job, &configs, &args.at, limit);
+    if let Some(n) = guessed(&answer.shapes, knob) {
+        notes.push(n);
+    }
     Ok(KnobAnswered {
         knob: knob.to_string(),
         files,
@@ -123,4 +126,28 @@ pub fn main(args: &WhatifArgs, knob: &str) -> Code {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => exit::OK,
         Err(e) => exit::fail(exit::FAILURE, format_args!("cannot write the what-if: {e}")),
     }
+}
+
+/// The warning an answer needs when some requests fit more than one shape: the runs do not tell how those sizes
+/// follow the knob, so the range the alternatives give is no bound. On an H200 (docs/GPU-RESULTS.md, issue 39)
+/// a convolutional network's affine requests from batches 16 and 32 put the reserved peak at 48 19% low, its
+/// allocated peak right: their sizes were not a line in the batch (a third run fitted 216 of them with a
+/// square).
+fn guessed(shapes: &[crate::whatif::batch::answer::ShapeCount], knob: &str) -> Option<String> {
+    let (n, bytes) = shapes
+        .iter()
+        .filter(|c| c.ambiguous > 0)
+        .fold((0u64, 0u64), |(n, b), c| {
+            (n + c.ambiguous, b.saturating_add(c.bytes))
+        });
+    (n > 0).then(|| {
+        format!(
+            "{} requests (of shapes asking up to {} in the largest run) fit more than one shape: how their \
+             sizes follow the {knob} is a guess, and the range shown assumes they all lean one way, so it is no \
+             bound; a run at a third value of the {knob} tells their shape (convolution workspaces, which \
+             cuDNN sizes per algorithm and shape, are the usual case)",
+            crate::units::count(n),
+            crate::units::bytes(bytes)
+        )
+    })
 }
