@@ -1,0 +1,159 @@
+//! `vramtrace whatif --knob batch` against runs recorded on a GPU (collector/tests/fixtures/whatif/batch/, from
+//! scripts/gpu/whatif_batch.sh on an H200, 2026-11-28; docs/GPU-RESULTS.md): for each workload, the two runs'
+//! histories at two batches, and what PyTorch reserved when the workload ran at a batch between them and one
+//! past them. CI replays the same prediction the GPU machine made (the model is deterministic: the same bytes),
+//! holds the predictions the GPU confirmed within 3% to it, and holds the warning on the runs whose fits are
+//! guesses (the convolutional network, whose reserve past the runs the GPU showed 19% above the prediction).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whatif/batch")
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("vt-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The run `NAME.vtrace` and its history (gunzipped beside it) in `dir`.
+fn unpack(dir: &TempDir, name: &str) -> PathBuf {
+    let src = fixtures();
+    let trace = dir.0.join(format!("{name}.vtrace"));
+    std::fs::copy(src.join(format!("{name}.vtrace")), &trace).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let file = e.unwrap().file_name().into_string().unwrap();
+        if let Some(pickle) = file
+            .strip_prefix(&format!("{name}.vtrace.torch-"))
+            .and_then(|_| file.strip_suffix(".gz"))
+        {
+            let out = Command::new("gzip")
+                .arg("-dc")
+                .arg(src.join(&file))
+                .output()
+                .expect("gzip");
+            assert!(out.status.success());
+            std::fs::write(dir.0.join(pickle), out.stdout).unwrap();
+        }
+    }
+    trace
+}
+
+fn whatif(args: &[String]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .args([
+            "whatif",
+            "--json",
+            "--knob",
+            "batch",
+            "--alloc-conf",
+            "expandable_segments:True",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn the_gpu_runs_predictions_are_made_again_and_the_confirmed_ones_hold() {
+    let real: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("gpu_results.json")).unwrap(),
+    )
+    .unwrap();
+    let dir = TempDir::new("whatif-batch");
+    let mut confirmed = 0;
+    for (case, r) in real["cases"].as_object().unwrap() {
+        let runs: Vec<u64> = r["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        let files: Vec<String> = runs
+            .iter()
+            .map(|b| format!("{}={b}", unpack(&dir, &format!("{case}.b{b}")).display()))
+            .collect();
+        let rows = r["rows"].as_array().unwrap();
+        let mut args = files.clone();
+        let mut ats: Vec<u64> = rows.iter().map(|x| x["batch"].as_u64().unwrap()).collect();
+        ats.dedup();
+        for a in &ats {
+            args.extend(["--at".to_string(), a.to_string()]);
+        }
+        let p = whatif(&args);
+        for row in rows {
+            let conf = match row["conf"].as_str().unwrap() {
+                "defaults" => "",
+                c => c,
+            };
+            let cfg = p["configs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["conf"] == conf)
+                .unwrap_or_else(|| panic!("{case}: no configuration {conf:?}"));
+            let b = row["batch"].as_u64().unwrap();
+            let at = cfg["at"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["value"] == b)
+                .unwrap();
+            let predicted = at["predicted"]["reserved_peaks"][0].as_u64().unwrap();
+            // The same prediction as on the GPU machine.
+            assert_eq!(
+                Some(predicted),
+                row["predicted"].as_u64(),
+                "{case} at {b} {conf:?}"
+            );
+            let got = row["real"].as_u64().unwrap() as f64;
+            let err = (predicted as f64 - got).abs() / got;
+            if row["within_3pct"] == true {
+                assert!(err <= 0.03, "{case} at {b} {conf:?}: {:.2}%", err * 100.0);
+                confirmed += 1;
+            }
+        }
+        // Where some fits are guesses, the answer says so; where none is, it says nothing of the kind.
+        let guessed = p["fits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["ambiguous"].as_u64() > Some(0));
+        let warned = p["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("fit more than one shape"));
+        assert_eq!(guessed, warned, "{case}: {}", p["notes"]);
+        // The largest batch under the GPU run's cap, which the GPU then ran: the same answer again.
+        let mut args = files;
+        args.extend(["--cap".to_string(), r["cap"].as_u64().unwrap().to_string()]);
+        let l = whatif(&args);
+        assert_eq!(l["configs"][0]["largest"]["value"], r["largest"], "{case}");
+    }
+    // Training, fine-tuning and the convolutional network: 6 of the 9 rows were within 3% on the GPU.
+    assert_eq!(confirmed, 6);
+    assert!(real["cases"]["train"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["within_3pct"] == true));
+}
