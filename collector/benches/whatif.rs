@@ -10,13 +10,19 @@
 //! - the answers with the default grid and no limit (twelve configurations: each one's peak and the smallest cap
 //!   it fits, found by bisection);
 //! - the same under a cap between the allocated peak and the defaults' peak (each configuration's first
-//!   refusal too).
+//!   refusal too);
+//! - the knob's what-if (issue 39): the history as the run at batch 8 and, every size doubled, as the run at 16;
+//!   matched and fitted, then answered at 24 and, under twice that cap, the largest batch per configuration
+//!   (each value the search tries is a replay of the whole history).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde_pickle::{HashableValue, SerOptions, Value};
 use vramtrace_collector::whatif::answer::{answer, Limit};
+use vramtrace_collector::whatif::batch::answer::{answer as knob_answer, KnobJob};
+use vramtrace_collector::whatif::batch::{align, KnobRun};
+use vramtrace_collector::whatif::history::Op;
 use vramtrace_collector::whatif::history::{from_snapshot, History};
 use vramtrace_collector::whatif::settings::default_grid;
 
@@ -156,6 +162,7 @@ fn main() {
     eprintln!("pickle loaded in {load_s:.3} s");
     let mut notes = Vec::new();
     let histories: Vec<History> = from_snapshot(&v, 1, "bench", "exit", &mut notes);
+    let histories_for_knob = histories.clone();
     drop(v);
     let read_s = t.elapsed().as_secs_f64();
     let entries = histories[0].entries.len();
@@ -194,6 +201,41 @@ fn main() {
     );
     let cap_s = t.elapsed().as_secs_f64();
     let _ = std::fs::remove_dir_all(&dir);
+
+    // The knob's what-if.
+    let run = |value: u64, k: u64| {
+        let mut hs = histories_for_knob.clone();
+        for e in &mut hs[0].entries {
+            if let Op::Alloc { size, .. } = &mut e.op {
+                *size *= k;
+            }
+        }
+        KnobRun {
+            value,
+            label: format!("b{value}"),
+            histories: hs,
+        }
+    };
+    let (a, b) = (run(8, 1), run(16, 2));
+    let t = Instant::now();
+    let job = KnobJob {
+        aligned: align(vec![a, b]).unwrap(),
+        outside: vec![0],
+        device_total: BTreeMap::from([(0, 80 << 30)]),
+        others: BTreeMap::new(),
+    };
+    let align_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let knob = knob_answer(
+        &job,
+        &grid,
+        &[24],
+        Some(Limit {
+            bytes: BTreeMap::from([(0, 2 * cap)]),
+            what: "bench".into(),
+        }),
+    );
+    let knob_s = t.elapsed().as_secs_f64();
     println!();
     println!(
         "{:>10} {:>8} {:>12} {:>10} {:>10} {:>12} {:>12} {:>10}",
@@ -217,5 +259,23 @@ fn main() {
         free.best.map(|b| free.configs[b].label.clone()),
         capped.configs.iter().filter(|c| c.fits == Some(true)).count(),
         capped.configs.len()
+    );
+    let largest: Vec<String> = knob
+        .configs
+        .iter()
+        .map(|c| {
+            c.largest
+                .as_ref()
+                .and_then(|l| l.value)
+                .map_or("-".into(), |v| v.to_string())
+        })
+        .collect();
+    println!(
+        "\nknob (issue 39): {} requests matched in {align_s:.3} s; answered at 24 and the largest batch under {:.2} GiB \
+         for {} configurations in {knob_s:.3} s (largest: {}). Target: within the what-if's bounds above.",
+        entries / 2,
+        (2 * cap) as f64 / (1u64 << 30) as f64,
+        knob.configs.len(),
+        largest.join(", ")
     );
 }
