@@ -264,10 +264,9 @@ fn main() {
         .configs
         .iter()
         .map(|c| {
-            c.largest
-                .as_ref()
-                .and_then(|l| l.value)
-                .map_or("-".into(), |v| v.to_string())
+            c.largest.as_ref().map_or("-".into(), |l| {
+                format!("{} ({} replays)", l.value.unwrap_or(0), l.replays)
+            })
         })
         .collect();
     println!(

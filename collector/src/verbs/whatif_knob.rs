@@ -53,8 +53,23 @@ pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, String> {
     let mut loaded: Vec<(u64, Loaded)> = Vec::new();
     let mut runs = Vec::new();
     let mut notes = Vec::new();
-    for (file, value) in &files {
-        let mut l = read(file)?;
+    // The runs' traces and snapshots are read at once, one thread each (two or three): each read is mostly the
+    // snapshot's pickle, a second or more for a long history.
+    let read_all: Vec<Result<Loaded, String>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = files
+            .iter()
+            .map(|(file, _)| sc.spawn(move || read(file)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a run's read failed".to_string()))
+            })
+            .collect()
+    });
+    for ((file, value), l) in files.iter().zip(read_all) {
+        let mut l = l?;
         notes.extend(
             l.notes
                 .iter()
