@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use super::json::print;
 use super::whatif_json::{per_device, DeviceBytes};
-use crate::verbs::whatif_knob::KnobAnswered;
 use crate::whatif::batch::answer::{AtAnswer, Beyond, Largest, Peaks};
+use crate::whatif::batch::answered::KnobAnswered;
 use crate::whatif::sim::Failure;
 
 pub const SCHEMA_VERSION: u64 = 1;

@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 
 use crate::units::{bytes, count};
-use crate::verbs::whatif_knob::KnobAnswered;
 use crate::whatif::batch::answer::{Beyond, Largest};
+use crate::whatif::batch::answered::KnobAnswered;
 use crate::whatif::sim::Failure;
 
 fn where_(values: &[u64], b: Beyond) -> String {

@@ -1,5 +1,6 @@
 //! The verbs of `vramtrace`, one file each: `run` (start a job and write its trace), `report`, `oom`, `export`,
-//! `demo`, `top` (a running job), and `fleet` (several traces of one job, for `report` and `oom`). A verb reads
+//! `demo`, `top` (a running job), `whatif` (with `whatif_knob` for a program's knob, over the arguments both
+//! take: `whatif_args`), and `fleet` (several traces of one job, for `report` and `oom`). A verb reads
 //! its arguments, asks the model for an analysis and hands it to a reporter; it holds no format of its own.
 
 pub mod demo;
@@ -10,4 +11,5 @@ pub mod report;
 pub mod run;
 pub mod top;
 pub mod whatif;
+pub mod whatif_args;
 pub mod whatif_knob;

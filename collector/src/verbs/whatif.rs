@@ -8,112 +8,16 @@
 //! A trace that cannot be read, or a setting or size that does not parse, is one line and exit 2. A trace
 //! with no history gets the driver-level answer and says what is missing (exit 0).
 
-use std::collections::BTreeMap;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use clap::Args;
-use vramtrace_format::cap::CapSpec;
-
+pub use super::whatif_args::{configs, limit_for, WhatifArgs, CONTEXT_ALLOWANCE};
 use crate::exit::{self, Code};
 use crate::reporters::{whatif_json, whatif_text};
-use crate::whatif::answer::{answer, Limit};
+use crate::whatif::answer::answer;
 use crate::whatif::answered::Answered;
-use crate::whatif::from_trace::{load, Loaded};
-use crate::whatif::settings::{default_grid, Settings};
-
-/// What each process is assumed to lose to its CUDA context under `--device-memory` (the context, cuBLAS and
-/// cuDNN handles: 300 to 600 MiB on recent GPUs and drivers), since the trace counts allocations only.
-pub const CONTEXT_ALLOWANCE: u64 = 512 << 20;
-
-#[derive(Args, Debug)]
-pub struct WhatifArgs {
-    /// Trace files written by `vramtrace run --torch-history N` (one per host of the job); with --knob, two or
-    /// three runs of one program as FILE=VALUE (the knob's value in that run).
-    #[arg(required = true, num_args = 1..)]
-    pub files: Vec<PathBuf>,
-    /// The runs differ in this knob (a name for reports: batch, seq, ...): match their allocations, fit each
-    /// size in the knob, and answer at other values (docs/WHATIF.md, "What if the batch").
-    #[arg(long)]
-    pub knob: Option<String>,
-    /// With --knob: a value to predict the peaks at (repeat for several).
-    #[arg(long, requires = "knob")]
-    pub at: Vec<u64>,
-    /// Judge every configuration against this job-wide cap (the syntax of `run --cap`); default: the run's own
-    /// cap, if it had one.
-    #[arg(long, conflicts_with = "device_memory")]
-    pub cap: Option<String>,
-    /// Judge against a device of this much memory (a size or a share, per device as in --cap), less 512 MiB per
-    /// process for its CUDA context.
-    #[arg(long)]
-    pub device_memory: Option<String>,
-    /// A PYTORCH_CUDA_ALLOC_CONF to try (repeat for several); default: a grid of the usual advice.
-    #[arg(long = "alloc-conf")]
-    pub alloc_conf: Vec<String>,
-    /// Print the documented JSON (docs/JSON-SCHEMA.md) instead of text.
-    #[arg(long)]
-    pub json: bool,
-}
-
-pub fn limit_for(args: &WhatifArgs, l: &Loaded, devices: &[u32]) -> Result<Option<Limit>, String> {
-    let total = |d: u32| l.device_total.get(&d).copied().unwrap_or(0);
-    if let Some(spec) = &args.cap {
-        let s = CapSpec::parse(spec).map_err(|e| format!("--cap {spec}: {e}"))?;
-        let bytes = devices
-            .iter()
-            .filter_map(|&d| s.amount(d).map(|a| (d, a.bytes(total(d)))))
-            .collect();
-        return Ok(Some(Limit {
-            bytes,
-            what: format!("--cap {spec}"),
-        }));
-    }
-    if let Some(spec) = &args.device_memory {
-        let s = CapSpec::parse(spec).map_err(|e| format!("--device-memory {spec}: {e}"))?;
-        let mut per = BTreeMap::new();
-        for h in &l.histories {
-            *per.entry(h.device).or_insert(0u64) += 1;
-        }
-        let bytes = devices
-            .iter()
-            .filter_map(|&d| {
-                s.amount(d).map(|a| {
-                    let n = per.get(&d).copied().unwrap_or(1);
-                    (d, a.bytes(total(d)).saturating_sub(n * CONTEXT_ALLOWANCE))
-                })
-            })
-            .collect();
-        return Ok(Some(Limit {
-            bytes,
-            what: format!(
-                "--device-memory {spec}, less {} per process for its CUDA context",
-                crate::units::bytes(CONTEXT_ALLOWANCE)
-            ),
-        }));
-    }
-    if !l.run_cap.is_empty() {
-        let bytes = devices
-            .iter()
-            .filter_map(|d| l.run_cap.get(d).map(|&c| (*d, c)))
-            .collect();
-        return Ok(Some(Limit {
-            bytes,
-            what: "the run's cap".to_string(),
-        }));
-    }
-    Ok(None)
-}
-
-/// The configurations to try: those given, else the grid.
-pub fn configs(given: &[String]) -> Result<Vec<Settings>, String> {
-    if given.is_empty() {
-        return Ok(default_grid());
-    }
-    given
-        .iter()
-        .map(|c| Settings::parse(c).map_err(|e| format!("--alloc-conf {c:?}: {e}")))
-        .collect()
-}
+use crate::whatif::from_trace::load;
+use crate::whatif::settings::Settings;
 
 /// Loads one trace and answers for it.
 pub fn answer_file(

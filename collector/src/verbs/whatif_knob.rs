@@ -9,10 +9,11 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use super::whatif::{configs, limit_for, WhatifArgs};
+use super::whatif_args::{configs, limit_for, WhatifArgs};
 use crate::exit::{self, Code};
 use crate::reporters::{whatif_knob_json, whatif_knob_text};
-use crate::whatif::batch::{align, answer, KnobAnswer, KnobJob, KnobRun};
+pub use crate::whatif::batch::answered::KnobAnswered;
+use crate::whatif::batch::{align, answer, KnobJob, KnobRun};
 use crate::whatif::from_trace::{load, Loaded};
 
 /// `FILE=VALUE`, the value a positive integer.
@@ -27,15 +28,6 @@ pub fn parse_run(arg: &Path) -> Result<(PathBuf, u64), String> {
             "{s}: {value:?} is not a positive whole number (the knob's value in that run)"
         )),
     }
-}
-
-/// What the verb hands its reporters.
-pub struct KnobAnswered {
-    pub knob: String,
-    pub files: Vec<(PathBuf, u64)>,
-    pub job: KnobJob,
-    pub answer: KnobAnswer,
-    pub notes: Vec<String>,
 }
 
 fn read(file: &Path) -> Result<Loaded, String> {

@@ -6,6 +6,7 @@
 
 pub mod align;
 pub mod answer;
+pub mod answered;
 pub mod fit;
 pub mod synth;
 #[cfg(test)]
