@@ -157,3 +157,48 @@ fn the_gpu_runs_predictions_are_made_again_and_the_confirmed_ones_hold() {
         .iter()
         .all(|r| r["within_3pct"] == true));
 }
+
+/// Values as large as a command line can give are one line and exit 2; the largest taken runs to an answer
+/// (debug builds panic on an overflow: this is the check that none is left).
+#[test]
+fn values_past_the_largest_taken_are_one_line_and_the_largest_has_an_answer() {
+    let dir = TempDir::new("whatif-batch-big");
+    let (a, b) = (unpack(&dir, "train.b4"), unpack(&dir, "train.b8"));
+    let run = |args: &[String]| {
+        Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+            .args(["whatif", "--knob", "batch"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for args in [
+        vec![
+            format!("{}=4", a.display()),
+            format!("{}={}", b.display(), u64::MAX),
+        ],
+        vec![
+            format!("{}=4", a.display()),
+            format!("{}=8", b.display()),
+            "--at".into(),
+            u64::MAX.to_string(),
+        ],
+    ] {
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("past the largest value taken"), "{err}");
+    }
+    let top = 1u64 << 32;
+    let out = run(&[
+        format!("{}={}", a.display(), top - 1),
+        format!("{}={top}", b.display()),
+        "--at".into(),
+        top.to_string(),
+        "--cap".into(),
+        "80GiB".into(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -16,14 +16,21 @@ pub use crate::whatif::batch::answered::KnobAnswered;
 use crate::whatif::batch::{align, answer, KnobJob, KnobRun};
 use crate::whatif::from_trace::{load, Loaded};
 
-/// `FILE=VALUE`, the value a positive integer.
+/// The largest knob value taken, in a run or `--at`: no batch or sequence length comes near it, and below it
+/// the fits' arithmetic stays exact.
+pub const MAX_VALUE: u64 = 1 << 32;
+
+/// `FILE=VALUE`, the value a positive integer up to [`MAX_VALUE`].
 pub fn parse_run(arg: &Path) -> Result<(PathBuf, u64), String> {
     let s = arg.to_string_lossy();
     let (file, value) = s.rsplit_once('=').ok_or_else(|| {
         format!("{s}: with --knob, give each run as FILE=VALUE (the knob's value in it), e.g. run8.vtrace=8")
     })?;
     match value.parse::<u64>() {
-        Ok(v) if v > 0 => Ok((PathBuf::from(file), v)),
+        Ok(v) if v > 0 && v <= MAX_VALUE => Ok((PathBuf::from(file), v)),
+        Ok(v) if v > 0 => Err(format!(
+            "{s}: {v} is past the largest value taken ({MAX_VALUE})"
+        )),
         _ => Err(format!(
             "{s}: {value:?} is not a positive whole number (the knob's value in that run)"
         )),
@@ -37,6 +44,11 @@ fn read(file: &Path) -> Result<Loaded, String> {
 
 pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, String> {
     let configs = configs(&args.alloc_conf)?;
+    if let Some(v) = args.at.iter().find(|&&v| v > MAX_VALUE) {
+        return Err(format!(
+            "--at {v}: past the largest value taken ({MAX_VALUE})"
+        ));
+    }
     let files: Vec<(PathBuf, u64)> = args
         .files
         .iter()

@@ -50,8 +50,8 @@ impl Beyond {
         let (lo, hi) = (values[0], values[values.len() - 1]);
         match self {
             Beyond::Inside => false,
-            Beyond::Below(by) => (lo - by) * 2 < lo,
-            Beyond::Above(by) => hi + by > 2 * hi,
+            Beyond::Below(by) => lo.saturating_sub(by).saturating_mul(2) < lo,
+            Beyond::Above(by) => hi.saturating_add(by) > hi.saturating_mul(2),
         }
     }
 }
@@ -270,7 +270,7 @@ impl KnobJob {
         };
         let values = &self.aligned.values;
         let top = values[values.len() - 1];
-        let end = top.saturating_mul(SEARCH_FACTOR).max(top + 1);
+        let end = top.saturating_mul(SEARCH_FACTOR).max(top.saturating_add(1));
         // lo fits (0: nothing known to), hi is refused (None: nothing known to be).
         let (mut lo, mut hi) = (0u64, None);
         if fits(top) {

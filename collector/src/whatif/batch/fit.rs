@@ -66,6 +66,17 @@ pub struct Fit {
     pub alternative: Option<Shape>,
 }
 
+/// `a · b`, or `None` past i128: sizes come from untrusted snapshots and values from the command line, so no
+/// product here is assumed to fit.
+fn mul(a: i128, b: i128) -> Option<i128> {
+    a.checked_mul(b)
+}
+
+/// `a · b == c · d`, false where either product overflows (no size the model would use is that large).
+fn same(a: i128, b: i128, c: i128, d: i128) -> bool {
+    matches!((mul(a, b), mul(c, d)), (Some(l), Some(r)) if l == r)
+}
+
 /// Fits sizes `s` (one per run) at knob values `x` (ascending, distinct, two or three of them).
 pub fn fit(x: &[u64], s: &[u64]) -> Fit {
     let one = |shape| Fit {
@@ -82,16 +93,19 @@ pub fn fit(x: &[u64], s: &[u64]) -> Fit {
     if all(&|_, si| si == s0) {
         return one(Shape::Constant);
     }
-    if all(&|xi, si| si * x0 == s0 * xi) {
+    if all(&|xi, si| same(si, x0, s0, xi)) {
         return one(Shape::Linear);
     }
-    let square = all(&|xi, si| si * x0 * x0 == s0 * xi * xi);
+    let square = all(&|xi, si| match (mul(x0, x0), mul(xi, xi)) {
+        (Some(x00), Some(xii)) => same(si, x00, s0, xii),
+        _ => false,
+    });
     if x.len() >= 3 {
         if square {
             return one(Shape::Square);
         }
         let (x1, s1) = (x[x.len() - 1] as i128, s[s.len() - 1] as i128);
-        if all(&|xi, si| (si - s0) * (x1 - x0) == (s1 - s0) * (xi - x0)) {
+        if all(&|xi, si| same(si - s0, x1 - x0, s1 - s0, xi - x0)) {
             return one(Shape::Affine);
         }
         return Fit {
@@ -114,55 +128,64 @@ pub fn fit(x: &[u64], s: &[u64]) -> Fit {
 /// `num / den` rounded to the nearest integer (halves away from zero); `den > 0`.
 fn div_round(num: i128, den: i128) -> i128 {
     if num >= 0 {
-        (num + den / 2) / den
+        num.saturating_add(den / 2) / den
     } else {
-        -((-num + den / 2) / den)
+        -(num.saturating_neg().saturating_add(den / 2) / den)
     }
 }
 
-/// The line through `(u0, s0)` and `(u1, s1)` at `u` (`u` is `x` or `x²`).
-fn line(u0: i128, s0: i128, u1: i128, s1: i128, u: i128) -> i128 {
+/// The line through `(u0, s0)` and `(u1, s1)` at `u` (`u` is `x` or `x²`); `None` past i128.
+fn line(u0: i128, s0: i128, u1: i128, s1: i128, u: i128) -> Option<i128> {
     if u1 == u0 {
-        return s0;
+        return Some(s0);
     }
     let (u0, s0, u1, s1) = if u1 < u0 {
         (u1, s1, u0, s0)
     } else {
         (u0, s0, u1, s1)
     };
-    s0 + div_round((s1 - s0) * (u - u0), u1 - u0)
+    s0.checked_add(div_round(mul(s1 - s0, u.checked_sub(u0)?)?, u1 - u0))
 }
 
 /// The size `shape` gives at `at`, from the runs' values `x` and sizes `s`, in bytes: negative when a line
-/// falling with the knob is followed below its zero (the caller clamps and says so).
+/// falling with the knob is followed below its zero (the caller clamps and says so); `i128::MAX` where the
+/// arithmetic passes i128 (a value or a size far past any device: the replay refuses it).
 pub fn eval(shape: Shape, x: &[u64], s: &[u64], at: u64) -> i128 {
+    checked_eval(shape, x, s, at).unwrap_or(i128::MAX)
+}
+
+fn checked_eval(shape: Shape, x: &[u64], s: &[u64], at: u64) -> Option<i128> {
     let n = x.len() - 1;
     let (x0, s0) = (x[0] as i128, s[0] as i128);
     let (xn, sn) = (x[n] as i128, s[n] as i128);
     let t = at as i128;
-    match shape {
+    let tt = mul(t, t)?;
+    Some(match shape {
         Shape::Constant => s0,
-        Shape::Linear => div_round(sn * t, xn.max(1)),
-        Shape::Square => div_round(sn * t * t, (xn * xn).max(1)),
-        Shape::Affine => line(x0, s0, xn, sn, t),
-        Shape::AffineSquare => line(x0 * x0, s0, xn * xn, sn, t * t),
+        Shape::Linear => div_round(mul(sn, t)?, xn.max(1)),
+        Shape::Square => div_round(mul(sn, tt)?, mul(xn, xn)?.max(1)),
+        Shape::Affine => line(x0, s0, xn, sn, t)?,
+        Shape::AffineSquare => line(mul(x0, x0)?, s0, mul(xn, xn)?, sn, tt)?,
         Shape::Quadratic if n >= 2 => {
             // Lagrange through the three runs, over one common denominator.
             let (x1, s1) = (x[1] as i128, s[1] as i128);
-            let d0 = (x0 - x1) * (x0 - xn);
-            let d1 = (x1 - x0) * (x1 - xn);
-            let d2 = (xn - x0) * (xn - x1);
-            let den = d0 * d1 * d2;
-            let num = s0 * (t - x1) * (t - xn) * (d1 * d2)
-                + s1 * (t - x0) * (t - xn) * (d0 * d2)
-                + sn * (t - x0) * (t - x1) * (d0 * d1);
+            let d0 = mul(x0 - x1, x0 - xn)?;
+            let d1 = mul(x1 - x0, x1 - xn)?;
+            let d2 = mul(xn - x0, xn - x1)?;
+            let den = mul(mul(d0, d1)?, d2)?;
+            let term = |si: i128, a: i128, b: i128, da: i128, db: i128| -> Option<i128> {
+                mul(mul(mul(si, t - a)?, t - b)?, mul(da, db)?)
+            };
+            let num = term(s0, x1, xn, d1, d2)?
+                .checked_add(term(s1, x0, xn, d0, d2)?)?
+                .checked_add(term(sn, x0, x1, d0, d1)?)?;
             if den < 0 {
-                div_round(-num, -den)
+                div_round(num.checked_neg()?, den.checked_neg()?)
             } else {
                 div_round(num, den)
             }
         }
-        Shape::Quadratic => line(x0, s0, xn, sn, t),
+        Shape::Quadratic => line(x0, s0, xn, sn, t)?,
         Shape::Chord => {
             // The two runs nearest `at`: the pair around it, else the two at the near end.
             let i = x.iter().position(|&xi| xi >= at).unwrap_or(n + 1);
@@ -173,9 +196,9 @@ pub fn eval(shape: Shape, x: &[u64], s: &[u64], at: u64) -> i128 {
                 x[i] as i128,
                 s[i] as i128,
                 t,
-            )
+            )?
         }
-    }
+    })
 }
 
 #[cfg(test)]
@@ -245,5 +268,40 @@ mod tests {
         );
         // A size falling with the knob, followed past its zero, is negative (the caller clamps).
         assert!(eval(Shape::Affine, &[8, 16], &[1000, 500], 40) < 0);
+    }
+
+    /// Values and sizes as large as a forged snapshot or a command line can give: no fit or size overflows (a
+    /// panic in debug builds, a wrong size in release ones); past i128 the size is the largest, which no device
+    /// holds.
+    #[test]
+    fn the_largest_values_and_sizes_never_overflow() {
+        let big = u64::MAX;
+        for (x, s) in [
+            (vec![1, big], vec![big, big - 1]),
+            (vec![2, big], vec![big, 3]),
+            (vec![1, 2, big], vec![big, 1, big]),
+            (vec![1 << 40, 1 << 41, 1 << 42], vec![1 << 62, 1 << 63, big]),
+        ] {
+            let f = fit(&x, &s);
+            for shape in [
+                Shape::Constant,
+                Shape::Linear,
+                Shape::Square,
+                Shape::Affine,
+                Shape::AffineSquare,
+                Shape::Quadratic,
+                Shape::Chord,
+            ] {
+                for at in [0, 1, 3, 1 << 32, big] {
+                    let _ = eval(shape, &x, &s, at);
+                }
+            }
+            let _ = f.alternative;
+        }
+        // A square followed far out is the largest size, not a wrapped one.
+        assert_eq!(
+            eval(Shape::Square, &[1, 2], &[1 << 62, 1 << 64 - 1], big),
+            i128::MAX
+        );
     }
 }
