@@ -213,7 +213,7 @@ fn python_frames_come_first_and_the_site_skips_library_frames() {
     assert!(text.contains("<- proj/train.py:60 in main"), "{text}");
     assert!(
         text.contains(
-            "3.00 MiB   23%  (no call site recorded: below the 1.00 MiB threshold of --stack-min-bytes)"
+            "3.00 MiB   23%  (no call site: below --stack-min-bytes, 1.00 MiB unless set)"
         ),
         "{text}"
     );

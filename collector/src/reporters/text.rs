@@ -103,16 +103,24 @@ pub fn no_site_label(a: &Analysis) -> String {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     };
-    if setting(header::STACKS) == Some("none") {
+    let stacks = setting(header::STACKS);
+    if stacks == Some("none") {
         return "(no call sites: capture was off, --stacks none)".to_string();
     }
+    // With Python frames alone, an allocation made outside Python (autograd's backward thread, a native
+    // library's own thread, a process that is not Python) has no site whatever its size. Short enough for a
+    // row of the call-site tables within the report's width.
     match setting(header::STACK_MIN_BYTES).and_then(|v| v.parse::<u64>().ok()) {
+        Some(min) if stacks == Some("python") => format!(
+            "(no call site: below {}, or outside Python: --stacks python)",
+            bytes(min)
+        ),
         Some(min) => format!(
-            "(no call site recorded: below the {} threshold of --stack-min-bytes)",
+            "(no call site: below the {} threshold of --stack-min-bytes)",
             bytes(min)
         ),
         None => format!(
-            "(no call site recorded: below the --stack-min-bytes threshold, {} unless set)",
+            "(no call site: below --stack-min-bytes, {} unless set)",
             bytes(vramtrace_format::env::DEFAULT_STACK_MIN_BYTES)
         ),
     }

@@ -34,10 +34,8 @@ pub fn answer_file(
             whatif: None,
         });
     }
-    let mut devices: Vec<u32> = loaded.histories.iter().map(|h| h.device).collect();
-    devices.sort_unstable();
-    devices.dedup();
-    let limit = limit_for(args, &loaded, &devices)?;
+    let processes: Vec<u32> = loaded.histories.iter().map(|h| h.device).collect();
+    let limit = limit_for(args, &loaded, &processes)?;
     let histories = std::mem::take(&mut loaded.histories);
     let w = answer(
         histories,

@@ -44,7 +44,17 @@ pub struct WhatifArgs {
     pub json: bool,
 }
 
-pub fn limit_for(args: &WhatifArgs, l: &Loaded, devices: &[u32]) -> Result<Option<Limit>, String> {
+/// `processes`: the device of each process's history (a device once per process on it: `--device-memory`
+/// leaves each process its context's allowance).
+pub fn limit_for(
+    args: &WhatifArgs,
+    l: &Loaded,
+    processes: &[u32],
+) -> Result<Option<Limit>, String> {
+    let mut devices = processes.to_vec();
+    devices.sort_unstable();
+    devices.dedup();
+    let devices = &devices[..];
     let total = |d: u32| l.device_total.get(&d).copied().unwrap_or(0);
     if let Some(spec) = &args.cap {
         let s = CapSpec::parse(spec).map_err(|e| format!("--cap {spec}: {e}"))?;
@@ -60,8 +70,8 @@ pub fn limit_for(args: &WhatifArgs, l: &Loaded, devices: &[u32]) -> Result<Optio
     if let Some(spec) = &args.device_memory {
         let s = CapSpec::parse(spec).map_err(|e| format!("--device-memory {spec}: {e}"))?;
         let mut per = BTreeMap::new();
-        for h in &l.histories {
-            *per.entry(h.device).or_insert(0u64) += 1;
+        for &d in processes {
+            *per.entry(d).or_insert(0u64) += 1;
         }
         let bytes = devices
             .iter()

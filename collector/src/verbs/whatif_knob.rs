@@ -107,9 +107,10 @@ pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, String> {
         .collect();
     // The largest run's trace says what the device holds and what the limit is.
     let (_, top) = loaded.last().ok_or("no runs")?;
-    let mut devices: Vec<u32> = aligned.runs[0].histories.iter().map(|h| h.device).collect();
-    devices.dedup();
-    let limit = limit_for(args, top, &devices)?;
+    // Every run has its processes on the same GPUs (`align` checks): one device per process, for the limit and
+    // for `--device-memory`'s allowance per process (the top run's histories were taken into the runs above).
+    let processes: Vec<u32> = aligned.runs[0].histories.iter().map(|h| h.device).collect();
+    let limit = limit_for(args, top, &processes)?;
     let job = KnobJob {
         aligned,
         outside,

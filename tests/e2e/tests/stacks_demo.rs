@@ -130,7 +130,7 @@ fn the_demo_reads_as_a_users_and_leaves_nothing_behind() {
         assert!(!out.contains(unwanted), "{unwanted:?} in:\n{out}");
     }
     assert!(
-        out.contains("(no call site recorded: below the 1.00 MiB threshold of --stack-min-bytes)"),
+        out.contains("(no call site: below the 1.00 MiB threshold of --stack-min-bytes)"),
         "{out}"
     );
     assert!(out.contains("<- vramtrace_workload::main"), "{out}");

@@ -110,6 +110,11 @@ pub enum KnobError {
     NoHistory { value: u64 },
     /// The runs hold different numbers of processes' histories: (value, histories).
     Processes(Vec<(u64, usize)>),
+    /// Slot `slot` (in device order) is on different GPUs in different runs: (value, device) per run.
+    Devices {
+        slot: usize,
+        devices: Vec<(u64, u32)>,
+    },
     /// A history that began after its process's first allocation (the ring wrapped): its setup is unknown.
     Incomplete { value: u64, pid: u32, device: u32 },
     /// A run that ran out of memory: its history stops part way, so its requests cannot be matched.
@@ -153,6 +158,17 @@ impl fmt::Display for KnobError {
                 f,
                 "the runs hold different numbers of process histories ({}): run the same job",
                 v.iter().map(|(x, n)| format!("{n} at {x}")).collect::<Vec<_>>().join(", ")
+            ),
+            KnobError::Devices { slot, devices } => write!(
+                f,
+                "the runs' process {} is on different GPUs ({}): run each on the same GPUs, so that the limit and \
+                 the device's memory are the same in every run",
+                slot + 1,
+                devices
+                    .iter()
+                    .map(|(x, d)| format!("GPU {d} at {x}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             KnobError::Incomplete { value, pid, device } => write!(
                 f,
@@ -239,6 +255,20 @@ pub fn align(mut runs: Vec<KnobRun>) -> Result<Aligned, KnobError> {
         return Err(KnobError::Processes(
             runs.iter().map(|r| (r.value, r.histories.len())).collect(),
         ));
+    }
+    // Each slot on one GPU in every run: the limit, the device's memory and the synthesized history's device
+    // are all read by device number.
+    for i in 0..n {
+        let d = runs[0].histories[i].device;
+        if runs.iter().any(|r| r.histories[i].device != d) {
+            return Err(KnobError::Devices {
+                slot: i,
+                devices: runs
+                    .iter()
+                    .map(|r| (r.value, r.histories[i].device))
+                    .collect(),
+            });
+        }
     }
     let values: Vec<u64> = runs.iter().map(|r| r.value).collect();
     let slots = (0..n)

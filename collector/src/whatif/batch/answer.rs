@@ -104,8 +104,9 @@ pub struct Largest {
     pub next_failure: Option<Failure>,
     /// The same search with the ambiguous fits' alternatives (absent when none is ambiguous).
     pub alternative: Option<Option<u64>>,
-    /// Values below the answer the search found refused: fitting is not monotone in the knob (a tensor that
-    /// crosses 10 MiB gets a segment of its own), so a smaller value is not always safer.
+    /// Values below the answer found refused (the `--at` values asked: the bisection itself only sees refusals
+    /// above its answer): fitting is not monotone in the knob (a tensor that crosses 10 MiB gets a segment of its
+    /// own), so a smaller value is not always safer.
     pub refused_below: Vec<u64>,
     pub replays: u32,
 }
@@ -336,6 +337,15 @@ pub fn answer(job: &KnobJob, configs: &[Settings], at: &[u64], limit: Option<Lim
             if ambiguous {
                 g.alternative = Some(job.largest(Which::Alternative, s, &l.bytes).value);
             }
+            // The search only ever sees refusals above its answer; the `--at` values it was asked about show
+            // where a smaller value fails.
+            let below = at
+                .iter()
+                .filter(|a| a.fits == Some(false) && g.value.is_some_and(|v| a.value < v))
+                .map(|a| a.value);
+            g.refused_below.extend(below);
+            g.refused_below.sort_unstable();
+            g.refused_below.dedup();
             g
         });
         (at, largest)

@@ -167,22 +167,21 @@ fn checked_eval(shape: Shape, x: &[u64], s: &[u64], at: u64) -> Option<i128> {
         Shape::Affine => line(x0, s0, xn, sn, t)?,
         Shape::AffineSquare => line(mul(x0, x0)?, s0, mul(xn, xn)?, sn, tt)?,
         Shape::Quadratic if n >= 2 => {
-            // Lagrange through the three runs, over one common denominator.
+            // Lagrange through the three runs over the Vandermonde determinant V = (x1-x0)(x2-x0)(x2-x1): each
+            // term is about s·t²·x, where the product of the three basis denominators (about x⁶) would pass
+            // i128 for a token-count knob at a few hundred thousand.
             let (x1, s1) = (x[1] as i128, s[1] as i128);
-            let d0 = mul(x0 - x1, x0 - xn)?;
-            let d1 = mul(x1 - x0, x1 - xn)?;
-            let d2 = mul(xn - x0, xn - x1)?;
-            let den = mul(mul(d0, d1)?, d2)?;
-            let term = |si: i128, a: i128, b: i128, da: i128, db: i128| -> Option<i128> {
-                mul(mul(mul(si, t - a)?, t - b)?, mul(da, db)?)
+            let v = mul(mul(x1 - x0, xn - x0)?, xn - x1)?;
+            let term = |si: i128, a: i128, b: i128, w: i128| -> Option<i128> {
+                mul(mul(mul(si, t - a)?, t - b)?, w)
             };
-            let num = term(s0, x1, xn, d1, d2)?
-                .checked_add(term(s1, x0, xn, d0, d2)?)?
-                .checked_add(term(sn, x0, x1, d0, d1)?)?;
-            if den < 0 {
-                div_round(num.checked_neg()?, den.checked_neg()?)
+            let num = term(s0, x1, xn, xn - x1)?
+                .checked_sub(term(s1, x0, xn, xn - x0)?)?
+                .checked_add(term(sn, x0, x1, x1 - x0)?)?;
+            if v < 0 {
+                div_round(num.checked_neg()?, v.checked_neg()?)
             } else {
-                div_round(num, den)
+                div_round(num, v)
             }
         }
         Shape::Quadratic => line(x0, s0, xn, sn, t)?,
@@ -303,5 +302,23 @@ mod tests {
             eval(Shape::Square, &[1, 2], &[1 << 62, 1 << 63], big),
             i128::MAX
         );
+    }
+
+    /// A token-count knob: three runs at 65,536, 131,072 and 262,144 tokens, a size of 4096 + 64·x + x²/1024
+    /// bytes, followed past the runs exactly (the common denominator of the three basis polynomials, about x⁶,
+    /// once passed i128 here and made every such size the largest).
+    #[test]
+    fn a_quadratic_in_hundreds_of_thousands_stays_exact() {
+        let size = |x: u64| 4096 + 64 * x + x * x / 1024;
+        let x = [1u64 << 16, 1 << 17, 1 << 18];
+        let s: Vec<u64> = x.iter().map(|&v| size(v)).collect();
+        assert_eq!(fit(&x, &s).shape, Shape::Quadratic);
+        for at in [1u64 << 16, 131_073, 393_216, 1 << 19, 1 << 22] {
+            assert_eq!(
+                eval(Shape::Quadratic, &x, &s, at),
+                size(at) as i128,
+                "at {at}"
+            );
+        }
     }
 }

@@ -254,6 +254,13 @@ fn runs_that_cannot_be_matched_say_why() {
         align(vec![run(8, failed), run(16, p())]).unwrap_err(),
         KnobError::Failed { value: 8, .. }
     ));
+    // The same process on another GPU in the other run: its limit and memory would be another device's.
+    let mut moved = p();
+    moved.device = 1;
+    assert!(matches!(
+        align(vec![run(8, p()), run(16, moved)]).unwrap_err(),
+        KnobError::Devices { slot: 0, .. }
+    ));
     let mut two = run(16, p());
     two.histories.push(p());
     assert!(matches!(
@@ -299,14 +306,15 @@ fn the_largest_batch_is_the_brute_force_answer_under_each_setting() {
     // Under one nothing fits in, none.
     let tight = BTreeMap::from([(0, 50 * MIB)]);
     assert_eq!(j.largest(Which::Fitted, None, &tight).value, None);
-    // The answer per configuration, and which reaches furthest.
+    // The answer per configuration, and which reaches furthest; a smaller value asked about and refused (10,
+    // under the defaults) is listed below the answer, which the bisection alone never sees.
     let w = answer(
         &j,
         &[
             Settings::default(),
             Settings::parse("expandable_segments:True").unwrap(),
         ],
-        &[],
+        &[10, 12],
         Some(Limit {
             bytes: limits,
             what: "test".into(),
@@ -319,6 +327,8 @@ fn the_largest_batch_is_the_brute_force_answer_under_each_setting() {
         .collect();
     assert_eq!(w.configs[0].label, "as run");
     assert!(reach.iter().all(Option::is_some));
+    let defaults = w.configs[0].largest.as_ref().unwrap();
+    assert_eq!(defaults.refused_below, vec![10], "{:?}", defaults.value);
     match w.best {
         Some(b) => assert!(reach[b] > reach[0]),
         None => assert!(reach.iter().all(|r| *r <= reach[0])),
