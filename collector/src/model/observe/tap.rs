@@ -32,6 +32,8 @@ pub struct Step<'a> {
     pub t_ns: u64,
     /// The process's slot (a pid reused or exec'd gets a new one).
     pub slot: usize,
+    /// Its identity and counts so far; its peak and per-device figures are the observers' until the replay
+    /// ends (`observe/process.rs`), filled in only at `finish`.
     pub process: &'a ProcessStats,
     pub device: Option<u32>,
     /// Pinned host memory (`cuMemCreate` with a host location; `device` is `None`), not a GPU's.
@@ -55,6 +57,8 @@ pub struct Step<'a> {
 pub struct OomStep<'a> {
     pub t_ns: u64,
     pub slot: usize,
+    /// Its identity and counts so far; its peak and per-device figures are the observers' until the replay
+    /// ends (`observe/process.rs`), filled in only at `finish`.
     pub process: &'a ProcessStats,
     pub oom: &'a Oom,
     /// A request for pinned host memory (`cuMemCreate` with a host location): the record's device figures, if
@@ -74,6 +78,8 @@ pub struct OomStep<'a> {
 pub struct ErrorStep<'a> {
     pub t_ns: u64,
     pub slot: usize,
+    /// Its identity and counts so far; its peak and per-device figures are the observers' until the replay
+    /// ends (`observe/process.rs`), filled in only at `finish`.
     pub process: &'a ProcessStats,
     /// The error's GPU, if it named one.
     pub device: Option<u32>,
