@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::cli::{text, TempDir};
+use common::cli::{text, unpack_run, TempDir};
 use serde_json::Value;
 use vramtrace_collector::whatif::answer::{answer, Limit, WhatIf};
 use vramtrace_collector::whatif::from_trace::{load, Loaded};
@@ -25,25 +25,7 @@ fn fixtures() -> PathBuf {
 
 /// The case's trace and its snapshot (gunzipped) in `dir`.
 fn unpack(dir: &TempDir, case: &str) -> PathBuf {
-    let src = fixtures();
-    let trace = dir.0.join(format!("{case}.vtrace"));
-    std::fs::copy(src.join(format!("{case}.vtrace")), &trace).unwrap();
-    for e in std::fs::read_dir(&src).unwrap() {
-        let name = e.unwrap().file_name().into_string().unwrap();
-        if let Some(pickle) = name
-            .strip_prefix(&format!("{case}.vtrace.torch-"))
-            .and_then(|_| name.strip_suffix(".gz"))
-        {
-            let out = Command::new("gzip")
-                .arg("-dc")
-                .arg(src.join(&name))
-                .output()
-                .expect("gzip");
-            assert!(out.status.success());
-            std::fs::write(dir.0.join(pickle), out.stdout).unwrap();
-        }
-    }
-    trace
+    unpack_run(&fixtures(), dir, case)
 }
 
 fn loaded(dir: &TempDir, case: &str) -> (PathBuf, Loaded) {

@@ -10,48 +10,16 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod common;
+use common::cli::{unpack_run, TempDir};
+
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whatif/batch")
 }
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("vt-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The run `NAME.vtrace` and its history (gunzipped beside it) in `dir`.
 fn unpack(dir: &TempDir, name: &str) -> PathBuf {
-    let src = fixtures();
-    let trace = dir.0.join(format!("{name}.vtrace"));
-    std::fs::copy(src.join(format!("{name}.vtrace")), &trace).unwrap();
-    for e in std::fs::read_dir(&src).unwrap() {
-        let file = e.unwrap().file_name().into_string().unwrap();
-        if let Some(pickle) = file
-            .strip_prefix(&format!("{name}.vtrace.torch-"))
-            .and_then(|_| file.strip_suffix(".gz"))
-        {
-            let out = Command::new("gzip")
-                .arg("-dc")
-                .arg(src.join(&file))
-                .output()
-                .expect("gzip");
-            assert!(out.status.success());
-            std::fs::write(dir.0.join(pickle), out.stdout).unwrap();
-        }
-    }
-    trace
+    unpack_run(&fixtures(), dir, name)
 }
 
 fn whatif(args: &[String]) -> Value {

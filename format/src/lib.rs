@@ -704,6 +704,16 @@ pub struct TraceHeader {
     pub extra: Vec<(String, String)>,
 }
 
+impl TraceHeader {
+    /// The value the collector wrote under `key` in `extra` (`keys::header`), if any.
+    pub fn setting(&self, key: &str) -> Option<&str> {
+        self.extra
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 /// A GPU's UUID as NVIDIA's tools write it (`nvidia-smi -L`, NVML, dcgm-exporter):
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
 pub fn gpu_uuid(u: &[u8; 16]) -> String {

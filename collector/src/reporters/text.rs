@@ -96,21 +96,18 @@ pub fn site_lines(a: &Analysis, site: usize, lead: &str) -> Vec<String> {
 /// its header (`run` writes them); a trace without them gets the default named as a default, not as a fact.
 pub fn no_site_label(a: &Analysis) -> String {
     use vramtrace_format::keys::header;
-    let setting = |key: &str| {
-        a.header
-            .extra
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    };
-    let stacks = setting(header::STACKS);
+    let stacks = a.header.setting(header::STACKS);
     if stacks == Some("none") {
         return "(no call sites: capture was off, --stacks none)".to_string();
     }
     // With Python frames alone, an allocation made outside Python (autograd's backward thread, a native
     // library's own thread, a process that is not Python) has no site whatever its size. Short enough for a
     // row of the call-site tables within the report's width.
-    match setting(header::STACK_MIN_BYTES).and_then(|v| v.parse::<u64>().ok()) {
+    match a
+        .header
+        .setting(header::STACK_MIN_BYTES)
+        .and_then(|v| v.parse::<u64>().ok())
+    {
         Some(min) if stacks == Some("python") => format!(
             "(no call site: below {}, or outside Python: --stacks python)",
             bytes(min)

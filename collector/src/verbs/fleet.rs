@@ -35,8 +35,8 @@ pub struct Member {
 
 /// What identifies a trace's job: its `job` (`--job-name` or the launcher's id), else its command line.
 pub fn job_of(h: &TraceHeader) -> String {
-    match h.extra.iter().find(|(k, _)| k == keys::header::JOB) {
-        Some((_, j)) => format!("job {j}"),
+    match h.setting(keys::header::JOB) {
+        Some(j) => format!("job {j}"),
         None => format!("command `{}`", h.command.join(" ")),
     }
 }

@@ -105,3 +105,26 @@ pub fn chromium() -> Option<String> {
     }
     found
 }
+
+/// A recorded run `NAME.vtrace` from fixture folder `src` copied into `dir`, with its PyTorch snapshots
+/// (`NAME.vtrace.torch-*.gz`, gunzipped) beside it, where `whatif` looks for them. Returns the trace's path.
+pub fn unpack_run(src: &std::path::Path, dir: &TempDir, name: &str) -> PathBuf {
+    let trace = dir.0.join(format!("{name}.vtrace"));
+    std::fs::copy(src.join(format!("{name}.vtrace")), &trace).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let file = e.unwrap().file_name().into_string().unwrap();
+        if let Some(pickle) = file
+            .strip_prefix(&format!("{name}.vtrace.torch-"))
+            .and_then(|_| file.strip_suffix(".gz"))
+        {
+            let out = std::process::Command::new("gzip")
+                .arg("-dc")
+                .arg(src.join(&file))
+                .output()
+                .expect("gzip");
+            assert!(out.status.success());
+            std::fs::write(dir.0.join(pickle), out.stdout).unwrap();
+        }
+    }
+    trace
+}

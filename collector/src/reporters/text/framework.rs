@@ -260,10 +260,7 @@ pub fn bridge_section(o: &mut String, a: &Analysis) {
     // Only traces that say the bridge was on can say where it did not run.
     let agent = a
         .header
-        .extra
-        .iter()
-        .find(|(k, _)| k == vramtrace_format::keys::header::PYTHON_AGENT)
-        .map(|(_, v)| v.as_str());
+        .setting(vramtrace_format::keys::header::PYTHON_AGENT);
     let missing: Vec<&crate::model::ProcessStats> = match agent {
         Some("on") => a
             .processes
