@@ -49,6 +49,8 @@ enum Verb {
         /// Merge traces even when they are of different jobs.
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        beside: oom::BesideArgs,
     },
     /// Write a trace for a viewer people already use: `vramtrace export TRACE --format memory-viz --out FILE`.
     Export(export::ExportArgs),
@@ -77,11 +79,23 @@ fn main() {
         Verb::Report { files, json, .. } if files.len() == 1 => report::main(&files[0], json),
         Verb::Report { files, json, force } => fleet::report(&files, json, force),
         Verb::Oom {
-            files, json, full, ..
-        } if files.len() == 1 => oom::main(&files[0], json, full),
+            files,
+            json,
+            full,
+            beside,
+            ..
+        } if files.len() == 1 => oom::main(&files[0], json, full, &beside),
         Verb::Oom {
-            files, json, force, ..
-        } => fleet::oom_main(&files, json, force),
+            files,
+            json,
+            force,
+            beside,
+            ..
+        } if beside.is_default() => fleet::oom_main(&files, json, force),
+        Verb::Oom { .. } => exit::fail(
+            exit::USAGE,
+            "--beside, --value and --knob are for one trace (the run that failed), not several merged",
+        ),
         Verb::Export(args) => export::main(args),
         Verb::Demo(args) => demo::main(args),
         Verb::Top(args) => top::main(args),

@@ -35,7 +35,8 @@ pub mod replay;
 pub mod stream;
 
 pub use analysis::framework::{
-    AllocatorReplay, DeviceFramework, Figures, KeptLine, ProcessFramework, SnapshotReading,
+    AllocatorReplay, BatchAdvice, BatchFit, DeviceFramework, Figures, KeptLine, ProcessFramework,
+    SnapshotReading,
 };
 pub use analysis::*;
 use input::decode;

@@ -469,6 +469,63 @@ struct Observer<'a> {
     kept: Option<Vec<Kept<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     snapshot_error: Option<Option<&'a str>>,
+    /// The largest batch, from a run beside it at another batch (`vramtrace oom`, docs/OOM.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    batch: Option<BatchJson<'a>>,
+}
+
+/// What a run beside this one at another value of a knob says (docs/JSON-SCHEMA.md, "batch").
+#[derive(Serialize)]
+struct BatchJson<'a> {
+    knob: &'a str,
+    value: u64,
+    beside: Vec<BesideJson<'a>>,
+    limit_bytes: u64,
+    /// Why no value is advised (then every figure below is null).
+    withheld: Option<&'a str>,
+    largest: Option<u64>,
+    next_refused_at: Option<&'a str>,
+    better_conf: Option<&'a str>,
+    better_largest: Option<u64>,
+    accumulation_steps: Option<u64>,
+    accumulation_value: Option<u64>,
+    guessed_requests: Option<u64>,
+    filled_from_step: Option<u64>,
+    filled_from_kin: Option<u64>,
+    filled_in_proportion: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct BesideJson<'a> {
+    path: &'a str,
+    value: u64,
+}
+
+impl<'a> BatchJson<'a> {
+    fn of(b: &'a crate::model::BatchAdvice) -> Self {
+        let f = b.outcome.as_ref().ok();
+        BatchJson {
+            knob: &b.knob,
+            value: b.value,
+            beside: b
+                .beside
+                .iter()
+                .map(|(p, v)| BesideJson { path: p, value: *v })
+                .collect(),
+            limit_bytes: b.limit,
+            withheld: b.outcome.as_ref().err().map(String::as_str),
+            largest: f.and_then(|f| f.largest),
+            next_refused_at: f.and_then(|f| f.next_refused_at.as_deref()),
+            better_conf: f.and_then(|f| f.better.as_ref()).map(|x| x.0.as_str()),
+            better_largest: f.and_then(|f| f.better.as_ref()).map(|x| x.1),
+            accumulation_steps: f.and_then(|f| f.accumulate).map(|x| x.0),
+            accumulation_value: f.and_then(|f| f.accumulate).map(|x| x.1),
+            guessed_requests: f.map(|f| f.guessed),
+            filled_from_step: f.map(|f| f.filled_from_step),
+            filled_from_kin: f.map(|f| f.filled_from_kin),
+            filled_in_proportion: f.map(|f| f.filled_in_proportion),
+        }
+    }
 }
 
 impl<'a> Framework<'a> {
@@ -511,6 +568,7 @@ impl<'a> Observer<'a> {
             snapshot: o.snapshot_path.as_deref(),
             kept: o.snapshot.as_ref().map(|r| Kept::list(&r.kept)),
             snapshot_error: o.snapshot.as_ref().map(|r| r.error.as_deref()),
+            batch: o.batch.as_ref().map(BatchJson::of),
         }
     }
 }

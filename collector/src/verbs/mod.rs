@@ -7,6 +7,7 @@ pub mod demo;
 pub mod export;
 pub mod fleet;
 pub mod oom;
+pub mod oom_batch;
 pub mod report;
 pub mod run;
 pub mod top;

@@ -1,4 +1,4 @@
-//! `vramtrace oom FILE [--json]`: the post-mortem of a job that ran out of GPU memory (docs/OOM.md).
+//! `vramtrace oom FILE [--json] [--full] [--beside RUN[=VALUE]]... [--value V] [--knob NAME]`: the post-mortem of a job that ran out of GPU memory (docs/OOM.md).
 //!
 //! For each out-of-memory record the shim sent (the first [`MAX_OOM_SNAPSHOTS`] of them), what was live at that
 //! moment, the cause (exactly one of cap, fragmentation, external, pressure) with the figures that decided it,
@@ -22,11 +22,16 @@ use crate::model::Analysis;
 use crate::reporters::{oom_json, oom_text, prose};
 use crate::units::{bytes, secs};
 
-pub fn main(file: &Path, json: bool, full: bool) -> Code {
-    let a = match crate::trace_file::analyze(file) {
+pub use super::oom_batch::BesideArgs;
+
+pub fn main(file: &Path, json: bool, full: bool, beside: &BesideArgs) -> Code {
+    let mut a = match crate::trace_file::analyze(file) {
         Ok(a) => a,
         Err(e) => return exit::fail(exit::USAGE, e),
     };
+    if let Err(e) = super::oom_batch::attach(&mut a, file, beside) {
+        return exit::fail(exit::USAGE, e);
+    }
     let text = if json {
         oom_json::render(&a)
     } else if full {

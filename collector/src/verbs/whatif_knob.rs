@@ -16,9 +16,7 @@ pub use crate::whatif::batch::answered::KnobAnswered;
 use crate::whatif::batch::{align, answer, KnobJob, KnobRun};
 use crate::whatif::from_trace::{load, Loaded};
 
-/// The largest knob value taken, in a run or `--at`: no batch or sequence length comes near it, and below it
-/// the fits' arithmetic stays exact.
-pub const MAX_VALUE: u64 = 1 << 32;
+pub use crate::whatif::batch::beside::MAX_VALUE;
 
 /// `FILE=VALUE`, the value a positive integer up to [`MAX_VALUE`].
 pub fn parse_run(arg: &Path) -> Result<(PathBuf, u64), String> {

@@ -136,6 +136,46 @@ pub struct FrameworkOom {
     pub snapshot: Option<SnapshotReading>,
     /// The process's history replayed up to this error (the snapshot's `device_traces`), when it has one.
     pub replay: Option<AllocatorReplay>,
+    /// The largest batch that fits, from this run and a run beside it at another batch (`whatif/batch/
+    /// postmortem.rs`), when `vramtrace oom` found or was given one.
+    pub batch: Option<BatchAdvice>,
+}
+
+/// What the failed run and a run of the same program at another value of a knob (the batch) say of the largest
+/// value that fits where this one failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchAdvice {
+    /// The knob as the command line names it (`--batch-size`), or as the user did.
+    pub knob: String,
+    /// The failed run's value.
+    pub value: u64,
+    /// The runs beside it: (trace, value).
+    pub beside: Vec<(String, u64)>,
+    /// What the allocator could have had at the failure ([`AllocatorReplay::limit`]).
+    pub limit: u64,
+    /// The answer, or why none is drawn (one line).
+    pub outcome: Result<BatchFit, String>,
+}
+
+/// The largest value that fits, by the program replayed whole at each value tried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchFit {
+    /// With the settings it ran with; `None`: not even 1 fits.
+    pub largest: Option<u64>,
+    /// Where the next value up is first refused: its line.
+    pub next_refused_at: Option<String>,
+    /// A setting under which a larger value fits: (PYTORCH_CUDA_ALLOC_CONF, its largest).
+    pub better: Option<(String, u64)>,
+    /// Gradient accumulation that keeps the failed run's effective batch: (steps, value per step), the value per
+    /// step replayed and fitting.
+    pub accumulate: Option<(u64, u64)>,
+    /// Requests whose size the runs leave ambiguous (a guessed shape).
+    pub guessed: u64,
+    /// Requests the failed run never made: sized from its earlier steps, from requests it made of the same size
+    /// in the other run, and in proportion to the knob.
+    pub filled_from_step: u64,
+    pub filled_from_kin: u64,
+    pub filled_in_proportion: u64,
 }
 
 /// What replaying a failed process's PyTorch history up to its failed request said (`whatif/postmortem.rs`).
@@ -213,6 +253,7 @@ impl FrameworkOom {
             snapshot_path: text(k::SNAPSHOT),
             snapshot: None,
             replay: None,
+            batch: None,
         }
     }
 

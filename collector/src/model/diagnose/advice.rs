@@ -143,6 +143,10 @@ pub enum Advice {
         device: Option<u32>,
     },
 
+    // A run beside it at another batch (`vramtrace oom` found or was given one).
+    /// The largest value of the knob that fits where this run failed, by the program replayed whole.
+    LargestBatch(Box<crate::model::BatchAdvice>),
+
     // Any cause.
     /// The memory went to a KV cache (`line`): bound the batch and the sequence.
     BoundKvCache {
@@ -350,6 +354,12 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
                 },
             );
         }
+    }
+    // The largest batch, from a run beside it at another batch: first where the work's size decides (a growth
+    // only fails later at a smaller batch); why none was drawn is said too, since the user gave or kept the run.
+    let batch = s.framework.as_ref().and_then(|f| f.batch.as_ref());
+    if let Some(b) = batch.filter(|_| d.cause != Cause::Growth) {
+        v.insert(0, Advice::LargestBatch(Box::new(b.clone())));
     }
     // A KV cache behind a cause other than its own growth (a serving loop's batch or sequence outgrew the
     // memory): bounding them is the lasting fix, said second, after the cause's own first step.

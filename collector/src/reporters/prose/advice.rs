@@ -28,6 +28,7 @@ pub fn advice(d: &Diagnosis) -> Vec<String> {
 /// One step of advice, in a sentence or two.
 pub fn advice_text(a: &Advice) -> String {
     match a {
+        Advice::LargestBatch(x) => largest_batch(x),
         Advice::GrowthKvCache { line } => format!(
             "The KV cache{} grows with the batch and the sequence: bound them (a maximum batch size or tokens \
              per batch, max_new_tokens, a shorter context), or use a cache sized once for the limit (a static \
@@ -301,4 +302,90 @@ pub fn advice_text(a: &Advice) -> String {
              for the limit (a static or paged KV cache)."
         ),
     }
+}
+
+/// `--batch-size 9`, `batch 9`, or `9 (the command's argument 2)`.
+fn knob_at(knob: &str, v: u64) -> String {
+    if knob.starts_with("argument ") {
+        format!("{v} (the command's {knob})")
+    } else {
+        format!("{knob} {v}")
+    }
+}
+
+fn largest_batch(x: &crate::model::BatchAdvice) -> String {
+    let beside = x
+        .beside
+        .iter()
+        .map(|(p, v)| format!("{} ({p})", knob_at(&x.knob, *v)))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let f = match &x.outcome {
+        Err(why) => {
+            return format!(
+                "No largest {} is drawn from the run beside it at {beside}: {why}.",
+                x.knob
+            )
+        }
+        Ok(f) => f,
+    };
+    let Some(l) = f.largest else {
+        return format!(
+            "Not even {} fits in the {} the allocator could have had (the program replayed whole from this run \
+             and {beside}): what does not shrink with the {} (weights, gradients, optimizer state) is too much; \
+             shed that first.",
+            knob_at(&x.knob, 1),
+            b(x.limit),
+            x.knob
+        );
+    };
+    let mut t = format!(
+        "{} fits where {} failed, in the {} the allocator could have had{}: the program replayed whole at each \
+         value from this run and {beside}.",
+        knob_at(&x.knob, l),
+        x.value,
+        b(x.limit),
+        f.next_refused_at
+            .as_ref()
+            .map(|at| format!(", and {} is refused at {at}", l + 1))
+            .unwrap_or_default()
+    );
+    if let Some((steps, per)) = f.accumulate {
+        let same = steps * per == x.value;
+        t.push_str(&format!(
+            " To keep the batch of {}: {} with {steps} steps of gradient accumulation{}.",
+            x.value,
+            knob_at(&x.knob, per),
+            if same {
+                String::new()
+            } else {
+                format!(" (an effective batch of {})", steps * per)
+            }
+        ));
+    }
+    if let Some((conf, v)) = &f.better {
+        t.push_str(&format!(
+            " With PYTORCH_CUDA_ALLOC_CONF={conf}, {} fits.",
+            knob_at(&x.knob, *v)
+        ));
+    }
+    let bounded = f.filled_from_kin + f.filled_in_proportion;
+    if bounded > 0 {
+        t.push_str(&format!(
+            " This run failed before {} of the program's requests that no earlier step of it repeats; they are \
+             sized from its requests of the same size in the other run, or in proportion to the {}: upper \
+             bounds, so the answer errs low. A second run that finishes, at another value beside it, makes it \
+             exact.",
+            count(bounded),
+            x.knob
+        ));
+    }
+    if f.guessed > 0 {
+        t.push_str(&format!(
+            " {} requests fit more than one shape in the {}: a run at a third value tells which.",
+            count(f.guessed),
+            x.knob
+        ));
+    }
+    t
 }

@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use super::fit::{fit, Fit};
-use crate::whatif::history::{History, Op, NO_SITE};
+use super::fit::{eval, fit, Fit};
+use crate::whatif::history::{History, Op, MAX_SIZE, NO_SITE};
 
 /// One run: the knob's value and the histories of its processes (one per process and device).
 #[derive(Clone, Debug)]
@@ -76,13 +76,27 @@ pub fn steps(lines: &[u32]) -> Steps {
 /// One process's requests across the runs.
 #[derive(Clone, Debug)]
 pub struct Slot {
-    /// Per run, the index in its history's entries of each request.
+    /// Per run, the index in its history's entries of each request (in a run that failed, of those it made
+    /// before its failure, then the failed one's).
     pub at: Vec<Vec<u32>>,
-    /// Request `k`'s size in run `r`: `sizes[k * runs + r]`.
+    /// Request `k`'s size in run `r`: `sizes[k * runs + r]`. In a run that failed, past what it asked the sizes
+    /// are filled (`filled`).
     pub sizes: Vec<u64>,
     pub fits: Vec<Fit>,
-    /// Per run.
+    /// Per run (a run that failed has its reference run's).
     pub steps: Vec<Steps>,
+    /// In a run that failed: how the requests past its failure were sized (from the same request of an earlier
+    /// step, from a request it made of the same size in the reference run, or in proportion to the knob: an upper
+    /// bound for a size that grows at most in proportion, constant, `c·x`, `a + b·x`; not for a square).
+    pub filled: Filled,
+}
+
+/// How the requests a failed run never made were sized ([`Slot::filled`], `fill`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Filled {
+    pub from_step: u64,
+    pub from_kin: u64,
+    pub in_proportion: u64,
 }
 
 impl Slot {
@@ -97,6 +111,38 @@ pub struct Aligned {
     pub values: Vec<u64>,
     pub runs: Vec<KnobRun>,
     pub slots: Vec<Slot>,
+    /// The run that ran out of memory (at most one), matched up to its failure.
+    pub failed: Option<usize>,
+}
+
+impl Aligned {
+    /// The run that finished nearest `value` (the larger on a tie): the template of a history synthesized there.
+    pub fn nearest(&self, value: u64) -> usize {
+        (0..self.values.len())
+            .filter(|&r| Some(r) != self.failed)
+            .min_by_key(|&r| {
+                (
+                    self.values[r].abs_diff(value),
+                    std::cmp::Reverse(self.values[r]),
+                )
+            })
+            .unwrap_or(0)
+    }
+
+    /// The largest run that finished: the template for the settings as run.
+    pub fn reference(&self) -> usize {
+        (0..self.values.len())
+            .rev()
+            .find(|&r| Some(r) != self.failed)
+            .unwrap_or(0)
+    }
+}
+
+/// Where a history's first out-of-memory error is, if it has one.
+pub fn failure(h: &History) -> Option<usize> {
+    h.entries
+        .iter()
+        .position(|e| matches!(e.op, Op::Oom { .. }))
 }
 
 /// Why the runs cannot be extrapolated from.
@@ -117,7 +163,8 @@ pub enum KnobError {
     },
     /// A history that began after its process's first allocation (the ring wrapped): its setup is unknown.
     Incomplete { value: u64, pid: u32, device: u32 },
-    /// A run that ran out of memory: its history stops part way, so its requests cannot be matched.
+    /// More than one run ran out of memory: one is matched up to its failure, the others need a run that
+    /// finished. (value, pid, device) of the second.
     Failed { value: u64, pid: u32, device: u32 },
     /// The runs asked from different lines or in a different order.
     Mismatch(Mismatch),
@@ -177,8 +224,8 @@ impl fmt::Display for KnobError {
             ),
             KnobError::Failed { value, pid, device } => write!(
                 f,
-                "the run at {value} (pid {pid} GPU {device}) ran out of memory, so its history stops part way: give \
-                 runs that finished"
+                "the run at {value} (pid {pid} GPU {device}) ran out of memory too: one run that failed is matched \
+                 up to its failure, the others must have finished"
             ),
             KnobError::Mismatch(m) => m.fmt(f),
         }
@@ -226,7 +273,8 @@ pub fn site_label(h: &History, site: u32) -> String {
     h.site(site).unwrap_or("?").to_string()
 }
 
-/// Matches the runs' requests and fits each one's size.
+/// Matches the runs' requests and fits each one's size. One run may have run out of memory: it is matched up
+/// to its failure, and the requests it never made are filled ([`Slot::filled`]).
 pub fn align(mut runs: Vec<KnobRun>) -> Result<Aligned, KnobError> {
     if !(2..=3).contains(&runs.len()) {
         return Err(KnobError::Runs(runs.len()));
@@ -235,7 +283,8 @@ pub fn align(mut runs: Vec<KnobRun>) -> Result<Aligned, KnobError> {
     if let Some(w) = runs.windows(2).find(|w| w[0].value == w[1].value) {
         return Err(KnobError::SameValue(w[0].value));
     }
-    for r in &mut runs {
+    let mut failed: Option<usize> = None;
+    for (i, r) in runs.iter_mut().enumerate() {
         if r.histories.is_empty() {
             return Err(KnobError::NoHistory { value: r.value });
         }
@@ -245,8 +294,11 @@ pub fn align(mut runs: Vec<KnobRun>) -> Result<Aligned, KnobError> {
             if !h.complete() {
                 return Err(KnobError::Incomplete { value, pid, device });
             }
-            if h.entries.iter().any(|e| matches!(e.op, Op::Oom { .. })) {
-                return Err(KnobError::Failed { value, pid, device });
+            if failure(h).is_some() {
+                if failed.is_some_and(|f| f != i) {
+                    return Err(KnobError::Failed { value, pid, device });
+                }
+                failed = Some(i);
             }
         }
     }
@@ -274,67 +326,165 @@ pub fn align(mut runs: Vec<KnobRun>) -> Result<Aligned, KnobError> {
     let slots = (0..n)
         .map(|i| {
             let hs: Vec<&History> = runs.iter().map(|r| &r.histories[i]).collect();
-            slot(&values, &hs)
+            slot(&values, &hs, failed)
         })
         .collect::<Result<_, _>>()?;
     Ok(Aligned {
         values,
         runs,
         slots,
+        failed,
     })
 }
 
-fn slot(values: &[u64], hs: &[&History]) -> Result<Slot, KnobError> {
+/// A history's requests: their lines (ids shared across the runs through `ids`) and their entries' indices. In a
+/// history that failed, those before the failure and then the failed request.
+fn requests(
+    h: &History,
+    ids: &mut HashMap<String, u32>,
+    names: &mut Vec<String>,
+) -> (Vec<u32>, Vec<u32>) {
+    let local: Vec<u32> = (0..h.sites.len() as u32)
+        .map(|s| {
+            let label = site_label(h, s);
+            *ids.entry(label.clone()).or_insert_with(|| {
+                names.push(label);
+                names.len() as u32 - 1
+            })
+        })
+        .collect();
+    let end = failure(h).map_or(h.entries.len(), |f| f + 1);
+    let mut l = Vec::new();
+    let mut a = Vec::new();
+    for (i, e) in h.entries[..end].iter().enumerate() {
+        if let Op::Alloc { .. } | Op::Oom { .. } = e.op {
+            l.push(local.get(e.site as usize).copied().unwrap_or(NO_SITE));
+            a.push(i as u32);
+        }
+    }
+    (l, a)
+}
+
+fn slot(values: &[u64], hs: &[&History], failed: Option<usize>) -> Result<Slot, KnobError> {
     // Lines named alike in every run (each history interns its own).
     let mut ids: HashMap<String, u32> = HashMap::new();
     let mut names: Vec<String> = Vec::new();
-    let mut lines: Vec<Vec<u32>> = Vec::with_capacity(hs.len());
-    let mut at: Vec<Vec<u32>> = Vec::with_capacity(hs.len());
-    for h in hs {
-        let local: Vec<u32> = (0..h.sites.len() as u32)
-            .map(|s| {
-                let label = site_label(h, s);
-                *ids.entry(label.clone()).or_insert_with(|| {
-                    names.push(label);
-                    names.len() as u32 - 1
-                })
-            })
-            .collect();
-        let mut l = Vec::new();
-        let mut a = Vec::new();
-        for (i, e) in h.entries.iter().enumerate() {
-            if let Op::Alloc { .. } = e.op {
-                l.push(local.get(e.site as usize).copied().unwrap_or(NO_SITE));
-                a.push(i as u32);
-            }
-        }
-        lines.push(l);
-        at.push(a);
-    }
-    let steps: Vec<Steps> = lines.iter().map(|l| steps(l)).collect();
-    let same = lines.windows(2).all(|w| w[0] == w[1]);
+    let (mut lines, at): (Vec<Vec<u32>>, Vec<Vec<u32>>) =
+        hs.iter().map(|h| requests(h, &mut ids, &mut names)).unzip();
+    // The runs that finished ask the same lines in the same order; the one that failed asked the start of them.
+    let done: Vec<usize> = (0..hs.len()).filter(|&r| Some(r) != failed).collect();
+    let reference = done[done.len() - 1];
+    let same = done.windows(2).all(|w| lines[w[0]] == lines[w[1]])
+        && failed.is_none_or(|f| lines[reference].starts_with(&lines[f]));
     if !same {
+        let steps: Vec<Steps> = lines.iter().map(|l| steps(l)).collect();
         return Err(KnobError::Mismatch(mismatch(
             values, hs, &lines, &names, &steps[0],
         )));
     }
+    let ref_steps = steps(&lines[reference]);
     let runs = hs.len();
-    let requests = lines[0].len();
+    let requests = lines[reference].len();
     let mut sizes = vec![0u64; requests * runs];
     for (r, h) in hs.iter().enumerate() {
         for (k, &i) in at[r].iter().enumerate() {
-            if let Op::Alloc { size, .. } = h.entries[i as usize].op {
+            if let Op::Alloc { size, .. } | Op::Oom { size, .. } = h.entries[i as usize].op {
                 sizes[k * runs + r] = size;
             }
         }
     }
+    let mut filled = Filled::default();
+    if let Some(f) = failed {
+        // The run that finished nearest the failed one sizes what it never asked.
+        let c = *done
+            .iter()
+            .min_by_key(|&&r| (values[r].abs_diff(values[f]), std::cmp::Reverse(values[r])))
+            .unwrap_or(&reference);
+        filled = if done.len() >= 2 {
+            // Two runs that finished fit each request the failed one never made: its size there is theirs.
+            let xs: Vec<u64> = done.iter().map(|&r| values[r]).collect();
+            for k in at[f].len()..requests {
+                let ss: Vec<u64> = done.iter().map(|&r| sizes[k * runs + r]).collect();
+                let v = eval(fit(&xs, &ss).shape, &xs, &ss, values[f]);
+                sizes[k * runs + f] = v.clamp(0, MAX_SIZE as i128) as u64;
+            }
+            Filled::default()
+        } else {
+            fill(values, &mut sizes, runs, (f, c), at[f].len(), &ref_steps)
+        };
+        lines[f] = lines[reference].clone();
+    }
     let fits = sizes.chunks(runs).map(|s| fit(values, s)).collect();
+    let steps = (0..runs)
+        .map(|r| {
+            if r == reference || Some(r) == failed {
+                ref_steps
+            } else {
+                steps(&lines[r])
+            }
+        })
+        .collect();
     Ok(Slot {
         at,
         sizes,
         fits,
         steps,
+        filled,
     })
+}
+
+/// Sizes the requests `known..` that run `f` (failed) never made, from run `c` (finished), best evidence first:
+/// - the same request of the latest step `f` did make, in the ratio `f` asked it there (steps repeat their
+///   requests; a step's sizes may differ from another's, with sequence lengths drawn per step);
+/// - else its kin: a request `f` did make that asked the same size in `c` (a gradient is its parameter's size, an
+///   activation's gradient the activation's), at the most `f` asked for any of them;
+/// - else `c`'s size in proportion to the knob where `f`'s value is the larger (an upper bound for a size that
+///   grows at most in proportion), and as `c` asked where it is the smaller.
+fn fill(
+    values: &[u64],
+    sizes: &mut [u64],
+    runs: usize,
+    (f, c): (usize, usize),
+    known: usize,
+    st: &Steps,
+) -> Filled {
+    let mut filled = Filled::default();
+    let (xf, xc) = (values[f] as u128, values[c].max(1) as u128);
+    let requests = sizes.len() / runs;
+    let mut kin: HashMap<u64, u64> = HashMap::new();
+    for k in 0..known.min(requests) {
+        let e = kin.entry(sizes[k * runs + c]).or_default();
+        *e = (*e).max(sizes[k * runs + f]);
+    }
+    for k in known..requests {
+        let sc = sizes[k * runs + c];
+        // The latest request before `known` at the same place in the step cycle.
+        let analog = (st.period > 0 && k >= st.setup + st.period)
+            .then(|| {
+                let back = (k + 1 - known).div_ceil(st.period) * st.period;
+                k.checked_sub(back).filter(|&a| a >= st.setup)
+            })
+            .flatten();
+        let s = if let Some(a) = analog {
+            filled.from_step += 1;
+            let (ac, af) = (sizes[a * runs + c], sizes[a * runs + f]);
+            if ac == sc || ac == 0 {
+                af
+            } else {
+                let v = (sc as u128).saturating_mul(af as u128) / ac as u128;
+                v.min(MAX_SIZE as u128) as u64
+            }
+        } else if let Some(&s) = kin.get(&sc) {
+            filled.from_kin += 1;
+            s
+        } else {
+            filled.in_proportion += 1;
+            let v = (sc as u128).saturating_mul(xf.max(xc)) / xc;
+            v.min(MAX_SIZE as u128) as u64
+        };
+        sizes[k * runs + f] = s;
+    }
+    filled
 }
 
 fn mismatch(

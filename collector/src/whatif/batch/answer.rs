@@ -175,7 +175,7 @@ impl KnobJob {
     /// the run's setup or step cycle.
     pub fn place(&self, value: u64, f: &Failure) -> (u32, u32, String, String) {
         let a = &self.aligned;
-        let t = synth::nearest(&a.values, value);
+        let t = a.nearest(value);
         let h = &a.runs[t].histories[f.history];
         let slot = &a.slots[f.history];
         let k = slot.at[t].partition_point(|&i| (i as usize) < f.entry);
@@ -197,6 +197,7 @@ impl KnobJob {
 
     pub fn shapes(&self) -> Vec<ShapeCount> {
         let runs = self.aligned.values.len();
+        let reference = self.aligned.reference();
         let mut out: Vec<ShapeCount> = Vec::new();
         for slot in &self.aligned.slots {
             for (k, f) in slot.fits.iter().enumerate() {
@@ -214,7 +215,7 @@ impl KnobJob {
                 };
                 let c = &mut out[i];
                 c.requests += 1;
-                c.bytes = c.bytes.saturating_add(slot.sizes[k * runs + runs - 1]);
+                c.bytes = c.bytes.saturating_add(slot.sizes[k * runs + reference]);
                 c.ambiguous += u64::from(f.alternative.is_some());
             }
         }
@@ -325,7 +326,7 @@ impl KnobJob {
 /// The what-if on the knob: each configuration (as run first) at each of `at`, and under `limit` its largest
 /// value.
 pub fn answer(job: &KnobJob, configs: &[Settings], at: &[u64], limit: Option<Limit>) -> KnobAnswer {
-    let template = &job.aligned.runs[job.aligned.runs.len() - 1].histories;
+    let template = &job.aligned.runs[job.aligned.reference()].histories;
     let tried = to_try(template, configs);
     let conf = run_conf(template);
     let ambiguous = job.ambiguous();

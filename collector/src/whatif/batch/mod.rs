@@ -7,7 +7,9 @@
 pub mod align;
 pub mod answer;
 pub mod answered;
+pub mod beside;
 pub mod fit;
+pub mod postmortem;
 pub mod synth;
 #[cfg(test)]
 mod tests;

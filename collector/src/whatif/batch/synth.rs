@@ -1,4 +1,5 @@
-//! A history at another value of the knob: the run nearest that value, its requests' sizes replaced by what
+//! A history at another value of the knob: the run that finished nearest that value (the larger on a tie: its
+//! steps are the closer in what they hold), its requests' sizes replaced by what
 //! their fits give there (its frees, streams, times and flushes kept as they were).
 
 use super::align::Aligned;
@@ -22,15 +23,8 @@ pub struct Synthesized {
     pub template: usize,
 }
 
-/// The run nearest `at` (the larger on a tie: its steps are the closer in what they hold).
-pub fn nearest(values: &[u64], at: u64) -> usize {
-    (0..values.len())
-        .min_by_key(|&r| (values[r].abs_diff(at), std::cmp::Reverse(values[r])))
-        .unwrap_or(0)
-}
-
 pub fn at(a: &Aligned, value: u64, which: Which) -> Synthesized {
-    let t = nearest(&a.values, value);
+    let t = a.nearest(value);
     let runs = a.values.len();
     let mut clamped = 0u64;
     let histories = a

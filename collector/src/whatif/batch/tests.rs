@@ -75,6 +75,25 @@ fn program(x: u64, per_step: &[(u32, Size)], steps: usize, extra: bool) -> Histo
     h
 }
 
+/// [`program`] at `x` with 5 steps, run out of memory at its `cut`-th request (from 0): the history up to it,
+/// then the refused request.
+fn failing(x: u64, cut: usize) -> History {
+    let mut h = program(x, &BATCH, 5, false);
+    let at = h
+        .entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e.op, Op::Alloc { .. }))
+        .nth(cut)
+        .map(|(i, _)| i)
+        .expect("the cut is a request");
+    h.entries.truncate(at + 1);
+    if let Op::Alloc { size, stream, .. } = h.entries[at].op {
+        h.entries[at].op = Op::Oom { size, stream };
+    }
+    h
+}
+
 fn run(x: u64, h: History) -> KnobRun {
     KnobRun {
         value: x,
@@ -241,18 +260,22 @@ fn runs_that_cannot_be_matched_say_why() {
         align(vec![run(8, p()), run(16, late)]).unwrap_err(),
         KnobError::Incomplete { value: 16, .. }
     ));
-    let mut failed = p();
-    failed.entries.push(Entry {
-        t_us: 1000,
-        op: Op::Oom {
-            size: MIB,
-            stream: 0,
-        },
-        site: 1,
-    });
+    // One run that failed is matched up to its failure; two are not.
     assert!(matches!(
-        align(vec![run(8, failed), run(16, p())]).unwrap_err(),
-        KnobError::Failed { value: 8, .. }
+        align(vec![
+            run(8, failing(8, 9)),
+            run(16, failing(16, 9)),
+            run(4, p())
+        ])
+        .unwrap_err(),
+        KnobError::Failed { value: 16, .. }
+    ));
+    // A failed run that asked another line before its failure took another path.
+    let mut other = failing(16, 9);
+    other.entries[3].site = 6;
+    assert!(matches!(
+        align(vec![run(8, p()), run(16, other)]).unwrap_err(),
+        KnobError::Mismatch(_)
     ));
     // The same process on another GPU in the other run: its limit and memory would be another device's.
     let mut moved = p();
@@ -347,4 +370,74 @@ fn the_step_cycle_is_found_from_the_lines_alone() {
     assert_eq!(s.place(3), "in the setup");
     assert_eq!(s.place(7 + 3 * 2), "in repeat 3 of 5 of the step cycle");
     assert_eq!(steps(&[1, 2, 3]).count, 0);
+}
+
+/// The sizes of a history's requests, in order.
+fn asked(h: &History) -> Vec<u64> {
+    h.entries
+        .iter()
+        .filter_map(|e| match e.op {
+            Op::Alloc { size, .. } => Some(size),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_that_failed_is_matched_up_to_its_failure_and_its_later_steps_come_from_its_earlier_ones() {
+    // Setup 3 + a first step of 5 + steps of 3: request 14 is in the fourth step.
+    let j = job(vec![
+        run(4, program(4, &BATCH, 5, false)),
+        run(8, program(8, &BATCH, 5, false)),
+        run(16, failing(16, 14)),
+    ]);
+    let a = &j.aligned;
+    assert_eq!(a.failed, Some(2));
+    assert_eq!(a.reference(), 1, "the largest run that finished");
+    assert_eq!(a.nearest(16), 1, "a failed run is never the template");
+    let slot = &a.slots[0];
+    assert_eq!(slot.requests(), asked(&program(4, &BATCH, 5, false)).len());
+    // Two runs finished: what the failed one never asked is their fit's, nothing guessed.
+    assert_eq!(slot.filled, Default::default());
+    // Every fit is what three finished runs give, so the history at 12 is the program's own.
+    let whole = job(vec![
+        run(4, program(4, &BATCH, 5, false)),
+        run(8, program(8, &BATCH, 5, false)),
+        run(16, program(16, &BATCH, 5, false)),
+    ]);
+    assert_eq!(slot.fits, whole.aligned.slots[0].fits);
+    let s = synth::at(a, 12, Which::Fitted);
+    assert_eq!(
+        asked(&s.histories[0]),
+        asked(&program(12, &BATCH, 5, false))
+    );
+    // With one run that finished, its later steps come from its earlier ones.
+    let one = job(vec![
+        run(8, program(8, &BATCH, 5, false)),
+        run(16, failing(16, 14)),
+    ]);
+    let f = one.aligned.slots[0].filled;
+    assert_eq!((f.from_step, f.from_kin, f.in_proportion), (5, 0, 0));
+    let whole = job(vec![
+        run(8, program(8, &BATCH, 5, false)),
+        run(16, program(16, &BATCH, 5, false)),
+    ]);
+    assert_eq!(one.aligned.slots[0].fits, whole.aligned.slots[0].fits);
+    // It failed in its first step: what it never asked is sized in proportion to the batch.
+    let early = job(vec![
+        run(8, program(8, &BATCH, 5, false)),
+        run(16, failing(16, 4)),
+    ]);
+    let f = early.aligned.slots[0].filled;
+    // The first step differs from the rest (optimizer state): it is setup, so no step it made repeats later.
+    // Ten of the fifteen asked a size it had asked before (its kin: the workspace, the activations of its
+    // first step), the rest in proportion.
+    assert_eq!((f.from_step, f.from_kin, f.in_proportion), (0, 10, 5));
+    let truth = asked(&program(12, &BATCH, 5, false));
+    let got = asked(&synth::at(&early.aligned, 12, Which::Fitted).histories[0]);
+    assert_eq!(got.len(), truth.len());
+    assert!(
+        got.iter().zip(&truth).all(|(g, t)| g >= t),
+        "in proportion is an upper bound for sizes that grow at most in proportion"
+    );
 }

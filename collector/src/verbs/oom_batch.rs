@@ -1,0 +1,213 @@
+//! `vramtrace oom`'s runs beside the failed one (issue 39): a run of the same program at another batch, given
+//! (`--beside FILE[=VALUE]`) or found in the trace's folder (a trace whose command differs only in one number),
+//! read and handed to the knob's what-if with the failed process's history: the advice then names the largest
+//! batch that fits where this one failed, and the gradient accumulation that keeps its batch.
+//!
+//! Exit 2 with one line for what the user gave wrong (a value that is not a whole number, a run that is not a
+//! trace, values the commands do not tell); a run found by looking, or one that cannot be matched, gives a line
+//! in the advice saying why no batch is named.
+
+use std::path::{Path, PathBuf};
+
+use crate::model::{Analysis, BatchAdvice};
+use crate::whatif::batch::beside::{self, knob_between, Beside, MAX_VALUE};
+use crate::whatif::batch::postmortem::{advise, Failed};
+use crate::whatif::from_trace::load;
+use crate::whatif::history::History;
+
+/// How many runs beside the failed one are used (with it, the three the knob's fits take at most).
+const MAX_BESIDE: usize = 2;
+
+#[derive(clap::Args, Debug, Default, Clone, PartialEq, Eq)]
+pub struct BesideArgs {
+    /// A run of the same program at another batch (or another value of one knob), to name the largest that fits:
+    /// FILE, or FILE=VALUE where the commands do not tell the value. At most two. Without it, the traces in the
+    /// same folder whose command differs from this one's only in one number are used.
+    #[arg(long, value_name = "FILE[=VALUE]")]
+    pub beside: Vec<PathBuf>,
+    /// The knob's value in the run that failed, where its command does not tell.
+    #[arg(long, value_name = "VALUE")]
+    pub value: Option<u64>,
+    /// What the advice calls the knob (by default the flag the commands differ in, such as --batch-size).
+    #[arg(long, value_name = "NAME")]
+    pub knob: Option<String>,
+    /// Do not look in the trace's folder for runs at another batch.
+    #[arg(long)]
+    pub no_beside: bool,
+}
+
+impl BesideArgs {
+    pub fn is_default(&self) -> bool {
+        *self == BesideArgs::default()
+    }
+}
+
+/// `FILE` or `FILE=VALUE` (a whole number from 1 to [`MAX_VALUE`]); a file whose own name holds `=` is taken
+/// whole when it exists.
+fn parse(arg: &Path) -> Result<(PathBuf, Option<u64>), String> {
+    let s = arg.to_string_lossy();
+    match s.rsplit_once('=') {
+        Some(_) if arg.exists() => Ok((arg.to_path_buf(), None)),
+        Some((file, v)) => match v.parse::<u64>() {
+            Ok(x) if (1..=MAX_VALUE).contains(&x) => Ok((PathBuf::from(file), Some(x))),
+            _ => Err(format!(
+                "--beside {s}: {v:?} is not a whole number from 1 to {MAX_VALUE} (the knob's value in that run)"
+            )),
+        },
+        None => Ok((arg.to_path_buf(), None)),
+    }
+}
+
+/// The runs to use: those given (their values from `=VALUE` or from the commands), else those found.
+fn runs(file: &Path, command: &[String], args: &BesideArgs) -> Result<Vec<Beside>, String> {
+    if args.beside.is_empty() {
+        if args.no_beside {
+            return Ok(Vec::new());
+        }
+        return Ok(beside::discover(file, command, MAX_BESIDE));
+    }
+    if args.beside.len() > MAX_BESIDE {
+        return Err(format!(
+            "--beside: at most {MAX_BESIDE} runs (with the failed one, the three the fits take)"
+        ));
+    }
+    if let Some(v) = args.value.filter(|v| !(1..=MAX_VALUE).contains(v)) {
+        return Err(format!(
+            "--value {v}: not a whole number from 1 to {MAX_VALUE}"
+        ));
+    }
+    let mut out = Vec::new();
+    for arg in &args.beside {
+        let (path, given) = parse(arg)?;
+        let other = beside::command(&path)
+            .ok_or_else(|| format!("--beside {}: not a trace that can be read", path.display()))?;
+        let told = knob_between(command, &other);
+        let (knob, this, value) = match (told, given, args.value) {
+            (_, Some(v), Some(t)) => (String::new(), t, v),
+            (Some((k, t, v)), None, None) => (k, t, v),
+            (Some((k, t, _)), Some(v), None) => (k, t, v),
+            (Some((k, _, v)), None, Some(t)) => (k, t, v),
+            (None, _, _) => {
+                return Err(format!(
+                    "--beside {}: its command and this one's do not differ in one number, so the values are not \
+                     known: give --beside FILE=VALUE and --value VALUE (this run's)",
+                    path.display()
+                ))
+            }
+        };
+        if value == this {
+            return Err(format!(
+                "--beside {}: at the same value as this run ({value}): give a run at another",
+                path.display()
+            ));
+        }
+        out.push(Beside {
+            path,
+            knob,
+            this,
+            value,
+        });
+    }
+    Ok(out)
+}
+
+/// The history of `pid` on `device` among a run's, and its place among that device's (by pid).
+fn place(hs: &[History], pid: Option<u32>, device: u32, index: usize) -> Option<(History, usize)> {
+    let mut on: Vec<&History> = hs.iter().filter(|h| h.device == device).collect();
+    on.sort_by_key(|h| h.pid);
+    let i = match pid {
+        Some(p) => on.iter().position(|h| h.pid == p)?,
+        None => index,
+    };
+    on.get(i).map(|h| ((*h).clone(), i))
+}
+
+/// Names the largest batch for the first out-of-memory error whose history was replayed to its failure, from
+/// the runs beside it: fills its `framework.batch`.
+pub fn attach(a: &mut Analysis, file: &Path, args: &BesideArgs) -> Result<(), String> {
+    let runs = runs(file, &a.header.command, args)?;
+    if runs.is_empty() {
+        return Ok(());
+    }
+    let Some(i) = a.ooms.iter().position(|o| {
+        o.device.is_some()
+            && o.framework
+                .as_ref()
+                .and_then(|f| f.replay.as_ref())
+                .is_some()
+    }) else {
+        return Ok(());
+    };
+    let (pid, device) = (a.ooms[i].pid, a.ooms[i].device.unwrap_or(0));
+    let Some(limit) = a.ooms[i]
+        .framework
+        .as_ref()
+        .and_then(|f| f.replay.as_ref())
+        .map(|r| r.limit)
+    else {
+        return Ok(());
+    };
+    let knob = args
+        .knob
+        .clone()
+        .or_else(|| runs.iter().map(|r| r.knob.clone()).find(|k| !k.is_empty()))
+        .unwrap_or_else(|| "batch".to_string());
+    let value = runs[0].this;
+    let mut loaded = load(a, file);
+    let device_total = loaded
+        .device_total
+        .get(&device)
+        .copied()
+        .unwrap_or(80 << 30);
+    let failed = place(&std::mem::take(&mut loaded.histories), Some(pid), device, 0);
+    let result = match failed {
+        None => Err(format!(
+            "this run's PyTorch history of pid {pid} on GPU {device} could not be read again"
+        )),
+        Some((h, idx)) => read_beside(&runs, device, idx).map(|b| (h, b)),
+    };
+    let beside_list: Vec<(String, u64)> = runs
+        .iter()
+        .map(|r| (r.path.display().to_string(), r.value))
+        .collect();
+    let out = match result {
+        Ok((history, beside)) => advise(Failed {
+            knob: &knob,
+            value,
+            history,
+            beside,
+            limit,
+            device_total,
+        }),
+        Err(why) => BatchAdvice {
+            knob: knob.clone(),
+            value,
+            beside: beside_list,
+            limit,
+            outcome: Err(why),
+        },
+    };
+    if let Some(f) = a.ooms[i].framework.as_mut() {
+        f.batch = Some(out);
+    }
+    Ok(())
+}
+
+/// Each run's history of the process at `index` among those on `device`.
+fn read_beside(
+    runs: &[Beside],
+    device: u32,
+    index: usize,
+) -> Result<Vec<(String, u64, History)>, String> {
+    runs.iter()
+        .map(|r| {
+            let label = r.path.display().to_string();
+            let a = crate::trace_file::analyze(&r.path).map_err(|e| format!("{label}: {e}"))?;
+            let l = load(&a, &r.path);
+            let (h, _) = place(&l.histories, None, device, index).ok_or_else(|| {
+                format!("{label} has no PyTorch history on GPU {device} (trace it with --torch-history)")
+            })?;
+            Ok((label, r.value, h))
+        })
+        .collect()
+}

