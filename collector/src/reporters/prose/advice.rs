@@ -369,15 +369,26 @@ fn largest_batch(x: &crate::model::BatchAdvice) -> String {
             knob_at(&x.knob, *v)
         ));
     }
-    let bounded = f.filled_from_kin + f.filled_in_proportion;
-    if bounded > 0 {
+    if f.filled_from_kin + f.filled_in_proportion > 0 {
+        let mut how = Vec::new();
+        if f.filled_from_kin > 0 {
+            how.push(format!(
+                "{} as the requests it made that asked the same size in the other run (from the same line first): \
+                 a guess",
+                count(f.filled_from_kin)
+            ));
+        }
+        if f.filled_in_proportion > 0 {
+            how.push(format!(
+                "{} in proportion to the {} (an upper bound for sizes that grow at most in proportion)",
+                count(f.filled_in_proportion),
+                x.knob
+            ));
+        }
         t.push_str(&format!(
-            " This run failed before {} of the program's requests that no earlier step of it repeats; they are \
-             sized from its requests of the same size in the other run, or in proportion to the {}: upper \
-             bounds, so the answer errs low. A second run that finishes, at another value beside it, makes it \
-             exact.",
-            count(bounded),
-            x.knob
+            " This run failed before some of the program's requests that no earlier step of it repeats; they are \
+             sized {}. A second run that finishes, at another value beside it, makes the answer exact.",
+            how.join(", and ")
         ));
     }
     if f.guessed > 0 {

@@ -410,7 +410,15 @@ fn slot(values: &[u64], hs: &[&History], failed: Option<usize>) -> Result<Slot, 
             }
             Filled::default()
         } else {
-            fill(values, &mut sizes, runs, (f, c), at[f].len(), &ref_steps)
+            fill(
+                values,
+                &mut sizes,
+                runs,
+                (f, c),
+                at[f].len(),
+                &ref_steps,
+                &lines[reference],
+            )
         };
         lines[f] = lines[reference].clone();
     }
@@ -436,8 +444,10 @@ fn slot(values: &[u64], hs: &[&History], failed: Option<usize>) -> Result<Slot, 
 /// Sizes the requests `known..` that run `f` (failed) never made, from run `c` (finished), best evidence first:
 /// - the same request of the latest step `f` did make, in the ratio `f` asked it there (steps repeat their
 ///   requests; a step's sizes may differ from another's, with sequence lengths drawn per step);
-/// - else its kin: a request `f` did make that asked the same size in `c` (a gradient is its parameter's size, an
-///   activation's gradient the activation's), at the most `f` asked for any of them;
+/// - else its kin: a request `f` did make that asked the same size in `c`, from the same line first (the same
+///   tensor a step later), else from any line (a gradient is its parameter's size, an activation's gradient the
+///   activation's), at the most `f` asked for any of them: a guess, which sizes that collide at `c`'s value
+///   (a weight and an activation of one size) can mislead either way;
 /// - else `c`'s size in proportion to the knob where `f`'s value is the larger (an upper bound for a size that
 ///   grows at most in proportion), and as `c` asked where it is the smaller.
 fn fill(
@@ -447,14 +457,20 @@ fn fill(
     (f, c): (usize, usize),
     known: usize,
     st: &Steps,
+    lines: &[u32],
 ) -> Filled {
     let mut filled = Filled::default();
     let (xf, xc) = (values[f] as u128, values[c].max(1) as u128);
     let requests = sizes.len() / runs;
-    let mut kin: HashMap<u64, u64> = HashMap::new();
+    // Kin: by line and size first (the same tensor's next request), then by size alone.
+    let mut kin: HashMap<(u32, u64), u64> = HashMap::new();
+    let mut kin_size: HashMap<u64, u64> = HashMap::new();
     for k in 0..known.min(requests) {
-        let e = kin.entry(sizes[k * runs + c]).or_default();
-        *e = (*e).max(sizes[k * runs + f]);
+        let (sc, sf) = (sizes[k * runs + c], sizes[k * runs + f]);
+        let e = kin.entry((lines[k], sc)).or_default();
+        *e = (*e).max(sf);
+        let e = kin_size.entry(sc).or_default();
+        *e = (*e).max(sf);
     }
     for k in known..requests {
         let sc = sizes[k * runs + c];
@@ -474,7 +490,7 @@ fn fill(
                 let v = (sc as u128).saturating_mul(af as u128) / ac as u128;
                 v.min(MAX_SIZE as u128) as u64
             }
-        } else if let Some(&s) = kin.get(&sc) {
+        } else if let Some(&s) = kin.get(&(lines[k], sc)).or_else(|| kin_size.get(&sc)) {
             filled.from_kin += 1;
             s
         } else {
