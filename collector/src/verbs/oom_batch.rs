@@ -66,16 +66,6 @@ fn runs(file: &Path, command: &[String], args: &BesideArgs) -> Result<Vec<Beside
         }
         return Ok(beside::discover(file, command, MAX_BESIDE));
     }
-    if args.beside.len() > MAX_BESIDE {
-        return Err(format!(
-            "--beside: at most {MAX_BESIDE} runs (with the failed one, the three the fits take)"
-        ));
-    }
-    if let Some(v) = args.value.filter(|v| !(1..=MAX_VALUE).contains(v)) {
-        return Err(format!(
-            "--value {v}: not a whole number from 1 to {MAX_VALUE}"
-        ));
-    }
     let mut out = Vec::new();
     for arg in &args.beside {
         let (path, given) = parse(arg)?;
@@ -125,8 +115,21 @@ fn place(hs: &[History], pid: Option<u32>, device: u32, index: usize) -> Option<
 /// Names the largest batch for the first out-of-memory error whose history was replayed to its failure, from
 /// the runs beside it: fills its `framework.batch`.
 pub fn attach(a: &mut Analysis, file: &Path, args: &BesideArgs) -> Result<(), String> {
-    let runs = runs(file, &a.header.command, args)?;
-    if runs.is_empty() {
+    // What the user gave is checked whether or not there is an error to advise on.
+    if args.beside.len() > MAX_BESIDE {
+        return Err(format!(
+            "--beside: at most {MAX_BESIDE} runs (with the failed one, the three the fits take)"
+        ));
+    }
+    if let Some(v) = args.value.filter(|v| !(1..=MAX_VALUE).contains(v)) {
+        return Err(format!(
+            "--value {v}: not a whole number from 1 to {MAX_VALUE}"
+        ));
+    }
+    for b in &args.beside {
+        parse(b)?;
+    }
+    if args.beside.is_empty() && args.no_beside {
         return Ok(());
     }
     let Some(i) = a.ooms.iter().position(|o| {
@@ -147,6 +150,10 @@ pub fn attach(a: &mut Analysis, file: &Path, args: &BesideArgs) -> Result<(), St
     else {
         return Ok(());
     };
+    let runs = runs(file, &a.header.command, args)?;
+    if runs.is_empty() {
+        return Ok(());
+    }
     let knob = args
         .knob
         .clone()

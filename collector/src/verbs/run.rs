@@ -625,7 +625,16 @@ impl Prepared {
         let summary = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut msg = String::new();
             match crate::trace_file::analyze(&self.out) {
-                Ok(a) => {
+                Ok(mut a) => {
+                    // A run of the same command at another batch beside this one names the largest that fits
+                    // (docs/OOM.md); nothing is read unless an error has a history to match.
+                    if a.oom_records > 0 {
+                        let _ = crate::verbs::oom_batch::attach(
+                            &mut a,
+                            &self.out,
+                            &crate::verbs::oom_batch::BesideArgs::default(),
+                        );
+                    }
                     msg.push_str(&crate::verbs::report::summary(&a));
                     msg.push_str(&endings(&a));
                     if let Some(w) = crate::reporters::text::cap_exceeded_text(&a) {

@@ -233,9 +233,20 @@ impl KnobJob {
                     .0,
             )
         });
+        // Under the limit only whether it fits and where it first fails are read: a replay whose unlimited peak
+        // stays within the limit on every device is the same replay (nothing refused, the same choices), and one
+        // that does not stops at its first refusal.
         let limited = limit.map(|l| {
-            self.replay(value, Which::Fitted, settings, &l.bytes, false)
-                .0
+            let within = fitted
+                .device_peak
+                .iter()
+                .all(|(d, &p)| l.bytes.get(d).is_none_or(|&x| p <= x));
+            if within {
+                Replayed::default()
+            } else {
+                self.replay(value, Which::Fitted, settings, &l.bytes, true)
+                    .0
+            }
         });
         AtAnswer {
             value,
@@ -248,16 +259,18 @@ impl KnobJob {
         }
     }
 
-    /// The largest value (at least 1) whose replay under `limits` refuses nothing: doubling from the largest
-    /// run, then bisection; the answer's fit and its next value's refusal are both replays. Bisection assumes a
-    /// larger value never fits where a smaller one does not, which the allocator does not promise (see
-    /// [`Largest::refused_below`]): the answer fits and its next value does not, but a larger pocket that fits
-    /// may be missed.
+    /// The largest value (at least 1) whose replay under `limits` refuses nothing: from `hint` (another
+    /// configuration's answer, which this one is usually near), galloping up or down from it; without one,
+    /// doubling from the largest run; then bisection. The answer's fit and its next value's refusal are both
+    /// replays. Bisection assumes a larger value never fits where a smaller one does not, which the allocator does
+    /// not promise (see [`Largest::refused_below`]): the answer fits and its next value does not, but a larger
+    /// pocket that fits may be missed.
     pub fn largest(
         &self,
         which: Which,
         settings: Option<&Settings>,
         limits: &BTreeMap<u32, u64>,
+        hint: Option<u64>,
     ) -> Largest {
         let mut replays = 0u32;
         let mut refusal: BTreeMap<u64, Option<Failure>> = BTreeMap::new();
@@ -275,23 +288,51 @@ impl KnobJob {
         let end = top.saturating_mul(SEARCH_FACTOR).max(top.saturating_add(1));
         // lo fits (0: nothing known to), hi is refused (None: nothing known to be).
         let (mut lo, mut hi) = (0u64, None);
-        if fits(top) {
-            lo = top;
-            let mut x = top;
-            while hi.is_none() && x < end {
-                x = x.saturating_mul(2).min(end);
-                if fits(x) {
-                    lo = x;
-                } else {
-                    hi = Some(x);
+        match hint.filter(|&h| (1..end).contains(&h)) {
+            Some(h) if fits(h) => {
+                lo = h;
+                let mut step = 1u64;
+                while hi.is_none() && lo < end {
+                    let x = lo.saturating_add(step).min(end);
+                    if fits(x) {
+                        lo = x;
+                        step = step.saturating_mul(2);
+                    } else {
+                        hi = Some(x);
+                    }
                 }
             }
-        } else {
-            hi = Some(top);
-            if fits(values[0]) {
-                lo = values[0];
-            } else {
-                hi = Some(values[0]);
+            Some(h) => {
+                hi = Some(h);
+                let mut step = 1u64;
+                while let Some(x) = hi.and_then(|h| h.checked_sub(step)).filter(|&x| x > 0) {
+                    if fits(x) {
+                        lo = x;
+                        break;
+                    }
+                    hi = Some(x);
+                    step = step.saturating_mul(2);
+                }
+            }
+            None if fits(top) => {
+                lo = top;
+                let mut x = top;
+                while hi.is_none() && x < end {
+                    x = x.saturating_mul(2).min(end);
+                    if fits(x) {
+                        lo = x;
+                    } else {
+                        hi = Some(x);
+                    }
+                }
+            }
+            None => {
+                hi = Some(top);
+                if fits(values[0]) {
+                    lo = values[0];
+                } else {
+                    hi = Some(values[0]);
+                }
             }
         }
         let Some(mut h) = hi else {
@@ -330,17 +371,50 @@ pub fn answer(job: &KnobJob, configs: &[Settings], at: &[u64], limit: Option<Lim
     let tried = to_try(template, configs);
     let conf = run_conf(template);
     let ambiguous = job.ambiguous();
-    let answers = parallel(tried.len(), |i| {
+    // First, at once: the search as run, and every configuration's answers at the values asked. Then each other
+    // configuration's search starts from the answer as run (settings move it by a few values, so galloping from
+    // it takes two or three replays where doubling and bisection take six), and each alternative from its own.
+    enum Part {
+        Largest(Option<Largest>),
+        At(Vec<AtAnswer>),
+    }
+    let mut first = parallel(tried.len() + 1, |i| {
+        if i == 0 {
+            Part::Largest(
+                limit
+                    .as_ref()
+                    .map(|l| job.largest(Which::Fitted, tried[0].as_ref(), &l.bytes, None)),
+            )
+        } else {
+            let s = tried[i - 1].as_ref();
+            Part::At(at.iter().map(|&x| job.at(x, s, limit.as_ref())).collect())
+        }
+    })
+    .into_iter();
+    let as_run = match first.next() {
+        Some(Part::Largest(l)) => l,
+        _ => None,
+    };
+    let ats: Vec<Vec<AtAnswer>> = first
+        .map(|p| match p {
+            Part::At(a) => a,
+            Part::Largest(_) => Vec::new(),
+        })
+        .collect();
+    let hint = as_run.as_ref().and_then(|g| g.value);
+    let searches = parallel(tried.len(), |i| {
         let s = tried[i].as_ref();
-        let at: Vec<AtAnswer> = at.iter().map(|&x| job.at(x, s, limit.as_ref())).collect();
-        let largest = limit.as_ref().map(|l| {
-            let mut g = job.largest(Which::Fitted, s, &l.bytes);
+        limit.as_ref().map(|l| {
+            let mut g = match (&as_run, i) {
+                (Some(g), 0) => g.clone(),
+                _ => job.largest(Which::Fitted, s, &l.bytes, hint),
+            };
             if ambiguous {
-                g.alternative = Some(job.largest(Which::Alternative, s, &l.bytes).value);
+                g.alternative = Some(job.largest(Which::Alternative, s, &l.bytes, g.value).value);
             }
             // The search only ever sees refusals above its answer; the `--at` values it was asked about show
             // where a smaller value fails.
-            let below = at
+            let below = ats[i]
                 .iter()
                 .filter(|a| a.fits == Some(false) && g.value.is_some_and(|v| a.value < v))
                 .map(|a| a.value);
@@ -348,9 +422,9 @@ pub fn answer(job: &KnobJob, configs: &[Settings], at: &[u64], limit: Option<Lim
             g.refused_below.sort_unstable();
             g.refused_below.dedup();
             g
-        });
-        (at, largest)
+        })
     });
+    let answers = ats.into_iter().zip(searches);
     let configs: Vec<KnobConfig> = tried
         .iter()
         .zip(answers)

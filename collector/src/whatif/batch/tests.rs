@@ -314,21 +314,35 @@ fn the_largest_batch_is_the_brute_force_answer_under_each_setting() {
             assert!(!fits(10) && fits(12), "{all:?}");
         }
         let brute = all.last().copied();
-        let got = j.largest(Which::Fitted, Some(&s), &limits);
+        let got = j.largest(Which::Fitted, Some(&s), &limits, None);
         assert_eq!(got.value, brute, "{conf}");
         assert!(brute.is_some_and(|b| b > 8 && b < 64), "{conf}: {brute:?}");
         assert!(!got.at_least);
         let f = got.next_failure.expect("the next batch's refusal");
         assert!(f.size > 0);
         assert!(got.replays < 20, "{}", got.replays);
+        // From a hint (another configuration's answer) the answer fits and the next value is refused, wherever
+        // the hint lies; from one past the gap of refused batches, it is the largest, in fewer replays when near.
+        let b = brute.unwrap();
+        for hint in [1, 5, 9, b - 3, b - 1, b, b + 1, b + 5, 127, 1000] {
+            let g = j.largest(Which::Fitted, Some(&s), &limits, Some(hint));
+            let v = g.value.expect("1 fits");
+            assert!(fits(v) && !fits(v + 1), "{conf} hint {hint}: {v}");
+            if hint >= 12 {
+                assert_eq!(v, b, "{conf} hint {hint}");
+            }
+            if hint.abs_diff(b) <= 1 {
+                assert!(g.replays <= 4, "{conf} hint {hint}: {} replays", g.replays);
+            }
+        }
     }
     // Under a limit nothing reaches, the search stops at 16 times the largest run and says so.
     let roomy = BTreeMap::from([(0, 1u64 << 40)]);
-    let g = j.largest(Which::Fitted, None, &roomy);
+    let g = j.largest(Which::Fitted, None, &roomy, None);
     assert_eq!((g.value, g.at_least), (Some(128), true));
     // Under one nothing fits in, none.
     let tight = BTreeMap::from([(0, 50 * MIB)]);
-    assert_eq!(j.largest(Which::Fitted, None, &tight).value, None);
+    assert_eq!(j.largest(Which::Fitted, None, &tight, None).value, None);
     // The answer per configuration, and which reaches furthest; a smaller value asked about and refused (10,
     // under the defaults) is listed below the answer, which the bisection alone never sees.
     let w = answer(
