@@ -86,9 +86,14 @@ for x, got, want in rows:
     right = got is not None and got == want
     ok = ok and right
     print(f"| {x} | {'yes' if want else 'no'} | {'fits' if got else ('fails' if got is not None else 'not run')} | {'yes' if right else 'NO'} |")
+# The post-mortem `vramtrace run` itself wrote beside the failed trace names the same batch (it looks beside too).
+import glob
+own = "".join(open(p).read() for p in glob.glob(f"{w}/{c}/{c}.b{f}.oom.txt"))
+named = bool(l) and f"--batch {l} fits where {f} failed" in own
+print(f"the run's own post-mortem names --batch {l}: {'yes' if named else 'NO'}")
 print(f"verdict: {'right' if ok else 'WRONG'}\n")
 res = last(f"{w}/gpu_results.json") or {}
-res[c] = {"small": a, "failed": f, "advice": b, "rows": rows, "right": ok}
+res[c] = {"small": a, "failed": f, "advice": b, "rows": rows, "right": ok, "run_post_mortem_names_it": named}
 json.dump(res, open(f"{w}/gpu_results.json", "w"), indent=1)
 PY
 done
