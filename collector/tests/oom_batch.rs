@@ -29,7 +29,7 @@ fn oom(args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// The first error's `framework.batch`, from `vramtrace oom --json ARGS`.
+/// The `framework.batch` of `vramtrace oom --json ARGS` (`null` where no error has one).
 fn batch(args: &[&str]) -> Value {
     let out = oom(&[&["--json"], args].concat());
     assert_eq!(
@@ -39,7 +39,15 @@ fn batch(args: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["ooms"][0]["framework"]["batch"].clone()
+    // On the last error whose replay reproduced the failure (a run may recover from refusals before it).
+    v["ooms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .map(|e| e["framework"]["batch"].clone())
+        .find(|b| !b.is_null())
+        .unwrap_or(Value::Null)
 }
 
 fn s(p: &Path) -> &str {
@@ -86,7 +94,7 @@ fn the_advised_batch_is_one_the_gpu_saw_fit_and_the_run_beside_is_found_by_its_c
         assert_eq!(ran[m.to_string()], true, "{case}: {m} a step");
         // The same run given by hand, and the text's sentence.
         assert_eq!(
-            batch(&["--no-beside", "--beside", s(&small), s(&failed)])["largest"],
+            batch(&["--beside", s(&small), s(&failed)])["largest"],
             l
         );
         let text = String::from_utf8(oom(&[s(&failed)]).stdout).unwrap();
@@ -174,4 +182,101 @@ fn what_the_user_gives_wrong_is_one_line_and_exit_2() {
     // Several traces merged take no --beside.
     let out = oom(&["--beside", s(&small), s(&failed), s(&small)]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// A copy of trace `src` at `dst` whose header records `command` instead (its records and the snapshots they
+/// name unchanged): another run of the program, as far as the commands say.
+fn with_command(src: &Path, dst: &Path, command: &[String]) {
+    let bytes = std::fs::read(src).unwrap();
+    let (r, mut h) = vramtrace_format::TraceReader::open(&bytes[..]).unwrap();
+    let at = r.offset() as usize;
+    h.command = command.to_vec();
+    let mut out = vramtrace_format::codec::encode_header(&h);
+    out.extend_from_slice(&bytes[at..]);
+    std::fs::write(dst, out).unwrap();
+}
+
+fn command_of(p: &Path) -> Vec<String> {
+    let bytes = std::fs::read(p).unwrap();
+    vramtrace_format::TraceReader::open(&bytes[..])
+        .unwrap()
+        .1
+        .command
+}
+
+#[test]
+fn only_a_batch_like_knob_is_taken_unasked_and_runs_given_must_agree() {
+    let dir = TempDir::new("oom-batch-knobs");
+    let small = unpack_run(&fixtures(), &dir, "train.b4");
+    let failed = unpack_run(&fixtures(), &dir, "train.b12");
+    // The run at 4 moved out of the folder's reach as itself, and beside the failed one as a run that differs
+    // from it in --steps alone (its history is the run at 4's).
+    let steps = dir.0.join("steps7.vtrace");
+    let mut cmd = command_of(&failed);
+    let i = cmd.iter().position(|a| a == "--steps").unwrap() + 1;
+    cmd[i] = "7".into();
+    with_command(&small, &steps, &cmd);
+    std::fs::rename(&small, dir.0.join("b4.vtrace.moved")).unwrap();
+    assert!(
+        batch(&[s(&failed)]).is_null(),
+        "a run that differs in --steps is not a batch"
+    );
+    let moved = dir.0.join("b4.vtrace.moved");
+    std::fs::rename(&moved, &small).unwrap();
+    // Found: only the run at 4.
+    let b = batch(&[s(&failed)]);
+    assert_eq!(b["beside"].as_array().unwrap().len(), 1, "{b}");
+    assert_eq!(b["beside"][0]["path"], s(&small));
+    // Given by hand, they must differ from it in one knob, and the values must be the commands'.
+    for args in [
+        vec!["--beside", s(&small), "--beside", s(&steps)],
+        vec!["--beside", s(&small), "--value", "5"],
+        vec!["--no-beside", "--beside", s(&small)],
+        vec!["--value", "12"],
+    ] {
+        let out = oom(&[&args[..], &[s(&failed)]].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    let bad = format!("{}=5", s(&small));
+    assert_eq!(
+        oom(&["--beside", &bad, s(&failed)]).status.code(),
+        Some(2),
+        "its command says 4"
+    );
+}
+
+#[test]
+fn a_run_beside_is_named_without_its_control_characters() {
+    let dir = TempDir::new("oom-batch-esc");
+    let small = unpack_run(&fixtures(), &dir, "train.b4");
+    let failed = unpack_run(&fixtures(), &dir, "train.b12");
+    let odd = dir.0.join("x\u{1b}[31mRED\u{7}.vtrace");
+    std::fs::rename(&small, &odd).unwrap();
+    let out = oom(&[s(&failed)]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("fits where 12 failed"), "{text}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+}
+
+#[test]
+fn another_users_trace_in_the_folder_is_not_read() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return; // Only root can give a file to another user here.
+    }
+    let dir = TempDir::new("oom-batch-owner");
+    let small = unpack_run(&fixtures(), &dir, "train.b4");
+    let failed = unpack_run(&fixtures(), &dir, "train.b12");
+    let c = std::ffi::CString::new(s(&small)).unwrap();
+    // SAFETY: a valid NUL-terminated path; nobody's uid and gid.
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+    assert!(
+        batch(&[s(&failed)]).is_null(),
+        "a trace owned by nobody is not taken"
+    );
 }

@@ -39,6 +39,17 @@ struct HistoryJ {
     setup_requests: u64,
     step_requests: u64,
     steps: u64,
+    /// The run that ran out of memory: the requests it made (the refused one last), and how the rest were sized.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failed: Option<FailedJ>,
+}
+
+#[derive(Serialize)]
+struct FailedJ {
+    requests_made: u64,
+    filled_from_step: u64,
+    filled_from_kin: u64,
+    filled_in_proportion: u64,
 }
 
 #[derive(Serialize)]
@@ -205,6 +216,12 @@ pub fn render(a: &KnobAnswered) -> String {
                         setup_requests: s.steps[r].setup as u64,
                         step_requests: s.steps[r].period as u64,
                         steps: s.steps[r].count as u64,
+                        failed: (j.failed == Some(r)).then(|| FailedJ {
+                            requests_made: s.at[r].len() as u64,
+                            filled_from_step: s.filled.from_step,
+                            filled_from_kin: s.filled.from_kin,
+                            filled_in_proportion: s.filled.in_proportion,
+                        }),
                     })
                     .collect(),
             })

@@ -86,15 +86,41 @@ pub fn render(a: &KnobAnswered) -> String {
         let st = &slot.steps[0];
         let _ = writeln!(
             o,
-            "pid {} GPU {}: {} requests matched one for one in every run; {} in the setup, then {} repeats of a \
+            "pid {} GPU {}: {} requests matched one for one in every run{}; {} in the setup, then {} repeats of a \
              step of {}",
             h.pid,
             h.device,
             count(slot.requests() as u64),
+            if j.failed.is_some() {
+                " (the failed run's up to its failure)"
+            } else {
+                ""
+            },
             count(st.setup as u64),
             count(st.count as u64),
             count(st.period as u64)
         );
+        if let Some(r) = j.failed {
+            let f = slot.filled;
+            let made = slot.at[r].len();
+            let _ = writeln!(
+                o,
+                "  the run at {} ran out of memory at its request {}: of the {} it never made, {} are sized from its \
+                 earlier steps, {} as its requests of the same size in another run (a guess) and {} in proportion \
+                 to the {k} (an upper bound){}",
+                j.values[r],
+                count(made as u64),
+                count(slot.requests().saturating_sub(made) as u64),
+                count(f.from_step),
+                count(f.from_kin),
+                count(f.in_proportion),
+                if f == Default::default() && slot.requests() > made {
+                    "; with two runs that finished, the rest are their fits"
+                } else {
+                    ""
+                }
+            );
+        }
     }
     let _ = writeln!(
         o,

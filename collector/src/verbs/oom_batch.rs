@@ -58,38 +58,53 @@ fn parse(arg: &Path) -> Result<(PathBuf, Option<u64>), String> {
     }
 }
 
-/// The runs to use: those given (their values from `=VALUE` or from the commands), else those found.
+/// The runs to use: those given (their values from the commands, or from `=VALUE` and `--value` where the
+/// commands do not tell), else those found.
 fn runs(file: &Path, command: &[String], args: &BesideArgs) -> Result<Vec<Beside>, String> {
     if args.beside.is_empty() {
-        if args.no_beside {
-            return Ok(Vec::new());
-        }
         return Ok(beside::discover(file, command, MAX_BESIDE));
     }
-    let mut out = Vec::new();
+    let mut out: Vec<Beside> = Vec::new();
     for arg in &args.beside {
         let (path, given) = parse(arg)?;
+        let shown = crate::units::printable(&path.display().to_string());
         let other = beside::command(&path)
-            .ok_or_else(|| format!("--beside {}: not a trace that can be read", path.display()))?;
-        let told = knob_between(command, &other);
-        let (knob, this, value) = match (told, given, args.value) {
-            (_, Some(v), Some(t)) => (String::new(), t, v),
-            (Some((k, t, v)), None, None) => (k, t, v),
-            (Some((k, t, _)), Some(v), None) => (k, t, v),
-            (Some((k, _, v)), None, Some(t)) => (k, t, v),
+            .ok_or_else(|| format!("--beside {shown}: not a trace that can be read"))?;
+        let (knob, this, value) = match (knob_between(command, &other), given, args.value) {
+            (Some((_, _, v)), Some(g), _) if g != v => {
+                return Err(format!(
+                    "--beside {shown}={g}: its command says {v}, not {g} (leave =VALUE out where the commands tell)"
+                ))
+            }
+            (Some((_, t, _)), _, Some(tv)) if tv != t => {
+                return Err(format!(
+                    "--value {tv}: this run's command says {t}, not {tv} (leave --value out where the commands tell)"
+                ))
+            }
+            (Some((k, t, v)), _, _) => (k, t, v),
+            (None, Some(v), Some(t)) => (String::new(), t, v),
             (None, _, _) => {
                 return Err(format!(
-                    "--beside {}: its command and this one's do not differ in one number, so the values are not \
-                     known: give --beside FILE=VALUE and --value VALUE (this run's)",
-                    path.display()
+                    "--beside {shown}: its command and this one's do not differ in one number, so the values are \
+                     not known: give --beside FILE=VALUE and --value VALUE (this run's)"
                 ))
             }
         };
         if value == this {
             return Err(format!(
-                "--beside {}: at the same value as this run ({value}): give a run at another",
-                path.display()
+                "--beside {shown}: at the same value as this run ({value}): give a run at another"
             ));
+        }
+        // Every run beside differs from this one in the same argument, at the same value here.
+        if let Some(o) = out.first() {
+            if o.knob != knob || o.this != this {
+                return Err(format!(
+                    "--beside {shown}: it differs from this run in {}, another run given in {}: give runs that \
+                     differ from it in one knob",
+                    describe(&knob, this),
+                    describe(&o.knob, o.this)
+                ));
+            }
         }
         out.push(Beside {
             path,
@@ -99,6 +114,14 @@ fn runs(file: &Path, command: &[String], args: &BesideArgs) -> Result<Vec<Beside
         });
     }
     Ok(out)
+}
+
+fn describe(knob: &str, this: u64) -> String {
+    if knob.is_empty() {
+        format!("a value given by hand ({this} here)")
+    } else {
+        format!("{} ({this} here)", crate::units::printable(knob))
+    }
 }
 
 /// The history of `pid` on `device` among a run's, and its place among that device's (by pid).
@@ -112,8 +135,8 @@ fn place(hs: &[History], pid: Option<u32>, device: u32, index: usize) -> Option<
     on.get(i).map(|h| ((*h).clone(), i))
 }
 
-/// Names the largest batch for the first out-of-memory error whose history was replayed to its failure, from
-/// the runs beside it: fills its `framework.batch`.
+/// Names the largest batch for the last out-of-memory error whose history, replayed, fails where the run did,
+/// from the runs beside it: fills its `framework.batch`.
 pub fn attach(a: &mut Analysis, file: &Path, args: &BesideArgs) -> Result<(), String> {
     // What the user gave is checked whether or not there is an error to advise on.
     if args.beside.len() > MAX_BESIDE {
@@ -129,16 +152,28 @@ pub fn attach(a: &mut Analysis, file: &Path, args: &BesideArgs) -> Result<(), St
     for b in &args.beside {
         parse(b)?;
     }
+    if args.no_beside && !args.beside.is_empty() {
+        return Err("--no-beside and --beside: give one or the other".into());
+    }
+    if args.value.is_some() && args.beside.is_empty() {
+        return Err(
+            "--value is the failed run's value for the runs given with --beside: give them too"
+                .into(),
+        );
+    }
     if args.beside.is_empty() && args.no_beside {
         return Ok(());
     }
-    let Some(i) = a.ooms.iter().position(|o| {
+    // The last error whose own replay fails where the run failed: a run may recover from refusals before the one
+    // that ends it (cuDNN tries an algorithm with a smaller workspace when one is refused).
+    let reproduced = |o: &crate::model::OomSnapshot| {
         o.device.is_some()
             && o.framework
                 .as_ref()
                 .and_then(|f| f.replay.as_ref())
-                .is_some()
-    }) else {
+                .is_some_and(|r| r.reproduced)
+    };
+    let Some(i) = a.ooms.iter().rposition(reproduced) else {
         return Ok(());
     };
     let (pid, device) = (a.ooms[i].pid, a.ooms[i].device.unwrap_or(0));

@@ -314,17 +314,21 @@ fn knob_at(knob: &str, v: u64) -> String {
 }
 
 fn largest_batch(x: &crate::model::BatchAdvice) -> String {
+    // The knob comes from the recorded command, the paths from the folder, the lines from a snapshot: none is
+    // printed raw to a terminal.
+    use crate::units::printable;
+    let knob = printable(&x.knob);
     let beside = x
         .beside
         .iter()
-        .map(|(p, v)| format!("{} ({p})", knob_at(&x.knob, *v)))
+        .map(|(p, v)| format!("{} ({})", knob_at(&knob, *v), printable(p)))
         .collect::<Vec<_>>()
         .join(" and ");
     let f = match &x.outcome {
         Err(why) => {
             return format!(
-                "No largest {} is drawn from the run beside it at {beside}: {why}.",
-                x.knob
+                "No largest {knob} is drawn from the run beside it at {beside}: {}.",
+                printable(why)
             )
         }
         Ok(f) => f,
@@ -334,20 +338,20 @@ fn largest_batch(x: &crate::model::BatchAdvice) -> String {
             "Not even {} fits in the {} the allocator could have had (the program replayed whole from this run \
              and {beside}): what does not shrink with the {} (weights, gradients, optimizer state) is too much; \
              shed that first.",
-            knob_at(&x.knob, 1),
+            knob_at(&knob, 1),
             b(x.limit),
-            x.knob
+            knob
         );
     };
     let mut t = format!(
         "{} fits where {} failed, in the {} the allocator could have had{}: the program replayed whole at each \
          value from this run and {beside}.",
-        knob_at(&x.knob, l),
+        knob_at(&knob, l),
         x.value,
         b(x.limit),
         f.next_refused_at
             .as_ref()
-            .map(|at| format!(", and {} is refused at {at}", l + 1))
+            .map(|at| format!(", and {} is refused at {}", l + 1, printable(at)))
             .unwrap_or_default()
     );
     if let Some((steps, per)) = f.accumulate {
@@ -355,7 +359,7 @@ fn largest_batch(x: &crate::model::BatchAdvice) -> String {
         t.push_str(&format!(
             " To keep the batch of {}: {} with {steps} steps of gradient accumulation{}.",
             x.value,
-            knob_at(&x.knob, per),
+            knob_at(&knob, per),
             if same {
                 String::new()
             } else {
@@ -366,7 +370,7 @@ fn largest_batch(x: &crate::model::BatchAdvice) -> String {
     if let Some((conf, v)) = &f.better {
         t.push_str(&format!(
             " With PYTORCH_CUDA_ALLOC_CONF={conf}, {} fits.",
-            knob_at(&x.knob, *v)
+            knob_at(&knob, *v)
         ));
     }
     if f.filled_from_kin + f.filled_in_proportion > 0 {
@@ -382,7 +386,7 @@ fn largest_batch(x: &crate::model::BatchAdvice) -> String {
             how.push(format!(
                 "{} in proportion to the {} (an upper bound for sizes that grow at most in proportion)",
                 count(f.filled_in_proportion),
-                x.knob
+                knob
             ));
         }
         t.push_str(&format!(
@@ -395,7 +399,7 @@ fn largest_batch(x: &crate::model::BatchAdvice) -> String {
         t.push_str(&format!(
             " {} requests fit more than one shape in the {}: a run at a third value tells which.",
             count(f.guessed),
-            x.knob
+            knob
         ));
     }
     t

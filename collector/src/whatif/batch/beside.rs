@@ -12,7 +12,7 @@ use vramtrace_format::TraceReader;
 /// the fits' arithmetic stays exact.
 pub const MAX_VALUE: u64 = 1 << 32;
 
-/// How many entries of the folder are looked at, at most (a folder of thousands of traces is read in part).
+/// How many traces of the folder are read, at most.
 pub const MAX_ENTRIES: usize = 512;
 
 /// A knob's value in one argument: the whole argument, or what follows `=` in `--flag=N`.
@@ -78,26 +78,62 @@ pub struct Beside {
     pub value: u64,
 }
 
-/// The runs in `trace`'s folder (`*.vtrace`) whose command differs from `command` in one knob, nearest value
-/// first (at most `max`, each at its own value, one knob: the one the nearest run differs in).
+/// How many entries of a folder are looked through at most (a folder of millions is read in part).
+pub const MAX_SCANNED: usize = 1 << 16;
+
+/// A knob discovery may take: a batch or a sequence length by its flag's name. Any other number the commands
+/// differ in (`--steps`, `--seed`, `--port`) changes something else than the memory per step, so a run that differs
+/// in it is only used when given (`--beside`).
+pub fn batch_like(knob: &str) -> bool {
+    if knob.starts_with("argument ") {
+        return false;
+    }
+    let k = knob.to_ascii_lowercase();
+    k.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| {
+        matches!(
+            w,
+            "bs" | "mbs" | "len" | "length" | "ctx" | "context" | "tokens" | "micro"
+        ) || w.starts_with("batch")
+            || w.starts_with("seq")
+    })
+}
+
+/// The runs in `trace`'s folder (`*.vtrace`) whose command differs from `command` in one batch-like knob
+/// ([`batch_like`]), nearest value first (at most `max`, each at its own value, one knob: the one the nearest run
+/// differs in). Only traces owned by whoever runs this and by the trace's own owner are read: another user who can
+/// write in the folder cannot steer the advice.
 pub fn discover(trace: &Path, command: &[String], max: usize) -> Vec<Beside> {
+    use std::os::unix::fs::MetadataExt;
     let dir = match trace.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let me = std::fs::canonicalize(trace).ok();
+    let Ok(meta) = std::fs::metadata(trace) else {
+        return Vec::new();
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Vec::new();
+    }
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Vec::new();
     };
     let mut found: Vec<Beside> = entries
-        .take(MAX_ENTRIES)
+        .take(MAX_SCANNED)
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "vtrace"))
-        .filter(|p| me.is_none() || std::fs::canonicalize(p).ok() != me)
+        .take(MAX_ENTRIES)
+        .filter(|p| {
+            // Owned by this user, a regular file, and not the trace itself.
+            std::fs::metadata(p).is_ok_and(|m| {
+                m.is_file() && m.uid() == me && !(m.dev() == meta.dev() && m.ino() == meta.ino())
+            })
+        })
         .filter_map(|p| {
             let (knob, this, value) = knob_between(command, &self::command(&p)?)?;
-            Some(Beside {
+            batch_like(&knob).then_some(Beside {
                 path: p,
                 knob,
                 this,
@@ -167,5 +203,36 @@ mod tests {
             k("t.py -3 32", "t.py -3 16"),
             Some(("argument 2".into(), 32, 16))
         );
+    }
+
+    #[test]
+    fn only_a_batch_or_a_sequence_is_taken_unasked() {
+        for k in [
+            "--batch-size",
+            "--batch",
+            "-bs",
+            "--micro_batch_size",
+            "--seq-len",
+            "--max_length",
+            "--context",
+            "--tokens-per-batch",
+            "--batchsize",
+            "--seqlen",
+        ] {
+            assert!(batch_like(k), "{k}");
+        }
+        for k in [
+            "--steps",
+            "--seed",
+            "--port",
+            "--nproc-per-node",
+            "--epochs",
+            "argument 2",
+            "--lr",
+            "--jobs",
+            "--absolute",
+        ] {
+            assert!(!batch_like(k), "{k}");
+        }
     }
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use super::align::{align, KnobRun};
 use super::answer::{answer, KnobJob};
+use super::fit::Shape;
 use crate::model::{BatchAdvice, BatchFit};
 use crate::whatif::answer::Limit;
 use crate::whatif::history::History;
@@ -65,6 +66,21 @@ fn fit(f: &Failed<'_>) -> Result<BatchFit, String> {
         .filter(|x| x.alternative.is_some())
         .count() as u64;
     let filled = aligned.slots[0].filled;
+    if aligned.slots[0]
+        .fits
+        .iter()
+        .all(|x| x.shape == Shape::Constant)
+    {
+        return Err(format!(
+            "no request's size changes with the {} between the runs, so it does not decide the memory",
+            f.knob
+        ));
+    }
+    // The failed run's own refused request, as a request of the program (the last it made).
+    let failed_at = aligned
+        .failed
+        .map_or(0, |r| aligned.slots[0].at[r].len())
+        .saturating_sub(1);
     let job = KnobJob {
         aligned,
         outside: vec![0],
@@ -85,7 +101,34 @@ fn fit(f: &Failed<'_>) -> Result<BatchFit, String> {
             f.knob, f.value
         ));
     }
+    // ... and no later than the run failed: a model that fails only further on explains another failure.
+    if let Some(x) = &own.at[0].first_failure {
+        let a = &job.aligned;
+        let t = a.nearest(f.value);
+        let k = a.slots[x.history].at[t].partition_point(|&i| (i as usize) < x.entry);
+        if k > failed_at {
+            return Err(format!(
+                "replayed whole at {} {}, the program is first refused at request {} where the run was at request \
+                 {}: the model does not reproduce the failure, so no value is advised",
+                f.knob,
+                f.value,
+                k + 1,
+                failed_at + 1
+            ));
+        }
+    }
     let largest = own.largest.as_ref().ok_or("no search was made")?;
+    // Below the failed value, and a value the search saw fit and the next one refused.
+    if largest.at_least || largest.value.is_some_and(|v| v >= f.value) {
+        return Err(format!(
+            "the search finds {} {}{} fitting, not below the {} that failed: the model and the run disagree, so \
+             no value is advised",
+            f.knob,
+            largest.value.unwrap_or(0),
+            if largest.at_least { " and more" } else { "" },
+            f.value
+        ));
+    }
     let next_refused_at = largest.next_failure.as_ref().map(|x| {
         let at = largest.value.map_or(1, |v| v + 1);
         let (_, _, line, place) = job.place(at, x);

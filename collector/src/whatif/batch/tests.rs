@@ -455,3 +455,30 @@ fn a_run_that_failed_is_matched_up_to_its_failure_and_its_later_steps_come_from_
         "in proportion is an upper bound for sizes that grow at most in proportion"
     );
 }
+
+#[test]
+fn the_post_mortem_advises_only_where_the_model_fails_no_later_than_the_run() {
+    use super::postmortem::{advise, Failed};
+    let advice = |limit: u64| {
+        advise(Failed {
+            knob: "--batch",
+            value: 16,
+            // Refused at its fourth request: the first step's first tensor (16 MiB over 88 MiB of weights).
+            history: failing(16, 3),
+            beside: vec![("run8".into(), 8, program(8, &BATCH, 5, false))],
+            limit,
+            device_total: 80 << 30,
+        })
+        .outcome
+    };
+    // Under 150 MiB the program at 16 is refused only later, at the optimizer's state: another failure than the
+    // run's, so nothing is advised.
+    let e = advice(150 * MIB).unwrap_err();
+    assert!(e.contains("does not reproduce"), "{e}");
+    // Under 100 MiB it is refused where the run was, and at any batch: the weights and the optimizer's state
+    // alone (168 MiB) do not fit, which the advice says rather than naming a batch.
+    let f = advice(100 * MIB).expect("reproduced");
+    assert_eq!(f.largest, None);
+    // Above what the whole program needs at 16, the model fits it where the run failed: nothing advised.
+    assert!(advice(1 << 40).unwrap_err().contains("fits"));
+}
