@@ -46,8 +46,8 @@ for c in $CASES; do
     "$VT" oom "$D/$c.b$F.vtrace" >"$W/$c.oom.txt" 2>>"$LOG"
     read -r L M <<<"$(python3 -c "
 import json
-e = json.load(open('$W/$c.oom.json'))['ooms'][0]
-b = ((e.get('framework') or {}).get('batch')) or {}
+es = json.load(open('$W/$c.oom.json'))['ooms']
+b = ([x['framework']['batch'] for x in es if (x.get('framework') or {}).get('batch')] or [{}])[-1]
 print(b.get('largest') or 0, b.get('accumulation_value') or 0)" 2>>"$LOG" || echo "0 0")"
     echo "$L $M" >"$W/$c.advised"
     for b in $L $((L + 1)) $M; do
@@ -66,8 +66,8 @@ def last(p):
         return None
 failed = last(f"{w}/{c}.b{f}.json")
 oom = last(f"{w}/{c}.oom.json") or {}
-e = (oom.get("ooms") or [{}])[0]
-b = ((e.get("framework") or {}).get("batch")) or {}
+# The advice is on the last error whose replay reproduced the failure (a run may recover from earlier ones).
+b = ([e["framework"]["batch"] for e in oom.get("ooms") or [] if (e.get("framework") or {}).get("batch")] or [{}])[-1]
 print(f"### {c}: a run at {a}; the run at {f} under the cap: {'out of memory' if failed and failed.get('oom') else 'DID NOT FAIL'}")
 print(f"advice: {json.dumps(b)}")
 def fits(x):
