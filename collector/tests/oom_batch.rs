@@ -93,10 +93,7 @@ fn the_advised_batch_is_one_the_gpu_saw_fit_and_the_run_beside_is_found_by_its_c
         assert!(m <= l);
         assert_eq!(ran[m.to_string()], true, "{case}: {m} a step");
         // The same run given by hand, and the text's sentence.
-        assert_eq!(
-            batch(&["--beside", s(&small), s(&failed)])["largest"],
-            l
-        );
+        assert_eq!(batch(&["--beside", s(&small), s(&failed)])["largest"], l);
         let text = String::from_utf8(oom(&[s(&failed)]).stdout).unwrap();
         assert!(
             text.contains(&format!("--batch {l} fits where {f} failed"))
