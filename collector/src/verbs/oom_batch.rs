@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::model::{Analysis, BatchAdvice};
 use crate::whatif::batch::beside::{self, knob_between, Beside, MAX_VALUE};
 use crate::whatif::batch::postmortem::{advise, Failed};
-use crate::whatif::from_trace::load;
+use crate::whatif::from_trace::{load, UNKNOWN_TOTAL};
 use crate::whatif::history::History;
 
 /// How many runs beside the failed one are used (with it, the three the knob's fits take at most).
@@ -42,20 +42,14 @@ impl BesideArgs {
     }
 }
 
-/// `FILE` or `FILE=VALUE` (a whole number from 1 to [`MAX_VALUE`]); a file whose own name holds `=` is taken
-/// whole when it exists.
+/// `FILE` or `FILE=VALUE` (as `whatif --knob` takes a run); a file whose own name holds `=` is taken whole when it
+/// exists.
 fn parse(arg: &Path) -> Result<(PathBuf, Option<u64>), String> {
-    let s = arg.to_string_lossy();
-    match s.rsplit_once('=') {
-        Some(_) if arg.exists() => Ok((arg.to_path_buf(), None)),
-        Some((file, v)) => match v.parse::<u64>() {
-            Ok(x) if (1..=MAX_VALUE).contains(&x) => Ok((PathBuf::from(file), Some(x))),
-            _ => Err(format!(
-                "--beside {s}: {v:?} is not a whole number from 1 to {MAX_VALUE} (the knob's value in that run)"
-            )),
-        },
-        None => Ok((arg.to_path_buf(), None)),
+    if arg.to_string_lossy().contains('=') && !arg.exists() {
+        let (file, v) = super::whatif_knob::parse_run(arg).map_err(|e| format!("--beside {e}"))?;
+        return Ok((file, Some(v)));
     }
+    Ok((arg.to_path_buf(), None))
 }
 
 /// The runs to use: those given (their values from the commands, or from `=VALUE` and `--value` where the
@@ -176,15 +170,13 @@ pub fn attach(a: &mut Analysis, file: &Path, args: &BesideArgs) -> Result<(), St
     let Some(i) = a.ooms.iter().rposition(reproduced) else {
         return Ok(());
     };
-    let (pid, device) = (a.ooms[i].pid, a.ooms[i].device.unwrap_or(0));
-    let Some(limit) = a.ooms[i]
+    let o = &a.ooms[i];
+    let (pid, device) = (o.pid, o.device.unwrap_or(0));
+    let limit = o
         .framework
         .as_ref()
         .and_then(|f| f.replay.as_ref())
-        .map(|r| r.limit)
-    else {
-        return Ok(());
-    };
+        .map_or(0, |r| r.limit);
     let runs = runs(file, &a.header.command, args)?;
     if runs.is_empty() {
         return Ok(());
@@ -196,11 +188,12 @@ pub fn attach(a: &mut Analysis, file: &Path, args: &BesideArgs) -> Result<(), St
         .unwrap_or_else(|| "batch".to_string());
     let value = runs[0].this;
     let mut loaded = load(a, file);
+    // `load` gives every device with a history its memory (a stand-in where the trace does not say).
     let device_total = loaded
         .device_total
         .get(&device)
         .copied()
-        .unwrap_or(80 << 30);
+        .unwrap_or(UNKNOWN_TOTAL);
     let failed = place(&std::mem::take(&mut loaded.histories), Some(pid), device, 0);
     let result = match failed {
         None => Err(format!(

@@ -44,7 +44,7 @@ pub struct RunGrowth {
 
 /// The default device memory when the trace does not say (an 80 GiB card): only expandable segments' address
 /// space and memory fractions depend on it.
-const UNKNOWN_TOTAL: u64 = 80 << 30;
+pub const UNKNOWN_TOTAL: u64 = 80 << 30;
 
 pub fn load(a: &Analysis, trace: &Path) -> Loaded {
     let mut l = Loaded {

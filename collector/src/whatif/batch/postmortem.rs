@@ -31,28 +31,30 @@ pub struct Failed<'a> {
 
 pub fn advise(f: Failed<'_>) -> BatchAdvice {
     let beside: Vec<(String, u64)> = f.beside.iter().map(|(l, v, _)| (l.clone(), *v)).collect();
-    let outcome = fit(&f);
+    let (knob, value, limit) = (f.knob, f.value, f.limit);
+    let outcome = fit(f);
     BatchAdvice {
-        knob: f.knob.to_string(),
-        value: f.value,
+        knob: knob.to_string(),
+        value,
         beside,
-        limit: f.limit,
+        limit,
         outcome,
     }
 }
 
-fn fit(f: &Failed<'_>) -> Result<BatchFit, String> {
+/// The answer, from `f` taken whole: its histories become the runs (a long history is not copied).
+fn fit(f: Failed<'_>) -> Result<BatchFit, String> {
     let device = f.history.device;
     let mut runs = vec![KnobRun {
         value: f.value,
         label: "the failed run".into(),
-        histories: vec![f.history.clone()],
+        histories: vec![f.history],
     }];
-    for (label, value, h) in &f.beside {
+    for (label, value, h) in f.beside {
         runs.push(KnobRun {
-            value: *value,
-            label: label.clone(),
-            histories: vec![h.clone()],
+            value,
+            label,
+            histories: vec![h],
         });
     }
     let aligned = align(runs).map_err(|e| e.to_string())?;
