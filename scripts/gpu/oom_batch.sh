@@ -9,7 +9,8 @@
 #   4. L, L+1 and m run under the same cap: L and m should fit, L+1 fail.
 # Prints a table per workload (and $OUT/oom_batch/results.md); $OUT/oom_batch.tgz holds the two runs' traces and
 # gzipped histories per workload (CI fixtures), the post-mortems and the results (gpu_results.json).
-#   Usage: bash scripts/gpu/oom_batch.sh DIR    (DIR: the carried build)    CASES="train conv" picks workloads.
+#   Usage: bash scripts/gpu/oom_batch.sh DIR    (DIR: the carried build)    CASES="train conv" picks workloads;
+#   SMALL=N FAILED=M other batches than the defaults (the same cap).
 set -u
 DIR=$(cd "$1" && pwd)
 OUT=${OUT:-/tmp/vramtrace-oom-batch-out}
@@ -35,6 +36,7 @@ setup() {
 }
 for c in $CASES; do
     read -r A F CAP <<<"$(setup "$c")"
+    A=${SMALL:-$A} F=${FAILED:-$F}
     D=$W/$c
     mkdir -p "$D"
     echo "=== $c: a run at $A, a run at $F under a cap of $CAP bytes" | tee -a "$LOG"
@@ -50,7 +52,9 @@ es = json.load(open('$W/$c.oom.json'))['ooms']
 b = ([x['framework']['batch'] for x in es if (x.get('framework') or {}).get('batch')] or [{}])[-1]
 print(b.get('largest') or 0, b.get('accumulation_value') or 0)" 2>>"$LOG" || echo "0 0")"
     echo "$L $M" >"$W/$c.advised"
-    for b in $L $((L + 1)) $M; do
+    # No batch advised (withheld: the post-mortem says why): nothing to run.
+    [ "$L" -gt 0 ] || { L=0; M=0; }
+    for b in $( [ "$L" -gt 0 ] && echo "$L $((L + 1)) $M"); do
         [ "$b" -gt 0 ] || continue
         [ -f "$W/$c.capped$b.json" ] && continue
         timeout 300 "$VT" run -q --force --cap "$CAP" --torch-history off -o "$W/$c.capped$b.vtrace" -- \
