@@ -487,6 +487,7 @@ fn the_knob_whatif_extrapolates_a_real_history_and_refuses_another_code_path() {
         value,
         label: format!("b{value}"),
         histories: vec![h],
+        command: Vec::new(),
     };
     let a = align(vec![run(8, scaled(1)), run(16, scaled(2))]).unwrap();
     let got = synth::at(&a, 24, Which::Fitted).histories;

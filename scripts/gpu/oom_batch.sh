@@ -10,7 +10,8 @@
 # Prints a table per workload (and $OUT/oom_batch/results.md); $OUT/oom_batch.tgz holds the two runs' traces and
 # gzipped histories per workload (CI fixtures), the post-mortems and the results (gpu_results.json).
 #   Usage: bash scripts/gpu/oom_batch.sh DIR    (DIR: the carried build)    CASES="train conv" picks workloads;
-#   SMALL=N FAILED=M other batches than the defaults (the same cap).
+#   SMALL=N FAILED=M other batches than the defaults (the same cap). The unseen workloads (padded, convamp, ckpt)
+#   take the caps whatif_batch.sh chose in the same $OUT.
 set -u
 DIR=$(cd "$1" && pwd)
 OUT=${OUT:-/tmp/vramtrace-oom-batch-out}
@@ -32,6 +33,10 @@ setup() {
     train) echo "4 12 2644663091" ;;
     finetune) echo "4 12 3956800000" ;;
     conv) echo "16 48 1256277934" ;;
+    # The unseen workloads: the cap whatif_batch.sh chose in this $OUT (run it first), else none.
+    padded) echo "4 12 $(cat "$OUT/whatif_batch/padded.cap" 2>/dev/null || echo 0)" ;;
+    convamp) echo "16 48 $(cat "$OUT/whatif_batch/convamp.cap" 2>/dev/null || echo 0)" ;;
+    ckpt) echo "8 24 $(cat "$OUT/whatif_batch/ckpt.cap" 2>/dev/null || echo 0)" ;;
     esac
 }
 for c in $CASES; do

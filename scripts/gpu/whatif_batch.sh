@@ -13,7 +13,8 @@
 # $OUT/whatif_batch.tgz holds the two runs' traces and gzipped histories per workload (fixtures for CI) and the
 # results (gpu_results.json).
 #   Usage: bash scripts/gpu/whatif_batch.sh DIR     (DIR: the carried build: vramtrace, libvramtrace.so)
-#   CASES="train conv" picks workloads; STEPS=N the steps a run takes (default 6). About 2 minutes a workload on
+#   CASES="train conv" picks workloads (the unseen ones too: padded, convamp, ckpt; whatif_case.py says what
+#   they are); STEPS=N the steps a run takes (default 6). About 2 minutes a workload on
 #   an H100 (ten short runs of a few seconds each, most of it Python's and CUDA's start).
 set -u
 DIR=$(cd "$1" && pwd)
@@ -37,6 +38,9 @@ batches() {
     train) echo "4 8 6 12" ;;
     conv) echo "16 32 24 48" ;;
     finetune) echo "4 8 6 12" ;;
+    padded) echo "4 8 6 12" ;;
+    convamp) echo "16 32 24 48" ;;
+    ckpt) echo "8 16 12 24" ;;
     esac
 }
 bare() { # CASE BATCH NAME [CONF]: a bare run's last line (PyTorch's own figures) to $W/NAME.json

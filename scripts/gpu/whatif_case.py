@@ -1,7 +1,8 @@
 """Issue 28's workloads: the same allocations whatever the allocator settings (seeded), so one run's history can be
 replayed under the settings of another run and the model's reserve compared with PyTorch's own.
 
-    python3 whatif_case.py CASE [--batch B] [--steps N]      CASE: train | finetune | serve | frag | conv
+    python3 whatif_case.py CASE [--batch B] [--steps N]
+    CASE: train | finetune | serve | frag | conv, or the unseen: padded | convamp | ckpt
 
 Issue 39 (whatif --knob batch): --batch sets the batch of train (a transformer language model, sequence 256),
 finetune (the same model, its embedding frozen, sequence lengths varying step to step, the same lengths at every
@@ -125,10 +126,8 @@ class Block(torch.nn.Module):
         return torch.relu(self.b2(self.c2(y)) + self.skip(x))
 
 
-def conv():
-    # Deterministic algorithms: cuDNN's choice (and its workspace) should not change with the batch.
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cudnn.deterministic = True
+def resnet():
+    """The ResNet-like network: a stem, then two blocks at each of four widths, pooled into 100 classes."""
     widths = [64, 128, 256, 512]
     layers = [torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False), torch.nn.BatchNorm2d(64), torch.nn.ReLU()]
     cin = 64
@@ -136,7 +135,14 @@ def conv():
         layers += [Block(cin, w, 1 if i == 0 else 2), Block(w, w, 1)]
         cin = w
     layers += [torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(cin, 100)]
-    m = torch.nn.Sequential(*layers).to(dev)
+    return torch.nn.Sequential(*layers).to(dev)
+
+
+def conv():
+    # Deterministic algorithms: cuDNN's choice (and its workspace) should not change with the batch.
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    m = resnet()
     opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
     b = BATCH or 32
     for _ in range(STEPS or 8):
@@ -144,6 +150,72 @@ def conv():
         x = torch.randn(b, 3, 64, 64, device=dev)
         y = torch.randint(0, 100, (b,), device=dev)
         loss = torch.nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def unseen_padded():
+    """Unseen by the model's rules (issue 39's check on real jobs): HF GPT-2 (6 layers) fine-tuned in bf16 autocast
+    on a seeded corpus whose lengths are skewed (log-normal, 16 to 512 tokens), shuffled once by a seeded
+    permutation and cut into consecutive batches padded to their longest: as a DataLoader(shuffle=True) with a
+    seed and DataCollatorWithPadding do. Each step's length depends on which samples the batch holds, so it changes
+    with the batch."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    m = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=768, n_head=12, vocab_size=32000, n_positions=512)).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    gd = torch.Generator().manual_seed(2)
+    n = 4096
+    lengths = torch.empty(n).log_normal_(5.0, 0.7, generator=gd).clamp(16, 512).long()
+    order = torch.randperm(n, generator=gd)
+    b = BATCH or 8
+    for k in range(STEPS or 24):
+        step_mark()
+        idx = order[k * b:(k + 1) * b]
+        lens = lengths[idx]
+        s = int(lens.max())
+        ids = torch.randint(0, 32000, (b, s), generator=gd).to(dev)
+        mask = (torch.arange(s)[None, :] < lens[:, None]).to(dev)
+        labels = ids.masked_fill(~mask, -100)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = m(input_ids=ids, attention_mask=mask.long(), labels=labels).loss  # line: loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def unseen_conv():
+    """Unseen: the ResNet-like network under PyTorch's own cuDNN defaults (not deterministic, no benchmark), in
+    bf16 autocast and channels_last, 96x96 images."""
+    m = resnet().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    b = BATCH or 32
+    for _ in range(STEPS or 8):
+        step_mark()
+        x = torch.randn(b, 3, 96, 96, device=dev).to(memory_format=torch.channels_last)
+        y = torch.randint(0, 100, (b,), device=dev)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def unseen_checkpointed():
+    """Unseen: HF BERT (8 layers) for classification with gradient checkpointing, 256 tokens, fp32, AdamW."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    m = BertForSequenceClassification(BertConfig(num_hidden_layers=8, num_labels=4)).to(dev)
+    m.gradient_checkpointing_enable()
+    m.train()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    b = BATCH or 16
+    for _ in range(STEPS or 8):
+        step_mark()
+        ids = torch.randint(0, 30522, (b, 256), device=dev)
+        y = torch.randint(0, 4, (b,), device=dev)
+        loss = m(input_ids=ids, labels=y).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -157,6 +229,9 @@ try:
         "serve": serve,
         "frag": frag,
         "conv": conv,
+        "padded": unseen_padded,
+        "convamp": unseen_conv,
+        "ckpt": unseen_checkpointed,
     }[CASE]()
 except torch.OutOfMemoryError as e:
     tb = traceback.extract_tb(sys.exc_info()[2])

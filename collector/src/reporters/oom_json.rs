@@ -493,6 +493,7 @@ struct BatchJson<'a> {
     filled_from_step: Option<u64>,
     filled_from_kin: Option<u64>,
     filled_in_proportion: Option<u64>,
+    own_requests: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -524,6 +525,7 @@ impl<'a> BatchJson<'a> {
             filled_from_step: f.map(|f| f.filled_from_step),
             filled_from_kin: f.map(|f| f.filled_from_kin),
             filled_in_proportion: f.map(|f| f.filled_in_proportion),
+            own_requests: f.map(|f| f.own_requests),
         }
     }
 }

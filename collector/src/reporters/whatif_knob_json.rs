@@ -39,9 +39,23 @@ struct HistoryJ {
     setup_requests: u64,
     step_requests: u64,
     steps: u64,
+    /// The requests this run made that the others did not (its code path's own: kernels chosen by size), and
+    /// what they asked; 0 where every run asked the same lines.
+    own_requests: u64,
+    own_bytes: u64,
+    /// Where the runs' code paths differ (in the first run only): the lines asked a different number of times,
+    /// with their count per run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    lines_differing: Vec<LineCountsJ>,
     /// The run that ran out of memory: the requests it made (the refused one last), and how the rest were sized.
     #[serde(skip_serializing_if = "Option::is_none")]
     failed: Option<FailedJ>,
+}
+
+#[derive(Serialize)]
+struct LineCountsJ {
+    line: String,
+    counts: Vec<u64>,
 }
 
 #[derive(Serialize)]
@@ -216,6 +230,18 @@ pub fn render(a: &KnobAnswered) -> String {
                         setup_requests: s.steps[r].setup as u64,
                         step_requests: s.steps[r].period as u64,
                         steps: s.steps[r].count as u64,
+                        own_requests: s.own[r].len() as u64,
+                        own_bytes: own_bytes(h, &s.own[r]),
+                        lines_differing: s
+                            .paths
+                            .iter()
+                            .filter(|_| r == 0)
+                            .flat_map(|m| &m.lines)
+                            .map(|(line, counts)| LineCountsJ {
+                                line: line.clone(),
+                                counts: counts.clone(),
+                            })
+                            .collect(),
                         failed: (j.failed == Some(r)).then(|| FailedJ {
                             requests_made: s.at[r].len() as u64,
                             filled_from_step: s.filled.from_step,
@@ -265,4 +291,14 @@ pub fn render(a: &KnobAnswered) -> String {
     let mut out = print::pretty(&doc);
     out.push('\n');
     out
+}
+
+/// What a run's own requests asked (entries of `h`).
+pub fn own_bytes(h: &crate::whatif::history::History, own: &[u32]) -> u64 {
+    own.iter()
+        .filter_map(|&e| match h.entries.get(e as usize)?.op {
+            crate::whatif::history::Op::Alloc { size, .. } => Some(size),
+            _ => None,
+        })
+        .fold(0u64, u64::saturating_add)
 }

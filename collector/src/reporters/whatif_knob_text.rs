@@ -86,11 +86,15 @@ pub fn render(a: &KnobAnswered) -> String {
         let st = &slot.steps[0];
         let _ = writeln!(
             o,
-            "pid {} GPU {}: {} requests matched one for one in every run{}; {} in the setup, then {} repeats of a \
-             step of {}",
+            "pid {} GPU {}: {} requests {}{}; {} in the setup, then {} repeats of a step of {}",
             h.pid,
             h.device,
             count(slot.requests() as u64),
+            if slot.paths.is_some() {
+                "made by every run"
+            } else {
+                "matched one for one in every run"
+            },
             if j.failed.is_some() {
                 " (the failed run's up to its failure)"
             } else {
@@ -100,6 +104,41 @@ pub fn render(a: &KnobAnswered) -> String {
             count(st.count as u64),
             count(st.period as u64)
         );
+        if let Some(m) = &slot.paths {
+            let own: Vec<String> = j
+                .runs
+                .iter()
+                .enumerate()
+                .map(|(r, run)| {
+                    format!(
+                        "{} ({}) at {}",
+                        count(slot.own[r].len() as u64),
+                        bytes(super::whatif_knob_json::own_bytes(
+                            &run.histories[i],
+                            &slot.own[r]
+                        )),
+                        run.value
+                    )
+                })
+                .collect();
+            let lines: Vec<String> = m
+                .lines
+                .iter()
+                .map(|(l, c)| {
+                    let c: Vec<String> = c.iter().map(|n| count(*n)).collect();
+                    format!("{l} ({})", c.join(" / "))
+                })
+                .collect();
+            let _ = writeln!(
+                o,
+                "  the runs' code paths differ by a few requests, from the same lines: their own requests {}; lines \
+                 asked a different number of times: {}. Libraries choose kernels by size (workspaces, sort \
+                 buffers): each value follows the nearest run's path, its own requests in proportion to the {k} \
+                 (an upper bound), and the alternative adds the other side's",
+                own.join(", "),
+                lines.join("; ")
+            );
+        }
         if let Some(r) = j.failed {
             let f = slot.filled;
             let made = slot.at[r].len();

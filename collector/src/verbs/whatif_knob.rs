@@ -88,6 +88,7 @@ pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, String> {
             value: *value,
             label: file.display().to_string(),
             histories: hs.into_iter().map(|(h, _)| h).collect(),
+            command: crate::whatif::batch::beside::command(file).unwrap_or_default(),
         });
         loaded.push((*value, l));
     }

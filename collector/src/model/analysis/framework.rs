@@ -176,6 +176,9 @@ pub struct BatchFit {
     pub filled_from_step: u64,
     pub filled_from_kin: u64,
     pub filled_in_proportion: u64,
+    /// Requests one run made and the other did not: their code paths differ by kernels chosen by size. The advice
+    /// then fits with both paths' requests.
+    pub own_requests: u64,
 }
 
 /// What replaying a failed process's PyTorch history up to its failed request said (`whatif/postmortem.rs`).

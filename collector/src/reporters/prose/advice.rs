@@ -395,6 +395,13 @@ fn largest_batch(x: &crate::model::BatchAdvice) -> String {
             how.join(", and ")
         ));
     }
+    if f.own_requests > 0 {
+        t.push_str(&format!(
+            " The runs' code paths differ by {} requests from the same lines (libraries choose kernels by size): \
+             which one the program takes between the runs is unknown, so the advice fits with both.",
+            count(f.own_requests)
+        ));
+    }
     if f.guessed > 0 {
         t.push_str(&format!(
             " {} requests fit more than one shape in the {}: a run at a third value tells which.",

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::fit::{eval, fit, Fit};
+use super::paths;
 use crate::whatif::history::{History, Op, MAX_SIZE, NO_SITE};
 
 /// One run: the knob's value and the histories of its processes (one per process and device).
@@ -16,6 +17,9 @@ pub struct KnobRun {
     /// Where it came from (the trace), for messages.
     pub label: String,
     pub histories: Vec<History>,
+    /// The command it ran (empty: unknown). Runs whose commands differ beyond numbers are other programs: their
+    /// lines must match one for one.
+    pub command: Vec<String>,
 }
 
 /// A run's requests as a setup and then `count` repeats of a cycle of `period` requests (the steps), the last
@@ -89,6 +93,11 @@ pub struct Slot {
     /// step, from a request it made of the same size in the reference run, or in proportion to the knob: an upper
     /// bound for a size that grows at most in proportion, constant, `c·x`, `a + b·x`; not for a square).
     pub filled: Filled,
+    /// Per run, the entries of its own requests: those the other runs did not make, where the runs' code paths
+    /// differ by a few ([`paths`]; kernels chosen by size). Empty where every run asked the same lines.
+    pub own: Vec<Vec<u32>>,
+    /// Where the runs' lines differ (then `at` holds the requests every run made).
+    pub paths: Option<Mismatch>,
 }
 
 /// How the requests a failed run never made were sized ([`Slot::filled`], `fill`).
@@ -127,6 +136,27 @@ impl Aligned {
                 )
             })
             .unwrap_or(0)
+    }
+
+    /// The run on the other side of `value` from run `t` nearest it (the one that failed too: its own requests
+    /// before its failure are known), else the nearest other run: whose code path the alternative adds where the
+    /// runs' paths differ. `None` where `t` ran at `value`.
+    pub fn other(&self, value: u64, t: usize) -> Option<usize> {
+        if self.values[t] == value {
+            return None; // a run at the value: its path is the program's there
+        }
+        let side = |r: usize| (self.values[r] > value) != (self.values[t] > value);
+        let by = |r: &usize| {
+            (
+                self.values[*r].abs_diff(value),
+                std::cmp::Reverse(self.values[*r]),
+            )
+        };
+        let rest = (0..self.values.len()).filter(|&r| r != t);
+        rest.clone()
+            .filter(|&r| side(r) && self.values[r] != value)
+            .min_by_key(by)
+            .or_else(|| rest.min_by_key(by))
     }
 
     /// The largest run that finished: the template for the settings as run.
@@ -184,6 +214,8 @@ pub struct Mismatch {
     /// Lines asked a different number of times, most different first (at most [`MAX_LINES`]): the line and
     /// its count per run.
     pub lines: Vec<(String, Vec<u64>)>,
+    /// The runs' commands differ in more than numbers (so no difference is taken for a kernel's choice).
+    pub other_commands: bool,
 }
 
 /// The first request that differs: its index, where it falls in the first run, and per run (value, line).
@@ -259,6 +291,9 @@ impl fmt::Display for Mismatch {
                 write!(f, " {line} ({});", c.join(" / "))?;
             }
         }
+        if self.other_commands {
+            f.write_str(" and the runs' commands differ in more than a number: other programs")?;
+        }
         Ok(())
     }
 }
@@ -323,10 +358,12 @@ pub fn align(mut runs: Vec<KnobRun>) -> Result<Aligned, KnobError> {
         }
     }
     let values: Vec<u64> = runs.iter().map(|r| r.value).collect();
+    let commands: Vec<&[String]> = runs.iter().map(|r| &r.command[..]).collect();
+    let tolerate = super::beside::alike(&commands) != Some(false);
     let slots = (0..n)
         .map(|i| {
             let hs: Vec<&History> = runs.iter().map(|r| &r.histories[i]).collect();
-            slot(&values, &hs, failed)
+            slot(&values, &hs, failed, tolerate)
         })
         .collect::<Result<_, _>>()?;
     Ok(Aligned {
@@ -365,7 +402,12 @@ fn requests(
     (l, a)
 }
 
-fn slot(values: &[u64], hs: &[&History], failed: Option<usize>) -> Result<Slot, KnobError> {
+fn slot(
+    values: &[u64],
+    hs: &[&History],
+    failed: Option<usize>,
+    tolerate: bool,
+) -> Result<Slot, KnobError> {
     // Lines named alike in every run (each history interns its own).
     let mut ids: HashMap<String, u32> = HashMap::new();
     let mut names: Vec<String> = Vec::new();
@@ -376,12 +418,21 @@ fn slot(values: &[u64], hs: &[&History], failed: Option<usize>) -> Result<Slot, 
     let reference = done[done.len() - 1];
     let same = done.windows(2).all(|w| lines[w[0]] == lines[w[1]])
         && failed.is_none_or(|f| lines[reference].starts_with(&lines[f]));
-    if !same {
+    let (at, own, paths) = if same {
+        (at, vec![Vec::new(); hs.len()], None)
+    } else {
         let steps: Vec<Steps> = lines.iter().map(|l| steps(l)).collect();
-        return Err(KnobError::Mismatch(mismatch(
-            values, hs, &lines, &names, &steps[0],
-        )));
-    }
+        let mut m = mismatch(values, hs, &lines, &names, &steps[0]);
+        m.other_commands = !tolerate;
+        let matched = tolerate
+            .then(|| common(hs, &lines, &at, reference, failed))
+            .flatten();
+        let Some((common_lines, at, own)) = matched else {
+            return Err(KnobError::Mismatch(m));
+        };
+        lines = common_lines;
+        (at, own, Some(m))
+    };
     let ref_steps = steps(&lines[reference]);
     let runs = hs.len();
     let requests = lines[reference].len();
@@ -438,6 +489,138 @@ fn slot(values: &[u64], hs: &[&History], failed: Option<usize>) -> Result<Slot, 
         fits,
         steps,
         filled,
+        own,
+        paths,
+    })
+}
+
+/// Runs whose lines differ by a few requests ([`paths`]): the requests every run made (each run's lines and
+/// entries of those, the one that failed up to its failure), and each run's own requests (entries). `None` where
+/// they differ past [`paths::max_edits`], where a run asks from a line that no request every run made asks
+/// from, or where a run keeps one of its own requests to its end: the same lines asking a few more transient
+/// buffers is a library choosing its kernels by size; a line of one run's alone is the program taking another
+/// branch, and memory kept is the program's state.
+#[allow(clippy::type_complexity)]
+fn common(
+    hs: &[&History],
+    lines: &[Vec<u32>],
+    at: &[Vec<u32>],
+    reference: usize,
+    failed: Option<usize>,
+) -> Option<(Vec<Vec<u32>>, Vec<Vec<u32>>, Vec<Vec<u32>>)> {
+    const NONE: u32 = u32::MAX;
+    let n = lines[reference].len();
+    let max_d = paths::max_edits(n);
+    let mut keep = vec![true; n];
+    let mut map: Vec<Vec<u32>> = Vec::with_capacity(lines.len());
+    for r in 0..lines.len() {
+        if r == reference {
+            map.push((0..n as u32).collect());
+            continue;
+        }
+        let prefix = Some(r) == failed;
+        let pairs = paths::matches(&lines[reference], &lines[r], max_d, prefix)?;
+        let mut m = vec![NONE; n];
+        for &(i, j) in &pairs {
+            m[i as usize] = j;
+        }
+        // The run that failed never asked what follows its last match: not an edit, it is filled.
+        let end = if prefix {
+            pairs.last().map_or(0, |p| p.0 as usize + 1)
+        } else {
+            n
+        };
+        for i in 0..end {
+            keep[i] &= m[i] != NONE;
+        }
+        map.push(m);
+    }
+    let kept: Vec<usize> = (0..n).filter(|&i| keep[i]).collect();
+    // A step: the cycle of the requests every run made (without one, an eighth of them).
+    let step = match steps(
+        &kept
+            .iter()
+            .map(|&i| lines[reference][i])
+            .collect::<Vec<_>>(),
+    )
+    .period
+    {
+        0 => max_d,
+        p => p,
+    };
+    // (Lines are ids, and NO_SITE among them: a set, not a table.)
+    let shared: std::collections::HashSet<u32> =
+        kept.iter().map(|&i| lines[reference][i]).collect();
+    let mut out_lines = Vec::with_capacity(lines.len());
+    let mut out_at: Vec<Vec<u32>> = Vec::with_capacity(lines.len());
+    let mut own: Vec<Vec<u32>> = Vec::with_capacity(lines.len());
+    for (r, m) in map.iter().enumerate() {
+        let js: Vec<u32> = kept
+            .iter()
+            .map(|&i| m[i])
+            .take_while(|&j| j != NONE)
+            .collect();
+        out_lines.push(js.iter().map(|&j| lines[r][j as usize]).collect());
+        let mut used = vec![false; lines[r].len()];
+        for &j in &js {
+            used[j as usize] = true;
+        }
+        out_at.push(js.iter().map(|&j| at[r][j as usize]).collect());
+        let mine: Vec<usize> = (0..lines[r].len()).filter(|&j| !used[j]).collect();
+        // A line only one run asks from is the program's own branch, not a kernel's choice: not matched.
+        if mine.iter().any(|&j| !shared.contains(&lines[r][j])) {
+            return None;
+        }
+        let mine: Vec<u32> = mine
+            .iter()
+            .map(|&j| at[r][j])
+            .filter(|&e| matches!(hs[r].entries[e as usize].op, Op::Alloc { .. }))
+            .collect();
+        // A kernel's buffers are given back within the step that asked them: a request of one run's own held
+        // longer is the program's state (a frozen layer's optimizer state in one run and not the other), not
+        // matched. A run that failed may not yet have given back what it asked in its last step.
+        let kept_from = if Some(r) == failed {
+            hs[r].entries.len().saturating_sub(step)
+        } else {
+            usize::MAX
+        };
+        if !transient(
+            hs[r],
+            &mine,
+            out_at.last().map_or(&[][..], |v| v),
+            step,
+            kept_from,
+        ) {
+            return None;
+        }
+        own.push(mine);
+    }
+    Some((out_lines, out_at, own))
+}
+
+/// Whether every request at `own` (entries of `h`, whose requests every run made are at `common`) is freed
+/// within `span` of those requests after it; those at or past entry `kept_from` may be held to the end.
+fn transient(h: &History, own: &[u32], common: &[u32], span: usize, kept_from: usize) -> bool {
+    let first = own.first().map_or(h.entries.len(), |&e| e as usize);
+    let frees: HashMap<u64, usize> = h.entries[first..]
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e.op {
+            Op::Free { id } => Some((id, first + i)),
+            _ => None,
+        })
+        .collect();
+    own.iter().all(|&e| {
+        let Op::Alloc { id, .. } = h.entries[e as usize].op else {
+            return true;
+        };
+        match frees.get(&id) {
+            Some(&f) => {
+                let asked = common.partition_point(|&i| i < e);
+                common.partition_point(|&i| (i as usize) < f) - asked <= span
+            }
+            None => e as usize >= kept_from,
+        }
     })
 }
 
@@ -553,5 +736,6 @@ fn mismatch(
             .collect(),
         first,
         lines: differ.into_iter().map(|(_, s, c)| (s, c)).collect(),
+        other_commands: false,
     }
 }

@@ -187,12 +187,12 @@ impl KnobJob {
         )
     }
 
-    /// Any fit ambiguous (so an alternative replay bounds the answers).
+    /// Any fit ambiguous, or the runs' code paths differing (so an alternative replay bounds the answers).
     pub fn ambiguous(&self) -> bool {
         self.aligned
             .slots
             .iter()
-            .any(|s| s.fits.iter().any(|f| f.alternative.is_some()))
+            .any(|s| s.paths.is_some() || s.fits.iter().any(|f| f.alternative.is_some()))
     }
 
     pub fn shapes(&self) -> Vec<ShapeCount> {

@@ -54,6 +54,24 @@ pub fn knob_between(a: &[String], b: &[String]) -> Option<(String, u64, u64)> {
     Some((name, vx, vy))
 }
 
+/// Whether commands are one program's at other values of its knobs: as long as each other, and every argument
+/// the same in all of them or a whole number (under the same `--flag=`) in all. Unknown (any empty): `None`.
+pub fn alike(commands: &[&[String]]) -> Option<bool> {
+    if commands.iter().any(|c| c.is_empty()) {
+        return None;
+    }
+    let first = commands[0];
+    if commands.iter().any(|c| c.len() != first.len()) {
+        return Some(false);
+    }
+    Some((0..first.len()).all(|i| {
+        commands.iter().all(|c| c[i] == first[i]) || {
+            let p = number(&first[i]).map(|x| x.0);
+            p.is_some() && commands.iter().all(|c| number(&c[i]).map(|x| x.0) == p)
+        }
+    }))
+}
+
 /// The command a trace's header records, if `path` is a regular file that opens as a trace.
 pub fn command(path: &Path) -> Option<Vec<String>> {
     let f = crate::untrusted_file::open_regular(path).ok()?;
@@ -197,6 +215,25 @@ mod tests {
         assert_eq!(k("t.py --b 32", "t.py --b 4294967297"), None);
         assert_eq!(k("t.py --b 32", "t.py --b -16"), None);
         assert_eq!(k("t.py --b 32", "t.py --b 32"), None, "the same command");
+        let c = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        let (a, b, d) = (
+            c("t.py train --b 32 --seq=9"),
+            c("t.py train --b 8 --seq=12"),
+            c("t.py tune --b 8 --seq=9"),
+        );
+        assert_eq!(alike(&[&a, &b]), Some(true), "numbers differ");
+        assert_eq!(alike(&[&a, &d]), Some(false), "a word differs");
+        assert_eq!(
+            alike(&[&a, &c("t.py train --b 32")]),
+            Some(false),
+            "another length"
+        );
+        assert_eq!(
+            alike(&[&a, &c("t.py train --b 32 --len=9")]),
+            Some(false),
+            "another flag"
+        );
+        assert_eq!(alike(&[&a, &[]]), None, "unknown");
         assert_eq!(k("t.py --b 32", "t.py --b 32 x"), None);
         // The number before it is not a flag's name.
         assert_eq!(

@@ -9,6 +9,7 @@ pub mod answer;
 pub mod answered;
 pub mod beside;
 pub mod fit;
+pub mod paths;
 pub mod postmortem;
 pub mod synth;
 #[cfg(test)]

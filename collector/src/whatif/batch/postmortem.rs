@@ -49,12 +49,15 @@ fn fit(f: Failed<'_>) -> Result<BatchFit, String> {
         value: f.value,
         label: "the failed run".into(),
         histories: vec![f.history],
+        // The runs beside it were found (or given) as the same program at another value.
+        command: Vec::new(),
     }];
     for (label, value, h) in f.beside {
         runs.push(KnobRun {
             value,
             label,
             histories: vec![h],
+            command: Vec::new(),
         });
     }
     let aligned = align(runs).map_err(|e| e.to_string())?;
@@ -120,36 +123,56 @@ fn fit(f: Failed<'_>) -> Result<BatchFit, String> {
         }
     }
     let largest = own.largest.as_ref().ok_or("no search was made")?;
+    // Where the runs' code paths differ, which one the program takes at a value between them is unknown: the
+    // advice must fit with both paths' requests (the alternative's search, which adds the other run's).
+    let own_requests: u64 = job
+        .aligned
+        .slots
+        .iter()
+        .flat_map(|s| &s.own)
+        .map(|o| o.len() as u64)
+        .sum();
+    let both = |g: &crate::whatif::batch::answer::Largest| match g.alternative {
+        Some(alt) if own_requests > 0 && alt < g.value => alt,
+        _ => g.value,
+    };
     // Below the failed value, and a value the search saw fit and the next one refused.
-    if largest.at_least || largest.value.is_some_and(|v| v >= f.value) {
+    let advised = both(largest);
+    if largest.at_least || advised.is_some_and(|v| v >= f.value) {
         return Err(format!(
             "the search finds {} {}{} fitting, not below the {} that failed: the model and the run disagree, so \
              no value is advised",
             f.knob,
-            largest.value.unwrap_or(0),
+            advised.unwrap_or(0),
             if largest.at_least { " and more" } else { "" },
             f.value
         ));
     }
-    let next_refused_at = largest.next_failure.as_ref().map(|x| {
-        let at = largest.value.map_or(1, |v| v + 1);
-        let (_, _, line, place) = job.place(at, x);
-        format!("{line} ({place})")
-    });
+    // The fitted search's refusal names the next value up only where its answer is the one advised.
+    let next_refused_at = (advised == largest.value)
+        .then_some(largest.next_failure.as_ref())
+        .flatten()
+        .map(|x| {
+            let at = largest.value.map_or(1, |v| v + 1);
+            let (_, _, line, place) = job.place(at, x);
+            format!("{line} ({place})")
+        });
     let better = w.best.and_then(|b| {
         let c = &w.configs[b];
-        c.largest.as_ref()?.value.map(|v| (c.conf.clone(), v))
+        both(c.largest.as_ref()?).map(|v| (c.conf.clone(), v))
     });
-    let accumulate = largest
-        .value
+    let accumulate = advised
         .and_then(|l| accumulation(f.value, l))
         .filter(|&(_, micro)| {
-            // The value per step replayed too: fitting is not monotone in the knob.
+            // The value per step replayed too: fitting is not monotone in the knob (and with both paths' requests
+            // where the runs' paths differ).
             let at = answer(&job, &[], &[micro], Some(limit.clone()));
-            at.configs[0].at[0].fits == Some(true)
+            let a = &at.configs[0].at[0];
+            a.fits == Some(true)
+                && (own_requests == 0 || a.alternative.as_ref().is_none_or(|p| p.peak <= f.limit))
         });
     Ok(BatchFit {
-        largest: largest.value,
+        largest: advised,
         next_refused_at,
         better,
         accumulate,
@@ -157,6 +180,7 @@ fn fit(f: Failed<'_>) -> Result<BatchFit, String> {
         filled_from_step: filled.from_step,
         filled_from_kin: filled.from_kin,
         filled_in_proportion: filled.in_proportion,
+        own_requests,
     })
 }
 

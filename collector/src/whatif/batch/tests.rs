@@ -99,6 +99,7 @@ fn run(x: u64, h: History) -> KnobRun {
         value: x,
         label: format!("run{x}"),
         histories: vec![h],
+        command: Vec::new(),
     }
 }
 
@@ -481,4 +482,136 @@ fn the_post_mortem_advises_only_where_the_model_fails_no_later_than_the_run() {
     assert_eq!(f.largest, None);
     // Above what the whole program needs at 16, the model fits it where the run failed: nothing advised.
     assert!(advice(1 << 40).unwrap_err().contains("fits"));
+}
+
+/// `h` (a [`program`] at `x`) taking the sorting path of a kernel chosen by size: after each workspace (line 60),
+/// a sort's buffer of `x / 4` MiB from the same line, freed at once.
+fn sorting(mut h: History, x: u64) -> History {
+    let mut id = 1_000_000u64;
+    let mut out = Vec::new();
+    for e in h.entries.drain(..) {
+        out.push(e);
+        if matches!(e.op, Op::Alloc { .. }) && e.site == 5 {
+            id += 1;
+            let size = x * MIB / 4;
+            for op in [
+                Op::Alloc {
+                    id,
+                    size,
+                    stream: 0,
+                },
+                Op::Free { id },
+            ] {
+                out.push(Entry { op, ..e });
+            }
+        }
+    }
+    h.entries = out;
+    h
+}
+
+#[test]
+fn a_kernel_chosen_by_size_is_matched_and_followed_on_its_side() {
+    let at = |x: u64, sort: bool| {
+        let h = program(x, &BATCH, 5, false);
+        if sort {
+            sorting(h, x)
+        } else {
+            h
+        }
+    };
+    let j = job(vec![run(8, at(8, false)), run(16, at(16, true))]);
+    let slot = &j.aligned.slots[0];
+    let m = slot.paths.as_ref().expect("the paths differ");
+    assert_eq!(
+        m.lines,
+        vec![("train.py:60 in workspace".to_string(), vec![5, 10])]
+    );
+    assert_eq!((slot.own[0].len(), slot.own[1].len()), (0, 5));
+    assert_eq!(
+        slot.requests(),
+        at(8, false)
+            .entries
+            .iter()
+            .filter(|e| matches!(e.op, Op::Alloc { .. }))
+            .count()
+    );
+    assert!(
+        j.ambiguous(),
+        "differing paths bound the answers with an alternative"
+    );
+    let s = Settings::default();
+    // Past the larger run: its path, its own requests in proportion (exact here).
+    let syn = synth::at(&j.aligned, 32, Which::Fitted);
+    assert_eq!(syn.template, 1);
+    assert_eq!(
+        replayed(syn.histories[0].clone(), &s),
+        replayed(at(32, true), &s)
+    );
+    // Below the smaller run: its path, without the sort.
+    let syn = synth::at(&j.aligned, 4, Which::Fitted);
+    assert_eq!(
+        replayed(syn.histories[0].clone(), &s),
+        replayed(at(4, false), &s)
+    );
+    // Between them, nearer 8: its path as fitted; the alternative adds 16's sort (as asked there, an upper bound)
+    // and holds at least what either path would.
+    let fitted = replayed(
+        synth::at(&j.aligned, 10, Which::Fitted).histories[0].clone(),
+        &s,
+    );
+    assert_eq!(fitted, replayed(at(10, false), &s));
+    let alt = synth::at(&j.aligned, 10, Which::Alternative);
+    let n = |h: &History| {
+        h.entries
+            .iter()
+            .filter(|e| matches!(e.op, Op::Alloc { .. }))
+            .count()
+    };
+    assert_eq!(n(&alt.histories[0]), n(&at(10, true)));
+    let alt = replayed(alt.histories[0].clone(), &s);
+    let truth = replayed(at(10, true), &s);
+    assert!(
+        alt.0 >= truth.0 && alt.1 >= truth.1 && alt.1 >= fitted.1,
+        "{alt:?} {truth:?} {fitted:?}"
+    );
+    // At a run's own value its path is known: no alternative path added.
+    let alt16 = synth::at(&j.aligned, 16, Which::Alternative);
+    assert_eq!(n(&alt16.histories[0]), n(&at(16, true)));
+    // The answers carry the alternative as a range.
+    let w = answer(&j, &[], &[10], None);
+    let a = &w.configs[0].at[0];
+    assert!(a.alternative.as_ref().unwrap().allocated[0] >= a.fitted.allocated[0]);
+}
+
+#[test]
+fn a_failed_run_on_another_kernel_path_is_matched_up_to_its_failure() {
+    let mut f = sorting(program(16, &BATCH, 5, false), 16);
+    // Refused at the workspace of its second step (the step before it asked its sort).
+    let allocs: Vec<usize> = f
+        .entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e.op, Op::Alloc { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    let cut = allocs[3 + 6 + 2];
+    f.entries.truncate(cut + 1);
+    if let Op::Alloc { size, stream, .. } = f.entries[cut].op {
+        f.entries[cut].op = Op::Oom { size, stream };
+    }
+    let a = align(vec![run(8, program(8, &BATCH, 5, false)), run(16, f)]).expect("matched");
+    let slot = &a.slots[0];
+    assert_eq!(a.failed, Some(1));
+    assert!(slot.paths.is_some());
+    // Its one sort before the failure is its own; the requests every run made, up to its refused one.
+    assert_eq!(slot.own[1].len(), 1);
+    assert_eq!(slot.at[1].len(), 3 + 5 + 2 + 1);
+    // Another line of its own, before the failure, is a branch: refused.
+    let mut g = sorting(program(16, &BATCH, 5, false), 16);
+    g.entries[allocs[4]].site = 6;
+    assert!(matches!(
+        align(vec![run(8, program(8, &BATCH, 5, false)), run(16, g)]),
+        Err(KnobError::Mismatch(_))
+    ));
 }
