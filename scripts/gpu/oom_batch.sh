@@ -11,7 +11,7 @@
 # gzipped histories per workload (CI fixtures), the post-mortems and the results (gpu_results.json).
 #   Usage: bash scripts/gpu/oom_batch.sh DIR    (DIR: the carried build)    CASES="train conv" picks workloads;
 #   SMALL=N FAILED=M other batches than the defaults (the same cap). The unseen workloads (padded, convamp, ckpt)
-#   take the caps whatif_batch.sh chose in the same $OUT.
+#   take the caps whatif_batch.sh chose in the same $OUT; CAP_BYTES=N sets the cap for every workload.
 set -u
 DIR=$(cd "$1" && pwd)
 OUT=${OUT:-/tmp/vramtrace-oom-batch-out}
@@ -41,7 +41,7 @@ setup() {
 }
 for c in $CASES; do
     read -r A F CAP <<<"$(setup "$c")"
-    A=${SMALL:-$A} F=${FAILED:-$F}
+    A=${SMALL:-$A} F=${FAILED:-$F} CAP=${CAP_BYTES:-$CAP}
     D=$W/$c
     mkdir -p "$D"
     echo "=== $c: a run at $A, a run at $F under a cap of $CAP bytes" | tee -a "$LOG"
