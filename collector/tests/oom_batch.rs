@@ -84,6 +84,13 @@ fn the_advised_batch_is_one_the_gpu_saw_fit_and_the_run_beside_is_found_by_its_c
         if let Some(next) = ran[(l + 1).to_string()].as_bool() {
             assert_eq!(next, case == "conv", "{case}: {} on the GPU", l + 1);
         }
+        // The unseen GPT-2 asks a few more requests at 12 than at 4 (its embedding backward sorts past 3,072
+        // indices): matched, and the advice fits with both paths.
+        assert_eq!(
+            b["own_requests"].as_u64().unwrap() > 0,
+            case == "padded",
+            "{case}: {b}"
+        );
         // Gradient accumulation keeps the failed batch with a value the GPU saw fit.
         let (k, m) = (
             b["accumulation_steps"].as_u64().unwrap(),
