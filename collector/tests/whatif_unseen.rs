@@ -79,6 +79,13 @@ fn runs_whose_kernels_differ_by_size_are_matched_and_answered() {
             })
             .sum();
         assert_eq!(extra, own, "{case}: the counts differ by the own requests");
+        // Only the padded batches' sizes follow the data each step holds: said, and only there.
+        let data = w["notes"].as_array().unwrap().iter().any(|n| {
+            n.as_str()
+                .unwrap()
+                .contains("change size from step to step")
+        });
+        assert_eq!(data, case == "padded", "{case}: {}", w["notes"]);
         // At each run's own value the program is that run: its replay is what PyTorch reserved in it (the model
         // is exact on a history as run), within a tenth of a percent.
         let at = w["configs"][0]["at"].as_array().unwrap();

@@ -195,6 +195,33 @@ impl KnobJob {
             .any(|s| s.paths.is_some() || s.fits.iter().any(|f| f.alternative.is_some()))
     }
 
+    /// Requests of the step cycle whose size changes from one repeat of the step to another within the
+    /// reference run and whose fit across the runs is not in proportion to the knob (an ambiguous shape), and the
+    /// step cycle's requests in all: shapes that follow each batch's data (sequence lengths padded to the longest a
+    /// batch holds), which another value of the knob regroups.
+    pub fn data_steps(&self) -> (u64, u64) {
+        let a = &self.aligned;
+        let (r, runs) = (a.reference(), a.values.len());
+        let mut varying = 0u64;
+        let mut all = 0u64;
+        for slot in &a.slots {
+            let st = slot.steps[r];
+            if st.period == 0 || st.count < 2 {
+                continue;
+            }
+            all += (st.period * st.count) as u64;
+            let size = |k: usize| slot.sizes[k * runs + r];
+            for j in 0..st.period {
+                let ks = (0..st.count).map(|i| st.setup + i * st.period + j);
+                let first = size(st.setup + j);
+                if ks.clone().any(|k| size(k) != first) {
+                    varying += ks.filter(|&k| slot.fits[k].alternative.is_some()).count() as u64;
+                }
+            }
+        }
+        (varying, all)
+    }
+
     pub fn shapes(&self) -> Vec<ShapeCount> {
         let runs = self.aligned.values.len();
         let reference = self.aligned.reference();
