@@ -130,10 +130,12 @@ fn the_text_says_the_paths_differ_and_by_which_lines() {
     };
     let (code, out, err) = knob(&[f(8), f(16), "--at".into(), "12".into()]);
     assert_eq!(code, Some(0), "{err}");
+    // The sort's buffers are the own requests (83 MiB), not the embedding's gradients they were asked before:
+    // matched by line alone, 618.85 MiB of gradients were taken for them and paired with the buffers.
     assert!(
         out.contains("requests made by every run")
             && out.contains("the runs' code paths differ by a few requests")
-            && out.contains("168 (618.85 MiB) at 16")
+            && out.contains("168 (82.67 MiB) at 16")
             && out.contains("(no Python frame: autograd's backward thread) (2,329 / 2,497)"),
         "{out}"
     );

@@ -48,10 +48,16 @@ fn largest_line(a: &KnobAnswered, l: &Largest) -> String {
     }
     if let Some(alt) = l.alternative {
         if alt != l.value {
+            let paths = a.job.aligned.slots.iter().any(|x| x.paths.is_some());
             let _ = write!(
                 s,
-                "; {} with the ambiguous fits' alternatives",
-                alt.map_or("none".to_string(), |v| v.to_string())
+                "; {} with the alternatives ({})",
+                alt.map_or("none".to_string(), |v| v.to_string()),
+                if paths {
+                    "the other run's code path, and the ambiguous fits' other shapes"
+                } else {
+                    "the ambiguous fits' other shapes"
+                }
             );
         }
     }

@@ -205,23 +205,30 @@ pub fn attach(a: &mut Analysis, file: &Path, args: &BesideArgs) -> Result<(), St
         .iter()
         .map(|r| (r.path.display().to_string(), r.value))
         .collect();
-    let out = match result {
-        Ok((history, beside)) => advise(Failed {
-            knob: &knob,
-            value,
-            history,
-            beside,
-            limit,
-            device_total,
-        }),
-        Err(why) => BatchAdvice {
-            knob: knob.clone(),
-            value,
-            beside: beside_list,
-            limit,
-            outcome: Err(why),
-        },
-    };
+    let out =
+        match result {
+            Ok((history, beside)) => advise(Failed {
+                knob: &knob,
+                value,
+                history,
+                beside,
+                limit,
+                device_total,
+                // What each run ran: two programs are not matched by a few requests' difference.
+                commands: std::iter::once(a.header.command.clone())
+                    .chain(runs.iter().map(|r| {
+                        crate::whatif::batch::beside::command(&r.path).unwrap_or_default()
+                    }))
+                    .collect(),
+            }),
+            Err(why) => BatchAdvice {
+                knob: knob.clone(),
+                value,
+                beside: beside_list,
+                limit,
+                outcome: Err(why),
+            },
+        };
     if let Some(f) = a.ooms[i].framework.as_mut() {
         f.batch = Some(out);
     }

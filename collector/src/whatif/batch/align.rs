@@ -425,7 +425,7 @@ fn slot(
         let mut m = mismatch(values, hs, &lines, &names, &steps[0]);
         m.other_commands = !tolerate;
         let matched = tolerate
-            .then(|| common(hs, &lines, &at, reference, failed))
+            .then(|| common(values, hs, &lines, &at, reference, failed))
             .flatten();
         let Some((common_lines, at, own)) = matched else {
             return Err(KnobError::Mismatch(m));
@@ -502,6 +502,7 @@ fn slot(
 /// branch, and memory kept is the program's state.
 #[allow(clippy::type_complexity)]
 fn common(
+    values: &[u64],
     hs: &[&History],
     lines: &[Vec<u32>],
     at: &[Vec<u32>],
@@ -520,6 +521,22 @@ fn common(
         }
         let prefix = Some(r) == failed;
         let pairs = paths::matches(&lines[reference], &lines[r], max_d, prefix)?;
+        let size = |r: usize| -> Vec<u64> {
+            at[r]
+                .iter()
+                .map(|&e| match hs[r].entries[e as usize].op {
+                    Op::Alloc { size, .. } | Op::Oom { size, .. } => size,
+                    _ => 0,
+                })
+                .collect()
+        };
+        let ratio = values[r] as f64 / values[reference].max(1) as f64;
+        let pairs = paths::refine(
+            (&lines[reference], &lines[r]),
+            (&size(reference), &size(r)),
+            ratio,
+            pairs,
+        );
         let mut m = vec![NONE; n];
         for &(i, j) in &pairs {
             m[i as usize] = j;
@@ -580,7 +597,10 @@ fn common(
         // longer is the program's state (a frozen layer's optimizer state in one run and not the other), not
         // matched. A run that failed may not yet have given back what it asked in its last step.
         let kept_from = if Some(r) == failed {
-            hs[r].entries.len().saturating_sub(step)
+            // The entry of its request a step before its last.
+            at[r]
+                .get(at[r].len().saturating_sub(step))
+                .map_or(0, |&e| e as usize)
         } else {
             usize::MAX
         };

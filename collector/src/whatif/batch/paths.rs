@@ -7,6 +7,122 @@
 /// Matched requests: (index in `a`, index in `b`), ascending in both.
 pub type Pairs = Vec<(u32, u32)>;
 
+/// The most steps the edit script may take (comparisons along its diagonals): about a second on one core.
+pub const MAX_WORK: u64 = 200_000_000;
+
+/// The most pairings one block of [`refine`] weighs (its table's cells).
+const MAX_CELLS: usize = 4_000_000;
+
+/// Re-pairs requests among runs of one line by their sizes. Many requests share a line (everything on autograd's
+/// backward thread has no Python frame; a line in a loop over layers repeats), and among equally short edit
+/// scripts Myers' pairs as early as it can: a sort's buffers asked before an embedding's gradient at the larger
+/// batch would take the gradient's place, and every request after them would be paired with another tensor.
+/// Each block of consecutive pairs on one line, with the unmatched requests of that line between its neighbours,
+/// is paired again in order, as many pairs as before, at the least cost: a pair's cost is how far the ratio of
+/// its sizes (`b` over `a`, logarithms) lies outside what one tensor's size does between the runs' values (from
+/// equal to the square of their ratio `r`, `b`'s value over `a`'s), give or take a fifth of that range (the data a
+/// step holds moves it a little).
+pub fn refine(lines: (&[u32], &[u32]), sizes: (&[u64], &[u64]), r: f64, pairs: Pairs) -> Pairs {
+    let (la, lb) = lines;
+    let (sa, sb) = sizes;
+    let sq = 2.0 * r.ln();
+    let slack = 0.2 * sq.abs();
+    let (lo, hi) = (sq.min(0.0) - slack, sq.max(0.0) + slack);
+    let cost = |i: u32, j: u32| {
+        let d = ((sb[j as usize] as f64 + 1.0) / (sa[i as usize] as f64 + 1.0)).ln();
+        if d < lo {
+            lo - d
+        } else if d > hi {
+            d - hi
+        } else {
+            0.0
+        }
+    };
+    let mut out: Pairs = Vec::with_capacity(pairs.len());
+    let mut k = 0;
+    while k < pairs.len() {
+        let line = la[pairs[k].0 as usize];
+        let mut e = k + 1;
+        while e < pairs.len() && la[pairs[e].0 as usize] == line {
+            e += 1;
+        }
+        // Between the neighbouring pairs, every request of this line on each side.
+        let (a0, b0) = k.checked_sub(1).map_or((0, 0), |p| {
+            (pairs[p].0 as usize + 1, pairs[p].1 as usize + 1)
+        });
+        let (a1, b1) = pairs
+            .get(e)
+            .map_or((la.len(), lb.len()), |p| (p.0 as usize, p.1 as usize));
+        let xs: Vec<u32> = (a0..a1)
+            .filter(|&i| la[i] == line)
+            .map(|i| i as u32)
+            .collect();
+        let ys: Vec<u32> = (b0..b1)
+            .filter(|&j| lb[j] == line)
+            .map(|j| j as u32)
+            .collect();
+        let want = e - k;
+        let block = &pairs[k..e];
+        let same = xs.len() == want && ys.len() == want;
+        if same || want != xs.len().min(ys.len()) || xs.len() * ys.len() > MAX_CELLS {
+            out.extend_from_slice(block);
+        } else {
+            out.extend(align_block(&xs, &ys, &cost));
+        }
+        k = e;
+    }
+    out
+}
+
+/// The order-keeping pairing of every element of the shorter of `xs` and `ys` with one of the longer at the least
+/// total `cost` (a table of its prefixes; ties keep the earlier pairs).
+fn align_block(xs: &[u32], ys: &[u32], cost: &dyn Fn(u32, u32) -> f64) -> Pairs {
+    let flip = xs.len() > ys.len();
+    let (s, l) = if flip { (ys, xs) } else { (xs, ys) };
+    let c = |i: usize, j: usize| {
+        if flip {
+            cost(l[j], s[i])
+        } else {
+            cost(s[i], l[j])
+        }
+    };
+    let (n, m) = (s.len(), l.len());
+    // best[i][j]: the first i of the shorter paired among the first j of the longer.
+    let w = m + 1;
+    let mut best = vec![f64::INFINITY; (n + 1) * w];
+    let mut took = vec![false; (n + 1) * w];
+    for j in 0..=m {
+        best[j] = 0.0;
+    }
+    for i in 1..=n {
+        for j in i..=m {
+            let skip = best[i * w + j - 1];
+            let pair = best[(i - 1) * w + j - 1] + c(i - 1, j - 1);
+            if pair < skip {
+                best[i * w + j] = pair;
+                took[i * w + j] = true;
+            } else {
+                best[i * w + j] = skip;
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    let (mut i, mut j) = (n, m);
+    while i > 0 {
+        if took[i * w + j] {
+            out.push(if flip {
+                (l[j - 1], s[i - 1])
+            } else {
+                (s[i - 1], l[j - 1])
+            });
+            i -= 1;
+        }
+        j -= 1;
+    }
+    out.reverse();
+    out
+}
+
 /// The most edits (requests in one run and not the other) a match tolerates for `n` requests: an eighth of them,
 /// at least 64 and at most 3,000 (the edit script's trace is quadratic in it: 36 MB at most).
 pub fn max_edits(n: usize) -> usize {
@@ -29,10 +145,15 @@ pub fn matches(a: &[u32], b: &[u32], max_d: usize, b_prefix: bool) -> Option<Pai
     let mut v = vec![-1i64; 2 * off as usize + 1];
     // Per round, the previous round's furthest points on the diagonals it reads (-(d+1)..=d+1), for the way back.
     let mut trace: Vec<Vec<i32>> = Vec::new();
+    // Work: O((N + M)·D) at worst (long runs of one line on many diagonals); past a bound the runs are taken
+    // for different code paths rather than spend seconds on a forged history.
+    let budget = std::cell::Cell::new(MAX_WORK);
     let snake = |mut x: i64, k: i64| {
+        let x0 = x;
         while x < n && x - k < m && a[x as usize] == b[(x - k) as usize] {
             x += 1;
         }
+        budget.set(budget.get().saturating_sub((x - x0) as u64 + 1));
         x
     };
     // The furthest point on diagonal `k` after `d` edits, from the previous round's (`prev(k)`, -1: none), and
@@ -67,6 +188,9 @@ pub fn matches(a: &[u32], b: &[u32], max_d: usize, b_prefix: bool) -> Option<Pai
                 None => -1,
             };
             v[(off + k) as usize] = x;
+            if budget.get() == 0 {
+                return None;
+            }
             if x >= 0 && x - k == m && (b_prefix || x == n) {
                 end = Some((d, k, x));
                 break 'outer;
@@ -155,6 +279,48 @@ mod tests {
             "the rest of a is five edits"
         );
         assert_eq!(matches(&a, &[], 0, true).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_sort_before_the_gradient_leaves_the_gradient_paired_with_itself() {
+        // One line (the backward thread): at 8, [act, grad, act]; at 16 the sort's two small buffers come first.
+        let la = [0, 0, 0];
+        let lb = [0, 0, 0, 0, 0];
+        let sa = [8 << 20, 150 << 20, 4 << 20];
+        let sb = [32 << 10, 64 << 10, 16 << 20, 150 << 20, 8 << 20];
+        let p = matches(&la, &lb, 4, false).unwrap();
+        assert_eq!(
+            p,
+            vec![(0, 0), (1, 1), (2, 2)],
+            "Myers pairs as early as it can"
+        );
+        let q = refine((&la, &lb), (&sa, &sb), 2.0, p);
+        assert_eq!(q, vec![(0, 2), (1, 3), (2, 4)]);
+        // The other way round (the larger run first): the same pairs, flipped.
+        let p = matches(&lb, &la, 4, false).unwrap();
+        let q = refine((&lb, &la), (&sb, &sa), 0.5, p);
+        assert_eq!(q, vec![(2, 0), (3, 1), (4, 2)]);
+        // Blocks of other lines around it are kept.
+        let la = [5, 0, 0, 7];
+        let lb = [5, 0, 0, 0, 7];
+        let sa = [1, 100, 1_000, 3];
+        let sb = [1, 2, 200, 2_000, 3];
+        let p = matches(&la, &lb, 4, false).unwrap();
+        let q = refine((&la, &lb), (&sa, &sb), 2.0, p);
+        assert_eq!(q, vec![(0, 0), (1, 2), (2, 3), (3, 4)]);
+    }
+
+    #[test]
+    fn a_forged_history_costs_a_bounded_time() {
+        // One line repeated on both sides with an edit at each end: every diagonal's snake runs long.
+        let n = 400_000;
+        let mut a = vec![1u32];
+        a.extend(std::iter::repeat_n(0, n));
+        let mut b = vec![2u32];
+        b.extend(std::iter::repeat_n(0, n - 3_000));
+        let t = std::time::Instant::now();
+        assert!(matches(&a, &b, 3_000, false).is_none());
+        assert!(t.elapsed().as_secs_f64() < 20.0);
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub struct Failed<'a> {
     pub limit: u64,
     /// The device's memory (expandable segments' address space depends on it).
     pub device_total: u64,
+    /// The commands the failed run and each run beside it ran (empty: unknown).
+    pub commands: Vec<Vec<String>>,
 }
 
 pub fn advise(f: Failed<'_>) -> BatchAdvice {
@@ -49,15 +51,14 @@ fn fit(f: Failed<'_>) -> Result<BatchFit, String> {
         value: f.value,
         label: "the failed run".into(),
         histories: vec![f.history],
-        // The runs beside it were found (or given) as the same program at another value.
-        command: Vec::new(),
+        command: f.commands.first().cloned().unwrap_or_default(),
     }];
-    for (label, value, h) in f.beside {
+    for (i, (label, value, h)) in f.beside.into_iter().enumerate() {
         runs.push(KnobRun {
             value,
             label,
             histories: vec![h],
-            command: Vec::new(),
+            command: f.commands.get(i + 1).cloned().unwrap_or_default(),
         });
     }
     let aligned = align(runs).map_err(|e| e.to_string())?;

@@ -469,6 +469,7 @@ fn the_post_mortem_advises_only_where_the_model_fails_no_later_than_the_run() {
             beside: vec![("run8".into(), 8, program(8, &BATCH, 5, false))],
             limit,
             device_total: 80 << 30,
+            commands: Vec::new(),
         })
         .outcome
     };
