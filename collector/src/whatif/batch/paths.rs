@@ -91,9 +91,7 @@ fn align_block(xs: &[u32], ys: &[u32], cost: &dyn Fn(u32, u32) -> f64) -> Pairs 
     let w = m + 1;
     let mut best = vec![f64::INFINITY; (n + 1) * w];
     let mut took = vec![false; (n + 1) * w];
-    for j in 0..=m {
-        best[j] = 0.0;
-    }
+    best[..=m].fill(0.0);
     for i in 1..=n {
         for j in i..=m {
             let skip = best[i * w + j - 1];
