@@ -105,19 +105,29 @@ fn runs_whose_kernels_differ_by_size_are_matched_and_answered() {
             at[2]["alternative"]["reserved_peaks"][0].as_u64().is_some(),
             "{case}"
         );
-        // The GPU's cap: the largest batch the model names is the one the GPU ran and saw fit.
-        let cap = r["cap"].as_u64().unwrap();
-        let mut args = files.clone();
-        args.extend(["--cap".into(), cap.to_string(), "--json".into()]);
-        let (code, out, err) = knob(&args);
-        assert_eq!(code, Some(0), "{case}: {err}");
-        let w: Value = serde_json::from_str(&out).unwrap();
-        let largest = w["configs"][0]["largest"]["value"].as_u64().unwrap();
-        assert_eq!(largest, r["largest"].as_u64().unwrap(), "{case}");
-        assert_eq!(
-            r["largest_fits"], true,
-            "{case}: the GPU ran {largest} under the cap"
-        );
+        // The GPU's caps (the first run's, and the final build's run): the largest batch the model names is the
+        // one the GPU ran and saw fit; under the final caps the next one up failed on the GPU, on all three.
+        for (g, next_fails) in [(r, None), (&r["final"], Some(true))] {
+            let cap = g["cap"].as_u64().unwrap();
+            let mut args = files.clone();
+            args.extend(["--cap".into(), cap.to_string(), "--json".into()]);
+            let (code, out, err) = knob(&args);
+            assert_eq!(code, Some(0), "{case}: {err}");
+            let w: Value = serde_json::from_str(&out).unwrap();
+            let largest = w["configs"][0]["largest"]["value"].as_u64().unwrap();
+            assert_eq!(
+                largest,
+                g["largest"].as_u64().unwrap(),
+                "{case} under {cap}"
+            );
+            assert_eq!(
+                g["largest_fits"], true,
+                "{case}: the GPU ran {largest} under {cap}"
+            );
+            if let Some(n) = next_fails {
+                assert_eq!(g["next_fails"], n, "{case}: {} under {cap}", largest + 1);
+            }
+        }
     }
 }
 
