@@ -67,7 +67,21 @@ pub fn at(a: &Aligned, value: u64, which: Which) -> Synthesized {
                     *size = scaled(*size, a.values[t], value);
                 }
             }
-            if let Some(o) = other.filter(|&o| !slot.own[o].is_empty()) {
+            // Two runs on one path (of three, the two past a kernel's switch) both hold its requests as their own:
+            // the other's are added only where its path is another.
+            let another = |o: usize| {
+                let lines = |r: usize| {
+                    let h = &a.runs[r].histories[i];
+                    let mut v: Vec<&str> = slot.own[r]
+                        .iter()
+                        .map(|&e| h.site(h.entries[e as usize].site).unwrap_or(""))
+                        .collect();
+                    v.sort_unstable();
+                    v
+                };
+                !slot.own[o].is_empty() && lines(o) != lines(t)
+            };
+            if let Some(o) = other.filter(|&o| another(o)) {
                 let from = &a.runs[o].histories[i];
                 insert(
                     &mut h,

@@ -586,6 +586,41 @@ fn a_kernel_chosen_by_size_is_matched_and_followed_on_its_side() {
 }
 
 #[test]
+fn two_runs_on_one_path_do_not_add_their_requests_twice() {
+    // At 8 no sort; at 16 and 32 the sort path: both hold its buffers as their own.
+    let at = |x: u64, sort: bool| {
+        let h = program(x, &BATCH, 5, false);
+        if sort {
+            sorting(h, x)
+        } else {
+            h
+        }
+    };
+    let j = job(vec![
+        run(8, at(8, false)),
+        run(16, at(16, true)),
+        run(32, at(32, true)),
+    ]);
+    let slot = &j.aligned.slots[0];
+    assert_eq!(
+        (slot.own[0].len(), slot.own[1].len(), slot.own[2].len()),
+        (0, 5, 5)
+    );
+    let n = |h: &History| {
+        h.entries
+            .iter()
+            .filter(|e| matches!(e.op, Op::Alloc { .. }))
+            .count()
+    };
+    // Between 16 and 32 the path is known: the alternative adds nothing.
+    let alt = synth::at(&j.aligned, 24, Which::Alternative);
+    assert_eq!(n(&alt.histories[0]), n(&at(24, true)));
+    // Between 8 and 16, nearer 8: the sort added once.
+    let alt = synth::at(&j.aligned, 10, Which::Alternative);
+    assert_eq!(n(&alt.histories[0]), n(&at(10, true)));
+}
+
+#[test]
 fn a_failed_run_on_another_kernel_path_is_matched_up_to_its_failure() {
     let mut f = sorting(program(16, &BATCH, 5, false), 16);
     // Refused at the workspace of its second step (the step before it asked its sort).
