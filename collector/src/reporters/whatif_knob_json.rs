@@ -231,7 +231,7 @@ pub fn render(a: &KnobAnswered) -> String {
                         step_requests: s.steps[r].period as u64,
                         steps: s.steps[r].count as u64,
                         own_requests: s.own[r].len() as u64,
-                        own_bytes: own_bytes(h, &s.own[r]),
+                        own_bytes: s.own_bytes(r, h),
                         lines_differing: s
                             .paths
                             .iter()
@@ -291,14 +291,4 @@ pub fn render(a: &KnobAnswered) -> String {
     let mut out = print::pretty(&doc);
     out.push('\n');
     out
-}
-
-/// What a run's own requests asked (entries of `h`).
-pub fn own_bytes(h: &crate::whatif::history::History, own: &[u32]) -> u64 {
-    own.iter()
-        .filter_map(|&e| match h.entries.get(e as usize)?.op {
-            crate::whatif::history::Op::Alloc { size, .. } => Some(size),
-            _ => None,
-        })
-        .fold(0u64, u64::saturating_add)
 }

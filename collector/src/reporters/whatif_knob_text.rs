@@ -119,10 +119,7 @@ pub fn render(a: &KnobAnswered) -> String {
                     format!(
                         "{} ({}) at {}",
                         count(slot.own[r].len() as u64),
-                        bytes(super::whatif_knob_json::own_bytes(
-                            &run.histories[i],
-                            &slot.own[r]
-                        )),
+                        bytes(slot.own_bytes(r, &run.histories[i])),
                         run.value
                     )
                 })

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use super::fit::{eval, fit, Fit};
+use super::fit::{eval, fit, in_proportion, Fit};
 use super::paths;
 use crate::whatif::history::{History, Op, MAX_SIZE, NO_SITE};
 
@@ -111,6 +111,17 @@ pub struct Filled {
 impl Slot {
     pub fn requests(&self) -> usize {
         self.fits.len()
+    }
+
+    /// What run `r`'s own requests asked (`h`: its history of this slot).
+    pub fn own_bytes(&self, r: usize, h: &History) -> u64 {
+        self.own[r]
+            .iter()
+            .filter_map(|&e| match h.entries.get(e as usize)?.op {
+                Op::Alloc { size, .. } => Some(size),
+                _ => None,
+            })
+            .fold(0u64, u64::saturating_add)
     }
 }
 
@@ -663,7 +674,6 @@ fn fill(
     lines: &[u32],
 ) -> Filled {
     let mut filled = Filled::default();
-    let (xf, xc) = (values[f] as u128, values[c].max(1) as u128);
     let requests = sizes.len() / runs;
     // Kin: by line and size first (the same tensor's next request), then by size alone.
     let mut kin: HashMap<(u32, u64), u64> = HashMap::new();
@@ -698,8 +708,7 @@ fn fill(
             s
         } else {
             filled.in_proportion += 1;
-            let v = (sc as u128).saturating_mul(xf.max(xc)) / xc;
-            v.min(MAX_SIZE as u128) as u64
+            in_proportion(sc, values[c], values[f])
         };
         sizes[k * runs + f] = s;
     }

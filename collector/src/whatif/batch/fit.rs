@@ -77,6 +77,16 @@ fn same(a: i128, b: i128, c: i128, d: i128) -> bool {
     matches!((mul(a, b), mul(c, d)), (Some(l), Some(r)) if l == r)
 }
 
+/// `size` asked at `from`, at `to`: in proportion above, as asked below (an upper bound for a size that grows at
+/// most in proportion to the knob).
+pub fn in_proportion(size: u64, from: u64, to: u64) -> u64 {
+    if to <= from || from == 0 {
+        return size;
+    }
+    ((size as u128).saturating_mul(to as u128) / from as u128)
+        .min(crate::whatif::history::MAX_SIZE as u128) as u64
+}
+
 /// Fits sizes `s` (one per run) at knob values `x` (ascending, distinct, two or three of them).
 pub fn fit(x: &[u64], s: &[u64]) -> Fit {
     let one = |shape| Fit {

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use super::align::Aligned;
-use super::fit::eval;
+use super::fit::{eval, in_proportion};
 use crate::whatif::history::{Entry, History, Op, MAX_SIZE, NO_SITE};
 
 /// Which fit to follow.
@@ -64,7 +64,7 @@ pub fn at(a: &Aligned, value: u64, which: Which) -> Synthesized {
             }
             for &e in &slot.own[t] {
                 if let Op::Alloc { size, .. } = &mut h.entries[e as usize].op {
-                    *size = scaled(*size, a.values[t], value);
+                    *size = in_proportion(*size, a.values[t], value);
                 }
             }
             // Two runs on one path (of three, the two past a kernel's switch) both hold its requests as their own:
@@ -99,15 +99,6 @@ pub fn at(a: &Aligned, value: u64, which: Which) -> Synthesized {
         clamped,
         template: t,
     }
-}
-
-/// `size` asked at `from`, at `to`: in proportion above, as asked below (an upper bound for a size that grows at
-/// most in proportion to the knob).
-fn scaled(size: u64, from: u64, to: u64) -> u64 {
-    if to <= from || from == 0 {
-        return size;
-    }
-    ((size as u128).saturating_mul(to as u128) / from as u128).min(MAX_SIZE as u128) as u64
 }
 
 /// Adds to `h` (the template, whose requests every run made are at `at_t`) the requests `own` of history `from`
@@ -176,7 +167,7 @@ fn insert(
             .map_or(entry.t_us, |x| x.t_us);
         let op = Op::Alloc {
             id: next_id,
-            size: scaled(size, xo, x),
+            size: in_proportion(size, xo, x),
             stream,
         };
         adds.push((pos, e as usize, Entry { t_us, op, site }));

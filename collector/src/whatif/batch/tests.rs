@@ -511,16 +511,19 @@ fn sorting(mut h: History, x: u64) -> History {
     h
 }
 
+/// [`program`] at `x` with 5 steps, on the sorting path or not.
+fn on_path(x: u64, sort: bool) -> History {
+    let h = program(x, &BATCH, 5, false);
+    if sort {
+        sorting(h, x)
+    } else {
+        h
+    }
+}
+
 #[test]
 fn a_kernel_chosen_by_size_is_matched_and_followed_on_its_side() {
-    let at = |x: u64, sort: bool| {
-        let h = program(x, &BATCH, 5, false);
-        if sort {
-            sorting(h, x)
-        } else {
-            h
-        }
-    };
+    let at = on_path;
     let j = job(vec![run(8, at(8, false)), run(16, at(16, true))]);
     let slot = &j.aligned.slots[0];
     let m = slot.paths.as_ref().expect("the paths differ");
@@ -588,14 +591,7 @@ fn a_kernel_chosen_by_size_is_matched_and_followed_on_its_side() {
 #[test]
 fn two_runs_on_one_path_do_not_add_their_requests_twice() {
     // At 8 no sort; at 16 and 32 the sort path: both hold its buffers as their own.
-    let at = |x: u64, sort: bool| {
-        let h = program(x, &BATCH, 5, false);
-        if sort {
-            sorting(h, x)
-        } else {
-            h
-        }
-    };
+    let at = on_path;
     let j = job(vec![
         run(8, at(8, false)),
         run(16, at(16, true)),
