@@ -111,6 +111,26 @@ fn the_gpu_runs_predictions_are_made_again_and_the_confirmed_ones_hold() {
             .iter()
             .any(|n| n.as_str().unwrap().contains("fit more than one shape"));
         assert_eq!(guessed, warned, "{case}: {}", p["notes"]);
+        // Each run replayed with the other's segment addresses: how far its reserve moves is measured and, where
+        // it moves, said. On the GPU's runs: the language model -1.69% and +2.43%, the fine-tuning loop -0.46%,
+        // the convolutional network not at all.
+        let spread = &p["address_spread"];
+        let (low, high) = (
+            spread["low_pct"].as_f64().unwrap(),
+            spread["high_pct"].as_f64().unwrap(),
+        );
+        assert_eq!(spread["pairs"], 2, "{case}");
+        let said = p["notes"].as_array().unwrap().iter().any(|n| {
+            n.as_str()
+                .unwrap()
+                .contains("where the driver put the segments")
+        });
+        assert_eq!(said, low < -0.1 || high > 0.1, "{case}: {spread}");
+        match case.as_str() {
+            "train" => assert_eq!((low, high), (-1.69, 2.43)),
+            "finetune" => assert_eq!((low, high), (-0.46, 0.0)),
+            _ => assert_eq!((low, high), (0.0, 0.0), "{case}"),
+        }
         // The largest batch under the GPU run's cap, which the GPU then ran: the same answer again.
         let mut args = files;
         args.extend(["--cap".to_string(), r["cap"].as_u64().unwrap().to_string()]);

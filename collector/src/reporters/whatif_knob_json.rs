@@ -21,7 +21,16 @@ struct Doc<'a> {
     limit: Option<LimitJ<'a>>,
     configs: Vec<ConfigJ<'a>>,
     best: Option<BestJ<'a>>,
+    address_spread: Option<SpreadJ>,
     notes: &'a [String],
+}
+
+/// Each run replayed with another's segment addresses: how far its reserve moved (percent of its own).
+#[derive(Serialize)]
+struct SpreadJ {
+    low_pct: f64,
+    high_pct: f64,
+    pairs: u32,
 }
 
 #[derive(Serialize)]
@@ -285,6 +294,11 @@ pub fn render(a: &KnobAnswered) -> String {
                 conf: &c.conf,
                 value: c.largest.as_ref().and_then(|l| l.value),
             }
+        }),
+        address_spread: w.addresses.map(|s| SpreadJ {
+            low_pct: (s.low * 1e4).round() / 100.0,
+            high_pct: (s.high * 1e4).round() / 100.0,
+            pairs: s.pairs,
         }),
         notes: &a.notes,
     };

@@ -123,6 +123,9 @@ pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, String> {
     if let Some(n) = data_steps(&job, knob) {
         notes.push(n);
     }
+    if let Some(n) = addresses(answer.addresses) {
+        notes.push(n);
+    }
     Ok(KnobAnswered {
         knob: knob.to_string(),
         files,
@@ -148,6 +151,21 @@ pub fn main(args: &WhatifArgs, knob: &str) -> Code {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => exit::OK,
         Err(e) => exit::fail(exit::FAILURE, format_args!("cannot write the what-if: {e}")),
     }
+}
+
+/// Where the driver put the runs' segments moves their reserve (`addresses`): a prediction of the reserve as run
+/// borrows a run's addresses, so it is no surer than that.
+fn addresses(s: Option<crate::whatif::batch::addresses::Spread>) -> Option<String> {
+    let s = s.filter(|s| s.matters())?;
+    Some(format!(
+        "where the driver put the segments moves the reserve: each run replayed with another run's segment \
+         addresses reserved {:+.1}% to {:+.1}% of its own (PyTorch takes the lowest address among free blocks \
+         of one size), and a prediction can only borrow a run's addresses: a reserve predicted under these \
+         settings is uncertain by about that much, whatever the sizes (expandable_segments does not depend on \
+         it)",
+        s.low * 100.0,
+        s.high * 100.0
+    ))
 }
 
 /// The warning an answer needs when some requests fit more than one shape: the runs do not tell how those sizes

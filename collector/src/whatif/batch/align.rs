@@ -484,7 +484,10 @@ fn slot(
         };
         lines[f] = lines[reference].clone();
     }
-    let fits = sizes.chunks(runs).map(|s| fit(values, s)).collect();
+    let mut fits: Vec<Fit> = sizes.chunks(runs).map(|s| fit(values, s)).collect();
+    if failed.is_none() {
+        super::fit::capped(values, &sizes, &ref_steps, &mut fits);
+    }
     let steps = (0..runs)
         .map(|r| {
             if r == reference || Some(r) == failed {

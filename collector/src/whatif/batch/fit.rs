@@ -13,6 +13,11 @@
 //! are *ambiguous* and carry an alternative (`a + c·x²`, the chord through the two runs nearest the value, and
 //! `a + b·x`), whose replay bounds the answer. Constant and `c·x` each have a run to spare, so they are taken as
 //! they are.
+//!
+//! Sizes that stop growing ([`capped`]): a buffer sized by the work up to a bound (PyTorch's reductions stage
+//! partial results per block, and the blocks stop at a multiple of the GPU's SMs) grows with the knob, then holds.
+//! Two runs alone cannot tell it from `a + b·x`; the steps can, where their sizes follow the data (sequence
+//! lengths that change step to step).
 
 /// The shape of one allocation's size in the knob.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -30,6 +35,11 @@ pub enum Shape {
     Quadratic,
     /// `a + b·x` through the two runs nearest the value (the alternative to a quadratic from three runs).
     Chord,
+    /// `min(c·x, cap)`: in proportion from the largest run below the cap, held at the cap ([`capped`]).
+    Capped,
+    /// `c·x` from the run nearest the value: the runs took different algorithms (a size that grows faster than
+    /// the knob's square between two of them), and the nearest run's is the likelier there.
+    Switched,
 }
 
 impl Shape {
@@ -42,6 +52,8 @@ impl Shape {
             Shape::AffineSquare => "affine_square",
             Shape::Quadratic => "quadratic",
             Shape::Chord => "chord",
+            Shape::Capped => "capped",
+            Shape::Switched => "switched",
         }
     }
 
@@ -55,6 +67,8 @@ impl Shape {
             Shape::AffineSquare => "a + c·x²",
             Shape::Quadratic => "a + b·x + c·x²",
             Shape::Chord => "a + b·x between the nearest runs",
+            Shape::Capped => "c·x up to a cap",
+            Shape::Switched => "c·x from the nearest run (another algorithm)",
         }
     }
 }
@@ -110,6 +124,16 @@ pub fn fit(x: &[u64], s: &[u64]) -> Fit {
         (Some(x00), Some(xii)) => same(si, x00, s0, xii),
         _ => false,
     });
+    if switched(x, s) {
+        return Fit {
+            shape: Shape::Switched,
+            alternative: Some(if x.len() >= 3 {
+                Shape::Chord
+            } else {
+                Shape::Affine
+            }),
+        };
+    }
     if x.len() >= 3 {
         if square {
             return one(Shape::Square);
@@ -195,6 +219,21 @@ fn checked_eval(shape: Shape, x: &[u64], s: &[u64], at: u64) -> Option<i128> {
             }
         }
         Shape::Quadratic => line(x0, s0, xn, sn, t)?,
+        Shape::Capped => {
+            let cap = s.iter().copied().max().unwrap_or(0) as i128;
+            match (0..=n).rev().find(|&i| (s[i] as i128) < cap) {
+                Some(i) => div_round(mul(s[i] as i128, t)?, (x[i] as i128).max(1)).min(cap),
+                None => cap,
+            }
+        }
+        Shape::Switched => {
+            // The nearest run, the larger on a tie: the template's (`Aligned::nearest`), whose code path the
+            // synthesized history follows too.
+            let i = (0..=n)
+                .min_by_key(|&i| (x[i].abs_diff(at), std::cmp::Reverse(x[i])))
+                .unwrap_or(n);
+            div_round(mul(s[i] as i128, t)?, (x[i] as i128).max(1))
+        }
         Shape::Chord => {
             // The two runs nearest `at`: the pair around it, else the two at the near end.
             let i = x.iter().position(|&xi| xi >= at).unwrap_or(n + 1);
@@ -208,6 +247,87 @@ fn checked_eval(shape: Shape, x: &[u64], s: &[u64], at: u64) -> Option<i128> {
             )?
         }
     })
+}
+
+/// Grows faster than the square of the knob between two neighbouring runs (`s1·x0² > s0·x1²`): no size made of a
+/// constant, a part in proportion and a part in the square (none negative) does. A library picked another
+/// algorithm between them (cuDNN's workspace of a few bytes at one batch, tens of MiB at the next).
+fn switched(x: &[u64], s: &[u64]) -> bool {
+    x.windows(2).zip(s.windows(2)).any(|(x, s)| {
+        let (x0, x1, s0, s1) = (x[0] as u128, x[1] as u128, s[0] as u128, s[1] as u128);
+        match (
+            s1.checked_mul(x0).and_then(|v| v.checked_mul(x0)),
+            s0.checked_mul(x1).and_then(|v| v.checked_mul(x1)),
+        ) {
+            (Some(l), Some(r)) => l > r,
+            _ => false,
+        }
+    })
+}
+
+/// Marks the requests whose sizes stop growing with the knob (`fits[k]` becomes [`Shape::Capped`], its first fit
+/// the alternative), from the sizes of runs that all finished (`sizes[k * runs + r]`, runs ascending in `x`) and
+/// their steps (`steps`, of the requests every run made). Returns how many.
+///
+/// The evidence is the steps: where the largest run's steps change in size (their data does) but one request of
+/// the cycle asks the same size `C` in every repeat, while the smallest run asks less than `C` and varying
+/// amounts, each of which in proportion would pass `C` at the largest value, that request is held at `C` by
+/// something other than the data: a cap. A request elsewhere (a first step told apart as setup) that asks that same
+/// `C` in the largest run on the same terms is capped too. Programs whose steps are all alike never show it, and
+/// keep their fits.
+pub fn capped(x: &[u64], sizes: &[u64], steps: &super::align::Steps, fits: &mut [Fit]) -> usize {
+    let runs = x.len();
+    let (lo, hi) = (0, runs - 1);
+    if runs < 2 || steps.period == 0 || steps.count < 2 || sizes.len() != fits.len() * runs {
+        return 0;
+    }
+    let size = |k: usize, r: usize| sizes[k * runs + r];
+    let repeats = |p: usize| (0..steps.count).map(move |i| steps.setup + i * steps.period + p);
+    let alike = |p: usize, r: usize| repeats(p).all(|k| size(k, r) == size(steps.setup + p, r));
+    // Would pass `cap` at the largest value in proportion, from every run below it, and no run asks more.
+    let under = |k: usize, cap: u64| {
+        (0..runs).all(|r| size(k, r) <= cap)
+            && (0..runs).filter(|&r| size(k, r) < cap).all(|r| {
+                (size(k, r) as u128).saturating_mul(x[hi] as u128) >= (cap as u128) * (x[r] as u128)
+            })
+    };
+    if (0..steps.period).all(|p| alike(p, hi)) {
+        return 0;
+    }
+    let mut caps: Vec<u64> = Vec::new();
+    let mut marked = 0;
+    let mut mark = |f: &mut Fit| {
+        if f.shape != Shape::Capped {
+            *f = Fit {
+                shape: Shape::Capped,
+                alternative: Some(f.shape),
+            };
+            marked += 1;
+        }
+    };
+    for p in 0..steps.period {
+        let cap = size(steps.setup + p, hi);
+        if !alike(p, hi) || alike(p, lo) || !repeats(p).all(|k| under(k, cap)) {
+            continue;
+        }
+        caps.push(cap);
+        for k in repeats(p) {
+            if fits[k].shape != Shape::Constant {
+                mark(&mut fits[k]);
+            }
+        }
+    }
+    for (k, f) in fits.iter_mut().enumerate() {
+        let cap = size(k, hi);
+        if matches!(f.shape, Shape::Constant | Shape::Linear | Shape::Capped)
+            || !caps.contains(&cap)
+            || !under(k, cap)
+        {
+            continue;
+        }
+        mark(f);
+    }
+    marked
 }
 
 #[cfg(test)]
@@ -279,6 +399,100 @@ mod tests {
         assert!(eval(Shape::Affine, &[8, 16], &[1000, 500], 40) < 0);
     }
 
+    /// cuDNN's algorithm at 16 asks 131 bytes, at 32 another's asks 54 MiB (in proportion to the batch from there
+    /// on): a line through the two would give 108 MiB at 48, where the program asks 81.
+    #[test]
+    fn a_size_that_grows_past_the_square_follows_the_nearest_run() {
+        let (x, s) = ([16u64, 32], [131u64, 56_623_376]);
+        let f = fit(&x, &s);
+        assert_eq!(
+            (f.shape, f.alternative),
+            (Shape::Switched, Some(Shape::Affine))
+        );
+        assert_eq!(eval(Shape::Switched, &x, &s, 48), 84_935_064);
+        assert_eq!(eval(Shape::Switched, &x, &s, 20), 164);
+        // A tie goes to the larger run, as the template does.
+        assert_eq!(eval(Shape::Switched, &x, &s, 24), 42_467_532);
+        // Exactly the square is a square, and a size in proportion to the square plus a constant is not switched.
+        assert_eq!(fit(&[16, 32], &[100, 400]).shape, Shape::Square);
+        assert_eq!(
+            fit(&[16, 32], &[1000 + 100, 1000 + 400]).shape,
+            Shape::Affine
+        );
+        // Three runs: the switch between the first two, the last two in proportion.
+        let f3 = fit(&[16, 32, 48], &[131, 56_623_376, 84_935_064]);
+        assert_eq!(f3.shape, Shape::Switched);
+        assert_eq!(
+            eval(
+                Shape::Switched,
+                &[16, 32, 48],
+                &[131, 56_623_376, 84_935_064],
+                64
+            ),
+            113_246_752
+        );
+    }
+
+    /// Steps of a fine-tuning loop whose sequence lengths change step to step: a buffer grows with the batch and
+    /// the length until 132 MiB (one MiB per SM), then holds; at batch 8 every step asks 132 MiB, at batch 4 each
+    /// asks half its length's share. The activations beside it keep their fits.
+    #[test]
+    fn a_size_held_at_a_cap_while_the_steps_change_is_capped() {
+        const MIB: u64 = 1 << 20;
+        let x = [4u64, 8];
+        let lens = [88u64, 120, 92, 72, 128];
+        // Per step: the capped buffer, an activation `c·x·len`, a weight.
+        let mut sizes = Vec::new();
+        let setup = 2;
+        // The setup: a weight, then a first step's buffer (the same cap, told apart as setup).
+        sizes.extend([4096, 4096]);
+        sizes.extend([88 * MIB, 132 * MIB]);
+        for &l in &lens {
+            sizes.extend([l * MIB, (2 * l * MIB).min(132 * MIB)]);
+            sizes.extend([4 * l * 1024, 8 * l * 1024]);
+            sizes.extend([512, 512]);
+        }
+        let mut fits: Vec<Fit> = sizes.chunks(2).map(|s| fit(&x, s)).collect();
+        let steps = super::super::align::Steps {
+            setup,
+            period: 3,
+            count: lens.len(),
+        };
+        assert_eq!(capped(&x, &sizes, &steps, &mut fits), 6);
+        assert_eq!(
+            fits[1].shape,
+            Shape::Capped,
+            "the setup's request of the same cap"
+        );
+        for (i, _) in lens.iter().enumerate() {
+            let k = setup + 3 * i;
+            assert_eq!(fits[k].shape, Shape::Capped);
+            assert_eq!(fits[k + 1].shape, Shape::Linear);
+            assert_eq!(fits[k + 2].shape, Shape::Constant);
+        }
+        // 72 MiB at 4 is 108 at 6 and the cap from 8 on; 128 at 4 is the cap at 6 already.
+        let at = |k: usize, v: u64| eval(Shape::Capped, &x, &sizes[2 * k..2 * k + 2], v);
+        assert_eq!(at(setup + 9, 6), (108 * MIB) as i128);
+        assert_eq!(at(setup + 12, 6), (132 * MIB) as i128);
+        assert_eq!(at(setup + 9, 16), (132 * MIB) as i128);
+        assert_eq!(at(setup + 9, 2), (36 * MIB) as i128);
+        // Steps all alike (no data to tell a cap from a constant part): nothing is capped.
+        let same: Vec<u64> = (0..5).flat_map(|_| [72 * MIB, 132 * MIB]).collect();
+        let mut f: Vec<Fit> = same.chunks(2).map(|s| fit(&x, s)).collect();
+        let one = super::super::align::Steps {
+            setup: 0,
+            period: 1,
+            count: 5,
+        };
+        assert_eq!(capped(&x, &same, &one, &mut f), 0);
+        assert!(f.iter().all(|f| f.shape == Shape::Affine));
+        // The largest run's steps all alike while the smallest's vary (padding that reaches the longest sample at
+        // the larger batch): no request is held apart from the data, so none is capped.
+        let pad: Vec<u64> = lens.iter().flat_map(|&l| [l * MIB, 256 * MIB]).collect();
+        let mut f: Vec<Fit> = pad.chunks(2).map(|s| fit(&x, s)).collect();
+        assert_eq!(capped(&x, &pad, &one, &mut f), 0);
+    }
+
     /// Values and sizes as large as a forged snapshot or a command line can give: no fit or size overflows (a
     /// panic in debug builds, a wrong size in release ones); past i128 the size is the largest, which no device
     /// holds.
@@ -300,6 +514,8 @@ mod tests {
                 Shape::AffineSquare,
                 Shape::Quadratic,
                 Shape::Chord,
+                Shape::Capped,
+                Shape::Switched,
             ] {
                 for at in [0, 1, 3, 1 << 32, big] {
                     let _ = eval(shape, &x, &s, at);

@@ -4,6 +4,7 @@
 //! replayed through the allocator's model under each configuration (`answer`): the peaks there, and the largest
 //! value that fits a limit.
 
+pub mod addresses;
 pub mod align;
 pub mod answer;
 pub mod answered;

@@ -647,3 +647,84 @@ fn a_failed_run_on_another_kernel_path_is_matched_up_to_its_failure() {
         Err(KnobError::Mismatch(_))
     ));
 }
+
+/// Two 20 MiB segments each hold a free 6 MiB block; the next 6 MiB request takes the one at the lower address.
+/// Where that is the first segment, a 20 MiB request later finds the second whole and reuses it; where it is the
+/// second, the first is whole instead: the same. But freeing only the first segment's other block leaves it
+/// whole in one order and not in the other, and the 20 MiB request then needs a third segment: 60 MiB reserved
+/// against 40, by addresses alone. The spread measures it on the runs, either way.
+#[test]
+fn the_runs_addresses_alone_move_the_reserve_and_the_spread_says_how_much() {
+    let history = |addrs: [u64; 2]| {
+        let mut h = History {
+            pid: 7,
+            sites: vec!["train.py:1 in f".to_string()],
+            segment_addresses: vec![(20 * MIB, addrs[0]), (20 * MIB, addrs[1])],
+            ..History::default()
+        };
+        let ops = [
+            Op::Alloc {
+                id: 1,
+                size: 6 * MIB,
+                stream: 0,
+            },
+            Op::Alloc {
+                id: 2,
+                size: 14 * MIB,
+                stream: 0,
+            },
+            Op::Alloc {
+                id: 3,
+                size: 6 * MIB,
+                stream: 0,
+            },
+            Op::Alloc {
+                id: 4,
+                size: 14 * MIB,
+                stream: 0,
+            },
+            Op::Free { id: 1 },
+            Op::Free { id: 3 },
+            Op::Alloc {
+                id: 5,
+                size: 6 * MIB,
+                stream: 0,
+            },
+            Op::Free { id: 2 },
+            Op::Alloc {
+                id: 6,
+                size: 20 * MIB,
+                stream: 0,
+            },
+        ];
+        for (i, op) in ops.into_iter().enumerate() {
+            h.entries.push(Entry {
+                t_us: i as u64 + 1,
+                op,
+                site: 0,
+            });
+        }
+        h
+    };
+    let (lo, hi) = (0x7f00_0000_0000u64, 0x7f10_0000_0000u64);
+    let recorded = Settings::default();
+    assert_eq!(replayed(history([hi, lo]), &recorded).0, 40 * MIB);
+    assert_eq!(replayed(history([lo, hi]), &recorded).0, 60 * MIB);
+    let j = job(vec![run(4, history([hi, lo])), run(8, history([lo, hi]))]);
+    let s = super::addresses::spread(&j).expect("two runs with addresses");
+    assert_eq!(s.pairs, 2);
+    assert!((s.high - 0.5).abs() < 1e-9, "{s:?}");
+    assert!((s.low + 1.0 / 3.0).abs() < 1e-9, "{s:?}");
+    assert!(s.matters());
+    // The same addresses in both runs: nothing moves, and nothing is said.
+    let same = job(vec![run(4, history([hi, lo])), run(8, history([hi, lo]))]);
+    let s = super::addresses::spread(&same).expect("two runs with addresses");
+    assert!(!s.matters(), "{s:?}");
+    // Runs that recorded no addresses (expandable segments map, they do not allocate): no spread.
+    let mut bare = history([hi, lo]);
+    bare.segment_addresses.clear();
+    assert_eq!(
+        super::addresses::spread(&job(vec![run(4, bare.clone()), run(8, bare)])),
+        None
+    );
+}
