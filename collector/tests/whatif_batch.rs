@@ -127,6 +127,21 @@ fn the_gpu_runs_predictions_are_made_again_and_the_confirmed_ones_hold() {
                 .contains("where the driver put the segments")
         });
         assert_eq!(said, low < -0.1 || high > 0.1, "{case}: {spread}");
+        // The fine-tuning loop's six backward buffers held at 132 MiB are capped, from its steps; nothing else is.
+        let count = |shape: &str| {
+            p["fits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["shape"] == shape)
+                .map_or(0, |f| f["requests"].as_u64().unwrap())
+        };
+        assert_eq!(
+            count("capped"),
+            if case == "finetune" { 6 } else { 0 },
+            "{case}"
+        );
+        assert_eq!(count("switched"), 0, "{case}");
         match case.as_str() {
             "train" => assert_eq!((low, high), (-1.69, 2.43)),
             "finetune" => assert_eq!((low, high), (-0.46, 0.0)),

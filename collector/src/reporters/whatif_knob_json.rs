@@ -295,7 +295,7 @@ pub fn render(a: &KnobAnswered) -> String {
                 value: c.largest.as_ref().and_then(|l| l.value),
             }
         }),
-        address_spread: w.addresses.map(|s| SpreadJ {
+        address_spread: a.addresses.map(|s| SpreadJ {
             low_pct: (s.low * 1e4).round() / 100.0,
             high_pct: (s.high * 1e4).round() / 100.0,
             pairs: s.pairs,

@@ -123,7 +123,8 @@ pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, String> {
     if let Some(n) = data_steps(&job, knob) {
         notes.push(n);
     }
-    if let Some(n) = addresses(answer.addresses) {
+    let spread = crate::whatif::batch::addresses::spread(&job);
+    if let Some(n) = addresses(spread) {
         notes.push(n);
     }
     Ok(KnobAnswered {
@@ -131,6 +132,7 @@ pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, String> {
         files,
         job,
         answer,
+        addresses: spread,
         notes,
     })
 }
@@ -154,15 +156,15 @@ pub fn main(args: &WhatifArgs, knob: &str) -> Code {
 }
 
 /// Where the driver put the runs' segments moves their reserve (`addresses`): a prediction of the reserve as run
-/// borrows a run's addresses, so it is no surer than that.
+/// borrows a run's addresses, so it is no surer than that. Measured under the settings as run; other settings of
+/// the caching allocator's own segments borrow the addresses alike.
 fn addresses(s: Option<crate::whatif::batch::addresses::Spread>) -> Option<String> {
     let s = s.filter(|s| s.matters())?;
     Some(format!(
         "where the driver put the segments moves the reserve: each run replayed with another run's segment \
          addresses reserved {:+.1}% to {:+.1}% of its own (PyTorch takes the lowest address among free blocks \
-         of one size), and a prediction can only borrow a run's addresses: a reserve predicted under these \
-         settings is uncertain by about that much, whatever the sizes (expandable_segments does not depend on \
-         it)",
+         of one size), and a prediction can only borrow a run's addresses: a reserve predicted as run is \
+         uncertain by about that much, whatever the sizes (expandable_segments does not depend on it)",
         s.low * 100.0,
         s.high * 100.0
     ))

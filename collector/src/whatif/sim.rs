@@ -19,9 +19,14 @@ pub enum Allocator {
 impl Allocator {
     /// A model for `history`'s process under `settings`, placing segments where the run's own were.
     pub fn for_history(settings: &Settings, device_total: u64, history: &History) -> Allocator {
+        Allocator::placed(settings, device_total, &history.segment_addresses)
+    }
+
+    /// A model placing its segments at `addresses` ((size, address) in the order a run made them).
+    pub fn placed(settings: &Settings, device_total: u64, addresses: &[(u64, u64)]) -> Allocator {
         let mut a = Allocator::new(settings, device_total);
         if let Allocator::Native(m) = &mut a {
-            m.hint_addresses(&history.segment_addresses);
+            m.hint_addresses(addresses);
         }
         a
     }
@@ -88,6 +93,9 @@ pub struct Job<'a> {
     /// Per device, bytes held by the job's processes that have no history (at most), counted against limits.
     pub others: BTreeMap<u32, u64>,
     order: Vec<(u32, u32)>,
+    /// Per history, the segment addresses its model places segments at, where not the history's own
+    /// ([`Job::with_addresses`]).
+    addresses: Option<Vec<&'a [(u64, u64)]>>,
 }
 
 /// The first request a replay refused.
@@ -143,7 +151,15 @@ impl<'a> Job<'a> {
             device_total,
             others,
             order: order.into_iter().map(|(_, h, i)| (h, i)).collect(),
+            addresses: None,
         }
+    }
+
+    /// The same job with history `i`'s segments placed at `addresses[i]` (another run's), not its own: how much
+    /// where the driver put them moves the reserve (`whatif::batch::addresses`).
+    pub fn with_addresses(mut self, addresses: Vec<&'a [(u64, u64)]>) -> Job<'a> {
+        self.addresses = Some(addresses);
+        self
     }
 
     pub fn devices(&self) -> BTreeSet<u32> {
@@ -175,10 +191,13 @@ impl<'a> Job<'a> {
         let n = self.histories.len();
         let mut models: Vec<Allocator> = (0..n)
             .map(|i| {
-                Allocator::for_history(
+                Allocator::placed(
                     &settings(i),
                     self.total(self.histories[i].device),
-                    &self.histories[i],
+                    self.addresses
+                        .as_ref()
+                        .and_then(|a| a.get(i).copied())
+                        .unwrap_or(&self.histories[i].segment_addresses),
                 )
             })
             .collect();

@@ -2,23 +2,26 @@
 //!
 //! Among free blocks of one size the caching allocator takes the lowest address, and the addresses are the
 //! driver's choice: a history replayed with another run's segment addresses can reserve a few percent more or
-//! less than it did (on the GPU: up to 4% on a conv net under cuDNN's defaults, 3.6% on BERT, none on some
-//! programs). A history synthesized at another value can only borrow a run's addresses, so its reserve as run
-//! carries that much uncertainty, whatever its sizes. Each run that finished is replayed under its own settings
-//! with every other finished run's addresses; the spread is the most it moved, either way.
+//! less than it did (on the H200, every size and order the run's own: 4.2% less for a conv net in bf16, 3.6% less
+//! for BERT, 11.4% more for a deterministic conv net; nothing for some programs). A history synthesized at
+//! another value can only borrow a run's addresses, so its reserve as run carries that much uncertainty,
+//! whatever its sizes. Each run that finished is replayed as the answers replay a job (every process at once,
+//! with what is held outside PyTorch), under its own settings, with its own addresses and with each other
+//! finished run's; the spread is how far the processes' reserves, summed, moved either way.
+
+use std::collections::BTreeMap;
 
 use super::answer::KnobJob;
 use crate::whatif::answer::parallel;
-use crate::whatif::history::History;
 use crate::whatif::sim::Job;
 
-/// Each run replayed with another's segment addresses against its own replay: the most its reserve moved down
-/// and up (fractions of its own, `low <= 0 <= high`), over every pair and process.
+/// Each run replayed with another's segment addresses against its replay with its own: the most its reserve
+/// moved down and up (fractions of its own, `low <= 0 <= high`), over every pair of runs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Spread {
     pub low: f64,
     pub high: f64,
-    /// Replays compared.
+    /// Replays with borrowed addresses compared.
     pub pairs: u32,
 }
 
@@ -29,71 +32,72 @@ impl Spread {
     }
 }
 
-/// `None` with fewer than two runs that finished or none that recorded where its segments were.
+/// `None` with fewer than two runs that finished, or fewer than two that recorded where their segments were
+/// (runs under expandable segments map address ranges; they do not allocate segments).
 pub fn spread(job: &KnobJob) -> Option<Spread> {
     let a = &job.aligned;
-    let done: Vec<usize> = (0..a.runs.len()).filter(|&r| Some(r) != a.failed).collect();
-    let slots = a.slots.len();
-    // (slot, run replayed, run whose addresses it takes); `None` for its own.
-    let mut pairs: Vec<(usize, usize, Option<usize>)> = Vec::new();
-    for i in 0..slots {
-        for &r in &done {
-            if a.runs[r].histories[i].segment_addresses.is_empty() {
-                continue;
-            }
-            pairs.push((i, r, None));
-            for &o in done.iter().filter(|&&o| o != r) {
-                if !a.runs[o].histories[i].segment_addresses.is_empty() {
-                    pairs.push((i, r, Some(o)));
-                }
-            }
-        }
-    }
-    if !pairs.iter().any(|p| p.2.is_some()) {
+    let placed: Vec<usize> = (0..a.runs.len())
+        .filter(|&r| Some(r) != a.failed)
+        .filter(|&r| {
+            a.runs[r]
+                .histories
+                .iter()
+                .any(|h| !h.segment_addresses.is_empty())
+        })
+        .collect();
+    if placed.len() < 2 {
         return None;
     }
-    let peaks = parallel(pairs.len(), |k| {
-        let (i, r, o) = pairs[k];
-        let own = &a.runs[r].histories[i];
-        let borrowed;
-        let h: &History = match o {
-            None => own,
-            Some(o) => {
-                let mut c = own.clone();
-                c.segment_addresses = a.runs[o].histories[i].segment_addresses.clone();
-                borrowed = c;
-                &borrowed
-            }
-        };
-        let job = Job::new(
-            std::slice::from_ref(h),
-            vec![0],
+    // (the run replayed, the run whose addresses it takes: itself first)
+    let pairs: Vec<(usize, usize)> = placed
+        .iter()
+        .flat_map(|&r| {
+            std::iter::once((r, r)).chain(
+                placed
+                    .iter()
+                    .filter(move |&&o| o != r)
+                    .map(move |&o| (r, o)),
+            )
+        })
+        .collect();
+    let reserves = parallel(pairs.len(), |k| {
+        let (r, o) = pairs[k];
+        let hs = &a.runs[r].histories;
+        let mut j = Job::new(
+            hs,
+            job.outside.clone(),
             job.device_total.clone(),
-            Default::default(),
+            job.others.clone(),
         );
-        let settings = |_| h.recorded.clone();
-        job.replay_until(&settings, &Default::default(), None)
+        if o != r {
+            j = j.with_addresses(
+                a.runs[o]
+                    .histories
+                    .iter()
+                    .map(|h| &h.segment_addresses[..])
+                    .collect(),
+            );
+        }
+        j.replay(&|i| hs[i].recorded.clone(), &BTreeMap::new())
             .outcomes
-            .first()
-            .map_or(0, |o| o.reserved_peak)
+            .iter()
+            .map(|x| x.reserved_peak)
+            .fold(0u64, u64::saturating_add)
     });
     let mut s = Spread {
         low: 0.0,
         high: 0.0,
         pairs: 0,
     };
-    for (k, &(i, r, o)) in pairs.iter().enumerate() {
-        if o.is_none() {
-            continue;
-        }
+    for (k, &(r, o)) in pairs.iter().enumerate() {
         let own = pairs
             .iter()
-            .position(|&p| p == (i, r, None))
-            .map_or(0, |j| peaks[j]);
-        if own == 0 {
+            .position(|&p| p == (r, r))
+            .map_or(0, |i| reserves[i]);
+        if o == r || own == 0 {
             continue;
         }
-        let d = (peaks[k] as f64 - own as f64) / own as f64;
+        let d = (reserves[k] as f64 - own as f64) / own as f64;
         s.low = s.low.min(d);
         s.high = s.high.max(d);
         s.pairs += 1;

@@ -485,8 +485,10 @@ fn slot(
         lines[f] = lines[reference].clone();
     }
     let mut fits: Vec<Fit> = sizes.chunks(runs).map(|s| fit(values, s)).collect();
+    // Only from runs that all finished: a failed run's sizes past its failure are themselves fits.
     if failed.is_none() {
-        super::fit::capped(values, &sizes, &ref_steps, &mut fits);
+        super::fit::switched(values, &sizes, &ref_steps, &mut fits);
+        super::fit::capped(values, &sizes, &ref_steps, &lines[reference], &mut fits);
     }
     let steps = (0..runs)
         .map(|r| {

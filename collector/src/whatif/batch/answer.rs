@@ -143,8 +143,6 @@ pub struct KnobAnswer {
     pub shapes: Vec<ShapeCount>,
     /// The configuration that fits the largest value (under a limit), when it is not "as run".
     pub best: Option<usize>,
-    /// How much the runs' reserves move with each other's segment addresses ([`super::addresses`]).
-    pub addresses: Option<super::addresses::Spread>,
 }
 
 impl KnobJob {
@@ -484,6 +482,5 @@ pub fn answer(job: &KnobJob, configs: &[Settings], at: &[u64], limit: Option<Lim
         configs,
         shapes: job.shapes(),
         best,
-        addresses: super::addresses::spread(job),
     }
 }

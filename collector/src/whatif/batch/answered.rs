@@ -11,5 +11,7 @@ pub struct KnobAnswered {
     pub files: Vec<(PathBuf, u64)>,
     pub job: KnobJob,
     pub answer: KnobAnswer,
+    /// How much the runs' reserves move with each other's segment addresses.
+    pub addresses: Option<crate::whatif::batch::addresses::Spread>,
     pub notes: Vec<String>,
 }

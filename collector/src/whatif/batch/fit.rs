@@ -19,6 +19,8 @@
 //! Two runs alone cannot tell it from `a + b·x`; the steps can, where their sizes follow the data (sequence
 //! lengths that change step to step).
 
+use super::align::Steps;
+
 /// The shape of one allocation's size in the knob.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Shape {
@@ -37,8 +39,9 @@ pub enum Shape {
     Chord,
     /// `min(c·x, cap)`: in proportion from the largest run below the cap, held at the cap ([`capped`]).
     Capped,
-    /// `c·x` from the run nearest the value: the runs took different algorithms (a size that grows faster than
-    /// the knob's square between two of them), and the nearest run's is the likelier there.
+    /// `c·x` from the runs around the value: the runs took different algorithms (a size that grows faster than
+    /// the knob's square between two of them, the same in every step, [`switched`]); past the runs, the
+    /// algorithm of the run at that end, between two the larger of the two in proportion.
     Switched,
 }
 
@@ -68,7 +71,7 @@ impl Shape {
             Shape::Quadratic => "a + b·x + c·x²",
             Shape::Chord => "a + b·x between the nearest runs",
             Shape::Capped => "c·x up to a cap",
-            Shape::Switched => "c·x from the nearest run (another algorithm)",
+            Shape::Switched => "c·x, per algorithm",
         }
     }
 }
@@ -124,16 +127,6 @@ pub fn fit(x: &[u64], s: &[u64]) -> Fit {
         (Some(x00), Some(xii)) => same(si, x00, s0, xii),
         _ => false,
     });
-    if switched(x, s) {
-        return Fit {
-            shape: Shape::Switched,
-            alternative: Some(if x.len() >= 3 {
-                Shape::Chord
-            } else {
-                Shape::Affine
-            }),
-        };
-    }
     if x.len() >= 3 {
         if square {
             return one(Shape::Square);
@@ -227,12 +220,17 @@ fn checked_eval(shape: Shape, x: &[u64], s: &[u64], at: u64) -> Option<i128> {
             }
         }
         Shape::Switched => {
-            // The nearest run, the larger on a tie: the template's (`Aligned::nearest`), whose code path the
-            // synthesized history follows too.
-            let i = (0..=n)
-                .min_by_key(|&i| (x[i].abs_diff(at), std::cmp::Reverse(x[i])))
-                .unwrap_or(n);
-            div_round(mul(s[i] as i128, t)?, (x[i] as i128).max(1))
+            // Past the runs, the algorithm of the run at that end; between two, either: the larger of the two
+            // in proportion (an upper bound on which one the library takes).
+            let prop = |i: usize| -> Option<i128> {
+                Some(div_round(mul(s[i] as i128, t)?, (x[i] as i128).max(1)))
+            };
+            match x.iter().position(|&xi| xi >= at) {
+                None => prop(n)?,
+                Some(0) => prop(0)?,
+                Some(i) if x[i] == at => s[i] as i128,
+                Some(i) => prop(i - 1)?.max(prop(i)?),
+            }
         }
         Shape::Chord => {
             // The two runs nearest `at`: the pair around it, else the two at the near end.
@@ -250,9 +248,8 @@ fn checked_eval(shape: Shape, x: &[u64], s: &[u64], at: u64) -> Option<i128> {
 }
 
 /// Grows faster than the square of the knob between two neighbouring runs (`s1·x0² > s0·x1²`): no size made of a
-/// constant, a part in proportion and a part in the square (none negative) does. A library picked another
-/// algorithm between them (cuDNN's workspace of a few bytes at one batch, tens of MiB at the next).
-fn switched(x: &[u64], s: &[u64]) -> bool {
+/// constant, a part in proportion and a part in the square (none negative) does.
+fn past_square(x: &[u64], s: &[u64]) -> bool {
     x.windows(2).zip(s.windows(2)).any(|(x, s)| {
         let (x0, x1, s0, s1) = (x[0] as u128, x[1] as u128, s[0] as u128, s[1] as u128);
         match (
@@ -265,25 +262,80 @@ fn switched(x: &[u64], s: &[u64]) -> bool {
     })
 }
 
-/// Marks the requests whose sizes stop growing with the knob (`fits[k]` becomes [`Shape::Capped`], its first fit
-/// the alternative), from the sizes of runs that all finished (`sizes[k * runs + r]`, runs ascending in `x`) and
-/// their steps (`steps`, of the requests every run made). Returns how many.
+/// The cycle's request at position `p` of each repeat.
+fn repeats(steps: &Steps, p: usize) -> impl Iterator<Item = usize> + '_ {
+    (0..steps.count).map(move |i| steps.setup + i * steps.period + p)
+}
+
+/// Marks the requests a library sized by its choice of algorithm (`fits[k]` becomes [`Shape::Switched`], its
+/// first fit the alternative), from the sizes of runs that all finished (`sizes[k * runs + r]`, runs ascending in
+/// `x`) and their steps. Returns how many.
 ///
-/// The evidence is the steps: where the largest run's steps change in size (their data does) but one request of
-/// the cycle asks the same size `C` in every repeat, while the smallest run asks less than `C` and varying
-/// amounts, each of which in proportion would pass `C` at the largest value, that request is held at `C` by
-/// something other than the data: a cap. A request elsewhere (a first step told apart as setup) that asks that same
-/// `C` in the largest run on the same terms is capped too. Programs whose steps are all alike never show it, and
-/// keep their fits.
-pub fn capped(x: &[u64], sizes: &[u64], steps: &super::align::Steps, fits: &mut [Fit]) -> usize {
+/// A request of the step cycle whose fit is ambiguous, whose size grows faster than the knob's square between two
+/// runs, and which asks the same size in every repeat within each run (a workspace sized by the shapes, not a
+/// tensor sized by the data each step holds: padded lengths that grow with the batch grow faster than its square
+/// too, and change step to step); and a setup request (a first step told apart) whose sizes are, in every run,
+/// byte for byte those of such a request. cuDNN's workspace of 131 bytes at batch 16 and 54 MiB at 32 is one.
+pub fn switched(x: &[u64], sizes: &[u64], steps: &Steps, fits: &mut [Fit]) -> usize {
     let runs = x.len();
-    let (lo, hi) = (0, runs - 1);
     if runs < 2 || steps.period == 0 || steps.count < 2 || sizes.len() != fits.len() * runs {
         return 0;
     }
+    let row = |k: usize| &sizes[k * runs..(k + 1) * runs];
+    let mut seen: Vec<&[u64]> = Vec::new();
+    let mut marked = 0;
+    let mut mark = |f: &mut Fit| {
+        *f = Fit {
+            shape: Shape::Switched,
+            alternative: Some(f.shape),
+        };
+        marked += 1;
+    };
+    for p in 0..steps.period {
+        let first = steps.setup + p;
+        if fits[first].alternative.is_none()
+            || !past_square(x, row(first))
+            || !repeats(steps, p).all(|k| row(k) == row(first))
+        {
+            continue;
+        }
+        seen.push(row(first));
+        for k in repeats(steps, p) {
+            mark(&mut fits[k]);
+        }
+    }
+    for (k, f) in fits.iter_mut().enumerate().take(steps.setup) {
+        if f.alternative.is_some() && seen.contains(&row(k)) {
+            mark(f);
+        }
+    }
+    marked
+}
+
+/// Marks the requests whose sizes stop growing with the knob (`fits[k]` becomes [`Shape::Capped`], its first fit
+/// the alternative), from the sizes of runs that all finished (`sizes[k * runs + r]`, runs ascending in `x`),
+/// their steps and the requests' lines (`lines[k]`). Returns how many.
+///
+/// The evidence is the steps: where the largest run's steps change in size (their data does) but one request of
+/// the cycle asks the same size `C` in every repeat, while the smallest run asks less than `C` in every repeat,
+/// by varying amounts, each of which in proportion would pass `C` at the largest value, that request is held at
+/// `C` by something other than the data: a cap. A setup request (a first step told apart) from the same line that
+/// asks that same `C` in the largest run on the same terms is capped too. Programs whose steps are all alike never
+/// show it, and keep their fits.
+pub fn capped(x: &[u64], sizes: &[u64], steps: &Steps, lines: &[u32], fits: &mut [Fit]) -> usize {
+    let runs = x.len();
+    if runs < 2
+        || steps.period == 0
+        || steps.count < 2
+        || sizes.len() != fits.len() * runs
+        || lines.len() != fits.len()
+    {
+        return 0;
+    }
+    let (lo, hi) = (0, runs - 1);
     let size = |k: usize, r: usize| sizes[k * runs + r];
-    let repeats = |p: usize| (0..steps.count).map(move |i| steps.setup + i * steps.period + p);
-    let alike = |p: usize, r: usize| repeats(p).all(|k| size(k, r) == size(steps.setup + p, r));
+    let alike =
+        |p: usize, r: usize| repeats(steps, p).all(|k| size(k, r) == size(steps.setup + p, r));
     // Would pass `cap` at the largest value in proportion, from every run below it, and no run asks more.
     let under = |k: usize, cap: u64| {
         (0..runs).all(|r| size(k, r) <= cap)
@@ -294,7 +346,7 @@ pub fn capped(x: &[u64], sizes: &[u64], steps: &super::align::Steps, fits: &mut 
     if (0..steps.period).all(|p| alike(p, hi)) {
         return 0;
     }
-    let mut caps: Vec<u64> = Vec::new();
+    let mut caps: Vec<(u32, u64)> = Vec::new();
     let mut marked = 0;
     let mut mark = |f: &mut Fit| {
         if f.shape != Shape::Capped {
@@ -307,20 +359,22 @@ pub fn capped(x: &[u64], sizes: &[u64], steps: &super::align::Steps, fits: &mut 
     };
     for p in 0..steps.period {
         let cap = size(steps.setup + p, hi);
-        if !alike(p, hi) || alike(p, lo) || !repeats(p).all(|k| under(k, cap)) {
+        if !alike(p, hi)
+            || alike(p, lo)
+            || !repeats(steps, p).all(|k| size(k, lo) < cap && under(k, cap))
+        {
             continue;
         }
-        caps.push(cap);
-        for k in repeats(p) {
-            if fits[k].shape != Shape::Constant {
-                mark(&mut fits[k]);
-            }
+        caps.push((lines[steps.setup + p], cap));
+        for k in repeats(steps, p) {
+            mark(&mut fits[k]);
         }
     }
-    for (k, f) in fits.iter_mut().enumerate() {
+    for (k, f) in fits.iter_mut().enumerate().take(steps.setup) {
         let cap = size(k, hi);
-        if matches!(f.shape, Shape::Constant | Shape::Linear | Shape::Capped)
-            || !caps.contains(&cap)
+        if matches!(f.shape, Shape::Constant | Shape::Linear)
+            || !caps.contains(&(lines[k], cap))
+            || size(k, lo) >= cap
             || !under(k, cap)
         {
             continue;
@@ -400,37 +454,66 @@ mod tests {
     }
 
     /// cuDNN's algorithm at 16 asks 131 bytes, at 32 another's asks 54 MiB (in proportion to the batch from there
-    /// on): a line through the two would give 108 MiB at 48, where the program asks 81.
+    /// on), the same in every step: a line through the two would give 108 MiB at 48, where the program asks 81.
     #[test]
-    fn a_size_that_grows_past_the_square_follows_the_nearest_run() {
-        let (x, s) = ([16u64, 32], [131u64, 56_623_376]);
-        let f = fit(&x, &s);
-        assert_eq!(
-            (f.shape, f.alternative),
-            (Shape::Switched, Some(Shape::Affine))
-        );
-        assert_eq!(eval(Shape::Switched, &x, &s, 48), 84_935_064);
-        assert_eq!(eval(Shape::Switched, &x, &s, 20), 164);
-        // A tie goes to the larger run, as the template does.
-        assert_eq!(eval(Shape::Switched, &x, &s, 24), 42_467_532);
-        // Exactly the square is a square, and a size in proportion to the square plus a constant is not switched.
-        assert_eq!(fit(&[16, 32], &[100, 400]).shape, Shape::Square);
-        assert_eq!(
-            fit(&[16, 32], &[1000 + 100, 1000 + 400]).shape,
-            Shape::Affine
-        );
+    fn a_workspace_that_grows_past_the_square_follows_the_runs_algorithms() {
+        let (x, ws) = ([16u64, 32], [131u64, 56_623_376]);
+        // A setup of one request like the cycle's, then five repeats of (the workspace, an activation).
+        let mut sizes: Vec<u64> = ws.to_vec();
+        for _ in 0..5 {
+            sizes.extend(ws);
+            sizes.extend([16 * 4096, 32 * 4096]);
+        }
+        let steps = Steps {
+            setup: 1,
+            period: 2,
+            count: 5,
+        };
+        let mut fits: Vec<Fit> = sizes.chunks(2).map(|s| fit(&x, s)).collect();
+        assert_eq!(switched(&x, &sizes, &steps, &mut fits), 6);
+        for k in [0, 1, 3, 5, 7, 9] {
+            assert_eq!(
+                (fits[k].shape, fits[k].alternative),
+                (Shape::Switched, Some(Shape::Affine)),
+                "{k}"
+            );
+        }
+        assert_eq!(fits[2].shape, Shape::Linear);
+        // Past the runs, the end run's algorithm; between them, the larger of the two in proportion; at a run,
+        // its own size.
+        assert_eq!(eval(Shape::Switched, &x, &ws, 48), 84_935_064);
+        assert_eq!(eval(Shape::Switched, &x, &ws, 8), 66);
+        assert_eq!(eval(Shape::Switched, &x, &ws, 24), 42_467_532);
+        assert_eq!(eval(Shape::Switched, &x, &ws, 32), 56_623_376);
         // Three runs: the switch between the first two, the last two in proportion.
-        let f3 = fit(&[16, 32, 48], &[131, 56_623_376, 84_935_064]);
-        assert_eq!(f3.shape, Shape::Switched);
-        assert_eq!(
-            eval(
-                Shape::Switched,
-                &[16, 32, 48],
-                &[131, 56_623_376, 84_935_064],
-                64
-            ),
-            113_246_752
-        );
+        let (x3, s3) = ([16u64, 32, 48], [131u64, 56_623_376, 84_935_064]);
+        assert_eq!(eval(Shape::Switched, &x3, &s3, 64), 113_246_752);
+        // Exactly the square is a square, and a constant part with a square one is not past it.
+        assert!(!past_square(&[16, 32], &[100, 400]));
+        assert!(!past_square(&[16, 32], &[1000 + 100, 1000 + 400]));
+        assert!(past_square(&[16, 32], &[100, 401]));
+    }
+
+    /// Padded batches: the longest sequence of a batch grows with the batch, so attention scores (`b·L²`) grow
+    /// faster than the batch's square, but step by step with the data: not an algorithm's switch, and kept.
+    #[test]
+    fn sizes_that_follow_the_data_are_not_taken_for_a_switch() {
+        let x = [4u64, 8];
+        let (l4, l8) = ([60u64, 72, 50, 64], [100u64, 120, 90, 110]);
+        let sizes: Vec<u64> = l4
+            .iter()
+            .zip(&l8)
+            .flat_map(|(&a, &b)| [4 * a * a, 8 * b * b])
+            .collect();
+        assert!(sizes.chunks(2).all(|s| past_square(&x, s)));
+        let mut fits: Vec<Fit> = sizes.chunks(2).map(|s| fit(&x, s)).collect();
+        let steps = Steps {
+            setup: 0,
+            period: 1,
+            count: 4,
+        };
+        assert_eq!(switched(&x, &sizes, &steps, &mut fits), 0);
+        assert!(fits.iter().all(|f| f.shape == Shape::Affine));
     }
 
     /// Steps of a fine-tuning loop whose sequence lengths change step to step: a buffer grows with the batch and
@@ -453,12 +536,23 @@ mod tests {
             sizes.extend([512, 512]);
         }
         let mut fits: Vec<Fit> = sizes.chunks(2).map(|s| fit(&x, s)).collect();
-        let steps = super::super::align::Steps {
+        let steps = Steps {
             setup,
             period: 3,
             count: lens.len(),
         };
-        assert_eq!(capped(&x, &sizes, &steps, &mut fits), 6);
+        // The buffer's line, the activation's, the weight's.
+        let mut lines = vec![9, 1];
+        for _ in &lens {
+            lines.extend([1, 2, 3]);
+        }
+        // From another line, the setup's request of the same size is not taken for the same buffer.
+        let mut other = lines.clone();
+        other[1] = 4;
+        let mut f: Vec<Fit> = sizes.chunks(2).map(|s| fit(&x, s)).collect();
+        assert_eq!(capped(&x, &sizes, &steps, &other, &mut f), 5);
+        assert_eq!(f[1].shape, Shape::Affine);
+        assert_eq!(capped(&x, &sizes, &steps, &lines, &mut fits), 6);
         assert_eq!(
             fits[1].shape,
             Shape::Capped,
@@ -479,18 +573,18 @@ mod tests {
         // Steps all alike (no data to tell a cap from a constant part): nothing is capped.
         let same: Vec<u64> = (0..5).flat_map(|_| [72 * MIB, 132 * MIB]).collect();
         let mut f: Vec<Fit> = same.chunks(2).map(|s| fit(&x, s)).collect();
-        let one = super::super::align::Steps {
+        let one = Steps {
             setup: 0,
             period: 1,
             count: 5,
         };
-        assert_eq!(capped(&x, &same, &one, &mut f), 0);
+        assert_eq!(capped(&x, &same, &one, &[1; 5], &mut f), 0);
         assert!(f.iter().all(|f| f.shape == Shape::Affine));
         // The largest run's steps all alike while the smallest's vary (padding that reaches the longest sample at
         // the larger batch): no request is held apart from the data, so none is capped.
         let pad: Vec<u64> = lens.iter().flat_map(|&l| [l * MIB, 256 * MIB]).collect();
         let mut f: Vec<Fit> = pad.chunks(2).map(|s| fit(&x, s)).collect();
-        assert_eq!(capped(&x, &pad, &one, &mut f), 0);
+        assert_eq!(capped(&x, &pad, &one, &[1; 5], &mut f), 0);
     }
 
     /// Values and sizes as large as a forged snapshot or a command line can give: no fit or size overflows (a

@@ -728,3 +728,40 @@ fn the_runs_addresses_alone_move_the_reserve_and_the_spread_says_how_much() {
         None
     );
 }
+
+/// A workspace of a few bytes at 4 and 8 MiB a sample at 8 (another algorithm): from two finished runs it follows
+/// the runs' algorithms; beside a run that failed, whose sizes past its failure are fits themselves, it keeps its
+/// fit (the failed run is never the one a value's size is taken from).
+#[test]
+fn a_switched_workspace_is_told_from_finished_runs_only() {
+    let per: [(u32, Size); 2] = [
+        (1, |b| b * 256 * 1024 * 4),
+        (3, |b| if b >= 8 { b * MIB } else { 100 }),
+    ];
+    let j = job(vec![
+        run(4, program(4, &per, 5, false)),
+        run(8, program(8, &per, 5, false)),
+    ]);
+    let shapes: Vec<Shape> = j.aligned.slots[0].fits.iter().map(|f| f.shape).collect();
+    assert_eq!(shapes.iter().filter(|&&s| s == Shape::Switched).count(), 5);
+    let mut failed = program(16, &per, 5, false);
+    let cut = failed
+        .entries
+        .iter()
+        .rposition(|e| matches!(e.op, Op::Alloc { .. }))
+        .unwrap();
+    failed.entries.truncate(cut + 1);
+    if let Op::Alloc { size, stream, .. } = failed.entries[cut].op {
+        failed.entries[cut].op = Op::Oom { size, stream };
+    }
+    let j = job(vec![
+        run(4, program(4, &per, 5, false)),
+        run(8, program(8, &per, 5, false)),
+        run(16, failed),
+    ]);
+    assert!(j.aligned.failed.is_some());
+    assert!(j.aligned.slots[0]
+        .fits
+        .iter()
+        .all(|f| f.shape != Shape::Switched && f.shape != Shape::Capped));
+}
