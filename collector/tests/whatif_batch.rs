@@ -11,7 +11,7 @@ use std::process::Command;
 use serde_json::Value;
 
 mod common;
-use common::cli::{unpack_run, TempDir};
+use common::cli::{fitted, unpack_run, TempDir};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whatif/batch")
@@ -128,20 +128,12 @@ fn the_gpu_runs_predictions_are_made_again_and_the_confirmed_ones_hold() {
         });
         assert_eq!(said, low < -0.1 || high > 0.1, "{case}: {spread}");
         // The fine-tuning loop's six backward buffers held at 132 MiB are capped, from its steps; nothing else is.
-        let count = |shape: &str| {
-            p["fits"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|f| f["shape"] == shape)
-                .map_or(0, |f| f["requests"].as_u64().unwrap())
-        };
         assert_eq!(
-            count("capped"),
+            fitted(&p, "capped"),
             if case == "finetune" { 6 } else { 0 },
             "{case}"
         );
-        assert_eq!(count("switched"), 0, "{case}");
+        assert_eq!(fitted(&p, "switched"), 0, "{case}");
         match case.as_str() {
             "train" => assert_eq!((low, high), (-1.69, 2.43)),
             "finetune" => assert_eq!((low, high), (-0.46, 0.0)),

@@ -14,7 +14,7 @@ use std::process::Command;
 use serde_json::Value;
 
 mod common;
-use common::cli::{unpack_run, TempDir};
+use common::cli::{fitted, unpack_run, TempDir};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whatif/unseen")
@@ -81,20 +81,12 @@ fn runs_whose_kernels_differ_by_size_are_matched_and_answered() {
         assert_eq!(extra, own, "{case}: the counts differ by the own requests");
         // The bf16 conv net's six cuDNN workspaces (131 bytes at 16, 54 MiB at 32, the same every step) follow the
         // runs' algorithms; the padded batches' attention, which grows past the square with the data, does not.
-        let count = |shape: &str| {
-            w["fits"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|f| f["shape"] == shape)
-                .map_or(0, |f| f["requests"].as_u64().unwrap())
-        };
         assert_eq!(
-            count("switched"),
+            fitted(&w, "switched"),
             if case == "convamp" { 6 } else { 0 },
             "{case}"
         );
-        assert_eq!(count("capped"), 0, "{case}");
+        assert_eq!(fitted(&w, "capped"), 0, "{case}");
         // Only the padded batches' sizes follow the data each step holds: said, and only there.
         let data = w["notes"].as_array().unwrap().iter().any(|n| {
             n.as_str()

@@ -128,3 +128,14 @@ pub fn unpack_run(src: &std::path::Path, dir: &TempDir, name: &str) -> PathBuf {
     }
     trace
 }
+
+/// In a `whatif --knob --json` answer, how many requests took `shape` (0 where none did).
+pub fn fitted(answer: &serde_json::Value, shape: &str) -> u64 {
+    answer["fits"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|f| f["shape"] == shape)
+        .and_then(|f| f["requests"].as_u64())
+        .unwrap_or(0)
+}
