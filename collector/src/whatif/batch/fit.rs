@@ -19,7 +19,7 @@
 //! Two runs alone cannot tell it from `a + b·x`; the steps can, where their sizes follow the data (sequence
 //! lengths that change step to step).
 
-use super::align::Steps;
+use super::steps::Steps;
 
 /// The shape of one allocation's size in the knob.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

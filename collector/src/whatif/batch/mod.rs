@@ -12,6 +12,7 @@ pub mod beside;
 pub mod fit;
 pub mod paths;
 pub mod postmortem;
+pub mod steps;
 pub mod synth;
 #[cfg(test)]
 mod tests;
