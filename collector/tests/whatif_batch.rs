@@ -11,7 +11,7 @@ use std::process::Command;
 use serde_json::Value;
 
 mod common;
-use common::cli::{fitted, unpack_run, TempDir};
+use common::cli::{fitted, predicted_for, run_values, unpack_run, TempDir};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whatif/batch")
@@ -49,12 +49,7 @@ fn the_gpu_runs_predictions_are_made_again_and_the_confirmed_ones_hold() {
     let dir = TempDir::new("whatif-batch");
     let mut confirmed = 0;
     for (case, r) in real["cases"].as_object().unwrap() {
-        let runs: Vec<u64> = r["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap())
-            .collect();
+        let runs = run_values(r);
         let files: Vec<String> = runs
             .iter()
             .map(|b| format!("{}={b}", unpack(&dir, &format!("{case}.b{b}")).display()))
@@ -69,34 +64,18 @@ fn the_gpu_runs_predictions_are_made_again_and_the_confirmed_ones_hold() {
         }
         let p = whatif(&args);
         for row in rows {
-            let conf = match row["conf"].as_str().unwrap() {
-                "defaults" => "",
-                c => c,
-            };
-            let cfg = p["configs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|c| c["conf"] == conf)
-                .unwrap_or_else(|| panic!("{case}: no configuration {conf:?}"));
-            let b = row["batch"].as_u64().unwrap();
-            let at = cfg["at"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|a| a["value"] == b)
-                .unwrap();
-            let predicted = at["predicted"]["reserved_peaks"][0].as_u64().unwrap();
+            let (b, conf) = (row["batch"].as_u64().unwrap(), &row["conf"]);
+            let predicted = predicted_for(&p, row);
             // The same prediction as on the GPU machine.
             assert_eq!(
                 Some(predicted),
                 row["predicted"].as_u64(),
-                "{case} at {b} {conf:?}"
+                "{case} at {b} {conf}"
             );
             let got = row["real"].as_u64().unwrap() as f64;
             let err = (predicted as f64 - got).abs() / got;
             if row["within_3pct"] == true {
-                assert!(err <= 0.03, "{case} at {b} {conf:?}: {:.2}%", err * 100.0);
+                assert!(err <= 0.03, "{case} at {b} {conf}: {:.2}%", err * 100.0);
                 confirmed += 1;
             }
         }
@@ -156,12 +135,7 @@ fn the_gpu_runs_predictions_are_made_again_and_the_confirmed_ones_hold() {
             .iter()
             .filter(|x| x["conf"] == "expandable_segments:True")
             .collect();
-        let runs: Vec<u64> = r["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap())
-            .collect();
+        let runs = run_values(r);
         let inside = |x: &&Value| {
             let b = x["batch"].as_u64().unwrap();
             runs[0] < b && b < runs[1]

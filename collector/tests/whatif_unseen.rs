@@ -14,7 +14,7 @@ use std::process::Command;
 use serde_json::Value;
 
 mod common;
-use common::cli::{fitted, unpack_run, TempDir};
+use common::cli::{fitted, predicted_for, run_values, unpack_run, TempDir};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/whatif/unseen")
@@ -42,12 +42,7 @@ fn runs_whose_kernels_differ_by_size_are_matched_and_answered() {
     let gpu = json("gpu_results.json");
     let dir = TempDir::new("whatif-unseen");
     for (case, r) in gpu["cases"].as_object().unwrap() {
-        let runs: Vec<u64> = r["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap())
-            .collect();
+        let runs = run_values(r);
         let files: Vec<String> = runs
             .iter()
             .map(|b| {
@@ -126,24 +121,7 @@ fn runs_whose_kernels_differ_by_size_are_matched_and_answered() {
         assert_eq!(code, Some(0), "{case}: {err}");
         let p: Value = serde_json::from_str(&out).unwrap();
         for row in rows {
-            let conf = match row["conf"].as_str().unwrap() {
-                "defaults" => "",
-                c => c,
-            };
-            let cfg = p["configs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|c| c["conf"] == conf)
-                .unwrap_or_else(|| panic!("{case}: no configuration {conf:?}"));
-            let got = cfg["at"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|a| a["value"] == row["batch"])
-                .unwrap()["predicted"]["reserved_peaks"][0]
-                .as_u64()
-                .unwrap();
+            let got = predicted_for(&p, row);
             assert_eq!(Some(got), row["predicted"].as_u64(), "{case} {row}");
             let real = row["real"].as_u64().unwrap() as f64;
             if row["within_3pct"] == true {

@@ -17,12 +17,8 @@ pub enum Allocator {
 }
 
 impl Allocator {
-    /// A model for `history`'s process under `settings`, placing segments where the run's own were.
-    pub fn for_history(settings: &Settings, device_total: u64, history: &History) -> Allocator {
-        Allocator::placed(settings, device_total, &history.segment_addresses)
-    }
-
-    /// A model placing its segments at `addresses` ((size, address) in the order a run made them).
+    /// A model placing its segments at `addresses` ((size, address) in the order a run made them: a history's
+    /// own, where its run's were, or another run's).
     pub fn placed(settings: &Settings, device_total: u64, addresses: &[(u64, u64)]) -> Allocator {
         let mut a = Allocator::new(settings, device_total);
         if let Allocator::Native(m) = &mut a {

@@ -139,3 +139,37 @@ pub fn fitted(answer: &serde_json::Value, shape: &str) -> u64 {
         .and_then(|f| f["requests"].as_u64())
         .unwrap_or(0)
 }
+
+/// The runs' knob values of a `gpu_results.json` case (`runs`).
+pub fn run_values(case: &serde_json::Value) -> Vec<u64> {
+    case["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_u64())
+        .collect()
+}
+
+/// What a `whatif --knob --json` answer predicts PyTorch reserves for a `gpu_results.json` row: its batch under its
+/// settings (`"defaults"`: the runs' own), the first process's reserved peak.
+pub fn predicted_for(answer: &serde_json::Value, row: &serde_json::Value) -> u64 {
+    let conf = match row["conf"].as_str().unwrap() {
+        "defaults" => "",
+        c => c,
+    };
+    let cfg = answer["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["conf"] == conf)
+        .unwrap_or_else(|| panic!("no configuration {conf:?}"));
+    cfg["at"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["value"] == row["batch"])
+        .unwrap_or_else(|| panic!("no answer at {}", row["batch"]))["predicted"]["reserved_peaks"]
+        [0]
+    .as_u64()
+    .unwrap()
+}

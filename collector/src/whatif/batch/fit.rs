@@ -14,10 +14,12 @@
 //! `a + b·x`), whose replay bounds the answer. Constant and `c·x` each have a run to spare, so they are taken as
 //! they are.
 //!
-//! Sizes that stop growing ([`capped`]): a buffer sized by the work up to a bound (PyTorch's reductions stage
-//! partial results per block, and the blocks stop at a multiple of the GPU's SMs) grows with the knob, then holds.
-//! Two runs alone cannot tell it from `a + b·x`; the steps can, where their sizes follow the data (sequence
-//! lengths that change step to step).
+//! Two shapes replace an ambiguous fit where the steps give evidence two sizes cannot, each keeping the fit it
+//! replaces as its alternative:
+//! - sizes that stop growing ([`capped`]): a buffer sized by the work up to a bound (on the H200 a backward pass's
+//!   132 MiB, one per SM) grows with the knob, then holds; told from `a + b·x` by steps whose data changes;
+//! - sizes a library's choice of algorithm sets ([`switched`]): a workspace that grows faster than the knob's
+//!   square between two runs and is the same in every step.
 
 use super::steps::Steps;
 
@@ -262,6 +264,19 @@ fn past_square(x: &[u64], s: &[u64]) -> bool {
     })
 }
 
+/// `f` becomes `shape`, its fit until now the alternative; false where it already took one of these shapes (its
+/// alternative stays the fit the runs gave).
+fn recast(f: &mut Fit, shape: Shape) -> bool {
+    if matches!(f.shape, Shape::Capped | Shape::Switched) {
+        return false;
+    }
+    *f = Fit {
+        shape,
+        alternative: Some(f.shape),
+    };
+    true
+}
+
 /// The cycle's request at position `p` of each repeat.
 fn repeats(steps: &Steps, p: usize) -> impl Iterator<Item = usize> + '_ {
     (0..steps.count).map(move |i| steps.setup + i * steps.period + p)
@@ -284,13 +299,7 @@ pub fn switched(x: &[u64], sizes: &[u64], steps: &Steps, fits: &mut [Fit]) -> us
     let row = |k: usize| &sizes[k * runs..(k + 1) * runs];
     let mut seen: Vec<&[u64]> = Vec::new();
     let mut marked = 0;
-    let mut mark = |f: &mut Fit| {
-        *f = Fit {
-            shape: Shape::Switched,
-            alternative: Some(f.shape),
-        };
-        marked += 1;
-    };
+    let mut mark = |f: &mut Fit| marked += usize::from(recast(f, Shape::Switched));
     for p in 0..steps.period {
         let first = steps.setup + p;
         if fits[first].alternative.is_none()
@@ -348,15 +357,7 @@ pub fn capped(x: &[u64], sizes: &[u64], steps: &Steps, lines: &[u32], fits: &mut
     }
     let mut caps: Vec<(u32, u64)> = Vec::new();
     let mut marked = 0;
-    let mut mark = |f: &mut Fit| {
-        if f.shape != Shape::Capped {
-            *f = Fit {
-                shape: Shape::Capped,
-                alternative: Some(f.shape),
-            };
-            marked += 1;
-        }
-    };
+    let mut mark = |f: &mut Fit| marked += usize::from(recast(f, Shape::Capped));
     for p in 0..steps.period {
         let cap = size(steps.setup + p, hi);
         if !alike(p, hi)
