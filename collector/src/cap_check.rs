@@ -386,7 +386,7 @@ pub fn start(cap: JobCap, sink: Arc<dyn Sink>, quiet: bool) -> Option<Watch> {
     let root = std::process::id();
     let off = move |why: String| {
         if !quiet {
-            eprintln!(
+            crate::note!(
                 "vramtrace: the cap is not checked against the GPU's own count ({why}): a process of the job \
                  that gets past its shim is not seen"
             );
@@ -427,7 +427,7 @@ pub fn start(cap: JobCap, sink: Arc<dyn Sink>, quiet: bool) -> Option<Watch> {
                     }
                     told.push(b.cap.uuid.clone());
                     for (pid, line) in b.lines() {
-                        eprintln!("vramtrace: {line}");
+                        crate::note!("vramtrace: {line}");
                         sink.note(pid, &line);
                     }
                     let act = if cap.enforce {
@@ -435,7 +435,7 @@ pub fn start(cap: JobCap, sink: Arc<dyn Sink>, quiet: bool) -> Option<Watch> {
                     } else {
                         "flagged (--cap-mode warn): the job goes on"
                     };
-                    eprintln!("vramtrace: {act}");
+                    crate::note!("vramtrace: {act}");
                     sink.note(0, act);
                     if let Ok(mut v) = b2.lock() {
                         v.push(b);

@@ -4,6 +4,8 @@
 //! (nothing started, or a file that cannot be read as a trace); 126 the command is not executable; 127 the
 //! command was not found; otherwise `run` exits with its command's code, or 128+N when signal N ended it.
 
+use std::fmt;
+use std::io::{self, Write};
 use std::process;
 
 pub const OK: i32 = 0;
@@ -32,7 +34,7 @@ pub fn usage(e: clap::Error) -> ! {
             )
         }
         _ => {
-            eprintln!("vramtrace: {}", usage_line(&e));
+            crate::note!("vramtrace: {}", usage_line(&e));
             process::exit(USAGE)
         }
     }
@@ -112,8 +114,34 @@ fn usage_line(e: &clap::Error) -> String {
 
 /// One clear line on stderr, then the code.
 pub fn fail(code: Code, msg: impl std::fmt::Display) -> Code {
-    eprintln!("vramtrace: {msg}");
+    crate::note!("vramtrace: {msg}");
     code
+}
+
+/// Text on stderr. A closed stderr (`vramtrace run ... 2>&1 | head`) is no reason to die: `run` still owes the
+/// job its trace and its exit code, so a failed write is dropped, never a panic as `eprintln!` would make it.
+pub fn write_err(args: fmt::Arguments) {
+    let _ = io::stderr().lock().write_fmt(args);
+}
+
+/// Text on stdout; false once the reader has gone (a closed pipe: `vramtrace demo | head -3`), which the caller
+/// takes as a quiet end rather than an error.
+pub fn write_out(args: fmt::Arguments) -> bool {
+    let mut out = io::stdout().lock();
+    out.write_fmt(args).and_then(|()| out.flush()).is_ok()
+}
+
+/// `eprintln!` that never panics: see [`write_err`].
+#[macro_export]
+macro_rules! note {
+    ($($t:tt)*) => { $crate::exit::write_err(format_args!("{}\n", format_args!($($t)*))) };
+}
+
+/// `println!` that never panics: see [`write_out`]; the value is whether the reader is still there.
+#[macro_export]
+macro_rules! say {
+    () => { $crate::exit::write_out(format_args!("\n")) };
+    ($($t:tt)*) => { $crate::exit::write_out(format_args!("{}\n", format_args!($($t)*))) };
 }
 
 pub fn with(code: Code) -> ! {

@@ -366,7 +366,7 @@ impl Running {
         ) {
             Ok(p) => Some(p),
             Err(e) => {
-                eprintln!(
+                crate::note!(
                         "vramtrace: no attach file for `vramtrace top` ({e}): give it --addr {} (it then shows \
                          what /metrics serves: no command lines)",
                         server.addr

@@ -55,7 +55,7 @@ pub use replay::FOLD_NS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {}", path.display(), crate::untrusted_file::said(source))]
     Read { path: PathBuf, source: io::Error },
     #[error("{}: {source}", path.display())]
     Open { path: PathBuf, source: OpenError },

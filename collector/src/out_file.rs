@@ -165,7 +165,9 @@ impl Drop for OutFile {
 }
 
 /// What is at `dest` now, judged before writing: nothing, or (with `force`) a file or link of the user's own.
-fn check_dest(dest: &Path, force: bool) -> Result<(), OutError> {
+/// Whether `dest` may be written (`--force` or not), before any work is done for it: a verb that runs a job
+/// first (`demo`) refuses at once rather than after the job.
+pub fn check_dest(dest: &Path, force: bool) -> Result<(), OutError> {
     let m = match std::fs::symlink_metadata(dest) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),

@@ -95,7 +95,7 @@ pub fn main() -> Code {
                 .ok()
                 .filter(|f| f(&mut u, d) == 0)
                 .map(|_| vramtrace_format::gpu_uuid(&u));
-            println!("{bytes} {}", uuid.unwrap_or_default());
+            crate::say!("{bytes} {}", uuid.unwrap_or_default());
         }
     }
     0

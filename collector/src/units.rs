@@ -113,10 +113,19 @@ pub fn utc(unix_ns: u64) -> String {
 
 /// A character that can break or restyle a terminal's line: a control character (a newline, an escape
 /// sequence), or one that reorders what follows it (the bidirectional overrides and isolates, U+202E among
-/// them: "Trojan Source").
+/// them: "Trojan Source"), a line or paragraph separator, or one that cannot be seen (zero-width characters, a
+/// byte-order mark) and so hides what a line says.
 pub fn unsafe_char(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{feff}'
+        )
 }
 
 /// Unsafe characters ([`unsafe_char`]) shown escaped, so that text from the traced program cannot break,
@@ -134,6 +143,11 @@ pub fn printable(s: &str) -> String {
             }
         })
         .collect()
+}
+
+/// A path the user gave or a trace named, for a line on the terminal ([`printable`]).
+pub fn shown_path(p: &std::path::Path) -> String {
+    printable(&p.to_string_lossy())
 }
 
 /// At most `width` characters, the end replaced by `…` when cut.

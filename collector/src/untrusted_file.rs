@@ -25,6 +25,9 @@ use std::path::Path;
 
 /// Why a path is not read: the kind of file it is, when it is not a regular file.
 fn not_regular(t: std::fs::FileType) -> io::Error {
+    if t.is_dir() {
+        return io::Error::new(io::ErrorKind::IsADirectory, "is a directory");
+    }
     let what = if t.is_fifo() {
         "a FIFO"
     } else if t.is_char_device() {
@@ -33,8 +36,6 @@ fn not_regular(t: std::fs::FileType) -> io::Error {
         "a block device"
     } else if t.is_socket() {
         "a socket"
-    } else if t.is_dir() {
-        "a directory"
     } else {
         "not a file"
     };
@@ -42,6 +43,19 @@ fn not_regular(t: std::fs::FileType) -> io::Error {
         io::ErrorKind::InvalidInput,
         format!("not a regular file ({what}): not read"),
     )
+}
+
+/// An I/O error as a person reads it: "no such file or directory", without Rust's " (os error 2)".
+pub fn said(e: &io::Error) -> String {
+    let s = e.to_string();
+    let s = match s.rfind(" (os error ") {
+        Some(i) if s.ends_with(')') => &s[..i],
+        _ => &s,
+    };
+    let mut c = s.chars();
+    c.next().map_or(String::new(), |f| {
+        f.to_lowercase().chain(c).collect::<String>()
+    })
 }
 
 /// `path` opened for reading if it is a regular file (links followed), else why not.

@@ -130,9 +130,29 @@ fn bincode_to(out: &mut Vec<u8>, value: &impl bincode::Encode) {
     let _ = bincode::encode_into_std_write(value, out, config());
 }
 
+/// bincode's error in words: its own `Display` is its `Debug` form (`Utf8 { inner: Utf8Error { .. } }`), which a
+/// damaged trace's warning would otherwise print to the user.
+fn plain(e: &bincode::error::DecodeError) -> String {
+    use bincode::error::DecodeError as E;
+    match e {
+        E::UnexpectedEnd { .. } => "it ends early".into(),
+        E::LimitExceeded => "a length past the frame's limit".into(),
+        E::InvalidIntegerType { .. } | E::OutsideUsizeRange(_) => "an integer out of range".into(),
+        E::NonZeroTypeIsZero { .. } => "a zero where none may be".into(),
+        E::UnexpectedVariant { found, .. } => format!("an unknown variant {found}"),
+        E::Utf8 { .. } => "text that is not UTF-8".into(),
+        E::InvalidCharEncoding(_) => "a character that is not UTF-8".into(),
+        E::InvalidBooleanValue(b) => format!("a flag byte {b} that is neither 0 nor 1"),
+        E::ArrayLengthMismatch { required, found } => {
+            format!("an array of {found} items where {required} belong")
+        }
+        _ => "bytes that do not decode".into(),
+    }
+}
+
 fn bincode_from<T: bincode::Decode<()>>(bytes: &[u8]) -> Result<T, DecodeError> {
-    let (v, used): (T, usize) = bincode::decode_from_slice(bytes, config())
-        .map_err(|e| DecodeError::Bincode(e.to_string()))?;
+    let (v, used): (T, usize) =
+        bincode::decode_from_slice(bytes, config()).map_err(|e| DecodeError::Bincode(plain(&e)))?;
     if used != bytes.len() {
         return Err(DecodeError::Trailing(bytes.len() - used));
     }

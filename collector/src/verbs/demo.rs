@@ -29,6 +29,9 @@ pub struct DemoArgs {
     /// Where to write the trace, kept (default: a temporary file, removed once the report is printed).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Replace the file at --out if it exists (never one that is another user's).
+    #[arg(long, requires = "out")]
+    pub force: bool,
     /// Use the simulated driver even where a real GPU is present.
     #[arg(long)]
     pub simulated: bool,
@@ -47,6 +50,12 @@ enum Driver {
 }
 
 pub fn main(args: DemoArgs) -> Code {
+    // Refused before the workload runs, not reported after it as the workload's failure.
+    if let Some(out) = &args.out {
+        if let Err(e) = crate::out_file::check_dest(out, args.force) {
+            return fail(USAGE, format!("demo: {e}"));
+        }
+    }
     let exe = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {
@@ -88,7 +97,7 @@ pub fn main(args: DemoArgs) -> Code {
     let mut lib_dir = None;
     match &driver {
         Driver::Real { devices } => {
-            println!("vramtrace demo: driver: the real NVIDIA driver (libcuda.so.1, {devices} device(s))");
+            crate::say!("vramtrace demo: driver: the real NVIDIA driver (libcuda.so.1, {devices} device(s))");
         }
         Driver::Simulated { why } => {
             let Some(fake) = find_piece(&exe, FAKE_DRIVER) else {
@@ -109,7 +118,7 @@ pub fn main(args: DemoArgs) -> Code {
                     ),
                 );
             }
-            println!(
+            crate::say!(
                 "vramtrace demo: driver: simulated ({}; {why}), small sizes",
                 fake.display()
             );
@@ -125,16 +134,15 @@ pub fn main(args: DemoArgs) -> Code {
         workload_args.push(n.to_string().into());
     }
     if args.out.is_some() {
-        println!("vramtrace demo: trace: {}", out.display());
+        crate::say!("vramtrace demo: trace: {}", out.display());
     }
 
     let mut run = Command::new(&exe);
-    run.arg("run")
-        .arg("--out")
-        .arg(&out)
-        .arg("--")
-        .arg(&workload)
-        .args(&workload_args);
+    run.arg("run").arg("--out").arg(&out);
+    if args.force {
+        run.arg("--force");
+    }
+    run.arg("--").arg(&workload).args(&workload_args);
     if let Some(dir) = &lib_dir {
         let mut path = OsString::from(dir.as_os_str());
         if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
@@ -154,7 +162,7 @@ pub fn main(args: DemoArgs) -> Code {
     let run_ok = match ran {
         Ok(status) if status.success() => true,
         Ok(status) => {
-            eprintln!(
+            crate::note!(
                 "vramtrace: demo: the traced workload failed ({})",
                 describe(status)
             );
@@ -172,7 +180,7 @@ pub fn main(args: DemoArgs) -> Code {
         );
     }
 
-    println!();
+    crate::say!();
     let reported = Command::new(&exe).arg("report").arg(&out).status();
     if args.out.is_none() {
         let _ = fs::remove_dir_all(&tmp);
@@ -192,14 +200,14 @@ pub fn main(args: DemoArgs) -> Code {
             )
         }
     };
-    println!();
+    crate::say!();
     if args.out.is_some() {
-        println!(
+        crate::say!(
             "vramtrace demo: the trace stays at {} (`vramtrace report --json` reads it too)",
             out.display()
         );
     } else {
-        println!(
+        crate::say!(
             "vramtrace demo: the trace was temporary and is gone; `vramtrace demo --out FILE` keeps it \
              (then `vramtrace report FILE`, `vramtrace export FILE --format html --out PAGE`)"
         );

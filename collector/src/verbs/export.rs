@@ -28,6 +28,25 @@ pub enum Format {
     Html,
 }
 
+impl Format {
+    fn name(self) -> &'static str {
+        match self {
+            Format::MemoryViz => "memory_viz snapshot",
+            Format::Perfetto => "Perfetto trace",
+            Format::Html => "HTML page",
+        }
+    }
+
+    /// Where the user opens it.
+    fn open_with(self) -> &'static str {
+        match self {
+            Format::MemoryViz => "drop it on pytorch.org/memory_viz",
+            Format::Perfetto => "open it in ui.perfetto.dev",
+            Format::Html => "open it in a browser (it needs no network)",
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
     /// The trace file written by `vramtrace run`; several traces of one job (one per node) go into one file, each
@@ -53,11 +72,19 @@ pub fn main(args: ExportArgs) -> Code {
         Ok((a, notes)) => {
             // With several traces, the notes say which ones stop short.
             if let (Some(why), 1) = (&a.stopped, args.trace.len()) {
-                eprintln!("vramtrace: partial trace, exported up to where it stops: {why}");
+                crate::note!("vramtrace: partial trace, exported up to where it stops: {why}");
             }
             for n in notes {
-                eprintln!("vramtrace: note: {n}");
+                crate::note!("vramtrace: note: {n}");
             }
+            let size = std::fs::metadata(&args.out).map_or(0, |m| m.len());
+            crate::note!(
+                "vramtrace: wrote {} ({}, {}): {}",
+                crate::units::shown_path(&args.out),
+                crate::units::bytes(size),
+                args.format.name(),
+                args.format.open_with()
+            );
             exit::OK
         }
         Err(Failed(code, msg)) => exit::fail(code, msg),

@@ -143,8 +143,11 @@ pub fn attach(a: &mut Analysis, file: &Path, args: &BesideArgs) -> Result<(), St
             "--value {v}: not a whole number from 1 to {MAX_VALUE}"
         ));
     }
+    // Every run given is read now, whatever this trace holds: a missing file, a FIFO or a device is refused even
+    // where there is no error to advise on.
     for b in &args.beside {
-        parse(b)?;
+        let (path, _) = parse(b)?;
+        beside::read_command(&path).map_err(|why| format!("--beside {}: {why}", path.display()))?;
     }
     if args.no_beside && !args.beside.is_empty() {
         return Err("--no-beside and --beside: give one or the other".into());

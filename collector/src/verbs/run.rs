@@ -389,7 +389,7 @@ impl Prepared {
             OnOff::On => match crate::bridge_files::write(&dir.path.join("python")) {
                 Ok(p) => Some(p),
                 Err(e) => {
-                    eprintln!(
+                    crate::note!(
                         "vramtrace: cannot write the Python bridge into {} ({e}): Python processes are traced \
                          without it (no view inside PyTorch's or JAX's allocator)",
                         dir.path.display()
@@ -425,7 +425,7 @@ impl Prepared {
                     crate::live::Running::start(addr, live, &header.command.join(" "), &out)
                         .with_context(|| format!("--metrics: cannot listen on {addr}"))?;
                 if !args.quiet {
-                    eprintln!(
+                    crate::note!(
                         "vramtrace: metrics at http://{}/metrics",
                         running.server.addr
                     );
@@ -690,8 +690,8 @@ impl Prepared {
             ));
         }
         if !args.quiet {
-            eprint!("{}", indent_summary(&msg));
-            eprintln!("vramtrace: trace written to {}", self.out.display());
+            crate::exit::write_err(format_args!("{}", indent_summary(&msg)));
+            crate::note!("vramtrace: trace written to {}", self.out.display());
         }
         code
     }

@@ -482,17 +482,19 @@ pub fn main(args: TopArgs) -> Code {
             match fetch(&addr) {
                 Ok(s) => view.update(s),
                 Err(_) => {
-                    println!("the job has ended");
+                    crate::say!("the job has ended");
                     return exit::OK;
                 }
             }
-            println!();
+            if !crate::say!() {
+                return exit::OK;
+            }
         }
     }
     match tui(&addr, &mut view, interval, &fetch) {
         Ok(msg) => {
             if let Some(m) = msg {
-                eprintln!("vramtrace: {m}");
+                crate::note!("vramtrace: {m}");
             }
             exit::OK
         }

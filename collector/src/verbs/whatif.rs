@@ -19,7 +19,7 @@ use crate::whatif::answered::Answered;
 use crate::whatif::from_trace::load;
 use crate::whatif::settings::Settings;
 
-/// Loads one trace and answers for it.
+/// Loads one trace and answers for it; an error names the file once.
 pub fn answer_file(
     file: &Path,
     args: &WhatifArgs,
@@ -35,7 +35,8 @@ pub fn answer_file(
         });
     }
     let processes: Vec<u32> = loaded.histories.iter().map(|h| h.device).collect();
-    let limit = limit_for(args, &loaded, &processes)?;
+    let limit =
+        limit_for(args, &loaded, &processes).map_err(|e| format!("{}: {e}", file.display()))?;
     let histories = std::mem::take(&mut loaded.histories);
     let w = answer(
         histories,
@@ -64,7 +65,7 @@ pub fn main(args: WhatifArgs) -> Code {
     for f in &args.files {
         match answer_file(f, &args, &configs) {
             Ok(a) => answered.push(a),
-            Err(e) => return exit::fail(exit::USAGE, format_args!("{}: {e}", f.display())),
+            Err(e) => return exit::fail(exit::USAGE, e),
         }
     }
     let text = if args.json {

@@ -624,3 +624,19 @@ fn header_round_trip_and_version_check() {
     bad[0] = b'X';
     assert_eq!(decode_header_prefix(&bad), Err(DecodeError::BadMagic));
 }
+
+/// A damaged record's error is in words: bincode's own `Display` is its `Debug` form, which the trace's warning
+/// printed to users (`Utf8 { inner: Utf8Error { .. } }`).
+#[test]
+fn undecodable_records_are_said_in_words() {
+    // A string of two bytes that are not UTF-8.
+    let e = bincode_from::<String>(&[2, 0xff, 0xfe]).unwrap_err();
+    let said = e.to_string();
+    assert_eq!(said, "undecodable record: text that is not UTF-8");
+    // Cut short.
+    let e = bincode_from::<String>(&[9, b'a']).unwrap_err().to_string();
+    assert_eq!(e, "undecodable record: it ends early");
+    for e in [said, e] {
+        assert!(!e.contains('{') && !e.contains("Utf8"), "{e}");
+    }
+}

@@ -52,7 +52,7 @@ pub(super) fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<(HeaderKeys
         (keys::header::CAP_MODE.to_string(), mode.name().to_string()),
     ];
     let Some(devices) = probe::devices() else {
-        eprintln!("vramtrace: no CUDA driver answered; the cap is applied to whatever devices the job finds");
+        crate::note!("vramtrace: no CUDA driver answered; the cap is applied to whatever devices the job finds");
         return Ok((extra, Vec::new()));
     };
     if let Some(d) = parsed.max_device() {
@@ -74,7 +74,7 @@ pub(super) fn check_cap(spec: &str, mode: CapMode) -> anyhow::Result<(HeaderKeys
         if let Some(a) = parsed.amount(i as u32) {
             let bytes = a.bytes(*total);
             if bytes > *total {
-                eprintln!(
+                crate::note!(
                     "vramtrace: the cap on device {i} ({}) is above its memory ({}): the device's own size is the limit",
                     units::bytes(bytes),
                     units::bytes(*total)

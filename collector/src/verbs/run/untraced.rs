@@ -25,7 +25,7 @@ pub(super) fn run_untraced(
             ),
         );
     }
-    eprintln!(
+    crate::note!(
         "vramtrace: {why}: the job runs untraced: no trace is written{}, no Python bridge",
         cap.map_or(String::new(), |c| format!(
             ", the cap ({c}, warn) is not checked"
@@ -67,9 +67,28 @@ pub(super) fn spawn_failed(args: &RunArgs, e: &io::Error) -> Code {
         io::ErrorKind::NotFound => {
             exit::fail(exit::NOT_FOUND, format!("{name}: command not found"))
         }
+        // execve says EACCES for a folder too; the shell's words for it are clearer.
+        io::ErrorKind::PermissionDenied if is_folder(&args.command[0]) => {
+            exit::fail(exit::NOT_EXECUTABLE, format!("{name}: is a directory"))
+        }
         io::ErrorKind::PermissionDenied => {
             exit::fail(exit::NOT_EXECUTABLE, format!("{name}: permission denied"))
         }
         _ => exit::fail(exit::NOT_EXECUTABLE, format!("{name}: cannot run: {e}")),
     }
+}
+
+/// Whether the command names a folder: by its path when it has a slash, else the first match on `PATH`, as
+/// execvp looks it up.
+fn is_folder(cmd: &std::ffi::OsStr) -> bool {
+    let p = std::path::Path::new(cmd);
+    if cmd.as_encoded_bytes().contains(&b'/') {
+        return p.is_dir();
+    }
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(p))
+            .find(|c| c.exists())
+            .is_some_and(|c| c.is_dir())
+    })
 }

@@ -74,10 +74,16 @@ pub fn alike(commands: &[&[String]]) -> Option<bool> {
 
 /// The command a trace's header records, if `path` is a regular file that opens as a trace.
 pub fn command(path: &Path) -> Option<Vec<String>> {
-    let f = crate::untrusted_file::open_regular(path).ok()?;
+    read_command(path).ok()
+}
+
+/// [`command`], or why the file cannot be read as a trace, in one phrase.
+pub fn read_command(path: &Path) -> Result<Vec<String>, String> {
+    let f =
+        crate::untrusted_file::open_regular(path).map_err(|e| crate::untrusted_file::said(&e))?;
     TraceReader::open(BufReader::new(f))
-        .ok()
         .map(|(_, h)| h.command)
+        .map_err(|e| e.to_string())
 }
 
 /// `--name` or `-n`, not a negative number.
