@@ -92,7 +92,7 @@ class WithTorch(unittest.TestCase):
         self.patch(_torch, "_start_sampler", lambda: None)
         self.patch(_torch, "atexit", _NoAtexit)
         fresh = dict(torch=None, attached=False, pid=None, thread=None, last={}, active=set(), ooms=0, history=0,
-                     arming=None, exit_done=False)
+                     arming=None, exit_done=False, peaks={})
         self.patch(_torch, "_state", fresh)
         self.tensors = []
 

@@ -2,6 +2,10 @@
 
 - allocated / reserved (and active, inactive split, requested, retries, OOM count) per device, read by a daemon
   thread every VRAMTRACE_TORCH_SAMPLE_MS and sent when they changed;
+- PyTorch's own peaks (`allocated_bytes.all.peak`, `reserved_bytes.all.peak`: what max_memory_allocated() and
+  max_memory_reserved() say), from the same reading, in a `peak` record whenever one passes the most sent so far,
+  at steps' boundaries and at exit; read once more just before the program's reset_peak_memory_stats(), so a
+  peak between two samples is never lost to sampling or to a reset;
 - at every out-of-memory error, from PyTorch's own observer (called after the allocator's lock is released and
   before the exception is raised): the figures, the allocator's settings, the largest free block and the free
   bytes in segments that cannot be released, sent synchronously (the shim waits for the collector to hold it);
@@ -42,6 +46,7 @@ _state = {
     "history": 0,  # entries of the ring while PyTorch keeps the history (armed), else 0
     "arming": None,  # Arming: when to keep it
     "exit_done": False,
+    "peaks": {},  # device -> the most (allocated peak, reserved peak) sent
 }
 _lock = threading.RLock()
 # Arming and disarming against the exit's last look at the history: one at a time.
@@ -127,7 +132,43 @@ def on_import(torch):
     except Exception as e:
         debug("torch import hook failed: %r" % (e,))
     try:
+        _wrap_reset(torch)
+    except Exception as e:
+        debug("reset_peak_memory_stats wrapper failed: %r" % (e,))
+    try:
         os.register_at_fork(after_in_child=_after_fork)
+    except Exception:
+        pass
+
+
+def _wrap_reset(torch):
+    """torch.cuda.reset_peak_memory_stats (and reset_max_memory_allocated, which calls it) reads the peaks
+    first: a peak the program takes back between two samples is still sent. Called only by programs that
+    reset (benchmarks, per-epoch reports), at the cost of one reading of the stats."""
+    cuda = getattr(torch, "cuda", None)
+    mem = getattr(cuda, "memory", None)
+    real = getattr(mem, "reset_peak_memory_stats", None) or getattr(cuda, "reset_peak_memory_stats", None)
+    if real is None or getattr(real, "_vramtrace", False):
+        return
+
+    @functools.wraps(real)
+    def reset_peak_memory_stats(*args, **kwargs):
+        _before_reset()
+        return real(*args, **kwargs)
+
+    reset_peak_memory_stats._vramtrace = True
+    for owner in (mem, cuda):
+        if owner is not None and getattr(owner, "reset_peak_memory_stats", None) is real:
+            setattr(owner, "reset_peak_memory_stats", reset_peak_memory_stats)
+
+
+def _before_reset():
+    """A sample of every device (the sampler may not have looked yet), with the peaks it is about to lose."""
+    try:
+        if not _state["attached"] or _state["pid"] != os.getpid():
+            return
+        for d in range(_device_count(_state["torch"])):
+            sample_device(d)
     except Exception:
         pass
 
@@ -229,17 +270,24 @@ def _boundary(s):
 def _read_boundary(s, now):
     torch = _state["torch"]
     dev = torch.cuda.current_device()
-    allocated = _values(_raw_stats(torch, dev))[0]
+    stats = _raw_stats(torch, dev)
+    allocated = _values(stats)[0]
+    peaks = _peaks(stats)
     arming = _state["arming"]
     if arming is not None:
         arming.boundary(dev, allocated)
     counts = (s.optimizer, s.batches)
     s.sent = counts
-    _shim.record(
-        "steps",
-        None,
-        [("optimizer", counts[0]), ("batches", counts[1]), ("t_ns", now), ("device", dev), ("allocated", allocated)],
-    )
+    fields = [
+        ("optimizer", counts[0]),
+        ("batches", counts[1]),
+        ("t_ns", now),
+        ("device", dev),
+        ("allocated", allocated),
+    ]
+    if any(peaks):
+        fields += [("allocated_peak", peaks[0]), ("reserved_peak", peaks[1])]
+    _shim.record("steps", None, fields)
 
 
 def _hook_optimizer(mod):
@@ -303,6 +351,7 @@ def _after_fork():
     # decides again.
     _state["history"] = 0
     _state["arming"] = None
+    _state["peaks"] = {}
     global _steps
     _steps = _Steps()
     _state["next_request_walk"] = 0.0
@@ -359,6 +408,14 @@ def _attach_unsafe():
     for i, p in enumerate(problems):
         fields.append(("problem.%d" % i, p))
     _shim.record("attach", None, fields)
+    off = caching_off()
+    if off:
+        _note(
+            None,
+            "PyTorch's caching allocator is off (%s=1): PyTorch keeps no figures of its own (memory_stats() is all "
+            "zeros, max_memory_allocated() and max_memory_reserved() 0); its tensors are the driver's allocations"
+            % off,
+        )
     if armed_ns is not None:
         _history_record("armed", "requested", None, arming.entries, 0, 0, None, armed_ns)
     _state["arming"] = arming
@@ -411,6 +468,15 @@ def _backend(torch):
         return "native"
 
 
+def caching_off():
+    """The variable that turns PyTorch's caching off (every tensor its own cudaMalloc, and no stats kept), if it is
+    set as PyTorch reads it (exactly "1"), else None."""
+    for name in ("PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_NO_HIP_MEMORY_CACHING"):
+        if os.environ.get(name) == "1":
+            return name
+    return None
+
+
 def _alloc_conf():
     return os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF") or ""
 
@@ -455,12 +521,38 @@ def _values(stats):
     return tuple(out)
 
 
+def _peaks(stats):
+    """PyTorch's own peaks from a nested stats dict, (allocated, reserved): what max_memory_allocated() and
+    max_memory_reserved() say (cudaMallocAsync: its pool's used and reserved high-water marks). Since the start,
+    or since the program's last reset_peak_memory_stats()."""
+    out = []
+    for k in ("allocated_bytes", "reserved_bytes"):
+        try:
+            out.append(max(0, int(stats[k]["all"]["peak"])))
+        except Exception:
+            out.append(0)
+    return tuple(out)
+
+
+def _offer_peaks(device, peaks):
+    """A `peak` record when either peak passes the most sent for the device: a reset only lowers PyTorch's
+    counters, and the collector keeps the most over the run."""
+    peaks_sent = _state.setdefault("peaks", {})
+    sent = peaks_sent.get(device, (0, 0))
+    if peaks[0] > sent[0] or peaks[1] > sent[1]:
+        best = (max(peaks[0], sent[0]), max(peaks[1], sent[1]))
+        peaks_sent[device] = best
+        _shim.record("peak", device, [("allocated_peak", best[0]), ("reserved_peak", best[1])])
+
+
 def sample_device(device, force=False):
-    """Reads one device's figures and sends them if they changed (or `force`). Returns them, or None."""
+    """Reads one device's figures and sends them if they changed (or `force`), then PyTorch's peaks from the same
+    reading if they passed the most sent. Returns the figures, or None."""
     torch = _state["torch"]
     try:
         ts = time.monotonic_ns()
-        vals = _values(_raw_stats(torch, device))
+        stats = _raw_stats(torch, device)
+        vals = _values(stats)
     except Exception:
         return None
     if vals[1] > 0:
@@ -469,6 +561,8 @@ def sample_device(device, force=False):
         if vals[1] > 0 or device in _state["last"]:
             _state["last"][device] = vals
             _shim.sample(_shim.TORCH, device, vals, ts)
+    if device in _state["last"]:
+        _offer_peaks(device, _peaks(stats))
     return vals
 
 
@@ -1138,12 +1232,20 @@ def _exit_unsafe():
         if vals is None or d not in _state["last"]:
             continue
         final.append(vals)
+        peaks = _state.get("peaks", {}).get(d, (0, 0))
         # Acknowledged: everything the process queued before it reaches the trace too, even if the process
         # then ends in os._exit.
         _shim.record(
             "exit",
             d,
-            [("allocated", vals[0]), ("reserved", vals[1]), ("alloc_retries", vals[5]), ("ooms", vals[6])],
+            [
+                ("allocated", vals[0]),
+                ("reserved", vals[1]),
+                ("alloc_retries", vals[5]),
+                ("ooms", vals[6]),
+                ("allocated_peak", peaks[0]),
+                ("reserved_peak", peaks[1]),
+            ],
             ack=True,
         )
     # A job whose memory grew: what holds it now is what the report's leak section needs.

@@ -146,6 +146,8 @@ pub mod bridge {
             RESERVED = "reserved",
             ALLOC_RETRIES = "alloc_retries",
             OOMS = "ooms",
+            ALLOCATED_PEAK = "allocated_peak",
+            RESERVED_PEAK = "reserved_peak",
             BYTES_IN_USE = "bytes_in_use",
             PEAK_BYTES_IN_USE = "peak_bytes_in_use",
             BYTES_RESERVED = "bytes_reserved",
@@ -164,6 +166,12 @@ pub mod bridge {
             T_NS = "t_ns",
             DEVICE = "device",
             ALLOCATED = "allocated",
+            ALLOCATED_PEAK = "allocated_peak",
+            RESERVED_PEAK = "reserved_peak",
+        }
+        peak: PEAK = "peak" {
+            ALLOCATED_PEAK = "allocated_peak",
+            RESERVED_PEAK = "reserved_peak",
         }
         holders: HOLDERS = "holders" {
             AT = "at",
@@ -214,13 +222,14 @@ mod tests {
         want.sort_unstable();
         have.sort_unstable();
         assert_eq!(want, have, "kinds");
-        let declared: [(&str, &[&str]); 8] = [
+        let declared: [(&str, &[&str]); 9] = [
             (bridge::what::ATTACH, bridge::attach::ALL),
             (bridge::what::HISTORY, bridge::history::ALL),
             (bridge::what::OOM, bridge::oom::ALL),
             (bridge::what::EXIT, bridge::exit::ALL),
             (bridge::what::SNAPSHOT, bridge::snapshot::ALL),
             (bridge::what::STEPS, bridge::steps::ALL),
+            (bridge::what::PEAK, bridge::peak::ALL),
             (bridge::what::HOLDERS, bridge::holders::ALL),
             (bridge::what::NOTE, bridge::note::ALL),
         ];

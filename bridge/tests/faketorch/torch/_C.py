@@ -17,11 +17,11 @@ def _cuda_memoryStats(device):
     a = _cuda._alloc.get(device)
     if a is None:
         raise RuntimeError("invalid device")
-    def arr(v):
-        return {"all": {"current": v, "peak": v, "allocated": v, "freed": 0}}
+    def arr(v, peak=None):
+        return {"all": {"current": v, "peak": v if peak is None else peak, "allocated": v, "freed": 0}}
     return {
-        "allocated_bytes": arr(a.allocated),
-        "reserved_bytes": arr(a.reserved),
+        "allocated_bytes": arr(a.allocated, a.allocated_peak),
+        "reserved_bytes": arr(a.reserved, a.reserved_peak),
         "active_bytes": arr(a.allocated),
         "inactive_split_bytes": arr(a.inactive_split()),
         "requested_bytes": arr(a.allocated),

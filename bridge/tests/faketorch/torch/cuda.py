@@ -72,14 +72,19 @@ def _driver():
 
 class _Allocator(object):
     """Segments from the driver, carved first-fit into blocks; a failed segment request frees every wholly free
-    segment and retries once, as PyTorch's does."""
+    segment and retries once, as PyTorch's does. With PYTORCH_NO_CUDA_MEMORY_CACHING=1 (read once, as PyTorch
+    does), every tensor is its own driver allocation and no figure is kept: the stats stay zeros."""
 
     def __init__(self, driver, device):
         self.d = driver
         self.device = device
+        self.uncached = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1"
         self.segments = []  # [addr, size, [[offset, size, live]]]
         self.allocated = 0
         self.reserved = 0
+        # PyTorch's peak counters: the most since the start or the last reset_peak_memory_stats().
+        self.allocated_peak = 0
+        self.reserved_peak = 0
         self.retries = 0
         self.ooms = 0
 
@@ -87,6 +92,11 @@ class _Allocator(object):
         return sum(b[1] for s in self.segments for b in s[2] if not b[2] and any(x[2] for x in s[2]))
 
     def malloc(self, n):
+        if self.uncached:
+            p = self.d.malloc(n)
+            if p is None:
+                raise RuntimeError("CUDA error: out of memory")  # C10_CUDA_CHECK's, not PyTorch's own error
+            return (p, n)
         for s in self.segments:
             for i, b in enumerate(s[2]):
                 if not b[2] and b[1] >= n:
@@ -96,6 +106,7 @@ class _Allocator(object):
                     b[2] = True
                     b.append(_frames())
                     self.allocated += n
+                    self.allocated_peak = max(self.allocated_peak, self.allocated)
                     return (s[0] + b[0], n)
         size = max(n, 2 * MB)
         p = self.d.malloc(size)
@@ -116,10 +127,14 @@ class _Allocator(object):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % size)
         self.segments.append([p, size, [[0, size, False]]])
         self.reserved += size
+        self.reserved_peak = max(self.reserved_peak, self.reserved)
         return self.malloc(n)
 
     def free(self, t):
         addr, n = t
+        if self.uncached:
+            self.d.free(addr)
+            return
         for s in self.segments:
             for b in s[2]:
                 if s[0] + b[0] == addr and b[2]:
@@ -228,7 +243,25 @@ def release(t, device=0):
     _alloc[device].free(t)
 
 
+def reset_peak_memory_stats(device=None):
+    """PyTorch's: the peaks start again from the current figures."""
+    a = _alloc[device or 0]
+    a.allocated_peak = a.allocated
+    a.reserved_peak = a.reserved
+
+
+def max_memory_allocated(device=None):
+    return _alloc[device or 0].allocated_peak
+
+
+def max_memory_reserved(device=None):
+    return _alloc[device or 0].reserved_peak
+
+
 class memory(object):
+    # torch.cuda.memory's own, which torch.cuda re-exports: one function object under both names.
+    reset_peak_memory_stats = staticmethod(reset_peak_memory_stats)
+
     @staticmethod
     def memory_stats_as_nested_dict(device):
         from . import _C
