@@ -494,3 +494,81 @@ fn a_few_bytes_kept_each_step_is_a_small_growth_named_with_its_holder() {
         "{t}"
     );
 }
+
+/// bridge_peaks.py `mode` under `vramtrace run` on one simulated GPU with the fake torch and `env`: the run, its
+/// trace, and PyTorch's max_memory_allocated() and max_memory_reserved() as the program printed them.
+fn peaks_run(
+    mode: &str,
+    env: &[(&str, &str)],
+) -> (FakeCuda, vramtrace_e2e::RunResult, PathBuf, [u64; 2]) {
+    let fake = FakeCuda::new().env("FAKECUDA_DEVICES", "1");
+    let site = fake_torch(&fake);
+    let fake = env
+        .iter()
+        .fold(fake.env("PYTHONPATH", &site), |f, (k, v)| f.env(k, v));
+    let prog = [script("bridge_peaks.py").display().to_string(), mode.into()];
+    let (r, trace) = fake.traced(&format!("peaks_{mode}"), &[], "python3", &prog);
+    r.assert_success(mode);
+    let said: Vec<u64> = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("PEAK "))
+        .expect("the program's PEAK line")
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    (fake, r, trace, [said[0], said[1]])
+}
+
+/// Issue 53: a GPT-2 run's report said an allocated peak of 2.72 GiB where PyTorch's max_memory_allocated() said
+/// 8.09: the samples missed the activations, which live between two of them. The bridge sends PyTorch's own peak
+/// counters, and the report's figures are PyTorch's, also when the program resets its counters before the sampler
+/// looks again.
+#[test]
+fn the_reports_peaks_are_pytorchs_own_between_samples_and_across_a_reset() {
+    for mode in ["plain", "reset"] {
+        let (_fake, _, trace, said) = peaks_run(mode, &[]);
+        assert_eq!(said, [512 * MIB, 512 * MIB], "{mode}");
+        let j = json("report", &trace);
+        let d = &j["devices"][0]["framework"];
+        assert_eq!(d["peak_allocated_bytes"].as_u64(), Some(said[0]), "{mode}");
+        assert_eq!(d["peak_reserved_bytes"].as_u64(), Some(said[1]), "{mode}");
+        assert!(d["peak_allocated_time_ns"].is_u64(), "{mode}");
+        let p = &j["processes"][0]["framework"][0];
+        assert_eq!(p["peak_allocated_bytes"].as_u64(), Some(said[0]), "{mode}");
+        assert_eq!(
+            p["last"]["allocated_bytes"].as_u64(),
+            Some(64 * MIB),
+            "{mode}"
+        );
+        let txt = text("report", &trace);
+        assert!(
+            txt.contains("allocated peak 512.00 MiB at "),
+            "{mode}: {txt}"
+        );
+    }
+}
+
+/// PYTORCH_NO_CUDA_MEMORY_CACHING=1: PyTorch keeps no figures (its stats are zeros, as it prints them); the
+/// report shows none of its allocator and says why, and the driver's figures are its tensors.
+#[test]
+fn caching_off_shows_no_allocator_figures_and_says_why() {
+    let (_fake, _, trace, said) = peaks_run("plain", &[("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")]);
+    assert_eq!(said, [0, 0]);
+    let j = json("report", &trace);
+    assert!(
+        j["bridge"]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m.to_string().contains("PYTORCH_NO_CUDA_MEMORY_CACHING=1")),
+        "{}",
+        j["bridge"]
+    );
+    assert!(j["devices"][0]["framework"].is_null());
+    // The driver saw every tensor: the activations are the device's peak.
+    assert_eq!(j["devices"][0]["peak_bytes"].as_u64(), Some(512 * MIB));
+    let txt = text("report", &trace);
+    assert!(txt.contains("caching allocator is off"), "{txt}");
+    assert!(!txt.contains("PyTorch's allocator ("), "{txt}");
+}

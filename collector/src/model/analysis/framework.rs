@@ -73,6 +73,8 @@ pub struct ProcessFramework {
     /// The last reading (at exit, for a process that ended normally).
     pub last: Figures,
     pub last_time_ns: u64,
+    /// The most of its samples and of the allocator's own peak counters over the run (PyTorch
+    /// `max_memory_allocated()`/`max_memory_reserved()`, JAX `peak_bytes_in_use`; `observe/framework.rs`).
     pub peak_allocated: u64,
     pub peak_reserved: u64,
     /// The program's own iterations the bridge counted in this process (what, and how many), when it did.
@@ -86,9 +88,14 @@ pub struct DeviceFramework {
     /// `pytorch`, `jax`, or both joined by `+`.
     pub frameworks: String,
     pub processes: u64,
+    /// The samples' sums, with a moment at each peak the allocator counted that raised the device's.
     pub allocated: Timeline,
     pub reserved: Timeline,
+    /// The most of the samples' sum and of each process's own peak counters added to the others' last figures
+    /// (`observe/framework.rs`).
     pub peak_allocated: u64,
+    /// When it was read: for a peak the allocator counted, when the bridge read its counter (within a sampling
+    /// period after the moment).
     pub peak_allocated_time_ns: Option<u64>,
     pub peak_reserved: u64,
     /// Cache flushes and retries, all processes (the guides' early warning).

@@ -6,6 +6,15 @@
 //! The records go through the same time-ordered merge as the driver's events (`input/merge.rs`), so a figure is
 //! applied exactly when the events before it have been. A process's figures stop counting when it ends (its
 //! cache goes with it).
+//!
+//! Peaks: the samples alone miss whatever lives between two of them (a step's activations, freed within
+//! milliseconds). The allocator's own peak counters (PyTorch `allocated_bytes.all.peak`/`reserved_bytes.all.peak`,
+//! what `max_memory_allocated()`/`max_memory_reserved()` say; JAX `peak_bytes_in_use`), which the bridge sends in
+//! `peak`, `steps`, `oom` and `exit` records, raise them: a process's peak is the most of its samples and of its
+//! counters over the run (a program's `reset_peak_memory_stats()` lowers the counter, never this), and a device's
+//! is the job's sum with that process at its peak and every other at its last figures, as samples are summed.
+//! Such a peak is placed in time (and in the timelines) only where the bridge sends `peak` records: its
+//! counters are then read at every sample, and a peak rose at most a sampling period before the record.
 
 use std::collections::HashMap;
 
@@ -28,6 +37,10 @@ struct ProcDev {
     last_t: u64,
     peak_allocated: u64,
     peak_reserved: u64,
+    /// It sends `peak` records: its bridge reads the counters at every sample, so a higher one met in any
+    /// record rose within a sampling period before it (the bridges before sent them at an error only, which may
+    /// come long after the peak).
+    streams_peaks: bool,
     /// Counted in its device's sums (until the process ends).
     counted: bool,
     /// Its allocated bytes' floor per step, once the bridge counted a step: the least of the sampler's
@@ -58,6 +71,40 @@ struct Dev {
     /// Retries and out-of-memory counts of processes that ended, plus the live ones' at the end.
     retries_done: u64,
     ooms_done: u64,
+}
+
+/// The allocator's own peaks a bridge record carries: (device, allocated peak, reserved peak), or `None`.
+fn counted_peaks(b: &Bridge) -> Option<(u32, Option<u64>, Option<u64>)> {
+    let (device, allocated, reserved) = match b.what.as_str() {
+        what::PEAK => (
+            b.device,
+            b.num(bridge::peak::ALLOCATED_PEAK),
+            b.num(bridge::peak::RESERVED_PEAK),
+        ),
+        // A boundary reading names its device among its fields.
+        what::STEPS => (
+            b.num(bridge::steps::DEVICE)
+                .filter(|&d| d < MAX_READING_DEVICE)
+                .map_or(NO_DEVICE, |d| d as u32),
+            b.num(bridge::steps::ALLOCATED_PEAK),
+            b.num(bridge::steps::RESERVED_PEAK),
+        ),
+        what::EXIT => (
+            b.device,
+            b.num(bridge::exit::ALLOCATED_PEAK)
+                .or(b.num(bridge::exit::PEAK_BYTES_IN_USE)),
+            b.num(bridge::exit::RESERVED_PEAK),
+        ),
+        what::OOM => (
+            b.device,
+            b.num(bridge::oom::ALLOCATED_PEAK)
+                .or(b.num(bridge::oom::PEAK_BYTES_IN_USE)),
+            b.num(bridge::oom::RESERVED_PEAK),
+        ),
+        _ => return None,
+    };
+    (device != NO_DEVICE && (allocated.is_some() || reserved.is_some()))
+        .then_some((device, allocated, reserved))
 }
 
 /// The index of a device's timeline of allocated bytes, and of reserved bytes, in `FwReplay::tls`.
@@ -170,6 +217,9 @@ impl FwReplay {
     /// Any other bridge record of slot `slot`; an out-of-memory record comes back to be attached to a
     /// snapshot.
     pub fn on_bridge(&mut self, slot: usize, b: Bridge, t: u64) -> Option<FrameworkOom> {
+        if let Some((device, allocated, reserved)) = counted_peaks(&b) {
+            self.on_peaks(slot, device, allocated, reserved, b.what == what::PEAK, t);
+        }
         match b.what.as_str() {
             what::OOM => return Some(FrameworkOom::from_bridge(&b, t)),
             what::STEPS => {
@@ -263,6 +313,61 @@ impl FwReplay {
             _ => {}
         }
         None
+    }
+
+    /// The allocator's own peaks for process `slot` on `device`, read at `t`, from a `peak` record or another
+    /// (see the module's doc). Only for a device the process sent samples for: its figures are summed from
+    /// those.
+    fn on_peaks(
+        &mut self,
+        slot: usize,
+        device: u32,
+        allocated: Option<u64>,
+        reserved: Option<u64>,
+        peak_record: bool,
+        t: u64,
+    ) {
+        let Some(p) = self
+            .procs
+            .get_mut(&(slot, device))
+            .filter(|p| p.samples > 0)
+        else {
+            return;
+        };
+        p.streams_peaks |= peak_record;
+        let when = p.streams_peaks.then_some(t);
+        let (own_a, own_r) = if p.counted {
+            (p.last.allocated, p.last.reserved)
+        } else {
+            (0, 0)
+        };
+        let allocated = allocated.unwrap_or(0);
+        let reserved = reserved.unwrap_or(0);
+        p.peak_allocated = p.peak_allocated.max(allocated);
+        p.peak_reserved = p.peak_reserved.max(reserved);
+        let Some(&i) = self.dev_ids.get(&device) else {
+            return;
+        };
+        let d = &mut self.devs[i];
+        // A peak that raises the device's, placed in time, is a moment of its timeline too (its most is its
+        // peak), then the figures are back where the samples left them. Not placed: when is not known.
+        let at_peak = d.allocated.saturating_sub(own_a).saturating_add(allocated);
+        if at_peak > d.peak_allocated {
+            d.peak_allocated = at_peak;
+            d.peak_allocated_t = when;
+            if let Some(t) = when {
+                self.tls.set(i, ALLOCATED, t, at_peak);
+                self.tls.set(i, ALLOCATED, t, d.allocated);
+            }
+        }
+        let at_peak = d.reserved.saturating_sub(own_r).saturating_add(reserved);
+        if at_peak > d.peak_reserved {
+            d.peak_reserved = at_peak;
+            if let Some(t) = when {
+                self.tls.set(i, RESERVED, t, at_peak);
+                self.tls.set(i, RESERVED, t, d.reserved);
+            }
+        }
     }
 
     /// A walk of what held the tensors that belongs to no error (at exit, on request).
@@ -420,5 +525,187 @@ impl FwReplay {
             .collect();
         devices.sort_by_key(|d| d.device);
         (per_slot, devices, self.summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn sample(pid: u32, device: u32, allocated: u64, reserved: u64) -> FrameworkSample {
+        FrameworkSample {
+            pid,
+            ts_ns: 0,
+            framework: Framework::Torch,
+            device,
+            allocated,
+            reserved,
+            active: allocated,
+            inactive_split: 0,
+            requested: allocated,
+            alloc_retries: 0,
+            ooms: 0,
+        }
+    }
+
+    fn record(pid: u32, what: &str, device: u32, fields: &[(&str, u64)]) -> Bridge {
+        Bridge {
+            pid,
+            tid: pid,
+            ts_ns: 0,
+            what: what.into(),
+            device,
+            ack: false,
+            fields: fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    fn peak(pid: u32, allocated: u64, reserved: u64) -> Bridge {
+        record(
+            pid,
+            what::PEAK,
+            0,
+            &[
+                (bridge::peak::ALLOCATED_PEAK, allocated),
+                (bridge::peak::RESERVED_PEAK, reserved),
+            ],
+        )
+    }
+
+    /// A `steps` record with a boundary reading on device 0 at step `step`: 1 GiB allocated, and the peaks.
+    fn reading(pid: u32, step: u64, allocated_peak: u64, reserved_peak: u64) -> Bridge {
+        let fields = [
+            (bridge::steps::OPTIMIZER, step),
+            (bridge::steps::DEVICE, 0),
+            (bridge::steps::ALLOCATED, GIB),
+            (bridge::steps::ALLOCATED_PEAK, allocated_peak),
+            (bridge::steps::RESERVED_PEAK, reserved_peak),
+        ];
+        record(pid, what::STEPS, NO_DEVICE, &fields)
+    }
+
+    /// (per-process peaks of slot 0 on device 0, the device's peaks and the time of its allocated one).
+    fn finished(r: FwReplay) -> ((u64, u64), (u64, u64, Option<u64>)) {
+        let (procs, devs, _) = r.finish(1_000);
+        let p = &procs[&0][0];
+        let d = &devs[0];
+        (
+            (p.peak_allocated, p.peak_reserved),
+            (d.peak_allocated, d.peak_reserved, d.peak_allocated_time_ns),
+        )
+    }
+
+    /// The case: a GPT-2 step's activations live between two samples; PyTorch's counter has them.
+    #[test]
+    fn a_peak_between_samples_is_the_allocators_own() {
+        let mut r = FwReplay::default();
+        r.on_sample(0, &sample(7, 0, 2 * GIB, 9 * GIB), 10);
+        r.on_bridge(0, peak(7, 8 * GIB, 9 * GIB), 20);
+        r.on_sample(0, &sample(7, 0, 3 * GIB, 9 * GIB), 30);
+        assert_eq!(
+            finished(r),
+            ((8 * GIB, 9 * GIB), (8 * GIB, 9 * GIB, Some(20)))
+        );
+    }
+
+    /// `reset_peak_memory_stats()` takes PyTorch's counter back; the run's peak stays what it was, from any of
+    /// the records that carry the counters.
+    #[test]
+    fn a_reset_counter_never_lowers_the_peak() {
+        let mut r = FwReplay::default();
+        r.on_sample(0, &sample(7, 0, GIB, 2 * GIB), 10);
+        r.on_bridge(0, peak(7, 5 * GIB, 6 * GIB), 20);
+        r.on_bridge(0, reading(7, 3, 2 * GIB, 2 * GIB), 30);
+        let exit = [
+            (bridge::exit::ALLOCATED, GIB),
+            (bridge::exit::ALLOCATED_PEAK, 3 * GIB),
+            (bridge::exit::RESERVED_PEAK, 3 * GIB),
+        ];
+        r.on_bridge(0, record(7, what::EXIT, 0, &exit), 40);
+        assert_eq!(
+            finished(r),
+            ((5 * GIB, 6 * GIB), (5 * GIB, 6 * GIB, Some(20)))
+        );
+    }
+
+    /// A boundary reading's peaks and an out-of-memory record's raise the figures as a `peak` record does;
+    /// they are placed in time (and in the timeline) only from a bridge that sends `peak` records: an earlier
+    /// one sent them at an error only, which may come long after the peak.
+    #[test]
+    fn steps_exit_and_oom_records_carry_peaks_too() {
+        let oom = [
+            (bridge::oom::ALLOCATED, GIB),
+            (bridge::oom::ALLOCATED_PEAK, 6 * GIB),
+            (bridge::oom::RESERVED_PEAK, 7 * GIB),
+        ];
+        let mut r = FwReplay::default();
+        r.on_sample(0, &sample(7, 0, GIB, 2 * GIB), 10);
+        r.on_bridge(0, peak(7, GIB, 2 * GIB), 10);
+        r.on_bridge(0, reading(7, 1, 4 * GIB, 5 * GIB), 20);
+        assert!(r.on_bridge(0, record(7, what::OOM, 0, &oom), 30).is_some());
+        let (procs, devs, _) = r.finish(1_000);
+        assert_eq!(
+            (procs[&0][0].peak_allocated, procs[&0][0].peak_reserved),
+            (6 * GIB, 7 * GIB)
+        );
+        let d = &devs[0];
+        assert_eq!(
+            (d.peak_allocated, d.peak_reserved, d.peak_allocated_time_ns),
+            (6 * GIB, 7 * GIB, Some(30))
+        );
+        assert_eq!(d.allocated.max_between(0, 1_000), Some(6 * GIB));
+        assert_eq!(d.reserved.max_between(0, 1_000), Some(7 * GIB));
+
+        // An earlier bridge's error: PyTorch's peak, at a time not known.
+        let mut r = FwReplay::default();
+        r.on_sample(0, &sample(7, 0, GIB, 2 * GIB), 10);
+        assert!(r.on_bridge(0, record(7, what::OOM, 0, &oom), 30).is_some());
+        let (_, devs, _) = r.finish(1_000);
+        let d = &devs[0];
+        assert_eq!(
+            (d.peak_allocated, d.peak_reserved, d.peak_allocated_time_ns),
+            (6 * GIB, 7 * GIB, None)
+        );
+        assert_eq!(d.allocated.max_between(0, 1_000), Some(GIB));
+
+        // JAX says `peak_bytes_in_use` at exit.
+        let mut r = FwReplay::default();
+        let mut s = sample(8, 0, GIB, 2 * GIB);
+        s.framework = Framework::Jax;
+        r.on_sample(0, &s, 10);
+        let exit = [(bridge::exit::PEAK_BYTES_IN_USE, 3 * GIB)];
+        r.on_bridge(0, record(8, what::EXIT, 0, &exit), 20);
+        assert_eq!(finished(r), ((3 * GIB, 2 * GIB), (3 * GIB, 2 * GIB, None)));
+    }
+
+    /// Several processes on one device: the job's sum with the one at its peak and the others at their last
+    /// figures, as the samples are summed; a process's own peak is its own.
+    #[test]
+    fn a_device_shared_by_processes_sums_one_peak_with_the_others_last_figures() {
+        let mut r = FwReplay::default();
+        r.on_sample(0, &sample(7, 0, GIB, 2 * GIB), 10);
+        r.on_sample(1, &sample(9, 0, 2 * GIB, 3 * GIB), 11);
+        r.on_bridge(1, peak(9, 5 * GIB, 6 * GIB), 20);
+        let (procs, devs, _) = r.finish(1_000);
+        assert_eq!(procs[&1][0].peak_allocated, 5 * GIB);
+        assert_eq!(procs[&0][0].peak_allocated, GIB);
+        assert_eq!(
+            (devs[0].peak_allocated, devs[0].peak_reserved),
+            (6 * GIB, 8 * GIB)
+        );
+    }
+
+    /// Peaks for a device the process sent no sample for (none reserved there) make no figures of their own.
+    #[test]
+    fn peaks_without_samples_make_nothing() {
+        let mut r = FwReplay::default();
+        r.on_bridge(0, peak(7, 5 * GIB, 6 * GIB), 20);
+        let (procs, devs, _) = r.finish(1_000);
+        assert!(procs.is_empty() && devs.is_empty());
     }
 }
