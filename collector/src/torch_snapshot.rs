@@ -281,7 +281,7 @@ mod tests {
         );
         let r = read(&dir, Some(0), None);
         assert!(
-            r.error.as_deref().unwrap().contains("not a regular file"),
+            r.error.as_deref().unwrap().contains("is a directory"),
             "{:?}",
             r.error
         );

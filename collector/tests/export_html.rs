@@ -117,12 +117,15 @@ fn assert_agrees(a: &Analysis, page: &str, json: &str, what: &str) {
             format!("[{}]", s.time_ns),
             "{what}: oom {i}"
         );
+        // Numbered where there are several, as `vramtrace oom` numbers them.
+        let title = if a.oom_records > 1 {
+            format!("OUT OF MEMORY {} of", i + 1)
+        } else {
+            "OUT OF MEMORY on".to_string()
+        };
         assert!(q(
             json,
-            &format!(
-                "d['post_mortems'][{i}]['text'].startswith('OUT OF MEMORY {} of')",
-                i + 1
-            )
+            &format!("d['post_mortems'][{i}]['text'].startswith('{title}')")
         )
         .eq("True"));
     }

@@ -50,10 +50,8 @@ fn outputs_kept_under_a_cap_are_growth_at_the_steps_figure_held_by_their_list() 
     assert_eq!(e["holders"]["holders"][0]["name"], "kept");
     assert_eq!(e["holders"]["holders"][0]["tensors"].as_u64(), Some(11));
     let adv = advice(e);
-    assert!(
-        adv.starts_with("kept (list, global of __main__) holds"),
-        "{adv}"
-    );
+    // Named as the program names it; its bytes and scope are HELD BY's and the cause's, said once there.
+    assert!(adv.starts_with("`kept`: store what you need"), "{adv}");
     assert!(
         !adv.contains("--cap") && !adv.contains("PYTORCH_CUDA_ALLOC_CONF"),
         "{adv}"

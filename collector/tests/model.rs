@@ -754,3 +754,28 @@ fn damaged_traces_never_panic_the_replay_or_the_reports() {
         }
     }
 }
+
+/// `cuMemFree(0)` is the driver's no-op (PyTorch calls it twice a process on every real trace): it is no free of
+/// an allocation the trace lost, so no warning says so; a free of an address never allocated still is one.
+#[test]
+fn a_free_of_null_is_not_an_unmatched_free() {
+    let a = run(&[
+        hello(1, 0),
+        events(
+            1,
+            vec![
+                alloc(10, 0, 0xa000, GIB),
+                free(11, 0),
+                free(12, 0),
+                free(20, 0xa000),
+                free(30, 0xdead_0000),
+            ],
+        ),
+        end(1, 50, EndKind::Goodbye),
+    ]);
+    let p = a.process(1).unwrap();
+    assert_eq!((p.allocations, p.frees, p.unmatched_frees), (1, 1, 1));
+    assert_eq!(a.unmatched_frees, 1);
+    let text = vramtrace_collector::reporters::text::render(&a, None);
+    assert!(text.contains("1 free named no live allocation"), "{text}");
+}

@@ -46,7 +46,7 @@ fn sample() -> Vec<Record> {
 fn unreadable_inputs_are_one_line_and_exit_2() {
     let d = TempDir::new("errors");
     assert_usage_error(&report(&d.0.join("missing.vtrace"), false), "cannot read");
-    assert_usage_error(&report(&d.0.join("missing.vtrace"), true), "No such file");
+    assert_usage_error(&report(&d.0.join("missing.vtrace"), true), "no such file");
     assert_usage_error(&report(&d.file("empty.vtrace", b""), false), "empty");
     assert_usage_error(
         &report(&d.file("junk.vtrace", b"this is not a trace at all"), true),
@@ -62,7 +62,7 @@ fn unreadable_inputs_are_one_line_and_exit_2() {
     );
     let dir = d.0.join("adir");
     std::fs::create_dir_all(&dir).unwrap();
-    assert_usage_error(&report(&dir, false), "cannot read");
+    assert_usage_error(&report(&dir, false), "is a directory");
 }
 
 #[test]

@@ -183,10 +183,7 @@ fn outputs_kept_each_step_under_a_tight_cap_are_growth_per_step_in_seconds() {
         "{held}"
     );
     let advice = text.split("ADVICE").nth(1).unwrap();
-    assert!(
-        advice.contains("kept (list, global of __main__) holds"),
-        "{advice}"
-    );
+    assert!(advice.contains("`kept`: store what you need"), "{advice}");
     // No cap or setting advised: how long larger ones last instead.
     assert!(!advice.contains("--cap"), "{advice}");
     assert!(advice.contains("more steps"), "{advice}");

@@ -68,15 +68,23 @@ fn compose(a: &Analysis, file: Option<&Path>, full: bool) -> String {
     if a.oom_records == 0 {
         no_oom(&mut o, a);
     } else {
-        for (i, s) in a.ooms.iter().enumerate() {
-            event(&mut o, a, s, &diagnose(a, s), i + 1, full);
+        if full {
+            for (i, s) in a.ooms.iter().enumerate() {
+                event(&mut o, a, s, &diagnose(a, s), i + 1, true);
+            }
+        } else if let Some(i) = main_error(a) {
+            // One screen: the error that decides whole, the others a line for each kind.
+            let s = &a.ooms[i];
+            event(&mut o, a, s, &diagnose(a, s), i + 1, false);
+            other_errors(&mut o, a, i);
         }
-        if let Some(r) = crate::reporters::text::refusals_text(a) {
+        // Refusals recovered from are `--full`'s: the error's cause already says the job was at its limit.
+        if let Some(r) = crate::reporters::text::refusals_text(a).filter(|_| full) {
             wrap(&mut o, &format!("Besides: {r}"), "  ");
             o.push('\n');
         }
         let rest = a.ooms_not_snapshotted();
-        if rest > 0 {
+        if rest > 0 && full {
             wrap(
                 &mut o,
                 &format!(
@@ -93,14 +101,19 @@ fn compose(a: &Analysis, file: Option<&Path>, full: bool) -> String {
     if full {
         crate::reporters::text::notes(&mut o, a);
         endings(&mut o, a);
-    } else if a.processes.iter().any(|p| {
-        p.exit
-            .is_some_and(|x| x != vramtrace_format::ExitStatus::Code(0))
-            || p.exit.is_none() && p.ended != Ended::Goodbye
-    }) {
-        endings(&mut o, a);
+        devices(&mut o, a);
+    } else if a.oom_records > 0 {
+        short_end(&mut o, a);
+    } else {
+        if a.processes.iter().any(|p| {
+            p.exit
+                .is_some_and(|x| x != vramtrace_format::ExitStatus::Code(0))
+                || p.exit.is_none() && p.ended != Ended::Goodbye
+        }) {
+            endings(&mut o, a);
+        }
+        devices(&mut o, a);
     }
-    devices(&mut o, a);
     if !full && a.oom_records > 0 {
         wrap(
             &mut o,
@@ -109,6 +122,122 @@ fn compose(a: &Analysis, file: Option<&Path>, full: bool) -> String {
         );
     }
     o
+}
+
+/// The errors after the first on the one screen: a line for each kind (where, who, how much, the cause), the
+/// first [`OTHER_KINDS`] kinds.
+fn other_errors(o: &mut String, a: &Analysis, shown: usize) {
+    if a.ooms.len() < 2 {
+        return;
+    }
+    // (place, pid, requested, cause) -> (how many, first, last).
+    type Kind = (String, u32, u64, &'static str);
+    let mut kinds: Vec<(Kind, (u64, u64, u64))> = Vec::new();
+    for (_, s) in a.ooms.iter().enumerate().filter(|(i, _)| *i != shown) {
+        let k = (
+            oom_place(s),
+            s.pid,
+            s.requested_bytes,
+            diagnose(a, s).cause.key(),
+        );
+        match kinds.iter_mut().find(|x| x.0 == k) {
+            Some(x) => {
+                x.1 .0 += 1;
+                x.1 .2 = s.time_ns;
+            }
+            None => kinds.push((k, (1, s.time_ns, s.time_ns))),
+        }
+    }
+    let others = a.oom_records.saturating_sub(1);
+    writeln!(
+        o,
+        "THE OTHER {}",
+        crate::units::counted(others, "ERROR", "ERRORS")
+    )
+    .ok();
+    for ((place, pid, asked, cause), (n, t0, t1)) in kinds.iter().take(OTHER_KINDS) {
+        let when = if n == &1 {
+            format!("at {}", secs(*t0))
+        } else {
+            format!("{} times, {} to {}", count(*n), secs(*t0), secs(*t1))
+        };
+        wrap(
+            o,
+            &format!(
+                "  {place}, pid {pid} asked {}, {when}; cause: {cause}",
+                bytes(*asked)
+            ),
+            "    ",
+        );
+    }
+    if kinds.len() > OTHER_KINDS {
+        writeln!(o, "  ... and {} more kinds", kinds.len() - OTHER_KINDS).ok();
+    }
+    let rest = a.ooms_not_snapshotted();
+    if rest > 0 {
+        writeln!(
+            o,
+            "  ... and {} after these, not analysed (the first {} are)",
+            count(rest),
+            model::MAX_OOM_SNAPSHOTS
+        )
+        .ok();
+    }
+    o.push('\n');
+}
+
+/// The error the one screen shows whole: the one the largest batch was drawn for (`vramtrace oom` attaches it
+/// to the last error whose replay fails where the run did: the one that ended it, after refusals it recovered
+/// from), else the first.
+pub fn main_error(a: &Analysis) -> Option<usize> {
+    a.ooms
+        .iter()
+        .rposition(|s| s.framework.as_ref().is_some_and(|f| f.batch.is_some()))
+        .or(if a.ooms.is_empty() { None } else { Some(0) })
+}
+
+/// Kinds of further error listed on the one screen.
+const OTHER_KINDS: usize = 4;
+
+/// The end of the one screen: how the processes ended that did not exit cleanly, and each device's peak, in
+/// one or two lines (the tables are `--full`'s).
+fn short_end(o: &mut String, a: &Analysis) {
+    use vramtrace_format::ExitStatus;
+    let bad: Vec<String> = a
+        .processes
+        .iter()
+        .filter(|p| {
+            p.exit.is_some_and(|x| x != ExitStatus::Code(0))
+                || p.exit.is_none() && p.ended != Ended::Goodbye
+        })
+        .map(|p| format!("pid {} {}", p.pid, crate::reporters::text::ending_label(p)))
+        .collect();
+    let ended = match bad.len() {
+        0 => "every process exited 0".to_string(),
+        1..=3 => bad.join(", "),
+        n => format!("{} and {} more did not exit 0", bad[..3].join(", "), n - 3),
+    };
+    // Host memory only where an error was.
+    let host_error = a.ooms.iter().any(|s| s.on_host);
+    let peaks: Vec<String> = a
+        .devices
+        .iter()
+        .filter(|d| d.peak_bytes > 0 && (!d.on_host || host_error))
+        .take(4)
+        .map(|d| {
+            format!(
+                "{} {}",
+                crate::reporters::text::device_label(d),
+                bytes(d.peak_bytes)
+            )
+        })
+        .collect();
+    let peaks = match peaks.len() {
+        0 => String::new(),
+        1 => format!("; peak {}", peaks[0]),
+        _ => format!("; peaks {}", peaks.join(", ")),
+    };
+    wrap(o, &format!("ENDED: {ended}{peaks}."), "  ");
 }
 
 /// `cuMemAlloc_v2`, `cuMemAllocAsync_ptsz`, `api 99` for a number this build does not know.
@@ -138,13 +267,11 @@ pub fn event_text(a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize) -> Str
 
 fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize, full: bool) {
     let gpu = oom_place(s);
-    writeln!(
-        o,
-        "OUT OF MEMORY {n} of {} on {gpu} at {}",
-        count(a.oom_records),
-        secs(s.time_ns)
-    )
-    .ok();
+    let of = match a.oom_records {
+        1 => String::new(),
+        all => format!(" {n} of {}", count(all)),
+    };
+    writeln!(o, "OUT OF MEMORY{of} on {gpu} at {}", secs(s.time_ns)).ok();
     let who = a
         .processes
         .iter()
@@ -155,7 +282,8 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
         if let Some(r) = p.rank {
             whom.push_str(&format!(" (rank {r})"));
         }
-        if p.announced {
+        // The one process's command is the title's; with several, each error names its own.
+        if p.announced && (full || a.processes.len() > 1) {
             whom.push_str(&format!(" {}", fit(&short_command(&p.cmdline), 30)));
         }
     }
@@ -180,6 +308,17 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
             ),
             "    ",
         ),
+        // The exact bytes and the driver's code are `--full`'s.
+        _ if !full => wrap(
+            o,
+            &format!(
+                "  {whom}, thread {}: {} of {} {by}.",
+                s.tid,
+                api_label(s.api, s.api_code, s.ptsz),
+                bytes(s.requested_bytes),
+            ),
+            "    ",
+        ),
         _ => wrap(
             o,
             &format!(
@@ -199,6 +338,23 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
         };
         let folded = match s.driver_ooms_folded {
             0 => String::new(),
+            n if !full => {
+                // The process's flushes before this one too (the allocator's `num_alloc_retries`): the
+                // finding's figure, said here once.
+                let all = d.findings.iter().find_map(|f| match f {
+                    crate::model::diagnose::Finding::AllocRetries { count } => Some(*count),
+                    _ => None,
+                });
+                format!(
+                    " after {} refusal{} (it flushed its cache and retried{})",
+                    count(n as u64),
+                    if n == 1 { "" } else { "s" },
+                    match all {
+                        Some(r) if r > 1 => format!("; {} flushes in this process", count(r)),
+                        _ => String::new(),
+                    }
+                )
+            }
             n => format!(
                 "; the driver refused {} request{} for it (the allocator flushed its cache and retried)",
                 n + 1,
@@ -214,8 +370,25 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
             "    ",
         );
     }
-    if let Some(site) = s.request_site {
-        for line in site_lines(a, site, "    asked from ") {
+    // On the one screen, a site that is only the allocator's own native frame (`libc10_cuda.so+0x43c0b`) says
+    // nothing the headline does not.
+    let informative = |site: usize| {
+        full || a
+            .call_sites
+            .sites
+            .get(site)
+            .and_then(|x| x.site_frame())
+            .is_some_and(|f| {
+                f.kind == crate::callsites::FrameKind::Python
+                    || crate::callsites::policy::own_frame(f)
+            })
+    };
+    if let Some(site) = s.request_site.filter(|&i| informative(i)) {
+        // The library frames that tell sites' stacks apart (`via ...`) are `--full`'s.
+        for line in site_lines(a, site, "    asked from ")
+            .into_iter()
+            .filter(|l| full || !l.trim_start().starts_with("via "))
+        {
             writeln!(o, "{line}").ok();
         }
     }
@@ -230,12 +403,23 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
             crate::reporters::text::framework::title(v.trim_start_matches("driver+"))
         ),
     };
-    writeln!(o, "    Seen through {view}.").ok();
+    if full {
+        writeln!(o, "    Seen through {view}.").ok();
+    }
     o.push('\n');
     if !full {
         short_figures(o, s, d);
         held_by(o, a, s);
-        findings_and_advice(o, prose::short_findings(d), &d.advice);
+        // The flushes are the headline's where it tells of this error's own.
+        let told = s.driver_ooms_folded > 0 && fw.is_some();
+        findings_and_advice(
+            o,
+            prose::short_findings(d).filter(|f| {
+                !(told && matches!(f, crate::model::diagnose::Finding::AllocRetries { .. }))
+            }),
+            &d.advice,
+            SHORT_ADVICE,
+        );
         return;
     }
 
@@ -386,7 +570,7 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
 
     event_processes(o, s);
     if let Some(h) = s.holders.as_ref().filter(|h| !h.holders.is_empty()) {
-        holders(o, h, crate::model::holders::MAX_HOLDERS);
+        holders(o, h, crate::model::holders::MAX_HOLDERS, usize::MAX);
     }
     top_live(o, a, s);
     classes(o, s);
@@ -394,14 +578,18 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
     kept_tensors(o, s);
     window(o, s, d);
 
-    findings_and_advice(o, d.findings.iter(), &d.advice);
+    findings_and_advice(o, d.findings.iter(), &d.advice, usize::MAX);
 }
+
+/// Lines of advice on the one screen, in the order the evidence supports; the rest with `--full`.
+const SHORT_ADVICE: usize = 7;
 
 /// The FINDINGS (when any) and ADVICE sections of one error.
 fn findings_and_advice<'d>(
     o: &mut String,
     findings: impl Iterator<Item = &'d crate::model::diagnose::Finding>,
     advice: &[Advice],
+    limit: usize,
 ) {
     let mut findings = findings.peekable();
     if findings.peek().is_some() {
@@ -412,8 +600,27 @@ fn findings_and_advice<'d>(
         o.push('\n');
     }
     writeln!(o, "  ADVICE").ok();
+    // Whole suggestions, the first always, while they fit in `limit` lines.
+    let mut used = 0;
+    let mut shown = 0;
     for line in advice {
-        wrap(o, &format!("  - {}", prose::advice_text(line)), "    ");
+        let mut one = String::new();
+        wrap(
+            &mut one,
+            &format!("  - {}", prose::advice_text(line)),
+            "    ",
+        );
+        let n = one.lines().count();
+        if shown > 0 && used + n > limit {
+            break;
+        }
+        o.push_str(&one);
+        used += n;
+        shown += 1;
+    }
+    if advice.len() > shown {
+        let more = advice.len() - shown;
+        writeln!(o, "  - ({more} more with --full)").ok();
     }
     o.push('\n');
 }
@@ -435,10 +642,12 @@ fn short_figures(o: &mut String, s: &OomSnapshot, d: &Diagnosis) {
         .map(|(k, v)| (k, bytes(v)))
         .collect();
     writeln!(o, "  FIGURES ON {}", oom_place(s)).ok();
-    for pair in rows.chunks(2) {
-        let mut line = String::from("   ");
-        for (k, v) in pair {
-            line.push_str(&format!(" {k:<20}{v:>12}    "));
+    // Four to a line: the short labels (`allocated (tensors)` is `allocated`) keep it within the width.
+    for row in rows.chunks(4) {
+        let mut line = String::from("  ");
+        for (k, v) in row {
+            let k = k.split(" (").next().unwrap_or(k);
+            line.push_str(&format!("  {k:<12}{v:>10}"));
         }
         writeln!(o, "{}", line.trim_end()).ok();
     }

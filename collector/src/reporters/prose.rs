@@ -381,9 +381,15 @@ pub fn cap_spec(bytes: u64) -> String {
 /// The findings a short form shows: all but those its key figures already say (how far it was from fitting,
 /// the framework's split).
 pub fn short_findings(d: &Diagnosis) -> impl Iterator<Item = &Finding> {
-    d.findings
-        .iter()
-        .filter(|f| !matches!(f, Finding::Fit { .. } | Finding::FrameworkFigures { .. }))
+    // Each fact once: a growth that is the cause is said in the cause; the backward thread in the headline.
+    let growth_is_cause = d.cause == Cause::Growth;
+    d.findings.iter().filter(move |f| match f {
+        Finding::Fit { .. } | Finding::FrameworkFigures { .. } | Finding::BackwardThread { .. } => {
+            false
+        }
+        Finding::LeakTrend(_) | Finding::AllocatedLeakTrend(_) => !growth_is_cause,
+        _ => true,
+    })
 }
 
 /// The few figures that prove a verdict, in the order a reader checks them: what was asked, what the job held,
@@ -396,13 +402,15 @@ pub fn key_figures(s: &OomSnapshot, d: &Diagnosis) -> Vec<(&'static str, u64)> {
     ];
     v.extend(d.cap_bytes.map(|c| ("cap", c)));
     v.extend(s.device_free_bytes.map(|f| ("device free", f)));
-    v.push(("needed", d.needed_bytes));
-    v.extend(d.available_bytes.map(|a| ("could give", a)));
+    // What was missing, not "needed" beside "could give": two figures that round alike read as a contradiction
+    // for a request that was refused. The growth, where there is one, is the cause's or a finding's figure.
+    if let Some(avail) = d.available_bytes {
+        v.push(("missing", d.needed_bytes.saturating_sub(avail)));
+    }
     if let Some(f) = s.framework_figures {
         v.push(("allocated (tensors)", f.allocated));
         v.push(("reserved (segments)", f.reserved));
     }
-    v.extend(d.growth.as_ref().map(|g| ("grew", g.rise_bytes)));
     v
 }
 

@@ -45,6 +45,7 @@ pub fn render_in(a: &Analysis, file: Option<&Path>, columns: usize) -> String {
         o.push('\n');
     }
     header(&mut o, a, file);
+    outcome(&mut o, a, file);
     devices(&mut o, a);
     processes::table(&mut o, a, columns.clamp(WIDTH, MAX_TABLE_WIDTH));
     call_sites(&mut o, a);
@@ -59,6 +60,11 @@ pub fn render_in(a: &Analysis, file: Option<&Path>, columns: usize) -> String {
 /// Callers shown under a call site in text (the JSON has every frame).
 pub const SITE_CALLERS: usize = 2;
 
+/// What a call site in a PyTorch process is, said once under a section that lists any (not under each site).
+pub const CACHE_LEGEND: &str =
+    "In PyTorch processes a call site is where the cache grew: the segment asked for \
+     there holds whatever tensors live in it now.";
+
 /// A call site in text: `lead` then the site (with `pid N:` before it when the trace has several processes),
 /// then its first [`SITE_CALLERS`] callers and what tells it apart from the other sites on lines of their own
 /// under it ([`crate::callsites::Site::short`]), each line within [`WIDTH`] ([`fit_label`]).
@@ -66,12 +72,17 @@ pub fn site_lines(a: &Analysis, site: usize, lead: &str) -> Vec<String> {
     let Some(s) = a.call_sites.sites.get(site) else {
         return vec![format!("{lead}?")];
     };
+    label_lines(a, s.pid, s.short(SITE_CALLERS), lead)
+}
+
+/// `lines` of a site's label under `lead`, each within [`WIDTH`].
+fn label_lines(a: &Analysis, pid: u32, lines: Vec<String>, lead: &str) -> Vec<String> {
     let pad = " ".repeat(lead.chars().count());
     let room = WIDTH.saturating_sub(pad.len()).max(20);
-    let mut labels = s.short(SITE_CALLERS).into_iter();
+    let mut labels = lines.into_iter();
     let first = labels.next().unwrap_or_default();
     let pid = if a.processes.len() > 1 {
-        format!("pid {}: ", s.pid)
+        format!("pid {pid}: ")
     } else {
         String::new()
     };
@@ -82,12 +93,59 @@ pub fn site_lines(a: &Analysis, site: usize, lead: &str) -> Vec<String> {
     for l in labels {
         out.push(format!("{pad}{}", fit_label(&printable(&l), room)));
     }
-    if a.caching_allocator(s.pid) {
-        out.push(format!(
-            "{pad}(grew PyTorch's cache: a segment asked for here holds whatever tensors live in it now)"
-        ));
-    }
     out
+}
+
+/// Rows of call sites merged by what a reader sees as one line of code: the site and its callers, without the
+/// library frames (`via ...`) or ids that only tell the sites' stacks apart. `figures` are summed with `add`;
+/// the rows keep the order of their first site.
+pub fn merged_sites<T>(
+    a: &Analysis,
+    sites: impl IntoIterator<Item = (usize, T)>,
+    add: impl Fn(&mut T, &T),
+) -> Vec<MergedSite<T>> {
+    let mut rows: Vec<MergedSite<T>> = Vec::new();
+    for (i, t) in sites {
+        let Some(s) = a.call_sites.sites.get(i) else {
+            continue;
+        };
+        let lines: Vec<String> = s
+            .short(SITE_CALLERS)
+            .into_iter()
+            .filter(|l| !l.starts_with("via ") && !l.starts_with("(pid "))
+            .collect();
+        match rows.iter_mut().find(|r| r.pid == s.pid && r.lines == lines) {
+            Some(r) => add(&mut r.figures, &t),
+            None => rows.push(MergedSite {
+                pid: s.pid,
+                lines,
+                figures: t,
+                cache: a.caching_allocator(s.pid),
+            }),
+        }
+    }
+    rows
+}
+
+/// One row of [`merged_sites`].
+pub struct MergedSite<T> {
+    pub pid: u32,
+    pub lines: Vec<String>,
+    pub figures: T,
+    /// In a process whose allocator caches (PyTorch): [`CACHE_LEGEND`] applies.
+    pub cache: bool,
+}
+
+impl<T> MergedSite<T> {
+    /// The row's lines under `lead`.
+    pub fn lines(&self, a: &Analysis, lead: &str) -> Vec<String> {
+        label_lines(a, self.pid, self.lines.clone(), lead)
+    }
+}
+
+/// [`CACHE_LEGEND`] under a section, indented by `pad`.
+pub fn cache_legend(o: &mut String, pad: &str) {
+    wrap(o, &format!("{pad}{CACHE_LEGEND}"), pad, WIDTH);
 }
 
 /// The row of bytes allocated with no call site: below the shim's threshold (`run --stack-min-bytes`), named
@@ -147,6 +205,7 @@ fn call_sites(o: &mut String, a: &Analysis) {
         )
         .ok();
         let index = a.device_index();
+        let mut legend = false;
         for d in &cs.at_peak {
             let stats = index.get(&(d.device, d.on_host)).map(|&i| &a.devices[i]);
             let when = stats
@@ -159,16 +218,21 @@ fn call_sites(o: &mut String, a: &Analysis) {
                 bytes(d.peak_bytes)
             )
             .ok();
-            for b in &d.sites {
+            let mut rows = merged_sites(a, d.sites.iter().map(|b| (b.site, b.bytes)), |x, y| {
+                *x = x.saturating_add(*y)
+            });
+            rows.sort_by_key(|r| std::cmp::Reverse(r.figures));
+            for r in &rows {
                 let lead = format!(
                     "    {:>11}  {:>4}  ",
-                    bytes(b.bytes),
-                    pct(b.bytes, d.peak_bytes)
+                    bytes(r.figures),
+                    pct(r.figures, d.peak_bytes)
                 );
-                for line in site_lines(a, b.site, &lead) {
+                for line in r.lines(a, &lead) {
                     writeln!(o, "{line}").ok();
                 }
             }
+            legend |= rows.iter().any(|r| r.cache);
             for (v, what) in [
                 (d.unlisted_bytes, "(other call sites)"),
                 (d.no_site_bytes, no_site_label(a).as_str()),
@@ -184,6 +248,9 @@ fn call_sites(o: &mut String, a: &Analysis) {
                 }
             }
         }
+        if legend {
+            cache_legend(o, "  ");
+        }
         o.push('\n');
     }
     if !cs.by_allocated.is_empty() {
@@ -194,17 +261,34 @@ fn call_sites(o: &mut String, a: &Analysis) {
             "ALLOCATED", "ALLOCS", "LIVE AT END"
         )
         .ok();
-        for &i in &cs.by_allocated {
-            let s = &cs.sites[i];
+        let mut rows = merged_sites(
+            a,
+            cs.by_allocated.iter().map(|&i| {
+                let s = &cs.sites[i];
+                (i, [s.allocated_bytes, s.allocations, s.live_bytes_at_end])
+            }),
+            |x, y| {
+                for (x, y) in x.iter_mut().zip(y) {
+                    *x = x.saturating_add(*y);
+                }
+            },
+        );
+        rows.sort_by_key(|r| std::cmp::Reverse(r.figures[0]));
+        for r in &rows {
+            let [allocated, allocs, live] = r.figures;
             let lead = format!(
                 "    {:>11}  {:>9}  {:>11}  ",
-                bytes(s.allocated_bytes),
-                count(s.allocations),
-                bytes(s.live_bytes_at_end)
+                bytes(allocated),
+                count(allocs),
+                bytes(live)
             );
-            for line in site_lines(a, i, &lead) {
+            for line in r.lines(a, &lead) {
                 writeln!(o, "{line}").ok();
             }
+        }
+        // Said once in the report: under the first table of sites.
+        if cs.at_peak.is_empty() && rows.iter().any(|r| r.cache) {
+            cache_legend(o, "  ");
         }
         o.push('\n');
     }
@@ -325,13 +409,108 @@ fn header(o: &mut String, a: &Analysis, file: Option<&Path>) {
     .ok();
 }
 
+/// What happened, before any figure: the job finished, or ran out of memory (where, the cause, and the command
+/// for its post-mortem), or how its processes ended otherwise.
+fn outcome(o: &mut String, a: &Analysis, file: Option<&Path>) {
+    let trace = file.map_or_else(|| "TRACE".to_string(), units::shown_path);
+    if a.oom_records > 0 {
+        let more = match a.oom_records {
+            1 => String::new(),
+            n => format!(" (the first of {} errors)", count(n)),
+        };
+        let line = match a.ooms.first() {
+            Some(s) => {
+                let d = crate::model::diagnose::diagnose(a, s);
+                format!(
+                    "OUT OF MEMORY on {} at {}{more}: pid {} asked {}; cause: {} ({}). Why, what held \
+                     the memory and what to change:",
+                    crate::reporters::oom_text::oom_place(s),
+                    secs(s.time_ns),
+                    s.pid,
+                    bytes(s.requested_bytes),
+                    d.cause.key(),
+                    crate::reporters::prose::cause_title(d.cause)
+                )
+            }
+            None => format!(
+                "OUT OF MEMORY: {} (none could be analysed). What the trace shows of them:",
+                units::counted(a.oom_records, "error", "errors")
+            ),
+        };
+        o.push('\n');
+        wrap(o, &line, "  ", WIDTH);
+        writeln!(o, "    vramtrace oom {trace}").ok();
+        return;
+    }
+    use vramtrace_format::ExitStatus;
+    let traced: Vec<&ProcessStats> = a
+        .processes
+        .iter()
+        .filter(|p| p.untraced.is_none())
+        .collect();
+    if traced.is_empty() {
+        return;
+    }
+    let clean = |p: &&ProcessStats| {
+        matches!(p.exit, Some(ExitStatus::Code(0)))
+            || (p.exit.is_none() && p.ended == Ended::Goodbye)
+    };
+    let n = units::counted(traced.len() as u64, "process", "processes");
+    let line = if traced.iter().all(clean) {
+        format!(
+            "FINISHED: {}, no out-of-memory error.",
+            if traced.len() == 1 {
+                "the process ended cleanly".to_string()
+            } else {
+                format!("all {n} ended cleanly")
+            }
+        )
+    } else {
+        let others: Vec<String> = traced
+            .iter()
+            .filter(|p| !clean(p))
+            .take(3)
+            .map(|p| format!("pid {} {}", p.pid, ending_label(p)))
+            .collect();
+        let more = traced
+            .iter()
+            .filter(|p| !clean(p))
+            .count()
+            .saturating_sub(others.len());
+        format!(
+            "ENDED: {n}, no out-of-memory error; {}{}.",
+            others.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        )
+    };
+    o.push('\n');
+    wrap(o, &line, "  ", WIDTH);
+}
+
 fn devices(o: &mut String, a: &Analysis) {
     o.push('\n');
-    if a.devices.is_empty() {
+    // A device that only a free or a refusal-less call named (`GPU ?` from a pool's frees) has nothing to show.
+    let shown: Vec<&DeviceStats> = a
+        .devices
+        .iter()
+        .filter(|d| {
+            d.allocations > 0
+                || d.peak_bytes > 0
+                || d.framework.is_some()
+                || a.ooms
+                    .iter()
+                    .any(|s| s.device == d.device && s.on_host == d.on_host)
+        })
+        .collect();
+    if shown.is_empty() {
         writeln!(o, "No GPU memory was allocated in this trace.").ok();
         return;
     }
-    for d in &a.devices {
+    for d in shown {
         device(o, a, d);
     }
 }
@@ -357,13 +536,14 @@ fn device(o: &mut String, a: &Analysis, d: &DeviceStats) {
         .ok();
     }
     if d.allocations > 0 {
+        // The count is of the whole run, not of what was live: said first, apart from the live bytes.
         writeln!(
             o,
-            "{pad}live at end {}, {} allocation{}, largest {}",
-            bytes(d.live_bytes_at_end),
+            "{pad}{} allocation{} in the run, the largest {}; live at end {}",
             count(d.allocations),
             if d.allocations == 1 { "" } else { "s" },
-            bytes(d.largest_allocation_bytes)
+            bytes(d.largest_allocation_bytes),
+            bytes(d.live_bytes_at_end)
         )
         .ok();
     }
@@ -524,39 +704,60 @@ fn live_at_end(o: &mut String, a: &Analysis) {
         "",
         WIDTH,
     );
-    let row = |size: &str, pid: &str, gpu: &str, api: &str, addr: &str, at: &str, age: &str| {
-        format!("  {size:>11}  {pid:>7}  {gpu:>3}  {api:<28} {addr:>16}  {at:>10}  {age:>10}")
+    // The largest allocations grouped by call site (merged by line, as the call-site tables are), one row
+    // each: how many, where, since when. Each allocation with its address is in the JSON.
+    let where_ = |l: &LiveAlloc| match (l.on_host, l.device) {
+        (true, _) => "host".to_string(),
+        (false, Some(d)) => d.to_string(),
+        (false, None) => "?".to_string(),
     };
-    writeln!(
-        o,
-        "{}",
-        row("SIZE", "PID", "GPU", "API", "ADDRESS", "ALLOCATED", "AGE")
-    )
-    .ok();
-    for l in &a.live_at_end {
-        writeln!(
-            o,
-            "{}",
-            row(
-                &bytes(l.bytes),
-                &l.pid.to_string(),
-                &match (l.on_host, l.device) {
-                    (true, _) => "host".to_string(),
-                    (false, Some(d)) => d.to_string(),
-                    (false, None) => "?".to_string(),
-                },
-                &api_label(l),
-                &format!("{:#x}", l.address),
-                &secs(l.alloc_time_ns),
-                &secs(l.age_ns),
-            )
-        )
-        .ok();
-        if let Some(site) = l.site {
-            for line in site_lines(a, site, "               at ") {
-                writeln!(o, "{line}").ok();
+    // (bytes, allocations, first allocated, the place as one string).
+    type Row = (u64, u64, u64, String);
+    let mut sited = merged_sites(
+        a,
+        a.live_at_end.iter().filter_map(|l| {
+            l.site
+                .map(|s| (s, (l.bytes, 1, l.alloc_time_ns, where_(l))))
+        }),
+        |x: &mut Row, y: &Row| {
+            x.0 = x.0.saturating_add(y.0);
+            x.1 += y.1;
+            x.2 = x.2.min(y.2);
+            if !x.3.split(',').any(|g| g == y.3) {
+                x.3 = format!("{},{}", x.3, y.3);
             }
+        },
+    );
+    sited.sort_by_key(|r| std::cmp::Reverse(r.figures.0));
+    let mut unsited: Vec<(u32, String, String, Row)> = Vec::new();
+    for l in a.live_at_end.iter().filter(|l| l.site.is_none()) {
+        let (gpu, api) = (where_(l), api_label(l));
+        match unsited
+            .iter_mut()
+            .find(|u| u.0 == l.pid && u.1 == gpu && u.2 == api)
+        {
+            Some(u) => {
+                u.3 .0 = u.3 .0.saturating_add(l.bytes);
+                u.3 .1 += 1;
+                u.3 .2 = u.3 .2.min(l.alloc_time_ns);
+            }
+            None => unsited.push((l.pid, gpu.clone(), api, (l.bytes, 1, l.alloc_time_ns, gpu))),
         }
+    }
+    let row = |size: &str, n: &str, pid: &str, gpu: &str, at: &str| {
+        format!("  {size:>11}  {n:>6}  {pid:>7}  {gpu:>4}  {at:>10}  ")
+    };
+    writeln!(o, "{}SITE", row("SIZE", "ALLOCS", "PID", "GPU", "FIRST AT")).ok();
+    for r in &sited {
+        let (b, n, t, gpu) = &r.figures;
+        let lead = row(&bytes(*b), &count(*n), &r.pid.to_string(), gpu, &secs(*t));
+        for line in r.lines(a, &lead) {
+            writeln!(o, "{line}").ok();
+        }
+    }
+    for (pid, _, api, (b, n, t, gpu)) in &unsited {
+        let lead = row(&bytes(*b), &count(*n), &pid.to_string(), gpu, &secs(*t));
+        writeln!(o, "{lead}{} (no call site recorded)", api).ok();
     }
     let shown = a
         .live_at_end
@@ -571,6 +772,9 @@ fn live_at_end(o: &mut String, a: &Analysis) {
             bytes(a.live_at_end_bytes.saturating_sub(shown))
         )
         .ok();
+    }
+    if !a.call_sites.present && sited.iter().any(|r| r.cache) {
+        cache_legend(o, "  ");
     }
     o.push('\n');
 }
@@ -623,14 +827,16 @@ fn warnings(o: &mut String, a: &Analysis) {
     }
     if a.unmatched_frees > 0 {
         w.push(format!(
-            "{} free{} named no live allocation (its allocation was not recorded) and {} ignored.",
+            "{} free{} named no live allocation (a double free, memory allocated before the trace began, or an \
+             allocation the trace lost) and {} ignored: no figure counts {}.",
             count(a.unmatched_frees),
             if a.unmatched_frees == 1 { "" } else { "s" },
             if a.unmatched_frees == 1 {
                 "was"
             } else {
                 "were"
-            }
+            },
+            if a.unmatched_frees == 1 { "it" } else { "them" }
         ));
     }
     if a.lost_frees > 0 {

@@ -154,6 +154,36 @@ pub enum Advice {
     },
 }
 
+/// What to change in a training job whose step does not fit its limit, in the order the evidence supports: a
+/// smaller batch with gradient accumulation (the effective batch kept), activation checkpointing where saved
+/// activations are most of what the tensors hold, mixed precision. Only for a PyTorch process that the walk
+/// shows training (an autograd graph or an optimizer's state among the holders) and whose memory is not a KV
+/// cache's (a serving loop's levers are its own).
+fn training_levers(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice> {
+    use crate::model::holders::HolderKind;
+    let Some(h) = s.holders.as_ref().filter(|_| d.view != "driver") else {
+        return Vec::new();
+    };
+    let bytes_of = |k: HolderKind| {
+        h.holders
+            .iter()
+            .filter(|x| x.kind == k)
+            .fold(0u64, |t, x| t.saturating_add(x.bytes))
+    };
+    let (graph, optimizer) = (bytes_of(HolderKind::Graph), bytes_of(HolderKind::Optimizer));
+    let kv = super::growth_line::kv_cache_line(a, s).is_some()
+        || super::growth_line::kv_cache_holder(s).is_some();
+    if kv || graph == 0 && optimizer == 0 {
+        return Vec::new();
+    }
+    let mut v = vec![Advice::SmallerBatch];
+    if graph.saturating_mul(2) >= h.tensor_bytes {
+        v.push(Advice::Checkpointing);
+    }
+    v.push(Advice::MixedPrecision);
+    v
+}
+
 pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice> {
     let mut v = Vec::new();
     let device = s.device;
@@ -314,6 +344,11 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
             Advice::MoveTheJob { device },
         ]),
         Cause::Cap => {
+            // A training step too large for its limit: what to change in the job comes before a larger limit.
+            let grows = (s.framework_leak.is_some() || s.leak.is_some()) && !d.work_grows;
+            if !grows {
+                v.extend(training_levers(a, s, d));
+            }
             // With one device the flag is the cap alone; with several it names the device it is for.
             let flag_device = device.filter(|_| a.devices.len() > 1);
             match (replay, d.cap_bytes) {

@@ -112,6 +112,11 @@ impl Replay<'_> {
     /// A successful release of a pointer or (`handle`) a handle by process `s`.
     #[inline(always)]
     pub(super) fn free(&mut self, s: usize, e: &Event, handle: bool, t: u64) {
+        // `cuMemFree(0)` is the driver's no-op, as `free(NULL)` is libc's: PyTorch calls it (seen on every real
+        // trace, twice a process), and it names no allocation that went unrecorded.
+        if e.addr == 0 && !handle {
+            return;
+        }
         let p = &mut self.procs[s];
         match p.book.free(e.tid, handle, e.addr) {
             Some(old) => {

@@ -10,7 +10,7 @@ use super::*;
 /// using the memory.
 pub(super) fn held_by(o: &mut String, a: &Analysis, s: &OomSnapshot) {
     if let Some(h) = s.holders.as_ref().filter(|h| !h.holders.is_empty()) {
-        holders(o, h, HELD_BY_HOLDERS);
+        holders(o, h, HELD_BY_HOLDERS, HELD_BY_LINES);
         return;
     }
     // A history kept at this error that could not be read is said, not passed over: what follows is from the
@@ -111,10 +111,17 @@ pub(super) fn held_by(o: &mut String, a: &Analysis, s: &OomSnapshot) {
 }
 
 /// Holders listed on the one screen.
-pub(super) const HELD_BY_HOLDERS: usize = 6;
+pub(super) const HELD_BY_HOLDERS: usize = 5;
+/// Lines of holders on the one screen (a long name wraps under itself).
+pub(super) const HELD_BY_LINES: usize = 5;
 
 /// What kept the tensors alive, as the bridge's walk found it: `limit` holders, largest first, one line each.
-pub(crate) fn holders(o: &mut String, h: &crate::model::holders::Holders, limit: usize) {
+pub(crate) fn holders(
+    o: &mut String,
+    h: &crate::model::holders::Holders,
+    limit: usize,
+    max_lines: usize,
+) {
     let partial = h
         .partial
         .as_ref()
@@ -134,6 +141,7 @@ pub(crate) fn holders(o: &mut String, h: &crate::model::holders::Holders, limit:
     )
     .ok();
     let mut seen: Vec<String> = Vec::new();
+    let mut used = 0;
     for x in &h.holders {
         let label = printable(&prose::holder_label(x));
         if seen.contains(&label) {
@@ -155,18 +163,26 @@ pub(crate) fn holders(o: &mut String, h: &crate::model::holders::Holders, limit:
         let lead = format!("    {:>11}  {n:>12}  ", bytes(x.bytes));
         // The figures stay in their columns; only a long label wraps, under itself.
         let room = WIDTH.saturating_sub(lead.len()).max(20);
+        let mut rows = Vec::new();
         let mut line = lead.clone();
         for w in label.split(' ') {
             if line.len() > lead.len() && line.len() + 1 + w.len() > lead.len() + room {
-                writeln!(o, "{line}").ok();
-                line = " ".repeat(lead.len());
+                rows.push(std::mem::replace(&mut line, " ".repeat(lead.len())));
             }
             if line.len() > lead.len() {
                 line.push(' ');
             }
             line.push_str(w);
         }
-        writeln!(o, "{line}").ok();
+        rows.push(line);
+        // The first holder always shows, however long its name.
+        if used > 0 && used + rows.len() > max_lines {
+            break;
+        }
+        used += rows.len();
+        for r in rows {
+            writeln!(o, "{r}").ok();
+        }
     }
     o.push('\n');
 }

@@ -74,15 +74,15 @@ pub fn advice_text(a: &Advice) -> String {
                      out.detach().cpu()), or clear it each step"
                 }
             };
-            format!(
-                "{what} holds {} ({}) at the error: {fix}.",
-                b(h.bytes),
-                if h.tensors > 0 {
-                    format!("{} tensor{}", count(h.tensors), if h.tensors == 1 { "" } else { "s" })
-                } else {
-                    "saved tensors".to_string()
+            // Named as the program names it: its bytes, tensors and scope are on HELD BY's row and in the cause.
+            let what = match h.kind {
+                HolderKind::Variable if !h.name.is_empty() => format!("`{}`", h.name),
+                HolderKind::Graph if !h.name.is_empty() => {
+                    format!("The autograd graph behind `{}`", h.name)
                 }
-            )
+                _ => what,
+            };
+            format!("{what}: {fix}.")
         }
         Advice::CyclesMayBeLoading { held } => format!(
             "Seen through the driver alone, a loop that keeps memory every round reads the same as a program \
@@ -106,8 +106,8 @@ pub fn advice_text(a: &Advice) -> String {
             };
             let rate = per_step.map_or(String::new(), |p| format!(" (about {} {a} {noun})", b(p)));
             let mut t = format!(
-                "No cap, GPU or allocator setting fixes a growth{rate}: a larger {} or a smaller batch only moves \
-                 the error to a later {noun}. Fix what grows first.",
+                "Fix what grows first: no cap, GPU or allocator setting fixes a growth{rate}; a larger {} or a \
+                 smaller batch only moves the error to a later {noun}.",
                 if *capped { "cap" } else { "GPU" },
             );
             let said: Vec<String> = lasts
@@ -120,11 +120,11 @@ pub fn advice_text(a: &Advice) -> String {
                     } else {
                         format!("a GPU of {}", b(*l))
                     };
-                    format!("{what} would last about {} more {}", count(*n), super::nouns(noun, *n))
+                    format!("{what} about {} more {}", count(*n), super::nouns(noun, *n))
                 })
                 .collect();
             if !said.is_empty() {
-                t.push_str(&format!(" At this rate {}.", said.join(", and ")));
+                t.push_str(&format!(" At this rate that buys {}.", said.join(", ")));
             }
             t
         }
@@ -184,8 +184,10 @@ pub fn advice_text(a: &Advice) -> String {
             pct(*bytes, *needed),
             b(*needed)
         ),
-        Advice::SmallerBatch => "Smaller batch, or micro-batching with gradient accumulation: the same \
-                                 effective batch with activations for one micro-batch at a time."
+        Advice::SmallerBatch => "A smaller batch, with gradient accumulation to keep the effective batch \
+                                 (k micro-batches, one backward each, one optimizer step). To name the largest \
+                                 that fits: trace one run at a smaller batch, then `vramtrace oom THIS.vtrace \
+                                 --beside THAT.vtrace`."
             .to_string(),
         Advice::Checkpointing => "Activation checkpointing (torch.utils.checkpoint): recompute activations in \
                                   the backward pass instead of keeping them."
@@ -241,9 +243,8 @@ pub fn advice_text(a: &Advice) -> String {
                 None => super::cap_spec(*cap),
             };
             format!(
-                "A cap of at least {} (--cap {flag}): the job's peak so far, or its bytes plus this request, \
-                 {} rounded up to 0.25 GiB. What the steps after this request need is not in the trace, so \
-                 this is a floor, not a cap the job is known to fit.",
+                "A cap of at least {} (--cap {flag}), as a floor: the job's peak so far, or its bytes plus this \
+                 request, came to {}; what later steps need is not in the trace.",
                 b(*cap),
                 b(*needed)
             )
@@ -254,10 +255,9 @@ pub fn advice_text(a: &Advice) -> String {
                 None => super::cap_spec(*cap),
             };
             format!(
-                "A cap of at least {} (--cap {flag}): with it the settings it ran with serve the failed request \
-                 (PyTorch's allocator replayed from its own history, rounded up to 64 MiB). The history ends at \
-                 this request: what the steps after it need is not known, so this is a floor, not a cap that \
-                 fits the job.",
+                "A cap of at least {} (--cap {flag}), as a floor: with it the settings it ran with serve the \
+                 failed request (PyTorch's allocator replayed from its own history); what later steps need is \
+                 not in the history.",
                 b(*cap)
             )
         }

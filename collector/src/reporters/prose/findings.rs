@@ -108,8 +108,8 @@ pub fn finding(f: &Finding) -> String {
             leak(l).trim_start_matches("Growth: ")
         ),
         Finding::AllocRetries { count } => format!(
-            "PyTorch flushed its cache and retried a driver allocation {count} time{} before this \
-             error: the allocator was already short of memory (the guides' early warning).",
+            "PyTorch flushed its cache and retried {count} time{} before this error \
+             (`num_alloc_retries`): it was already short of memory.",
             if *count == 1 { "" } else { "s" }
         ),
         Finding::BackwardThread { thread } => format!(

@@ -1,0 +1,187 @@
+//! What the user reads, on every trace recorded on a GPU that the repo keeps (issue 53): `oom`'s default screen is
+//! one screen (at most 40 lines of at most 100 columns for one error, no run of 12 words said twice), `report`
+//! says in its first lines what happened (and names `vramtrace oom` when the job ran out of memory), its call
+//! sites are one row per line of code with the cache's legend said once, and a step too large for its cap is
+//! advised on the job before the cap.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use common::cli::{text, vramtrace};
+use common::golden::manifest_dir;
+
+/// Every trace under the fixtures' GPU folders (recorded on an H200 by scripts/gpu/).
+fn gpu_traces() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![manifest_dir().join("tests/fixtures")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "vtrace") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    assert!(out.len() > 30, "{} traces", out.len());
+    out
+}
+
+/// A run of `n` words (split at white space) that appears twice, not overlapping itself.
+fn repeated_run(t: &str, n: usize) -> Option<String> {
+    let w: Vec<&str> = t.split_whitespace().collect();
+    let mut first: HashMap<String, usize> = HashMap::new();
+    for i in 0..w.len().saturating_sub(n - 1) {
+        let k = w[i..i + n].join(" ");
+        match first.get(&k) {
+            Some(&j) if i >= j + n => return Some(k),
+            Some(_) => {}
+            None => {
+                first.insert(k, i);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn the_oom_screen_is_one_screen_that_says_each_fact_once() {
+    let mut checked = 0;
+    for t in gpu_traces() {
+        let a = vramtrace_collector::trace_file::analyze(&t).unwrap();
+        let out = vramtrace("oom", &t, false);
+        assert!(out.status.success(), "{}", t.display());
+        let s = text(&out.stdout);
+        for l in s.lines() {
+            assert!(l.chars().count() <= 100, "{}: {l}", t.display());
+        }
+        if a.oom_records == 0 {
+            continue;
+        }
+        if a.oom_records == 1 {
+            assert!(
+                s.lines().count() <= 40,
+                "{}: {} lines:\n{s}",
+                t.display(),
+                s.lines().count()
+            );
+        }
+        if let Some(run) = repeated_run(&s, 12) {
+            panic!("{}: said twice: {run}\n{s}", t.display());
+        }
+        // The figures say what was missing, never "needed" beside a "could give" that reads the same.
+        assert!(!s.contains("could give"), "{}", t.display());
+        assert!(!s.contains("the guides'"), "{}", t.display());
+        checked += 1;
+    }
+    assert!(checked >= 15, "{checked} traces with an error");
+}
+
+#[test]
+fn the_report_says_first_what_happened() {
+    for t in gpu_traces() {
+        let a = vramtrace_collector::trace_file::analyze(&t).unwrap();
+        let s = text(&vramtrace("report", &t, false).stdout);
+        let head: String = s.lines().take(9).collect::<Vec<_>>().join("\n");
+        if a.oom_records > 0 {
+            assert!(
+                head.contains("OUT OF MEMORY on "),
+                "{}:\n{head}",
+                t.display()
+            );
+            assert!(
+                head.contains(&format!("vramtrace oom {}", t.display())),
+                "{}:\n{head}",
+                t.display()
+            );
+            assert!(head.contains("cause: "), "{}:\n{head}", t.display());
+        } else {
+            assert!(
+                head.contains("FINISHED") || head.contains("ENDED"),
+                "{}:\n{head}",
+                t.display()
+            );
+            assert!(!head.contains("vramtrace oom"), "{}:\n{head}", t.display());
+        }
+    }
+}
+
+#[test]
+fn call_sites_are_one_row_per_line_and_the_legend_is_said_once() {
+    let mut merged = 0;
+    for t in gpu_traces() {
+        let a = vramtrace_collector::trace_file::analyze(&t).unwrap();
+        let s = text(&vramtrace("report", &t, false).stdout);
+        assert!(
+            !s.contains("(grew PyTorch's cache"),
+            "{}: the legend under a site",
+            t.display()
+        );
+        let legends = s.matches("a call site is where the cache grew").count();
+        assert!(legends <= 1, "{}: {legends} legends", t.display());
+        if a.processes.iter().any(|p| a.caching_allocator(p.pid)) && a.call_sites.present {
+            assert_eq!(legends, 1, "{}", t.display());
+        }
+        // The rows of the table by bytes allocated: each row's lines (site and callers) differ from every
+        // other row's.
+        let Some(table) = s.split("CALL SITES BY BYTES ALLOCATED\n").nth(1) else {
+            continue;
+        };
+        let table = table.split("\n\n").next().unwrap();
+        let mut rows: Vec<String> = Vec::new();
+        for l in table.lines().skip(1) {
+            let label = l.get(41..).unwrap_or("").trim().to_string();
+            if l.get(..41).is_some_and(|f| !f.trim().is_empty()) {
+                rows.push(label);
+            } else if let Some(r) = rows.last_mut() {
+                r.push('\n');
+                r.push_str(&label);
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for r in &rows {
+            assert!(seen.insert(r.clone()), "{}: row twice:\n{r}", t.display());
+        }
+        // Rows read the way the sites do: by the distinct lines, not the distinct stacks.
+        if rows.len() < a.call_sites.by_allocated.len() {
+            merged += 1;
+        }
+    }
+    assert!(merged > 0, "no trace had two sites on one line");
+}
+
+#[test]
+fn a_step_too_large_for_its_cap_is_advised_on_the_job_before_the_cap() {
+    let t = manifest_dir().join("tests/fixtures/gpu/holds/batch_too_large.vtrace");
+    let s = text(&vramtrace("oom", &t, false).stdout);
+    let advice = s.split("  ADVICE\n").nth(1).expect("advice");
+    let batch = advice
+        .find("A smaller batch, with gradient accumulation")
+        .expect(&s);
+    let ckpt = advice.find("Activation checkpointing").expect(&s);
+    let amp = advice.find("Mixed precision").expect(&s);
+    assert!(batch < ckpt && ckpt < amp, "{advice}");
+    // The larger cap is still there, after them (the full report lists every suggestion).
+    let full = text(&vramtrace_full(&t).stdout);
+    let advice = full.split("  ADVICE\n").nth(1).expect("advice");
+    let cap = advice.find("A cap of at least").expect(&full);
+    assert!(advice.find("Mixed precision").unwrap() < cap, "{advice}");
+    // A serving loop's cache is not told to accumulate gradients.
+    let t = manifest_dir().join("tests/fixtures/gpu/holds/serve_double.vtrace");
+    let s = text(&vramtrace_full(&t).stdout);
+    assert!(!s.contains("gradient accumulation"), "{s}");
+    assert!(s.contains("KV cache"), "{s}");
+}
+
+fn vramtrace_full(t: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .arg("oom")
+        .arg(t)
+        .arg("--full")
+        .output()
+        .unwrap()
+}
