@@ -185,3 +185,97 @@ fn vramtrace_full(t: &std::path::Path) -> std::process::Output {
         .output()
         .unwrap()
 }
+
+/// The text, the JSON and the HTML page say the same figures for every device of every GPU fixture: its peak,
+/// what was live at the end, how many allocations, and PyTorch's allocated and reserved peaks (the page's header
+/// said "in use at the end 0 B" where the text said 5.78 GiB live).
+#[test]
+fn text_json_and_html_agree_on_every_figure_they_share() {
+    use vramtrace_collector::units::bytes;
+    let dir = common::cli::TempDir::new("screens-agree");
+    let mut checked = 0;
+    for t in gpu_traces() {
+        let a = vramtrace_collector::trace_file::analyze(&t).unwrap();
+        let report = text(&vramtrace("report", &t, false).stdout);
+        let json: serde_json::Value =
+            serde_json::from_slice(&vramtrace("report", &t, true).stdout).unwrap();
+        let page = dir.0.join("p.html");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+            .args(["export", "--force", "--format", "html", "--out"])
+            .arg(&page)
+            .arg(&t)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let html = std::fs::read_to_string(&page).unwrap();
+        let open = "<script type=\"application/json\" id=\"vramtrace-data\">";
+        let start = html.find(open).unwrap() + open.len();
+        let end = start + html[start..].find("</script>").unwrap();
+        let data: serde_json::Value = serde_json::from_str(&html[start..end]).unwrap();
+        for d in a.devices.iter().filter(|d| d.peak_bytes > 0 && !d.on_host) {
+            let name = format!("GPU {}", d.device.unwrap());
+            let j = json["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["device"].as_u64() == d.device.map(u64::from) && x["on_host"] == false)
+                .unwrap();
+            let h = data["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["name"] == name.as_str())
+                .unwrap_or_else(|| panic!("{}: {name} on the page", t.display()));
+            let what = format!("{}: {name}", t.display());
+            for (key, v) in [
+                ("peak_bytes", d.peak_bytes),
+                ("live_bytes_at_end", d.live_bytes_at_end),
+                ("allocations", d.allocations),
+                ("in_use_bytes_at_end", d.in_use_bytes_at_end),
+            ] {
+                assert_eq!(j[key].as_u64(), Some(v), "{what}: JSON {key}");
+                assert_eq!(h[key].as_u64(), Some(v), "{what}: page {key}");
+            }
+            let block = report
+                .split(&format!("\n{name}  peak "))
+                .nth(1)
+                .unwrap_or_else(|| panic!("{what}:\n{report}"));
+            // Its lines as one, the wrapping undone.
+            let block = block
+                .split("\n\n")
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            assert!(
+                block.starts_with(&vramtrace_collector::units::bytes_exact(d.peak_bytes)),
+                "{what}: {block}"
+            );
+            assert!(
+                block.contains(&format!("live at end {}", bytes(d.live_bytes_at_end))),
+                "{what}: {block}"
+            );
+            if let Some(f) = &d.framework {
+                let jf = &j["framework"];
+                assert_eq!(
+                    jf["peak_allocated_bytes"].as_u64(),
+                    Some(f.peak_allocated),
+                    "{what}"
+                );
+                assert_eq!(
+                    jf["peak_reserved_bytes"].as_u64(),
+                    Some(f.peak_reserved),
+                    "{what}"
+                );
+                assert!(
+                    block.contains(&format!("allocated peak {}", bytes(f.peak_allocated)))
+                        && block.contains(&format!("reserved peak {}", bytes(f.peak_reserved))),
+                    "{what}: {block}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 30, "{checked}");
+}

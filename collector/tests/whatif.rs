@@ -202,12 +202,13 @@ fn the_verb_says_what_fits_and_what_to_set() {
         .lines()
         .find(|l| l.trim_start().starts_with("as run"))
         .unwrap();
-    assert!(row.contains(" no ") && row.contains("128.00 MiB"), "{row}");
+    assert!(row.contains(" no: ") && row.contains("128.00 MiB"), "{row}");
     let row = t
         .lines()
         .find(|l| l.trim_start().starts_with("expandable_segments:True"))
         .unwrap();
-    assert!(row.contains(" yes "), "{row}");
+    // A history from the first allocation to exit: the whole run's replay, so "fits".
+    assert!(row.ends_with("  fits"), "{row}");
     assert!(
         t.contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True vramtrace run"),
         "{t}"
@@ -224,7 +225,9 @@ fn the_verb_says_what_fits_and_what_to_set() {
     let t = &d["traces"][0];
     assert_eq!(t["best"]["conf"], "expandable_segments:True");
     assert_eq!(t["configs"][0]["fits"], false);
+    assert_eq!(t["configs"][0]["verdict"], "no");
     assert_eq!(t["configs"][1]["fits"], true);
+    assert_eq!(t["configs"][1]["verdict"], "fits");
     assert!(
         t["configs"][1]["smallest_cap"].as_u64().unwrap() <= (2.15 * (1u64 << 30) as f64) as u64
     );
@@ -435,6 +438,14 @@ fn a_run_that_grew_fits_no_setting() {
     let t = &d["traces"][0];
     assert_eq!(t["caveat"]["kind"], "growth", "{t}");
     assert!(t["best"].is_null(), "{t}");
+    // Every row says what the conclusion says: the cudaMallocAsync lower bound replayed within the cap, and
+    // still "grows", not "fits".
+    let configs = t["configs"].as_array().unwrap();
+    assert!(configs.len() > 5);
+    for c in configs {
+        assert_eq!(c["verdict"], "grows", "{c}");
+        assert_eq!(c["fits"], false, "{c}");
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
         .arg("whatif")
         .arg(&trace)
@@ -449,6 +460,66 @@ fn a_run_that_grew_fits_no_setting() {
         "{t}"
     );
     assert!(!t.contains("Saves most"), "{t}");
+    assert!(!t.contains(" fits ") && !t.contains(" yes "), "{t}");
+}
+
+/// Every trace the repo keeps with a history: no row says more than the conclusion under the table, and "as
+/// run" never fits under the cap the run failed at.
+#[test]
+fn the_rows_agree_with_the_conclusion_on_every_trace() {
+    let dir = TempDir::new("whatif-agree");
+    let mut traces: Vec<PathBuf> = CASES.iter().map(|c| unpack(&dir, c)).collect();
+    for f in std::fs::read_dir(fixtures().join("../gpu")).unwrap() {
+        let p = f.unwrap().path();
+        if p.extension().is_some_and(|x| x == "vtrace") {
+            traces.push(p);
+        }
+    }
+    let mut judged = 0;
+    for trace in &traces {
+        let a = vramtrace_collector::trace_file::analyze(trace).unwrap();
+        // Under the run's own cap where it had one, else under a tight one, so that rows differ.
+        let json = |args: &[&str]| -> Value {
+            let out = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+                .args(["whatif", "--json"])
+                .args(args)
+                .arg(trace)
+                .output()
+                .unwrap();
+            serde_json::from_slice(&out.stdout).unwrap()
+        };
+        let mut d = json(&[]);
+        if d["traces"][0]["limit"].is_null() {
+            d = json(&["--cap", "2.15GiB"]);
+        }
+        let t = &d["traces"][0];
+        let Some(configs) = t["configs"].as_array() else {
+            continue;
+        };
+        judged += 1;
+        let caveat = t["caveat"]["kind"].as_str();
+        for c in configs {
+            let v = c["verdict"].as_str().unwrap();
+            assert_eq!(c["fits"], v == "fits", "{}: {c}", trace.display());
+            match caveat {
+                Some("growth") => assert_eq!(v, "grows", "{}", trace.display()),
+                Some(_) => assert_ne!(v, "fits", "{}", trace.display()),
+                None => {}
+            }
+        }
+        if a.oom_records > 0
+            && t["limit"]["what"]
+                .as_str()
+                .is_some_and(|w| w.contains("run's cap"))
+        {
+            let v = configs[0]["verdict"].as_str().unwrap();
+            assert!(v == "no" || v == "grows", "{}: as run {v}", trace.display());
+        }
+        if !t["best"].is_null() {
+            assert!(caveat.is_none(), "{}", trace.display());
+        }
+    }
+    assert!(judged >= 4, "{judged}");
 }
 
 /// `--knob`: the GPU's training run as two runs of a program whose step tensors double with the batch (the

@@ -321,7 +321,8 @@
       "peak " + bytes(dev.peak_bytes) + (dev.peak_time_ns !== null ? " at " + secs(dev.peak_time_ns) : ""),
       dev.cap_bytes !== null ? "cap " + bytes(dev.cap_bytes) : null,
       dev.total_bytes !== null ? "device " + bytes(dev.total_bytes) : null,
-      "in use at the end " + bytes(dev.in_use_bytes_at_end || 0),
+      "live at end " + bytes(dev.live_bytes_at_end || 0),
+      dev.in_use_bytes_at_end ? "in use when the trace ends " + bytes(dev.in_use_bytes_at_end) + " (processes still running)" : null,
       dev.headroom
     ].filter(Boolean).join("  \u00b7  ");
     sec.appendChild(el("h2", { text: dev.name }));

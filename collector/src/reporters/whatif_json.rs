@@ -80,7 +80,9 @@ struct ConfigJ<'a> {
     approximate: bool,
     peak: u64,
     smallest_cap: u64,
+    /// True only where `verdict` is `fits`: the rows and the caveat say one thing.
     fits: Option<bool>,
+    verdict: Option<&'static str>,
     devices: Vec<DeviceJ>,
     processes: Vec<ProcessJ>,
     first_failure: Option<FailureJ<'a>>,
@@ -190,11 +192,19 @@ fn trace(a: &Answered) -> Trace<'_> {
             notes: &h.notes,
         })
         .collect();
+    let caveat = crate::whatif::caveat::caveat(w, &a.loaded);
     t.configs = w
         .configs
         .iter()
         .enumerate()
-        .map(|(i, c)| ConfigJ {
+        .map(|(i, c)| {
+            (
+                i,
+                c,
+                crate::whatif::caveat::verdict(w, &a.loaded, caveat.as_ref(), i),
+            )
+        })
+        .map(|(i, c, v)| ConfigJ {
             label: &c.label,
             conf: &c.conf,
             as_run: c.settings.is_none(),
@@ -202,7 +212,8 @@ fn trace(a: &Answered) -> Trace<'_> {
             approximate: c.approximate,
             peak: w.peak(i),
             smallest_cap: w.needs(i),
-            fits: c.fits,
+            fits: v.map(|v| v.fits()),
+            verdict: v.map(|v| v.key()),
             devices: c
                 .devices
                 .iter()
@@ -230,7 +241,6 @@ fn trace(a: &Answered) -> Trace<'_> {
             passes_run_ooms: c.passes_run_ooms,
         })
         .collect();
-    let caveat = crate::whatif::caveat::caveat(w, &a.loaded);
     t.caveat = caveat.as_ref().map(|c| CaveatJ {
         kind: c.key(),
         text: c.text(),

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use crate::units::{bytes, count};
 use crate::whatif::answer::WhatIf;
 use crate::whatif::answered::Answered;
+use crate::whatif::caveat::Verdict;
 use crate::whatif::history::History;
 use crate::whatif::sim::Failure;
 
@@ -73,8 +74,8 @@ pub fn render(a: &Answered) -> String {
     let Some(w) = &a.whatif else {
         writeln!(
             o,
-            "  No PyTorch allocation history in this trace: the what-if replays one (`vramtrace run --torch-history \
-             1000000` keeps it from the start). Other settings cannot be judged without it."
+            "  No PyTorch allocation history in this trace: the what-if replays one (`vramtrace run \
+             --torch-history 4000000` keeps it\n  from the start). Other settings cannot be judged without it."
         )
         .ok();
         for (d, p) in &a.loaded.driver_peak {
@@ -169,48 +170,60 @@ pub fn render(a: &Answered) -> String {
         .unwrap_or(10)
         .max(10);
     let fits_col = w.limit.is_some();
+    let caveat = crate::whatif::caveat::caveat(w, &a.loaded);
+    let verdicts: Vec<Option<Verdict>> = (0..w.configs.len())
+        .map(|i| crate::whatif::caveat::verdict(w, &a.loaded, caveat.as_ref(), i))
+        .collect();
+    // What each column means, in its header: the peak is the model's, the smallest cap the least this history
+    // needs, and the verdict is against the limit above.
     writeln!(
         o,
-        "  {:width$}  {:>10}  {:>12}{}",
+        "  {:width$}  {:>10}  {:>13}{}",
         "settings",
         "peak",
         "smallest cap",
+        if fits_col { "  under the limit" } else { "" }
+    )
+    .ok();
+    writeln!(
+        o,
+        "  {:width$}  {:>10}  {:>13}{}",
+        "",
+        "(modelled)",
+        "(to serve it)",
         if fits_col {
-            "  fits  first refused"
+            "  (and where it is first refused)"
         } else {
             ""
         }
     )
     .ok();
-    let caveat = crate::whatif::caveat::caveat(w, &a.loaded);
-    let incomplete = matches!(
-        caveat,
-        Some(crate::whatif::caveat::Caveat::Incomplete { .. })
-    );
     for (i, c) in w.configs.iter().enumerate() {
         let mut label = c.label.clone();
         if c.approximate {
             label.push_str(" (lower bound)");
         }
-        let fits = match (fits_col, c.fits) {
-            (false, _) => String::new(),
-            // The run itself failed there: its replay getting through says the history is short, not that it fits.
-            (true, Some(true)) if i == 0 && incomplete => {
-                "  no    (the run failed; see below)".to_string()
+        let refused = || {
+            c.first_failure
+                .as_ref()
+                .map(|f| format!(": {}", failure(w, f, start)))
+                .unwrap_or_default()
+        };
+        let fits = match verdicts[i] {
+            None => String::new(),
+            Some(Verdict::Fits) => "  fits".to_string(),
+            Some(Verdict::ServesHistory) => "  serves this history".to_string(),
+            Some(Verdict::LowerBound) => "  ? (a lower bound)".to_string(),
+            Some(Verdict::Grows) => format!("  grows{}", refused()),
+            // The run itself failed there: its replay getting through says the history is short.
+            Some(Verdict::No) if c.fits == Some(true) => {
+                "  no (the run failed: see below)".to_string()
             }
-            (true, Some(true)) if incomplete => "  ?     (lower bound)".to_string(),
-            (true, Some(true)) => "  yes   -".to_string(),
-            (true, _) => format!(
-                "  no    {}",
-                c.first_failure
-                    .as_ref()
-                    .map(|f| failure(w, f, start))
-                    .unwrap_or_default()
-            ),
+            Some(Verdict::No) => format!("  no{}", refused()),
         };
         writeln!(
             o,
-            "  {:width$}  {:>10}  {:>12}{}",
+            "  {:width$}  {:>10}  {:>13}{}",
             label,
             bytes(w.peak(i)),
             bytes(w.needs(i)),
@@ -250,6 +263,13 @@ pub fn render(a: &Answered) -> String {
                 share(saved, w.needs(0))
             )
             .ok();
+            if verdicts.contains(&Some(Verdict::ServesHistory)) {
+                writeln!(
+                    o,
+                    "  (Up to the error the history ends at: what the run needed after it is not known.)"
+                )
+                .ok();
+            }
             let mut how = format!("    PYTORCH_CUDA_ALLOC_CONF={} vramtrace run ...", c.conf);
             if let Some(f) = c.settings.as_ref().and_then(|s| s.fraction_note()) {
                 how.push_str(&format!("  (and {f} in the program)"));

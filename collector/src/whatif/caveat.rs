@@ -54,14 +54,77 @@ pub fn caveat(w: &WhatIf, l: &Loaded) -> Option<Caveat> {
         return Some(Caveat::Growth(g.clone()));
     }
     let errors: u64 = l.run_failed.values().sum();
-    let limit = w.limit.as_ref()?;
-    // The limit is the run's own wherever it failed; the as-run replay under it got through.
-    let same = l.run_failed.keys().all(|d| {
-        limit
-            .bytes
-            .get(d)
-            .is_some_and(|b| l.run_cap.get(d) == Some(b))
-    });
     let as_run_fits = w.configs.first().is_some_and(|c| c.fits == Some(true));
-    (errors > 0 && same && as_run_fits).then_some(Caveat::Incomplete { errors })
+    (failed_under(w, l) && as_run_fits).then_some(Caveat::Incomplete { errors })
+}
+
+/// The run failed under this very limit: the limit is the run's own cap wherever it failed.
+fn failed_under(w: &WhatIf, l: &Loaded) -> bool {
+    let Some(limit) = w.limit.as_ref() else {
+        return false;
+    };
+    l.run_failed.values().any(|&n| n > 0)
+        && l.run_failed.keys().all(|d| {
+            limit
+                .bytes
+                .get(d)
+                .is_some_and(|b| l.run_cap.get(d) == Some(b))
+        })
+}
+
+/// What one row of the table says about its configuration under the limit: the one rule the text and the JSON
+/// both read, so that no row says more than the caveat under the table allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Its replay of the whole run stays within the limit.
+    Fits,
+    /// It gets past the request the run failed, but the history ends at that error: what came after is unknown.
+    ServesHistory,
+    /// Within the limit over the history, which is incomplete: a lower bound, not a fit.
+    LowerBound,
+    /// The run kept memory step after step: no setting fits, each only moves the error.
+    Grows,
+    /// Its replay is refused within the limit.
+    No,
+}
+
+impl Verdict {
+    /// The JSON's word.
+    pub fn key(self) -> &'static str {
+        match self {
+            Verdict::Fits => "fits",
+            Verdict::ServesHistory => "serves_history",
+            Verdict::LowerBound => "lower_bound",
+            Verdict::Grows => "grows",
+            Verdict::No => "no",
+        }
+    }
+
+    /// Whether it is shown to fit: only a whole run's replay is.
+    pub fn fits(self) -> bool {
+        self == Verdict::Fits
+    }
+}
+
+/// Row `i`'s verdict, `None` without a limit. `as run` (row 0) is never better than the run was: where the run
+/// failed under this limit, its replay getting through says the history is short.
+pub fn verdict(w: &WhatIf, l: &Loaded, caveat: Option<&Caveat>, i: usize) -> Option<Verdict> {
+    w.limit.as_ref()?;
+    let c = w.configs.get(i)?;
+    if matches!(caveat, Some(Caveat::Growth(_))) {
+        return Some(Verdict::Grows);
+    }
+    if c.fits != Some(true) {
+        return Some(Verdict::No);
+    }
+    if i == 0 && failed_under(w, l) {
+        return Some(Verdict::No);
+    }
+    if matches!(caveat, Some(Caveat::Incomplete { .. })) {
+        return Some(Verdict::LowerBound);
+    }
+    if w.histories.iter().any(|h| h.taken_at == "out of memory") {
+        return Some(Verdict::ServesHistory);
+    }
+    Some(Verdict::Fits)
 }

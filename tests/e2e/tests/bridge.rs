@@ -387,8 +387,9 @@ fn outputs_kept_under_a_tight_cap_are_growth_in_steps_held_by_their_list() {
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
+    // Named as the program names it: its bytes and scope are HELD BY's.
     assert!(
-        advice[0].starts_with("kept (list, global of __main__) holds"),
+        advice[0].starts_with("`kept`: store what you need"),
         "{advice:?}"
     );
     assert!(advice

@@ -157,6 +157,9 @@ struct Device<'a> {
     cap_bytes: Option<u64>,
     total_bytes: Option<u64>,
     headroom: Option<String>,
+    /// What its processes never freed before they ended (the text's "live at end").
+    live_bytes_at_end: Option<u64>,
+    /// In use when the trace ends, of processes still running then.
     in_use_bytes_at_end: Option<u64>,
     allocations: Option<u64>,
     job: &'a [u64],
@@ -550,6 +553,7 @@ impl Html {
             cap_bytes: stats.and_then(|s| s.cap_bytes),
             total_bytes: stats.and_then(|s| s.total_bytes),
             headroom: stats.and_then(text::headroom_line),
+            live_bytes_at_end: stats.map(|s| s.live_bytes_at_end),
             in_use_bytes_at_end: stats.map(|s| s.in_use_bytes_at_end),
             allocations: stats.map(|s| s.allocations),
             job: &d.s.job,
