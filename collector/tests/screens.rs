@@ -279,3 +279,44 @@ fn text_json_and_html_agree_on_every_figure_they_share() {
     }
     assert!(checked > 30, "{checked}");
 }
+
+/// What the traced program sent through the bridge (its torch version, backend, problems, notes) reaches the
+/// terminal escaped: an escape sequence, a C1 control, a bidi override, a line separator or a zero-width
+/// character from the program never retitles a window, clears the screen or hides text (issue 50's round).
+#[test]
+fn the_bridges_words_reach_the_terminal_escaped() {
+    use common::*;
+    use vramtrace_format::keys::bridge::{attach, what};
+    use vramtrace_format::{Bridge, EndKind, Record, NO_DEVICE};
+    let hostile =
+        "2.11\u{1b}]0;owned\u{7}\u{1b}[2J\u{9b}31m\u{202e}evil\u{2028}x\u{200b}y\u{feff}\0";
+    let attach = Record::Bridge(Bridge {
+        pid: 100,
+        tid: 100,
+        ts_ns: 1_000_000,
+        what: what::ATTACH.to_string(),
+        device: NO_DEVICE,
+        ack: false,
+        fields: vec![
+            (attach::TORCH.to_string(), hostile.to_string()),
+            (attach::BACKEND.to_string(), hostile.to_string()),
+            ("problem.0".to_string(), hostile.to_string()),
+        ],
+    });
+    let t = trace(&[
+        hello(100, 0),
+        attach,
+        events(100, vec![alloc(10, 0, 0xa000, MIB)]),
+        end(100, 50, EndKind::Goodbye),
+    ]);
+    let dir = common::cli::TempDir::new("screens-escaped");
+    let f = dir.file("t.vtrace", &t);
+    let out = text(&vramtrace("report", &f, false).stdout);
+    assert!(out.contains("PYTHON BRIDGE"), "{out}");
+    for bad in [
+        '\u{1b}', '\u{9b}', '\u{7}', '\u{202e}', '\u{2028}', '\u{200b}', '\u{feff}', '\0',
+    ] {
+        assert!(!out.contains(bad), "{bad:?} reached the terminal:\n{out}");
+    }
+    assert!(out.contains("\\u{1b}]0;owned"), "{out}");
+}

@@ -855,10 +855,13 @@ fn warnings(o: &mut String, a: &Analysis) {
         x[..1].make_ascii_uppercase();
         w.push(format!("{x}."));
     }
+    // With an out-of-memory error the summary at the top says the cap refused; without one, the program got
+    // past its refusals, and the figures hold none of the refused bytes.
     let refused: u64 = a.processes.iter().map(|p| p.cap_refusals).sum();
-    if refused > 0 {
+    if refused > 0 && a.oom_records == 0 {
         w.push(format!(
-            "{} allocation{} refused by the vramtrace cap.",
+            "{} allocation{} refused by the vramtrace cap (the program saw CUDA's out-of-memory error and went \
+             on): no figure counts the bytes refused.",
             count(refused),
             if refused == 1 { " was" } else { "s were" }
         ));
@@ -875,7 +878,8 @@ fn warnings(o: &mut String, a: &Analysis) {
     }
     if a.unknown_frames > 0 {
         w.push(format!(
-            "{} frame{} of a kind this vramtrace does not know (written by a newer one) {} skipped.",
+            "{} frame{} of a kind this vramtrace does not know (written by a newer one) {} skipped: the \
+             figures above do not include what they held; a newer vramtrace reads them.",
             count(a.unknown_frames),
             if a.unknown_frames == 1 { "" } else { "s" },
             if a.unknown_frames == 1 { "was" } else { "were" }

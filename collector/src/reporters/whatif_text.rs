@@ -92,7 +92,7 @@ pub fn render(a: &Answered) -> String {
             .ok();
         }
         for n in &a.loaded.notes {
-            writeln!(o, "  note: {n}").ok();
+            writeln!(o, "  note: {}", crate::units::printable(n)).ok();
         }
         return o;
     };
@@ -110,15 +110,20 @@ pub fn render(a: &Answered) -> String {
             bytes(c.modelled_peak),
             bytes(c.recorded_peak),
             err,
-            if err.abs() > 5.0 {
-                ": the model does not follow this run closely, take its answers as rough"
-            } else {
-                ""
+            match (err.abs() > 1.0, h.complete()) {
+                (false, _) => "",
+                // A known cause: the tensors live before the history began are laid out anew at its start.
+                (true, false) => ": the history starts late, so the tensors live before it are laid out anew \
+                                   at its start; take its answers within that margin",
+                (true, true) if err.abs() > 5.0 => {
+                    ": the model does not follow this run closely, take its answers as rough"
+                }
+                (true, true) => ": take its answers within that margin",
             }
         )
         .ok();
         for n in &h.notes {
-            writeln!(o, "    note: {n}").ok();
+            writeln!(o, "    note: {}", crate::units::printable(n)).ok();
         }
     }
     if !a.loaded.without_history.is_empty() {
@@ -289,7 +294,7 @@ pub fn render(a: &Answered) -> String {
         .ok();
     }
     for n in &a.loaded.notes {
-        writeln!(o, "  note: {n}").ok();
+        writeln!(o, "  note: {}", crate::units::printable(n)).ok();
     }
     o
 }

@@ -72,10 +72,13 @@ pub fn main(args: ExportArgs) -> Code {
         Ok((a, notes)) => {
             // With several traces, the notes say which ones stop short.
             if let (Some(why), 1) = (&a.stopped, args.trace.len()) {
-                crate::note!("vramtrace: partial trace, exported up to where it stops: {why}");
+                crate::note!(
+                    "vramtrace: partial trace, exported up to where it stops: {}",
+                    crate::units::printable(why)
+                );
             }
             for n in notes {
-                crate::note!("vramtrace: note: {n}");
+                crate::note!("vramtrace: note: {}", crate::units::printable(&n));
             }
             let size = std::fs::metadata(&args.out).map_or(0, |m| m.len());
             crate::note!(

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::sparkline;
-use super::units::{bytes, count, secs};
+use super::units::{bytes, count, printable, secs};
 use super::{short_command, wrap, SPARK_COLUMNS, WIDTH};
 use crate::model::{Analysis, DeviceStats};
 
@@ -318,18 +318,19 @@ pub fn bridge_section(o: &mut String, a: &Analysis) {
         for pr in &p.problems {
             line.push_str(&format!("; could not: {pr}"));
         }
-        wrap(o, &line, "  ", WIDTH);
+        // The version, backend and problems are the traced program's words: escaped before the terminal.
+        wrap(o, &printable(&line), "  ", WIDTH);
     }
     for h in &b.history {
         wrap(
             o,
-            &format!("- pid {}: {}", h.pid, history_text(h)),
+            &printable(&format!("- pid {}: {}", h.pid, history_text(h))),
             "  ",
             WIDTH,
         );
     }
     for (pid, _, text) in &b.notes {
-        wrap(o, &format!("- pid {pid}: {text}"), "  ", WIDTH);
+        wrap(o, &printable(&format!("- pid {pid}: {text}")), "  ", WIDTH);
     }
     for p in missing {
         wrap(
