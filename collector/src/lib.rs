@@ -2,7 +2,7 @@
 //! one file per output format), over `model`, which replays a trace into live sets, peaks, timelines, out-of-memory
 //! snapshots and their diagnosis. Beside them: `receive` (a job's processes into the trace), `live` (the running
 //! job's figures for `--metrics` and `top`), `callsites` and `symbols` (call sites, resolved offline),
-//! `ticks` (events' counter ticks to ns), `fdlimit` (room for a socket per process), `torch_snapshot` (PyTorch's
+//! `frame_names` (native frames named where the trace was recorded, kept in it), `ticks` (events' counter ticks to ns), `fdlimit` (room for a socket per process), `torch_snapshot` (PyTorch's
 //! snapshot pickles), `bridge_files` (the Python bridge, carried in the binary), `untrusted_file` (opening only
 //! regular files).
 
@@ -12,6 +12,7 @@ pub mod cap_check;
 pub mod exit;
 pub mod fasthash;
 pub mod fdlimit;
+pub mod frame_names;
 pub(crate) mod hangup;
 pub mod live;
 pub mod model;

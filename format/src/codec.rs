@@ -88,6 +88,9 @@ frame_kinds! {
     /// The GPUs a process sees, by UUID (`Record::Devices`), from its shim (no version bump: older readers
     /// skip it).
     DEVICES = 19, Process, true;
+    /// The names of the trace's native frames, resolved where it was recorded (`Record::FrameNames`), written
+    /// by the collector before its `End` (no version bump: older readers skip it).
+    FRAME_NAMES = 20, Collector, false;
 }
 
 /// What the format declares of frame kind `k`; `None` for a kind this build does not know.
@@ -476,6 +479,7 @@ record_wire! {
         FrameworkSample = FRAMEWORK_SAMPLE,
         Bridge = BRIDGE,
         Exit = EXIT,
+        FrameNames = FRAME_NAMES,
     }
     fields {
         Dropped { pid: u32, ts_ns: u64, count: u64 } = DROPPED,

@@ -313,6 +313,11 @@ pub enum Record {
         /// (ordinal, UUID's 16 bytes), for each ordinal the driver named.
         uuids: Vec<(u32, [u8; 16])>,
     },
+    /// Written by the collector at the end of `run`, before its `End` (frame kind 20): the names of the native
+    /// frames the trace's stacks hold, resolved on the machine that recorded them, so a trace read elsewhere
+    /// (the object files gone, or other builds of them) still names its frames. Several may follow one another;
+    /// no version bump: older readers skip it.
+    FrameNames(FrameNames),
 }
 
 impl Record {
@@ -359,7 +364,7 @@ impl Record {
             Record::Bridge(b) => Some(&mut b.pid),
             Record::Exit(x) => Some(&mut x.pid),
             Record::Reaped { pid, .. } | Record::Devices { pid, .. } => Some(pid),
-            Record::End { .. } => None,
+            Record::End { .. } | Record::FrameNames(_) => None,
         }
     }
 }
@@ -637,6 +642,47 @@ pub struct Stack {
 pub struct PyFrame {
     pub file: String,
     pub function: String,
+    /// 0 when unknown.
+    pub line: u32,
+}
+
+/// Names of native frames, resolved by the collector at the end of `run` from the objects the job loaded (frame
+/// kind 20). A frame is an object (its path and build id, as the `Objects` records name it) and an offset in it
+/// (a return address less the object's load bias); its names are the functions there, innermost first (all but
+/// the last inlined into the next), with file and line where debug information had them. Strings are held once,
+/// in `strings`, and named by index. Only frames that resolved to something are listed: a frame not listed is
+/// resolved from the reader's own files, as in traces without this record.
+#[derive(Clone, Debug, Default, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct FrameNames {
+    pub strings: Vec<String>,
+    pub objects: Vec<NamedObject>,
+}
+
+/// One object's named frames ([`FrameNames`]).
+#[derive(Clone, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct NamedObject {
+    /// As the `Objects` records name it (empty: the main program).
+    pub path: String,
+    /// As the `Objects` records give it (empty when it has none).
+    pub build_id: Vec<u8>,
+    pub frames: Vec<NamedFrame>,
+}
+
+/// The functions at one offset of an object ([`FrameNames`]).
+#[derive(Clone, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct NamedFrame {
+    /// The return address less the object's load bias (what a report shows as `module+0xoffset`).
+    pub offset: u64,
+    /// Innermost first; every one but the last was inlined into the next.
+    pub functions: Vec<NamedFunction>,
+}
+
+/// One function at a frame ([`NamedFrame`]): indices into [`FrameNames::strings`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub struct NamedFunction {
+    /// Demangled.
+    pub function: Option<u32>,
+    pub file: Option<u32>,
     /// 0 when unknown.
     pub line: u32,
 }

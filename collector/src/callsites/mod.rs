@@ -23,6 +23,7 @@
 //! Two sites whose labels would read the same are told apart ([`distinguish`]): each label is extended with
 
 pub mod frame;
+pub mod objects;
 pub mod policy;
 
 use std::collections::HashMap;

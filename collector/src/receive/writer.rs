@@ -21,6 +21,8 @@ pub struct TraceWriter {
     /// After the failure: (frames, events) lost per pid, and the records of processes' ends lost.
     lost: std::collections::BTreeMap<u32, (u64, u64)>,
     lost_bytes: u64,
+    /// The call sites and loaded objects written, for the frames' names at the end (`crate::frame_names`).
+    pub(crate) names: crate::frame_names::Gather,
 }
 
 impl TraceWriter {
@@ -32,6 +34,7 @@ impl TraceWriter {
             failed: None,
             lost: Default::default(),
             lost_bytes: 0,
+            names: Default::default(),
         }
     }
 
@@ -40,6 +43,7 @@ impl TraceWriter {
         if self.failed.is_none() {
             match self.file.write_all(frames) {
                 Ok(()) => {
+                    self.names.frames(frames);
                     self.at += frames.len() as u64;
                     self.written.store(self.at, Ordering::Release);
                     return true;

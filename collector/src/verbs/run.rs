@@ -613,6 +613,9 @@ impl Prepared {
             .unwrap_or_default();
         // How the processes their own parents reaped ended, where the kernel agrees the parent is theirs.
         crate::receive::write_reaped(&conns, &self.trace);
+        // The native frames' names, from the files the job loaded, while they are still here: the trace then
+        // names its frames wherever it is read (crate::frame_names).
+        self.name_frames();
         if let Ok(mut w) = self.trace.lock() {
             // Finished: the end record (on a full disk it is lost too, and the trace says it was cut).
             let mut end = Vec::new();
@@ -698,6 +701,37 @@ impl Prepared {
 }
 
 impl Prepared {
+    /// Resolves the native frames the trace's stacks hold and appends their names (frame kind 20), within
+    /// [`crate::frame_names::RESOLVE_BUDGET`]. `VRAMTRACE_DEBUG` says what it cost.
+    fn name_frames(&self) {
+        let gathered = match self.trace.lock() {
+            Ok(mut w) => std::mem::take(&mut w.names),
+            Err(_) => return,
+        };
+        if gathered.addresses() == 0 {
+            return;
+        }
+        let deadline = Instant::now() + crate::frame_names::RESOLVE_BUDGET;
+        let r = gathered.resolve(&mut crate::symbols::Symbolizer::new(), deadline);
+        let frames = crate::frame_names::encode(&r);
+        if let Ok(mut w) = self.trace.lock() {
+            if !frames.is_empty() {
+                w.write(0, &frames);
+            }
+        }
+        if std::env::var_os("VRAMTRACE_DEBUG").is_some() {
+            crate::note!(
+                "vramtrace: named {} native frames ({} unnamed, {} left to the reader, {} addresses not kept) \
+                 in {:.3} s",
+                r.named,
+                r.unnamed,
+                r.left,
+                gathered.not_kept,
+                r.elapsed.as_secs_f64()
+            );
+        }
+    }
+
     /// When the job met an out-of-memory error or ended badly, the post-mortem goes beside the trace (even
     /// with --quiet: it is the evidence) and its gist into the summary.
     fn post_mortem(

@@ -186,6 +186,7 @@ fn records_round_trip() {
             ts_ns: 16,
             text: "python 3.14 is not supported".into(),
         },
+        Record::FrameNames(frame_names()),
         Record::FrameworkSample(crate::FrameworkSample {
             pid: 9,
             ts_ns: 17,
@@ -638,5 +639,70 @@ fn undecodable_records_are_said_in_words() {
     assert_eq!(e, "undecodable record: it ends early");
     for e in [said, e] {
         assert!(!e.contains('{') && !e.contains("Utf8"), "{e}");
+    }
+}
+
+/// Two objects' frames: one with an inlined function and its file and line, one with a name alone.
+fn frame_names() -> crate::FrameNames {
+    use crate::{NamedFrame, NamedFunction, NamedObject};
+    crate::FrameNames {
+        strings: vec![
+            "c10::cuda::CUDACachingAllocator::malloc".into(),
+            "alloc_weights".into(),
+            "/src/prog.c".into(),
+        ],
+        objects: vec![
+            NamedObject {
+                path: "/usr/lib/libc10_cuda.so".into(),
+                build_id: vec![1, 2, 3, 4],
+                frames: vec![NamedFrame {
+                    offset: 0x43c0b,
+                    functions: vec![NamedFunction {
+                        function: Some(0),
+                        file: None,
+                        line: 0,
+                    }],
+                }],
+            },
+            NamedObject {
+                path: String::new(),
+                build_id: vec![],
+                frames: vec![NamedFrame {
+                    offset: 0x1234,
+                    functions: vec![
+                        NamedFunction {
+                            function: Some(1),
+                            file: Some(2),
+                            line: 12,
+                        },
+                        NamedFunction {
+                            function: None,
+                            file: Some(2),
+                            line: 40,
+                        },
+                    ],
+                }],
+            },
+        ],
+    }
+}
+
+#[test]
+fn frame_names_round_trip_and_a_forged_count_asks_for_nothing() {
+    let rec = Record::FrameNames(frame_names());
+    let mut buf = Vec::new();
+    put_record(&mut buf, &rec);
+    let (k, p) = frames(&buf).next().unwrap();
+    assert_eq!(k, kind::FRAME_NAMES);
+    assert_eq!(kind_info(k).unwrap().writer, Writer::Collector);
+    assert_eq!(decode_record(k, p).unwrap(), Some(rec));
+    // A count of 2^62 strings in a few bytes: refused by the frame's limit, not allocated.
+    let mut forged = vec![0xfd]; // bincode's marker: a u64 follows
+    forged.extend_from_slice(&(1u64 << 62).to_le_bytes());
+    forged.push(0);
+    assert!(decode_record(kind::FRAME_NAMES, &forged).is_err());
+    // Cut anywhere, it does not decode (and does not panic).
+    for n in 0..p.len() {
+        assert!(decode_record(k, &p[..n]).is_err(), "cut at {n}");
     }
 }

@@ -76,6 +76,8 @@ pub struct Trace {
     /// Why records were lost: (pid, cause, count).
     pub lost: Vec<(u32, vramtrace_format::LossCause, u64)>,
     pub goodbyes: Vec<u32>,
+    /// The collector's names of native frames (frame kind 20), in order.
+    pub frame_names: Vec<vramtrace_format::FrameNames>,
     pub stop: Stop,
     /// Call sites, in the order they arrived.
     pub stacks: Vec<Stack>,
@@ -181,6 +183,7 @@ pub fn read_trace(path: &Path) -> Trace {
         lost: Vec::new(),
         contexts_gone: Vec::new(),
         goodbyes: vec![],
+        frame_names: vec![],
         stop: Stop::Reading,
         stacks: vec![],
         objects: vec![],
@@ -230,6 +233,7 @@ pub fn read_trace(path: &Path) -> Trace {
                 pid, count, cause, ..
             } => t.lost.push((pid, cause, count)),
             Record::ContextGone { pid, device, .. } => t.contexts_gone.push((pid, device)),
+            Record::FrameNames(f) => t.frame_names.push(f),
             Record::Devices { pid, uuids, .. } => t.devices.extend(
                 uuids
                     .iter()

@@ -599,3 +599,95 @@ fn a_forked_child_interns_its_own_stacks() {
     assert_eq!(mine[2], 1);
     assert_eq!(mine[1], 2);
 }
+
+/// `vramtrace report --json FILE`'s call sites: (label, frames) of each, as it printed them.
+fn reported_sites(trace: &Path) -> Vec<(String, serde_json::Value)> {
+    let out = Command::new(vramtrace_e2e::traced::vramtrace())
+        .arg("report")
+        .arg(trace)
+        .arg("--json")
+        .output()
+        .expect("vramtrace report --json");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    json["call_sites"]
+        .as_array()
+        .expect("call sites")
+        .iter()
+        .map(|s| {
+            (
+                s["label"].as_str().unwrap().to_string(),
+                s["frames"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// Portable traces (issue 53): `run` names the native frames before it closes the trace, so a trace read where
+/// the program is gone (moved, deleted, or the trace copied to another machine) names its call sites by function
+/// and file:line exactly as it did beside the program. Without the names (a trace of an older `run`) the same
+/// frames are only `program+0xoffset` there.
+#[test]
+fn a_trace_names_its_frames_where_the_program_is_gone() {
+    let fc = FakeCuda::new();
+    let dir = TempDir::new("portable");
+    let exe = dir.path().join("portable_prog");
+    std::fs::copy(program(), &exe).unwrap();
+    let (run, path) = fc.traced(
+        "portable",
+        &["--quiet"],
+        &exe,
+        &["weights", "via_a", "via_b", "activations", "oom"],
+    );
+    run.assert_success("portable");
+    let t = read_trace(&path);
+    assert!(!t.frame_names.is_empty(), "the trace names its frames");
+    let before = reported_sites(&path);
+    let labels: Vec<&str> = before.iter().map(|(l, _)| l.as_str()).collect();
+    for want in [
+        "via_a at ",
+        "via_b at ",
+        "alloc_activations at ",
+        "alloc_too_much at ",
+    ] {
+        assert!(
+            labels
+                .iter()
+                .any(|l| l.starts_with(want) && l.contains("stacks_native.c:")),
+            "{want}: {labels:?}"
+        );
+    }
+    // The program's binary gone, the trace in another folder: the same call sites, frame for frame.
+    std::fs::remove_file(&exe).unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let copied = elsewhere.join("portable.vtrace");
+    std::fs::copy(&path, &copied).unwrap();
+    assert_eq!(reported_sites(&copied), before);
+    // The same trace without its names: what a trace of an older `run` says here.
+    let bytes = std::fs::read(&copied).unwrap();
+    let (_, header_len) = vramtrace_format::codec::decode_header_prefix(
+        bytes[..vramtrace_format::codec::HEADER_PREFIX]
+            .try_into()
+            .unwrap(),
+    )
+    .unwrap();
+    let body = vramtrace_format::codec::HEADER_PREFIX + header_len as usize;
+    let mut old = bytes[..body].to_vec();
+    for (k, p) in vramtrace_format::codec::frames(&bytes[body..]) {
+        if k != vramtrace_format::codec::kind::FRAME_NAMES {
+            vramtrace_format::codec::put_frame(&mut old, k, |o| o.extend_from_slice(p));
+        }
+    }
+    let unnamed = elsewhere.join("unnamed.vtrace");
+    std::fs::write(&unnamed, old).unwrap();
+    let labels: Vec<String> = reported_sites(&unnamed).into_iter().map(|s| s.0).collect();
+    assert!(
+        labels.iter().all(|l| l.contains("portable_prog+0x")),
+        "{labels:?}"
+    );
+}

@@ -129,6 +129,8 @@ impl Replay<'_> {
                 let s = self.route(o.pid, o.ts_ns);
                 self.cs.on_objects(&mut self.procs[s].cs, o.objects);
             }
+            // The collector's names for the native frames, from where the trace was recorded.
+            Record::FrameNames(n) => self.cs.names.add(n),
             Record::Note { pid, ts_ns, text } => {
                 let t = self.rel(ts_ns);
                 self.cs.on_note(pid, t, text);

@@ -9,8 +9,10 @@ use std::collections::HashMap;
 
 use vramtrace_format::{Object, PyFrame, Stack};
 
+use crate::callsites::objects::{ObjEntry, ObjectTable};
 use crate::callsites::{Frame, FrameKind, Note};
 use crate::fasthash::FastMap;
+use crate::frame_names::Stored;
 use crate::symbols::Symbolizer;
 
 /// Stacks kept, all processes together; later ones are counted, and their allocations show no frames.
@@ -25,8 +27,6 @@ pub const MAX_STRING_BYTES: usize = 64 << 20;
 pub const MAX_STACK_DEPTH: usize = 256;
 /// (process, stack, device) aggregates kept; allocations past that count as without a call site.
 pub const MAX_SITES: usize = 1 << 21;
-/// Distinct objects kept per process.
-pub const MAX_OBJECTS: usize = 1 << 16;
 /// Distinct notes kept.
 pub const MAX_NOTES: usize = 64;
 
@@ -44,64 +44,6 @@ struct RawStack {
     python_len: u32,
     /// The process's objects generation when it arrived.
     gen: u32,
-}
-
-/// One loaded object as a process listed it, over all its lists.
-#[derive(Clone)]
-pub(crate) struct ObjEntry {
-    pub path: Box<str>,
-    pub bias: u64,
-    pub text: Vec<(u64, u64)>,
-    pub build_id: Vec<u8>,
-    /// The first and last lists (generations) naming it.
-    first: u32,
-    last: u32,
-}
-
-/// A process's loaded objects: every list it sent, merged. An address is looked up in the objects loaded when
-/// its stack arrived, else in the latest list, else in earlier ones (newest first).
-#[derive(Default)]
-pub(crate) struct ObjectTable {
-    gen: u32,
-    entries: Vec<ObjEntry>,
-    index: HashMap<(Box<str>, u64, Vec<u8>), usize>,
-}
-
-impl ObjectTable {
-    fn update(&mut self, objects: Vec<Object>) {
-        self.gen += 1;
-        for o in objects {
-            let key = (o.path.into_boxed_str(), o.bias, o.build_id);
-            match self.index.get(&key) {
-                Some(&i) => {
-                    let e = &mut self.entries[i];
-                    e.last = self.gen;
-                    e.text = o.text;
-                }
-                None if self.entries.len() < MAX_OBJECTS => {
-                    self.entries.push(ObjEntry {
-                        path: key.0.clone(),
-                        bias: key.1,
-                        text: o.text,
-                        build_id: key.2.clone(),
-                        first: self.gen,
-                        last: self.gen,
-                    });
-                    self.index.insert(key, self.entries.len() - 1);
-                }
-                None => {}
-            }
-        }
-    }
-
-    pub fn find(&self, addr: u64, gen: u32) -> Option<&ObjEntry> {
-        let has = |e: &&ObjEntry| e.text.iter().any(|&(a, b)| addr >= a && addr < b);
-        let alive = |e: &&ObjEntry| e.first <= gen && gen <= e.last;
-        self.entries
-            .iter()
-            .filter(has)
-            .max_by_key(|e| (alive(e), e.last))
-    }
 }
 
 /// A process's call-site state.
@@ -139,6 +81,8 @@ pub(crate) struct Store {
     pub stacks_not_kept: u64,
     /// Stack or objects records seen, or an event naming a stack.
     pub any: bool,
+    /// The names of native frames the trace holds (`FrameNames` records): they win over the reader's files.
+    pub names: Stored,
 }
 
 impl Store {
@@ -192,7 +136,7 @@ impl Store {
             native_len: native_len as u32,
             python: self.python.len() as u32,
             python_len: py.len() as u32,
-            gen: ps.objects.gen,
+            gen: ps.objects.gen(),
         };
         self.native.extend_from_slice(&st.native[..native_len]);
         self.python.extend(py);
@@ -263,8 +207,8 @@ impl Store {
         self.notes.iter().map(|(n, _)| n.clone()).collect()
     }
 
-    /// The frames of stack `id` of a process, Python first then native, symbolised with `sym` (without it,
-    /// native frames are `module+offset`). `None` when the stack is not kept.
+    /// The frames of stack `id` of a process, Python first then native, named as the trace names them
+    /// ([`Store::names`]), else symbolised with `sym` (without it, native frames are `module+offset`). `None` when the stack is not kept.
     pub fn frames(
         &self,
         ps: &ProcSites,
@@ -319,7 +263,13 @@ impl Store {
                 out.push(raw_frame(Some(o), None));
                 continue;
             };
-            let r = s.resolve(&o.path, &o.build_id, o.bias, addr);
+            let r = match self
+                .names
+                .get(&o.path, &o.build_id, addr.wrapping_sub(o.bias))
+            {
+                Some(frames) => crate::symbols::Resolved { frames, note: None },
+                None => s.resolve(&o.path, &o.build_id, o.bias, addr),
+            };
             if r.frames.is_empty() {
                 out.push(raw_frame(Some(o), r.note));
                 continue;
