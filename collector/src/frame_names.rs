@@ -11,8 +11,9 @@
 //! Costs are bounded on both sides. Recording: each distinct (process, return address) is kept once, at most
 //! [`MAX_GATHERED`] of them; each distinct (object, offset) is resolved once, within [`RESOLVE_BUDGET`] (what
 //! is left past it stays to be named by the reader, as before). Reading: the trace is untrusted input, so the
-//! stored names are bounded in count ([`MAX_STORED_FRAMES`], [`MAX_FUNCTIONS_PER_FRAME`]), in length
-//! ([`MAX_NAME_BYTES`], longer ones cut) and in bytes ([`MAX_STORED_BYTES`]), and printed through
+//! stored names are bounded in count ([`MAX_STORED_FRAMES`], [`MAX_FUNCTIONS_PER_FRAME`],
+//! [`MAX_STORED_FUNCTIONS`], [`MAX_STORED_OBJECTS`]), in length ([`MAX_NAME_BYTES`], longer ones cut) and in
+//! bytes ([`MAX_STORED_BYTES`]), and printed through
 //! `units::printable` like every other string a trace holds.
 
 use std::collections::HashMap;
@@ -37,6 +38,10 @@ pub const MAX_FUNCTIONS_PER_FRAME: usize = 32;
 pub const MAX_STORED_FRAMES: usize = 1 << 20;
 /// Bytes of distinct names (and object paths) a reader keeps from a trace's records.
 pub const MAX_STORED_BYTES: usize = 64 << 20;
+/// Functions (a frame's and those inlined into it) a reader keeps, all frames together (12 bytes each).
+pub const MAX_STORED_FUNCTIONS: usize = 4 << 20;
+/// Objects a reader keeps names for.
+pub const MAX_STORED_OBJECTS: usize = 1 << 16;
 /// A record is closed once its names pass this many bytes or functions (far under the frame limit).
 const RECORD_STRING_BYTES: usize = 8 << 20;
 const RECORD_FUNCTIONS: usize = 1 << 18;
@@ -292,17 +297,21 @@ impl Stored {
         // The record's strings, interned as they are used: an index past them names nothing.
         let mut mine: Vec<Option<Option<u32>>> = vec![None; strings.len()];
         for o in objects {
-            if self.bytes + o.path.len() > MAX_STORED_BYTES {
+            let key = (Box::<str>::from(o.path.as_str()), o.build_id);
+            let known = self.objects.contains_key(&key);
+            if !known
+                && (self.objects.len() >= MAX_STORED_OBJECTS
+                    || self.bytes + o.path.len() + key.1.len() > MAX_STORED_BYTES)
+            {
                 self.not_kept += o.frames.len() as u64;
                 continue;
             }
-            let key = (Box::<str>::from(o.path.as_str()), o.build_id);
-            if !self.objects.contains_key(&key) {
-                self.bytes += o.path.len() + key.1.len();
-            }
             let mut table = self.objects.remove(&key).unwrap_or_default();
             for f in o.frames {
-                if self.frames >= MAX_STORED_FRAMES || table.contains_key(&f.offset) {
+                if self.frames >= MAX_STORED_FRAMES
+                    || self.functions.len() + MAX_FUNCTIONS_PER_FRAME > MAX_STORED_FUNCTIONS
+                    || table.contains_key(&f.offset)
+                {
                     self.not_kept += 1;
                     continue;
                 }
@@ -336,7 +345,13 @@ impl Stored {
                 self.frames += 1;
                 table.insert(f.offset, (at, n));
             }
-            self.objects.insert(key, table);
+            // An object kept only once it names a frame.
+            if !table.is_empty() {
+                if !known {
+                    self.bytes += key.0.len() + key.1.len();
+                }
+                self.objects.insert(key, table);
+            }
         }
     }
 

@@ -249,3 +249,39 @@ fn each_distinct_frame_is_resolved_once_across_processes() {
     let r = g.resolve(&mut s, Instant::now());
     assert_eq!((r.named, r.left), (0, 3));
 }
+
+#[test]
+fn a_forged_flood_of_objects_is_kept_to_the_bound() {
+    let named = |i: usize| NamedObject {
+        path: format!("/lib/{i}.so"),
+        build_id: vec![],
+        frames: vec![NamedFrame {
+            offset: 1,
+            functions: vec![NamedFunction {
+                function: Some(0),
+                file: None,
+                line: 0,
+            }],
+        }],
+    };
+    let mut objects: Vec<NamedObject> = (0..MAX_STORED_OBJECTS + 3).map(named).collect();
+    // Objects that name nothing cost nothing, however many.
+    objects.splice(
+        0..0,
+        (0..1000).map(|i| NamedObject {
+            path: format!("/empty/{i}"),
+            build_id: vec![],
+            frames: vec![],
+        }),
+    );
+    let mut stored = Stored::default();
+    stored.add(FrameNames {
+        strings: vec!["f".into()],
+        objects,
+    });
+    assert_eq!(stored.not_kept, 3);
+    assert!(stored.get("/lib/0.so", &[], 1).is_some());
+    assert!(stored
+        .get(&format!("/lib/{MAX_STORED_OBJECTS}.so"), &[], 1)
+        .is_none());
+}
