@@ -11,7 +11,8 @@ Settings go through maturin's own: `--config-settings build-args="..."` or `MATU
 (scripts/build-wheel.sh: `--zig --compatibility manylinux2014 --target x86_64-unknown-linux-gnu`) the three are
 built with cargo-zigbuild against glibc 2.17 too, and the build's tools (ziglang, cargo-zigbuild) are asked of the
 build environment. The wheel's binaries carry no debug information (a quarter of the size; their symbol tables
-stay, for backtraces) and are built in `<target>/wheel`, apart from `cargo build --release`'s.
+stay, for backtraces), but for the workload's line tables (the demo's call sites), and are built in
+`<target>/wheel`, apart from `cargo build --release`'s.
 """
 
 import os
@@ -34,6 +35,12 @@ COMPANIONS = [
     ("fakecuda", "libfakecuda.so"),
     ("vramtrace-workload", "vramtrace-workload"),
 ]
+# The companion whose line tables stay: the demo names its call sites by them (`training at src/main.rs:341`;
+# from its symbol table alone both sites read `Gpu::alloc in vramtrace-workload`, one site). Built with the
+# release profile's own debug information (`debug = "limited"` for that crate alone: line tables alone drop the
+# functions' module paths, `training` for `vramtrace_workload::training`); its debug sections, std's with them,
+# are compressed rather than stripped: about 1.1 MB more in the wheel and installed (docs/PACKAGING.md).
+LINE_TABLES = "vramtrace-workload"
 ZIG_TOOLS = ["ziglang", "cargo-zigbuild"]
 GLIBC_BASELINE = "2.17"
 
@@ -96,6 +103,8 @@ def _build_companions(args):
     for pkg, _ in COMPANIONS:
         cmd += ["-p", pkg]
     cmd += ["--features", "vramtrace-workload/glibc217"]
+    # One token (`--config=...`): cargo-zigbuild passes it on to cargo whole.
+    cmd += ['--config=profile.release.package.%s.debug="limited"' % LINE_TABLES]
     if target:
         cmd += ["--target", target + ("." + GLIBC_BASELINE if zig else "")]
     _say("building the shim, the simulated driver and the workload: " + " ".join(cmd))
@@ -104,13 +113,14 @@ def _build_companions(args):
     lib = os.path.join(DATA, "data", "lib", "vramtrace")
     shutil.rmtree(DATA, ignore_errors=True)
     os.makedirs(lib)
-    for _, name in COMPANIONS:
+    for pkg, name in COMPANIONS:
         src = os.path.join(built, name)
         if not os.path.isfile(src):
             _fail("%s was not built" % src)
         dst = os.path.join(lib, name)
         if shutil.which("objcopy"):
-            subprocess.run(["objcopy", "--strip-debug", src, dst], check=True)
+            keep = "--compress-debug-sections=zlib" if pkg == LINE_TABLES else "--strip-debug"
+            subprocess.run(["objcopy", keep, src, dst], check=True)
             shutil.copymode(src, dst)
         else:
             shutil.copy2(src, dst)
