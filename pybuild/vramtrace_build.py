@@ -39,7 +39,7 @@ COMPANIONS = [
 # from its symbol table alone both sites read `Gpu::alloc in vramtrace-workload`, one site). Built with the
 # release profile's own debug information (`debug = "limited"` for that crate alone: line tables alone drop the
 # functions' module paths, `training` for `vramtrace_workload::training`); its debug sections, std's with them,
-# are compressed rather than stripped: about 1.1 MB more in the wheel and installed (docs/PACKAGING.md).
+# are compressed rather than stripped: about 1.2 MB more in the wheel and installed (docs/PACKAGING.md).
 LINE_TABLES = "vramtrace-workload"
 ZIG_TOOLS = ["ziglang", "cargo-zigbuild"]
 GLIBC_BASELINE = "2.17"
