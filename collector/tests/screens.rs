@@ -73,8 +73,10 @@ fn the_oom_screen_is_one_screen_that_says_each_fact_once() {
         if let Some(run) = repeated_run(&s, 12) {
             panic!("{}: said twice: {run}\n{s}", t.display());
         }
-        // The figures say what was missing, never "needed" beside a "could give" that reads the same.
+        // The figures say what was missing, never "needed" beside a "could give" that reads the same, and
+        // never that nothing was missing.
         assert!(!s.contains("could give"), "{}", t.display());
+        assert!(!s.contains("missing 0 B"), "{}", t.display());
         assert!(!s.contains("the guides'"), "{}", t.display());
         checked += 1;
     }
@@ -160,11 +162,14 @@ fn a_step_too_large_for_its_cap_is_advised_on_the_job_before_the_cap() {
     let s = text(&vramtrace("oom", &t, false).stdout);
     let advice = s.split("  ADVICE\n").nth(1).expect("advice");
     let batch = advice
-        .find("A smaller batch, with gradient accumulation")
+        .find("Smaller batch, or micro-batching with gradient accumulation")
         .expect(&s);
     let ckpt = advice.find("Activation checkpointing").expect(&s);
     let amp = advice.find("Mixed precision").expect(&s);
     assert!(batch < ckpt && ckpt < amp, "{advice}");
+    // The cap the platform can change is on the one screen too, after the job's own levers.
+    let cap = advice.find("A cap of at least").expect(&s);
+    assert!(amp < cap, "{advice}");
     // The larger cap is still there, after them (the full report lists every suggestion).
     let full = text(&vramtrace_full(&t).stdout);
     let advice = full.split("  ADVICE\n").nth(1).expect("advice");
@@ -319,4 +324,34 @@ fn the_bridges_words_reach_the_terminal_escaped() {
         assert!(!out.contains(bad), "{bad:?} reached the terminal:\n{out}");
     }
     assert!(out.contains("\\u{1b}]0;owned"), "{out}");
+}
+
+/// A trace cut short says what it saw before the cut, never that the job had no error or that a process was
+/// "still running" when its end is only missing.
+#[test]
+fn a_cut_trace_says_what_it_saw_before_the_cut() {
+    let t = manifest_dir().join("tests/fixtures/gpu/holds/steady_cap.vtrace");
+    let bytes = std::fs::read(&t).unwrap();
+    let dir = common::cli::TempDir::new("screens-cut");
+    let mut checked = 0;
+    for cut in [bytes.len() / 4, bytes.len() / 2] {
+        let f = dir.file("cut.vtrace", &bytes[..cut]);
+        let a = vramtrace_collector::trace_file::analyze(&f).unwrap();
+        let s = text(&vramtrace("report", &f, false).stdout);
+        // The banner, the title and the summary.
+        let head: String = s.split("\n\n").take(3).collect::<Vec<_>>().join("\n\n");
+        assert!(head.contains("PARTIAL TRACE"), "{head}");
+        if a.oom_records == 0 {
+            assert!(
+                head.split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .contains("no out-of-memory error recorded before the trace stops"),
+                "{head}"
+            );
+            assert!(!head.contains("still running"), "{head}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 0);
 }

@@ -77,6 +77,20 @@ fn compose(a: &Analysis, file: Option<&Path>, full: bool) -> String {
             let s = &a.ooms[i];
             event(&mut o, a, s, &diagnose(a, s), i + 1, false);
             other_errors(&mut o, a, i);
+        } else {
+            wrap(
+                &mut o,
+                &format!(
+                    "{} recorded, none could be analysed (--json has what the trace holds).",
+                    crate::units::counted(
+                        a.oom_records,
+                        "out-of-memory event was",
+                        "out-of-memory events were"
+                    )
+                ),
+                "  ",
+            );
+            o.push('\n');
         }
         // Refusals recovered from are `--full`'s: the error's cause already says the job was at its limit.
         if let Some(r) = crate::reporters::text::refusals_text(a).filter(|_| full) {
@@ -187,12 +201,21 @@ fn other_errors(o: &mut String, a: &Analysis, shown: usize) {
 }
 
 /// The error the one screen shows whole: the one the largest batch was drawn for (`vramtrace oom` attaches it
-/// to the last error whose replay fails where the run did: the one that ended it, after refusals it recovered
-/// from), else the first.
+/// to the last error whose replay fails where the run did), else the last error of a process that did not exit
+/// 0 (a process gets past earlier ones: cuDNN's smaller workspace, a caught exception; the last is what ended
+/// it), else the first (the program got past every one: where its trouble began).
 pub fn main_error(a: &Analysis) -> Option<usize> {
+    use vramtrace_format::ExitStatus;
+    let died = |pid: u32| {
+        a.process(pid).is_some_and(|p| {
+            p.exit.is_some_and(|x| x != ExitStatus::Code(0))
+                || p.exit.is_none() && p.ended != Ended::Goodbye
+        })
+    };
     a.ooms
         .iter()
         .rposition(|s| s.framework.as_ref().is_some_and(|f| f.batch.is_some()))
+        .or_else(|| a.ooms.iter().rposition(|s| died(s.pid)))
         .or(if a.ooms.is_empty() { None } else { Some(0) })
 }
 
@@ -600,24 +623,39 @@ fn findings_and_advice<'d>(
         o.push('\n');
     }
     writeln!(o, "  ADVICE").ok();
-    // Whole suggestions, the first always, while they fit in `limit` lines.
+    // Whole suggestions in their order, the first always, while they fit in `limit` lines; a larger cap, where
+    // one is advised, always shows, so the one screen never hides what the platform can change.
+    let texts: Vec<String> = advice
+        .iter()
+        .map(|x| {
+            let mut one = String::new();
+            wrap(&mut one, &format!("  - {}", prose::advice_text(x)), "    ");
+            one
+        })
+        .collect();
+    let cap = advice.iter().position(|x| {
+        matches!(
+            x,
+            Advice::CapWouldFit { .. } | Advice::CapFitsHistory { .. }
+        )
+    });
+    let reserve = cap.map_or(0, |i| texts[i].lines().count());
+    let mut picked: Vec<usize> = Vec::new();
     let mut used = 0;
-    let mut shown = 0;
-    for line in advice {
-        let mut one = String::new();
-        wrap(
-            &mut one,
-            &format!("  - {}", prose::advice_text(line)),
-            "    ",
-        );
-        let n = one.lines().count();
-        if shown > 0 && used + n > limit {
+    for (i, t) in texts.iter().enumerate().filter(|(i, _)| Some(*i) != cap) {
+        let n = t.lines().count();
+        if !picked.is_empty() && used + n + reserve > limit {
             break;
         }
-        o.push_str(&one);
+        picked.push(i);
         used += n;
-        shown += 1;
     }
+    picked.extend(cap);
+    picked.sort_unstable();
+    for &i in &picked {
+        o.push_str(&texts[i]);
+    }
+    let shown = picked.len();
     if advice.len() > shown {
         let more = advice.len() - shown;
         writeln!(o, "  - ({more} more with --full)").ok();

@@ -404,8 +404,13 @@ pub fn key_figures(s: &OomSnapshot, d: &Diagnosis) -> Vec<(&'static str, u64)> {
     v.extend(s.device_free_bytes.map(|f| ("device free", f)));
     // What was missing, not "needed" beside "could give": two figures that round alike read as a contradiction
     // for a request that was refused. The growth, where there is one, is the cause's or a finding's figure.
-    if let Some(avail) = d.available_bytes {
-        v.push(("missing", d.needed_bytes.saturating_sub(avail)));
+    // Nothing missing (fragmentation, a refusal within the numbers): no figure rather than "0 B".
+    if let Some(m) = d
+        .available_bytes
+        .map(|avail| d.needed_bytes.saturating_sub(avail))
+        .filter(|&m| m > 0)
+    {
+        v.push(("missing", m));
     }
     if let Some(f) = s.framework_figures {
         v.push(("allocated (tensors)", f.allocated));

@@ -414,11 +414,14 @@ fn header(o: &mut String, a: &Analysis, file: Option<&Path>) {
 fn outcome(o: &mut String, a: &Analysis, file: Option<&Path>) {
     let trace = file.map_or_else(|| "TRACE".to_string(), units::shown_path);
     if a.oom_records > 0 {
-        let more = match a.oom_records {
-            1 => String::new(),
-            n => format!(" (the first of {} errors)", count(n)),
+        // The error `vramtrace oom` shows whole: the same choice on both screens.
+        let main = crate::reporters::oom_text::main_error(a);
+        let more = match (a.oom_records, main) {
+            (1, _) => String::new(),
+            (n, Some(i)) => format!(" (error {} of {})", i + 1, count(n)),
+            (n, None) => format!(" ({} errors)", count(n)),
         };
-        let line = match a.ooms.first() {
+        let line = match main.map(|i| &a.ooms[i]) {
             Some(s) => {
                 let d = crate::model::diagnose::diagnose(a, s);
                 format!(
@@ -451,6 +454,13 @@ fn outcome(o: &mut String, a: &Analysis, file: Option<&Path>) {
     if traced.is_empty() {
         return;
     }
+    // A trace cut short says nothing of what came after the cut: no error "recorded", no end "recorded".
+    let cut = a.stopped.is_some();
+    let none = if cut {
+        "no out-of-memory error recorded before the trace stops"
+    } else {
+        "no out-of-memory error"
+    };
     let clean = |p: &&ProcessStats| {
         matches!(p.exit, Some(ExitStatus::Code(0)))
             || (p.exit.is_none() && p.ended == Ended::Goodbye)
@@ -458,7 +468,7 @@ fn outcome(o: &mut String, a: &Analysis, file: Option<&Path>) {
     let n = units::counted(traced.len() as u64, "process", "processes");
     let line = if traced.iter().all(clean) {
         format!(
-            "FINISHED: {}, no out-of-memory error.",
+            "FINISHED: {}, {none}.",
             if traced.len() == 1 {
                 "the process ended cleanly".to_string()
             } else {
@@ -470,7 +480,10 @@ fn outcome(o: &mut String, a: &Analysis, file: Option<&Path>) {
             .iter()
             .filter(|p| !clean(p))
             .take(3)
-            .map(|p| format!("pid {} {}", p.pid, ending_label(p)))
+            .map(|p| match (cut, p.ended) {
+                (true, Ended::Running) => format!("pid {} no end recorded", p.pid),
+                _ => format!("pid {} {}", p.pid, ending_label(p)),
+            })
             .collect();
         let more = traced
             .iter()
@@ -478,7 +491,8 @@ fn outcome(o: &mut String, a: &Analysis, file: Option<&Path>) {
             .count()
             .saturating_sub(others.len());
         format!(
-            "ENDED: {n}, no out-of-memory error; {}{}.",
+            "{}: {n}, {none}; {}{}.",
+            if cut { "SO FAR" } else { "ENDED" },
             others.join(", "),
             if more > 0 {
                 format!(" and {more} more")
@@ -550,8 +564,13 @@ fn device(o: &mut String, a: &Analysis, d: &DeviceStats) {
     if d.in_use_bytes_at_end > 0 {
         writeln!(
             o,
-            "{pad}in use when the trace ends: {} (processes still running)",
-            bytes(d.in_use_bytes_at_end)
+            "{pad}in use when the trace ends: {} ({})",
+            bytes(d.in_use_bytes_at_end),
+            if a.stopped.is_some() {
+                "processes whose end is not in the trace"
+            } else {
+                "processes still running"
+            }
         )
         .ok();
     }
@@ -747,6 +766,14 @@ fn live_at_end(o: &mut String, a: &Analysis) {
     let row = |size: &str, n: &str, pid: &str, gpu: &str, at: &str| {
         format!("  {size:>11}  {n:>6}  {pid:>7}  {gpu:>4}  {at:>10}  ")
     };
+    if (a.live_at_end.len() as u64) < a.live_at_end_count {
+        writeln!(
+            o,
+            "  The {} largest, by where they were allocated:",
+            count(a.live_at_end.len() as u64)
+        )
+        .ok();
+    }
     writeln!(o, "{}SITE", row("SIZE", "ALLOCS", "PID", "GPU", "FIRST AT")).ok();
     for r in &sited {
         let (b, n, t, gpu) = &r.figures;
@@ -858,10 +885,13 @@ fn warnings(o: &mut String, a: &Analysis) {
     // With an out-of-memory error the summary at the top says the cap refused; without one, the program got
     // past its refusals, and the figures hold none of the refused bytes.
     let refused: u64 = a.processes.iter().map(|p| p.cap_refusals).sum();
-    if refused > 0 && a.oom_records == 0 {
+    let told = crate::reporters::oom_text::main_error(a).is_some_and(|i| {
+        crate::model::diagnose::diagnose(a, &a.ooms[i]).cause == crate::model::diagnose::Cause::Cap
+    });
+    if refused > 0 && !told {
         w.push(format!(
-            "{} allocation{} refused by the vramtrace cap (the program saw CUDA's out-of-memory error and went \
-             on): no figure counts the bytes refused.",
+            "{} allocation{} refused by the vramtrace cap (each an out-of-memory error to the program): no \
+             figure counts the bytes refused.",
             count(refused),
             if refused == 1 { " was" } else { "s were" }
         ));

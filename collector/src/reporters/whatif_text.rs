@@ -72,12 +72,13 @@ pub fn render(a: &Answered) -> String {
     let start = a.loaded.start_unix_us;
     writeln!(o, "What if: {}", a.file.display()).ok();
     let Some(w) = &a.whatif else {
-        writeln!(
-            o,
+        crate::reporters::text::wrap(
+            &mut o,
             "  No PyTorch allocation history in this trace: the what-if replays one (`vramtrace run \
-             --torch-history 4000000` keeps it\n  from the start). Other settings cannot be judged without it."
-        )
-        .ok();
+             --torch-history 4000000` keeps it from the start). Other settings cannot be judged without it.",
+            "  ",
+            crate::reporters::text::WIDTH,
+        );
         for (d, p) in &a.loaded.driver_peak {
             writeln!(
                 o,

@@ -120,7 +120,8 @@ pub fn verdict(w: &WhatIf, l: &Loaded, caveat: Option<&Caveat>, i: usize) -> Opt
     if i == 0 && failed_under(w, l) {
         return Some(Verdict::No);
     }
-    if matches!(caveat, Some(Caveat::Incomplete { .. })) {
+    // cudaMallocAsync's row packs the driver's pool with no waste: a lower bound, never a fit.
+    if c.approximate || matches!(caveat, Some(Caveat::Incomplete { .. })) {
         return Some(Verdict::LowerBound);
     }
     if w.histories.iter().any(|h| h.taken_at == "out of memory") {

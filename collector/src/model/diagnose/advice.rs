@@ -173,11 +173,15 @@ fn training_levers(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice> 
     let (graph, optimizer) = (bytes_of(HolderKind::Graph), bytes_of(HolderKind::Optimizer));
     let kv = super::growth_line::kv_cache_line(a, s).is_some()
         || super::growth_line::kv_cache_holder(s).is_some();
-    if kv || graph == 0 && optimizer == 0 {
+    // A step that records a graph: an optimizer's state, the error in the backward pass, or a graph of saved
+    // activations (a first step fails before the optimizer makes its state). An evaluation run without no_grad
+    // reads the same here; a smaller batch serves it too.
+    let backward = s.framework.as_ref().is_some_and(|f| f.on_backward_thread());
+    if kv || graph == 0 && optimizer == 0 && !backward {
         return Vec::new();
     }
     let mut v = vec![Advice::SmallerBatch];
-    if graph.saturating_mul(2) >= h.tensor_bytes {
+    if graph > 0 && graph.saturating_mul(2) >= h.tensor_bytes {
         v.push(Advice::Checkpointing);
     }
     v.push(Advice::MixedPrecision);
@@ -395,6 +399,8 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
     let batch = s.framework.as_ref().and_then(|f| f.batch.as_ref());
     if let Some(b) = batch.filter(|_| d.cause != Cause::Growth) {
         v.insert(0, Advice::LargestBatch(Box::new(b.clone())));
+        // The largest batch and its accumulation answer what a smaller batch would ask.
+        v.retain(|x| *x != Advice::SmallerBatch);
     }
     // A KV cache behind a cause other than its own growth (a serving loop's batch or sequence outgrew the
     // memory): bounding them is the lasting fix, said second, after the cause's own first step.

@@ -184,16 +184,14 @@ pub fn advice_text(a: &Advice) -> String {
             pct(*bytes, *needed),
             b(*needed)
         ),
-        Advice::SmallerBatch => "A smaller batch, with gradient accumulation to keep the effective batch \
-                                 (k micro-batches, one backward each, one optimizer step). To name the largest \
-                                 that fits: trace one run at a smaller batch, then `vramtrace oom THIS.vtrace \
-                                 --beside THAT.vtrace`."
+        Advice::SmallerBatch => "Smaller batch, or micro-batching with gradient accumulation: the same \
+                                 effective batch with activations for one micro-batch at a time."
             .to_string(),
         Advice::Checkpointing => "Activation checkpointing (torch.utils.checkpoint): recompute activations in \
                                   the backward pass instead of keeping them."
             .to_string(),
-        Advice::MixedPrecision => "Mixed precision (bf16/fp16 autocast): halves activation memory, and weights \
-                                   too when kept in bf16."
+        Advice::MixedPrecision => "Mixed precision (bf16/fp16 autocast): halves activation memory (weights too \
+                                   in bf16)."
             .to_string(),
         Advice::OffloadOptimizer => {
             "Offload optimizer state to host memory (DeepSpeed ZeRO-Offload, FSDP CPU offload).".to_string()

@@ -52,8 +52,8 @@ pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
         wrap(
             o,
             &format!(
-                "{pad}warning: the allocator flushed its cache and retried a driver allocation {} time{}: it \
-                 ran short of memory (the guides' early warning of an out-of-memory error).",
+                "{pad}warning: the allocator flushed its cache and retried a driver allocation {} time{} \
+                 (`num_alloc_retries`): it ran short of memory, which comes before out-of-memory errors.",
                 count(f.alloc_retries),
                 if f.alloc_retries == 1 { "" } else { "s" }
             ),
