@@ -119,11 +119,7 @@ fn compose(a: &Analysis, file: Option<&Path>, full: bool) -> String {
     } else if a.oom_records > 0 {
         short_end(&mut o, a);
     } else {
-        if a.processes.iter().any(|p| {
-            p.exit
-                .is_some_and(|x| x != vramtrace_format::ExitStatus::Code(0))
-                || p.exit.is_none() && p.ended != Ended::Goodbye
-        }) {
+        if a.processes.iter().any(|p| !p.ended_cleanly()) {
             endings(&mut o, a);
         }
         devices(&mut o, a);
@@ -205,13 +201,7 @@ fn other_errors(o: &mut String, a: &Analysis, shown: usize) {
 /// 0 (a process gets past earlier ones: cuDNN's smaller workspace, a caught exception; the last is what ended
 /// it), else the first (the program got past every one: where its trouble began).
 pub fn main_error(a: &Analysis) -> Option<usize> {
-    use vramtrace_format::ExitStatus;
-    let died = |pid: u32| {
-        a.process(pid).is_some_and(|p| {
-            p.exit.is_some_and(|x| x != ExitStatus::Code(0))
-                || p.exit.is_none() && p.ended != Ended::Goodbye
-        })
-    };
+    let died = |pid: u32| a.process(pid).is_some_and(|p| !p.ended_cleanly());
     a.ooms
         .iter()
         .rposition(|s| s.framework.as_ref().is_some_and(|f| f.batch.is_some()))
@@ -225,14 +215,10 @@ const OTHER_KINDS: usize = 4;
 /// The end of the one screen: how the processes ended that did not exit cleanly, and each device's peak, in
 /// one or two lines (the tables are `--full`'s).
 fn short_end(o: &mut String, a: &Analysis) {
-    use vramtrace_format::ExitStatus;
     let bad: Vec<String> = a
         .processes
         .iter()
-        .filter(|p| {
-            p.exit.is_some_and(|x| x != ExitStatus::Code(0))
-                || p.exit.is_none() && p.ended != Ended::Goodbye
-        })
+        .filter(|p| !p.ended_cleanly())
         .map(|p| format!("pid {} {}", p.pid, crate::reporters::text::ending_label(p)))
         .collect();
     let ended = match bad.len() {

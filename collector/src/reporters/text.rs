@@ -445,7 +445,6 @@ fn outcome(o: &mut String, a: &Analysis, file: Option<&Path>) {
         writeln!(o, "    vramtrace oom {trace}").ok();
         return;
     }
-    use vramtrace_format::ExitStatus;
     let traced: Vec<&ProcessStats> = a
         .processes
         .iter()
@@ -461,10 +460,7 @@ fn outcome(o: &mut String, a: &Analysis, file: Option<&Path>) {
     } else {
         "no out-of-memory error"
     };
-    let clean = |p: &&ProcessStats| {
-        matches!(p.exit, Some(ExitStatus::Code(0)))
-            || (p.exit.is_none() && p.ended == Ended::Goodbye)
-    };
+    let clean = |p: &&ProcessStats| p.ended_cleanly();
     let n = units::counted(traced.len() as u64, "process", "processes");
     let line = if traced.iter().all(clean) {
         format!(

@@ -107,6 +107,16 @@ pub struct DeviceStats {
     pub uuid: Option<String>,
 }
 
+impl ProcessStats {
+    /// It exited 0, or (not reaped by vramtrace) said goodbye: not killed, not failed, not cut off.
+    pub fn ended_cleanly(&self) -> bool {
+        match self.exit {
+            Some(x) => x == vramtrace_format::ExitStatus::Code(0),
+            None => self.ended == Ended::Goodbye,
+        }
+    }
+}
+
 impl DeviceStats {
     /// What the job could have used on this device: the cap when there is one (and the device total, if lower),
     /// else the device total; `None` when neither is known.
