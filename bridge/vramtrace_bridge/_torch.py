@@ -21,7 +21,10 @@
 - what holds the CUDA tensors (a bounded walk of the program's objects, _holders.py), a `holders` record at
   each out-of-memory error, at the exit of a job whose memory grew, and when `<trace>.holders-<pid>.request`
   appears: nothing of it runs before then;
-- at exit, a last sample and an `exit` record.
+- at exit, a last sample and an `exit` record;
+- with VRAMTRACE_STOP_STEPS=N (`run --stop-after-steps N`, which `fit` uses), the process ends itself at the
+  boundary of its N-th step: the `exit` work above, a `stopped` record, then `os._exit(0)` (the program's own
+  cleanup is skipped on purpose: a `finally:` that saves a checkpoint must not overwrite one with N steps).
 Everything here swallows its own errors: the program runs exactly as without vramtrace."""
 
 import atexit
@@ -47,6 +50,8 @@ _state = {
     "arming": None,  # Arming: when to keep it
     "exit_done": False,
     "peaks": {},  # device -> the most (allocated peak, reserved peak) sent
+    "stop_steps": 0,  # VRAMTRACE_STOP_STEPS: end the process at the boundary of this step (0: never)
+    "stopping": False,
 }
 _lock = threading.RLock()
 # Arming and disarming against the exit's last look at the history: one at a time.
@@ -217,6 +222,7 @@ class _Steps(object):
         self.sent = (0, 0)
         self.next_read_ns = 0  # no reading at a step's boundary before this (past the first BOUNDARY_FREE)
         self.reads = 0
+        self.room_read = set()  # devices whose free memory was read at a step's boundary
 
     def index(self):
         """The step the program is in: optimizer steps once there are any (a step may take several batches),
@@ -236,6 +242,9 @@ def _on_optimizer_step(optimizer, args, kwargs):
             s.optimizer += 1
             s.t_ns = time.monotonic_ns()
             _boundary(s)
+            stop = _state["stop_steps"]
+            if stop and s.optimizer >= stop:
+                _stop("optimizer", s.optimizer)
     except Exception:
         pass
 
@@ -248,8 +257,35 @@ def _count_batch(it):
             s.t_ns = time.monotonic_ns()
             if not s.optimizer:  # optimizer steps, when there are any, are the steps read
                 _boundary(s)
+                stop = _state["stop_steps"]
+                # Drawing batch N+1 ends step N (a loop over batches has no other boundary).
+                if stop and s.batches > stop:
+                    _stop("batches", s.batches - 1)
     except Exception:
         pass
+
+
+def _stop(counter, n):
+    """The N-th step is done and `run --stop-after-steps N` asked to stop there: what exit would send (figures,
+    holders of a growing job, the history's snapshot), a `stopped` record, then the process ends at once. Only in
+    the process that attached (a forked child counts its own steps from 0 and stops at its own N-th)."""
+    if _state["stopping"] or _state["pid"] != os.getpid():
+        return
+    _state["stopping"] = True
+    try:
+        _exit_unsafe()
+    except Exception as e:
+        debug("exit at stop failed: %r" % (e,))
+    try:
+        _shim.record("stopped", None, [("counter", counter), ("steps", n)], ack=True)
+    except Exception:
+        pass
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    os._exit(0)
 
 
 def _boundary(s):
@@ -270,6 +306,14 @@ def _boundary(s):
 def _read_boundary(s, now):
     torch = _state["torch"]
     dev = torch.cuda.current_device()
+    if dev not in s.room_read:
+        # Once per device, at its first step: the driver's free memory (the shim records it, with the device's
+        # total), so a trace says how much room the job had beside the CUDA context and other processes.
+        s.room_read.add(dev)
+        try:
+            torch.cuda.mem_get_info(dev)
+        except Exception:
+            pass
     stats = _raw_stats(torch, dev)
     allocated = _values(stats)[0]
     peaks = _peaks(stats)
@@ -357,6 +401,7 @@ def _after_fork():
     _state["next_request_walk"] = 0.0
     _state["next_oom_walk"] = 0.0
     _state["walking"] = False
+    _state["stopping"] = False
 
 
 def _attach():
@@ -419,6 +464,7 @@ def _attach_unsafe():
     if armed_ns is not None:
         _history_record("armed", "requested", None, arming.entries, 0, 0, None, armed_ns)
     _state["arming"] = arming
+    _state["stop_steps"] = max(0, _env_int("VRAMTRACE_STOP_STEPS", 0))
     try:
         _hook_steps()
     except Exception as e:

@@ -231,6 +231,7 @@ fn main() {
         outside: vec![0],
         device_total: BTreeMap::from([(0, 80 << 30)]),
         others: BTreeMap::new(),
+        search_factor: vramtrace_collector::whatif::batch::answer::SEARCH_FACTOR,
     };
     let align_s = t_align.elapsed().as_secs_f64();
     let t_answer = Instant::now();

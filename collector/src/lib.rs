@@ -12,6 +12,7 @@ pub mod cap_check;
 pub mod exit;
 pub mod fasthash;
 pub mod fdlimit;
+pub mod fit;
 pub mod frame_names;
 pub(crate) mod hangup;
 pub mod live;

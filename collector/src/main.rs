@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use vramtrace_collector::verbs::{demo, export, fleet, oom, report, run, top, whatif};
+use vramtrace_collector::verbs::{demo, export, fit, fleet, oom, report, run, top, whatif};
 use vramtrace_collector::{exit, probe};
 
 use clap::{Parser, Subcommand};
@@ -62,6 +62,9 @@ enum Verb {
     /// Replay each process's PyTorch history (`run --torch-history N`) under other allocator settings: which
     /// fit, the smallest cap each needs, where each would first fail, and which saves most.
     Whatif(whatif::WhatifArgs),
+    /// The largest batch (or any whole-number knob) that fits: runs `CMD` (with `{}` where the value goes) a few
+    /// steps at a time under `run`, and answers from its allocations: `vramtrace fit -- python train.py --batch {}`.
+    Fit(fit::FitCliArgs),
     /// (internal) Print each device's total memory, asked of the driver.
     #[command(name = "__probe", hide = true)]
     Probe,
@@ -100,6 +103,7 @@ fn main() {
         Verb::Demo(args) => demo::main(args),
         Verb::Top(args) => top::main(args),
         Verb::Whatif(args) => whatif::main(args),
+        Verb::Fit(args) => fit::main(args),
         Verb::Probe => probe::main(),
     };
     exit::with(code)

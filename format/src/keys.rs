@@ -187,6 +187,10 @@ pub mod bridge {
         note: NOTE = "note" {
             TEXT = "text",
         }
+        stopped: STOPPED = "stopped" {
+            COUNTER = "counter",
+            STEPS = "steps",
+        }
     }
 
     /// The name of a key declared as a prefix (`"h.*"`): what the keys it stands for start with.
@@ -222,7 +226,7 @@ mod tests {
         want.sort_unstable();
         have.sort_unstable();
         assert_eq!(want, have, "kinds");
-        let declared: [(&str, &[&str]); 9] = [
+        let declared: [(&str, &[&str]); 10] = [
             (bridge::what::ATTACH, bridge::attach::ALL),
             (bridge::what::HISTORY, bridge::history::ALL),
             (bridge::what::OOM, bridge::oom::ALL),
@@ -232,6 +236,7 @@ mod tests {
             (bridge::what::PEAK, bridge::peak::ALL),
             (bridge::what::HOLDERS, bridge::holders::ALL),
             (bridge::what::NOTE, bridge::note::ALL),
+            (bridge::what::STOPPED, bridge::stopped::ALL),
         ];
         assert_eq!(declared.len(), kinds.len(), "every kind's keys compared");
         for (what, keys) in declared {

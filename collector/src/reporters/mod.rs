@@ -3,6 +3,8 @@
 //! (with `pickle`), `perfetto` and `html` (`export`). They read the model; the model never reads them. `prose`
 //! says the diagnosis (model/diagnose) in words, for all of them.
 
+pub mod fit_json;
+pub mod fit_text;
 pub mod html;
 pub mod json;
 pub mod memory_viz;

@@ -462,7 +462,28 @@ fn outcome(o: &mut String, a: &Analysis, file: Option<&Path>) {
     };
     let clean = |p: &&ProcessStats| p.ended_cleanly();
     let n = units::counted(traced.len() as u64, "process", "processes");
-    let line = if traced.iter().all(clean) {
+    let stopped = &a.bridge.stopped;
+    let line = if traced.iter().all(clean) && !stopped.is_empty() {
+        // Ended by `run --stop-after-steps`: a short run asked for, not a job that finished.
+        let steps: Vec<u64> = stopped.iter().map(|(_, s)| *s).collect();
+        let (lo, hi) = (
+            steps.iter().min().unwrap_or(&0),
+            steps.iter().max().unwrap_or(&0),
+        );
+        format!(
+            "STOPPED after {} as asked (--stop-after-steps): {}, {none}.",
+            if lo == hi {
+                units::counted(*hi, "step", "steps")
+            } else {
+                format!("{lo} to {hi} steps")
+            },
+            if traced.len() == 1 {
+                "the process ended cleanly".to_string()
+            } else {
+                format!("all {n} ended cleanly")
+            }
+        )
+    } else if traced.iter().all(clean) {
         format!(
             "FINISHED: {}, {none}.",
             if traced.len() == 1 {

@@ -216,9 +216,20 @@ fn largest(a: &KnobAnswered, l: &Largest) -> LargestJ {
 }
 
 pub fn render(a: &KnobAnswered) -> String {
+    let mut out = print::pretty(&doc(a));
+    out.push('\n');
+    out
+}
+
+/// The document as a value, for `fit --json`, which carries it whole.
+pub fn value(a: &KnobAnswered) -> serde_json::Value {
+    serde_json::to_value(doc(a)).unwrap_or(serde_json::Value::Null)
+}
+
+fn doc(a: &KnobAnswered) -> Doc<'_> {
     let j = &a.job.aligned;
     let w = &a.answer;
-    let doc = Doc {
+    Doc {
         version: SCHEMA_VERSION,
         knob: &a.knob,
         runs: j
@@ -301,8 +312,5 @@ pub fn render(a: &KnobAnswered) -> String {
             pairs: s.pairs,
         }),
         notes: &a.notes,
-    };
-    let mut out = print::pretty(&doc);
-    out.push('\n');
-    out
+    }
 }

@@ -22,7 +22,7 @@ fn where_(values: &[u64], b: Beyond) -> String {
     }
 }
 
-fn refusal(a: &KnobAnswered, value: u64, f: &Failure) -> String {
+pub(crate) fn refusal(a: &KnobAnswered, value: u64, f: &Failure) -> String {
     let (pid, device, site, place) = a.job.place(value, f);
     format!(
         "{} refused {place} (pid {pid} GPU {device}, {} in use): {site}",
@@ -38,7 +38,7 @@ fn largest_line(a: &KnobAnswered, l: &Largest) -> String {
         (None, _) => format!("nothing fits, not even {k} 1"),
         (Some(v), true) => format!(
             "{k} {v} or more: it fits up to where the search stops ({}× the largest run)",
-            crate::whatif::batch::answer::SEARCH_FACTOR
+            a.job.search_factor
         ),
         (Some(v), false) => format!("{k} {v} ({})", where_(values, Beyond::of(values, v))),
     };

@@ -5,6 +5,7 @@
 
 pub mod demo;
 pub mod export;
+pub mod fit;
 pub mod fleet;
 pub mod oom;
 pub mod oom_batch;

@@ -81,6 +81,12 @@ pub struct RunArgs {
         value_parser = parse_history
     )]
     pub torch_history: Option<TorchHistory>,
+    /// End each Python process cleanly at the boundary of its N-th step (optimizer steps, else DataLoader
+    /// batches, as the bridge counts them), its history and figures kept as at exit: a few steps of a long job,
+    /// with no change to it. The program's own exit handlers are skipped (a `finally:` that saves a checkpoint
+    /// does not run). Processes that never step are not stopped.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub stop_after_steps: Option<u64>,
     /// Each process's event ring (shared memory the collector drains; a size, default 16MiB, about 262,000
     /// events; pages are used only as it fills). A ring that fills drops events and counts them, unless --lossless.
     #[arg(long, value_name = "SIZE")]
@@ -295,6 +301,9 @@ impl Prepared {
         });
         if agent == OnOff::Off && matches!(args.torch_history, Some(TorchHistory::Entries(_))) {
             bail!("--torch-history needs the Python bridge, which --python-agent off turns off");
+        }
+        if agent == OnOff::Off && args.stop_after_steps.is_some() {
+            bail!("--stop-after-steps needs the Python bridge (it counts the steps), which --python-agent off turns off");
         }
         // A private temporary beside `out`, renamed onto it once the run can start (never through a link, never
         // onto another user's file: `out_file`). Until then a failure leaves whatever was at `out` untouched.
@@ -536,6 +545,11 @@ impl Prepared {
                     }
                     None => {}
                 }
+                match args.stop_after_steps {
+                    Some(n) => cmd.env("VRAMTRACE_STOP_STEPS", n.to_string()),
+                    // Never inherited: a stop is asked of this run only.
+                    None => cmd.env_remove("VRAMTRACE_STOP_STEPS"),
+                };
             }
             None => {
                 cmd.env("VRAMTRACE_PYTHON_AGENT", "off");

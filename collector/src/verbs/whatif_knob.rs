@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use super::whatif_args::{configs, limit_for, WhatifArgs};
 use crate::exit::{self, Code};
 use crate::reporters::{whatif_knob_json, whatif_knob_text};
+use crate::whatif::batch::align::KnobError;
 pub use crate::whatif::batch::answered::KnobAnswered;
 use crate::whatif::batch::{align, answer, KnobJob, KnobRun};
 use crate::whatif::from_trace::{load, Loaded};
@@ -40,12 +41,42 @@ fn read(file: &Path) -> Result<Loaded, String> {
     Ok(load(&a, file))
 }
 
-pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, String> {
+/// Why the what-if on the knob gave no answer: its arguments or inputs, or runs it cannot extrapolate from
+/// (`fit` tries other values on those).
+#[derive(Debug)]
+pub enum KnobFailure {
+    Args(String),
+    Runs { knob: String, why: Box<KnobError> },
+}
+
+impl From<String> for KnobFailure {
+    fn from(s: String) -> Self {
+        KnobFailure::Args(s)
+    }
+}
+
+impl std::fmt::Display for KnobFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KnobFailure::Args(s) => f.write_str(s),
+            KnobFailure::Runs { knob, why } => write!(f, "--knob {knob}: {why}"),
+        }
+    }
+}
+
+pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, KnobFailure> {
+    answered_searching(args, knob, crate::whatif::batch::answer::SEARCH_FACTOR)
+}
+
+/// [`answered`], the largest value searched up to `search_factor` times the largest run.
+pub fn answered_searching(
+    args: &WhatifArgs,
+    knob: &str,
+    search_factor: u64,
+) -> Result<KnobAnswered, KnobFailure> {
     let configs = configs(&args.alloc_conf)?;
     if let Some(v) = args.at.iter().find(|&&v| v > MAX_VALUE) {
-        return Err(format!(
-            "--at {v}: past the largest value taken ({MAX_VALUE})"
-        ));
+        return Err(format!("--at {v}: past the largest value taken ({MAX_VALUE})").into());
     }
     let files: Vec<(PathBuf, u64)> = args
         .files
@@ -92,7 +123,10 @@ pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, String> {
         });
         loaded.push((*value, l));
     }
-    let aligned = align(runs).map_err(|e| format!("--knob {knob}: {e}"))?;
+    let aligned = align(runs).map_err(|why| KnobFailure::Runs {
+        knob: knob.to_string(),
+        why: Box::new(why),
+    })?;
     loaded.sort_by_key(|(v, _)| *v);
     let slots = aligned.slots.len();
     let outside = (0..slots)
@@ -105,7 +139,9 @@ pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, String> {
         })
         .collect();
     // The largest run's trace says what the device holds and what the limit is.
-    let (_, top) = loaded.last().ok_or("no runs")?;
+    let (_, top) = loaded
+        .last()
+        .ok_or_else(|| KnobFailure::Args("no runs".to_string()))?;
     // Every run has its processes on the same GPUs (`align` checks): one device per process, for the limit and
     // for `--device-memory`'s allowance per process (the top run's histories were taken into the runs above).
     let processes: Vec<u32> = aligned.runs[0].histories.iter().map(|h| h.device).collect();
@@ -115,6 +151,7 @@ pub fn answered(args: &WhatifArgs, knob: &str) -> Result<KnobAnswered, String> {
         outside,
         device_total: top.device_total.clone(),
         others: top.others.clone(),
+        search_factor,
     };
     let answer = answer(&job, &configs, &args.at, limit);
     if let Some(n) = guessed(&answer.shapes, knob) {

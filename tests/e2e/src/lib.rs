@@ -809,3 +809,29 @@ pub fn can_drop_privileges() -> bool {
     }
     panic!("{why}; VRAMTRACE_ALLOW_NO_ROOT=1 skips this test");
 }
+
+/// The stand-in torch of bridge/tests/faketorch under `<fake's dir>/site-packages/torch`, where PyTorch lives in
+/// a real installation (so its frames are library frames, as PyTorch's are). Returns the directory to put on
+/// PYTHONPATH.
+pub fn fake_torch(fake: &FakeCuda) -> PathBuf {
+    let site = fake.dir().join("site-packages");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bridge/tests/faketorch/torch");
+    copy_py(&src, &site.join("torch"));
+    site
+}
+
+/// The `.py` files under `src`, subpackages included, into `dst`.
+fn copy_py(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name();
+        if e.file_type().unwrap().is_dir() {
+            if name != "__pycache__" {
+                copy_py(&e.path(), &dst.join(&name));
+            }
+        } else if name.to_string_lossy().ends_with(".py") {
+            std::fs::copy(e.path(), dst.join(&name)).unwrap();
+        }
+    }
+}

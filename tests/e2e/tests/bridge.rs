@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use vramtrace_e2e::traced::{read_trace, vramtrace};
-use vramtrace_e2e::{FakeCuda, MIB};
+use vramtrace_e2e::{fake_torch, FakeCuda, MIB};
 use vramtrace_format::{Api, Framework};
 
 const GIB: u64 = 1 << 30;
@@ -18,32 +18,6 @@ fn repo() -> PathBuf {
 
 fn script(name: &str) -> PathBuf {
     repo().join("tests/e2e/py").join(name)
-}
-
-/// The fake torch under `<dir>/site-packages/torch`, where PyTorch lives in a real installation (so its frames
-/// are library frames, as PyTorch's are). Returns the directory to put on PYTHONPATH.
-fn fake_torch(fake: &FakeCuda) -> PathBuf {
-    let site = fake.dir().join("site-packages");
-    let dst = site.join("torch");
-    std::fs::create_dir_all(&dst).unwrap();
-    copy_py(&repo().join("bridge/tests/faketorch/torch"), &dst);
-    site
-}
-
-/// The `.py` files under `src`, subpackages included, into `dst`.
-fn copy_py(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let name = e.file_name();
-        if e.file_type().unwrap().is_dir() {
-            if name != "__pycache__" {
-                copy_py(&e.path(), &dst.join(&name));
-            }
-        } else if name.to_string_lossy().ends_with(".py") {
-            std::fs::copy(e.path(), dst.join(&name)).unwrap();
-        }
-    }
 }
 
 fn json(verb: &str, trace: &Path) -> serde_json::Value {

@@ -8,7 +8,7 @@ _lock = threading.Lock()
 _backend = "cudaMallocAsync" if "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") else "native"
 _alloc = {}
 # The allocation history: on or off, and every _record_memory_history call as (enabled, keywords).
-_history = {"on": False, "calls": []}
+_history = {"on": False, "calls": [], "trace": [], "max": 0}
 _fraction = {}
 
 MB = 1 << 20
@@ -107,6 +107,7 @@ class _Allocator(object):
                     b.append(_frames())
                     self.allocated += n
                     self.allocated_peak = max(self.allocated_peak, self.allocated)
+                    _trace("alloc", s[0] + b[0], n, b[3])
                     return (s[0] + b[0], n)
         size = max(n, 2 * MB)
         p = self.d.malloc(size)
@@ -116,16 +117,19 @@ class _Allocator(object):
                 self.d.free(s[0])
                 self.reserved -= s[1]
                 self.segments.remove(s)
+                _trace("segment_free", s[0], s[1])
             p = self.d.malloc(size)
         if p is None:
             self.ooms += 1
             free, total = self.d.free_mem()
+            _trace("oom", free, size, _frames())
             from . import _C
             for obs in list(_C._observers):
                 obs(self.device, size, total, free)
             import torch
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % size)
         self.segments.append([p, size, [[0, size, False]]])
+        _trace("segment_alloc", p, size)
         self.reserved += size
         self.reserved_peak = max(self.reserved_peak, self.reserved)
         return self.malloc(n)
@@ -141,6 +145,16 @@ class _Allocator(object):
                     b[2] = False
                     del b[3:]
                     self.allocated -= n
+                    _trace("free_requested", addr, n)
+                    _trace("free_completed", addr, n)
+                    # Neighbouring free blocks merge, as PyTorch's do: a segment's free space is one block.
+                    merged = []
+                    for x in s[2]:
+                        if merged and not merged[-1][2] and not x[2]:
+                            merged[-1][1] += x[1]
+                        else:
+                            merged.append(x)
+                    s[2][:] = merged
                     return
 
     def snapshot(self):
@@ -158,6 +172,18 @@ class _Allocator(object):
             }
             for s in self.segments
         ]
+
+
+def _trace(action, addr, size, frames=None):
+    """An entry of the history's ring, as PyTorch's `device_traces` hold them (while it is on)."""
+    if not _history["on"]:
+        return
+    import time
+    t = _history["trace"]
+    t.append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": time.time_ns() // 1000,
+              "frames": frames if frames is not None else []})
+    if _history["max"] and len(t) > _history["max"]:
+        del t[0]
 
 
 def _frames():
@@ -231,6 +257,7 @@ def _reset():
         _fraction.clear()
         _history["on"] = False
         del _history["calls"][:]
+        del _history["trace"][:]
         del _C._observers[:]
 
 
@@ -274,7 +301,7 @@ class memory(object):
         segs = []
         for a in _alloc.values():
             segs += a.snapshot()
-        return {"segments": segs, "device_traces": [[]]}
+        return {"segments": segs, "device_traces": [list(_history["trace"])]}
 
     @staticmethod
     def _record_memory_history(enabled="all", **kw):
@@ -283,6 +310,8 @@ class memory(object):
             raise RuntimeError("cudaMallocAsync does not yet support recordHistory")
         _history["calls"].append((enabled, kw))
         _history["on"] = enabled is not None
+        if enabled is not None:
+            _history["max"] = int(kw.get("max_entries", 0) or 0)
 
 
 def memory_stats(device=0):

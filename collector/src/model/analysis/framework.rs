@@ -298,6 +298,9 @@ pub struct BridgeSummary {
     pub notes: Vec<(u32, u64, String)>,
     /// Snapshots kept at exit: (pid, path).
     pub exit_snapshots: Vec<(u32, String)>,
+    /// Processes that ended themselves at a step's boundary, as `run --stop-after-steps` asked: (pid, steps
+    /// done), at most one per process.
+    pub stopped: Vec<(u32, u64)>,
     /// When the bridge armed and disarmed PyTorch's allocation history by itself (or at the start, when
     /// asked), at most [`MAX_HISTORY_CHANGES`]: what the tensors' lines can cover.
     pub history: Vec<HistoryChange>,

@@ -90,6 +90,9 @@ pub struct DeviceStats {
     /// The latest `cuMemGetInfo` answer on this device: (total, free).
     pub driver_total_bytes: Option<u64>,
     pub driver_free_bytes: Option<u64>,
+    /// At the driver's last report, its free bytes plus what the job held on the device then: what the job could
+    /// have held there, with the CUDA contexts and other processes as they were (`fit`'s limit by default).
+    pub room_bytes: Option<u64>,
     /// The device's memory as best known: the latest `cuMemGetInfo`, else an out-of-memory record's, else the
     /// trace header's `device_total.N` (probed when a cap was given).
     pub total_bytes: Option<u64>,

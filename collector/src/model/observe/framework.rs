@@ -303,6 +303,12 @@ impl FwReplay {
                     self.summary.notes.push((b.pid, t, text));
                 }
             }
+            what::STOPPED => {
+                let steps = b.num(bridge::stopped::STEPS).unwrap_or(0);
+                if !self.summary.stopped.iter().any(|(p, _)| *p == b.pid) {
+                    self.summary.stopped.push((b.pid, steps));
+                }
+            }
             what::SNAPSHOT => {
                 if let Some(p) = b.field(bridge::snapshot::PATH) {
                     if b.field(bridge::snapshot::AT) == Some(what::EXIT) {

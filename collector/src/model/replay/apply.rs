@@ -12,6 +12,7 @@ impl Replay<'_> {
         self.devs.push(Dev {
             device,
             info: None,
+            room: None,
             oom_total: None,
             oom_cap: None,
         });
@@ -44,6 +45,8 @@ impl Replay<'_> {
                 Effect::Info if e.result == 0 => {
                     let d = self.dev_index(e.device);
                     self.devs[d].info = Some((e.addr, e.size));
+                    let held = self.mem.peaks.get(d).cur;
+                    self.devs[d].room = Some(e.size.saturating_add(held).min(e.addr));
                     if let (Some(tap), Some(g)) = (self.tap.as_mut(), ordinal(e.device)) {
                         if e.addr > 0 {
                             tap.device_total(g, e.addr);

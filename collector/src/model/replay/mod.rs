@@ -155,6 +155,8 @@ struct Dev {
     device: u32,
     /// (total, free) bytes the driver last reported (`cuMemGetInfo`).
     info: Option<(u64, u64)>,
+    /// At that report, its free bytes plus what the job held on the device then: the room the job had there.
+    room: Option<u64>,
     /// The largest device total an out-of-memory record gave, and the cap one gave.
     oom_total: Option<u64>,
     oom_cap: Option<u64>,

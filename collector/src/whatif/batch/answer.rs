@@ -21,6 +21,9 @@ pub struct KnobJob {
     pub outside: Vec<u64>,
     pub device_total: BTreeMap<u32, u64>,
     pub others: BTreeMap<u32, u64>,
+    /// How far past the largest run the search for the largest value goes: [`SEARCH_FACTOR`] times it, or more
+    /// where the caller will run the program nearer the answer anyway (`fit`).
+    pub search_factor: u64,
 }
 
 /// Where a value lies against the runs'.
@@ -312,7 +315,9 @@ impl KnobJob {
         };
         let values = &self.aligned.values;
         let top = values[values.len() - 1];
-        let end = top.saturating_mul(SEARCH_FACTOR).max(top.saturating_add(1));
+        let end = top
+            .saturating_mul(self.search_factor.max(2))
+            .max(top.saturating_add(1));
         // lo fits (0: nothing known to), hi is refused (None: nothing known to be).
         let (mut lo, mut hi) = (0u64, None);
         match hint.filter(|&h| (1..end).contains(&h)) {

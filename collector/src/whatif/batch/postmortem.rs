@@ -89,6 +89,7 @@ fn fit(f: Failed<'_>) -> Result<BatchFit, String> {
         .saturating_sub(1);
     let job = KnobJob {
         aligned,
+        search_factor: crate::whatif::batch::answer::SEARCH_FACTOR,
         outside: vec![0],
         device_total: BTreeMap::from([(device, f.device_total)]),
         others: BTreeMap::new(),

@@ -106,6 +106,7 @@ fn run(x: u64, h: History) -> KnobRun {
 fn job(runs: Vec<KnobRun>) -> KnobJob {
     KnobJob {
         aligned: align(runs).expect("the runs match"),
+        search_factor: crate::whatif::batch::answer::SEARCH_FACTOR,
         outside: vec![0],
         device_total: BTreeMap::from([(0, 80 << 30)]),
         others: BTreeMap::new(),

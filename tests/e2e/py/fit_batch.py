@@ -1,0 +1,47 @@
+"""A training loop on the stand-in torch whose memory follows its batch, for `vramtrace fit`: 64 MiB of
+weights, and each step activations of 2 MiB per sample and an output of 1 MiB per sample, freed at the step's
+end. It runs until something stops it (the program has no steps flag of its own).
+
+argv: --batch N [--mode plain|paths|nostep|loader]
+- paths: past a batch of 12 the step also asks a 16 MiB workspace from a line of its own (a library choosing
+  another kernel by size);
+- nostep: the same work with no optimizer and no DataLoader, for ever;
+- loader: no optimizer, the steps are a DataLoader's batches (an evaluation loop)."""
+
+import sys
+import time
+
+import torch
+
+args = sys.argv[1:]
+batch = int(args[args.index("--batch") + 1])
+mode = args[args.index("--mode") + 1] if "--mode" in args else "plain"
+MIB = 1 << 20
+
+torch.cuda.init()
+weights = torch.empty_cuda(64 * MIB)
+model = torch.nn.Module()
+model.weight = torch.nn.Parameter(4)
+opt = torch.optim.SGD([model.weight])
+
+
+def step():
+    act = torch.empty_cuda(batch * 2 * MIB)
+    out = torch.empty_cuda(batch * MIB)
+    if mode == "paths" and batch > 12:
+        ws = torch.empty_cuda(16 * MIB)
+        del ws
+    time.sleep(0.005)
+    del act, out
+
+
+if mode == "loader":
+    from torch.utils.data import DataLoader
+
+    for _ in DataLoader(range(10 ** 9)):
+        step()
+else:
+    while True:
+        step()
+        if mode != "nostep":
+            opt.step()
