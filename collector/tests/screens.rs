@@ -161,12 +161,14 @@ fn a_step_too_large_for_its_cap_is_advised_on_the_job_before_the_cap() {
     let t = manifest_dir().join("tests/fixtures/gpu/holds/batch_too_large.vtrace");
     let s = text(&vramtrace("oom", &t, false).stdout);
     let advice = s.split("  ADVICE\n").nth(1).expect("advice");
+    // First, the one command that finds the largest batch, for this cap (issue 48).
+    let fit = advice.find("vramtrace fit --cap 10GiB -- ").expect(&s);
     let batch = advice
         .find("Smaller batch, or micro-batching with gradient accumulation")
         .expect(&s);
     let ckpt = advice.find("Activation checkpointing").expect(&s);
     let amp = advice.find("Mixed precision").expect(&s);
-    assert!(batch < ckpt && ckpt < amp, "{advice}");
+    assert!(fit < batch && batch < ckpt && ckpt < amp, "{advice}");
     // The cap the platform can change is on the one screen too, after the job's own levers.
     let cap = advice.find("A cap of at least").expect(&s);
     assert!(amp < cap, "{advice}");

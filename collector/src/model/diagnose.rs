@@ -7,6 +7,7 @@
 //! say the same thing in the same words.
 
 mod advice;
+pub mod batch_arg;
 mod evidence;
 mod findings;
 mod growth_line;

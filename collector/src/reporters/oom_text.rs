@@ -427,7 +427,12 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
                 !(told && matches!(f, crate::model::diagnose::Finding::AllocRetries { .. }))
             }),
             &d.advice,
-            SHORT_ADVICE,
+            // One error: its advice takes what the one screen has left; several: each its share.
+            if a.oom_records == 1 {
+                AdviceRoom::Screen(ONE_SCREEN)
+            } else {
+                AdviceRoom::Lines(SHORT_ADVICE)
+            },
         );
         return;
     }
@@ -587,18 +592,37 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
     kept_tensors(o, s);
     window(o, s, d);
 
-    findings_and_advice(o, d.findings.iter(), &d.advice, usize::MAX);
+    findings_and_advice(
+        o,
+        d.findings.iter(),
+        &d.advice,
+        AdviceRoom::Lines(usize::MAX),
+    );
 }
 
 /// Lines of advice on the one screen, in the order the evidence supports; the rest with `--full`.
 const SHORT_ADVICE: usize = 7;
+/// ... and at most this many, whatever room is left.
+const MOST_ADVICE: usize = 9;
+/// The one screen's lines at 100 columns.
+const ONE_SCREEN: usize = 40;
+/// Lines after the advice on the one screen: "(N more with --full)", the blank line, how the job ended (up to
+/// 2) and the command for more.
+const ADVICE_TAIL: usize = 5;
+
+/// How many lines of advice: so many, or what is left of a screen of so many lines (`o` holding it so far).
+#[derive(Clone, Copy)]
+enum AdviceRoom {
+    Lines(usize),
+    Screen(usize),
+}
 
 /// The FINDINGS (when any) and ADVICE sections of one error.
 fn findings_and_advice<'d>(
     o: &mut String,
     findings: impl Iterator<Item = &'d crate::model::diagnose::Finding>,
     advice: &[Advice],
-    limit: usize,
+    room: AdviceRoom,
 ) {
     let mut findings = findings.peekable();
     if findings.peek().is_some() {
@@ -609,6 +633,13 @@ fn findings_and_advice<'d>(
         o.push('\n');
     }
     writeln!(o, "  ADVICE").ok();
+    // `o` holds the screen so far: the advice takes what is left of it, at least SHORT_ADVICE lines.
+    let limit = match room {
+        AdviceRoom::Lines(n) => n,
+        AdviceRoom::Screen(n) => n
+            .saturating_sub(o.lines().count() + ADVICE_TAIL)
+            .clamp(SHORT_ADVICE, MOST_ADVICE),
+    };
     // Whole suggestions in their order, the first always, while they fit in `limit` lines; a larger cap, where
     // one is advised, always shows, so the one screen never hides what the platform can change.
     let texts: Vec<String> = advice

@@ -1,6 +1,5 @@
 """A training loop on the stand-in torch whose memory follows its batch, for `vramtrace fit`: 64 MiB of
-weights, and each step activations of 2 MiB per sample and an output of 1 MiB per sample, freed at the step's
-end. It runs until something stops it (the program has no steps flag of its own).
+weights, and each step two layers' activations and an output of 1 MiB per sample each, freed at the step's end. It runs until something stops it (the program has no steps flag of its own).
 
 argv: --batch N [--mode plain|paths|nostep|loader]
 - paths: past a batch of 12 the step also asks a 16 MiB workspace from a line of its own (a library choosing
@@ -25,14 +24,19 @@ model.weight = torch.nn.Parameter(4)
 opt = torch.optim.SGD([model.weight])
 
 
+def layer(x):
+    """A layer's output, whose graph saves its input, as a training step's forward does."""
+    return torch.empty_cuda(batch * MIB, grad_fn=torch._tensor.MulBackward0(self=x))
+
+
 def step():
-    act = torch.empty_cuda(batch * 2 * MIB)
-    out = torch.empty_cuda(batch * MIB)
+    # The input and two layers' outputs, 1 MiB a sample each.
+    out = layer(layer(torch.empty_cuda(batch * MIB)))
     if mode == "paths" and batch > 12:
         ws = torch.empty_cuda(16 * MIB)
         del ws
     time.sleep(0.005)
-    del act, out
+    del out
 
 
 if mode == "loader":

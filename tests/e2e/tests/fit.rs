@@ -126,21 +126,33 @@ fn the_largest_batch_under_a_cap_is_found_and_verified() {
         .ends_with(".log")));
 }
 
-/// The text says the answer first, with the request refused one past it, and the runs it came from.
+/// The text says the answer first, with the request refused one past it, and the runs it came from; `--verify`
+/// confirms both on the driver. (512 MiB: 64 of weights, a 2 MiB segment for the parameter, 3 MiB a sample.)
 #[test]
 fn the_text_answer_leads_and_fits_one_screen() {
     let fake = fake();
-    let (o, _) = fit(&fake, &["--cap", "512MiB", "--steps", "3"], &[]);
+    let (o, _) = fit(&fake, &["--cap", "512MiB", "--steps", "3", "--verify"], &[]);
     assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
     let lines: Vec<&str> = o.stdout.lines().collect();
-    // (512 - 64) / 3 = 149.3: 149 fits.
     let answer = lines
         .iter()
-        .position(|l| l.starts_with("BATCH 149 fits"))
+        .position(|l| l.starts_with("BATCH 148 fits"))
         .unwrap_or_else(|| panic!("{}", o.stdout));
     assert!(answer <= 5, "{}", o.stdout);
     assert!(
-        o.stdout.contains("at 150: 150.00 MiB refused"),
+        o.stdout.contains("at 149: 149.00 MiB refused"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains("Verified: batch 148 fitted, as predicted."),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains("Verified: batch 149 ran out of memory, as predicted."),
         "{}",
         o.stdout
     );
@@ -240,4 +252,75 @@ fn programs_fit_cannot_size_are_refused_in_one_line() {
     assert_eq!(r.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("no argument of the command holds {}"), "{err}");
+}
+
+/// The loop closed: a batch too large for its cap fails; its post-mortem advises the `vramtrace fit` command for
+/// this job (its own command with `{}` for its batch, the cap, the batch to keep), and that command, run as
+/// written, names the batch that fits and the accumulation that keeps 400.
+#[test]
+fn the_post_mortem_names_the_fit_command_that_answers_it() {
+    let fake = fake();
+    let prog = repo().join("tests/e2e/py/fit_batch.py");
+    let prog_s = prog.display().to_string();
+    let (r, trace) = fake.traced(
+        "b400",
+        &["--cap", "1GiB"],
+        "python3",
+        &[prog_s.as_str(), "--batch", "400"],
+    );
+    assert_ne!(r.status.code(), Some(0), "{}", r.stderr);
+    let out = fake
+        .command(vramtrace())
+        .args(["oom", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let advice: Vec<&str> = j["ooms"][0]["advice"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let want = format!("vramtrace fit --cap 1GiB --target 400 -- python3 {prog_s} --batch {{}}");
+    let first = advice[0];
+    assert!(first.ends_with(&want), "{advice:#?}");
+    // The text screen says it too, before the smaller batch and the larger cap.
+    let text = fake
+        .command(vramtrace())
+        .arg("oom")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let (fit, cap) = (
+        text.find("vramtrace fit --cap").unwrap(),
+        text.find("A cap of at least").unwrap(),
+    );
+    assert!(fit < cap, "{text}");
+    // Run it as advised (its words after `vramtrace`; --dir and --json added).
+    let words: Vec<&str> = want.split(' ').skip(2).collect();
+    let split = words.iter().position(|w| *w == "--").unwrap();
+    let dir = fake.dir().join("advised");
+    let o = fake
+        .command(vramtrace())
+        .arg("fit")
+        .args(&words[..split])
+        .arg("--dir")
+        .arg(&dir)
+        .args(["--json", "--steps", "3"])
+        .args(&words[split..])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let f: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(f["largest"]["value"], 320, "{stdout}");
+    assert_eq!(f["accumulation"]["steps"], 2);
+    assert_eq!(f["accumulation"]["micro"], 200);
 }

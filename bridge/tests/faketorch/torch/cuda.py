@@ -79,7 +79,7 @@ class _Allocator(object):
         self.d = driver
         self.device = device
         self.uncached = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") == "1"
-        self.segments = []  # [addr, size, [[offset, size, live]]]
+        self.segments = []  # [addr, size, [[offset, size, live]], small pool]
         self.allocated = 0
         self.reserved = 0
         # PyTorch's peak counters: the most since the start or the last reset_peak_memory_stats().
@@ -97,7 +97,10 @@ class _Allocator(object):
             if p is None:
                 raise RuntimeError("CUDA error: out of memory")  # C10_CUDA_CHECK's, not PyTorch's own error
             return (p, n)
+        small = n <= MB  # PyTorch's small pool: its own 2 MiB segments, never shared with large blocks
         for s in self.segments:
+            if s[3] != small:
+                continue
             for i, b in enumerate(s[2]):
                 if not b[2] and b[1] >= n:
                     if b[1] > n:
@@ -109,7 +112,8 @@ class _Allocator(object):
                     self.allocated_peak = max(self.allocated_peak, self.allocated)
                     _trace("alloc", s[0] + b[0], n, b[3])
                     return (s[0] + b[0], n)
-        size = max(n, 2 * MB)
+        # PyTorch's segment sizes: 2 MiB for the small pool, 20 MiB under 10 MiB, else rounded up to 2 MiB.
+        size = 2 * MB if small else 20 * MB if n < 10 * MB else -(-n // (2 * MB)) * 2 * MB
         p = self.d.malloc(size)
         if p is None:
             self.retries += 1
@@ -128,7 +132,7 @@ class _Allocator(object):
                 obs(self.device, size, total, free)
             import torch
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % size)
-        self.segments.append([p, size, [[0, size, False]]])
+        self.segments.append([p, size, [[0, size, False]], small])
         _trace("segment_alloc", p, size)
         self.reserved += size
         self.reserved_peak = max(self.reserved_peak, self.reserved)

@@ -154,7 +154,7 @@ impl Holder {
                     (Some(n), _) => {
                         t.push_str(&format!(", spanning {} iterations", crate::units::count(n)))
                     }
-                    (None, Some(n)) => t.push_str(&format!(", {} nodes", crate::units::count(n))),
+                    (None, Some(n)) => t.push_str(&format!(", {}", crate::units::counted(n, "node", "nodes"))),
                     _ => {}
                 }
                 t

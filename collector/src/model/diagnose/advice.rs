@@ -143,6 +143,15 @@ pub enum Advice {
         device: Option<u32>,
     },
 
+    /// `vramtrace fit`'s command for this job: its recorded command with `{}` where its batch size was (`batch`:
+    /// the value it ran with; `None`: no argument named one), for this cap (`None`: the whole GPU).
+    FitCommand {
+        command: Vec<String>,
+        batch: Option<u64>,
+        cap: Option<u64>,
+        device: Option<u32>,
+    },
+
     // A run beside it at another batch (`vramtrace oom` found or was given one).
     /// The largest value of the knob that fits where this run failed, by the program replayed whole.
     LargestBatch(Box<crate::model::BatchAdvice>),
@@ -180,12 +189,32 @@ fn training_levers(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice> 
     if kv || graph == 0 && optimizer == 0 && !backward {
         return Vec::new();
     }
-    let mut v = vec![Advice::SmallerBatch];
+    let mut v = vec![fit_command(a, s, d), Advice::SmallerBatch];
     if graph > 0 && graph.saturating_mul(2) >= h.tensor_bytes {
         v.push(Advice::Checkpointing);
     }
     v.push(Advice::MixedPrecision);
     v
+}
+
+/// The `vramtrace fit` command that finds the largest batch of this job under its limit.
+fn fit_command(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Advice {
+    let command = &a.header.command;
+    let (command, batch) = match super::batch_arg::batch_template(command) {
+        Some((c, v)) => (c, Some(v)),
+        None => (command.clone(), None),
+    };
+    let cap = if d.cause == Cause::Cap {
+        d.cap_bytes
+    } else {
+        None
+    };
+    Advice::FitCommand {
+        command,
+        batch,
+        cap,
+        device: s.device.filter(|_| a.devices.len() > 1),
+    }
 }
 
 pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice> {
@@ -317,12 +346,16 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
                 .filter(|&x| x > 0)
                 .or(d.shortfall_bytes)
                 .unwrap_or(s.requested_bytes);
+            v.push(Advice::Shed {
+                bytes: shed,
+                device,
+                needed: d.needed_bytes,
+            });
+            // A PyTorch job: the batch that fits the whole GPU, in one command.
+            if s.framework.is_some() {
+                v.push(fit_command(a, s, d));
+            }
             v.extend([
-                Advice::Shed {
-                    bytes: shed,
-                    device,
-                    needed: d.needed_bytes,
-                },
                 Advice::SmallerBatch,
                 Advice::Checkpointing,
                 Advice::MixedPrecision,
@@ -399,8 +432,8 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
     let batch = s.framework.as_ref().and_then(|f| f.batch.as_ref());
     if let Some(b) = batch.filter(|_| d.cause != Cause::Growth) {
         v.insert(0, Advice::LargestBatch(Box::new(b.clone())));
-        // The largest batch and its accumulation answer what a smaller batch would ask.
-        v.retain(|x| *x != Advice::SmallerBatch);
+        // The largest batch and its accumulation answer what a smaller batch, or a fit, would ask.
+        v.retain(|x| *x != Advice::SmallerBatch && !matches!(x, Advice::FitCommand { .. }));
     }
     // A KV cache behind a cause other than its own growth (a serving loop's batch or sequence outgrew the
     // memory): bounding them is the lasting fix, said second, after the cause's own first step.

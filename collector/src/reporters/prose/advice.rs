@@ -184,6 +184,30 @@ pub fn advice_text(a: &Advice) -> String {
             pct(*bytes, *needed),
             b(*needed)
         ),
+        Advice::FitCommand {
+            command,
+            batch,
+            cap,
+            device,
+        } => {
+            let cap = cap
+                .map(|c| match device {
+                    Some(d) => format!(" --cap {d}={}", super::cap_spec(c)),
+                    None => format!(" --cap {}", super::cap_spec(c)),
+                })
+                .unwrap_or_default();
+            let args: Vec<std::ffi::OsString> = command.iter().map(Into::into).collect();
+            let cmd = crate::fit::command::shell_words(&args);
+            match batch {
+                Some(v) => format!(
+                    "Find the largest batch that fits, from short runs: vramtrace fit{cap} --target {v} -- {cmd}"
+                ),
+                None => format!(
+                    "Find the largest batch that fits, from short runs: vramtrace fit{cap} -- {cmd} (with {{}} \
+                     where the batch size goes)"
+                ),
+            }
+        }
         Advice::SmallerBatch => "Smaller batch, or micro-batching with gradient accumulation: the same \
                                  effective batch with activations for one micro-batch at a time."
             .to_string(),
