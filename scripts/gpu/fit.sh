@@ -11,6 +11,9 @@
 #   Usage: bash scripts/gpu/fit.sh DIR     (DIR: the carried build: vramtrace, libvramtrace.so)
 #   CASES="train:16GiB conv:device" picks workloads and limits (default: the five below, capped);
 #   BUDGET=S: no new case starts after S seconds (default 540), and a fit is cut off at S+40.
+#   PROBE="conv:6GiB:298 ..." (CASE:CAP:ANSWER; CASES="" to run only these): where --verify found answer+1 fitting,
+#   how far the answer was low: runs under the cap at 2%, 5%, 10% and 20% past it (5 steps each, as fit's runs),
+#   each said to fit or to run out of memory ($OUT/fit/probe.md).
 set -u
 DIR=$(cd "$1" && pwd)
 OUT=${OUT:-/tmp/vramtrace-fit-out}
@@ -22,7 +25,7 @@ VT="$DIR/vramtrace"
 export VRAMTRACE_SHIM="$DIR/libvramtrace.so"
 unset PYTORCH_CUDA_ALLOC_CONF
 export PYTHONUNBUFFERED=1
-CASES=${CASES:-train:16GiB conv:6GiB convamp:4GiB padded:40GiB ckpt:6GiB}
+CASES=${CASES-train:16GiB conv:6GiB convamp:4GiB padded:40GiB ckpt:6GiB}
 BUDGET=${BUDGET:-540}
 WORK=$(mktemp -d /tmp/vramtrace-fit.XXXXXX)
 LOG=$W/log.txt
@@ -115,6 +118,36 @@ PY
     rm -rf "$WORK/$c.$limit"
 done
 
+# Past the answer, where --verify found one past it fitting.
+for spec in ${PROBE:-}; do
+    IFS=: read -r c cap ans <<<"$spec"
+    for pct in 2 5 10 20; do
+        ((SECONDS > BUDGET + 40)) && break
+        v=$(( (ans * (100 + pct) + 99) / 100 ))
+        t0=$(now)
+        timeout 200 "$VT" run -q --force --cap "$cap" --torch-history off --stop-after-steps 5 \
+            -o "$WORK/probe.vtrace" -- python3 "$CASE" "$c" --batch "$v" --steps 100000 >"$W/$c.probe$v.out" 2>>"$LOG"
+        rc=$?
+        # PyTorch's own out-of-memory error (the program prints it); any other failure is said with its last
+        # error line (a cap refusing cuBLAS's handle: CUBLAS_STATUS_ALLOC_FAILED, also out of memory).
+        if grep -q '"oom": {' "$W/$c.probe$v.out"; then
+            how="out of memory: $(grep -o '"oom": {[^}]*}' "$W/$c.probe$v.out")"
+        elif [ "$rc" != 0 ]; then
+            how="failed: $(grep -a 'Error' "$LOG" | tail -1 | cut -c1-120)"
+        else how="fits (5 steps)"; fi
+        printf '| %s | %s | %s | +%s%% (%s) | %s | exit %s, %s s |\n' "$c" "$cap" "$ans" "$pct" "$v" "$how" "$rc" \
+            "$(since "$t0")" | tee -a "$W/probe.md"
+        rm -f "$WORK/probe.vtrace"*
+        [[ $how == fits* ]] || break
+    done
+done
+
+if [ -z "$CASES" ]; then
+    rm -rf "$WORK"
+    tar czf "$OUT/fit.tgz" -C "$W" . 2>>"$LOG"
+    find "$W" -type f ! -name probe.md ! -name log.txt -delete
+    exit 0
+fi
 python3 - "$W" "$CASES" <<'PY' | tee "$W/table.md"
 import json, os, sys
 w = sys.argv[1]
@@ -150,5 +183,6 @@ PY
 rm -rf "$WORK"
 tar czf "$OUT/fit.tgz" -C "$W" --exclude=results.json --exclude=table.md . 2>>"$LOG"
 # At most 8 files come back: the table, the figures and the tarball.
-find "$W" -type f ! -name table.md ! -name results.json ! -name log.txt -delete
+find "$W" -type f ! -name table.md ! -name results.json ! -name log.txt ! -name probe.md -delete
+[ -f "$W/probe.md" ] && cat "$W/probe.md"
 ls -la "$OUT" "$W"
