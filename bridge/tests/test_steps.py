@@ -152,6 +152,37 @@ class Counters(WithTorch):
         third.step()  # the counted one is gone: the next one seen counts
         self.assertEqual(_torch._steps.optimizer, 4)
 
+    def test_outermost_no_grad_and_inference_scopes_count_when_nothing_else_does(self):
+        self.attach()
+        self.assertTrue(_torch._step_hooks["scopes"])
+
+        @torch.no_grad()
+        def serve(n):
+            with torch.no_grad():  # a scope inside another is the same iteration
+                with torch.inference_mode():
+                    return n + 1
+
+        for i in range(4):
+            self.assertEqual(serve(i), i + 1)  # transparent: the function's result, grad mode restored
+            self.assertTrue(torch.is_grad_enabled())
+        with torch.inference_mode():
+            with torch.no_grad():
+                pass
+        self.assertEqual(_torch._steps.scopes, 5)
+        self.assertEqual(_torch._steps.index(), 5)
+        # Once an optimizer steps, its steps are the ones read (scopes still counted, not read at boundaries).
+        opt = torch.optim.SGD([])
+        opt.step()
+        with torch.no_grad():
+            pass
+        self.assertEqual((_torch._steps.scopes, _torch._steps.index()), (6, 1))
+        # A fresh attach (a forked child's) wraps nothing twice.
+        self.attach()
+        _torch._hook_steps()
+        with torch.no_grad():
+            pass
+        self.assertEqual(_torch._steps.scopes, 7)
+
     def test_the_dataloader_wrapper_counts_and_is_transparent(self):
         self.attach()
         sys.modules.pop("torch.utils.data.dataloader", None)
@@ -239,7 +270,7 @@ class Counters(WithTorch):
         _torch._send_steps()
         _torch._send_steps()
         t1 = _torch._steps.t_ns
-        self.assertEqual(self.steps(), [{"optimizer": "1", "batches": "0", "t_ns": str(t1)}])
+        self.assertEqual(self.steps(), [{"optimizer": "1", "batches": "0", "scopes": "0", "t_ns": str(t1)}])
         opt.step()
         _torch._send_steps()
         self.assertEqual([s["optimizer"] for s in self.steps()], ["1", "2"])

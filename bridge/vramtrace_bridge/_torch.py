@@ -216,23 +216,27 @@ class _Steps(object):
     def __init__(self):
         self.optimizer = 0
         self.batches = 0
+        # Outermost entries of torch.no_grad / torch.inference_mode (from a state with gradients on): the
+        # iterations of a loop with neither an optimizer nor a DataLoader (a serving loop, an evaluation, a
+        # generation), counted only while neither of those counts.
+        self.scopes = 0
         self.t_ns = 0  # monotonic_ns of the latest step of either kind
         self.first_optimizer = _First()
         self.first_loader = _First()
-        self.sent = (0, 0)
+        self.sent = (0, 0, 0)
         self.next_read_ns = 0  # no reading at a step's boundary before this (past the first BOUNDARY_FREE)
         self.reads = 0
         self.room_read = set()  # devices whose free memory was read at a step's boundary
 
     def index(self):
         """The step the program is in: optimizer steps once there are any (a step may take several batches),
-        else batches; None before either."""
-        return self.optimizer or self.batches or None
+        else batches, else scopes; None before any."""
+        return self.optimizer or self.batches or self.scopes or None
 
 
 _steps = _Steps()
 # Patched or registered once per process, forks included (the hook and the patch survive a fork).
-_step_hooks = {"optimizer": False, "dataloader": False}
+_step_hooks = {"optimizer": False, "dataloader": False, "scopes": False}
 
 
 def _on_optimizer_step(optimizer, args, kwargs):
@@ -261,6 +265,23 @@ def _count_batch(it):
                 # Drawing batch N+1 ends step N (a loop over batches has no other boundary).
                 if stop and s.batches > stop:
                     _stop("batches", s.batches - 1)
+    except Exception:
+        pass
+
+
+def _count_scope():
+    """An outermost no_grad / inference_mode scope was entered: an iteration of a loop that has no other count."""
+    try:
+        s = _steps
+        s.scopes += 1
+        if s.optimizer or s.batches:
+            return
+        s.t_ns = time.monotonic_ns()
+        _boundary(s)
+        stop = _state["stop_steps"]
+        # Entering scope N+1 ends iteration N, as drawing a batch does.
+        if stop and s.scopes > stop:
+            _stop("scopes", s.scopes - 1)
     except Exception:
         pass
 
@@ -320,11 +341,12 @@ def _read_boundary(s, now):
     arming = _state["arming"]
     if arming is not None:
         arming.boundary(dev, allocated)
-    counts = (s.optimizer, s.batches)
+    counts = (s.optimizer, s.batches, s.scopes)
     s.sent = counts
     fields = [
         ("optimizer", counts[0]),
         ("batches", counts[1]),
+        ("scopes", counts[2]),
         ("t_ns", now),
         ("device", dev),
         ("allocated", allocated),
@@ -366,19 +388,55 @@ def _hook_dataloader(mod):
     cls.__next__ = _wrap_next(real)
 
 
+def _wrap_scope_enter(real, torch):
+    """`__enter__` of no_grad / inference_mode, counting the entries made with gradients on and outside inference
+    mode (a scope inside another is the same iteration). One C call more per entry."""
+    grad_on = getattr(torch, "is_grad_enabled", None)
+    inference = getattr(torch, "is_inference_mode_enabled", None)
+
+    @functools.wraps(real)
+    def __enter__(self):
+        try:
+            outer = grad_on is not None and grad_on() and not (inference is not None and inference())
+        except Exception:
+            outer = False
+        out = real(self)
+        if outer:
+            _count_scope()
+        return out
+
+    __enter__._vramtrace = True
+    return __enter__
+
+
+def _hook_grad_mode(mod):
+    if _step_hooks["scopes"]:
+        return
+    torch = _state["torch"]
+    if torch is None:
+        return
+    _step_hooks["scopes"] = True
+    for name in ("no_grad", "inference_mode"):
+        cls = getattr(mod, name, None)
+        real = getattr(cls, "__enter__", None) if cls is not None else None
+        if real is not None and not getattr(real, "_vramtrace", False):
+            cls.__enter__ = _wrap_scope_enter(real, torch)
+
+
 def _hook_steps():
     _hook.when_imported("torch.optim.optimizer", _hook_optimizer)
     _hook.when_imported("torch.utils.data.dataloader", _hook_dataloader)
+    _hook.when_imported("torch.autograd.grad_mode", _hook_grad_mode)
 
 
 def _send_steps():
     """A `steps` record when the program stepped since the last one."""
     s = _steps
-    now = (s.optimizer, s.batches)
+    now = (s.optimizer, s.batches, s.scopes)
     if now == s.sent:
         return
     s.sent = now
-    _shim.record("steps", None, [("optimizer", now[0]), ("batches", now[1]), ("t_ns", s.t_ns)])
+    _shim.record("steps", None, [("optimizer", now[0]), ("batches", now[1]), ("scopes", now[2]), ("t_ns", s.t_ns)])
 
 
 def _after_fork():

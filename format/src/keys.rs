@@ -163,6 +163,7 @@ pub mod bridge {
         steps: STEPS = "steps" {
             OPTIMIZER = "optimizer",
             BATCHES = "batches",
+            SCOPES = "scopes",
             T_NS = "t_ns",
             DEVICE = "device",
             ALLOCATED = "allocated",

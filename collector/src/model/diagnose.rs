@@ -111,6 +111,9 @@ pub enum Finding {
     AllocRetries { count: u64 },
     /// The failing allocation was made on autograd's backward thread.
     BackwardThread { thread: String },
+    /// Each of the latest steps needed more than the last (PyTorch's peak rising at their boundaries) by more
+    /// than what they kept: the work of a step grows with its input.
+    StepNeedRises(crate::model::analysis::StepNeed),
     /// The failing process is one of several ranks running the same program, and held far more than its peers
     /// at the error: what it keeps that they do not is the suspect.
     RankAsymmetry {
@@ -138,6 +141,7 @@ impl Finding {
             Finding::AllocRetries { .. } => "alloc_retries",
             Finding::BackwardThread { .. } => "backward_thread",
             Finding::RankAsymmetry { .. } => "rank_asymmetry",
+            Finding::StepNeedRises(_) => "step_need_rises",
         }
     }
 }

@@ -616,6 +616,13 @@ enum Figures<'a> {
         alloc_retries: u64,
         settings: String,
     },
+    StepNeed {
+        unit: &'static str,
+        first_step: u64,
+        first_peak_bytes: u64,
+        last_step: u64,
+        last_peak_bytes: u64,
+    },
     Thread {
         thread: &'a str,
     },
@@ -682,6 +689,13 @@ impl<'a> FindingJson<'a> {
                 settings: prose::settings(settings.as_ref()),
             },
             Finding::BackwardThread { thread } => Figures::Thread { thread },
+            Finding::StepNeedRises(n) => Figures::StepNeed {
+                unit: n.unit.key(),
+                first_step: n.first_step,
+                first_peak_bytes: n.first_peak,
+                last_step: n.last_step,
+                last_peak_bytes: n.last_peak,
+            },
             &Finding::RankAsymmetry {
                 pid,
                 rank,

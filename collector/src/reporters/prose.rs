@@ -81,13 +81,21 @@ pub fn reason(d: &Diagnosis) -> String {
             b(requested)
         ),
         Reason::Growth {
-            of: GrowthOf::HeldGraph,
+            of: of @ (GrowthOf::HeldGraph | GrowthOf::HeldContainer),
             requested,
             missing,
         } => format!(
             "{} grew iteration after iteration up to this error ({}); without it the {} request would have \
              fitted ({} was missing)",
-            d.holder.as_ref().map_or("an autograd graph kept across iterations".to_string(), holder_label),
+            d.holder.as_ref().map_or(
+                if of == GrowthOf::HeldGraph {
+                    "an autograd graph kept across iterations"
+                } else {
+                    "a container kept across iterations"
+                }
+                .to_string(),
+                holder_label
+            ),
             d.growth.as_ref().map_or(String::new(), growth_size),
             b(requested),
             b(missing)
@@ -101,6 +109,7 @@ pub fn reason(d: &Diagnosis) -> String {
                 GrowthOf::FrameworkAllocated => "PyTorch's allocated bytes",
                 GrowthOf::JobInUse => "the job's bytes in use",
                 GrowthOf::HeldGraph => "an autograd graph",
+                GrowthOf::HeldContainer => "a container",
             };
             let at = match &d.growth_line {
                 Some(g) if g.source == "cache" => format!(
@@ -318,6 +327,7 @@ pub fn nouns(noun: &str, n: u64) -> String {
     match (n, noun) {
         (1, _) => noun.to_string(),
         (_, "batch") => "batches".to_string(),
+        (_, "entry") => "entries".to_string(),
         _ => format!("{noun}s"),
     }
 }
@@ -337,6 +347,12 @@ pub fn growth_size(l: &LeakTrend) -> String {
     );
     let noun = l.unit.noun();
     match (l.steps.filter(|&n| n > 0), l.unit) {
+        (Some(n), GrowthUnit::Steps(StepSource::HeldEntries)) => format!(
+            "it holds {} in {} added as the run went on, about {} an entry",
+            b(l.rise_bytes),
+            counted(n, "tensor", "tensors"),
+            b(l.rise_bytes / n)
+        ),
         (Some(n), GrowthUnit::Steps(StepSource::GraphIterations)) => format!(
             "it holds {} of saved tensors over {} {}, about {} an {noun}",
             b(l.rise_bytes),
@@ -352,7 +368,9 @@ pub fn growth_size(l: &LeakTrend) -> String {
             match src {
                 StepSource::Optimizer => "the program's optimizer steps",
                 StepSource::Batches => "the program's DataLoader batches",
+                StepSource::Scopes => "the program's no_grad or inference_mode calls",
                 StepSource::GraphIterations => "the iterations its graph spans",
+                StepSource::HeldEntries => "the tensors a container holds",
             }
         ),
         (Some(n), GrowthUnit::Cycles) => format!(

@@ -13,6 +13,8 @@ from . import _C  # noqa: E402
 from ._tensor import Tensor, empty_cuda  # noqa: E402
 from . import nn  # noqa: E402
 from . import optim  # noqa: E402  (as torch's own __init__ does; torch.utils.data comes when the program asks)
+from . import autograd  # noqa: E402
+from .autograd.grad_mode import no_grad, inference_mode  # noqa: E402,F401
 
 
 class OutOfMemoryError(RuntimeError):

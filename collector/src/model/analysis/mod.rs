@@ -377,6 +377,16 @@ pub enum GrowthUnit {
     Time,
 }
 
+/// Steps that each needed more than the one before: PyTorch's allocated peak read at their boundaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepNeed {
+    pub unit: GrowthUnit,
+    pub first_step: u64,
+    pub first_peak: u64,
+    pub last_step: u64,
+    pub last_peak: u64,
+}
+
 /// Which of the program's iterations the bridge counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepSource {
@@ -384,6 +394,12 @@ pub enum StepSource {
     Optimizer,
     /// Batches drawn from a `torch.utils.data.DataLoader`.
     Batches,
+    /// Outermost `torch.no_grad` / `torch.inference_mode` scopes entered: the iterations of a loop with neither
+    /// an optimizer nor a DataLoader (a serving loop's requests, an evaluation's or a generation's steps).
+    Scopes,
+    /// The tensors a container kept at the error holds (the bridge's walk), each one an iteration's, for a loop
+    /// nothing counted.
+    HeldEntries,
     /// The iterations an autograd graph kept at the error spans (the bridge's walk), for a loop with neither.
     GraphIterations,
 }
@@ -394,6 +410,8 @@ impl GrowthUnit {
         match self {
             GrowthUnit::Steps(StepSource::Optimizer) => "optimizer_steps",
             GrowthUnit::Steps(StepSource::Batches) => "dataloader_batches",
+            GrowthUnit::Steps(StepSource::Scopes) => "no_grad_iterations",
+            GrowthUnit::Steps(StepSource::HeldEntries) => "held_entries",
             GrowthUnit::Steps(StepSource::GraphIterations) => "graph_iterations",
             GrowthUnit::Cycles => "driver_cycles",
             GrowthUnit::Time => "time_windows",
@@ -405,6 +423,8 @@ impl GrowthUnit {
         match self {
             GrowthUnit::Steps(StepSource::Optimizer) => "step",
             GrowthUnit::Steps(StepSource::Batches) => "batch",
+            GrowthUnit::Steps(StepSource::Scopes) => "iteration",
+            GrowthUnit::Steps(StepSource::HeldEntries) => "entry",
             GrowthUnit::Steps(StepSource::GraphIterations) => "iteration",
             GrowthUnit::Cycles | GrowthUnit::Time => "cycle",
         }
@@ -517,6 +537,9 @@ pub struct OomSnapshot {
     /// The failing process counted enough of its own steps to say whether it grew (then a graph kept across
     /// iterations is not read as a growth by itself: gradient accumulation keeps one legitimately).
     pub steps_counted: bool,
+    /// The process's steps each needed more than the last up to the error (PyTorch's peak rising at their
+    /// boundaries), whatever they kept.
+    pub step_need: Option<StepNeed>,
     /// Failed driver requests of the same error folded into this one (the allocator's retry after flushing
     /// its cache).
     pub driver_ooms_folded: u32,

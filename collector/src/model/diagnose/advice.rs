@@ -88,6 +88,11 @@ pub enum Advice {
     Shard,
     /// Bytes in use rose before it: fix what is kept first.
     FixKeptFirst,
+    /// Each step needed more than the last (its input grows): bound the input, bucket it, or find the longest
+    /// that fits. `noun`: what a step is.
+    BoundInput {
+        noun: &'static str,
+    },
 
     // Fragmentation.
     ExpandableSegments,
@@ -195,6 +200,29 @@ fn training_levers(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice> 
     }
     v.push(Advice::MixedPrecision);
     v
+}
+
+/// Memory kept step after step before the error, to fix before anything else: a rise that explains the error
+/// (at least what was missing), or a smaller one where the steps' own need did not rise (a smaller rise beside a
+/// need that grows is the input itself growing a little each step: not memory kept, and no advice).
+fn growth_explains(s: &OomSnapshot, d: &Diagnosis) -> bool {
+    if d.work_grows {
+        return false;
+    }
+    if super::findings::step_need(s).is_none() {
+        return s.framework_leak.is_some() || s.leak.is_some();
+    }
+    let rise = [s.framework_leak.as_ref(), s.leak.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|l| l.rise_bytes)
+        .max();
+    let missing = d
+        .short_of_fitting_bytes
+        .filter(|&x| x > 0)
+        .or(d.shortfall_bytes)
+        .unwrap_or(s.requested_bytes);
+    rise.is_some_and(|r| r >= missing)
 }
 
 /// The `vramtrace fit` command that finds the largest batch of this job under its limit.
@@ -362,7 +390,7 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
                 Advice::OffloadOptimizer,
                 Advice::Shard,
             ]);
-            if (s.leak.is_some() || s.framework_leak.is_some()) && !d.work_grows {
+            if growth_explains(s, d) {
                 v.push(Advice::FixKeptFirst);
             }
         }
@@ -404,9 +432,20 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
                 v.push(Advice::CapOverDevice { total: t });
             }
             v.push(Advice::CapModeWarn);
-            if (s.framework_leak.is_some() || s.leak.is_some()) && !d.work_grows {
+            if growth_explains(s, d) {
                 v.push(Advice::FixGrowthBeforeCap);
             }
+        }
+    }
+    // A step whose own need grows with its input: bounding the input comes before anything else of the job's.
+    if matches!(d.cause, Cause::Cap | Cause::Pressure) {
+        if let Some(n) = super::findings::step_need(s) {
+            v.insert(
+                0,
+                Advice::BoundInput {
+                    noun: n.unit.noun(),
+                },
+            );
         }
     }
     // A setting that gets past the failure in the same memory, by the replay: the first thing to try.

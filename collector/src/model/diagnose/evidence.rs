@@ -216,6 +216,7 @@ fn growth(
     // Counted in steps or cycles first; then a graph kept across iterations (a loop without an optimizer or a
     // DataLoader, such as an evaluation that sums its losses with their graphs); then wall-clock windows.
     let graph = graph_growth(s);
+    let container = container_growth(s);
     let counted = |l: &&LeakTrend| l.unit != GrowthUnit::Time;
     let fw_leak = s
         .framework_leak
@@ -226,6 +227,7 @@ fn growth(
         .filter(|(l, _)| counted(l))
         .or(driver_leak.filter(|(l, _)| counted(l)))
         .or(graph.as_ref().map(|l| (l, GrowthOf::HeldGraph)))
+        .or(container.as_ref().map(|l| (l, GrowthOf::HeldContainer)))
         .or(fw_leak)
         .or(driver_leak)
         .filter(|(l, _)| missing.is_some_and(|m| l.rise_bytes >= m))
@@ -251,6 +253,68 @@ fn growth(
         ),
         None => (None, None, work_grows),
     }
+}
+
+/// Tensors a container must hold to be taken for one filled an iteration at a time.
+pub const CONTAINER_MIN_TENSORS: u64 = 8;
+
+/// The growth a container kept across iterations makes (the bridge's walk at the error): a list, dict or deque
+/// of the program's holding at least [`CONTAINER_MIN_TENSORS`], where the job's bytes in use rose by at least half
+/// of what it holds from a quarter into the run up to the error (so it filled as the run went on: a ring of
+/// buffers made at the start, however large, is not a growth). The walk cannot say when each was made: one
+/// point, at the error. Where the program's steps were counted they decide.
+fn container_growth(s: &OomSnapshot) -> Option<LeakTrend> {
+    use crate::model::analysis::holders::HolderKind;
+    use crate::model::analysis::{Minimum, StepSource};
+    if s.steps_counted {
+        return None;
+    }
+    let h = s
+        .holders
+        .as_ref()?
+        .holders
+        .iter()
+        .filter(|h| {
+            h.kind == HolderKind::Variable && !h.library && h.tensors >= CONTAINER_MIN_TENSORS
+        })
+        .filter(|h| is_container(&h.what))
+        .max_by_key(|h| h.bytes)?;
+    // A KV cache growing as a request is served is the request's work, not memory kept across requests (the
+    // cap or pressure is why; the advice bounds the cache).
+    let named = format!("{} {} {}", h.name, h.scope, h.what);
+    if super::growth_line::GrowthKind::of(&named) == super::growth_line::GrowthKind::KvCache {
+        return None;
+    }
+    let b = &s.timeline.buckets;
+    let upto = b.iter().take_while(|x| x.t_ns <= s.time_ns).count();
+    let from = upto / 4;
+    let low = b.get(from..upto)?.iter().map(|x| x.last_bytes).min()?;
+    let at_error = b.get(upto.checked_sub(1)?)?.max_bytes;
+    if at_error.saturating_sub(low).saturating_mul(2) < h.bytes {
+        return None;
+    }
+    Some(LeakTrend {
+        minima: vec![Minimum {
+            t_ns: s.time_ns,
+            bytes: h.bytes,
+        }],
+        rise_bytes: h.bytes,
+        steps: Some(h.tensors),
+        unit: GrowthUnit::Steps(StepSource::HeldEntries),
+        pid: Some(s.pid),
+        groups: Vec::new(),
+        more_groups: 0,
+        sites: Vec::new(),
+        more_sites: 0,
+    })
+}
+
+/// A Python container type, as the walk names a holder's type.
+fn is_container(what: &str) -> bool {
+    matches!(
+        what.rsplit('.').next().unwrap_or(""),
+        "list" | "dict" | "deque" | "OrderedDict" | "defaultdict" | "set" | "tuple" | "ChainMap"
+    )
 }
 
 /// The growth an autograd graph kept across iterations makes (the bridge's walk at the error): its bytes over

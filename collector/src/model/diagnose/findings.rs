@@ -36,6 +36,9 @@ pub(super) fn findings(s: &OomSnapshot, e: &Evidence, rule: Rule) -> Vec<Finding
     if let Some(f) = rank_asymmetry(s) {
         v.push(f);
     }
+    if let Some(n) = step_need(s) {
+        v.push(Finding::StepNeedRises(n));
+    }
     if let Some(o) = fw.filter(|o| o.on_backward_thread()) {
         v.push(Finding::BackwardThread {
             thread: o.thread.clone().unwrap_or_default(),
@@ -117,4 +120,19 @@ fn rank_asymmetry(s: &OomSnapshot) -> Option<Finding> {
         peers_median_bytes: median,
         peers_max_bytes: peers[peers.len() - 1],
     })
+}
+
+/// The steps' need rising by more than twice what they kept over the same steps (a leak lifts every step's peak
+/// by what it keeps: that is not the work growing).
+pub(super) fn step_need(s: &OomSnapshot) -> Option<crate::model::analysis::StepNeed> {
+    let n = s.step_need?;
+    let span = n.last_step.saturating_sub(n.first_step);
+    let kept_per_step = s
+        .framework_leak
+        .as_ref()
+        .filter(|l| matches!(l.unit, crate::model::GrowthUnit::Steps(_)))
+        .and_then(|l| l.steps.filter(|&k| k > 0).map(|k| l.rise_bytes / k))
+        .unwrap_or(0);
+    let rose = n.last_peak.saturating_sub(n.first_peak);
+    (rose > kept_per_step.saturating_mul(span).saturating_mul(2)).then_some(n)
 }

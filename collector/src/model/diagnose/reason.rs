@@ -20,6 +20,9 @@ pub enum GrowthOf {
     /// An autograd graph the program keeps across its iterations (the bridge's walk at the error: a graph
     /// behind one variable spanning several iterations), for a loop with no step the bridge could count.
     HeldGraph,
+    /// A container (a list, a dict, a deque) holding many tensors added as the run went on (the walk at the
+    /// error, against the job's bytes rising to it), for a loop with no step the bridge could count.
+    HeldContainer,
 }
 
 /// What lay outside the job on the device, when the driver said its total and free.

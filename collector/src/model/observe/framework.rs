@@ -47,7 +47,17 @@ struct ProcDev {
     /// readings in each step, and the bridge's own reading at the step's boundary (`exact`), when it took one.
     steps: StepSeries,
     exact: StepSeries,
+    /// PyTorch's allocated peak counter read at its latest step boundaries: (step, peak), the last
+    /// [`NEED_READINGS`] (the counter is the most since the start, so it rises at a boundary only where a step
+    /// needed more than any before).
+    need: std::collections::VecDeque<(u64, u64)>,
 }
+
+/// Boundary readings of the peak counter kept per process and device, and the least that tell a step's need
+/// rising: each of them (but one) above the one before by [`NEED_RISE_BYTES`] at least.
+const NEED_READINGS: usize = 8;
+const NEED_MIN_READINGS: usize = 6;
+const NEED_RISE_BYTES: u64 = 1 << 20;
 
 /// Boundary readings name devices below this ordinal only.
 const MAX_READING_DEVICE: u64 = 256;
@@ -225,14 +235,19 @@ impl FwReplay {
             what::STEPS => {
                 // Optimizer steps when the program has any, else DataLoader batches: one counter per process, so
                 // a change of counter restarts its series (StepSeries::observe).
-                let (opt, batches) = (
+                let (opt, batches, scopes) = (
                     b.num(bridge::steps::OPTIMIZER).unwrap_or(0),
                     b.num(bridge::steps::BATCHES).unwrap_or(0),
+                    b.num(bridge::steps::SCOPES).unwrap_or(0),
                 );
+                // A loop's no_grad scopes only where neither of the others counts (the bridge reads its boundaries
+                // only then too).
                 let (source, count) = if opt > 0 {
                     (StepSource::Optimizer, opt)
-                } else {
+                } else if batches > 0 {
                     (StepSource::Batches, batches)
+                } else {
+                    (StepSource::Scopes, scopes)
                 };
                 // The bridge's reading at the step's boundary: the same moment of every step.
                 // A device ordinal a GPU can have: a forged record cannot make millions of devices (the samples
@@ -242,11 +257,18 @@ impl FwReplay {
                     b.num(bridge::steps::ALLOCATED),
                 ) {
                     if count > 0 && dev < MAX_READING_DEVICE {
-                        self.procs
-                            .entry((slot, dev as u32))
-                            .or_default()
-                            .exact
-                            .observe(count, t, alloc);
+                        let p = self.procs.entry((slot, dev as u32)).or_default();
+                        p.exact.observe(count, t, alloc);
+                        if let Some(peak) = b.num(bridge::steps::ALLOCATED_PEAK) {
+                            // A new counter (or a fork's) starts again.
+                            if p.need.back().is_some_and(|&(c, _)| c >= count) {
+                                p.need.clear();
+                            }
+                            p.need.push_back((count, peak));
+                            if p.need.len() > NEED_READINGS {
+                                p.need.pop_front();
+                            }
+                        }
                     }
                 }
                 if count > 0 {
@@ -406,6 +428,29 @@ impl FwReplay {
         }
         let i = *self.dev_ids.get(&device)?;
         growth_sampled(&self.tls.at(i, ALLOCATED, t), t)
+    }
+
+    /// Each of process `slot`'s latest steps on `device` needed more than any before it (PyTorch's peak counter
+    /// rose at nearly every boundary), while its steps were counted: (first step, its peak, last step, its
+    /// peak) of the readings that tell it.
+    pub fn step_need(&self, slot: usize, device: u32) -> Option<crate::model::analysis::StepNeed> {
+        let st = self.steps.get(&slot)?;
+        let p = self.procs.get(&(slot, device))?;
+        let r: Vec<(u64, u64)> = p.need.iter().copied().collect();
+        if r.len() < NEED_MIN_READINGS {
+            return None;
+        }
+        let rises = r
+            .windows(2)
+            .filter(|w| w[1].1 >= w[0].1.saturating_add(NEED_RISE_BYTES))
+            .count();
+        (rises + 1 >= r.len() - 1).then(|| crate::model::analysis::StepNeed {
+            unit: GrowthUnit::Steps(st.source),
+            first_step: r[0].0,
+            first_peak: r[0].1,
+            last_step: r[r.len() - 1].0,
+            last_peak: r[r.len() - 1].1,
+        })
     }
 
     /// Process `slot` counted enough of its steps on `device` to say whether it grew.

@@ -132,6 +132,7 @@ impl Replay<'_> {
             o.framework_job = self.fw.job_allocated(dev);
             o.framework_leak = self.fw.leak_until(s, dev, t);
             o.steps_counted = self.fw.counts_steps(s, dev);
+            o.step_need = self.fw.step_need(s, dev);
         }
         o.framework = Some(fo);
     }
@@ -387,6 +388,9 @@ impl Replay<'_> {
                 .flatten(),
             holders: None,
             steps_counted: o.device != NO_DEVICE && self.fw.counts_steps(s, o.device),
+            step_need: (o.device != NO_DEVICE)
+                .then(|| self.fw.step_need(s, o.device))
+                .flatten(),
             driver_ooms_folded: 0,
             seq,
         });

@@ -69,6 +69,11 @@ pub fn advice_text(a: &Advice) -> String {
                     "no Python object reaches them: native code, a graph kept through a tensor not named, or CUDA \
                      graphs' pools hold them"
                 }
+                // A mapping that only grows is a cache that never evicts: that is the leak.
+                _ if is_mapping(h) => {
+                    "a cache that never evicts is the leak: bound it (evict the oldest entries past a fixed \
+                     number, an LRU), or keep its entries on the CPU (t.cpu()) and move back what a request needs"
+                }
                 _ => {
                     "store what you need across steps as Python numbers or CPU tensors (loss.item(), \
                      out.detach().cpu()), or clear it each step"
@@ -183,6 +188,11 @@ pub fn advice_text(a: &Advice) -> String {
             count(*bytes),
             pct(*bytes, *needed),
             b(*needed)
+        ),
+        Advice::BoundInput { noun } => format!(
+            "Bound what each {noun} takes in: a maximum sequence length or tokens per batch, batches bucketed by \
+             length (the longest known ahead, and tried first), or the longest that fits found with vramtrace \
+             fit (the length as the knob); a larger limit holds only until a longer input comes."
         ),
         Advice::FitCommand {
             command,
@@ -432,4 +442,13 @@ fn largest_batch(x: &crate::model::BatchAdvice) -> String {
         ));
     }
     t
+}
+
+/// A holder that is a mapping (a dict and its kin) or named as a cache.
+fn is_mapping(h: &crate::model::holders::Holder) -> bool {
+    let what = h.what.rsplit('.').next().unwrap_or("");
+    matches!(
+        what,
+        "dict" | "OrderedDict" | "defaultdict" | "Counter" | "ChainMap" | "WeakValueDictionary"
+    ) || h.name.to_ascii_lowercase().contains("cache")
 }

@@ -7,6 +7,19 @@ use crate::units::{bytes, count};
 /// One sentence for people.
 pub fn finding(f: &Finding) -> String {
     match f {
+        Finding::StepNeedRises(n) => {
+            let noun = n.unit.noun();
+            format!(
+                "Each {noun} needed more than the last: PyTorch's peak rose from {} at {noun} {} to {} at {noun} {}, \
+                 by more than what the {} kept; the work of each {noun} grows with its input (sequences sorted by \
+                 length, a curriculum), so the {noun} at the error needed more than any before it",
+                crate::units::bytes(n.first_peak),
+                crate::units::count(n.first_step),
+                crate::units::bytes(n.last_peak),
+                crate::units::count(n.last_step),
+                super::nouns(noun, 2),
+            )
+        }
         Finding::Fit {
             needed_bytes,
             available_bytes,

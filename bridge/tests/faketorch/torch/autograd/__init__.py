@@ -1,0 +1,1 @@
+from . import grad_mode  # noqa: F401

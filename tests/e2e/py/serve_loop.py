@@ -1,0 +1,53 @@
+"""Loops with neither an optimizer nor a DataLoader, on the stand-in torch, for the verdicts on such loops
+(issue 49). argv: MODE [REQUESTS]
+- cache: a serving loop (`@torch.no_grad()` per request) that keeps each request's 32 MiB key/value tensors in a
+  global dict it never evicts: growth, 32 MiB a request, held by `prefix_cache`;
+- evict: the same with the cache bounded to 8 entries (the oldest evicted): no growth;
+- longer: nothing kept, each request's input 4 MiB longer than the last (length-sorted work): the request's own
+  need rises, nothing leaks;
+- longer_keep: the input growing as in `longer`, and each request's key/values kept as in `cache`;
+- plain: the cache loop without any no_grad scope (nothing counts its iterations)."""
+
+import sys
+import time
+
+import torch
+
+MIB = 1 << 20
+mode = sys.argv[1]
+requests = int(sys.argv[2]) if len(sys.argv) > 2 else 400
+
+torch.cuda.init()
+weights = torch.empty_cuda(64 * MIB)
+prefix_cache = {}
+
+
+def work(i):
+    size = (16 + 4 * i) * MIB if mode.startswith("longer") else 16 * MIB
+    x = torch.empty_cuda(size)
+    kv = torch.empty_cuda(32 * MIB)
+    if mode in ("cache", "plain", "longer_keep"):
+        prefix_cache[i] = kv
+    elif mode == "evict":
+        prefix_cache[i] = kv
+        if len(prefix_cache) > 8:
+            del prefix_cache[min(prefix_cache)]
+    time.sleep(0.01)
+    del x
+
+
+@torch.no_grad()
+def serve(i):
+    work(i)
+
+
+try:
+    for i in range(requests):
+        if mode == "plain":
+            work(i)
+        else:
+            serve(i)
+except torch.OutOfMemoryError as e:
+    print("OOM at request", i, "cached", len(prefix_cache), file=sys.stderr)
+    sys.exit(3)
+print("served", requests)
