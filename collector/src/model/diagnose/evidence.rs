@@ -265,7 +265,7 @@ pub const CONTAINER_MIN_TENSORS: u64 = 8;
 /// point, at the error. Where the program's steps were counted they decide.
 fn container_growth(s: &OomSnapshot) -> Option<LeakTrend> {
     use crate::model::analysis::holders::HolderKind;
-    use crate::model::analysis::{Minimum, StepSource};
+    use crate::model::analysis::StepSource;
     if s.steps_counted {
         return None;
     }
@@ -293,20 +293,7 @@ fn container_growth(s: &OomSnapshot) -> Option<LeakTrend> {
     if at_error.saturating_sub(low).saturating_mul(2) < h.bytes {
         return None;
     }
-    Some(LeakTrend {
-        minima: vec![Minimum {
-            t_ns: s.time_ns,
-            bytes: h.bytes,
-        }],
-        rise_bytes: h.bytes,
-        steps: Some(h.tensors),
-        unit: GrowthUnit::Steps(StepSource::HeldEntries),
-        pid: Some(s.pid),
-        groups: Vec::new(),
-        more_groups: 0,
-        sites: Vec::new(),
-        more_sites: 0,
-    })
+    Some(held(s, h.bytes, Some(h.tensors), StepSource::HeldEntries))
 }
 
 /// A Python container type, as the walk names a holder's type.
@@ -321,7 +308,7 @@ fn is_container(what: &str) -> bool {
 /// the iterations it spans. The walk cannot say when they were made: one point, at the error.
 fn graph_growth(s: &OomSnapshot) -> Option<LeakTrend> {
     use crate::model::analysis::holders::HolderKind;
-    use crate::model::analysis::{Minimum, StepSource};
+    use crate::model::analysis::StepSource;
     // Where the process's steps were counted they decide: a graph over a few micro-batches is gradient
     // accumulation, released at the optimizer's step. A graph rooted in a library's frame (a model's forward in
     // progress: `hidden_states = residual + hidden_states`, twice a layer) spans layers, not iterations.
@@ -336,18 +323,29 @@ fn graph_growth(s: &OomSnapshot) -> Option<LeakTrend> {
         .filter(|h| h.kind == HolderKind::Graph && !h.library)
         .filter(|h| h.batches.is_some_and(|b| b >= GRAPH_MIN_ITERATIONS))
         .max_by_key(|h| h.bytes)?;
-    Some(LeakTrend {
+    Some(held(s, h.bytes, h.batches, StepSource::GraphIterations))
+}
+
+/// A growth the walk at the error found held (a graph, a container): one point, at the error.
+fn held(
+    s: &OomSnapshot,
+    bytes: u64,
+    steps: Option<u64>,
+    source: crate::model::analysis::StepSource,
+) -> LeakTrend {
+    use crate::model::analysis::Minimum;
+    LeakTrend {
         minima: vec![Minimum {
             t_ns: s.time_ns,
-            bytes: h.bytes,
+            bytes,
         }],
-        rise_bytes: h.bytes,
-        steps: h.batches,
-        unit: GrowthUnit::Steps(StepSource::GraphIterations),
+        rise_bytes: bytes,
+        steps,
+        unit: GrowthUnit::Steps(source),
         pid: Some(s.pid),
         groups: Vec::new(),
         more_groups: 0,
         sites: Vec::new(),
         more_sites: 0,
-    })
+    }
 }
