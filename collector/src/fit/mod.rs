@@ -108,7 +108,26 @@ pub struct Fitted {
     pub story: Vec<String>,
     pub accumulation: Option<Accumulation>,
     pub verify: Vec<Verified>,
+    /// What `--verify`'s runs found: the largest value that ran and the smallest that ran out of memory.
+    pub verified: Option<Bounds>,
     pub seconds: f64,
+}
+
+/// The largest value a run fitted and the smallest one that ran out of memory (`None`: no run did).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    pub fits: Option<u64>,
+    pub fails: Option<u64>,
+}
+
+impl Bounds {
+    /// The largest value that fits, pinned: the next one up failed.
+    pub fn pinned(self) -> Option<u64> {
+        match (self.fits, self.fails) {
+            (Some(a), Some(b)) if b == a + 1 => Some(a),
+            _ => None,
+        }
+    }
 }
 
 /// Why `fit` gave no answer.
@@ -417,6 +436,21 @@ pub fn fit(args: &FitArgs, progress: &mut dyn Progress) -> Result<Fitted, FitErr
                 answered = x;
             }
             None => {
+                // The larger values take another path (a kernel chosen by size): a second run on it, below the
+                // first, makes a pair there, which is where the answer lies.
+                let second = nice(near.saturating_mul(2) / 3).max(top + 1);
+                if second < near && !f.ended_oom(near) {
+                    f.at(second, Role::Nearer, None)?;
+                    if let Ok(x) = f.answer(&[second, near]) {
+                        story.push(format!(
+                            "the runs at {k} {near} and {second} take another code path than the first pair's (a \
+                             kernel chosen by size): the answer is from them, on the larger values' path"
+                        ));
+                        used = vec![second, near];
+                        answered = x;
+                        continue;
+                    }
+                }
                 story.push(format!(
                     "a run at {k} {near}, nearer the answer, took another code path: the answer is from {} alone",
                     used.iter().map(u64::to_string).collect::<Vec<_>>().join(" and ")
@@ -431,22 +465,20 @@ pub fn fit(args: &FitArgs, progress: &mut dyn Progress) -> Result<Fitted, FitErr
             .map(|m| accumulate(t, m))
     });
     let mut verify = Vec::new();
+    let mut verified = None;
     if args.verify {
         if let Some(v) = as_run(&answered).and_then(|l| l.value) {
             let cap = answered.answer.limit.as_ref().and_then(|l| {
                 (args.cap.is_some() || args.device_memory.is_some()).then(|| cap_spec(&l.bytes))
             });
-            for (x, predicted) in [(v, true), (v + 1, false)] {
-                let r = f.at(x, Role::Verify, cap.clone())?;
-                verify.push(Verified {
-                    value: x,
-                    fitted: r.ending != Ending::OutOfMemory,
-                    predicted,
-                    trace: r.trace.clone(),
-                });
-            }
+            verified = Some(verify_by_runs(&mut f, v, cap, &mut verify)?);
         }
     }
+    // The runs' answer, where they pinned one the replay missed, is the one to accumulate to.
+    let accumulation = match verified.and_then(|b| b.pinned()) {
+        Some(w) => args.target.map(|t| accumulate(t, w)),
+        None => accumulation,
+    };
     used.sort_unstable();
     let (limit_flags, limit_label) = match f.limit() {
         (Some(c), _) if args.cap.is_none() => (
@@ -481,8 +513,71 @@ pub fn fit(args: &FitArgs, progress: &mut dyn Progress) -> Result<Fitted, FitErr
         story,
         accumulation,
         verify,
+        verified,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Runs a verification search may make past the answer and the one after it, where they contradict the replay.
+const VERIFY_SEARCH_RUNS: usize = 8;
+
+/// `--verify`: the answer and the one past it, run under the limit; where either contradicts the replay, more
+/// runs (at most [`VERIFY_SEARCH_RUNS`]) look for the value that fits with the next one failing: galloping from
+/// the answer by 2% and doubling, then halving the gap. Every run is listed, with what the replay said of it.
+fn verify_by_runs(
+    f: &mut Fitter<'_>,
+    v: u64,
+    cap: Option<String>,
+    out: &mut Vec<Verified>,
+) -> Result<Bounds, FitError> {
+    let mut b = Bounds {
+        fits: None,
+        fails: None,
+    };
+    let mut try_at = |f: &mut Fitter<'_>, x: u64, b: &mut Bounds| -> Result<bool, FitError> {
+        let r = f.at(x, Role::Verify, cap.clone())?;
+        let fitted = r.ending != Ending::OutOfMemory;
+        out.push(Verified {
+            value: x,
+            fitted,
+            predicted: x <= v,
+            trace: r.trace.clone(),
+        });
+        if fitted {
+            b.fits = Some(b.fits.map_or(x, |y| y.max(x)));
+        } else {
+            b.fails = Some(b.fails.map_or(x, |y| y.min(x)));
+        }
+        Ok(fitted)
+    };
+    if try_at(f, v, &mut b)? && !try_at(f, v + 1, &mut b)? {
+        return Ok(b);
+    }
+    let mut left = VERIFY_SEARCH_RUNS;
+    let mut step = (v / 50).max(1);
+    // Gallop away from the answer until the other side is found.
+    while left > 0 && (b.fits.is_none() || b.fails.is_none()) {
+        let x = match (b.fits, b.fails) {
+            (Some(lo), None) => lo.saturating_add(step),
+            (None, Some(hi)) if hi > 1 => hi.saturating_sub(step).max(1),
+            _ => break,
+        };
+        left -= 1;
+        try_at(f, x, &mut b)?;
+        step = step.saturating_mul(2);
+    }
+    // Then halve the gap.
+    while left > 0 {
+        let (Some(lo), Some(hi)) = (b.fits, b.fails) else {
+            break;
+        };
+        if hi <= lo + 1 {
+            break;
+        }
+        left -= 1;
+        try_at(f, lo + (hi - lo) / 2, &mut b)?;
+    }
+    Ok(b)
 }
 
 /// A round value at or below `v`: two significant binary digits past 16 (12, 16, 24, 32, 48, ...), so that

@@ -25,6 +25,7 @@ struct Doc<'a> {
     settings: Vec<SettingJ<'a>>,
     accumulation: Option<AccJ>,
     verify: Vec<VerifyJ>,
+    verified: Option<VerifiedJ>,
     notes: Vec<&'a str>,
     whatif: serde_json::Value,
 }
@@ -83,6 +84,13 @@ struct AccJ {
     target: u64,
     steps: u64,
     micro: u64,
+}
+
+#[derive(Serialize)]
+struct VerifiedJ {
+    fits: Option<u64>,
+    fails: Option<u64>,
+    largest: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -182,6 +190,11 @@ pub fn render(f: &Fitted) -> String {
                 trace: shown_path(&v.trace),
             })
             .collect(),
+        verified: f.verified.map(|b| VerifiedJ {
+            fits: b.fits,
+            fails: b.fails,
+            largest: b.pinned(),
+        }),
         notes: f.story.iter().map(String::as_str).collect(),
         whatif: crate::reporters::whatif_knob_json::value(a),
     };

@@ -46,9 +46,19 @@ pub fn render(f: &Fitted) -> String {
                     k.to_uppercase(),
                     a.job.search_factor
                 ),
-                (Some(v), false) => format!("{} {v} fits, as run", k.to_uppercase()),
+                (Some(v), false) => match f.verified.and_then(|b| b.pinned()).filter(|&w| w != v) {
+                    Some(w) => format!(
+                        "{} {w} fits, as run, found by runs (the replay said {v})",
+                        k.to_uppercase()
+                    ),
+                    None => format!("{} {v} fits, as run", k.to_uppercase()),
+                },
             };
-            let next = match (&l.next_failure, l.at_least) {
+            let found = f
+                .verified
+                .and_then(|b| b.pinned())
+                .filter(|&w| Some(w) != l.value);
+            let next = match (&l.next_failure, l.at_least || found.is_some()) {
                 (Some(x), false) => {
                     let n = l.value.map_or(1, |v| v + 1);
                     format!("; at {n}: {}", refusal(a, n, x))
@@ -98,20 +108,7 @@ pub fn render(f: &Fitted) -> String {
         }
     }
     runs(&mut o, f);
-    for v in &f.verify {
-        let said = match (v.fitted, v.predicted) {
-            (true, true) => "fitted, as predicted".to_string(),
-            (false, false) => "ran out of memory, as predicted".to_string(),
-            (true, false) => {
-                "fitted, where the answer said it would not: the answer is low".to_string()
-            }
-            (false, true) => format!(
-                "RAN OUT OF MEMORY, where the answer said it fits (vramtrace oom {})",
-                shown_path(&v.trace)
-            ),
-        };
-        let _ = writeln!(o, "Verified: {k} {} {said}.", v.value);
-    }
+    verified(&mut o, f);
     for n in f.story.iter().chain(&a.notes) {
         wrap(&mut o, &format!("note: {n}"), "  ");
     }
@@ -158,7 +155,10 @@ fn settings(o: &mut String, f: &Fitted) {
         }
     }
     groups.sort_by_key(|g| std::cmp::Reverse(g.0));
-    let _ = writeln!(o, "  by allocator setting (PYTORCH_CUDA_ALLOC_CONF):");
+    let _ = writeln!(
+        o,
+        "  by allocator setting, as replayed (PYTORCH_CUDA_ALLOC_CONF):"
+    );
     for (v, least, labels) in groups {
         let value = match (v, least) {
             (None, _) => "none".to_string(),
@@ -178,6 +178,39 @@ fn settings(o: &mut String, f: &Fitted) {
         );
         wrap(o, &format!("    {text}"), "              ");
     }
+}
+
+/// What `--verify`'s runs found, against the replay's answer.
+fn verified(o: &mut String, f: &Fitted) {
+    let k = &f.knob;
+    let (Some(b), Some(model)) = (f.verified, as_run(&f.answered).and_then(|l| l.value)) else {
+        return;
+    };
+    let runs: Vec<String> = f
+        .verify
+        .iter()
+        .map(|v| format!("{}{}", v.value, if v.fitted { "" } else { " failed" }))
+        .collect();
+    let line = match b.pinned() {
+        Some(w) if w == model => {
+            format!("Verified: {k} {w} fitted and {} ran out of memory, as predicted.", w + 1)
+        }
+        Some(w) => format!(
+            "Verified by runs: {k} {w} fits and {} does not; the replay's {model} was {:.1}% {} (runs at {}).",
+            w + 1,
+            (w.abs_diff(model) as f64) * 100.0 / (w.max(1) as f64),
+            if w > model { "low" } else { "high" },
+            runs.join(", ")
+        ),
+        None => format!(
+            "NOT VERIFIED: the runs contradict the replay's {model} and did not pin the answer: the largest that \
+             fitted {}, the smallest that failed {} (runs at {}).",
+            b.fits.map_or("none".to_string(), |x| x.to_string()),
+            b.fails.map_or("none".to_string(), |x| x.to_string()),
+            runs.join(", ")
+        ),
+    };
+    wrap(o, &line, "  ");
 }
 
 /// `a, b and c`.

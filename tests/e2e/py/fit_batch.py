@@ -5,7 +5,9 @@ argv: --batch N [--mode plain|paths|nostep|loader]
 - paths: past a batch of 12 the step also asks a 16 MiB workspace from a line of its own (a library choosing
   another kernel by size);
 - nostep: the same work with no optimizer and no DataLoader, for ever;
-- loader: no optimizer, the steps are a DataLoader's batches (an evaluation loop)."""
+- loader: no optimizer, the steps are a DataLoader's batches (an evaluation loop);
+- paths100: the workspace of `paths` past a batch of 100 (a path the first pair does not take, the answer does);
+- late: past a batch of 250 the step also holds a 100 MiB buffer, which runs below 250 cannot show."""
 
 import sys
 import time
@@ -32,9 +34,12 @@ def layer(x):
 def step():
     # The input and two layers' outputs, 1 MiB a sample each.
     out = layer(layer(torch.empty_cuda(batch * MIB)))
-    if mode == "paths" and batch > 12:
+    if (mode == "paths" and batch > 12) or (mode == "paths100" and batch > 100):
         ws = torch.empty_cuda(16 * MIB)
         del ws
+    if mode == "late" and batch > 250:
+        big = torch.empty_cuda(100 * MIB)
+        del big
     time.sleep(0.005)
     del out
 

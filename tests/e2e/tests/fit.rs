@@ -146,13 +146,7 @@ fn the_text_answer_leads_and_fits_one_screen() {
     );
     assert!(
         o.stdout
-            .contains("Verified: batch 148 fitted, as predicted."),
-        "{}",
-        o.stdout
-    );
-    assert!(
-        o.stdout
-            .contains("Verified: batch 149 ran out of memory, as predicted."),
+            .contains("Verified: batch 148 fitted and 149 ran out of memory, as predicted."),
         "{}",
         o.stdout
     );
@@ -323,4 +317,59 @@ fn the_post_mortem_names_the_fit_command_that_answers_it() {
     assert_eq!(f["largest"]["value"], 320, "{stdout}");
     assert_eq!(f["accumulation"]["steps"], 2);
     assert_eq!(f["accumulation"]["micro"], 200);
+}
+
+/// Where the program does past the runs what the runs cannot show (a 100 MiB buffer past a batch of 250), the
+/// replay's answer is wrong, and `--verify` says so and finds the right one by running: (1024 - 64 - 100) / 3
+/// is 286, and 287's requests round up to 288 MiB.
+#[test]
+fn verify_finds_the_answer_by_runs_where_the_replay_is_wrong() {
+    let fake = fake();
+    let (o, _) = fit(
+        &fake,
+        &[
+            "--cap", "1GiB", "--steps", "3", "--verify", "--json", "--target", "1000",
+        ],
+        &["--mode", "late"],
+    );
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let j = json(&o);
+    assert_eq!(j["largest"]["value"], 320, "the replay's");
+    assert_eq!(j["verified"]["largest"], 286, "{}", o.stdout);
+    assert_eq!(j["verified"]["fails"], 287);
+    // Every verification run is listed, with what the replay said of it.
+    let v = j["verify"].as_array().unwrap();
+    assert!(v.len() <= 10, "{v:?}");
+    assert!(v
+        .iter()
+        .any(|x| x["value"] == 320 && x["fitted"] == false && x["predicted"] == true));
+    // The accumulation follows the runs' answer: 1000 in 4 steps of 250.
+    assert_eq!(j["accumulation"]["micro"], 250);
+}
+
+/// Where the larger values take a path the first pair does not (a workspace past a batch of 100), the run
+/// nearer the answer is paired with a second on its path, and the answer comes from them: (1024 - 64 - 16) / 3.
+#[test]
+fn a_path_only_larger_values_take_is_answered_from_a_pair_on_it() {
+    let fake = fake();
+    let (o, _) = fit(
+        &fake,
+        &["--cap", "1GiB", "--steps", "3", "--json"],
+        &["--mode", "paths100"],
+    );
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let j = json(&o);
+    assert_eq!(j["largest"]["value"], 314, "{}", o.stdout);
+    let used: Vec<u64> = j["used"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert!(used.iter().all(|&v| v > 100), "{used:?}");
+    assert!(
+        j["notes"].to_string().contains("another code path"),
+        "{}",
+        j["notes"]
+    );
 }
