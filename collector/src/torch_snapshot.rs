@@ -68,13 +68,23 @@ pub fn locate(recorded: &str, trace: &Path) -> Option<PathBuf> {
 /// Reads the snapshot at `path` for `device`; `rise_us`: the leak's rise as Unix microseconds
 /// [first low point, last low point], to say which live tensors were allocated during it.
 pub fn read(path: &Path, device: Option<u32>, rise_us: Option<(u64, u64)>) -> SnapshotReading {
+    read_loaded(&load(path), path, device, rise_us)
+}
+
+/// [`read`] on a snapshot already loaded (or refused), so that several readings of one file load it once.
+pub fn read_loaded(
+    loaded: &Result<Doc, String>,
+    path: &Path,
+    device: Option<u32>,
+    rise_us: Option<(u64, u64)>,
+) -> SnapshotReading {
     let mut r = SnapshotReading {
         path: path.display().to_string(),
         ..SnapshotReading::default()
     };
-    match load(path) {
-        Ok(doc) => group(&doc, device, rise_us, &mut r),
-        Err(e) => r.error = Some(e),
+    match loaded {
+        Ok(doc) => group(doc, device, rise_us, &mut r),
+        Err(e) => r.error = Some(e.clone()),
     }
     r
 }

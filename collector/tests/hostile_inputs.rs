@@ -288,50 +288,52 @@ fn every_verb_answers(dir: &TempDir) {
 #[test]
 fn a_device_numbered_2_to_the_31_costs_what_device_0_does() {
     // 236 bytes of trace: `export --format memory-viz` sized a list by the device's number and asked for
-    // 154 GB (an abort).
+    // 154 GB (an abort). No host has such a GPU (the shim records the driver's ordinal): its allocation counts
+    // on the unknown device, and the report says a process wrote it.
     let dir = TempDir::new("hostile-device-2-31");
     std::fs::write(dir.0.join("t.vtrace"), devices_trace(&[1 << 31])).unwrap();
     every_verb_answers(&dir);
     let r = bounded(&["report", "t.vtrace", "--json"], &dir.0);
     let got = common::cli::python_check(
         r.stdout.as_bytes(),
-        "print([(x['device'], x['peak_bytes']) for x in d['devices']])",
+        "print([(x['device'], x['peak_bytes']) for x in d['devices']], d['implausible_devices'])",
     );
-    assert_eq!(got.trim(), format!("[({}, {MIB})]", 1u64 << 31));
-    // memory_viz draws it as its only device, and says which device it is.
-    let got = python_on_pickle(
-        &dir.0,
-        "print(len(d['device_traces']), d['vramtrace']['device_numbers'], len(d['device_traces'][0]))",
+    assert_eq!(got.trim(), format!("[(None, {MIB})] 1"));
+    let r = bounded(&["report", "t.vtrace"], &dir.0);
+    assert!(
+        r.stdout.contains("named a GPU ordinal no host has"),
+        "{}",
+        r.stdout
     );
-    assert_eq!(got.trim(), format!("1 [{}] 4", 1u64 << 31));
 }
 
 #[test]
 fn a_hundred_thousand_devices_cost_time_and_memory_in_proportion() {
     // 128,000 devices (a 2 MiB trace) took 33 s a verb in release, every device looked for among all the
     // others, and each device's timeline held 2,048 buckets whatever the count (1 GB at 32,000 devices; the
-    // HTML page 4 GB). Figures before and after: docs/BENCHMARKS.md.
+    // HTML page 4 GB); 3 M of them (48 MB) aborted `report` under 4 GiB. Ordinals no GPU has fold into the
+    // unknown device: the state is the real devices', whatever the count.
     let dir = TempDir::new("hostile-devices-128k");
     let devices: Vec<u32> = (0..128_000).map(|i| i * 7 + 3).collect();
     std::fs::write(dir.0.join("t.vtrace"), devices_trace(&devices)).unwrap();
     every_verb_answers(&dir);
+    let plausible = devices.iter().filter(|&&d| d < 1024).count();
+    let folded = devices.len() - plausible;
     let r = bounded(&["report", "t.vtrace", "--json"], &dir.0);
     let got = common::cli::python_check(
         r.stdout.as_bytes(),
-        "ds = [x['device'] for x in d['devices']]\n\
-         print(len(ds), ds == sorted(ds), ds[0], ds[-1], {x['peak_bytes'] for x in d['devices']})",
+        "ds = [x['device'] for x in d['devices'] if x['device'] is not None]\n\
+         u = [x['peak_bytes'] for x in d['devices'] if x['device'] is None]\n\
+         print(len(ds), ds == sorted(ds), ds[0], ds[-1], u, d['implausible_devices'])",
     );
     assert_eq!(
         got.trim(),
-        format!("128000 True 3 {} {{{MIB}}}", 127_999 * 7 + 3)
-    );
+        format!("{plausible} True 3 1018 [{}] {folded}", folded as u64 * MIB)
+    ); // memory_viz draws the real devices (a list per ordinal up to the largest), every allocation on them once; it
+       // has no unknown device to draw the rest on.
     let got = python_on_pickle(
         &dir.0,
-        "n = d['vramtrace']['device_numbers']\n\
-         print(len(d['device_traces']), len(n), n[0], n[-1], sum(map(len, d['device_traces'])))",
+        "print(len(d['device_traces']), sum(map(len, d['device_traces'])))",
     );
-    assert_eq!(
-        got.trim(),
-        format!("128000 128000 3 {} {}", 127_999 * 7 + 3, 4 * 128_000)
-    );
+    assert_eq!(got.trim(), format!("1019 {}", 4 * plausible));
 }

@@ -421,3 +421,41 @@ fn a_kv_cache_growing_while_a_request_is_served_is_the_work_not_growth() {
     assert!(!advice.contains("kept across steps"), "{advice}");
     assert!(advice.contains("at least"), "{advice}");
 }
+
+/// Issue 50: a program that repeats its `snapshot` record (1,000 times, under one pid and under many) names one
+/// file once: every reader that reads exit snapshots reads it once, not a thousand times; past 256 distinct
+/// ones the rest are counted and said.
+#[test]
+fn a_snapshot_record_repeated_is_one_snapshot() {
+    let mut recs = vec![hello(100, 0)];
+    for i in 0..1000u64 {
+        let pid = if i % 2 == 0 { 100 } else { 200 + i as u32 };
+        recs.push(bridge(
+            pid,
+            1 + i / 100,
+            "snapshot",
+            u32::MAX,
+            &[("at", "exit".into()), ("path", "/tmp/one.pickle".into())],
+        ));
+    }
+    for i in 0..300u32 {
+        recs.push(bridge(
+            5000 + i,
+            20,
+            "snapshot",
+            u32::MAX,
+            &[("at", "exit".into()), ("path", format!("/tmp/s{i}.pickle"))],
+        ));
+    }
+    recs.push(goodbye(100, 30));
+    let a = run(&recs);
+    let s = &a.bridge.exit_snapshots;
+    assert_eq!(s.iter().filter(|(_, p)| p == "/tmp/one.pickle").count(), 1);
+    assert_eq!(s.len(), 256);
+    assert_eq!(a.bridge.exit_snapshots_dropped, 45);
+    let t = vramtrace_collector::reporters::text::render(&a, None);
+    assert!(
+        flat(&t).contains("45 more snapshots at exit were named"),
+        "{t}"
+    );
+}

@@ -602,11 +602,20 @@ fn the_knob_whatif_extrapolates_a_real_history_and_refuses_another_code_path() {
     let out = knob(&[train.display().to_string()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("FILE=VALUE"));
-    // The same run at two values: every size constant, the peak at 40 is the run's own (2.25 GiB, as modelled),
-    // outside the runs by 24, and under 3 GiB it fits as far as the search goes.
+    // One trace at two values is one run: refused (issue 50).
     let out = knob(&[
         format!("{}=8", train.display()),
         format!("{}=16", train.display()),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("one trace given at two values"));
+    // Two copies of the same run at two values: every size constant, the peak at 40 is the run's own (2.25 GiB,
+    // as modelled), outside the runs by 24, and under 3 GiB it fits as far as the search goes.
+    let dir2 = TempDir::new("whatif-knob-copy");
+    let copy = unpack(&dir2, "train");
+    let out = knob(&[
+        format!("{}=8", train.display()),
+        format!("{}=16", copy.display()),
         "--at".into(),
         "40".into(),
         "--cap".into(),

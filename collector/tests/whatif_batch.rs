@@ -195,3 +195,28 @@ fn values_past_the_largest_taken_are_one_line_and_the_largest_has_an_answer() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// Issue 50: one trace given at two values is one run, not two: refused in one line (it answered as if the
+/// program had run at both).
+#[test]
+fn one_trace_at_two_values_is_refused() {
+    let dir = TempDir::new("whatif-batch-twice");
+    let a = unpack(&dir, "train.b4");
+    let link = dir.0.join("again.vtrace");
+    std::os::unix::fs::symlink(&a, &link).unwrap();
+    for other in [a.clone(), link] {
+        let out = Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+            .args(["whatif", "--knob", "batch"])
+            .arg(format!("{}=4", a.display()))
+            .arg(format!("{}=8", other.display()))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("one trace given at two values (4 and 8)"),
+            "{err}"
+        );
+    }
+}

@@ -869,6 +869,22 @@ fn warnings(o: &mut String, a: &Analysis) {
             if a.merge_inexact_events == 1 { "" } else { "s" }
         ));
     }
+    if a.bridge.exit_snapshots_dropped > 0 {
+        w.push(format!(
+            "{} more snapshots at exit were named than processes could make (past 256): not read, so the \
+             lines of tensors live at exit come from the first 256 only.",
+            count(a.bridge.exit_snapshots_dropped)
+        ));
+    }
+    if a.implausible_devices > 0 {
+        w.push(format!(
+            "{} event{} and samples named a GPU ordinal no host has (past {}): a process wrote them, not the \
+             driver; their allocations count on the unknown device (GPU ?), the samples not at all.",
+            count(a.implausible_devices),
+            if a.implausible_devices == 1 { "" } else { "s" },
+            crate::model::MAX_DEVICE_ORDINAL - 1
+        ));
+    }
     if a.unmatched_frees > 0 {
         w.push(format!(
             "{} free{} named no live allocation (a double free, memory allocated before the trace began, or an \

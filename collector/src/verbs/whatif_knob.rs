@@ -83,6 +83,22 @@ pub fn answered_searching(
         .iter()
         .map(|f| parse_run(f))
         .collect::<Result<_, _>>()?;
+    // One trace is one run: given at two values it would answer from a run that never ran at the other.
+    for (i, (a, va)) in files.iter().enumerate() {
+        for (b, vb) in &files[i + 1..] {
+            let same = match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+                (Ok(x), Ok(y)) => x == y,
+                _ => a == b,
+            };
+            if same {
+                return Err(format!(
+                    "{}: one trace given at two values ({va} and {vb}): give each run's own trace",
+                    crate::units::shown_path(a)
+                )
+                .into());
+            }
+        }
+    }
     let mut loaded: Vec<(u64, Loaded)> = Vec::new();
     let mut runs = Vec::new();
     let mut notes = Vec::new();

@@ -30,9 +30,20 @@ fn to_first_failure(mut h: History) -> Option<History> {
 /// (the cap less the job's bytes); `None`: the driver refused, and the history's free memory says.
 pub fn replay_failure(path: &Path, pid: u32, device: u32, left: Option<u64>) -> Option<Replay> {
     let v = crate::torch_snapshot::load(path).ok()?;
+    replay_failure_in(&v, path, pid, device, left)
+}
+
+/// [`replay_failure`] on a snapshot already loaded.
+pub fn replay_failure_in(
+    v: &crate::pickle::Doc,
+    path: &Path,
+    pid: u32,
+    device: u32,
+    left: Option<u64>,
+) -> Option<Replay> {
     let mut notes = Vec::new();
     let h = from_snapshot(
-        &v,
+        v,
         pid,
         &path.display().to_string(),
         "out of memory",
@@ -40,7 +51,6 @@ pub fn replay_failure(path: &Path, pid: u32, device: u32, left: Option<u64>) -> 
     )
     .into_iter()
     .find(|h| h.device == device)?;
-    drop(v);
     replay_history(h, left)
 }
 

@@ -135,3 +135,35 @@ fn a_planted_open_file_never_receives_the_trace() {
     assert_eq!((m.uid(), m.mode() & 0o777), (JOB_USER, 0o600));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 50: names planted at every `TRACE.postmortem.N.txt` (2,000 of them, as another user can in a shared
+/// folder) do not stop the post-mortem of a failed job from being written: past the plain names it takes one
+/// nobody can guess, and says where.
+#[test]
+fn planted_post_mortem_names_do_not_stop_the_post_mortem() {
+    let dir = shared_dir("postmortem-names");
+    let out = dir.join("t.vtrace");
+    std::fs::write(dir.join("t.postmortem.txt"), b"planted").unwrap();
+    for n in 1..2000 {
+        std::fs::write(dir.join(format!("t.postmortem.{n}.txt")), b"planted").unwrap();
+    }
+    let fc = FakeCuda::new();
+    let r = fc
+        .command(vramtrace())
+        .args(["run", "--python-agent", "off", "--out"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&r.stderr);
+    let written = err
+        .lines()
+        .find_map(|l| l.split("post-mortem written to ").nth(1))
+        .unwrap_or_else(|| panic!("{err}"));
+    let path = PathBuf::from(written.split(' ').next().unwrap());
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("exit"), "{text}");
+    assert!(!err.contains("cannot write the post-mortem"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

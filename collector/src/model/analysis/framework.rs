@@ -296,8 +296,10 @@ pub struct BridgeSummary {
     pub attached: Vec<BridgeProcess>,
     /// (pid, time, text), at most [`MAX_BRIDGE_NOTES`].
     pub notes: Vec<(u32, u64, String)>,
-    /// Snapshots kept at exit: (pid, path).
+    /// Snapshots kept at exit: (pid, path), one a process, each path once, at most 256.
     pub exit_snapshots: Vec<(u32, String)>,
+    /// Exit snapshots past that bound: named, not read.
+    pub exit_snapshots_dropped: u64,
     /// Processes that ended themselves at a step's boundary, as `run --stop-after-steps` asked: (pid, steps
     /// done), at most one per process.
     pub stopped: Vec<(u32, u64)>,
@@ -306,6 +308,8 @@ pub struct BridgeSummary {
     pub history: Vec<HistoryChange>,
     /// Samples received, all processes.
     pub samples: u64,
+    /// Samples dropped for naming a device ordinal no GPU has ([`crate::model::analysis::MAX_DEVICE_ORDINAL`]).
+    pub implausible_devices: u64,
     /// The bridge's walks of what held the tensors, at exit (after a growth) or on request, at most
     /// [`crate::model::analysis::holders::MAX_WALKS`]; those at an error are on its snapshot.
     pub walks: Vec<crate::model::analysis::holders::Holders>,

@@ -176,6 +176,9 @@ impl Holder {
     }
 }
 
+/// The most bytes a holder's figure may say (1 PiB): more is no GPU's.
+pub const MAX_HOLDER_BYTES: u64 = 1 << 50;
+
 impl Holders {
     /// Reads a `holders` record at relative time `t`; `None` when it says nothing usable.
     pub fn from_bridge(b: &Bridge, t: u64) -> Option<Holders> {
@@ -199,6 +202,10 @@ impl Holders {
                     .take(200)
                     .collect::<String>()
             };
+            // No GPU holds a petabyte: a figure past it is a process's forgery, and the holder is not shown.
+            if n("bytes").is_some_and(|b| b > MAX_HOLDER_BYTES) {
+                continue;
+            }
             holders.push(Holder {
                 kind,
                 name: clean(f("name")),
@@ -220,7 +227,10 @@ impl Holders {
             elapsed_ms: b.num(k::ELAPSED_MS).unwrap_or(0),
             objects: b.num(k::OBJECTS).unwrap_or(0),
             tensors: b.num(k::TENSORS).unwrap_or(0),
-            tensor_bytes: b.num(k::TENSOR_BYTES).unwrap_or(0),
+            tensor_bytes: b
+                .num(k::TENSOR_BYTES)
+                .filter(|&x| x <= MAX_HOLDER_BYTES)
+                .unwrap_or(0),
             partial: (b.field(k::PARTIAL) == Some("1")).then(|| {
                 b.field(k::PARTIAL_REASON)
                     .unwrap_or("its time bound")
@@ -297,5 +307,26 @@ mod tests {
         assert_eq!(h.holders[2].batches, None);
         assert_eq!(h.suspects().count(), 2);
         assert!(Holders::from_bridge(&rec(&[("at", "later")]), 0).is_none());
+    }
+
+    #[test]
+    fn a_holder_of_a_forged_size_is_not_shown() {
+        let h = Holders::from_bridge(
+            &rec(&[
+                ("at", "exit"),
+                ("tensor_bytes", "18446744073709551615"),
+                ("h.0.kind", "variable"),
+                ("h.0.name", "huge"),
+                ("h.0.bytes", "18446744073709551000"),
+                ("h.1.kind", "variable"),
+                ("h.1.name", "kept"),
+                ("h.1.bytes", "4096"),
+            ]),
+            7,
+        )
+        .unwrap();
+        let names: Vec<&str> = h.holders.iter().map(|x| x.name.as_str()).collect();
+        assert_eq!(names, ["kept"]);
+        assert_eq!(h.tensor_bytes, 0);
     }
 }

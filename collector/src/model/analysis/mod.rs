@@ -22,6 +22,11 @@ pub const CUDA_OOM: u32 = 2;
 pub const REFUSALS_LISTED: usize = 64;
 /// The most out-of-memory records given a full snapshot; the rest are counted in [`Analysis::oom_records`].
 pub const MAX_OOM_SNAPSHOTS: usize = 16;
+
+/// Device ordinals at or past this are no GPU a host has (the shim records what the driver's context says): a
+/// forged one would cost a device's state each, so its events count on the unknown device instead, and samples
+/// naming one are dropped; both are counted (`implausible_devices`).
+pub const MAX_DEVICE_ORDINAL: u32 = 1024;
 /// The largest live allocations an out-of-memory snapshot lists.
 pub const OOM_TOP_LIVE: usize = 10;
 /// How far back an out-of-memory snapshot's timeline reaches.
@@ -248,6 +253,8 @@ pub struct Analysis {
     pub events: u64,
     pub dropped_events: u64,
     pub unmatched_frees: u64,
+    /// Events and samples that named a device ordinal past [`MAX_DEVICE_ORDINAL`] (a forged trace).
+    pub implausible_devices: u64,
     pub lost_frees: u64,
     /// First and last time seen in any record; `None` without any.
     pub first_ns: Option<u64>,

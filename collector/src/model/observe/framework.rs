@@ -59,6 +59,9 @@ const NEED_READINGS: usize = 8;
 const NEED_MIN_READINGS: usize = 6;
 const NEED_RISE_BYTES: u64 = 1 << 20;
 
+/// Exit snapshots kept (one a process): past this many, counted and not read.
+const MAX_EXIT_SNAPSHOTS: usize = 256;
+
 /// Boundary readings name devices below this ordinal only.
 const MAX_READING_DEVICE: u64 = 256;
 
@@ -163,6 +166,10 @@ impl FwReplay {
     /// A sample of process slot `slot`, at relative time `t`.
     pub fn on_sample(&mut self, slot: usize, s: &FrameworkSample, t: u64) {
         self.summary.samples += 1;
+        if s.device >= crate::model::analysis::MAX_DEVICE_ORDINAL {
+            self.summary.implausible_devices += 1;
+            return;
+        }
         let f = Figures::of(s);
         let p = self.procs.entry((slot, s.device)).or_default();
         let (old_a, old_r) = if p.counted {
@@ -333,8 +340,20 @@ impl FwReplay {
             }
             what::SNAPSHOT => {
                 if let Some(p) = b.field(bridge::snapshot::PATH) {
-                    if b.field(bridge::snapshot::AT) == Some(what::EXIT) {
-                        self.summary.exit_snapshots.push((b.pid, p.to_string()));
+                    // One a process (a process dumps one at its exit), each file once, a bounded number in all:
+                    // a program that repeats the record must not make every reader read one file a thousand
+                    // times.
+                    let known = self
+                        .summary
+                        .exit_snapshots
+                        .iter()
+                        .any(|(pid, q)| *pid == b.pid || q == p);
+                    if b.field(bridge::snapshot::AT) == Some(what::EXIT) && !known {
+                        if self.summary.exit_snapshots.len() < MAX_EXIT_SNAPSHOTS {
+                            self.summary.exit_snapshots.push((b.pid, p.to_string()));
+                        } else {
+                            self.summary.exit_snapshots_dropped += 1;
+                        }
                     }
                 }
             }

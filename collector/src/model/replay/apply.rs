@@ -8,6 +8,13 @@ impl Replay<'_> {
         if let Some(&i) = self.dev_ids.get(&device) {
             return i;
         }
+        if device >= crate::model::analysis::MAX_DEVICE_ORDINAL
+            && device != NO_DEVICE
+            && device != HOST_DEVICE
+        {
+            self.implausible_devices += 1;
+            return self.dev_index(NO_DEVICE);
+        }
         self.dev_ids.insert(device, self.devs.len());
         self.devs.push(Dev {
             device,

@@ -130,6 +130,7 @@ impl Replay<'_> {
         let call_sites = self.call_sites(&mut mem.sites, &mem.peaks, sym);
         let fw = std::mem::take(&mut self.fw);
         let (mut fw_procs, fw_devs, bridge) = fw.finish(end);
+        let fw_implausible = bridge.implausible_devices;
         let devs = &self.devs;
         let dev_of = |d: usize| ordinal(devs[d].device);
         let processes: Vec<ProcessStats> = self
@@ -259,6 +260,7 @@ impl Replay<'_> {
             events: self.events,
             dropped_events: self.dropped,
             unmatched_frees: self.unmatched,
+            implausible_devices: self.implausible_devices + fw_implausible,
             lost_frees: self.lost,
             first_ns: first,
             end_ns: end,

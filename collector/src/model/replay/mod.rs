@@ -225,6 +225,8 @@ pub(in crate::model) struct Replay<'t> {
     events: u64,
     dropped: u64,
     unmatched: u64,
+    /// Events whose device ordinal no GPU has (counted on the unknown device).
+    implausible_devices: u64,
     lost: u64,
     first_ts: Option<u64>,
     last_ts: u64,
@@ -280,6 +282,7 @@ impl<'t> Replay<'t> {
             events: 0,
             dropped: 0,
             unmatched: 0,
+            implausible_devices: 0,
             lost: 0,
             first_ts: None,
             last_ts: 0,

@@ -5,11 +5,13 @@ use super::*;
 /// Writes `text` to `<trace stem>.<kind>.txt`, never over an existing file (a numbered name instead).
 pub(super) fn write_beside(trace: &Path, kind: &str, text: &str) -> io::Result<PathBuf> {
     use std::os::unix::fs::OpenOptionsExt;
-    for n in 0..100 {
-        let ext = if n == 0 {
-            format!("{kind}.txt")
-        } else {
-            format!("{kind}.{n}.txt")
+    // The plain names first, then names nobody can guess: files planted at every `KIND.N.txt` (another user's,
+    // in a shared folder) must not stop the post-mortem from being written.
+    for n in 0..18u32 {
+        let ext = match n {
+            0 => format!("{kind}.txt"),
+            1..10 => format!("{kind}.{n}.txt"),
+            _ => format!("{kind}.{:016x}.txt", crate::runtime_dir::random_u64()),
         };
         let path = trace.with_extension(ext);
         // Afresh, never through a link; the job's user's alone, as the trace is.
