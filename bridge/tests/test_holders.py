@@ -400,6 +400,79 @@ class Harmless(unittest.TestCase):
         # On 3.13 f_locals is a live view (nothing copied); before it, the copy the walk made was emptied.
         self.assertEqual(seen, [True])
 
+    def test_no_code_of_the_programs_runs_by_any_route(self):
+        """Issue 50: a `__dict__` property, a metaclass's `__flags__` and `__name__`, a tensor subclass's
+        `is_cuda` and `grad_fn`, a property over a slot, a list subclass's `__iter__`, a `__class__` property:
+        each would run the program's code if the walk looked them up; each records its call."""
+        ran = []
+
+        class Meta(type):
+            @property
+            def __flags__(cls):
+                ran.append("__flags__")
+                return 0
+
+            @property
+            def __name__(cls):
+                ran.append("__name__")
+                return "Meta"
+
+        class Sneaky(object, metaclass=Meta):
+            def __init__(self):
+                self.inside = Tensor(111)
+
+        class OwnDict(object):
+            @property
+            def __dict__(self):
+                ran.append("__dict__")
+                return {"t": Tensor(5)}
+
+            @property
+            def __class__(self):
+                ran.append("__class__")
+                return dict
+
+        class Spy(Tensor):
+            def _get(self):
+                ran.append("is_cuda")
+                return True
+
+            def _set(self, v):  # the stand-in's constructor sets it; real torch's is a C getter
+                vars(self)["is_cuda"] = v
+
+            is_cuda = property(_get, _set)
+
+        class Base(object):
+            __slots__ = ("held",)
+
+        class Shadow(Base):
+            @property
+            def held(self):
+                ran.append("slot")
+                return None
+
+        class Lst(list):
+            def __iter__(self):
+                ran.append("__iter__")
+                return iter([])
+
+        shadow = Shadow.__new__(Shadow)
+        Base.held.__set__(shadow, Tensor(222))
+        self.addCleanup(globals().pop, "traps", None)
+        globals()["traps"] = [Sneaky(), OwnDict(), Spy(333), shadow, Lst([Tensor(444)])]
+        del shadow  # the list alone holds it
+        r = walk()
+        self.assertEqual(ran, [])
+        # What the slots and the real dicts hold is still found, under the list that holds them.
+        self.assertEqual(named(r, "traps")["bytes"], 111 + 333 + 222 + 444)
+
+    def test_a_huge_container_is_read_to_a_bound_and_said_partial(self):
+        big = list(range(_holders.MAX_ITEMS + 50000)) + [Tensor(999)]
+        self.addCleanup(globals().pop, "big", None)
+        globals()["big"] = big
+        r = walk()
+        self.assertIn("container", r["partial"] or "")
+
     def test_saved_tensors_are_not_unpacked_where_checkpointing_can_run(self):
         class Recompute(AddBackward0):
             calls = 0

@@ -9,11 +9,15 @@ at the exit of a job whose memory grew, or on request (never in steady state).
 4. What remains: a few of the largest by `gc.get_referrers`: a reference cycle awaiting the collector, or held
    outside Python.
 5. PyTorch's cache (reserved but free), from figures already read.
-Every stage watches the clock and stops (partial) rather than go over the deadline. Walking reads attributes
-only through `object.__getattribute__` and base types' own C methods: no code of the program's runs."""
+Every stage watches the clock and stops (partial) rather than go over the deadline, and a container is read to
+MAX_ITEMS at most (partial past it). Walking reads what the type's own slots hold: an instance's dict through
+the `__dict__` descriptor its class got from `type` (never one the class defines itself), slots through their
+member descriptors, a class's flags, MRO and name through `type`'s own descriptors, a tensor's figures through
+torch's base Tensor's descriptors (never a subclass's override): no code of the program's runs."""
 
 import collections
 import gc
+import itertools
 import os
 import sys
 import time
@@ -25,6 +29,7 @@ MAX_UNREACHED = 20  # the largest unreached tensors asked of gc.get_referrers (o
 MAX_BATCH = 512  # the rest, asked together in one more pass
 _CO_OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function's frame, whose f_locals is a copy
 CHECK_EVERY = 1024  # objects between two looks at the clock
+MAX_ITEMS = 100000  # a container's items read at most (a 50 M-int list is not copied)
 
 # How a type is walked (cached per type: the walk classifies each type once).
 _SKIP, _TENSOR, _SEQ, _DICT, _MODULE, _OPTIM, _INSTANCE = range(7)
@@ -41,6 +46,59 @@ class _Deadline(Exception):
     pass
 
 
+# `type`'s own descriptors: a metaclass of the program's that defines `__flags__`, `__mro__` or `__name__` (a
+# property) is never asked.
+_TYPE_NS = type.__dict__["__dict__"]
+_TYPE_MRO = type.__dict__["__mro__"]
+_TYPE_FLAGS = type.__dict__["__flags__"]
+_TYPE_NAME = type.__dict__["__name__"]
+_C_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
+
+
+def _lookup(tp, name):
+    """The class attribute `name` of `tp`, read from its MRO's namespaces (no descriptor runs, no metaclass is
+    asked); None where none has it."""
+    try:
+        for c in _TYPE_MRO.__get__(tp):
+            ns = _TYPE_NS.__get__(c)
+            if name in ns:
+                return ns[name]
+    except Exception:
+        pass
+    return None
+
+
+def _inst_dict(obj):
+    """An instance's (or a module's) own dict, through the C descriptor `type` made for its class; None where
+    the class defines `__dict__` itself (a property of the program's would run)."""
+    d = _lookup(type(obj), "__dict__")
+    if type(d) not in _C_DESCRIPTORS:
+        return None
+    try:
+        v = d.__get__(obj)
+    except Exception:
+        return None
+    return v if type(v) is dict else None
+
+
+def _read(desc, name, o):
+    """A tensor's `name` through the base class's descriptor `desc`; where the base keeps it per instance (no
+    descriptor: a plain attribute), from the instance's own dict."""
+    if desc is not None and type(desc) in (_C_DESCRIPTORS + (property,)):
+        return desc.__get__(o, type(o))
+    d = _inst_dict(o)
+    if d is not None and name in d:
+        return d[name]
+    raise AttributeError(name)
+
+
+def _flags(tp):
+    try:
+        return _TYPE_FLAGS.__get__(tp)
+    except Exception:
+        return 0
+
+
 class _Walk(object):
     def __init__(self, torch, deadline_s, device):
         self.t0 = time.monotonic()
@@ -51,6 +109,10 @@ class _Walk(object):
         self.device = device
         self.partial = None  # the stage the deadline stopped, or None
         self.Tensor = torch.Tensor
+        # torch's own descriptors and methods, read on any tensor: a subclass's override never runs.
+        self.t_is_cuda = _lookup(torch.Tensor, "is_cuda")
+        self.t_get_device = _lookup(torch.Tensor, "get_device")
+        self.t_grad_fn = _lookup(torch.Tensor, "grad_fn")
         self.Module = _attr(torch, "nn", "Module")
         self.Optimizer = _attr(torch, "optim", "Optimizer")
         self.kinds = {}  # type -> how it is walked
@@ -109,11 +171,20 @@ class _Walk(object):
         finally:
             del objs
 
+    def is_cuda(self, o):
+        return _read(self.t_is_cuda, "is_cuda", o)
+
+    def get_device(self, o):
+        return self.t_get_device(o)
+
+    def grad_fn(self, t):
+        return _read(self.t_grad_fn, "grad_fn", t)
+
     def add_tensor(self, o):
         try:
-            if not o.is_cuda:
+            if not self.is_cuda(o):
                 return
-            if self.device is not None and o.get_device() != self.device:
+            if self.device is not None and self.get_device(o) != self.device:
                 return
         except Exception:
             return
@@ -133,7 +204,7 @@ class _Walk(object):
                 k = _MODULE
             elif self.Optimizer is not None and issubclass(tp, self.Optimizer):
                 k = _OPTIM
-            elif tp.__flags__ & _HEAPTYPE and not issubclass(tp, type):
+            elif _flags(tp) & _HEAPTYPE and not issubclass(tp, type):
                 k = _INSTANCE
             else:
                 k = _SKIP
@@ -154,11 +225,10 @@ class _Walk(object):
                 mods.append((name != "__main__", name, m))
         mods.sort(key=lambda x: x[:2])  # __main__ first
         for _, name, m in mods:
-            try:
-                d = object.__getattribute__(m, "__dict__")
-                items = list(dict.items(d))
-            except Exception:
+            d = _inst_dict(m)
+            if d is None:
                 continue
+            items = list(itertools.islice(dict.items(d), MAX_ITEMS))
             scope = "global of %s" % name
             for k, v in items:
                 if not k.startswith("__"):
@@ -236,18 +306,18 @@ class _Walk(object):
                 continue
             d = depth + 1
             if named:
-                label = (label[0], label[1], label[2], tp.__name__)
+                label = (label[0], label[1], label[2], _tname(obj))
             try:
                 if k == _SEQ:
                     for base in _SEQ_BASES:
                         if issubclass(tp, base):
-                            children = list(base.__iter__(obj))
+                            children = self.items(base.__iter__(obj), base.__len__(obj), stage)
                             break
                     for c in children:
                         if kinds.get(type(c)) != _SKIP:
                             queue.append((c, label, False, d))
                 elif k == _DICT:
-                    for key, v in list(dict.items(obj)):
+                    for key, v in self.items(dict.items(obj), dict.__len__(obj), stage):
                         if kinds.get(type(v)) != _SKIP:
                             queue.append((v, label, False, d))
                         if kinds.get(type(key)) == _TENSOR:
@@ -263,17 +333,21 @@ class _Walk(object):
             except Exception:
                 continue
 
+    def items(self, it, n, stage):
+        """A container's items, MAX_ITEMS at most (the walk is then partial: it did not read them all)."""
+        if n > MAX_ITEMS and self.partial is None:
+            self.partial = "%s (a container of %d items read to %d)" % (stage, n, MAX_ITEMS)
+        return list(itertools.islice(it, MAX_ITEMS))
+
     def expand_instance(self, obj, tp, label, named, queue, d):
-        try:
-            attrs = list(dict.items(object.__getattribute__(obj, "__dict__")))
-        except Exception:
-            attrs = []
+        od = _inst_dict(obj)
+        attrs = list(itertools.islice(dict.items(od), MAX_ITEMS)) if od is not None else []
         slots = self.slots.get(tp)
         if slots is None:
             slots = self.slots[tp] = _slot_names(tp)
-        for s in slots:
+        for s, desc in slots:
             try:
-                attrs.append((s, object.__getattribute__(obj, s)))
+                attrs.append((s, desc.__get__(obj, tp)))
             except Exception:
                 pass
         for a, v in attrs:
@@ -288,17 +362,16 @@ class _Walk(object):
         """A module's parameters and buffers, and its submodules', under the module's own name; its other
         attributes as an instance's."""
         params = ("parameters", label[1], label[2], label[3])
-        try:
-            attrs = dict.items(object.__getattribute__(m, "__dict__"))
-            attrs = list(attrs)
-        except Exception:
+        md = _inst_dict(m)
+        if md is None:
             return
+        attrs = list(itertools.islice(dict.items(md), MAX_ITEMS))
         for a, v in attrs:
-            if a in ("_parameters", "_buffers") and isinstance(v, dict):
+            if a in ("_parameters", "_buffers") and issubclass(type(v), dict):
                 for t in list(dict.values(v)):
                     if t is not None:
                         queue.append((t, params, False, d))
-            elif a == "_modules" and isinstance(v, dict):
+            elif a == "_modules" and issubclass(type(v), dict):
                 for sub in list(dict.values(v)):
                     if sub is not None:
                         # Submodules' parameters are the top module's: one holder per model, not per layer,
@@ -312,17 +385,16 @@ class _Walk(object):
 
     def expand_optimizer(self, opt, label, queue, d):
         state = ("optimizer", label[1], label[2], label[3])
-        try:
-            od = object.__getattribute__(opt, "__dict__")
-            st = dict.get(od, "state")
-            groups = dict.get(od, "param_groups")
-        except Exception:
+        od = _inst_dict(opt)
+        if od is None:
             return
-        if isinstance(st, dict):
+        st = dict.get(od, "state")
+        groups = dict.get(od, "param_groups")
+        if issubclass(type(st), dict):
             for v in list(dict.values(st)):
                 queue.append((v, state, False, d))
         # The parameters it steps are the model's: named by the model when it is reached at all.
-        if isinstance(groups, list):
+        if issubclass(type(groups), list):
             self.later.append((groups, ("parameters", label[1] + ".param_groups", label[2], label[3]), d))
 
     def reach(self, t, label, queue, depth):
@@ -332,7 +404,7 @@ class _Walk(object):
             self.credit(label, rec[1])
         if label[0] == "variable":
             try:
-                fn = t.grad_fn
+                fn = self.grad_fn(t)
                 if fn is not None:
                     self.graph_roots.append((t, label))
             except Exception:
@@ -362,7 +434,7 @@ class _Walk(object):
         for t, label in self.graph_roots:
             self.check("walking autograd graphs")
             try:
-                root = t.grad_fn
+                root = self.grad_fn(t)
             except Exception:
                 continue
             if root is None or id(root) in seen:
@@ -427,9 +499,9 @@ class _Walk(object):
     def saved_tensor(self, s):
         """The bytes of a saved CUDA tensor whose storage nothing counted yet, else None."""
         try:
-            if (self.kinds.get(type(s)) or self.kind(type(s))) != _TENSOR or not s.is_cuda:
+            if (self.kinds.get(type(s)) or self.kind(type(s))) != _TENSOR or not self.is_cuda(s):
                 return None
-            if self.device is not None and s.get_device() != self.device:
+            if self.device is not None and self.get_device(s) != self.device:
                 return None
         except Exception:
             return None
@@ -543,7 +615,10 @@ def _attr(torch, *path):
 
 
 def _tname(v):
-    return type(v).__name__
+    try:
+        return _TYPE_NAME.__get__(type(v))
+    except Exception:
+        return "?"
 
 
 def _storage(t):
@@ -564,18 +639,28 @@ def _storage(t):
 
 
 def _slot_names(tp):
-    names = []
+    """(name, member descriptor) of every slot its classes declare: read through the declaring class's own
+    descriptor, so a property a subclass puts over the name never runs."""
+    out = []
+    seen = set()
     try:
-        for c in tp.__mro__:
-            s = type.__dict__["__dict__"].__get__(c).get("__slots__", ())
-            if isinstance(s, str):
+        for c in _TYPE_MRO.__get__(tp):
+            ns = _TYPE_NS.__get__(c)
+            s = ns.get("__slots__", ())
+            if type(s) is str:
                 s = (s,)
+            if type(s) not in (tuple, list):
+                continue
             for n in s:
-                if n not in ("__dict__", "__weakref__") and n not in names:
-                    names.append(n)
+                if type(n) is not str or n in ("__dict__", "__weakref__") or n in seen:
+                    continue
+                desc = ns.get(n)
+                if type(desc) is types.MemberDescriptorType:
+                    seen.add(n)
+                    out.append((n, desc))
     except Exception:
         pass
-    return names
+    return out
 
 
 def _chain(root):
@@ -628,11 +713,11 @@ def _user_module(name, m):
         return True
     if name.split(".", 1)[0] in _LIBRARY_PACKAGES:
         return False
-    try:
-        f = dict.get(object.__getattribute__(m, "__dict__"), "__file__")
-    except Exception:
+    d = _inst_dict(m)
+    if d is None:
         return False
-    if not isinstance(f, str):
+    f = dict.get(d, "__file__")
+    if type(f) is not str:
         return False  # builtin and frozen modules
     if "site-packages" in f or "dist-packages" in f:
         return False
