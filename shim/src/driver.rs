@@ -236,6 +236,12 @@ pub unsafe fn dlsym_hook(
     let Some(f) = tracked(symbol) else {
         return p;
     };
+    // A driver loaded into a link-map namespace of its own (`dlmopen(LM_ID_NEWLM)`) is another copy of it, with
+    // its own state: its functions are not ours to wrap (the wrappers would call the first namespace's copy for
+    // what they need, uninitialised there, and crash the program). Left alone; the cap's GPU check sees it.
+    if !in_base_namespace(handle) {
+        return p;
+    }
     if p == wrapper(f) {
         // The lookup found our own export (`RTLD_DEFAULT`, or the program's global scope): the driver's is the
         // next definition after us, if the driver is there at all. Without one the answer is null, as it
@@ -246,6 +252,25 @@ pub unsafe fn dlsym_hook(
         return p;
     }
     adopt(f, p, wrapper(f))
+}
+
+/// Whether a `dlsym` handle names an object of the first link-map namespace (the one the shim is preloaded
+/// into). The special handles are the caller's scope: ours. Unknown (dlinfo refused it): as before, ours.
+fn in_base_namespace(handle: *mut c_void) -> bool {
+    if handle.is_null() || handle == libc::RTLD_NEXT {
+        return true;
+    }
+    let mut lmid: libc::Lmid_t = libc::LM_ID_BASE;
+    // SAFETY: `handle` is the program's own `dlsym` handle, which glibc's `dlsym` has just read as a link map
+    // (the caller looked the symbol up with it first); `lmid` is a local `Lmid_t`, as RTLD_DI_LMID writes.
+    let r = unsafe {
+        libc::dlinfo(
+            handle,
+            libc::RTLD_DI_LMID,
+            (&mut lmid as *mut libc::Lmid_t).cast(),
+        )
+    };
+    r != 0 || lmid == libc::LM_ID_BASE
 }
 
 /// `p` is what the driver answered for `f`. Remember it as the real function and return the wrapper `w`, unless

@@ -133,7 +133,8 @@ fn a_driver_reached_through_dlmopen_is_caught() {
     compile_c(&src, &bin, &["-O1", "-Wall", "-Werror"], &["-ldl"]);
     stopped_and_named(
         &format!("{} {} 8000; true; :", bin.display(), 3072 * MIB),
-        "the GPU holds memory for it that its shim did not count",
+        // Its shim is loaded and left that copy alone (its wrappers once took the copy's calls half-way).
+        "it loaded the shim but its memory went past it",
     );
 }
 
@@ -179,4 +180,32 @@ fn a_job_within_its_cap_is_never_flagged() {
     );
     run.assert_success("within its cap");
     assert!(!run.stderr.contains("past its cap"), "{}", run.stderr);
+}
+
+/// Issue 50: the driver's second copy, in a namespace of its own, is left alone: its `dlsym` answers are the
+/// driver's own functions, not the shim's wrappers (which would call the first copy, uninitialised, for what
+/// they need: on an H200 the program died of SIGSEGV after its first allocation). The program runs as bare,
+/// and the trace holds no call of that copy's.
+#[test]
+fn a_driver_in_a_namespace_of_its_own_is_not_wrapped() {
+    let src =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../programs/c/dlmopen_alloc.c");
+    let bin = scratch_dir().join("dlmopen_alloc_plain");
+    compile_c(&src, &bin, &["-O1", "-Wall", "-Werror"], &["-ldl"]);
+    let fc = FakeCuda::new();
+    let bytes = (64 * MIB).to_string();
+    let (r, trace) = fc.traced("dlmopen-plain", &[], &bin, &[bytes.as_str(), "10"]);
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+    assert!(r.stdout.contains("held"), "{}", r.stdout);
+    let t = vramtrace_e2e::traced::read_trace(&trace);
+    let wrapped = t
+        .events
+        .values()
+        .flatten()
+        .filter(|e| e.api == vramtrace_format::Api::MemAlloc && e.size == 64 * MIB)
+        .count();
+    assert_eq!(
+        wrapped, 0,
+        "the second copy's allocation went through a wrapper"
+    );
 }
