@@ -36,6 +36,8 @@ pub struct Shared {
 }
 
 pub const FILE_SIZE: usize = std::mem::size_of::<Shared>();
+// `run` reserves the file's bytes before the job starts, by format's figure: the two must agree.
+const _: () = assert!(FILE_SIZE == vramtrace_format::cap::LEDGER_BYTES);
 
 /// This process's view of the ledger.
 pub struct Ledger {

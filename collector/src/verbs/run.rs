@@ -384,13 +384,32 @@ impl Prepared {
         let ledger = dir.path.join(format!("ledger-{:016x}", random_u64()));
         if cap.is_some() {
             use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
+            use std::os::unix::io::AsRawFd;
+            let f = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&ledger)
                 .with_context(|| format!("cannot create {}", ledger.display()))?;
+            // Every byte of it reserved now, before the job starts: a filesystem another user filled would
+            // leave each process to cap itself alone, the job as a whole uncapped, in silence.
+            // SAFETY: plain integer arguments on the descriptor just opened; no memory passed.
+            let rc = unsafe {
+                libc::posix_fallocate(
+                    f.as_raw_fd(),
+                    0,
+                    vramtrace_format::cap::LEDGER_BYTES as libc::off_t,
+                )
+            };
+            if rc != 0 {
+                bail!(
+                    "cannot reserve the cap's ledger in {} ({}): the job's processes could not share its cap, \
+                     so it is not started; free space there (or set XDG_RUNTIME_DIR to a folder with room)",
+                    dir.path.display(),
+                    std::io::Error::from_raw_os_error(rc)
+                );
+            }
         }
         // A runtime filesystem that cannot take the bridge (full) does not stop the job: its Python processes
         // are traced without it, and the summary says so, as the cap's ledger degrades.

@@ -259,3 +259,51 @@ fn runtime_filesystems_without_inodes_do_not_stop_the_job() {
     assert!(err.contains("the cap (1GiB, warn) is not checked"), "{err}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Issue 50: on a runtime filesystem another user filled, the cap's ledger cannot be reserved: the job is not
+/// started (its processes would each cap themselves alone, the job as a whole uncapped, in silence), and the
+/// line says why and what to do.
+#[test]
+fn a_cap_whose_ledger_cannot_be_reserved_is_refused_before_the_job_starts() {
+    // SAFETY: no arguments and no preconditions; it cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a small filesystem needs root");
+        return;
+    }
+    let dir = TempDir::new("full-ledger");
+    let base = dir.path().join("full");
+    std::fs::create_dir_all(&base).unwrap();
+    let fc = FakeCuda::new().env("XDG_RUNTIME_DIR", &base);
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&base)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(base.clone());
+    let _ = std::fs::write(base.join("fill"), vec![0u8; 1 << 20]);
+    let (run, _) = fc.traced(
+        "full-ledger",
+        &["--cap", "1GiB", "--python-agent", "off"],
+        program("probe"),
+        &["alloc 1048576", "exit 0"],
+    );
+    assert!(!run.status.success(), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("cannot reserve the cap's ledger"),
+        "{}",
+        run.stderr
+    );
+    // The program never ran: the driver saw no allocation.
+    let log = std::fs::read_to_string(fc.log_path()).unwrap_or_default();
+    assert!(!log.contains("cuMemAlloc"), "{log}");
+}
