@@ -14,10 +14,21 @@
 #   PROBE="conv:6GiB:298 ..." (CASE:CAP:ANSWER; CASES="" to run only these): where --verify found answer+1 fitting,
 #   how far the answer was low: runs under the cap at 2%, 5%, 10% and 20% past it (5 steps each, as fit's runs),
 #   each said to fit or to run out of memory ($OUT/fit/probe.md).
+#   YARD=0: no yardstick runs (step 1); VERIFY=0: fit without --verify; TAG=NAME: $OUT/NAME/ and $OUT/NAME.tgz
+#   instead of fit (a second call in one session keeps the first's files); KEEP="table.md ...": the files left
+#   beside the tarball in $OUT/NAME/ (default: table.md results.json log.txt probe.md; the tarball has them all).
+#   With --verify, where the answer or answer+1 contradicts the replay, fit itself gallops and bisects (up to 8
+#   more runs): the case's `verified` {fits, fails, largest} is recorded, and the table shows it.
 set -u
 DIR=$(cd "$1" && pwd)
 OUT=${OUT:-/tmp/vramtrace-fit-out}
-W=$OUT/fit
+TAG=${TAG:-fit}
+W=$OUT/$TAG
+YARD=${YARD:-1}
+VERIFY=${VERIFY:-1}
+KEEP=${KEEP:-table.md results.json log.txt probe.md}
+verifyflag=(--verify)
+[ "$VERIFY" = 0 ] && verifyflag=()
 mkdir -p "$W"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CASE=$HERE/whatif_case.py
@@ -53,7 +64,7 @@ for spec in $CASES; do
         continue
     fi
     # 1. The yardstick, once per program.
-    if [[ $timed != *" $c "* ]]; then
+    if [ "$YARD" != 0 ] && [[ $timed != *" $c "* ]]; then
         timed="$timed$c "
         t0=$(now)
         timeout 300 python3 "$CASE" "$c" --batch 16 --steps 5 >"$W/$c.bare.out" 2>>"$LOG"
@@ -68,9 +79,9 @@ for spec in $CASES; do
     # 2. The fit.
     capflag=()
     [ "$limit" != device ] && capflag=(--cap "$limit")
-    say "$c ($limit): vramtrace fit ${capflag[*]} --verify"
+    say "$c ($limit): vramtrace fit ${capflag[*]} ${verifyflag[*]}"
     t0=$(now)
-    timeout $((BUDGET + 40 - SECONDS > 60 ? BUDGET + 40 - SECONDS : 60)) "$VT" fit "${capflag[@]}" --verify --json \
+    timeout $((BUDGET + 40 - SECONDS > 60 ? BUDGET + 40 - SECONDS : 60)) "$VT" fit "${capflag[@]}" "${verifyflag[@]}" --json \
         --bound 200 --dir "$WORK/$c.$limit" -- python3 "$CASE" "$c" --batch '{}' --steps 100000 \
         >"$W/$c.$limit.fit.json" 2>"$W/$c.$limit.fit.err"
     rc=$?
@@ -105,14 +116,18 @@ if f:
         seconds=f.get("seconds"), used=f.get("used"), notes=f.get("notes"),
         runs=[{k: r.get(k) for k in ("value", "role", "ending", "exit_code", "steps", "seconds")} for r in f.get("runs", [])],
         verify=[{k: v.get(k) for k in ("value", "fitted", "predicted")} for v in f.get("verify", [])],
+        verified=f.get("verified"), next_failure=lg.get("next_failure"),
         settings=f.get("settings"),
     )
     v = res["verify"]
     res["answer_fitted"] = v[0]["fitted"] if len(v) > 0 else None
     res["next_failed"] = (not v[1]["fitted"]) if len(v) > 1 else None
-print(f"{c} ({limit}): exit {rc}, {wall:.1f} s; answer {res.get('answer')}; runs "
+vd = res.get("verified") or {}
+print(f"{c} ({limit}): exit {rc}, {wall:.1f} s; answer {res.get('answer')} (range {res.get('range')}); verified {vd or '-'}; "
+      + f"{len(res.get('runs', []))} runs: "
       + ", ".join(f"{r['value']} {r['role']} {r['ending']} {r['steps']} steps {r['seconds']:.1f} s" for r in res.get("runs", []))
-      + (f"; ERROR {res['error']}" if "error" in res else ""))
+      + (f"; ERROR {res['error']}" if "error" in res else "")
+      + (("; notes: " + " | ".join(res.get("notes") or [])) if res.get("notes") else ""))
 json.dump(res, open(os.path.join(w, f"{c}.{limit}.case.json"), "w"), indent=1)
 PY
     rm -rf "$WORK/$c.$limit"
@@ -144,7 +159,7 @@ done
 
 if [ -z "$CASES" ]; then
     rm -rf "$WORK"
-    tar czf "$OUT/fit.tgz" -C "$W" . 2>>"$LOG"
+    tar czf "$OUT/$TAG.tgz" -C "$W" . 2>>"$LOG"
     find "$W" -type f ! -name probe.md ! -name log.txt -delete
     exit 0
 fi
@@ -161,8 +176,8 @@ for spec in sys.argv[2].split():
         rows.append({"case": c, "limit": limit, "error": str(e)})
 def yn(x):
     return "-" if x is None else ("yes" if x else "NO")
-print("| case | limit | answer | runs (values) | answer fitted | answer+1 failed | fit s | fit s less verify | short run bare s | under run s | fit / bare | less verify / bare | fit / run |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| case | limit | replay's answer (range) | verified fits / fails / largest | runs (values: role) | answer fitted | answer+1 failed | fit s | fit s less verify | short run bare s | under run s | fit / bare | less verify / bare | fit / run |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     if r.get("skipped") or "answer" not in r:
         print(f"| {r['case']} | {r['limit']} | {'skipped' if r.get('skipped') else 'no answer: ' + ' / '.join(r.get('error') or [])} |||||||||||")
@@ -173,16 +188,22 @@ for r in rows:
     u = (r.get("run") or {}).get("seconds")
     s = r["seconds"]
     nv = s - sum(x["seconds"] for x in runs if x["role"] == "verify")
-    vals = ",".join(str(x["value"]) for x in fit) + " +verify " + ",".join(str(x["value"]) for x in runs if x["role"] == "verify")
-    print(f"| {r['case']} | {r['limit']} | {r['answer']}{'+' if r.get('at_least') else ''} | {len(runs)} ({vals}) | "
+    vals = ", ".join(f"{x['value']}{'' if x['role'] in ('first', 'verify') else ' ' + x['role']}" for x in fit)
+    vr = [str(x["value"]) + ("" if x["ending"] in ("stopped", "finished") else " " + x["ending"]) for x in runs if x["role"] == "verify"]
+    if vr:
+        vals += "; verify " + ", ".join(vr)
+    vd = r.get("verified")
+    vds = "-" if not vd else f"{vd.get('fits')} / {vd.get('fails')} / **{vd.get('largest')}**"
+    print(f"| {r['case']} | {r['limit']} | {r['answer']}{'+' if r.get('at_least') else ''} ({'-'.join(map(str, r.get('range') or []))}) | {vds} | {len(runs)} ({vals}) | "
           f"{yn(r.get('answer_fitted'))} | {yn(r.get('next_failed'))} | {s:.1f} | {nv:.1f} | {b or '-'} | {u or '-'} | "
           f"{s / b if b else 0:.1f} | {nv / b if b else 0:.1f} | {s / u if u else 0:.1f} |")
 out = {"date": __import__("time").strftime("%Y-%m-%d"), "gpu": open(os.path.join(w, "gpu.txt")).read(), "cases": rows}
 json.dump(out, open(os.path.join(w, "results.json"), "w"), indent=1)
 PY
 rm -rf "$WORK"
-tar czf "$OUT/fit.tgz" -C "$W" --exclude=results.json --exclude=table.md . 2>>"$LOG"
-# At most 8 files come back: the table, the figures and the tarball.
-find "$W" -type f ! -name table.md ! -name results.json ! -name log.txt ! -name probe.md -delete
+tar czf "$OUT/$TAG.tgz" -C "$W" . 2>>"$LOG"
+# At most 8 files come back: what KEEP names and the tarball.
+keep() { for f in "$W"/*; do [[ " $KEEP " == *" $(basename "$f") "* ]] || rm -f "$f"; done; }
+keep
 [ -f "$W/probe.md" ] && cat "$W/probe.md"
 ls -la "$OUT" "$W"
