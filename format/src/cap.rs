@@ -158,6 +158,10 @@ fn parse_amount(entry: &str) -> Result<Amount, CapError> {
     Ok(Amount::Bytes(bytes))
 }
 
+/// The cap's ledger file's size (the shim's `ledger::Shared`: a header, per device the job's bytes, per slot its
+/// bytes per device), so that `run` reserves all of it before the job starts (the shim checks the two agree).
+pub const LEDGER_BYTES: usize = 64 + 32 * 8 + 1024 * 32 * 8;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,7 +234,3 @@ mod tests {
             .contains("XB"));
     }
 }
-
-/// The cap's ledger file's size (the shim's `ledger::Shared`: a header, per device the job's bytes, per slot its
-/// bytes per device), so that `run` reserves all of it before the job starts (the shim checks the two agree).
-pub const LEDGER_BYTES: usize = 64 + 32 * 8 + 1024 * 32 * 8;
