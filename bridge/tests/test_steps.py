@@ -170,6 +170,12 @@ class Counters(WithTorch):
                 pass
         self.assertEqual(_torch._steps.scopes, 5)
         self.assertEqual(_torch._steps.index(), 5)
+        # torch's own scopes (moving a model's parameters, one scope each) are not the program's iterations.
+        model = torch.nn.Module()
+        model.a = torch.nn.Parameter(8)
+        model.b = torch.nn.Parameter(8)
+        model.cuda()
+        self.assertEqual(_torch._steps.scopes, 5)
         # Once an optimizer steps, its steps are the ones read (scopes still counted, not read at boundaries).
         opt = torch.optim.SGD([])
         opt.step()

@@ -270,7 +270,9 @@ def _count_batch(it):
 
 
 def _count_scope():
-    """An outermost no_grad / inference_mode scope was entered: an iteration of a loop that has no other count."""
+    """An outermost no_grad / inference_mode scope the program's own code entered: an iteration of a loop that
+    has no other count. Never a reason to stop (`--stop-after-steps`): a training script's evaluation before its
+    first optimizer step would end it there."""
     try:
         s = _steps
         s.scopes += 1
@@ -278,12 +280,32 @@ def _count_scope():
             return
         s.t_ns = time.monotonic_ns()
         _boundary(s)
-        stop = _state["stop_steps"]
-        # Entering scope N+1 ends iteration N, as drawing a batch does.
-        if stop and s.scopes > stop:
-            _stop("scopes", s.scopes - 1)
     except Exception:
         pass
+
+
+# Modules whose frames enter a decorated function's scope for it (the caller is the one behind them).
+_SCOPE_WRAPPERS = ("torch.utils._contextlib", "contextlib", "functools")
+_user_modules = {}  # module name -> whether its code is the program's (cached: a path is resolved once)
+
+
+def _entered_by_program(depth):
+    """Whether the frame `depth` up (the one that entered the scope), past torch's decorator wrappers, is the
+    program's own code: torch moving a model's parameters (`.cuda()` enters no_grad once a parameter) and a
+    library's own scopes are not the program's iterations."""
+    try:
+        f = sys._getframe(depth + 1)
+        while f is not None and f.f_globals.get("__name__") in _SCOPE_WRAPPERS:
+            f = f.f_back
+        if f is None:
+            return False
+        name = f.f_globals.get("__name__")
+        known = _user_modules.get(name)
+        if known is None:
+            known = _user_modules[name] = bool(_holders._user_module(name, sys.modules.get(name)))
+        return known
+    except Exception:
+        return False
 
 
 def _stop(counter, n):
@@ -401,7 +423,7 @@ def _wrap_scope_enter(real, torch):
         except Exception:
             outer = False
         out = real(self)
-        if outer:
+        if outer and _entered_by_program(1):
             _count_scope()
         return out
 

@@ -401,6 +401,22 @@ pub fn fit(args: &FitArgs, progress: &mut dyn Progress) -> Result<Fitted, FitErr
         }
         Err(e) => return Err(FitError::Refused(e.to_string())),
     };
+    // Runs whose every request is the same size at both values tell nothing of the knob: `{}` is not what the
+    // program sizes its work by, or the runs ended before its work began.
+    if answered
+        .answer
+        .shapes
+        .iter()
+        .all(|c| c.shape == crate::whatif::batch::fit::Shape::Constant)
+    {
+        return Err(FitError::Refused(format!(
+            "the runs at {k} {} asked the same sizes, request for request: the {k} changed nothing the program \
+             allocated before it was stopped ({} steps); put {{}} where the program's batch or length goes, or \
+             give more --steps if its work begins later",
+            used.iter().map(u64::to_string).collect::<Vec<_>>().join(" and "),
+            args.steps
+        )));
+    }
     // Nearer the answer: a run at three quarters of it replaces a long extrapolation by a short one.
     for i in 0..NEARER_RUNS {
         let top = *used.iter().max().expect("two values");

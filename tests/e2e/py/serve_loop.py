@@ -6,6 +6,8 @@
 - longer: nothing kept, each request's input 4 MiB longer than the last (length-sorted work): the request's own
   need rises, nothing leaks;
 - longer_keep: the input growing as in `longer`, and each request's key/values kept as in `cache`;
+- longer_out: as `longer`, the input made before the request's scope (live at its boundary, as a batch moved to
+  the GPU before `with torch.no_grad()` is);
 - plain: the cache loop without any no_grad scope (nothing counts its iterations)."""
 
 import sys
@@ -22,9 +24,10 @@ weights = torch.empty_cuda(64 * MIB)
 prefix_cache = {}
 
 
-def work(i):
+def work(i, x=None):
     size = (16 + 4 * i) * MIB if mode.startswith("longer") else 16 * MIB
-    x = torch.empty_cuda(size)
+    x = x if x is not None else torch.empty_cuda(size)
+    h = torch.empty_cuda(size)  # the request's own activations, as large as its input
     kv = torch.empty_cuda(32 * MIB)
     if mode in ("cache", "plain", "longer_keep"):
         prefix_cache[i] = kv
@@ -33,18 +36,22 @@ def work(i):
         if len(prefix_cache) > 8:
             del prefix_cache[min(prefix_cache)]
     time.sleep(0.01)
-    del x
+    del x, h
 
 
 @torch.no_grad()
-def serve(i):
-    work(i)
+def serve(i, x=None):
+    work(i, x)
 
 
 try:
     for i in range(requests):
         if mode == "plain":
             work(i)
+        elif mode == "longer_out":
+            x = torch.empty_cuda((16 + 4 * i) * MIB)
+            serve(i, x)
+            del x
         else:
             serve(i)
 except torch.OutOfMemoryError as e:

@@ -373,3 +373,35 @@ fn a_path_only_larger_values_take_is_answered_from_a_pair_on_it() {
         j["notes"]
     );
 }
+
+/// Runs whose every request is the same at both values (`{}` is not what the program sizes its work by, or the
+/// runs stopped before its work began) are refused in one line, never answered at the search's ceiling (an
+/// H200 run stopped inside `.cuda()` once answered "8,589,934,592 or more").
+#[test]
+fn runs_the_knob_changes_nothing_in_are_refused() {
+    let fake = fake();
+    let prog = fake.dir().join("const.py");
+    std::fs::write(
+        &prog,
+        "import torch\ntorch.cuda.init()\nw = torch.empty_cuda(64 << 20)\nopt = torch.optim.SGD([])\n\
+         while True:\n    a = torch.empty_cuda(8 << 20)\n    del a\n    opt.step()\n",
+    )
+    .unwrap();
+    let r = fake
+        .command(vramtrace())
+        .args(["fit", "--cap", "1GiB", "--steps", "3", "--dir"])
+        .arg(fake.dir().join("runs"))
+        .arg("--")
+        .arg("python3")
+        .arg(&prog)
+        .args(["--batch", "{}"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(2), "{err}");
+    assert!(
+        err.lines().last().unwrap().contains("asked the same sizes"),
+        "{err}"
+    );
+    assert!(r.stdout.is_empty());
+}

@@ -159,3 +159,24 @@ fn a_loop_nothing_counts_is_growth_by_the_dict_that_holds_it() {
         advice(o)
     );
 }
+
+/// The input made before the request's scope is live at its boundary and grows request by request: the floor
+/// read there rises with it. That is the request's own need, held by the request in progress (one tensor), not
+/// memory kept: the cap, and the input to bound (on an H200 this read as growth, "fix what is kept").
+#[test]
+fn an_input_live_at_the_boundary_that_grows_is_not_a_leak() {
+    let (fake, code, trace) = serve("longer_out", 400);
+    assert_eq!(code, Some(3));
+    let o = &json(&fake, "oom", &trace)["ooms"][0];
+    assert_eq!(o["cause"], "cap", "{}", text(&fake, "oom", &trace));
+    let a = advice(o);
+    assert!(
+        a[0].starts_with("Bound what each iteration takes in"),
+        "{a:#?}"
+    );
+    assert!(
+        !a.iter()
+            .any(|x| x.contains("Fix what") || x.contains("store what you need")),
+        "{a:#?}"
+    );
+}

@@ -241,6 +241,14 @@ fn growth(
     let work_grows = grew.is_some_and(|(l, _)| {
         l.unit == GrowthUnit::Time
             && (kv_holder || line.as_ref().is_some_and(|g| g.kind == GrowthKind::KvCache))
+    }) || grew.is_some_and(|(l, of)| {
+        // A floor read at steps' boundaries that rose with the steps' own need, where what holds the memory at
+        // the error is the step in progress (one tensor, or a graph of one iteration): the input live at the
+        // boundary growing step by step (sequences sorted by length), not memory kept.
+        matches!(l.unit, GrowthUnit::Steps(_))
+            && !matches!(of, GrowthOf::HeldGraph | GrowthOf::HeldContainer)
+            && super::findings::step_need(s).is_some()
+            && held_by_the_step(s)
     });
     match grew.filter(|_| !work_grows) {
         Some((l, of)) => (
@@ -252,6 +260,24 @@ fn growth(
             work_grows,
         ),
         None => (None, None, work_grows),
+    }
+}
+
+/// What holds the most at the error (of what a growth could be blamed on) is the step in progress: a variable of
+/// one or two tensors, or an autograd graph spanning one iteration.
+fn held_by_the_step(s: &OomSnapshot) -> bool {
+    use crate::model::analysis::holders::HolderKind;
+    let Some(h) = s
+        .holders
+        .as_ref()
+        .and_then(|h| h.suspects().max_by_key(|x| x.bytes))
+    else {
+        return false;
+    };
+    match h.kind {
+        HolderKind::Variable => h.tensors <= 2,
+        HolderKind::Graph => h.batches.unwrap_or(1) <= 1,
+        _ => false,
     }
 }
 

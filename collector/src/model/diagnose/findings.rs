@@ -122,8 +122,9 @@ fn rank_asymmetry(s: &OomSnapshot) -> Option<Finding> {
     })
 }
 
-/// The steps' need rising by more than twice what they kept over the same steps (a leak lifts every step's peak
-/// by what it keeps: that is not the work growing).
+/// The steps' need rising by half again more than what they kept over the same steps (a leak lifts every step's
+/// peak by what it keeps: that is not the work growing; an input live at the boundary lifts both, the need by
+/// what the step makes of it besides).
 pub(super) fn step_need(s: &OomSnapshot) -> Option<crate::model::analysis::StepNeed> {
     let n = s.step_need?;
     let span = n.last_step.saturating_sub(n.first_step);
@@ -134,5 +135,6 @@ pub(super) fn step_need(s: &OomSnapshot) -> Option<crate::model::analysis::StepN
         .and_then(|l| l.steps.filter(|&k| k > 0).map(|k| l.rise_bytes / k))
         .unwrap_or(0);
     let rose = n.last_peak.saturating_sub(n.first_peak);
-    (rose > kept_per_step.saturating_mul(span).saturating_mul(2)).then_some(n)
+    let kept = kept_per_step.saturating_mul(span);
+    (rose > kept.saturating_add(kept / 2)).then_some(n)
 }

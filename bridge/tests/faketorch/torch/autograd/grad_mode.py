@@ -2,7 +2,6 @@
 decorators (each call of a decorated function enters a fresh scope, as `_DecoratorContextManager` does), over a
 per-thread state that `torch.is_grad_enabled()` and `torch.is_inference_mode_enabled()` read."""
 
-import functools
 import threading
 
 import torch
@@ -18,15 +17,7 @@ def is_inference_mode_enabled():
     return getattr(_tls, "inference", False)
 
 
-class _Decorating(object):
-    def __call__(self, func):
-        @functools.wraps(func)
-        def wrapped(*args, **kwargs):
-            with self.__class__(*self._args):
-                return func(*args, **kwargs)
-
-        return wrapped
-
+from torch.utils._contextlib import _Decorating  # noqa: E402
 
 class no_grad(_Decorating):
     def __init__(self):

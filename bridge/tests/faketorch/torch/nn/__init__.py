@@ -27,6 +27,16 @@ class Module(object):
     def register_buffer(self, name, tensor):
         self._buffers[name] = tensor
 
+    def cuda(self):
+        """As torch's `_apply`: each parameter moved under its own `torch.no_grad()` scope."""
+        import torch
+
+        for m in [self] + list(self._modules.values()):
+            for name in list(m._parameters):
+                with torch.no_grad():
+                    pass
+        return self
+
     def parameters(self):
         for p in self._parameters.values():
             yield p
