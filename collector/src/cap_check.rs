@@ -406,11 +406,28 @@ pub fn start(cap: JobCap, sink: Arc<dyn Sink>, quiet: bool) -> Option<Watch> {
             let uuids: Vec<String> = cap.on.iter().map(|o| o.uuid.clone()).collect();
             let uuids: Vec<&str> = uuids.iter().map(String::as_str).collect();
             let mut suspect: Vec<String> = Vec::new();
+            let mut unseen: Vec<String> = Vec::new();
             let mut told: Vec<String> = Vec::new();
             while !s2.load(Ordering::Acquire) {
                 thread::sleep(INTERVAL);
                 escalate(&st2, root);
-                let gpu = nvml.read(&uuids);
+                let (gpu, unmeasured) = nvml.read(&uuids);
+                // A process of the job NVML gives no figure for is one the check cannot see: said once.
+                for (uuid, pid) in unmeasured {
+                    let key = format!("{uuid}/{pid}");
+                    if unseen.len() >= 64 || unseen.contains(&key) || !descends_from(pid, root) {
+                        continue;
+                    }
+                    unseen.push(key);
+                    let line = format!(
+                        "NVML gives no figure for pid {pid} on {uuid} (a MIG instance, or no right to read it): the \
+                         GPU's own count cannot check it; the cap holds there as far as its shim counts"
+                    );
+                    if !quiet {
+                        crate::note!("vramtrace: {line}");
+                    }
+                    sink.note(pid, &line);
+                }
                 let counted = sink.counted();
                 let found = judge(
                     &cap,

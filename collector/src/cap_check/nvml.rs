@@ -81,20 +81,27 @@ impl Nvml {
         }
     }
 
-    /// Every process NVML lists on the GPUs named (by UUID), with its bytes (those NVML gives no figure for are
-    /// left out). A GPU whose listing fails is passed over, not the others.
-    pub fn read(&self, uuids: &[&str]) -> Vec<GpuProc> {
+    /// Every process NVML lists on the GPUs named (by UUID), with its bytes, and apart those it gives no figure
+    /// for (MIG instances, another user's process read without the right): (GPU UUID, pid). A GPU whose listing
+    /// fails is passed over, not the others.
+    pub fn read(&self, uuids: &[&str]) -> (Vec<GpuProc>, Vec<(String, u32)>) {
         let mut out = Vec::new();
+        let mut unmeasured = Vec::new();
         for (uuid, h) in self
             .devices
             .iter()
             .filter(|(u, _)| uuids.contains(&u.as_str()))
         {
-            if let Ok(mut v) = self.read_one(uuid, *h) {
-                out.append(&mut v);
+            if let Ok(v) = self.read_one(uuid, *h) {
+                for p in v {
+                    match p.bytes {
+                        NOT_AVAILABLE => unmeasured.push((p.uuid, p.pid)),
+                        _ => out.push(p),
+                    }
+                }
             }
         }
-        out
+        (out, unmeasured)
     }
 
     fn read_one(&self, uuid: &str, h: usize) -> Result<Vec<GpuProc>, String> {
@@ -121,13 +128,11 @@ impl Nvml {
             for e in buf.chunks_exact(size) {
                 let pid = u32::from_ne_bytes(e[0..4].try_into().expect("4 bytes"));
                 let bytes = u64::from_ne_bytes(e[8..16].try_into().expect("8 bytes"));
-                if bytes != NOT_AVAILABLE {
-                    out.push(GpuProc {
-                        uuid: uuid.to_string(),
-                        pid,
-                        bytes,
-                    });
-                }
+                out.push(GpuProc {
+                    uuid: uuid.to_string(),
+                    pid,
+                    bytes,
+                });
             }
         }
         Ok(out)

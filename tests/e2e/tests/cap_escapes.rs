@@ -209,3 +209,33 @@ fn a_driver_in_a_namespace_of_its_own_is_not_wrapped() {
         "the second copy's allocation went through a wrapper"
     );
 }
+
+/// Issue 50: a process of the job NVML gives no figure for (MIG, no right to read it) is one the GPU's check
+/// cannot see: said once, in the run and the trace, not dropped in silence.
+#[test]
+fn a_process_nvml_cannot_measure_is_said() {
+    let fc = FakeCuda::new().with_state().env("FAKENVML_NO_FIGURE", "1");
+    let p = program("probe");
+    let (run, path) = fc.traced(
+        "no-figure",
+        &["--cap", "1GiB", "--python-agent", "off"],
+        &p,
+        &[&format!("alloc {}", 64 * MIB), "sleep 1500"],
+    );
+    run.assert_success("a job NVML cannot measure");
+    assert_eq!(
+        run.stderr.matches("NVML gives no figure for pid").count(),
+        1,
+        "{}",
+        run.stderr
+    );
+    let a = vramtrace_collector::trace_file::analyze(&path).unwrap();
+    assert!(
+        a.call_sites
+            .notes
+            .iter()
+            .any(|n| n.text.contains("NVML gives no figure")),
+        "{:?}",
+        a.call_sites.notes
+    );
+}

@@ -10,6 +10,8 @@
 //!   reports them apart as `reserved`.
 //! - `FAKENVML_CONTEXT_BYTES`: bytes each process listed by `nvmlDeviceGetComputeRunningProcesses` holds beyond
 //!   its allocations (default 0): the real driver counts a process's context, its modules and libraries there.
+//! - `FAKENVML_NO_FIGURE=1`: every process listed has no figure (`NVML_VALUE_NOT_AVAILABLE`), as under MIG or
+//!   for another user's process read without the right.
 //! - `FAKENVML_REVERSE=1`: NVML index `i` is CUDA device `n - 1 - i` (NVML enumerates in PCI order, CUDA in
 //!   its own), so that only a mapping by UUID finds the right device.
 //!
@@ -67,6 +69,7 @@ struct Config {
     reserved: u64,
     reverse: bool,
     context_bytes: u64,
+    no_figure: bool,
 }
 
 impl Config {
@@ -125,7 +128,12 @@ impl Config {
                 let pid = word(base) as u32;
                 let bytes = word(base + 8 + 8 * dev);
                 let alive = pid != 0 && std::path::Path::new(&format!("/proc/{pid}")).exists();
-                (alive && bytes > 0).then_some((pid, bytes + self.context_bytes))
+                let figure = if self.no_figure {
+                    u64::MAX // NVML_VALUE_NOT_AVAILABLE
+                } else {
+                    bytes + self.context_bytes
+                };
+                (alive && bytes > 0).then_some((pid, figure))
             })
             .collect()
     }
@@ -154,6 +162,7 @@ fn config() -> &'static Config {
             context_bytes: var("FAKENVML_CONTEXT_BYTES")
                 .and_then(|s| parse_bytes(&s))
                 .unwrap_or(0),
+            no_figure: var("FAKENVML_NO_FIGURE").is_some_and(|s| s == "1"),
         }
     })
 }
