@@ -437,17 +437,6 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
             }
         }
     }
-    // A step whose own need grows with its input: bounding the input comes before anything else of the job's.
-    if matches!(d.cause, Cause::Cap | Cause::Pressure) {
-        if let Some(n) = super::findings::step_need(s) {
-            v.insert(
-                0,
-                Advice::BoundInput {
-                    noun: n.unit.noun(),
-                },
-            );
-        }
-    }
     // A setting that gets past the failure in the same memory, by the replay: the first thing to try.
     let settings_matter = matches!(
         d.cause,
@@ -462,6 +451,18 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
                     reserve: *reserve,
                     limit: r.limit,
                     complete: r.complete,
+                },
+            );
+        }
+    }
+    // A step whose own need grows with its input: bounding the input comes before anything else, a setting
+    // that gets past this error included (the next, longer input fails again).
+    if matches!(d.cause, Cause::Cap | Cause::Pressure) {
+        if let Some(n) = super::findings::step_need(s) {
+            v.insert(
+                0,
+                Advice::BoundInput {
+                    noun: n.unit.noun(),
                 },
             );
         }

@@ -54,7 +54,13 @@ pub(super) fn findings(s: &OomSnapshot, e: &Evidence, rule: Rule) -> Vec<Finding
     }
     // With the framework's figures the leak is read from allocated bytes (the cache hides it from the driver);
     // the driver's own trend is kept when it shows one too.
-    if let Some(l) = &s.framework_leak {
+    // Not where the rise is the steps' input live at their boundary (the growth was set aside for it): the need
+    // finding below says what rose.
+    if let Some(l) = s
+        .framework_leak
+        .as_ref()
+        .filter(|_| !(e.work_grows && step_need(s).is_some()))
+    {
         v.push(Finding::AllocatedLeakTrend(l.clone()));
     }
     // The driver's own growth, unless PyTorch's allocated bytes told it: under a caching allocator the driver
