@@ -178,5 +178,15 @@ fn an_input_live_at_the_boundary_that_grows_is_not_a_leak() {
         !a.iter()
             .any(|x| x.contains("Fix what") || x.contains("store what you need")),
         "{a:#?}"
+    ); // The rise is said as the need's, once: no growth finding beside it.
+    let kinds: Vec<&str> = o["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"step_need_rises") && !kinds.contains(&"allocated_leak_trend"),
+        "{kinds:?}"
     );
 }
