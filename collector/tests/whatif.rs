@@ -224,6 +224,7 @@ fn the_verb_says_what_fits_and_what_to_set() {
     let d: Value = serde_json::from_slice(&out.stdout).unwrap();
     let t = &d["traces"][0];
     assert_eq!(t["best"]["conf"], "expandable_segments:True");
+    assert_eq!(t["best"]["verdict"], "fits");
     assert_eq!(t["configs"][0]["fits"], false);
     assert_eq!(t["configs"][0]["verdict"], "no");
     assert_eq!(t["configs"][1]["fits"], true);
@@ -521,6 +522,10 @@ fn the_rows_agree_with_the_conclusion_on_every_trace() {
         }
         if !t["best"].is_null() {
             assert!(caveat.is_none(), "{}", trace.display());
+            // The best says what its row says: never more than the verdict under the limit (issue 53).
+            let b = t["best"]["conf"].as_str().unwrap();
+            let row = configs.iter().find(|c| c["conf"] == b).unwrap();
+            assert_eq!(t["best"]["verdict"], row["verdict"], "{}", trace.display());
         }
     }
     assert!(judged >= 4, "{judged}");

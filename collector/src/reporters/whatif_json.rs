@@ -125,6 +125,9 @@ struct Best<'a> {
     conf: &'a str,
     smallest_cap: u64,
     saves_bytes: u64,
+    /// Its row's verdict under the limit (`fits`, or `serves_history` where the history ends at the error:
+    /// what came after is not known); null without a limit.
+    verdict: Option<&'static str>,
 }
 
 pub(crate) fn per_device(m: &std::collections::BTreeMap<u32, u64>) -> Vec<DeviceBytes> {
@@ -254,6 +257,7 @@ fn trace(a: &Answered) -> Trace<'_> {
         conf: &w.configs[b].conf,
         smallest_cap: w.needs(b),
         saves_bytes: w.needs(0).saturating_sub(w.needs(b)),
+        verdict: crate::whatif::caveat::verdict(w, &a.loaded, caveat.as_ref(), b).map(|v| v.key()),
     });
     t
 }
