@@ -28,6 +28,11 @@ struct Ran {
 
 /// `vramtrace ARGS` under [`ADDRESS_SPACE`], killed at [`DEADLINE`] (the test then fails: it hung).
 fn bounded(args: &[&str], dir: &Path) -> Ran {
+    bounded_to(args, dir, ADDRESS_SPACE)
+}
+
+/// [`bounded`] under `space` bytes of address space.
+fn bounded_to(args: &[&str], dir: &Path, space: u64) -> Ran {
     let mut c = Command::new(env!("CARGO_BIN_EXE_vramtrace"));
     c.args(args)
         .current_dir(dir)
@@ -37,10 +42,10 @@ fn bounded(args: &[&str], dir: &Path) -> Ran {
         .stderr(Stdio::piped());
     // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
-        c.pre_exec(|| {
+        c.pre_exec(move || {
             let lim = libc::rlimit {
-                rlim_cur: ADDRESS_SPACE,
-                rlim_max: ADDRESS_SPACE,
+                rlim_cur: space,
+                rlim_max: space,
             };
             if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -336,4 +341,39 @@ fn a_hundred_thousand_devices_cost_time_and_memory_in_proportion() {
         "print(len(d['device_traces']), sum(map(len, d['device_traces'])))",
     );
     assert_eq!(got.trim(), format!("1019 {}", 4 * plausible));
+}
+
+/// Issue 50: a process that sends a million small records with no driver event to move its front (3 M
+/// `holders` records aborted `run` under 4 GiB) costs what the merge's bound allows: the oldest go out early.
+#[test]
+fn a_million_records_cost_bounded_memory() {
+    use common::*;
+    use vramtrace_format::{Bridge, Record};
+    let dir = TempDir::new("hostile-records-1m");
+    let n: u64 = 1_000_000;
+    let mut recs = vec![hello(100, 0)];
+    recs.extend((0..n).map(|i| {
+        Record::Bridge(Bridge {
+            pid: 100,
+            tid: 1,
+            ts_ns: START + (1 + i / 1000) * MS,
+            what: "holders".into(),
+            device: 0,
+            ack: false,
+            fields: vec![
+                ("at".into(), "exit".into()),
+                ("h.0.kind".into(), "variable".into()),
+                ("h.0.name".into(), format!("x{i}")),
+                ("h.0.bytes".into(), "4096".into()),
+            ],
+        })
+    }));
+    recs.push(goodbye(100, 1 + n / 1000));
+    std::fs::write(dir.0.join("t.vtrace"), trace(&recs)).unwrap();
+    drop(recs);
+    // 512 MiB of address space: the binary and its threads take most of it; the records held whole took
+    // about 900 MB.
+    let r = bounded_to(&["report", "t.vtrace"], &dir.0, 512 * MIB);
+    assert_ended_well(&["report", "t.vtrace"], &r);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
 }

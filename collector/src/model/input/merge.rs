@@ -362,6 +362,11 @@ impl Merge {
         self.buffered
     }
 
+    /// Records waiting (not spilled: they are few in a real trace, but a process can send millions).
+    pub fn held_records(&self) -> usize {
+        self.recs.len() - self.free_recs.len()
+    }
+
     /// Hands out the next entries below `limit` (everything when `limit` is `u64::MAX` or the trace is read to
     /// its end), in key order: a record, or a run of one process's events (put in `buf`, which is cleared
     /// first) that no other waiting entry comes between. `force`: hand out regardless of the limit (counted as

@@ -23,6 +23,9 @@ use vramtrace_format::Event;
 use crate::model::input::entry::Entry;
 use crate::model::input::merge::{Merge, Out, SEGMENT};
 
+/// Records the merge holds at most before handing out the oldest early.
+const MAX_HELD_RECORDS: usize = 1 << 16;
+
 /// What the intake asks of the merge, in its order.
 pub(in crate::model) enum Input {
     /// A batch of process `pid` (slot `slot`). `limit`: the replay's limit after it, for the bound's last resort
@@ -107,7 +110,20 @@ impl Stage {
                 tid,
                 ts,
                 entry,
-            } => self.merge.push_record(pid, tid, ts, entry),
+            } => {
+                self.merge.push_record(pid, tid, ts, entry);
+                // Records are not spilled: past a bound the oldest go out early (counted as inexact), so a
+                // process that sends millions of them (no driver event to move its front) costs bounded memory.
+                if self.merge.held_records() > MAX_HELD_RECORDS {
+                    let keep = MAX_HELD_RECORDS - MAX_HELD_RECORDS / 8;
+                    while self.merge.held_records() > keep {
+                        match self.merge.next(0, true, &mut self.buf) {
+                            Some(x) => self.take(x, emit),
+                            None => break,
+                        }
+                    }
+                }
+            }
             Input::Drain(limit) => self.drain(limit, emit),
             Input::Mark(entry) => {
                 self.chunk.outs.push(Out::Mark(entry));
