@@ -129,6 +129,17 @@ impl ProcessFigures {
     pub fn dev(&self, s: usize, d: usize) -> Option<&ProcDev> {
         self.procs[s].dev(d)
     }
+
+    /// The rule that lets processes' own cycles decide a device's growth: every one of `slots` that allocated
+    /// on `d` has enough cycles to judge (observe/steps.rs). Then no growth in any of them is none; one without
+    /// (a leaker that never frees, beside a steady neighbour) leaves it to the device's timeline. One rule, read
+    /// at the end of the run (finish.rs) and at each error (oom_snapshot.rs).
+    pub fn cycles_judge(&self, slots: impl IntoIterator<Item = usize>, d: usize) -> bool {
+        slots.into_iter().all(|s| {
+            self.dev(s, d)
+                .is_none_or(|pd| pd.allocations == 0 || pd.troughs.judges())
+        })
+    }
 }
 
 #[cfg(test)]

@@ -113,11 +113,7 @@ impl Replay<'_> {
                 // The processes' own cycles decide when every process that allocated there has enough of them to
                 // judge: no growth in any is none. One without (a leaker that never frees, beside a steady
                 // neighbour) leaves it to the device's timeline.
-                let judged = users[i].iter().all(|&slot| {
-                    mem.procs
-                        .dev(slot, i)
-                        .is_none_or(|pd| pd.allocations == 0 || pd.troughs.judges())
-                });
+                let judged = mem.procs.cycles_judge(users[i].iter().copied(), i);
                 let mut g = match g {
                     Some(g) => g,
                     None if judged => return None,

@@ -201,14 +201,8 @@ impl Replay<'_> {
         let figs = &self.mem.procs;
         let own = d.and_then(|d| figs.dev(s, d));
         let judged = d.is_some_and(|d| {
-            self.procs
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| !p.released)
-                .all(|(i, _)| {
-                    figs.dev(i, d)
-                        .is_none_or(|pd| pd.allocations == 0 || pd.troughs.judges())
-                })
+            let live = self.procs.iter().enumerate().filter(|(_, p)| !p.released);
+            figs.cycles_judge(live.map(|(i, _)| i), d)
         });
         let mut leak = own
             .and_then(|pd| {
