@@ -62,6 +62,12 @@ const NEED_RISE_BYTES: u64 = 1 << 20;
 /// Exit snapshots kept (one a process): past this many, counted and not read.
 const MAX_EXIT_SNAPSHOTS: usize = 256;
 
+/// What a bridge record tells the replay to place itself ([`FwReplay::on_bridge`]).
+pub enum Told {
+    Oom(Box<FrameworkOom>),
+    Holders(Holders),
+}
+
 /// Boundary readings name devices below this ordinal only.
 const MAX_READING_DEVICE: u64 = 256;
 
@@ -231,14 +237,16 @@ impl FwReplay {
         }
     }
 
-    /// Any other bridge record of slot `slot`; an out-of-memory record comes back to be attached to a
-    /// snapshot.
-    pub fn on_bridge(&mut self, slot: usize, b: Bridge, t: u64) -> Option<FrameworkOom> {
+    /// Any other bridge record of slot `slot`, every kind read here (the one room that knows them); what the
+    /// replay must place itself comes back: an out-of-memory record, to be attached to a snapshot, and a walk of
+    /// what holds the tensors, to its error or to the run's walks.
+    pub fn on_bridge(&mut self, slot: usize, b: Bridge, t: u64) -> Option<Told> {
         if let Some((device, allocated, reserved)) = counted_peaks(&b) {
             self.on_peaks(slot, device, allocated, reserved, b.what == what::PEAK, t);
         }
         match b.what.as_str() {
-            what::OOM => return Some(FrameworkOom::from_bridge(&b, t)),
+            what::OOM => return Some(Told::Oom(Box::new(FrameworkOom::from_bridge(&b, t)))),
+            what::HOLDERS => return Holders::from_bridge(&b, t).map(Told::Holders),
             what::STEPS => {
                 // Optimizer steps when the program has any, else DataLoader batches: one counter per process, so
                 // a change of counter restarts its series (StepSeries::observe).
@@ -717,7 +725,10 @@ mod tests {
         r.on_sample(0, &sample(7, 0, GIB, 2 * GIB), 10);
         r.on_bridge(0, peak(7, GIB, 2 * GIB), 10);
         r.on_bridge(0, reading(7, 1, 4 * GIB, 5 * GIB), 20);
-        assert!(r.on_bridge(0, record(7, what::OOM, 0, &oom), 30).is_some());
+        assert!(matches!(
+            r.on_bridge(0, record(7, what::OOM, 0, &oom), 30),
+            Some(Told::Oom(_))
+        ));
         let (procs, devs, _) = r.finish(1_000);
         assert_eq!(
             (procs[&0][0].peak_allocated, procs[&0][0].peak_reserved),
@@ -734,7 +745,10 @@ mod tests {
         // An earlier bridge's error: PyTorch's peak, at a time not known.
         let mut r = FwReplay::default();
         r.on_sample(0, &sample(7, 0, GIB, 2 * GIB), 10);
-        assert!(r.on_bridge(0, record(7, what::OOM, 0, &oom), 30).is_some());
+        assert!(matches!(
+            r.on_bridge(0, record(7, what::OOM, 0, &oom), 30),
+            Some(Told::Oom(_))
+        ));
         let (_, devs, _) = r.finish(1_000);
         let d = &devs[0];
         assert_eq!(

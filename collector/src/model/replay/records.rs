@@ -8,6 +8,7 @@ use vramtrace_format::{EndKind, Event, Hello, Record};
 use crate::model::analysis::holders::{Holders, WalkAt};
 use crate::model::analysis::Ended;
 use crate::model::input::entry::Entry;
+use crate::model::observe::framework::Told;
 use crate::model::replay::Replay;
 
 impl Replay<'_> {
@@ -211,34 +212,34 @@ impl Replay<'_> {
                     tap.framework(s, &f);
                 }
             }
-            Record::Bridge(b) if b.what == keys::bridge::what::HOLDERS => {
-                let Some(h) = Holders::from_bridge(&b, t) else {
-                    return;
-                };
-                // At an error: the process's latest framework error before it (the walk runs in PyTorch's
-                // observer, after the `oom` record and before the exception unwinds).
-                if let WalkAt::Oom(_) = h.at {
-                    let pid = h.pid;
-                    if let Some(o) = self
-                        .ooms
-                        .iter_mut()
-                        .rev()
-                        .find(|o| o.pid == pid && o.framework.is_some() && o.time_ns <= t)
-                    {
-                        o.holders = Some(h);
-                        return;
-                    }
-                }
-                self.fw.walk(h);
-            }
             Record::Bridge(b) => {
                 let (pid, tid) = (b.pid, b.tid);
-                if let Some(fo) = self.fw.on_bridge(s, b, t) {
-                    self.fold_framework_oom(s, pid, tid, ts, fo);
+                match self.fw.on_bridge(s, b, t) {
+                    Some(Told::Oom(fo)) => self.fold_framework_oom(s, pid, tid, ts, *fo),
+                    Some(Told::Holders(h)) => self.place_walk(h, t),
+                    None => {}
                 }
             }
             _ => {}
         }
+    }
+
+    /// A walk of what holds the tensors: at an error, the process's latest framework error before it (the walk
+    /// runs in PyTorch's observer, after the `oom` record and before the exception unwinds); else the run's.
+    fn place_walk(&mut self, h: Holders, t: u64) {
+        if let WalkAt::Oom(_) = h.at {
+            let pid = h.pid;
+            if let Some(o) = self
+                .ooms
+                .iter_mut()
+                .rev()
+                .find(|o| o.pid == pid && o.framework.is_some() && o.time_ns <= t)
+            {
+                o.holders = Some(h);
+                return;
+            }
+        }
+        self.fw.walk(h);
     }
 
     /// A hello: its slot and promise now (the intake's), what it says about the process when the replay reaches
