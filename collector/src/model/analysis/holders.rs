@@ -125,6 +125,29 @@ pub struct Holders {
 impl Holder {
     /// The holder in words: `kept (list, global of __main__)`, `the autograd graph behind total (global of
     /// __main__), spanning 45 iterations`: what the reports name it by.
+    /// Its type, as the walk names it, without a module path.
+    fn type_name(&self) -> &str {
+        self.what.rsplit('.').next().unwrap_or("")
+    }
+
+    /// Of a Python mapping type (a dict and its kin).
+    fn mapping_type(&self) -> bool {
+        matches!(
+            self.type_name(),
+            "dict" | "OrderedDict" | "defaultdict" | "Counter" | "ChainMap" | "WeakValueDictionary"
+        )
+    }
+
+    /// A mapping, or anything named as a cache: what the advice tells to evict.
+    pub fn is_mapping(&self) -> bool {
+        self.mapping_type() || self.name.to_ascii_lowercase().contains("cache")
+    }
+
+    /// Of a Python container type: a sequence, a set or a mapping.
+    pub fn is_container(&self) -> bool {
+        matches!(self.type_name(), "list" | "deque" | "set" | "tuple") || self.mapping_type()
+    }
+
     pub fn label(&self) -> String {
         let h = self;
         let scope = |h: &Holder| {

@@ -271,10 +271,7 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
                 (GrowthKind::OptimizerState, _) => Advice::GrowthOptimizerState { line },
                 // The walk names the object that keeps them: the fix is there (a KV cache's own advice when it
                 // is one).
-                (GrowthKind::Kept, Some(h))
-                    if GrowthKind::of(&format!("{} {} {}", h.name, h.scope, h.what))
-                        == GrowthKind::KvCache =>
-                {
+                (GrowthKind::Kept, Some(h)) if GrowthKind::of_holder(h) == GrowthKind::KvCache => {
                     Advice::GrowthKvCache {
                         line: Some(h.label()),
                     }

@@ -303,12 +303,11 @@ fn container_growth(s: &OomSnapshot) -> Option<LeakTrend> {
         .filter(|h| {
             h.kind == HolderKind::Variable && !h.library && h.tensors >= CONTAINER_MIN_TENSORS
         })
-        .filter(|h| is_container(&h.what))
+        .filter(|h| h.is_container())
         .max_by_key(|h| h.bytes)?;
     // A KV cache growing as a request is served is the request's work, not memory kept across requests (the
     // cap or pressure is why; the advice bounds the cache).
-    let named = format!("{} {} {}", h.name, h.scope, h.what);
-    if super::growth_line::GrowthKind::of(&named) == super::growth_line::GrowthKind::KvCache {
+    if super::growth_line::GrowthKind::of_holder(h) == super::growth_line::GrowthKind::KvCache {
         return None;
     }
     let b = &s.timeline.buckets;
@@ -320,14 +319,6 @@ fn container_growth(s: &OomSnapshot) -> Option<LeakTrend> {
         return None;
     }
     Some(held(s, h.bytes, Some(h.tensors), StepSource::HeldEntries))
-}
-
-/// A Python container type, as the walk names a holder's type.
-fn is_container(what: &str) -> bool {
-    matches!(
-        what.rsplit('.').next().unwrap_or(""),
-        "list" | "dict" | "deque" | "OrderedDict" | "defaultdict" | "set" | "tuple" | "ChainMap"
-    )
 }
 
 /// The growth an autograd graph kept across iterations makes (the bridge's walk at the error): its bytes over

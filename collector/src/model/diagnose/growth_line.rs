@@ -32,6 +32,11 @@ pub enum GrowthKind {
 }
 
 impl GrowthKind {
+    /// What a holder the walk found is, by its name, scope and type.
+    pub fn of_holder(h: &crate::model::holders::Holder) -> GrowthKind {
+        GrowthKind::of(&format!("{} {} {}", h.name, h.scope, h.what))
+    }
+
     pub fn key(self) -> &'static str {
         match self {
             GrowthKind::KvCache => "kv_cache",
@@ -124,9 +129,11 @@ pub(super) fn growth_line(a: &Analysis, s: &OomSnapshot, l: &LeakTrend) -> Optio
 /// The largest holder the bridge's walk found at the error (not weights, optimizer state or cache), when it is a
 /// KV cache (transformers' cache code, a `past_key_values`).
 pub(super) fn kv_cache_holder(s: &OomSnapshot) -> Option<&crate::model::holders::Holder> {
-    s.holders.as_ref()?.suspects().next().filter(|h| {
-        GrowthKind::of(&format!("{} {} {}", h.name, h.scope, h.what)) == GrowthKind::KvCache
-    })
+    s.holders
+        .as_ref()?
+        .suspects()
+        .next()
+        .filter(|h| GrowthKind::of_holder(h) == GrowthKind::KvCache)
 }
 
 pub(super) fn kv_cache_line(a: &Analysis, s: &OomSnapshot) -> Option<String> {

@@ -70,7 +70,7 @@ pub fn advice_text(a: &Advice) -> String {
                      graphs' pools hold them"
                 }
                 // A mapping that only grows is a cache that never evicts: that is the leak.
-                _ if is_mapping(h) => {
+                _ if h.is_mapping() => {
                     "a cache that never evicts is the leak: bound it (evict the oldest entries past a fixed \
                      number, an LRU), or keep its entries on the CPU (t.cpu()) and move back what a request needs"
                 }
@@ -442,13 +442,4 @@ fn largest_batch(x: &crate::model::BatchAdvice) -> String {
         ));
     }
     t
-}
-
-/// A holder that is a mapping (a dict and its kin) or named as a cache.
-fn is_mapping(h: &crate::model::holders::Holder) -> bool {
-    let what = h.what.rsplit('.').next().unwrap_or("");
-    matches!(
-        what,
-        "dict" | "OrderedDict" | "defaultdict" | "Counter" | "ChainMap" | "WeakValueDictionary"
-    ) || h.name.to_ascii_lowercase().contains("cache")
 }
