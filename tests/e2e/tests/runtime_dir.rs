@@ -78,35 +78,56 @@ fn a_killed_collectors_runtime_directory_is_removed_by_the_next_run() {
         .status();
 }
 
+/// A 64 KiB tmpfs mounted as the runtime folder (`XDG_RUNTIME_DIR`) and filled, as another user can fill one:
+/// unmounted when dropped. `None` (the test then skips, and says so) without root or a tmpfs.
+struct FullRuntime {
+    _dir: TempDir,
+    base: std::path::PathBuf,
+}
+
+impl FullRuntime {
+    fn mount(name: &str) -> Option<FullRuntime> {
+        // SAFETY: no arguments and no preconditions; it cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mounting a small filesystem needs root");
+            return None;
+        }
+        let dir = TempDir::new(name);
+        let base = dir.path().join("full");
+        std::fs::create_dir_all(&base).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(&base)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs here");
+            return None;
+        }
+        let _ = std::fs::write(base.join("fill"), vec![0u8; 1 << 20]);
+        Some(FullRuntime { _dir: dir, base })
+    }
+
+    /// The simulated driver with this folder as the runtime one.
+    fn fc(&self) -> FakeCuda {
+        FakeCuda::new().env("XDG_RUNTIME_DIR", &self.base)
+    }
+}
+
+impl Drop for FullRuntime {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(&self.base)
+            .status();
+    }
+}
+
 #[test]
 fn a_full_runtime_filesystem_does_not_stop_the_job() {
-    // SAFETY: no arguments and no preconditions; it cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting a small filesystem needs root");
+    let Some(full) = FullRuntime::mount("full") else {
         return;
-    }
-    let dir = TempDir::new("full");
-    let base = dir.path().join("full");
-    std::fs::create_dir_all(&base).unwrap();
-    let fc = FakeCuda::new().env("XDG_RUNTIME_DIR", &base);
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
-        .arg(&base)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("skipped: cannot mount a tmpfs here");
-        return;
-    }
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _u = Unmount(base.clone());
-    // Fill it.
-    let _ = std::fs::write(base.join("fill"), vec![0u8; 1 << 20]);
+    };
+    let (fc, base) = (full.fc(), &full.base);
     assert!(std::fs::metadata(base.join("fill")).unwrap().size() < 1 << 20);
     let (run, path) = fc.traced("full", &[], program("probe"), &["alloc 1048576", "exit 0"]);
     run.assert_success("on a full runtime filesystem");
@@ -265,32 +286,10 @@ fn runtime_filesystems_without_inodes_do_not_stop_the_job() {
 /// line says why and what to do.
 #[test]
 fn a_cap_whose_ledger_cannot_be_reserved_is_refused_before_the_job_starts() {
-    // SAFETY: no arguments and no preconditions; it cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting a small filesystem needs root");
+    let Some(full) = FullRuntime::mount("full-ledger") else {
         return;
-    }
-    let dir = TempDir::new("full-ledger");
-    let base = dir.path().join("full");
-    std::fs::create_dir_all(&base).unwrap();
-    let fc = FakeCuda::new().env("XDG_RUNTIME_DIR", &base);
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
-        .arg(&base)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("skipped: cannot mount a tmpfs here");
-        return;
-    }
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _u = Unmount(base.clone());
-    let _ = std::fs::write(base.join("fill"), vec![0u8; 1 << 20]);
+    };
+    let fc = full.fc();
     let (run, _) = fc.traced(
         "full-ledger",
         &["--cap", "1GiB", "--python-agent", "off"],
