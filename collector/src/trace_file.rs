@@ -77,6 +77,92 @@ pub fn read_snapshots(a: &mut Analysis, trace: &Path) {
             .filter(|r| r.error.is_none() && r.live_bytes > 0)
             .max_by_key(|r| r.live_bytes);
     }
+    tensor_lines_at_peaks(a, trace, &mut loaded);
+}
+
+/// The shim's clock and PyTorch's read one moment at most this far apart (both are the wall clock, read a few
+/// calls apart).
+const CLOCK_SLACK_US: u64 = 2_000;
+
+/// Lines holding less than this at a peak are one row of other lines (the shim's default smallest call site).
+const LINE_MIN_BYTES: u64 = vramtrace_format::env::DEFAULT_STACK_MIN_BYTES;
+
+/// Each device's peak in the lines of the tensors live then, for the PyTorch processes whose history reaches
+/// it: what their cache segments held, where the segments' own call sites say only where the cache grew.
+fn tensor_lines_at_peaks(
+    a: &mut Analysis,
+    trace: &Path,
+    loaded: &mut impl FnMut(&Path) -> Rc<Result<Doc, String>>,
+) {
+    use crate::callsites::{TensorLine, TensorLines, SITES_LISTED};
+    use crate::whatif::history::{BEFORE_HISTORY, NO_SITE};
+    let snapshots = !a.bridge.exit_snapshots.is_empty()
+        || a.ooms.iter().any(|o| {
+            o.framework
+                .as_ref()
+                .is_some_and(|f| f.snapshot_path.is_some())
+        });
+    if !a.call_sites.present || !snapshots {
+        return;
+    }
+    // What the histories could not say is the what-if's to tell; here a process without one keeps its sites.
+    let histories = crate::whatif::from_trace::histories(a, trace, loaded, &mut Vec::new());
+    let index = a.device_index();
+    let start = a.header.start_unix_ns;
+    let peak_time: Vec<Option<u64>> = a
+        .call_sites
+        .at_peak
+        .iter()
+        .map(|d| {
+            let i = *index.get(&(d.device, d.on_host))?;
+            a.devices[i].peak_time_ns
+        })
+        .collect();
+    for (d, t) in a.call_sites.at_peak.iter_mut().zip(peak_time) {
+        let (Some(dev), Some(t), false) = (d.device, t, d.on_host) else {
+            continue;
+        };
+        let t_us = start.saturating_add(t) / 1_000;
+        for h in histories.iter().filter(|h| h.device == dev) {
+            let Some(live) = h.live_at(t_us, CLOCK_SLACK_US, h.taken_at == "exit") else {
+                continue;
+            };
+            if live.reserved == 0 && live.allocated == 0 {
+                continue;
+            }
+            let mut tl = TensorLines {
+                pid: h.pid,
+                taken_at: h.taken_at.clone(),
+                allocated_bytes: live.allocated,
+                reserved_bytes: live.reserved,
+                ..TensorLines::default()
+            };
+            for &(site, bytes, tensors) in &live.by_site {
+                let line = h.site(site).filter(|_| site != NO_SITE);
+                match line {
+                    _ if site == BEFORE_HISTORY => {
+                        tl.before_history_bytes = tl.before_history_bytes.saturating_add(bytes)
+                    }
+                    None => tl.no_line_bytes = tl.no_line_bytes.saturating_add(bytes),
+                    // Lines under the shim's smallest call site are folded, as its small allocations are.
+                    Some(line) if tl.lines.len() < SITES_LISTED && bytes >= LINE_MIN_BYTES => {
+                        tl.lines.push(TensorLine {
+                            line: line.to_string(),
+                            bytes,
+                            tensors,
+                        })
+                    }
+                    Some(_) => tl.unlisted_bytes = tl.unlisted_bytes.saturating_add(bytes),
+                }
+            }
+            // A history armed late (near a limit, by default) knows too little of what was live: the sites say
+            // more then.
+            if tl.before_history_bytes > tl.allocated_bytes / 10 {
+                continue;
+            }
+            d.tensor_lines.push(tl);
+        }
+    }
 }
 
 /// A framework snapshot named by a record, found beside `trace` or where it was written, and read.

@@ -412,6 +412,7 @@
     if (d.no_site_bytes) rows.push(["(no call site: below the threshold)", bytes(d.no_site_bytes)]);
     siteKids.push(el("h3", { text: d.device + ": live at its peak of " + bytes(d.peak_bytes) }));
     siteKids.push(table(["call site", "bytes"], rows, [false, true]));
+    if (d.note) siteKids.push(el("p", { cls: "hint", text: d.note }));
   });
   if (D.sites_by_allocated.length) {
     siteKids.push(el("h3", { text: "Most bytes allocated, all devices" }));

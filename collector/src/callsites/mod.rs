@@ -105,6 +105,218 @@ pub struct DeviceSites {
     pub unlisted_bytes: u64,
     /// Bytes at the peak allocated without a call site (stack 0, or past [`MAX_SITES`]).
     pub no_site_bytes: u64,
+    /// Each process's bytes at the peak over all its call sites (listed or not), by pid.
+    pub by_process: Vec<(u32, u64)>,
+    /// Processes whose PyTorch history reaches the peak: their tensors then, by the line that allocated them
+    /// (read from the snapshot kept beside the trace; `trace_file.rs`).
+    pub tensor_lines: Vec<TensorLines>,
+}
+
+/// A PyTorch process's tensors live at a device's peak, by line: what its cache segments held then, which the
+/// segments' own call sites (where the cache grew) do not say.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TensorLines {
+    pub pid: u32,
+    /// The snapshot its history came from (`exit`, `out of memory`).
+    pub taken_at: String,
+    /// The largest lines (at most [`SITES_LISTED`]): `file:line in function`.
+    pub lines: Vec<TensorLine>,
+    /// Bytes of the lines not listed.
+    pub unlisted_bytes: u64,
+    /// Bytes of tensors allocated with no Python frames (autograd's backward pass, native code).
+    pub no_line_bytes: u64,
+    /// Bytes of tensors live before the history began, their lines unknown.
+    pub before_history_bytes: u64,
+    /// All its tensors' bytes then (as asked), and its reserve (segments) then.
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorLine {
+    pub line: String,
+    pub bytes: u64,
+    pub tensors: u64,
+}
+
+/// What rows of tensor lines are, said once under a device's call sites.
+pub const TENSOR_LINES_NOTE: &str =
+    "PyTorch's tensors by the line that allocated them (its history), not where its cache grew.";
+
+/// One row of a device's call sites at its peak, as every reporter shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeakRow {
+    /// A call site of the trace (index into [`CallSites::sites`]).
+    Site { site: usize, bytes: u64 },
+    /// A PyTorch process's tensors allocated at one line.
+    Line { pid: u32, line: String, bytes: u64 },
+    /// Tensors of a PyTorch process allocated with no Python frames.
+    NoLine { pid: u32, bytes: u64 },
+    /// Tensors of a PyTorch process live before its history began.
+    BeforeHistory { pid: u32, bytes: u64 },
+    /// A PyTorch process's other lines, past the listed ones.
+    OtherLines { pid: u32, bytes: u64 },
+    /// PyTorch's cache of a process: reserved, in no tensor then.
+    CacheFree { pid: u32, bytes: u64 },
+    /// A PyTorch process's bytes outside its cache (libraries' own allocations: cuBLAS, NCCL, ...).
+    Outside { pid: u32, bytes: u64 },
+    /// Call sites not listed.
+    Unlisted { bytes: u64 },
+    /// Allocated with no call site.
+    NoSite { bytes: u64 },
+}
+
+impl PeakRow {
+    /// The label of a row that is not a call site of the trace, as every reporter shows it (`None`: a call
+    /// site, or the other and unsited rows, which each reporter words itself).
+    pub fn label(&self) -> Option<String> {
+        Some(match self {
+            PeakRow::Line { line, .. } => line.clone(),
+            PeakRow::NoLine { .. } => {
+                "(tensors with no Python line: the backward pass, native code)".into()
+            }
+            PeakRow::BeforeHistory { .. } => "(tensors from before the history began)".into(),
+            PeakRow::OtherLines { .. } => "(other lines)".into(),
+            PeakRow::CacheFree { .. } => "PyTorch's cache: reserved, in no tensor then".into(),
+            PeakRow::Outside { .. } => {
+                "outside PyTorch's cache (libraries' own allocations)".into()
+            }
+            PeakRow::Site { .. } | PeakRow::Unlisted { .. } | PeakRow::NoSite { .. } => {
+                return None
+            }
+        })
+    }
+
+    /// The process a row of tensor lines belongs to.
+    pub fn pid(&self) -> Option<u32> {
+        match *self {
+            PeakRow::Line { pid, .. }
+            | PeakRow::NoLine { pid, .. }
+            | PeakRow::BeforeHistory { pid, .. }
+            | PeakRow::OtherLines { pid, .. }
+            | PeakRow::CacheFree { pid, .. }
+            | PeakRow::Outside { pid, .. } => Some(pid),
+            PeakRow::Site { .. } | PeakRow::Unlisted { .. } | PeakRow::NoSite { .. } => None,
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        match *self {
+            PeakRow::Site { bytes, .. }
+            | PeakRow::Line { bytes, .. }
+            | PeakRow::NoLine { bytes, .. }
+            | PeakRow::BeforeHistory { bytes, .. }
+            | PeakRow::OtherLines { bytes, .. }
+            | PeakRow::CacheFree { bytes, .. }
+            | PeakRow::Outside { bytes, .. }
+            | PeakRow::Unlisted { bytes }
+            | PeakRow::NoSite { bytes } => bytes,
+        }
+    }
+}
+
+impl DeviceSites {
+    /// A process's bytes at the peak outside PyTorch's cache, for a process whose tensor lines are known: what
+    /// its reserve does not explain of its call sites.
+    pub fn outside_cache(&self, pid: u32) -> u64 {
+        let Some(t) = self.tensor_lines.iter().find(|t| t.pid == pid) else {
+            return 0;
+        };
+        let process = self.process_bytes(pid);
+        process.saturating_sub(t.reserved_bytes.max(t.allocated_bytes))
+    }
+
+    /// A process's bytes at the peak over all its call sites.
+    pub fn process_bytes(&self, pid: u32) -> u64 {
+        self.by_process
+            .binary_search_by_key(&pid, |x| x.0)
+            .map_or(0, |i| self.by_process[i].1)
+    }
+
+    /// The rows every reporter shows, adding up to the peak: for a process whose tensors' lines are known,
+    /// those lines, the cache they left free and what it held outside the cache, in place of its own call
+    /// sites (where its cache grew); the other processes' call sites as they are.
+    pub fn rows(&self, sites: &[Site]) -> Vec<PeakRow> {
+        let by_lines = |pid: u32| self.tensor_lines.iter().any(|t| t.pid == pid);
+        let pid_of = |i: usize| sites.get(i).map(|s| s.pid);
+        let mut rows = Vec::new();
+        let mut unlisted = self.unlisted_bytes;
+        let mut no_site = self.no_site_bytes;
+        for t in &self.tensor_lines {
+            let process = self.process_bytes(t.pid);
+            // Its sites' bytes, listed or not: the unlisted part leaves the "other call sites" row.
+            let listed: u64 = self
+                .sites
+                .iter()
+                .filter(|b| pid_of(b.site) == Some(t.pid))
+                .map(|b| b.bytes)
+                .sum();
+            unlisted = unlisted.saturating_sub(process.saturating_sub(listed));
+            for l in &t.lines {
+                rows.push(PeakRow::Line {
+                    pid: t.pid,
+                    line: l.line.clone(),
+                    bytes: l.bytes,
+                });
+            }
+            let pid = t.pid;
+            for row in [
+                PeakRow::OtherLines {
+                    pid,
+                    bytes: t.unlisted_bytes,
+                },
+                PeakRow::NoLine {
+                    pid,
+                    bytes: t.no_line_bytes,
+                },
+                PeakRow::BeforeHistory {
+                    pid,
+                    bytes: t.before_history_bytes,
+                },
+                PeakRow::CacheFree {
+                    pid,
+                    bytes: t.reserved_bytes.saturating_sub(t.allocated_bytes),
+                },
+            ] {
+                if row.bytes() > 0 {
+                    rows.push(row);
+                }
+            }
+            // What the reserve does not explain of the process's sites is outside its cache; a reserve larger
+            // than its sites (segments with no call site) comes out of the rows without one.
+            let reserve = t.reserved_bytes.max(t.allocated_bytes);
+            if process > reserve {
+                rows.push(PeakRow::Outside {
+                    pid: t.pid,
+                    bytes: self.outside_cache(t.pid),
+                });
+            } else {
+                let over = reserve - process;
+                let from_no_site = over.min(no_site);
+                no_site -= from_no_site;
+                unlisted = unlisted.saturating_sub(over - from_no_site);
+            }
+        }
+        rows.extend(
+            self.sites
+                .iter()
+                .filter(|b| !pid_of(b.site).is_some_and(by_lines))
+                .map(|b| PeakRow::Site {
+                    site: b.site,
+                    bytes: b.bytes,
+                }),
+        );
+        rows.sort_by_key(|r| std::cmp::Reverse(r.bytes()));
+        for r in [
+            PeakRow::Unlisted { bytes: unlisted },
+            PeakRow::NoSite { bytes: no_site },
+        ] {
+            if r.bytes() > 0 {
+                rows.push(r);
+            }
+        }
+        rows
+    }
 }
 
 /// Something the shim said (once, however many processes said it).

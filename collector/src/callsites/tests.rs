@@ -492,3 +492,81 @@ fn labels() {
     assert_eq!(short_path("train.py"), "train.py");
     assert_eq!(short_path("/train.py"), "train.py");
 }
+
+/// A device's rows at its peak add up to the peak however the PyTorch process's reserve compares with its call
+/// sites' bytes; its sites give way to its tensor lines, another process's stay.
+#[test]
+fn the_rows_at_a_peak_add_up_to_it_with_tensor_lines_in_place_of_the_cache_sites() {
+    let sites = vec![
+        site(1, 1, vec![py("/w/train.py")]),
+        site(1, 2, vec![py("/w/train.py")]),
+        site(2, 3, vec![py("/w/other.py")]),
+    ];
+    let lines = |allocated: u64, reserved: u64| TensorLines {
+        pid: 1,
+        taken_at: "exit".into(),
+        lines: vec![TensorLine {
+            line: "train.py:9 in step".into(),
+            bytes: allocated - 10,
+            tensors: 3,
+        }],
+        no_line_bytes: 10,
+        allocated_bytes: allocated,
+        reserved_bytes: reserved,
+        ..TensorLines::default()
+    };
+    // pid 1: 600 in two sites listed and 100 unlisted; pid 2: 200 listed and 50 unlisted; 40 without a site.
+    let device = |t: TensorLines| DeviceSites {
+        device: Some(0),
+        on_host: false,
+        peak_bytes: 990,
+        sites: vec![
+            SiteBytes {
+                site: 0,
+                count: 0,
+                bytes: 400,
+            },
+            SiteBytes {
+                site: 2,
+                count: 0,
+                bytes: 200,
+            },
+            SiteBytes {
+                site: 1,
+                count: 0,
+                bytes: 200,
+            },
+        ],
+        unlisted_bytes: 150,
+        no_site_bytes: 40,
+        by_process: vec![(1, 700), (2, 250)],
+        tensor_lines: vec![t],
+    };
+    for (allocated, reserved, outside) in [(500, 650, 50), (500, 720, 0), (500, 780, 0)] {
+        let d = device(lines(allocated, reserved));
+        let rows = d.rows(&sites);
+        let sum: u64 = rows.iter().map(PeakRow::bytes).sum();
+        assert_eq!(sum, 990, "{reserved}: {rows:?}");
+        assert!(
+            rows.contains(&PeakRow::Site {
+                site: 2,
+                bytes: 200
+            }),
+            "{rows:?}"
+        );
+        assert!(!rows
+            .iter()
+            .any(|r| matches!(r, PeakRow::Site { site: 0 | 1, .. })));
+        assert!(rows.contains(&PeakRow::CacheFree {
+            pid: 1,
+            bytes: reserved - allocated
+        }));
+        assert_eq!(d.outside_cache(1), outside);
+        let unlisted = rows
+            .iter()
+            .find(|r| matches!(r, PeakRow::Unlisted { .. }))
+            .map_or(0, PeakRow::bytes);
+        // pid 2's 50 unlisted bytes stay; a reserve past pid 1's sites takes the unsited bytes first.
+        assert_eq!(unlisted, 50 - reserved.saturating_sub(700 + 40).min(50));
+    }
+}

@@ -138,6 +138,28 @@ struct AtPeak {
     sites: Vec<SiteBytes>,
     unlisted_bytes: u64,
     no_site_bytes: u64,
+    tensor_lines: Vec<TensorLines>,
+}
+
+/// A PyTorch process's tensors at the peak, by line (`callsites::TensorLines`).
+#[derive(Serialize)]
+struct TensorLines {
+    pid: u32,
+    history_taken_at: String,
+    lines: Vec<TensorLine>,
+    unlisted_bytes: u64,
+    no_line_bytes: u64,
+    before_history_bytes: u64,
+    allocated_bytes: u64,
+    reserved_bytes: u64,
+    outside_cache_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct TensorLine {
+    line: String,
+    bytes: u64,
+    tensors: u64,
 }
 
 #[derive(Serialize)]
@@ -183,6 +205,29 @@ impl<'a> Device<'a> {
                             .collect(),
                         unlisted_bytes: p.unlisted_bytes,
                         no_site_bytes: p.no_site_bytes,
+                        tensor_lines: p
+                            .tensor_lines
+                            .iter()
+                            .map(|t| TensorLines {
+                                pid: t.pid,
+                                history_taken_at: t.taken_at.clone(),
+                                lines: t
+                                    .lines
+                                    .iter()
+                                    .map(|l| TensorLine {
+                                        line: l.line.clone(),
+                                        bytes: l.bytes,
+                                        tensors: l.tensors,
+                                    })
+                                    .collect(),
+                                unlisted_bytes: t.unlisted_bytes,
+                                no_line_bytes: t.no_line_bytes,
+                                before_history_bytes: t.before_history_bytes,
+                                allocated_bytes: t.allocated_bytes,
+                                reserved_bytes: t.reserved_bytes,
+                                outside_cache_bytes: p.outside_cache(t.pid),
+                            })
+                            .collect(),
                     })
             }),
         }

@@ -12,6 +12,7 @@ use crate::units;
 use std::fmt::Write;
 use std::path::Path;
 
+use crate::callsites::{PeakRow, TENSOR_LINES_NOTE};
 use crate::model::{Analysis, DeviceStats, Ended, LiveAlloc, ProcessStats};
 use units::{bytes, bytes_exact, count, fit, printable, secs, utc};
 
@@ -218,11 +219,40 @@ fn call_sites(o: &mut String, a: &Analysis) {
                 bytes(d.peak_bytes)
             )
             .ok();
-            let mut rows = merged_sites(a, d.sites.iter().map(|b| (b.site, b.bytes)), |x, y| {
-                *x = x.saturating_add(*y)
-            });
-            rows.sort_by_key(|r| std::cmp::Reverse(r.figures));
+            let rows = d.rows(&cs.sites);
+            let mut shown = merged_sites(
+                a,
+                rows.iter().filter_map(|r| match *r {
+                    PeakRow::Site { site, bytes } => Some((site, bytes)),
+                    _ => None,
+                }),
+                |x, y| *x = x.saturating_add(*y),
+            );
+            legend |= shown.iter().any(|r| r.cache);
+            // The other rows as one-line sites of their process; the unlisted and unsited rows stay last.
+            let mut last = Vec::new();
             for r in &rows {
+                let (pid, label) = match (r, r.pid(), r.label()) {
+                    (_, Some(pid), Some(label)) => (pid, label),
+                    (PeakRow::Unlisted { bytes }, ..) => {
+                        last.push((*bytes, "(other call sites)".to_string()));
+                        continue;
+                    }
+                    (PeakRow::NoSite { bytes }, ..) => {
+                        last.push((*bytes, no_site_label(a)));
+                        continue;
+                    }
+                    _ => continue,
+                };
+                shown.push(MergedSite {
+                    pid,
+                    lines: vec![label],
+                    figures: r.bytes(),
+                    cache: false,
+                });
+            }
+            shown.sort_by_key(|r| std::cmp::Reverse(r.figures));
+            for r in &shown {
                 let lead = format!(
                     "    {:>11}  {:>4}  ",
                     bytes(r.figures),
@@ -232,20 +262,24 @@ fn call_sites(o: &mut String, a: &Analysis) {
                     writeln!(o, "{line}").ok();
                 }
             }
-            legend |= rows.iter().any(|r| r.cache);
-            for (v, what) in [
-                (d.unlisted_bytes, "(other call sites)"),
-                (d.no_site_bytes, no_site_label(a).as_str()),
-            ] {
-                if v > 0 {
-                    writeln!(
-                        o,
-                        "    {:>11}  {:>4}  {what}",
-                        bytes(v),
-                        pct(v, d.peak_bytes)
-                    )
-                    .ok();
-                }
+            for (v, what) in last {
+                writeln!(
+                    o,
+                    "    {:>11}  {:>4}  {what}",
+                    bytes(v),
+                    pct(v, d.peak_bytes)
+                )
+                .ok();
+            }
+            if !d.tensor_lines.is_empty() {
+                let whose = if a.processes.len() > 1 {
+                    let pids: Vec<String> =
+                        d.tensor_lines.iter().map(|t| t.pid.to_string()).collect();
+                    format!(" (pid {})", pids.join(", "))
+                } else {
+                    String::new()
+                };
+                wrap(o, &format!("  {TENSOR_LINES_NOTE}{whose}"), "  ", WIDTH);
             }
         }
         if legend {

@@ -4,9 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::rc::Rc;
 
 use super::history::{from_snapshot, History};
 use crate::model::Analysis;
+use crate::pickle::Doc;
 use crate::torch_snapshot;
 
 /// What a trace gives the what-if.
@@ -69,44 +71,12 @@ pub fn load(a: &Analysis, trace: &Path) -> Loaded {
         }
     }
     l.growth = run_growth(a);
-    // Per process, the snapshots to try, best first.
-    let mut tries: BTreeMap<u32, Vec<(String, &str)>> = BTreeMap::new();
-    for (pid, p) in &a.bridge.exit_snapshots {
-        tries.entry(*pid).or_default().push((p.clone(), "exit"));
-    }
-    for o in a.ooms.iter().rev() {
-        if let Some(p) = o.framework.as_ref().and_then(|f| f.snapshot_path.as_ref()) {
-            tries
-                .entry(o.pid)
-                .or_default()
-                .push((p.clone(), "out of memory"));
-        }
-    }
-    for (pid, candidates) in &tries {
-        let mut why = Vec::new();
-        let mut got = false;
-        for (recorded, at) in candidates {
-            let Some(path) = torch_snapshot::locate(recorded, trace) else {
-                why.push(format!("{recorded}: not found beside the trace"));
-                continue;
-            };
-            match torch_snapshot::load(&path) {
-                Ok(v) => {
-                    let hs = from_snapshot(&v, *pid, &path.display().to_string(), at, &mut l.notes);
-                    got = !hs.is_empty();
-                    l.histories.extend(hs);
-                    break;
-                }
-                Err(e) => why.push(format!("{}: {e}", path.display())),
-            }
-        }
-        if !got && !why.is_empty() && why.len() == candidates.len() {
-            l.notes.push(format!(
-                "pid {pid}: no PyTorch history could be read ({})",
-                why.join("; ")
-            ));
-        }
-    }
+    l.histories = histories(
+        a,
+        trace,
+        &mut |p| Rc::new(torch_snapshot::load(p)),
+        &mut l.notes,
+    );
     for h in &mut l.histories {
         l.device_total.entry(h.device).or_insert(UNKNOWN_TOTAL);
     }
@@ -137,6 +107,56 @@ pub fn load(a: &Analysis, trace: &Path) -> Loaded {
         }
     }
     l
+}
+
+/// Each process's PyTorch history, from the best snapshot it kept beside the trace (the one at exit has the
+/// whole ring; else its latest out-of-memory one); `loaded` reads a snapshot (callers that read them for other
+/// figures too pass one that keeps it). Why a process's could not be read goes to `notes`.
+pub fn histories(
+    a: &Analysis,
+    trace: &Path,
+    loaded: &mut impl FnMut(&Path) -> Rc<Result<Doc, String>>,
+    notes: &mut Vec<String>,
+) -> Vec<History> {
+    let mut tries: BTreeMap<u32, Vec<(String, &str)>> = BTreeMap::new();
+    for (pid, p) in &a.bridge.exit_snapshots {
+        tries.entry(*pid).or_default().push((p.clone(), "exit"));
+    }
+    for o in a.ooms.iter().rev() {
+        if let Some(p) = o.framework.as_ref().and_then(|f| f.snapshot_path.as_ref()) {
+            tries
+                .entry(o.pid)
+                .or_default()
+                .push((p.clone(), "out of memory"));
+        }
+    }
+    let mut out = Vec::new();
+    for (pid, candidates) in &tries {
+        let mut why = Vec::new();
+        let mut got = false;
+        for (recorded, at) in candidates {
+            let Some(path) = torch_snapshot::locate(recorded, trace) else {
+                why.push(format!("{recorded}: not found beside the trace"));
+                continue;
+            };
+            match loaded(&path).as_ref() {
+                Ok(v) => {
+                    let hs = from_snapshot(v, *pid, &path.display().to_string(), at, notes);
+                    got = !hs.is_empty();
+                    out.extend(hs);
+                    break;
+                }
+                Err(e) => why.push(format!("{}: {e}", path.display())),
+            }
+        }
+        if !got && !why.is_empty() && why.len() == candidates.len() {
+            notes.push(format!(
+                "pid {pid}: no PyTorch history could be read ({})",
+                why.join("; ")
+            ));
+        }
+    }
+    out
 }
 
 /// The run's growth: the cause of one of its errors, else the largest growth of a device over the run.

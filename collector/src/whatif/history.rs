@@ -15,6 +15,8 @@ use crate::pickle::{Doc, V};
 
 /// No call site known for an entry.
 pub const NO_SITE: u32 = u32::MAX;
+/// In [`LiveAt::by_site`]: tensors assumed live at the history's start, with no line known.
+pub const BEFORE_HISTORY: u32 = u32::MAX - 1;
 /// Sizes past this (256 TiB) are not a GPU's: an entry claiming one is forged or corrupt and is left out, so no
 /// sum of sizes in the model can overflow.
 pub const MAX_SIZE: u64 = 1 << 48;
@@ -68,6 +70,31 @@ pub struct History {
     pub oom_reserved: Option<u64>,
     /// What could not be taken in (entries of graph-private pools, unreadable ones).
     pub notes: Vec<String>,
+    /// Where PyTorch's segments changed, in order: before `entries[index]`.
+    pub segment_marks: Vec<SegmentMark>,
+    /// The lines of the tensors assumed live at the start (`entries[..assumed_live]`), where a later free
+    /// entry or the snapshot's block named one (PyTorch records the allocation's frames with both).
+    pub seed_sites: Vec<u32>,
+}
+
+/// A segment of PyTorch's made (`delta` > 0) or released, between two entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentMark {
+    pub index: usize,
+    pub delta: i64,
+    pub t_us: u64,
+}
+
+/// The tensors live at one moment of a history, by the line that allocated them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LiveAt {
+    /// (site, bytes, tensors), most bytes first; site [`NO_SITE`]: allocated with no Python frames (autograd's
+    /// backward pass, native code); [`BEFORE_HISTORY`]: live before the history began, its line unknown.
+    pub by_site: Vec<(u32, u64, u64)>,
+    /// Bytes asked by the tensors live then, all lines.
+    pub allocated: u64,
+    /// PyTorch's reserve then (its segments).
+    pub reserved: u64,
 }
 
 impl History {
@@ -89,6 +116,79 @@ impl History {
             .iter()
             .filter(|e| matches!(e.op, Op::Alloc { .. }))
             .count()
+    }
+
+    /// The tensors live at Unix time `t_us` (a moment the trace names, on the clock of another program:
+    /// `slack_us` apart is the same moment), or `None` where the history does not reach it.
+    ///
+    /// A device peaks when a segment is made, and the trace's clock and PyTorch's differ by a little: the
+    /// moment is the segment made nearest `t_us` within the slack, with the request it was made for (the entry
+    /// after it); else the entries up to `t_us`.
+    pub fn live_at(&self, t_us: u64, slack_us: u64, to_the_end: bool) -> Option<LiveAt> {
+        let last = self.entries.last()?.t_us;
+        if t_us.saturating_add(slack_us) < self.start_us()
+            || (!to_the_end && t_us > last.saturating_add(slack_us))
+        {
+            return None;
+        }
+        let near = self
+            .segment_marks
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.delta > 0 && m.t_us.abs_diff(t_us) <= slack_us)
+            .min_by_key(|(_, m)| m.t_us.abs_diff(t_us));
+        let (cut, marks) = match near {
+            Some((i, m)) => {
+                let asked = matches!(self.entries.get(m.index), Some(e) if matches!(e.op, Op::Alloc { .. }));
+                (m.index + usize::from(asked), i + 1)
+            }
+            None => (
+                self.entries.partition_point(|e| e.t_us <= t_us),
+                self.segment_marks.partition_point(|m| m.t_us <= t_us),
+            ),
+        };
+        let reserved = self.segment_marks[..marks]
+            .iter()
+            .fold(self.recorded_reserved_start as i128, |r, m| {
+                r + m.delta as i128
+            })
+            .max(0) as u64;
+        let mut live: HashMap<u64, (u64, u32)> = HashMap::new();
+        for (i, e) in self.entries[..cut].iter().enumerate() {
+            match e.op {
+                Op::Alloc { id, size, .. } => {
+                    let site = if (i as u64) < self.assumed_live {
+                        match self.seed_sites.get(i).copied() {
+                            Some(s) if s != NO_SITE => s,
+                            _ => BEFORE_HISTORY,
+                        }
+                    } else {
+                        e.site
+                    };
+                    live.insert(id, (size, site));
+                }
+                Op::Free { id } => {
+                    live.remove(&id);
+                }
+                Op::EmptyCache | Op::Oom { .. } => {}
+            }
+        }
+        let mut by: HashMap<u32, (u64, u64)> = HashMap::new();
+        let mut allocated = 0u64;
+        for (size, site) in live.into_values() {
+            let x = by.entry(site).or_default();
+            x.0 = x.0.saturating_add(size);
+            x.1 += 1;
+            allocated = allocated.saturating_add(size);
+        }
+        let mut by_site: Vec<(u32, u64, u64)> =
+            by.into_iter().map(|(s, (b, n))| (s, b, n)).collect();
+        by_site.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        Some(LiveAt {
+            by_site,
+            allocated,
+            reserved,
+        })
     }
 }
 
@@ -189,6 +289,10 @@ struct Builder {
     live: HashMap<u64, (u64, u64)>,
     next_id: u64,
     seeds: Vec<(u64, u64, u64, u64)>,
+    /// A seed's line (by id), where its free entry or its block named one.
+    seed_site: HashMap<u64, u32>,
+    /// Segment changes: before `entries[index]`.
+    marks: Vec<SegmentMark>,
     /// Segment releases not yet known to be a request's or `empty_cache`'s.
     releasing: bool,
     release_t: u64,
@@ -352,6 +456,11 @@ fn device_history(
         }
         match action {
             "segment_free" | "segment_unmap" => {
+                b.marks.push(SegmentMark {
+                    index: b.entries.len(),
+                    delta: -(size as i64),
+                    t_us: t,
+                });
                 reserved_delta -= size as i128;
                 reserved_walk.push(reserved_delta);
                 recorded_segments.push(-(size as i64));
@@ -362,6 +471,11 @@ fn device_history(
                 continue;
             }
             "segment_alloc" | "segment_map" => {
+                b.marks.push(SegmentMark {
+                    index: b.entries.len(),
+                    delta: size as i64,
+                    t_us: t,
+                });
                 reserved_delta += size as i128;
                 reserved_walk.push(reserved_delta);
                 recorded_segments.push(size as i64);
@@ -413,6 +527,10 @@ fn device_history(
                         // Allocated before the history began.
                         let id = b.id();
                         b.seeds.push((addr, id, size, stream));
+                        let site = b.site(k, e.get(k.frames).map_or(&[][..], V::list));
+                        if site != NO_SITE {
+                            b.seed_site.insert(id, site);
+                        }
                         id
                     }
                 };
@@ -458,6 +576,10 @@ fn device_history(
                 continue;
             }
             b.seeds.push((addr, id, size, uint(k.get(seg, "stream"))));
+            let site = b.site(k, k.get(blk, "frames").map_or(&[][..], V::list));
+            if site != NO_SITE {
+                b.seed_site.insert(id, site);
+            }
         }
     }
     let start_t = b.entries.first().map_or(0, |e| e.t_us);
@@ -473,7 +595,21 @@ fn device_history(
             site: NO_SITE,
         })
         .collect();
+    let seed_sites: Vec<u32> = b
+        .seeds
+        .iter()
+        .map(|s| b.seed_site.get(&s.1).copied().unwrap_or(NO_SITE))
+        .collect();
+    let seeded = entries.len();
     entries.append(&mut b.entries);
+    let segment_marks: Vec<SegmentMark> = b
+        .marks
+        .iter()
+        .map(|m| SegmentMark {
+            index: m.index + seeded,
+            ..*m
+        })
+        .collect();
     // PyTorch's reserve at the history's start: what its segments hold at the end, less what the entries added.
     let start = (end_reserved as i128 - reserved_delta).max(0);
     let peak = reserved_walk
@@ -511,12 +647,75 @@ fn device_history(
         oom_device_free,
         oom_reserved: oom_at_walk.map(|d| (start + d).max(0) as u64),
         notes,
+        segment_marks,
+        seed_sites,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tensors live at a moment the trace names, on a clock a little off PyTorch's: the segment made
+    /// nearest it and the request it was made for; tensors from before the history by the line their free entry
+    /// or their block names; nothing past the end of a history taken at an error.
+    #[test]
+    fn the_tensors_live_at_a_moment_are_read_at_the_segment_made_then() {
+        let doc = crate::pickle::read(&crate::pickle::python_written(
+            "def f(n): return [dict(filename=n + '.py', line=1, name=n)]\n\
+             M = 1 << 20\n\
+             e = lambda a, addr, size, t, n=None: dict(action=a, addr=addr, size=size, stream=0, time_us=t, \
+             frames=f(n) if n else [])\n\
+             v = dict(segments=[dict(device=0, total_size=6 * M, stream=0, blocks=[dict(address=900, \
+             size=M, requested_size=M, state='active_allocated', frames=f('e'))])], device_traces=[[\
+             e('segment_alloc', 100, 2 * M, 1000), e('alloc', 100, M, 1001, 'a'), e('alloc', 200, M // 2, 1500, 'b'), \
+             e('free_completed', 100, M, 2000, 'a'), e('segment_alloc', 300, 4 * M, 3000), \
+             e('alloc', 300, 3 * M, 3001, 'c'), e('free_completed', 800, M, 4000, 'd'), \
+             e('alloc', 400, 7, 5000)]])",
+            true,
+        ))
+        .unwrap();
+        let hs = from_snapshot(&doc, 7, "s", "exit", &mut Vec::new());
+        let h = &hs[0];
+        let named = |l: &LiveAt| -> Vec<(String, u64)> {
+            l.by_site
+                .iter()
+                .map(|&(s, b, _)| match s {
+                    BEFORE_HISTORY => ("before".into(), b),
+                    NO_SITE => ("none".into(), b),
+                    s => (h.site(s).unwrap().to_string(), b),
+                })
+                .collect()
+        };
+        const M: u64 = 1 << 20;
+        // The trace saw the peak 10 us before PyTorch's clock: the 4 MiB segment, with its request.
+        let l = h.live_at(2990, 2000, false).unwrap();
+        assert_eq!(
+            named(&l),
+            [
+                ("c.py:1 in c".to_string(), 3 * M),
+                ("d.py:1 in d".to_string(), M),
+                ("e.py:1 in e".to_string(), M),
+                ("b.py:1 in b".to_string(), M / 2)
+            ]
+        );
+        // The seeds' reserve (the segments at the end, less what the entries made) and both segments.
+        assert_eq!(l.reserved, 6 * M);
+        assert_eq!(l.allocated, 5 * M + M / 2);
+        // Before the first segment's request was freed, far from any segment made: the entries up to then.
+        let l = h.live_at(1800, 100, false).unwrap();
+        assert!(named(&l).contains(&("a.py:1 in a".to_string(), M)), "{l:?}");
+        assert_eq!(l.reserved, 2 * M);
+        // Before the history, and past a history taken at an error, nothing is said; past one taken at exit,
+        // the end's.
+        assert_eq!(h.live_at(10, 100, false), None);
+        assert_eq!(h.live_at(9000, 100, false), None);
+        // The seed freed at 4000 is gone by then.
+        assert_eq!(
+            h.live_at(9000, 100, true).unwrap().allocated,
+            4 * M + M / 2 + 7
+        );
+    }
 
     #[test]
     fn mutated_snapshots_are_read_or_refused_never_a_panic() {

@@ -46,6 +46,15 @@ impl Replay<'_> {
             let total = list
                 .iter()
                 .fold(0u64, |x, &i| x.saturating_add(aggs[i].at_peak));
+            let mut by_pid: HashMap<u32, u64> = HashMap::new();
+            for &i in &list {
+                let x = by_pid
+                    .entry(self.procs[aggs[i].slot as usize].s.pid)
+                    .or_default();
+                *x = x.saturating_add(aggs[i].at_peak);
+            }
+            let mut by_process: Vec<(u32, u64)> = by_pid.into_iter().collect();
+            by_process.sort_unstable();
             list.sort_unstable_by(|&a, &b| aggs[b].at_peak.cmp(&aggs[a].at_peak).then(a.cmp(&b)));
             list.truncate(SITES_LISTED);
             let sites: Vec<SiteBytes> = list
@@ -64,6 +73,8 @@ impl Replay<'_> {
                 sites,
                 unlisted_bytes: total.saturating_sub(listed),
                 no_site_bytes: peak.saturating_sub(total),
+                by_process,
+                tensor_lines: Vec::new(),
             });
         }
         at_peak.sort_by_key(|d| d.device.unwrap_or(u32::MAX));

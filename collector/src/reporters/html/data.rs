@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{sum_parts, Dev, Html, DATA_VERSION, MAX_PROCESS_SERIES, MAX_SITE_SERIES};
 use super::{NO_SITE_KEY, OTHER_SITES_KEY};
-use crate::callsites::Site;
+use crate::callsites::{PeakRow, Site, TENSOR_LINES_NOTE};
 use crate::model::diagnose::diagnose;
 use crate::model::{Analysis, FOLD_NS};
 use crate::reporters::oom_text::{event_text, oom_place};
@@ -108,9 +108,13 @@ struct Process {
 struct AtPeak {
     device: String,
     peak_bytes: u64,
+    /// The rows the text shows (`DeviceSites::rows`): call sites, and a PyTorch process's tensor lines.
     sites: Vec<SiteBytes>,
     unlisted_bytes: u64,
     no_site_bytes: u64,
+    /// What the tensor lines are, when rows are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -332,22 +336,36 @@ impl Html {
             .call_sites
             .at_peak
             .iter()
-            .map(|d| AtPeak {
-                device: index
-                    .get(&(d.device, d.on_host))
-                    .map(|&i| &a.devices[i])
-                    .map_or_else(|| device_name(d.device), text::device_label),
-                peak_bytes: d.peak_bytes,
-                sites: d
-                    .sites
-                    .iter()
-                    .map(|s| SiteBytes {
-                        name: site_name(s.site),
-                        bytes: s.bytes,
-                    })
-                    .collect(),
-                unlisted_bytes: d.unlisted_bytes,
-                no_site_bytes: d.no_site_bytes,
+            .map(|d| {
+                let rows = d.rows(&a.call_sites.sites);
+                let bytes_of =
+                    |f: fn(&PeakRow) -> bool| rows.iter().find(|r| f(r)).map_or(0, PeakRow::bytes);
+                AtPeak {
+                    device: index
+                        .get(&(d.device, d.on_host))
+                        .map(|&i| &a.devices[i])
+                        .map_or_else(|| device_name(d.device), text::device_label),
+                    peak_bytes: d.peak_bytes,
+                    sites: rows
+                        .iter()
+                        .filter_map(|r| match r {
+                            PeakRow::Site { site, bytes } => Some(SiteBytes {
+                                name: site_name(*site),
+                                bytes: *bytes,
+                            }),
+                            _ => r.label().map(|l| SiteBytes {
+                                name: Some(match r.pid() {
+                                    Some(pid) if a.processes.len() > 1 => format!("pid {pid}: {l}"),
+                                    _ => l,
+                                }),
+                                bytes: r.bytes(),
+                            }),
+                        })
+                        .collect(),
+                    unlisted_bytes: bytes_of(|r| matches!(r, PeakRow::Unlisted { .. })),
+                    no_site_bytes: bytes_of(|r| matches!(r, PeakRow::NoSite { .. })),
+                    note: (!d.tensor_lines.is_empty()).then_some(TENSOR_LINES_NOTE),
+                }
             })
             .collect();
         let by_allocated = a
