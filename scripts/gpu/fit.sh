@@ -14,6 +14,7 @@
 #   PROBE="conv:6GiB:298 ..." (CASE:CAP:ANSWER; CASES="" to run only these): where --verify found answer+1 fitting,
 #   how far the answer was low: runs under the cap at 2%, 5%, 10% and 20% past it (5 steps each, as fit's runs),
 #   each said to fit or to run out of memory ($OUT/fit/probe.md).
+#   FROM=A,B: fit's first pair (`--from A,B`; default fit's own, 8 and 16);
 #   YARD=0: no yardstick runs (step 1); VERIFY=0: fit without --verify; TAG=NAME: $OUT/NAME/ and $OUT/NAME.tgz
 #   instead of fit (a second call in one session keeps the first's files); KEEP="table.md ...": the files left
 #   beside the tarball in $OUT/NAME/ (default: table.md results.json log.txt probe.md; the tarball has them all).
@@ -29,6 +30,7 @@ VERIFY=${VERIFY:-1}
 KEEP=${KEEP:-table.md results.json log.txt probe.md}
 verifyflag=(--verify)
 [ "$VERIFY" = 0 ] && verifyflag=()
+[ -n "${FROM:-}" ] && verifyflag+=(--from "$FROM")
 mkdir -p "$W"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CASE=$HERE/whatif_case.py

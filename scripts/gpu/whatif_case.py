@@ -2,7 +2,7 @@
 replayed under the settings of another run and the model's reserve compared with PyTorch's own.
 
     python3 whatif_case.py CASE [--batch B] [--steps N]
-    CASE: train | finetune | serve | frag | conv, or the unseen: padded | convamp | ckpt
+    CASE: train | finetune | serve | frag | conv, or the unseen: padded | convamp | ckpt | lstm
 
 Issue 39 (whatif --knob batch): --batch sets the batch of train (a transformer language model, sequence 256),
 finetune (the same model, its embedding frozen, sequence lengths varying step to step, the same lengths at every
@@ -221,6 +221,28 @@ def unseen_checkpointed():
         opt.zero_grad(set_to_none=True)
 
 
+def lstm():
+    """Issue 48's code-path case: two stacked single-layer LSTMs (1024 -> 1024) in fp16, sequence 128, a linear
+    head, SGD. PyTorch's cuDNN RNN picks the persistent algorithm for fp16, one layer, one direction, sizes that
+    are multiples of 128 and, on a GPU of compute capability 8+ with 98+ SMs (an H200: 9.0, 132), a batch that is
+    a multiple of 8 up to 128 (aten/src/ATen/native/cudnn/RNN.cpp, use_persist_device_heuristics); a larger
+    batch takes the standard algorithm: the path a batch past 128 takes is not the path of 8 and 16."""
+    m = torch.nn.ModuleDict(
+        dict(l1=torch.nn.LSTM(1024, 1024), l2=torch.nn.LSTM(1024, 1024), head=torch.nn.Linear(1024, 1024))
+    ).to(dev).half()
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
+    b = BATCH or 32
+    for _ in range(STEPS or 8):
+        step_mark()
+        x = torch.randn(128, b, 1024, device=dev, dtype=torch.half)
+        h, _ = m["l1"](x)
+        h, _ = m["l2"](h)
+        loss = m["head"](h).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
 out = {"case": CASE, "batch": BATCH, "oom": None}
 try:
     {
@@ -232,6 +254,7 @@ try:
         "padded": unseen_padded,
         "convamp": unseen_conv,
         "ckpt": unseen_checkpointed,
+        "lstm": lstm,
     }[CASE]()
 except torch.OutOfMemoryError as e:
     tb = traceback.extract_tb(sys.exc_info()[2])
