@@ -2,15 +2,17 @@
 //! ledger; a process of the job can get past it (started without the preload, with its own `VRAMTRACE_CAP`,
 //! without the ledger, through a door the shim does not see: glibc's own `dlsym`, `dlmopen`, a second copy of the
 //! driver; or by scribbling on the ledger). NVML's per-process count (what `nvidia-smi --query-compute-apps`
-//! reads) sees every one of them: while a capped job runs, `run` reads it twice a second and compares it with
-//! what the trace counted.
+//! reads) sees every one of them: while a capped job runs, `run` reads it (twice a second, ten times while the job
+//! is near its cap) and compares it with what the trace counted.
 //!
-//! A process's GPU figure includes what the shim never counts (its context, modules, libraries), so each
-//! process is allowed [`ALLOWANCE`] (or `--cap-allowance`) beyond its counted bytes. The job is past its cap on a
-//! GPU when the sum over
-//! its processes of the larger of (counted, GPU figure less the allowance) passes the cap, twice in a row (the
-//! trace can lag the driver by a drain). Then, under `--cap-mode enforce`, the job is stopped (SIGTERM, SIGKILL
-//! 5 s later) and the post-mortem names each process that got past and how; under `warn` it is flagged.
+//! A process's GPU figure includes what the shim never counts (its context, modules, libraries), so the job is
+//! allowed [`ALLOWANCE`] (or `--cap-allowance`) beyond its counted bytes for its first process on a GPU and
+//! [`EXTRA_PROCESS_ALLOWANCE`] for each other. The job is past its cap on a GPU when the sum over its processes
+//! of the larger of (counted, GPU figure less the allowance), or the GPU's figures less the job's allowance,
+//! passes the cap: at every reading for [`CONFIRM`] (the trace can lag the driver by a drain), or, where the GPU's
+//! figures alone put it past (they do not lag), at [`PULSES`] readings within [`PULSE_WINDOW`]. Then, under
+//! `--cap-mode enforce`, the job is stopped (SIGTERM, SIGKILL 5 s later) and the post-mortem names each process
+//! that got past and how; under `warn` it is flagged.
 //!
 //! NVML is opened and read on a thread of its own: a call that hangs holds only that thread (it is never
 //! joined). The check runs only where the collector's pids are the kernel's first namespace's (NVML's).
@@ -35,8 +37,23 @@ pub const ALLOWANCE: u64 = 3 << 29;
 /// What the job may hold past its cap before it is called past it: a stream-ordered pool's growth is rounded
 /// up by the driver after it was admitted (at least this, or 1% of the cap).
 const SLACK: u64 = 64 << 20;
-/// How often the GPU's count is read.
+/// What each process after the first on a GPU may hold beyond its counted bytes, within the job's allowance: a
+/// context of its own and its libraries (676 MiB measured for PyTorch with cuBLAS on an H200). The job's
+/// allowance on a GPU is [`ALLOWANCE`] (or `--cap-allowance`) for its first process and this (at most that) for
+/// each other: six processes each slipping 1 GiB past their shims are not each forgiven 1.5 GiB.
+pub const EXTRA_PROCESS_ALLOWANCE: u64 = 768 << 20;
+/// How often the GPU's count is read while the job is far from its cap.
 pub const INTERVAL: Duration = Duration::from_millis(500);
+/// How often while it is near (half the cap or more on a GPU, by either count) or a reading found it past.
+pub const FAST_INTERVAL: Duration = Duration::from_millis(100);
+/// A job is past its cap when every reading over at least this long found it past (the trace can lag the
+/// driver by a drain, at most 50 ms, or more when the collector is loaded): a pulse past the cap that lasts
+/// longer than this and one fast interval is caught, however it repeats.
+pub const CONFIRM: Duration = Duration::from_millis(200);
+/// Or when this many readings within [`PULSE_WINDOW`] found it past, however short each pulse (a lagging
+/// trace does not repeat a lag that large that often).
+pub const PULSES: usize = 3;
+pub const PULSE_WINDOW: Duration = Duration::from_secs(10);
 /// Between SIGTERM and SIGKILL, when the job is stopped.
 const GRACE: Duration = Duration::from_secs(5);
 
@@ -139,10 +156,15 @@ pub struct Offender {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Breach {
     pub cap: CapOn,
-    /// The allowance it was judged with.
+    /// The job's allowance it was judged with on this GPU.
     pub allowance: u64,
-    /// The job's bytes on the GPU as judged: per process the larger of counted and GPU less the allowance.
+    /// The job's bytes on the GPU as judged: per process the larger of counted and GPU less the allowance, or
+    /// the GPU's figures less the job's allowance, whichever is more.
     pub job_bytes: u64,
+    /// The GPU's figures alone put the job past its cap. The counts can lag the driver by a drain (a free not
+    /// yet seen beside an allocation that is), the GPU's figures cannot: such a reading needs no second one
+    /// right after it.
+    pub by_gpu: bool,
     pub offenders: Vec<Offender>,
 }
 
@@ -154,7 +176,7 @@ impl Breach {
             0,
             format!(
                 "the GPU's own count puts the job past its cap on GPU {} ({}): {} against a cap of {} \
-                 (each process allowed {} for its context and libraries)",
+                 (its processes allowed {} beyond their counts for contexts and libraries)",
                 self.cap.ordinal,
                 self.cap.uuid,
                 units::bytes(self.job_bytes),
@@ -236,18 +258,39 @@ pub fn judge(
                 c.max(gpu)
             }
         };
-        let job_bytes: u64 = procs
+        let per_process: u64 = procs
             .iter()
             .map(|(pid, (g, c))| judged(pid, *g, *c))
             .fold(0u64, u64::saturating_add);
+        // The allowance is the job's: its first process's, and a context's for each other on this GPU. What
+        // the GPU holds for the job past that is the job's, however it is spread over processes.
+        let on_gpu = procs.values().filter(|(g, _)| g.is_some()).count() as u64;
+        let extra = EXTRA_PROCESS_ALLOWANCE.min(cap.allowance);
+        let job_allowance = cap
+            .allowance
+            .saturating_add(on_gpu.saturating_sub(1).saturating_mul(extra));
+        let spread = procs
+            .values()
+            .map(|(g, _)| g.unwrap_or(0))
+            .fold(0u64, u64::saturating_add)
+            .saturating_sub(job_allowance);
+        let job_bytes = per_process.max(spread);
+        let by_gpu = procs
+            .values()
+            .map(|(g, _)| g.unwrap_or(0).saturating_sub(cap.allowance))
+            .fold(0u64, u64::saturating_add)
+            .max(spread);
+        // A process escaped when the GPU holds more for it than its count and its share of the allowance.
+        let share = if on_gpu > 1 { extra } else { cap.allowance };
         // A few MiB past the cap are the driver's rounding of a pool's growth (docs/CAP.md), not an escape.
-        if job_bytes <= on.bytes.saturating_add(SLACK.max(on.bytes / 100)) {
+        let limit = on.bytes.saturating_add(SLACK.max(on.bytes / 100));
+        if job_bytes <= limit {
             continue;
         }
         let mut offenders = Vec::new();
         for (pid, (g, c)) in &procs {
             let t = traced.get(pid);
-            let escaped = g.unwrap_or(0) > c.saturating_add(cap.allowance);
+            let escaped = g.unwrap_or(0) > c.saturating_add(share);
             let untraced = t.is_none();
             let how = match t {
                 None if shimmed(*pid) => Some(How::Bypassed),
@@ -283,7 +326,7 @@ pub fn judge(
             // never saw is news.
             offenders.retain(|o| {
                 matches!(o.how, How::Untraced | How::Bypassed)
-                    || o.gpu_bytes.unwrap_or(0) > o.counted.saturating_add(cap.allowance)
+                    || o.gpu_bytes.unwrap_or(0) > o.counted.saturating_add(share)
             });
             if offenders.is_empty() {
                 continue;
@@ -307,12 +350,98 @@ pub fn judge(
         }
         out.push(Breach {
             cap: on.clone(),
-            allowance: cap.allowance,
+            allowance: job_allowance,
             job_bytes,
+            by_gpu: by_gpu > limit,
             offenders,
         });
     }
     out
+}
+
+/// Whether the job is near its cap on some GPU (half of it or more, by the GPU's figures or by its counts):
+/// then the GPU's count is read every [`FAST_INTERVAL`].
+pub fn near(cap: &JobCap, gpu: &[GpuProc], counted: &[Counted], job: &dyn Fn(u32) -> bool) -> bool {
+    cap.on.iter().any(|on| {
+        let half = on.bytes / 2;
+        let by_gpu = gpu
+            .iter()
+            .filter(|g| g.uuid == on.uuid && (counted.iter().any(|c| c.pid == g.pid) || job(g.pid)))
+            .map(|g| g.bytes)
+            .fold(0u64, u64::saturating_add);
+        let by_count = counted
+            .iter()
+            .flat_map(|c| &c.bytes)
+            .filter(|(u, _, _)| u.as_deref() == Some(on.uuid.as_str()))
+            .map(|(_, _, b)| *b)
+            .fold(0u64, u64::saturating_add);
+        by_gpu >= half || by_count >= half
+    })
+}
+
+/// Intervals drawn between half and all of a base (xorshift, seeded by the clock and pid).
+struct Jitter(u64);
+
+impl Jitter {
+    fn seeded() -> Jitter {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Jitter((t ^ u64::from(std::process::id()).rotate_left(32)) | 1)
+    }
+
+    fn of(&mut self, base: Duration) -> Duration {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        let half = base / 2;
+        half + Duration::from_nanos(self.0 % (half.as_nanos() as u64).max(1))
+    }
+}
+
+/// When a GPU's breaches are confirmed: every reading past the cap for [`CONFIRM`], or [`PULSES`] readings the
+/// GPU's figures alone put past it within [`PULSE_WINDOW`].
+#[derive(Default)]
+pub struct Confirm {
+    /// Per GPU, the first and the last reading of the breach going on (readings more than two slow intervals
+    /// apart are not one breach going on).
+    since: HashMap<String, (Instant, Instant)>,
+    /// Per GPU, the recent readings whose GPU figures alone were past the cap.
+    by_gpu: HashMap<String, Vec<Instant>>,
+}
+
+impl Confirm {
+    /// One reading's breaches at `now`: those confirmed.
+    pub fn reading(&mut self, found: Vec<Breach>, now: Instant) -> Vec<Breach> {
+        self.since
+            .retain(|u, _| found.iter().any(|b| &b.cap.uuid == u));
+        for hits in self.by_gpu.values_mut() {
+            hits.retain(|t| now.duration_since(*t) <= PULSE_WINDOW);
+        }
+        self.by_gpu.retain(|_, h| !h.is_empty());
+        let mut out = Vec::new();
+        for b in found {
+            let run = self.since.entry(b.cap.uuid.clone()).or_insert((now, now));
+            if now.duration_since(run.1) > 2 * INTERVAL {
+                run.0 = now;
+            }
+            run.1 = now;
+            let first = run.0;
+            let hits = self.by_gpu.entry(b.cap.uuid.clone()).or_default();
+            if b.by_gpu {
+                hits.push(now);
+            }
+            if now.duration_since(first) >= CONFIRM || hits.len() >= PULSES {
+                out.push(b);
+            }
+        }
+        out
+    }
+
+    /// A breach is going on, or was seen lately: read fast.
+    pub fn watching(&self) -> bool {
+        !self.since.is_empty() || !self.by_gpu.is_empty()
+    }
 }
 
 /// Whether `libvramtrace.so` is mapped in `pid` (by /proc/<pid>/maps, at most 4 MiB of it read).
@@ -405,11 +534,15 @@ pub fn start(cap: JobCap, sink: Arc<dyn Sink>, quiet: bool) -> Option<Watch> {
             };
             let uuids: Vec<String> = cap.on.iter().map(|o| o.uuid.clone()).collect();
             let uuids: Vec<&str> = uuids.iter().map(String::as_str).collect();
-            let mut suspect: Vec<String> = Vec::new();
+            let mut confirm = Confirm::default();
             let mut unseen: Vec<String> = Vec::new();
             let mut told: Vec<String> = Vec::new();
+            let mut fast = false;
+            let mut jitter = Jitter::seeded();
             while !s2.load(Ordering::Acquire) {
-                thread::sleep(INTERVAL);
+                // Jittered: memory pulsing with a period the interval divides would otherwise be read always
+                // between its pulses (400 ms of every second, read every 500 ms at the wrong phase).
+                thread::sleep(jitter.of(if fast { FAST_INTERVAL } else { INTERVAL }));
                 escalate(&st2, root);
                 let (gpu, unmeasured) = nvml.read(&uuids);
                 // A process of the job NVML gives no figure for is one the check cannot see: said once.
@@ -429,17 +562,19 @@ pub fn start(cap: JobCap, sink: Arc<dyn Sink>, quiet: bool) -> Option<Watch> {
                     sink.note(pid, &line);
                 }
                 let counted = sink.counted();
-                let found = judge(
-                    &cap,
-                    &gpu,
-                    &counted,
-                    &|pid| descends_from(pid, root),
-                    &shim_loaded,
-                );
-                let now: Vec<String> = found.iter().map(|b| b.cap.uuid.clone()).collect();
-                for b in found {
-                    // Twice in a row: the trace may lag the driver by one drain.
-                    if !suspect.contains(&b.cap.uuid) || told.contains(&b.cap.uuid) {
+                // Each listed pid's ancestry read once a reading (judge and near both ask).
+                let ancestry = std::cell::RefCell::new(HashMap::new());
+                let job = |pid: u32| {
+                    *ancestry
+                        .borrow_mut()
+                        .entry(pid)
+                        .or_insert_with(|| descends_from(pid, root))
+                };
+                let found = judge(&cap, &gpu, &counted, &job, &shim_loaded);
+                let confirmed = confirm.reading(found, Instant::now());
+                fast = confirm.watching() || near(&cap, &gpu, &counted, &job);
+                for b in confirmed {
+                    if told.contains(&b.cap.uuid) {
                         continue;
                     }
                     told.push(b.cap.uuid.clone());
@@ -461,7 +596,6 @@ pub fn start(cap: JobCap, sink: Arc<dyn Sink>, quiet: bool) -> Option<Watch> {
                         stop_job(&st2, root);
                     }
                 }
-                suspect = now;
             }
         })
         .ok()
@@ -707,5 +841,104 @@ mod tests {
                 .contains("pid 10 (p10) holds 3.00 GiB by the GPU's count, its shim counted 0 B"),
             "{lines:?}"
         );
+    }
+
+    /// The allowance is the job's: six processes each holding 1 GiB past their shims beside a context are past
+    /// a 1 GiB cap (each was under the 1.5 GiB a process used to be allowed); six with their contexts alone,
+    /// counting the job's bytes between them, are not.
+    #[test]
+    fn the_allowance_is_the_jobs_not_each_processs() {
+        let cap = JobCap {
+            allowance: 3 << 29,
+            ..cap()
+        };
+        let ctx = 600 << 20;
+        let c: Vec<Counted> = (10..16).map(|p| counted(p, 0, JOB)).collect();
+        let g: Vec<GpuProc> = (10..16).map(|p| gpu(p, ctx + GIB)).collect();
+        let b = judge(&cap, &g, &c, &|_| true, &|_| false);
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert!(b[0].by_gpu);
+        assert_eq!(b[0].allowance, (3 << 29) + 5 * EXTRA_PROCESS_ALLOWANCE);
+        assert_eq!(b[0].job_bytes, 6 * (ctx + GIB) - b[0].allowance);
+        assert_eq!(b[0].offenders.len(), 6, "{b:?}");
+        assert!(b[0].offenders.iter().all(|o| o.how == How::Unseen));
+        // Contexts of 676 MiB each (PyTorch with cuBLAS, measured), the job's 1 GiB counted between them.
+        let c: Vec<Counted> = (10..16).map(|p| counted(p, GIB / 6, JOB)).collect();
+        let g: Vec<GpuProc> = (10..16).map(|p| gpu(p, (676 << 20) + GIB / 6)).collect();
+        assert!(judge(&cap, &g, &c, &|_| true, &|_| false).is_empty());
+    }
+
+    fn breach(by_gpu: bool) -> Breach {
+        Breach {
+            cap: cap().on[0].clone(),
+            allowance: GIB,
+            job_bytes: 2 * GIB,
+            by_gpu,
+            offenders: Vec::new(),
+        }
+    }
+
+    /// A breach by the counts alone (which can lag the driver) is confirmed only by readings past the cap for
+    /// CONFIRM without a break; one by the GPU's figures, by PULSES readings within PULSE_WINDOW however they
+    /// are spread: a job that pulses past its cap between readings is caught.
+    #[test]
+    fn a_breach_is_confirmed_over_time_or_by_the_gpus_figures_repeated() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Counts alone: a break resets it; CONFIRM of readings without one confirms it.
+        let mut c = Confirm::default();
+        assert!(c.reading(vec![breach(false)], at(0)).is_empty());
+        assert!(c.watching());
+        assert!(c.reading(vec![], at(100)).is_empty());
+        assert!(c.reading(vec![breach(false)], at(200)).is_empty());
+        assert!(c.reading(vec![breach(false)], at(300)).is_empty());
+        assert_eq!(c.reading(vec![breach(false)], at(400)).len(), 1);
+        // Counts alone, seen now and then: never confirmed.
+        let mut c = Confirm::default();
+        for i in 0..50 {
+            let found = if i % 2 == 0 {
+                vec![breach(false)]
+            } else {
+                vec![]
+            };
+            assert!(c.reading(found, at(i * 100)).is_empty(), "{i}");
+        }
+        // The GPU's figures, in pulses each caught by one reading: the third within the window confirms.
+        let mut c = Confirm::default();
+        assert!(c.reading(vec![breach(true)], at(0)).is_empty());
+        assert!(c.reading(vec![], at(500)).is_empty());
+        assert!(c.reading(vec![breach(true)], at(1000)).is_empty());
+        assert!(c.reading(vec![], at(1500)).is_empty());
+        assert_eq!(c.reading(vec![breach(true)], at(2000)).len(), 1);
+        // Spread wider than the window: each falls out before the next comes.
+        let mut c = Confirm::default();
+        for i in 0..5 {
+            assert!(
+                c.reading(vec![breach(true)], at(i * 6000)).is_empty(),
+                "{i}"
+            );
+        }
+        // Far from the cap and nothing seen lately: slow again.
+        let mut c = Confirm::default();
+        c.reading(vec![breach(true)], at(0));
+        c.reading(vec![], at(100));
+        assert!(c.watching());
+        c.reading(vec![], at(11_000));
+        assert!(!c.watching());
+    }
+
+    #[test]
+    fn near_the_cap_by_either_count() {
+        let c = [counted(10, GIB / 4, JOB)];
+        assert!(!near(&cap(), &[gpu(10, GIB / 4)], &c, &|_| true));
+        assert!(near(&cap(), &[gpu(10, GIB / 2)], &c, &|_| true));
+        assert!(near(
+            &cap(),
+            &[gpu(10, 0)],
+            &[counted(10, GIB / 2, JOB)],
+            &|_| true
+        ));
+        // Another user's process is not the job's.
+        assert!(!near(&cap(), &[gpu(99, 70 * GIB)], &c, &|p| p != 99));
     }
 }

@@ -104,8 +104,9 @@ pub struct RunArgs {
     /// (every local user, on loopback) would see them; without it a process's series are its rank's.
     #[arg(long, requires = "metrics")]
     pub metrics_pids: bool,
-    /// Under a cap, what each process may hold on a GPU beyond what its shim counted (its CUDA context,
-    /// modules and libraries) before the GPU's own count (NVML) calls the job past its cap. Default 1.5GiB.
+    /// Under a cap, what the job's first process on a GPU may hold beyond what its shim counted (its CUDA
+    /// context, modules and libraries) before the GPU's own count (NVML) calls the job past its cap; each
+    /// other process there adds 768MiB (at most this). Default 1.5GiB.
     #[arg(long, value_name = "SIZE")]
     pub cap_allowance: Option<String>,
     /// The job's name, for the `job` label and the trace header (traces of one job merge). Default: the

@@ -239,3 +239,61 @@ fn a_process_nvml_cannot_measure_is_said() {
         a.call_sites.notes
     );
 }
+
+/// Issue 50: memory held past the cap in pulses shorter than the check's slow interval (400 ms of 3 GiB every
+/// second, ten times; before, two readings in a row 500 ms apart never both caught one) is caught: near its cap
+/// the job is read ten times a second, and the GPU's figures, which do not lag, confirm it at their third
+/// reading past the cap. Even 150 ms pulses are.
+#[test]
+fn memory_pulsing_past_the_cap_between_readings_is_caught() {
+    for (on, off) in [(400, 600), (150, 850)] {
+        let (run, _path, pm, _fc) = job(
+            "enforce",
+            &format!(
+                "env -u LD_PRELOAD sh -c 'exec \"$0\" \"pulse 10 {} {on} {off}\"; :'",
+                3072 * MIB
+            ),
+            0,
+            1,
+        );
+        let err = &run.stderr;
+        assert!(
+            err.contains("past its cap on GPU 0") && err.contains("it ran without the shim"),
+            "pulses of {on} ms: {err}"
+        );
+        assert!(err.contains("stopping the job"), "{err}");
+        assert!(pm.contains("CAP PASSED, BY THE GPU'S OWN COUNT"), "{pm}");
+    }
+}
+
+/// Issue 50: the allowance is the job's, not each process's: six processes each holding 1 GiB past their shims
+/// beside a 300 MiB context (each under the 1.5 GiB a process alone is allowed) are 7.8 GiB against a 1 GiB
+/// cap: stopped, and each named.
+#[test]
+fn many_processes_each_slipping_a_little_are_the_jobs_excess() {
+    let fc = FakeCuda::new()
+        .with_state()
+        .env("FAKENVML_CONTEXT_BYTES", "300M");
+    let p = program("probe");
+    let one = format!(
+        "env -u LD_PRELOAD {} 'sleep 100' 'alloc {}' 'sleep 6000' >/dev/null",
+        p.display(),
+        1024 * MIB
+    );
+    let script = format!("{}; wait", [one.as_str(); 6].join(" & "));
+    let (run, _) = fc.traced(
+        "six-slips",
+        &["--cap", "1GiB", "--python-agent", "off"],
+        "bash",
+        &["-c", &script],
+    );
+    let err = &run.stderr;
+    assert!(err.contains("past its cap on GPU 0"), "{err}");
+    assert!(err.contains("stopping the job"), "{err}");
+    assert_eq!(
+        err.matches("it ran without the shim").count(),
+        6,
+        "each of the six named: {err}"
+    );
+    assert!(!run.success(), "{err}");
+}

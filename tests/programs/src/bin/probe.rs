@@ -10,6 +10,8 @@
 //! pairs <n> <bytes>      -> <failed> <faults>  n cuMemAlloc_v2 + cuMemFree_v2 pairs; the page faults this
 //!                                              thread took meanwhile (getrusage RUSAGE_THREAD, minor)
 //! free_async <addr>      -> <rc>               cuMemFreeAsync (stream 0)
+//! pulse <n> <bytes> <on> <off> -> <failed>    n times: cuMemAlloc_v2 of <bytes>, held <on> ms, cuMemFree_v2,
+//!                                              then <off> ms with nothing held
 //! alloc32 <bytes>        -> <rc> <addr>        legacy cuMemAlloc (32-bit pointer)
 //! free32 <addr>          -> <rc>               legacy cuMemFree
 //! info                   -> <rc> <free> <total>   cuMemGetInfo_v2
@@ -113,6 +115,25 @@ impl Probe {
                         failed += u64::from(!ok);
                     }
                     format!("{failed} {}", minflt() - before)
+                }
+                "pulse" => {
+                    let (alloc, free) = (
+                        self.f::<Alloc>("cuMemAlloc_v2"),
+                        self.f::<Free>("cuMemFree_v2"),
+                    );
+                    let ms = |i: usize| std::time::Duration::from_millis(num(i));
+                    let mut failed = 0;
+                    for _ in 0..num(1) {
+                        let mut p = 0;
+                        if alloc(&mut p, num(2) as usize) == 0 {
+                            std::thread::sleep(ms(3));
+                            failed += u64::from(free(p) != 0);
+                        } else {
+                            failed += 1;
+                        }
+                        std::thread::sleep(ms(4));
+                    }
+                    format!("{failed}")
                 }
                 "alloc_async" => {
                     let mut p = 0;
