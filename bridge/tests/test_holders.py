@@ -89,6 +89,25 @@ class Walk(unittest.TestCase):
                                      "test_holders.py:%d" % line)
         del losses
 
+    def test_the_walk_keeps_nothing_alive_after_it(self):
+        """A tensor the program lets go of after a walk is freed at once, not at the next cyclic collection: a
+        program that catches its out-of-memory error and frees its tensors (a serving loop; cuDNN trying its next
+        algorithm) would otherwise fail again. The walk's listing of the running frames held its own frame."""
+        import weakref
+
+        def step():
+            out = Tensor(4096)
+            kept = weakref.ref(out)
+            walk()
+            del out
+            return kept
+
+        gc.disable()
+        try:
+            self.assertIsNone(step()())
+        finally:
+            gc.enable()
+
     def test_attribute_paths_and_slots(self):
         self.set_global("trainer", Trainer())
         s = Slotted()

@@ -135,6 +135,7 @@ class _Walk(object):
 
     # ---- the clock ----
 
+
     def check(self, stage):
         if time.monotonic() > self.end:
             if self.partial is None:
@@ -248,6 +249,9 @@ class _Walk(object):
                     user = False
                 (out if user else tail).extend(self.frame_roots(f, not user))
                 f = f.f_back
+        # The listing holds this very frame, whose locals hold the listing: a cycle that would keep every root
+        # (the program's tensors) alive after the walk until the cyclic collector ran.
+        frames.clear()
         return out + tail
 
     def frame_roots(self, f, library):
