@@ -65,6 +65,9 @@ pub struct Ran {
     pub log: PathBuf,
     /// Per GPU, the room the job had there when the driver last said (its free memory plus what the job held).
     pub room: std::collections::BTreeMap<u32, u64>,
+    /// Out-of-memory errors PyTorch raised in a run that still did its steps: caught inside it (cuDNN trying
+    /// its next algorithm when a workspace was refused) or by the program.
+    pub caught_ooms: u64,
 }
 
 impl Ran {
@@ -153,6 +156,7 @@ pub fn run(exe: &Path, spec: &Spec, progress: &mut dyn Progress) -> std::io::Res
         unreadable: None,
         log,
         room: Default::default(),
+        caught_ooms: 0,
     };
     match crate::trace_file::analyze(&spec.out) {
         Ok(a) => ran.ending = ending(&a, code, bound_hit, &mut ran),
@@ -178,14 +182,18 @@ fn ending(a: &Analysis, code: i32, bound: Option<bool>, ran: &mut Ran) -> Ending
     if let Some(s) = a.bridge.stopped.iter().map(|(_, s)| *s).max() {
         ran.steps = s;
     }
+    // A run the bridge stopped after its steps did them, whatever errors were raised and caught on the way
+    // (cuDNN's search for a convolution algorithm meets one for each workspace the cap refuses, and goes on
+    // with the next): it fits, with the algorithms it could get.
+    if !a.bridge.stopped.is_empty() && code == 0 && bound.is_none() {
+        ran.caught_ooms = a.oom_records;
+        return Ending::Stopped;
+    }
     if a.oom_records > 0 {
         return Ending::OutOfMemory;
     }
     if let Some(clean) = bound {
         return Ending::Bound { clean };
-    }
-    if !a.bridge.stopped.is_empty() && code == 0 {
-        return Ending::Stopped;
     }
     if code == 0 {
         Ending::Finished

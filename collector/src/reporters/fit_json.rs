@@ -39,6 +39,7 @@ struct RunJ {
     exit_code: Option<i32>,
     steps: u64,
     seconds: f64,
+    caught_out_of_memory: u64,
 }
 
 #[derive(Serialize)]
@@ -133,6 +134,7 @@ pub fn render(f: &Fitted) -> String {
                     exit_code,
                     steps: r.ran.steps,
                     seconds: (r.ran.seconds * 1000.0).round() / 1000.0,
+                    caught_out_of_memory: r.ran.caught_ooms,
                 }
             })
             .collect(),

@@ -230,9 +230,18 @@ fn runs(o: &mut String, f: &Fitted) {
         .filter(|r| r.role != Role::Verify)
         .map(|r| {
             let how = match r.ran.ending {
-                Ending::OutOfMemory => ", out of memory",
-                Ending::Finished => ", ended by itself",
-                _ => "",
+                Ending::OutOfMemory => ", out of memory".to_string(),
+                Ending::Finished => ", ended by itself".to_string(),
+                _ if r.ran.caught_ooms > 0 => format!(
+                    ", {} out-of-memory {} raised and caught on the way",
+                    r.ran.caught_ooms,
+                    if r.ran.caught_ooms == 1 {
+                        "error"
+                    } else {
+                        "errors"
+                    }
+                ),
+                _ => String::new(),
             };
             format!("{}{how} ({:.1} s)", r.ran.value, r.ran.seconds)
         })

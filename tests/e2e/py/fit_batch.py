@@ -7,7 +7,9 @@ argv: --batch N [--mode plain|paths|nostep|loader]
 - nostep: the same work with no optimizer and no DataLoader, for ever;
 - loader: no optimizer, the steps are a DataLoader's batches (an evaluation loop);
 - paths100: the workspace of `paths` past a batch of 100 (a path the first pair does not take, the answer does);
-- late: past a batch of 250 the step also holds a 100 MiB buffer, which runs below 250 cannot show."""
+- late: past a batch of 250 the step also holds a 100 MiB buffer, which runs below 250 cannot show;
+- cudnn: past a batch of 200 each step first asks a 2 GiB workspace and, refused, goes on without one (cuDNN
+  trying its next algorithm: PyTorch raises the error and catches it itself)."""
 
 import sys
 import time
@@ -37,6 +39,12 @@ def step():
     if (mode == "paths" and batch > 12) or (mode == "paths100" and batch > 100):
         ws = torch.empty_cuda(16 * MIB)
         del ws
+    if mode == "cudnn" and batch > 200:
+        try:
+            ws = torch.empty_cuda(2048 * MIB)
+            del ws
+        except torch.OutOfMemoryError:
+            pass
     if mode == "late" and batch > 250:
         big = torch.empty_cuda(100 * MIB)
         del big

@@ -126,6 +126,38 @@ fn the_largest_batch_under_a_cap_is_found_and_verified() {
         .ends_with(".log")));
 }
 
+/// A run that does its steps fits, though out-of-memory errors were raised and caught on the way (cuDNN meets
+/// one for each workspace the cap refuses, and goes on with its next algorithm): on the H200, fit counted such
+/// runs at 305 to 314 as out of memory and answered 304 where 313 ran (issue 48).
+#[test]
+fn a_run_that_did_its_steps_fits_though_errors_were_caught_on_the_way() {
+    let fake = fake();
+    let (o, _) = fit(
+        &fake,
+        &["--cap", "1GiB", "--steps", "3", "--verify", "--json"],
+        &["--mode", "cudnn"],
+    );
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let j = json(&o);
+    assert_eq!(j["largest"]["value"], 320, "{}", o.stdout);
+    let v = j["verify"].as_array().unwrap();
+    assert_eq!(
+        (v[0]["value"].as_u64(), v[0]["fitted"].as_bool()),
+        (Some(320), Some(true)),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(v[1]["fitted"], false, "{}", o.stdout);
+    let at = j["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["role"] == "verify" && r["value"] == 320)
+        .unwrap();
+    assert_eq!(at["ending"], "stopped", "{at}");
+    assert!(at["caught_out_of_memory"].as_u64().unwrap() >= 3, "{at}");
+}
+
 /// The text says the answer first, with the request refused one past it, and the runs it came from; `--verify`
 /// confirms both on the driver. (512 MiB: 64 of weights, a 2 MiB segment for the parameter, 3 MiB a sample.)
 #[test]
