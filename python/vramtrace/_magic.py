@@ -1,0 +1,66 @@
+"""`%vramtrace`: the line magic of `%load_ext vramtrace` (a traced kernel loads it by itself).
+
+    %vramtrace [oom] [--full]   the post-mortem of this kernel's out-of-memory errors (`vramtrace oom`)
+    %vramtrace holders          what holds the GPU memory now (the bridge's walk, run in this process)
+    %vramtrace report           `vramtrace report` of this kernel's trace
+    %vramtrace whatif [ARGS]    `vramtrace whatif` of this kernel's trace (ARGS as the command line's)
+
+Each answer is one object with a text and an HTML form: a terminal (`jupyter console`, IPython) shows the text,
+a notebook the HTML. Registering the magic is all the extension does: no thread, no hook, no cost while idle."""
+
+import html
+import shlex
+from typing import Any, Optional
+
+from . import _holders, _verbs
+
+USAGE = "usage: %vramtrace [oom [--full] | holders | report | whatif [ARGS]]"
+VERBS = ("oom", "report", "whatif")
+
+
+class Shown(object):
+    """A verb's text: as it is in a terminal, in a <pre> block in a notebook."""
+
+    def __init__(self, title: str, body: str, error: bool = False) -> None:
+        self.title = title
+        self.body = body.rstrip("\n")
+        self.error = error
+
+    def __repr__(self) -> str:
+        return self.body
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(self.body)
+
+    def _repr_html_(self) -> str:
+        style = "color:#b00;" if self.error else ""
+        return ('<div class="vramtrace" title="%s"><pre style="%swhite-space:pre-wrap">%s</pre></div>'
+                % (html.escape(self.title), style, html.escape(self.body)))
+
+
+def vramtrace(line: str) -> Optional[object]:
+    try:
+        words = shlex.split(line)
+    except ValueError as e:
+        return Shown("vramtrace", "%%vramtrace: %s\n%s" % (e, USAGE), error=True)
+    verb = words[0] if words else "oom"
+    args = words[1:]
+    if verb == "holders":
+        if args:
+            return Shown("vramtrace", "%%vramtrace holders takes no arguments\n%s" % USAGE, error=True)
+        return _holders.holders()
+    if verb not in VERBS:
+        return Shown("vramtrace", "%%vramtrace: no verb %r\n%s" % (verb, USAGE), error=True)
+    if verb == "oom" and any(a != "--full" for a in args):
+        return Shown("vramtrace", "%%vramtrace oom takes only --full\n%s" % USAGE, error=True)
+    if _verbs.trace_path() is None:
+        return Shown("vramtrace", "This kernel is not traced: `vramtrace kernel install` makes a kernel that is "
+                     "(docs/NOTEBOOKS.md). %vramtrace holders works here too.", error=True)
+    try:
+        return Shown("vramtrace " + verb, _verbs.text(verb, None, args))
+    except _verbs.VramtraceError as e:
+        return Shown("vramtrace " + verb, str(e), error=True)
+
+
+def register(ipython: Any) -> None:
+    ipython.register_magic_function(vramtrace, "line", "vramtrace")
