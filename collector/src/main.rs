@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use vramtrace_collector::verbs::{demo, export, fit, fleet, oom, report, run, top, whatif};
+use vramtrace_collector::verbs::{demo, export, fit, fleet, kernel, oom, report, run, top, whatif};
 use vramtrace_collector::{exit, probe};
 
 use clap::{Parser, Subcommand};
@@ -65,6 +65,9 @@ enum Verb {
     /// The largest batch (or any whole-number knob) that fits: runs `CMD` (with `{}` where the value goes) a few
     /// steps at a time under `run`, and answers from its allocations: `vramtrace fit -- python train.py --batch {}`.
     Fit(fit::FitCliArgs),
+    /// A Jupyter kernel traced by `vramtrace run`, with the `%vramtrace` magics: `vramtrace kernel install`,
+    /// `list`, `remove NAME` (docs/NOTEBOOKS.md).
+    Kernel(kernel::KernelArgs),
     /// (internal) Print each device's total memory, asked of the driver.
     #[command(name = "__probe", hide = true)]
     Probe,
@@ -104,6 +107,7 @@ fn main() {
         Verb::Top(args) => top::main(args),
         Verb::Whatif(args) => whatif::main(args),
         Verb::Fit(args) => fit::main(args),
+        Verb::Kernel(args) => kernel::main(args),
         Verb::Probe => probe::main(),
     };
     exit::with(code)

@@ -1,0 +1,409 @@
+//! `vramtrace kernel install|list|remove`: a Jupyter kernel whose every session runs under `vramtrace run`, its
+//! trace kept per session, with the `%vramtrace` magics loaded (python/vramtrace, docs/NOTEBOOKS.md).
+//!
+//! - `paths.rs`: where the spec and the kernel's own folder are, the name's rule, private folders;
+//! - `spec.rs`: the `kernel.json` written and read back;
+//! - `python.rs`: the kernel's Python, found and asked what it has;
+//! - `launch.rs`: what the spec runs (`kernel launch`, hidden): the session's trace, then `run`.
+//!
+//! Bad input (a name that is a path, a Python without ipykernel, a kernel that exists) is one line and exit 2.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::exit::{self, Code};
+use crate::out_file::{OutError, OutFile};
+
+mod launch;
+mod paths;
+mod python;
+mod spec;
+
+use spec::{Ours, Spec};
+
+#[derive(Debug, clap::Args)]
+pub struct KernelArgs {
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Action {
+    /// Write a Jupyter kernel spec whose kernel runs under `vramtrace run`, each session's trace kept (where
+    /// `vramtrace kernel list` says), with the `%vramtrace` magics loaded.
+    Install(InstallArgs),
+    /// The kernels vramtrace installed, and their traces.
+    List,
+    /// Remove a kernel vramtrace installed: its spec and its traces.
+    Remove {
+        /// The kernel's name.
+        name: String,
+        /// Keep its traces (the folder `list` shows) and remove only the spec.
+        #[arg(long)]
+        keep_traces: bool,
+    },
+    /// (internal) What the spec runs: `vramtrace run` with this session's trace.
+    #[command(hide = true)]
+    Launch {
+        #[arg(long)]
+        traces: PathBuf,
+        #[arg(long)]
+        cap: Option<String>,
+        #[arg(last = true, required = true)]
+        command: Vec<OsString>,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct InstallArgs {
+    /// The kernel's name (letters, digits, '.', '_', '-').
+    #[arg(long, default_value = "vramtrace")]
+    name: String,
+    /// The name Jupyter shows (default: "Python (vramtrace)", with the cap if any).
+    #[arg(long)]
+    display_name: Option<String>,
+    /// Cap each session's device memory, as `vramtrace run --cap` (20GiB, 50%, 0=20GiB,1=10GiB).
+    #[arg(long, value_name = "SPEC")]
+    cap: Option<String>,
+    /// The kernel's Python: it needs ipykernel and the `vramtrace` package of this version (`pip install
+    /// vramtrace`). Default: python3 on PATH.
+    #[arg(long, value_name = "PATH")]
+    python: Option<PathBuf>,
+    /// Install for this user (Jupyter's data folder: $JUPYTER_DATA_DIR, else ~/.local/share/jupyter). The default.
+    #[arg(long, conflicts_with = "sys_prefix")]
+    user: bool,
+    /// Install into the Python's environment (<sys.prefix>/share/jupyter), seen by Jupyter run from there.
+    #[arg(long)]
+    sys_prefix: bool,
+    /// Replace a kernel of that name that vramtrace installed (another's is never replaced).
+    #[arg(long)]
+    force: bool,
+}
+
+/// Why a kernel could not be installed, listed or removed; each says it in one line.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error("kernel name {0:?}: {1}")]
+    BadName(String, &'static str),
+    #[error("--cap {0}: {1}")]
+    BadCap(String, String),
+    #[error(
+        "HOME is not set (or not absolute): nowhere to keep the kernel; set HOME or XDG_DATA_HOME"
+    )]
+    NoHome,
+    #[error("no Python at {0}; name one with --python PATH")]
+    NoPython(PathBuf),
+    #[error("{0} did not answer as a Python 3 would; name another with --python PATH")]
+    NotPython(PathBuf),
+    #[error("{0} cannot import {1}: install it there (`{0} -m pip install {1}`) or name another with --python")]
+    Lacks(PathBuf, &'static str),
+    #[error("{0} has the vramtrace package {1}, this vramtrace is {v}: install the same version there (`{0} -m pip install vramtrace=={v}`)", v = env!("CARGO_PKG_VERSION"))]
+    OtherVersion(PathBuf, String),
+    #[error("a kernel {0:?} exists ({1}); add --force to replace it, or choose another --name")]
+    Exists(String, PathBuf),
+    #[error("the kernel {0:?} at {1} is not one vramtrace installed: left as it is; choose another --name")]
+    NotOurs(String, PathBuf),
+    #[error("no kernel {0:?} installed by vramtrace (`vramtrace kernel list` shows them)")]
+    NotFound(String),
+    #[error("{0} is not a folder of this user's own (a link, or another user's): not used")]
+    NotPrivate(PathBuf),
+    #[error("{0} is not UTF-8: it cannot be written into a kernel spec (JSON)")]
+    NotUtf8(PathBuf),
+    #[error("{0} still holds files vramtrace did not write: left there")]
+    NotEmpty(PathBuf),
+    #[error(transparent)]
+    Out(#[from] OutError),
+    #[error("{0}: {1}")]
+    Io(PathBuf, std::io::Error),
+}
+
+impl KernelError {
+    /// Bad input is 2 (nothing changed); a failure of the system's is 1.
+    fn code(&self) -> Code {
+        match self {
+            KernelError::Io(..) | KernelError::NotEmpty(_) => exit::FAILURE,
+            _ => exit::USAGE,
+        }
+    }
+}
+
+pub fn main(args: KernelArgs) -> Code {
+    let r = match args.action {
+        Action::Install(a) => install(&a),
+        Action::List => list(),
+        Action::Remove { name, keep_traces } => remove(&name, keep_traces),
+        Action::Launch {
+            traces,
+            cap,
+            command,
+        } => Err(launch::exec(&traces, cap.as_deref(), &command)),
+    };
+    match r {
+        Ok(()) => exit::OK,
+        Err(e) => exit::fail(e.code(), e),
+    }
+}
+
+/// The `spec` file in a kernel's own folder: the folder of its kernel.json.
+const POINTER: &str = "spec";
+const KERNEL_JSON: &str = "kernel.json";
+
+fn install(a: &InstallArgs) -> Result<(), KernelError> {
+    paths::check_name(&a.name)?;
+    if let Some(cap) = &a.cap {
+        vramtrace_format::cap::CapSpec::parse(cap)
+            .map_err(|e| KernelError::BadCap(cap.clone(), e.to_string()))?;
+    }
+    let py = python::find(a.python.as_deref())?;
+    let probe = python::probe(&py)?;
+    let kernels = if a.sys_prefix {
+        probe.prefix.join("share/jupyter/kernels")
+    } else {
+        paths::user_kernels()?
+    };
+    let spec_dir = kernels.join(&a.name);
+    let own = paths::ours()?.join(&a.name);
+    let exe = std::env::current_exe().map_err(|e| KernelError::Io("/proc/self/exe".into(), e))?;
+    for p in [&py, &own, &exe] {
+        if !spec::utf8(p) {
+            return Err(KernelError::NotUtf8(p.to_path_buf()));
+        }
+    }
+    // An existing kernel of that name: replaced only with --force, and only if it is ours.
+    if std::fs::symlink_metadata(&spec_dir).is_ok() {
+        match read_spec(&spec_dir) {
+            Some(s) if s.ours().is_some() && a.force => {}
+            Some(s) if s.ours().is_some() => {
+                return Err(KernelError::Exists(a.name.clone(), spec_dir))
+            }
+            _ => return Err(KernelError::NotOurs(a.name.clone(), spec_dir)),
+        }
+    }
+    if !a.force {
+        if let Some(other) = pointer(&own).filter(|d| d.join(KERNEL_JSON).is_file()) {
+            return Err(KernelError::Exists(a.name.clone(), other));
+        }
+    }
+    let display = a.display_name.clone().unwrap_or_else(|| match &a.cap {
+        Some(c) => format!("Python (vramtrace, cap {c})"),
+        None => "Python (vramtrace)".to_string(),
+    });
+    let ours = Ours {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        traces: own.clone(),
+        python: py.clone(),
+        cap: a.cap.clone(),
+    };
+    paths::private_dir(&own)?;
+    paths::private_dir(&spec_dir)?;
+    write_private(
+        &spec_dir.join(KERNEL_JSON),
+        Spec::new(&exe, ours, display.clone()).to_json().as_bytes(),
+        true,
+    )?;
+    let mut p = spec_dir.clone().into_os_string().into_encoded_bytes();
+    p.push(b'\n');
+    write_private(&own.join(POINTER), &p, true)?;
+    crate::say!(
+        "installed the kernel {:?} (\"{display}\"): {}\n  Python {}; each session's trace in {}\n  in a notebook: %vramtrace (the last out-of-memory error), %vramtrace holders; undo: vramtrace kernel remove {}",
+        a.name,
+        spec_dir.join(KERNEL_JSON).display(),
+        py.display(),
+        own.display(),
+        a.name
+    );
+    Ok(())
+}
+
+/// A file of the user's alone, never written through a link planted at its name (`out_file`).
+fn write_private(dest: &Path, bytes: &[u8], force: bool) -> Result<(), KernelError> {
+    let mut o = OutFile::create(dest, force)?;
+    o.file()
+        .write_all(bytes)
+        .map_err(|e| KernelError::Io(dest.to_path_buf(), e))?;
+    o.commit()?;
+    Ok(())
+}
+
+fn read_spec(dir: &Path) -> Option<Spec> {
+    Spec::parse(&std::fs::read_to_string(dir.join(KERNEL_JSON)).ok()?)
+}
+
+/// The spec folder a kernel's own folder names.
+fn pointer(own: &Path) -> Option<PathBuf> {
+    let p = own.join(POINTER);
+    if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
+    std::fs::read(&p).ok().map(spec::pointer_target)
+}
+
+/// A kernel of ours: its name, its own folder, and its spec's folder (if it is still there and ours).
+struct Installed {
+    name: String,
+    own: PathBuf,
+    spec_dir: Option<PathBuf>,
+    spec: Option<Spec>,
+}
+
+fn installed() -> Result<Vec<Installed>, KernelError> {
+    let base = paths::ours()?;
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(&base) else {
+        return Ok(out);
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if paths::check_name(&name).is_err() || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let own = e.path();
+        let spec_dir = pointer(&own);
+        let spec = spec_dir
+            .as_deref()
+            .and_then(read_spec)
+            .filter(|s| s.ours().is_some_and(|o| o.traces == own));
+        out.push(Installed {
+            name,
+            own,
+            spec_dir,
+            spec,
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// The traces in a kernel's folder, oldest first (their names sort by time).
+fn traces(own: &Path) -> Vec<(String, u64)> {
+    let mut t: Vec<(String, u64)> = std::fs::read_dir(own)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_str()?.to_string();
+            let m = e.metadata().ok()?;
+            (n.ends_with(".vtrace") && m.is_file()).then_some((n, m.len()))
+        })
+        .collect();
+    t.sort();
+    t
+}
+
+fn list() -> Result<(), KernelError> {
+    let all = installed()?;
+    if all.is_empty() {
+        crate::say!("no kernel installed by vramtrace (`vramtrace kernel install` makes one)");
+        return Ok(());
+    }
+    for k in &all {
+        let head = match &k.spec {
+            Some(s) => {
+                let o = s.ours().expect("filtered: ours");
+                format!(
+                    "{}  \"{}\"  Python {}",
+                    k.name,
+                    s.display_name,
+                    o.python.display()
+                )
+            }
+            None => format!(
+                "{}  (its spec is gone{}: `vramtrace kernel remove {}` clears the rest)",
+                k.name,
+                k.spec_dir
+                    .as_ref()
+                    .map_or(String::new(), |d| format!(" from {}", d.display())),
+                k.name
+            ),
+        };
+        let t = traces(&k.own);
+        let traces = match t.last() {
+            None => "no session yet".to_string(),
+            Some((last, size)) => format!(
+                "{} session{}, the latest {last} ({})",
+                t.len(),
+                if t.len() == 1 { "" } else { "s" },
+                crate::units::bytes(*size)
+            ),
+        };
+        let spec = k
+            .spec
+            .as_ref()
+            .and(k.spec_dir.as_ref())
+            .map_or(String::new(), |d| {
+                format!("  spec    {}\n", d.join(KERNEL_JSON).display())
+            });
+        if !crate::say!("{head}\n{spec}  traces  {}: {traces}", k.own.display()) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn remove(name: &str, keep_traces: bool) -> Result<(), KernelError> {
+    paths::check_name(name)?;
+    let own = paths::ours()?.join(name);
+    let found = std::fs::symlink_metadata(&own).is_ok();
+    // Its spec where its folder says, else where `install` puts one by default.
+    let spec_dir = pointer(&own).or_else(|| {
+        let d = paths::user_kernels().ok()?.join(name);
+        d.exists().then_some(d)
+    });
+    let mut removed_spec = None;
+    if let Some(d) = spec_dir {
+        match read_spec(&d) {
+            Some(s) if s.ours().is_some() => {
+                remove_file(&d.join(KERNEL_JSON))?;
+                std::fs::remove_dir(&d).map_err(|e| match e.raw_os_error() {
+                    Some(libc::ENOTEMPTY) => KernelError::NotEmpty(d.clone()),
+                    _ => KernelError::Io(d.clone(), e),
+                })?;
+                removed_spec = Some(d);
+            }
+            // Another's kernel now holds that name: left as it is, and said so if nothing of ours is left.
+            _ if !found && d.join(KERNEL_JSON).exists() => {
+                return Err(KernelError::NotOurs(name.to_string(), d));
+            }
+            // Gone already (`jupyter kernelspec remove`): only our folder is left.
+            _ => {}
+        }
+    }
+    if !found && removed_spec.is_none() {
+        return Err(KernelError::NotFound(name.to_string()));
+    }
+    let kept = if found && keep_traces {
+        remove_file(&own.join(POINTER))?;
+        traces(&own).len()
+    } else {
+        if found {
+            paths::own_dir(&own)?;
+            std::fs::remove_dir_all(&own).map_err(|e| KernelError::Io(own.clone(), e))?;
+        }
+        // Our folders, when nothing else is left in them.
+        let base = paths::ours()?;
+        paths::remove_if_empty(&base);
+        if let Some(parent) = base.parent() {
+            paths::remove_if_empty(parent);
+        }
+        0
+    };
+    let spec = removed_spec.map_or(String::new(), |d| format!(" ({})", d.display()));
+    if kept > 0 {
+        crate::say!(
+            "removed the kernel {name:?}{spec}; its {kept} trace(s) kept in {}",
+            own.display()
+        );
+    } else {
+        crate::say!("removed the kernel {name:?}{spec} and its traces");
+    }
+    Ok(())
+}
+
+fn remove_file(p: &Path) -> Result<(), KernelError> {
+    match std::fs::remove_file(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(KernelError::Io(p.to_path_buf(), e)),
+    }
+}
