@@ -63,6 +63,18 @@ VRAMTRACE_WHEEL="$(scripts/build-wheel.sh | tail -n1)"
 export VRAMTRACE_WHEEL
 # `pip install .` from the checkout into a fresh environment, and the demo from it (the wheel's build reused).
 scripts/test-pip-install.sh
+# A traced Jupyter kernel is started by jupyter_client (tests/e2e/tests/kernel.rs): jupyter_client and ipykernel
+# from PyPI, in an environment of their own under target/, made once and reused.
+jupyter="${CARGO_TARGET_DIR:-target}/jupyter-venv"
+if ! "$jupyter/bin/python" -c 'import jupyter_client, ipykernel' >/dev/null 2>&1; then
+    echo "test.sh: installing jupyter_client and ipykernel (PyPI) into $jupyter"
+    python3 -m venv "$jupyter"
+    "$jupyter/bin/python" -m pip install -q --disable-pip-version-check jupyter_client ipykernel
+fi
+VRAMTRACE_JUPYTER_PYTHON="$(cd "$jupyter" && pwd)/bin/python"
+export VRAMTRACE_JUPYTER_PYTHON
 cargo test --workspace --locked
 # The Python bridge's own tests (standard library only; the end-to-end ones are in tests/e2e/tests/bridge.rs).
 python3 -m unittest discover -s bridge/tests
+# The `vramtrace` Python package's (the API and the magics; a real kernel: tests/e2e/tests/kernel.rs).
+python3 -m unittest discover -s python/tests

@@ -160,3 +160,58 @@ fn a_python_program_under_the_wheels_vramtrace_is_traced_as_the_driver_saw_it() 
     let sites = json["call_sites"].to_string();
     assert!(sites.contains("alloc_frames.py"), "{sites}");
 }
+
+#[test]
+fn the_wheel_carries_the_python_package_of_the_binarys_version() {
+    let Some(whl) = wheel() else { return };
+    let fc = FakeCuda::new();
+    let venv = install(&whl, fc.dir());
+    let version = ok(
+        Command::new(venv.join("bin/vramtrace")).arg("--version"),
+        "vramtrace --version",
+    );
+    // Untraced, with the stand-in torch: the walk is the wheel's own copy of the bridge's.
+    let site = vramtrace_e2e::fake_torch(&fc);
+    let out = ok(
+        Command::new(venv.join("bin/python"))
+            .args([
+                "-c",
+                "import torch, vramtrace, vramtrace_bridge\n\
+                 kept = [torch.empty_cuda(1 << 20)]\n\
+                 h = vramtrace.holders()\n\
+                 print(vramtrace.__version__, vramtrace.binary(), vramtrace.trace_path())\n\
+                 print([(x.name, x.bytes) for x in h])\n\
+                 print(vramtrace_bridge.__file__)",
+            ])
+            .env("PYTHONPATH", &site)
+            .env("FAKETORCH_TOTAL", (1u64 << 30).to_string())
+            .env_remove("VRAMTRACE_TRACE")
+            .env_remove("VRAMTRACE_BIN"),
+        "import vramtrace from the wheel",
+    );
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        format!(
+            "{} {} None",
+            version.trim().trim_start_matches("vramtrace "),
+            venv.join("bin/vramtrace").display()
+        )
+    );
+    // 1 MiB in a segment of 2 (PyTorch's small pool): the rest is the cache's.
+    assert_eq!(
+        lines.next().unwrap(),
+        "[('kept', 1048576), (\"PyTorch's cache (reserved but free)\", 1048576)]",
+        "{out}"
+    );
+    assert!(
+        lines.next().unwrap().starts_with(venv.to_str().unwrap()),
+        "{out}"
+    );
+    assert!(venv
+        .join("lib")
+        .read_dir()
+        .unwrap()
+        .flatten()
+        .any(|py| py.path().join("site-packages/vramtrace/py.typed").is_file()));
+}
