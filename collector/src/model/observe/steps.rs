@@ -8,7 +8,7 @@
 //! points. Bounded: at most [`MAX_POINTS`] points; past that, neighbours merge pairwise (each keeps the lower
 //! floor), so a run of any length costs O(1) amortised per point.
 
-use crate::model::analysis::{GrowthUnit, LeakTrend, Minimum};
+use crate::model::analysis::{GrowthUnit, LeakTrend, Minimum, StepSource};
 use crate::model::observe::growth::last_dwarfs;
 
 /// The most points a series keeps before merging neighbours.
@@ -137,8 +137,10 @@ impl StepSeries {
 /// fall do not move it. Growth is a trailing cluster of at least [`MIN_RISES`] rises of the floor, spaced no
 /// wider than [`MIN_GAP`] or [`GAP_FACTOR`] times their median spacing, the last of them no further from the
 /// end than that (it was still rising), together at least [`MIN_BYTES`] and [`MIN_SHARE_PCT`] % of the floor
-/// reached, and not a doubling (the work growing). With the bridge's steps, the rise into step 1 is not
-/// counted: what the first step makes and keeps (an optimizer's state, a compile's workspaces) is warm-up.
+/// reached, and not a doubling (the work growing). With the bridge's steps, the first iteration's rise is not
+/// counted: what it makes and keeps (an optimizer's state, cuBLAS's workspace, a compile's) is warm-up. An
+/// optimizer step is read after it (the rise into reading 1 is the first step's); a batch or a `no_grad` scope as
+/// it begins (reading 1 comes before any work, the rise into reading 2 is the first iteration's).
 /// Floors read by a sampler (not `exact`) must also end above the highest figure of the growth's first step: a
 /// sampler whose phase drifts against a steady loop's sees its floors creep up, but never above what the loop
 /// itself reaches; memory that stays gets there.
@@ -161,7 +163,12 @@ pub fn growth_in_steps(
     let top = floor[n - 1];
     // Relative to where the floor started (the weights): a long leak's own size must not hide its steps.
     let thr = RISE_BYTES.max(floor[0] / 1000 * RISE_PER_MILLE);
-    let warm = |i: usize| matches!(unit, GrowthUnit::Steps(_)) && points[i - 1].index < 1;
+    let first_done = match unit {
+        GrowthUnit::Steps(StepSource::Optimizer) => 1,
+        GrowthUnit::Steps(StepSource::Batches | StepSource::Scopes) => 2,
+        _ => 0,
+    };
+    let warm = |i: usize| points[i - 1].index < first_done;
     let rises: Vec<usize> = (1..n)
         .filter(|&i| floor[i] >= floor[i - 1].saturating_add(thr) && !warm(i))
         .collect();
@@ -357,6 +364,27 @@ mod tests {
         // A cache that fills for the first third, then stays.
         let s = series(90, 1 << 30, |i| i.min(30) * 64 * MIB, 100 * MIB, 3);
         assert_eq!(s.growth(STEPS, 1, false), None);
+    }
+
+    /// A `no_grad` loop read as each iteration begins (reading k: after k-1 iterations): what the first one
+    /// makes and keeps (cuBLAS's workspace, 33 MiB on the H200) is warm-up, not the rate. There it read
+    /// "32.28 MiB per iteration" for a program keeping 32.00 MiB in each (issue 49).
+    #[test]
+    fn the_first_iteration_of_a_loop_read_as_it_begins_is_warm_up() {
+        for source in [StepSource::Scopes, StepSource::Batches] {
+            let mut s = StepSeries::default();
+            for k in 1..=120u64 {
+                let bytes = if k == 1 {
+                    64 * MIB
+                } else {
+                    64 * MIB + 33 * MIB + (k - 1) * 32 * MIB
+                };
+                s.observe(k, k * 10_000_000, bytes);
+            }
+            let g = s.growth(GrowthUnit::Steps(source), 1, true).expect("growth");
+            assert_eq!(g.rise_bytes / g.steps.unwrap(), 32 * MIB, "{source:?}");
+            assert_eq!(g.rise_bytes % g.steps.unwrap(), 0, "{source:?}");
+        }
     }
 
     #[test]
