@@ -5,6 +5,10 @@
 #                                           padded:40GiB, lstm:4GiB from 128,256 (lane B), side by side, with
 #                                           scripts/gpu/dlmopen.sh in front; about 500 s
 #   bash scripts/gpu/proofs.sh DIR loops    scripts/gpu/loops.sh on the new cases (LOOPS overrides the list)
+#   bash scripts/gpu/proofs.sh DIR capfit   issue 50 item 4 and issue 48 (the later 2026-11-29 proofs): fit --verify
+#                                           on conv:6GiB then convamp:4GiB (FITS overrides) in the background, and in
+#                                           front scripts/gpu/cap_pulses.sh, then scripts/gpu/cap_escape.sh when
+#                                           CAPESC_BY (default 230) seconds have not passed; about 250 s
 # $OUT gets the tarballs of each part and summary.txt (every table, each lane's log); at most 8 files.
 set -u
 DIR=$(cd "$1" && pwd)
@@ -60,6 +64,26 @@ loops)
         bash "$HERE/loops.sh" "$DIR" >"$L/loops.log" 2>&1
     cat "$L/loops.log" >>"$S"
     grep -E '^\[|^\|' "$L/loops.log"
+    ;;
+capfit)
+    TAG=fitconv YARD=0 KEEP="table.md log.txt" BUDGET=${FIT_BUDGET:-300} CASES=${FITS:-"conv:6GiB convamp:4GiB"} \
+        bash "$HERE/fit.sh" "$DIR" >"$L/fit.log" 2>&1 &
+    f=$!
+    bash "$HERE/cap_pulses.sh" "$DIR" >"$L/cap_pulses.log" 2>&1
+    if ((SECONDS < ${CAPESC_BY:-230})); then
+        bash "$HERE/cap_escape.sh" "$DIR" >"$L/cap_escape.log" 2>&1
+    else
+        echo "cap_escape.sh skipped at $SECONDS s" >"$L/cap_escape.log"
+    fi
+    wait $f
+    for n in cap_pulses cap_escape fit; do
+        echo "=== $n" >>"$S"
+        cat "$L/$n.log" >>"$S"
+    done
+    rm -f "$OUT/cap_escape.txt"
+    grep -E '^\| |^\[|answer|ERROR' "$L/fit.log"
+    grep -E '^\||cap_escape' "$L/cap_escape.log"
+    sed -n '/^| case | ok/,$p' "$L/cap_pulses.log"
     ;;
 esac
 rm -rf "$L"
