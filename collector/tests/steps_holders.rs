@@ -422,6 +422,58 @@ fn a_kv_cache_growing_while_a_request_is_served_is_the_work_not_growth() {
     assert!(advice.contains("at least"), "{advice}");
 }
 
+/// One request too long for the cap, in a loop whose steps were counted and kept nothing across them (the floor
+/// at every boundary the same): the driver saw the cache grow segment after segment inside that request, which
+/// is the request's own need, not memory kept. On the H200 this was called growth in driver cycles, with "a
+/// cache that never evicts" about the request's own list and no cap said to serve it (issue 49).
+#[test]
+fn a_rise_inside_one_step_whose_boundaries_kept_nothing_is_not_growth() {
+    let mut r = vec![hello(100, 0), events(100, vec![alloc(1, 0, 0xa000, GIB)])];
+    // 20 requests of 40 ms, nothing kept: each one's 64 MiB comes from the cache made in the first.
+    r.push(events(100, vec![alloc(5, 0, 0x1_0000_0000, 64 * MIB)]));
+    for n in 1..=20u64 {
+        r.push(torch_sample(100, n * 40, GIB));
+        r.push(torch_sample(100, n * 40 + 20, GIB + 64 * MIB));
+        r.push(step(100, n * 40 + 39, n, Some(GIB)));
+    }
+    // Request 21 asks far more: the cache grows a segment a token (each token's scratch freed), 40 tokens.
+    let mut evs = Vec::new();
+    let mut t = 900;
+    for k in 0..40u64 {
+        evs.push(alloc(t, 0, 0x2_0000_0000 + k * 0x1000_0000, 20 * MIB));
+        evs.push(alloc(t + 1, 0, 0x9_0000_0000, 2 * MIB));
+        evs.push(free(t + 2, 0x9_0000_0000));
+        r.push(torch_sample(
+            100,
+            t + 2,
+            GIB + 64 * MIB + (k + 1) * 20 * MIB,
+        ));
+        t += 5;
+    }
+    r.push(events(100, evs));
+    r.push(events(100, vec![failed(alloc(t, 0, 0, 20 * MIB), 2)]));
+    r.push(Record::Oom({
+        let mut o = common::traces::oom_of(100, t, 20 * MIB);
+        o.flags = vramtrace_format::flags::CAP_REFUSED;
+        o.cap_bytes = Some(GIB + 64 * MIB + 800 * MIB);
+        o
+    }));
+    r.push(torch_oom(
+        100,
+        t + 1,
+        20 * MIB,
+        GIB + 864 * MIB,
+        GIB + 864 * MIB,
+    ));
+    r.push(end(100, t + 10, EndKind::Vanished));
+    let a = run_with(capped_header(GIB + 864 * MIB, 80 * GIB), &r);
+    let d = diagnose(&a, &a.ooms[0]);
+    assert_ne!(d.cause, Cause::Growth, "{:?}", d.reason);
+    let advice = flat(&vramtrace_collector::reporters::prose::advice(&d).join(" | "));
+    assert!(!advice.contains("kept across steps"), "{advice}");
+    assert!(advice.contains("at least"), "{advice}");
+}
+
 /// Issue 50: a program that repeats its `snapshot` record (1,000 times, under one pid and under many) names one
 /// file once: every reader that reads exit snapshots reads it once, not a thousand times; past 256 distinct
 /// ones the rest are counted and said.

@@ -8,7 +8,10 @@
 - longer_keep: the input growing as in `longer`, and each request's key/values kept as in `cache`;
 - longer_out: as `longer`, the input made before the request's scope (live at its boundary, as a batch moved to
   the GPU before `with torch.no_grad()` is);
-- plain: the cache loop without any no_grad scope (nothing counts its iterations)."""
+- plain: the cache loop without any no_grad scope (nothing counts its iterations);
+- long: a generation loop, each request's key/values kept a token at a time (4 MiB a token) in a list local to
+  the request and freed when it ends: 48 tokens a request, but request 30 asks 400 (one request too long for
+  the cap, nothing kept across requests)."""
 
 import sys
 import time
@@ -41,7 +44,17 @@ def work(i, x=None):
 
 @torch.no_grad()
 def serve(i, x=None):
+    if mode == "long":
+        return generate(400 if i == 30 else 48)
     work(i, x)
+
+
+def generate(tokens):
+    kv = []
+    for _ in range(tokens):
+        kv.append(torch.empty_cuda(4 * MIB))
+        time.sleep(0.001)
+    del kv
 
 
 try:

@@ -190,3 +190,24 @@ fn an_input_live_at_the_boundary_that_grows_is_not_a_leak() {
         "{kinds:?}"
     );
 }
+
+/// One request too long for the cap in a loop that keeps nothing across requests (each request's key/values in a
+/// list local to it, freed when it ends): the request's own need, the cap, never a leak. On the H200 it was
+/// called growth (the driver's cycles during the request) with "a cache that never evicts" about the request's
+/// own list, and no cap said to serve it (issue 49).
+#[test]
+fn one_request_too_long_for_the_cap_is_not_a_leak() {
+    let (fake, code, trace) = serve("long", 40);
+    assert_eq!(code, Some(3));
+    let j = json(&fake, "oom", &trace);
+    let o = &j["ooms"][0];
+    let t = text(&fake, "oom", &trace);
+    assert_ne!(o["cause"], "growth", "{t}");
+    assert!(o["growth"].is_null(), "{t}");
+    let a = advice(o);
+    assert!(
+        !a.iter()
+            .any(|x| x.contains("never evicts") || x.contains("Fix what")),
+        "{a:#?}"
+    );
+}

@@ -554,6 +554,19 @@ pub struct OomSnapshot {
     pub(crate) seq: u64,
 }
 
+impl OomSnapshot {
+    /// The driver's growth up to the error, as evidence of memory kept. Not where this process's own steps were
+    /// counted and their boundaries kept nothing (its framework floor did not rise): a rise the driver saw in it
+    /// is then inside a step, its cache growing for that step's own need (a request longer than the others).
+    /// Another process's rise still counts.
+    pub fn driver_leak(&self) -> Option<&LeakTrend> {
+        let steps_kept_nothing = self.steps_counted && self.framework_leak.is_none();
+        self.leak
+            .as_ref()
+            .filter(|l| !(steps_kept_nothing && l.pid == Some(self.pid)))
+    }
+}
+
 impl Analysis {
     pub fn device(&self, device: u32) -> Option<&DeviceStats> {
         self.devices.iter().find(|d| d.device == Some(device))

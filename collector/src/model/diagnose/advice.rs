@@ -210,9 +210,9 @@ fn growth_explains(s: &OomSnapshot, d: &Diagnosis) -> bool {
         return false;
     }
     if super::findings::step_need(s).is_none() {
-        return s.framework_leak.is_some() || s.leak.is_some();
+        return s.framework_leak.is_some() || s.driver_leak().is_some();
     }
-    let rise = [s.framework_leak.as_ref(), s.leak.as_ref()]
+    let rise = [s.framework_leak.as_ref(), s.driver_leak()]
         .into_iter()
         .flatten()
         .map(|l| l.rise_bytes)

@@ -222,7 +222,7 @@ fn growth(
         .framework_leak
         .as_ref()
         .map(|l| (l, GrowthOf::FrameworkAllocated));
-    let driver_leak = s.leak.as_ref().map(|l| (l, GrowthOf::JobInUse));
+    let driver_leak = s.driver_leak().map(|l| (l, GrowthOf::JobInUse));
     let grew = fw_leak
         .filter(|(l, _)| counted(l))
         .or(driver_leak.filter(|(l, _)| counted(l)))

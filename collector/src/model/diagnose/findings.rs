@@ -65,7 +65,7 @@ pub(super) fn findings(s: &OomSnapshot, e: &Evidence, rule: Rule) -> Vec<Finding
     }
     // The driver's own growth, unless PyTorch's allocated bytes told it: under a caching allocator the driver
     // sees the cache grow, and its call sites are the code that grew it, not the owners of the tensors.
-    if let Some(l) = s.leak.as_ref().filter(|_| s.framework_leak.is_none()) {
+    if let Some(l) = s.driver_leak().filter(|_| s.framework_leak.is_none()) {
         v.push(Finding::LeakTrend(l.clone()));
     }
     if e.recent > 0 && !rule.reads_pool_cache() {

@@ -98,8 +98,7 @@ pub(super) fn growth_line(a: &Analysis, s: &OomSnapshot, l: &LeakTrend) -> Optio
         });
     }
     let g = s
-        .leak
-        .as_ref()
+        .driver_leak()
         .and_then(|d| d.sites.first())
         .or(l.sites.first())?;
     let site = a.call_sites.sites.get(g.site);
