@@ -38,7 +38,8 @@ pub const ALLOWANCE: u64 = 3 << 29;
 /// up by the driver after it was admitted (at least this, or 1% of the cap).
 const SLACK: u64 = 64 << 20;
 /// What each process after the first on a GPU may hold beyond its counted bytes, within the job's allowance: a
-/// context of its own and its libraries (676 MiB measured for PyTorch with cuBLAS on an H200). The job's
+/// context of its own and its libraries (612 to 630 MiB past the shim's count measured for PyTorch with cuBLAS or
+/// cuDNN on an H200, docs/GPU-RESULTS.md 2026-11-29). The job's
 /// allowance on a GPU is [`ALLOWANCE`] (or `--cap-allowance`) for its first process and this (at most that) for
 /// each other: six processes each slipping 1 GiB past their shims are not each forgiven 1.5 GiB.
 pub const EXTRA_PROCESS_ALLOWANCE: u64 = 768 << 20;

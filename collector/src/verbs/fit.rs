@@ -112,6 +112,10 @@ impl Progress for Stderr {
     fn done(&mut self, r: &Ran) {
         self.current = None;
         let how = match r.ending {
+            Ending::Stopped if r.caught_ooms > 0 => format!(
+                "stopped after {} steps ({} out-of-memory errors raised and caught on the way)",
+                r.steps, r.caught_ooms
+            ),
             Ending::Stopped => format!("stopped after {} steps", r.steps),
             Ending::Finished => "ended by itself".to_string(),
             Ending::OutOfMemory => "ran out of memory".to_string(),
