@@ -17,6 +17,7 @@ QUEUED = 0
 NOT_RECORDING = 1
 DROPPED = 2
 NOT_ACKNOWLEDGED = 3
+TOO_LARGE = 4
 
 _lock = threading.Lock()
 _fns = None  # (sample, record) or False when the shim is absent

@@ -17,7 +17,18 @@ pub const QUEUED: c_int = 0;
 pub const NOT_RECORDING: c_int = 1;
 pub const DROPPED: c_int = 2;
 pub const NOT_ACKNOWLEDGED: c_int = 3;
+/// Past [`MAX_RECORD_BYTES`]: refused before anything is sent, said once in the trace.
+pub const TOO_LARGE: c_int = 4;
 pub const BAD_ARGUMENTS: c_int = -1;
+
+/// The most a bridge record may carry (its name and fields). The bridge's largest (a holders walk's sixteen
+/// holders) are a few KiB. A larger one would not fit the ring, whose drop count it would raise for a record
+/// that is no event (the collector takes a count that rises in a ring never full for one the process wrote
+/// itself), or over the socket, where the collector refuses a frame that large.
+pub const MAX_RECORD_BYTES: usize = 1 << 20;
+
+/// The note said once, the first time a record is too large.
+static TOO_LARGE_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The figures of one sample, in the order the C interface takes them.
 pub const SAMPLE_VALUES: usize = 7;
@@ -76,6 +87,19 @@ pub unsafe fn record(
         return BAD_ARGUMENTS;
     }
     let what = CStr::from_ptr(what).to_string_lossy().into_owned();
+    if what.len().saturating_add(len) > MAX_RECORD_BYTES {
+        if let Some(r) = record::live() {
+            if !TOO_LARGE_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                r.note(format!(
+                    "the Python bridge's records past {} KiB were not recorded (the first: `{}`, {} bytes)",
+                    MAX_RECORD_BYTES >> 10,
+                    what.chars().take(64).collect::<String>(),
+                    what.len().saturating_add(len)
+                ));
+            }
+        }
+        return TOO_LARGE;
+    }
     let text = if len == 0 {
         Vec::new()
     } else {

@@ -205,3 +205,43 @@ fn a_drop_count_written_into_a_ring_never_full_is_not_called_lost_events() {
         "{report}"
     );
 }
+
+/// Issue 50: a Python bridge record too large for the ring or the socket (64 MiB of fields, offered and sent
+/// acknowledged) is refused at the shim's door, and said once in the trace; before, the ring's drop count rose
+/// for it and the collector told the process it had written over its own ring.
+#[test]
+fn an_oversized_bridge_record_is_refused_and_said_not_taken_for_a_forged_drop() {
+    let fc = FakeCuda::new();
+    let script = "import ctypes\n\
+        f = ctypes.CDLL(None).vramtrace_bridge_record\n\
+        f.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int]\n\
+        big = b'k=' + b'x' * (64 << 20)\n\
+        small = b'k=v'\n\
+        print(f(b'note', 0xffffffff, big, len(big), 0), f(b'note', 0xffffffff, big, len(big), 1), \
+        f(b'note', 0xffffffff, small, len(small), 0))\n\
+        ctypes.CDLL('libcuda.so.1').cuInit(0)\n";
+    let (run, path) = fc.traced(
+        "oversized",
+        &["--python-agent", "off"],
+        "python3",
+        &["-c", script],
+    );
+    run.assert_success("the program");
+    // Refused (4) both ways; a small one still goes (0).
+    assert_eq!(run.stdout.trim(), "4 4 0", "{}", run.stderr);
+    let a = vramtrace_collector::trace_file::analyze(&path).unwrap();
+    let notes: Vec<&str> = a.call_sites.notes.iter().map(|n| n.text.as_str()).collect();
+    assert!(
+        notes
+            .iter()
+            .filter(|n| n.contains("were not recorded"))
+            .count()
+            == 1,
+        "{notes:?}"
+    );
+    assert!(
+        !notes.iter().any(|n| n.contains("written over")),
+        "{notes:?}"
+    );
+    assert_eq!(a.dropped_events, 0);
+}
