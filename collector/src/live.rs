@@ -357,13 +357,9 @@ impl Running {
         trace: &std::path::Path,
     ) -> std::io::Result<Running> {
         let server = serve(addr, live.clone())?;
-        let attach = match write_attach(
-            attach_dir(),
-            &server.addr,
-            &live.labels.job,
-            command,
-            trace,
-        ) {
+        let attach = match private_attach_dir()
+            .and_then(|dir| write_attach(dir, &server.addr, &live.labels.job, command, trace))
+        {
             Ok(p) => Some(p),
             Err(e) => {
                 crate::note!(
@@ -419,19 +415,51 @@ fn write_status(path: &std::path::Path, st: &Status) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Where running jobs leave their attach files: `$XDG_RUNTIME_DIR/vramtrace`, else `/tmp/vramtrace-<uid>`.
-pub fn attach_dir() -> std::path::PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+/// Where running jobs leave their attach files: `$XDG_RUNTIME_DIR/vramtrace`, else `/tmp/vramtrace-<uid>`; then,
+/// where another user took that name first (it is one anyone can take in /tmp), `~/.cache/vramtrace/attach`.
+pub fn attach_dirs() -> Vec<std::path::PathBuf> {
+    let first = match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
         Some(d) => std::path::PathBuf::from(d).join("vramtrace"),
         // SAFETY: no arguments and no preconditions; it cannot fail.
         None => std::path::PathBuf::from(format!("/tmp/vramtrace-{}", unsafe { libc::geteuid() })),
+    };
+    let mut v = vec![first];
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        v.push(std::path::PathBuf::from(home).join(".cache/vramtrace/attach"));
     }
+    v
 }
 
-/// The attach folder, made if missing, and checked as another user could have left it: a real directory (not a
-/// link), ours, that no one else may enter or write. `/tmp/vramtrace-<uid>` is a name anyone can take first.
+/// The first attach folder that is ours and private (made if missing), checked as another user could have left
+/// it: a real directory (not a link), ours, that no one else may enter or write. Where none is, why the first
+/// was not.
 pub fn private_attach_dir() -> std::io::Result<std::path::PathBuf> {
-    private_dir(attach_dir())
+    let mut first_err = None;
+    for (i, d) in attach_dirs().into_iter().enumerate() {
+        if i > 0 {
+            // The fallback's parents (~/.cache) may not exist yet; they are the user's own.
+            if let Some(parent) = d.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+        }
+        match private_dir(d) {
+            Ok(d) => return Ok(d),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_err.unwrap_or_else(|| std::io::Error::other("no attach folder")))
+}
+
+/// Every attach folder that is ours and private (`top` reads them all: a job that fell back to the second
+/// wrote there).
+pub fn private_attach_dirs() -> Vec<std::path::PathBuf> {
+    attach_dirs()
+        .into_iter()
+        .filter(|d| d.is_dir())
+        .filter_map(|d| private_dir(d).ok())
+        .collect()
 }
 
 /// `dir`, made if missing (its parent must exist), if it is a real directory of ours no one else may enter.

@@ -224,11 +224,18 @@ fn find_job() -> Result<(String, PathBuf), String> {
     use std::os::unix::fs::MetadataExt;
     // Only a folder that is ours and private is read, and only files of ours in it: another user could have
     // made `/tmp/vramtrace-<uid>` first and planted an address there.
-    let dir = crate::live::private_attach_dir().map_err(|e| e.to_string())?;
+    let dirs = crate::live::private_attach_dirs();
+    if dirs.is_empty() {
+        // None is ours and private: say why the first is not (another user's, a link, open to others).
+        crate::live::private_attach_dir().map_err(|e| e.to_string())?;
+    }
     // SAFETY: no arguments and no preconditions; it cannot fail.
     let me = unsafe { libc::geteuid() };
     let mut found: Vec<(std::time::SystemTime, String, PathBuf)> = Vec::new();
-    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+    for e in dirs
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+    {
         let p = e.path();
         if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file() && m.uid() == me) {
             continue;
@@ -265,7 +272,10 @@ fn find_job() -> Result<(String, PathBuf), String> {
         .ok_or_else(|| {
         format!(
             "no running job to attach to (none in {}): start it with `vramtrace run --metrics -- CMD`, or give --addr",
-            dir.display()
+            dirs.iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" or ")
         )
     })
 }

@@ -210,3 +210,62 @@ fn top_shows_a_running_job_in_a_terminal_and_as_text() {
     }
     probe.finish();
 }
+
+/// Issue 50: the attach folder's name (`/tmp/vramtrace-<uid>`, or `vramtrace` in the runtime folder) taken
+/// first by someone else, open to all: the job writes its attach file to the user's own fallback
+/// (`~/.cache/vramtrace/attach`, private), and `top` finds it there; before, `top` could not attach at all.
+#[test]
+fn a_squatted_attach_folder_falls_back_to_the_users_own() {
+    use std::os::unix::fs::PermissionsExt;
+    let fake = FakeCuda::new();
+    let runtime = fake.dir().join("run");
+    let squatted = runtime.join("vramtrace");
+    std::fs::create_dir_all(&squatted).unwrap();
+    std::fs::set_permissions(&squatted, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let home = fake.dir().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut c = fake.command(vramtrace());
+    c.env("XDG_RUNTIME_DIR", &runtime)
+        .env("HOME", &home)
+        .args(["run", "-q", "--metrics", "--out"])
+        .arg(fake.dir().join("m.vtrace"))
+        .arg("--")
+        .arg(vramtrace_e2e::program("probe"));
+    let mut probe = vramtrace_e2e::Probe::start(c);
+    let (rc, _) = probe.cmd2(&format!("alloc {}", 6 * MIB));
+    assert_eq!(rc, 0);
+    let fallback = home.join(".cache/vramtrace/attach");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let o = Command::new(vramtrace())
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env("HOME", &home)
+            .args(["top", "--once"])
+            .output()
+            .unwrap();
+        let t = String::from_utf8_lossy(&o.stdout).into_owned();
+        if o.status.success() && t.contains("6.00 MiB") {
+            break t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "top never attached: {t}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(text.contains("GPU 0"), "{text}");
+    // Nothing was written into the folder someone else could have planted; the fallback is private.
+    assert_eq!(std::fs::read_dir(&squatted).unwrap().count(), 0);
+    {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&fallback).unwrap();
+        assert_eq!(m.mode() & 0o077, 0, "the fallback is open to others");
+    }
+    assert!(std::fs::read_dir(&fallback).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .ends_with(".addr")));
+    drop(probe);
+}
