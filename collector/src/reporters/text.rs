@@ -357,7 +357,13 @@ pub fn notes(o: &mut String, a: &Analysis) {
         } else {
             format!("pid {}", n.pid)
         };
-        wrap(o, &format!("- {who}: {}", printable(&n.text)), "  ", WIDTH);
+        let text = printable(&n.text);
+        // A note that names its process itself (the GPU check's lines: `pid N (cmd) holds ...`) says it once.
+        if n.processes <= 1 && text.starts_with(&format!("pid {} ", n.pid)) {
+            wrap(o, &format!("- {text}"), "  ", WIDTH);
+        } else {
+            wrap(o, &format!("- {who}: {text}"), "  ", WIDTH);
+        }
     }
     o.push('\n');
 }

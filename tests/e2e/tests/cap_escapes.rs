@@ -147,7 +147,21 @@ fn under_warn_the_job_is_flagged_and_goes_on() {
         err.contains("past its cap on GPU 0") && err.contains("flagged"),
         "{err}"
     );
-    // The trace keeps it: `report` shows the notes.
+    // The trace keeps it: `report` shows the notes, each process named once.
+    let report = std::process::Command::new(vramtrace_e2e::traced::vramtrace())
+        .arg("report")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("- pid ") && l.contains(" holds "))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        line.starts_with("- pid ") && line.matches("pid ").count() == 1,
+        "{line}"
+    );
     let a = vramtrace_collector::trace_file::analyze(&path).unwrap();
     assert!(
         a.call_sites
