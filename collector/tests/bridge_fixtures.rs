@@ -43,7 +43,7 @@ fn a_carved_cache_is_fragmentation_of_pytorchs_cache_not_pressure() {
     assert_eq!(a.oom_records, 1);
     assert_eq!(d.cause, Cause::FragmentationCache, "{}", prose::reason(&d));
     assert_eq!(d.rule, Rule::CacheFragmented);
-    assert_eq!(d.view, "driver+pytorch");
+    assert_eq!(d.view.key(), "driver+pytorch");
     assert!(
         prose::advice(&d)[0].contains("expandable_segments:True"),
         "{:?}",
@@ -61,7 +61,7 @@ fn a_carved_cache_is_fragmentation_of_pytorchs_cache_not_pressure() {
     blind.framework_figures = None;
     let d = diagnose(&a, &blind);
     assert_eq!(d.cause, Cause::Pressure);
-    assert_eq!(d.view, "driver");
+    assert_eq!(d.view.key(), "driver");
 }
 
 #[test]
@@ -77,7 +77,7 @@ fn kept_outputs_under_a_cap_show_allocated_rising_and_the_line_that_keeps_them()
         line.label.ends_with("bridge_case.py:79 in keep"),
         "{line:?}"
     );
-    assert_eq!(line.source, "tensors");
+    assert_eq!(line.source.key(), "tensors");
     assert!(
         prose::reason(&d).contains("bridge_case.py:79 in keep"),
         "{}",
@@ -206,7 +206,7 @@ fn kept_loss(name: &str) {
         line.label.ends_with("verdicts_case.py:74 in grow_cap"),
         "{line:?}"
     );
-    assert_eq!((line.source, line.kind.key()), ("tensors", "kept"));
+    assert_eq!((line.source.key(), line.kind.key()), ("tensors", "kept"));
     assert!(
         prose::advice(&d)[0].contains("keeps tensors alive"),
         "{:?}",
@@ -249,7 +249,7 @@ fn outputs_kept_without_a_cap_are_growth_though_no_sample_shows_a_fall() {
         line.label.ends_with("verdicts_case.py:110 in grow_free"),
         "{line:?}"
     );
-    assert_eq!(line.source, "tensors");
+    assert_eq!(line.source.key(), "tensors");
     assert!(
         prose::advice(&d)[0].contains("keeps tensors alive"),
         "{:?}",

@@ -59,7 +59,7 @@ fn cap_refused_names_the_cap_and_the_cap_that_would_have_fitted() {
     assert_eq!(s.job_live_trace_bytes, 7 * GIB + 512 * MIB);
     assert_eq!(d.cause, Cause::Cap);
     assert_eq!(d.rule, Rule::CapRefused);
-    assert_eq!(d.job_live_source, "ledger");
+    assert_eq!(d.job_live_source.key(), "ledger");
     assert_eq!(d.job_live_bytes, 7 * GIB + 512 * MIB);
     assert_eq!(d.cap_bytes, Some(8 * GIB));
     assert_eq!(d.needed_bytes, 8 * GIB + 512 * MIB);
@@ -168,7 +168,7 @@ fn pressure_when_the_job_fills_the_device() {
     assert_eq!(s.job_processes_on_device, 1);
     assert_eq!(d.cause, Cause::Pressure);
     assert_eq!(d.rule, Rule::JobFillsDevice);
-    assert_eq!(d.job_live_source, "trace");
+    assert_eq!(d.job_live_source.key(), "trace");
     assert_eq!(d.shortfall_bytes, Some(512 * MIB));
     assert_eq!(d.outside_job_bytes, Some(512 * MIB));
     assert_eq!(d.context_estimate_bytes, CONTEXT_ESTIMATE_BYTES);

@@ -17,7 +17,7 @@ mod rules;
 pub use advice::Advice;
 pub use evidence::{CACHE_MARGIN_PCT, CACHE_SHARE_PCT, GRAPH_MIN_ITERATIONS};
 pub use findings::{LEDGER_SLACK_BYTES, RANK_EXCESS_BYTES, RANK_FACTOR_PCT};
-pub use growth_line::{GrowthKind, GrowthLine};
+pub use growth_line::{GrowthKind, GrowthLine, LineSource};
 pub use reason::{GrowthOf, Limit, Outside, Reason};
 pub use rules::Rule;
 
@@ -176,17 +176,16 @@ impl AllocatorSettings {
 pub struct Diagnosis {
     /// `reason.cause()`.
     pub cause: Cause,
-    /// What the diagnosis could see: `driver` (the driver's calls only) or `driver+pytorch` / `driver+jax`
-    /// (the framework allocator's own figures too, from the Python bridge).
-    pub view: &'static str,
+    /// What the diagnosis could see.
+    pub view: View,
     /// Which rule decided (docs/OOM.md): `reason.rule()`.
     pub rule: Rule,
     /// The deciding figures, by rule.
     pub reason: Reason,
     /// The job's bytes in use on the device: the cap's ledger when the record has it, else the trace's.
     pub job_live_bytes: u64,
-    /// `"ledger"` or `"trace"`.
-    pub job_live_source: &'static str,
+    /// Where `job_live_bytes` came from.
+    pub job_live_source: JobSource,
     /// The cap on the device: the record's, else the trace header's.
     pub cap_bytes: Option<u64>,
     /// The device total used: the record's, else (only when the record has none) the trace's best figure.
@@ -261,14 +260,65 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
     d
 }
 
+/// What a diagnosis could see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// The driver's calls only.
+    Driver,
+    /// The driver's calls and PyTorch's allocator's own figures (the Python bridge).
+    DriverPytorch,
+    /// The driver's calls and JAX's.
+    DriverJax,
+}
+
+impl View {
+    /// The JSON name.
+    pub fn key(self) -> &'static str {
+        match self {
+            View::Driver => "driver",
+            View::DriverPytorch => "driver+pytorch",
+            View::DriverJax => "driver+jax",
+        }
+    }
+
+    /// The framework whose figures were seen, for people.
+    pub fn framework(self) -> Option<&'static str> {
+        match self {
+            View::Driver => None,
+            View::DriverPytorch => Some("PyTorch"),
+            View::DriverJax => Some("JAX"),
+        }
+    }
+}
+
+/// Where a diagnosis's job bytes came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JobSource {
+    /// The cap's ledger, from the record.
+    Ledger,
+    /// The trace's replay.
+    #[default]
+    Trace,
+}
+
+impl JobSource {
+    /// The JSON name.
+    pub fn key(self) -> &'static str {
+        match self {
+            JobSource::Ledger => "ledger",
+            JobSource::Trace => "trace",
+        }
+    }
+}
+
 /// What the diagnosis could see: the driver's calls, and the framework's own figures when the bridge gave them.
-fn view(a: &Analysis, s: &OomSnapshot) -> &'static str {
+fn view(a: &Analysis, s: &OomSnapshot) -> View {
     match (
         s.framework_figures,
         s.framework.as_ref().map(|o| o.framework),
     ) {
-        (None, None) => "driver",
-        (_, Some(vramtrace_format::Framework::Jax)) => "driver+jax",
+        (None, None) => View::Driver,
+        (_, Some(vramtrace_format::Framework::Jax)) => View::DriverJax,
         _ => {
             let pid_jax = a.process(s.pid).is_some_and(|p| {
                 p.framework
@@ -276,9 +326,9 @@ fn view(a: &Analysis, s: &OomSnapshot) -> &'static str {
                     .any(|f| f.framework == vramtrace_format::Framework::Jax)
             });
             if pid_jax {
-                "driver+jax"
+                View::DriverJax
             } else {
-                "driver+pytorch"
+                View::DriverPytorch
             }
         }
     }

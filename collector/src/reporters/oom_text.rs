@@ -405,12 +405,9 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
     let title = prose::cause_title(d.cause);
     writeln!(o, "  CAUSE: {} ({title})", d.cause.key()).ok();
     wrap(o, &format!("    Because {}.", prose::reason(d)), "    ");
-    let view = match d.view {
-        "driver" => "the driver's calls only (no framework figures for this process)".to_string(),
-        v => format!(
-            "the driver's calls and {}'s allocator (the Python bridge)",
-            crate::reporters::text::framework::title(v.trim_start_matches("driver+"))
-        ),
+    let view = match d.view.framework() {
+        None => "the driver's calls only (no framework figures for this process)".to_string(),
+        Some(f) => format!("the driver's calls and {f}'s allocator (the Python bridge)"),
     };
     if full {
         writeln!(o, "    Seen through {view}.").ok();
@@ -474,7 +471,7 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
             ),
             None => writeln!(o, "    {:<26}{:>12}", "cap", "none").map_or((), |_| ()),
         }
-        let src = if d.job_live_source == "ledger" {
+        let src = if d.job_live_source == crate::model::diagnose::JobSource::Ledger {
             format!(
                 "the cap's ledger (the trace: {})",
                 bytes(s.job_live_trace_bytes)

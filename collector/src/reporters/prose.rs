@@ -35,7 +35,7 @@ fn processes(n: u64) -> String {
 
 /// The deciding figures in a sentence (no capital, no full stop: the reports put it after "Because").
 pub fn reason(d: &Diagnosis) -> String {
-    let by = if d.job_live_source == "ledger" {
+    let by = if d.job_live_source == crate::model::diagnose::JobSource::Ledger {
         "by the cap's ledger"
     } else {
         "by the trace"
@@ -112,7 +112,7 @@ pub fn reason(d: &Diagnosis) -> String {
                 GrowthOf::HeldContainer => "a container",
             };
             let at = match &d.growth_line {
-                Some(g) if g.source == "cache" => format!(
+                Some(g) if g.source == crate::model::diagnose::LineSource::Cache => format!(
                     "; the code that grew PyTorch's cache during the rise: {} (the bytes are whatever tensors \
                      live in it now)",
                     g.label
@@ -126,7 +126,7 @@ pub fn reason(d: &Diagnosis) -> String {
                          rise)"
                     },
                     b(g.bytes),
-                    if g.source == "tensors" {
+                    if g.source == crate::model::diagnose::LineSource::Tensors {
                         counted(g.count, "tensor", "tensors")
                     } else {
                         counted(g.count, "allocation", "allocations")

@@ -175,7 +175,7 @@ pub enum Advice {
 /// cache's (a serving loop's levers are its own).
 fn training_levers(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice> {
     use crate::model::holders::HolderKind;
-    let Some(h) = s.holders.as_ref().filter(|_| d.view != "driver") else {
+    let Some(h) = s.holders.as_ref().filter(|_| d.view != View::Driver) else {
         return Vec::new();
     };
     let bytes_of = |k: HolderKind| {
@@ -265,7 +265,7 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
                 .and_then(|l| l.steps.filter(|&n| n > 0).map(|n| l.rise_bytes / n));
             let line = d.growth_line.as_ref().map(|g| g.label.clone());
             let kind = d.growth_line.as_ref().map_or(GrowthKind::Kept, |g| g.kind);
-            let native = d.view == "driver";
+            let native = d.view == View::Driver;
             v.push(match (kind, &d.holder) {
                 (GrowthKind::KvCache, _) => Advice::GrowthKvCache { line },
                 (GrowthKind::OptimizerState, _) => Advice::GrowthOptimizerState { line },

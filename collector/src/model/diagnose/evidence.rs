@@ -21,7 +21,7 @@ pub(super) struct Evidence {
     /// The job's bytes in use on the device: the cap's ledger when the record has it, else the trace's.
     pub job: u64,
     /// `"ledger"` or `"trace"`: where `job` came from.
-    pub job_source: &'static str,
+    pub job_source: super::JobSource,
     /// The record's cap, else the trace header's.
     pub cap: Option<u64>,
     /// The driver's free and total memory, as the record gave them.
@@ -90,8 +90,8 @@ impl Evidence {
         let dev = s.device.and_then(|d| a.device(d));
         let req = s.requested_bytes;
         let (job, job_source) = match s.ledger_job_bytes {
-            Some(b) => (b, "ledger"),
-            None => (s.job_live_trace_bytes, "trace"),
+            Some(b) => (b, super::JobSource::Ledger),
+            None => (s.job_live_trace_bytes, super::JobSource::Trace),
         };
         let cap = s.cap_bytes.or(dev.and_then(|d| d.cap_bytes));
         let free = s.device_free_bytes;

@@ -7,10 +7,8 @@ use super::*;
 pub struct GrowthLine {
     /// The line (a call site's label).
     pub label: String,
-    /// `tensors`: the framework's live tensors allocated there (its allocation history); `driver`: the
-    /// driver allocations made there (a program without a caching allocator); `cache`: the code that grew a
-    /// caching allocator's cache there: the bytes are whatever tensors live in it now, not necessarily its.
-    pub source: &'static str,
+    /// What the line's bytes are.
+    pub source: LineSource,
     /// Bytes made there and live at the error: during the rise when `during_rise`, else (the history was armed
     /// after the rise, so it cannot say when they were made) all of the line's live bytes.
     pub bytes: u64,
@@ -18,6 +16,29 @@ pub struct GrowthLine {
     pub during_rise: bool,
     /// What the line is, for the advice.
     pub kind: GrowthKind,
+}
+
+/// What a growth line's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineSource {
+    /// The framework's live tensors allocated there (its allocation history).
+    Tensors,
+    /// The driver allocations made there (a program without a caching allocator).
+    Driver,
+    /// The code that grew a caching allocator's cache there: the bytes are whatever tensors live in it now, not
+    /// necessarily its.
+    Cache,
+}
+
+impl LineSource {
+    /// The JSON name.
+    pub fn key(self) -> &'static str {
+        match self {
+            LineSource::Tensors => "tensors",
+            LineSource::Driver => "driver",
+            LineSource::Cache => "cache",
+        }
+    }
 }
 
 /// What grows, as far as the line tells.
@@ -86,7 +107,7 @@ pub(super) fn growth_line(a: &Analysis, s: &OomSnapshot, l: &LeakTrend) -> Optio
     {
         return Some(GrowthLine {
             label: k.label.clone(),
-            source: "tensors",
+            source: LineSource::Tensors,
             bytes: if k.during_rise_bytes > 0 {
                 k.during_rise_bytes
             } else {
@@ -115,7 +136,11 @@ pub(super) fn growth_line(a: &Analysis, s: &OomSnapshot, l: &LeakTrend) -> Optio
         .is_some_and(|p| !p.framework.is_empty());
     Some(GrowthLine {
         label: g.label.clone(),
-        source: if caching { "cache" } else { "driver" },
+        source: if caching {
+            LineSource::Cache
+        } else {
+            LineSource::Driver
+        },
         bytes: g.bytes,
         count: g.count,
         during_rise: true,
