@@ -108,6 +108,26 @@ class Walk(unittest.TestCase):
         finally:
             gc.enable()
 
+    def test_locals_the_last_errors_traceback_keeps_are_named(self):
+        """A notebook's failed cell: the failing function ended, its traceback (sys.last_traceback) keeps its
+        frame, and so its tensors, alive; they are named by the local that holds them, and why it is kept."""
+
+        def fill():
+            batch = Tensor(6000)  # noqa: F841  (held by the frame the traceback keeps)
+            raise RuntimeError("CUDA out of memory")
+
+        try:
+            fill()
+        except RuntimeError as e:
+            sys.last_traceback = e.__traceback__
+        try:
+            h = named(walk(), "batch")
+            self.assertEqual((h["kind"], h["tensors"], h["bytes"]), ("variable", 1, 6000))
+            self.assertTrue(h["scope"].startswith("local of fill() at test_holders.py:"), h["scope"])
+            self.assertTrue(h["scope"].endswith("(kept by the last error's traceback)"), h["scope"])
+        finally:
+            del sys.last_traceback
+
     def test_attribute_paths_and_slots(self):
         self.set_global("trainer", Trainer())
         s = Slotted()

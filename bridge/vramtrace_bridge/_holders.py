@@ -249,18 +249,34 @@ class _Walk(object):
                     user = False
                 (out if user else tail).extend(self.frame_roots(f, not user))
                 f = f.f_back
+        # The last uncaught error's traceback (a notebook's failed cell, an interactive session) keeps the
+        # failing functions' frames, and so their locals, alive after they ended.
+        tb = getattr(sys, "last_traceback", None)
+        seen_tb = 0
+        while tb is not None and seen_tb < 256:
+            seen_tb += 1
+            f = tb.tb_frame
+            try:
+                name = f.f_globals.get("__name__")
+                mod = sys.modules.get(name)
+                user = name == "__main__" or (mod is not None and _user_module(name, mod))
+            except Exception:
+                user = False
+            (out if user else tail).extend(self.frame_roots(f, not user, " (kept by the last error's traceback)"))
+            tb = tb.tb_next
+        f = tb = None
         # The listing holds this very frame, whose locals hold the listing: a cycle that would keep every root
         # (the program's tensors) alive after the walk until the cyclic collector ran.
         frames.clear()
         return out + tail
 
-    def frame_roots(self, f, library):
+    def frame_roots(self, f, library, why=""):
         try:
             code = f.f_code
             g = f.f_globals
             if str(g.get("__name__", "")).startswith("vramtrace_bridge") or code.co_name == "<module>":
                 return []  # our own frames; a module's body: its locals are its globals
-            scope = "local of %s() at %s:%d" % (code.co_name, os.path.basename(code.co_filename), f.f_lineno)
+            scope = "local of %s() at %s:%d%s" % (code.co_name, os.path.basename(code.co_filename), f.f_lineno, why)
             if library:
                 self.library_scopes.add(scope)
             loc = f.f_locals
