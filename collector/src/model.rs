@@ -160,7 +160,7 @@ fn replay_frames_tapped(
     let (reader, header) = TraceReader::open(r)?;
     // Everything that talks to the merge's thread lives inside the scope: if the replay panics, the link drops
     // as the closure unwinds and the thread ends, so the scope's wait for it ends too.
-    let (reader, a, unknown_frames, stopped) = std::thread::scope(|scope| {
+    let (reader, a, unknown_frames, stopped, no_end) = std::thread::scope(|scope| {
         let mut st = Replay::new(header.start_mono_ns, bound.max(8), reference);
         st.merge.start_thread(scope);
         st.tap = tap.map(|t| Box::new(t) as Box<dyn tap::Tap + '_>);
@@ -172,7 +172,9 @@ fn replay_frames_tapped(
             decode::Entry::Unknown => unknown_frames += 1,
         });
         let cut = promised_end && !st.end_record;
-        let stopped = reader.stop().describe(reader.frames()).or_else(|| {
+        let described = reader.stop().describe(reader.frames());
+        let no_end = described.is_none() && cut;
+        let stopped = described.or_else(|| {
             cut.then(|| {
                 "the trace has no end record: vramtrace did not finish it (the job is still running, or \
                  vramtrace was killed, or could not write the trace to its end, e.g. on a full disk); the \
@@ -181,11 +183,12 @@ fn replay_frames_tapped(
             })
         });
         let a = st.finish(header, sym);
-        (reader, a, unknown_frames, stopped)
+        (reader, a, unknown_frames, stopped, no_end)
     });
     let mut a = a;
     a.format_version = reader.version;
     a.partial = stopped.is_some();
+    a.no_end_record = stopped.is_some() && no_end;
     a.stopped = stopped;
     a.frames = reader.frames();
     a.unknown_frames = unknown_frames;

@@ -16,9 +16,41 @@ pub fn analyze(path: &Path) -> Result<Analysis, ModelError> {
     Ok(a)
 }
 
+/// A trace without its end record that `run` still holds (its lock on the file, `verbs/run.rs`): the job is
+/// still running, and the figures are what it recorded so far; said so in place of the reasons a trace can be
+/// cut short (a notebook's kernel reads its own trace while it runs).
+pub fn say_if_running(a: &mut Analysis, trace: &Path) {
+    if a.no_end_record && being_written(trace) {
+        a.stopped = Some(
+            "the job is still running (vramtrace run is still writing this trace): the figures are what it \
+             recorded so far"
+                .to_string(),
+        );
+    }
+}
+
+/// Whether a process holds the trace's write lock (`run`, while it writes it).
+fn being_written(trace: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(trace)
+    else {
+        return false;
+    };
+    // SAFETY: flock on the descriptor just opened; integer arguments only. A shared lock taken is released when
+    // `f` closes.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
+}
+
 /// Reads the framework snapshots kept beside the trace (`--torch-history`) for the out-of-memory events that
-/// name one ([`analyze`] does; `model::analyze_tapped` leaves it to its caller).
+/// name one ([`analyze`] does; `model::analyze_tapped` leaves it to its caller), and says whether a trace without
+/// its end record is still being written ([`say_if_running`]).
 pub fn read_snapshots(a: &mut Analysis, trace: &Path) {
+    say_if_running(a, trace);
     let start_unix = a.header.start_unix_ns;
     // The last file loaded, kept: records that name one file many times (up to the 16 errors analysed, and every
     // device's exit) load it once.

@@ -309,6 +309,13 @@ impl Prepared {
         // A private temporary beside `out`, renamed onto it once the run can start (never through a link, never
         // onto another user's file: `out_file`). Until then a failure leaves whatever was at `out` untouched.
         let mut pending = crate::out_file::OutFile::create(&out, args.force)?;
+        // Held as long as the trace is written (advisory, released when its descriptor closes): a reader that
+        // finds no end record can tell a job still running from a run that was killed (`trace_file`).
+        {
+            use std::os::unix::io::AsRawFd;
+            // SAFETY: flock on the descriptor just opened; integer arguments only, no memory passed.
+            unsafe { libc::flock(pending.file().as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        }
         // Traces of one job (one per node) merge in `report`; the `job` label of `--metrics`.
         let job = crate::live::job_name(args.job_name.as_deref());
         if let Some((name, from)) = &job {

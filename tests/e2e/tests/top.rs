@@ -269,3 +269,50 @@ fn a_squatted_attach_folder_falls_back_to_the_users_own() {
         .ends_with(".addr")));
     drop(probe);
 }
+
+/// A trace read while its job still runs (a notebook's kernel reading its own): said so, in place of the reasons
+/// a trace is cut short; once `run` is gone without its end record (killed), those reasons again.
+#[test]
+fn a_trace_read_while_its_job_runs_says_so() {
+    let fake = FakeCuda::new();
+    let (mut probe, _addr) = start_job(&fake, &["--metrics"]);
+    let (rc, _) = probe.cmd2(&format!("alloc {}", 6 * MIB));
+    assert_eq!(rc, 0);
+    let trace = fake.dir().join("m.vtrace");
+    let report = || {
+        let o = Command::new(vramtrace())
+            .arg("report")
+            .arg(&trace)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let running = loop {
+        let t = report();
+        if t.contains("6.00 MiB") {
+            break t;
+        }
+        assert!(Instant::now() < deadline, "{t}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(running.contains("the job is still running"), "{running}");
+    assert!(!running.contains("was killed"), "{running}");
+    // `run` killed outright: no end record, and no one writing.
+    // SAFETY: kill(2) on the run we started.
+    unsafe { libc::kill(probe.pid as i32, libc::SIGKILL) };
+    drop(probe);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let t = report();
+        if t.contains("vramtrace was killed") {
+            assert!(
+                !t.contains("the job is still running (vramtrace run"),
+                "{t}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{t}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -242,6 +242,8 @@ pub struct Analysis {
     pub partial: bool,
     /// Where and why reading stopped, when `partial`.
     pub stopped: Option<String>,
+    /// It stopped only for want of the end record `run` writes last (the job still running, or `run` killed).
+    pub no_end_record: bool,
     /// Whole frames read.
     pub frames: u64,
     /// Frames of kinds this build does not know (a newer writer's), skipped.

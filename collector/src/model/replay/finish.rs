@@ -249,6 +249,7 @@ impl Replay<'_> {
             format_version: 0,
             partial: false,
             stopped: None,
+            no_end_record: false,
             frames: 0,
             unknown_frames: 0,
             bad_frames: 0,
