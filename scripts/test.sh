@@ -66,10 +66,11 @@ scripts/test-pip-install.sh
 # A traced Jupyter kernel is started by jupyter_client (tests/e2e/tests/kernel.rs): jupyter_client and ipykernel
 # from PyPI, in an environment of their own under target/, made once and reused.
 jupyter="${CARGO_TARGET_DIR:-target}/jupyter-venv"
+# The majors tested (ipykernel 7 changed its parent check and interrupts); --clear mends one a new python3 broke.
 if ! "$jupyter/bin/python" -c 'import jupyter_client, ipykernel' >/dev/null 2>&1; then
     echo "test.sh: installing jupyter_client and ipykernel (PyPI) into $jupyter"
-    python3 -m venv "$jupyter"
-    "$jupyter/bin/python" -m pip install -q --disable-pip-version-check jupyter_client ipykernel
+    python3 -m venv --clear "$jupyter"
+    "$jupyter/bin/python" -m pip install -q --disable-pip-version-check 'jupyter_client>=8,<9' 'ipykernel>=7,<8'
 fi
 VRAMTRACE_JUPYTER_PYTHON="$(cd "$jupyter" && pwd)/bin/python"
 export VRAMTRACE_JUPYTER_PYTHON

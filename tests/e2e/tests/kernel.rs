@@ -197,10 +197,15 @@ fn a_traced_kernel_names_what_holds_the_memory_after_a_failed_cell_and_leaves_no
     }
     assert!(page.starts_with("<div class=\"vramtrace\""), "{page}");
     assert!(page.contains("<pre"), "{page}");
-    // The site of the request is the cell (`<listcomp>`): markup in the HTML would hide it.
-    assert!(text.contains("in <listcomp>"), "{text}");
+    // The site of the request is the cell (`<listcomp>`; `<module>` from Python 3.12, which inlines
+    // comprehensions): markup in the HTML would hide it.
+    let site = ["<listcomp>", "<module>"]
+        .into_iter()
+        .find(|s| text.contains(&format!("in {s}")))
+        .unwrap_or_else(|| panic!("{text}"));
+    let escaped = site.replace('<', "&lt;").replace('>', "&gt;");
     assert!(
-        page.contains("in &lt;listcomp&gt;") && !page.contains("<listcomp>"),
+        page.contains(&format!("in {escaped}")) && !page.contains(site),
         "{page}"
     );
 
@@ -442,12 +447,67 @@ fn bad_input_is_one_line_and_exit_2_and_changes_nothing() {
     let spec = env_prefix.join("share/jupyter/kernels/envk/kernel.json");
     assert_eq!(mode(&spec), 0o600);
     let err = refused(
-        &kernel(&fake, &["install", "--name", "envk", "--python", good]),
+        &kernel(
+            &fake,
+            &[
+                "install",
+                "--sys-prefix",
+                "--name",
+                "envk",
+                "--python",
+                good,
+            ],
+        ),
         "the same name again",
     );
     assert!(err.contains("add --force"), "{err}");
+    // Elsewhere (the user's kernels), even with --force: that would leave this spec behind.
+    let err = refused(
+        &kernel(
+            &fake,
+            &["install", "--force", "--name", "envk", "--python", good],
+        ),
+        "the same name elsewhere",
+    );
+    assert!(err.contains("vramtrace kernel remove envk` first"), "{err}");
     assert!(ok(&kernel(&fake, &["list"]), "list").contains(&spec.display().to_string()));
     ok(&kernel(&fake, &["remove", "envk"]), "remove envk");
     assert!(!spec.parent().unwrap().exists());
     assert!(!data.join("vramtrace").exists());
+}
+
+/// `install` asks the Python what it has from `/`, never from the folder it was run in: an `ipykernel.py` (or
+/// `vramtrace.py`) someone left there would run as the user, and could pass the version check.
+#[test]
+fn install_runs_no_module_planted_in_the_working_folder() {
+    let fake = FakeCuda::new();
+    let planted = fake.dir().join("planted");
+    std::fs::create_dir_all(&planted).unwrap();
+    let marker = fake.dir().join("ran");
+    for m in ["ipykernel", "vramtrace"] {
+        std::fs::write(
+            planted.join(format!("{m}.py")),
+            format!(
+                "open({:?}, 'w').write('{m}')\n__version__ = {:?}\n",
+                marker.display().to_string(),
+                env!("CARGO_PKG_VERSION")
+            ),
+        )
+        .unwrap();
+    }
+    let o = fake
+        .command(vramtrace())
+        .current_dir(&planted)
+        .env("HOME", fake.dir())
+        .env_remove("JUPYTER_DATA_DIR")
+        .args([
+            "kernel", "install", "--name", "planted", "--python", "python3",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!marker.exists(), "a planted module ran: {o:?}");
+    // The system python3 has neither: refused, in one line.
+    let err = refused(&o, "a python without ipykernel");
+    assert!(err.contains("cannot import"), "{err}");
 }

@@ -102,11 +102,13 @@ pub enum KernelError {
     OtherVersion(PathBuf, String),
     #[error("a kernel {0:?} exists ({1}); add --force to replace it, or choose another --name")]
     Exists(String, PathBuf),
+    #[error("the kernel {0:?} is installed at {1}: `vramtrace kernel remove {0}` first")]
+    Elsewhere(String, PathBuf),
     #[error("the kernel {0:?} at {1} is not one vramtrace installed: left as it is; choose another --name")]
     NotOurs(String, PathBuf),
     #[error("no kernel {0:?} installed by vramtrace (`vramtrace kernel list` shows them)")]
     NotFound(String),
-    #[error("{0} is not a folder of this user's own (a link, or another user's): not used")]
+    #[error("{0} is not a private folder of this user's own (a link, another user's, or open to others): not used")]
     NotPrivate(PathBuf),
     #[error("{0} is not UTF-8: it cannot be written into a kernel spec (JSON)")]
     NotUtf8(PathBuf),
@@ -180,8 +182,13 @@ fn install(a: &InstallArgs) -> Result<(), KernelError> {
             _ => return Err(KernelError::NotOurs(a.name.clone(), spec_dir)),
         }
     }
-    if !a.force {
-        if let Some(other) = pointer(&own).filter(|d| d.join(KERNEL_JSON).is_file()) {
+    if let Some(other) = pointer(&own).filter(|d| d.join(KERNEL_JSON).is_file()) {
+        // Installed elsewhere (the user's kernels against --sys-prefix): replacing the pointer would leave that
+        // spec behind, pointing at traces `remove` then takes away, or hiding this one from Jupyter.
+        if other != spec_dir {
+            return Err(KernelError::Elsewhere(a.name.clone(), other));
+        }
+        if !a.force {
             return Err(KernelError::Exists(a.name.clone(), other));
         }
     }

@@ -21,6 +21,9 @@ pub fn check_name(name: &str) -> Result<(), KernelError> {
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
     {
         "only letters, digits, '.', '_' and '-' (Jupyter's kernel names; never a path)"
+    } else if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        // Jupyter lowercases kernel names: `A` and `a` would be one kernel to it, two to us.
+        "lowercase only (Jupyter lowercases kernel names)"
     } else if name.starts_with('.') {
         "it starts with '.'"
     } else {
@@ -59,13 +62,14 @@ pub fn ours() -> Result<PathBuf, KernelError> {
     Ok(data_home()?.join("vramtrace/kernels"))
 }
 
-/// `dir`, made if missing (with its missing parents, all 0700), and checked: a real folder of the user's own.
+/// `dir`, made if missing, and checked: a real folder of the user's own that no one else may enter. Its missing
+/// parents are made as any folder is (the umask's mode): they are shared places (`<prefix>/share/jupyter`, a
+/// data home) whose other contents are not ours to hide.
 pub fn private_dir(dir: &Path) -> Result<(), KernelError> {
-    match std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-    {
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| KernelError::Io(parent.to_path_buf(), e))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(KernelError::Io(dir.to_path_buf(), e)),
@@ -73,12 +77,12 @@ pub fn private_dir(dir: &Path) -> Result<(), KernelError> {
     own_dir(dir)
 }
 
-/// A real folder (not a link to one) of the user's own.
+/// A real folder (not a link to one) of the user's own, that no one else may enter or write.
 pub fn own_dir(dir: &Path) -> Result<(), KernelError> {
     let m = std::fs::symlink_metadata(dir).map_err(|e| KernelError::Io(dir.to_path_buf(), e))?;
     // SAFETY: no arguments and no preconditions; it cannot fail.
     let me = unsafe { libc::geteuid() };
-    if !m.is_dir() || m.uid() != me {
+    if !m.is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
         return Err(KernelError::NotPrivate(dir.to_path_buf()));
     }
     Ok(())
@@ -95,12 +99,12 @@ mod tests {
 
     #[test]
     fn a_name_is_never_a_path() {
-        for ok in ["vramtrace", "py3.11-cap_20GiB", "A"] {
+        for ok in ["vramtrace", "py3.11-cap_20gib", "a"] {
             assert!(check_name(ok).is_ok(), "{ok}");
         }
         let long = "x".repeat(65);
         for bad in [
-            "", "..", ".", ".hidden", "a/b", "../x", "a b", "é", "a\nb", &long,
+            "", "..", ".", ".hidden", "a/b", "../x", "a b", "é", "a\nb", "A", &long,
         ] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
@@ -119,12 +123,21 @@ mod tests {
             private_dir(&link),
             Err(KernelError::NotPrivate(_))
         ));
+        // The folder itself is private; parents made on the way are shared places, left as any folder is.
         let made = d.join("a/b/c");
         private_dir(&made).unwrap();
-        for p in [d.join("a"), d.join("a/b"), made] {
-            let mode = std::fs::metadata(&p).unwrap().mode() & 0o777;
-            assert_eq!(mode, 0o700, "{}", p.display());
-        }
+        assert_eq!(std::fs::metadata(&made).unwrap().mode() & 0o777, 0o700);
+        let parent = std::fs::metadata(d.join("a/b")).unwrap().mode() & 0o777;
+        assert_ne!(parent, 0o700, "a shared parent was made private");
+        // A folder of ours that others may enter is not private.
+        let open = d.join("open");
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&open)
+            .unwrap();
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        assert!(matches!(own_dir(&open), Err(KernelError::NotPrivate(_))));
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -55,8 +55,10 @@ fn is_executable(p: &Path) -> bool {
 /// Asks `python` what it has, and refuses one that cannot run the traced kernel: no ipykernel, no `vramtrace`
 /// package, or one of another version than this binary.
 pub fn probe(python: &Path) -> Result<Probe, KernelError> {
+    // From `/`: `python -c` looks in its working folder first, where anyone could have left an `ipykernel.py`.
     let out = Command::new(python)
         .args(["-c", PROBE])
+        .current_dir("/")
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output()
