@@ -511,3 +511,34 @@ fn install_runs_no_module_planted_in_the_working_folder() {
     let err = refused(&o, "a python without ipykernel");
     assert!(err.contains("cannot import"), "{err}");
 }
+
+/// `remove` checks before it deletes: a spec folder that holds a file vramtrace did not write is left whole,
+/// its kernel.json and the kernel's traces with it (before, kernel.json went first and the rest was left half).
+#[test]
+fn remove_leaves_a_spec_folder_holding_others_files_whole() {
+    let (fake, home) = setup();
+    let kernels = home.join("data/jupyter/kernels");
+    let good = fake_python(
+        fake.dir(),
+        "python-good",
+        &fake.dir().join("env"),
+        Some("7.0"),
+        Some(env!("CARGO_PKG_VERSION")),
+    );
+    let good = good.to_str().unwrap();
+    ok(
+        &kernel(&fake, &["install", "--name", "full", "--python", good]),
+        "install",
+    );
+    let spec = kernels.join("full");
+    std::fs::write(spec.join("logo-64x64.png"), b"theirs").unwrap();
+    let o = kernel(&fake, &["remove", "full"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("still holds files vramtrace did not write"),
+        "{err}"
+    );
+    assert!(spec.join("kernel.json").is_file());
+    assert!(home.join("data/vramtrace/kernels/full").is_dir());
+}

@@ -357,10 +357,19 @@ fn remove(name: &str, keep_traces: bool) -> Result<(), KernelError> {
         let d = paths::user_kernels().ok()?.join(name);
         d.exists().then_some(d)
     });
+    // Everything checked before anything goes: our folder is ours, and the spec's holds nothing else.
+    if found {
+        paths::own_dir(&own)?;
+    }
     let mut removed_spec = None;
     if let Some(d) = spec_dir {
         match read_spec(&d) {
             Some(s) if s.ours().is_some() => {
+                let others = std::fs::read_dir(&d)
+                    .map_or(true, |r| r.flatten().any(|e| e.file_name() != KERNEL_JSON));
+                if others {
+                    return Err(KernelError::NotEmpty(d.clone()));
+                }
                 remove_file(&d.join(KERNEL_JSON))?;
                 std::fs::remove_dir(&d).map_err(|e| match e.raw_os_error() {
                     Some(libc::ENOTEMPTY) => KernelError::NotEmpty(d.clone()),
@@ -384,7 +393,6 @@ fn remove(name: &str, keep_traces: bool) -> Result<(), KernelError> {
         traces(&own).len()
     } else {
         if found {
-            paths::own_dir(&own)?;
             std::fs::remove_dir_all(&own).map_err(|e| KernelError::Io(own.clone(), e))?;
         }
         // Our folders, when nothing else is left in them.
