@@ -241,12 +241,7 @@ class _Walk(object):
         tail = []  # libraries' frames (torch's functions holding their arguments) after the program's own
         for _, f in frames:
             while f is not None:
-                try:
-                    name = f.f_globals.get("__name__")
-                    mod = sys.modules.get(name)
-                    user = name == "__main__" or (mod is not None and _user_module(name, mod))
-                except Exception:
-                    user = False
+                user = _user_frame(f)
                 (out if user else tail).extend(self.frame_roots(f, not user))
                 f = f.f_back
         # The last uncaught error's traceback (a notebook's failed cell, an interactive session) keeps the
@@ -256,12 +251,7 @@ class _Walk(object):
         while tb is not None and seen_tb < 256:
             seen_tb += 1
             f = tb.tb_frame
-            try:
-                name = f.f_globals.get("__name__")
-                mod = sys.modules.get(name)
-                user = name == "__main__" or (mod is not None and _user_module(name, mod))
-            except Exception:
-                user = False
+            user = _user_frame(f)
             (out if user else tail).extend(self.frame_roots(f, not user, " (kept by the last error's traceback)"))
             tb = tb.tb_next
         f = tb = None
@@ -746,6 +736,16 @@ def _user_module(name, m):
     except Exception:
         return False
     return not f.startswith(_library_dirs())
+
+
+def _user_frame(f):
+    """Whether frame `f` runs the program's own code (its module is `__main__` or one of the program's)."""
+    try:
+        name = f.f_globals.get("__name__")
+        mod = sys.modules.get(name)
+        return name == "__main__" or (mod is not None and _user_module(name, mod))
+    except Exception:
+        return False
 
 
 def walk(torch, deadline_s=1.0, device=None, cache_bytes=None):
