@@ -30,7 +30,7 @@ pub fn say_if_running(a: &mut Analysis, trace: &Path) {
 }
 
 /// Whether a process holds the trace's write lock (`run`, while it writes it).
-fn being_written(trace: &Path) -> bool {
+pub fn being_written(trace: &Path) -> bool {
     use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::io::AsRawFd;
     let Ok(f) = std::fs::OpenOptions::new()

@@ -542,3 +542,93 @@ fn remove_leaves_a_spec_folder_holding_others_files_whole() {
     assert!(spec.join("kernel.json").is_file());
     assert!(home.join("data/vramtrace/kernels/full").is_dir());
 }
+
+/// Each session leaves a trace: a kernel started daily would fill the disk. Install records how many sessions
+/// to keep, and each launch removes the oldest past it (the trace and what `run` wrote beside it), never a file
+/// of another name.
+#[test]
+fn each_launch_keeps_only_the_newest_sessions() {
+    let (fake, home) = setup();
+    let good = fake_python(
+        fake.dir(),
+        "python-good",
+        &fake.dir().join("env"),
+        Some("7.0"),
+        Some(env!("CARGO_PKG_VERSION")),
+    );
+    ok(
+        &kernel(
+            &fake,
+            &[
+                "install",
+                "--name",
+                "daily",
+                "--python",
+                good.to_str().unwrap(),
+                "--keep-sessions",
+                "2",
+            ],
+        ),
+        "install",
+    );
+    let spec: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(home.join("data/jupyter/kernels/daily/kernel.json")).unwrap(),
+    )
+    .unwrap();
+    let argv: Vec<&str> = spec["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let traces = home.join("data/vramtrace/kernels/daily");
+    assert_eq!(
+        argv[1..6],
+        [
+            "kernel",
+            "launch",
+            "--traces",
+            traces.to_str().unwrap(),
+            "--keep"
+        ]
+    );
+    assert_eq!(argv[6], "2");
+    let mine = traces.join("my-notes.txt");
+    std::fs::write(&mine, b"mine").unwrap();
+    let sessions = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&traces)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".vtrace"))
+            .collect();
+        v.sort();
+        v
+    };
+    let mut started = Vec::new();
+    for i in 0..4 {
+        // The spec's own command, with a program that ends at once in place of the kernel.
+        let o = fake
+            .command(vramtrace())
+            .args(&argv[1..7])
+            .args(["--", "true"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        ok(&o, &format!("launch {i}"));
+        let now = sessions();
+        let new: Vec<String> = now
+            .iter()
+            .filter(|n| !started.contains(*n))
+            .cloned()
+            .collect();
+        assert_eq!(new.len(), 1, "session {i}: {now:?}");
+        started.push(new[0].clone());
+        assert_eq!(now.len(), (i + 1).min(2), "session {i}: {now:?}");
+        // Stamps are to the second: the next session's name must sort after this one's.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+    assert_eq!(sessions(), started[2..], "the newest two are kept");
+    assert!(mine.is_file(), "a file of another name is never removed");
+    assert!(ok(&kernel(&fake, &["list"]), "list").contains("the newest 2 kept"));
+}

@@ -48,6 +48,9 @@ enum Action {
     Launch {
         #[arg(long)]
         traces: PathBuf,
+        /// Sessions kept in `traces`, this one included (0: all).
+        #[arg(long, default_value_t = 0)]
+        keep: u32,
         #[arg(long)]
         cap: Option<String>,
         #[arg(last = true, required = true)]
@@ -66,6 +69,9 @@ struct InstallArgs {
     /// Cap each session's device memory, as `vramtrace run --cap` (20GiB, 50%, 0=20GiB,1=10GiB).
     #[arg(long, value_name = "SPEC")]
     cap: Option<String>,
+    /// Sessions whose traces are kept: each new session removes the oldest past this many (0: keep all).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_KEEP)]
+    keep_sessions: u32,
     /// The kernel's Python: it needs ipykernel and the `vramtrace` package of this version (`pip install
     /// vramtrace`). Default: python3 on PATH.
     #[arg(long, value_name = "PATH")]
@@ -137,9 +143,10 @@ pub fn main(args: KernelArgs) -> Code {
         Action::Remove { name, keep_traces } => remove(&name, keep_traces),
         Action::Launch {
             traces,
+            keep,
             cap,
             command,
-        } => Err(launch::exec(&traces, cap.as_deref(), &command)),
+        } => Err(launch::exec(&traces, keep, cap.as_deref(), &command)),
     };
     match r {
         Ok(()) => exit::OK,
@@ -150,6 +157,8 @@ pub fn main(args: KernelArgs) -> Code {
 /// The `spec` file in a kernel's own folder: the folder of its kernel.json.
 const POINTER: &str = "spec";
 const KERNEL_JSON: &str = "kernel.json";
+/// Sessions kept by default: a few weeks of a notebook a day, a few GiB at most.
+const DEFAULT_KEEP: u32 = 20;
 
 fn install(a: &InstallArgs) -> Result<(), KernelError> {
     paths::check_name(&a.name)?;
@@ -201,6 +210,7 @@ fn install(a: &InstallArgs) -> Result<(), KernelError> {
         traces: own.clone(),
         python: py.clone(),
         cap: a.cap.clone(),
+        keep_sessions: a.keep_sessions,
     };
     paths::private_dir(&own)?;
     paths::private_dir(&spec_dir)?;
@@ -325,10 +335,20 @@ fn list() -> Result<(), KernelError> {
             ),
         };
         let t = traces(&k.own);
+        let keep = match k
+            .spec
+            .as_ref()
+            .and_then(Spec::ours)
+            .map(|o| o.keep_sessions)
+        {
+            Some(0) => "; all kept".to_string(),
+            Some(n) => format!("; the newest {n} kept"),
+            None => String::new(),
+        };
         let traces = match t.last() {
             None => "no session yet".to_string(),
             Some((last, size)) => format!(
-                "{} session{}, the latest {last} ({})",
+                "{} session{}, the latest {last} ({}){keep}",
                 t.len(),
                 if t.len() == 1 { "" } else { "s" },
                 crate::units::bytes(*size)

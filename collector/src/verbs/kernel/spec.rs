@@ -17,6 +17,9 @@ pub struct Ours {
     /// The kernel's Python.
     pub python: PathBuf,
     pub cap: Option<String>,
+    /// Sessions kept (`kernel launch --keep`; 0: all). Absent in a spec of an earlier build: all kept.
+    #[serde(default)]
+    pub keep_sessions: u32,
 }
 
 /// The parts of `kernel.json` we write and read back.
@@ -52,6 +55,8 @@ impl Spec {
             "launch".into(),
             "--traces".into(),
             text(&ours.traces),
+            "--keep".into(),
+            ours.keep_sessions.to_string(),
         ];
         if let Some(cap) = &ours.cap {
             argv.extend(["--cap".into(), cap.clone()]);
@@ -125,6 +130,7 @@ mod tests {
             traces: "/home/u/.local/share/vramtrace/kernels/k".into(),
             python: "/venv/bin/python3".into(),
             cap: Some("20GiB".into()),
+            keep_sessions: 20,
         };
         let s = Spec::new(Path::new("/venv/bin/vramtrace"), ours.clone(), "K".into());
         let back = Spec::parse(&s.to_json()).unwrap();
@@ -136,6 +142,8 @@ mod tests {
                 "launch",
                 "--traces",
                 "/home/u/.local/share/vramtrace/kernels/k",
+                "--keep",
+                "20",
                 "--cap",
                 "20GiB",
                 "--",
@@ -156,5 +164,12 @@ mod tests {
                          "metadata": {"debugger": true}}"#;
         assert!(Spec::parse(theirs).unwrap().ours().is_none());
         assert!(Spec::parse("not json").is_none());
+        // A spec of an earlier build, without keep_sessions: read back as keeping all.
+        let earlier = r#"{"argv": [], "display_name": "K", "language": "python",
+                          "metadata": {"vramtrace": {"version": "0.1.0", "traces": "/t", "python": "/p", "cap": null}}}"#;
+        assert_eq!(
+            Spec::parse(earlier).unwrap().ours().unwrap().keep_sessions,
+            0
+        );
     }
 }
