@@ -321,6 +321,18 @@ fn fake_python(
     p
 }
 
+/// A Python with ipykernel and this version's package, in an environment of the test's own.
+fn good_python(fake: &FakeCuda) -> PathBuf {
+    let env = fake.dir().join("env");
+    fake_python(
+        fake.dir(),
+        "python-good",
+        &env,
+        Some("7.0"),
+        Some(env!("CARGO_PKG_VERSION")),
+    )
+}
+
 #[test]
 fn bad_input_is_one_line_and_exit_2_and_changes_nothing() {
     let (fake, home) = setup();
@@ -518,13 +530,7 @@ fn install_runs_no_module_planted_in_the_working_folder() {
 fn remove_leaves_a_spec_folder_holding_others_files_whole() {
     let (fake, home) = setup();
     let kernels = home.join("data/jupyter/kernels");
-    let good = fake_python(
-        fake.dir(),
-        "python-good",
-        &fake.dir().join("env"),
-        Some("7.0"),
-        Some(env!("CARGO_PKG_VERSION")),
-    );
+    let good = good_python(&fake);
     let good = good.to_str().unwrap();
     ok(
         &kernel(&fake, &["install", "--name", "full", "--python", good]),
@@ -549,13 +555,7 @@ fn remove_leaves_a_spec_folder_holding_others_files_whole() {
 #[test]
 fn each_launch_keeps_only_the_newest_sessions() {
     let (fake, home) = setup();
-    let good = fake_python(
-        fake.dir(),
-        "python-good",
-        &fake.dir().join("env"),
-        Some("7.0"),
-        Some(env!("CARGO_PKG_VERSION")),
-    );
+    let good = good_python(&fake);
     ok(
         &kernel(
             &fake,
