@@ -45,15 +45,30 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema
     SCHEMA = json.load(_f)
 
 
+_SECTIONS = ("comment", "nested", "values")
+
+
 def check_schema(what, fields):
-    """Every record the bridge makes is of a kind, and carries only keys, that bridge/schema.json names: the
+    """Every record the bridge makes is of a kind, and carries only keys, that bridge/schema.json names (under a
+    prefix, `h.3.kind`, the keys `nested` names), with the values `values` lists where it lists them: the
     collector reads the same schema (its tests check its readers against it)."""
-    if what not in SCHEMA or what == "comment":
+    if what not in SCHEMA or what in _SECTIONS:
         raise AssertionError("a bridge record of kind %r, which schema.json does not name" % what)
     allowed = SCHEMA[what]
-    for k, _ in fields:
-        if not any(k == a or (a.endswith("*") and k.startswith(a[:-1])) for a in allowed):
+    for k, v in fields:
+        declared = next((a for a in allowed if k == a or (a.endswith("*") and k.startswith(a[:-1]))), None)
+        if declared is None:
             raise AssertionError("a %r record carries %r, which schema.json does not name for it" % (what, k))
+        value_key = "%s.%s" % (what, k)
+        if declared in SCHEMA["nested"]:
+            index, _, sub = k[len(declared) - 1:].partition(".")
+            if not index.isdigit() or sub not in SCHEMA["nested"][declared]:
+                raise AssertionError("a %r record carries %r, which schema.json does not name under %r"
+                                     % (what, k, declared))
+            value_key = "%s.%s" % (declared, sub)
+        listed = SCHEMA["values"].get(value_key)
+        if listed is not None and v is not None and str(v) not in listed:
+            raise AssertionError("a %r record says %s=%r, which schema.json does not list" % (what, k, v))
 
 
 class _NoAtexit(object):
@@ -70,6 +85,14 @@ class Schema(unittest.TestCase):
             check_schema("note", [("txt", "x")])
         with self.assertRaises(AssertionError):
             check_schema("oops", [])
+        check_schema("holders", [("at", "request"), ("h.0.kind", "graph"), ("h.12.bytes", 5)])
+        for bad in ([("at", "later")], [("h.0.colour", "red")], [("h.x.kind", "graph")], [("h.0.kind", "weights")]):
+            with self.assertRaises(AssertionError):
+                check_schema("holders", bad)
+        with self.assertRaises(AssertionError):
+            check_schema("history", [("state", "half")])
+        with self.assertRaises(AssertionError):
+            check_schema("values", [])
 
 
 class WithTorch(unittest.TestCase):

@@ -34,6 +34,7 @@ pub mod observe;
 pub mod replay;
 pub mod stream;
 
+pub use analysis::bridge::{BridgeRecord, Peaks, StepReading};
 pub use analysis::framework::{
     AllocatorReplay, BatchAdvice, BatchFit, DeviceFramework, Figures, KeptLine, ProcessFramework,
     SnapshotReading,

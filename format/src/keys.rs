@@ -65,12 +65,39 @@ pub mod hello {
 /// constants, never by a string of their own.
 pub mod bridge {
     macro_rules! bridge_kinds {
-        ($($module:ident: $kind:ident = $what:literal { $($key:ident = $name:literal,)* })*) => {
+        ($($module:ident: $kind:ident, $variant:ident = $what:literal { $($key:ident = $name:literal,)* })*) => {
             /// The kinds of record (`Bridge::what`).
             pub mod what {
                 $(pub const $kind: &str = $what;)*
                 /// Every kind, in the schema's order.
                 pub const ALL: &[&str] = &[$($what),*];
+            }
+
+            /// A record's kind as a type ([`crate::Bridge::kind`]): a reader matches on it, so a kind added
+            /// here is a compile error in every reader until it is handled.
+            #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+            pub enum Kind {
+                $($variant,)*
+            }
+
+            impl Kind {
+                /// Every kind, in the schema's order.
+                pub const ALL: &[Kind] = &[$(Kind::$variant),*];
+
+                /// The kind named `what`; `None` for one this build does not know (a newer bridge's).
+                pub fn of(what: &str) -> Option<Kind> {
+                    match what {
+                        $($what => Some(Kind::$variant),)*
+                        _ => None,
+                    }
+                }
+
+                /// Its name on the wire.
+                pub fn what(self) -> &'static str {
+                    match self {
+                        $(Kind::$variant => $what,)*
+                    }
+                }
             }
             $(
                 #[doc = concat!("The keys of a `", $what, "` record.")]
@@ -84,7 +111,7 @@ pub mod bridge {
     }
 
     bridge_kinds! {
-        attach: ATTACH = "attach" {
+        attach: ATTACH, Attach = "attach" {
             BRIDGE = "bridge",
             TORCH = "torch",
             PYTHON = "python",
@@ -96,7 +123,7 @@ pub mod bridge {
             DEVICES = "devices",
             PROBLEM_PREFIX = "problem.*",
         }
-        history: HISTORY = "history" {
+        history: HISTORY, History = "history" {
             STATE = "state",
             REASON = "reason",
             ENTRIES = "entries",
@@ -105,7 +132,7 @@ pub mod bridge {
             LIMIT = "limit",
             T_NS = "t_ns",
         }
-        oom: OOM = "oom" {
+        oom: OOM, Oom = "oom" {
             FRAMEWORK = "framework",
             ERROR = "error",
             REQUESTED = "requested",
@@ -140,7 +167,7 @@ pub mod bridge {
             NUM_ALLOCS = "num_allocs",
             LARGEST_ALLOC_SIZE = "largest_alloc_size",
         }
-        exit: EXIT = "exit" {
+        exit: EXIT, Exit = "exit" {
             FRAMEWORK = "framework",
             ALLOCATED = "allocated",
             RESERVED = "reserved",
@@ -156,11 +183,11 @@ pub mod bridge {
             NUM_ALLOCS = "num_allocs",
             LARGEST_ALLOC_SIZE = "largest_alloc_size",
         }
-        snapshot: SNAPSHOT = "snapshot" {
+        snapshot: SNAPSHOT, Snapshot = "snapshot" {
             AT = "at",
             PATH = "path",
         }
-        steps: STEPS = "steps" {
+        steps: STEPS, Steps = "steps" {
             OPTIMIZER = "optimizer",
             BATCHES = "batches",
             SCOPES = "scopes",
@@ -170,11 +197,11 @@ pub mod bridge {
             ALLOCATED_PEAK = "allocated_peak",
             RESERVED_PEAK = "reserved_peak",
         }
-        peak: PEAK = "peak" {
+        peak: PEAK, Peak = "peak" {
             ALLOCATED_PEAK = "allocated_peak",
             RESERVED_PEAK = "reserved_peak",
         }
-        holders: HOLDERS = "holders" {
+        holders: HOLDERS, Holders = "holders" {
             AT = "at",
             OOM = "oom",
             ELAPSED_MS = "elapsed_ms",
@@ -185,13 +212,47 @@ pub mod bridge {
             PARTIAL_REASON = "partial_reason",
             H_PREFIX = "h.*",
         }
-        note: NOTE = "note" {
+        note: NOTE, Note = "note" {
             TEXT = "text",
         }
-        stopped: STOPPED = "stopped" {
+        stopped: STOPPED, Stopped = "stopped" {
             COUNTER = "counter",
             STEPS = "steps",
         }
+    }
+
+    /// The keys under a `holders` record's `h.*` prefix: holder `i`'s are `h.<i>.<key>` ([`holder::key`]), as
+    /// the schema's `nested` declares them.
+    pub mod holder {
+        pub const KIND: &str = "kind";
+        pub const NAME: &str = "name";
+        pub const SCOPE: &str = "scope";
+        pub const WHAT: &str = "what";
+        pub const TENSORS: &str = "tensors";
+        pub const BYTES: &str = "bytes";
+        pub const NODES: &str = "nodes";
+        pub const BATCHES: &str = "batches";
+        pub const LIB: &str = "lib";
+        /// Every key, in the schema's order.
+        pub const ALL: &[&str] = &[KIND, NAME, SCOPE, WHAT, TENSORS, BYTES, NODES, BATCHES, LIB];
+
+        /// Holder `i`'s `key` as the record carries it.
+        pub fn key(i: usize, key: &str) -> String {
+            format!("{}{i}.{key}", super::prefix(super::holders::H_PREFIX))
+        }
+    }
+
+    /// The values a reader compares, as the schema's `values` lists them (`KIND.KEY` there).
+    pub mod values {
+        /// `history.state`: the history was turned on (else `disarmed`).
+        pub const ARMED: &str = "armed";
+        /// `holders.at`: a walk the program asked for (`vramtrace.holders()`, `%vramtrace holders`); `oom` and
+        /// `exit` are the kinds' own names.
+        pub const AT_REQUEST: &str = "request";
+        /// `oom.framework`, `exit.framework`: JAX's allocator (absent or `torch`: PyTorch's).
+        pub const JAX: &str = "jax";
+        /// A flag's value when set (`holders.partial`, `h.*.lib`).
+        pub const YES: &str = "1";
     }
 
     /// The name of a key declared as a prefix (`"h.*"`): what the keys it stands for start with.
@@ -220,7 +281,7 @@ mod tests {
         let kinds: Vec<&str> = schema
             .keys()
             .map(String::as_str)
-            .filter(|k| *k != "comment")
+            .filter(|k| !["comment", "nested", "values"].contains(k))
             .collect();
         let mut want: Vec<&str> = bridge::what::ALL.to_vec();
         let mut have = kinds.clone();
@@ -240,6 +301,11 @@ mod tests {
             (bridge::what::STOPPED, bridge::stopped::ALL),
         ];
         assert_eq!(declared.len(), kinds.len(), "every kind's keys compared");
+        for (i, k) in bridge::Kind::ALL.iter().enumerate() {
+            assert_eq!(k.what(), bridge::what::ALL[i]);
+            assert_eq!(bridge::Kind::of(k.what()), Some(*k));
+        }
+        assert_eq!(bridge::Kind::of("later"), None);
         for (what, keys) in declared {
             let in_file: Vec<&str> = schema[what]
                 .as_array()
@@ -251,6 +317,30 @@ mod tests {
         }
         assert!(!bridge::oom::ALL.contains(&bridge::legacy::LARGEST_FREE_BLOCK_BYTES));
         assert_eq!(bridge::prefix(bridge::holders::H_PREFIX), "h.");
+        let nested: Vec<&str> = schema["nested"][bridge::holders::H_PREFIX]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(bridge::holder::ALL, nested.as_slice(), "the keys under h.*");
+        assert_eq!(bridge::holder::key(3, bridge::holder::KIND), "h.3.kind");
+        // Each value a reader compares is listed where the schema lists the key's values.
+        let listed = |key: &str, v: &str| {
+            schema["values"][key]
+                .as_array()
+                .unwrap_or_else(|| panic!("values of {key}"))
+                .iter()
+                .any(|x| x == v)
+        };
+        assert!(listed("history.state", bridge::values::ARMED));
+        assert!(listed("holders.at", bridge::values::AT_REQUEST));
+        assert!(listed("holders.at", bridge::what::OOM));
+        assert!(listed("holders.at", bridge::what::EXIT));
+        assert!(listed("snapshot.at", bridge::what::EXIT));
+        assert!(listed("oom.framework", bridge::values::JAX));
+        assert!(listed("h.*.lib", bridge::values::YES));
+        assert!(listed("holders.partial", bridge::values::YES));
     }
 
     #[test]

@@ -611,6 +611,11 @@ pub struct Bridge {
 }
 
 impl Bridge {
+    /// Its kind; `None` for a kind this build does not know (a newer bridge's: skipped by every reader).
+    pub fn kind(&self) -> Option<keys::bridge::Kind> {
+        keys::bridge::Kind::of(&self.what)
+    }
+
     /// The value of `key`, if present.
     pub fn field(&self, key: &str) -> Option<&str> {
         self.fields

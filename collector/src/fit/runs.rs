@@ -10,10 +10,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use vramtrace_format::codec::{self, HEADER_PREFIX};
-use vramtrace_format::keys::bridge::{self, what};
+use vramtrace_format::keys::bridge::Kind;
 use vramtrace_format::Record;
 
-use crate::model::Analysis;
+use crate::model::{Analysis, BridgeRecord};
 
 /// The history each run keeps: every entry of a short run (the ring's size, not what it costs: PyTorch keeps
 /// only what the program asks), the figure the docs give for `whatif --knob`.
@@ -276,20 +276,35 @@ impl Tail {
         for (kind, payload) in codec::frames(&self.buf) {
             used += payload.len() + codec::FRAME_OVERHEAD;
             if let Ok(Some(Record::Bridge(b))) = codec::decode_record(kind, payload) {
-                match b.what.as_str() {
-                    what::ATTACH => self.attached = true,
-                    what::STEPS => {
-                        let s = b
-                            .num(bridge::steps::OPTIMIZER)
-                            .filter(|&n| n > 0)
-                            .or(b.num(bridge::steps::BATCHES))
-                            .unwrap_or(0);
-                        self.steps = self.steps.max(s);
+                match b.kind() {
+                    Some(Kind::Attach) => self.attached = true,
+                    // The program's own steps: optimizer steps, else batches (a scope is no step of a fit).
+                    Some(Kind::Steps) => {
+                        if let Some(BridgeRecord::Steps(r)) = BridgeRecord::read(&b, 0) {
+                            let s = if r.optimizer > 0 {
+                                r.optimizer
+                            } else {
+                                r.batches
+                            };
+                            self.steps = self.steps.max(s);
+                        }
                     }
-                    what::STOPPED => {
-                        self.steps = self.steps.max(b.num(bridge::stopped::STEPS).unwrap_or(0));
+                    Some(Kind::Stopped) => {
+                        if let Some(BridgeRecord::Stopped { steps }) = BridgeRecord::read(&b, 0) {
+                            self.steps = self.steps.max(steps);
+                        }
                     }
-                    _ => {}
+                    // Nothing of these tells a run's progress.
+                    Some(
+                        Kind::History
+                        | Kind::Oom
+                        | Kind::Exit
+                        | Kind::Snapshot
+                        | Kind::Peak
+                        | Kind::Holders
+                        | Kind::Note,
+                    )
+                    | None => {}
                 }
             }
         }

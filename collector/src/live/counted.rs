@@ -134,7 +134,20 @@ impl CapView {
                 let p = self.procs.entry(*pid).or_default();
                 super::figures::name_gpus(&mut self.uuids, &mut p.uuids, uuids);
             }
-            _ => {}
+            // Events come as frames of their own ([`CapView::look`]); the rest move no byte the cap counts.
+            Record::Events { .. }
+            | Record::Exit(_)
+            | Record::Goodbye { .. }
+            | Record::Tick { .. }
+            | Record::Oom(_)
+            | Record::Stack(_)
+            | Record::Objects(_)
+            | Record::Note { .. }
+            | Record::FrameworkSample(_)
+            | Record::Bridge(_)
+            | Record::End { .. }
+            | Record::Reaped { .. }
+            | Record::FrameNames(_) => {}
         }
     }
 

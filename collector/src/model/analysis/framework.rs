@@ -210,7 +210,7 @@ impl FrameworkOom {
         let num = |k: &str| b.num(k);
         let text = |k: &str| b.field(k).filter(|v| !v.is_empty()).map(str::to_string);
         let framework = match b.field(k::FRAMEWORK) {
-            Some("jax") => Framework::Jax,
+            Some(keys::bridge::values::JAX) => Framework::Jax,
             _ => Framework::Torch,
         };
         let figures = if framework == Framework::Jax {

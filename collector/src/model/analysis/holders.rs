@@ -2,7 +2,7 @@
 //! out-of-memory error from PyTorch's observer, before the exception unwinds; at exit after a growth; on
 //! request). bridge/vramtrace_bridge/_holders.py makes it; docs/OOM.md, "What holds the memory", says how.
 
-use vramtrace_format::keys::bridge::{holders as k, what};
+use vramtrace_format::keys::bridge::{holder, holders as k, values, what};
 use vramtrace_format::{Bridge, NO_DEVICE};
 
 /// Holders kept from one record (the bridge sends at most 16).
@@ -24,7 +24,7 @@ impl WalkAt {
         match self {
             WalkAt::Oom(_) => what::OOM,
             WalkAt::Exit => what::EXIT,
-            WalkAt::Request => "request",
+            WalkAt::Request => values::AT_REQUEST,
         }
     }
 }
@@ -208,14 +208,14 @@ impl Holders {
         let at = match b.field(k::AT)? {
             what::OOM => WalkAt::Oom(b.num(k::OOM).unwrap_or(0)),
             what::EXIT => WalkAt::Exit,
-            "request" => WalkAt::Request,
+            values::AT_REQUEST => WalkAt::Request,
             _ => return None,
         };
         let mut holders = Vec::new();
         for i in 0..MAX_HOLDERS {
-            let f = |k: &str| b.field(&format!("h.{i}.{k}"));
-            let n = |k: &str| b.num(&format!("h.{i}.{k}"));
-            let Some(kind) = f("kind").and_then(HolderKind::parse) else {
+            let f = |k: &str| b.field(&holder::key(i, k));
+            let n = |k: &str| b.num(&holder::key(i, k));
+            let Some(kind) = f(holder::KIND).and_then(HolderKind::parse) else {
                 break;
             };
             let clean = |s: Option<&str>| {
@@ -226,19 +226,19 @@ impl Holders {
                     .collect::<String>()
             };
             // No GPU holds a petabyte: a figure past it is a process's forgery, and the holder is not shown.
-            if n("bytes").is_some_and(|b| b > MAX_HOLDER_BYTES) {
+            if n(holder::BYTES).is_some_and(|b| b > MAX_HOLDER_BYTES) {
                 continue;
             }
             holders.push(Holder {
                 kind,
-                name: clean(f("name")),
-                scope: clean(f("scope")),
-                what: clean(f("what")),
-                tensors: n("tensors").unwrap_or(0),
-                bytes: n("bytes").unwrap_or(0),
-                nodes: n("nodes"),
-                batches: n("batches").filter(|&x| x > 1),
-                library: f("lib") == Some("1"),
+                name: clean(f(holder::NAME)),
+                scope: clean(f(holder::SCOPE)),
+                what: clean(f(holder::WHAT)),
+                tensors: n(holder::TENSORS).unwrap_or(0),
+                bytes: n(holder::BYTES).unwrap_or(0),
+                nodes: n(holder::NODES),
+                batches: n(holder::BATCHES).filter(|&x| x > 1),
+                library: f(holder::LIB) == Some(values::YES),
             });
         }
         holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(&b.name)));
@@ -254,7 +254,7 @@ impl Holders {
                 .num(k::TENSOR_BYTES)
                 .filter(|&x| x <= MAX_HOLDER_BYTES)
                 .unwrap_or(0),
-            partial: (b.field(k::PARTIAL) == Some("1")).then(|| {
+            partial: (b.field(k::PARTIAL) == Some(values::YES)).then(|| {
                 b.field(k::PARTIAL_REASON)
                     .unwrap_or("its time bound")
                     .chars()
@@ -289,6 +289,19 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+        }
+    }
+
+    /// The holder kinds read are the ones the schema lists (bridge/schema.json `values`), each both ways.
+    #[test]
+    fn holder_kinds_are_the_schemas() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../../../../bridge/schema.json")).unwrap();
+        let listed = schema["values"]["h.*.kind"].as_array().unwrap();
+        assert_eq!(listed.len(), 7);
+        for v in listed {
+            let kind = HolderKind::parse(v.as_str().unwrap()).unwrap();
+            assert_eq!(kind.key(), v.as_str().unwrap());
         }
     }
 

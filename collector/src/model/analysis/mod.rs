@@ -5,6 +5,7 @@ use vramtrace_format::{Api, ExitStatus, TraceHeader};
 
 use crate::callsites::{CallSites, SiteBytes};
 use crate::model::observe::timeline::Timeline;
+pub mod bridge;
 pub mod framework;
 pub mod holders;
 

@@ -2,7 +2,7 @@
 //! process. The merge holds it until its time comes and hands it back whole; nothing waits in maps keyed by ids
 //! on the replay's side.
 
-use vramtrace_format::{Hello, Oom, Record};
+use vramtrace_format::{Bridge, FrameworkSample, Hello, Oom};
 
 use crate::model::input::key::{WHAT_CTX, WHAT_DROP, WHAT_END, WHAT_FW, WHAT_OOM};
 
@@ -16,8 +16,13 @@ pub(in crate::model) enum Entry {
     Oom { slot: usize, oom: Box<Oom> },
     /// The process ended: CUDA gave back what it held.
     End { slot: usize },
-    /// A bridge record: a framework's figures (`FrameworkSample`) or its error (`Bridge`).
-    Framework { slot: usize, rec: Box<Record> },
+    /// A framework's figures, from the Python bridge.
+    Sample {
+        slot: usize,
+        sample: Box<FrameworkSample>,
+    },
+    /// Any other bridge record.
+    Bridge { slot: usize, rec: Box<Bridge> },
     /// Every context of the process on `device` was torn down.
     ContextGone { slot: usize, device: u32 },
     /// What a hello says of the process, applied where the file holds it.
@@ -32,7 +37,7 @@ impl Entry {
             Entry::Dropped { .. } => WHAT_DROP,
             Entry::Oom { .. } => WHAT_OOM,
             Entry::End { .. } => WHAT_END,
-            Entry::Framework { .. } => WHAT_FW,
+            Entry::Sample { .. } | Entry::Bridge { .. } => WHAT_FW,
             Entry::ContextGone { .. } => WHAT_CTX,
             Entry::Hello { .. } => u8::MAX,
         }

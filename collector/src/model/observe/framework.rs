@@ -18,9 +18,9 @@
 
 use std::collections::HashMap;
 
-use vramtrace_format::keys::bridge::{self, what};
-use vramtrace_format::{Bridge, Framework, FrameworkSample, NO_DEVICE};
+use vramtrace_format::{Framework, FrameworkSample};
 
+use crate::model::analysis::bridge::{BridgeRecord, StepReading};
 use crate::model::analysis::holders::{Holders, MAX_WALKS};
 use crate::model::analysis::{GrowthUnit, LeakTrend, StepSource};
 use crate::model::observe::growth::growth_sampled;
@@ -68,9 +68,6 @@ pub enum Told {
     Holders(Holders),
 }
 
-/// Boundary readings name devices below this ordinal only.
-const MAX_READING_DEVICE: u64 = 256;
-
 /// A process's count of its own iterations (the bridge's `steps` records).
 #[derive(Clone, Copy)]
 struct Steps {
@@ -90,40 +87,6 @@ struct Dev {
     /// Retries and out-of-memory counts of processes that ended, plus the live ones' at the end.
     retries_done: u64,
     ooms_done: u64,
-}
-
-/// The allocator's own peaks a bridge record carries: (device, allocated peak, reserved peak), or `None`.
-fn counted_peaks(b: &Bridge) -> Option<(u32, Option<u64>, Option<u64>)> {
-    let (device, allocated, reserved) = match b.what.as_str() {
-        what::PEAK => (
-            b.device,
-            b.num(bridge::peak::ALLOCATED_PEAK),
-            b.num(bridge::peak::RESERVED_PEAK),
-        ),
-        // A boundary reading names its device among its fields.
-        what::STEPS => (
-            b.num(bridge::steps::DEVICE)
-                .filter(|&d| d < MAX_READING_DEVICE)
-                .map_or(NO_DEVICE, |d| d as u32),
-            b.num(bridge::steps::ALLOCATED_PEAK),
-            b.num(bridge::steps::RESERVED_PEAK),
-        ),
-        what::EXIT => (
-            b.device,
-            b.num(bridge::exit::ALLOCATED_PEAK)
-                .or(b.num(bridge::exit::PEAK_BYTES_IN_USE)),
-            b.num(bridge::exit::RESERVED_PEAK),
-        ),
-        what::OOM => (
-            b.device,
-            b.num(bridge::oom::ALLOCATED_PEAK)
-                .or(b.num(bridge::oom::PEAK_BYTES_IN_USE)),
-            b.num(bridge::oom::RESERVED_PEAK),
-        ),
-        _ => return None,
-    };
-    (device != NO_DEVICE && (allocated.is_some() || reserved.is_some()))
-        .then_some((device, allocated, reserved))
 }
 
 /// The index of a device's timeline of allocated bytes, and of reserved bytes, in `FwReplay::tls`.
@@ -237,137 +200,86 @@ impl FwReplay {
         }
     }
 
-    /// Any other bridge record of slot `slot`, every kind read here (the one room that knows them); what the
-    /// replay must place itself comes back: an out-of-memory record, to be attached to a snapshot, and a walk of
-    /// what holds the tensors, to its error or to the run's walks.
-    pub fn on_bridge(&mut self, slot: usize, b: Bridge, t: u64) -> Option<Told> {
-        if let Some((device, allocated, reserved)) = counted_peaks(&b) {
-            self.on_peaks(slot, device, allocated, reserved, b.what == what::PEAK, t);
+    /// Any other bridge record of slot `slot` (process `pid`), every kind handled here (the one room that places
+    /// them); what the replay must place itself comes back: an out-of-memory record, to be attached to a
+    /// snapshot, and a walk of what holds the tensors, to its error or to the run's walks.
+    pub fn on_bridge(&mut self, slot: usize, pid: u32, rec: BridgeRecord, t: u64) -> Option<Told> {
+        if let Some((device, allocated, reserved)) = rec.peaks() {
+            let streams = matches!(rec, BridgeRecord::Peak(_));
+            self.on_peaks(slot, device, allocated, reserved, streams, t);
         }
-        match b.what.as_str() {
-            what::OOM => return Some(Told::Oom(Box::new(FrameworkOom::from_bridge(&b, t)))),
-            what::HOLDERS => return Holders::from_bridge(&b, t).map(Told::Holders),
-            what::STEPS => {
-                // Optimizer steps when the program has any, else DataLoader batches: one counter per process, so
-                // a change of counter restarts its series (StepSeries::observe).
-                let (opt, batches, scopes) = (
-                    b.num(bridge::steps::OPTIMIZER).unwrap_or(0),
-                    b.num(bridge::steps::BATCHES).unwrap_or(0),
-                    b.num(bridge::steps::SCOPES).unwrap_or(0),
-                );
-                // A loop's no_grad scopes only where neither of the others counts (the bridge reads its boundaries
-                // only then too).
-                let (source, count) = if opt > 0 {
-                    (StepSource::Optimizer, opt)
-                } else if batches > 0 {
-                    (StepSource::Batches, batches)
-                } else {
-                    (StepSource::Scopes, scopes)
-                };
-                // The bridge's reading at the step's boundary: the same moment of every step.
-                // A device ordinal a GPU can have: a forged record cannot make millions of devices (the samples
-                // may come late, or rarely, on a busy host: the readings do not wait for them).
-                if let (Some(dev), Some(alloc)) = (
-                    b.num(bridge::steps::DEVICE),
-                    b.num(bridge::steps::ALLOCATED),
-                ) {
-                    if count > 0 && dev < MAX_READING_DEVICE {
-                        let p = self.procs.entry((slot, dev as u32)).or_default();
-                        p.exact.observe(count, t, alloc);
-                        if let Some(peak) = b.num(bridge::steps::ALLOCATED_PEAK) {
-                            // A new counter (or a fork's) starts again.
-                            if p.need.back().is_some_and(|&(c, _)| c >= count) {
-                                p.need.clear();
-                            }
-                            p.need.push_back((count, peak));
-                            if p.need.len() > NEED_READINGS {
-                                p.need.pop_front();
-                            }
-                        }
-                    }
-                }
-                if count > 0 {
-                    self.steps.insert(
-                        slot,
-                        Steps {
-                            pid: b.pid,
-                            source,
-                            count,
-                        },
-                    );
+        match rec {
+            BridgeRecord::Oom(fo, _) => return Some(Told::Oom(fo)),
+            BridgeRecord::Holders(h) => return Some(Told::Holders(h)),
+            BridgeRecord::Steps(reading) => self.on_steps(slot, pid, reading, t),
+            BridgeRecord::Attach(a) => {
+                if !self.summary.attached.iter().any(|x| x.pid == a.pid) {
+                    self.summary.attached.push(a);
                 }
             }
-            what::ATTACH => {
-                // Only the PyTorch side says `attach` (bridge/schema.json).
-                let framework = Framework::Torch;
-                let mut problems: Vec<(String, String)> = b
-                    .fields
+            BridgeRecord::History(h) => {
+                if self.summary.history.len() < MAX_HISTORY_CHANGES {
+                    self.summary.history.push(h);
+                }
+            }
+            BridgeRecord::Note(text) => {
+                if self.summary.notes.len() < MAX_BRIDGE_NOTES
+                    && !self.summary.notes.iter().any(|(_, _, x)| *x == text)
+                {
+                    self.summary.notes.push((pid, t, text));
+                }
+            }
+            BridgeRecord::Stopped { steps } => {
+                if !self.summary.stopped.iter().any(|(p, _)| *p == pid) {
+                    self.summary.stopped.push((pid, steps));
+                }
+            }
+            BridgeRecord::ExitSnapshot(p) => {
+                // One a process (a process dumps one at its exit), each file once, a bounded number in all: a
+                // program that repeats the record must not make every reader read one file a thousand times.
+                let known = self
+                    .summary
+                    .exit_snapshots
                     .iter()
-                    .filter(|(k, _)| k.starts_with("problem."))
-                    .cloned()
-                    .collect();
-                problems.sort();
-                let text = |k: &str| b.field(k).filter(|v| !v.is_empty()).map(str::to_string);
-                if !self.summary.attached.iter().any(|a| a.pid == b.pid) {
-                    self.summary.attached.push(BridgeProcess {
-                        pid: b.pid,
-                        framework,
-                        framework_version: text(bridge::attach::TORCH),
-                        python: text(bridge::attach::PYTHON),
-                        backend: text(bridge::attach::BACKEND),
-                        alloc_conf: text(bridge::attach::ALLOC_CONF),
-                        sample_ms: b.num(bridge::attach::SAMPLE_MS),
-                        history_entries: b.num(bridge::attach::HISTORY_ENTRIES).unwrap_or(0),
-                        problems: problems.into_iter().map(|(_, v)| v).collect(),
-                    });
-                }
-            }
-            what::HISTORY if self.summary.history.len() < MAX_HISTORY_CHANGES => {
-                self.summary.history.push(HistoryChange {
-                    pid: b.pid,
-                    device: (b.device != NO_DEVICE).then_some(b.device),
-                    time_ns: t,
-                    armed: b.field(bridge::history::STATE) == Some("armed"),
-                    reason: b.field(bridge::history::REASON).unwrap_or("").to_string(),
-                    entries: b.num(bridge::history::ENTRIES).unwrap_or(0),
-                    allocated: b.num(bridge::history::ALLOCATED),
-                    limit: b.num(bridge::history::LIMIT),
-                });
-            }
-            what::NOTE if self.summary.notes.len() < MAX_BRIDGE_NOTES => {
-                let text = b.field(bridge::note::TEXT).unwrap_or("").to_string();
-                if !self.summary.notes.iter().any(|(_, _, x)| *x == text) {
-                    self.summary.notes.push((b.pid, t, text));
-                }
-            }
-            what::STOPPED => {
-                let steps = b.num(bridge::stopped::STEPS).unwrap_or(0);
-                if !self.summary.stopped.iter().any(|(p, _)| *p == b.pid) {
-                    self.summary.stopped.push((b.pid, steps));
-                }
-            }
-            what::SNAPSHOT => {
-                if let Some(p) = b.field(bridge::snapshot::PATH) {
-                    // One a process (a process dumps one at its exit), each file once, a bounded number in all:
-                    // a program that repeats the record must not make every reader read one file a thousand
-                    // times.
-                    let known = self
-                        .summary
-                        .exit_snapshots
-                        .iter()
-                        .any(|(pid, q)| *pid == b.pid || q == p);
-                    if b.field(bridge::snapshot::AT) == Some(what::EXIT) && !known {
-                        if self.summary.exit_snapshots.len() < MAX_EXIT_SNAPSHOTS {
-                            self.summary.exit_snapshots.push((b.pid, p.to_string()));
-                        } else {
-                            self.summary.exit_snapshots_dropped += 1;
-                        }
+                    .any(|(q, path)| *q == pid || *path == p);
+                if !known {
+                    if self.summary.exit_snapshots.len() < MAX_EXIT_SNAPSHOTS {
+                        self.summary.exit_snapshots.push((pid, p));
+                    } else {
+                        self.summary.exit_snapshots_dropped += 1;
                     }
                 }
             }
-            _ => {}
+            // Their peaks were taken above; the rest of their figures come with the samples.
+            BridgeRecord::Peak(_) | BridgeRecord::Exit(_) => {}
         }
         None
+    }
+
+    /// A `steps` record: the process's iteration count (one counter per process, so a change of counter restarts
+    /// its series: `StepSeries::observe`), and the bridge's reading at the boundary, the same moment of every
+    /// iteration (the samples may come late, or rarely, on a busy host: the readings do not wait for them).
+    fn on_steps(&mut self, slot: usize, pid: u32, reading: StepReading, t: u64) {
+        let (source, count) = reading.counter();
+        if let (Some(dev), Some(alloc)) = (reading.device, reading.allocated) {
+            if count > 0 {
+                let p = self.procs.entry((slot, dev)).or_default();
+                p.exact.observe(count, t, alloc);
+                if let Some(peak) = reading.peaks.allocated {
+                    // A new counter (or a fork's) starts again.
+                    if p.need.back().is_some_and(|&(c, _)| c >= count) {
+                        p.need.clear();
+                    }
+                    p.need.push_back((count, peak));
+                    if p.need.len() > NEED_READINGS {
+                        p.need.pop_front();
+                    }
+                }
+            }
+        }
+        if count > 0 {
+            self.steps.insert(slot, Steps { pid, source, count });
+        }
     }
 
     /// The allocator's own peaks for process `slot` on `device`, read at `t`, from a `peak` record or another
@@ -609,8 +521,16 @@ impl FwReplay {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vramtrace_format::keys::bridge::{self, what};
+    use vramtrace_format::{Bridge, NO_DEVICE};
 
     const GIB: u64 = 1 << 30;
+
+    /// Reads `b` as the replay does, and hands it to `r`.
+    fn feed(r: &mut FwReplay, slot: usize, b: Bridge, t: u64) -> Option<Told> {
+        let rec = BridgeRecord::read(&b, t)?;
+        r.on_bridge(slot, b.pid, rec, t)
+    }
 
     fn sample(pid: u32, device: u32, allocated: u64, reserved: u64) -> FrameworkSample {
         FrameworkSample {
@@ -628,20 +548,7 @@ mod tests {
         }
     }
 
-    fn record(pid: u32, what: &str, device: u32, fields: &[(&str, u64)]) -> Bridge {
-        Bridge {
-            pid,
-            tid: pid,
-            ts_ns: 0,
-            what: what.into(),
-            device,
-            ack: false,
-            fields: fields
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        }
-    }
+    use crate::model::analysis::bridge::record;
 
     fn peak(pid: u32, allocated: u64, reserved: u64) -> Bridge {
         record(
@@ -683,7 +590,7 @@ mod tests {
     fn a_peak_between_samples_is_the_allocators_own() {
         let mut r = FwReplay::default();
         r.on_sample(0, &sample(7, 0, 2 * GIB, 9 * GIB), 10);
-        r.on_bridge(0, peak(7, 8 * GIB, 9 * GIB), 20);
+        feed(&mut r, 0, peak(7, 8 * GIB, 9 * GIB), 20);
         r.on_sample(0, &sample(7, 0, 3 * GIB, 9 * GIB), 30);
         assert_eq!(
             finished(r),
@@ -697,14 +604,14 @@ mod tests {
     fn a_reset_counter_never_lowers_the_peak() {
         let mut r = FwReplay::default();
         r.on_sample(0, &sample(7, 0, GIB, 2 * GIB), 10);
-        r.on_bridge(0, peak(7, 5 * GIB, 6 * GIB), 20);
-        r.on_bridge(0, reading(7, 3, 2 * GIB, 2 * GIB), 30);
+        feed(&mut r, 0, peak(7, 5 * GIB, 6 * GIB), 20);
+        feed(&mut r, 0, reading(7, 3, 2 * GIB, 2 * GIB), 30);
         let exit = [
             (bridge::exit::ALLOCATED, GIB),
             (bridge::exit::ALLOCATED_PEAK, 3 * GIB),
             (bridge::exit::RESERVED_PEAK, 3 * GIB),
         ];
-        r.on_bridge(0, record(7, what::EXIT, 0, &exit), 40);
+        feed(&mut r, 0, record(7, what::EXIT, 0, &exit), 40);
         assert_eq!(
             finished(r),
             ((5 * GIB, 6 * GIB), (5 * GIB, 6 * GIB, Some(20)))
@@ -723,10 +630,10 @@ mod tests {
         ];
         let mut r = FwReplay::default();
         r.on_sample(0, &sample(7, 0, GIB, 2 * GIB), 10);
-        r.on_bridge(0, peak(7, GIB, 2 * GIB), 10);
-        r.on_bridge(0, reading(7, 1, 4 * GIB, 5 * GIB), 20);
+        feed(&mut r, 0, peak(7, GIB, 2 * GIB), 10);
+        feed(&mut r, 0, reading(7, 1, 4 * GIB, 5 * GIB), 20);
         assert!(matches!(
-            r.on_bridge(0, record(7, what::OOM, 0, &oom), 30),
+            feed(&mut r, 0, record(7, what::OOM, 0, &oom), 30),
             Some(Told::Oom(_))
         ));
         let (procs, devs, _) = r.finish(1_000);
@@ -746,7 +653,7 @@ mod tests {
         let mut r = FwReplay::default();
         r.on_sample(0, &sample(7, 0, GIB, 2 * GIB), 10);
         assert!(matches!(
-            r.on_bridge(0, record(7, what::OOM, 0, &oom), 30),
+            feed(&mut r, 0, record(7, what::OOM, 0, &oom), 30),
             Some(Told::Oom(_))
         ));
         let (_, devs, _) = r.finish(1_000);
@@ -763,7 +670,7 @@ mod tests {
         s.framework = Framework::Jax;
         r.on_sample(0, &s, 10);
         let exit = [(bridge::exit::PEAK_BYTES_IN_USE, 3 * GIB)];
-        r.on_bridge(0, record(8, what::EXIT, 0, &exit), 20);
+        feed(&mut r, 0, record(8, what::EXIT, 0, &exit), 20);
         assert_eq!(finished(r), ((3 * GIB, 2 * GIB), (3 * GIB, 2 * GIB, None)));
     }
 
@@ -774,7 +681,7 @@ mod tests {
         let mut r = FwReplay::default();
         r.on_sample(0, &sample(7, 0, GIB, 2 * GIB), 10);
         r.on_sample(1, &sample(9, 0, 2 * GIB, 3 * GIB), 11);
-        r.on_bridge(1, peak(9, 5 * GIB, 6 * GIB), 20);
+        feed(&mut r, 1, peak(9, 5 * GIB, 6 * GIB), 20);
         let (procs, devs, _) = r.finish(1_000);
         assert_eq!(procs[&1][0].peak_allocated, 5 * GIB);
         assert_eq!(procs[&0][0].peak_allocated, GIB);
@@ -788,7 +695,7 @@ mod tests {
     #[test]
     fn peaks_without_samples_make_nothing() {
         let mut r = FwReplay::default();
-        r.on_bridge(0, peak(7, 5 * GIB, 6 * GIB), 20);
+        feed(&mut r, 0, peak(7, 5 * GIB, 6 * GIB), 20);
         let (procs, devs, _) = r.finish(1_000);
         assert!(procs.is_empty() && devs.is_empty());
     }

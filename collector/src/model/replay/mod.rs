@@ -475,7 +475,8 @@ impl<'t> Replay<'t> {
             Entry::Hello { slot, hello } => self.hello_applied(slot, *hello),
             Entry::End { slot } => self.end_process(slot, ts),
             Entry::Oom { slot, oom } => self.snapshot(slot, &oom, ts, true),
-            Entry::Framework { slot, rec } => self.on_fw(slot, *rec, ts),
+            Entry::Sample { slot, sample } => self.on_sample(slot, &sample, ts),
+            Entry::Bridge { slot, rec } => self.on_bridge(slot, &rec, ts),
             Entry::ContextGone { slot, device } => self.context_gone(slot, device, ts),
             Entry::Dropped { slot, count } => {
                 let p = &mut self.procs[slot].s;

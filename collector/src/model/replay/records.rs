@@ -3,8 +3,9 @@
 //! process's promise (docs/ARCHITECTURE.md, "How the merge keeps it").
 
 use vramtrace_format::keys;
-use vramtrace_format::{EndKind, Event, Hello, Record};
+use vramtrace_format::{Bridge, EndKind, Event, FrameworkSample, Hello, Record};
 
+use crate::model::analysis::bridge::BridgeRecord;
 use crate::model::analysis::holders::{Holders, WalkAt};
 use crate::model::analysis::Ended;
 use crate::model::input::entry::Entry;
@@ -179,48 +180,55 @@ impl Replay<'_> {
                 lost.sort_by_key(|l| std::cmp::Reverse(l.1));
             }
             // The bridge's records ride the merge like out-of-memory records: applied at their time.
-            Record::FrameworkSample(ref f) => {
-                let (pid, ts) = (f.pid, f.ts_ns);
-                self.queue_fw(pid, ts, rec);
+            Record::FrameworkSample(f) => {
+                let s = self.queue_fw(f.pid, f.ts_ns);
+                let sample = Box::new(f);
+                self.merge.record(
+                    sample.pid,
+                    0,
+                    sample.ts_ns,
+                    Entry::Sample { slot: s, sample },
+                );
+                self.pump();
             }
-            Record::Bridge(ref b) => {
-                let (pid, ts) = (b.pid, b.ts_ns);
-                self.queue_fw(pid, ts, rec);
+            Record::Bridge(b) => {
+                let s = self.queue_fw(b.pid, b.ts_ns);
+                let rec = Box::new(b);
+                self.merge
+                    .record(rec.pid, 0, rec.ts_ns, Entry::Bridge { slot: s, rec });
+                self.pump();
             }
         }
     }
 
-    fn queue_fw(&mut self, pid: u32, ts: u64, rec: Record) {
+    /// The slot of a bridge record of process `pid` at `ts`, about to join the merge.
+    fn queue_fw(&mut self, pid: u32, ts: u64) -> usize {
         self.observe(ts);
         let s = self.route(pid, ts);
         self.procs[s].newest = self.procs[s].newest.max(ts);
-        let entry = Entry::Framework {
-            slot: s,
-            rec: Box::new(rec),
-        };
-        self.merge.record(pid, 0, ts, entry);
-        self.pump();
+        s
     }
 
-    /// Replays bridge record `rec` of process `s` at `ts`.
-    pub(in crate::model) fn on_fw(&mut self, s: usize, rec: Record, ts: u64) {
+    /// Replays framework sample `f` of process `s` at `ts`.
+    pub(in crate::model) fn on_sample(&mut self, s: usize, f: &FrameworkSample, ts: u64) {
         let t = self.rel(ts);
-        match rec {
-            Record::FrameworkSample(f) => {
-                self.fw.on_sample(s, &f, t);
-                if let Some(tap) = self.tap.as_mut() {
-                    tap.framework(s, &f);
-                }
-            }
-            Record::Bridge(b) => {
-                let (pid, tid) = (b.pid, b.tid);
-                match self.fw.on_bridge(s, b, t) {
-                    Some(Told::Oom(fo)) => self.fold_framework_oom(s, pid, tid, ts, *fo),
-                    Some(Told::Holders(h)) => self.place_walk(h, t),
-                    None => {}
-                }
-            }
-            _ => {}
+        self.fw.on_sample(s, f, t);
+        if let Some(tap) = self.tap.as_mut() {
+            tap.framework(s, f);
+        }
+    }
+
+    /// Replays bridge record `b` of process `s` at `ts`; a kind this build does not know (a newer bridge's) is
+    /// skipped.
+    pub(in crate::model) fn on_bridge(&mut self, s: usize, b: &Bridge, ts: u64) {
+        let t = self.rel(ts);
+        let Some(r) = BridgeRecord::read(b, t) else {
+            return;
+        };
+        match self.fw.on_bridge(s, b.pid, r, t) {
+            Some(Told::Oom(fo)) => self.fold_framework_oom(s, b.pid, b.tid, ts, *fo),
+            Some(Told::Holders(h)) => self.place_walk(h, t),
+            None => {}
         }
     }
 
