@@ -2,7 +2,7 @@
 replayed under the settings of another run and the model's reserve compared with PyTorch's own.
 
     python3 whatif_case.py CASE [--batch B] [--steps N]
-    CASE: train | finetune | serve | frag | conv, or the unseen: padded | convamp | ckpt | lstm
+    CASE: train | finetune | serve | frag | conv, or the unseen: padded | convamp | ckpt | lstm | lstm2
 
 Issue 39 (whatif --knob batch): --batch sets the batch of train (a transformer language model, sequence 256),
 finetune (the same model, its embedding frozen, sequence lengths varying step to step, the same lengths at every
@@ -243,6 +243,28 @@ def lstm():
         opt.zero_grad(set_to_none=True)
 
 
+def lstm2():
+    """Issue 48's code-path pair as the issue met it: one 2-layer LSTM, `torch.nn.LSTM(1024, 1024,
+    num_layers=2)`, as a user writes it (fp32, PyTorch's default dtype; cuDNN's RNN, TF32 as PyTorch allows it by
+    default), sequence 128 (sequence first, the module's default layout), a Linear head to 1024 classes, cross
+    entropy on random targets, AdamW. The issue's runs at 16 and 32 were refused as "the runs take different code
+    paths" (84 more requests on autograd's backward thread at 32)."""
+    m = torch.nn.ModuleDict(
+        dict(rnn=torch.nn.LSTM(1024, 1024, num_layers=2), head=torch.nn.Linear(1024, 1024))
+    ).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    b = BATCH or 32
+    for _ in range(STEPS or 8):
+        step_mark()
+        x = torch.randn(128, b, 1024, device=dev)
+        y = torch.randint(0, 1024, (128 * b,), device=dev)
+        h, _ = m["rnn"](x)
+        loss = torch.nn.functional.cross_entropy(m["head"](h).flatten(0, 1), y)  # line: loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
 out = {"case": CASE, "batch": BATCH, "oom": None}
 try:
     {
@@ -255,6 +277,7 @@ try:
         "convamp": unseen_conv,
         "ckpt": unseen_checkpointed,
         "lstm": lstm,
+        "lstm2": lstm2,
     }[CASE]()
 except torch.OutOfMemoryError as e:
     tb = traceback.extract_tb(sys.exc_info()[2])
