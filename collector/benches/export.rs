@@ -15,7 +15,7 @@ mod ingest;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use vramtrace_collector::trace_file::analyze;
+use vramtrace_collector::inputs::trace_file::analyze;
 use vramtrace_collector::verbs::export::{export, ExportArgs, Format};
 
 /// Runs `f`, returning its time in seconds and the peak RSS above the RSS before it (MB), when readable.

@@ -157,7 +157,7 @@ fn main() {
     std::fs::write(&path, &bytes).unwrap();
 
     let t = Instant::now();
-    let v = vramtrace_collector::torch_snapshot::load(&path).unwrap();
+    let v = vramtrace_collector::inputs::torch_snapshot::load(&path).unwrap();
     let load_s = t.elapsed().as_secs_f64();
     eprintln!("pickle loaded in {load_s:.3} s");
     let mut notes = Vec::new();
@@ -167,7 +167,7 @@ fn main() {
     let entries = histories[0].entries.len();
     // The same file as `report` and `export` read it (torch_snapshot::read): the other snapshot path.
     let t = Instant::now();
-    let reading = vramtrace_collector::torch_snapshot::read(&path, Some(0), None);
+    let reading = vramtrace_collector::inputs::torch_snapshot::read(&path, Some(0), None);
     let report_s = t.elapsed().as_secs_f64();
     assert!(reading.error.is_none(), "{:?}", reading.error);
     eprintln!("pickle read as report does in {report_s:.3} s");
@@ -204,7 +204,7 @@ fn main() {
     // each; the run at 16 is the same file with every size doubled), matched and fitted, then answered.
     let t = Instant::now();
     let read_run = |value: u64, k: u64| {
-        let v = vramtrace_collector::torch_snapshot::load(&path).unwrap();
+        let v = vramtrace_collector::inputs::torch_snapshot::load(&path).unwrap();
         let mut notes = Vec::new();
         let mut hs = from_snapshot(&v, 1, "bench", "exit", &mut notes);
         for e in &mut hs[0].entries {

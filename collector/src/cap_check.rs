@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use crate::live::Counted;
 
 mod nvml;
-use crate::units;
+use crate::names::units;
 pub use nvml::Nvml;
 
 /// What a process may hold on a GPU beyond what its shim counted, by default (`--cap-allowance`): its CUDA

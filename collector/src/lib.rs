@@ -1,33 +1,28 @@
-//! The collector: the verbs (`verbs/`: `run`, `report`, `oom`, `export`, `demo`, `top`), the reporters (`reporters/`:
-//! one file per output format), over `model`, which replays a trace into live sets, peaks, timelines, out-of-memory
-//! snapshots and their diagnosis. Beside them: `receive` (a job's processes into the trace), `live` (the running
-//! job's figures for `--metrics` and `top`), `callsites` and `symbols` (call sites, resolved offline),
-//! `frame_names` (native frames named where the trace was recorded, kept in it), `ticks` (events' counter ticks to ns), `fdlimit` (room for a socket per process), `torch_snapshot` (PyTorch's
-//! snapshot pickles), `bridge_files` (the Python bridge, carried in the binary), `untrusted_file` (opening only
-//! regular files).
+//! The collector, in the order of its pipeline: `receive` (a job's processes into the trace), `model` (a trace
+//! replayed into live sets, peaks, timelines, out-of-memory snapshots and their diagnosis), `whatif` and `fit`
+//! (what other settings, caps and batches would do), `live` and `cap_check` (the running job's figures for
+//! `--metrics` and `top`, and the cap's GPU check), `reporters` (one file per output format) and `verbs` (`run`,
+//! `report`, `oom`, `export`, `demo`, `top`, ...). `callsites` is the vocabulary of call sites.
+//!
+//! The utilities, grouped by what they serve:
+//! - `files`: files and folders (`out_file` written never through a link, `untrusted_file` opened only if
+//!   regular, `runtime_dir` the job's private folder, `bridge_files` the Python bridge carried in the binary);
+//! - `inputs`: what is read back (`trace_file` a trace and what was kept beside it, `torch_snapshot` PyTorch's
+//!   snapshot pickles, `pickle` the bounded reader under it);
+//! - `names`: names and units (`units` numbers for people, `symbols` and `frame_names` native frames, `ticks` the
+//!   clock, `fasthash`);
+//! - `process`: processes and signals (`exit` codes and one-line errors, `hangup`, `probe`, `fdlimit`).
 
-pub mod bridge_files;
 pub mod callsites;
 pub mod cap_check;
-pub mod exit;
-pub mod fasthash;
-pub mod fdlimit;
+pub mod files;
 pub mod fit;
-pub mod frame_names;
-pub(crate) mod hangup;
+pub mod inputs;
 pub mod live;
 pub mod model;
-pub mod out_file;
-pub mod pickle;
-pub mod probe;
+pub mod names;
+pub mod process;
 pub mod receive;
 pub mod reporters;
-pub mod runtime_dir;
-pub mod symbols;
-pub mod ticks;
-pub mod torch_snapshot;
-pub mod trace_file;
-pub mod units;
-pub mod untrusted_file;
 pub mod verbs;
 pub mod whatif;

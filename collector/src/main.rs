@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
+use vramtrace_collector::process::{exit, probe};
 use vramtrace_collector::verbs::{demo, export, fit, fleet, kernel, oom, report, run, top, whatif};
-use vramtrace_collector::{exit, probe};
 
 use clap::{Parser, Subcommand};
 

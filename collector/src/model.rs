@@ -48,7 +48,7 @@ use std::path::{Path, PathBuf};
 pub use vramtrace_format::ExitStatus;
 use vramtrace_format::{OpenError, TraceReader};
 
-use crate::symbols::Symbolizer;
+use crate::names::symbols::Symbolizer;
 pub use observe::leak::minima;
 pub use observe::timeline::{Bucket, Timeline};
 use replay::Replay;
@@ -56,14 +56,14 @@ pub use replay::FOLD_NS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("cannot read {}: {}", path.display(), crate::untrusted_file::said(source))]
+    #[error("cannot read {}: {}", path.display(), crate::files::untrusted_file::said(source))]
     Read { path: PathBuf, source: io::Error },
     #[error("{}: {source}", path.display())]
     Open { path: PathBuf, source: OpenError },
 }
 
 /// Reads and replays a trace file, the trace alone; call sites are symbolised from the files the trace names
-/// ([`Symbolizer::new`]). `crate::trace_file::analyze` also reads the snapshots kept beside it.
+/// ([`Symbolizer::new`]). `crate::inputs::trace_file::analyze` also reads the snapshots kept beside it.
 pub fn analyze_trace(path: &Path) -> Result<Analysis, ModelError> {
     replay_file(path, None)
 }
@@ -75,10 +75,11 @@ pub fn analyze_tapped(path: &Path, tap: &mut dyn tap::Tap) -> Result<Analysis, M
 }
 
 fn replay_file(path: &Path, tap: Option<&mut dyn tap::Tap>) -> Result<Analysis, ModelError> {
-    let file = crate::untrusted_file::open_regular(path).map_err(|source| ModelError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
+    let file =
+        crate::files::untrusted_file::open_regular(path).map_err(|source| ModelError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
     let mut sym = Symbolizer::new();
     replay_frames_tapped(
         BufReader::with_capacity(1 << 20, file),

@@ -38,7 +38,7 @@ use peer::{Conn, GonePeer};
 pub(crate) use reaped::write as write_reaped;
 pub use writer::TraceWriter;
 
-use crate::hangup::Hangups;
+use crate::process::hangup::Hangups;
 
 /// Takes an accepted connection of the job: its hello into the trace if it is there already, then a receiver
 /// thread for the rest (the acceptor never waits on a connection: one that stays silent would hold every

@@ -4,10 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
+use vramtrace_collector::inputs::trace_file::analyze;
 use vramtrace_collector::model::diagnose::Rule;
 use vramtrace_collector::model::Analysis;
 use vramtrace_collector::reporters::prose;
-use vramtrace_collector::trace_file::analyze;
 use vramtrace_collector::verbs::oom::{diagnose, Cause, Diagnosis, Finding};
 
 const GIB: u64 = 1 << 30;

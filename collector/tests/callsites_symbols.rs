@@ -14,8 +14,8 @@ use common::*;
 use object::Object as _;
 use vramtrace_collector::callsites::Site;
 use vramtrace_collector::model::{analyze_reader, analyze_reader_with, Analysis};
+use vramtrace_collector::names::symbols::{Symbolizer, REBUILT};
 use vramtrace_collector::reporters::{json, text};
-use vramtrace_collector::symbols::{Symbolizer, REBUILT};
 use vramtrace_format::{EndKind, Record};
 
 const SOURCE: &str = r#"#define _GNU_SOURCE

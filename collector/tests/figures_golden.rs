@@ -1,5 +1,5 @@
 //! One trace, one set of figures: the text report, the JSON and the HTML page (as headless Chromium shows it)
-//! say the same run length and the same peak, at the same time, written the same way (collector/src/units.rs;
+//! say the same run length and the same peak, at the same time, written the same way (collector/src/names/units.rs;
 //! the page's script follows it). The figures go into a golden file (tests/figures_golden.txt), blessed with
 //! VRAMTRACE_BLESS=1 like the others. Needs Chromium as export_html.rs's browser test does.
 
@@ -10,7 +10,7 @@ use std::process::Command;
 
 use common::cli::{chromium, text, vramtrace, TempDir};
 use common::fixture;
-use vramtrace_collector::units;
+use vramtrace_collector::names::units;
 
 /// The text after `key` up to the end of its figure (`0.123 s`, `1.00 GiB`).
 fn after<'a>(s: &'a str, key: &str) -> &'a str {

@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
+use vramtrace_collector::inputs::trace_file::analyze;
 use vramtrace_collector::model::Analysis;
 use vramtrace_collector::reporters::{json as report_json, oom_json, oom_text};
-use vramtrace_collector::trace_file::analyze;
 use vramtrace_collector::verbs::oom::diagnose;
 
 fn trace(name: &str) -> PathBuf {

@@ -1,11 +1,11 @@
 //! The PyTorch snapshots the GPU runs kept (tests/fixtures/gpu/*.pickle) read as `report` and `oom` read them:
 //! every figure pinned, so a change of the pickle reader under `torch_snapshot::read` that reads a real dump
 //! differently fails here. The figures were taken with serde-pickle, the reader before the one in
-//! collector/src/pickle/.
+//! collector/src/inputs/pickle/.
 
 use std::path::Path;
 
-use vramtrace_collector::torch_snapshot::{read, SnapshotReading};
+use vramtrace_collector::inputs::torch_snapshot::{read, SnapshotReading};
 
 /// One line a reading: its totals, then each kept line's label, bytes, count and bytes during the rise.
 fn figures(r: &SnapshotReading) -> String {

@@ -30,7 +30,7 @@ fn unpack(dir: &TempDir, case: &str) -> PathBuf {
 
 fn loaded(dir: &TempDir, case: &str) -> (PathBuf, Loaded) {
     let trace = unpack(dir, case);
-    let a = vramtrace_collector::trace_file::analyze(&trace).unwrap();
+    let a = vramtrace_collector::inputs::trace_file::analyze(&trace).unwrap();
     let l = load(&a, &trace);
     (trace, l)
 }
@@ -409,7 +409,7 @@ fn forged_sizes_and_counts_are_left_out_or_saturate_never_overflow() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let v = vramtrace_collector::torch_snapshot::load(&path).unwrap();
+    let v = vramtrace_collector::inputs::torch_snapshot::load(&path).unwrap();
     let mut notes = Vec::new();
     let hs =
         vramtrace_collector::whatif::history::from_snapshot(&v, 1, "forged", "exit", &mut notes);
@@ -516,7 +516,7 @@ fn the_rows_agree_with_the_conclusion_on_every_trace() {
     }
     let mut judged = 0;
     for trace in &traces {
-        let a = vramtrace_collector::trace_file::analyze(trace).unwrap();
+        let a = vramtrace_collector::inputs::trace_file::analyze(trace).unwrap();
         // Under the run's own cap where it had one, else under a tight one, so that rows differ.
         let json = |args: &[&str]| -> Value {
             let out = Command::new(env!("CARGO_BIN_EXE_vramtrace"))

@@ -1,4 +1,4 @@
-"""Sizes and tables for people, as the binary writes them (collector/src/units.rs `bytes`: two decimals in the
+"""Sizes and tables for people, as the binary writes them (collector/src/names/units.rs `bytes`: two decimals in the
 largest unit that fits, rounded half up)."""
 
 import html

@@ -71,7 +71,7 @@ impl Frame {
         if self.inlined {
             s.push_str(" (inlined)");
         }
-        if self.note.as_deref() == Some(crate::symbols::REBUILT) {
+        if self.note.as_deref() == Some(crate::names::symbols::REBUILT) {
             s.push_str(" (rebuilt since: not symbolised)");
         }
         s

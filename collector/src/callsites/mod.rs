@@ -11,7 +11,7 @@
 //! bytes then (unchanged since) were its bytes at that peak.
 //!
 //! At the end only the stacks a report shows are turned into [`Site`]s with frames, and only their native
-//! addresses are symbolised ([`crate::symbols`]). The frame chosen as *the* call site of a stack: its innermost
+//! addresses are symbolised ([`crate::names::symbols`]). The frame chosen as *the* call site of a stack: its innermost
 //! Python frame outside the standard library and the frameworks' own packages ([`FRAMEWORK_PACKAGES`]), else its
 //! innermost Python frame; without Python frames, its innermost native frame that is the program's own (not in
 //! the CUDA runtime, driver, shim or frameworks' libraries ([`INTERNAL_MODULES`]), not library code by its

@@ -1,5 +1,5 @@
 //! A process's loaded objects over every `Objects` record it sent: what the replay's call sites and the
-//! collector's frame names (`crate::frame_names`) look a native return address up in.
+//! collector's frame names (`crate::names::frame_names`) look a native return address up in.
 
 use std::collections::HashMap;
 

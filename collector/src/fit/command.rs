@@ -125,7 +125,7 @@ pub fn shell_words(args: &[OsString]) -> String {
             } else {
                 format!("'{}'", s.replace('\'', "'\\''"))
             };
-            crate::units::printable(&q)
+            crate::names::units::printable(&q)
         })
         .collect::<Vec<_>>()
         .join(" ")

@@ -192,7 +192,7 @@ impl Fitter<'_> {
     fn check(&self, r: &Ran) -> Result<(), FitError> {
         let k = &self.knob;
         let v = r.value;
-        let trace = crate::units::shown_path(&r.trace);
+        let trace = crate::names::units::shown_path(&r.trace);
         if let Some(why) = &r.unreadable {
             return Err(FitError::Failed(format!(
                 "the run at {k} {v} left no readable trace ({why}): `vramtrace run` could not start the program"
@@ -218,7 +218,7 @@ impl Fitter<'_> {
                     } else {
                         format!(": \"{}\"", last.join(" / "))
                     },
-                    crate::units::shown_path(&r.log)
+                    crate::names::units::shown_path(&r.log)
                 )))
             }
             Ending::Bound { .. } if r.steps == 0 => Err(FitError::Refused(format!(
@@ -345,7 +345,7 @@ pub fn fit(args: &FitArgs, progress: &mut dyn Progress) -> Result<Fitted, FitErr
             return Err(FitError::Failed(format!(
                 "the program ran out of memory at {k} 1, with nothing else limiting it: nothing fits this GPU \
                  (vramtrace oom {} says why)",
-                crate::units::shown_path(&f.trace(1, false))
+                crate::names::units::shown_path(&f.trace(1, false))
             )));
         }
         story.push(format!(
@@ -669,12 +669,12 @@ pub fn make_dir(dir: &Path) -> Result<(), FitError> {
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::AlreadyExists => FitError::Usage(format!(
                 "{}: already exists (fit writes its runs into a new folder: give another --dir)",
-                crate::units::shown_path(dir)
+                crate::names::units::shown_path(dir)
             )),
             _ => FitError::Usage(format!(
                 "{}: {}",
-                crate::units::shown_path(dir),
-                crate::untrusted_file::said(&e)
+                crate::names::units::shown_path(dir),
+                crate::files::untrusted_file::said(&e)
             )),
         })
 }

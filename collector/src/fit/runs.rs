@@ -74,7 +74,7 @@ impl Ran {
     /// The last `n` lines of its output, escaped for the terminal.
     pub fn last_lines(&self, n: usize) -> Vec<String> {
         // The end of it only: a program may print gigabytes.
-        let Ok(mut f) = crate::untrusted_file::open_regular(&self.log) else {
+        let Ok(mut f) = crate::files::untrusted_file::open_regular(&self.log) else {
             return Vec::new();
         };
         let len = f.metadata().map_or(0, |m| m.len());
@@ -89,7 +89,7 @@ impl Ran {
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         lines[lines.len().saturating_sub(n)..]
             .iter()
-            .map(|l| crate::units::printable(l))
+            .map(|l| crate::names::units::printable(l))
             .collect()
     }
 }
@@ -120,7 +120,7 @@ pub fn run(exe: &Path, spec: &Spec, progress: &mut dyn Progress) -> std::io::Res
     // The program's output goes to a log beside its trace (a run stopped, or failing where it was expected to,
     // prints what would bury fit's own screen); stdin is not the program's to read.
     let log = spec.out.with_extension("log");
-    let out = crate::out_file::OutFile::create(&log, true)
+    let out = crate::files::out_file::OutFile::create(&log, true)
         .and_then(|f| f.commit())
         .map_err(|e| std::io::Error::other(format!("{}: {e}", log.display())))?;
     let err = out.try_clone()?;
@@ -158,7 +158,7 @@ pub fn run(exe: &Path, spec: &Spec, progress: &mut dyn Progress) -> std::io::Res
         room: Default::default(),
         caught_ooms: 0,
     };
-    match crate::trace_file::analyze(&spec.out) {
+    match crate::inputs::trace_file::analyze(&spec.out) {
         Ok(a) => ran.ending = ending(&a, code, bound_hit, &mut ran),
         Err(e) => {
             ran.unreadable = Some(e.to_string());

@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use vramtrace_format::keys;
 use vramtrace_format::{Event, Record, NO_DEVICE};
 
-use crate::fasthash::FastMap;
 use crate::model::replay::book::{self, Act, Book, Undone, HOST_DEVICE};
 use crate::model::stream::Frame;
+use crate::names::fasthash::FastMap;
 
 /// What the trace says of one process of the job.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -16,8 +16,8 @@ use vramtrace_format::codec;
 use vramtrace_format::Record;
 
 use super::{put_note, take, GonePeer, TraceWriter, CLOCK_MARGIN_NS};
-use crate::hangup::Hangups;
-use crate::ticks::mono_ns;
+use crate::names::ticks::mono_ns;
+use crate::process::hangup::Hangups;
 
 /// What the acceptor, the receivers and `run` share about the job's connections.
 #[derive(Default)]

@@ -26,8 +26,8 @@ use super::peer::*;
 use super::reaped;
 use super::ring_map::{map_ring, maps_inode};
 use super::writer::TraceWriter;
-use crate::hangup::{self};
-use crate::ticks::mono_ns;
+use crate::names::ticks::mono_ns;
+use crate::process::hangup::{self};
 
 /// What one read's frames came to: what is to be written, the answers owed (admitted or not, in order),
 /// whether the hello was among them.
@@ -290,7 +290,7 @@ impl Conn {
         if lost_fds && self.ring.is_none() && self.bad_ring.is_none() {
             self.bad_ring = Some(format!(
                 "no file descriptor was free to receive it (the collector's limit: {})",
-                crate::fdlimit::soft().map_or("unknown".into(), |n| n.to_string())
+                crate::process::fdlimit::soft().map_or("unknown".into(), |n| n.to_string())
             ));
         }
     }

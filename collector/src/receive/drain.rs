@@ -13,8 +13,8 @@ use super::hold::{blob_into, put_loss, put_note, Hold};
 use super::limits::CLOCK_MARGIN_NS;
 use super::peer::*;
 use super::writer::TraceWriter;
-use crate::hangup;
-use crate::ticks::mono_ns;
+use crate::names::ticks::mono_ns;
+use crate::process::hangup;
 
 /// A ring is drained at least this often while its process runs, and whenever it passes a quarter full.
 pub(super) const NAP_MIN: Duration = Duration::from_millis(1);
@@ -63,7 +63,7 @@ impl Conn {
         } = d;
         let mut goodbye = None;
         // Events stamped with the counter: converted by the collector's one line (format's `ticks`).
-        let line = ticks.then(crate::ticks::line);
+        let line = ticks.then(crate::names::ticks::line);
         let mut take = |item: Item| match item {
             Item::Event(mut e) => {
                 if let Some(l) = &line {

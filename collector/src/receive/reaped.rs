@@ -235,7 +235,7 @@ pub(crate) fn write(conns: &Connections, trace: &Mutex<TraceWriter>) {
     for x in exits {
         codec::put_record(&mut buf, &Record::Exit(x));
     }
-    let now = crate::ticks::mono_ns();
+    let now = crate::names::ticks::mono_ns();
     for (pid, count) in refused {
         // A reporter the trace names (it said hello) carries its refusals; one that only reported (a shell, an
         // agent with no connection of its own) is said under pid 0, so that no nameless process appears.

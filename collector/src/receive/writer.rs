@@ -21,8 +21,8 @@ pub struct TraceWriter {
     /// After the failure: (frames, events) lost per pid, and the records of processes' ends lost.
     lost: std::collections::BTreeMap<u32, (u64, u64)>,
     lost_bytes: u64,
-    /// The call sites and loaded objects written, for the frames' names at the end (`crate::frame_names`).
-    pub(crate) names: crate::frame_names::Gather,
+    /// The call sites and loaded objects written, for the frames' names at the end (`crate::names::frame_names`).
+    pub(crate) names: crate::names::frame_names::Gather,
 }
 
 impl TraceWriter {

@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::json::print;
 use crate::fit::runs::Ending;
 use crate::fit::{as_run, Fitted};
-use crate::units::shown_path;
+use crate::names::units::shown_path;
 
 pub const SCHEMA_VERSION: u64 = 1;
 

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use crate::fit::runs::Ending;
 use crate::fit::{as_run, Fitted, Role};
+use crate::names::units::{bytes, shown_path};
 use crate::reporters::whatif_knob_text::refusal;
-use crate::units::{bytes, shown_path};
 
 const WIDTH: usize = 100;
 

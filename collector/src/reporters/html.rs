@@ -22,9 +22,9 @@ use std::collections::HashMap;
 
 use super::{site_label, site_of};
 use crate::callsites::{distinguish, Site};
-use crate::fasthash::FastMap;
 use crate::model::observe::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::Analysis;
+use crate::names::fasthash::FastMap;
 use crate::reporters::json::print;
 use crate::reporters::text::short_command;
 

@@ -21,9 +21,9 @@ use vramtrace_format::NO_DEVICE;
 
 use super::pickle::{Pickler, BATCH};
 use crate::callsites::{Frame, FrameKind};
-use crate::fasthash::FastMap;
 use crate::model::observe::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::Analysis;
+use crate::names::fasthash::FastMap;
 
 mod torch_history;
 use torch_history::TorchHistory;

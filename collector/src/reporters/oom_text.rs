@@ -14,10 +14,10 @@ use vramtrace_format::Api;
 
 use crate::model::diagnose::{diagnose, Advice, Diagnosis, CONTEXT_ESTIMATE_BYTES};
 use crate::model::{self, Analysis, Ended, OomSnapshot, Timeline};
+use crate::names::units::{bytes, bytes_exact, count, fit, printable, secs};
 use crate::reporters::prose;
 use crate::reporters::text::sparkline::sparkline;
 use crate::reporters::text::{device_name, fit_label, short_command, site_lines, WIDTH};
-use crate::units::{bytes, bytes_exact, count, fit, printable, secs};
 
 /// Word-wraps to the report's width (the one wrapping rule of every text output: text::wrap).
 fn wrap(o: &mut String, text: &str, indent: &str) {
@@ -82,7 +82,7 @@ fn compose(a: &Analysis, file: Option<&Path>, full: bool) -> String {
                 &mut o,
                 &format!(
                     "{} recorded, none could be analysed (--json has what the trace holds).",
-                    crate::units::counted(
+                    crate::names::units::counted(
                         a.oom_records,
                         "out-of-memory event was",
                         "out-of-memory events were"
@@ -162,7 +162,7 @@ fn other_errors(o: &mut String, a: &Analysis, shown: usize) {
     writeln!(
         o,
         "THE OTHER {}",
-        crate::units::counted(others, "ERROR", "ERRORS")
+        crate::names::units::counted(others, "ERROR", "ERRORS")
     )
     .ok();
     for ((place, pid, asked, cause), (n, t0, t1)) in kinds.iter().take(OTHER_KINDS) {

@@ -21,11 +21,11 @@ use prost::Message;
 use vramtrace_format::{flags, TraceHeader};
 
 use super::{process_name, site_label};
-use crate::fasthash::FastMap;
 use crate::model::observe::tap::{Change, Frames, OomStep, Step, Tap};
 use crate::model::ProcessStats;
+use crate::names::fasthash::FastMap;
+use crate::names::units::bytes;
 use crate::reporters::text::{device_name, short_command};
-use crate::units::bytes;
 
 /// The most instants kept for the end of the export.
 pub const MAX_INSTANTS: usize = 100_000;

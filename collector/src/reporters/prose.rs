@@ -12,7 +12,7 @@ pub use findings::{finding, leak, settings};
 use crate::model::diagnose::{Cause, Diagnosis, Finding, GrowthOf, Limit, Reason};
 use crate::model::{GrowthUnit, StepSource};
 use crate::model::{LeakTrend, OomSnapshot};
-use crate::units::{bytes as b, count, counted, secs};
+use crate::names::units::{bytes as b, count, counted, secs};
 
 /// A few words for people.
 pub fn cause_title(c: Cause) -> &'static str {

@@ -7,7 +7,7 @@ mod processes;
 pub mod sparkline;
 pub use layout::{fit_label, wrap};
 
-use crate::units;
+use crate::names::units;
 
 use std::fmt::Write;
 use std::path::Path;
@@ -739,8 +739,8 @@ pub fn refusals_text(a: &Analysis) -> Option<String> {
         count(n),
         if n == 1 { "" } else { "s" },
         if n == 1 { "was" } else { "were" },
-        crate::units::duration(a.refusal_stall_ns),
-        crate::units::duration(longest),
+        crate::names::units::duration(a.refusal_stall_ns),
+        crate::names::units::duration(longest),
         match a.refusals.first() {
             Some(r) => format!(" (the first at {})", secs(r.time_ns)),
             None => String::new(),

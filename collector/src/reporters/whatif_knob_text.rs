@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::units::{bytes, count};
+use crate::names::units::{bytes, count};
 use crate::whatif::batch::answer::{Beyond, Largest};
 use crate::whatif::batch::answered::KnobAnswered;
 use crate::whatif::sim::Failure;

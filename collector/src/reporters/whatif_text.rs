@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::units::{bytes, count};
+use crate::names::units::{bytes, count};
 use crate::whatif::answer::WhatIf;
 use crate::whatif::answered::Answered;
 use crate::whatif::caveat::Verdict;
@@ -93,7 +93,7 @@ pub fn render(a: &Answered) -> String {
             .ok();
         }
         for n in &a.loaded.notes {
-            writeln!(o, "  note: {}", crate::units::printable(n)).ok();
+            writeln!(o, "  note: {}", crate::names::units::printable(n)).ok();
         }
         return o;
     };
@@ -124,7 +124,7 @@ pub fn render(a: &Answered) -> String {
         )
         .ok();
         for n in &h.notes {
-            writeln!(o, "    note: {}", crate::units::printable(n)).ok();
+            writeln!(o, "    note: {}", crate::names::units::printable(n)).ok();
         }
     }
     if !a.loaded.without_history.is_empty() {
@@ -295,7 +295,7 @@ pub fn render(a: &Answered) -> String {
         .ok();
     }
     for n in &a.loaded.notes {
-        writeln!(o, "  note: {}", crate::units::printable(n)).ok();
+        writeln!(o, "  note: {}", crate::names::units::printable(n)).ok();
     }
     o
 }

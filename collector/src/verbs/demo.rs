@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::exit::{fail, Code, FAILURE, OK, USAGE};
+use crate::process::exit::{fail, Code, FAILURE, OK, USAGE};
 
 const WORKLOAD: &str = "vramtrace-workload";
 const FAKE_DRIVER: &str = "libfakecuda.so";
@@ -52,7 +52,7 @@ enum Driver {
 pub fn main(args: DemoArgs) -> Code {
     // Refused before the workload runs, not reported after it as the workload's failure.
     if let Some(out) = &args.out {
-        if let Err(e) = crate::out_file::check_dest(out, args.force) {
+        if let Err(e) = crate::files::out_file::check_dest(out, args.force) {
             return fail(USAGE, format!("demo: {e}"));
         }
     }

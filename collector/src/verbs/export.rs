@@ -11,9 +11,9 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
-use crate::exit::{self, Code};
 use crate::model::observe::tap::Tap;
 use crate::model::{self, Analysis};
+use crate::process::exit::{self, Code};
 use crate::reporters::{html, memory_viz, perfetto};
 use vramtrace_format::reader::TraceReader;
 use vramtrace_format::TraceHeader;
@@ -74,17 +74,17 @@ pub fn main(args: ExportArgs) -> Code {
             if let (Some(why), 1) = (&a.stopped, args.trace.len()) {
                 crate::note!(
                     "vramtrace: partial trace, exported up to where it stops: {}",
-                    crate::units::printable(why)
+                    crate::names::units::printable(why)
                 );
             }
             for n in notes {
-                crate::note!("vramtrace: note: {}", crate::units::printable(&n));
+                crate::note!("vramtrace: note: {}", crate::names::units::printable(&n));
             }
             let size = std::fs::metadata(&args.out).map_or(0, |m| m.len());
             crate::note!(
                 "vramtrace: wrote {} ({}, {}): {}",
-                crate::units::shown_path(&args.out),
-                crate::units::bytes(size),
+                crate::names::units::shown_path(&args.out),
+                crate::names::units::bytes(size),
                 args.format.name(),
                 args.format.open_with()
             );
@@ -110,7 +110,7 @@ pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
     } else {
         None
     };
-    let mut pending = crate::out_file::OutFile::create(&args.out, args.force)
+    let mut pending = crate::files::out_file::OutFile::create(&args.out, args.force)
         .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
     let file = pending.file().try_clone().map_err(|e| {
         Failed(
@@ -141,7 +141,7 @@ pub fn export(args: &ExportArgs) -> Result<(Analysis, Vec<String>), Failed> {
 fn job_order(traces: &[PathBuf], force: bool) -> Result<Vec<(PathBuf, TraceHeader, u64)>, Failed> {
     let mut hs = Vec::new();
     for t in traces {
-        let f = crate::untrusted_file::open_regular(t)
+        let f = crate::files::untrusted_file::open_regular(t)
             .map_err(|e| Failed(exit::USAGE, format!("{}: {e}", t.display())))?;
         let (_, h) = TraceReader::open(io::BufReader::new(f))
             .map_err(|e| Failed(exit::USAGE, format!("{}: {e}", t.display())))?;
@@ -216,7 +216,7 @@ fn write_several_html(
         let mut tap = html::Html::new();
         let mut a = model::analyze_tapped(path, &mut tap)
             .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
-        crate::trace_file::read_snapshots(&mut a, path);
+        crate::inputs::trace_file::read_snapshots(&mut a, path);
         add_whatif(&mut tap, &a, path);
         if let Some(why) = &a.stopped {
             notes.push(format!(
@@ -357,7 +357,7 @@ fn write(args: &ExportArgs, w: BufWriter<File>) -> Result<(Analysis, Vec<String>
             let mut a = model::analyze_tapped(trace, &mut tap)
                 .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
             // The post-mortems beside the timelines are `vramtrace oom`'s: with the snapshots kept beside it.
-            crate::trace_file::read_snapshots(&mut a, trace);
+            crate::inputs::trace_file::read_snapshots(&mut a, trace);
             add_whatif(&mut tap, &a, trace);
             let mut w = tap.write(&a, w).map_err(io_err)?;
             w.flush().map_err(io_err)?;

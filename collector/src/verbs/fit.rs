@@ -10,9 +10,9 @@ use std::io::{self, IsTerminal};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::exit::{self, Code};
 use crate::fit::runs::{Ending, Progress, Ran};
 use crate::fit::{self, FitArgs, FitError};
+use crate::process::exit::{self, Code};
 use crate::reporters::{fit_json, fit_text};
 
 #[derive(clap::Args, Debug)]

@@ -18,12 +18,12 @@ use vramtrace_format::keys;
 
 use vramtrace_format::TraceHeader;
 
-use crate::exit::{self, Code};
 use crate::model::Analysis;
+use crate::names::units::{bytes, count, secs};
+use crate::process::exit::{self, Code};
 use crate::reporters::json::{self, print};
 use crate::reporters::oom_json;
 use crate::reporters::text::device_label;
-use crate::units::{bytes, count, secs};
 
 /// One trace of the job.
 pub struct Member {
@@ -85,7 +85,7 @@ pub fn check_together<'a>(
 pub fn load(files: &[PathBuf], force: bool) -> Result<Vec<Member>, (Code, String)> {
     let mut ms = Vec::new();
     for f in files {
-        let a = crate::trace_file::analyze(f).map_err(|e| (exit::USAGE, e.to_string()))?;
+        let a = crate::inputs::trace_file::analyze(f).map_err(|e| (exit::USAGE, e.to_string()))?;
         ms.push(Member {
             path: f.clone(),
             a,

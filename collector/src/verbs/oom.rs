@@ -17,15 +17,15 @@ use std::path::Path;
 pub use crate::model::diagnose::{diagnose, Cause, Diagnosis, Finding, CONTEXT_ESTIMATE_BYTES};
 pub use crate::reporters::prose::cap_spec;
 
-use crate::exit::{self, Code};
 use crate::model::Analysis;
+use crate::names::units::{bytes, secs};
+use crate::process::exit::{self, Code};
 use crate::reporters::{oom_json, oom_text, prose};
-use crate::units::{bytes, secs};
 
 pub use super::oom_batch::BesideArgs;
 
 pub fn main(file: &Path, json: bool, full: bool, beside: &BesideArgs) -> Code {
-    let mut a = match crate::trace_file::analyze(file) {
+    let mut a = match crate::inputs::trace_file::analyze(file) {
         Ok(a) => a,
         Err(e) => return exit::fail(exit::USAGE, e),
     };
@@ -114,7 +114,7 @@ pub fn summary(a: &Analysis) -> Option<String> {
             "and {} refusal{} recovered from (not errors; {} of stalls)",
             a.refusals_recovered,
             if a.refusals_recovered == 1 { "" } else { "s" },
-            crate::units::duration(a.refusal_stall_ns)
+            crate::names::units::duration(a.refusal_stall_ns)
         )
         .ok();
     }

@@ -61,7 +61,7 @@ fn runs(file: &Path, command: &[String], args: &BesideArgs) -> Result<Vec<Beside
     let mut out: Vec<Beside> = Vec::new();
     for arg in &args.beside {
         let (path, given) = parse(arg)?;
-        let shown = crate::units::printable(&path.display().to_string());
+        let shown = crate::names::units::printable(&path.display().to_string());
         let other = beside::command(&path)
             .ok_or_else(|| format!("--beside {shown}: not a trace that can be read"))?;
         let (knob, this, value) = match (knob_between(command, &other), given, args.value) {
@@ -114,7 +114,7 @@ fn describe(knob: &str, this: u64) -> String {
     if knob.is_empty() {
         format!("a value given by hand ({this} here)")
     } else {
-        format!("{} ({this} here)", crate::units::printable(knob))
+        format!("{} ({this} here)", crate::names::units::printable(knob))
     }
 }
 
@@ -247,7 +247,7 @@ fn read_beside(
     runs.iter()
         .map(|r| {
             let label = r.path.display().to_string();
-            let a = crate::trace_file::analyze(&r.path).map_err(|e| format!("{label}: {e}"))?;
+            let a = crate::inputs::trace_file::analyze(&r.path).map_err(|e| format!("{label}: {e}"))?;
             let l = load(&a, &r.path);
             let (h, _) = place(&l.histories, None, device, index).ok_or_else(|| {
                 format!("{label} has no PyTorch history on GPU {device} (trace it with --torch-history)")

@@ -8,14 +8,14 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::path::Path;
 
-use crate::exit::{self, Code};
 use crate::model::Analysis;
+use crate::names::units::{bytes, count, secs};
+use crate::process::exit::{self, Code};
 use crate::reporters::json;
 use crate::reporters::text::{device_label, render_in, WIDTH};
-use crate::units::{bytes, count, secs};
 
 pub fn main(file: &Path, json: bool) -> Code {
-    let a = match crate::trace_file::analyze(file) {
+    let a = match crate::inputs::trace_file::analyze(file) {
         Ok(a) => a,
         Err(e) => return exit::fail(exit::USAGE, e),
     };
@@ -75,7 +75,7 @@ pub fn summary(a: &Analysis) -> String {
         } else {
             format!(" ({} not traced, below)", count(untraced.len() as u64))
         },
-        crate::units::counted(a.events, "event", "events"),
+        crate::names::units::counted(a.events, "event", "events"),
         count(a.dropped_events)
     )
     .ok();
@@ -84,8 +84,8 @@ pub fn summary(a: &Analysis) -> String {
             o,
             "pid {} ({}) was not traced: {}",
             p.pid,
-            crate::units::printable(p.cmdline.first().map_or("?", |c| c.as_str())),
-            crate::units::printable(p.untraced.as_deref().unwrap_or_default())
+            crate::names::units::printable(p.cmdline.first().map_or("?", |c| c.as_str())),
+            crate::names::units::printable(p.untraced.as_deref().unwrap_or_default())
         )
         .ok();
     }
@@ -103,7 +103,7 @@ pub fn summary(a: &Analysis) -> String {
                 o,
                 "pid {} ({}): {} records lost: {}",
                 p.pid,
-                crate::units::printable(p.cmdline.first().map_or("?", |c| c.as_str())),
+                crate::names::units::printable(p.cmdline.first().map_or("?", |c| c.as_str())),
                 count(*n),
                 cause.describe()
             )
@@ -116,7 +116,7 @@ pub fn summary(a: &Analysis) -> String {
         writeln!(
             o,
             "pid {pid}: the Python bridge: {}",
-            crate::units::printable(text)
+            crate::names::units::printable(text)
         )
         .ok();
     }

@@ -20,12 +20,12 @@ use vramtrace_format::codec;
 use vramtrace_format::{Record, TraceHeader};
 
 use crate::cap_check::CapOn;
-use crate::exit::{self, Code};
-use crate::probe;
+use crate::files::runtime_dir::{random_u64, RuntimeDir};
+use crate::names::ticks::mono_ns;
+use crate::names::units;
+use crate::process::exit::{self, Code};
+use crate::process::probe;
 use crate::receive::{spawn_acceptor, Connections, TraceWriter};
-use crate::runtime_dir::{random_u64, RuntimeDir};
-use crate::ticks::mono_ns;
-use crate::units;
 use vramtrace_format::cap::CapSpec;
 use vramtrace_format::env;
 
@@ -202,7 +202,7 @@ pub fn main(args: RunArgs) -> Code {
     };
     let prep = match Prepared::new(&args) {
         Ok(p) => p,
-        Err(e) => match e.downcast_ref::<crate::runtime_dir::NoRuntimeDir>() {
+        Err(e) => match e.downcast_ref::<crate::files::runtime_dir::NoRuntimeDir>() {
             // Nowhere to put the socket (every base out of inodes, say): the job still runs, untraced.
             Some(why) => return run_untraced(&args, why, &signals),
             None => return exit::fail(exit::USAGE, format!("{e:#}")),
@@ -308,7 +308,7 @@ impl Prepared {
         }
         // A private temporary beside `out`, renamed onto it once the run can start (never through a link, never
         // onto another user's file: `out_file`). Until then a failure leaves whatever was at `out` untouched.
-        let mut pending = crate::out_file::OutFile::create(&out, args.force)?;
+        let mut pending = crate::files::out_file::OutFile::create(&out, args.force)?;
         // Held as long as the trace is written (advisory, released when its descriptor closes): a reader that
         // finds no end record can tell a job still running from a run that was killed (`trace_file`).
         {
@@ -422,7 +422,7 @@ impl Prepared {
         // A runtime filesystem that cannot take the bridge (full) does not stop the job: its Python processes
         // are traced without it, and the summary says so, as the cap's ledger degrades.
         let bridge = match agent {
-            OnOff::On => match crate::bridge_files::write(&dir.path.join("python")) {
+            OnOff::On => match crate::files::bridge_files::write(&dir.path.join("python")) {
                 Ok(p) => Some(p),
                 Err(e) => {
                     crate::note!(
@@ -511,10 +511,10 @@ impl Prepared {
         // SAFETY: integer arguments only.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         // The clock's first sample before the job starts: its events' counter ticks convert without a wait.
-        crate::ticks::start();
+        crate::names::ticks::start();
         // One socket per live process of the job, and a ring passed with each hello: room for many (the
         // command gets the limit it had).
-        let nofile = crate::fdlimit::raise();
+        let nofile = crate::process::fdlimit::raise();
         // The job's token: only the job's processes see it (their environment), so it vouches for one of
         // another user that was gone before the kernel could be asked where it came from.
         let token = format!("{:016x}{:016x}", random_u64(), random_u64());
@@ -655,7 +655,7 @@ impl Prepared {
         // How the processes their own parents reaped ended, where the kernel agrees the parent is theirs.
         crate::receive::write_reaped(&conns, &self.trace);
         // The native frames' names, from the files the job loaded, while they are still here: the trace then
-        // names its frames wherever it is read (crate::frame_names).
+        // names its frames wherever it is read (crate::names::frame_names).
         self.name_frames();
         if let Ok(mut w) = self.trace.lock() {
             // Finished: the end record (on a full disk it is lost too, and the trace says it was cut).
@@ -668,7 +668,7 @@ impl Prepared {
         // (a bug), the job's exit code, the losses below and the trace's path are still said.
         let summary = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut msg = String::new();
-            match crate::trace_file::analyze(&self.out) {
+            match crate::inputs::trace_file::analyze(&self.out) {
                 Ok(mut a) => {
                     // A run of the same command at another batch beside this one names the largest that fits
                     // (docs/OOM.md); nothing is read unless an error has a history to match.
@@ -722,7 +722,7 @@ impl Prepared {
             msg.push_str(&format!(
                 "{} (its limit: {}; raise the hard limit, `ulimit -Hn`)\n",
                 crate::receive::STARVED_NOTE,
-                crate::fdlimit::soft().map_or("unknown".into(), |n| n.to_string())
+                crate::process::fdlimit::soft().map_or("unknown".into(), |n| n.to_string())
             ));
         }
         if lingering > 0 || running > 0 {
@@ -734,7 +734,7 @@ impl Prepared {
             ));
         }
         if !args.quiet {
-            crate::exit::write_err(format_args!("{}", indent_summary(&msg)));
+            crate::process::exit::write_err(format_args!("{}", indent_summary(&msg)));
             crate::note!("vramtrace: trace written to {}", self.out.display());
         }
         code
@@ -743,7 +743,7 @@ impl Prepared {
 
 impl Prepared {
     /// Resolves the native frames the trace's stacks hold and appends their names (frame kind 20), within
-    /// [`crate::frame_names::RESOLVE_BUDGET`]. `VRAMTRACE_DEBUG` says what it cost.
+    /// [`crate::names::frame_names::RESOLVE_BUDGET`]. `VRAMTRACE_DEBUG` says what it cost.
     fn name_frames(&self) {
         let gathered = match self.trace.lock() {
             Ok(mut w) => std::mem::take(&mut w.names),
@@ -752,9 +752,9 @@ impl Prepared {
         if gathered.addresses() == 0 {
             return;
         }
-        let deadline = Instant::now() + crate::frame_names::RESOLVE_BUDGET;
-        let r = gathered.resolve(&mut crate::symbols::Symbolizer::new(), deadline);
-        let frames = crate::frame_names::encode(&r);
+        let deadline = Instant::now() + crate::names::frame_names::RESOLVE_BUDGET;
+        let r = gathered.resolve(&mut crate::names::symbols::Symbolizer::new(), deadline);
+        let frames = crate::names::frame_names::encode(&r);
         if let Ok(mut w) = self.trace.lock() {
             if !frames.is_empty() {
                 w.write(0, &frames);

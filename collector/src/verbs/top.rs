@@ -10,9 +10,9 @@ use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::exit::{self, Code};
 use crate::live::http::get;
-use crate::units::bytes_short as bytes;
+use crate::names::units::bytes_short as bytes;
+use crate::process::exit::{self, Code};
 
 #[derive(clap::Args, Debug)]
 pub struct TopArgs {
@@ -115,7 +115,7 @@ impl Sample {
             let Some((name, labels, value)) = metric_line(line) else {
                 return Err(format!(
                     "not a metrics line: {}",
-                    crate::units::fit(line, 80)
+                    crate::names::units::fit(line, 80)
                 ));
             };
             let name = name.strip_suffix("_total").unwrap_or(name);
@@ -399,7 +399,7 @@ impl View {
                     bytes(r.used),
                     bytes(r.peak),
                     // The program's own words: control characters shown, never sent to the terminal.
-                    crate::units::fit(&crate::units::printable(&r.command), 32),
+                    crate::names::units::fit(&crate::names::units::printable(&r.command), 32),
                 ]
             })
             .collect()

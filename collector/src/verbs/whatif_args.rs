@@ -86,7 +86,7 @@ pub fn limit_for(
             bytes,
             what: format!(
                 "--device-memory {spec}, less {} per process for its CUDA context",
-                crate::units::bytes(CONTEXT_ALLOWANCE)
+                crate::names::units::bytes(CONTEXT_ALLOWANCE)
             ),
         }));
     }

@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use super::whatif_args::{configs, limit_for, WhatifArgs};
-use crate::exit::{self, Code};
+use crate::process::exit::{self, Code};
 use crate::reporters::{whatif_knob_json, whatif_knob_text};
 use crate::whatif::batch::align::KnobError;
 pub use crate::whatif::batch::answered::KnobAnswered;
@@ -37,7 +37,8 @@ pub fn parse_run(arg: &Path) -> Result<(PathBuf, u64), String> {
 }
 
 fn read(file: &Path) -> Result<Loaded, String> {
-    let a = crate::trace_file::analyze(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let a =
+        crate::inputs::trace_file::analyze(file).map_err(|e| format!("{}: {e}", file.display()))?;
     Ok(load(&a, file))
 }
 
@@ -93,7 +94,7 @@ pub fn answered_searching(
             if same {
                 return Err(format!(
                     "{}: one trace given at two values ({va} and {vb}): give each run's own trace",
-                    crate::units::shown_path(a)
+                    crate::names::units::shown_path(a)
                 )
                 .into());
             }
@@ -241,8 +242,8 @@ fn guessed(shapes: &[crate::whatif::batch::answer::ShapeCount], knob: &str) -> O
              sizes follow the {knob} is a guess, and the range shown assumes they all lean one way, so it is no \
              bound; a run at a third value of the {knob} tells their shape (convolution workspaces, which \
              cuDNN sizes per algorithm and shape, are the usual case)",
-            crate::units::count(n),
-            crate::units::bytes(bytes)
+            crate::names::units::count(n),
+            crate::names::units::bytes(bytes)
         )
     })
 }
@@ -261,8 +262,8 @@ fn data_steps(job: &crate::whatif::batch::answer::KnobJob, knob: &str) -> Option
              padded to the longest of a batch), which another {knob} regroups, so its steps there are a guess; the \
              reserve under the defaults, which fragments with sizes that change each step, is the least certain \
              figure (expandable_segments:True keeps it near the allocated peak, which the runs tell better)",
-            crate::units::count(varying),
-            crate::units::count(all)
+            crate::names::units::count(varying),
+            crate::names::units::count(all)
         )
     })
 }

@@ -5,7 +5,7 @@
 //! beyond its 2 MiB granule, so its reserve is a lower bound of the real one, and reports say so.
 
 use super::native::Outcome;
-use crate::fasthash::FastMap;
+use crate::names::fasthash::FastMap;
 
 const GRANULE: u64 = 2 << 20;
 const ALIGN: u64 = 512;

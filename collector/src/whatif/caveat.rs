@@ -25,7 +25,7 @@ impl Caveat {
 
     /// In words, for the text and the JSON alike.
     pub fn text(&self) -> String {
-        use crate::units::{bytes, count};
+        use crate::names::units::{bytes, count};
         match self {
             Caveat::Growth(g) => format!(
                 "No setting fits: the run kept memory step after step ({}+{} in all); every setting and cap \

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::rc::Rc;
 
 use super::history::{from_snapshot, History};
+use crate::inputs::pickle::Doc;
+use crate::inputs::torch_snapshot;
 use crate::model::Analysis;
-use crate::pickle::Doc;
-use crate::torch_snapshot;
 
 /// What a trace gives the what-if.
 #[derive(Debug, Default)]

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use super::settings::{Backend, Settings, ROUNDUP_INTERVALS};
 use crate::callsites::{is_library_python, short_path};
-use crate::pickle::{Doc, V};
+use crate::inputs::pickle::{Doc, V};
 
 /// No call site known for an entry.
 pub const NO_SITE: u32 = u32::MAX;
@@ -661,7 +661,7 @@ mod tests {
     /// or their block names; nothing past the end of a history taken at an error.
     #[test]
     fn the_tensors_live_at_a_moment_are_read_at_the_segment_made_then() {
-        let doc = crate::pickle::read(&crate::pickle::python_written(
+        let doc = crate::inputs::pickle::read(&crate::inputs::pickle::python_written(
             "def f(n): return [dict(filename=n + '.py', line=1, name=n)]\n\
              M = 1 << 20\n\
              e = lambda a, addr, size, t, n=None: dict(action=a, addr=addr, size=size, stream=0, time_us=t, \
@@ -720,7 +720,7 @@ mod tests {
     #[test]
     fn mutated_snapshots_are_read_or_refused_never_a_panic() {
         // A snapshot as the bridge writes it, then 3,000 mutants: bytes changed, cut, duplicated, shuffled.
-        let good = crate::pickle::python_written(
+        let good = crate::inputs::pickle::python_written(
             "f = [dict(filename='a.py', line=3, name='f')]\n\
              v = dict(segments=[dict(device=0, total_size=1 << 21, blocks=[dict(address=1, size=2, \
              state='active_allocated', frames=f)])], device_traces=[[dict(action=a, addr=i, size=i * 512, \
@@ -760,7 +760,7 @@ mod tests {
                     }
                 }
             }
-            if let Ok(d) = crate::pickle::read(&b) {
+            if let Ok(d) = crate::inputs::pickle::read(&b) {
                 read_ok += 1;
                 // What was read can be taken apart as the what-if does.
                 let mut notes = Vec::new();

@@ -28,7 +28,7 @@
 use std::collections::BTreeSet;
 
 use super::settings::Settings;
-use crate::fasthash::FastMap;
+use crate::names::fasthash::FastMap;
 
 const MIN_BLOCK: u64 = 512;
 const SMALL_SIZE: u64 = 1 << 20;

@@ -29,13 +29,13 @@ fn to_first_failure(mut h: History) -> Option<History> {
 /// of it with the failed request in it. `left`: what was left beyond the process's reserve when the cap refused
 /// (the cap less the job's bytes); `None`: the driver refused, and the history's free memory says.
 pub fn replay_failure(path: &Path, pid: u32, device: u32, left: Option<u64>) -> Option<Replay> {
-    let v = crate::torch_snapshot::load(path).ok()?;
+    let v = crate::inputs::torch_snapshot::load(path).ok()?;
     replay_failure_in(&v, path, pid, device, left)
 }
 
 /// [`replay_failure`] on a snapshot already loaded.
 pub fn replay_failure_in(
-    v: &crate::pickle::Doc,
+    v: &crate::inputs::pickle::Doc,
     path: &Path,
     pid: u32,
     device: u32,

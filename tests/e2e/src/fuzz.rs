@@ -724,7 +724,10 @@ fn read_everything(t: &[u8], export_to: Option<&Path>, dir: &Path) -> Option<u64
     let _ = oom_text::render(&a, None);
     let _ = oom_text::render_short(&a, None);
     let _ = oom_json::render(&a);
-    vramtrace_collector::trace_file::read_snapshots(&mut a, Path::new("/nonexistent.vtrace"));
+    vramtrace_collector::inputs::trace_file::read_snapshots(
+        &mut a,
+        Path::new("/nonexistent.vtrace"),
+    );
     if let Some(p) = export_to {
         std::fs::write(p, t).ok()?;
         for format in [Format::Html, Format::Perfetto, Format::MemoryViz] {

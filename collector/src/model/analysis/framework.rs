@@ -111,7 +111,7 @@ pub struct DeviceFramework {
     pub kept: Option<SnapshotReading>,
 }
 
-pub use crate::torch_snapshot::{KeptLine, SnapshotReading};
+pub use crate::inputs::torch_snapshot::{KeptLine, SnapshotReading};
 
 /// A framework's out-of-memory error, from its own observer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -175,9 +175,9 @@ impl Holder {
                 );
                 match (h.batches, h.nodes) {
                     (Some(n), _) => {
-                        t.push_str(&format!(", spanning {} iterations", crate::units::count(n)))
+                        t.push_str(&format!(", spanning {} iterations", crate::names::units::count(n)))
                     }
-                    (None, Some(n)) => t.push_str(&format!(", {}", crate::units::counted(n, "node", "nodes"))),
+                    (None, Some(n)) => t.push_str(&format!(", {}", crate::names::units::counted(n, "node", "nodes"))),
                     _ => {}
                 }
                 t
@@ -221,7 +221,7 @@ impl Holders {
             let clean = |s: Option<&str>| {
                 s.unwrap_or("")
                     .chars()
-                    .filter(|&c| !crate::units::unsafe_char(c))
+                    .filter(|&c| !crate::names::units::unsafe_char(c))
                     .take(200)
                     .collect::<String>()
             };
@@ -258,7 +258,7 @@ impl Holders {
                 b.field(k::PARTIAL_REASON)
                     .unwrap_or("its time bound")
                     .chars()
-                    .filter(|&c| !crate::units::unsafe_char(c))
+                    .filter(|&c| !crate::names::units::unsafe_char(c))
                     .take(200)
                     .collect()
             }),

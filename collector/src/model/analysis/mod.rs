@@ -577,8 +577,8 @@ impl Analysis {
 
     /// Each device's index in `devices`, by (device, on the host): for a reporter that looks up every device
     /// (a trace can name a million: never a search of all of them for each).
-    pub fn device_index(&self) -> crate::fasthash::FastMap<(Option<u32>, bool), usize> {
-        let mut m = crate::fasthash::FastMap::default();
+    pub fn device_index(&self) -> crate::names::fasthash::FastMap<(Option<u32>, bool), usize> {
+        let mut m = crate::names::fasthash::FastMap::default();
         for (i, d) in self.devices.iter().enumerate() {
             m.entry((d.device, d.on_host)).or_insert(i);
         }

@@ -103,7 +103,7 @@ pub(crate) struct FwReplay {
     /// Each device's allocated and reserved bytes over time (`ALLOCATED`, `RESERVED`), by index in `devs`.
     tls: Timelines<2>,
     /// Each device's index in `devs`, by its number.
-    dev_ids: crate::fasthash::FastMap<u32, usize>,
+    dev_ids: crate::names::fasthash::FastMap<u32, usize>,
     summary: BridgeSummary,
 }
 

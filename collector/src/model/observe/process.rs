@@ -3,8 +3,8 @@
 //! floors tell growth without the bridge (`steps.rs`). An observer of the replay's changes, by process slot
 //! and device index.
 
-use crate::fasthash::FastMap;
 use crate::model::observe::steps::StepSeries;
+use crate::names::fasthash::FastMap;
 
 /// A process's figures on one device.
 #[derive(Default, Clone)]

@@ -12,7 +12,7 @@
 
 use vramtrace_format::{flags, Api, Effect, Event, Oom, NO_DEVICE};
 
-use crate::fasthash::FastMap;
+use crate::names::fasthash::FastMap;
 
 /// The device of memory on no GPU: `cuMemCreate` with a host location (the shim records it on no device).
 /// Kept apart from `NO_DEVICE` (a GPU the shim could not tell) so that neither is taken for the other.

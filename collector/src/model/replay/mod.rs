@@ -18,7 +18,6 @@ use vramtrace_format::keys;
 
 use vramtrace_format::{flags, Api, Effect, Event, TraceHeader, NO_DEVICE};
 
-use crate::fasthash::FastMap;
 use crate::model::analysis::*;
 use crate::model::input::entry::Entry;
 use crate::model::input::merge::{Merge, Out};
@@ -31,7 +30,8 @@ use crate::model::observe::timeline::Timeline;
 pub(crate) use crate::model::replay::book::HOST_DEVICE;
 use crate::model::replay::book::{Act, Book, Undone};
 use crate::model::replay::site_store::{self as callsites, NO_SITE};
-use crate::symbols::Symbolizer;
+use crate::names::fasthash::FastMap;
+use crate::names::symbols::Symbolizer;
 
 /// Aligned to 16 so that, in the address maps' (key, value) buckets, the value starts on a 16-byte boundary:
 /// the map's out-of-line `remove` copies a bucket out in 16-byte pieces, and the replay's read of the value then

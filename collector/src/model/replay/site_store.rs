@@ -11,9 +11,9 @@ use vramtrace_format::{Object, PyFrame, Stack};
 
 use crate::callsites::objects::{ObjEntry, ObjectTable};
 use crate::callsites::{Frame, FrameKind, Note};
-use crate::fasthash::FastMap;
-use crate::frame_names::Stored;
-use crate::symbols::Symbolizer;
+use crate::names::fasthash::FastMap;
+use crate::names::frame_names::Stored;
+use crate::names::symbols::Symbolizer;
 
 /// Stacks kept, all processes together; later ones are counted, and their allocations show no frames.
 pub const MAX_STACKS: usize = 1 << 20;
@@ -267,7 +267,7 @@ impl Store {
                 .names
                 .get(&o.path, &o.build_id, addr.wrapping_sub(o.bias))
             {
-                Some(frames) => crate::symbols::Resolved { frames, note: None },
+                Some(frames) => crate::names::symbols::Resolved { frames, note: None },
                 None => s.resolve(&o.path, &o.build_id, o.bias, addr),
             };
             if r.frames.is_empty() {

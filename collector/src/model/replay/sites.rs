@@ -7,7 +7,7 @@ use crate::callsites::{self, CallSites, DeviceSites, SiteBytes, SITES_LISTED};
 use crate::model::observe::peaks::DevicePeaks;
 use crate::model::observe::sites::{Agg, SiteAggs};
 use crate::model::replay::Replay;
-use crate::symbols::Symbolizer;
+use crate::names::symbols::Symbolizer;
 
 impl Replay<'_> {
     /// The call sites the reports show, symbolised, with every site reference (aggregate indices until now)

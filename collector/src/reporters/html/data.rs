@@ -226,7 +226,7 @@ impl Html {
                     line: d.growth_line.as_ref().map(|g| g.label.clone()),
                     figures: key_figures(s, &d)
                         .into_iter()
-                        .map(|(k, v)| (k, crate::units::bytes(v)))
+                        .map(|(k, v)| (k, crate::names::units::bytes(v)))
                         .collect(),
                     findings: short_findings(&d).map(prose::finding).collect(),
                     advice: prose::advice(&d),
@@ -443,7 +443,7 @@ impl Html {
     fn device<'a>(
         &'a self,
         a: &Analysis,
-        index: &crate::fasthash::FastMap<(Option<u32>, bool), usize>,
+        index: &crate::names::fasthash::FastMap<(Option<u32>, bool), usize>,
         d: &'a Dev,
     ) -> Device<'a> {
         // The series are of GPU memory (host memory is not in them): never the host's figures.
@@ -623,7 +623,7 @@ impl WhatIfTable {
                     let h = &w.histories[f.history];
                     format!(
                         "{} at {:.1} s, pid {}: {}",
-                        crate::units::bytes(f.size),
+                        crate::names::units::bytes(f.size),
                         f.t_us.saturating_sub(start_unix_us) as f64 / 1e6,
                         h.pid,
                         h.site(f.site).unwrap_or(if f.the_runs_own {
@@ -640,7 +640,7 @@ impl WhatIfTable {
                 let per: Vec<String> = l
                     .bytes
                     .iter()
-                    .map(|(d, b)| format!("{} on GPU {d}", crate::units::bytes(*b)))
+                    .map(|(d, b)| format!("{} on GPU {d}", crate::names::units::bytes(*b)))
                     .collect();
                 format!("{} ({})", l.what, per.join(", "))
             }),
@@ -649,8 +649,8 @@ impl WhatIfTable {
                 format!(
                     "PYTORCH_CUDA_ALLOC_CONF={} needs {}, {} less than as run",
                     w.configs[b].conf,
-                    crate::units::bytes(w.needs(b)),
-                    crate::units::bytes(w.needs(0).saturating_sub(w.needs(b)))
+                    crate::names::units::bytes(w.needs(b)),
+                    crate::names::units::bytes(w.needs(0).saturating_sub(w.needs(b)))
                 )
             }),
             histories: w
@@ -668,8 +668,8 @@ impl WhatIfTable {
                         } else {
                             " (a late history)"
                         },
-                        crate::units::bytes(c.modelled_peak),
-                        crate::units::bytes(c.recorded_peak)
+                        crate::names::units::bytes(c.modelled_peak),
+                        crate::names::units::bytes(c.recorded_peak)
                     )
                 })
                 .collect(),

@@ -8,9 +8,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::super::pickle::{Pickler, BATCH};
+use crate::inputs::pickle::{Doc, V};
+use crate::inputs::torch_snapshot;
 use crate::model::Analysis;
-use crate::pickle::{Doc, V};
-use crate::torch_snapshot;
 
 /// One process's and GPU's tensor-level history: PyTorch's own `segments` and `device_traces` for that GPU.
 pub(super) struct TorchHistory {
@@ -220,14 +220,14 @@ mod tests {
     fn dict_keys_are_written_in_the_order_and_with_the_values_they_always_had() {
         // Integers before strings, each in order; a key given twice keeps its last value; other keys, floats
         // and integers past 64 bits left out or None; `device` replaced where asked.
-        let doc = crate::pickle::read(&crate::pickle::python_written(
+        let doc = crate::inputs::pickle::read(&crate::inputs::pickle::python_written(
             "v = {'size': 1, 'device': 3, 7: 'x', 'addr': 2, -1: None, 2.5: 0, 'f': 1.5, 'big': 1 << 70}",
             false,
         ))
         .unwrap();
         let mut p = Pickler::new(Vec::new()).unwrap();
         put_value(&mut p, &doc, &doc.root, Some(9)).unwrap();
-        let back = crate::pickle::read(&p.stop().unwrap()).unwrap();
+        let back = crate::inputs::pickle::read(&p.stop().unwrap()).unwrap();
         let keys: Vec<String> = match &back.root {
             V::Dict(m) => m
                 .iter()
@@ -252,10 +252,10 @@ mod tests {
             ]
         );
         // {'a': 1} then 'a' again, 2: one key, its last value.
-        let doc = crate::pickle::read(b"\x80\x04}\x8c\x01aK\x01s\x8c\x01aK\x02s.").unwrap();
+        let doc = crate::inputs::pickle::read(b"\x80\x04}\x8c\x01aK\x01s\x8c\x01aK\x02s.").unwrap();
         let mut p = Pickler::new(Vec::new()).unwrap();
         put_value(&mut p, &doc, &doc.root, None).unwrap();
-        let back = crate::pickle::read(&p.stop().unwrap()).unwrap();
+        let back = crate::inputs::pickle::read(&p.stop().unwrap()).unwrap();
         assert!(matches!(&back.root, V::Dict(m) if m.len() == 1 && m[0].1 == V::Int(2)));
     }
 }

@@ -1,7 +1,7 @@
 //! A step of advice in words.
 
 use crate::model::diagnose::{Advice, Diagnosis, Limit};
-use crate::units::{bytes as b, count};
+use crate::names::units::{bytes as b, count};
 
 /// `GPU 3`, or `the GPU` when the device is not known.
 fn gpu(device: Option<u32>) -> String {
@@ -348,7 +348,7 @@ fn knob_at(knob: &str, v: u64) -> String {
 fn largest_batch(x: &crate::model::BatchAdvice) -> String {
     // The knob comes from the recorded command, the paths from the folder, the lines from a snapshot: none is
     // printed raw to a terminal.
-    use crate::units::printable;
+    use crate::names::units::printable;
     let knob = printable(&x.knob);
     let beside = x
         .beside

@@ -2,7 +2,7 @@
 
 use crate::model::diagnose::{AllocatorSettings, Finding};
 use crate::model::LeakTrend;
-use crate::units::{bytes, count};
+use crate::names::units::{bytes, count};
 
 /// One sentence for people.
 pub fn finding(f: &Finding) -> String {
@@ -13,10 +13,10 @@ pub fn finding(f: &Finding) -> String {
                 "Each {noun} needed more than the last: PyTorch's peak rose from {} at {noun} {} to {} at {noun} {}, \
                  by more than what the {} kept; the work of each {noun} grows with its input (sequences sorted by \
                  length, a curriculum), so the {noun} at the error needed more than any before it",
-                crate::units::bytes(n.first_peak),
-                crate::units::count(n.first_step),
-                crate::units::bytes(n.last_peak),
-                crate::units::count(n.last_step),
+                crate::names::units::bytes(n.first_peak),
+                crate::names::units::count(n.first_step),
+                crate::names::units::bytes(n.last_peak),
+                crate::names::units::count(n.last_step),
                 super::nouns(noun, 2),
             )
         }

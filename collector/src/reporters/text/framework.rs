@@ -123,7 +123,7 @@ pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
                     "{pad}  the line whose tensors grew: {} ({} made during the rise and live at exit, in {})",
                     k.label,
                     bytes(k.during_rise_bytes),
-                    crate::units::counted(k.count, "tensor", "tensors")
+                    crate::names::units::counted(k.count, "tensor", "tensors")
                 ),
                 pad,
                 WIDTH,
@@ -136,7 +136,7 @@ pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
                      {} ({} in {})",
                     k.label,
                     bytes(k.bytes),
-                    crate::units::counted(k.count, "tensor", "tensors")
+                    crate::names::units::counted(k.count, "tensor", "tensors")
                 ),
                 pad,
                 WIDTH,
@@ -176,7 +176,7 @@ fn held_at_exit(h: &crate::model::holders::Holder) -> String {
         if h.tensors > 0 {
             format!(
                 " in {}",
-                crate::units::counted(h.tensors, "tensor", "tensors")
+                crate::names::units::counted(h.tensors, "tensor", "tensors")
             )
         } else {
             String::new()
@@ -244,13 +244,13 @@ pub fn history_text(h: &crate::model::observe::framework::HistoryChange) -> Stri
         format!(
             "allocation history armed at {}{dev} ({why}; {} entries): tensors allocated from then on \
              have their lines",
-            crate::units::secs(h.time_ns),
+            crate::names::units::secs(h.time_ns),
             count(h.entries)
         )
     } else {
         format!(
             "allocation history disarmed at {}{dev} ({why})",
-            crate::units::secs(h.time_ns)
+            crate::names::units::secs(h.time_ns)
         )
     }
 }

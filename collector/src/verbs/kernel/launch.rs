@@ -19,7 +19,7 @@ pub fn trace_for_session(traces: &Path) -> Result<PathBuf, KernelError> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     // `2026-03-21 12:34:56 UTC` as a name that sorts by time: `2026-03-21T123456Z`.
-    let stamp = crate::units::utc(now)
+    let stamp = crate::names::units::utc(now)
         .trim_end_matches(" UTC")
         .replace(' ', "T")
         .replace(':', "");
@@ -71,7 +71,7 @@ pub fn prune(traces: &Path, keep: u32) -> usize {
     let excess = sessions.len().saturating_sub(keep as usize - 1);
     let mut gone = 0;
     for (stem, files) in sessions.into_iter().take(excess) {
-        if crate::trace_file::being_written(&traces.join(format!("{stem}.vtrace"))) {
+        if crate::inputs::trace_file::being_written(&traces.join(format!("{stem}.vtrace"))) {
             continue;
         }
         for f in files {

@@ -12,8 +12,8 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::exit::{self, Code};
-use crate::out_file::{OutError, OutFile};
+use crate::files::out_file::{OutError, OutFile};
+use crate::process::exit::{self, Code};
 
 mod launch;
 mod paths;
@@ -351,7 +351,7 @@ fn list() -> Result<(), KernelError> {
                 "{} session{}, the latest {last} ({}){keep}",
                 t.len(),
                 if t.len() == 1 { "" } else { "s" },
-                crate::units::bytes(*size)
+                crate::names::units::bytes(*size)
             ),
         };
         let spec = k

@@ -11,7 +11,10 @@ pub(super) fn write_beside(trace: &Path, kind: &str, text: &str) -> io::Result<P
         let ext = match n {
             0 => format!("{kind}.txt"),
             1..10 => format!("{kind}.{n}.txt"),
-            _ => format!("{kind}.{:016x}.txt", crate::runtime_dir::random_u64()),
+            _ => format!(
+                "{kind}.{:016x}.txt",
+                crate::files::runtime_dir::random_u64()
+            ),
         };
         let path = trace.with_extension(ext);
         // Afresh, never through a link; the job's user's alone, as the trace is.

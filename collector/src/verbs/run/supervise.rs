@@ -170,7 +170,7 @@ pub(super) fn exit_code(status: Option<vramtrace_format::ExitStatus>) -> Code {
 
 /// The command starts as if `run` were not there: none of our blocked signals (std does not reset the mask it
 /// inherits), and the descriptor limit it had before we raised ours (`nofile`).
-pub(super) fn as_started(cmd: &mut Command, nofile: Option<crate::fdlimit::Original>) {
+pub(super) fn as_started(cmd: &mut Command, nofile: Option<crate::process::fdlimit::Original>) {
     // SAFETY: the closure runs between fork and exec: it only clears the signal mask and restores a resource
     // limit, async-signal-safe system calls on locals.
     unsafe {

@@ -7,7 +7,7 @@ use super::*;
 /// are passed on as in a traced run; its exit code is the command's.
 pub(super) fn run_untraced(
     args: &RunArgs,
-    why: &crate::runtime_dir::NoRuntimeDir,
+    why: &crate::files::runtime_dir::NoRuntimeDir,
     signals: &Signals,
 ) -> Code {
     let cap = args.cap.clone().or_else(|| {

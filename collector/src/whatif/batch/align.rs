@@ -230,7 +230,7 @@ impl fmt::Display for Mismatch {
             self.device,
             self.requests
                 .iter()
-                .map(|(x, n)| format!("{} at {x}", crate::units::count(*n as u64)))
+                .map(|(x, n)| format!("{} at {x}", crate::names::units::count(*n as u64)))
                 .collect::<Vec<_>>()
                 .join(", ")
         )?;

@@ -79,8 +79,8 @@ pub fn command(path: &Path) -> Option<Vec<String>> {
 
 /// [`command`], or why the file cannot be read as a trace, in one phrase.
 pub fn read_command(path: &Path) -> Result<Vec<String>, String> {
-    let f =
-        crate::untrusted_file::open_regular(path).map_err(|e| crate::untrusted_file::said(&e))?;
+    let f = crate::files::untrusted_file::open_regular(path)
+        .map_err(|e| crate::files::untrusted_file::said(&e))?;
     TraceReader::open(BufReader::new(f))
         .map(|(_, h)| h.command)
         .map_err(|e| e.to_string())

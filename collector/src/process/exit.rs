@@ -134,14 +134,14 @@ pub fn write_out(args: fmt::Arguments) -> bool {
 /// `eprintln!` that never panics: see [`write_err`].
 #[macro_export]
 macro_rules! note {
-    ($($t:tt)*) => { $crate::exit::write_err(format_args!("{}\n", format_args!($($t)*))) };
+    ($($t:tt)*) => { $crate::process::exit::write_err(format_args!("{}\n", format_args!($($t)*))) };
 }
 
 /// `println!` that never panics: see [`write_out`]; the value is whether the reader is still there.
 #[macro_export]
 macro_rules! say {
-    () => { $crate::exit::write_out(format_args!("\n")) };
-    ($($t:tt)*) => { $crate::exit::write_out(format_args!("{}\n", format_args!($($t)*))) };
+    () => { $crate::process::exit::write_out(format_args!("\n")) };
+    ($($t:tt)*) => { $crate::process::exit::write_out(format_args!("{}\n", format_args!($($t)*))) };
 }
 
 pub fn with(code: Code) -> ! {

@@ -75,13 +75,13 @@ impl OutFile {
             t.push(name);
             t.push(format!(
                 ".vramtrace-{:016x}",
-                crate::runtime_dir::random_u64()
+                crate::files::runtime_dir::random_u64()
             ));
             // A name too long for the folder with the suffix: a shorter one beside it.
             if t.as_bytes().len() > 255 {
                 t = OsString::from(format!(
                     ".vramtrace-out-{:016x}",
-                    crate::runtime_dir::random_u64()
+                    crate::files::runtime_dir::random_u64()
                 ));
             }
             let tmp = dir.join(t);

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::callsites::{is_library_python, short_path};
-use crate::pickle::{Doc, V};
+use crate::inputs::pickle::{Doc, V};
 
 /// A live tensor group of a PyTorch snapshot: the line that allocated them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,7 +91,7 @@ pub fn read_loaded(
 
 /// The snapshot's bytes (a regular file, bounded in size; said why not).
 fn load_bytes(path: &Path) -> Result<Vec<u8>, String> {
-    crate::untrusted_file::read_whole(path, MAX_SNAPSHOT_BYTES).map_err(|e| {
+    crate::files::untrusted_file::read_whole(path, MAX_SNAPSHOT_BYTES).map_err(|e| {
         if e.kind() == std::io::ErrorKind::InvalidData && e.to_string().contains(" MiB this reads")
         {
             format!("{e} (memory_viz opens it)")
@@ -101,10 +101,11 @@ fn load_bytes(path: &Path) -> Result<Vec<u8>, String> {
     })
 }
 
-/// The snapshot at `path` read by the one pickle reader (`crate::pickle`, bounded as it reads: a forged
+/// The snapshot at `path` read by the one pickle reader (`crate::inputs::pickle`, bounded as it reads: a forged
 /// pickle is refused before it costs more than it could justify), every string interned.
 pub fn load(path: &Path) -> Result<Doc, String> {
-    crate::pickle::read(&load_bytes(path)?).map_err(|e| format!("not a readable pickle: {e}"))
+    crate::inputs::pickle::read(&load_bytes(path)?)
+        .map_err(|e| format!("not a readable pickle: {e}"))
 }
 
 /// An integer only where it fits 64-bit signed (as the figures below have always been read).
@@ -200,7 +201,7 @@ fn group(doc: &Doc, device: Option<u32>, rise_us: Option<(u64, u64)>, r: &mut Sn
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pickle::python_written;
+    use crate::inputs::pickle::python_written;
 
     /// A snapshot with five blocks on device 0 (two lines of the user's, one block without frames, one
     /// inactive) and the allocations of two of them in its trace, as Python writes it.
@@ -217,7 +218,7 @@ mod tests {
 
     #[test]
     fn live_tensors_group_by_the_users_line() {
-        let doc = crate::pickle::read(&python_written(SNAPSHOT, false)).unwrap();
+        let doc = crate::inputs::pickle::read(&python_written(SNAPSHOT, false)).unwrap();
         let mut r = SnapshotReading::default();
         group(&doc, Some(0), Some((20, 60)), &mut r);
         assert_eq!(r.live_tensors, 4);

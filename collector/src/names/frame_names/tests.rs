@@ -165,7 +165,7 @@ fn a_forged_record_is_bounded_and_its_text_kept_for_the_printable_filter() {
         inlined: false,
         note: None,
     };
-    let shown = crate::units::printable(&frame.label());
+    let shown = crate::names::units::printable(&frame.label());
     assert!(!shown.chars().any(|c| c.is_control()), "{shown:?}");
     assert!(shown.starts_with("evil\\u{1b}[2J"), "{shown}");
 }

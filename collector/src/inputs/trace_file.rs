@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use crate::pickle::Doc;
+use crate::inputs::pickle::Doc;
 
 use crate::model::{self, Analysis, ModelError, SnapshotReading};
 
@@ -61,7 +61,7 @@ pub fn read_snapshots(a: &mut Analysis, trace: &Path) {
                 return d.clone();
             }
         }
-        let d = Rc::new(crate::torch_snapshot::load(p));
+        let d = Rc::new(crate::inputs::torch_snapshot::load(p));
         last = Some((p.to_path_buf(), d.clone()));
         d
     };
@@ -85,7 +85,10 @@ pub fn read_snapshots(a: &mut Analysis, trace: &Path) {
         };
         f.snapshot = Some(read_snapshot(&recorded, trace, device, rise, &mut loaded));
         // The allocator replayed from the history up to this error (whatif/postmortem.rs).
-        if let (Some(p), Some(d)) = (crate::torch_snapshot::locate(&recorded, trace), device) {
+        if let (Some(p), Some(d)) = (
+            crate::inputs::torch_snapshot::locate(&recorded, trace),
+            device,
+        ) {
             if let Ok(doc) = loaded(&p).as_ref() {
                 f.replay = crate::whatif::postmortem::replay_failure_in(doc, &p, pid, d, left);
             }
@@ -205,8 +208,8 @@ fn read_snapshot(
     rise: Option<(u64, u64)>,
     loaded: &mut impl FnMut(&Path) -> Rc<Result<Doc, String>>,
 ) -> SnapshotReading {
-    match crate::torch_snapshot::locate(recorded, trace) {
-        Some(p) => crate::torch_snapshot::read_loaded(&loaded(&p), &p, device, rise),
+    match crate::inputs::torch_snapshot::locate(recorded, trace) {
+        Some(p) => crate::inputs::torch_snapshot::read_loaded(&loaded(&p), &p, device, rise),
         None => SnapshotReading {
             path: recorded.to_string(),
             error: Some("not found (beside the trace or where it was written)".into()),

@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::exit::Code;
+use crate::process::exit::Code;
 
 /// A device as the driver gives it to the job: its total memory and UUID (`GPU-...`, as NVML names it; `None`
 /// where the driver does not say).

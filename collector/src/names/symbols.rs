@@ -368,7 +368,7 @@ type Elf<'a> = object::File<'a, &'a Cache>;
 impl ObjectFile {
     fn open(path: &Path) -> std::io::Result<ObjectFile> {
         // A trace names files it does not vouch for: only a regular file is opened.
-        let file = crate::untrusted_file::open_regular(path)?;
+        let file = crate::files::untrusted_file::open_regular(path)?;
         let len = file.metadata()?.len();
         if len == 0 {
             return Err(std::io::ErrorKind::InvalidInput.into());

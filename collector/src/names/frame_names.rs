@@ -23,8 +23,8 @@ use vramtrace_format::codec::{self, kind};
 use vramtrace_format::{FrameNames, NamedFrame, NamedFunction, NamedObject, Record};
 
 use crate::callsites::objects::ObjectTable;
-use crate::fasthash::FastMap;
-use crate::symbols::{SymFrame, Symbolizer};
+use crate::names::fasthash::FastMap;
+use crate::names::symbols::{SymFrame, Symbolizer};
 
 /// Distinct (process, return address) pairs kept while recording; more are counted, not named.
 pub const MAX_GATHERED: usize = 1 << 18;

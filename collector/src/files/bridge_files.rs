@@ -9,31 +9,31 @@ use std::path::{Path, PathBuf};
 pub const FILES: &[(&str, &str)] = &[
     (
         "sitecustomize.py",
-        include_str!("../../bridge/sitecustomize.py"),
+        include_str!("../../../bridge/sitecustomize.py"),
     ),
     (
         "vramtrace_bridge/__init__.py",
-        include_str!("../../bridge/vramtrace_bridge/__init__.py"),
+        include_str!("../../../bridge/vramtrace_bridge/__init__.py"),
     ),
     (
         "vramtrace_bridge/_hook.py",
-        include_str!("../../bridge/vramtrace_bridge/_hook.py"),
+        include_str!("../../../bridge/vramtrace_bridge/_hook.py"),
     ),
     (
         "vramtrace_bridge/_shim.py",
-        include_str!("../../bridge/vramtrace_bridge/_shim.py"),
+        include_str!("../../../bridge/vramtrace_bridge/_shim.py"),
     ),
     (
         "vramtrace_bridge/_torch.py",
-        include_str!("../../bridge/vramtrace_bridge/_torch.py"),
+        include_str!("../../../bridge/vramtrace_bridge/_torch.py"),
     ),
     (
         "vramtrace_bridge/_holders.py",
-        include_str!("../../bridge/vramtrace_bridge/_holders.py"),
+        include_str!("../../../bridge/vramtrace_bridge/_holders.py"),
     ),
     (
         "vramtrace_bridge/_jax.py",
-        include_str!("../../bridge/vramtrace_bridge/_jax.py"),
+        include_str!("../../../bridge/vramtrace_bridge/_jax.py"),
     ),
 ];
 

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread;
 
-use crate::ticks::mono_ns;
+use crate::names::ticks::mono_ns;
 
 /// The hang-up time of one connection (CLOCK_MONOTONIC ns), 0 until it hung up.
 pub(crate) type ClosedAt = Arc<AtomicU64>;
