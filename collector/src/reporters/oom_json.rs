@@ -618,6 +618,9 @@ enum Figures<'a> {
     },
     StepNeed {
         unit: &'static str,
+        /// `rising`: the latest iterations each needed more; `outgrew`: the one at the error needed far more
+        /// than any before it (`first_*`: the most before it; `last_peak_bytes`: what it held and asked).
+        shape: &'static str,
         first_step: u64,
         first_peak_bytes: u64,
         last_step: u64,
@@ -691,6 +694,7 @@ impl<'a> FindingJson<'a> {
             Finding::BackwardThread { thread } => Figures::Thread { thread },
             Finding::StepNeedRises(n) => Figures::StepNeed {
                 unit: n.unit.key(),
+                shape: if n.outgrew { "outgrew" } else { "rising" },
                 first_step: n.first_step,
                 first_peak_bytes: n.first_peak,
                 last_step: n.last_step,

@@ -204,10 +204,30 @@ fn one_request_too_long_for_the_cap_is_not_a_leak() {
     let t = text(&fake, "oom", &trace);
     assert_ne!(o["cause"], "growth", "{t}");
     assert!(o["growth"].is_null(), "{t}");
+    assert_eq!(o["cause"], "cap", "{t}");
     let a = advice(o);
     assert!(
         !a.iter()
             .any(|x| x.contains("never evicts") || x.contains("Fix what")),
         "{a:#?}"
     );
+    // What failed is one iteration far longer than the rest: said so, and its input is what to bound (before, only a
+    // cap "as a floor" was advised, and on the H200 that cap failed again, 0.25 GiB at a time).
+    let need = o["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "step_need_rises")
+        .unwrap_or_else(|| panic!("no step_need_rises: {t}"));
+    assert_eq!(need["shape"], "outgrew", "{need}");
+    let before = need["first_peak_bytes"].as_u64().unwrap();
+    let at_error = need["last_peak_bytes"].as_u64().unwrap();
+    // 48 tokens of 4 MiB and the 64 MiB of weights before; at least what the cap allowed at the error.
+    assert!((256 * MIB..320 * MIB).contains(&before), "{need}");
+    assert!(at_error >= 1000 * MIB, "{need}");
+    assert!(
+        a[0].starts_with("Bound what each iteration takes in"),
+        "{a:#?}"
+    );
+    assert!(t.contains("needed more than any before it"), "{t}");
 }

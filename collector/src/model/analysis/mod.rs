@@ -395,6 +395,11 @@ pub struct StepNeed {
     pub first_peak: u64,
     pub last_step: u64,
     pub last_peak: u64,
+    /// Not a rise over the latest iterations but one iteration, the one at the error, needing far more than
+    /// any before it (a request much longer than the others): `first_*` is what the earlier ones needed at
+    /// most (PyTorch's peak counter at the last boundary), `last_peak` what this one held and asked at the
+    /// error.
+    pub outgrew: bool,
 }
 
 /// Which of the program's iterations the bridge counted.

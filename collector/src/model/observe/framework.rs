@@ -54,10 +54,15 @@ struct ProcDev {
 }
 
 /// Boundary readings of the peak counter kept per process and device, and the least that tell a step's need
-/// rising: each of them (but one) above the one before by [`NEED_RISE_BYTES`] at least.
-const NEED_READINGS: usize = 8;
+/// rising: the counter above the reading before by [`NEED_RISE_BYTES`] at least in half the windows or more (a
+/// need that grows a token at a time rises in the allocator's block sizes: a few boundaries flat, then a jump).
+const NEED_READINGS: usize = 16;
 const NEED_MIN_READINGS: usize = 6;
 const NEED_RISE_BYTES: u64 = 1 << 20;
+/// The iteration at the error outgrew every earlier one: it held and asked half again more than the most any
+/// needed before it (at least [`OUTGREW_BYTES`] more), after at least [`OUTGREW_MIN_READINGS`] boundaries.
+const OUTGREW_BYTES: u64 = 64 << 20;
+const OUTGREW_MIN_READINGS: usize = 3;
 
 /// Exit snapshots kept (one a process): past this many, counted and not read.
 const MAX_EXIT_SNAPSHOTS: usize = 256;
@@ -369,13 +374,37 @@ impl FwReplay {
         growth_sampled(&self.tls.at(i, ALLOCATED, t), t)
     }
 
-    /// Each of process `slot`'s latest steps on `device` needed more than any before it (PyTorch's peak counter
-    /// rose at nearly every boundary), while its steps were counted: (first step, its peak, last step, its
-    /// peak) of the readings that tell it.
-    pub fn step_need(&self, slot: usize, device: u32) -> Option<crate::model::analysis::StepNeed> {
+    /// Process `slot`'s iterations on `device` needed more and more, while its steps were counted: either the
+    /// latest needed more than any before them (PyTorch's peak counter rose at most of the latest boundaries),
+    /// or the one at the error outgrew every earlier one (`need_at_error`, its allocated bytes and the request,
+    /// against the counter at the last boundary).
+    pub fn step_need(
+        &self,
+        slot: usize,
+        device: u32,
+        need_at_error: Option<u64>,
+    ) -> Option<crate::model::analysis::StepNeed> {
         let st = self.steps.get(&slot)?;
         let p = self.procs.get(&(slot, device))?;
         let r: Vec<(u64, u64)> = p.need.iter().copied().collect();
+        let unit = GrowthUnit::Steps(st.source);
+        // The more telling of the two first: one iteration far past the rest says what to bound more plainly
+        // than a rise the earlier ones also show (requests of random lengths raise the counter now and then).
+        if let (Some(need), Some(&(step, before))) = (need_at_error, r.last()) {
+            if r.len() >= OUTGREW_MIN_READINGS
+                && need >= before.saturating_add(before / 2)
+                && need >= before.saturating_add(OUTGREW_BYTES)
+            {
+                return Some(crate::model::analysis::StepNeed {
+                    unit,
+                    first_step: step,
+                    first_peak: before,
+                    last_step: step,
+                    last_peak: need,
+                    outgrew: true,
+                });
+            }
+        }
         if r.len() < NEED_MIN_READINGS {
             return None;
         }
@@ -383,12 +412,13 @@ impl FwReplay {
             .windows(2)
             .filter(|w| w[1].1 >= w[0].1.saturating_add(NEED_RISE_BYTES))
             .count();
-        (rises + 1 >= r.len() - 1).then(|| crate::model::analysis::StepNeed {
-            unit: GrowthUnit::Steps(st.source),
+        (2 * rises >= r.len() - 1).then(|| crate::model::analysis::StepNeed {
+            unit,
             first_step: r[0].0,
             first_peak: r[0].1,
             last_step: r[r.len() - 1].0,
             last_peak: r[r.len() - 1].1,
+            outgrew: false,
         })
     }
 
@@ -583,6 +613,68 @@ mod tests {
             (p.peak_allocated, p.peak_reserved),
             (d.peak_allocated, d.peak_reserved, d.peak_allocated_time_ns),
         )
+    }
+
+    /// Readings of PyTorch's peak counter at steps 1.. (`peaks`, MiB), fed to a fresh replay.
+    fn readings(peaks: &[u64]) -> FwReplay {
+        let mut r = FwReplay::default();
+        for (i, &p) in peaks.iter().enumerate() {
+            feed(
+                &mut r,
+                0,
+                reading(7, i as u64 + 1, p << 20, p << 20),
+                10 * i as u64 + 10,
+            );
+        }
+        r
+    }
+
+    /// A need that grows a token at a time rises in the allocator's blocks: flat at some boundaries, then a
+    /// jump. That is a rising need; a counter that rose early and then stayed is not, nor one that rose now and
+    /// then (batches of random lengths).
+    #[test]
+    fn a_need_rising_in_blocks_rises_and_one_that_stopped_does_not() {
+        let blocks = [
+            1000, 1002, 1004, 1004, 1004, 1006, 1008, 1010, 1010, 1010, 1012, 1014,
+        ];
+        let n = readings(&blocks)
+            .step_need(0, 0, None)
+            .expect("rising in blocks");
+        assert!(!n.outgrew);
+        assert_eq!((n.first_step, n.last_step), (1, 12));
+        assert_eq!((n.first_peak, n.last_peak), (1000 << 20, 1014 << 20));
+        let stopped = [
+            500, 900, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000,
+        ];
+        assert!(readings(&stopped).step_need(0, 0, None).is_none());
+        let now_and_then = [
+            500, 500, 520, 520, 520, 530, 530, 530, 530, 545, 545, 545, 545, 545,
+        ];
+        assert!(readings(&now_and_then).step_need(0, 0, None).is_none());
+        // Too few readings to say.
+        assert!(readings(&blocks[..5]).step_need(0, 0, None).is_none());
+    }
+
+    /// The iteration at the error held and asked far more than any before it (one request much longer than the
+    /// others): it outgrew them, whatever the counter did before. An error at the need of the earlier ones, or a
+    /// little past it, is no such thing.
+    #[test]
+    fn the_iteration_at_the_error_outgrew_the_rest() {
+        let r = readings(&[300, 300, 310, 310]);
+        let n = r.step_need(0, 0, Some(1900 << 20)).expect("outgrew");
+        assert!(n.outgrew);
+        assert_eq!(
+            (n.first_step, n.first_peak, n.last_peak),
+            (4, 310 << 20, 1900 << 20)
+        );
+        // Half again more is not enough without 64 MiB more, nor 64 MiB more without half again.
+        assert!(r.step_need(0, 0, Some(460 << 20)).is_none());
+        let big = readings(&[4000, 4000, 4000, 4000]);
+        assert!(big.step_need(0, 0, Some(4100 << 20)).is_none());
+        // Two boundaries are too few to know what the iterations need.
+        assert!(readings(&[300, 300])
+            .step_need(0, 0, Some(1900 << 20))
+            .is_none());
     }
 
     /// The case: a GPT-2 step's activations live between two samples; PyTorch's counter has them.

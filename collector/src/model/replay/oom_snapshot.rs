@@ -132,7 +132,8 @@ impl Replay<'_> {
             o.framework_job = self.fw.job_allocated(dev);
             o.framework_leak = self.fw.leak_until(s, dev, t);
             o.steps_counted = self.fw.counts_steps(s, dev);
-            o.step_need = self.fw.step_need(s, dev);
+            let need = fo.figures.allocated.saturating_add(fo.requested_bytes);
+            o.step_need = self.fw.step_need(s, dev, Some(need));
         }
         o.framework = Some(fo);
     }
@@ -383,7 +384,7 @@ impl Replay<'_> {
             holders: None,
             steps_counted: o.device != NO_DEVICE && self.fw.counts_steps(s, o.device),
             step_need: (o.device != NO_DEVICE)
-                .then(|| self.fw.step_need(s, o.device))
+                .then(|| self.fw.step_need(s, o.device, None))
                 .flatten(),
             driver_ooms_folded: 0,
             seq,

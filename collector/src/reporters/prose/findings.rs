@@ -7,6 +7,18 @@ use crate::names::units::{bytes, count};
 /// One sentence for people.
 pub fn finding(f: &Finding) -> String {
     match f {
+        Finding::StepNeedRises(n) if n.outgrew => {
+            let noun = n.unit.noun();
+            format!(
+                "The {noun} at the error needed more than any before it: it held and asked {} where the {} before \
+                 it needed at most {} (PyTorch's peak counter read at {noun} {}); its input is larger than theirs (a longer \
+                 sequence or request, a larger batch)",
+                crate::names::units::bytes(n.last_peak),
+                super::nouns(noun, 2),
+                crate::names::units::bytes(n.first_peak),
+                crate::names::units::count(n.first_step),
+            )
+        }
         Finding::StepNeedRises(n) => {
             let noun = n.unit.noun();
             format!(
