@@ -132,6 +132,8 @@ class Magic(unittest.TestCase):
                 shown = _magic.vramtrace("")
         self.assertEqual(repr(shown), "OUT OF MEMORY at <module> & more")
         self.assertIn("<pre", shown._repr_html_())
+        # Its columns line up only in a monospace font, which notebook styles do not give a `pre` by themselves.
+        self.assertIn("font-family:ui-monospace", shown._repr_html_())
         self.assertIn("OUT OF MEMORY at &lt;module&gt; &amp; more", shown._repr_html_())
         self.assertFalse(shown.error)
 

@@ -16,6 +16,8 @@ from . import _holders, _verbs
 
 USAGE = "usage: %vramtrace [oom [--full] | holders | report | whatif [ARGS]]"
 VERBS = ("oom", "report", "whatif")
+# The fonts a notebook's page is likely to have, monospace as the last word.
+MONOSPACE = "ui-monospace,SFMono-Regular,Menlo,Consolas,'DejaVu Sans Mono','Liberation Mono',monospace"
 
 
 class Shown(object):
@@ -34,8 +36,10 @@ class Shown(object):
 
     def _repr_html_(self) -> str:
         style = "color:#b00;" if self.error else ""
-        return ('<div class="vramtrace" title="%s"><pre style="%swhite-space:pre-wrap">%s</pre></div>'
-                % (html.escape(self.title), style, html.escape(self.body)))
+        # A monospace font named here: the columns line up only in one, and JupyterLab's and nbconvert's lab
+        # styles set `pre` in outputs to the page's own font (`font-family: inherit`).
+        return ('<div class="vramtrace" title="%s"><pre style="%sfont-family:%s;white-space:pre-wrap">%s</pre></div>'
+                % (html.escape(self.title), style, MONOSPACE, html.escape(self.body)))
 
 
 def vramtrace(line: str) -> Optional[object]:
