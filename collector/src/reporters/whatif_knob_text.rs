@@ -92,7 +92,7 @@ pub fn render(a: &KnobAnswered) -> String {
         let st = &slot.steps[0];
         let _ = writeln!(
             o,
-            "pid {} GPU {}: {} requests {}{}; {} in the setup, then {} repeats of a step of {}",
+            "pid {} GPU {}: {} requests {}{}; {} before the steps repeat (the setup, a first step unlike the rest), then {} repeats of a step of {}",
             h.pid,
             h.device,
             count(slot.requests() as u64),

@@ -1,7 +1,7 @@
 //! Runs of one program at different values of a knob, matched request for request: the k-th request of a
 //! process in one run is the k-th in another when every run asks from the same lines in the same order. Each
 //! run's requests are also told apart into a setup and a repeating cycle (the steps), found from the lines
-//! alone, so a difference can be placed ("in the setup", "in repeat 3 of 24").
+//! alone, so a difference can be placed ("before the steps repeat", "in repeat 3 of 24").
 
 use std::collections::HashMap;
 use std::fmt;

@@ -14,7 +14,9 @@ impl Steps {
     /// Where request `k` falls, in words.
     pub fn place(&self, k: usize) -> String {
         if k < self.setup || self.period == 0 {
-            "in the setup".to_string()
+            // Not "the setup" alone: a first step unlike the rest is here too, and a user reads setup as the
+            // code before the loop (an H200 fit placed the first step's backward pass "in the setup").
+            "before the steps repeat (the setup, or a first step unlike the rest)".to_string()
         } else {
             let i = (k - self.setup) / self.period + 1;
             format!("in repeat {i} of {} of the step cycle", self.count)

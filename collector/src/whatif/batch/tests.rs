@@ -232,7 +232,10 @@ fn a_different_code_path_is_refused_with_the_lines_that_differ() {
     let (k, place, sites) = m.first.as_ref().unwrap();
     // The 9th request: after the first step's three and its workspace, the branch.
     assert_eq!(*k, 6);
-    assert_eq!(place, "in the setup");
+    assert_eq!(
+        place,
+        "before the steps repeat (the setup, or a first step unlike the rest)"
+    );
     assert_eq!(
         sites[1],
         (16, Some("train.py:99 in branch".to_string())),
@@ -383,7 +386,10 @@ fn the_step_cycle_is_found_from_the_lines_alone() {
     }
     let s = steps(&l);
     assert_eq!((s.setup, s.period, s.count), (7, 3, 5));
-    assert_eq!(s.place(3), "in the setup");
+    assert_eq!(
+        s.place(3),
+        "before the steps repeat (the setup, or a first step unlike the rest)"
+    );
     assert_eq!(s.place(7 + 3 * 2), "in repeat 3 of 5 of the step cycle");
     assert_eq!(steps(&[1, 2, 3]).count, 0);
 }
