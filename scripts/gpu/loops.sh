@@ -120,7 +120,7 @@ for c in cases:
     g = o.get("growth") or {}
     gs = "-" if not g else "%s / %s / %s" % (g.get("unit"), g.get("steps"),
                                              "%.2f MiB" % (g["per_step_bytes"] / MiB) if g.get("per_step_bytes") is not None else "null")
-    kinds = [f.get("kind") for f in o.get("findings") or []]
+    kinds = [f.get("kind") + ("(%s)" % f["shape"] if f.get("shape") else "") for f in o.get("findings") or []]
     hs = (o.get("holders") or {}).get("holders") or []
     hold = ", ".join("%s %s %.0f MiB" % (h.get("kind"), h.get("name"), (h.get("bytes") or 0) / MiB) for h in hs[:3]) or "-"
     adv = o.get("advice") or []
