@@ -412,6 +412,14 @@ impl FwReplay {
             .windows(2)
             .filter(|w| w[1].1 >= w[0].1.saturating_add(NEED_RISE_BYTES))
             .count();
+        // And the iteration at the error needed more than the latest reading says any before it did: where it
+        // needed no more (a padded batch as long as one that fitted), the counter's early rises were the data's
+        // record lengths, not a need that keeps rising (padded GPT-2 on an H200: "rising" at a step that asked
+        // what step 6 had needed).
+        let last = r[r.len() - 1].1;
+        if need_at_error.is_some_and(|need| need < last.saturating_add(NEED_RISE_BYTES)) {
+            return None;
+        }
         (2 * rises >= r.len() - 1).then(|| crate::model::analysis::StepNeed {
             unit,
             first_step: r[0].0,
@@ -640,6 +648,14 @@ mod tests {
         let n = readings(&blocks)
             .step_need(0, 0, None)
             .expect("rising in blocks");
+        // At an error, only if that step needed more than the latest reading: one that asked no more than an
+        // earlier step needed is not the need rising.
+        assert!(readings(&blocks)
+            .step_need(0, 0, Some(1016 << 20))
+            .is_some());
+        assert!(readings(&blocks)
+            .step_need(0, 0, Some(1014 << 20))
+            .is_none());
         assert!(!n.outgrew);
         assert_eq!((n.first_step, n.last_step), (1, 12));
         assert_eq!((n.first_peak, n.last_peak), (1000 << 20, 1014 << 20));

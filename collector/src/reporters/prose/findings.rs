@@ -10,13 +10,11 @@ pub fn finding(f: &Finding) -> String {
         Finding::StepNeedRises(n) if n.outgrew => {
             let noun = n.unit.noun();
             format!(
-                "The {noun} at the error needed more than any before it: it held and asked {} where the {} before \
-                 it needed at most {} (PyTorch's peak counter read at {noun} {}); its input is larger than theirs (a longer \
+                "The {noun} at the error needed more than any before it: it held and asked {} where every {noun} \
+                 before it needed at most {} (PyTorch's peak counter); its input is larger than theirs (a longer \
                  sequence or request, a larger batch)",
                 crate::names::units::bytes(n.last_peak),
-                super::nouns(noun, 2),
                 crate::names::units::bytes(n.first_peak),
-                crate::names::units::count(n.first_step),
             )
         }
         Finding::StepNeedRises(n) => {
@@ -24,7 +22,8 @@ pub fn finding(f: &Finding) -> String {
             format!(
                 "Each {noun} needed more than the last: PyTorch's peak rose from {} at {noun} {} to {} at {noun} {}, \
                  by more than what the {} kept; the work of each {noun} grows with its input (sequences sorted by \
-                 length, a curriculum), so the {noun} at the error needed more than any before it",
+                 length, a curriculum, a generation's cache growing a token at a time), so the {noun} at the error \
+                 needed more than any before it",
                 crate::names::units::bytes(n.first_peak),
                 crate::names::units::count(n.first_step),
                 crate::names::units::bytes(n.last_peak),
