@@ -45,6 +45,21 @@ pub const GROWTH_MIN_BYTES: u64 = 4 << 20;
 /// ... and at least this share of the top (percent).
 pub const GROWTH_MIN_SHARE_PCT: u64 = 3;
 
+/// A device's growth, by one rule at an error and at the end: growth in a process's own cycles first (time-free:
+/// a leak of a few steps in a second counts); where the cycles of every process that allocated there are enough
+/// to judge (`judged`), none in them is none; else the device's timeline in wall-clock windows (`timeline`).
+pub fn judged(
+    cycles: Option<LeakTrend>,
+    judged: bool,
+    timeline: impl FnOnce() -> Option<LeakTrend>,
+) -> Option<LeakTrend> {
+    match cycles {
+        Some(g) => Some(g),
+        None if judged => None,
+        None => timeline(),
+    }
+}
+
 /// The growth of `tl` up to `end` (ns from the trace start; the timeline's end when later), or `None`.
 /// `minima` holds the floor at the end of each window from the one before the growth's first rise; `steps`
 /// the repeating steps counted in it, when they can be told (cycles of the timeline, else the floor's own

@@ -110,15 +110,12 @@ impl Replay<'_> {
                             .growth(GrowthUnit::Cycles, self.procs[slot].s.pid, true)
                     })
                     .max_by_key(|g| g.rise_bytes);
-                // The processes' own cycles decide when every process that allocated there has enough of them to
-                // judge: no growth in any is none. One without (a leaker that never frees, beside a steady
-                // neighbour) leaves it to the device's timeline.
+                // One without enough cycles (a leaker that never frees, beside a steady neighbour) leaves it to the
+                // device's timeline.
                 let judged = mem.procs.cycles_judge(users[i].iter().copied(), i);
-                let mut g = match g {
-                    Some(g) => g,
-                    None if judged => return None,
-                    None => crate::model::observe::growth::growth(tl, end)?,
-                };
+                let mut g = crate::model::observe::growth::judged(g, judged, || {
+                    crate::model::observe::growth::growth(tl, end)
+                })?;
                 crate::model::observe::growth::fill_what_grew(&mut g, kept_on[i].iter().copied());
                 Some(g)
             })

@@ -6,7 +6,7 @@ use vramtrace_format::{flags, Api, Oom, NO_DEVICE};
 use crate::callsites::{SiteBytes, SITES_LISTED};
 use crate::model::analysis::*;
 use crate::model::observe::framework::FrameworkOom;
-use crate::model::observe::growth::{fill_what_grew, growth};
+use crate::model::observe::growth::{fill_what_grew, growth, judged as judged_growth};
 use crate::model::observe::leak::site_ref;
 use crate::model::observe::timeline::{Bucket, Timeline};
 use crate::model::replay::site_store::NO_SITE;
@@ -205,12 +205,11 @@ impl Replay<'_> {
             let live = self.procs.iter().enumerate().filter(|(_, p)| !p.released);
             figs.cycles_judge(live.map(|(i, _)| i), d)
         });
-        let mut leak = own
-            .and_then(|pd| {
-                pd.troughs
-                    .growth(GrowthUnit::Cycles, self.procs[s].s.pid, true)
-            })
-            .or_else(|| if judged { None } else { growth(&full, t) });
+        let cycles = own.and_then(|pd| {
+            pd.troughs
+                .growth(GrowthUnit::Cycles, self.procs[s].s.pid, true)
+        });
+        let mut leak = judged_growth(cycles, judged, || growth(&full, t));
         let timeline = window(&full, t.saturating_sub(OOM_WINDOW_NS), OOM_TIMELINE_POINTS);
         drop(full);
 
