@@ -275,6 +275,52 @@ pub fn event_text(a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize) -> Str
 }
 
 fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize, full: bool) {
+    headline(o, a, s, d, n, full);
+    cause(o, d, full);
+    if !full {
+        short_figures(o, s, d);
+        held_by(o, a, s);
+        // The flushes are the headline's where it tells of this error's own.
+        let told = s.driver_ooms_folded > 0 && s.framework.is_some();
+        findings_and_advice(
+            o,
+            prose::short_findings(d).filter(|f| {
+                !(told && matches!(f, crate::model::diagnose::Finding::AllocRetries { .. }))
+            }),
+            &d.advice,
+            // One error: its advice takes what the one screen has left; several: each its share.
+            if a.oom_records == 1 {
+                AdviceRoom::Screen(ONE_SCREEN)
+            } else {
+                AdviceRoom::Lines(SHORT_ADVICE)
+            },
+        );
+        return;
+    }
+
+    full_figures(o, s, d);
+    o.push('\n');
+
+    event_processes(o, s);
+    if let Some(h) = s.holders.as_ref().filter(|h| !h.holders.is_empty()) {
+        holders(o, h, crate::model::holders::MAX_HOLDERS, usize::MAX);
+    }
+    top_live(o, a, s);
+    classes(o, s);
+    live_by_site(o, a, s);
+    kept_tensors(o, s);
+    window(o, s, d);
+
+    findings_and_advice(
+        o,
+        d.findings.iter(),
+        &d.advice,
+        AdviceRoom::Lines(usize::MAX),
+    );
+}
+
+/// Which error, of which process, refused how, and where it was asked from.
+fn headline(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize, full: bool) {
     let gpu = oom_place(s);
     let of = match a.oom_records {
         1 => String::new(),
@@ -341,43 +387,7 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
         ),
     }
     if let Some(f) = fw {
-        let thread = match f.thread.as_deref() {
-            Some(t) if f.on_backward_thread() => format!(" on {t} (autograd's backward thread)"),
-            _ => String::new(),
-        };
-        let folded = match s.driver_ooms_folded {
-            0 => String::new(),
-            n if !full => {
-                // The process's flushes before this one too (the allocator's `num_alloc_retries`): the
-                // finding's figure, said here once.
-                let all = d.findings.iter().find_map(|f| match f {
-                    crate::model::diagnose::Finding::AllocRetries { count } => Some(*count),
-                    _ => None,
-                });
-                format!(
-                    " after {} refusal{} (it flushed its cache and retried{})",
-                    count(n as u64),
-                    if n == 1 { "" } else { "s" },
-                    match all {
-                        Some(r) if r > 1 => format!("; {} flushes in this process", count(r)),
-                        _ => String::new(),
-                    }
-                )
-            }
-            n => format!(
-                "; the driver refused {} request{} for it (the allocator flushed its cache and retried)",
-                n + 1,
-                if n == 0 { "" } else { "s" }
-            ),
-        };
-        wrap(
-            o,
-            &format!(
-                "    {} raised its out-of-memory error{thread}{folded}.",
-                crate::reporters::text::framework::title(f.framework.name())
-            ),
-            "    ",
-        );
+        raised(o, f, s, d, full);
     }
     // On the one screen, a site that is only the allocator's own native frame (`libc10_cuda.so+0x43c0b`) says
     // nothing the headline does not.
@@ -401,6 +411,57 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
             writeln!(o, "{line}").ok();
         }
     }
+}
+
+/// How the framework raised its error: on which thread, after how many refusals and flushes.
+fn raised(
+    o: &mut String,
+    f: &crate::model::observe::framework::FrameworkOom,
+    s: &OomSnapshot,
+    d: &Diagnosis,
+    full: bool,
+) {
+    let thread = match f.thread.as_deref() {
+        Some(t) if f.on_backward_thread() => format!(" on {t} (autograd's backward thread)"),
+        _ => String::new(),
+    };
+    let folded = match s.driver_ooms_folded {
+        0 => String::new(),
+        n if !full => {
+            // The process's flushes before this one too (the allocator's `num_alloc_retries`): the
+            // finding's figure, said here once.
+            let all = d.findings.iter().find_map(|f| match f {
+                crate::model::diagnose::Finding::AllocRetries { count } => Some(*count),
+                _ => None,
+            });
+            format!(
+                " after {} refusal{} (it flushed its cache and retried{})",
+                count(n as u64),
+                if n == 1 { "" } else { "s" },
+                match all {
+                    Some(r) if r > 1 => format!("; {} flushes in this process", count(r)),
+                    _ => String::new(),
+                }
+            )
+        }
+        n => format!(
+            "; the driver refused {} request{} for it (the allocator flushed its cache and retried)",
+            n + 1,
+            if n == 0 { "" } else { "s" }
+        ),
+    };
+    wrap(
+        o,
+        &format!(
+            "    {} raised its out-of-memory error{thread}{folded}.",
+            crate::reporters::text::framework::title(f.framework.name())
+        ),
+        "    ",
+    );
+}
+
+/// The cause and the one sentence of its figures.
+fn cause(o: &mut String, d: &Diagnosis, full: bool) {
     o.push('\n');
     let title = prose::cause_title(d.cause);
     writeln!(o, "  CAUSE: {} ({title})", d.cause.key()).ok();
@@ -413,27 +474,18 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
         writeln!(o, "    Seen through {view}.").ok();
     }
     o.push('\n');
-    if !full {
-        short_figures(o, s, d);
-        held_by(o, a, s);
-        // The flushes are the headline's where it tells of this error's own.
-        let told = s.driver_ooms_folded > 0 && fw.is_some();
-        findings_and_advice(
-            o,
-            prose::short_findings(d).filter(|f| {
-                !(told && matches!(f, crate::model::diagnose::Finding::AllocRetries { .. }))
-            }),
-            &d.advice,
-            // One error: its advice takes what the one screen has left; several: each its share.
-            if a.oom_records == 1 {
-                AdviceRoom::Screen(ONE_SCREEN)
-            } else {
-                AdviceRoom::Lines(SHORT_ADVICE)
-            },
-        );
-        return;
-    }
+}
 
+/// One line of `--full`'s figures: name, bytes (or unknown), where the figure comes from.
+fn fig(o: &mut String, name: &str, v: Option<u64>, note: &str) {
+    let v = v.map_or("unknown".to_string(), bytes);
+    let line = format!("    {name:<26}{v:>12}   {note}");
+    writeln!(o, "{}", line.trim_end()).ok();
+}
+
+/// `--full`'s table of the device's figures at the error.
+fn full_figures(o: &mut String, s: &OomSnapshot, d: &Diagnosis) {
+    let gpu = oom_place(s);
     if s.on_host {
         // Host memory: the driver gives no free or total for it, and the GPU figures do not apply.
         writeln!(
@@ -444,11 +496,6 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
         .ok();
     } else {
         writeln!(o, "  FIGURES ON {gpu}").ok();
-        let fig = |o: &mut String, name: &str, v: Option<u64>, note: &str| {
-            let v = v.map_or("unknown".to_string(), bytes);
-            let line = format!("    {name:<26}{v:>12}   {note}");
-            writeln!(o, "{}", line.trim_end()).ok();
-        };
         fig(o, "requested", Some(s.requested_bytes), "");
         fig(
             o,
@@ -549,52 +596,41 @@ fn event(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize,
             d.available_bytes,
             "min(cap, free + job live)",
         );
-        if let Some(f) = s.framework_figures {
-            let src = if fw.is_some() {
-                "at the error"
-            } else {
-                "last sample"
-            };
-            fig(o, "allocated (tensors)", Some(f.allocated), src);
-            fig(o, "reserved (segments)", Some(f.reserved), src);
-            fig(o, "cached", Some(f.cached()), "reserved - allocated");
-            fig(
-                o,
-                "inactive split",
-                Some(f.inactive_split),
-                "free, in segments that cannot be released",
-            );
-            if let Some(l) = fw.and_then(|f| f.largest_free_block) {
-                fig(o, "largest free block", Some(l), "in the cache's segments");
-            }
-            if let Some((al, _)) = s.framework_job {
-                fig(
-                    o,
-                    "job allocated",
-                    Some(al),
-                    "all processes' tensors on the device",
-                );
-            }
-        }
+        framework_figures(o, s);
     }
-    o.push('\n');
+}
 
-    event_processes(o, s);
-    if let Some(h) = s.holders.as_ref().filter(|h| !h.holders.is_empty()) {
-        holders(o, h, crate::model::holders::MAX_HOLDERS, usize::MAX);
-    }
-    top_live(o, a, s);
-    classes(o, s);
-    live_by_site(o, a, s);
-    kept_tensors(o, s);
-    window(o, s, d);
-
-    findings_and_advice(
+/// `--full`'s figures of the framework's allocator, where the bridge sent them.
+fn framework_figures(o: &mut String, s: &OomSnapshot) {
+    let Some(f) = s.framework_figures else {
+        return;
+    };
+    let fw = s.framework.as_ref();
+    let src = if fw.is_some() {
+        "at the error"
+    } else {
+        "last sample"
+    };
+    fig(o, "allocated (tensors)", Some(f.allocated), src);
+    fig(o, "reserved (segments)", Some(f.reserved), src);
+    fig(o, "cached", Some(f.cached()), "reserved - allocated");
+    fig(
         o,
-        d.findings.iter(),
-        &d.advice,
-        AdviceRoom::Lines(usize::MAX),
+        "inactive split",
+        Some(f.inactive_split),
+        "free, in segments that cannot be released",
     );
+    if let Some(l) = fw.and_then(|f| f.largest_free_block) {
+        fig(o, "largest free block", Some(l), "in the cache's segments");
+    }
+    if let Some((al, _)) = s.framework_job {
+        fig(
+            o,
+            "job allocated",
+            Some(al),
+            "all processes' tensors on the device",
+        );
+    }
 }
 
 /// Lines of advice on the one screen, in the order the evidence supports; the rest with `--full`.
