@@ -8,7 +8,8 @@
 
 use crate::Api;
 use crate::{
-    EndKind, Event, ExitStatus, Record, TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE, VERSION,
+    Bridge, EndKind, Event, Exit, ExitStatus, FrameNames, FrameworkSample, Hello, Objects, Oom,
+    Stack, TraceHeader, MAGIC, MAX_FRAME, NO_DEVICE, VERSION,
 };
 
 /// Who writes a frame kind: what a collector lets a process send, and what it writes itself.
@@ -36,61 +37,6 @@ pub struct KindInfo {
     pub writer: Writer,
     /// Its records carry a time their process stamped ([`crate::Record::process_time_mut`]).
     pub process_time: bool,
-}
-
-/// Declares every frame kind once: its number (a constant in [`kind`]), who writes it and whether its process
-/// stamps its time. What the shim, the collector's intake and the readers ask of a kind comes from [`KINDS`].
-macro_rules! frame_kinds {
-    ($($(#[$doc:meta])* $name:ident = $n:literal, $writer:ident, $time:literal;)*) => {
-        /// Frame kinds. Part of the format: never reuse a number. Readers skip kinds they do not know.
-        pub mod kind {
-            $($(#[$doc])* pub const $name: u8 = $n;)*
-        }
-
-        /// Every frame kind, in number order.
-        pub const KINDS: &[KindInfo] = &[$(KindInfo {
-            kind: $n,
-            name: stringify!($name),
-            writer: Writer::$writer,
-            process_time: $time,
-        },)*];
-    };
-}
-
-frame_kinds! {
-    HELLO = 1, Hello, false;
-    EVENTS = 2, Events, false;
-    DROPPED = 3, Collector, false;
-    GOODBYE = 4, Process, false;
-    TICK = 5, Collector, false;
-    PROCESS_END = 6, Collector, false;
-    OOM = 7, Process, true;
-    /// Events with a stack id each (version 2); kind 2 is read as events without.
-    EVENTS_STACKS = 8, Events, false;
-    STACK = 9, Process, false;
-    OBJECTS = 10, Process, false;
-    NOTE = 11, Process, true;
-    /// A framework allocator's figures, from the Python bridge (no version bump: older readers skip it).
-    FRAMEWORK_SAMPLE = 12, Process, true;
-    /// Any other bridge record.
-    BRIDGE = 13, Process, true;
-    /// How a process of the job ended, as the wrapper reaped it (no version bump: older readers skip it).
-    EXIT = 14, Collector, false;
-    /// Why records were lost (`Record::Lost`), written by the collector.
-    LOST = 15, Collector, false;
-    /// Every context of a process on a device was torn down (`Record::ContextGone`), from the shim.
-    CONTEXT_GONE = 16, Process, true;
-    /// The collector finished the trace (`Record::End`; no version bump: older readers skip it).
-    END = 17, Collector, false;
-    /// A process reaped a child of its own (`Record::Reaped`), from the reaper's shim: in its ring, or alone on
-    /// a connection of its own (no version bump: older readers skip it).
-    REAPED = 18, Reaper, true;
-    /// The GPUs a process sees, by UUID (`Record::Devices`), from its shim (no version bump: older readers
-    /// skip it).
-    DEVICES = 19, Process, true;
-    /// The names of the trace's native frames, resolved where it was recorded (`Record::FrameNames`), written
-    /// by the collector before its `End` (no version bump: older readers skip it).
-    FRAME_NAMES = 20, Collector, false;
 }
 
 /// What the format declares of frame kind `k`; `None` for a kind this build does not know.
@@ -421,15 +367,45 @@ fn decode_events_with(
     Ok(pid)
 }
 
-/// Declares how each [`Record`] goes on the wire, once: its frame kind, and its body (a struct variant's
-/// fields in their order, bincode-encoded as a tuple; a newtype variant's value). [`put_record`],
-/// [`decode_record`] and [`Record::kind`] are made from it, so a variant not declared here does not compile
-/// (the encoder's match is exhaustive) and its decoder cannot be forgotten.
-macro_rules! record_wire {
+/// Declares every record once: its variant of [`Record`] (and its docs), its frame kind's number (a constant in
+/// [`kind`]), who writes it, whether its process stamps its time, and its body on the wire (a struct variant's
+/// fields in their order, bincode-encoded as a tuple; a newtype variant's value). The enum, [`KINDS`],
+/// [`put_record`], [`decode_record`] and [`Record::kind`] are made from it: a record is added in one place, and
+/// its encoder, decoder and kind cannot be forgotten. Event batches (kinds 2 and 8) have a packed layout of
+/// their own ([`put_events`]).
+macro_rules! records {
     (
-        values { $($nv:ident = $nk:ident,)* }
-        fields { $($fv:ident { $($f:ident: $t:ty),* } = $fk:ident,)* }
+        events { $($(#[$edoc:meta])* $ek:ident = $en:literal;)* }
+        values { $($(#[$vdoc:meta])* $nv:ident($nt:ty) = $nk:ident = $nn:literal, $nw:ident, $ntime:literal;)* }
+        fields {
+            $($(#[$fdoc:meta])* $fv:ident {
+                $($(#[$fmeta:meta])* $f:ident: $t:ty,)*
+            } = $fk:ident = $fnn:literal, $fw:ident, $ftime:literal;)*
+        }
     ) => {
+        /// Frame kinds. Part of the format: never reuse a number. Readers skip kinds they do not know.
+        pub mod kind {
+            $($(#[$edoc])* pub const $ek: u8 = $en;)*
+            $(#[doc = concat!("`Record::", stringify!($nv), "`.")] pub const $nk: u8 = $nn;)*
+            $(#[doc = concat!("`Record::", stringify!($fv), "`.")] pub const $fk: u8 = $fnn;)*
+        }
+
+        /// Every frame kind, in number order.
+        pub const KINDS: &[KindInfo] = &in_number_order([
+            $(KindInfo { kind: $en, name: stringify!($ek), writer: Writer::Events, process_time: false },)*
+            $(KindInfo { kind: $nn, name: stringify!($nk), writer: Writer::$nw, process_time: $ntime },)*
+            $(KindInfo { kind: $fnn, name: stringify!($fk), writer: Writer::$fw, process_time: $ftime },)*
+        ]);
+
+        /// Everything that travels, on the socket and in the file.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum Record {
+            /// A batch of a process's events (frame kind 8, with a stack id each; kind 2 without, read as such).
+            Events { pid: u32, events: Vec<Event> },
+            $($(#[$vdoc])* $nv($nt),)*
+            $($(#[$fdoc])* $fv { $($(#[$fmeta])* $f: $t,)* },)*
+        }
+
         /// Appends any record as one frame.
         pub fn put_record(out: &mut Vec<u8>, rec: &Record) {
             match rec {
@@ -470,28 +446,98 @@ macro_rules! record_wire {
     };
 }
 
-record_wire! {
+/// `kinds` sorted by number (at compile time): the declaration groups them by their body's shape.
+const fn in_number_order<const N: usize>(mut kinds: [KindInfo; N]) -> [KindInfo; N] {
+    let mut i = 1;
+    while i < N {
+        let mut j = i;
+        while j > 0 && kinds[j - 1].kind > kinds[j].kind {
+            let t = kinds[j];
+            kinds[j] = kinds[j - 1];
+            kinds[j - 1] = t;
+            j -= 1;
+        }
+        i += 1;
+    }
+    kinds
+}
+
+records! {
+    events {
+        /// Events without stack ids (version 1): read, no longer written.
+        EVENTS = 2;
+        /// Events with a stack id each (version 2).
+        EVENTS_STACKS = 8;
+    }
     values {
-        Hello = HELLO,
-        Oom = OOM,
-        Stack = STACK,
-        Objects = OBJECTS,
-        FrameworkSample = FRAMEWORK_SAMPLE,
-        Bridge = BRIDGE,
-        Exit = EXIT,
-        FrameNames = FRAME_NAMES,
+        /// What a process says first on its connection: who it is, its settings.
+        Hello(Hello) = HELLO = 1, Hello, false;
+        /// A tracked allocation failed with out-of-memory (the device's or the cap's). Sent synchronously: the
+        /// shim waits (at most a second) for the collector's acknowledgement before the program sees the error.
+        Oom(Oom) = OOM = 7, Process, true;
+        /// A call site, sent once per process before the first event that names it.
+        Stack(Stack) = STACK = 9, Process, false;
+        /// The process's loaded objects, sent before the first stack and again whenever the set changes.
+        Objects(Objects) = OBJECTS = 10, Process, false;
+        /// A framework allocator's own figures (allocated versus reserved), sampled by the Python bridge (no
+        /// version bump: older readers skip it).
+        FrameworkSample(FrameworkSample) = FRAMEWORK_SAMPLE = 12, Process, true;
+        /// Something the Python bridge saw: it attached, an out-of-memory error inside the framework, a
+        /// snapshot kept beside the trace, what it could not do.
+        Bridge(Bridge) = BRIDGE = 13, Process, true;
+        /// Written by the collector: how a process of the job ended, from the wait status it reaped (the command
+        /// itself, and every descendant orphaned to it: `vramtrace run` is their child subreaper; no version
+        /// bump: older readers skip it).
+        Exit(Exit) = EXIT = 14, Collector, false;
+        /// Written by the collector at the end of `run`, before its `End`: the names of the native frames the
+        /// trace's stacks hold, resolved on the machine that recorded them, so a trace read elsewhere (the object
+        /// files gone, or other builds of them) still names its frames. Several may follow one another; no
+        /// version bump: older readers skip it.
+        FrameNames(FrameNames) = FRAME_NAMES = 20, Collector, false;
     }
     fields {
-        Dropped { pid: u32, ts_ns: u64, count: u64 } = DROPPED,
-        Goodbye { pid: u32, ts_ns: u64 } = GOODBYE,
-        Tick { pid: u32, ts_ns: u64 } = TICK,
-        Note { pid: u32, ts_ns: u64, text: String } = NOTE,
-        End { ts_ns: u64 } = END,
-        Lost { pid: u32, ts_ns: u64, count: u64, cause: crate::LossCause } = LOST,
-        ContextGone { pid: u32, ts_ns: u64, device: u32, how: String } = CONTEXT_GONE,
-        Reaped { pid: u32, ts_ns: u64, child: u32, status: ExitStatus } = REAPED,
-        Devices { pid: u32, ts_ns: u64, uuids: Vec<(u32, [u8; 16])> } = DEVICES,
-        ProcessEnd { pid: u32, ts_ns: u64, kind: EndKind } = PROCESS_END,
+        /// The shim's channel was full: `count` events since the last such record were not recorded.
+        Dropped { pid: u32, ts_ns: u64, count: u64, } = DROPPED = 3, Collector, false;
+        /// The shim flushed everything at exit.
+        Goodbye { pid: u32, ts_ns: u64, } = GOODBYE = 4, Process, false;
+        /// The shim's sender is alive and has nothing older than `ts_ns` left to send.
+        Tick { pid: u32, ts_ns: u64, } = TICK = 5, Collector, false;
+        /// Written by the collector when a process's connection closed.
+        ProcessEnd { pid: u32, ts_ns: u64, kind: EndKind, } = PROCESS_END = 6, Collector, false;
+        /// Something the shim wants the report to say once (a Python version it cannot walk, say).
+        Note { pid: u32, ts_ns: u64, text: String, } = NOTE = 11, Process, true;
+        /// Written by the collector beside a `Dropped` record: why those `count` records were lost (the totals
+        /// stay in `Dropped`, which older readers count).
+        Lost { pid: u32, ts_ns: u64, count: u64, cause: crate::LossCause, } = LOST = 15, Collector, false;
+        /// Every context of the process on `device` was torn down (`how`: `cuCtxDestroy`,
+        /// `cuDevicePrimaryCtxReset`, the last `cuDevicePrimaryCtxRelease`): the driver freed every pointer
+        /// allocation it had made there (`cuMemCreate` handles stay).
+        ContextGone { pid: u32, ts_ns: u64, device: u32, how: String, } = CONTEXT_GONE = 16, Process, true;
+        /// Written by the collector last, once it finished the trace (headers with `end_record=1` promise one):
+        /// a trace that has none was cut short (the collector was killed, or the disk filled) or is still being
+        /// written (no version bump: older readers skip it).
+        End { ts_ns: u64, } = END = 17, Collector, false;
+        /// A process reaped one of its children (`wait4`, `waitpid`, `wait`, `waitid` in the reaper's shim): how
+        /// a process ended that its own parent reaped, where `vramtrace run` writes no `Exit`. `pid` is the
+        /// reaper as it believes itself to be (`getpid()`; a collector attributes a report connection to the
+        /// kernel's word, `SO_PEERCRED`, not to this field). In its ring, or alone on a connection of its own.
+        Reaped {
+            pid: u32,
+            /// CLOCK_MONOTONIC when the reaper's wait returned.
+            ts_ns: u64,
+            /// The reaped child, as the reaper's pid namespace numbers it.
+            child: u32,
+            status: ExitStatus,
+        } = REAPED = 18, Reaper, true;
+        /// The GPUs a process sees, by the driver's own word (`cuDeviceGetUuid_v2` for each ordinal): what its
+        /// device ordinals are, so a metric's `uuid` label is the one `nvidia-smi -L` and dcgm-exporter show.
+        /// Sent once a process's driver answers (no version bump: older readers skip it).
+        Devices {
+            pid: u32,
+            ts_ns: u64,
+            /// (ordinal, UUID's 16 bytes), for each ordinal the driver named.
+            uuids: Vec<(u32, [u8; 16])>,
+        } = DEVICES = 19, Process, true;
     }
 }
 

@@ -22,7 +22,7 @@ pub mod ring;
 pub mod settings;
 pub mod ticks;
 
-pub use codec::{DecodeError, FrameSplitter};
+pub use codec::{DecodeError, FrameSplitter, Record};
 pub use reader::{OpenError, Stop, TraceReader};
 
 /// First bytes of every trace file.
@@ -216,108 +216,6 @@ pub enum EndKind {
     Vanished,
     /// The connection closed in the middle of a frame; `partial_bytes` of it were lost.
     CutMidFrame { partial_bytes: u32 },
-}
-
-/// Everything that travels, on the socket and in the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Record {
-    Hello(Hello),
-    Events {
-        pid: u32,
-        events: Vec<Event>,
-    },
-    /// The shim's channel was full: `count` events since the last such record were not recorded.
-    Dropped {
-        pid: u32,
-        ts_ns: u64,
-        count: u64,
-    },
-    /// The shim flushed everything at exit.
-    Goodbye {
-        pid: u32,
-        ts_ns: u64,
-    },
-    /// The shim's sender is alive and has nothing older than `ts_ns` left to send.
-    Tick {
-        pid: u32,
-        ts_ns: u64,
-    },
-    /// Written by the collector when a process's connection closed.
-    ProcessEnd {
-        pid: u32,
-        ts_ns: u64,
-        kind: EndKind,
-    },
-    /// A tracked allocation failed with out-of-memory (the device's or the cap's). Sent synchronously: the
-    /// shim waits (at most a second) for the collector's acknowledgement before the program sees the error.
-    Oom(Oom),
-    /// A call site, sent once per process before the first event that names it.
-    Stack(Stack),
-    /// The process's loaded objects, sent before the first stack and again whenever the set changes.
-    Objects(Objects),
-    /// Something the shim wants the report to say once (a Python version it cannot walk, say).
-    Note {
-        pid: u32,
-        ts_ns: u64,
-        text: String,
-    },
-    /// A framework allocator's own figures (allocated versus reserved), sampled by the Python bridge.
-    FrameworkSample(FrameworkSample),
-    /// Something the Python bridge saw: it attached, an out-of-memory error inside the framework, a snapshot
-    /// kept beside the trace, what it could not do.
-    Bridge(Bridge),
-    /// Written by the collector: how a process of the job ended, from the wait status it reaped (the command
-    /// itself, and every descendant orphaned to it: `vramtrace run` is their child subreaper).
-    Exit(Exit),
-    /// Written by the collector last, once it finished the trace (frame kind 17; headers with `end_record=1`
-    /// promise one): a trace that has none was cut short (the collector was killed, or the disk filled) or is
-    /// still being written.
-    End {
-        ts_ns: u64,
-    },
-    /// Written by the collector beside a `Dropped` record: why those `count` records were lost (frame kind 15;
-    /// the totals stay in `Dropped`, which older readers count).
-    Lost {
-        pid: u32,
-        ts_ns: u64,
-        count: u64,
-        cause: LossCause,
-    },
-    /// Every context of the process on `device` was torn down (`how`: `cuCtxDestroy`, `cuDevicePrimaryCtxReset`,
-    /// the last `cuDevicePrimaryCtxRelease`): the driver freed every pointer allocation it had made there
-    /// (frame kind 16; `cuMemCreate` handles stay).
-    ContextGone {
-        pid: u32,
-        ts_ns: u64,
-        device: u32,
-        how: String,
-    },
-    /// A process reaped one of its children (`wait4`, `waitpid`, `wait`, `waitid` in the reaper's shim), frame kind
-    /// 18: how a process ended that its own parent reaped, where `vramtrace run` writes no `Exit`. `pid` is the
-    /// reaper as it believes itself to be (`getpid()`; a collector attributes a report connection to the kernel's
-    /// word, `SO_PEERCRED`, not to this field).
-    Reaped {
-        pid: u32,
-        /// CLOCK_MONOTONIC when the reaper's wait returned.
-        ts_ns: u64,
-        /// The reaped child, as the reaper's pid namespace numbers it.
-        child: u32,
-        status: ExitStatus,
-    },
-    /// The GPUs a process sees, by the driver's own word (`cuDeviceGetUuid_v2` for each ordinal), frame kind 19:
-    /// what its device ordinals are, so a metric's `uuid` label is the one `nvidia-smi -L` and dcgm-exporter
-    /// show. Sent once a process's driver answers (no version bump: older readers skip it).
-    Devices {
-        pid: u32,
-        ts_ns: u64,
-        /// (ordinal, UUID's 16 bytes), for each ordinal the driver named.
-        uuids: Vec<(u32, [u8; 16])>,
-    },
-    /// Written by the collector at the end of `run`, before its `End` (frame kind 20): the names of the native
-    /// frames the trace's stacks hold, resolved on the machine that recorded them, so a trace read elsewhere
-    /// (the object files gone, or other builds of them) still names its frames. Several may follow one another;
-    /// no version bump: older readers skip it.
-    FrameNames(FrameNames),
 }
 
 impl Record {
