@@ -5,37 +5,9 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// (path under the bridge directory, contents).
-pub const FILES: &[(&str, &str)] = &[
-    (
-        "sitecustomize.py",
-        include_str!("../../../bridge/sitecustomize.py"),
-    ),
-    (
-        "vramtrace_bridge/__init__.py",
-        include_str!("../../../bridge/vramtrace_bridge/__init__.py"),
-    ),
-    (
-        "vramtrace_bridge/_hook.py",
-        include_str!("../../../bridge/vramtrace_bridge/_hook.py"),
-    ),
-    (
-        "vramtrace_bridge/_shim.py",
-        include_str!("../../../bridge/vramtrace_bridge/_shim.py"),
-    ),
-    (
-        "vramtrace_bridge/_torch.py",
-        include_str!("../../../bridge/vramtrace_bridge/_torch.py"),
-    ),
-    (
-        "vramtrace_bridge/_holders.py",
-        include_str!("../../../bridge/vramtrace_bridge/_holders.py"),
-    ),
-    (
-        "vramtrace_bridge/_jax.py",
-        include_str!("../../../bridge/vramtrace_bridge/_jax.py"),
-    ),
-];
+/// (path under the bridge directory, contents): sitecustomize.py and every module of the package, as
+/// `build.rs` found them.
+pub const FILES: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/bridge_files.rs"));
 
 /// Writes the bridge under `dir` (created); the directory to put on PYTHONPATH.
 pub fn write(dir: &Path) -> io::Result<PathBuf> {
@@ -55,6 +27,8 @@ mod tests {
 
     #[test]
     fn every_module_of_the_package_is_carried() {
+        assert_eq!(FILES[0].0, "sitecustomize.py");
+        assert!(FILES.iter().all(|(_, text)| !text.is_empty()));
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bridge/vramtrace_bridge");
         let mut on_disk: Vec<String> = std::fs::read_dir(&src)
             .unwrap()
@@ -72,7 +46,7 @@ mod tests {
         carried.sort();
         assert_eq!(
             on_disk, carried,
-            "bridge_files.rs must list every module of bridge/vramtrace_bridge"
+            "build.rs must carry every module of bridge/vramtrace_bridge"
         );
     }
 }
