@@ -28,7 +28,52 @@ pub fn advice(d: &Diagnosis) -> Vec<String> {
 /// One step of advice, in a sentence or two.
 pub fn advice_text(a: &Advice) -> String {
     match a {
+        Advice::GrowthKvCache { .. }
+        | Advice::GrowthOptimizerState { .. }
+        | Advice::GrowthNeverFreed { .. }
+        | Advice::GrowthKeptTensors { .. }
+        | Advice::GrowthHeldBy { .. }
+        | Advice::CyclesMayBeLoading { .. }
+        | Advice::TorchHistory
+        | Advice::FixGrowthFirst { .. } => growth(a),
+        Advice::HostMemory { .. } | Advice::SplitRequest { .. } | Advice::CheckShape => request(a),
+        Advice::CacheExpandableSegments
+        | Advice::CacheMaxSplitSize { .. }
+        | Advice::CacheEmptyBetweenPhases
+        | Advice::CacheGcThreshold
+        | Advice::CachePersistentFirst
+        | Advice::ExpandableSegments
+        | Advice::TrimPools
+        | Advice::PersistentFirst => fragmentation(a),
+        Advice::Shed { .. }
+        | Advice::BoundInput { .. }
+        | Advice::FitCommand { .. }
+        | Advice::SmallerBatch
+        | Advice::Checkpointing
+        | Advice::MixedPrecision
+        | Advice::OffloadOptimizer
+        | Advice::Shard
+        | Advice::FixKeptFirst => pressure(a),
+        Advice::HeldOutside { .. } | Advice::WhoHoldsTheGpu | Advice::MoveTheJob { .. } => outside(a),
+        Advice::CapWouldFit { .. }
+        | Advice::CapFitsHistory { .. }
+        | Advice::SettingGetsPast { .. }
+        | Advice::NoSettingGetsPast { .. }
+        | Advice::CapOverDevice { .. }
+        | Advice::CapModeWarn
+        | Advice::FixGrowthBeforeCap => cap(a),
         Advice::LargestBatch(x) => largest_batch(x),
+        Advice::BoundKvCache { line } => format!(
+            "The memory went to a KV cache ({line}), which grows with the batch and the sequence: bound them (a \
+             maximum batch size or tokens per batch, max_new_tokens, a shorter context), or size the cache once \
+             for the limit (a static or paged KV cache)."
+        ),
+    }
+}
+
+/// Growth: what grows, what keeps it, and why a larger limit only delays the error.
+fn growth(a: &Advice) -> String {
+    match a {
         Advice::GrowthKvCache { line } => format!(
             "The KV cache{} grows with the batch and the sequence: bound them (a maximum batch size or tokens \
              per batch, max_new_tokens, a shorter context), or use a cache sized once for the limit (a static \
@@ -52,43 +97,7 @@ pub fn advice_text(a: &Advice) -> String {
              retained (retain_graph=True) or a growing cache.",
             at(line)
         ),
-        Advice::GrowthHeldBy { holder: h } => {
-            use crate::model::holders::HolderKind;
-            let what = super::holder_label(h);
-            let fix = match h.kind {
-                HolderKind::Graph => {
-                    "it keeps the autograd graph, with every activation saved for backward, of each iteration it \
-                     adds up: accumulate loss.item() or loss.detach(), and run evaluation under torch.no_grad()"
-                }
-                HolderKind::Cycle => {
-                    "if it is a reference cycle, they stay until Python's garbage collector runs: break the cycle \
-                     (a weakref for the back reference) or call gc.collect() between steps; if gc.collect() frees \
-                     nothing, something deeper holds them"
-                }
-                HolderKind::Unreached => {
-                    "no Python object reaches them: native code, a graph kept through a tensor not named, or CUDA \
-                     graphs' pools hold them"
-                }
-                // A mapping that only grows is a cache that never evicts: that is the leak.
-                _ if h.is_mapping() => {
-                    "a cache that never evicts is the leak: bound it (evict the oldest entries past a fixed \
-                     number, an LRU), or keep its entries on the CPU (t.cpu()) and move back what a request needs"
-                }
-                _ => {
-                    "store what you need across steps as Python numbers or CPU tensors (loss.item(), \
-                     out.detach().cpu()), or clear it each step"
-                }
-            };
-            // Named as the program names it: its bytes, tensors and scope are on HELD BY's row and in the cause.
-            let what = match h.kind {
-                HolderKind::Variable if !h.name.is_empty() => format!("`{}`", h.name),
-                HolderKind::Graph if !h.name.is_empty() => {
-                    format!("The autograd graph behind `{}`", h.name)
-                }
-                _ => what,
-            };
-            format!("{what}: {fix}.")
-        }
+        Advice::GrowthHeldBy { holder: h } => held_by(h),
         Advice::CyclesMayBeLoading { held } => format!(
             "Seen through the driver alone, a loop that keeps memory every round reads the same as a program \
              loading its weights piece by piece (a staging buffer freed after each): if this was loading, \
@@ -133,6 +142,52 @@ pub fn advice_text(a: &Advice) -> String {
             }
             t
         }
+        _ => unreachable!("advice_text sends only growth here"),
+    }
+}
+
+/// What the bridge's walk found holding what grew, named as the program names it, and how to let go of it.
+fn held_by(h: &crate::model::holders::Holder) -> String {
+    use crate::model::holders::HolderKind;
+    let what = super::holder_label(h);
+    let fix = match h.kind {
+        HolderKind::Graph => {
+            "it keeps the autograd graph, with every activation saved for backward, of each iteration it \
+             adds up: accumulate loss.item() or loss.detach(), and run evaluation under torch.no_grad()"
+        }
+        HolderKind::Cycle => {
+            "if it is a reference cycle, they stay until Python's garbage collector runs: break the cycle \
+             (a weakref for the back reference) or call gc.collect() between steps; if gc.collect() frees \
+             nothing, something deeper holds them"
+        }
+        HolderKind::Unreached => {
+            "no Python object reaches them: native code, a graph kept through a tensor not named, or CUDA \
+             graphs' pools hold them"
+        }
+        // A mapping that only grows is a cache that never evicts: that is the leak.
+        _ if h.is_mapping() => {
+            "a cache that never evicts is the leak: bound it (evict the oldest entries past a fixed \
+             number, an LRU), or keep its entries on the CPU (t.cpu()) and move back what a request needs"
+        }
+        _ => {
+            "store what you need across steps as Python numbers or CPU tensors (loss.item(), \
+             out.detach().cpu()), or clear it each step"
+        }
+    };
+    // Named as the program names it: its bytes, tensors and scope are on HELD BY's row and in the cause.
+    let what = match h.kind {
+        HolderKind::Variable if !h.name.is_empty() => format!("`{}`", h.name),
+        HolderKind::Graph if !h.name.is_empty() => {
+            format!("The autograd graph behind `{}`", h.name)
+        }
+        _ => what,
+    };
+    format!("{what}: {fix}.")
+}
+
+/// Host memory, or one request too large for any room that could be made.
+fn request(a: &Advice) -> String {
+    match a {
         Advice::HostMemory { requested } => format!(
             "This was host memory ({} pinned through cuMemCreate with a host location): check the host's free \
              memory and the process's limit on locked memory (ulimit -l, a container's memory limit). Freeing \
@@ -157,6 +212,13 @@ pub fn advice_text(a: &Advice) -> String {
         Advice::CheckShape => "A size this large is often a bug: a wrong shape, a broadcast that materialised, \
                                or units mixed up (elements for bytes). Check the shape at that line."
             .to_string(),
+        _ => unreachable!("advice_text sends only a request's advice here"),
+    }
+}
+
+/// Free memory broken up: PyTorch's cache settings, and pools in general.
+fn fragmentation(a: &Advice) -> String {
+    match a {
         Advice::CacheExpandableSegments => "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow in \
                                             place, so free memory between tensors can serve a large request \
                                             (PyTorch's own advice for this case)."
@@ -176,6 +238,23 @@ pub fn advice_text(a: &Advice) -> String {
         Advice::CachePersistentFirst => "Allocate large persistent buffers first, before the churn of \
                                          short-lived tensors breaks up the cache."
             .to_string(),
+        Advice::ExpandableSegments => "PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so segments \
+                                       grow in place instead of needing new contiguous blocks."
+            .to_string(),
+        Advice::TrimPools => "Trim pools at phase boundaries: torch.cuda.empty_cache() (PyTorch), \
+                              cuMemPoolTrimTo(pool, 0) for stream-ordered pools (or lower their \
+                              CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)."
+            .to_string(),
+        Advice::PersistentFirst => "Allocate large persistent buffers first (weights, optimizer state, KV \
+                                    cache), before the churn of short-lived ones breaks up the free memory."
+            .to_string(),
+        _ => unreachable!("advice_text sends only fragmentation here"),
+    }
+}
+
+/// Pressure: how much to shed, and the usual ways of shedding it.
+fn pressure(a: &Advice) -> String {
+    match a {
         Advice::Shed {
             bytes,
             device,
@@ -237,16 +316,13 @@ pub fn advice_text(a: &Advice) -> String {
                                  fix what is kept across steps first (tensors stored in lists, losses \
                                  accumulated with their graph)."
             .to_string(),
-        Advice::ExpandableSegments => "PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so segments \
-                                       grow in place instead of needing new contiguous blocks."
-            .to_string(),
-        Advice::TrimPools => "Trim pools at phase boundaries: torch.cuda.empty_cache() (PyTorch), \
-                              cuMemPoolTrimTo(pool, 0) for stream-ordered pools (or lower their \
-                              CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)."
-            .to_string(),
-        Advice::PersistentFirst => "Allocate large persistent buffers first (weights, optimizer state, KV \
-                                    cache), before the churn of short-lived ones breaks up the free memory."
-            .to_string(),
+        _ => unreachable!("advice_text sends only pressure here"),
+    }
+}
+
+/// Memory held outside the job: who holds it, and where to go instead.
+fn outside(a: &Advice) -> String {
+    match a {
         Advice::HeldOutside {
             bytes,
             device,
@@ -265,6 +341,13 @@ pub fn advice_text(a: &Advice) -> String {
             "Move the job to a free GPU (CUDA_VISIBLE_DEVICES), or stop the other process on {}.",
             gpu(*device)
         ),
+        _ => unreachable!("advice_text sends only memory held outside here"),
+    }
+}
+
+/// The cap, and the allocator replayed under other settings.
+fn cap(a: &Advice) -> String {
+    match a {
         Advice::CapWouldFit {
             cap,
             needed,
@@ -328,11 +411,7 @@ pub fn advice_text(a: &Advice) -> String {
                                        steps (outputs or losses stored with their graph: store loss.item() or \
                                        out.detach())."
             .to_string(),
-        Advice::BoundKvCache { line } => format!(
-            "The memory went to a KV cache ({line}), which grows with the batch and the sequence: bound them (a \
-             maximum batch size or tokens per batch, max_new_tokens, a shorter context), or size the cache once \
-             for the limit (a static or paged KV cache)."
-        ),
+        _ => unreachable!("advice_text sends only the cap's advice here"),
     }
 }
 
