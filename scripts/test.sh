@@ -54,6 +54,19 @@ done
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The Python code's lint and types (pyproject.toml's [tool.ruff] and [tool.mypy]): ruff and mypy from PyPI, pinned,
+# in an environment of their own under target/, made once and reused.
+lint="${CARGO_TARGET_DIR:-target}/python-lint-venv"
+if ! "$lint/bin/ruff" --version 2>/dev/null | grep -qx 'ruff 0.17.6' ||
+    ! "$lint/bin/mypy" --version 2>/dev/null | grep -q '^mypy 2.4.1 '; then
+    echo "test.sh: installing ruff and mypy (PyPI) into $lint"
+    python3 -m venv --clear "$lint"
+    "$lint/bin/python" -m pip install -q --disable-pip-version-check 'ruff==0.17.6' 'mypy==2.4.1'
+fi
+lint="$(cd "$lint" && pwd)"
+"$lint/bin/ruff" check bridge python
+(cd python && "$lint/bin/mypy" --config-file ../pyproject.toml -p vramtrace)
+(cd bridge && "$lint/bin/mypy" --config-file ../pyproject.toml -p vramtrace_bridge)
 cargo build --workspace --locked
 # The shim as it ships (glibc 2.17 baseline): tests/e2e/tests/shim_glibc.rs checks what it needs and runs it.
 VRAMTRACE_COMPAT_SHIM="$(scripts/build-compat-shim.sh)"

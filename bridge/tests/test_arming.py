@@ -109,7 +109,7 @@ class Detector(unittest.TestCase):
             leak_per_s = 8 * MIB
             base = loop(step)
 
-            def leaking(t, base=base, step=step):
+            def leaking(t, base=base, step=step, leak_per_s=leak_per_s):
                 return base(t) + leak_per_s * step * int(t / step)
 
             got = first_arm(leaking, 300)

@@ -384,7 +384,7 @@ class Off(WithTorch):
             self.env = {"VRAMTRACE_TORCH_HISTORY": value}
             self.setUp()
             reads = []
-            self.patch(torch.cuda, "mem_get_info", lambda d=0: reads.append(d))
+            self.patch(torch.cuda, "mem_get_info", lambda d=0, reads=reads: reads.append(d))
             self.attach()
             f = self.attach_fields()
             self.assertEqual((f["history_entries"], f["history_mode"]), ("0", "off"), value)

@@ -306,7 +306,7 @@ class Counters(WithTorch):
         self.hold(GIB)
         opt = torch.optim.SGD([])
         t = 0.0
-        for step in range(1, 30):
+        for step in range(1, 30):  # noqa: B007 (read after the loop)
             opt.step()
             for _ in range(5):  # five samples a step
                 self.tick(t)
@@ -363,7 +363,8 @@ class SmallGrowth(unittest.TestCase):
             a.boundary(0, GIB + 512 * i)  # a scalar loss kept each step: one 512-byte block
         self.assertTrue(a.growing())
         # A steady loop read at its boundaries (the same bytes each step), or one flat step in the run: not.
-        for series in ([GIB] * 100, [GIB + 512 * i for i in range(20)] + [GIB + 512 * 19] + [GIB + 512 * (20 + i) for i in range(20)]):
+        flat_once = [GIB + 512 * i for i in range(20)] + [GIB + 512 * 19] + [GIB + 512 * (20 + i) for i in range(20)]
+        for series in ([GIB] * 100, flat_once):
             a = Arming("auto", 20000)
             for v in series:
                 a.boundary(0, v)

@@ -22,6 +22,7 @@ import os
 import sys
 import time
 import types
+from typing import Any, Dict, Optional
 
 MAX_DEPTH = 6
 MAX_HOLDERS = 16
@@ -748,7 +749,8 @@ def _user_frame(f):
         return False
 
 
-def walk(torch, deadline_s=1.0, device=None, cache_bytes=None):
+def walk(torch: Any, deadline_s: float = 1.0, device: Optional[int] = None,
+         cache_bytes: Optional[int] = None) -> Dict[str, Any]:
     """The holders of the live CUDA tensors (of `device`, or of every device). Returns a dict: elapsed_ms,
     objects, tensors, tensor_bytes, partial (the stage the deadline stopped, or None), holders: a list of dicts
     (kind, name, scope, what, tensors, bytes, and for graphs nodes, batches), largest first, at most 16. Never

@@ -5,8 +5,9 @@ module's `__loader__` and `__spec__.loader` are the real loader again afterwards
 
 import sys
 import threading
+from typing import Any, Callable, Dict, List
 
-_watched = {}  # name -> [callbacks]
+_watched: Dict[str, List[Callable[..., Any]]] = {}  # name -> [callbacks]
 _lock = threading.Lock()
 
 

@@ -8,10 +8,11 @@ import os
 import sys
 import threading
 import time
+from typing import Any, Dict
 
 from . import _shim, debug
 
-_state = {"jax": None, "thread": None, "last": {}, "pid": None, "exit_done": False}
+_state: Dict[str, Any] = {"jax": None, "thread": None, "last": {}, "pid": None, "exit_done": False}
 
 
 def on_import(jax):

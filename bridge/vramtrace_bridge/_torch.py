@@ -35,10 +35,11 @@ import sys
 import threading
 import time
 import weakref
+from typing import Any, Dict
 
 from . import _holders, _hook, _shim, debug
 
-_state = {
+_state: Dict[str, Any] = {
     "torch": None,
     "attached": False,
     "pid": None,
@@ -164,7 +165,7 @@ def _wrap_reset(torch):
     reset_peak_memory_stats._vramtrace = True
     for owner in (mem, cuda):
         if owner is not None and getattr(owner, "reset_peak_memory_stats", None) is real:
-            setattr(owner, "reset_peak_memory_stats", reset_peak_memory_stats)
+            owner.reset_peak_memory_stats = reset_peak_memory_stats
 
 
 def _before_reset():
@@ -286,7 +287,8 @@ def _count_scope():
 
 # Modules whose frames enter a decorated function's scope for it (the caller is the one behind them).
 _SCOPE_WRAPPERS = ("torch.utils._contextlib", "contextlib", "functools")
-_user_modules = {}  # module name -> whether its code is the program's (cached: a path is resolved once)
+# module name -> whether its code is the program's (cached: a path is resolved once)
+_user_modules: Dict[str, bool] = {}
 
 
 def _entered_by_program(depth):

@@ -58,7 +58,7 @@ def _json(verb: str, path: Optional[PathLike], args: Sequence[str]) -> Dict[str,
     try:
         got = json.loads(out)
     except ValueError as e:
-        raise VramtraceError("vramtrace %s --json printed no JSON: %s" % (verb, e))
+        raise VramtraceError("vramtrace %s --json printed no JSON: %s" % (verb, e)) from e
     if not isinstance(got, dict):
         raise VramtraceError("vramtrace %s --json printed no JSON object" % verb)
     return got
@@ -94,7 +94,7 @@ def _run(args: List[str]) -> str:
         r = subprocess.run([exe] + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            env=_env())
     except OSError as e:
-        raise VramtraceError("cannot run %s: %s" % (exe, e))
+        raise VramtraceError("cannot run %s: %s" % (exe, e)) from e
     if r.returncode != 0:
         why = r.stderr.decode("utf-8", "replace").strip() or "exit code %d" % r.returncode
         raise VramtraceError(why, r.returncode)

@@ -3,17 +3,14 @@
 (device, alloc, allowed_or_total, device_free) before the error is raised), over a toy caching allocator whose
 segments come from the real (or simulated) driver through ctypes, so the shim sees them."""
 
-import ctypes
-import threading
-
 __version__ = "0.0-fake"
 
-from . import cuda  # noqa: E402
-from . import _C  # noqa: E402
-from ._tensor import Tensor, empty_cuda  # noqa: E402
-from . import nn  # noqa: E402
-from . import optim  # noqa: E402  (as torch's own __init__ does; torch.utils.data comes when the program asks)
-from . import autograd  # noqa: E402
+from . import cuda  # noqa: E402,F401
+from . import _C  # noqa: E402,F401
+from ._tensor import Tensor, empty_cuda  # noqa: E402,F401
+from . import nn  # noqa: E402,F401
+from . import optim  # noqa: E402,F401  (as torch's own __init__ does; torch.utils.data comes when the program asks)
+from . import autograd  # noqa: E402,F401
 from .autograd.grad_mode import no_grad, inference_mode  # noqa: E402,F401
 
 

@@ -39,7 +39,11 @@ class Tensor(object):
             # PyTorch's own warning (TensorBody.h): the bridge must never trigger it.
             import warnings
 
-            warnings.warn("The .grad attribute of a Tensor that is not a leaf Tensor is being accessed.", UserWarning)
+            warnings.warn(
+                "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed.",
+                UserWarning,
+                stacklevel=2,
+            )
         return self._grad
 
     @grad.setter

@@ -32,7 +32,7 @@ class Module(object):
         import torch
 
         for m in [self] + list(self._modules.values()):
-            for name in list(m._parameters):
+            for _name in list(m._parameters):
                 with torch.no_grad():
                     pass
         return self
