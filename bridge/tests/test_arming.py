@@ -10,8 +10,8 @@ import unittest
 BRIDGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, BRIDGE)
 
-from vramtrace_bridge import _torch  # noqa: E402  (imports no torch)
-from vramtrace_bridge._torch import MIB, Arming, FloorSeries, history_setting, rising_run  # noqa: E402
+from vramtrace_bridge import _arming  # noqa: E402  (imports no torch)
+from vramtrace_bridge._arming import MIB, Arming, FloorSeries, history_setting, rising_run  # noqa: E402
 
 GIB = 1 << 30
 SAMPLE_S = 0.02  # the sampler's period (VRAMTRACE_TORCH_SAMPLE_MS=20)
@@ -83,7 +83,7 @@ class Detector(unittest.TestCase):
         f = FloorSeries()
         for i in range(200000):  # 28 hours at one sample every 0.5 s
             f.add(i * 0.5, MIB * (1 + i))
-            self.assertLessEqual(len(f.mins), _torch.FLOOR_BUCKETS)
+            self.assertLessEqual(len(f.mins), _arming.FLOOR_BUCKETS)
         # The buckets still cover the whole run: the first holds the first sample, the windows the rise.
         self.assertEqual(f.mins[0], MIB)
         self.assertEqual(rising_run(f.window_minima()), 7)
@@ -99,7 +99,7 @@ class Detector(unittest.TestCase):
     def test_a_series_shorter_than_the_minimum_span_never_grows(self):
         f = FloorSeries()
         t = 0.0
-        while t < _torch.GROWTH_MIN_SPAN_S - 1:
+        while t < _arming.GROWTH_MIN_SPAN_S - 1:
             f.add(t, int(GIB + t * 100 * MIB))
             self.assertFalse(f.rising())
             t += SAMPLE_S
@@ -116,7 +116,7 @@ class Detector(unittest.TestCase):
             self.assertIsNotNone(got, step)
             t, reason = got
             self.assertEqual(reason, "growth")
-            self.assertGreaterEqual(t, _torch.GROWTH_MIN_SPAN_S)
+            self.assertGreaterEqual(t, _arming.GROWTH_MIN_SPAN_S)
             # A window must hold a step's leak: 20 s steps are seen once windows are longer (span > 160 s).
             self.assertLess(t, 70 if step < 10 else 180, step)
 

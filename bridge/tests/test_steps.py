@@ -17,8 +17,8 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402  (the stand-in)
 from test_arming import GIB, loop, samples  # noqa: E402
 from test_history import WithTorch  # noqa: E402
-from vramtrace_bridge import _torch  # noqa: E402
-from vramtrace_bridge._torch import MIB, Arming, StepFloors, steps_rising  # noqa: E402
+from vramtrace_bridge import _arming, _torch  # noqa: E402
+from vramtrace_bridge._arming import MIB, Arming, StepFloors, steps_rising  # noqa: E402
 
 
 def first_arm_by_steps(shape, step_s, seconds, seed=1, limit=80 * GIB):
@@ -65,7 +65,7 @@ class StepRule(unittest.TestCase):
         for step in range(5, 1000):
             for _ in range(3):
                 f.add(step, step)
-            self.assertLessEqual(len(f.steps), _torch.STEP_FLOORS)
+            self.assertLessEqual(len(f.steps), _arming.STEP_FLOORS)
         self.assertEqual(f.floors()[-1], 998)
         # The counter went back (a fork's child, or batches giving way to optimizer steps): start again.
         f.add(1, 5)
@@ -84,7 +84,7 @@ class StepRule(unittest.TestCase):
             t, reason, n = got
             self.assertEqual(reason, "growth_steps", step)
             self.assertLessEqual(n, 9, step)  # six floors of closed steps, the seventh open: a few steps
-            self.assertLess(t, _torch.GROWTH_MIN_SPAN_S)
+            self.assertLess(t, _arming.GROWTH_MIN_SPAN_S)
 
     def test_a_steady_loop_does_not_arm(self):
         for step in STEPS:
@@ -359,7 +359,7 @@ class SamplerPace(WithTorch):
 class SmallGrowth(unittest.TestCase):
     def test_a_few_bytes_kept_at_every_boundary_is_growth_for_the_exit_walk(self):
         a = Arming("auto", 20000)
-        for i in range(_torch.SMALL_RUN + 1):
+        for i in range(_arming.SMALL_RUN + 1):
             a.boundary(0, GIB + 512 * i)  # a scalar loss kept each step: one 512-byte block
         self.assertTrue(a.growing())
         # A steady loop read at its boundaries (the same bytes each step), or one flat step in the run: not.
