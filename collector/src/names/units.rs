@@ -61,6 +61,15 @@ pub fn count(n: u64) -> String {
     out
 }
 
+/// The article before `noun` ("an iteration", "a step"): by its first letter, which serves the nouns of units.
+pub fn article(noun: &str) -> &'static str {
+    if noun.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    }
+}
+
 /// `1 event`, `12,345 events`.
 pub fn counted(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", count(n), if n == 1 { one } else { many })
@@ -174,6 +183,10 @@ mod tests {
         assert_eq!(count(999), "999");
         assert_eq!(count(1000), "1,000");
         assert_eq!(count(1_234_567), "1,234,567");
+        assert_eq!(article("iteration"), "an");
+        assert_eq!(article("entry"), "an");
+        assert_eq!(article("step"), "a");
+        assert_eq!(article("batch"), "a");
         // Rounded half up, as the HTML page's script does, never cut short.
         assert_eq!(secs(3_215_999_999), "3.216 s");
         assert_eq!(secs(3_215_499_999), "3.215 s");

@@ -25,13 +25,13 @@ impl Caveat {
 
     /// In words, for the text and the JSON alike.
     pub fn text(&self) -> String {
-        use crate::names::units::{bytes, count};
+        use crate::names::units::{article, bytes, count};
         match self {
             Caveat::Growth(g) => format!(
                 "No setting fits: the run kept memory step after step ({}+{} in all); every setting and cap \
                  only moves the error to a later {}. Fix what grows first (vramtrace oom names what holds it).",
                 match g.per_step_bytes {
-                    Some(p) => format!("+{} a {}, ", bytes(p), g.noun),
+                    Some(p) => format!("+{} {} {}, ", bytes(p), article(&g.noun), g.noun),
                     None => String::new(),
                 },
                 bytes(g.rise_bytes),
