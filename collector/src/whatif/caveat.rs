@@ -31,7 +31,7 @@ impl Caveat {
                 "No setting fits: the run kept memory step after step ({}+{} in all); every setting and cap \
                  only moves the error to a later {}. Fix what grows first (vramtrace oom names what holds it).",
                 match g.per_step_bytes {
-                    Some(p) => format!("+{} {} {}, ", bytes(p), article(&g.noun), g.noun),
+                    Some(p) => format!("+{} {} {}, ", bytes(p), article(g.noun), g.noun),
                     None => String::new(),
                 },
                 bytes(g.rise_bytes),
