@@ -255,71 +255,7 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
         .and_then(|f| f.replay.as_ref())
         .filter(|r| r.reproduced);
     match d.cause {
-        Cause::Growth => {
-            // A rate only where steps were counted (the program's, or a process's cycles): the timeline's
-            // cycles in wall-clock windows are not the program's steps.
-            let per_step = d
-                .growth
-                .as_ref()
-                .filter(|l| l.unit != crate::model::analysis::GrowthUnit::Time)
-                .and_then(|l| l.steps.filter(|&n| n > 0).map(|n| l.rise_bytes / n));
-            let line = d.growth_line.as_ref().map(|g| g.label.clone());
-            let kind = d.growth_line.as_ref().map_or(GrowthKind::Kept, |g| g.kind);
-            let native = d.view == View::Driver;
-            v.push(match (kind, &d.holder) {
-                (GrowthKind::KvCache, _) => Advice::GrowthKvCache { line },
-                (GrowthKind::OptimizerState, _) => Advice::GrowthOptimizerState { line },
-                // The walk names the object that keeps them: the fix is there (a KV cache's own advice when it
-                // is one).
-                (GrowthKind::Kept, Some(h)) if GrowthKind::of_holder(h) == GrowthKind::KvCache => {
-                    Advice::GrowthKvCache {
-                        line: Some(h.label()),
-                    }
-                }
-                (GrowthKind::Kept, Some(h)) => Advice::GrowthHeldBy { holder: h.clone() },
-                (GrowthKind::Kept, None) if native => Advice::GrowthNeverFreed { line },
-                (GrowthKind::Kept, None) => Advice::GrowthKeptTensors { line },
-            });
-            if d.growth_line.is_none() && d.holder.is_none() && !native {
-                v.push(Advice::TorchHistory);
-            }
-            // What a larger limit would buy at this rate: twice the cap, and the whole device.
-            let now = d.job_live_bytes.saturating_add(s.requested_bytes);
-            let mut lasts = Vec::new();
-            if let Some(p) = per_step.filter(|&p| p > 0) {
-                let mut limits: Vec<(u64, bool)> = Vec::new();
-                match (d.cap_bytes, d.total_bytes) {
-                    (Some(c), t) => {
-                        let twice = c.saturating_mul(2);
-                        if t.is_none_or(|t| twice < t) {
-                            limits.push((twice, false));
-                        }
-                        if let Some(t) = t.filter(|&t| t > c) {
-                            limits.push((t, true));
-                        }
-                    }
-                    (None, Some(t)) => limits.push((t.saturating_mul(2), false)),
-                    (None, None) => {}
-                }
-                for (l, whole) in limits {
-                    lasts.push((l, l.saturating_sub(now) / p, whole));
-                }
-            }
-            if d.growth
-                .as_ref()
-                .is_some_and(|l| l.unit == crate::model::analysis::GrowthUnit::Cycles)
-            {
-                v.push(Advice::CyclesMayBeLoading {
-                    held: d.job_live_bytes,
-                });
-            }
-            v.push(Advice::FixGrowthFirst {
-                capped: d.cap_bytes.is_some(),
-                per_step,
-                noun: d.growth.as_ref().map_or("step", |l| l.unit.noun()),
-                lasts,
-            });
-        }
+        Cause::Growth => growth_advice(s, d, &mut v),
         Cause::HostMemory => v.push(Advice::HostMemory {
             requested: s.requested_bytes,
         }),
@@ -339,58 +275,8 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
             });
             v.push(Advice::CheckShape);
         }
-        Cause::FragmentationCache => {
-            let o = s.framework.as_ref();
-            match replay {
-                // The settings that the replay shows getting past it, and no others.
-                Some(r) => {
-                    if r.passes.is_empty() {
-                        v.push(Advice::NoSettingGetsPast { limit: r.limit });
-                    }
-                }
-                None => {
-                    if o.and_then(|o| o.expandable_segments) != Some(true) {
-                        v.push(Advice::CacheExpandableSegments);
-                    }
-                    if o.is_none_or(|o| o.max_split_size.is_none()) {
-                        v.push(Advice::CacheMaxSplitSize {
-                            mb: (s.requested_bytes >> 20).clamp(20, 1024),
-                        });
-                    }
-                }
-            }
-            v.push(Advice::CacheEmptyBetweenPhases);
-            if replay.is_none() {
-                v.push(Advice::CacheGcThreshold);
-            }
-            v.push(Advice::CachePersistentFirst);
-        }
-        Cause::Pressure => {
-            let shed = d
-                .short_of_fitting_bytes
-                .filter(|&x| x > 0)
-                .or(d.shortfall_bytes)
-                .unwrap_or(s.requested_bytes);
-            v.push(Advice::Shed {
-                bytes: shed,
-                device,
-                needed: d.needed_bytes,
-            });
-            // A PyTorch job: the batch that fits the whole GPU, in one command.
-            if s.framework.is_some() {
-                v.push(fit_command(a, s, d));
-            }
-            v.extend([
-                Advice::SmallerBatch,
-                Advice::Checkpointing,
-                Advice::MixedPrecision,
-                Advice::OffloadOptimizer,
-                Advice::Shard,
-            ]);
-            if growth_explains(s, d) {
-                v.push(Advice::FixKeptFirst);
-            }
-        }
+        Cause::FragmentationCache => cache_advice(s, replay, &mut v),
+        Cause::Pressure => pressure_advice(a, s, d, &mut v),
         Cause::Fragmentation => v.extend([
             Advice::ExpandableSegments,
             Advice::TrimPools,
@@ -405,35 +291,186 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
             Advice::WhoHoldsTheGpu,
             Advice::MoveTheJob { device },
         ]),
-        Cause::Cap => {
-            // A training step too large for its limit: what to change in the job comes before a larger limit.
-            let grows = (s.framework_leak.is_some() || s.leak.is_some()) && !d.work_grows;
-            if !grows {
-                v.extend(training_levers(a, s, d));
+        Cause::Cap => cap_advice(a, s, d, replay, &mut v),
+    }
+    first_by_evidence(a, s, d, replay, &mut v);
+    v
+}
+
+/// A growth: what keeps the memory, named as the evidence allows, and what a larger limit would only buy.
+fn growth_advice(s: &OomSnapshot, d: &Diagnosis, v: &mut Vec<Advice>) {
+    // A rate only where steps were counted (the program's, or a process's cycles): the timeline's
+    // cycles in wall-clock windows are not the program's steps.
+    let per_step = d
+        .growth
+        .as_ref()
+        .filter(|l| l.unit != crate::model::analysis::GrowthUnit::Time)
+        .and_then(|l| l.steps.filter(|&n| n > 0).map(|n| l.rise_bytes / n));
+    let line = d.growth_line.as_ref().map(|g| g.label.clone());
+    let kind = d.growth_line.as_ref().map_or(GrowthKind::Kept, |g| g.kind);
+    let native = d.view == View::Driver;
+    v.push(match (kind, &d.holder) {
+        (GrowthKind::KvCache, _) => Advice::GrowthKvCache { line },
+        (GrowthKind::OptimizerState, _) => Advice::GrowthOptimizerState { line },
+        // The walk names the object that keeps them: the fix is there (a KV cache's own advice when it
+        // is one).
+        (GrowthKind::Kept, Some(h)) if GrowthKind::of_holder(h) == GrowthKind::KvCache => {
+            Advice::GrowthKvCache {
+                line: Some(h.label()),
             }
-            // With one device the flag is the cap alone; with several it names the device it is for.
-            let flag_device = device.filter(|_| a.devices.len() > 1);
-            match (replay, d.cap_bytes) {
-                // The replay's own figure: the cap less what the allocator had, plus what it needs.
-                (Some(r), Some(cap)) => v.push(Advice::CapFitsHistory {
-                    cap: (cap.saturating_sub(r.limit) + r.needs).div_ceil(64 << 20) * (64 << 20),
-                    device: flag_device,
-                }),
-                _ => v.push(Advice::CapWouldFit {
-                    cap: d.suggested_cap_bytes,
-                    needed: d.needed_bytes,
-                    device: flag_device,
-                }),
+        }
+        (GrowthKind::Kept, Some(h)) => Advice::GrowthHeldBy { holder: h.clone() },
+        (GrowthKind::Kept, None) if native => Advice::GrowthNeverFreed { line },
+        (GrowthKind::Kept, None) => Advice::GrowthKeptTensors { line },
+    });
+    if d.growth_line.is_none() && d.holder.is_none() && !native {
+        v.push(Advice::TorchHistory);
+    }
+    // What a larger limit would buy at this rate: twice the cap, and the whole device.
+    let now = d.job_live_bytes.saturating_add(s.requested_bytes);
+    let mut lasts = Vec::new();
+    if let Some(p) = per_step.filter(|&p| p > 0) {
+        let mut limits: Vec<(u64, bool)> = Vec::new();
+        match (d.cap_bytes, d.total_bytes) {
+            (Some(c), t) => {
+                let twice = c.saturating_mul(2);
+                if t.is_none_or(|t| twice < t) {
+                    limits.push((twice, false));
+                }
+                if let Some(t) = t.filter(|&t| t > c) {
+                    limits.push((t, true));
+                }
             }
-            if let Some(t) = d.total_bytes.filter(|&t| d.suggested_cap_bytes > t) {
-                v.push(Advice::CapOverDevice { total: t });
+            (None, Some(t)) => limits.push((t.saturating_mul(2), false)),
+            (None, None) => {}
+        }
+        for (l, whole) in limits {
+            lasts.push((l, l.saturating_sub(now) / p, whole));
+        }
+    }
+    if d.growth
+        .as_ref()
+        .is_some_and(|l| l.unit == crate::model::analysis::GrowthUnit::Cycles)
+    {
+        v.push(Advice::CyclesMayBeLoading {
+            held: d.job_live_bytes,
+        });
+    }
+    v.push(Advice::FixGrowthFirst {
+        capped: d.cap_bytes.is_some(),
+        per_step,
+        noun: d.growth.as_ref().map_or("step", |l| l.unit.noun()),
+        lasts,
+    });
+}
+
+/// PyTorch's cache fragmented: the settings the replay shows getting past it, else the usual ones.
+fn cache_advice(
+    s: &OomSnapshot,
+    replay: Option<&crate::model::AllocatorReplay>,
+    v: &mut Vec<Advice>,
+) {
+    let o = s.framework.as_ref();
+    match replay {
+        // The settings that the replay shows getting past it, and no others.
+        Some(r) => {
+            if r.passes.is_empty() {
+                v.push(Advice::NoSettingGetsPast { limit: r.limit });
             }
-            v.push(Advice::CapModeWarn);
-            if growth_explains(s, d) {
-                v.push(Advice::FixGrowthBeforeCap);
+        }
+        None => {
+            if o.and_then(|o| o.expandable_segments) != Some(true) {
+                v.push(Advice::CacheExpandableSegments);
+            }
+            if o.is_none_or(|o| o.max_split_size.is_none()) {
+                v.push(Advice::CacheMaxSplitSize {
+                    mb: (s.requested_bytes >> 20).clamp(20, 1024),
+                });
             }
         }
     }
+    v.push(Advice::CacheEmptyBetweenPhases);
+    if replay.is_none() {
+        v.push(Advice::CacheGcThreshold);
+    }
+    v.push(Advice::CachePersistentFirst);
+}
+
+/// The job fills the memory it may have: what to shed, and the levers of a training step.
+fn pressure_advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis, v: &mut Vec<Advice>) {
+    let device = s.device;
+    let shed = d
+        .short_of_fitting_bytes
+        .filter(|&x| x > 0)
+        .or(d.shortfall_bytes)
+        .unwrap_or(s.requested_bytes);
+    v.push(Advice::Shed {
+        bytes: shed,
+        device,
+        needed: d.needed_bytes,
+    });
+    // A PyTorch job: the batch that fits the whole GPU, in one command.
+    if s.framework.is_some() {
+        v.push(fit_command(a, s, d));
+    }
+    v.extend([
+        Advice::SmallerBatch,
+        Advice::Checkpointing,
+        Advice::MixedPrecision,
+        Advice::OffloadOptimizer,
+        Advice::Shard,
+    ]);
+    if growth_explains(s, d) {
+        v.push(Advice::FixKeptFirst);
+    }
+}
+
+/// The cap refused it: what to change in the job, then the cap that would fit.
+fn cap_advice(
+    a: &Analysis,
+    s: &OomSnapshot,
+    d: &Diagnosis,
+    replay: Option<&crate::model::AllocatorReplay>,
+    v: &mut Vec<Advice>,
+) {
+    let device = s.device;
+    // A training step too large for its limit: what to change in the job comes before a larger limit.
+    let grows = (s.framework_leak.is_some() || s.leak.is_some()) && !d.work_grows;
+    if !grows {
+        v.extend(training_levers(a, s, d));
+    }
+    // With one device the flag is the cap alone; with several it names the device it is for.
+    let flag_device = device.filter(|_| a.devices.len() > 1);
+    match (replay, d.cap_bytes) {
+        // The replay's own figure: the cap less what the allocator had, plus what it needs.
+        (Some(r), Some(cap)) => v.push(Advice::CapFitsHistory {
+            cap: (cap.saturating_sub(r.limit) + r.needs).div_ceil(64 << 20) * (64 << 20),
+            device: flag_device,
+        }),
+        _ => v.push(Advice::CapWouldFit {
+            cap: d.suggested_cap_bytes,
+            needed: d.needed_bytes,
+            device: flag_device,
+        }),
+    }
+    if let Some(t) = d.total_bytes.filter(|&t| d.suggested_cap_bytes > t) {
+        v.push(Advice::CapOverDevice { total: t });
+    }
+    v.push(Advice::CapModeWarn);
+    if growth_explains(s, d) {
+        v.push(Advice::FixGrowthBeforeCap);
+    }
+}
+
+/// What the evidence puts first, whatever the cause gave: a setting the replay shows getting past the error, an
+/// input to bound, the largest batch from a run beside it, a KV cache to bound.
+fn first_by_evidence(
+    a: &Analysis,
+    s: &OomSnapshot,
+    d: &Diagnosis,
+    replay: Option<&crate::model::AllocatorReplay>,
+    v: &mut Vec<Advice>,
+) {
     // A setting that gets past the failure in the same memory, by the replay: the first thing to try.
     let settings_matter = matches!(
         d.cause,
@@ -481,5 +518,4 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
             v.insert(at, Advice::BoundKvCache { line });
         }
     }
-    v
 }
