@@ -81,10 +81,26 @@ pub fn reason(d: &Diagnosis) -> String {
             b(requested)
         ),
         Reason::Growth {
-            of: of @ (GrowthOf::HeldGraph | GrowthOf::HeldContainer),
+            of,
             requested,
             missing,
-        } => format!(
+        } => growth_reason(d, of, requested, missing),
+        Reason::CapRefused { .. } | Reason::OverCap { .. } => cap_reason(&d.reason, by),
+        Reason::FreeAtLeastRequest { .. }
+        | Reason::PoolCachedAsyncFrees { .. }
+        | Reason::OutsideExcess { .. }
+        | Reason::JobFillsDevice { .. } => driver_reason(&d.reason, by),
+        Reason::NoFiguresPool { .. }
+        | Reason::NoFiguresFitsTotal { .. }
+        | Reason::NoFiguresOverTotal { .. }
+        | Reason::NothingKnown { .. } => no_figures_reason(&d.reason),
+    }
+}
+
+/// Growth in words: what grew, where its bytes were made, and what held them at the error.
+fn growth_reason(d: &Diagnosis, of: GrowthOf, requested: u64, missing: u64) -> String {
+    if let GrowthOf::HeldGraph | GrowthOf::HeldContainer = of {
+        return format!(
             "{} grew iteration after iteration up to this error ({}); without it the {} request would have \
              fitted ({} was missing)",
             d.holder.as_ref().map_or(
@@ -99,57 +115,53 @@ pub fn reason(d: &Diagnosis) -> String {
             d.growth.as_ref().map_or(String::new(), growth_size),
             b(requested),
             b(missing)
+        );
+    }
+    let what = match of {
+        GrowthOf::FrameworkAllocated => "PyTorch's allocated bytes",
+        GrowthOf::JobInUse => "the job's bytes in use",
+        GrowthOf::HeldGraph => "an autograd graph",
+        GrowthOf::HeldContainer => "a container",
+    };
+    let at = match &d.growth_line {
+        Some(g) if g.source == crate::model::diagnose::LineSource::Cache => format!(
+            "; the code that grew PyTorch's cache during the rise: {} (the bytes are whatever tensors \
+             live in it now)",
+            g.label
         ),
-        Reason::Growth {
-            of,
-            requested,
-            missing,
-        } => {
-            let what = match of {
-                GrowthOf::FrameworkAllocated => "PyTorch's allocated bytes",
-                GrowthOf::JobInUse => "the job's bytes in use",
-                GrowthOf::HeldGraph => "an autograd graph",
-                GrowthOf::HeldContainer => "a container",
-            };
-            let at = match &d.growth_line {
-                Some(g) if g.source == crate::model::diagnose::LineSource::Cache => format!(
-                    "; the code that grew PyTorch's cache during the rise: {} (the bytes are whatever tensors \
-                     live in it now)",
-                    g.label
-                ),
-                Some(g) => format!(
-                    "; {}: {} in {} at {}",
-                    if g.during_rise {
-                        "made during the rise and live at the error"
-                    } else {
-                        "live at the error, by their line (PyTorch's allocation history, armed late in the \
-                         rise)"
-                    },
-                    b(g.bytes),
-                    if g.source == crate::model::diagnose::LineSource::Tensors {
-                        counted(g.count, "tensor", "tensors")
-                    } else {
-                        counted(g.count, "allocation", "allocations")
-                    },
-                    g.label
-                ),
-                None => String::new(),
-            };
-            let held = d.holder.as_ref().map_or(String::new(), |h| {
-                format!(
-                    "; at the error {} held {}",
-                    holder_label(h),
-                    b(h.bytes)
-                )
-            });
-            format!(
-                "{what} grew step after step up to this error ({}); without that rise the {} request would \
-                 have fitted ({} was missing){held}{at}",
-                d.growth.as_ref().map_or(String::new(), growth_size),
-                b(requested),
-                b(missing)
-            )
-        }
+        Some(g) => format!(
+            "; {}: {} in {} at {}",
+            if g.during_rise {
+                "made during the rise and live at the error"
+            } else {
+                "live at the error, by their line (PyTorch's allocation history, armed late in the \
+                 rise)"
+            },
+            b(g.bytes),
+            if g.source == crate::model::diagnose::LineSource::Tensors {
+                counted(g.count, "tensor", "tensors")
+            } else {
+                counted(g.count, "allocation", "allocations")
+            },
+            g.label
+        ),
+        None => String::new(),
+    };
+    let held = d.holder.as_ref().map_or(String::new(), |h| {
+        format!("; at the error {} held {}", holder_label(h), b(h.bytes))
+    });
+    format!(
+        "{what} grew step after step up to this error ({}); without that rise the {} request would \
+         have fitted ({} was missing){held}{at}",
+        d.growth.as_ref().map_or(String::new(), growth_size),
+        b(requested),
+        b(missing)
+    )
+}
+
+/// The vramtrace cap: it refused the request, or the job was over a cap that was not enforcing.
+fn cap_reason(r: &Reason, by: &str) -> String {
+    match *r {
         Reason::CapRefused {
             job_bytes,
             cap: Some(c),
@@ -184,6 +196,13 @@ pub fn reason(d: &Diagnosis) -> String {
             b(job_bytes.saturating_add(requested)),
             b(cap)
         ),
+        _ => unreachable!("reason sends only the cap's reasons here"),
+    }
+}
+
+/// Decided from the driver's free figure: what was free, and who held the rest.
+fn driver_reason(r: &Reason, by: &str) -> String {
+    match *r {
         Reason::FreeAtLeastRequest { free, requested } => format!(
             "the driver reported {} free, at least the {} asked for, yet refused it: no block that large \
              could be made from what was free",
@@ -262,6 +281,13 @@ pub fn reason(d: &Diagnosis) -> String {
                 b(shortfall)
             )
         }
+        _ => unreachable!("reason sends only the driver's figures here"),
+    }
+}
+
+/// Decided without the driver's free figure: from the device's size, or the job's bytes alone.
+fn no_figures_reason(r: &Reason) -> String {
+    match *r {
         Reason::NoFiguresPool {
             job_bytes,
             requested,
@@ -314,6 +340,7 @@ pub fn reason(d: &Diagnosis) -> String {
             b(job_bytes),
             b(requested)
         ),
+        _ => unreachable!("reason sends only reasons without the driver's figures here"),
     }
 }
 
