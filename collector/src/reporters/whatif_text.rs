@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use crate::names::units::{bytes, count};
 use crate::whatif::answer::WhatIf;
 use crate::whatif::answered::Answered;
-use crate::whatif::caveat::Verdict;
+use crate::whatif::caveat::{Caveat, Verdict};
 use crate::whatif::history::History;
 use crate::whatif::sim::Failure;
 
@@ -72,31 +72,53 @@ pub fn render(a: &Answered) -> String {
     let start = a.loaded.start_unix_us;
     writeln!(o, "What if: {}", a.file.display()).ok();
     let Some(w) = &a.whatif else {
-        crate::reporters::text::wrap(
-            &mut o,
-            "  No PyTorch allocation history in this trace: the what-if replays one (`vramtrace run \
-             --torch-history 4000000` keeps it from the start). Other settings cannot be judged without it.",
-            "  ",
-            crate::reporters::text::WIDTH,
-        );
-        for (d, p) in &a.loaded.driver_peak {
-            writeln!(
-                o,
-                "  As run, from the driver's calls: GPU {d} peaked at {}{}.",
-                bytes(*p),
-                a.loaded
-                    .run_cap
-                    .get(d)
-                    .map(|c| format!(" under a cap of {}", bytes(*c)))
-                    .unwrap_or_default()
-            )
-            .ok();
-        }
-        for n in &a.loaded.notes {
-            writeln!(o, "  note: {}", crate::names::units::printable(n)).ok();
-        }
+        no_history(&mut o, a);
         return o;
     };
+    replayed(&mut o, a, w, start);
+    writeln!(o).ok();
+    let caveat = crate::whatif::caveat::caveat(w, &a.loaded);
+    let verdicts: Vec<Option<Verdict>> = (0..w.configs.len())
+        .map(|i| crate::whatif::caveat::verdict(w, &a.loaded, caveat.as_ref(), i))
+        .collect();
+    table(&mut o, w, &verdicts, start);
+    writeln!(o).ok();
+    saves_most(&mut o, w, caveat.as_ref(), &verdicts);
+    for n in &a.loaded.notes {
+        writeln!(o, "  note: {}", crate::names::units::printable(n)).ok();
+    }
+    o
+}
+
+/// No history to replay: what the driver saw instead, and why nothing more can be judged.
+fn no_history(o: &mut String, a: &Answered) {
+    crate::reporters::text::wrap(
+        o,
+        "  No PyTorch allocation history in this trace: the what-if replays one (`vramtrace run \
+         --torch-history 4000000` keeps it from the start). Other settings cannot be judged without it.",
+        "  ",
+        crate::reporters::text::WIDTH,
+    );
+    for (d, p) in &a.loaded.driver_peak {
+        writeln!(
+            o,
+            "  As run, from the driver's calls: GPU {d} peaked at {}{}.",
+            bytes(*p),
+            a.loaded
+                .run_cap
+                .get(d)
+                .map(|c| format!(" under a cap of {}", bytes(*c)))
+                .unwrap_or_default()
+        )
+        .ok();
+    }
+    for n in &a.loaded.notes {
+        writeln!(o, "  note: {}", crate::names::units::printable(n)).ok();
+    }
+}
+
+/// What was replayed, how closely the model follows each history, what is counted as held, and the limit.
+fn replayed(o: &mut String, a: &Answered, w: &WhatIf, start: u64) {
     writeln!(
         o,
         "  Replayed through a model of PyTorch's caching allocator:"
@@ -167,7 +189,10 @@ pub fn render(a: &Answered) -> String {
             .ok();
         }
     }
-    writeln!(o).ok();
+}
+
+/// One row per configuration: its modelled peak, the smallest cap that serves it, and its verdict.
+fn table(o: &mut String, w: &WhatIf, verdicts: &[Option<Verdict>], start: u64) {
     let width = w
         .configs
         .iter()
@@ -176,10 +201,6 @@ pub fn render(a: &Answered) -> String {
         .unwrap_or(10)
         .max(10);
     let fits_col = w.limit.is_some();
-    let caveat = crate::whatif::caveat::caveat(w, &a.loaded);
-    let verdicts: Vec<Option<Verdict>> = (0..w.configs.len())
-        .map(|i| crate::whatif::caveat::verdict(w, &a.loaded, caveat.as_ref(), i))
-        .collect();
     // What each column means, in its header: the peak is the model's, the smallest cap the least this history
     // needs, and the verdict is against the limit above.
     writeln!(
@@ -245,8 +266,11 @@ pub fn render(a: &Answered) -> String {
         )
         .ok();
     }
-    writeln!(o).ok();
-    match (w.best, &caveat) {
+}
+
+/// The configuration that saves most and the line to set it, or the caveat that says why none is named.
+fn saves_most(o: &mut String, w: &WhatIf, caveat: Option<&Caveat>, verdicts: &[Option<Verdict>]) {
+    match (w.best, caveat) {
         (_, Some(c)) => {
             let mut t = String::new();
             crate::reporters::text::wrap(
@@ -294,8 +318,4 @@ pub fn render(a: &Answered) -> String {
         )
         .ok();
     }
-    for n in &a.loaded.notes {
-        writeln!(o, "  note: {}", crate::names::units::printable(n)).ok();
-    }
-    o
 }
