@@ -73,10 +73,34 @@ fn largest_line(a: &KnobAnswered, l: &Largest) -> String {
 }
 
 pub fn render(a: &KnobAnswered) -> String {
-    let j = &a.job.aligned;
     let w = &a.answer;
-    let k = &a.knob;
     let mut o = String::new();
+    matched(&mut o, a);
+    shapes(&mut o, a);
+    let n_at = w.configs.first().map_or(0, |c| c.at.len());
+    for i in 0..n_at {
+        at_value(&mut o, a, i);
+    }
+    if w.limit.is_some() {
+        largest(&mut o, a);
+    }
+    if w.limit.is_none() && n_at == 0 {
+        let _ = writeln!(
+            o,
+            "\nAsk for values with --at, or for the largest that fits with --cap or --device-memory."
+        );
+    }
+    for n in &a.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
+    o
+}
+
+/// The runs, and how their requests matched history by history: the setup, the step, the code paths and the
+/// failed run's requests it never made.
+fn matched(o: &mut String, a: &KnobAnswered) {
+    let j = &a.job.aligned;
+    let k = &a.knob;
     let runs: Vec<String> = j
         .runs
         .iter()
@@ -164,6 +188,12 @@ pub fn render(a: &KnobAnswered) -> String {
             );
         }
     }
+}
+
+/// How each request's size follows the knob, and the limit.
+fn shapes(o: &mut String, a: &KnobAnswered) {
+    let w = &a.answer;
+    let k = &a.knob;
     let _ = writeln!(
         o,
         "\nHow each request's size follows the {k} (with the bytes they ask over the largest run):"
@@ -193,84 +223,82 @@ pub fn render(a: &KnobAnswered) -> String {
             .collect();
         let _ = writeln!(o, "\nLimit: {} ({})", l.what, b.join(", "));
     }
-    let n_at = w.configs.first().map_or(0, |c| c.at.len());
-    for i in 0..n_at {
-        let v = w.configs[0].at[i].value;
+}
+
+/// One value asked: a row per configuration (its peaks, the range the alternative fits leave, the limit).
+fn at_value(o: &mut String, a: &KnobAnswered, i: usize) {
+    let j = &a.job.aligned;
+    let w = &a.answer;
+    let k = &a.knob;
+    let v = w.configs[0].at[i].value;
+    let _ = writeln!(
+        o,
+        "\nAt {k} {v} ({}):",
+        where_(&j.values, w.configs[0].at[i].beyond)
+    );
+    let _ = writeln!(
+        o,
+        "  {:<50} {:>12} {:>12}  {:<27} under the limit",
+        "configuration", "allocated", "peak", "range (alternative fits)"
+    );
+    for c in &w.configs {
+        let x = &c.at[i];
+        let range = x.alternative.as_ref().map_or("-".to_string(), |alt| {
+            let (lo, hi) = (x.fitted.peak.min(alt.peak), x.fitted.peak.max(alt.peak));
+            format!("{} to {}", bytes(lo), bytes(hi))
+        });
+        let fits = match (x.fits, &x.first_failure) {
+            (None, _) => "-".to_string(),
+            (Some(true), _) => "fits".to_string(),
+            (Some(false), Some(f)) => format!("fails: {}", refusal(a, v, f)),
+            (Some(false), None) => "fails".to_string(),
+        };
+        let label = if c.approximate {
+            format!("{} (lower bound)", c.label)
+        } else {
+            c.label.clone()
+        };
         let _ = writeln!(
             o,
-            "\nAt {k} {v} ({}):",
-            where_(&j.values, w.configs[0].at[i].beyond)
+            "  {label:<50} {:>12} {:>12}  {range:<27} {fits}",
+            bytes(x.fitted.allocated_peak),
+            bytes(x.fitted.peak)
         );
-        let _ = writeln!(
-            o,
-            "  {:<50} {:>12} {:>12}  {:<27} under the limit",
-            "configuration", "allocated", "peak", "range (alternative fits)"
-        );
-        for c in &w.configs {
-            let x = &c.at[i];
-            let range = x.alternative.as_ref().map_or("-".to_string(), |alt| {
-                let (lo, hi) = (x.fitted.peak.min(alt.peak), x.fitted.peak.max(alt.peak));
-                format!("{} to {}", bytes(lo), bytes(hi))
-            });
-            let fits = match (x.fits, &x.first_failure) {
-                (None, _) => "-".to_string(),
-                (Some(true), _) => "fits".to_string(),
-                (Some(false), Some(f)) => format!("fails: {}", refusal(a, v, f)),
-                (Some(false), None) => "fails".to_string(),
-            };
-            let label = if c.approximate {
-                format!("{} (lower bound)", c.label)
-            } else {
-                c.label.clone()
-            };
+        if x.clamped > 0 {
             let _ = writeln!(
                 o,
-                "  {label:<50} {:>12} {:>12}  {range:<27} {fits}",
-                bytes(x.fitted.allocated_peak),
-                bytes(x.fitted.peak)
+                "    {} requests' fits fall below zero there, taken as zero",
+                count(x.clamped)
             );
-            if x.clamped > 0 {
-                let _ = writeln!(
-                    o,
-                    "    {} requests' fits fall below zero there, taken as zero",
-                    count(x.clamped)
-                );
-            }
         }
     }
-    if w.limit.is_some() {
-        let _ = writeln!(o, "\nThe largest {k} that fits the limit:");
-        for c in &w.configs {
-            if let Some(l) = &c.largest {
-                let _ = writeln!(o, "  {}: {}", c.label, largest_line(a, l));
-            }
-        }
-        let reach = |c: usize| w.configs[c].largest.as_ref().and_then(|l| l.value);
-        match (w.best, reach(0)) {
-            (Some(b), run) => {
-                let c = &w.configs[b];
-                let _ = writeln!(
-                    o,
-                    "\n{k} {} with PYTORCH_CUDA_ALLOC_CONF={}, or {} as run, fits.",
-                    reach(b).unwrap_or(0),
-                    c.conf,
-                    run.map_or("none".to_string(), |v| v.to_string())
-                );
-            }
-            (None, Some(v)) => {
-                let _ = writeln!(o, "\n{k} {v} as run fits; no setting reaches further.");
-            }
-            (None, None) => {}
+}
+
+/// Per configuration the largest value that fits the limit, and the configuration that reaches furthest.
+fn largest(o: &mut String, a: &KnobAnswered) {
+    let w = &a.answer;
+    let k = &a.knob;
+    let _ = writeln!(o, "\nThe largest {k} that fits the limit:");
+    for c in &w.configs {
+        if let Some(l) = &c.largest {
+            let _ = writeln!(o, "  {}: {}", c.label, largest_line(a, l));
         }
     }
-    if w.limit.is_none() && n_at == 0 {
-        let _ = writeln!(
-            o,
-            "\nAsk for values with --at, or for the largest that fits with --cap or --device-memory."
-        );
+    let reach = |c: usize| w.configs[c].largest.as_ref().and_then(|l| l.value);
+    match (w.best, reach(0)) {
+        (Some(b), run) => {
+            let c = &w.configs[b];
+            let _ = writeln!(
+                o,
+                "\n{k} {} with PYTORCH_CUDA_ALLOC_CONF={}, or {} as run, fits.",
+                reach(b).unwrap_or(0),
+                c.conf,
+                run.map_or("none".to_string(), |v| v.to_string())
+            );
+        }
+        (None, Some(v)) => {
+            let _ = writeln!(o, "\n{k} {v} as run fits; no setting reaches further.");
+        }
+        (None, None) => {}
     }
-    for n in &a.notes {
-        let _ = writeln!(o, "note: {n}");
-    }
-    o
 }
