@@ -209,33 +209,54 @@ fn place(on_host: bool, device: Option<u32>) -> String {
 
 impl Html {
     pub(super) fn data<'a>(&'a self, a: &'a Analysis, host: Option<(&'a str, u64)>) -> Data<'a> {
-        let post_mortems = a
-            .ooms
+        let post_mortems = post_mortems(a);
+        let markers = self.markers(a);
+        let index = a.device_index();
+        let devices = self
+            .devs
             .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let d = diagnose(a, s);
-                PostMortem {
-                    device: oom_place(s),
-                    t_ns: s.time_ns,
-                    pid: s.pid,
-                    requested_bytes: s.requested_bytes,
-                    cause: d.cause.key(),
-                    cause_title: prose::cause_title(d.cause),
-                    reason: prose::reason(&d),
-                    line: d.growth_line.as_ref().map(|g| g.label.clone()),
-                    figures: key_figures(s, &d)
-                        .into_iter()
-                        .map(|(k, v)| (k, crate::names::units::bytes(v)))
-                        .collect(),
-                    findings: short_findings(&d).map(prose::finding).collect(),
-                    advice: prose::advice(&d),
-                    text: event_text(a, s, &d, i + 1),
-                }
-            })
+            .map(|d| self.device(a, &index, d))
             .collect();
-        let markers = self
-            .markers
+        let processes = processes(a);
+        let at_peak = sites_at_peak(a, &index);
+        let by_allocated = sites_by_allocated(a);
+        let largest = largest_live(a);
+        let notes = self.page_notes(a);
+        Data {
+            version: DATA_VERSION,
+            made_by: concat!("vramtrace ", env!("CARGO_PKG_VERSION")),
+            command: short_command(&a.header.command),
+            start_unix_ns: a.header.start_unix_ns,
+            duration_ns: a.duration_ns,
+            end_ns: a.end_ns,
+            events: a.events,
+            partial: a.stopped.as_deref(),
+            notes,
+            devices,
+            oom_records: a.oom_records,
+            refusals_recovered: a.refusals_recovered,
+            ooms: markers,
+            ooms_not_marked: self.markers_left_out,
+            post_mortems,
+            ooms_not_analysed: a.ooms_not_snapshotted(),
+            processes,
+            sites_at_peak: at_peak,
+            sites_by_allocated: by_allocated,
+            live_at_end: LiveAtEnd {
+                count: a.live_at_end_count,
+                bytes: a.live_at_end_bytes,
+                largest,
+            },
+            whatif: self.whatif.as_ref(),
+            host: host.map(|(name, _)| name),
+            host_offset_ns: host.map(|(_, offset)| offset),
+        }
+    }
+
+    /// The refusals marked on the timelines, each tied to its error's post-mortem unless the program recovered
+    /// or it is an earlier refusal folded into the error.
+    fn markers(&self, a: &Analysis) -> Vec<Marker> {
+        self.markers
             .iter()
             .map(|m| {
                 // Its post-mortem: the snapshot of the same process and device at (or, for retries folded
@@ -286,114 +307,11 @@ impl Html {
                     folded,
                 }
             })
-            .collect();
-        let index = a.device_index();
-        let devices = self
-            .devs
-            .iter()
-            .map(|d| self.device(a, &index, d))
-            .collect();
-        let processes = a
-            .processes
-            .iter()
-            .enumerate()
-            .map(|(slot, p)| {
-                let devs: Vec<String> = p
-                    .per_device
-                    .iter()
-                    .map(|d| place(d.on_host, d.device))
-                    .collect();
-                Process {
-                    slot,
-                    pid: p.pid,
-                    rank: p.rank,
-                    command: short_command(&p.cmdline),
-                    name: super::super::process_name(p),
-                    ended: ending_label(p),
-                    start_ns: p.start_ns,
-                    end_ns: p.end_ns,
-                    devices: devs.join(", "),
-                    peak_bytes: p.peak_bytes,
-                    peak_time_ns: p.peak_time_ns,
-                    allocations: p.allocations,
-                    failed_allocations: p.failed_allocations,
-                    oom_results: p.oom_results,
-                    live_bytes_at_end: p.live_bytes_at_end,
-                    live_allocations_at_end: p.live_allocations_at_end,
-                }
-            })
-            .collect();
-        // A site of a process with PyTorch's caching allocator grew the cache: said beside its name.
-        let named = |s: &Site| {
-            if a.caching_allocator(s.pid) {
-                format!("{} (grew PyTorch's cache)", s.label())
-            } else {
-                s.label()
-            }
-        };
-        let site_name = |i: usize| a.call_sites.sites.get(i).map(named);
-        let at_peak = a
-            .call_sites
-            .at_peak
-            .iter()
-            .map(|d| {
-                let rows = d.rows(&a.call_sites.sites);
-                let bytes_of =
-                    |f: fn(&PeakRow) -> bool| rows.iter().find(|r| f(r)).map_or(0, PeakRow::bytes);
-                AtPeak {
-                    device: index
-                        .get(&(d.device, d.on_host))
-                        .map(|&i| &a.devices[i])
-                        .map_or_else(|| device_name(d.device), text::device_label),
-                    peak_bytes: d.peak_bytes,
-                    sites: rows
-                        .iter()
-                        .filter_map(|r| match r {
-                            PeakRow::Site { site, bytes } => Some(SiteBytes {
-                                name: site_name(*site),
-                                bytes: *bytes,
-                            }),
-                            _ => r.label().map(|l| SiteBytes {
-                                name: Some(match r.pid() {
-                                    Some(pid) if a.processes.len() > 1 => format!("pid {pid}: {l}"),
-                                    _ => l,
-                                }),
-                                bytes: r.bytes(),
-                            }),
-                        })
-                        .collect(),
-                    unlisted_bytes: bytes_of(|r| matches!(r, PeakRow::Unlisted { .. })),
-                    no_site_bytes: bytes_of(|r| matches!(r, PeakRow::NoSite { .. })),
-                    note: (!d.tensor_lines.is_empty()).then_some(TENSOR_LINES_NOTE),
-                }
-            })
-            .collect();
-        let by_allocated = a
-            .call_sites
-            .by_allocated
-            .iter()
-            .filter_map(|&i| a.call_sites.sites.get(i))
-            .map(|s| ByAllocated {
-                name: named(s),
-                pid: s.pid,
-                allocations: s.allocations,
-                allocated_bytes: s.allocated_bytes,
-                live_bytes_at_end: s.live_bytes_at_end,
-            })
-            .collect();
-        let largest = a
-            .live_at_end
-            .iter()
-            .map(|l| Live {
-                pid: l.pid,
-                device: place(l.on_host, l.device),
-                api: l.api.name(),
-                bytes: l.bytes,
-                alloc_time_ns: l.alloc_time_ns,
-                age_ns: l.age_ns,
-                call_site: l.site.and_then(site_name),
-            })
-            .collect();
+            .collect()
+    }
+
+    /// The trace's notes, the call sites', and what the merge and the lost events mean for the figures.
+    fn page_notes(&self, a: &Analysis) -> Vec<String> {
         let mut notes = self.notes();
         notes.extend(a.call_sites.notes.iter().map(|n| n.text.clone()));
         if a.merge_inexact_events > 0 {
@@ -409,35 +327,7 @@ impl Html {
                 crate::reporters::prose::events_lost(a)
             ));
         }
-        Data {
-            version: DATA_VERSION,
-            made_by: concat!("vramtrace ", env!("CARGO_PKG_VERSION")),
-            command: short_command(&a.header.command),
-            start_unix_ns: a.header.start_unix_ns,
-            duration_ns: a.duration_ns,
-            end_ns: a.end_ns,
-            events: a.events,
-            partial: a.stopped.as_deref(),
-            notes,
-            devices,
-            oom_records: a.oom_records,
-            refusals_recovered: a.refusals_recovered,
-            ooms: markers,
-            ooms_not_marked: self.markers_left_out,
-            post_mortems,
-            ooms_not_analysed: a.ooms_not_snapshotted(),
-            processes,
-            sites_at_peak: at_peak,
-            sites_by_allocated: by_allocated,
-            live_at_end: LiveAtEnd {
-                count: a.live_at_end_count,
-                bytes: a.live_at_end_bytes,
-                largest,
-            },
-            whatif: self.whatif.as_ref(),
-            host: host.map(|(name, _)| name),
-            host_offset_ns: host.map(|(_, offset)| offset),
-        }
+        notes
     }
 
     fn device<'a>(
@@ -448,52 +338,46 @@ impl Html {
     ) -> Device<'a> {
         // The series are of GPU memory (host memory is not in them): never the host's figures.
         let stats = index.get(&(d.device, false)).map(|&i| &a.devices[i]);
-        // Processes: the largest by peak on their own, the rest summed.
-        let mut procs: Vec<(usize, usize)> = d.procs.iter().map(|(&s, &p)| (s, p)).collect();
-        procs.sort_by(|x, y| {
-            d.s.parts[y.1]
-                .peak()
-                .cmp(&d.s.parts[x.1].peak())
-                .then(x.0.cmp(&y.0))
-        });
-        let rest = procs.split_off(procs.len().min(MAX_PROCESS_SERIES));
-        procs.sort_unstable();
-        let mut series: Vec<Series> = procs
-            .iter()
-            .map(|&(slot, part)| {
-                let p = &d.s.parts[part];
-                Series {
-                    name: a
-                        .processes
-                        .get(slot)
-                        .map_or(format!("slot {slot}"), super::super::process_name),
-                    slot: Some(slot),
-                    pid: a.processes.get(slot).map(|p| p.pid),
-                    peak_bytes: p.peak(),
-                    at: Cow::Borrowed(&p.at),
-                    peaks: p
-                        .max
-                        .iter()
-                        .zip(&p.at)
-                        .enumerate()
-                        .filter(|(_, (m, at))| m > at)
-                        .map(|(i, (&m, _))| (i, m))
-                        .collect(),
-                }
-            })
-            .collect();
-        if !rest.is_empty() {
-            let sum = sum_parts(&d.s, rest.iter().map(|&(_, p)| p));
-            series.push(Series {
-                name: format!("{} other processes", rest.len()),
-                slot: None,
-                pid: None,
-                peak_bytes: sum.iter().copied().max().unwrap_or(0),
-                at: Cow::Owned(sum),
-                peaks: Vec::new(),
-            });
+        let series = process_series(a, d);
+        let sites = self.site_series(d);
+        // PyTorch's allocated and reserved bytes (the bridge's samples), on this page's buckets: each the most
+        // its timeline held in the bucket, so they draw beside the driver's bytes.
+        let on_grid = |tl: &crate::model::Timeline| -> Vec<u64> {
+            let w = d.s.width.max(1);
+            (0..d.s.job.len() as u64)
+                // Saturating: times near 2^64 make buckets as wide.
+                .map(|i| {
+                    tl.max_between(i.saturating_mul(w), (i + 1).saturating_mul(w))
+                        .unwrap_or(0)
+                })
+                .collect()
+        };
+        Device {
+            name: stats.map_or_else(|| device_name(d.device), text::device_label),
+            device: d.device,
+            bucket_ns: d.s.width,
+            peak_bytes: stats.map(|s| s.peak_bytes),
+            peak_time_ns: stats.and_then(|s| s.peak_time_ns),
+            cap_bytes: stats.and_then(|s| s.cap_bytes),
+            total_bytes: stats.and_then(|s| s.total_bytes),
+            headroom: stats.and_then(text::headroom_line),
+            live_bytes_at_end: stats.map(|s| s.live_bytes_at_end),
+            in_use_bytes_at_end: stats.map(|s| s.in_use_bytes_at_end),
+            allocations: stats.map(|s| s.allocations),
+            job: &d.s.job,
+            framework: stats.and_then(|s| s.framework.as_ref()).map(|f| Framework {
+                name: text::framework::title(&f.frameworks),
+                allocated: on_grid(&f.allocated),
+                reserved: on_grid(&f.reserved),
+            }),
+            processes: series,
+            sites,
         }
-        // Call sites, by label (the same line in two processes is one site here), the largest on their own.
+    }
+
+    /// The call sites' series, by label (the same line in two processes is one site here): the largest on their
+    /// own, the rest summed, and what has no call site.
+    fn site_series(&self, d: &Dev) -> Vec<SiteSeries> {
         let mut sites = Vec::new();
         if d.sites.keys().any(|k| k.0 != usize::MAX) {
             let mut by_label: Vec<(String, Vec<usize>)> = Vec::new();
@@ -550,40 +434,206 @@ impl Html {
                 }
             }
         }
-        // PyTorch's allocated and reserved bytes (the bridge's samples), on this page's buckets: each the most
-        // its timeline held in the bucket, so they draw beside the driver's bytes.
-        let on_grid = |tl: &crate::model::Timeline| -> Vec<u64> {
-            let w = d.s.width.max(1);
-            (0..d.s.job.len() as u64)
-                // Saturating: times near 2^64 make buckets as wide.
-                .map(|i| {
-                    tl.max_between(i.saturating_mul(w), (i + 1).saturating_mul(w))
-                        .unwrap_or(0)
-                })
-                .collect()
-        };
-        Device {
-            name: stats.map_or_else(|| device_name(d.device), text::device_label),
-            device: d.device,
-            bucket_ns: d.s.width,
-            peak_bytes: stats.map(|s| s.peak_bytes),
-            peak_time_ns: stats.and_then(|s| s.peak_time_ns),
-            cap_bytes: stats.and_then(|s| s.cap_bytes),
-            total_bytes: stats.and_then(|s| s.total_bytes),
-            headroom: stats.and_then(text::headroom_line),
-            live_bytes_at_end: stats.map(|s| s.live_bytes_at_end),
-            in_use_bytes_at_end: stats.map(|s| s.in_use_bytes_at_end),
-            allocations: stats.map(|s| s.allocations),
-            job: &d.s.job,
-            framework: stats.and_then(|s| s.framework.as_ref()).map(|f| Framework {
-                name: text::framework::title(&f.frameworks),
-                allocated: on_grid(&f.allocated),
-                reserved: on_grid(&f.reserved),
-            }),
-            processes: series,
-            sites,
-        }
+        sites
     }
+}
+
+/// Each error's post-mortem, in the words the text report uses.
+fn post_mortems(a: &Analysis) -> Vec<PostMortem> {
+    a.ooms
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let d = diagnose(a, s);
+            PostMortem {
+                device: oom_place(s),
+                t_ns: s.time_ns,
+                pid: s.pid,
+                requested_bytes: s.requested_bytes,
+                cause: d.cause.key(),
+                cause_title: prose::cause_title(d.cause),
+                reason: prose::reason(&d),
+                line: d.growth_line.as_ref().map(|g| g.label.clone()),
+                figures: key_figures(s, &d)
+                    .into_iter()
+                    .map(|(k, v)| (k, crate::names::units::bytes(v)))
+                    .collect(),
+                findings: short_findings(&d).map(prose::finding).collect(),
+                advice: prose::advice(&d),
+                text: event_text(a, s, &d, i + 1),
+            }
+        })
+        .collect()
+}
+
+/// The processes' table: each with its devices, peak, allocations and what it left live.
+fn processes(a: &Analysis) -> Vec<Process> {
+    a.processes
+        .iter()
+        .enumerate()
+        .map(|(slot, p)| {
+            let devs: Vec<String> = p
+                .per_device
+                .iter()
+                .map(|d| place(d.on_host, d.device))
+                .collect();
+            Process {
+                slot,
+                pid: p.pid,
+                rank: p.rank,
+                command: short_command(&p.cmdline),
+                name: super::super::process_name(p),
+                ended: ending_label(p),
+                start_ns: p.start_ns,
+                end_ns: p.end_ns,
+                devices: devs.join(", "),
+                peak_bytes: p.peak_bytes,
+                peak_time_ns: p.peak_time_ns,
+                allocations: p.allocations,
+                failed_allocations: p.failed_allocations,
+                oom_results: p.oom_results,
+                live_bytes_at_end: p.live_bytes_at_end,
+                live_allocations_at_end: p.live_allocations_at_end,
+            }
+        })
+        .collect()
+}
+
+/// A site's name; a site of a process with PyTorch's caching allocator grew the cache, said beside it.
+fn named(a: &Analysis, s: &Site) -> String {
+    if a.caching_allocator(s.pid) {
+        format!("{} (grew PyTorch's cache)", s.label())
+    } else {
+        s.label()
+    }
+}
+
+/// The name of the site at `i` in the call sites' table.
+fn site_name(a: &Analysis, i: usize) -> Option<String> {
+    a.call_sites.sites.get(i).map(|s| named(a, s))
+}
+
+/// Per device, the bytes each call site held at its peak, with what is unlisted or has no site.
+fn sites_at_peak(
+    a: &Analysis,
+    index: &crate::names::fasthash::FastMap<(Option<u32>, bool), usize>,
+) -> Vec<AtPeak> {
+    a.call_sites
+        .at_peak
+        .iter()
+        .map(|d| {
+            let rows = d.rows(&a.call_sites.sites);
+            let bytes_of =
+                |f: fn(&PeakRow) -> bool| rows.iter().find(|r| f(r)).map_or(0, PeakRow::bytes);
+            AtPeak {
+                device: index
+                    .get(&(d.device, d.on_host))
+                    .map(|&i| &a.devices[i])
+                    .map_or_else(|| device_name(d.device), text::device_label),
+                peak_bytes: d.peak_bytes,
+                sites: rows
+                    .iter()
+                    .filter_map(|r| match r {
+                        PeakRow::Site { site, bytes } => Some(SiteBytes {
+                            name: site_name(a, *site),
+                            bytes: *bytes,
+                        }),
+                        _ => r.label().map(|l| SiteBytes {
+                            name: Some(match r.pid() {
+                                Some(pid) if a.processes.len() > 1 => format!("pid {pid}: {l}"),
+                                _ => l,
+                            }),
+                            bytes: r.bytes(),
+                        }),
+                    })
+                    .collect(),
+                unlisted_bytes: bytes_of(|r| matches!(r, PeakRow::Unlisted { .. })),
+                no_site_bytes: bytes_of(|r| matches!(r, PeakRow::NoSite { .. })),
+                note: (!d.tensor_lines.is_empty()).then_some(TENSOR_LINES_NOTE),
+            }
+        })
+        .collect()
+}
+
+/// The call sites by the bytes they allocated over the run.
+fn sites_by_allocated(a: &Analysis) -> Vec<ByAllocated> {
+    a.call_sites
+        .by_allocated
+        .iter()
+        .filter_map(|&i| a.call_sites.sites.get(i))
+        .map(|s| ByAllocated {
+            name: named(a, s),
+            pid: s.pid,
+            allocations: s.allocations,
+            allocated_bytes: s.allocated_bytes,
+            live_bytes_at_end: s.live_bytes_at_end,
+        })
+        .collect()
+}
+
+/// The processes' series on one device: the largest by peak on their own, the rest summed.
+fn process_series<'a>(a: &Analysis, d: &'a Dev) -> Vec<Series<'a>> {
+    let mut procs: Vec<(usize, usize)> = d.procs.iter().map(|(&s, &p)| (s, p)).collect();
+    procs.sort_by(|x, y| {
+        d.s.parts[y.1]
+            .peak()
+            .cmp(&d.s.parts[x.1].peak())
+            .then(x.0.cmp(&y.0))
+    });
+    let rest = procs.split_off(procs.len().min(MAX_PROCESS_SERIES));
+    procs.sort_unstable();
+    let mut series: Vec<Series> = procs
+        .iter()
+        .map(|&(slot, part)| {
+            let p = &d.s.parts[part];
+            Series {
+                name: a
+                    .processes
+                    .get(slot)
+                    .map_or(format!("slot {slot}"), super::super::process_name),
+                slot: Some(slot),
+                pid: a.processes.get(slot).map(|p| p.pid),
+                peak_bytes: p.peak(),
+                at: Cow::Borrowed(&p.at),
+                peaks: p
+                    .max
+                    .iter()
+                    .zip(&p.at)
+                    .enumerate()
+                    .filter(|(_, (m, at))| m > at)
+                    .map(|(i, (&m, _))| (i, m))
+                    .collect(),
+            }
+        })
+        .collect();
+    if !rest.is_empty() {
+        let sum = sum_parts(&d.s, rest.iter().map(|&(_, p)| p));
+        series.push(Series {
+            name: format!("{} other processes", rest.len()),
+            slot: None,
+            pid: None,
+            peak_bytes: sum.iter().copied().max().unwrap_or(0),
+            at: Cow::Owned(sum),
+            peaks: Vec::new(),
+        });
+    }
+    series
+}
+
+/// The largest allocations live at the end, each with its call site.
+fn largest_live(a: &Analysis) -> Vec<Live> {
+    a.live_at_end
+        .iter()
+        .map(|l| Live {
+            pid: l.pid,
+            device: place(l.on_host, l.device),
+            api: l.api.name(),
+            bytes: l.bytes,
+            alloc_time_ns: l.alloc_time_ns,
+            age_ns: l.age_ns,
+            call_site: l.site.and_then(|i| site_name(a, i)),
+        })
+        .collect()
 }
 
 /// `vramtrace whatif`'s answers as the page draws them.
