@@ -326,6 +326,55 @@ pub fn fit(args: &FitArgs, progress: &mut dyn Progress) -> Result<Fitted, FitErr
     };
     let k = f.knob.clone();
     let mut story = Vec::new();
+    let (mut used, mut answered) = one_path(&mut f, &mut story)?;
+    refuse_constant(&answered, &used, &k, args.steps)?;
+    nearer(&mut f, &mut used, &mut answered, &mut story)?;
+    let accumulation = args.target.and_then(|t| {
+        as_run(&answered)
+            .and_then(|l| l.value)
+            .map(|m| accumulate(t, m))
+    });
+    let mut verify = Vec::new();
+    let mut verified = None;
+    if args.verify {
+        if let Some(v) = as_run(&answered).and_then(|l| l.value) {
+            let cap = answered.answer.limit.as_ref().and_then(|l| {
+                (args.cap.is_some() || args.device_memory.is_some()).then(|| cap_spec(&l.bytes))
+            });
+            verified = Some(verify_by_runs(&mut f, v, cap, &mut verify)?);
+        }
+    }
+    // The runs' answer, where they pinned one the replay missed, is the one to accumulate to.
+    let accumulation = match verified.and_then(|b| b.pinned()) {
+        Some(w) => args.target.map(|t| accumulate(t, w)),
+        None => accumulation,
+    };
+    used.sort_unstable();
+    let (limit_flags, limit_label) = limit_words(&f, args);
+    Ok(Fitted {
+        knob: k,
+        limit_flags,
+        limit_label,
+        template: f.template,
+        dir: args.dir.clone(),
+        steps: args.steps,
+        runs: f.runs,
+        used,
+        answered,
+        story,
+        accumulation,
+        verify,
+        verified,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The first pair of runs, and the answer from a pair that takes one code path: a smaller first value while it
+/// runs out of memory on its own, another pair where the paths differ (the larger first: the values asked are
+/// usually larger). The values answered from, and the answer; refused where no pair agrees.
+fn one_path(f: &mut Fitter, story: &mut Vec<String>) -> Result<(Vec<u64>, KnobAnswered), FitError> {
+    let args = f.args;
+    let k = f.knob.clone();
     let (mut a, mut b) = args.from.unwrap_or(DEFAULT_FROM);
     // The first pair; a smaller one while the smaller value itself runs out of memory.
     loop {
@@ -388,7 +437,7 @@ pub fn fit(args: &FitArgs, progress: &mut dyn Progress) -> Result<Fitted, FitErr
         used = vec![next.0, next.1];
         answer = f.answer(&used);
     }
-    let mut answered = match answer {
+    let answered = match answer {
         Ok(x) => x,
         Err(KnobFailure::Runs { why, .. }) if matches!(*why, KnobError::Mismatch(_)) => {
             let values: Vec<String> = f.runs.iter().map(|r| r.ran.value.to_string()).collect();
@@ -401,8 +450,17 @@ pub fn fit(args: &FitArgs, progress: &mut dyn Progress) -> Result<Fitted, FitErr
         }
         Err(e) => return Err(FitError::Refused(e.to_string())),
     };
-    // Runs whose every request is the same size at both values tell nothing of the knob: `{}` is not what the
-    // program sizes its work by, or the runs ended before its work began.
+    Ok((used, answered))
+}
+
+/// Runs whose every request is the same size at both values tell nothing of the knob: `{}` is not what the
+/// program sizes its work by, or the runs ended before its work began.
+fn refuse_constant(
+    answered: &KnobAnswered,
+    used: &[u64],
+    k: &str,
+    steps: u64,
+) -> Result<(), FitError> {
     if answered
         .answer
         .shapes
@@ -414,13 +472,24 @@ pub fn fit(args: &FitArgs, progress: &mut dyn Progress) -> Result<Fitted, FitErr
              allocated before it was stopped ({} steps); put {{}} where the program's batch or length goes, or \
              give more --steps if its work begins later",
             used.iter().map(u64::to_string).collect::<Vec<_>>().join(" and "),
-            args.steps
+            steps
         )));
     }
-    // Nearer the answer: a run at three quarters of it replaces a long extrapolation by a short one.
+    Ok(())
+}
+
+/// Nearer the answer: a run at three quarters of it replaces a long extrapolation by a short one; where the
+/// larger values take another code path, a second run there makes a pair on it.
+fn nearer(
+    f: &mut Fitter,
+    used: &mut Vec<u64>,
+    answered: &mut KnobAnswered,
+    story: &mut Vec<String>,
+) -> Result<(), FitError> {
+    let k = f.knob.clone();
     for i in 0..NEARER_RUNS {
         let top = *used.iter().max().expect("two values");
-        let Some(l) = as_run(&answered) else { break };
+        let Some(l) = as_run(answered) else { break };
         let Some(v) = l.value else { break };
         if !(l.at_least || v > top.saturating_mul(2 << i)) {
             break;
@@ -448,8 +517,8 @@ pub fn fit(args: &FitArgs, progress: &mut dyn Progress) -> Result<Fitted, FitErr
                     if l.at_least { "at least" } else { "the answer" },
                     if l.at_least { "far past" } else { "well past" }
                 ));
-                used = t;
-                answered = x;
+                *used = t;
+                *answered = x;
             }
             None => {
                 // The larger values take another path (a kernel chosen by size): a second run on it, below the
@@ -464,8 +533,8 @@ pub fn fit(args: &FitArgs, progress: &mut dyn Progress) -> Result<Fitted, FitErr
                             "the runs at {k} {near} and {second} take another code path than the first pair's (a \
                              kernel chosen by size): the answer is from them, on the larger values' path"
                         ));
-                        used = vec![second, near];
-                        answered = x;
+                        *used = vec![second, near];
+                        *answered = x;
                         continue;
                     }
                 }
@@ -486,28 +555,12 @@ pub fn fit(args: &FitArgs, progress: &mut dyn Progress) -> Result<Fitted, FitErr
             }
         }
     }
-    let accumulation = args.target.and_then(|t| {
-        as_run(&answered)
-            .and_then(|l| l.value)
-            .map(|m| accumulate(t, m))
-    });
-    let mut verify = Vec::new();
-    let mut verified = None;
-    if args.verify {
-        if let Some(v) = as_run(&answered).and_then(|l| l.value) {
-            let cap = answered.answer.limit.as_ref().and_then(|l| {
-                (args.cap.is_some() || args.device_memory.is_some()).then(|| cap_spec(&l.bytes))
-            });
-            verified = Some(verify_by_runs(&mut f, v, cap, &mut verify)?);
-        }
-    }
-    // The runs' answer, where they pinned one the replay missed, is the one to accumulate to.
-    let accumulation = match verified.and_then(|b| b.pinned()) {
-        Some(w) => args.target.map(|t| accumulate(t, w)),
-        None => accumulation,
-    };
-    used.sort_unstable();
-    let (limit_flags, limit_label) = match f.limit() {
+    Ok(())
+}
+
+/// The limit the answer is for, as flags for a command and in words.
+fn limit_words(f: &Fitter, args: &FitArgs) -> (Vec<String>, String) {
+    match f.limit() {
         (Some(c), _) if args.cap.is_none() => (
             vec!["--cap".to_string(), c],
             "this GPU as the runs found it: its free memory beside the job, CUDA contexts and other processes \
@@ -526,23 +579,7 @@ pub fn fit(args: &FitArgs, progress: &mut dyn Progress) -> Result<Fitted, FitErr
             format!("--device-memory {d}, less 512 MiB per process for its CUDA context"),
         ),
         (None, None) => (Vec::new(), String::new()),
-    };
-    Ok(Fitted {
-        knob: k,
-        limit_flags,
-        limit_label,
-        template: f.template,
-        dir: args.dir.clone(),
-        steps: args.steps,
-        runs: f.runs,
-        used,
-        answered,
-        story,
-        accumulation,
-        verify,
-        verified,
-        seconds: started.elapsed().as_secs_f64(),
-    })
+    }
 }
 
 /// Runs a verification search may make past the answer and the one after it, where they contradict the replay:
