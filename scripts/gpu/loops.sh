@@ -10,6 +10,7 @@
 #   A case may carry its own cap: NAME:CAP (`NAME:none`: no cap, the program runs to its end). Every case also gets
 #   `vramtrace report` and `report --json` (the verdict at exit of a run without an out-of-memory error: the
 #   devices' growth, PyTorch's allocated_leak and small_growth), and `run`'s own summary is kept ($c.out).
+#   WHATIF="serve ...": those cases also get `vramtrace whatif` ($c.whatif.txt; its last lines are printed).
 set -u
 DIR=$(cd "$1" && pwd)
 OUT=${OUT:-/tmp/vramtrace-loops-out}
@@ -54,6 +55,11 @@ for spec in $ONLY; do
     "$VT" oom "$c.vtrace" >"$c.oom.txt" 2>>"$c.oom.err"
     "$VT" report "$c.vtrace" >"$c.report.txt" 2>&1
     "$VT" report --json "$c.vtrace" >"$c.report.json" 2>&1
+    if [[ " ${WHATIF:-} " == *" $c "* ]]; then
+        timeout "$(tmo 60)" "$VT" whatif "$c.vtrace" >"$c.whatif.txt" 2>&1
+        echo "whatif rc=$?" >>"$c.whatif.txt"
+        { echo "--- $c: whatif (last 6 lines)"; tail -6 "$c.whatif.txt"; } | tee -a "$LOG"
+    fi
     { echo "--- $c: oom (text)"; cat "$c.oom.txt"; cat "$c.oom.err"; } >>"$LOG"
     say "$c: exit $rc, $((SECONDS - t0)) s; $(grep '^RESULT' "$c.out" | tail -1 | cut -c1-300)"
 done
