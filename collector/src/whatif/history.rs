@@ -434,14 +434,99 @@ fn device_history(
     recorded: &Settings,
 ) -> History {
     let mut b = Builder::default();
-    let mut private = 0u64;
-    let mut reserved_delta: i128 = 0;
-    let mut reserved_walk: Vec<i128> = Vec::new();
-    let mut recorded_segments = Vec::new();
-    let mut segment_addresses = Vec::new();
-    let mut oom_device_free = None;
-    let mut oom_at_walk = None;
-    let mut implausible = 0u64;
+    let mut w = walk_trace(k, trace, &mut b);
+    b.settle(false);
+    let end_reserved = seed_live(k, segments, device, &mut b, &mut w.implausible);
+    let start_t = b.entries.first().map_or(0, |e| e.t_us);
+    b.seeds.sort_unstable();
+    let assumed_live = b.seeds.len() as u64;
+    let assumed_live_bytes = b.seeds.iter().map(|s| s.2).fold(0u64, u64::saturating_add);
+    let mut entries: Vec<Entry> = b
+        .seeds
+        .iter()
+        .map(|&(_, id, size, stream)| Entry {
+            t_us: start_t,
+            op: Op::Alloc { id, size, stream },
+            site: NO_SITE,
+        })
+        .collect();
+    let seed_sites: Vec<u32> = b
+        .seeds
+        .iter()
+        .map(|s| b.seed_site.get(&s.1).copied().unwrap_or(NO_SITE))
+        .collect();
+    let seeded = entries.len();
+    entries.append(&mut b.entries);
+    let segment_marks: Vec<SegmentMark> = b
+        .marks
+        .iter()
+        .map(|m| SegmentMark {
+            index: m.index + seeded,
+            ..*m
+        })
+        .collect();
+    // PyTorch's reserve at the history's start: what its segments hold at the end, less what the entries added.
+    let start = (end_reserved as i128 - w.reserved_delta).max(0);
+    let peak = w
+        .reserved_walk
+        .iter()
+        .map(|d| start + d)
+        .max()
+        .unwrap_or(start)
+        .max(start);
+    let mut notes = Vec::new();
+    if w.implausible > 0 {
+        notes.push(format!(
+            "{} entries with a size over 256 TiB or an address at the top of the address space were \
+             left out (forged or corrupt)",
+            w.implausible
+        ));
+    }
+    if w.private > 0 {
+        notes.push(format!(
+            "{} entries of private pools (CUDA graphs, use_mem_pool) are replayed as the default pool's",
+            w.private
+        ));
+    }
+    History {
+        pid,
+        device,
+        source: source.to_string(),
+        taken_at: taken_at.to_string(),
+        entries,
+        sites: b.sites,
+        assumed_live,
+        assumed_live_bytes,
+        recorded: recorded.clone(),
+        recorded_reserved_start: start as u64,
+        recorded_reserved_peak: peak.max(0) as u64,
+        recorded_segments: w.recorded_segments,
+        segment_addresses: w.segment_addresses,
+        oom_device_free: w.oom_device_free,
+        oom_reserved: w.oom_at_walk.map(|d| (start + d).max(0) as u64),
+        notes,
+        segment_marks,
+        seed_sites,
+    }
+}
+
+/// What walking a history's entries leaves beside the builder's entries: the segments' moves, the first error's
+/// figures, and what was left out.
+#[derive(Default)]
+struct Walked {
+    private: u64,
+    reserved_delta: i128,
+    reserved_walk: Vec<i128>,
+    recorded_segments: Vec<i64>,
+    segment_addresses: Vec<(u64, u64)>,
+    oom_device_free: Option<u64>,
+    oom_at_walk: Option<i128>,
+    implausible: u64,
+}
+
+/// Walks the history's entries into `b`: allocations, frees, errors, and the segments PyTorch made and gave back.
+fn walk_trace(k: &K, trace: &[V], b: &mut Builder) -> Walked {
+    let mut w = Walked::default();
     for e in trace {
         let Some(action) = k.text(e.get(k.action)) else {
             continue;
@@ -451,7 +536,7 @@ fn device_history(
         let size = uint(e.get(k.size));
         let stream = uint(e.get(k.stream));
         if size > MAX_SIZE || addr > u64::MAX - MAX_SIZE {
-            implausible += 1;
+            w.implausible += 1;
             continue;
         }
         match action {
@@ -461,9 +546,9 @@ fn device_history(
                     delta: -(size as i64),
                     t_us: t,
                 });
-                reserved_delta -= size as i128;
-                reserved_walk.push(reserved_delta);
-                recorded_segments.push(-(size as i64));
+                w.reserved_delta -= size as i128;
+                w.reserved_walk.push(w.reserved_delta);
+                w.recorded_segments.push(-(size as i64));
                 if !b.releasing {
                     b.releasing = true;
                     b.release_t = t;
@@ -476,11 +561,11 @@ fn device_history(
                     delta: size as i64,
                     t_us: t,
                 });
-                reserved_delta += size as i128;
-                reserved_walk.push(reserved_delta);
-                recorded_segments.push(size as i64);
+                w.reserved_delta += size as i128;
+                w.reserved_walk.push(w.reserved_delta);
+                w.recorded_segments.push(size as i64);
                 if action == "segment_alloc" {
-                    segment_addresses.push((size, addr));
+                    w.segment_addresses.push((size, addr));
                 }
                 b.settle(true);
                 continue;
@@ -488,15 +573,15 @@ fn device_history(
             "oom" => {
                 b.settle(true);
                 let site = b.site(k, e.get(k.frames).map_or(&[][..], V::list));
-                if oom_device_free.is_none() {
+                if w.oom_device_free.is_none() {
                     // The free memory the driver reported (the snapshot names it; the raw entry keeps it as
                     // its address).
-                    oom_device_free = Some(
+                    w.oom_device_free = Some(
                         e.get(k.device_free)
                             .and_then(V::int)
                             .map_or(addr, |x| x.max(0) as u64),
                     );
-                    oom_at_walk = Some(reserved_delta);
+                    w.oom_at_walk = Some(w.reserved_delta);
                 }
                 b.entries.push(Entry {
                     t_us: t,
@@ -544,11 +629,16 @@ fn device_history(
             _ => {}
         }
         if !default_pool(e, k) {
-            private += 1;
+            w.private += 1;
         }
     }
     b.settle(false);
-    // Live at the snapshot but allocated before the history: assumed live from its start too.
+    w
+}
+
+/// Seeds `b` with what was live at the snapshot but allocated before the history (assumed live from its start
+/// too); PyTorch's reserve on `device` at the snapshot.
+fn seed_live(k: &K, segments: &[V], device: u32, b: &mut Builder, implausible: &mut u64) -> u64 {
     let mut end_reserved: u64 = 0;
     for seg in segments
         .iter()
@@ -572,7 +662,7 @@ fn device_history(
                 .or(k.get(blk, "size").and_then(V::int))
                 .unwrap_or(0) as u64;
             if size > MAX_SIZE {
-                implausible += 1;
+                *implausible += 1;
                 continue;
             }
             b.seeds.push((addr, id, size, uint(k.get(seg, "stream"))));
@@ -582,74 +672,7 @@ fn device_history(
             }
         }
     }
-    let start_t = b.entries.first().map_or(0, |e| e.t_us);
-    b.seeds.sort_unstable();
-    let assumed_live = b.seeds.len() as u64;
-    let assumed_live_bytes = b.seeds.iter().map(|s| s.2).fold(0u64, u64::saturating_add);
-    let mut entries: Vec<Entry> = b
-        .seeds
-        .iter()
-        .map(|&(_, id, size, stream)| Entry {
-            t_us: start_t,
-            op: Op::Alloc { id, size, stream },
-            site: NO_SITE,
-        })
-        .collect();
-    let seed_sites: Vec<u32> = b
-        .seeds
-        .iter()
-        .map(|s| b.seed_site.get(&s.1).copied().unwrap_or(NO_SITE))
-        .collect();
-    let seeded = entries.len();
-    entries.append(&mut b.entries);
-    let segment_marks: Vec<SegmentMark> = b
-        .marks
-        .iter()
-        .map(|m| SegmentMark {
-            index: m.index + seeded,
-            ..*m
-        })
-        .collect();
-    // PyTorch's reserve at the history's start: what its segments hold at the end, less what the entries added.
-    let start = (end_reserved as i128 - reserved_delta).max(0);
-    let peak = reserved_walk
-        .iter()
-        .map(|d| start + d)
-        .max()
-        .unwrap_or(start)
-        .max(start);
-    let mut notes = Vec::new();
-    if implausible > 0 {
-        notes.push(format!(
-            "{implausible} entries with a size over 256 TiB or an address at the top of the address space were \
-             left out (forged or corrupt)"
-        ));
-    }
-    if private > 0 {
-        notes.push(format!(
-            "{private} entries of private pools (CUDA graphs, use_mem_pool) are replayed as the default pool's"
-        ));
-    }
-    History {
-        pid,
-        device,
-        source: source.to_string(),
-        taken_at: taken_at.to_string(),
-        entries,
-        sites: b.sites,
-        assumed_live,
-        assumed_live_bytes,
-        recorded: recorded.clone(),
-        recorded_reserved_start: start as u64,
-        recorded_reserved_peak: peak.max(0) as u64,
-        recorded_segments,
-        segment_addresses,
-        oom_device_free,
-        oom_reserved: oom_at_walk.map(|d| (start + d).max(0) as u64),
-        notes,
-        segment_marks,
-        seed_sites,
-    }
+    end_reserved
 }
 
 #[cfg(test)]
