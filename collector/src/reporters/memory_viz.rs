@@ -508,7 +508,30 @@ impl MemoryViz {
         p.empty_dict()?;
         p.mark()?;
 
-        // The segments live at the end, by device and address; each is one block.
+        self.segments(&mut p, &drawn, &mut emitted)?;
+
+        self.device_traces(&mut p, &drawn, &mut emitted, start_us)?;
+
+        p.str("allocator_settings")?;
+        p.empty_dict()?;
+
+        p.str("vramtrace")?;
+        p.empty_dict()?;
+        p.mark()?;
+        self.made_by(&mut p, &drawn)?;
+        p.setitems()?;
+
+        p.setitems()?;
+        p.stop()
+    }
+
+    /// The segments live at the end, by device and address (each one block), then PyTorch's own.
+    fn segments<W: Write>(
+        &self,
+        p: &mut Pickler<W>,
+        drawn: &Drawn,
+        emitted: &mut [bool],
+    ) -> io::Result<()> {
         p.str("segments")?;
         p.empty_list()?;
         let mut segs: Vec<&Seg> = self.live.values().chain(self.mapped.values()).collect();
@@ -542,7 +565,7 @@ impl MemoryViz {
                 p.str("is_expandable")?;
                 p.bool(s.mapped)?;
                 p.str("frames")?;
-                self.frames_of(&mut p, s.site, &mut emitted)?;
+                self.frames_of(p, s.site, emitted)?;
                 p.str("blocks")?;
                 p.empty_list()?;
                 p.mark()?;
@@ -557,7 +580,7 @@ impl MemoryViz {
                 p.str("state")?;
                 p.str("active_allocated")?;
                 p.str("frames")?;
-                self.frames_of(&mut p, s.site, &mut emitted)?;
+                self.frames_of(p, s.site, emitted)?;
                 p.setitems()?;
                 p.appends()?;
                 p.setitems()?;
@@ -566,10 +589,19 @@ impl MemoryViz {
         }
         for (i, t) in self.torch.iter().enumerate() {
             let device = (drawn.count() + i as u64) as i64;
-            t.put_segments(&mut p, device)?;
+            t.put_segments(p, device)?;
         }
+        Ok(())
+    }
 
-        // One list of events per device ordinal.
+    /// One list of events per device ordinal, then PyTorch's own history, one device each after the real ones.
+    fn device_traces<W: Write>(
+        &self,
+        p: &mut Pickler<W>,
+        drawn: &Drawn,
+        emitted: &mut [bool],
+        start_us: u64,
+    ) -> io::Result<()> {
         p.str("device_traces")?;
         p.empty_list()?;
         let none = DeviceTrace::default();
@@ -597,7 +629,7 @@ impl MemoryViz {
                     p.str("time_us")?;
                     p.uint(start_us.saturating_add(e.t_ns / 1_000))?;
                     p.str("frames")?;
-                    self.frames_of(&mut p, e.site, &mut emitted)?;
+                    self.frames_of(p, e.site, emitted)?;
                     p.setitems()?;
                 }
                 p.appends()?;
@@ -606,15 +638,14 @@ impl MemoryViz {
         }
         // PyTorch's own history, one device each after the real ones, as PyTorch wrote it.
         for t in &self.torch {
-            t.put_trace(&mut p)?;
+            t.put_trace(p)?;
         }
+        Ok(())
+    }
 
-        p.str("allocator_settings")?;
-        p.empty_dict()?;
-
-        p.str("vramtrace")?;
-        p.empty_dict()?;
-        p.mark()?;
+    /// The `vramtrace` entry: what made it, each device's event count and number, whose devices, the notes.
+    fn made_by<W: Write>(&self, p: &mut Pickler<W>, drawn: &Drawn) -> io::Result<()> {
+        let none = DeviceTrace::default();
         p.str("made_by")?;
         p.str(concat!("vramtrace ", env!("CARGO_PKG_VERSION")))?;
         p.str("events")?;
@@ -688,10 +719,7 @@ impl MemoryViz {
             }
             p.appends()?;
         }
-        p.setitems()?;
-
-        p.setitems()?;
-        p.stop()
+        Ok(())
     }
 
     /// A site's frames: written once, then the same list again by memo.
