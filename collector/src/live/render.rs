@@ -18,6 +18,35 @@ fn gauge(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
+/// A series' labels: the job's, then the GPU's, the process's or the framework's where they apply.
+type L = Vec<(&'static str, String)>;
+
+/// The families `/metrics` serves: filled from the figures, then registered in the order they are served.
+#[derive(Default)]
+struct Families {
+    used: Family<L, Gauge>,
+    peak: Family<L, Gauge>,
+    dev_used: Family<L, Gauge>,
+    dev_peak: Family<L, Gauge>,
+    cap: Family<L, Gauge>,
+    total: Family<L, Gauge>,
+    allocs: Family<L, Counter>,
+    refusals: Family<L, Counter>,
+    ooms: Family<L, Counter>,
+    oom_refusals: Family<L, Counter>,
+    dropped: Family<L, Counter>,
+    procs: Family<L, Gauge>,
+    fw_allocated: Family<L, Gauge>,
+    fw_reserved: Family<L, Gauge>,
+}
+
+/// The job's labels (`job`, `host`), then `extra`.
+fn job(labels: &JobLabels, extra: &[(&'static str, String)]) -> L {
+    let mut l = vec![("job", labels.job.clone()), ("host", labels.host.clone())];
+    l.extend_from_slice(extra);
+    l
+}
+
 impl Figures {
     /// The `uuid` label of the job's series on ordinal `d`: what the processes' drivers said, else what
     /// `CUDA_VISIBLE_DEVICES` named, else empty.
@@ -30,33 +59,21 @@ impl Figures {
 
     /// ended has no series left.
     pub fn render(&self, labels: &JobLabels) -> String {
-        type L = Vec<(&'static str, String)>;
+        let f = Families::default();
+        self.process_series(labels, &f);
+        self.device_series(labels, &f);
         let mut reg = Registry::default();
-        let used = Family::<L, Gauge>::default();
-        let peak = Family::<L, Gauge>::default();
-        let dev_used = Family::<L, Gauge>::default();
-        let dev_peak = Family::<L, Gauge>::default();
-        let cap = Family::<L, Gauge>::default();
-        let total = Family::<L, Gauge>::default();
-        let allocs = Family::<L, Counter>::default();
-        let refusals = Family::<L, Counter>::default();
-        let ooms = Family::<L, Counter>::default();
-        let oom_refusals = Family::<L, Counter>::default();
-        let dropped = Family::<L, Counter>::default();
-        let procs = Family::<L, Gauge>::default();
-        let fw_allocated = Family::<L, Gauge>::default();
-        let fw_reserved = Family::<L, Gauge>::default();
-        let job = |extra: &[(&'static str, String)]| -> L {
-            let mut l = vec![("job", labels.job.clone()), ("host", labels.host.clone())];
-            l.extend_from_slice(extra);
-            l
-        };
-        let gpu = |d: u32| -> [(&'static str, String); 2] {
-            [
-                ("gpu", d.to_string()),
-                ("uuid", self.uuid_of(labels, d).to_string()),
-            ]
-        };
+        f.register(&mut reg);
+        let mut out = String::with_capacity(256 + 300 * self.procs.len());
+        if encode(&mut out, &reg).is_err() {
+            out.clear();
+            let _ = writeln!(out, "# EOF");
+        }
+        out
+    }
+
+    /// Each process's series per GPU, summed where processes share their labels (no `pid` label).
+    fn process_series(&self, labels: &JobLabels, f: &Families) {
         let mut pids: Vec<(u32, &Proc)> = self.procs.values().map(|p| (p.pid, p)).collect();
         pids.sort_by_key(|(pid, _)| *pid);
         // Without `pid` labels, processes of one rank (or of none) on one GPU share a series: their sums (a peak
@@ -70,7 +87,10 @@ impl Figures {
                     .uuids
                     .get(d)
                     .map_or(self.uuid_of(labels, *d), String::as_str);
-                let mut l = job(&[("gpu", d.to_string()), ("uuid", uuid.to_string())]);
+                let mut l = job(
+                    labels,
+                    &[("gpu", d.to_string()), ("uuid", uuid.to_string())],
+                );
                 if labels.pids {
                     l.push(("pid", pid.to_string()));
                 }
@@ -88,142 +108,71 @@ impl Figures {
             }
         }
         for (l, [u, p]) in &sums {
-            used.get_or_create(l).set(gauge(*u));
-            peak.get_or_create(l).set(gauge(*p));
+            f.used.get_or_create(l).set(gauge(*u));
+            f.peak.get_or_create(l).set(gauge(*p));
         }
         for (l, [a, r]) in &fw_sums {
-            fw_allocated.get_or_create(l).set(gauge(*a));
-            fw_reserved.get_or_create(l).set(gauge(*r));
+            f.fw_allocated.get_or_create(l).set(gauge(*a));
+            f.fw_reserved.get_or_create(l).set(gauge(*r));
         }
+    }
+
+    /// Each GPU's series, the counts that name no device (under gpu=""), the events dropped and the processes.
+    fn device_series(&self, labels: &JobLabels, f: &Families) {
+        let gpu = |d: u32| -> [(&'static str, String); 2] {
+            [
+                ("gpu", d.to_string()),
+                ("uuid", self.uuid_of(labels, d).to_string()),
+            ]
+        };
         for (d, dv) in &self.devs {
-            let l = job(&gpu(*d));
-            dev_used.get_or_create(&l).set(gauge(dv.used));
-            dev_peak.get_or_create(&l).set(gauge(dv.peak));
+            let l = job(labels, &gpu(*d));
+            f.dev_used.get_or_create(&l).set(gauge(dv.used));
+            f.dev_peak.get_or_create(&l).set(gauge(dv.peak));
             if let Some(c) = dv.cap {
-                cap.get_or_create(&l).set(gauge(c));
+                f.cap.get_or_create(&l).set(gauge(c));
             }
             if let Some(t) = dv.total {
-                total.get_or_create(&l).set(gauge(t));
+                f.total.get_or_create(&l).set(gauge(t));
             }
-            allocs.get_or_create(&l).inc_by(dv.allocations);
-            refusals.get_or_create(&l).inc_by(dv.cap_refusals);
-            ooms.get_or_create(&l).inc_by(dv.ooms);
-            oom_refusals.get_or_create(&l).inc_by(dv.refusals);
+            f.allocs.get_or_create(&l).inc_by(dv.allocations);
+            f.refusals.get_or_create(&l).inc_by(dv.cap_refusals);
+            f.ooms.get_or_create(&l).inc_by(dv.ooms);
+            f.oom_refusals.get_or_create(&l).inc_by(dv.refusals);
         }
         // Counts that name no device (an out-of-memory record without one) still count, under gpu="".
-        let on_devs = |f: fn(&Dev) -> u64| self.devs.values().map(f).sum::<u64>();
+        let on_devs = |of: fn(&Dev) -> u64| self.devs.values().map(of).sum::<u64>();
         let unplaced = [
             (
-                &allocs,
+                &f.allocs,
                 self.allocations.saturating_sub(on_devs(|d| d.allocations)),
             ),
             (
-                &refusals,
+                &f.refusals,
                 self.cap_refusals
                     .saturating_sub(on_devs(|d| d.cap_refusals)),
             ),
-            (&ooms, self.ooms.saturating_sub(on_devs(|d| d.ooms))),
+            (&f.ooms, self.ooms.saturating_sub(on_devs(|d| d.ooms))),
             (
-                &oom_refusals,
+                &f.oom_refusals,
                 self.refusals.saturating_sub(on_devs(|d| d.refusals)),
             ),
         ];
         for (fam, n) in unplaced {
             if n > 0 {
-                fam.get_or_create(&job(&[("gpu", String::new()), ("uuid", String::new())]))
-                    .inc_by(n);
+                fam.get_or_create(&job(
+                    labels,
+                    &[("gpu", String::new()), ("uuid", String::new())],
+                ))
+                .inc_by(n);
             }
         }
-        dropped.get_or_create(&job(&[])).inc_by(self.dropped);
-        procs
-            .get_or_create(&job(&[]))
+        f.dropped
+            .get_or_create(&job(labels, &[]))
+            .inc_by(self.dropped);
+        f.procs
+            .get_or_create(&job(labels, &[]))
             .set(gauge(self.procs.len() as u64));
-        reg.register_with_unit(
-            "vramtrace_memory_used",
-            "Device memory a process holds now, per GPU",
-            Unit::Bytes,
-            used,
-        );
-        reg.register_with_unit(
-            "vramtrace_memory_peak",
-            "The most device memory a process has held at once, per GPU",
-            Unit::Bytes,
-            peak,
-        );
-        reg.register_with_unit(
-            "vramtrace_device_used",
-            "Device memory the whole job holds now, per GPU",
-            Unit::Bytes,
-            dev_used,
-        );
-        reg.register_with_unit(
-            "vramtrace_device_peak",
-            "The most device memory the whole job has held at once, per GPU",
-            Unit::Bytes,
-            dev_peak,
-        );
-        reg.register_with_unit(
-            "vramtrace_cap",
-            "The job's cap on the GPU (vramtrace run --cap)",
-            Unit::Bytes,
-            cap,
-        );
-        reg.register_with_unit(
-            "vramtrace_device_total",
-            "The GPU's memory, as the driver reported it",
-            Unit::Bytes,
-            total,
-        );
-        reg.register(
-            "vramtrace_allocations",
-            "Successful device allocations (pointer allocations and cuMemCreate)",
-            allocs,
-        );
-        reg.register(
-            "vramtrace_cap_refusals",
-            "Allocations the cap refused",
-            refusals,
-        );
-        reg.register(
-            "vramtrace_oom",
-            "Out-of-memory errors: raised by the framework, or refusals a process never recovered from by \
-             its end",
-            ooms,
-        );
-        reg.register(
-            "vramtrace_oom_refusals",
-            "Allocations refused for lack of memory, recovered from or not (PyTorch flushes its cache and \
-             retries)",
-            oom_refusals,
-        );
-        reg.register(
-            "vramtrace_events_dropped",
-            "Events the processes could not record (their ring was full)",
-            dropped,
-        );
-        reg.register_with_unit(
-            "vramtrace_framework_allocated",
-            "Bytes in the framework allocator's tensors (PyTorch's allocated, JAX's in use), per process and GPU",
-            Unit::Bytes,
-            fw_allocated,
-        );
-        reg.register_with_unit(
-            "vramtrace_framework_reserved",
-            "Bytes the framework allocator holds from the driver (PyTorch's reserved), per process and GPU",
-            Unit::Bytes,
-            fw_reserved,
-        );
-        reg.register(
-            "vramtrace_processes",
-            "Processes of the job traced now",
-            procs,
-        );
-        let mut out = String::with_capacity(256 + 300 * self.procs.len());
-        if encode(&mut out, &reg).is_err() {
-            out.clear();
-            let _ = writeln!(out, "# EOF");
-        }
-        out
     }
 
     pub fn status(&self, labels: &JobLabels) -> Status {
@@ -261,6 +210,92 @@ impl Figures {
             processes,
             dropped: self.dropped,
         }
+    }
+}
+
+impl Families {
+    /// Registers each family with its name, help and unit, in the order `/metrics` serves them.
+    fn register(self, reg: &mut Registry) {
+        reg.register_with_unit(
+            "vramtrace_memory_used",
+            "Device memory a process holds now, per GPU",
+            Unit::Bytes,
+            self.used,
+        );
+        reg.register_with_unit(
+            "vramtrace_memory_peak",
+            "The most device memory a process has held at once, per GPU",
+            Unit::Bytes,
+            self.peak,
+        );
+        reg.register_with_unit(
+            "vramtrace_device_used",
+            "Device memory the whole job holds now, per GPU",
+            Unit::Bytes,
+            self.dev_used,
+        );
+        reg.register_with_unit(
+            "vramtrace_device_peak",
+            "The most device memory the whole job has held at once, per GPU",
+            Unit::Bytes,
+            self.dev_peak,
+        );
+        reg.register_with_unit(
+            "vramtrace_cap",
+            "The job's cap on the GPU (vramtrace run --cap)",
+            Unit::Bytes,
+            self.cap,
+        );
+        reg.register_with_unit(
+            "vramtrace_device_total",
+            "The GPU's memory, as the driver reported it",
+            Unit::Bytes,
+            self.total,
+        );
+        reg.register(
+            "vramtrace_allocations",
+            "Successful device allocations (pointer allocations and cuMemCreate)",
+            self.allocs,
+        );
+        reg.register(
+            "vramtrace_cap_refusals",
+            "Allocations the cap refused",
+            self.refusals,
+        );
+        reg.register(
+            "vramtrace_oom",
+            "Out-of-memory errors: raised by the framework, or refusals a process never recovered from by \
+             its end",
+            self.ooms,
+        );
+        reg.register(
+            "vramtrace_oom_refusals",
+            "Allocations refused for lack of memory, recovered from or not (PyTorch flushes its cache and \
+             retries)",
+            self.oom_refusals,
+        );
+        reg.register(
+            "vramtrace_events_dropped",
+            "Events the processes could not record (their ring was full)",
+            self.dropped,
+        );
+        reg.register_with_unit(
+            "vramtrace_framework_allocated",
+            "Bytes in the framework allocator's tensors (PyTorch's allocated, JAX's in use), per process and GPU",
+            Unit::Bytes,
+            self.fw_allocated,
+        );
+        reg.register_with_unit(
+            "vramtrace_framework_reserved",
+            "Bytes the framework allocator holds from the driver (PyTorch's reserved), per process and GPU",
+            Unit::Bytes,
+            self.fw_reserved,
+        );
+        reg.register(
+            "vramtrace_processes",
+            "Processes of the job traced now",
+            self.procs,
+        );
     }
 }
 
