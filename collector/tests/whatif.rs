@@ -333,6 +333,13 @@ fn a_post_mortem_replays_the_failure_and_names_the_setting_that_gets_past_it() {
     assert_eq!(r.limit, limit);
     // Expandable segments get past it (the GPU run under that cap did: 1.996 GiB at most).
     assert_eq!(r.passes[0].0, "expandable_segments:True", "{:?}", r.passes);
+    // Each pass's reserve is the one it served the request with, within the limit (the unlimited replay's was
+    // said before: 4.42 GiB "in the same 3.87 GiB" on an H200).
+    assert!(
+        r.passes.iter().all(|p| p.1 <= limit),
+        "{:?} over {limit}",
+        r.passes
+    );
     assert!(r.needs > limit);
     // With room for what the run's settings need, the failure is not reproduced: its advice would be withheld.
     let r = vramtrace_collector::whatif::postmortem::replay_history(h, Some(limit + (256 << 20)))

@@ -49,7 +49,11 @@ pub struct DeviceAnswer {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcessAnswer {
+    /// Its reserve at its most with no limit.
     pub reserved_peak: u64,
+    /// Its reserve at its most under the limit (flushing its cache and retrying as PyTorch does); the same as
+    /// `reserved_peak` without one.
+    pub reserved_peak_limited: u64,
     pub retries: u64,
     pub failures: u64,
 }
@@ -281,6 +285,7 @@ pub fn answer_with(
             )
             .map(|(u, l)| ProcessAnswer {
                 reserved_peak: u.reserved_peak,
+                reserved_peak_limited: l.reserved_peak,
                 retries: l.retries,
                 failures: l.failures,
             })
