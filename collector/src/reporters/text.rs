@@ -200,131 +200,10 @@ fn call_sites(o: &mut String, a: &Analysis) {
         return;
     }
     if !cs.at_peak.is_empty() {
-        writeln!(
-            o,
-            "CALL SITES AT EACH DEVICE'S PEAK (bytes live then, by where they were allocated)"
-        )
-        .ok();
-        let index = a.device_index();
-        let mut legend = false;
-        for d in &cs.at_peak {
-            let stats = index.get(&(d.device, d.on_host)).map(|&i| &a.devices[i]);
-            let when = stats
-                .and_then(|x| x.peak_time_ns)
-                .map_or(String::new(), |t| format!(" at {}", secs(t)));
-            writeln!(
-                o,
-                "  {}  peak {}{when}",
-                stats.map_or_else(|| device_name(d.device), device_label),
-                bytes(d.peak_bytes)
-            )
-            .ok();
-            let rows = d.rows(&cs.sites);
-            let mut shown = merged_sites(
-                a,
-                rows.iter().filter_map(|r| match *r {
-                    PeakRow::Site { site, bytes } => Some((site, bytes)),
-                    _ => None,
-                }),
-                |x, y| *x = x.saturating_add(*y),
-            );
-            legend |= shown.iter().any(|r| r.cache);
-            // The other rows as one-line sites of their process; the unlisted and unsited rows stay last.
-            let mut last = Vec::new();
-            for r in &rows {
-                let (pid, label) = match (r, r.pid(), r.label()) {
-                    (_, Some(pid), Some(label)) => (pid, label),
-                    (PeakRow::Unlisted { bytes }, ..) => {
-                        last.push((*bytes, "(other call sites)".to_string()));
-                        continue;
-                    }
-                    (PeakRow::NoSite { bytes }, ..) => {
-                        last.push((*bytes, no_site_label(a)));
-                        continue;
-                    }
-                    _ => continue,
-                };
-                shown.push(MergedSite {
-                    pid,
-                    lines: vec![label],
-                    figures: r.bytes(),
-                    cache: false,
-                });
-            }
-            shown.sort_by_key(|r| std::cmp::Reverse(r.figures));
-            for r in &shown {
-                let lead = format!(
-                    "    {:>11}  {:>4}  ",
-                    bytes(r.figures),
-                    pct(r.figures, d.peak_bytes)
-                );
-                for line in r.lines(a, &lead) {
-                    writeln!(o, "{line}").ok();
-                }
-            }
-            for (v, what) in last {
-                writeln!(
-                    o,
-                    "    {:>11}  {:>4}  {what}",
-                    bytes(v),
-                    pct(v, d.peak_bytes)
-                )
-                .ok();
-            }
-            if !d.tensor_lines.is_empty() {
-                let whose = if a.processes.len() > 1 {
-                    let pids: Vec<String> =
-                        d.tensor_lines.iter().map(|t| t.pid.to_string()).collect();
-                    format!(" (pid {})", pids.join(", "))
-                } else {
-                    String::new()
-                };
-                wrap(o, &format!("  {TENSOR_LINES_NOTE}{whose}"), "  ", WIDTH);
-            }
-        }
-        if legend {
-            cache_legend(o, "  ");
-        }
-        o.push('\n');
+        sites_at_peak(o, a);
     }
     if !cs.by_allocated.is_empty() {
-        writeln!(o, "CALL SITES BY BYTES ALLOCATED").ok();
-        writeln!(
-            o,
-            "    {:>11}  {:>9}  {:>11}  SITE",
-            "ALLOCATED", "ALLOCS", "LIVE AT END"
-        )
-        .ok();
-        let mut rows = merged_sites(
-            a,
-            cs.by_allocated.iter().map(|&i| {
-                let s = &cs.sites[i];
-                (i, [s.allocated_bytes, s.allocations, s.live_bytes_at_end])
-            }),
-            |x, y| {
-                for (x, y) in x.iter_mut().zip(y) {
-                    *x = x.saturating_add(*y);
-                }
-            },
-        );
-        rows.sort_by_key(|r| std::cmp::Reverse(r.figures[0]));
-        for r in &rows {
-            let [allocated, allocs, live] = r.figures;
-            let lead = format!(
-                "    {:>11}  {:>9}  {:>11}  ",
-                bytes(allocated),
-                count(allocs),
-                bytes(live)
-            );
-            for line in r.lines(a, &lead) {
-                writeln!(o, "{line}").ok();
-            }
-        }
-        // Said once in the report: under the first table of sites.
-        if cs.at_peak.is_empty() && rows.iter().any(|r| r.cache) {
-            cache_legend(o, "  ");
-        }
-        o.push('\n');
+        sites_by_allocated(o, a);
     }
     if cs.stacks_not_kept > 0 {
         wrap(
@@ -341,6 +220,138 @@ fn call_sites(o: &mut String, a: &Analysis) {
         );
         o.push('\n');
     }
+}
+
+/// Each device's peak: the bytes live then, by the call site that allocated them.
+fn sites_at_peak(o: &mut String, a: &Analysis) {
+    let cs = &a.call_sites;
+    writeln!(
+        o,
+        "CALL SITES AT EACH DEVICE'S PEAK (bytes live then, by where they were allocated)"
+    )
+    .ok();
+    let index = a.device_index();
+    let mut legend = false;
+    for d in &cs.at_peak {
+        let stats = index.get(&(d.device, d.on_host)).map(|&i| &a.devices[i]);
+        let when = stats
+            .and_then(|x| x.peak_time_ns)
+            .map_or(String::new(), |t| format!(" at {}", secs(t)));
+        writeln!(
+            o,
+            "  {}  peak {}{when}",
+            stats.map_or_else(|| device_name(d.device), device_label),
+            bytes(d.peak_bytes)
+        )
+        .ok();
+        let rows = d.rows(&cs.sites);
+        let mut shown = merged_sites(
+            a,
+            rows.iter().filter_map(|r| match *r {
+                PeakRow::Site { site, bytes } => Some((site, bytes)),
+                _ => None,
+            }),
+            |x, y| *x = x.saturating_add(*y),
+        );
+        legend |= shown.iter().any(|r| r.cache);
+        // The other rows as one-line sites of their process; the unlisted and unsited rows stay last.
+        let mut last = Vec::new();
+        for r in &rows {
+            let (pid, label) = match (r, r.pid(), r.label()) {
+                (_, Some(pid), Some(label)) => (pid, label),
+                (PeakRow::Unlisted { bytes }, ..) => {
+                    last.push((*bytes, "(other call sites)".to_string()));
+                    continue;
+                }
+                (PeakRow::NoSite { bytes }, ..) => {
+                    last.push((*bytes, no_site_label(a)));
+                    continue;
+                }
+                _ => continue,
+            };
+            shown.push(MergedSite {
+                pid,
+                lines: vec![label],
+                figures: r.bytes(),
+                cache: false,
+            });
+        }
+        shown.sort_by_key(|r| std::cmp::Reverse(r.figures));
+        for r in &shown {
+            let lead = format!(
+                "    {:>11}  {:>4}  ",
+                bytes(r.figures),
+                pct(r.figures, d.peak_bytes)
+            );
+            for line in r.lines(a, &lead) {
+                writeln!(o, "{line}").ok();
+            }
+        }
+        for (v, what) in last {
+            writeln!(
+                o,
+                "    {:>11}  {:>4}  {what}",
+                bytes(v),
+                pct(v, d.peak_bytes)
+            )
+            .ok();
+        }
+        if !d.tensor_lines.is_empty() {
+            let whose = if a.processes.len() > 1 {
+                let pids: Vec<String> = d.tensor_lines.iter().map(|t| t.pid.to_string()).collect();
+                format!(" (pid {})", pids.join(", "))
+            } else {
+                String::new()
+            };
+            wrap(o, &format!("  {TENSOR_LINES_NOTE}{whose}"), "  ", WIDTH);
+        }
+    }
+    if legend {
+        cache_legend(o, "  ");
+    }
+    o.push('\n');
+}
+
+/// The call sites by the bytes they allocated over the run, with their allocations and what was live at the end.
+fn sites_by_allocated(o: &mut String, a: &Analysis) {
+    let cs = &a.call_sites;
+    writeln!(o, "CALL SITES BY BYTES ALLOCATED").ok();
+    writeln!(
+        o,
+        "    {:>11}  {:>9}  {:>11}  SITE",
+        "ALLOCATED", "ALLOCS", "LIVE AT END"
+    )
+    .ok();
+    let mut rows = merged_sites(
+        a,
+        cs.by_allocated.iter().map(|&i| {
+            let s = &cs.sites[i];
+            (i, [s.allocated_bytes, s.allocations, s.live_bytes_at_end])
+        }),
+        |x, y| {
+            for (x, y) in x.iter_mut().zip(y) {
+                *x = x.saturating_add(*y);
+            }
+        },
+    );
+    rows.sort_by_key(|r| std::cmp::Reverse(r.figures[0]));
+    for r in &rows {
+        let [allocated, allocs, live] = r.figures;
+        let lead = format!(
+            "    {:>11}  {:>9}  {:>11}  ",
+            bytes(allocated),
+            count(allocs),
+            bytes(live)
+        );
+        for line in r.lines(a, &lead) {
+            writeln!(o, "{line}").ok();
+        }
+    }
+    // Said once in the report: under the first table of sites.
+    if cs.at_peak.is_empty() && rows.iter().any(|r| r.cache) {
+        cache_legend(o, "  ");
+    }
+    o.push('\n');
 }
 
 /// The shim's notes (each once), when the trace has any.
