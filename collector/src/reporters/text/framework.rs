@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::sparkline;
 use super::units::{bytes, count, printable, secs};
 use super::{short_command, wrap, SPARK_COLUMNS, WIDTH};
-use crate::model::{Analysis, DeviceStats};
+use crate::model::{Analysis, DeviceFramework, DeviceStats};
 
 /// A framework's name for people.
 pub fn title(name: &str) -> String {
@@ -61,109 +61,122 @@ pub fn device_lines(o: &mut String, a: &Analysis, d: &DeviceStats, pad: &str) {
             WIDTH,
         );
     }
-    if let Some((pid, steps, rise)) = f.small_growth {
-        // Named with what held it at exit, when the bridge walked; never a cause.
-        let held = a
-            .bridge
-            .walks
-            .iter()
-            .rev()
-            .find(|w| w.pid == pid)
-            // Something kept at every step: the holder of the most tensors, not the largest one.
-            .and_then(|w| w.suspects().max_by_key(|h| (h.tensors, h.bytes)))
-            .map_or(String::new(), |h| format!("; {}", held_at_exit(h)));
-        wrap(
-            o,
-            &format!(
-                "{pad}Small growth (pid {pid}): allocated bytes rose at every one of the last {} steps' \
-                 boundaries, about {} a step ({} in all), too little to call a growth{held}.",
-                count(steps),
-                bytes(rise / steps.max(1)),
-                bytes(rise)
-            ),
-            pad,
-            WIDTH,
-        );
-    }
-    if let Some(l) = &f.leak {
-        wrap(
-            o,
-            &format!(
-                "{pad}Growth of allocated bytes (the tensors; the cache hides it from the driver): {}.",
-                crate::reporters::prose::growth_size(l)
-            ),
-            pad,
-            WIDTH,
-        );
-        // What held the tensors at exit (the bridge walks them after a growth): the object, named first.
-        let walk = a.bridge.walks.iter().rev().find(|w| {
+    small_growth(o, a, f, pad);
+    allocated_growth(o, a, d, f, pad);
+}
+
+/// Allocated bytes that rose at every step's boundary, too little to call a growth: said, with what held them.
+fn small_growth(o: &mut String, a: &Analysis, f: &DeviceFramework, pad: &str) {
+    let Some((pid, steps, rise)) = f.small_growth else {
+        return;
+    };
+    // Named with what held it at exit, when the bridge walked; never a cause.
+    let held = a
+        .bridge
+        .walks
+        .iter()
+        .rev()
+        .find(|w| w.pid == pid)
+        // Something kept at every step: the holder of the most tensors, not the largest one.
+        .and_then(|w| w.suspects().max_by_key(|h| (h.tensors, h.bytes)))
+        .map_or(String::new(), |h| format!("; {}", held_at_exit(h)));
+    wrap(
+        o,
+        &format!(
+            "{pad}Small growth (pid {pid}): allocated bytes rose at every one of the last {} steps' \
+             boundaries, about {} a step ({} in all), too little to call a growth{held}.",
+            count(steps),
+            bytes(rise / steps.max(1)),
+            bytes(rise)
+        ),
+        pad,
+        WIDTH,
+    );
+}
+
+/// The growth of allocated bytes (the tensors), what held them at exit, and the line whose tensors grew.
+fn allocated_growth(o: &mut String, a: &Analysis, d: &DeviceStats, f: &DeviceFramework, pad: &str) {
+    let Some(l) = &f.leak else {
+        return;
+    };
+    wrap(
+        o,
+        &format!(
+            "{pad}Growth of allocated bytes (the tensors; the cache hides it from the driver): {}.",
+            crate::reporters::prose::growth_size(l)
+        ),
+        pad,
+        WIDTH,
+    );
+    // What held the tensors at exit (the bridge walks them after a growth): the object, named first.
+    let walk =
+        a.bridge.walks.iter().rev().find(|w| {
             l.pid.is_none_or(|p| p == w.pid) && w.device.is_none_or(|x| Some(x) == d.device)
         });
-        if let Some(w) = walk {
-            // What grew, not every name that holds a tensor: a tenth of the rise at least.
-            for h in w
-                .suspects()
-                .filter(|h| h.bytes >= l.rise_bytes / 10)
-                .take(3)
-            {
-                wrap(o, &format!("{pad}  {}", held_at_exit(h)), pad, WIDTH);
-            }
+    if let Some(w) = walk {
+        // What grew, not every name that holds a tensor: a tenth of the rise at least.
+        for h in w
+            .suspects()
+            .filter(|h| h.bytes >= l.rise_bytes / 10)
+            .take(3)
+        {
+            wrap(o, &format!("{pad}  {}", held_at_exit(h)), pad, WIDTH);
         }
-        let walked = walk.is_some_and(|w| w.suspects().any(|h| h.bytes >= l.rise_bytes / 10));
-        let during = f
-            .kept
-            .as_ref()
-            .and_then(|k| k.kept.iter().max_by_key(|x| x.during_rise_bytes))
-            .filter(|k| k.during_rise_bytes > 0);
-        let largest = f.kept.as_ref().and_then(|k| k.kept.first());
-        match (during, largest) {
-            (Some(k), _) => wrap(
-                o,
-                &format!(
-                    "{pad}  the line whose tensors grew: {} ({} made during the rise and live at exit, in {})",
-                    k.label,
-                    bytes(k.during_rise_bytes),
-                    crate::names::units::counted(k.count, "tensor", "tensors")
+    }
+    let walked = walk.is_some_and(|w| w.suspects().any(|h| h.bytes >= l.rise_bytes / 10));
+    let during = f
+        .kept
+        .as_ref()
+        .and_then(|k| k.kept.iter().max_by_key(|x| x.during_rise_bytes))
+        .filter(|k| k.during_rise_bytes > 0);
+    let largest = f.kept.as_ref().and_then(|k| k.kept.first());
+    match (during, largest) {
+        (Some(k), _) => wrap(
+            o,
+            &format!(
+                "{pad}  the line whose tensors grew: {} ({} made during the rise and live at exit, in {})",
+                k.label,
+                bytes(k.during_rise_bytes),
+                crate::names::units::counted(k.count, "tensor", "tensors")
+            ),
+            pad,
+            WIDTH,
+        ),
+        // The history was armed late in the rise: it cannot say when the tensors were made, only where.
+        (None, Some(k)) => wrap(
+            o,
+            &format!(
+                "{pad}  the tensors live at exit, by their line (the history was armed late in the rise): \
+                 {} ({} in {})",
+                k.label,
+                bytes(k.bytes),
+                crate::names::units::counted(k.count, "tensor", "tensors")
+            ),
+            pad,
+            WIDTH,
+        ),
+        (None, None) if walked => {}
+        (None, None) => wrap(
+            o,
+            &match &f.kept {
+                Some(k) => format!(
+                    "{pad}  the snapshot kept at exit holds none of its tensors ({} live then, without \
+                     lines: the growth was freed before the exit){}.",
+                    bytes(k.live_bytes),
+                    if a.oom_records > 0 {
+                        "; the post-mortem of its error names the line (vramtrace oom)"
+                    } else {
+                        ""
+                    }
                 ),
-                pad,
-                WIDTH,
-            ),
-            // The history was armed late in the rise: it cannot say when the tensors were made, only where.
-            (None, Some(k)) => wrap(
-                o,
-                &format!(
-                    "{pad}  the tensors live at exit, by their line (the history was armed late in the rise): \
-                     {} ({} in {})",
-                    k.label,
-                    bytes(k.bytes),
-                    crate::names::units::counted(k.count, "tensor", "tensors")
+                None => format!(
+                    "{pad}  no allocation history was armed at exit to name its line: vramtrace run \
+                     --torch-history keeps it from the start."
                 ),
-                pad,
-                WIDTH,
-            ),
-            (None, None) if walked => {}
-            (None, None) => wrap(
-                o,
-                &match &f.kept {
-                    Some(k) => format!(
-                        "{pad}  the snapshot kept at exit holds none of its tensors ({} live then, without \
-                         lines: the growth was freed before the exit){}.",
-                        bytes(k.live_bytes),
-                        if a.oom_records > 0 {
-                            "; the post-mortem of its error names the line (vramtrace oom)"
-                        } else {
-                            ""
-                        }
-                    ),
-                    None => format!(
-                        "{pad}  no allocation history was armed at exit to name its line: vramtrace run \
-                         --torch-history keeps it from the start."
-                    ),
-                },
-                pad,
-                WIDTH,
-            ),
-        }
+            },
+            pad,
+            WIDTH,
+        ),
     }
 }
 
