@@ -7,58 +7,13 @@ use crate::names::units::{bytes, count};
 /// One sentence for people.
 pub fn finding(f: &Finding) -> String {
     match f {
-        Finding::StepNeedRises(n) if n.outgrew => {
-            let noun = n.unit.noun();
-            format!(
-                "The {noun} at the error needed more than any before it: it held and asked {} where every {noun} \
-                 before it needed at most {} (PyTorch's peak counter); its input is larger than theirs (a longer \
-                 sequence or request, a larger batch)",
-                crate::names::units::bytes(n.last_peak),
-                crate::names::units::bytes(n.first_peak),
-            )
-        }
-        Finding::StepNeedRises(n) => {
-            let noun = n.unit.noun();
-            format!(
-                "Each {noun} needed more than the last: PyTorch's peak rose from {} at {noun} {} to {} at {noun} {}, \
-                 by more than what the {} kept; the work of each {noun} grows with its input (sequences sorted by \
-                 length, a curriculum, a generation's cache growing a token at a time), so the {noun} at the error \
-                 needed more than any before it",
-                crate::names::units::bytes(n.first_peak),
-                crate::names::units::count(n.first_step),
-                crate::names::units::bytes(n.last_peak),
-                crate::names::units::count(n.last_step),
-                super::nouns(noun, 2),
-            )
-        }
+        Finding::StepNeedRises(n) => step_need(n),
         Finding::Fit {
             needed_bytes,
             available_bytes,
             short_bytes,
             limited_by,
-        } => {
-            let what = if *limited_by == "cap" {
-                "the cap"
-            } else {
-                "the device"
-            };
-            if *short_bytes == 0 {
-                format!(
-                    "The job needed {} at most up to this point (its peak, or its bytes plus the request) \
-                     and {what} could give it {}: it fitted by the numbers.",
-                    bytes(*needed_bytes),
-                    bytes(*available_bytes)
-                )
-            } else {
-                format!(
-                    "The job needed {} at most up to this point (its peak, or its bytes plus the request); \
-                     {what} could give it {}: {} short of fitting.",
-                    bytes(*needed_bytes),
-                    bytes(*available_bytes),
-                    bytes(*short_bytes)
-                )
-            }
-        }
+        } => fit(*needed_bytes, *available_bytes, *short_bytes, limited_by),
         Finding::LeakTrend(l) => leak(l),
         Finding::PoolCache {
             freed_bytes,
@@ -161,6 +116,57 @@ pub fn finding(f: &Finding) -> String {
             bytes(*peers_max_bytes),
             bytes(mine.saturating_sub(*peers_median_bytes))
         ),
+    }
+}
+
+/// A step that needed more than those before it: the last one alone, or each more than the last.
+fn step_need(n: &crate::model::StepNeed) -> String {
+    let noun = n.unit.noun();
+    if n.outgrew {
+        format!(
+            "The {noun} at the error needed more than any before it: it held and asked {} where every {noun} \
+             before it needed at most {} (PyTorch's peak counter); its input is larger than theirs (a longer \
+             sequence or request, a larger batch)",
+            crate::names::units::bytes(n.last_peak),
+            crate::names::units::bytes(n.first_peak),
+        )
+    } else {
+        format!(
+            "Each {noun} needed more than the last: PyTorch's peak rose from {} at {noun} {} to {} at {noun} {}, \
+             by more than what the {} kept; the work of each {noun} grows with its input (sequences sorted by \
+             length, a curriculum, a generation's cache growing a token at a time), so the {noun} at the error \
+             needed more than any before it",
+            crate::names::units::bytes(n.first_peak),
+            crate::names::units::count(n.first_step),
+            crate::names::units::bytes(n.last_peak),
+            crate::names::units::count(n.last_step),
+            super::nouns(noun, 2),
+        )
+    }
+}
+
+/// What the job needed against what the cap or the device could give it.
+fn fit(needed_bytes: u64, available_bytes: u64, short_bytes: u64, limited_by: &str) -> String {
+    let what = if limited_by == "cap" {
+        "the cap"
+    } else {
+        "the device"
+    };
+    if short_bytes == 0 {
+        format!(
+            "The job needed {} at most up to this point (its peak, or its bytes plus the request) \
+             and {what} could give it {}: it fitted by the numbers.",
+            bytes(needed_bytes),
+            bytes(available_bytes)
+        )
+    } else {
+        format!(
+            "The job needed {} at most up to this point (its peak, or its bytes plus the request); \
+             {what} could give it {}: {} short of fitting.",
+            bytes(needed_bytes),
+            bytes(available_bytes),
+            bytes(short_bytes)
+        )
     }
 }
 
