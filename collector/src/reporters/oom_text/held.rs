@@ -135,29 +135,35 @@ pub(crate) fn holders(
         .filter(|x| x.kind != crate::model::holders::HolderKind::Cache)
         .map(|x| x.bytes)
         .fold(0, u64::saturating_add);
-    let saved = if rows > h.tensor_bytes
+    let saved = rows > h.tensor_bytes
         && h.holders
             .iter()
-            .any(|x| x.kind == crate::model::holders::HolderKind::Graph)
-    {
-        " and those the autograd graphs saved"
-    } else {
-        ""
+            .any(|x| x.kind == crate::model::holders::HolderKind::Graph);
+    let at = match h.at {
+        crate::model::holders::WalkAt::Oom(_) => " at the error",
+        crate::model::holders::WalkAt::Exit => " at exit",
+        crate::model::holders::WalkAt::Request => " when asked",
     };
-    writeln!(
-        o,
-        "  HELD BY (what kept the tensors alive{}: {} CUDA tensor{}, {}{saved}, found in {} ms{partial})",
-        match h.at {
-            crate::model::holders::WalkAt::Oom(_) => " at the error",
-            crate::model::holders::WalkAt::Exit => " at exit",
-            crate::model::holders::WalkAt::Request => " when asked",
-        },
+    let tensors = format!(
+        "{} CUDA tensor{}, {}",
         count(h.tensors),
         if h.tensors == 1 { "" } else { "s" },
-        bytes(h.tensor_bytes),
-        count(h.elapsed_ms)
-    )
-    .ok();
+        bytes(h.tensor_bytes)
+    );
+    // With the graphs' saved tensors said, the walk's time gives way: the header stays one line.
+    let head = if saved {
+        format!("  HELD BY (what kept the tensors alive{at}: {tensors} + graphs' saved{partial})")
+    } else {
+        format!(
+            "  HELD BY (what kept the tensors alive{at}: {tensors}, found in {} ms{partial})",
+            count(h.elapsed_ms)
+        )
+    };
+    if head.chars().count() <= WIDTH {
+        writeln!(o, "{head}").ok();
+    } else {
+        wrap(o, &head, "    ");
+    }
     let mut seen: Vec<String> = Vec::new();
     let mut used = 0;
     for x in &h.holders {

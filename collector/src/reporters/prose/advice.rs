@@ -269,9 +269,9 @@ fn pressure(a: &Advice) -> String {
             b(*needed)
         ),
         Advice::BoundInput { noun } => format!(
-            "Bound what each {noun} takes in: a maximum sequence length or tokens per batch, batches bucketed by \
-             length (the longest known ahead, and tried first), or the longest that fits found with vramtrace \
-             fit (the length as the knob); a larger limit holds only until a longer input comes."
+            "Bound what each {noun} takes in: a maximum length or tokens per batch, batches bucketed by length \
+             (the longest tried first), or the longest that fits, found by vramtrace fit with the length as the \
+             knob; a larger limit holds only until a longer input comes."
         ),
         Advice::FitCommand {
             command,

@@ -124,9 +124,8 @@ fn step_need(n: &crate::model::StepNeed) -> String {
     let noun = n.unit.noun();
     if n.outgrew {
         format!(
-            "The {noun} at the error needed more than any before it: it held and asked {} where every {noun} \
-             before it needed at most {} (PyTorch's peak counter); its input is larger than theirs (a longer \
-             sequence or request, a larger batch)",
+            "The {noun} at the error needed more than any before it: {} held and asked, where every earlier \
+             {noun} needed at most {}; its input was larger than theirs",
             crate::names::units::bytes(n.last_peak),
             crate::names::units::bytes(n.first_peak),
         )
