@@ -293,7 +293,7 @@ fn pressure(a: &Advice) -> String {
                 ),
                 None => format!(
                     "Find the largest batch that fits, from short runs: vramtrace fit{cap} -- {cmd} (with {{}} \
-                     where the batch size or the sequence length goes)"
+                     for the batch size or length)"
                 ),
             }
         }
