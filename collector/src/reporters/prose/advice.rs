@@ -113,11 +113,7 @@ fn growth(a: &Advice) -> String {
             noun,
             lasts,
         } => {
-            let a = if noun.starts_with(['a', 'e', 'i', 'o', 'u']) {
-                "an"
-            } else {
-                "a"
-            };
+            let a = crate::names::units::article(noun);
             let rate = per_step.map_or(String::new(), |p| format!(" (about {} {a} {noun})", b(p)));
             let mut t = format!(
                 "Fix what grows first: no cap, GPU or allocator setting fixes a growth{rate}; a larger {} or a \
