@@ -68,107 +68,12 @@ impl Consumer {
                 if !dead {
                     break; // a producer is still writing it
                 }
-                // Records its process died writing, up to the next slot that starts a published record. Those an
-                // intent word names are blobs of known length; the first one none names (an event, or what is
-                // left) ends what can be told apart, and the rest of the run counts as one record.
-                let mut end = pos + 1;
-                while end < head && !self.starts_record(end) {
-                    end += 1;
-                }
-                let mut q = pos;
-                while q < end {
-                    self.torn += 1;
-                    match ring.blob_intended_at(q) {
-                        Some(n) if n > 0 && q + n <= end => {
-                            self.torn_blobs += 1;
-                            q += n;
-                        }
-                        _ => break,
-                    }
-                }
-                self.pos = end;
+                self.skip_torn_run(pos, head);
                 continue;
             }
-            let s = ring.slot(pos);
-            // SAFETY: byte 8 of a slot inside the mapping (`Ring::slot`); its sequence word (acquire) says the
-            // producer published it. Volatile: the other process may still scribble on it, and any byte value is
-            // handled below. (A process writing a published slot while it is read is a race that Rust's memory
-            // model does not define even for volatile reads; it is tolerated as shared memory with an untrusted
-            // writer always is: every value read is checked before use, and the mapping cannot shrink.)
-            let kind = unsafe { s.add(8).read_volatile() };
-            let n = match kind {
-                KIND_EVENT => {
-                    // SAFETY: byte 9 of the same published slot, as above.
-                    let api = unsafe { s.add(9).read_volatile() };
-                    match Api::from_u8(api) {
-                        // SAFETY: `s` is a published slot inside the mapping, 64-aligned, and `read_event` reads
-                        // only its 64 bytes, each field at its natural alignment.
-                        Some(api) => take(Item::Event(unsafe { read_event(s, api) })),
-                        None => self.torn += 1,
-                    }
-                    1
-                }
-                KIND_PAD => {
-                    // SAFETY: bytes 12..16 of the published slot, 4-aligned, as for `kind`.
-                    let n = unsafe { s.add(12).cast::<u32>().read_volatile() } as u64;
-                    if n == 0 || (pos & (ring.slots - 1)) + n != ring.slots {
-                        self.corrupt = true;
-                        break;
-                    }
-                    n
-                }
-                KIND_BLOB => {
-                    // SAFETY: bytes 12..16 of the published slot, 4-aligned, as for `kind`; `len` is checked
-                    // against the ring's bounds before it is used.
-                    let len = unsafe { s.add(12).cast::<u32>().read_volatile() } as usize;
-                    let n = len.div_ceil(BLOB_PER_SLOT) as u64;
-                    if len == 0
-                        || len > ring.max_blob()
-                        || (pos & (ring.slots - 1)) + n > ring.slots
-                    {
-                        self.corrupt = true;
-                        break;
-                    }
-                    if pos + n > head {
-                        self.corrupt = true;
-                        break;
-                    }
-                    // Continuation slots are published before the first one: all are whole now.
-                    self.blob.clear();
-                    let mut ok = true;
-                    for i in 0..n {
-                        let p = pos + i;
-                        let c = ring.slot(p);
-                        if i > 0
-                            && (ring.seq(p).load(Ordering::Acquire) != p + 1
-                                // SAFETY: byte 8 of slot `p`, published (checked just before); `p` stays inside
-                                // the mapping (`Ring::slot` masks it).
-                                || unsafe { c.add(8).read_volatile() } != KIND_CONT)
-                        {
-                            ok = false;
-                            break;
-                        }
-                        let take_n = (len - self.blob.len()).min(BLOB_PER_SLOT);
-                        let mut chunk = [0u8; BLOB_PER_SLOT];
-                        // SAFETY: `take_n` <= BLOB_PER_SLOT, so bytes 16..16 + take_n lie inside slot `p`, which
-                        // is inside the mapping and published (the first slot's word for i == 0, its own
-                        // otherwise); `chunk` is a local array of BLOB_PER_SLOT bytes, not in the ring.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(c.add(16), chunk.as_mut_ptr(), take_n)
-                        };
-                        self.blob.extend_from_slice(&chunk[..take_n]);
-                    }
-                    if ok {
-                        take(Item::Blob(&self.blob));
-                    } else {
-                        self.torn += 1;
-                    }
-                    n
-                }
-                _ => {
-                    self.corrupt = true;
-                    break;
-                }
+            let Some(n) = self.take_published(pos, head, &mut take) else {
+                self.corrupt = true;
+                break;
             };
             taken += 1;
             self.pos += n;
@@ -182,6 +87,123 @@ impl Consumer {
         }
         ring.a64(OFF_TAIL).store(self.pos, Ordering::Release);
         taken
+    }
+
+    /// The drain's step past a record whose process died writing it (`pos` reserved, never published): kept
+    /// apart from the drain's loop because it reads the intent words, which only a dead process's ring needs.
+    /// Skips up to the next slot that starts a published record and counts what is skipped in `torn`. Those an
+    /// intent word names are blobs of known length; the first one none names (an event, or what is left) ends
+    /// what can be told apart, and the rest of the run counts as one record.
+    #[inline]
+    fn skip_torn_run(&mut self, pos: u64, head: u64) {
+        let ring = self.ring;
+        let mut end = pos + 1;
+        while end < head && !self.starts_record(end) {
+            end += 1;
+        }
+        let mut q = pos;
+        while q < end {
+            self.torn += 1;
+            match ring.blob_intended_at(q) {
+                Some(n) if n > 0 && q + n <= end => {
+                    self.torn_blobs += 1;
+                    q += n;
+                }
+                _ => break,
+            }
+        }
+        self.pos = end;
+    }
+
+    /// The drain's step over the published record at `pos`: hands it to `take` (or counts it in `torn`) and
+    /// returns the slots it takes, or `None` where the slot holds something no shim writes (the drain then
+    /// marks the ring corrupt and stops). One function per record kind keeps the drain's loop to its bookkeeping.
+    #[inline]
+    fn take_published(&mut self, pos: u64, head: u64, take: &mut impl FnMut(Item)) -> Option<u64> {
+        let ring = self.ring;
+        let s = ring.slot(pos);
+        // SAFETY: byte 8 of a slot inside the mapping (`Ring::slot`); its sequence word (acquire) says the
+        // producer published it. Volatile: the other process may still scribble on it, and any byte value is
+        // handled below. (A process writing a published slot while it is read is a race that Rust's memory
+        // model does not define even for volatile reads; it is tolerated as shared memory with an untrusted
+        // writer always is: every value read is checked before use, and the mapping cannot shrink.)
+        let kind = unsafe { s.add(8).read_volatile() };
+        match kind {
+            KIND_EVENT => {
+                // SAFETY: byte 9 of the same published slot, as above.
+                let api = unsafe { s.add(9).read_volatile() };
+                match Api::from_u8(api) {
+                    // SAFETY: `s` is a published slot inside the mapping, 64-aligned, and `read_event` reads
+                    // only its 64 bytes, each field at its natural alignment.
+                    Some(api) => take(Item::Event(unsafe { read_event(s, api) })),
+                    None => self.torn += 1,
+                }
+                Some(1)
+            }
+            KIND_PAD => {
+                // SAFETY: bytes 12..16 of the published slot, 4-aligned, as for `kind`.
+                let n = unsafe { s.add(12).cast::<u32>().read_volatile() } as u64;
+                if n == 0 || (pos & (ring.slots - 1)) + n != ring.slots {
+                    return None;
+                }
+                Some(n)
+            }
+            KIND_BLOB => self.take_blob(s, pos, head, take),
+            _ => None,
+        }
+    }
+
+    /// [`Consumer::take_published`] for a blob starting at the published slot `s` (position `pos`): checks its
+    /// length against the ring, gathers its continuation slots into the consumer's reused buffer (no allocation
+    /// once it has grown) and hands them to `take`; a continuation slot not published counts in `torn`.
+    #[inline]
+    fn take_blob(
+        &mut self,
+        s: *mut u8,
+        pos: u64,
+        head: u64,
+        take: &mut impl FnMut(Item),
+    ) -> Option<u64> {
+        let ring = self.ring;
+        // SAFETY: bytes 12..16 of the published slot, 4-aligned, as for `kind`; `len` is checked
+        // against the ring's bounds before it is used.
+        let len = unsafe { s.add(12).cast::<u32>().read_volatile() } as usize;
+        let n = len.div_ceil(BLOB_PER_SLOT) as u64;
+        if len == 0 || len > ring.max_blob() || (pos & (ring.slots - 1)) + n > ring.slots {
+            return None;
+        }
+        if pos + n > head {
+            return None;
+        }
+        // Continuation slots are published before the first one: all are whole now.
+        self.blob.clear();
+        let mut ok = true;
+        for i in 0..n {
+            let p = pos + i;
+            let c = ring.slot(p);
+            if i > 0
+                && (ring.seq(p).load(Ordering::Acquire) != p + 1
+                    // SAFETY: byte 8 of slot `p`, published (checked just before); `p` stays inside
+                    // the mapping (`Ring::slot` masks it).
+                    || unsafe { c.add(8).read_volatile() } != KIND_CONT)
+            {
+                ok = false;
+                break;
+            }
+            let take_n = (len - self.blob.len()).min(BLOB_PER_SLOT);
+            let mut chunk = [0u8; BLOB_PER_SLOT];
+            // SAFETY: `take_n` <= BLOB_PER_SLOT, so bytes 16..16 + take_n lie inside slot `p`, which
+            // is inside the mapping and published (the first slot's word for i == 0, its own
+            // otherwise); `chunk` is a local array of BLOB_PER_SLOT bytes, not in the ring.
+            unsafe { std::ptr::copy_nonoverlapping(c.add(16), chunk.as_mut_ptr(), take_n) };
+            self.blob.extend_from_slice(&chunk[..take_n]);
+        }
+        if ok {
+            take(Item::Blob(&self.blob));
+        } else {
+            self.torn += 1;
+        }
+        Some(n)
     }
 
     /// Where the drain waits: the position of a record reserved and not yet published (a writer takes
