@@ -25,7 +25,8 @@ GIB = 1 << 30
 
 
 class Door(object):
-    """The shim's two C functions, as _shim calls them: records decoded back into (what, device, fields, ack)."""
+    """The shim's two C functions, as _shim calls them: records decoded back into (what, device, body, ack), the
+    body the JSON object the bridge sent."""
 
     def __init__(self):
         self.records = []
@@ -34,10 +35,11 @@ class Door(object):
         return _shim.QUEUED
 
     def record(self, what, device, text, n, ack):
-        fields = [tuple(line.split("=", 1)) for line in text.decode("utf-8").split("\n") if line]
+        assert n == len(text)
+        body = json.loads(text.decode("utf-8"))
         what = what.decode("ascii")
-        check_schema(what, fields)
-        self.records.append((what, None if device == _shim.NO_DEVICE else device, fields, ack))
+        check_schema(what, body)
+        self.records.append((what, None if device == _shim.NO_DEVICE else device, body, ack))
         return _shim.QUEUED
 
 
@@ -45,30 +47,44 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schema
     SCHEMA = json.load(_f)
 
 
-_SECTIONS = ("comment", "nested", "values")
-
-
-def check_schema(what, fields):
-    """Every record the bridge makes is of a kind, and carries only keys, that bridge/schema.json names (under a
-    prefix, `h.3.kind`, the keys `nested` names), with the values `values` lists where it lists them: the
-    collector reads the same schema (its tests check its readers against it)."""
-    if what not in SCHEMA or what in _SECTIONS:
+def check_schema(what, body):
+    """Every record the bridge makes is of a kind that bridge/schema.json names, and carries only the keys it
+    names for it, each of its type (`count` an int >= 0, `flag` a bool, `text` a str, `[type]` a list of them),
+    with the values `values` lists where it lists them: the collector's reader is held to the same file."""
+    if what not in SCHEMA["kinds"]:
         raise AssertionError("a bridge record of kind %r, which schema.json does not name" % what)
-    allowed = SCHEMA[what]
-    for k, v in fields:
-        declared = next((a for a in allowed if k == a or (a.endswith("*") and k.startswith(a[:-1]))), None)
-        if declared is None:
-            raise AssertionError("a %r record carries %r, which schema.json does not name for it" % (what, k))
-        value_key = "%s.%s" % (what, k)
-        if declared in SCHEMA["nested"]:
-            index, _, sub = k[len(declared) - 1:].partition(".")
-            if not index.isdigit() or sub not in SCHEMA["nested"][declared]:
-                raise AssertionError("a %r record carries %r, which schema.json does not name under %r"
-                                     % (what, k, declared))
-            value_key = "%s.%s" % (declared, sub)
-        listed = SCHEMA["values"].get(value_key)
-        if listed is not None and v is not None and str(v) not in listed:
-            raise AssertionError("a %r record says %s=%r, which schema.json does not list" % (what, k, v))
+    _check_object(what, body, SCHEMA["kinds"][what], what)
+
+
+def _check_object(where, body, declared, values_key):
+    if not isinstance(body, dict):
+        raise AssertionError("%s is %r, not an object" % (where, body))
+    for k, v in body.items():
+        if k not in declared:
+            raise AssertionError("%s carries %r, which schema.json does not name for it" % (where, k))
+        _check_value("%s.%s" % (where, k), v, declared[k], "%s.%s" % (values_key, k))
+
+
+def _check_value(where, v, ty, values_key):
+    if isinstance(ty, list):
+        if not isinstance(v, list):
+            raise AssertionError("%s is %r, not a list" % (where, v))
+        for i, x in enumerate(v):
+            _check_value("%s[%d]" % (where, i), x, ty[0], values_key)
+        return
+    if isinstance(ty, dict):
+        _check_object(where, v, ty, values_key)
+        return
+    ok = {
+        "count": lambda x: isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 64,
+        "flag": lambda x: isinstance(x, bool),
+        "text": lambda x: isinstance(x, str),
+    }[ty]
+    if not ok(v):
+        raise AssertionError("%s is %r, not a %s" % (where, v, ty))
+    listed = SCHEMA["values"].get(values_key)
+    if listed is not None and v not in listed:
+        raise AssertionError("%s says %r, which schema.json does not list" % (where, v))
 
 
 class _NoAtexit(object):
@@ -79,20 +95,28 @@ class _NoAtexit(object):
 
 class Schema(unittest.TestCase):
     def test_the_schema_refuses_what_it_does_not_name(self):
-        check_schema("note", [("text", "x")])
-        check_schema("attach", [("problem.3", "x")])
-        with self.assertRaises(AssertionError):
-            check_schema("note", [("txt", "x")])
-        with self.assertRaises(AssertionError):
-            check_schema("oops", [])
-        check_schema("holders", [("at", "request"), ("h.0.kind", "graph"), ("h.12.bytes", 5)])
-        for bad in ([("at", "later")], [("h.0.colour", "red")], [("h.x.kind", "graph")], [("h.0.kind", "weights")]):
-            with self.assertRaises(AssertionError):
-                check_schema("holders", bad)
-        with self.assertRaises(AssertionError):
-            check_schema("history", [("state", "half")])
-        with self.assertRaises(AssertionError):
-            check_schema("values", [])
+        check_schema("note", {"text": "x"})
+        check_schema("attach", {"problems": ["x"], "sample_ms": 20})
+        check_schema("holders", {"at": "request", "partial": True, "holders": [{"kind": "graph", "bytes": 5}]})
+        bad = [
+            ("note", {"txt": "x"}),
+            ("oops", {}),
+            ("values", {}),
+            ("history", {"state": "half"}),
+            ("holders", {"at": "later"}),
+            ("holders", {"holders": [{"colour": "red"}]}),
+            ("holders", {"holders": [{"kind": "weights"}]}),
+            ("holders", {"holders": {"kind": "graph"}}),
+            ("holders", {"partial": "1"}),
+            ("attach", {"problems": "x"}),
+            ("attach", {"sample_ms": "20"}),
+            ("attach", {"sample_ms": True}),
+            ("attach", {"sample_ms": -1}),
+            ("attach", {"torch": 2}),
+        ]
+        for what, body in bad:
+            with self.assertRaises(AssertionError, msg=repr((what, body))):
+                check_schema(what, body)
 
 
 class WithTorch(unittest.TestCase):
@@ -171,8 +195,8 @@ class Automatic(WithTorch):
     def test_attach_says_auto_and_arms_nothing(self):
         self.attach()
         f = self.attach_fields()
-        self.assertEqual((f["history_entries"], f["history_mode"]), ("0", "auto"))
-        self.assertFalse(any(k.startswith("problem.") for k in f))
+        self.assertEqual((f["history_entries"], f["history_mode"]), (0, "auto"))
+        self.assertEqual(f["problems"], [])
         self.assertEqual(self.records("history"), [])
         self.assertEqual(self.calls(), [])
 
@@ -183,10 +207,10 @@ class Automatic(WithTorch):
         self.assertEqual(self.records("history"), [])
         spike = self.hold(150 * MIB)  # 950 MiB of 1 GiB: over 90%
         self.tick(1.0)
-        self.assertEqual(self.records("history"), [(0, [
-            ("state", "armed"), ("reason", "pressure"), ("entries", "20000"), ("allocated", str(950 * MIB)),
-            ("reserved", str(950 * MIB)), ("limit", str(GIB)), ("t_ns", str(10 ** 9)),
-        ])])
+        self.assertEqual(self.records("history"), [(0, {
+            "state": "armed", "reason": "pressure", "entries": 20000, "allocated": 950 * MIB,
+            "reserved": 950 * MIB, "limit": GIB, "t_ns": 10 ** 9,
+        })])
         self.assertEqual(self.calls(), [ARM])
         self.assertEqual(_torch._state["history"], 20000)
         self.drop(spike)  # 800 MiB: 78%, under 80%
@@ -195,10 +219,9 @@ class Automatic(WithTorch):
         self.assertEqual(len(self.records("history")), 1)
         self.tick(11.0)
         dev, fields = self.records("history")[1]
-        self.assertEqual((dev, fields[:2], fields[3]), (0, [("state", "disarmed"), ("reason", "pressure_gone")],
-                                                         ("allocated", str(800 * MIB))))
-        self.assertEqual([k for k, _ in fields], ["state", "reason", "entries", "allocated", "reserved", "limit",
-                                                  "t_ns"])
+        self.assertEqual((dev, fields["state"], fields["reason"], fields["allocated"]),
+                         (0, "disarmed", "pressure_gone", 800 * MIB))
+        self.assertEqual(list(fields), ["state", "reason", "entries", "allocated", "reserved", "limit", "t_ns"])
         self.assertEqual(self.calls(), [ARM, DISARM])
         self.assertEqual(_torch._state["history"], 0)
 
@@ -216,7 +239,7 @@ class Automatic(WithTorch):
         self.assertEqual(reads, [0])
         (dev, fields), = self.records("history")
         self.assertEqual(dict(fields)["reason"], "pressure")
-        self.assertEqual(dict(fields)["limit"], str(512 * MIB))
+        self.assertEqual(dict(fields)["limit"], 512 * MIB)
 
     def test_a_retry_arms(self):
         self.attach()
@@ -352,7 +375,7 @@ class AutomaticWithItsOwnRing(WithTorch):
         self.hold(1000 * MIB)
         self.tick(0.0)
         self.assertEqual(self.calls(), [("all", {"context": "alloc", "stacks": "python", "max_entries": 500})])
-        self.assertEqual(dict(self.records("history")[0][1])["entries"], "500")
+        self.assertEqual(dict(self.records("history")[0][1])["entries"], 500)
 
 
 class Requested(WithTorch):
@@ -361,12 +384,11 @@ class Requested(WithTorch):
     def test_on_from_attach_and_never_disarmed(self):
         self.attach()
         f = self.attach_fields()
-        self.assertEqual((f["history_entries"], f["history_mode"]), ("1000", "requested"))
+        self.assertEqual((f["history_entries"], f["history_mode"]), (1000, "requested"))
         first = self.door.records[1]
         self.assertEqual(first[:2], ("history", None), "the arming follows the attach record")
-        self.assertEqual([k for k, _ in first[2]], ["state", "reason", "entries", "allocated", "reserved", "t_ns"])
-        self.assertEqual(first[2][:5], [("state", "armed"), ("reason", "requested"), ("entries", "1000"),
-                                        ("allocated", "0"), ("reserved", "0")])
+        self.assertEqual(list(first[2]), ["state", "reason", "entries", "allocated", "reserved", "t_ns"])
+        self.assertEqual([first[2][k] for k in list(first[2])[:5]], ["armed", "requested", 1000, 0, 0])
         spike = self.hold(1000 * MIB)
         self.tick(0.0)
         self.drop(spike)
@@ -387,7 +409,7 @@ class Off(WithTorch):
             self.patch(torch.cuda, "mem_get_info", lambda d=0, reads=reads: reads.append(d))
             self.attach()
             f = self.attach_fields()
-            self.assertEqual((f["history_entries"], f["history_mode"]), ("0", "off"), value)
+            self.assertEqual((f["history_entries"], f["history_mode"]), (0, "off"), value)
             self.hold(1000 * MIB)
             self.tick(0.0)
             self.assertEqual((self.records("history"), self.calls(), reads), ([], [], []), value)
@@ -401,8 +423,8 @@ class AsyncBackend(WithTorch):
             self.patch(torch.cuda, "_backend", "cudaMallocAsync")
             self.attach()
             f = self.attach_fields()
-            self.assertEqual((f["history_entries"], f["history_mode"]), ("0", "off"), value)
-            problems = [v for k, v in f.items() if k.startswith("problem.")]
+            self.assertEqual((f["history_entries"], f["history_mode"]), (0, "off"), value)
+            problems = f["problems"]
             self.assertEqual(len(problems), 1, problems)
             self.assertIn("allocation history", problems[0])
             self.hold(1000 * MIB)
@@ -443,10 +465,11 @@ class InAProcess(unittest.TestCase):
         history = [r for r in records if r[0] == "history"]
         self.assertEqual(len(history), 1, records)
         self.assertEqual(history[0][1], 0)
-        self.assertTrue(history[0][2].startswith("state=armed\nreason=pressure\nentries=20000\n"), history[0][2])
+        body = json.loads(history[0][2])
+        self.assertEqual((body["state"], body["reason"], body["entries"]), ("armed", "pressure", 20000), body)
         snapshot = [r for r in records if r[0] == "snapshot"]
         self.assertEqual(len(snapshot), 1, records)
-        path = snapshot[0][2].split("path=")[1]
+        path = json.loads(snapshot[0][2])["path"]
         self.assertTrue(path.startswith(trace + ".torch-") and path.endswith("-exit.pickle"), path)
         self.assertTrue(os.path.isfile(path))
         self.assertEqual(r.stderr, "")

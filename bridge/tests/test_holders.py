@@ -265,9 +265,9 @@ class Walk(unittest.TestCase):
         r = walk(deadline_s=0)
         self.assertTrue(r["partial"].startswith("the 0s deadline stopped it while finding the CUDA tensors"),
                         r["partial"])
-        f = dict(_holders.fields(r, "request"))
-        self.assertEqual(f["partial"], "1")
-        check_schema("holders", [(k, v) for k, v in _holders.fields(r, "request") if v is not None])
+        f = _holders.record(r, "request")
+        self.assertIs(f["partial"], True)
+        check_schema("holders", {k: v for k, v in f.items() if v is not None})
 
     def test_at_most_16_holders_largest_first_and_the_fields(self):
         for i in range(20):
@@ -277,11 +277,12 @@ class Walk(unittest.TestCase):
         sizes = [h["bytes"] for h in r["holders"]]
         self.assertEqual(sizes, sorted(sizes, reverse=True))
         self.assertEqual(r["holders"][0]["name"], "g19")
-        f = _holders.fields(r, "oom", oom=2)
-        self.assertEqual([k for k, _ in f[:6]], ["at", "oom", "elapsed_ms", "objects", "tensors", "tensor_bytes"])
-        self.assertEqual(f[6:12], [("h.0.kind", "variable"), ("h.0.name", "g19"), ("h.0.scope", SCOPE),
-                                   ("h.0.what", "Tensor"), ("h.0.tensors", 1), ("h.0.bytes", 20000)])
-        check_schema("holders", [(k, v) for k, v in f if v is not None])
+        f = _holders.record(r, "oom", oom=2)
+        self.assertEqual(list(f)[:6], ["at", "oom", "elapsed_ms", "objects", "tensors", "tensor_bytes"])
+        self.assertEqual(f["holders"][0], {"kind": "variable", "name": "g19", "scope": SCOPE, "what": "Tensor",
+                                           "tensors": 1, "bytes": 20000})
+        self.assertEqual(len(f["holders"]), 16)
+        check_schema("holders", f)
 
     def test_it_never_raises(self):
         class Broken(object):
@@ -351,11 +352,10 @@ class Records(WithTorch):
         whats = [r[0] for r in self.door.records]
         self.assertEqual(whats.index("holders"), whats.index("oom") + 1)
         (dev, f, ack), = self.holders()
-        self.assertEqual((dev, f["at"], f["oom"], ack), (0, "oom", "1", 1))
-        names = {f[k]: k.split(".")[1] for k in f if k.endswith(".name")}
-        i = names["kept"]
-        self.assertEqual((f["h.%s.kind" % i], f["h.%s.bytes" % i]), ("variable", "123456"))
-        self.assertTrue(f["h.%s.scope" % i].startswith("local of test_at_an_oom_after_the_oom_record_acknowledged"))
+        self.assertEqual((dev, f["at"], f["oom"], ack), (0, "oom", 1, 1))
+        kept = next(h for h in f["holders"] if h["name"] == "kept")
+        self.assertEqual((kept["kind"], kept["bytes"]), ("variable", 123456))
+        self.assertTrue(kept["scope"].startswith("local of test_at_an_oom_after_the_oom_record_acknowledged"))
         self.assertNotIn("partial", f)
 
     def test_at_exit_only_when_memory_grew(self):
@@ -544,7 +544,7 @@ class Harmless(unittest.TestCase):
                                         [1, 10, 3, 64]}, {"local of forward() at m.py:9"}), None)
         h = r["holders"][0]
         self.assertTrue(h["lib"])
-        self.assertIn(("h.0.lib", "1"), _holders.fields(r, "oom", 1))
+        self.assertIs(_holders.record(r, "oom", 1)["holders"][0]["lib"], True)
 
 
 class _FakeWalk(object):

@@ -231,14 +231,14 @@ class Counters(WithTorch):
         opt.step()  # before the first reading's cost is paid back: counted, not read
         got = self.steps()
         self.assertEqual(len(got), 1, got)
-        self.assertEqual((got[0]["optimizer"], got[0]["device"]), ("1", "0"))
+        self.assertEqual((got[0]["optimizer"], got[0]["device"]), (1, 0))
         self.assertEqual(int(got[0]["allocated"]), torch._C._cuda_memoryStats(0)["allocated_bytes"]["all"]["current"])
         self.assertGreaterEqual(int(got[0]["allocated"]), 96 * MIB)
         _torch._steps.next_read_ns = 0  # as if the program ran on long enough
         self.hold(32 * MIB)
         opt.step()
         got = self.steps()
-        self.assertEqual([s["optimizer"] for s in got], ["1", "3"])
+        self.assertEqual([s["optimizer"] for s in got], [1, 3])
         self.assertEqual(int(got[1]["allocated"]) - int(got[0]["allocated"]), 32 * MIB)
         # The sampler does not send again what the boundary sent.
         _torch._send_steps()
@@ -276,10 +276,10 @@ class Counters(WithTorch):
         _torch._send_steps()
         _torch._send_steps()
         t1 = _torch._steps.t_ns
-        self.assertEqual(self.steps(), [{"optimizer": "1", "batches": "0", "scopes": "0", "t_ns": str(t1)}])
+        self.assertEqual(self.steps(), [{"optimizer": 1, "batches": 0, "scopes": 0, "t_ns": t1}])
         opt.step()
         _torch._send_steps()
-        self.assertEqual([s["optimizer"] for s in self.steps()], ["1", "2"])
+        self.assertEqual([s["optimizer"] for s in self.steps()], [1, 2])
 
     def test_steps_go_before_the_oom_and_the_exit_records_and_reset_in_a_fork(self):
         self.attach()

@@ -802,24 +802,25 @@ def _result(w, cache_bytes):
     }
 
 
-def fields(result, at, oom=None):
-    """The `holders` record's fields (bridge/schema.json)."""
-    out = [
-        ("at", at),
-        ("oom", oom),
-        ("elapsed_ms", result["elapsed_ms"]),
-        ("objects", result["objects"]),
-        ("tensors", result["tensors"]),
-        ("tensor_bytes", result["tensor_bytes"]),
-    ]
-    if result.get("partial"):
-        out += [("partial", "1"), ("partial_reason", result["partial"])]
-    for i, h in enumerate(result["holders"]):
-        p = "h.%d." % i
-        out += [(p + "kind", h["kind"]), (p + "name", h["name"]), (p + "scope", h["scope"]), (p + "what", h["what"]),
-                (p + "tensors", h["tensors"]), (p + "bytes", h["bytes"])]
+def record(result, at, oom=None):
+    """The `holders` record (bridge/schema.json): the walk's figures, its holders as a list."""
+    holders = []
+    for h in result["holders"]:
+        one = {k: h[k] for k in ("kind", "name", "scope", "what", "tensors", "bytes")}
         if h["kind"] == "graph":
-            out += [(p + "nodes", h["nodes"]), (p + "batches", h.get("batches"))]
+            one.update(nodes=h["nodes"], batches=h.get("batches"))
         if h.get("lib"):
-            out.append((p + "lib", "1"))
+            one["lib"] = True
+        holders.append({k: v for k, v in one.items() if v is not None})
+    out = {
+        "at": at,
+        "oom": oom,
+        "elapsed_ms": result["elapsed_ms"],
+        "objects": result["objects"],
+        "tensors": result["tensors"],
+        "tensor_bytes": result["tensor_bytes"],
+        "holders": holders,
+    }
+    if result.get("partial"):
+        out.update(partial=True, partial_reason=result["partial"])
     return out

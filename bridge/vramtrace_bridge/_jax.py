@@ -94,18 +94,19 @@ def _watch():
         time.sleep(period)
 
 
-def _fields(stats):
+def _figures(stats):
+    """The allocator's figures, as the `oom` and `exit` records name them (bridge/schema.json)."""
     keys = ("bytes_in_use", "peak_bytes_in_use", "bytes_reserved", "bytes_limit", "num_allocs", "largest_alloc_size")
-    out = [(k, int(stats[k])) for k in keys if k in stats]
-    # The largest free block under the name the PyTorch side sends (bridge/schema.json), not JAX's own.
+    out = {k: _shim.count(stats[k]) for k in keys if k in stats}
+    # The largest free block under the name the PyTorch side sends, not JAX's own.
     if "largest_free_block_bytes" in stats:
-        out.append(("largest_free_block", int(stats["largest_free_block_bytes"])))
+        out["largest_free_block"] = _shim.count(stats["largest_free_block_bytes"])
     return out
 
 
 def _oom(err):
     for idx, stats in _sample(force=True):
-        _shim.record("oom", idx, [("framework", "jax"), ("error", str(err)[:500])] + _fields(stats), ack=True)
+        _shim.record("oom", idx, dict(framework="jax", error=str(err)[:500], **_figures(stats)), ack=True)
 
 
 def _at_exit():
@@ -115,6 +116,6 @@ def _at_exit():
         _state["exit_done"] = True
         _state["thread"] = None
         for idx, stats in _sample(force=True):
-            _shim.record("exit", idx, [("framework", "jax")] + _fields(stats))
+            _shim.record("exit", idx, dict(framework="jax", **_figures(stats)))
     except Exception:
         pass

@@ -4,10 +4,11 @@ The shim is preloaded, so its functions are in the process's global scope. Witho
 LD_PRELOAD dropped) every call here is a no-op."""
 
 import ctypes
+import json
 import threading
 
-# The C interface version this bridge speaks (bridge.rs VERSION).
-INTERFACE = 1
+# The C interface version this bridge speaks (bridge.rs VERSION): 2, a record's body is one JSON object.
+INTERFACE = 2
 
 TORCH = 1
 JAX = 2
@@ -78,21 +79,26 @@ def sample(framework, device, values, ts_ns=0):
     return fns[0](framework, device, arr, len(values[:7]), ts_ns)
 
 
-def record(what, device, fields, ack=False):
-    """fields: (key, value) pairs; values become text on one line each."""
+def record(what, device, doc, ack=False):
+    """doc: the record's keys (bridge/schema.json: its kind's keys, counts as ints, flags as bools, text as str,
+    lists as lists); a key whose value is None is left out. It travels as one JSON object."""
     fns = _load()
     if not fns:
         return NOT_RECORDING
-    lines = []
-    for k, v in fields:
-        if v is None:
-            continue
-        if isinstance(v, bool):
-            v = "1" if v else "0"
-        lines.append("%s=%s" % (k, str(v).replace("\n", " ").replace("\r", " ")))
-    text = "\n".join(lines).encode("utf-8", "replace")
+    body = {k: v for k, v in doc.items() if v is not None}
+    # A value of no JSON type (an object the program lent us) is sent as its text, never raised in the program.
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8", "replace")
     dev = NO_DEVICE if device is None else int(device)
     return fns[1](what.encode("ascii"), dev, text, len(text), 1 if ack else 0)
+
+
+def count(v):
+    """v as a schema `count` (an int from 0 to 2**64-1), or None (left out of the record) when it is none."""
+    try:
+        v = int(v)
+    except Exception:
+        return None
+    return v if 0 <= v <= 0xFFFFFFFFFFFFFFFF else None
 
 
 def _u64(v):

@@ -292,7 +292,7 @@ def _stop(counter, n):
     except Exception as e:
         debug("exit at stop failed: %r" % (e,))
     try:
-        _shim.record("stopped", None, [("counter", counter), ("steps", n)], ack=True)
+        _shim.record("stopped", None, {"counter": counter, "steps": n}, ack=True)
     except Exception:
         pass
     for f in (sys.stdout, sys.stderr):
@@ -337,17 +337,17 @@ def _read_boundary(s, now):
         arming.boundary(dev, allocated)
     counts = (s.optimizer, s.batches, s.scopes)
     s.sent = counts
-    fields = [
-        ("optimizer", counts[0]),
-        ("batches", counts[1]),
-        ("scopes", counts[2]),
-        ("t_ns", now),
-        ("device", dev),
-        ("allocated", allocated),
-    ]
+    doc = {
+        "optimizer": counts[0],
+        "batches": counts[1],
+        "scopes": counts[2],
+        "t_ns": now,
+        "device": dev,
+        "allocated": allocated,
+    }
     if any(peaks):
-        fields += [("allocated_peak", peaks[0]), ("reserved_peak", peaks[1])]
-    _shim.record("steps", None, fields)
+        doc.update(allocated_peak=peaks[0], reserved_peak=peaks[1])
+    _shim.record("steps", None, doc)
 
 
 def _hook_optimizer(mod):
@@ -430,7 +430,7 @@ def _send_steps():
     if now == s.sent:
         return
     s.sent = now
-    _shim.record("steps", None, [("optimizer", now[0]), ("batches", now[1]), ("scopes", now[2]), ("t_ns", s.t_ns)])
+    _shim.record("steps", None, {"optimizer": now[0], "batches": now[1], "scopes": now[2], "t_ns": s.t_ns})
 
 
 def _after_fork():
@@ -491,20 +491,18 @@ def _attach_unsafe():
     else:
         problems.append("no out-of-memory observer in this torch")
     arming, armed_ns = _history_at_attach(torch, backend, problems)
-    fields = [
-        ("bridge", "1"),
-        ("torch", _version(torch)),
-        ("python", "%d.%d.%d" % sys.version_info[:3]),
-        ("backend", backend),
-        ("alloc_conf", _alloc_conf()),
-        ("sample_ms", _interval_ms()),
-        ("history_entries", _state["history"]),
-        ("history_mode", arming.mode),
-        ("devices", _device_count(torch)),
-    ]
-    for i, p in enumerate(problems):
-        fields.append(("problem.%d" % i, p))
-    _shim.record("attach", None, fields)
+    _shim.record("attach", None, {
+        "bridge": "1",
+        "torch": _version(torch),
+        "python": "%d.%d.%d" % sys.version_info[:3],
+        "backend": backend,
+        "alloc_conf": _alloc_conf(),
+        "sample_ms": _interval_ms(),
+        "history_entries": _state["history"],
+        "history_mode": arming.mode,
+        "devices": _device_count(torch),
+        "problems": problems,
+    })
     off = caching_off()
     if off:
         _note(
@@ -640,7 +638,7 @@ def _offer_peaks(device, peaks):
     if peaks[0] > sent[0] or peaks[1] > sent[1]:
         best = (max(peaks[0], sent[0]), max(peaks[1], sent[1]))
         peaks_sent[device] = best
-        _shim.record("peak", device, [("allocated_peak", best[0]), ("reserved_peak", best[1])])
+        _shim.record("peak", device, {"allocated_peak": best[0], "reserved_peak": best[1]})
 
 
 def sample_device(device, force=False):
@@ -809,15 +807,15 @@ def _history_record(state, reason, device, entries, allocated, reserved, limit, 
     _shim.record(
         "history",
         device,
-        [
-            ("state", state),
-            ("reason", reason),
-            ("entries", entries),
-            ("allocated", allocated),
-            ("reserved", reserved),
-            ("limit", limit),  # omitted when unknown
-            ("t_ns", t_ns),
-        ],
+        {
+            "state": state,
+            "reason": reason,
+            "entries": entries,
+            "allocated": allocated,
+            "reserved": reserved,
+            "limit": limit,  # omitted when unknown
+            "t_ns": t_ns,
+        },
     )
 
 
@@ -868,48 +866,42 @@ def _oom_unsafe(device, alloc, allowed, device_free):
         stats = torch.cuda.memory_stats(device)
     except Exception:
         stats = {}
-    fields = [
-        ("requested", int(alloc)),
-        ("allowed_or_total", int(allowed)),
-        ("device_free", int(device_free)),
-        ("allocated", vals[0]),
-        ("reserved", vals[1]),
-        ("active", vals[2]),
-        ("inactive_split", vals[3]),
-        ("requested_current", vals[4]),
-        ("alloc_retries", vals[5]),
-        ("ooms", vals[6]),
-        ("backend", _backend(torch)),
-        ("alloc_conf", _alloc_conf()),
-        ("expandable_segments", _conf_value("expandable_segments")),
-        ("garbage_collection_threshold", _conf_value("garbage_collection_threshold")),
-        ("max_split_size", stats.get("max_split_size")),
-        ("oversize_allocations", stats.get("oversize_allocations.current")),
-        ("thread", _thread_name()),
-    ]
-    try:
-        fields.append(("allocated_peak", int(stats.get("allocated_bytes.all.peak", 0))))
-        fields.append(("reserved_peak", int(stats.get("reserved_bytes.all.peak", 0))))
-    except Exception:
-        pass
+    doc = {
+        "requested": _shim.count(alloc),
+        "allowed_or_total": _shim.count(allowed),
+        "device_free": _shim.count(device_free),
+        "allocated": vals[0],
+        "reserved": vals[1],
+        "active": vals[2],
+        "inactive_split": vals[3],
+        "requested_current": vals[4],
+        "alloc_retries": vals[5],
+        "ooms": vals[6],
+        "backend": _backend(torch),
+        "alloc_conf": _alloc_conf(),
+        "expandable_segments": _conf_value("expandable_segments"),
+        "garbage_collection_threshold": _conf_value("garbage_collection_threshold"),
+        # PyTorch says "unlimited" as SIZE_MAX, or -1 (then no count: left out).
+        "max_split_size": _shim.count(stats.get("max_split_size")),
+        "oversize_allocations": _shim.count(stats.get("oversize_allocations.current")),
+        "thread": _thread_name(),
+        "allocated_peak": _shim.count(stats.get("allocated_bytes.all.peak", 0)),
+        "reserved_peak": _shim.count(stats.get("reserved_bytes.all.peak", 0)),
+    }
     snap = None
     if _backend(torch) == "native":
         try:
             snap = torch.cuda.memory._snapshot()
             segments, largest, stuck, expandable = segment_figures(snap, device)
-            fields += [
-                ("segments", segments),
-                ("largest_free_block", largest),
-                ("free_in_live_segments", stuck),
-                ("segments_expandable", expandable),
-            ]
+            doc.update(segments=segments, largest_free_block=largest, free_in_live_segments=stuck,
+                       segments_expandable=expandable)
         except Exception as e:
-            fields.append(("segments_error", repr(e)))
+            doc["segments_error"] = repr(e)
     if _state["history"] and snap is not None:
         path = _dump(snap, "oom%d" % n)
         if path:
-            fields.append(("snapshot", path))
-    _shim.record("oom", device, fields, ack=True)
+            doc["snapshot"] = path
+    _shim.record("oom", device, doc, ack=True)
     # What the error saw live, and who holds it: after the oom record, which is in the trace whatever this costs.
     _send_holders("oom", device, max(0, vals[1] - vals[0]), oom=n)
 
@@ -930,7 +922,7 @@ def _send_holders(at, device, cache_bytes, oom=None):
         if at == "oom" and (oom or 0) >= OOM_WALKS:
             _state["next_oom_walk"] = now + OOM_WALK_EVERY_S
         result = _holders.walk(_state["torch"], HOLDERS_DEADLINE_S, device, cache_bytes)
-        _shim.record("holders", device, _holders.fields(result, at, oom), ack=True)
+        _shim.record("holders", device, _holders.record(result, at, oom), ack=True)
     except Exception as e:
         debug("holders walk failed: %r" % (e,))
     finally:
@@ -1053,14 +1045,14 @@ def _exit_unsafe():
         _shim.record(
             "exit",
             d,
-            [
-                ("allocated", vals[0]),
-                ("reserved", vals[1]),
-                ("alloc_retries", vals[5]),
-                ("ooms", vals[6]),
-                ("allocated_peak", peaks[0]),
-                ("reserved_peak", peaks[1]),
-            ],
+            {
+                "allocated": vals[0],
+                "reserved": vals[1],
+                "alloc_retries": vals[5],
+                "ooms": vals[6],
+                "allocated_peak": peaks[0],
+                "reserved_peak": peaks[1],
+            },
             ack=True,
         )
     # A job whose memory grew: what holds it now is what the report's leak section needs.
@@ -1076,13 +1068,13 @@ def _exit_unsafe():
             snap = torch.cuda.memory._snapshot()
             path = _dump(snap, "exit")
             if path:
-                _shim.record("snapshot", None, [("at", "exit"), ("path", path)])
+                _shim.record("snapshot", None, {"at": "exit", "path": path})
         except Exception as e:
             _note(None, "could not take the allocation history at exit: %r" % (e,))
 
 
 def _note(device, text):
     try:
-        _shim.record("note", device, [("text", text)])
+        _shim.record("note", device, {"text": text})
     except Exception:
         pass

@@ -360,12 +360,9 @@ fn a_million_records_cost_bounded_memory() {
             what: "holders".into(),
             device: 0,
             ack: false,
-            fields: vec![
-                ("at".into(), "exit".into()),
-                ("h.0.kind".into(), "variable".into()),
-                ("h.0.name".into(), format!("x{i}")),
-                ("h.0.bytes".into(), "4096".into()),
-            ],
+            doc: format!(
+                r#"{{"at":"exit","holders":[{{"kind":"variable","name":"x{i}","bytes":4096}}]}}"#
+            ),
         })
     }));
     recs.push(goodbye(100, 1 + n / 1000));

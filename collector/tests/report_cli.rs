@@ -215,12 +215,11 @@ fn summary_says_what_the_bridge_could_not_do_and_escapes_the_programs_words() {
         what: "note".into(),
         device: vramtrace_format::NO_DEVICE,
         ack: false,
-        fields: vec![(
-            "text".into(),
-            "could not write the allocation history to /tmp/t.torch-11-oom.pickle: \
-             PermissionError(1, 'Operation not permitted') \u{202e}evil"
-                .into(),
-        )],
+        doc: serde_json::json!({
+            "text": "could not write the allocation history to /tmp/t.torch-11-oom.pickle: \
+                     PermissionError(1, 'Operation not permitted') \u{202e}evil"
+        })
+        .to_string(),
     }));
     let a = analyze_reader(&trace(&recs)[..]).unwrap();
     let s = summary(&a);

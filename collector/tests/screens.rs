@@ -295,7 +295,7 @@ fn text_json_and_html_agree_on_every_figure_they_share() {
 #[test]
 fn the_bridges_words_reach_the_terminal_escaped() {
     use common::*;
-    use vramtrace_format::keys::bridge::{attach, what};
+    use vramtrace_format::keys::bridge::what;
     use vramtrace_format::{Bridge, EndKind, Record, NO_DEVICE};
     let hostile =
         "2.11\u{1b}]0;owned\u{7}\u{1b}[2J\u{9b}31m\u{202e}evil\u{2028}x\u{200b}y\u{feff}\0";
@@ -306,11 +306,8 @@ fn the_bridges_words_reach_the_terminal_escaped() {
         what: what::ATTACH.to_string(),
         device: NO_DEVICE,
         ack: false,
-        fields: vec![
-            (attach::TORCH.to_string(), hostile.to_string()),
-            (attach::BACKEND.to_string(), hostile.to_string()),
-            ("problem.0".to_string(), hostile.to_string()),
-        ],
+        doc: serde_json::json!({"torch": hostile, "backend": hostile, "problems": [hostile]})
+            .to_string(),
     });
     let t = trace(&[
         hello(100, 0),

@@ -7,6 +7,7 @@ mod common;
 
 use common::traces::{torch_oom, torch_sample};
 use common::*;
+use serde_json::{json, Value};
 use vramtrace_collector::model::{analyze_reader, Analysis, GrowthUnit, StepSource};
 use vramtrace_collector::reporters::{oom_json, oom_text};
 use vramtrace_collector::verbs::oom::{diagnose, Cause};
@@ -21,7 +22,8 @@ fn flat(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn bridge(pid: u32, ms: u64, what: &str, device: u32, fields: &[(&str, String)]) -> Record {
+/// A bridge record as today's bridge sends it: its body one JSON object.
+fn bridge(pid: u32, ms: u64, what: &str, device: u32, doc: Value) -> Record {
     Record::Bridge(Bridge {
         pid,
         tid: 1,
@@ -29,61 +31,38 @@ fn bridge(pid: u32, ms: u64, what: &str, device: u32, fields: &[(&str, String)])
         what: what.into(),
         device,
         ack: false,
-        fields: fields
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect(),
+        doc: doc.to_string(),
     })
 }
 
 /// The bridge's reading at the boundary of optimizer step `n`.
 fn step(pid: u32, ms: u64, n: u64, allocated: Option<u64>) -> Record {
-    let mut f = vec![("optimizer", n.to_string()), ("batches", "0".into())];
+    let mut doc = json!({"optimizer": n, "batches": 0});
     if let Some(a) = allocated {
-        f.push(("device", "0".into()));
-        f.push(("allocated", a.to_string()));
+        doc["device"] = json!(0);
+        doc["allocated"] = json!(a);
     }
-    bridge(pid, ms, "steps", u32::MAX, &f)
+    bridge(pid, ms, "steps", u32::MAX, doc)
 }
 
 /// The walk at the process's first error: `holders` as (kind, name, scope, what, tensors, bytes, batches).
 fn holders(pid: u32, ms: u64, hs: &[(&str, &str, &str, &str, u64, u64, u64)]) -> Record {
-    let mut f = vec![
-        ("at", "oom".to_string()),
-        ("oom", "1".into()),
-        ("elapsed_ms", "42".into()),
-        ("tensors", hs.iter().map(|h| h.4).sum::<u64>().to_string()),
-        (
-            "tensor_bytes",
-            hs.iter().map(|h| h.5).sum::<u64>().to_string(),
-        ),
-    ];
-    let keys: Vec<String> = (0..hs.len())
-        .flat_map(|i| {
-            [
-                "kind", "name", "scope", "what", "tensors", "bytes", "batches",
-            ]
-            .map(|k| format!("h.{i}.{k}"))
+    let list: Vec<Value> = hs
+        .iter()
+        .map(|h| {
+            json!({"kind": h.0, "name": h.1, "scope": h.2, "what": h.3, "tensors": h.4, "bytes": h.5,
+                   "batches": h.6})
         })
         .collect();
-    let mut vals = Vec::new();
-    for h in hs {
-        vals.extend([
-            h.0.to_string(),
-            h.1.to_string(),
-            h.2.to_string(),
-            h.3.to_string(),
-            h.4.to_string(),
-            h.5.to_string(),
-            h.6.to_string(),
-        ]);
-    }
-    let mut rec = bridge(pid, ms, "holders", 0, &std::mem::take(&mut f));
-    if let Record::Bridge(b) = &mut rec {
-        b.fields
-            .extend(keys.into_iter().zip(vals).collect::<Vec<_>>());
-    }
-    rec
+    let doc = json!({
+        "at": "oom",
+        "oom": 1,
+        "elapsed_ms": 42,
+        "tensors": hs.iter().map(|h| h.4).sum::<u64>(),
+        "tensor_bytes": hs.iter().map(|h| h.5).sum::<u64>(),
+        "holders": list,
+    });
+    bridge(pid, ms, "holders", 0, doc)
 }
 
 /// A training loop of PyTorch's on device 0 that keeps `kept` bytes a step over 1 GiB of weights, `steps`
@@ -279,7 +258,9 @@ fn a_graph_kept_across_iterations_without_steps_is_growth_named_by_its_variable(
     let mut lib = r.clone();
     let n = lib.len();
     if let Record::Bridge(b) = &mut lib[n - 2] {
-        b.fields.push(("h.0.lib".into(), "1".into()));
+        let mut doc: Value = serde_json::from_str(&b.doc).unwrap();
+        doc["holders"][0]["lib"] = json!(true);
+        b.doc = doc.to_string();
     }
     let flat_samples: Vec<Record> = lib
         .into_iter()
@@ -487,7 +468,7 @@ fn a_snapshot_record_repeated_is_one_snapshot() {
             1 + i / 100,
             "snapshot",
             u32::MAX,
-            &[("at", "exit".into()), ("path", "/tmp/one.pickle".into())],
+            json!({"at": "exit", "path": "/tmp/one.pickle"}),
         ));
     }
     for i in 0..300u32 {
@@ -496,7 +477,7 @@ fn a_snapshot_record_repeated_is_one_snapshot() {
             20,
             "snapshot",
             u32::MAX,
-            &[("at", "exit".into()), ("path", format!("/tmp/s{i}.pickle"))],
+            json!({"at": "exit", "path": format!("/tmp/s{i}.pickle")}),
         ));
     }
     recs.push(goodbye(100, 30));

@@ -288,10 +288,7 @@ fn report_names_the_line_whose_tensors_grew_from_the_snapshot_kept_at_exit() {
         what: "snapshot".into(),
         device: vramtrace_format::NO_DEVICE,
         ack: false,
-        fields: vec![
-            ("at".into(), "exit".into()),
-            ("path".into(), snap.display().to_string()),
-        ],
+        doc: serde_json::json!({"at": "exit", "path": snap.display().to_string()}).to_string(),
     }));
     recs.push(end(100, 2_200, EndKind::Goodbye));
     let t = dir.0.join("t.vtrace");

@@ -74,7 +74,7 @@ fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<{ MAX_FRAME as usize }>()
 }
 
-fn bincode_to(out: &mut Vec<u8>, value: &impl bincode::Encode) {
+pub(crate) fn bincode_to(out: &mut Vec<u8>, value: &impl bincode::Encode) {
     // Writing to a Vec cannot fail.
     let _ = bincode::encode_into_std_write(value, out, config());
 }
@@ -99,7 +99,7 @@ fn plain(e: &bincode::error::DecodeError) -> String {
     }
 }
 
-fn bincode_from<T: bincode::Decode<()>>(bytes: &[u8]) -> Result<T, DecodeError> {
+pub(crate) fn bincode_from<T: bincode::Decode<()>>(bytes: &[u8]) -> Result<T, DecodeError> {
     let (v, used): (T, usize) =
         bincode::decode_from_slice(bytes, config()).map_err(|e| DecodeError::Bincode(plain(&e)))?;
     if used != bytes.len() {
@@ -372,10 +372,12 @@ fn decode_events_with(
 /// fields in their order, bincode-encoded as a tuple; a newtype variant's value). The enum, [`KINDS`],
 /// [`put_record`], [`decode_record`] and [`Record::kind`] are made from it: a record is added in one place, and
 /// its encoder, decoder and kind cannot be forgotten. Event batches (kinds 2 and 8) have a packed layout of
-/// their own ([`put_events`]).
+/// their own ([`put_events`]). A `read_only` kind is an older layout of a record: read into its current variant
+/// by its own decoder, never written.
 macro_rules! records {
     (
         events { $($(#[$edoc:meta])* $ek:ident = $en:literal;)* }
+        read_only { $($(#[$rdoc:meta])* $rv:ident = $rk:ident = $rn:literal, $rw:ident, $rtime:literal, $rdecode:path;)* }
         values { $($(#[$vdoc:meta])* $nv:ident($nt:ty) = $nk:ident = $nn:literal, $nw:ident, $ntime:literal;)* }
         fields {
             $($(#[$fdoc:meta])* $fv:ident {
@@ -386,6 +388,7 @@ macro_rules! records {
         /// Frame kinds. Part of the format: never reuse a number. Readers skip kinds they do not know.
         pub mod kind {
             $($(#[$edoc])* pub const $ek: u8 = $en;)*
+            $($(#[$rdoc])* pub const $rk: u8 = $rn;)*
             $(#[doc = concat!("`Record::", stringify!($nv), "`.")] pub const $nk: u8 = $nn;)*
             $(#[doc = concat!("`Record::", stringify!($fv), "`.")] pub const $fk: u8 = $fnn;)*
         }
@@ -393,6 +396,7 @@ macro_rules! records {
         /// Every frame kind, in number order.
         pub const KINDS: &[KindInfo] = &in_number_order([
             $(KindInfo { kind: $en, name: stringify!($ek), writer: Writer::Events, process_time: false },)*
+            $(KindInfo { kind: $rn, name: stringify!($rk), writer: Writer::$rw, process_time: $rtime },)*
             $(KindInfo { kind: $nn, name: stringify!($nk), writer: Writer::$nw, process_time: $ntime },)*
             $(KindInfo { kind: $fnn, name: stringify!($fk), writer: Writer::$fw, process_time: $ftime },)*
         ]);
@@ -424,6 +428,7 @@ macro_rules! records {
                     let pid = decode_events_of(k, payload, &mut events)?;
                     Record::Events { pid, events }
                 }
+                $(kind::$rk => Record::$rv($rdecode(payload)?),)*
                 $(kind::$nk => Record::$nv(bincode_from(payload)?),)*
                 $(kind::$fk => {
                     let ($($f,)*): ($($t,)*) = bincode_from(payload)?;
@@ -469,6 +474,10 @@ records! {
         /// Events with a stack id each (version 2).
         EVENTS_STACKS = 8;
     }
+    read_only {
+        /// The bridge's records with key/value text fields (before 2026-11-29): read into `Record::Bridge`.
+        Bridge = BRIDGE_PAIRS = 13, Process, true, bridge_pairs::decode;
+    }
     values {
         /// What a process says first on its connection: who it is, its settings.
         Hello(Hello) = HELLO = 1, Hello, false;
@@ -483,8 +492,9 @@ records! {
         /// version bump: older readers skip it).
         FrameworkSample(FrameworkSample) = FRAMEWORK_SAMPLE = 12, Process, true;
         /// Something the Python bridge saw: it attached, an out-of-memory error inside the framework, a
-        /// snapshot kept beside the trace, what it could not do.
-        Bridge(Bridge) = BRIDGE = 13, Process, true;
+        /// snapshot kept beside the trace, what it could not do; its body one JSON object (kind 13 before
+        /// it, text pairs, is read into this; no version bump: older readers skip it).
+        Bridge(Bridge) = BRIDGE = 21, Process, true;
         /// Written by the collector: how a process of the job ended, from the wait status it reaped (the command
         /// itself, and every descendant orphaned to it: `vramtrace run` is their child subreaper; no version
         /// bump: older readers skip it).
@@ -723,6 +733,9 @@ pub fn frames(bytes: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
 pub fn device_of(e: &Event) -> Option<u32> {
     (e.device != NO_DEVICE).then_some(e.device)
 }
+
+mod bridge_pairs;
+pub use bridge_pairs::nest as nest_bridge_pairs;
 
 #[cfg(test)]
 mod tests;

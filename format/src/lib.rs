@@ -492,39 +492,29 @@ pub struct FrameworkSample {
     pub ooms: u64,
 }
 
-/// A bridge record other than a sample (frame kind 13): `what` says which, `fields` carry its figures as
-/// key/value text (docs/TRACE-FORMAT.md lists the keys per `what`).
+/// A bridge record other than a sample (frame kind 21): `what` says which, `doc` carries its figures as one
+/// JSON object, nested where the data is (a walk's holders, the problems at attach), its keys and their types
+/// per kind as bridge/schema.json declares them (the collector's `model::analysis::bridge::doc` reads it).
 #[derive(Clone, Debug, PartialEq, Eq, bincode::Encode, bincode::Decode)]
 pub struct Bridge {
     pub pid: u32,
     pub tid: u32,
     pub ts_ns: u64,
-    /// `attach`, `oom`, `snapshot`, `note`, `exit`.
+    /// `attach`, `oom`, `snapshot`, `note`, `exit`, ... ([`keys::bridge::Kind`]).
     pub what: String,
     /// Device ordinal, or `NO_DEVICE`.
     pub device: u32,
     /// The bridge waits for the collector to hold this record (acknowledgement byte) before going on.
     pub ack: bool,
-    pub fields: Vec<(String, String)>,
+    /// One JSON object (UTF-8). Not checked by the shim: the process wrote it, and its reader treats it as
+    /// untrusted.
+    pub doc: String,
 }
 
 impl Bridge {
     /// Its kind; `None` for a kind this build does not know (a newer bridge's: skipped by every reader).
     pub fn kind(&self) -> Option<keys::bridge::Kind> {
         keys::bridge::Kind::of(&self.what)
-    }
-
-    /// The value of `key`, if present.
-    pub fn field(&self, key: &str) -> Option<&str> {
-        self.fields
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The value of `key` as an unsigned integer, if present and one.
-    pub fn num(&self, key: &str) -> Option<u64> {
-        self.field(key).and_then(|v| v.trim().parse().ok())
     }
 }
 

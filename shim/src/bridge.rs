@@ -9,8 +9,9 @@ use vramtrace_format::{Bridge, Framework, FrameworkSample, Record, NO_DEVICE};
 
 use crate::record::{self, Offered};
 
-/// The version of this C interface; the bridge refuses to talk to a shim whose version it does not know.
-pub const VERSION: c_int = 1;
+/// The version of this C interface; the bridge refuses to talk to a shim whose version it does not know. 2: a
+/// record's body is one JSON object (1: `key=value` lines).
+pub const VERSION: c_int = 2;
 
 /// Results the C functions return.
 pub const QUEUED: c_int = 0;
@@ -74,16 +75,17 @@ pub unsafe fn sample(framework: u32, device: u32, values: *const u64, n: u32, ts
     offered(record::offer(rec))
 }
 
-/// Any other bridge record: `what` names it, `fields` is `key=value` lines (UTF-8, `len` bytes, not
-/// necessarily NUL-terminated). With `ack`, waits (at most a second) until the collector holds it.
+/// Any other bridge record: `what` names it, `doc` is one JSON object (UTF-8, `len` bytes, not necessarily
+/// NUL-terminated), carried as it is: the collector reads it, as it reads everything a process sends, as
+/// untrusted. With `ack`, waits (at most a second) until the collector holds it.
 pub unsafe fn record(
     what: *const c_char,
     device: u32,
-    fields: *const c_char,
+    doc: *const c_char,
     len: usize,
     ack: c_int,
 ) -> c_int {
-    if what.is_null() || (fields.is_null() && len > 0) {
+    if what.is_null() || (doc.is_null() && len > 0) {
         return BAD_ARGUMENTS;
     }
     let what = CStr::from_ptr(what).to_string_lossy().into_owned();
@@ -100,10 +102,10 @@ pub unsafe fn record(
         }
         return TOO_LARGE;
     }
-    let text = if len == 0 {
-        Vec::new()
+    let doc = if len == 0 {
+        String::new()
     } else {
-        std::slice::from_raw_parts(fields.cast::<u8>(), len).to_vec()
+        String::from_utf8_lossy(std::slice::from_raw_parts(doc.cast::<u8>(), len)).into_owned()
     };
     let rec = Bridge {
         pid: std::process::id(),
@@ -116,7 +118,7 @@ pub unsafe fn record(
             device
         },
         ack: ack != 0,
-        fields: parse_fields(&String::from_utf8_lossy(&text)),
+        doc,
     };
     if rec.ack {
         if record::send_sync(Record::Bridge(rec)) {
@@ -136,40 +138,5 @@ fn offered(o: Offered) -> c_int {
         Offered::Queued => QUEUED,
         Offered::NotRecording => NOT_RECORDING,
         Offered::Dropped => DROPPED,
-    }
-}
-
-/// `key=value` lines; a line without `=` is a key with an empty value; blank lines are skipped.
-pub fn parse_fields(text: &str) -> Vec<(String, String)> {
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| match l.split_once('=') {
-            Some((k, v)) => (k.trim().to_string(), v.to_string()),
-            None => (l.trim().to_string(), String::new()),
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fields_are_key_value_lines() {
-        let f = parse_fields(
-            "a=1\n\nsettings=expandable_segments:True,max_split_size_mb:128\nflag\n b = x=y \n",
-        );
-        assert_eq!(
-            f,
-            vec![
-                ("a".into(), "1".into()),
-                (
-                    "settings".into(),
-                    "expandable_segments:True,max_split_size_mb:128".into()
-                ),
-                ("flag".into(), String::new()),
-                ("b".into(), " x=y ".into()),
-            ]
-        );
     }
 }

@@ -421,11 +421,11 @@ pub unsafe extern "C" fn vramtrace_framework_sample(
 pub unsafe extern "C" fn vramtrace_bridge_record(
     what: *const c_char,
     device: c_uint,
-    fields: *const c_char,
+    doc: *const c_char,
     len: usize,
     ack: c_int,
 ) -> c_int {
-    crate::bridge::record(what, device, fields, len, ack)
+    crate::bridge::record(what, device, doc, len, ack)
 }
 
 #[cfg(test)]

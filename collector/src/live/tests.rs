@@ -553,7 +553,7 @@ fn refusals_recovered_from_are_not_errors_and_the_frameworks_figures_are_served(
             what: "oom".into(),
             device: 0,
             ack: true,
-            fields: vec![],
+            doc: "{}".into(),
         }),
     );
     codec::put_events(&mut b, 11, &[after(8, ev(Api::MemAlloc, 0, 0x2000, 10))]);

@@ -89,16 +89,18 @@ pub fn torch_oom_with(
     reserved: u64,
     more: &[(&str, &str)],
 ) -> Record {
-    let f = |k: &str, v: u64| (k.to_string(), v.to_string());
-    let mut fields = vec![
-        f("requested", req),
-        f("allowed_or_total", 80 * GIB),
-        f("device_free", 0),
-        f("allocated", allocated),
-        f("reserved", reserved),
-        f("alloc_retries", 1),
-    ];
-    fields.extend(more.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let mut doc = serde_json::json!({
+        "requested": req,
+        "allowed_or_total": 80 * GIB,
+        "device_free": 0,
+        "allocated": allocated,
+        "reserved": reserved,
+        "alloc_retries": 1,
+    });
+    // `more` as text: the reader takes a count written as text as its number.
+    for (k, v) in more {
+        doc[*k] = serde_json::Value::String(v.to_string());
+    }
     Record::Bridge(Bridge {
         pid,
         tid: 1,
@@ -106,7 +108,7 @@ pub fn torch_oom_with(
         what: "oom".into(),
         device: 0,
         ack: true,
-        fields,
+        doc: doc.to_string(),
     })
 }
 

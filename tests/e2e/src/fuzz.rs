@@ -293,7 +293,9 @@ pub fn valid_trace(rng: &mut Rng, records: usize, shape: Shape) -> Vec<u8> {
                 ooms: rng.below(3),
             }),
             10 => {
-                let what = rng.pick(&["attach", "oom", "snapshot", "note", "exit", "history"]);
+                let what = rng.pick(&[
+                    "attach", "oom", "snapshot", "note", "exit", "history", "holders", "steps",
+                ]);
                 Record::Bridge(Bridge {
                     pid,
                     tid: pid,
@@ -301,11 +303,18 @@ pub fn valid_trace(rng: &mut Rng, records: usize, shape: Shape) -> Vec<u8> {
                     what: what.to_string(),
                     device,
                     ack: rng.chance(2),
-                    fields: vec![
-                        ("requested".into(), rng.size().to_string()),
-                        ("path".into(), "/nonexistent/snap.pickle".into()),
-                        ("reason".into(), "flush".into()),
-                    ],
+                    // A body of the schema's keys, some of the wrong type; now and then no JSON at all.
+                    doc: if rng.chance(4) {
+                        "{\"requested\": [".repeat(rng.below(64) as usize + 1)
+                    } else {
+                        format!(
+                            r#"{{"requested":{},"path":"/nonexistent/snap.pickle","reason":"flush","at":"oom","oom":{},"holders":[{{"kind":"graph","bytes":{},"nodes":"x"}},{}],"problems":[1,"p"]}}"#,
+                            rng.size(),
+                            rng.below(3),
+                            rng.size(),
+                            rng.below(9)
+                        )
+                    },
                 })
             }
             11 => Record::Note {

@@ -96,6 +96,27 @@ pub struct Trace {
     pub objects_records: Vec<usize>,
 }
 
+/// A bridge record's body, read strictly: a test asks for a key of the type the schema gives it, so a bridge that
+/// sent a count as text (which the collector's reader forgives) fails here.
+pub trait BridgeBody {
+    /// The body as JSON (`Null` when it is none).
+    fn body(&self) -> serde_json::Value;
+    /// `key`'s text, when it is a string.
+    fn text(&self, key: &str) -> Option<String> {
+        self.body()[key].as_str().map(str::to_string)
+    }
+    /// `key`'s count, when it is an integer >= 0.
+    fn num(&self, key: &str) -> Option<u64> {
+        self.body()[key].as_u64()
+    }
+}
+
+impl BridgeBody for Bridge {
+    fn body(&self) -> serde_json::Value {
+        serde_json::from_str(&self.doc).unwrap_or(serde_json::Value::Null)
+    }
+}
+
 impl Trace {
     pub fn all_events(&self) -> Vec<Event> {
         self.events.values().flatten().copied().collect()

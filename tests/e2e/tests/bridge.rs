@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use vramtrace_e2e::traced::{read_trace, vramtrace};
+use vramtrace_e2e::traced::{read_trace, vramtrace, BridgeBody};
 use vramtrace_e2e::{fake_torch, FakeCuda, MIB};
 use vramtrace_format::{Api, Framework};
 
@@ -75,7 +75,7 @@ fn cache_fragmentation_is_named_from_pytorchs_own_figures() {
         .collect();
     assert_eq!(attach.len(), 1);
     assert_eq!(attach[0].1.pid, pid);
-    assert_eq!(attach[0].1.field("torch"), Some("0.0-fake"));
+    assert_eq!(attach[0].1.text("torch").as_deref(), Some("0.0-fake"));
     let reserved_seen = t
         .samples
         .iter()

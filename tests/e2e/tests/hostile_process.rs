@@ -215,8 +215,8 @@ fn an_oversized_bridge_record_is_refused_and_said_not_taken_for_a_forged_drop() 
     let script = "import ctypes\n\
         f = ctypes.CDLL(None).vramtrace_bridge_record\n\
         f.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int]\n\
-        big = b'k=' + b'x' * (64 << 20)\n\
-        small = b'k=v'\n\
+        big = b'{\"text\":\"' + b'x' * (64 << 20) + b'\"}'\n\
+        small = b'{\"text\":\"v\"}'\n\
         print(f(b'note', 0xffffffff, big, len(big), 0), f(b'note', 0xffffffff, big, len(big), 1), \
         f(b'note', 0xffffffff, small, len(small), 0))\n\
         ctypes.CDLL('libcuda.so.1').cuInit(0)\n";

@@ -4,6 +4,7 @@
 use vramtrace_format::keys;
 use vramtrace_format::{Bridge, Framework, FrameworkSample, NO_DEVICE};
 
+use crate::model::analysis::bridge::doc;
 use crate::model::analysis::LeakTrend;
 use crate::model::observe::timeline::Timeline;
 
@@ -205,62 +206,58 @@ pub struct AllocatorReplay {
 }
 
 impl FrameworkOom {
-    pub(in crate::model) fn from_bridge(b: &Bridge, t: u64) -> FrameworkOom {
-        use keys::bridge::oom as k;
-        let num = |k: &str| b.num(k);
-        let text = |k: &str| b.field(k).filter(|v| !v.is_empty()).map(str::to_string);
-        let framework = match b.field(k::FRAMEWORK) {
-            Some(keys::bridge::values::JAX) => Framework::Jax,
+    pub(in crate::model) fn from_bridge(b: &Bridge, o: &doc::Oom, t: u64) -> FrameworkOom {
+        let framework = match o.framework.as_str() {
+            keys::bridge::values::JAX => Framework::Jax,
             _ => Framework::Torch,
         };
         let figures = if framework == Framework::Jax {
             Figures {
-                allocated: num(k::BYTES_IN_USE).unwrap_or(0),
-                reserved: num(k::BYTES_RESERVED).or(num(k::BYTES_LIMIT)).unwrap_or(0),
+                allocated: o.bytes_in_use.or0(),
+                reserved: o.bytes_reserved.get().or(o.bytes_limit.get()).unwrap_or(0),
                 ..Figures::default()
             }
         } else {
             Figures {
-                allocated: num(k::ALLOCATED).unwrap_or(0),
-                reserved: num(k::RESERVED).unwrap_or(0),
-                active: num(k::ACTIVE).unwrap_or(0),
-                inactive_split: num(k::INACTIVE_SPLIT).unwrap_or(0),
-                requested: num(k::REQUESTED_CURRENT).unwrap_or(0),
-                alloc_retries: num(k::ALLOC_RETRIES).unwrap_or(0),
-                ooms: num(k::OOMS).unwrap_or(0),
+                allocated: o.allocated.or0(),
+                reserved: o.reserved.or0(),
+                active: o.active.or0(),
+                inactive_split: o.inactive_split.or0(),
+                requested: o.requested_current.or0(),
+                alloc_retries: o.alloc_retries.or0(),
+                ooms: o.ooms.or0(),
             }
         };
-        let largest =
-            num(k::LARGEST_FREE_BLOCK).or(num(keys::bridge::legacy::LARGEST_FREE_BLOCK_BYTES));
-        // PyTorch reports "unlimited" as SIZE_MAX (or -1 through a signed cast).
-        let max_split = b
-            .field(k::MAX_SPLIT_SIZE)
-            .and_then(|v| v.trim().parse::<i128>().ok())
-            .filter(|&v| v > 0 && v < i64::MAX as i128)
-            .map(|v| v as u64);
+        // PyTorch reports "unlimited" as SIZE_MAX (or -1 through a signed cast, which reads as no count).
+        let max_split = o
+            .max_split_size
+            .get()
+            .filter(|&v| v > 0 && v < i64::MAX as u64);
         FrameworkOom {
             framework,
             time_ns: t,
             pid: b.pid,
             tid: b.tid,
             device: (b.device != NO_DEVICE).then_some(b.device),
-            thread: text(k::THREAD),
-            requested_bytes: num(k::REQUESTED).unwrap_or(0),
-            allowed_or_total_bytes: num(k::ALLOWED_OR_TOTAL),
-            device_free_bytes: num(k::DEVICE_FREE),
+            thread: o.thread.some(),
+            requested_bytes: o.requested.or0(),
+            allowed_or_total_bytes: o.allowed_or_total.get(),
+            device_free_bytes: o.device_free.get(),
             figures,
-            backend: text(k::BACKEND),
-            alloc_conf: text(k::ALLOC_CONF),
-            expandable_segments: b
-                .field(k::EXPANDABLE_SEGMENTS)
+            backend: o.backend.some(),
+            alloc_conf: o.alloc_conf.some(),
+            expandable_segments: o
+                .expandable_segments
+                .0
+                .as_deref()
                 .map(|v| v.trim().eq_ignore_ascii_case("true"))
-                .or_else(|| b.field(k::SEGMENTS_EXPANDABLE).map(|v| v.trim() == "1")),
-            garbage_collection_threshold: text(k::GARBAGE_COLLECTION_THRESHOLD),
+                .or(o.segments_expandable.get()),
+            garbage_collection_threshold: o.garbage_collection_threshold.some(),
             max_split_size: max_split,
-            segments: num(k::SEGMENTS),
-            largest_free_block: largest,
-            free_in_live_segments: num(k::FREE_IN_LIVE_SEGMENTS),
-            snapshot_path: text(k::SNAPSHOT),
+            segments: o.segments.get(),
+            largest_free_block: o.largest_free_block.get(),
+            free_in_live_segments: o.free_in_live_segments.get(),
+            snapshot_path: o.snapshot.some(),
             snapshot: None,
             replay: None,
             batch: None,
@@ -313,36 +310,4 @@ pub struct BridgeSummary {
     /// The bridge's walks of what held the tensors, at exit (after a growth) or on request, at most
     /// [`crate::model::analysis::holders::MAX_WALKS`]; those at an error are on its snapshot.
     pub walks: Vec<crate::model::analysis::holders::Holders>,
-}
-
-#[cfg(test)]
-mod tests {
-    /// The readers of bridge records ask by the keys `vramtrace_format::keys::bridge` declares (held equal to
-    /// bridge/schema.json, which the bridge's own tests check every record against), never by a string of
-    /// their own: a key spelled differently on one side cannot compile, or fails the schema's test.
-    #[test]
-    fn bridge_records_are_read_by_the_schemas_keys_only() {
-        let readers = [
-            ("framework.rs", include_str!("framework.rs")),
-            ("holders.rs", include_str!("holders.rs")),
-            (
-                "../observe/framework.rs",
-                include_str!("../observe/framework.rs"),
-            ),
-            ("../replay/records.rs", include_str!("../replay/records.rs")),
-        ];
-        let mut asked = 0;
-        for (name, src) in readers {
-            // This test's own source names the calls it looks for.
-            let src = src.split("#[cfg(test)]").next().unwrap_or(src);
-            for call in ["field(\"", "num(\"", "text(\"", "what == \""] {
-                assert!(
-                    !src.contains(call),
-                    "{name} reads a bridge key by a string: {call}"
-                );
-            }
-            asked += src.matches("bridge::").count() + src.matches("k::").count();
-        }
-        assert!(asked > 30, "the readers ask by the declared keys ({asked})");
-    }
 }

@@ -2,7 +2,9 @@
 //! out-of-memory error from PyTorch's observer, before the exception unwinds; at exit after a growth; on
 //! request). bridge/vramtrace_bridge/_holders.py makes it; docs/OOM.md, "What holds the memory", says how.
 
-use vramtrace_format::keys::bridge::{holder, holders as k, values, what};
+use vramtrace_format::keys::bridge::{values, what};
+
+use crate::model::analysis::bridge::doc;
 use vramtrace_format::{Bridge, NO_DEVICE};
 
 /// Holders kept from one record (the bridge sends at most 16).
@@ -205,40 +207,40 @@ pub const MAX_HOLDER_BYTES: u64 = 1 << 50;
 impl Holders {
     /// Reads a `holders` record at relative time `t`; `None` when it says nothing usable.
     pub fn from_bridge(b: &Bridge, t: u64) -> Option<Holders> {
-        let at = match b.field(k::AT)? {
-            what::OOM => WalkAt::Oom(b.num(k::OOM).unwrap_or(0)),
+        let walk: doc::Holders = doc::read(&b.doc);
+        let at = match walk.at.0.as_deref()? {
+            what::OOM => WalkAt::Oom(walk.oom.or0()),
             what::EXIT => WalkAt::Exit,
             values::AT_REQUEST => WalkAt::Request,
             _ => return None,
         };
+        let clean = |s: &doc::Text| {
+            s.as_str()
+                .chars()
+                .filter(|&c| !crate::names::units::unsafe_char(c))
+                .take(200)
+                .collect::<String>()
+        };
         let mut holders = Vec::new();
-        for i in 0..MAX_HOLDERS {
-            let f = |k: &str| b.field(&holder::key(i, k));
-            let n = |k: &str| b.num(&holder::key(i, k));
-            let Some(kind) = f(holder::KIND).and_then(HolderKind::parse) else {
-                break;
-            };
-            let clean = |s: Option<&str>| {
-                s.unwrap_or("")
-                    .chars()
-                    .filter(|&c| !crate::names::units::unsafe_char(c))
-                    .take(200)
-                    .collect::<String>()
+        for h in walk.holders.0.iter().take(MAX_HOLDERS) {
+            // A kind this build does not know (a newer bridge's) is not shown.
+            let Some(kind) = h.kind.0.as_deref().and_then(HolderKind::parse) else {
+                continue;
             };
             // No GPU holds a petabyte: a figure past it is a process's forgery, and the holder is not shown.
-            if n(holder::BYTES).is_some_and(|b| b > MAX_HOLDER_BYTES) {
+            if h.bytes.get().is_some_and(|b| b > MAX_HOLDER_BYTES) {
                 continue;
             }
             holders.push(Holder {
                 kind,
-                name: clean(f(holder::NAME)),
-                scope: clean(f(holder::SCOPE)),
-                what: clean(f(holder::WHAT)),
-                tensors: n(holder::TENSORS).unwrap_or(0),
-                bytes: n(holder::BYTES).unwrap_or(0),
-                nodes: n(holder::NODES),
-                batches: n(holder::BATCHES).filter(|&x| x > 1),
-                library: f(holder::LIB) == Some(values::YES),
+                name: clean(&h.name),
+                scope: clean(&h.scope),
+                what: clean(&h.what),
+                tensors: h.tensors.or0(),
+                bytes: h.bytes.or0(),
+                nodes: h.nodes.get(),
+                batches: h.batches.get().filter(|&x| x > 1),
+                library: h.lib.set(),
             });
         }
         holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.name.cmp(&b.name)));
@@ -247,20 +249,21 @@ impl Holders {
             device: (b.device != NO_DEVICE).then_some(b.device),
             time_ns: t,
             at,
-            elapsed_ms: b.num(k::ELAPSED_MS).unwrap_or(0),
-            objects: b.num(k::OBJECTS).unwrap_or(0),
-            tensors: b.num(k::TENSORS).unwrap_or(0),
-            tensor_bytes: b
-                .num(k::TENSOR_BYTES)
+            elapsed_ms: walk.elapsed_ms.or0(),
+            objects: walk.objects.or0(),
+            tensors: walk.tensors.or0(),
+            tensor_bytes: walk
+                .tensor_bytes
+                .get()
                 .filter(|&x| x <= MAX_HOLDER_BYTES)
                 .unwrap_or(0),
-            partial: (b.field(k::PARTIAL) == Some(values::YES)).then(|| {
-                b.field(k::PARTIAL_REASON)
-                    .unwrap_or("its time bound")
-                    .chars()
-                    .filter(|&c| !crate::names::units::unsafe_char(c))
-                    .take(200)
-                    .collect()
+            partial: walk.partial.set().then(|| {
+                let why = clean(&walk.partial_reason);
+                if walk.partial_reason.0.is_none() {
+                    "its time bound".to_string()
+                } else {
+                    why
+                }
             }),
             holders,
         })
@@ -277,19 +280,9 @@ impl Holders {
 mod tests {
     use super::*;
 
+    /// A `holders` record of device 0, from the flattened pairs of the bridges before the typed wire.
     fn rec(fields: &[(&str, &str)]) -> Bridge {
-        Bridge {
-            pid: 5,
-            tid: 5,
-            ts_ns: 0,
-            what: "holders".into(),
-            device: 0,
-            ack: true,
-            fields: fields
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        }
+        crate::model::analysis::bridge::record(5, "holders", 0, fields)
     }
 
     /// The holder kinds read are the ones the schema lists (bridge/schema.json `values`), each both ways.
@@ -297,7 +290,7 @@ mod tests {
     fn holder_kinds_are_the_schemas() {
         let schema: serde_json::Value =
             serde_json::from_str(include_str!("../../../../bridge/schema.json")).unwrap();
-        let listed = schema["values"]["h.*.kind"].as_array().unwrap();
+        let listed = schema["values"]["holders.holders.kind"].as_array().unwrap();
         assert_eq!(listed.len(), 7);
         for v in listed {
             let kind = HolderKind::parse(v.as_str().unwrap()).unwrap();
@@ -327,21 +320,24 @@ mod tests {
                 ("h.2.batches", "1"),
                 ("h.3.kind", "nonsense"),
                 ("h.4.kind", "variable"),
+                ("h.4.name", "late"),
+                ("h.4.bytes", "10"),
             ]),
             7,
         )
         .unwrap();
         assert_eq!(h.at, WalkAt::Oom(2));
         assert_eq!(h.device, Some(0));
-        // Read up to the first kind it does not know, largest first.
-        assert_eq!(h.holders.len(), 3);
+        // A kind it does not know (a newer bridge's) is skipped; largest first.
+        assert_eq!(h.holders.len(), 4);
         assert_eq!(h.holders[0].name, "kept");
         assert_eq!(h.holders[0].tensors, 57);
         assert_eq!(h.holders[1].kind, HolderKind::Parameters);
+        assert_eq!(h.holders[2].name, "late");
         // Control characters (a right-to-left override) never reach a terminal; one batch is no span.
-        assert_eq!(h.holders[2].name, "total");
-        assert_eq!(h.holders[2].batches, None);
-        assert_eq!(h.suspects().count(), 2);
+        assert_eq!(h.holders[3].name, "total");
+        assert_eq!(h.holders[3].batches, None);
+        assert_eq!(h.suspects().count(), 3);
         assert!(Holders::from_bridge(&rec(&[("at", "later")]), 0).is_none());
     }
 

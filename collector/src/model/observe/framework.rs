@@ -559,7 +559,7 @@ impl FwReplay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vramtrace_format::keys::bridge::{self, what};
+    use vramtrace_format::keys::bridge::what;
     use vramtrace_format::{Bridge, NO_DEVICE};
 
     const GIB: u64 = 1 << 30;
@@ -593,21 +593,18 @@ mod tests {
             pid,
             what::PEAK,
             0,
-            &[
-                (bridge::peak::ALLOCATED_PEAK, allocated),
-                (bridge::peak::RESERVED_PEAK, reserved),
-            ],
+            &[("allocated_peak", allocated), ("reserved_peak", reserved)],
         )
     }
 
     /// A `steps` record with a boundary reading on device 0 at step `step`: 1 GiB allocated, and the peaks.
     fn reading(pid: u32, step: u64, allocated_peak: u64, reserved_peak: u64) -> Bridge {
         let fields = [
-            (bridge::steps::OPTIMIZER, step),
-            (bridge::steps::DEVICE, 0),
-            (bridge::steps::ALLOCATED, GIB),
-            (bridge::steps::ALLOCATED_PEAK, allocated_peak),
-            (bridge::steps::RESERVED_PEAK, reserved_peak),
+            ("optimizer", step),
+            ("device", 0),
+            ("allocated", GIB),
+            ("allocated_peak", allocated_peak),
+            ("reserved_peak", reserved_peak),
         ];
         record(pid, what::STEPS, NO_DEVICE, &fields)
     }
@@ -715,9 +712,9 @@ mod tests {
         feed(&mut r, 0, peak(7, 5 * GIB, 6 * GIB), 20);
         feed(&mut r, 0, reading(7, 3, 2 * GIB, 2 * GIB), 30);
         let exit = [
-            (bridge::exit::ALLOCATED, GIB),
-            (bridge::exit::ALLOCATED_PEAK, 3 * GIB),
-            (bridge::exit::RESERVED_PEAK, 3 * GIB),
+            ("allocated", GIB),
+            ("allocated_peak", 3 * GIB),
+            ("reserved_peak", 3 * GIB),
         ];
         feed(&mut r, 0, record(7, what::EXIT, 0, &exit), 40);
         assert_eq!(
@@ -732,9 +729,9 @@ mod tests {
     #[test]
     fn steps_exit_and_oom_records_carry_peaks_too() {
         let oom = [
-            (bridge::oom::ALLOCATED, GIB),
-            (bridge::oom::ALLOCATED_PEAK, 6 * GIB),
-            (bridge::oom::RESERVED_PEAK, 7 * GIB),
+            ("allocated", GIB),
+            ("allocated_peak", 6 * GIB),
+            ("reserved_peak", 7 * GIB),
         ];
         let mut r = FwReplay::default();
         r.on_sample(0, &sample(7, 0, GIB, 2 * GIB), 10);
@@ -777,7 +774,7 @@ mod tests {
         let mut s = sample(8, 0, GIB, 2 * GIB);
         s.framework = Framework::Jax;
         r.on_sample(0, &s, 10);
-        let exit = [(bridge::exit::PEAK_BYTES_IN_USE, 3 * GIB)];
+        let exit = [("peak_bytes_in_use", 3 * GIB)];
         feed(&mut r, 0, record(8, what::EXIT, 0, &exit), 20);
         assert_eq!(finished(r), ((3 * GIB, 2 * GIB), (3 * GIB, 2 * GIB, None)));
     }

@@ -1,10 +1,12 @@
 //! The Python bridge's records (`Record::Bridge`), read once into typed facts. The wire carries each record as
-//! its kind and string pairs (bridge/schema.json; the keys in `vramtrace_format::keys::bridge`); this is the one
-//! place that reads those strings. Every reader (the replay's framework observer, `fit`'s progress) matches on
+//! its kind and one JSON object ([`doc`]: the schema's types, held equal to bridge/schema.json); this is the one
+//! place that reads them. Every reader (the replay's framework observer, `fit`'s progress) matches on
 //! [`BridgeRecord`], so a kind added to the schema is a compile error here until it is read, and then in each
 //! reader until it is handled.
 
-use vramtrace_format::keys::bridge::{self, values, Kind};
+pub mod doc;
+
+use vramtrace_format::keys::bridge::{values, what, Kind};
 use vramtrace_format::{Bridge, Framework, NO_DEVICE};
 
 use crate::model::analysis::framework::{BridgeProcess, FrameworkOom, HistoryChange};
@@ -90,99 +92,93 @@ impl BridgeRecord {
     /// for a record that says nothing usable (a walk at no known moment, a snapshot not at exit).
     pub fn read(b: &Bridge, t: u64) -> Option<BridgeRecord> {
         let device = (b.device != NO_DEVICE).then_some(b.device);
-        let text = |k: &str| b.field(k).filter(|v| !v.is_empty()).map(str::to_string);
         Some(match b.kind()? {
             Kind::Attach => {
-                use bridge::attach as k;
-                let problem = bridge::prefix(k::PROBLEM_PREFIX);
-                let mut problems: Vec<(String, String)> = b
-                    .fields
-                    .iter()
-                    .filter(|(k, _)| k.starts_with(problem))
-                    .cloned()
-                    .collect();
-                problems.sort();
+                let a: doc::Attach = doc::read(&b.doc);
                 BridgeRecord::Attach(BridgeProcess {
                     pid: b.pid,
                     framework: Framework::Torch,
-                    framework_version: text(k::TORCH),
-                    python: text(k::PYTHON),
-                    backend: text(k::BACKEND),
-                    alloc_conf: text(k::ALLOC_CONF),
-                    sample_ms: b.num(k::SAMPLE_MS),
-                    history_entries: b.num(k::HISTORY_ENTRIES).unwrap_or(0),
-                    problems: problems.into_iter().map(|(_, v)| v).collect(),
+                    framework_version: a.torch.some(),
+                    python: a.python.some(),
+                    backend: a.backend.some(),
+                    alloc_conf: a.alloc_conf.some(),
+                    sample_ms: a.sample_ms.get(),
+                    history_entries: a.history_entries.or0(),
+                    problems: a.problems.0,
                 })
             }
             Kind::History => {
-                use bridge::history as k;
+                let h: doc::History = doc::read(&b.doc);
                 BridgeRecord::History(HistoryChange {
                     pid: b.pid,
                     device,
                     time_ns: t,
-                    armed: b.field(k::STATE) == Some(values::ARMED),
-                    reason: b.field(k::REASON).unwrap_or("").to_string(),
-                    entries: b.num(k::ENTRIES).unwrap_or(0),
-                    allocated: b.num(k::ALLOCATED),
-                    limit: b.num(k::LIMIT),
+                    armed: h.state.as_str() == values::ARMED,
+                    reason: h.reason.as_str().to_string(),
+                    entries: h.entries.or0(),
+                    allocated: h.allocated.get(),
+                    limit: h.limit.get(),
                 })
             }
             Kind::Oom => {
-                use bridge::oom as k;
+                let o: doc::Oom = doc::read(&b.doc);
                 let peaks = Peaks {
                     device,
-                    allocated: b.num(k::ALLOCATED_PEAK).or(b.num(k::PEAK_BYTES_IN_USE)),
-                    reserved: b.num(k::RESERVED_PEAK),
+                    allocated: o.allocated_peak.get().or(o.peak_bytes_in_use.get()),
+                    reserved: o.reserved_peak.get(),
                 };
-                BridgeRecord::Oom(Box::new(FrameworkOom::from_bridge(b, t)), peaks)
+                BridgeRecord::Oom(Box::new(FrameworkOom::from_bridge(b, &o, t)), peaks)
             }
             Kind::Exit => {
-                use bridge::exit as k;
+                let x: doc::Exit = doc::read(&b.doc);
                 BridgeRecord::Exit(Peaks {
                     device,
-                    allocated: b.num(k::ALLOCATED_PEAK).or(b.num(k::PEAK_BYTES_IN_USE)),
-                    reserved: b.num(k::RESERVED_PEAK),
+                    allocated: x.allocated_peak.get().or(x.peak_bytes_in_use.get()),
+                    reserved: x.reserved_peak.get(),
                 })
             }
             Kind::Snapshot => {
-                use bridge::snapshot as k;
-                if b.field(k::AT) != Some(bridge::what::EXIT) {
+                let s: doc::Snapshot = doc::read(&b.doc);
+                if s.at.as_str() != what::EXIT {
                     return None;
                 }
-                BridgeRecord::ExitSnapshot(b.field(k::PATH)?.to_string())
+                BridgeRecord::ExitSnapshot(s.path.0?)
             }
             Kind::Steps => {
-                use bridge::steps as k;
+                let s: doc::Steps = doc::read(&b.doc);
                 // A boundary reading names its device among its fields.
-                let device = b
-                    .num(k::DEVICE)
+                let device = s
+                    .device
+                    .get()
                     .filter(|&d| d < MAX_READING_DEVICE)
                     .map(|d| d as u32);
                 BridgeRecord::Steps(StepReading {
-                    optimizer: b.num(k::OPTIMIZER).unwrap_or(0),
-                    batches: b.num(k::BATCHES).unwrap_or(0),
-                    scopes: b.num(k::SCOPES).unwrap_or(0),
+                    optimizer: s.optimizer.or0(),
+                    batches: s.batches.or0(),
+                    scopes: s.scopes.or0(),
                     device,
-                    allocated: b.num(k::ALLOCATED),
+                    allocated: s.allocated.get(),
                     peaks: Peaks {
                         device,
-                        allocated: b.num(k::ALLOCATED_PEAK),
-                        reserved: b.num(k::RESERVED_PEAK),
+                        allocated: s.allocated_peak.get(),
+                        reserved: s.reserved_peak.get(),
                     },
                 })
             }
             Kind::Peak => {
-                use bridge::peak as k;
+                let p: doc::Peak = doc::read(&b.doc);
                 BridgeRecord::Peak(Peaks {
                     device,
-                    allocated: b.num(k::ALLOCATED_PEAK),
-                    reserved: b.num(k::RESERVED_PEAK),
+                    allocated: p.allocated_peak.get(),
+                    reserved: p.reserved_peak.get(),
                 })
             }
             Kind::Holders => BridgeRecord::Holders(Holders::from_bridge(b, t)?),
-            Kind::Note => BridgeRecord::Note(b.field(bridge::note::TEXT).unwrap_or("").to_string()),
+            Kind::Note => {
+                BridgeRecord::Note(doc::read::<doc::Note>(&b.doc).text.as_str().to_string())
+            }
             Kind::Stopped => BridgeRecord::Stopped {
-                steps: b.num(bridge::stopped::STEPS).unwrap_or(0),
+                steps: doc::read::<doc::Stopped>(&b.doc).steps.or0(),
             },
         })
     }
@@ -202,7 +198,9 @@ impl BridgeRecord {
     }
 }
 
-/// A bridge record as the wire brings it, for tests.
+/// A bridge record as the wire brings it, for tests: `fields` as the old flattened pairs (`h.0.kind`), nested as
+/// a kind-13 frame's are read (format's `codec::nest_bridge_pairs`), each value as its text (which the readers
+/// take as a count or a flag where the schema says one).
 #[cfg(test)]
 pub(crate) fn record<V: ToString>(
     pid: u32,
@@ -210,6 +208,10 @@ pub(crate) fn record<V: ToString>(
     device: u32,
     fields: &[(&str, V)],
 ) -> Bridge {
+    let pairs: Vec<(String, String)> = fields
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     Bridge {
         pid,
         tid: pid,
@@ -217,10 +219,8 @@ pub(crate) fn record<V: ToString>(
         what: what.into(),
         device,
         ack: false,
-        fields: fields
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        doc: serde_json::Value::Object(vramtrace_format::codec::nest_bridge_pairs(&pairs))
+            .to_string(),
     }
 }
 
