@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use vramtrace_collector::inputs::trace_file::analyze;
-use vramtrace_collector::model::diagnose::Advice;
+use vramtrace_collector::model::diagnose::{Advice, CapAdvice};
 use vramtrace_collector::model::Analysis;
 use vramtrace_collector::reporters::prose;
 use vramtrace_collector::verbs::oom::{diagnose, Cause, Diagnosis, Finding};
@@ -83,7 +83,7 @@ fn a_setting_that_gets_past_is_said_with_the_reserve_it_served_it_in() {
     assert!(!n.outgrew);
     assert!(n.last_peak > n.first_peak + 1024 * MIB, "{n:?}");
     let past = d.advice.iter().find_map(|a| match a {
-        Advice::SettingGetsPast { reserve, limit, .. } => Some((*reserve, *limit)),
+        Advice::Cap(CapAdvice::SettingGetsPast { reserve, limit, .. }) => Some((*reserve, *limit)),
         _ => None,
     });
     let (reserve, limit) = past.expect("a setting gets past (the history was kept)");

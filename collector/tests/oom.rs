@@ -5,7 +5,7 @@ mod common;
 
 use common::traces::{oom_at, refused, training};
 use common::*;
-use vramtrace_collector::model::diagnose::{Advice, Reason, Rule};
+use vramtrace_collector::model::diagnose::{Advice, CapAdvice, CapReason, Reason, Rule};
 use vramtrace_collector::model::{analyze_reader, Analysis, OomSnapshot, MAX_OOM_SNAPSHOTS};
 use vramtrace_collector::reporters::prose;
 use vramtrace_collector::reporters::{oom_text, text};
@@ -69,21 +69,21 @@ fn cap_refused_names_the_cap_and_the_cap_that_would_have_fitted() {
     // The diagnosis is data: the rule's figures and the advice's, which the reporters put in words.
     assert_eq!(
         d.reason,
-        Reason::CapRefused {
+        Reason::Cap(CapReason::CapRefused {
             job_bytes: 7 * GIB + 512 * MIB,
             cap: Some(8 * GIB),
             requested: GIB,
-        }
+        })
     );
     assert_eq!(
         d.advice[..2],
         [
-            Advice::CapWouldFit {
+            Advice::Cap(CapAdvice::CapWouldFit {
                 cap: 8 * GIB + 512 * MIB,
                 needed: 8 * GIB + 512 * MIB,
                 device: None,
-            },
-            Advice::CapModeWarn,
+            }),
+            Advice::Cap(CapAdvice::CapModeWarn),
         ]
     );
     assert!(

@@ -14,11 +14,14 @@ mod growth_line;
 mod reason;
 mod rules;
 
-pub use advice::Advice;
+pub use advice::{
+    Advice, CapAdvice, FragmentationAdvice, GrowthAdvice, OutsideAdvice, PressureAdvice,
+    RequestAdvice,
+};
 pub use evidence::{CACHE_MARGIN_PCT, CACHE_SHARE_PCT, GRAPH_MIN_ITERATIONS};
 pub use findings::{LEDGER_SLACK_BYTES, RANK_EXCESS_BYTES, RANK_FACTOR_PCT};
 pub use growth_line::{GrowthKind, GrowthLine, LineSource};
-pub use reason::{GrowthOf, Limit, Outside, Reason};
+pub use reason::{CapReason, DriverReason, GrowthOf, Limit, NoFiguresReason, Outside, Reason};
 pub use rules::Rule;
 
 use crate::model::analysis::holders::Holder;

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use vramtrace_format::Api;
 
-use crate::model::diagnose::{diagnose, Advice, Diagnosis, CONTEXT_ESTIMATE_BYTES};
+use crate::model::diagnose::{diagnose, Advice, CapAdvice, Diagnosis, CONTEXT_ESTIMATE_BYTES};
 use crate::model::{self, Analysis, Ended, OomSnapshot, Timeline};
 use crate::names::units::{bytes, bytes_exact, count, fit, printable, secs};
 use crate::reporters::prose;
@@ -686,7 +686,7 @@ fn findings_and_advice<'d>(
     let cap = advice.iter().position(|x| {
         matches!(
             x,
-            Advice::CapWouldFit { .. } | Advice::CapFitsHistory { .. }
+            Advice::Cap(CapAdvice::CapWouldFit { .. } | CapAdvice::CapFitsHistory { .. })
         )
     });
     let reserve = cap.map_or(0, |i| texts[i].lines().count());

@@ -9,7 +9,9 @@ mod findings;
 pub use advice::{advice, advice_text};
 pub use findings::{finding, leak, settings};
 
-use crate::model::diagnose::{Cause, Diagnosis, Finding, GrowthOf, Limit, Reason};
+use crate::model::diagnose::{
+    CapReason, Cause, Diagnosis, DriverReason, Finding, GrowthOf, Limit, NoFiguresReason, Reason,
+};
 use crate::model::{GrowthUnit, StepSource};
 use crate::model::{LeakTrend, OomSnapshot};
 use crate::names::units::{bytes as b, count, counted, secs};
@@ -85,15 +87,9 @@ pub fn reason(d: &Diagnosis) -> String {
             requested,
             missing,
         } => growth_reason(d, of, requested, missing),
-        Reason::CapRefused { .. } | Reason::OverCap { .. } => cap_reason(&d.reason, by),
-        Reason::FreeAtLeastRequest { .. }
-        | Reason::PoolCachedAsyncFrees { .. }
-        | Reason::OutsideExcess { .. }
-        | Reason::JobFillsDevice { .. } => driver_reason(&d.reason, by),
-        Reason::NoFiguresPool { .. }
-        | Reason::NoFiguresFitsTotal { .. }
-        | Reason::NoFiguresOverTotal { .. }
-        | Reason::NothingKnown { .. } => no_figures_reason(&d.reason),
+        Reason::Cap(ref r) => cap_reason(r, by),
+        Reason::Driver(ref r) => driver_reason(r, by),
+        Reason::NoFigures(ref r) => no_figures_reason(r),
     }
 }
 
@@ -160,9 +156,9 @@ fn growth_reason(d: &Diagnosis, of: GrowthOf, requested: u64, missing: u64) -> S
 }
 
 /// The vramtrace cap: it refused the request, or the job was over a cap that was not enforcing.
-fn cap_reason(r: &Reason, by: &str) -> String {
+fn cap_reason(r: &CapReason, by: &str) -> String {
     match *r {
-        Reason::CapRefused {
+        CapReason::CapRefused {
             job_bytes,
             cap: Some(c),
             requested,
@@ -174,7 +170,7 @@ fn cap_reason(r: &Reason, by: &str) -> String {
             b(requested),
             b(job_bytes.saturating_add(requested))
         ),
-        Reason::CapRefused {
+        CapReason::CapRefused {
             job_bytes,
             cap: None,
             requested,
@@ -184,7 +180,7 @@ fn cap_reason(r: &Reason, by: &str) -> String {
             b(job_bytes),
             b(requested)
         ),
-        Reason::OverCap {
+        CapReason::OverCap {
             job_bytes,
             requested,
             cap,
@@ -196,20 +192,19 @@ fn cap_reason(r: &Reason, by: &str) -> String {
             b(job_bytes.saturating_add(requested)),
             b(cap)
         ),
-        _ => unreachable!("reason sends only the cap's reasons here"),
     }
 }
 
 /// Decided from the driver's free figure: what was free, and who held the rest.
-fn driver_reason(r: &Reason, by: &str) -> String {
+fn driver_reason(r: &DriverReason, by: &str) -> String {
     match *r {
-        Reason::FreeAtLeastRequest { free, requested } => format!(
+        DriverReason::FreeAtLeastRequest { free, requested } => format!(
             "the driver reported {} free, at least the {} asked for, yet refused it: no block that large \
              could be made from what was free",
             b(free),
             b(requested)
         ),
-        Reason::PoolCachedAsyncFrees {
+        DriverReason::PoolCachedAsyncFrees {
             free,
             shortfall,
             requested,
@@ -223,7 +218,7 @@ fn driver_reason(r: &Reason, by: &str) -> String {
             b(requested),
             b(async_freed)
         ),
-        Reason::OutsideExcess {
+        DriverReason::OutsideExcess {
             outside,
             total,
             free,
@@ -246,7 +241,7 @@ fn driver_reason(r: &Reason, by: &str) -> String {
             b(shortfall),
             b(job_bytes)
         ),
-        Reason::JobFillsDevice {
+        DriverReason::JobFillsDevice {
             job_bytes,
             free,
             requested,
@@ -281,14 +276,13 @@ fn driver_reason(r: &Reason, by: &str) -> String {
                 b(shortfall)
             )
         }
-        _ => unreachable!("reason sends only the driver's figures here"),
     }
 }
 
 /// Decided without the driver's free figure: from the device's size, or the job's bytes alone.
-fn no_figures_reason(r: &Reason) -> String {
+fn no_figures_reason(r: &NoFiguresReason) -> String {
     match *r {
-        Reason::NoFiguresPool {
+        NoFiguresReason::NoFiguresPool {
             job_bytes,
             requested,
             contexts_estimate,
@@ -304,7 +298,7 @@ fn no_figures_reason(r: &Reason) -> String {
             b(total),
             b(async_freed)
         ),
-        Reason::NoFiguresFitsTotal {
+        NoFiguresReason::NoFiguresFitsTotal {
             job_bytes,
             requested,
             contexts_estimate,
@@ -318,7 +312,7 @@ fn no_figures_reason(r: &Reason) -> String {
             b(contexts_estimate),
             b(total)
         ),
-        Reason::NoFiguresOverTotal {
+        NoFiguresReason::NoFiguresOverTotal {
             job_bytes,
             requested,
             contexts_estimate,
@@ -331,7 +325,7 @@ fn no_figures_reason(r: &Reason) -> String {
             b(contexts_estimate),
             b(total)
         ),
-        Reason::NothingKnown {
+        NoFiguresReason::NothingKnown {
             job_bytes,
             requested,
         } => format!(
@@ -340,7 +334,6 @@ fn no_figures_reason(r: &Reason) -> String {
             b(job_bytes),
             b(requested)
         ),
-        _ => unreachable!("reason sends only reasons without the driver's figures here"),
     }
 }
 

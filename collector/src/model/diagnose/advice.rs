@@ -3,35 +3,48 @@
 
 use super::*;
 
-/// One step of advice. `device`: the GPU it is about (`None`: not known).
+/// One step of advice. `device`: the GPU it is about (`None`: not known). Grouped by what it is about, one enum a
+/// group, so that each group's words (reporters/prose/advice.rs) match their own group whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Advice {
-    // Growth.
+    /// Growth: what grows, what keeps it, and why a larger limit only delays the error.
+    Growth(GrowthAdvice),
+    /// Host memory, or one request too large for any room that could be made.
+    Request(RequestAdvice),
+    /// Fragmentation: of PyTorch's cache (`Cache*`), or of the driver's pools and mappings.
+    Fragmentation(FragmentationAdvice),
+    /// Pressure: what to shed, and the levers that shed it.
+    Pressure(PressureAdvice),
+    /// Memory held outside the job.
+    Outside(OutsideAdvice),
+    /// The cap: what cap would fit, and what the allocator replayed says of its settings (whatif/postmortem.rs).
+    Cap(CapAdvice),
+    // A run beside it at another batch (`vramtrace oom` found or was given one).
+    /// The largest value of the knob that fits where this run failed, by the program replayed whole.
+    LargestBatch(Box<crate::model::BatchAdvice>),
+    // Any cause.
+    /// The memory went to a KV cache (`line`): bound the batch and the sequence.
+    BoundKvCache { line: String },
+}
+
+/// Growth: what grows, what keeps it, and why a larger limit only delays the error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GrowthAdvice {
     /// A KV cache grows with the batch and the sequence (`line`: where, when named).
-    GrowthKvCache {
-        line: Option<String>,
-    },
+    GrowthKvCache { line: Option<String> },
     /// An optimizer's state, made at its first steps and then kept.
-    GrowthOptimizerState {
-        line: Option<String>,
-    },
+    GrowthOptimizerState { line: Option<String> },
     /// Something allocated every step is never freed (a program without a caching allocator).
-    GrowthNeverFreed {
-        line: Option<String>,
-    },
+    GrowthNeverFreed { line: Option<String> },
     /// Something keeps tensors alive across steps.
-    GrowthKeptTensors {
-        line: Option<String>,
-    },
+    GrowthKeptTensors { line: Option<String> },
     /// What the bridge's walk found holding the most at the error keeps what grew.
     GrowthHeldBy {
         holder: crate::model::analysis::holders::Holder,
     },
     /// A growth read in driver-level cycles: a program loading its weights piece by piece (a staging buffer
     /// freed after each) reads the same; if it was loading, what it loads does not fit (`held` when it failed).
-    CyclesMayBeLoading {
-        held: u64,
-    },
+    CyclesMayBeLoading { held: u64 },
     /// `vramtrace run --torch-history` names the line next time.
     TorchHistory,
     /// A larger cap (`capped`) or GPU only delays it; `per_step`: the rise a step (`noun`: step, batch or
@@ -43,14 +56,13 @@ pub enum Advice {
         noun: &'static str,
         lasts: Vec<(u64, u64, bool)>,
     },
+}
 
-    // Host memory.
+/// Host memory, or one request too large for any room that could be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestAdvice {
     /// Check the host's memory and its limit on locked memory.
-    HostMemory {
-        requested: u64,
-    },
-
-    // A request too large.
+    HostMemory { requested: u64 },
     /// Split the work: one allocation of `requested` cannot fit under `limit`.
     SplitRequest {
         requested: u64,
@@ -59,8 +71,11 @@ pub enum Advice {
     },
     /// Such a size is often a bug: check the shape.
     CheckShape,
+}
 
-    // Fragmentation of PyTorch's cache.
+/// Fragmentation: of PyTorch's cache (`Cache*`), or of the driver's pools and mappings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FragmentationAdvice {
     /// `expandable_segments:True`, PyTorch's own advice for it.
     CacheExpandableSegments,
     /// `max_split_size_mb:<mb>`.
@@ -73,13 +88,32 @@ pub enum Advice {
     CacheGcThreshold,
     /// Large persistent buffers first, before the short-lived tensors.
     CachePersistentFirst,
+    ExpandableSegments,
+    TrimPools,
+    PersistentFirst,
+}
 
-    // Pressure.
+/// Pressure: what to shed, and the levers that shed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PressureAdvice {
     /// Shed at least `bytes` of the `needed` at the peak.
     Shed {
         bytes: u64,
         device: Option<u32>,
         needed: u64,
+    },
+    /// Each step needed more than the last (its input grows): bound the input, bucket it, or find the longest
+    /// that fits. `noun`: what a step is.
+    BoundInput {
+        noun: &'static str,
+    },
+    /// `vramtrace fit`'s command for this job: its recorded command with `{}` where its batch size was (`batch`:
+    /// the value it ran with; `None`: no argument named one), for this cap (`None`: the whole GPU).
+    FitCommand {
+        command: Vec<String>,
+        batch: Option<u64>,
+        cap: Option<u64>,
+        device: Option<u32>,
     },
     SmallerBatch,
     Checkpointing,
@@ -88,18 +122,11 @@ pub enum Advice {
     Shard,
     /// Bytes in use rose before it: fix what is kept first.
     FixKeptFirst,
-    /// Each step needed more than the last (its input grows): bound the input, bucket it, or find the longest
-    /// that fits. `noun`: what a step is.
-    BoundInput {
-        noun: &'static str,
-    },
+}
 
-    // Fragmentation.
-    ExpandableSegments,
-    TrimPools,
-    PersistentFirst,
-
-    // Memory held outside the job.
+/// Memory held outside the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutsideAdvice {
     /// `bytes` (estimated; `None`: unknown) held outside the job, which held `job_bytes`.
     HeldOutside {
         bytes: Option<u64>,
@@ -109,27 +136,20 @@ pub enum Advice {
     /// `nvidia-smi` names who holds the GPU.
     WhoHoldsTheGpu,
     /// Move the job, or stop the other process.
-    MoveTheJob {
-        device: Option<u32>,
-    },
+    MoveTheJob { device: Option<u32> },
+}
 
-    // The cap.
+/// The cap: what cap would fit, and what the allocator replayed says of its settings (whatif/postmortem.rs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CapAdvice {
     /// A cap of `cap` would have fitted `needed`; `device`: named in the flag (several devices).
     CapWouldFit {
         cap: u64,
         needed: u64,
         device: Option<u32>,
     },
-    /// The cap that would fit is more than the device's `total`.
-    CapOverDevice {
-        total: u64,
-    },
-    /// `--cap-mode warn` to measure first.
-    CapModeWarn,
-    /// Bytes in use rose before it: a larger cap only delays it.
-    FixGrowthBeforeCap,
-
-    // From the allocator replayed (whatif/postmortem.rs).
+    /// A cap of `cap` gets the history past the failed request with the settings it ran with.
+    CapFitsHistory { cap: u64, device: Option<u32> },
     /// With `conf`, PyTorch's allocator gets past the failed request within `limit`, its reserve at most
     /// `reserve` up to it; `complete`: the history covers the process from its first allocation.
     SettingGetsPast {
@@ -139,33 +159,13 @@ pub enum Advice {
         complete: bool,
     },
     /// No allocator setting of the grid gets past the failed request within `limit`.
-    NoSettingGetsPast {
-        limit: u64,
-    },
-    /// A cap of `cap` gets the history past the failed request with the settings it ran with.
-    CapFitsHistory {
-        cap: u64,
-        device: Option<u32>,
-    },
-
-    /// `vramtrace fit`'s command for this job: its recorded command with `{}` where its batch size was (`batch`:
-    /// the value it ran with; `None`: no argument named one), for this cap (`None`: the whole GPU).
-    FitCommand {
-        command: Vec<String>,
-        batch: Option<u64>,
-        cap: Option<u64>,
-        device: Option<u32>,
-    },
-
-    // A run beside it at another batch (`vramtrace oom` found or was given one).
-    /// The largest value of the knob that fits where this run failed, by the program replayed whole.
-    LargestBatch(Box<crate::model::BatchAdvice>),
-
-    // Any cause.
-    /// The memory went to a KV cache (`line`): bound the batch and the sequence.
-    BoundKvCache {
-        line: String,
-    },
+    NoSettingGetsPast { limit: u64 },
+    /// The cap that would fit is more than the device's `total`.
+    CapOverDevice { total: u64 },
+    /// `--cap-mode warn` to measure first.
+    CapModeWarn,
+    /// Bytes in use rose before it: a larger cap only delays it.
+    FixGrowthBeforeCap,
 }
 
 /// What to change in a training job whose step does not fit its limit, in the order the evidence supports: a
@@ -194,11 +194,14 @@ fn training_levers(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice> 
     if kv || graph == 0 && optimizer == 0 && !backward {
         return Vec::new();
     }
-    let mut v = vec![fit_command(a, s, d), Advice::SmallerBatch];
+    let mut v = vec![
+        fit_command(a, s, d),
+        Advice::Pressure(PressureAdvice::SmallerBatch),
+    ];
     if graph > 0 && graph.saturating_mul(2) >= h.tensor_bytes {
-        v.push(Advice::Checkpointing);
+        v.push(Advice::Pressure(PressureAdvice::Checkpointing));
     }
-    v.push(Advice::MixedPrecision);
+    v.push(Advice::Pressure(PressureAdvice::MixedPrecision));
     v
 }
 
@@ -237,12 +240,12 @@ fn fit_command(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Advice {
     } else {
         None
     };
-    Advice::FitCommand {
+    Advice::Pressure(PressureAdvice::FitCommand {
         command,
         batch,
         cap,
         device: s.device.filter(|_| a.devices.len() > 1),
-    }
+    })
 }
 
 pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice> {
@@ -256,9 +259,9 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
         .filter(|r| r.reproduced);
     match d.cause {
         Cause::Growth => growth_advice(s, d, &mut v),
-        Cause::HostMemory => v.push(Advice::HostMemory {
+        Cause::HostMemory => v.push(Advice::Request(RequestAdvice::HostMemory {
             requested: s.requested_bytes,
-        }),
+        })),
         Cause::RequestTooLarge => {
             let limit = if d
                 .cap_bytes
@@ -268,28 +271,28 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
             } else {
                 Limit::Device
             };
-            v.push(Advice::SplitRequest {
+            v.push(Advice::Request(RequestAdvice::SplitRequest {
                 requested: s.requested_bytes,
                 device,
                 limit,
-            });
-            v.push(Advice::CheckShape);
+            }));
+            v.push(Advice::Request(RequestAdvice::CheckShape));
         }
         Cause::FragmentationCache => cache_advice(s, replay, &mut v),
         Cause::Pressure => pressure_advice(a, s, d, &mut v),
         Cause::Fragmentation => v.extend([
-            Advice::ExpandableSegments,
-            Advice::TrimPools,
-            Advice::PersistentFirst,
+            Advice::Fragmentation(FragmentationAdvice::ExpandableSegments),
+            Advice::Fragmentation(FragmentationAdvice::TrimPools),
+            Advice::Fragmentation(FragmentationAdvice::PersistentFirst),
         ]),
         Cause::External => v.extend([
-            Advice::HeldOutside {
+            Advice::Outside(OutsideAdvice::HeldOutside {
                 bytes: d.outside_excess_bytes,
                 device,
                 job_bytes: d.job_live_bytes,
-            },
-            Advice::WhoHoldsTheGpu,
-            Advice::MoveTheJob { device },
+            }),
+            Advice::Outside(OutsideAdvice::WhoHoldsTheGpu),
+            Advice::Outside(OutsideAdvice::MoveTheJob { device }),
         ]),
         Cause::Cap => cap_advice(a, s, d, replay, &mut v),
     }
@@ -310,21 +313,27 @@ fn growth_advice(s: &OomSnapshot, d: &Diagnosis, v: &mut Vec<Advice>) {
     let kind = d.growth_line.as_ref().map_or(GrowthKind::Kept, |g| g.kind);
     let native = d.view == View::Driver;
     v.push(match (kind, &d.holder) {
-        (GrowthKind::KvCache, _) => Advice::GrowthKvCache { line },
-        (GrowthKind::OptimizerState, _) => Advice::GrowthOptimizerState { line },
+        (GrowthKind::KvCache, _) => Advice::Growth(GrowthAdvice::GrowthKvCache { line }),
+        (GrowthKind::OptimizerState, _) => {
+            Advice::Growth(GrowthAdvice::GrowthOptimizerState { line })
+        }
         // The walk names the object that keeps them: the fix is there (a KV cache's own advice when it
         // is one).
         (GrowthKind::Kept, Some(h)) if GrowthKind::of_holder(h) == GrowthKind::KvCache => {
-            Advice::GrowthKvCache {
+            Advice::Growth(GrowthAdvice::GrowthKvCache {
                 line: Some(h.label()),
-            }
+            })
         }
-        (GrowthKind::Kept, Some(h)) => Advice::GrowthHeldBy { holder: h.clone() },
-        (GrowthKind::Kept, None) if native => Advice::GrowthNeverFreed { line },
-        (GrowthKind::Kept, None) => Advice::GrowthKeptTensors { line },
+        (GrowthKind::Kept, Some(h)) => {
+            Advice::Growth(GrowthAdvice::GrowthHeldBy { holder: h.clone() })
+        }
+        (GrowthKind::Kept, None) if native => {
+            Advice::Growth(GrowthAdvice::GrowthNeverFreed { line })
+        }
+        (GrowthKind::Kept, None) => Advice::Growth(GrowthAdvice::GrowthKeptTensors { line }),
     });
     if d.growth_line.is_none() && d.holder.is_none() && !native {
-        v.push(Advice::TorchHistory);
+        v.push(Advice::Growth(GrowthAdvice::TorchHistory));
     }
     // What a larger limit would buy at this rate: twice the cap, and the whole device.
     let now = d.job_live_bytes.saturating_add(s.requested_bytes);
@@ -352,16 +361,16 @@ fn growth_advice(s: &OomSnapshot, d: &Diagnosis, v: &mut Vec<Advice>) {
         .as_ref()
         .is_some_and(|l| l.unit == crate::model::analysis::GrowthUnit::Cycles)
     {
-        v.push(Advice::CyclesMayBeLoading {
+        v.push(Advice::Growth(GrowthAdvice::CyclesMayBeLoading {
             held: d.job_live_bytes,
-        });
+        }));
     }
-    v.push(Advice::FixGrowthFirst {
+    v.push(Advice::Growth(GrowthAdvice::FixGrowthFirst {
         capped: d.cap_bytes.is_some(),
         per_step,
         noun: d.growth.as_ref().map_or("step", |l| l.unit.noun()),
         lasts,
-    });
+    }));
 }
 
 /// PyTorch's cache fragmented: the settings the replay shows getting past it, else the usual ones.
@@ -375,25 +384,33 @@ fn cache_advice(
         // The settings that the replay shows getting past it, and no others.
         Some(r) => {
             if r.passes.is_empty() {
-                v.push(Advice::NoSettingGetsPast { limit: r.limit });
+                v.push(Advice::Cap(CapAdvice::NoSettingGetsPast { limit: r.limit }));
             }
         }
         None => {
             if o.and_then(|o| o.expandable_segments) != Some(true) {
-                v.push(Advice::CacheExpandableSegments);
+                v.push(Advice::Fragmentation(
+                    FragmentationAdvice::CacheExpandableSegments,
+                ));
             }
             if o.is_none_or(|o| o.max_split_size.is_none()) {
-                v.push(Advice::CacheMaxSplitSize {
-                    mb: (s.requested_bytes >> 20).clamp(20, 1024),
-                });
+                v.push(Advice::Fragmentation(
+                    FragmentationAdvice::CacheMaxSplitSize {
+                        mb: (s.requested_bytes >> 20).clamp(20, 1024),
+                    },
+                ));
             }
         }
     }
-    v.push(Advice::CacheEmptyBetweenPhases);
+    v.push(Advice::Fragmentation(
+        FragmentationAdvice::CacheEmptyBetweenPhases,
+    ));
     if replay.is_none() {
-        v.push(Advice::CacheGcThreshold);
+        v.push(Advice::Fragmentation(FragmentationAdvice::CacheGcThreshold));
     }
-    v.push(Advice::CachePersistentFirst);
+    v.push(Advice::Fragmentation(
+        FragmentationAdvice::CachePersistentFirst,
+    ));
 }
 
 /// The job fills the memory it may have: what to shed, and the levers of a training step.
@@ -404,24 +421,24 @@ fn pressure_advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis, v: &mut Vec<Adv
         .filter(|&x| x > 0)
         .or(d.shortfall_bytes)
         .unwrap_or(s.requested_bytes);
-    v.push(Advice::Shed {
+    v.push(Advice::Pressure(PressureAdvice::Shed {
         bytes: shed,
         device,
         needed: d.needed_bytes,
-    });
+    }));
     // A PyTorch job: the batch that fits the whole GPU, in one command.
     if s.framework.is_some() {
         v.push(fit_command(a, s, d));
     }
     v.extend([
-        Advice::SmallerBatch,
-        Advice::Checkpointing,
-        Advice::MixedPrecision,
-        Advice::OffloadOptimizer,
-        Advice::Shard,
+        Advice::Pressure(PressureAdvice::SmallerBatch),
+        Advice::Pressure(PressureAdvice::Checkpointing),
+        Advice::Pressure(PressureAdvice::MixedPrecision),
+        Advice::Pressure(PressureAdvice::OffloadOptimizer),
+        Advice::Pressure(PressureAdvice::Shard),
     ]);
     if growth_explains(s, d) {
-        v.push(Advice::FixKeptFirst);
+        v.push(Advice::Pressure(PressureAdvice::FixKeptFirst));
     }
 }
 
@@ -443,22 +460,22 @@ fn cap_advice(
     let flag_device = device.filter(|_| a.devices.len() > 1);
     match (replay, d.cap_bytes) {
         // The replay's own figure: the cap less what the allocator had, plus what it needs.
-        (Some(r), Some(cap)) => v.push(Advice::CapFitsHistory {
+        (Some(r), Some(cap)) => v.push(Advice::Cap(CapAdvice::CapFitsHistory {
             cap: (cap.saturating_sub(r.limit) + r.needs).div_ceil(64 << 20) * (64 << 20),
             device: flag_device,
-        }),
-        _ => v.push(Advice::CapWouldFit {
+        })),
+        _ => v.push(Advice::Cap(CapAdvice::CapWouldFit {
             cap: d.suggested_cap_bytes,
             needed: d.needed_bytes,
             device: flag_device,
-        }),
+        })),
     }
     if let Some(t) = d.total_bytes.filter(|&t| d.suggested_cap_bytes > t) {
-        v.push(Advice::CapOverDevice { total: t });
+        v.push(Advice::Cap(CapAdvice::CapOverDevice { total: t }));
     }
-    v.push(Advice::CapModeWarn);
+    v.push(Advice::Cap(CapAdvice::CapModeWarn));
     if growth_explains(s, d) {
-        v.push(Advice::FixGrowthBeforeCap);
+        v.push(Advice::Cap(CapAdvice::FixGrowthBeforeCap));
     }
 }
 
@@ -480,12 +497,12 @@ fn first_by_evidence(
         if let Some((conf, reserve)) = r.passes.first() {
             v.insert(
                 0,
-                Advice::SettingGetsPast {
+                Advice::Cap(CapAdvice::SettingGetsPast {
                     conf: conf.clone(),
                     reserve: *reserve,
                     limit: r.limit,
                     complete: r.complete,
-                },
+                }),
             );
         }
     }
@@ -495,9 +512,9 @@ fn first_by_evidence(
         if let Some(n) = super::findings::step_need(s) {
             v.insert(
                 0,
-                Advice::BoundInput {
+                Advice::Pressure(PressureAdvice::BoundInput {
                     noun: n.unit.noun(),
-                },
+                }),
             );
         }
     }
@@ -507,7 +524,10 @@ fn first_by_evidence(
     if let Some(b) = batch.filter(|_| d.cause != Cause::Growth) {
         v.insert(0, Advice::LargestBatch(Box::new(b.clone())));
         // The largest batch and its accumulation answer what a smaller batch, or a fit, would ask.
-        v.retain(|x| *x != Advice::SmallerBatch && !matches!(x, Advice::FitCommand { .. }));
+        v.retain(|x| {
+            *x != Advice::Pressure(PressureAdvice::SmallerBatch)
+                && !matches!(x, Advice::Pressure(PressureAdvice::FitCommand { .. }))
+        });
     }
     // A KV cache behind a cause other than its own growth (a serving loop's batch or sequence outgrew the
     // memory): bounding them is the lasting fix, said second, after the cause's own first step.

@@ -67,6 +67,17 @@ pub enum Reason {
         requested: u64,
         missing: u64,
     },
+    /// The vramtrace cap refused it, or the job was over a cap that was not enforcing.
+    Cap(CapReason),
+    /// Decided from the driver's free figure: what was free, and who held the rest.
+    Driver(DriverReason),
+    /// Decided without the driver's free figure: from the device's size, or the job's bytes alone.
+    NoFigures(NoFiguresReason),
+}
+
+/// The vramtrace cap refused it, or the job was over a cap that was not enforcing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CapReason {
     /// `cap_refused`: the vramtrace cap refused it (`cap`: `None` when the record does not say the cap).
     CapRefused {
         job_bytes: u64,
@@ -79,6 +90,11 @@ pub enum Reason {
         requested: u64,
         cap: u64,
     },
+}
+
+/// Decided from the driver's free figure: what was free, and who held the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriverReason {
     /// `free_at_least_request`: the driver had the bytes free, and refused.
     FreeAtLeastRequest { free: u64, requested: u64 },
     /// `pool_cached_async_frees`: short, but the job had just freed at least the shortfall to its pool.
@@ -111,6 +127,11 @@ pub enum Reason {
         outside: Option<Outside>,
         processes: u64,
     },
+}
+
+/// Decided without the driver's free figure: from the device's size, or the job's bytes alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoFiguresReason {
     /// `no_driver_figures_pool`: no free figure; it fits the device, and the job had just freed the request
     /// to its pool.
     NoFiguresPool {
@@ -146,18 +167,19 @@ impl Reason {
             Reason::RequestExceedsLimit { .. } => Rule::RequestExceedsLimit,
             Reason::CacheFragmented { .. } => Rule::CacheFragmented,
             Reason::Growth { .. } => Rule::Growth,
-            Reason::CapRefused { .. } => Rule::CapRefused,
-            Reason::OverCap { .. } => Rule::OverCap,
-            Reason::FreeAtLeastRequest { .. } => Rule::FreeAtLeastRequest,
-            Reason::PoolCachedAsyncFrees { .. } => Rule::PoolCachedAsyncFrees,
-            Reason::OutsideExcess { .. } => Rule::OutsideExcess,
-            Reason::JobFillsDevice { .. } => Rule::JobFillsDevice,
-            Reason::NoFiguresPool { .. } => Rule::NoDriverFiguresPool,
-            Reason::NoFiguresFitsTotal { .. } => Rule::NoDriverFiguresFitsTotal,
-            // One rule, two sets of figures: with the device's total, and with nothing known.
-            Reason::NoFiguresOverTotal { .. } | Reason::NothingKnown { .. } => {
-                Rule::NoDriverFigures
+            Reason::Cap(CapReason::CapRefused { .. }) => Rule::CapRefused,
+            Reason::Cap(CapReason::OverCap { .. }) => Rule::OverCap,
+            Reason::Driver(DriverReason::FreeAtLeastRequest { .. }) => Rule::FreeAtLeastRequest,
+            Reason::Driver(DriverReason::PoolCachedAsyncFrees { .. }) => Rule::PoolCachedAsyncFrees,
+            Reason::Driver(DriverReason::OutsideExcess { .. }) => Rule::OutsideExcess,
+            Reason::Driver(DriverReason::JobFillsDevice { .. }) => Rule::JobFillsDevice,
+            Reason::NoFigures(NoFiguresReason::NoFiguresPool { .. }) => Rule::NoDriverFiguresPool,
+            Reason::NoFigures(NoFiguresReason::NoFiguresFitsTotal { .. }) => {
+                Rule::NoDriverFiguresFitsTotal
             }
+            // One rule, two sets of figures: with the device's total, and with nothing known.
+            Reason::NoFigures(NoFiguresReason::NoFiguresOverTotal { .. })
+            | Reason::NoFigures(NoFiguresReason::NothingKnown { .. }) => Rule::NoDriverFigures,
         }
     }
 

@@ -2,6 +2,7 @@
 //! that gives its reason when it holds, in a table in the documented order. The first that holds decides.
 
 use super::evidence::Evidence;
+use super::{CapReason, DriverReason, NoFiguresReason};
 use super::{Cause, Outside, Reason};
 
 /// A rule's identity. Its key is the `cause_rule` the JSON and the tests name it by.
@@ -149,48 +150,50 @@ fn growth(e: &Evidence) -> Option<Reason> {
 
 /// 1: the cap refused the call.
 fn cap_refused(e: &Evidence) -> Option<Reason> {
-    e.cap_refused.then_some(Reason::CapRefused {
+    e.cap_refused.then_some(Reason::Cap(CapReason::CapRefused {
         job_bytes: e.job,
         cap: e.cap,
         requested: e.req,
-    })
+    }))
 }
 
 /// 2: the job's bytes plus the request are over a cap that did not refuse (warn mode, or the device first).
 fn over_cap(e: &Evidence) -> Option<Reason> {
     let cap = e.cap.filter(|&c| e.job.saturating_add(e.req) > c)?;
-    Some(Reason::OverCap {
+    Some(Reason::Cap(CapReason::OverCap {
         job_bytes: e.job,
         requested: e.req,
         cap,
-    })
+    }))
 }
 
 /// 3.1: the driver had the bytes free, and refused.
 fn free_at_least_request(e: &Evidence) -> Option<Reason> {
     let free = e.free.filter(|&f| f >= e.req)?;
-    Some(Reason::FreeAtLeastRequest {
+    Some(Reason::Driver(DriverReason::FreeAtLeastRequest {
         free,
         requested: e.req,
-    })
+    }))
 }
 
 /// 3.2: short, but the job had just freed at least the shortfall to its stream-ordered pools.
 fn pool_cached_async_frees(e: &Evidence) -> Option<Reason> {
     let (free, shortfall) = e.free.zip(e.shortfall)?;
-    (e.recent > 0 && e.recent >= shortfall).then_some(Reason::PoolCachedAsyncFrees {
-        free,
-        shortfall,
-        requested: e.req,
-        async_freed: e.recent,
-    })
+    (e.recent > 0 && e.recent >= shortfall).then_some(Reason::Driver(
+        DriverReason::PoolCachedAsyncFrees {
+            free,
+            shortfall,
+            requested: e.req,
+            async_freed: e.recent,
+        },
+    ))
 }
 
 /// 3.3: memory outside the job, beyond its contexts, covers the shortfall and is not small beside the job's.
 fn outside_excess(e: &Evidence) -> Option<Reason> {
     let (free, shortfall) = e.free.zip(e.shortfall)?;
     let excess = e.excess.filter(|&ex| ex >= shortfall && ex >= e.job / 4)?;
-    Some(Reason::OutsideExcess {
+    Some(Reason::Driver(DriverReason::OutsideExcess {
         outside: e.outside.unwrap_or(0),
         total: e.total.unwrap_or(0),
         free,
@@ -199,13 +202,13 @@ fn outside_excess(e: &Evidence) -> Option<Reason> {
         processes: e.procs,
         excess,
         shortfall,
-    })
+    }))
 }
 
 /// 3.4: with the driver's free memory known and nothing else to blame, the job filled the device.
 fn job_fills_device(e: &Evidence) -> Option<Reason> {
     let (free, shortfall) = e.free.zip(e.shortfall)?;
-    Some(Reason::JobFillsDevice {
+    Some(Reason::Driver(DriverReason::JobFillsDevice {
         job_bytes: e.job,
         free,
         requested: e.req,
@@ -217,7 +220,7 @@ fn job_fills_device(e: &Evidence) -> Option<Reason> {
             excess_bytes: ex,
         }),
         processes: e.procs,
-    })
+    }))
 }
 
 /// The device's total, without the driver's free memory, when the job, the request and its contexts fit in it.
@@ -232,39 +235,39 @@ fn fits_total_without_free(e: &Evidence) -> Option<u64> {
 /// 4.1, first: it fits the device, and the job had just freed the request to its pools.
 fn no_driver_figures_pool(e: &Evidence) -> Option<Reason> {
     let total = fits_total_without_free(e)?;
-    (e.recent >= e.req).then_some(Reason::NoFiguresPool {
+    (e.recent >= e.req).then_some(Reason::NoFigures(NoFiguresReason::NoFiguresPool {
         job_bytes: e.job,
         requested: e.req,
         contexts_estimate: e.ctx,
         total,
         async_freed: e.recent,
-    })
+    }))
 }
 
 /// 4.1, else: it fits the device, so something outside the job's allocations filled it.
 fn no_driver_figures_fits_total(e: &Evidence) -> Option<Reason> {
     let total = fits_total_without_free(e)?;
-    Some(Reason::NoFiguresFitsTotal {
+    Some(Reason::NoFigures(NoFiguresReason::NoFiguresFitsTotal {
         job_bytes: e.job,
         requested: e.req,
         contexts_estimate: e.ctx,
         total,
-    })
+    }))
 }
 
 /// 4.2: over the device's total, or no total at all: pressure. Holds always: the last resort.
 fn no_driver_figures(e: &Evidence) -> Reason {
     match e.known_total {
-        Some(total) => Reason::NoFiguresOverTotal {
+        Some(total) => Reason::NoFigures(NoFiguresReason::NoFiguresOverTotal {
             job_bytes: e.job,
             requested: e.req,
             contexts_estimate: e.ctx,
             total,
-        },
-        None => Reason::NothingKnown {
+        }),
+        None => Reason::NoFigures(NoFiguresReason::NothingKnown {
             job_bytes: e.job,
             requested: e.req,
-        },
+        }),
     }
 }
 

@@ -1,6 +1,9 @@
 //! A step of advice in words.
 
-use crate::model::diagnose::{Advice, Diagnosis, Limit};
+use crate::model::diagnose::{
+    Advice, CapAdvice, Diagnosis, FragmentationAdvice, GrowthAdvice, Limit, OutsideAdvice,
+    PressureAdvice, RequestAdvice,
+};
 use crate::names::units::{bytes as b, count};
 
 /// `GPU 3`, or `the GPU` when the device is not known.
@@ -28,40 +31,12 @@ pub fn advice(d: &Diagnosis) -> Vec<String> {
 /// One step of advice, in a sentence or two.
 pub fn advice_text(a: &Advice) -> String {
     match a {
-        Advice::GrowthKvCache { .. }
-        | Advice::GrowthOptimizerState { .. }
-        | Advice::GrowthNeverFreed { .. }
-        | Advice::GrowthKeptTensors { .. }
-        | Advice::GrowthHeldBy { .. }
-        | Advice::CyclesMayBeLoading { .. }
-        | Advice::TorchHistory
-        | Advice::FixGrowthFirst { .. } => growth(a),
-        Advice::HostMemory { .. } | Advice::SplitRequest { .. } | Advice::CheckShape => request(a),
-        Advice::CacheExpandableSegments
-        | Advice::CacheMaxSplitSize { .. }
-        | Advice::CacheEmptyBetweenPhases
-        | Advice::CacheGcThreshold
-        | Advice::CachePersistentFirst
-        | Advice::ExpandableSegments
-        | Advice::TrimPools
-        | Advice::PersistentFirst => fragmentation(a),
-        Advice::Shed { .. }
-        | Advice::BoundInput { .. }
-        | Advice::FitCommand { .. }
-        | Advice::SmallerBatch
-        | Advice::Checkpointing
-        | Advice::MixedPrecision
-        | Advice::OffloadOptimizer
-        | Advice::Shard
-        | Advice::FixKeptFirst => pressure(a),
-        Advice::HeldOutside { .. } | Advice::WhoHoldsTheGpu | Advice::MoveTheJob { .. } => outside(a),
-        Advice::CapWouldFit { .. }
-        | Advice::CapFitsHistory { .. }
-        | Advice::SettingGetsPast { .. }
-        | Advice::NoSettingGetsPast { .. }
-        | Advice::CapOverDevice { .. }
-        | Advice::CapModeWarn
-        | Advice::FixGrowthBeforeCap => cap(a),
+        Advice::Growth(g) => growth(g),
+        Advice::Request(r) => request(r),
+        Advice::Fragmentation(f) => fragmentation(f),
+        Advice::Pressure(p) => pressure(p),
+        Advice::Outside(o) => outside(o),
+        Advice::Cap(c) => cap(c),
         Advice::LargestBatch(x) => largest_batch(x),
         Advice::BoundKvCache { line } => format!(
             "The memory went to a KV cache ({line}), which grows with the batch and the sequence: bound them (a \
@@ -72,42 +47,42 @@ pub fn advice_text(a: &Advice) -> String {
 }
 
 /// Growth: what grows, what keeps it, and why a larger limit only delays the error.
-fn growth(a: &Advice) -> String {
+fn growth(a: &GrowthAdvice) -> String {
     match a {
-        Advice::GrowthKvCache { line } => format!(
+        GrowthAdvice::GrowthKvCache { line } => format!(
             "The KV cache{} grows with the batch and the sequence: bound them (a maximum batch size or tokens \
              per batch, max_new_tokens, a shorter context), or use a cache sized once for the limit (a static \
              or paged KV cache); batches that grow until the memory runs out fail at the largest one.",
             at(line)
         ),
-        Advice::GrowthOptimizerState { line } => format!(
+        GrowthAdvice::GrowthOptimizerState { line } => format!(
             "This is the optimizer's state{}, made at its first steps and then kept: it stops growing once \
              every parameter has its state. To make it smaller: an 8-bit or factored optimizer, or sharding it \
              (ZeRO, FSDP).",
             at(line)
         ),
-        Advice::GrowthNeverFreed { line } => format!(
+        GrowthAdvice::GrowthNeverFreed { line } => format!(
             "Something allocated every step is never freed{}: free it at the end of the step, or reuse one \
              buffer across steps.",
             at(line)
         ),
-        Advice::GrowthKeptTensors { line } => format!(
+        GrowthAdvice::GrowthKeptTensors { line } => format!(
             "Something keeps tensors alive across steps{}: outputs or losses stored in a list with their graph \
              (keep loss.item() or out.detach().cpu() instead), metrics or history kept as GPU tensors, a graph \
              retained (retain_graph=True) or a growing cache.",
             at(line)
         ),
-        Advice::GrowthHeldBy { holder: h } => held_by(h),
-        Advice::CyclesMayBeLoading { held } => format!(
+        GrowthAdvice::GrowthHeldBy { holder: h } => held_by(h),
+        GrowthAdvice::CyclesMayBeLoading { held } => format!(
             "Seen through the driver alone, a loop that keeps memory every round reads the same as a program \
              loading its weights piece by piece (a staging buffer freed after each): if this was loading, \
              nothing leaked and what it loads does not fit in what it could have ({} held when it failed).",
             b(*held)
         ),
-        Advice::TorchHistory => "To name the line that keeps them: vramtrace run --torch-history (PyTorch's \
+        GrowthAdvice::TorchHistory => "To name the line that keeps them: vramtrace run --torch-history (PyTorch's \
                                  allocation history with Python stacks) and run again."
             .to_string(),
-        Advice::FixGrowthFirst {
+        GrowthAdvice::FixGrowthFirst {
             capped,
             per_step,
             noun,
@@ -138,7 +113,6 @@ fn growth(a: &Advice) -> String {
             }
             t
         }
-        _ => unreachable!("advice_text sends only growth here"),
     }
 }
 
@@ -182,15 +156,15 @@ fn held_by(h: &crate::model::holders::Holder) -> String {
 }
 
 /// Host memory, or one request too large for any room that could be made.
-fn request(a: &Advice) -> String {
+fn request(a: &RequestAdvice) -> String {
     match a {
-        Advice::HostMemory { requested } => format!(
+        RequestAdvice::HostMemory { requested } => format!(
             "This was host memory ({} pinned through cuMemCreate with a host location): check the host's free \
              memory and the process's limit on locked memory (ulimit -l, a container's memory limit). Freeing \
              or capping GPU memory does not help here.",
             b(*requested)
         ),
-        Advice::SplitRequest {
+        RequestAdvice::SplitRequest {
             requested,
             device,
             limit,
@@ -205,53 +179,51 @@ fn request(a: &Advice) -> String {
                 Limit::Device => "the device",
             }
         ),
-        Advice::CheckShape => "A size this large is often a bug: a wrong shape, a broadcast that materialised, \
+        RequestAdvice::CheckShape => "A size this large is often a bug: a wrong shape, a broadcast that materialised, \
                                or units mixed up (elements for bytes). Check the shape at that line."
             .to_string(),
-        _ => unreachable!("advice_text sends only a request's advice here"),
     }
 }
 
 /// Free memory broken up: PyTorch's cache settings, and pools in general.
-fn fragmentation(a: &Advice) -> String {
+fn fragmentation(a: &FragmentationAdvice) -> String {
     match a {
-        Advice::CacheExpandableSegments => "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow in \
+        FragmentationAdvice::CacheExpandableSegments => "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow in \
                                             place, so free memory between tensors can serve a large request \
                                             (PyTorch's own advice for this case)."
             .to_string(),
-        Advice::CacheMaxSplitSize { mb } => format!(
+        FragmentationAdvice::CacheMaxSplitSize { mb } => format!(
             "Or PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{mb}: blocks larger than this are never split for \
              small tensors, so large ones stay available."
         ),
-        Advice::CacheEmptyBetweenPhases => "torch.cuda.empty_cache() between phases (after evaluation, before \
+        FragmentationAdvice::CacheEmptyBetweenPhases => "torch.cuda.empty_cache() between phases (after evaluation, before \
                                             the next large allocation) returns cached segments that hold no \
                                             live tensor."
             .to_string(),
-        Advice::CacheGcThreshold => "garbage_collection_threshold:0.8 (with \
+        FragmentationAdvice::CacheGcThreshold => "garbage_collection_threshold:0.8 (with \
                                      torch.cuda.set_per_process_memory_fraction) makes the allocator reclaim \
                                      cached blocks before it runs out."
             .to_string(),
-        Advice::CachePersistentFirst => "Allocate large persistent buffers first, before the churn of \
+        FragmentationAdvice::CachePersistentFirst => "Allocate large persistent buffers first, before the churn of \
                                          short-lived tensors breaks up the cache."
             .to_string(),
-        Advice::ExpandableSegments => "PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so segments \
+        FragmentationAdvice::ExpandableSegments => "PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so segments \
                                        grow in place instead of needing new contiguous blocks."
             .to_string(),
-        Advice::TrimPools => "Trim pools at phase boundaries: torch.cuda.empty_cache() (PyTorch), \
+        FragmentationAdvice::TrimPools => "Trim pools at phase boundaries: torch.cuda.empty_cache() (PyTorch), \
                               cuMemPoolTrimTo(pool, 0) for stream-ordered pools (or lower their \
                               CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)."
             .to_string(),
-        Advice::PersistentFirst => "Allocate large persistent buffers first (weights, optimizer state, KV \
+        FragmentationAdvice::PersistentFirst => "Allocate large persistent buffers first (weights, optimizer state, KV \
                                     cache), before the churn of short-lived ones breaks up the free memory."
             .to_string(),
-        _ => unreachable!("advice_text sends only fragmentation here"),
     }
 }
 
 /// Pressure: how much to shed, and the usual ways of shedding it.
-fn pressure(a: &Advice) -> String {
+fn pressure(a: &PressureAdvice) -> String {
     match a {
-        Advice::Shed {
+        PressureAdvice::Shed {
             bytes,
             device,
             needed,
@@ -264,12 +236,12 @@ fn pressure(a: &Advice) -> String {
             pct(*bytes, *needed),
             b(*needed)
         ),
-        Advice::BoundInput { noun } => format!(
+        PressureAdvice::BoundInput { noun } => format!(
             "Bound what each {noun} takes in: a maximum length or tokens per batch, batches bucketed by length \
              (the longest tried first), or the longest that fits, found by vramtrace fit with the length as the \
              knob; a larger limit holds only until a longer input comes."
         ),
-        Advice::FitCommand {
+        PressureAdvice::FitCommand {
             command,
             batch,
             cap,
@@ -293,33 +265,32 @@ fn pressure(a: &Advice) -> String {
                 ),
             }
         }
-        Advice::SmallerBatch => "Smaller batch, or micro-batching with gradient accumulation: the same \
+        PressureAdvice::SmallerBatch => "Smaller batch, or micro-batching with gradient accumulation: the same \
                                  effective batch with activations for one micro-batch at a time."
             .to_string(),
-        Advice::Checkpointing => "Activation checkpointing (torch.utils.checkpoint): recompute activations in \
+        PressureAdvice::Checkpointing => "Activation checkpointing (torch.utils.checkpoint): recompute activations in \
                                   the backward pass instead of keeping them."
             .to_string(),
-        Advice::MixedPrecision => "Mixed precision (bf16/fp16 autocast): halves activation memory (weights too \
+        PressureAdvice::MixedPrecision => "Mixed precision (bf16/fp16 autocast): halves activation memory (weights too \
                                    in bf16)."
             .to_string(),
-        Advice::OffloadOptimizer => {
+        PressureAdvice::OffloadOptimizer => {
             "Offload optimizer state to host memory (DeepSpeed ZeRO-Offload, FSDP CPU offload).".to_string()
         }
-        Advice::Shard => {
+        PressureAdvice::Shard => {
             "Shard parameters, gradients and optimizer state across GPUs (FSDP, DeepSpeed ZeRO).".to_string()
         }
-        Advice::FixKeptFirst => "Bytes in use rose cycle over cycle before the event (see the leak finding): \
+        PressureAdvice::FixKeptFirst => "Bytes in use rose cycle over cycle before the event (see the leak finding): \
                                  fix what is kept across steps first (tensors stored in lists, losses \
                                  accumulated with their graph)."
             .to_string(),
-        _ => unreachable!("advice_text sends only pressure here"),
     }
 }
 
 /// Memory held outside the job: who holds it, and where to go instead.
-fn outside(a: &Advice) -> String {
+fn outside(a: &OutsideAdvice) -> String {
     match a {
-        Advice::HeldOutside {
+        OutsideAdvice::HeldOutside {
             bytes,
             device,
             job_bytes,
@@ -330,21 +301,20 @@ fn outside(a: &Advice) -> String {
             gpu(*device),
             b(*job_bytes)
         ),
-        Advice::WhoHoldsTheGpu => {
+        OutsideAdvice::WhoHoldsTheGpu => {
             "Who holds the GPU: nvidia-smi --query-compute-apps=pid,used_memory --format=csv".to_string()
         }
-        Advice::MoveTheJob { device } => format!(
+        OutsideAdvice::MoveTheJob { device } => format!(
             "Move the job to a free GPU (CUDA_VISIBLE_DEVICES), or stop the other process on {}.",
             gpu(*device)
         ),
-        _ => unreachable!("advice_text sends only memory held outside here"),
     }
 }
 
 /// The cap, and the allocator replayed under other settings.
-fn cap(a: &Advice) -> String {
+fn cap(a: &CapAdvice) -> String {
     match a {
-        Advice::CapWouldFit {
+        CapAdvice::CapWouldFit {
             cap,
             needed,
             device,
@@ -360,7 +330,7 @@ fn cap(a: &Advice) -> String {
                 b(*needed)
             )
         }
-        Advice::CapFitsHistory { cap, device } => {
+        CapAdvice::CapFitsHistory { cap, device } => {
             let flag = match device {
                 Some(d) => format!("{d}={}", super::cap_spec(*cap)),
                 None => super::cap_spec(*cap),
@@ -372,7 +342,7 @@ fn cap(a: &Advice) -> String {
                 b(*cap)
             )
         }
-        Advice::SettingGetsPast {
+        CapAdvice::SettingGetsPast {
             conf,
             reserve,
             limit,
@@ -389,25 +359,24 @@ fn cap(a: &Advice) -> String {
                 "the history PyTorch kept, which began late"
             }
         ),
-        Advice::NoSettingGetsPast { limit } => format!(
+        CapAdvice::NoSettingGetsPast { limit } => format!(
             "No allocator setting gets past the failed request in the same {} (PyTorch's allocator replayed \
              from its history under each): the tensors themselves must shrink.",
             b(*limit)
         ),
-        Advice::CapOverDevice { total } => format!(
+        CapAdvice::CapOverDevice { total } => format!(
             "That is more than the device's {}: the job itself must shed memory (smaller batch, checkpointing, \
              mixed precision, sharding).",
             b(*total)
         ),
-        Advice::CapModeWarn => "To measure first: --cap-mode warn lets over-cap allocations through and flags \
+        CapAdvice::CapModeWarn => "To measure first: --cap-mode warn lets over-cap allocations through and flags \
                                 them in the trace."
             .to_string(),
-        Advice::FixGrowthBeforeCap => "But first: bytes in use rose step after step before the event (see the \
+        CapAdvice::FixGrowthBeforeCap => "But first: bytes in use rose step after step before the event (see the \
                                        leak finding), so a larger cap only delays it. Fix what is kept across \
                                        steps (outputs or losses stored with their graph: store loss.item() or \
                                        out.detach())."
             .to_string(),
-        _ => unreachable!("advice_text sends only the cap's advice here"),
     }
 }
 
