@@ -20,7 +20,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402  (the stand-in)
 from torch._tensor import AccumulateGrad, AddBackward0, CatBackward0, MulBackward0, Parameter, Tensor  # noqa: E402
 from test_history import GIB, MIB, WithTorch, check_schema  # noqa: E402
-from vramtrace_bridge import _holders, _torch  # noqa: E402
+from vramtrace_bridge import _holders, _steps, _torch  # noqa: E402
 
 SCOPE = "global of %s" % __name__
 
@@ -338,7 +338,7 @@ class Records(WithTorch):
 
     def setUp(self):
         WithTorch.setUp(self)
-        self.patch(_torch, "_steps", _torch._Steps())
+        self.patch(_steps, "counters", _steps.Counters())
 
     def holders(self):
         return [(dev, dict(f), ack) for w, dev, f, ack in self.door.records if w == "holders"]

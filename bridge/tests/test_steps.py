@@ -17,7 +17,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402  (the stand-in)
 from test_arming import GIB, loop, samples  # noqa: E402
 from test_history import WithTorch  # noqa: E402
-from vramtrace_bridge import _arming, _torch  # noqa: E402
+from vramtrace_bridge import _arming, _steps, _torch  # noqa: E402
 from vramtrace_bridge._arming import MIB, Arming, StepFloors, steps_rising  # noqa: E402
 
 
@@ -127,34 +127,34 @@ class StepRule(unittest.TestCase):
 class Counters(WithTorch):
     def setUp(self):
         WithTorch.setUp(self)
-        self.patch(_torch, "_steps", _torch._Steps())
+        self.patch(_steps, "counters", _steps.Counters())
 
     def steps(self):
         return [dict(f) for _, f in self.records("steps")]
 
     def test_the_optimizer_hook_counts_the_first_optimizers_steps(self):
         self.attach()
-        self.assertTrue(_torch._step_hooks["optimizer"])
+        self.assertTrue(_steps.hooks["optimizer"])
         n_hooks = len(torch.optim.optimizer._global_optimizer_post_hooks)
         self.attach()  # a fresh attach (a forked child's) registers nothing twice
-        _torch._hook_steps()
+        _steps.install(torch, _torch._on_boundary)
         self.assertEqual(len(torch.optim.optimizer._global_optimizer_post_hooks), n_hooks)
         g = torch.optim.Adam([torch.nn.Parameter(8)])
         d = torch.optim.SGD([torch.nn.Parameter(8)])
         for _ in range(3):  # a GAN: two optimizers a step
             d.step()
             g.step()
-        self.assertEqual(_torch._steps.optimizer, 3)
-        self.assertGreater(_torch._steps.t_ns, 0)
+        self.assertEqual(_steps.counters.optimizer, 3)
+        self.assertGreater(_steps.counters.t_ns, 0)
         del g, d
         gc.collect()
         third = torch.optim.SGD([])
         third.step()  # the counted one is gone: the next one seen counts
-        self.assertEqual(_torch._steps.optimizer, 4)
+        self.assertEqual(_steps.counters.optimizer, 4)
 
     def test_outermost_no_grad_and_inference_scopes_count_when_nothing_else_does(self):
         self.attach()
-        self.assertTrue(_torch._step_hooks["scopes"])
+        self.assertTrue(_steps.hooks["scopes"])
 
         @torch.no_grad()
         def serve(n):
@@ -168,73 +168,73 @@ class Counters(WithTorch):
         with torch.inference_mode():
             with torch.no_grad():
                 pass
-        self.assertEqual(_torch._steps.scopes, 5)
-        self.assertEqual(_torch._steps.index(), 5)
+        self.assertEqual(_steps.counters.scopes, 5)
+        self.assertEqual(_steps.counters.index(), 5)
         # torch's own scopes (moving a model's parameters, one scope each) are not the program's iterations.
         model = torch.nn.Module()
         model.a = torch.nn.Parameter(8)
         model.b = torch.nn.Parameter(8)
         model.cuda()
-        self.assertEqual(_torch._steps.scopes, 5)
+        self.assertEqual(_steps.counters.scopes, 5)
         # Once an optimizer steps, its steps are the ones read (scopes still counted, not read at boundaries).
         opt = torch.optim.SGD([])
         opt.step()
         with torch.no_grad():
             pass
-        self.assertEqual((_torch._steps.scopes, _torch._steps.index()), (6, 1))
+        self.assertEqual((_steps.counters.scopes, _steps.counters.index()), (6, 1))
         # A fresh attach (a forked child's) wraps nothing twice.
         self.attach()
-        _torch._hook_steps()
+        _steps.install(torch, _torch._on_boundary)
         with torch.no_grad():
             pass
-        self.assertEqual(_torch._steps.scopes, 7)
+        self.assertEqual(_steps.counters.scopes, 7)
 
     def test_the_dataloader_wrapper_counts_and_is_transparent(self):
         self.attach()
         sys.modules.pop("torch.utils.data.dataloader", None)
         sys.modules.pop("torch.utils.data", None)
-        _torch._step_hooks["dataloader"] = False
-        self.addCleanup(_torch._step_hooks.__setitem__, "dataloader", True)
-        _torch._hook_steps()
+        _steps.hooks["dataloader"] = False
+        self.addCleanup(_steps.hooks.__setitem__, "dataloader", True)
+        _steps.install(torch, _torch._on_boundary)
         from torch.utils.data import DataLoader, dataloader
 
         nxt = dataloader._BaseDataLoaderIter.__next__
         self.assertTrue(nxt._vramtrace)
         self.assertEqual((nxt.__name__, nxt.__doc__), ("__next__", nxt.__wrapped__.__doc__))
-        _torch._hook_dataloader(dataloader)  # never twice
+        _steps.hook_dataloader(dataloader)  # never twice
         self.assertIs(dataloader._BaseDataLoaderIter.__next__, nxt)
         train = DataLoader(["a", "b", "c", "d", "e"])
         self.assertEqual(list(train), ["a", "b", "c", "d", "e"])
         it = iter(train)
         next(it)
-        self.assertEqual(_torch._steps.batches, 6)
+        self.assertEqual(_steps.counters.batches, 6)
         for _ in range(4):
             next(it)
         with self.assertRaises(StopIteration):
             next(it)
-        self.assertEqual(_torch._steps.batches, 10)
+        self.assertEqual(_steps.counters.batches, 10)
         # A validation loader beside the training one: its batches are not steps.
         self.assertEqual(list(DataLoader(["v", "w"])), ["v", "w"])
-        self.assertEqual(_torch._steps.batches, 10)
+        self.assertEqual(_steps.counters.batches, 10)
         # The dataset's own error goes through as it is.
         with self.assertRaises(KeyError):
             list(DataLoader([KeyError("x")]))
-        self.assertEqual(_torch._steps.batches, 10)
+        self.assertEqual(_steps.counters.batches, 10)
 
     def test_a_step_boundary_sends_the_allocated_bytes_within_its_share_of_the_time(self):
         self.attach()
         self.hold(96 * MIB)
         opt = torch.optim.SGD([])
         opt.step()
-        self.assertGreaterEqual(_torch._steps.next_read_ns - _torch._steps.t_ns, int(1000 / _torch.BOUNDARY_SHARE))
-        _torch._steps.reads = _torch.BOUNDARY_FREE  # past the readings taken at every step
+        self.assertGreaterEqual(_steps.counters.next_read_ns - _steps.counters.t_ns, int(1000 / _torch.BOUNDARY_SHARE))
+        _steps.counters.reads = _torch.BOUNDARY_FREE  # past the readings taken at every step
         opt.step()  # before the first reading's cost is paid back: counted, not read
         got = self.steps()
         self.assertEqual(len(got), 1, got)
         self.assertEqual((got[0]["optimizer"], got[0]["device"]), (1, 0))
         self.assertEqual(int(got[0]["allocated"]), torch._C._cuda_memoryStats(0)["allocated_bytes"]["all"]["current"])
         self.assertGreaterEqual(int(got[0]["allocated"]), 96 * MIB)
-        _torch._steps.next_read_ns = 0  # as if the program ran on long enough
+        _steps.counters.next_read_ns = 0  # as if the program ran on long enough
         self.hold(32 * MIB)
         opt.step()
         got = self.steps()
@@ -259,9 +259,9 @@ class Counters(WithTorch):
         # initialise CUDA).
         _torch.on_import(torch)
         opt = torch.optim.SGD([])
-        _torch._hook_steps()
+        _steps.install(torch, _torch._on_boundary)
         opt.step()
-        self.assertEqual(_torch._steps.optimizer, 1)
+        self.assertEqual(_steps.counters.optimizer, 1)
         self.assertFalse(torch.cuda.is_initialized())
         self.assertEqual(self.steps(), [])
 
@@ -270,12 +270,12 @@ class Counters(WithTorch):
         _torch._send_steps()
         self.assertEqual(self.steps(), [])
         opt = torch.optim.SGD([])
-        _torch._steps.next_read_ns = 1 << 62  # no boundary readings: the sampler alone
-        _torch._steps.reads = _torch.BOUNDARY_FREE
+        _steps.counters.next_read_ns = 1 << 62  # no boundary readings: the sampler alone
+        _steps.counters.reads = _torch.BOUNDARY_FREE
         opt.step()
         _torch._send_steps()
         _torch._send_steps()
-        t1 = _torch._steps.t_ns
+        t1 = _steps.counters.t_ns
         self.assertEqual(self.steps(), [{"optimizer": 1, "batches": 0, "scopes": 0, "t_ns": t1}])
         opt.step()
         _torch._send_steps()
@@ -298,7 +298,7 @@ class Counters(WithTorch):
         self.assertLess(len(whats) - 1 - whats[::-1].index("steps"), whats.index("exit"))
         self.patch(_torch, "_state", dict(_torch._state))
         _torch._after_fork()
-        self.assertEqual((_torch._steps.optimizer, _torch._steps.batches, _torch._steps.index()), (0, 0, None))
+        self.assertEqual((_steps.counters.optimizer, _steps.counters.batches, _steps.counters.index()), (0, 0, None))
 
     def test_a_leak_over_steps_arms_the_history_through_the_sampler(self):
         os.environ["FAKETORCH_TOTAL"] = str(80 * GIB)

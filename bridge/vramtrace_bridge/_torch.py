@@ -15,9 +15,9 @@
   `history` record; VRAMTRACE_TORCH_HISTORY=N keeps N entries from the start, `off` never. While armed, the
   snapshot is dumped beside the trace at each out-of-memory error, and at exit (pickle protocol 4, which
   memory_viz opens): a live block keeps its frames on itself, so the dump names the lines of live tensors;
-- the program's steps (optimizer steps and DataLoader batches, counted by a global optimizer hook and a wrapped
-  `__next__`), a `steps` record from the sampler when they moved; the floor of allocated bytes per step, so a
-  leak arms the history within a few steps;
+- the program's steps (optimizer steps, DataLoader batches, no_grad scopes: counted in _steps.py), a `steps`
+  record from the sampler when they moved, and the allocated bytes read at their boundaries within their share
+  of the time (here); the floor of allocated bytes per step, so a leak arms the history within a few steps;
 - what holds the CUDA tensors (a bounded walk of the program's objects, _holders.py), a `holders` record at
   each out-of-memory error, at the exit of a job whose memory grew, and when `<trace>.holders-<pid>.request`
   appears: nothing of it runs before then;
@@ -33,10 +33,9 @@ import os
 import sys
 import threading
 import time
-import weakref
 from typing import Any, Dict
 
-from . import _holders, _hook, _shim, debug
+from . import _holders, _shim, _steps, debug
 from ._arming import Arming, history_setting
 
 _state: Dict[str, Any] = {
@@ -153,133 +152,6 @@ def _version(torch):
     return getattr(torch, "__version__", "?")
 
 
-class _First(object):
-    """Counts the calls for one object only, the first seen (until it is collected: then the next one seen), so
-    that several optimizers stepping in one iteration (a GAN), or a validation loader beside the training
-    one, count one step an iteration."""
-
-    __slots__ = ("ref", "ident")
-
-    def __init__(self):
-        self.ref = None
-        self.ident = None
-
-    def counts(self, obj):
-        ref = self.ref
-        if ref is not None:
-            held = ref()
-            if held is obj:
-                return True
-            if held is not None:
-                return False
-        elif self.ident is not None:
-            return id(obj) == self.ident  # not weakly referenceable: its id, for good
-        try:
-            self.ref = weakref.ref(obj)
-        except TypeError:
-            self.ident = id(obj)
-        return True
-
-
-class _Steps(object):
-    """The program's step counters (written by its own threads, read by the sampler: plain ints)."""
-
-    def __init__(self):
-        self.optimizer = 0
-        self.batches = 0
-        # Outermost entries of torch.no_grad / torch.inference_mode (from a state with gradients on): the
-        # iterations of a loop with neither an optimizer nor a DataLoader (a serving loop, an evaluation, a
-        # generation), counted only while neither of those counts.
-        self.scopes = 0
-        self.t_ns = 0  # monotonic_ns of the latest step of either kind
-        self.first_optimizer = _First()
-        self.first_loader = _First()
-        self.sent = (0, 0, 0)
-        self.next_read_ns = 0  # no reading at a step's boundary before this (past the first BOUNDARY_FREE)
-        self.reads = 0
-        self.room_read = set()  # devices whose free memory was read at a step's boundary
-
-    def index(self):
-        """The step the program is in: optimizer steps once there are any (a step may take several batches),
-        else batches, else scopes; None before any."""
-        return self.optimizer or self.batches or self.scopes or None
-
-
-_steps = _Steps()
-# Patched or registered once per process, forks included (the hook and the patch survive a fork).
-_step_hooks = {"optimizer": False, "dataloader": False, "scopes": False}
-
-
-def _on_optimizer_step(optimizer, args, kwargs):
-    try:
-        s = _steps
-        if s.first_optimizer.counts(optimizer):
-            s.optimizer += 1
-            s.t_ns = time.monotonic_ns()
-            _boundary(s)
-            stop = _state["stop_steps"]
-            if stop and s.optimizer >= stop:
-                _stop("optimizer", s.optimizer)
-    except Exception:
-        pass
-
-
-def _count_batch(it):
-    try:
-        s = _steps
-        if s.first_loader.counts(it.__dict__.get("_dataset", it)):
-            s.batches += 1
-            s.t_ns = time.monotonic_ns()
-            if not s.optimizer:  # optimizer steps, when there are any, are the steps read
-                _boundary(s)
-                stop = _state["stop_steps"]
-                # Drawing batch N+1 ends step N (a loop over batches has no other boundary).
-                if stop and s.batches > stop:
-                    _stop("batches", s.batches - 1)
-    except Exception:
-        pass
-
-
-def _count_scope():
-    """An outermost no_grad / inference_mode scope the program's own code entered: an iteration of a loop that
-    has no other count. Never a reason to stop (`--stop-after-steps`): a training script's evaluation before its
-    first optimizer step would end it there."""
-    try:
-        s = _steps
-        s.scopes += 1
-        if s.optimizer or s.batches:
-            return
-        s.t_ns = time.monotonic_ns()
-        _boundary(s)
-    except Exception:
-        pass
-
-
-# Modules whose frames enter a decorated function's scope for it (the caller is the one behind them).
-_SCOPE_WRAPPERS = ("torch.utils._contextlib", "contextlib", "functools")
-# module name -> whether its code is the program's (cached: a path is resolved once)
-_user_modules: Dict[str, bool] = {}
-
-
-def _entered_by_program(depth):
-    """Whether the frame `depth` up (the one that entered the scope), past torch's decorator wrappers, is the
-    program's own code: torch moving a model's parameters (`.cuda()` enters no_grad once a parameter) and a
-    library's own scopes are not the program's iterations."""
-    try:
-        f = sys._getframe(depth + 1)
-        while f is not None and f.f_globals.get("__name__") in _SCOPE_WRAPPERS:
-            f = f.f_back
-        if f is None:
-            return False
-        name = f.f_globals.get("__name__")
-        known = _user_modules.get(name)
-        if known is None:
-            known = _user_modules[name] = bool(_holders._user_module(name, sys.modules.get(name)))
-        return known
-    except Exception:
-        return False
-
-
 def _stop(counter, n):
     """The N-th step is done and `run --stop-after-steps N` asked to stop there: what exit would send (figures,
     holders of a growing job, the history's snapshot), a `stopped` record, then the process ends at once. Only in
@@ -301,6 +173,20 @@ def _stop(counter, n):
         except Exception:
             pass
     os._exit(0)
+
+
+def _on_boundary(counter, s):
+    """A step's boundary (_steps.py): the reading, then the stop `run --stop-after-steps` asked for. Optimizer
+    steps stop at the N-th; batches when batch N+1 is drawn (a loop over batches has no other boundary); scopes
+    never (a training script's evaluation before its first optimizer step would end it there)."""
+    _boundary(s)
+    stop = _state["stop_steps"]
+    if not stop:
+        return
+    if counter == "optimizer" and s.optimizer >= stop:
+        _stop("optimizer", s.optimizer)
+    elif counter == "batches" and s.batches > stop:
+        _stop("batches", s.batches - 1)
 
 
 def _boundary(s):
@@ -350,82 +236,9 @@ def _read_boundary(s, now):
     _shim.record("steps", None, doc)
 
 
-def _hook_optimizer(mod):
-    if _step_hooks["optimizer"]:
-        return
-    register = getattr(mod, "register_optimizer_step_post_hook", None)  # PyTorch >= 2.0
-    if register is None:
-        return
-    _step_hooks["optimizer"] = True
-    register(_on_optimizer_step)
-
-
-def _wrap_next(real):
-    @functools.wraps(real)
-    def __next__(self):
-        out = real(self)  # a StopIteration (or anything else) goes through untouched
-        _count_batch(self)
-        return out
-
-    __next__._vramtrace = True
-    return __next__
-
-
-def _hook_dataloader(mod):
-    if _step_hooks["dataloader"]:
-        return
-    cls = getattr(mod, "_BaseDataLoaderIter", None)
-    real = getattr(cls, "__next__", None) if cls is not None else None
-    if real is None or getattr(real, "_vramtrace", False):
-        return
-    _step_hooks["dataloader"] = True
-    cls.__next__ = _wrap_next(real)
-
-
-def _wrap_scope_enter(real, torch):
-    """`__enter__` of no_grad / inference_mode, counting the entries made with gradients on and outside inference
-    mode (a scope inside another is the same iteration). One C call more per entry."""
-    grad_on = getattr(torch, "is_grad_enabled", None)
-    inference = getattr(torch, "is_inference_mode_enabled", None)
-
-    @functools.wraps(real)
-    def __enter__(self):
-        try:
-            outer = grad_on is not None and grad_on() and not (inference is not None and inference())
-        except Exception:
-            outer = False
-        out = real(self)
-        if outer and _entered_by_program(1):
-            _count_scope()
-        return out
-
-    __enter__._vramtrace = True
-    return __enter__
-
-
-def _hook_grad_mode(mod):
-    if _step_hooks["scopes"]:
-        return
-    torch = _state["torch"]
-    if torch is None:
-        return
-    _step_hooks["scopes"] = True
-    for name in ("no_grad", "inference_mode"):
-        cls = getattr(mod, name, None)
-        real = getattr(cls, "__enter__", None) if cls is not None else None
-        if real is not None and not getattr(real, "_vramtrace", False):
-            cls.__enter__ = _wrap_scope_enter(real, torch)
-
-
-def _hook_steps():
-    _hook.when_imported("torch.optim.optimizer", _hook_optimizer)
-    _hook.when_imported("torch.utils.data.dataloader", _hook_dataloader)
-    _hook.when_imported("torch.autograd.grad_mode", _hook_grad_mode)
-
-
 def _send_steps():
     """A `steps` record when the program stepped since the last one."""
-    s = _steps
+    s = _steps.counters
     now = (s.optimizer, s.batches, s.scopes)
     if now == s.sent:
         return
@@ -448,8 +261,7 @@ def _after_fork():
     _state["history"] = 0
     _state["arming"] = None
     _state["peaks"] = {}
-    global _steps
-    _steps = _Steps()
+    _steps.reset()
     _state["next_request_walk"] = 0.0
     _state["next_oom_walk"] = 0.0
     _state["walking"] = False
@@ -516,7 +328,7 @@ def _attach_unsafe():
     _state["arming"] = arming
     _state["stop_steps"] = max(0, _env_int("VRAMTRACE_STOP_STEPS", 0))
     try:
-        _hook_steps()
+        _steps.install(torch, _on_boundary)
     except Exception as e:
         debug("step hooks failed: %r" % (e,))
     _start_sampler()
@@ -738,7 +550,7 @@ def _watch(device, vals, t_ns=None):
             t_ns = time.monotonic_ns()
         if vals[1] > 0 and arming.needs_limit(device):
             arming.set_limit(device, _device_limit(_state["torch"], device))
-        decision = arming.sample(device, t_ns / 1e9, vals[0], vals[1], vals[5], _steps.index())
+        decision = arming.sample(device, t_ns / 1e9, vals[0], vals[1], vals[5], _steps.counters.index())
         if decision is not None:
             _act(arming, decision, t_ns)
     except Exception as e:
