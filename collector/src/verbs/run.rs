@@ -31,10 +31,12 @@ use vramtrace_format::env;
 
 mod cap;
 mod files;
+mod prepare;
 mod supervise;
 mod untraced;
 use cap::*;
 use files::*;
+use prepare::*;
 use supervise::*;
 use untraced::*;
 
@@ -234,88 +236,19 @@ struct Prepared {
 }
 
 impl Prepared {
+    /// Makes everything the run needs, in order: each step in `prepare`.
     fn new(args: &RunArgs) -> anyhow::Result<Prepared> {
         let shim = find_shim()?;
-        let cap = args.cap.clone().or_else(|| {
-            std::env::var(env::CAP)
-                .ok()
-                .filter(|c| !c.trim().is_empty())
-        });
-        let mode = cap_mode(args)?;
-        // What the job inherits from our environment (no flag given for it) is checked as the flags are: the
-        // shim would only warn and use its default.
-        let inherited = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        if args.stacks.is_none() {
-            if let Some(v) = inherited(env::STACKS) {
-                env::stacks(Some(&v)).map_err(|e| anyhow::anyhow!(e))?;
-            }
-        }
-        for (k, given) in [
-            (env::STACK_MIN_BYTES, args.stack_min_bytes.is_some()),
-            (env::RING_BYTES, args.ring_size.is_some()),
-        ] {
-            if let Some(v) = inherited(k).filter(|_| !given) {
-                env::size(&v).map_err(|e| anyhow::anyhow!("{k}={v:?}: {e}"))?;
-            }
-        }
-        let cap_allowance = match &args.cap_allowance {
-            Some(a) => env::size(a).map_err(|e| anyhow::anyhow!("--cap-allowance {a}: {e}"))?,
-            None => crate::cap_check::ALLOWANCE,
-        };
-        let mut extra = Vec::new();
-        let mut cap_on = Vec::new();
-        if let Some(spec) = &cap {
-            (extra, cap_on) = check_cap(spec, mode)?;
-        }
-        if let Some(min) = &args.stack_min_bytes {
-            env::size(min).map_err(|e| anyhow::anyhow!("--stack-min-bytes {min}: {e}"))?;
-        }
-        if let Some(r) = &args.ring_size {
-            let b = env::size(r).map_err(|e| anyhow::anyhow!("--ring-size {r}: {e}"))?;
-            let (lo, hi) = (
-                vramtrace_format::ring::bytes_for(vramtrace_format::ring::MIN_SLOTS),
-                vramtrace_format::ring::bytes_for(vramtrace_format::ring::MAX_SLOTS),
-            );
-            if b < lo as u64 || b > hi as u64 {
-                bail!("--ring-size {r}: must be between {lo} and {hi} bytes");
-            }
-        }
-        // The acceptor's ticks of pid 0 bound what processes still to come can hold (docs/TRACE-FORMAT.md).
-        extra.push((keys::header::NEWCOMER_TICKS.to_string(), "1".to_string()));
-        // A process's goodbye is written once its ring is drained, after its last record (the replay releases
-        // what it held there: docs/TRACE-FORMAT.md).
-        extra.push((keys::header::GOODBYE_LAST.to_string(), "1".to_string()));
-        // The trace ends with an end record once finished: a reader then knows a trace without one was cut.
-        extra.push((keys::header::END_RECORD.to_string(), "1".to_string()));
-        let out = args
-            .out
-            .clone()
-            .unwrap_or_else(|| default_out(&args.command));
-        let agent = args.python_agent.unwrap_or_else(|| {
-            match std::env::var("VRAMTRACE_PYTHON_AGENT")
-                .as_deref()
-                .map(str::trim)
-            {
-                Ok("off" | "0" | "no" | "false") => OnOff::Off,
-                _ => OnOff::On,
-            }
-        });
-        if agent == OnOff::Off && matches!(args.torch_history, Some(TorchHistory::Entries(_))) {
-            bail!("--torch-history needs the Python bridge, which --python-agent off turns off");
-        }
-        if agent == OnOff::Off && args.stop_after_steps.is_some() {
-            bail!("--stop-after-steps needs the Python bridge (it counts the steps), which --python-agent off turns off");
-        }
-        // A private temporary beside `out`, renamed onto it once the run can start (never through a link, never
-        // onto another user's file: `out_file`). Until then a failure leaves whatever was at `out` untouched.
-        let mut pending = crate::files::out_file::OutFile::create(&out, args.force)?;
-        // Held as long as the trace is written (advisory, released when its descriptor closes): a reader that
-        // finds no end record can tell a job still running from a run that was killed (`trace_file`).
-        {
-            use std::os::unix::io::AsRawFd;
-            // SAFETY: flock on the descriptor just opened; integer arguments only, no memory passed.
-            unsafe { libc::flock(pending.file().as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        }
+        let Asked {
+            cap,
+            mode,
+            cap_allowance,
+            mut extra,
+            cap_on,
+            out,
+            agent,
+        } = Asked::check(args)?;
+        let mut pending = open_trace(&out, args.force)?;
         // Traces of one job (one per node) merge in `report`; the `job` label of `--metrics`.
         let job = crate::live::job_name(args.job_name.as_deref());
         if let Some((name, from)) = &job {
@@ -328,163 +261,45 @@ impl Prepared {
             ),
             None => None,
         };
-        // The call-site settings the job runs with, so that a report can say why an allocation has no site.
-        let stack_min = match &args.stack_min_bytes {
-            Some(m) => env::size(m).ok(),
-            None => inherited(env::STACK_MIN_BYTES).and_then(|v| env::size(&v).ok()),
-        }
-        .unwrap_or(env::DEFAULT_STACK_MIN_BYTES);
-        let stacks = match args.stacks {
-            Some(s) => s.name().to_string(),
-            None => {
-                inherited(env::STACKS).map_or("all".to_string(), |v| v.trim().to_ascii_lowercase())
-            }
-        };
-        extra.push((
-            keys::header::STACK_MIN_BYTES.to_string(),
-            stack_min.to_string(),
-        ));
-        extra.push((keys::header::STACKS.to_string(), stacks));
-        // The report can then say which Python processes the bridge did not run in.
-        extra.push((
-            keys::header::PYTHON_AGENT.to_string(),
-            if agent == OnOff::On { "on" } else { "off" }.to_string(),
-        ));
-        let header = TraceHeader {
-            start_unix_ns: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64),
-            start_mono_ns: mono_ns(),
-            command: args
-                .command
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect(),
-            hostname: crate::receive::hostname(),
-            vramtrace_version: env!("CARGO_PKG_VERSION").to_string(),
-            extra,
-        };
+        push_job_settings(args, agent, &mut extra);
+        let header = trace_header(args, extra);
         let head = codec::encode_header(&header);
         pending
             .file()
             .write_all(&head)
             .with_context(|| format!("cannot write {}", out.display()))?;
-        // The trace's own folder is the last place tried: the user could write there.
-        let folder = out
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let dir = RuntimeDir::create(Some(folder))?;
-        // Only the job's user reaches the runtime directory: 0700, the socket 0600 (mkdtemp made it ours). Run as
-        // root, a process of the job may drop its privileges to another user and must still connect: then the
-        // directory lets others through (0711) but not list it, every name in it is random, the socket is
-        // 0666, and the peer check (`spawn_acceptor`, on the kernel's credentials) turns away anything that does
-        // not descend from the job.
-        // SAFETY: no arguments and no preconditions; it cannot fail.
-        let root = unsafe { libc::geteuid() } == 0;
-        let socket = dir.path.join(format!("sock-{:016x}", random_u64()));
-        let listener = UnixListener::bind(&socket)
-            .with_context(|| format!("cannot listen on {}", socket.display()))?;
-        set_mode(&dir.path, if root { 0o711 } else { 0o700 })?;
-        set_mode(&socket, if root { 0o666 } else { 0o600 })?;
-        // The cap's ledger: the job's user's alone (a lock on its slot bytes is a claim on the cap), at a name
-        // no one can guess, made afresh.
-        let ledger = dir.path.join(format!("ledger-{:016x}", random_u64()));
-        if cap.is_some() {
-            use std::os::unix::fs::OpenOptionsExt;
-            use std::os::unix::io::AsRawFd;
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&ledger)
-                .with_context(|| format!("cannot create {}", ledger.display()))?;
-            // Every byte of it reserved now, before the job starts: a filesystem another user filled would
-            // leave each process to cap itself alone, the job as a whole uncapped, in silence.
-            // SAFETY: plain integer arguments on the descriptor just opened; no memory passed.
-            let rc = unsafe {
-                libc::posix_fallocate(
-                    f.as_raw_fd(),
-                    0,
-                    vramtrace_format::cap::LEDGER_BYTES as libc::off_t,
-                )
-            };
-            if rc != 0 {
-                bail!(
-                    "cannot reserve the cap's ledger in {} ({}): the job's processes could not share its cap, \
-                     so it is not started; free space there (or set XDG_RUNTIME_DIR to a folder with room)",
-                    dir.path.display(),
-                    std::io::Error::from_raw_os_error(rc)
-                );
-            }
-        }
-        // A runtime filesystem that cannot take the bridge (full) does not stop the job: its Python processes
-        // are traced without it, and the summary says so, as the cap's ledger degrades.
-        let bridge = match agent {
-            OnOff::On => match crate::files::bridge_files::write(&dir.path.join("python")) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    crate::note!(
-                        "vramtrace: cannot write the Python bridge into {} ({e}): Python processes are traced \
-                         without it (no view inside PyTorch's or JAX's allocator)",
-                        dir.path.display()
-                    );
-                    None
-                }
-            },
-            OnOff::Off => None,
-        };
+        let Runtime {
+            dir,
+            socket,
+            listener,
+            ledger,
+        } = Runtime::make(&out, cap.is_some())?;
+        let bridge = write_bridge(agent, &dir.path);
         let file = pending
             .file()
             .try_clone()
             .with_context(|| format!("cannot write {}", out.display()))?;
         let reader = file.try_clone().ok();
         let writer = TraceWriter::new(file, head.len() as u64);
+        let followed = Followed {
+            header: &header,
+            start: head.len() as u64,
+            written: &writer.written,
+        };
         let metrics = match metrics_addr {
-            Some(addr) => {
-                let labels = crate::live::JobLabels {
-                    job: job.map(|j| j.0).unwrap_or_default(),
-                    host: header.hostname.clone(),
-                    uuids: crate::live::uuids_from_env(),
-                    pids: args.metrics_pids,
-                };
-                let live = crate::live::Live::new(
-                    labels,
-                    &header,
-                    reader,
-                    head.len() as u64,
-                    writer.written.clone(),
-                    !cap_on.is_empty(),
-                );
-                let running =
-                    crate::live::Running::start(addr, live, &header.command.join(" "), &out)
-                        .with_context(|| format!("--metrics: cannot listen on {addr}"))?;
-                if !args.quiet {
-                    crate::note!(
-                        "vramtrace: metrics at http://{}/metrics",
-                        running.server.addr
-                    );
-                }
-                Some(running)
-            }
+            Some(addr) => Some(start_metrics(
+                args,
+                addr,
+                job,
+                &followed,
+                reader,
+                !cap_on.is_empty(),
+                &out,
+            )?),
             None => None,
         };
         // The cap's check against the GPU's count reads the trace as the metrics do (their reader, if running).
-        let live = match (&metrics, cap_on.is_empty()) {
-            (_, true) => None,
-            (Some(m), false) => Some(m.live.clone()),
-            (None, false) => pending.file().try_clone().ok().map(|f| {
-                crate::live::Live::new(
-                    crate::live::JobLabels::default(),
-                    &header,
-                    Some(f),
-                    head.len() as u64,
-                    writer.written.clone(),
-                    true,
-                )
-            }),
-        };
+        let live = cap_reader(&metrics, !cap_on.is_empty(), pending.file(), &followed);
         // Everything that could refuse the run has been made: the trace takes its name.
         pending.commit()?;
         Ok(Prepared {
@@ -505,6 +320,8 @@ impl Prepared {
         })
     }
 
+    /// Runs the command with the shim preloaded and supervises it to its end, then finishes the trace and
+    /// says what it holds: each step a method below.
     fn execute(self, args: &RunArgs, signals: Signals) -> Code {
         // Every process of the job that loses its parent becomes ours: we learn how it ended (its wait status),
         // and when none is left, that the job is over.
@@ -518,23 +335,65 @@ impl Prepared {
         // The job's token: only the job's processes see it (their environment), so it vouches for one of
         // another user that was gone before the kernel could be asked where it came from.
         let token = format!("{:016x}{:016x}", random_u64(), random_u64());
-        // The job's settings, answered to each process's hello: its shim applies the job's cap, whatever its own
-        // environment says (a child started with its own VRAMTRACE_CAP, or without VRAMTRACE_LEDGER).
-        let settings = vramtrace_format::settings::JobSettings {
-            cap: self.cap.clone(),
-            warn: self.cap_mode == CapMode::Warn,
-            ledger: self.cap.as_ref().map(|_| {
-                use std::os::unix::ffi::OsStrExt;
-                self.ledger.as_os_str().as_bytes().to_vec()
-            }),
-        };
+        let settings = self.job_settings();
         let conns = Arc::new(Connections::new(&token).with_settings(&settings));
         let acceptor = spawn_acceptor(
             self.listener.try_clone().ok(),
             self.trace.clone(),
             conns.clone(),
         );
+        let mut cmd = self.command(args, &token);
+        // Our blocked signals must not be the command's (std does not reset the mask it inherits), nor our
+        // descriptor limit.
+        as_started(&mut cmd, nofile);
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                // Nothing ran: the trace file we created holds only a header; take it away again.
+                let _ = std::fs::remove_file(&self.out);
+                return spawn_failed(args, &e);
+            }
+        };
+        let watch = self.watch_cap(args.quiet);
+        let status = supervise(child.id(), &signals, &self.trace, &conns);
+        // std's handle must not wait for a pid we reaped ourselves.
+        std::mem::forget(child);
+        let (running, lingering) = self.linger(&signals, &conns, acceptor);
+        let code = exit_code(status);
+        let breaches = watch
+            .map(|w| std::mem::take(&mut *w.breaches.lock().unwrap_or_else(|e| e.into_inner())))
+            .unwrap_or_default();
+        // How the processes their own parents reaped ended, where the kernel agrees the parent is theirs.
+        crate::receive::write_reaped(&conns, &self.trace);
+        // The native frames' names, from the files the job loaded, while they are still here: the trace then
+        // names its frames wherever it is read (crate::names::frame_names).
+        self.name_frames();
+        self.end_trace();
+        let mut msg = self.summary(code, &breaches);
+        self.push_losses(&mut msg, &conns, lingering, running);
+        if !args.quiet {
+            crate::process::exit::write_err(format_args!("{}", indent_summary(&msg)));
+            crate::note!("vramtrace: trace written to {}", self.out.display());
+        }
+        code
+    }
 
+    /// The job's settings, answered to each process's hello: its shim applies the job's cap, whatever its own
+    /// environment says (a child started with its own VRAMTRACE_CAP, or without VRAMTRACE_LEDGER).
+    fn job_settings(&self) -> vramtrace_format::settings::JobSettings {
+        vramtrace_format::settings::JobSettings {
+            cap: self.cap.clone(),
+            warn: self.cap_mode == CapMode::Warn,
+            ledger: self.cap.as_ref().map(|_| {
+                use std::os::unix::ffi::OsStrExt;
+                self.ledger.as_os_str().as_bytes().to_vec()
+            }),
+        }
+    }
+
+    /// The command with the job's environment: the shim preloaded, the socket and the job's token, the trace's
+    /// path, the bridge's settings, and each flag as format's `env` parses it in the shim.
+    fn command(&self, args: &RunArgs, token: &str) -> Command {
         let mut cmd = Command::new(&args.command[0]);
         cmd.args(&args.command[1..]);
         let mut preload = OsString::from(&self.shim);
@@ -544,12 +403,40 @@ impl Prepared {
         }
         cmd.env("LD_PRELOAD", preload)
             .env(env::SOCKET, &self.socket)
-            .env(env::JOB_TOKEN, &token);
+            .env(env::JOB_TOKEN, token);
         // Snapshots and other files the job's processes write beside the trace.
         cmd.env(
             "VRAMTRACE_TRACE",
             std::path::absolute(&self.out).unwrap_or_else(|_| self.out.clone()),
         );
+        self.bridge_env(&mut cmd, args);
+        // Each as format's `env` parses it in the shim.
+        if let Some(stacks) = args.stacks {
+            cmd.env(env::STACKS, stacks.name());
+        }
+        if let Some(min) = &args.stack_min_bytes {
+            cmd.env(
+                env::STACK_MIN_BYTES,
+                env::size(min).unwrap_or(0).to_string(),
+            );
+        }
+        if let Some(r) = &args.ring_size {
+            cmd.env(env::RING_BYTES, env::size(r).unwrap_or(0).to_string());
+        }
+        if args.lossless {
+            cmd.env(env::LOSSLESS, "1");
+        }
+        if let Some(spec) = &self.cap {
+            cmd.env(env::CAP, spec)
+                .env(env::CAP_MODE, self.cap_mode.name())
+                .env(env::LEDGER, &self.ledger);
+        }
+        cmd
+    }
+
+    /// The Python bridge's part of the job's environment: its directory first on PYTHONPATH and its settings,
+    /// or that it is off.
+    fn bridge_env(&self, cmd: &mut Command, args: &RunArgs) {
         match &self.bridge {
             Some(dir) => {
                 let mut path = dir.clone().into_os_string();
@@ -582,40 +469,11 @@ impl Prepared {
                 cmd.env("VRAMTRACE_PYTHON_AGENT", "off");
             }
         }
-        // Each as format's `env` parses it in the shim.
-        if let Some(stacks) = args.stacks {
-            cmd.env(env::STACKS, stacks.name());
-        }
-        if let Some(min) = &args.stack_min_bytes {
-            cmd.env(
-                env::STACK_MIN_BYTES,
-                env::size(min).unwrap_or(0).to_string(),
-            );
-        }
-        if let Some(r) = &args.ring_size {
-            cmd.env(env::RING_BYTES, env::size(r).unwrap_or(0).to_string());
-        }
-        if args.lossless {
-            cmd.env(env::LOSSLESS, "1");
-        }
-        if let Some(spec) = &self.cap {
-            cmd.env(env::CAP, spec)
-                .env(env::CAP_MODE, self.cap_mode.name())
-                .env(env::LEDGER, &self.ledger);
-        }
-        // Our blocked signals must not be the command's (std does not reset the mask it inherits), nor our
-        // descriptor limit.
-        as_started(&mut cmd, nofile);
-        let child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                // Nothing ran: the trace file we created holds only a header; take it away again.
-                let _ = std::fs::remove_file(&self.out);
-                return spawn_failed(args, &e);
-            }
-        };
-        // The cap, confirmed by the GPU's own count while the job runs.
-        let watch = match (&self.cap, &self.live) {
+    }
+
+    /// The cap, confirmed by the GPU's own count while the job runs (under a cap on a GPU).
+    fn watch_cap(&self, quiet: bool) -> Option<crate::cap_check::Watch> {
+        match (&self.cap, &self.live) {
             (Some(spec), Some(live)) if !self.cap_on.is_empty() => crate::cap_check::start(
                 crate::cap_check::JobCap {
                     spec: spec.clone(),
@@ -627,19 +485,24 @@ impl Prepared {
                     live: live.clone(),
                     trace: self.trace.clone(),
                 }),
-                args.quiet,
+                quiet,
             ),
             _ => None,
-        };
-        let status = supervise(child.id(), &signals, &self.trace, &conns);
-        // std's handle must not wait for a pid we reaped ourselves.
-        std::mem::forget(child);
+        }
+    }
 
-        // The command is gone. Its other processes are ours now: wait, briefly, until none is left, then take
-        // every connection still waiting to be accepted (a process that connected and died before the acceptor
-        // got to it is not lost), then let the receivers read to the end.
+    /// The command is gone. Its other processes are ours now: wait, briefly, until none is left, then take
+    /// every connection still waiting to be accepted (a process that connected and died before the acceptor
+    /// got to it is not lost), then let the receivers read to the end. Returns the processes still running
+    /// and the connections still open when the wait ended.
+    fn linger(
+        &self,
+        signals: &Signals,
+        conns: &Connections,
+        acceptor: Option<thread::JoinHandle<()>>,
+    ) -> (usize, usize) {
         let deadline = Instant::now() + LINGER;
-        let running = reap_until(&signals, &self.trace, &conns, deadline);
+        let running = reap_until(signals, &self.trace, conns, deadline);
         conns.stop.store(true, Ordering::Release);
         if let Some(a) = acceptor {
             let _ = a.join();
@@ -647,25 +510,23 @@ impl Prepared {
         while conns.open.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(5));
         }
-        let lingering = conns.open.load(Ordering::Acquire);
-        let code = exit_code(status);
-        let breaches = watch
-            .map(|w| std::mem::take(&mut *w.breaches.lock().unwrap_or_else(|e| e.into_inner())))
-            .unwrap_or_default();
-        // How the processes their own parents reaped ended, where the kernel agrees the parent is theirs.
-        crate::receive::write_reaped(&conns, &self.trace);
-        // The native frames' names, from the files the job loaded, while they are still here: the trace then
-        // names its frames wherever it is read (crate::names::frame_names).
-        self.name_frames();
+        (running, conns.open.load(Ordering::Acquire))
+    }
+
+    /// Finished: the end record (on a full disk it is lost too, and the trace says it was cut).
+    fn end_trace(&self) {
         if let Ok(mut w) = self.trace.lock() {
-            // Finished: the end record (on a full disk it is lost too, and the trace says it was cut).
             let mut end = Vec::new();
             codec::put_record(&mut end, &Record::End { ts_ns: mono_ns() });
             w.write(0, &end);
             let _ = w.file.sync_data();
         }
-        // The readers of the trace and the files it names are bounded and should never panic; if one does
-        // (a bug), the job's exit code, the losses below and the trace's path are still said.
+    }
+
+    /// The summary of the finished trace. The readers of the trace and the files it names are bounded and
+    /// should never panic; if one does (a bug), the job's exit code, the losses and the trace's path are still
+    /// said.
+    fn summary(&self, code: Code, breaches: &[crate::cap_check::Breach]) -> String {
         let summary = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut msg = String::new();
             match crate::inputs::trace_file::analyze(&self.out) {
@@ -685,17 +546,22 @@ impl Prepared {
                         msg.push_str(&w);
                         msg.push('\n');
                     }
-                    msg.push_str(&self.post_mortem(&a, code, &breaches));
+                    msg.push_str(&self.post_mortem(&a, code, breaches));
                 }
                 Err(e) => msg.push_str(&format!("cannot summarise the trace: {e}\n")),
             }
             msg
         }));
-        let mut msg = summary.unwrap_or_else(|_| {
+        summary.unwrap_or_else(|_| {
             "cannot summarise the trace: its reader failed (a bug in vramtrace: please report it with the \
              trace)\n"
                 .to_string()
-        });
+        })
+    }
+
+    /// What the trace lacks, after the summary: the writer's losses, the connections refused, a descriptor
+    /// limit that starved the receivers, processes still running when the wait for them ended.
+    fn push_losses(&self, msg: &mut String, conns: &Connections, lingering: usize, running: usize) {
         let loss = self
             .trace
             .lock()
@@ -705,7 +571,7 @@ impl Prepared {
         let starved = conns.starved.load(Ordering::Acquire);
         if !loss.is_empty() || refused_any || starved {
             // What the trace lacks may well have allocated: never claim the job did not.
-            msg = msg.replace(
+            *msg = msg.replace(
                 "no GPU memory was allocated\n",
                 "no GPU memory allocation reached the trace (below: what did not)\n",
             );
@@ -733,11 +599,6 @@ impl Prepared {
                 LINGER.as_secs()
             ));
         }
-        if !args.quiet {
-            crate::process::exit::write_err(format_args!("{}", indent_summary(&msg)));
-            crate::note!("vramtrace: trace written to {}", self.out.display());
-        }
-        code
     }
 }
 
