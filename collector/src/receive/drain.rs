@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use vramtrace_format::codec;
 use vramtrace_format::ring::Item;
-use vramtrace_format::{LossCause, Record};
+use vramtrace_format::{Event, LossCause, Record};
 
 use super::hold::{blob_into, put_loss, put_note, Hold};
+use super::ingest::{Refused, Speaker};
 use super::limits::CLOCK_MARGIN_NS;
 use super::peer::*;
 use super::writer::TraceWriter;
+use super::Connections;
 use crate::names::ticks::mono_ns;
 use crate::process::hangup;
 
@@ -51,17 +53,80 @@ impl Conn {
         };
         let stalled = promise.saturating_sub(d.last_ns) >= STALL.as_nanos() as u64;
         d.last_ns = promise;
+        let mut goodbye = None;
+        let taken = d.take_records(dead, who, promise, &mut goodbye, refused, conns);
+        if !dead
+            && taken == 0
+            && d.consumer.ring().used() == 0
+            && promise >= d.last_tick + TICK_NS
+            // A process that hung up and is not stamped yet (the watcher is late): no promise past its end.
+            && (hung_up.is_some() || !self.open || !peer_hung_up(&self.stream))
+        {
+            d.put_tick(pid, promise, hung_up);
+        }
+        put_batch(&mut d.out, pid, &mut d.batch);
+        if goodbye.is_some() {
+            self.goodbye = goodbye;
+        }
+        if !dead {
+            d.watch_stuck(promise);
+        }
+        let ts = mono_ns();
+        d.say_drops(pid, ts, stalled);
+        d.say_torn(pid, ts);
+        d.say_corrupt(pid, ts);
+        if dead {
+            if let Some(bye) = self.goodbye {
+                // Never older than a tick already written (the process lived on after its goodbye).
+                let ts_ns = bye.max(d.last_ts).max(d.promised);
+                codec::put_record(&mut d.out, &Record::Goodbye { pid, ts_ns });
+            }
+        }
+        if !d.out.is_empty() {
+            if let Ok(mut w) = trace.lock() {
+                w.write(pid, &d.out);
+            }
+            d.out.clear();
+        }
+        self.put_refused(trace);
+        taken > 0
+    }
+}
+
+/// The events gathered so far into one frame of `out`, when there are any: kept in one place so that events
+/// and the records between them stay in the ring's order.
+#[inline]
+fn put_batch(out: &mut Vec<u8>, pid: u32, batch: &mut Vec<Event>) {
+    if !batch.is_empty() {
+        codec::put_events(out, pid, batch);
+        batch.clear();
+    }
+}
+
+impl Drain {
+    /// The drain's taking: every record the ring holds, events in frames of at most `BATCH` and the records
+    /// (blobs) between them in the ring's causal order, into `out`. `now`: when this drain looked. Returns the
+    /// records taken.
+    #[inline]
+    fn take_records(
+        &mut self,
+        dead: bool,
+        who: Speaker,
+        now: u64,
+        goodbye: &mut Option<u64>,
+        refused: &mut Refused,
+        conns: Option<&Connections>,
+    ) -> u64 {
+        let pid = who.kernel;
         let Drain {
             consumer,
             batch,
             out,
             last_ts,
             promised,
-            last_tick,
             ticks,
             ..
-        } = d;
-        let mut goodbye = None;
+        } = self;
         // Events stamped with the counter: converted by the collector's one line (format's `ticks`).
         let line = ticks.then(crate::names::ticks::line);
         let mut take = |item: Item| match item {
@@ -82,82 +147,75 @@ impl Conn {
                 }
             }
             Item::Blob(bytes) => {
-                if !batch.is_empty() {
-                    codec::put_events(out, pid, batch);
-                    batch.clear();
-                }
+                put_batch(out, pid, batch);
                 // In the ring's causal order, like the events around it.
                 let mut hold = Hold {
                     last: *last_ts,
                     promised: *promised,
-                    now: promise,
+                    now,
                     most: None,
                 };
-                blob_into(out, bytes, &mut goodbye, &mut hold, who, refused, conns);
+                blob_into(out, bytes, goodbye, &mut hold, who, refused, conns);
                 *last_ts = hold.last;
             }
         };
         let taken = consumer.drain(dead, &mut take);
-        if !batch.is_empty() {
-            codec::put_events(out, pid, batch);
-            batch.clear();
+        put_batch(out, pid, batch);
+        taken
+    }
+
+    /// A promise that nothing older is still to come, for a process that is quiet: what its producers reserve
+    /// after it is held at no less than it (`take_records`). Never past `hung_up`, the process's end.
+    fn put_tick(&mut self, pid: u32, now: u64, hung_up: Option<u64>) {
+        self.last_tick = now;
+        if let Some(t) = self.consumer.ring().promise(mono_ns) {
+            // A margin for the events' converted ticks against the collector's clock (`CLOCK_MARGIN_NS`).
+            let ts_ns = t
+                .min(hung_up.unwrap_or(u64::MAX))
+                .saturating_sub(CLOCK_MARGIN_NS);
+            self.promised = self.promised.max(ts_ns);
+            codec::put_record(&mut self.out, &Record::Tick { pid, ts_ns });
         }
-        // A promise that nothing older is still to come, for a process that is quiet: what its producers reserve
-        // after it is held at no less than it (above).
-        if !dead
-            && taken == 0
-            && consumer.ring().used() == 0
-            && promise >= *last_tick + TICK_NS
-            // A process that hung up and is not stamped yet (the watcher is late): no promise past its end.
-            && (hung_up.is_some() || !self.open || !peer_hung_up(&self.stream))
-        {
-            *last_tick = promise;
-            if let Some(t) = consumer.ring().promise(mono_ns) {
-                // A margin for the events' converted ticks against the collector's clock (`CLOCK_MARGIN_NS`).
-                let ts_ns = t
-                    .min(hung_up.unwrap_or(u64::MAX))
-                    .saturating_sub(CLOCK_MARGIN_NS);
-                *promised = (*promised).max(ts_ns);
-                codec::put_record(out, &Record::Tick { pid, ts_ns });
-            }
-        }
-        if !batch.is_empty() {
-            codec::put_events(out, pid, batch);
-            batch.clear();
-        }
-        if goodbye.is_some() {
-            self.goodbye = goodbye;
-        }
-        if !dead {
-            d.stuck = match (consumer.waiting_at(), d.stuck) {
-                (Some(at), Some((was, since))) if at == was => {
-                    if promise.saturating_sub(since) >= STUCK_NS {
-                        consumer.skip_stuck();
-                        None
-                    } else {
-                        Some((was, since))
-                    }
+    }
+
+    /// Follows a record reserved and not published: one waiting at the same place for `STUCK_NS` is skipped
+    /// (its thread will not finish it), so that the ring does not fill behind it.
+    fn watch_stuck(&mut self, now: u64) {
+        let consumer = &mut self.consumer;
+        self.stuck = match (consumer.waiting_at(), self.stuck) {
+            (Some(at), Some((was, since))) if at == was => {
+                if now.saturating_sub(since) >= STUCK_NS {
+                    consumer.skip_stuck();
+                    None
+                } else {
+                    Some((was, since))
                 }
-                (Some(at), _) => Some((at, promise)),
-                (None, _) => None,
-            };
-        }
-        let ts = mono_ns();
+            }
+            (Some(at), _) => Some((at, now)),
+            (None, _) => None,
+        };
+    }
+
+    /// What the ring's drop count says was lost since the last drain, by cause (a stalled collector, or a
+    /// full ring), or that the process wrote the count itself.
+    fn say_drops(&mut self, pid: u32, ts: u64, stalled: bool) {
+        let consumer = &mut self.consumer;
+        let out = &mut self.out;
         let dropped = consumer.ring().dropped();
         // The count is shared memory the process can scribble on: a jump no ring could drop between two looks
         // (more than 2^40 records) is not counted, and the ring is taken for corrupt.
-        if dropped.saturating_sub(d.dropped_seen) > MAX_PLAUSIBLE_DROPS {
+        if dropped.saturating_sub(self.dropped_seen) > MAX_PLAUSIBLE_DROPS {
             consumer.corrupt = true;
-            d.dropped_seen = dropped;
+            self.dropped_seen = dropped;
         }
-        if dropped > d.dropped_seen {
-            let count = dropped - d.dropped_seen;
-            d.dropped_seen = dropped;
+        if dropped > self.dropped_seen {
+            let count = dropped - self.dropped_seen;
+            self.dropped_seen = dropped;
             // A shim drops only into a full ring, so a ring whose head never reached its size dropped nothing:
             // its count was written by the process itself, and is said as that, never as events lost.
             if !consumer.ever_full() {
-                if !d.drops_forged_said {
-                    d.drops_forged_said = true;
+                if !self.drops_forged_said {
+                    self.drops_forged_said = true;
                     put_note(
                         out,
                         pid,
@@ -177,12 +235,18 @@ impl Conn {
                 put_loss(out, pid, ts, count, cause);
             }
         }
-        if consumer.torn > d.torn_seen {
-            let count = consumer.torn - d.torn_seen;
-            d.torn_seen = consumer.torn;
+    }
+
+    /// The records the consumer counted torn since the last drain: events lost, or records that were no events.
+    fn say_torn(&mut self, pid: u32, ts: u64) {
+        let consumer = &self.consumer;
+        let out = &mut self.out;
+        if consumer.torn > self.torn_seen {
+            let count = consumer.torn - self.torn_seen;
+            self.torn_seen = consumer.torn;
             // Those its ring's intent words named as blobs (only ever counted once the process is dead): no events.
-            let others = (consumer.torn_blobs - d.torn_blobs).min(count);
-            d.torn_blobs = consumer.torn_blobs;
+            let others = (consumer.torn_blobs - self.torn_blobs).min(count);
+            self.torn_blobs = consumer.torn_blobs;
             let events = count - others;
             if events > 0 {
                 put_loss(out, pid, ts, events, LossCause::DiedMidRecord);
@@ -199,33 +263,22 @@ impl Conn {
                 );
             }
         }
-        if consumer.corrupt && !d.corrupt_said {
+    }
+
+    /// A ring that held something no shim writes, said once.
+    fn say_corrupt(&mut self, pid: u32, ts: u64) {
+        if self.consumer.corrupt && !self.corrupt_said {
             // Said once; the consumer keeps refusing (`corrupt` stays set) and sleeps between its looks.
-            d.corrupt_said = true;
+            self.corrupt_said = true;
             put_note(
-                out,
+                &mut self.out,
                 pid,
                 ts,
                 "the process's ring held something no shim writes; the rest of it was not read"
                     .into(),
             );
-            consumer.torn = u64::MAX / 2;
-            d.torn_seen = consumer.torn;
+            self.consumer.torn = u64::MAX / 2;
+            self.torn_seen = self.consumer.torn;
         }
-        if dead {
-            if let Some(bye) = self.goodbye {
-                // Never older than a tick already written (the process lived on after its goodbye).
-                let ts_ns = bye.max(*last_ts).max(d.promised);
-                codec::put_record(out, &Record::Goodbye { pid, ts_ns });
-            }
-        }
-        if !out.is_empty() {
-            if let Ok(mut w) = trace.lock() {
-                w.write(pid, out);
-            }
-            out.clear();
-        }
-        self.put_refused(trace);
-        taken > 0
     }
 }
