@@ -75,6 +75,7 @@ pub(crate) const STARVED_NOTE: &str =
     "connections still waiting when the job ended were not taken, so \
     their processes are not in the trace: the collector ran out of file descriptors";
 
+/// Starts the acceptor's thread on `listener` (none: no thread).
 pub(crate) fn spawn_acceptor(
     listener: Option<UnixListener>,
     trace: Arc<Mutex<TraceWriter>>,
@@ -91,129 +92,190 @@ pub(crate) fn spawn_acceptor(
     // SAFETY: no arguments and no preconditions; it cannot fail.
     let uid = unsafe { libc::geteuid() };
     let hangups = Hangups::start();
+    let acceptor = Acceptor {
+        spare: None,
+        stopped_at: None,
+        last_tick: 0,
+        conns,
+        delay,
+        listener,
+        me,
+        uid,
+        trace,
+        hangups,
+    };
     thread::Builder::new()
         .name("vramtrace-accept".into())
-        .spawn(move || {
-            let mut last_tick = 0u64;
-            let mut stopped_at = None;
-            let mut spare = None;
-            loop {
-                let stopping = conns.stop.load(Ordering::Acquire);
-                if stopping && stopped_at.is_none() {
-                    stopped_at = Some(Instant::now());
-                }
-                if !stopping {
-                    if let Some(d) = delay {
-                        thread::sleep(d);
-                    }
-                }
-                // A round: the time, then everything waiting in the backlog, each with its hello in the trace.
-                let round = mono_ns();
-                let mut all_announced = true;
-                let mut starved = false;
-                loop {
-                    // A descriptor held in reserve: an accepted connection can always be given one of its own
-                    // for the ring that comes with its hello (`Conn::reserve`), even when accepting it took the
-                    // last. Without one, connections wait in the backlog (their processes recording meanwhile)
-                    // until descriptors free up.
-                    if spare.is_none() {
-                        spare = listener.try_clone().ok();
-                        if spare.is_none() {
-                            // Starved only if a connection is waiting.
-                            let mut pfd = libc::pollfd {
-                                fd: listener.as_raw_fd(),
-                                events: libc::POLLIN,
-                                revents: 0,
-                            };
-                            // SAFETY: one local pollfd, as the count says.
-                            if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 {
-                                starved = true;
-                                all_announced = false;
-                            }
-                            break;
-                        }
-                    }
-                    match listener.accept() {
-                        Ok((stream, _)) => {
-                            // Room for the peer check's reads of /proc; then taken back for this connection.
-                            drop(spare.take());
-                            let gone = match peer_of_job(&stream, me, uid, &conns) {
-                                Peer::Job => None,
-                                Peer::Gone(uid) => Some(GonePeer {
-                                    uid,
-                                    conns: conns.clone(),
-                                }),
-                                Peer::NotJob => continue,
-                            };
-                            let reserve = listener.try_clone().ok().map(OwnedFd::from);
-                            all_announced &=
-                                take(stream, &trace, &conns, hangups.as_deref(), gone, reserve);
-                            if stopping {
-                                stopped_at = Some(Instant::now());
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(e) => {
-                            // Out of descriptors (or kernel memory): the connection waits in the backlog.
-                            starved = matches!(
-                                e.raw_os_error(),
-                                Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-                            );
-                            all_announced = false;
-                            break;
-                        }
-                    }
-                }
-                if !all_announced {
-                    // Nothing to gain from looking again at once (the listener stays readable).
-                    thread::sleep(STARVED_NAP);
-                }
-                if stopping {
-                    // The backlog is empty and the job is over; or nothing more can be taken (said in the
-                    // summary and the trace) once nothing has been for a while.
-                    if starved && stopped_at.is_some_and(|t| t.elapsed() < STARVED_WAIT) {
-                        continue;
-                    }
-                    if starved {
-                        conns.starved.store(true, Ordering::Release);
-                        let mut buf = Vec::new();
-                        put_note(&mut buf, 0, mono_ns(), STARVED_NOTE.into());
-                        if let Ok(mut w) = trace.lock() {
-                            w.write(0, &buf);
-                        }
-                    }
-                    return;
-                }
-                // Every process that connects from now on connected after `round`, and the shim stamps nothing
-                // before it has connected: no process still to come has anything older (less the margin for
-                // its converted ticks). The model holds its merge to this.
-                if all_announced
-                    && conns.unannounced.load(Ordering::Acquire) == 0
-                    && round >= last_tick + NEWCOMER_TICK_NS
-                {
-                    last_tick = round;
-                    let mut buf = Vec::new();
-                    codec::put_record(
-                        &mut buf,
-                        &Record::Tick {
-                            pid: 0,
-                            ts_ns: round.saturating_sub(CLOCK_MARGIN_NS),
-                        },
-                    );
-                    if let Ok(mut w) = trace.lock() {
-                        w.write(0, &buf);
-                    }
-                }
-                let mut pfd = libc::pollfd {
-                    fd: listener.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one local pollfd, as the count says.
-                unsafe { libc::poll(&mut pfd, 1, 20) };
-            }
-        })
+        .spawn(move || acceptor.run())
         .ok()
+}
+
+/// The acceptor's thread: what it was given, and what it keeps from one round to the next. Its round (`run`),
+/// the taking of what waits in the backlog and the promises it writes are apart, each a method.
+struct Acceptor {
+    /// A descriptor held in reserve (a clone of the listener's), so that a connection taken can always be
+    /// given one for its ring.
+    spare: Option<UnixListener>,
+    /// When the job was found over, or the last connection taken since.
+    stopped_at: Option<Instant>,
+    /// When the last newcomer promise was written.
+    last_tick: u64,
+    conns: Arc<Connections>,
+    /// A test hook: each round this late (`VRAMTRACE_TEST_ACCEPT_DELAY_MS`).
+    delay: Option<Duration>,
+    listener: UnixListener,
+    /// vramtrace's pid and user, for the peer check.
+    me: u32,
+    uid: u32,
+    trace: Arc<Mutex<TraceWriter>>,
+    hangups: Option<Arc<Hangups>>,
+}
+
+impl Acceptor {
+    /// Rounds until the job is over and nothing more waits (or can be taken): each takes the backlog, then
+    /// promises what it can for the processes still to come, then waits for the next connection.
+    fn run(mut self) {
+        loop {
+            let stopping = self.conns.stop.load(Ordering::Acquire);
+            if stopping && self.stopped_at.is_none() {
+                self.stopped_at = Some(Instant::now());
+            }
+            if !stopping {
+                if let Some(d) = self.delay {
+                    thread::sleep(d);
+                }
+            }
+            // A round: the time, then everything waiting in the backlog, each with its hello in the trace.
+            let round = mono_ns();
+            let (all_announced, starved) = self.take_waiting(stopping);
+            if !all_announced {
+                // Nothing to gain from looking again at once (the listener stays readable).
+                thread::sleep(STARVED_NAP);
+            }
+            if stopping {
+                // The backlog is empty and the job is over; or nothing more can be taken (said in the
+                // summary and the trace) once nothing has been for a while.
+                if starved && self.stopped_at.is_some_and(|t| t.elapsed() < STARVED_WAIT) {
+                    continue;
+                }
+                if starved {
+                    self.say_starved();
+                }
+                return;
+            }
+            if all_announced {
+                self.promise_newcomers(round);
+            }
+            poll_listener(&self.listener, 20);
+        }
+    }
+
+    /// Takes everything waiting in the backlog, each connection with its hello in the trace if it is there
+    /// (`take`), while a descriptor can be held in reserve. Returns whether every connection taken was
+    /// announced with none left waiting, and whether one waits that no descriptor was left for.
+    fn take_waiting(&mut self, stopping: bool) -> (bool, bool) {
+        let mut all_announced = true;
+        let mut starved = false;
+        loop {
+            // A descriptor held in reserve: an accepted connection can always be given one of its own
+            // for the ring that comes with its hello (`Conn::reserve`), even when accepting it took the
+            // last. Without one, connections wait in the backlog (their processes recording meanwhile)
+            // until descriptors free up.
+            if self.spare.is_none() {
+                self.spare = self.listener.try_clone().ok();
+                if self.spare.is_none() {
+                    // Starved only if a connection is waiting.
+                    if poll_listener(&self.listener, 0) > 0 {
+                        starved = true;
+                        all_announced = false;
+                    }
+                    break;
+                }
+            }
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    // Room for the peer check's reads of /proc; then taken back for this connection.
+                    drop(self.spare.take());
+                    let gone = match peer_of_job(&stream, self.me, self.uid, &self.conns) {
+                        Peer::Job => None,
+                        Peer::Gone(uid) => Some(GonePeer {
+                            uid,
+                            conns: self.conns.clone(),
+                        }),
+                        Peer::NotJob => continue,
+                    };
+                    let reserve = self.listener.try_clone().ok().map(OwnedFd::from);
+                    all_announced &= take(
+                        stream,
+                        &self.trace,
+                        &self.conns,
+                        self.hangups.as_deref(),
+                        gone,
+                        reserve,
+                    );
+                    if stopping {
+                        self.stopped_at = Some(Instant::now());
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    // Out of descriptors (or kernel memory): the connection waits in the backlog.
+                    starved = matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    );
+                    all_announced = false;
+                    break;
+                }
+            }
+        }
+        (all_announced, starved)
+    }
+
+    /// The job ended with connections that could not be taken: said to `run` and in the trace.
+    fn say_starved(&self) {
+        self.conns.starved.store(true, Ordering::Release);
+        let mut buf = Vec::new();
+        put_note(&mut buf, 0, mono_ns(), STARVED_NOTE.into());
+        if let Ok(mut w) = self.trace.lock() {
+            w.write(0, &buf);
+        }
+    }
+
+    /// Every process that connects from now on connected after `round`, and the shim stamps nothing
+    /// before it has connected: no process still to come has anything older (less the margin for
+    /// its converted ticks). The model holds its merge to this. Written when every connection taken is
+    /// announced, at most every `NEWCOMER_TICK_NS`.
+    fn promise_newcomers(&mut self, round: u64) {
+        if self.conns.unannounced.load(Ordering::Acquire) == 0
+            && round >= self.last_tick + NEWCOMER_TICK_NS
+        {
+            self.last_tick = round;
+            let mut buf = Vec::new();
+            codec::put_record(
+                &mut buf,
+                &Record::Tick {
+                    pid: 0,
+                    ts_ns: round.saturating_sub(CLOCK_MARGIN_NS),
+                },
+            );
+            if let Ok(mut w) = self.trace.lock() {
+                w.write(0, &buf);
+            }
+        }
+    }
+}
+
+/// Waits up to `ms` milliseconds (0: only looks) for a connection waiting in the listener's backlog. Returns
+/// poll's answer: above 0 when one waits.
+fn poll_listener(listener: &UnixListener, ms: i32) -> i32 {
+    let mut pfd = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one local pollfd, as the count says.
+    unsafe { libc::poll(&mut pfd, 1, ms) }
 }
 
 /// How often, at most, the acceptor promises that no new process has anything older (`Tick` of pid 0).
