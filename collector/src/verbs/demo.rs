@@ -92,66 +92,22 @@ pub fn main(args: DemoArgs) -> Code {
         }
     };
     let out = args.out.clone().unwrap_or_else(|| tmp.join("demo.vtrace"));
-
-    let mut workload_args: Vec<OsString> = Vec::new();
-    let mut lib_dir = None;
-    match &driver {
-        Driver::Real { devices } => {
-            crate::say!("vramtrace demo: driver: the real NVIDIA driver (libcuda.so.1, {devices} device(s))");
-        }
-        Driver::Simulated { why } => {
-            let Some(fake) = find_piece(&exe, FAKE_DRIVER) else {
-                let _ = fs::remove_dir_all(&tmp);
-                return fail(
-                    USAGE,
-                    format!("{FAKE_DRIVER} not found beside vramtrace: build with `cargo build --release`"),
-                );
-            };
-            let dir = tmp.join("driver");
-            if let Err(e) = simulated_driver_dir(&fake, &dir) {
-                let _ = fs::remove_dir_all(&tmp);
-                return fail(
-                    FAILURE,
-                    format!(
-                        "demo: cannot set up the simulated driver in {}: {e}",
-                        dir.display()
-                    ),
-                );
-            }
-            crate::say!(
-                "vramtrace demo: driver: simulated ({}; {why}), small sizes",
-                fake.display()
-            );
-            workload_args.push("--small".into());
-            lib_dir = Some(dir);
-        }
-    }
-    if !args.verbose {
-        workload_args.push("--quiet".into());
-    }
-    if let Some(n) = args.steps {
-        workload_args.push("--steps".into());
-        workload_args.push(n.to_string().into());
-    }
+    let (workload_args, lib_dir) = match driver_setup(&args, &driver, &exe, &tmp) {
+        Ok(set) => set,
+        Err(code) => return code,
+    };
     if args.out.is_some() {
         crate::say!("vramtrace demo: trace: {}", out.display());
     }
 
-    let mut run = Command::new(&exe);
-    run.arg("run").arg("--out").arg(&out);
-    if args.force {
-        run.arg("--force");
-    }
-    run.arg("--").arg(&workload).args(&workload_args);
-    if let Some(dir) = &lib_dir {
-        let mut path = OsString::from(dir.as_os_str());
-        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
-            path.push(":");
-            path.push(old);
-        }
-        run.env("LD_LIBRARY_PATH", path);
-    }
-    let ran = run.status();
+    let ran = run_traced(
+        &args,
+        &exe,
+        &out,
+        &workload,
+        &workload_args,
+        lib_dir.as_deref(),
+    );
     // The run's children have exited: the symlinks are no longer needed.
     if let Some(dir) = &lib_dir {
         let _ = fs::remove_dir_all(dir);
@@ -179,25 +135,116 @@ pub fn main(args: DemoArgs) -> Code {
             format!("demo: no trace was written to {}", out.display()),
         );
     }
-
-    crate::say!();
-    let reported = Command::new(&exe).arg("report").arg(&out).status();
-    if args.out.is_none() {
-        let _ = fs::remove_dir_all(&tmp);
+    if let Err(code) = report(&args, &exe, &out, &tmp) {
+        return code;
     }
-    let code = match reported {
-        Ok(status) if status.success() => OK,
+    if run_ok {
+        OK
+    } else {
+        FAILURE
+    }
+}
+
+/// What the driver found asks of the run, said as it is chosen: the workload's arguments, and for the simulated
+/// driver the folder of its `libcuda` symlinks (made in `tmp`), to put first on the run's LD_LIBRARY_PATH. On
+/// failure the demo's exit code, its temporary folder removed.
+fn driver_setup(
+    args: &DemoArgs,
+    driver: &Driver,
+    exe: &Path,
+    tmp: &Path,
+) -> Result<(Vec<OsString>, Option<PathBuf>), Code> {
+    let mut workload_args: Vec<OsString> = Vec::new();
+    let mut lib_dir = None;
+    match driver {
+        Driver::Real { devices } => {
+            crate::say!("vramtrace demo: driver: the real NVIDIA driver (libcuda.so.1, {devices} device(s))");
+        }
+        Driver::Simulated { why } => {
+            let Some(fake) = find_piece(exe, FAKE_DRIVER) else {
+                let _ = fs::remove_dir_all(tmp);
+                return Err(fail(
+                    USAGE,
+                    format!("{FAKE_DRIVER} not found beside vramtrace: build with `cargo build --release`"),
+                ));
+            };
+            let dir = tmp.join("driver");
+            if let Err(e) = simulated_driver_dir(&fake, &dir) {
+                let _ = fs::remove_dir_all(tmp);
+                return Err(fail(
+                    FAILURE,
+                    format!(
+                        "demo: cannot set up the simulated driver in {}: {e}",
+                        dir.display()
+                    ),
+                ));
+            }
+            crate::say!(
+                "vramtrace demo: driver: simulated ({}; {why}), small sizes",
+                fake.display()
+            );
+            workload_args.push("--small".into());
+            lib_dir = Some(dir);
+        }
+    }
+    if !args.verbose {
+        workload_args.push("--quiet".into());
+    }
+    if let Some(n) = args.steps {
+        workload_args.push("--steps".into());
+        workload_args.push(n.to_string().into());
+    }
+    Ok((workload_args, lib_dir))
+}
+
+/// `vramtrace run` of the workload into `out`, waited for; the simulated driver's folder (`lib_dir`) first on
+/// its LD_LIBRARY_PATH.
+fn run_traced(
+    args: &DemoArgs,
+    exe: &Path,
+    out: &Path,
+    workload: &Path,
+    workload_args: &[OsString],
+    lib_dir: Option<&Path>,
+) -> io::Result<ExitStatus> {
+    let mut run = Command::new(exe);
+    run.arg("run").arg("--out").arg(out);
+    if args.force {
+        run.arg("--force");
+    }
+    run.arg("--").arg(workload).args(workload_args);
+    if let Some(dir) = lib_dir {
+        let mut path = OsString::from(dir.as_os_str());
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
+            path.push(":");
+            path.push(old);
+        }
+        run.env("LD_LIBRARY_PATH", path);
+    }
+    run.status()
+}
+
+/// Prints the trace's report (`vramtrace report`), then what became of the trace; the temporary folder goes
+/// once the report is printed, unless the trace went elsewhere (`--out`). On failure the demo's exit code.
+fn report(args: &DemoArgs, exe: &Path, out: &Path, tmp: &Path) -> Result<(), Code> {
+    crate::say!();
+    let reported = Command::new(exe).arg("report").arg(out).status();
+    if args.out.is_none() {
+        let _ = fs::remove_dir_all(tmp);
+    }
+    match reported {
+        Ok(status) if status.success() => {}
         Ok(status) => {
-            return fail(
+            return Err(fail(
                 FAILURE,
                 format!("demo: `vramtrace report` failed ({})", describe(status)),
-            )
+            ))
         }
         Err(e) => {
-            return fail(
+            return Err(fail(
                 FAILURE,
                 format!("demo: cannot start `vramtrace report`: {e}"),
-            )
+            ))
         }
     };
     crate::say!();
@@ -212,11 +259,7 @@ pub fn main(args: DemoArgs) -> Code {
              (then `vramtrace report FILE`, `vramtrace export FILE --format html --out PAGE`)"
         );
     }
-    if run_ok {
-        code
-    } else {
-        FAILURE
-    }
+    Ok(())
 }
 
 /// `name` beside the executable, else in `../lib/vramtrace/` from its folder.
