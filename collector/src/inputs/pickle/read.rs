@@ -235,7 +235,8 @@ impl<'b> Machine<'b> {
         Ok(self.push(v, fig)?)
     }
 
-    /// One opcode, `op`, read.
+    /// One opcode, `op`, read: a mark, a value read from the input (a scalar, a string, bytes), framing; the
+    /// rest in [`Machine::build`].
     fn step(&mut self, op: u8) -> Result<(), String> {
         match op {
             b'(' => {
@@ -292,6 +293,17 @@ impl<'b> Machine<'b> {
             0x95 => {
                 self.take(8)?;
             }
+            _ => self.build(op)?,
+        }
+        Ok(())
+    }
+
+    /// The opcodes [`Machine::step`] does not read a value for: those that build from the stack (containers
+    /// and their filling), work on the stack itself, or on the memo; and any other, refused. Apart from
+    /// `step`'s values read from the input so that each half reads as one kind of work.
+    #[inline]
+    fn build(&mut self, op: u8) -> Result<(), String> {
+        match op {
             b']' | 0x8f => self.make(V::List(Vec::new()), (0, 0))?,
             b')' => self.make(V::Tuple(Vec::new()), (0, 0))?,
             b'}' => self.make(V::Dict(Vec::new()), (0, 0))?,
