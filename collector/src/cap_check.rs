@@ -225,9 +225,33 @@ pub fn judge(
     shimmed: &dyn Fn(u32) -> bool,
 ) -> Vec<Breach> {
     let traced: HashMap<u32, &Counted> = counted.iter().map(|c| (c.pid, c)).collect();
-    let mut out = Vec::new();
-    for on in &cap.on {
-        // Per process on this GPU: (GPU figure, counted).
+    cap.on
+        .iter()
+        .filter_map(|on| OnGpu::new(cap, on, &traced, gpu, counted, job).breach(shimmed))
+        .collect()
+}
+
+/// One GPU of the job's cap in one reading, as [`judge`] weighs it: per process of the job there, the GPU's
+/// figure (none where NVML lists none) and what its shim counted. Judging one GPU is its own concern: the job's
+/// bytes there, then who put it past its cap.
+struct OnGpu<'a> {
+    cap: &'a JobCap,
+    on: &'a CapOn,
+    /// The trace's processes, by pid.
+    traced: &'a HashMap<u32, &'a Counted>,
+    /// Per process on this GPU: (GPU figure, counted).
+    procs: BTreeMap<u32, (Option<u64>, u64)>,
+}
+
+impl<'a> OnGpu<'a> {
+    fn new(
+        cap: &'a JobCap,
+        on: &'a CapOn,
+        traced: &'a HashMap<u32, &'a Counted>,
+        gpu: &[GpuProc],
+        counted: &[Counted],
+        job: &dyn Fn(u32) -> bool,
+    ) -> OnGpu<'a> {
         let mut procs: BTreeMap<u32, (Option<u64>, u64)> = BTreeMap::new();
         for g in gpu.iter().filter(|g| g.uuid == on.uuid) {
             if traced.contains_key(&g.pid) || job(g.pid) {
@@ -248,20 +272,38 @@ pub fn judge(
                 procs.entry(c.pid).or_default().1 = here;
             }
         }
-        let lossy = |pid: &u32| traced.get(pid).is_some_and(|t| t.lossy);
-        // Per process the larger of its count and the GPU's figure less the allowance; a process whose records
-        // were lost is judged by the GPU alone (a free that never reached the trace looks like memory kept).
-        let judged = |pid: &u32, g: Option<u64>, c: u64| {
-            let gpu = g.unwrap_or(0).saturating_sub(cap.allowance);
-            if lossy(pid) {
-                gpu
-            } else {
-                c.max(gpu)
-            }
-        };
+        OnGpu {
+            cap,
+            on,
+            traced,
+            procs,
+        }
+    }
+
+    /// Whether the process's records were lost somewhere: its count is not whole.
+    fn lossy(&self, pid: &u32) -> bool {
+        self.traced.get(pid).is_some_and(|t| t.lossy)
+    }
+
+    /// Per process the larger of its count and the GPU's figure less the allowance; a process whose records
+    /// were lost is judged by the GPU alone (a free that never reached the trace looks like memory kept).
+    fn judged(&self, pid: &u32, g: Option<u64>, c: u64) -> u64 {
+        let gpu = g.unwrap_or(0).saturating_sub(self.cap.allowance);
+        if self.lossy(pid) {
+            gpu
+        } else {
+            c.max(gpu)
+        }
+    }
+
+    /// The breach on this GPU, if the job is past its cap there (and, under warn, something the shims never
+    /// saw put it there).
+    fn breach(&self, shimmed: &dyn Fn(u32) -> bool) -> Option<Breach> {
+        let cap = self.cap;
+        let procs = &self.procs;
         let per_process: u64 = procs
             .iter()
-            .map(|(pid, (g, c))| judged(pid, *g, *c))
+            .map(|(pid, (g, c))| self.judged(pid, *g, *c))
             .fold(0u64, u64::saturating_add);
         // The allowance is the job's: its first process's, and a context's for each other on this GPU. What
         // the GPU holds for the job past that is the job's, however it is spread over processes.
@@ -284,13 +326,41 @@ pub fn judge(
         // A process escaped when the GPU holds more for it than its count and its share of the allowance.
         let share = if on_gpu > 1 { extra } else { cap.allowance };
         // A few MiB past the cap are the driver's rounding of a pool's growth (docs/CAP.md), not an escape.
-        let limit = on.bytes.saturating_add(SLACK.max(on.bytes / 100));
+        let limit = self.on.bytes.saturating_add(SLACK.max(self.on.bytes / 100));
         if job_bytes <= limit {
-            continue;
+            return None;
         }
+        let mut offenders = self.offenders(share, shimmed);
+        if !cap.enforce {
+            // Under warn the shims let requests past the cap through, and the trace marks each: only what they
+            // never saw is news.
+            offenders.retain(|o| {
+                matches!(o.how, How::Untraced | How::Bypassed)
+                    || o.gpu_bytes.unwrap_or(0) > o.counted.saturating_add(share)
+            });
+            if offenders.is_empty() {
+                return None;
+            }
+        }
+        if offenders.is_empty() {
+            offenders.extend(self.ledger_offender());
+        }
+        Some(Breach {
+            cap: self.on.clone(),
+            allowance: job_allowance,
+            job_bytes,
+            by_gpu: by_gpu > limit,
+            offenders,
+        })
+    }
+
+    /// The processes that put the job past its cap here, and how: settings of their own, untraced, or holding
+    /// more than they counted and their `share` of the allowance.
+    fn offenders(&self, share: u64, shimmed: &dyn Fn(u32) -> bool) -> Vec<Offender> {
+        let cap = self.cap;
         let mut offenders = Vec::new();
-        for (pid, (g, c)) in &procs {
-            let t = traced.get(pid);
+        for (pid, (g, c)) in &self.procs {
+            let t = self.traced.get(pid);
             let escaped = g.unwrap_or(0) > c.saturating_add(share);
             let untraced = t.is_none();
             let how = match t {
@@ -322,42 +392,30 @@ pub fn judge(
                 });
             }
         }
-        if !cap.enforce {
-            // Under warn the shims let requests past the cap through, and the trace marks each: only what they
-            // never saw is news.
-            offenders.retain(|o| {
-                matches!(o.how, How::Untraced | How::Bypassed)
-                    || o.gpu_bytes.unwrap_or(0) > o.counted.saturating_add(share)
-            });
-            if offenders.is_empty() {
-                continue;
-            }
-        }
-        if offenders.is_empty() {
-            // Every process counted what it holds, with the job's settings: the ledger was what let them. Said
-            // only where every count is whole: where records were lost, the GPU's figure made the breach and how
-            // is not told.
-            let untold = procs.keys().any(lossy);
-            let largest = procs.iter().max_by_key(|(pid, (g, c))| judged(pid, *g, *c));
-            if let Some((pid, (g, c))) = largest {
-                offenders.push(Offender {
-                    pid: *pid,
-                    argv: traced.get(pid).map(|t| t.argv.clone()).unwrap_or_default(),
-                    gpu_bytes: *g,
-                    counted: *c,
-                    how: if untold { How::Untold } else { How::Ledger },
-                });
-            }
-        }
-        out.push(Breach {
-            cap: on.clone(),
-            allowance: job_allowance,
-            job_bytes,
-            by_gpu: by_gpu > limit,
-            offenders,
-        });
+        offenders
     }
-    out
+
+    /// Where no process is an offender, every process counted what it holds, with the job's settings: the
+    /// ledger was what let them (the largest process is named). Said only where every count is whole: where
+    /// records were lost, the GPU's figure made the breach and how is not told.
+    fn ledger_offender(&self) -> Option<Offender> {
+        let untold = self.procs.keys().any(|pid| self.lossy(pid));
+        let largest = self
+            .procs
+            .iter()
+            .max_by_key(|(pid, (g, c))| self.judged(pid, *g, *c));
+        largest.map(|(pid, (g, c))| Offender {
+            pid: *pid,
+            argv: self
+                .traced
+                .get(pid)
+                .map(|t| t.argv.clone())
+                .unwrap_or_default(),
+            gpu_bytes: *g,
+            counted: *c,
+            how: if untold { How::Untold } else { How::Ledger },
+        })
+    }
 }
 
 /// Whether the job is near its cap on some GPU (half of it or more, by the GPU's figures or by its counts):
