@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::align::{align, KnobRun};
-use super::answer::{answer, KnobJob};
+use super::answer::{answer, KnobConfig, KnobJob};
 use super::fit::Shape;
 use crate::model::{BatchAdvice, BatchFit};
 use crate::whatif::answer::Limit;
@@ -47,20 +47,7 @@ pub fn advise(f: Failed<'_>) -> BatchAdvice {
 /// The answer, from `f` taken whole: its histories become the runs (a long history is not copied).
 fn fit(f: Failed<'_>) -> Result<BatchFit, String> {
     let device = f.history.device;
-    let mut runs = vec![KnobRun {
-        value: f.value,
-        label: "the failed run".into(),
-        histories: vec![f.history],
-        command: f.commands.first().cloned().unwrap_or_default(),
-    }];
-    for (i, (label, value, h)) in f.beside.into_iter().enumerate() {
-        runs.push(KnobRun {
-            value,
-            label,
-            histories: vec![h],
-            command: f.commands.get(i + 1).cloned().unwrap_or_default(),
-        });
-    }
+    let runs = knob_runs(f.value, f.history, f.beside, &f.commands);
     let aligned = align(runs).map_err(|e| e.to_string())?;
     if aligned.failed.is_none() {
         return Err("the failed run's history holds no out-of-memory error to match".into());
@@ -100,30 +87,7 @@ fn fit(f: Failed<'_>) -> Result<BatchFit, String> {
     };
     let w = answer(&job, &default_grid(), &[f.value], Some(limit.clone()));
     let own = &w.configs[0];
-    // The model must fail the program where the run failed, or its "fits" says nothing of this run.
-    if own.at[0].fits != Some(false) {
-        return Err(format!(
-            "replayed whole at {} {}, the program fits what the allocator could have had, where the run failed: \
-             the model does not reproduce the failure, so no value is advised",
-            f.knob, f.value
-        ));
-    }
-    // ... and no later than the run failed: a model that fails only further on explains another failure.
-    if let Some(x) = &own.at[0].first_failure {
-        let a = &job.aligned;
-        let t = a.nearest(f.value);
-        let k = a.slots[x.history].at[t].partition_point(|&i| (i as usize) < x.entry);
-        if k > failed_at {
-            return Err(format!(
-                "replayed whole at {} {}, the program is first refused at request {} where the run was at request \
-                 {}: the model does not reproduce the failure, so no value is advised",
-                f.knob,
-                f.value,
-                k + 1,
-                failed_at + 1
-            ));
-        }
-    }
+    reproduced(&job, own, f.knob, f.value, failed_at)?;
     let largest = own.largest.as_ref().ok_or("no search was made")?;
     // Where the runs' code paths differ, which one the program takes at a value between them is unknown: the
     // advice must fit with both paths' requests (the alternative's search, which adds the other run's).
@@ -165,14 +129,7 @@ fn fit(f: Failed<'_>) -> Result<BatchFit, String> {
     });
     let accumulate = advised
         .and_then(|l| accumulation(f.value, l))
-        .filter(|&(_, micro)| {
-            // The value per step replayed too: fitting is not monotone in the knob (and with both paths' requests
-            // where the runs' paths differ).
-            let at = answer(&job, &[], &[micro], Some(limit.clone()));
-            let a = &at.configs[0].at[0];
-            a.fits == Some(true)
-                && (own_requests == 0 || a.alternative.as_ref().is_none_or(|p| p.peak <= f.limit))
-        });
+        .filter(|&(_, micro)| accumulation_fits(&job, micro, &limit, f.limit, own_requests));
     Ok(BatchFit {
         largest: advised,
         next_refused_at,
@@ -184,6 +141,83 @@ fn fit(f: Failed<'_>) -> Result<BatchFit, String> {
         filled_in_proportion: filled.in_proportion,
         own_requests,
     })
+}
+
+/// The runs to align, the failed one first (labelled so), each with its history and its command (`commands`
+/// in the same order; empty where unknown): moved in, not copied.
+fn knob_runs(
+    value: u64,
+    history: History,
+    beside: Vec<(String, u64, History)>,
+    commands: &[Vec<String>],
+) -> Vec<KnobRun> {
+    let mut runs = vec![KnobRun {
+        value,
+        label: "the failed run".into(),
+        histories: vec![history],
+        command: commands.first().cloned().unwrap_or_default(),
+    }];
+    for (i, (label, value, h)) in beside.into_iter().enumerate() {
+        runs.push(KnobRun {
+            value,
+            label,
+            histories: vec![h],
+            command: commands.get(i + 1).cloned().unwrap_or_default(),
+        });
+    }
+    runs
+}
+
+/// Whether the model, replaying the program whole at the failed `value` (`own`), fails it where the run
+/// failed (its request `failed_at`): otherwise its "fits" says nothing of this run, and no value is advised.
+fn reproduced(
+    job: &KnobJob,
+    own: &KnobConfig,
+    knob: &str,
+    value: u64,
+    failed_at: usize,
+) -> Result<(), String> {
+    // The model must fail the program where the run failed, or its "fits" says nothing of this run.
+    if own.at[0].fits != Some(false) {
+        return Err(format!(
+            "replayed whole at {} {}, the program fits what the allocator could have had, where the run failed: \
+             the model does not reproduce the failure, so no value is advised",
+            knob, value
+        ));
+    }
+    // ... and no later than the run failed: a model that fails only further on explains another failure.
+    if let Some(x) = &own.at[0].first_failure {
+        let a = &job.aligned;
+        let t = a.nearest(value);
+        let k = a.slots[x.history].at[t].partition_point(|&i| (i as usize) < x.entry);
+        if k > failed_at {
+            return Err(format!(
+                "replayed whole at {} {}, the program is first refused at request {} where the run was at request \
+                 {}: the model does not reproduce the failure, so no value is advised",
+                knob,
+                value,
+                k + 1,
+                failed_at + 1
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the value per step of the accumulation advised (`micro`) fits too, replayed: fitting is not
+/// monotone in the knob (and with both paths' requests where the runs' paths differ: then their peak within
+/// `bytes`, what the allocator could have had).
+fn accumulation_fits(
+    job: &KnobJob,
+    micro: u64,
+    limit: &Limit,
+    bytes: u64,
+    own_requests: u64,
+) -> bool {
+    let at = answer(job, &[], &[micro], Some(limit.clone()));
+    let a = &at.configs[0].at[0];
+    a.fits == Some(true)
+        && (own_requests == 0 || a.alternative.as_ref().is_none_or(|p| p.peak <= bytes))
 }
 
 /// Steps of gradient accumulation that keep an effective batch of `effective` with at most `largest` a step:
