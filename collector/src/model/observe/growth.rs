@@ -24,7 +24,7 @@ use vramtrace_format::Api;
 use crate::callsites::SITES_LISTED;
 use crate::model::analysis::{LeakGroup, LeakSite, LeakTrend, Minimum};
 use crate::model::observe::leak::minima;
-use crate::model::observe::timeline::Timeline;
+use crate::model::observe::timeline::{Bucket, Timeline};
 use crate::model::replay::site_store::NO_SITE;
 
 /// Windows the span is cut into.
@@ -75,27 +75,15 @@ pub fn growth_sampled(tl: &Timeline, end: u64) -> Option<LeakTrend> {
     growth_of(tl, end, false)
 }
 
+/// [`growth`] and [`growth_sampled`]: `exact`, the rise must show the falls of steps. Each test of the rule is
+/// a function below, in the order they are made.
 fn growth_of(tl: &Timeline, end: u64, exact: bool) -> Option<LeakTrend> {
     let w = tl.bucket_ns;
     if w == 0 {
         return None;
     }
     let upto = ((end / w) as usize).saturating_add(1).min(tl.buckets.len());
-    let all = &tl.buckets[..upto];
-    let start = all.iter().position(|b| b.max_bytes > 0)?;
-    let last = (start + 1..all.len())
-        .rev()
-        .find(|&i| all[i].max_bytes > all[i - 1].last_bytes)
-        .unwrap_or(start);
-    let b = &all[start..=last];
-    // The floor: the least value from each bucket's end on; the last bucket counts at its top.
-    let mut floor = vec![0u64; b.len()];
-    let mut m = b[b.len() - 1].max_bytes;
-    floor[b.len() - 1] = m;
-    for i in (0..b.len() - 1).rev() {
-        m = m.min(b[i].last_bytes);
-        floor[i] = m;
-    }
+    let (b, floor) = floor_span(&tl.buckets[..upto])?;
     // The windows cover the span from where the floor leaves its first level: a long flat lead-in (a model
     // loading, data being read) before the steps would squeeze their growth into a few windows.
     let step = (floor[floor.len() - 1] / 200).max(1 << 20);
@@ -109,9 +97,59 @@ fn growth_of(tl: &Timeline, end: u64, exact: bool) -> Option<LeakTrend> {
         return None;
     }
     let end_of = |i: usize| b[i].t_ns.saturating_add(w).min(end.max(b[i].t_ns));
-    // Each window's floor at its end; the last window's over the whole window (its least value): its end is
-    // the moment itself (an error, with the step's own transient bytes live), not a floor.
-    let win: Vec<(usize, Minimum)> = (0..GROWTH_WINDOWS)
+    let win = window_floors(floor, end_of);
+    let (first_rise, rise) = rising_cluster(&win, step)?;
+    let begin = win[first_rise - 1].0;
+    // Steps free something: a rise with no fall in it (weights loading, a first step's activations made one
+    // after another, a batch too large) is one long allocation, not memory kept step after step. Without at
+    // least GROWTH_MIN_RISING falls of 1 MiB or more in the rise, nothing says there were steps.
+    if exact && falls(b, begin) < GROWTH_MIN_RISING {
+        return None;
+    }
+    let points: Vec<Minimum> = win[first_rise - 1..].iter().map(|(_, m)| *m).collect();
+    let (from_t, to_t) = (points[0].t_ns, end_of(n - 1));
+    if !across_steps(tl, points[1].t_ns, to_t, step) {
+        return None;
+    }
+    Some(LeakTrend {
+        steps: steps_in(tl, &floor[begin..], from_t, to_t, step),
+        minima: points,
+        rise_bytes: rise,
+        unit: crate::model::analysis::GrowthUnit::Time,
+        pid: None,
+        groups: Vec::new(),
+        more_groups: 0,
+        sites: Vec::new(),
+        more_sites: 0,
+    })
+}
+
+/// The buckets from the first in use to the last rise (what follows the last rise is teardown or an error's
+/// unwinding), and the floor at each: the least value from each bucket's end on; the last bucket counts at its
+/// top. `None` when no bucket is in use.
+fn floor_span(all: &[Bucket]) -> Option<(&[Bucket], Vec<u64>)> {
+    let start = all.iter().position(|b| b.max_bytes > 0)?;
+    let last = (start + 1..all.len())
+        .rev()
+        .find(|&i| all[i].max_bytes > all[i - 1].last_bytes)
+        .unwrap_or(start);
+    let b = &all[start..=last];
+    let mut floor = vec![0u64; b.len()];
+    let mut m = b[b.len() - 1].max_bytes;
+    floor[b.len() - 1] = m;
+    for i in (0..b.len() - 1).rev() {
+        m = m.min(b[i].last_bytes);
+        floor[i] = m;
+    }
+    Some((b, floor))
+}
+
+/// Each of the [`GROWTH_WINDOWS`] windows' floor at its end (the bucket's index, and the floor at the window's
+/// end time, `end_of`); the last window's over the whole window (its least value): its end is the moment itself
+/// (an error, with the step's own transient bytes live), not a floor.
+fn window_floors(floor: &[u64], end_of: impl Fn(usize) -> u64) -> Vec<(usize, Minimum)> {
+    let n = floor.len();
+    (0..GROWTH_WINDOWS)
         .map(|k| {
             let i = if k + 1 == GROWTH_WINDOWS {
                 k * n / GROWTH_WINDOWS
@@ -126,7 +164,13 @@ fn growth_of(tl: &Timeline, end: u64, exact: bool) -> Option<LeakTrend> {
                 },
             )
         })
-        .collect();
+        .collect()
+}
+
+/// The cluster of rising windows that ends with the last one, when it is a growth: enough rising windows,
+/// spread wide enough, reaching into the tail, adding enough, and not the work growing. Its first rising window
+/// and the bytes it added.
+fn rising_cluster(win: &[(usize, Minimum)], step: u64) -> Option<(usize, u64)> {
     let top = win[GROWTH_WINDOWS - 1].1.bytes;
     let rising: Vec<usize> = (1..GROWTH_WINDOWS)
         .filter(|&k| win[k].1.bytes >= win[k - 1].1.bytes.saturating_add(step))
@@ -135,7 +179,6 @@ fn growth_of(tl: &Timeline, end: u64, exact: bool) -> Option<LeakTrend> {
     if last_rise + GROWTH_TAIL < GROWTH_WINDOWS {
         return None;
     }
-    // The cluster of rising windows that ends with the last one.
     let mut first = rising.len() - 1;
     while first > 0 && rising[first] - rising[first - 1] <= GROWTH_MAX_GAP {
         first -= 1;
@@ -162,33 +205,33 @@ fn growth_of(tl: &Timeline, end: u64, exact: bool) -> Option<LeakTrend> {
     if last_dwarfs(&incs) {
         return None;
     }
-    let begin = win[first_rise - 1].0;
-    // Steps free something: a rise with no fall in it (weights loading, a first step's activations made one
-    // after another, a batch too large) is one long allocation, not memory kept step after step. Without at
-    // least GROWTH_MIN_RISING falls of 1 MiB or more in the rise, nothing says there were steps.
-    let falls = (begin.max(1)..n)
+    Some((first_rise, rise))
+}
+
+/// The buckets from `begin` on in which, or since the one before, at least 1 MiB was freed.
+fn falls(b: &[Bucket], begin: usize) -> usize {
+    (begin.max(1)..b.len())
         .filter(|&i| {
             let fell_inside = b[i].max_bytes.saturating_sub(b[i].last_bytes) >= 1 << 20;
             let fell_since = b[i - 1].last_bytes.saturating_sub(b[i].last_bytes) >= 1 << 20;
             fell_inside || fell_since
         })
-        .count();
-    if exact && falls < GROWTH_MIN_RISING {
-        return None;
-    }
-    let points: Vec<Minimum> = win[first_rise - 1..].iter().map(|(_, m)| *m).collect();
-    // A timeline with cycles (steps whose rise and fall it resolves) grows across steps, not within one: the
-    // ramp of a long last step (activations made layer by layer) is no growth.
-    let (from_t, to_t) = (points[0].t_ns, end_of(n - 1));
+        .count()
+}
+
+/// A timeline with cycles (steps whose rise and fall it resolves) grows across steps, not within one: the
+/// ramp of a long last step (activations made layer by layer) is no growth. Whether the rise from
+/// `first_rise_t` to `to_t` spans enough cycles, most leaving more behind than the one before (true where the
+/// timeline shows too few cycles to tell).
+fn across_steps(tl: &Timeline, first_rise_t: u64, to_t: u64, step: u64) -> bool {
     let cycles = minima(tl);
-    let first_rise_t = points[1].t_ns;
     let within: Vec<&Minimum> = cycles
         .iter()
         .filter(|m| m.t_ns > first_rise_t && m.t_ns <= to_t)
         .collect();
     if cycles.len() >= GROWTH_MIN_RISING {
         if within.len() + 1 < GROWTH_MIN_RISING {
-            return None;
+            return false;
         }
         // Time is not steps: a first step slowed down (a cold start, a loaded machine) spreads its warm-up
         // over the windows while the steps after it are quick. Where the steps show, most of them must leave
@@ -198,20 +241,10 @@ fn growth_of(tl: &Timeline, end: u64, exact: bool) -> Option<LeakTrend> {
             .filter(|p| p[1].bytes >= p[0].bytes.saturating_add(step))
             .count();
         if rises + 1 < GROWTH_MIN_RISING || rises * 2 < within.len() - 1 {
-            return None;
+            return false;
         }
     }
-    Some(LeakTrend {
-        steps: steps_in(tl, &floor[begin..], from_t, to_t, step),
-        minima: points,
-        rise_bytes: rise,
-        unit: crate::model::analysis::GrowthUnit::Time,
-        pid: None,
-        groups: Vec::new(),
-        more_groups: 0,
-        sites: Vec::new(),
-        more_sites: 0,
-    })
+    true
 }
 
 /// Rises `incs` (oldest first) whose last is the largest and [`GEOMETRIC_FACTOR`] times the typical one of the
