@@ -175,8 +175,49 @@ pub fn growth_in_steps(
     if rises.len() < MIN_RISES {
         return None;
     }
-    // The trailing cluster: spacing judged by the latest rises (a leak's rhythm), so a warm-up's scattered
-    // rises long before do not join it.
+    let cluster = trailing_cluster(&rises, n)?;
+    let start = cluster[0] - 1;
+    if !exact && top < points[start].peak {
+        return None;
+    }
+    let from = floor[start];
+    let rise = top - from;
+    if rise < MIN_BYTES || (rise as u128) * 100 < (top as u128) * MIN_SHARE_PCT as u128 {
+        return None;
+    }
+    // The same rise made and given back before, again and again (a request's KV cache, freed when it ends): the
+    // trailing one is one more of them, still open when the readings end, not memory kept.
+    if given_back(&points[..start], from, rise) >= GIVEN_BACK {
+        return None;
+    }
+    if work_grows(points, &floor, cluster) {
+        return None;
+    }
+    let steps = match unit {
+        // The program's own count: every step from the floor before the rise to the last.
+        GrowthUnit::Steps(_) => points[n - 1].index.saturating_sub(points[start].index),
+        // No step signal: each rise of the floor is taken as one step (a loop that keeps something each time
+        // round rises once a round), stated as cycles.
+        _ => cluster.len() as u64,
+    }
+    .max(1);
+    Some(LeakTrend {
+        minima: curve(points, &floor, start, unit),
+        rise_bytes: rise,
+        steps: Some(steps),
+        unit,
+        pid: Some(pid),
+        groups: Vec::new(),
+        more_groups: 0,
+        sites: Vec::new(),
+        more_sites: 0,
+    })
+}
+
+/// The trailing cluster of `rises` (indices of the floor's rises among `n` points): spacing judged by the
+/// latest rises (a leak's rhythm), so a warm-up's scattered rises long before do not join it; its last rise no
+/// further from the end than that spacing (it was still rising). `None` when it is too short or ended.
+fn trailing_cluster(rises: &[usize], n: usize) -> Option<&[usize]> {
     let mut gaps: Vec<u64> = rises
         .windows(2)
         .rev()
@@ -198,23 +239,13 @@ pub fn growth_in_steps(
     if cluster.len() < MIN_RISES {
         return None;
     }
-    let start = cluster[0] - 1;
-    if !exact && top < points[start].peak {
-        return None;
-    }
-    let from = floor[start];
-    let rise = top - from;
-    if rise < MIN_BYTES || (rise as u128) * 100 < (top as u128) * MIN_SHARE_PCT as u128 {
-        return None;
-    }
-    // The same rise made and given back before, again and again (a request's KV cache, freed when it ends): the
-    // trailing one is one more of them, still open when the readings end, not memory kept.
-    if given_back(&points[..start], from, rise) >= GIVEN_BACK {
-        return None;
-    }
-    // The work growing: each rise about twice the one before (a batch or a sequence doubling until it does
-    // not fit), or a last rise that dwarfs the first half's.
-    // Per step: readings paced every few steps rise by several steps' worth at once, not by a doubling.
+    Some(cluster)
+}
+
+/// The work growing, not memory kept: each rise of `cluster` about twice the one before (a batch or a sequence
+/// doubling until it does not fit), or a last rise that dwarfs the first half's. Per step: readings paced every
+/// few steps rise by several steps' worth at once, not by a doubling.
+fn work_grows(points: &[StepPoint], floor: &[u64], cluster: &[usize]) -> bool {
     let incs: Vec<u64> = cluster
         .iter()
         .map(|&i| {
@@ -227,23 +258,16 @@ pub fn growth_in_steps(
         .filter(|w| w[1].saturating_mul(10) >= w[0].saturating_mul(17))
         .count();
     if incs.len() >= 3 && doubling * 3 >= (incs.len() - 1) * 2 {
-        return None;
+        return true;
     }
-    if last_dwarfs(&incs) {
-        return None;
-    }
-    let steps = match unit {
-        // The program's own count: every step from the floor before the rise to the last.
-        GrowthUnit::Steps(_) => points[n - 1].index.saturating_sub(points[start].index),
-        // No step signal: each rise of the floor is taken as one step (a loop that keeps something each time
-        // round rises once a round), stated as cycles.
-        _ => cluster.len() as u64,
-    }
-    .max(1);
-    // A dozen points of the floor, evenly over the growth, for the curve.
-    let span = n - start;
+    last_dwarfs(&incs)
+}
+
+/// A dozen points of the floor, evenly over the growth from point `start`, for the curve.
+fn curve(points: &[StepPoint], floor: &[u64], start: usize, unit: GrowthUnit) -> Vec<Minimum> {
+    let span = points.len() - start;
     let shown = span.min(16);
-    let minima: Vec<Minimum> = (0..shown)
+    (0..shown)
         .map(|k| start + k * (span - 1) / (shown - 1).max(1))
         .map(|i| Minimum {
             // A cycle's point is the bytes in use just before the allocation that started it.
@@ -253,18 +277,7 @@ pub fn growth_in_steps(
             },
             bytes: floor[i],
         })
-        .collect();
-    Some(LeakTrend {
-        minima,
-        rise_bytes: rise,
-        steps: Some(steps),
-        unit,
-        pid: Some(pid),
-        groups: Vec::new(),
-        more_groups: 0,
-        sites: Vec::new(),
-        more_sites: 0,
-    })
+        .collect()
 }
 
 /// Rises as large as a growth's, given back before it, that make it one more of them: two.
