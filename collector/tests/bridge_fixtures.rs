@@ -256,3 +256,51 @@ fn outputs_kept_without_a_cap_are_growth_though_no_sample_shows_a_fall() {
         prose::advice(&d)
     );
 }
+
+/// JAX's own pool refused a 1 GiB array with 5 GiB of arrays in its 5.59 GiB pool (an H200, JAX 0.11.2,
+/// 2026-11-29, scripts/gpu/wire_case.py `jax_oom` under XLA_PYTHON_CLIENT_MEM_FRACTION=0.04; docs/GPU-RESULTS.md,
+/// "session 58"). JAX took its pool whole at its start and never asked the driver: the driver-level rules read
+/// that as fragmentation with PyTorch's advice. Its own figures say it: over its own limit.
+#[test]
+fn jax_over_its_own_pool_is_its_limit_not_fragmentation() {
+    let (a, d) = first_oom("jax_oom.vtrace");
+    let f = a.ooms[0].framework.as_ref().expect("JAX's OOM record");
+    assert_eq!(f.framework, vramtrace_format::Framework::Jax);
+    // JAX's memory_stats() at the error, as the case printed them; the request from its error's words.
+    assert_eq!(f.figures.allocated, 5_368_709_120);
+    assert_eq!(f.allowed_or_total_bytes, Some(6_006_243_328));
+    assert_eq!(f.figures.reserved, 6_006_243_328);
+    assert_eq!(a.ooms[0].requested_bytes, GIB);
+    assert_eq!(d.cause, Cause::FrameworkLimit, "{}", prose::reason(&d));
+    assert_eq!(d.rule, Rule::FrameworkLimit);
+    let reason = prose::reason(&d);
+    assert!(
+        reason.contains("JAX's allocator refused it before asking the driver"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("416.00 MiB more than its 5.59 GiB"),
+        "{reason}"
+    );
+    let advice = prose::advice(&d);
+    assert!(
+        advice[0].starts_with("Give JAX's pool more of the GPU"),
+        "{advice:?}"
+    );
+    assert!(
+        advice[0].contains("XLA_PYTHON_CLIENT_MEM_FRACTION=0.05"),
+        "{advice:?}"
+    );
+    assert!(
+        !advice
+            .iter()
+            .any(|x| x.contains("PyTorch") || x.contains("PYTORCH")),
+        "{advice:?}"
+    );
+    // Decided from JAX's own figures: no "decided from the trace's figures alone".
+    assert!(
+        !d.findings.contains(&Finding::NoDriverFigures),
+        "{:?}",
+        d.findings
+    );
+}

@@ -595,3 +595,55 @@ fn damaged_oom_traces_never_panic_the_reports() {
         "{text}"
     );
 }
+
+/// PyTorch under torch.cuda.set_per_process_memory_fraction refuses a request past its share before asking the
+/// driver: its own limit, not the device's (no driver record precedes its error).
+#[test]
+fn pytorch_over_its_memory_fraction_is_its_own_limit() {
+    use common::traces::torch_oom_with;
+    let mut h = header();
+    h.extra = vec![("device_total.0".into(), (80 * GIB).to_string())];
+    let with_limit = |l: u64| {
+        vec![
+            hello(100, 0),
+            events(100, vec![alloc(10, 0, 0xa000, 7 * GIB)]),
+            torch_oom_with(
+                100,
+                20,
+                2 * GIB,
+                7 * GIB,
+                7 * GIB,
+                &[("allowed_or_total", &l.to_string())],
+            ),
+            end(100, 30, EndKind::Goodbye),
+        ]
+    };
+    let a = run_with(h.clone(), &with_limit(8 * GIB));
+    let (s, d) = only(&a);
+    assert!(s.api.is_none());
+    assert_eq!(d.cause, Cause::FrameworkLimit, "{}", prose::reason(&d));
+    assert_eq!(
+        d.reason,
+        Reason::FrameworkLimit {
+            framework: vramtrace_format::Framework::Torch,
+            limit: 8 * GIB,
+            in_use: 7 * GIB,
+            requested: 2 * GIB,
+            largest_free_block: None,
+        }
+    );
+    assert!(
+        prose::reason(&d).contains("torch.cuda.set_per_process_memory_fraction"),
+        "{}",
+        prose::reason(&d)
+    );
+    let advice = prose::advice(&d);
+    assert!(advice[0].starts_with("Raise the share"), "{advice:?}");
+    assert!(
+        advice.iter().any(|x| x.contains("gradient accumulation")),
+        "{advice:?}"
+    );
+    // PyTorch's observer says the device's total where no fraction is set: no limit of its own then.
+    let a = run_with(h, &with_limit(80 * GIB));
+    assert_ne!(only(&a).1.cause, Cause::FrameworkLimit);
+}

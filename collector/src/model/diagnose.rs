@@ -55,6 +55,9 @@ pub enum Cause {
     Growth,
     /// The job's own allocations filled what the device could give.
     Pressure,
+    /// The framework's own allocator refused it within the limit it keeps for itself, before asking the driver
+    /// (JAX's pool, `XLA_PYTHON_CLIENT_MEM_FRACTION`; PyTorch's `set_per_process_memory_fraction`).
+    FrameworkLimit,
 }
 
 impl Cause {
@@ -69,6 +72,7 @@ impl Cause {
             Cause::Pressure => "pressure",
             Cause::HostMemory => "host_memory",
             Cause::Growth => "growth",
+            Cause::FrameworkLimit => "framework_limit",
         }
     }
 }

@@ -250,6 +250,14 @@ fn short_end(o: &mut String, a: &Analysis) {
 }
 
 /// `cuMemAlloc_v2`, `cuMemAllocAsync_ptsz`, `api 99` for a number this build does not know.
+/// A framework as its users write it.
+pub fn framework_name(f: vramtrace_format::Framework) -> &'static str {
+    match f {
+        vramtrace_format::Framework::Torch => "PyTorch",
+        vramtrace_format::Framework::Jax => "JAX",
+    }
+}
+
 pub fn api_label(api: Option<Api>, code: u8, ptsz: bool) -> String {
     match api {
         Some(a) if ptsz => format!("{}_ptsz", a.name()),
@@ -356,7 +364,7 @@ fn headline(o: &mut String, a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usi
                 "  {whom}, thread {}: {}'s allocator refused {} before asking the driver (its own \
                  limit: {}).",
                 s.tid,
-                f.framework.name(),
+                framework_name(f.framework),
                 bytes_exact(s.requested_bytes),
                 f.allowed_or_total_bytes
                     .map_or("unknown".to_string(), bytes)

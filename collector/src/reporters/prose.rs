@@ -27,6 +27,7 @@ pub fn cause_title(c: Cause) -> &'static str {
         Cause::Pressure => "memory pressure from the job itself",
         Cause::HostMemory => "pinned host memory ran out (not GPU memory)",
         Cause::Growth => "memory growing step after step",
+        Cause::FrameworkLimit => "the framework's own memory limit",
     }
 }
 
@@ -87,6 +88,13 @@ pub fn reason(d: &Diagnosis) -> String {
             requested,
             missing,
         } => growth_reason(d, of, requested, missing),
+        Reason::FrameworkLimit {
+            framework,
+            limit,
+            in_use,
+            requested,
+            largest_free_block,
+        } => framework_limit_reason(framework, limit, in_use, requested, largest_free_block),
         Reason::Cap(ref r) => cap_reason(r, by),
         Reason::Driver(ref r) => driver_reason(r, by),
         Reason::NoFigures(ref r) => no_figures_reason(r),
@@ -152,6 +160,52 @@ fn growth_reason(d: &Diagnosis, of: GrowthOf, requested: u64, missing: u64) -> S
         d.growth.as_ref().map_or(String::new(), growth_size),
         b(requested),
         b(missing)
+    )
+}
+
+/// The framework's own limit: over it, or within it with no block as large as the request.
+fn framework_limit_reason(
+    framework: vramtrace_format::Framework,
+    limit: u64,
+    in_use: u64,
+    requested: u64,
+    largest: Option<u64>,
+) -> String {
+    use vramtrace_format::Framework;
+    let (who, what, things) = match framework {
+        Framework::Jax => (
+            "JAX",
+            "its pool, XLA_PYTHON_CLIENT_MEM_FRACTION of the GPU",
+            "arrays",
+        ),
+        Framework::Torch => (
+            "PyTorch",
+            "the share torch.cuda.set_per_process_memory_fraction allows",
+            "tensors",
+        ),
+    };
+    let needed = in_use.saturating_add(requested);
+    if needed > limit {
+        return format!(
+            "{who}'s allocator refused it before asking the driver, at the limit it keeps for itself ({what}): \
+             {} in its {things} plus the {} request is {}, {} more than its {}",
+            b(in_use),
+            b(requested),
+            b(needed),
+            b(needed - limit),
+            b(limit)
+        );
+    }
+    format!(
+        "{who}'s allocator refused it before asking the driver, within the limit it keeps for itself ({what}): \
+         {} of its {} were free, enough for the {} request, but {}: the free bytes lie between live {things}",
+        b(limit - in_use),
+        b(limit),
+        b(requested),
+        largest.map_or("not as one block".to_string(), |l| format!(
+            "its largest free block was {}",
+            b(l)
+        )),
     )
 }
 

@@ -85,13 +85,17 @@ pub fn summary(a: &Analysis) -> Option<String> {
         return Some(o);
     };
     let d = diagnose(a, s);
+    // A framework's own refusal made no driver call to name.
+    let asked = match (&s.framework, s.api, s.api_code) {
+        (Some(f), None, 0) => format!("{}'s allocator", oom_text::framework_name(f.framework)),
+        _ => oom_text::api_label(s.api, s.api_code, s.ptsz),
+    };
     writeln!(
         o,
-        "out of memory on {} at {}: pid {} asked {} for {}",
+        "out of memory on {} at {}: pid {} asked {asked} for {}",
         crate::reporters::oom_text::oom_place(s),
         secs(s.time_ns),
         s.pid,
-        oom_text::api_label(s.api, s.api_code, s.ptsz),
         bytes(s.requested_bytes)
     )
     .ok();

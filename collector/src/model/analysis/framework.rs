@@ -214,7 +214,14 @@ impl FrameworkOom {
         let figures = if framework == Framework::Jax {
             Figures {
                 allocated: o.bytes_in_use.or0(),
-                reserved: o.bytes_reserved.get().or(o.bytes_limit.get()).unwrap_or(0),
+                // JAX's BFC allocator says 0 reserved while its pool, taken whole at start (its default) or
+                // grown up to its limit, is what it holds from the driver.
+                reserved: o
+                    .bytes_reserved
+                    .get()
+                    .filter(|&r| r > 0)
+                    .or(o.bytes_limit.get())
+                    .unwrap_or(0),
                 ..Figures::default()
             }
         } else {
@@ -240,8 +247,17 @@ impl FrameworkOom {
             tid: b.tid,
             device: (b.device != NO_DEVICE).then_some(b.device),
             thread: o.thread.some(),
-            requested_bytes: o.requested.or0(),
-            allowed_or_total_bytes: o.allowed_or_total.get(),
+            // JAX's record names the request only in its error's words; its own limit is its pool's.
+            requested_bytes: o
+                .requested
+                .get()
+                .or_else(|| (framework == Framework::Jax).then(|| jax_request(o.error.as_str()))?)
+                .unwrap_or(0),
+            allowed_or_total_bytes: o.allowed_or_total.get().or_else(|| {
+                (framework == Framework::Jax)
+                    .then(|| o.bytes_limit.get())
+                    .flatten()
+            }),
             device_free_bytes: o.device_free.get(),
             figures,
             backend: o.backend.some(),
@@ -310,4 +326,57 @@ pub struct BridgeSummary {
     /// The bridge's walks of what held the tensors, at exit (after a growth) or on request, at most
     /// [`crate::model::analysis::holders::MAX_WALKS`]; those at an error are on its snapshot.
     pub walks: Vec<crate::model::analysis::holders::Holders>,
+}
+
+/// The bytes JAX's error says it tried to allocate: "Out of memory while trying to allocate 1.00GiB" (XLA's
+/// readable size: B, KiB, MiB, ... with two decimals) or "... allocate 1073741824 bytes". `None` when it says
+/// neither, or a size past 1 PiB (no GPU's: a forged record's).
+pub fn jax_request(error: &str) -> Option<u64> {
+    let rest = error.split("trying to allocate ").nth(1)?;
+    let n = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    let (num, unit) = rest.split_at(n);
+    let num: f64 = num.parse().ok()?;
+    let unit = unit.trim_start();
+    let shift = ["KiB", "MiB", "GiB", "TiB"]
+        .iter()
+        .position(|u| unit.starts_with(u))
+        .map_or(0, |i| 10 * (i as i32 + 1));
+    if shift == 0 && !(unit.starts_with('B') || unit.starts_with("bytes")) {
+        return None;
+    }
+    let bytes = (num * 2f64.powi(shift)).round();
+    (bytes.is_finite() && bytes <= (1u64 << 50) as f64).then_some(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::jax_request;
+
+    #[test]
+    fn jax_says_its_request_in_words() {
+        let e = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB with allocator GPU_0_bfc on \
+                 device 0. [executable_name='jit_broadcast_in_dim']";
+        assert_eq!(jax_request(e), Some(1 << 30));
+        assert_eq!(
+            jax_request("... trying to allocate 512.50MiB."),
+            Some(537_395_200)
+        );
+        assert_eq!(
+            jax_request("... trying to allocate 1073741824 bytes."),
+            Some(1 << 30)
+        );
+        assert_eq!(jax_request("... trying to allocate 96B"), Some(96));
+        for none in [
+            "",
+            "Out of memory",
+            "trying to allocate lots",
+            "trying to allocate 1.5 parsecs",
+            "trying to allocate 9e99GiB",
+            "trying to allocate 5000TiB",
+        ] {
+            assert_eq!(jax_request(none), None, "{none}");
+        }
+    }
 }

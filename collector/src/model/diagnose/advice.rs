@@ -122,6 +122,16 @@ pub enum PressureAdvice {
     Shard,
     /// Bytes in use rose before it: fix what is kept first.
     FixKeptFirst,
+    /// The framework's own allocator refused it within its `limit` (`total`: the GPU's, when known): give it
+    /// more of the GPU, or make the step smaller. `needed`: its bytes in use plus the request; `fragmented`: that
+    /// fitted the limit, but no free block was as large as the request.
+    FrameworkLimit {
+        framework: vramtrace_format::Framework,
+        limit: u64,
+        needed: u64,
+        total: Option<u64>,
+        fragmented: bool,
+    },
 }
 
 /// Memory held outside the job.
@@ -280,6 +290,7 @@ pub(super) fn advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis) -> Vec<Advice
         }
         Cause::FragmentationCache => cache_advice(s, replay, &mut v),
         Cause::Pressure => pressure_advice(a, s, d, &mut v),
+        Cause::FrameworkLimit => framework_limit_advice(a, s, d, &mut v),
         Cause::Fragmentation => v.extend([
             Advice::Fragmentation(FragmentationAdvice::ExpandableSegments),
             Advice::Fragmentation(FragmentationAdvice::TrimPools),
@@ -439,6 +450,37 @@ fn pressure_advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis, v: &mut Vec<Adv
     ]);
     if growth_explains(s, d) {
         v.push(Advice::Pressure(PressureAdvice::FixKeptFirst));
+    }
+}
+
+/// The framework's own limit: give it more of the GPU where the GPU has room, else shed; PyTorch's training
+/// levers for a PyTorch job (JAX's own are in the first step's words).
+fn framework_limit_advice(a: &Analysis, s: &OomSnapshot, d: &Diagnosis, v: &mut Vec<Advice>) {
+    let Reason::FrameworkLimit {
+        framework,
+        limit,
+        in_use,
+        requested,
+        ..
+    } = d.reason
+    else {
+        return;
+    };
+    let needed = in_use.saturating_add(requested);
+    v.push(Advice::Pressure(PressureAdvice::FrameworkLimit {
+        framework,
+        limit,
+        needed,
+        total: d.total_bytes,
+        fragmented: needed <= limit,
+    }));
+    if framework == vramtrace_format::Framework::Torch {
+        v.push(fit_command(a, s, d));
+        v.extend([
+            Advice::Pressure(PressureAdvice::SmallerBatch),
+            Advice::Pressure(PressureAdvice::Checkpointing),
+            Advice::Pressure(PressureAdvice::MixedPrecision),
+        ]);
     }
 }
 

@@ -64,6 +64,18 @@ pub(super) struct Evidence {
     pub cap_refused: bool,
     /// The framework's (allocated, cached) bytes of the job, when its figures are known.
     pub framework_split: Option<(u64, u64)>,
+    /// The framework's allocator refused the request itself, before asking the driver, and said its limit.
+    pub framework_limit: Option<FrameworkLimit>,
+}
+
+/// A framework's own limit, where its allocator refused a request before asking the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FrameworkLimit {
+    pub framework: vramtrace_format::Framework,
+    pub limit: u64,
+    /// Its bytes in tensors or arrays then.
+    pub in_use: u64,
+    pub largest_free_block: Option<u64>,
 }
 
 /// The figures of a fragmented PyTorch cache.
@@ -163,8 +175,31 @@ impl Evidence {
                 (Some(_), Some((alloc, res))) => Some((alloc, res.saturating_sub(alloc))),
                 _ => None,
             },
+            framework_limit: framework_limit(s, known_total),
         }
     }
+}
+
+/// The framework's own limit, when its allocator refused the request without a driver call (no driver record
+/// behind the error) and its record said the limit: PyTorch's `allowed` under a memory fraction, JAX's pool.
+/// PyTorch's observer says the device's total where no fraction is set (a driver record lost, say): no limit
+/// of its own then.
+fn framework_limit(s: &OomSnapshot, device_total: Option<u64>) -> Option<FrameworkLimit> {
+    let f = s.framework.as_ref()?;
+    if s.api.is_some() || s.api_code != 0 {
+        return None;
+    }
+    let own = |l: u64| {
+        l > 0
+            && (f.framework != vramtrace_format::Framework::Torch
+                || device_total.is_some_and(|t| l < t))
+    };
+    Some(FrameworkLimit {
+        framework: f.framework,
+        limit: f.allowed_or_total_bytes.filter(|&l| own(l))?,
+        in_use: f.figures.allocated,
+        largest_free_block: f.largest_free_block,
+    })
 }
 
 /// PyTorch's cache had the bytes that were short, but no block as large as the request.

@@ -87,8 +87,9 @@ pub(super) fn findings(s: &OomSnapshot, e: &Evidence, rule: Rule) -> Vec<Finding
             count: s.dropped_events,
         });
     }
-    // Host memory has no driver figures to miss.
-    if e.free.is_none() && !s.on_host {
+    // Host memory has no driver figures to miss, nor has a framework that refused without asking the driver
+    // (its own figures decided).
+    if e.free.is_none() && !s.on_host && e.framework_limit.is_none() {
         v.push(Finding::NoDriverFigures);
     }
     v

@@ -67,6 +67,15 @@ pub enum Reason {
         requested: u64,
         missing: u64,
     },
+    /// `framework_limit`: the framework's allocator refused it within its own `limit`, before asking the
+    /// driver, with `in_use` bytes in its tensors or arrays; `largest_free_block` when it said it.
+    FrameworkLimit {
+        framework: vramtrace_format::Framework,
+        limit: u64,
+        in_use: u64,
+        requested: u64,
+        largest_free_block: Option<u64>,
+    },
     /// The vramtrace cap refused it, or the job was over a cap that was not enforcing.
     Cap(CapReason),
     /// Decided from the driver's free figure: what was free, and who held the rest.
@@ -167,6 +176,7 @@ impl Reason {
             Reason::RequestExceedsLimit { .. } => Rule::RequestExceedsLimit,
             Reason::CacheFragmented { .. } => Rule::CacheFragmented,
             Reason::Growth { .. } => Rule::Growth,
+            Reason::FrameworkLimit { .. } => Rule::FrameworkLimit,
             Reason::Cap(CapReason::CapRefused { .. }) => Rule::CapRefused,
             Reason::Cap(CapReason::OverCap { .. }) => Rule::OverCap,
             Reason::Driver(DriverReason::FreeAtLeastRequest { .. }) => Rule::FreeAtLeastRequest,

@@ -12,6 +12,7 @@ pub enum Rule {
     RequestExceedsLimit,
     CacheFragmented,
     Growth,
+    FrameworkLimit,
     CapRefused,
     OverCap,
     FreeAtLeastRequest,
@@ -31,6 +32,7 @@ impl Rule {
             Rule::RequestExceedsLimit => "request_exceeds_limit",
             Rule::CacheFragmented => "cache_fragmented",
             Rule::Growth => "growth",
+            Rule::FrameworkLimit => "framework_limit",
             Rule::CapRefused => "cap_refused",
             Rule::OverCap => "over_cap",
             Rule::FreeAtLeastRequest => "free_at_least_request",
@@ -50,6 +52,7 @@ impl Rule {
             Rule::RequestExceedsLimit => Cause::RequestTooLarge,
             Rule::CacheFragmented => Cause::FragmentationCache,
             Rule::Growth => Cause::Growth,
+            Rule::FrameworkLimit => Cause::FrameworkLimit,
             Rule::CapRefused | Rule::OverCap => Cause::Cap,
             Rule::FreeAtLeastRequest | Rule::PoolCachedAsyncFrees | Rule::NoDriverFiguresPool => {
                 Cause::Fragmentation
@@ -73,11 +76,12 @@ pub(super) struct Row {
 }
 
 /// The rules in the order they are tried (docs/OOM.md). The last always holds, so one always decides.
-pub(super) const RULES: [Row; 13] = [
+pub(super) const RULES: [Row; 14] = [
     row(Rule::HostMemory, host_memory),
     row(Rule::RequestExceedsLimit, request_exceeds_limit),
     row(Rule::CacheFragmented, cache_fragmented),
     row(Rule::Growth, growth),
+    row(Rule::FrameworkLimit, framework_limit),
     row(Rule::CapRefused, cap_refused),
     row(Rule::OverCap, over_cap),
     row(Rule::FreeAtLeastRequest, free_at_least_request),
@@ -145,6 +149,19 @@ fn growth(e: &Evidence) -> Option<Reason> {
         of: g.of,
         requested: e.req,
         missing: e.missing.unwrap_or(e.req),
+    })
+}
+
+/// 0.4: the framework's own allocator refused it before asking the driver, within the limit it keeps: the
+/// driver-level figures say nothing of why (JAX's pool was taken whole at its start).
+fn framework_limit(e: &Evidence) -> Option<Reason> {
+    let f = e.framework_limit?;
+    Some(Reason::FrameworkLimit {
+        framework: f.framework,
+        limit: f.limit,
+        in_use: f.in_use,
+        requested: e.req,
+        largest_free_block: f.largest_free_block,
     })
 }
 

@@ -223,6 +223,13 @@ fn fragmentation(a: &FragmentationAdvice) -> String {
 /// Pressure: how much to shed, and the usual ways of shedding it.
 fn pressure(a: &PressureAdvice) -> String {
     match a {
+        PressureAdvice::FrameworkLimit {
+            framework,
+            limit,
+            needed,
+            total,
+            fragmented,
+        } => framework_limit(*framework, *limit, *needed, *total, *fragmented),
         PressureAdvice::Shed {
             bytes,
             device,
@@ -486,4 +493,46 @@ fn largest_batch(x: &crate::model::BatchAdvice) -> String {
         ));
     }
     t
+}
+
+/// More of the GPU for the framework's own allocator (a share named when the GPU's size is known), or a
+/// smaller step.
+fn framework_limit(
+    framework: vramtrace_format::Framework,
+    limit: u64,
+    needed: u64,
+    total: Option<u64>,
+    fragmented: bool,
+) -> String {
+    // The share that holds what it needed with a tenth to spare, in hundredths, when the GPU has it.
+    let share = total
+        .filter(|&t| t > 0)
+        .map(|t| (needed as f64 * 1.1 / t as f64 * 100.0).ceil() / 100.0)
+        .filter(|&f| f <= 0.95);
+    let need = if fragmented {
+        format!(
+            "its {} had room for what it asked, but not as one block",
+            b(limit)
+        )
+    } else {
+        format!("it needed at least {} where it had {}", b(needed), b(limit))
+    };
+    match framework {
+        vramtrace_format::Framework::Jax => format!(
+            "Give JAX's pool more of the GPU ({need}): XLA_PYTHON_CLIENT_MEM_FRACTION={} (the default is 0.75), \
+             or XLA_PYTHON_CLIENT_PREALLOCATE=false to take memory as it is needed{}. Or make the step smaller: \
+             a smaller batch, jax.checkpoint (rematerialisation) on the largest blocks, bfloat16.",
+            share.map_or("<a larger share>".to_string(), |f| format!("{f:.2}")),
+            if fragmented {
+                " (a pool that grows has fewer holes)"
+            } else {
+                ""
+            }
+        ),
+        vramtrace_format::Framework::Torch => format!(
+            "Raise the share torch.cuda.set_per_process_memory_fraction allows ({need}){}, or shed memory as \
+             below.",
+            share.map_or(String::new(), |f| format!(": {f:.2} of this GPU"))
+        ),
+    }
 }

@@ -26,18 +26,19 @@ fn every_rule_has_one_row_and_its_own_key() {
         Rule::RequestExceedsLimit => 1,
         Rule::CacheFragmented => 2,
         Rule::Growth => 3,
-        Rule::CapRefused => 4,
-        Rule::OverCap => 5,
-        Rule::FreeAtLeastRequest => 6,
-        Rule::PoolCachedAsyncFrees => 7,
-        Rule::OutsideExcess => 8,
-        Rule::JobFillsDevice => 9,
-        Rule::NoDriverFiguresPool => 10,
-        Rule::NoDriverFiguresFitsTotal => 11,
-        Rule::NoDriverFigures => 12,
+        Rule::FrameworkLimit => 4,
+        Rule::CapRefused => 5,
+        Rule::OverCap => 6,
+        Rule::FreeAtLeastRequest => 7,
+        Rule::PoolCachedAsyncFrees => 8,
+        Rule::OutsideExcess => 9,
+        Rule::JobFillsDevice => 10,
+        Rule::NoDriverFiguresPool => 11,
+        Rule::NoDriverFiguresFitsTotal => 12,
+        Rule::NoDriverFigures => 13,
     };
     let places: Vec<usize> = RULES.iter().map(|r| place(r.rule)).collect();
-    assert_eq!(places, (0..13).collect::<Vec<_>>());
+    assert_eq!(places, (0..14).collect::<Vec<_>>());
     let mut keys: Vec<&str> = RULES.iter().map(|r| r.rule.key()).collect();
     keys.sort_unstable();
     keys.dedup();
@@ -151,6 +152,24 @@ fn first_rule_that_holds_decides() {
                 cap_refused: true,
                 grew: grew(4 * GIB),
                 ..with_free(10 * GIB, GIB, 0)
+            },
+        ),
+        (
+            Rule::FrameworkLimit,
+            Evidence {
+                // Before the cap's rules: a framework that never asked the driver was not refused by the cap.
+                cap: Some(GIB),
+                framework_limit: Some(super::super::evidence::FrameworkLimit {
+                    framework: vramtrace_format::Framework::Jax,
+                    limit: 6 * GIB,
+                    in_use: 5 * GIB,
+                    largest_free_block: Some(GIB / 2),
+                }),
+                ..Evidence {
+                    req: GIB,
+                    job: 6 * GIB,
+                    ..Evidence::default()
+                }
             },
         ),
         (
