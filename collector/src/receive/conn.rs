@@ -326,7 +326,8 @@ impl Conn {
         for (k, payload) in codec::frames(frames) {
             let asks = match k {
                 kind::OOM => true,
-                kind::BRIDGE => matches!(
+                // Kind 13 is an older shim's bridge record: read as today's, acknowledged alike.
+                kind::BRIDGE | kind::BRIDGE_PAIRS => matches!(
                     codec::decode_record(k, payload),
                     Ok(Some(Record::Bridge(b))) if b.ack
                 ),

@@ -3,7 +3,7 @@
 //! and hoards memory with unfinished frames. It can cost only its own records: they are refused, counted
 //! against it (by the kernel's pid), and nothing it forged reaches the trace.
 
-use vramtrace_e2e::traced::{read_trace, vramtrace};
+use vramtrace_e2e::traced::{read_trace, vramtrace, BridgeBody};
 use vramtrace_e2e::*;
 use vramtrace_format::{Api, ExitStatus, LossCause};
 
@@ -21,10 +21,18 @@ fn a_process_speaks_only_for_itself_whatever_its_hello_says() {
     let mut out = run.stdout.split_whitespace();
     let pid: u32 = out.next().unwrap().parse().unwrap();
     let forged: u64 = out.next().unwrap().parse().unwrap();
-    // Its out-of-memory record for the victim was answered no (it is not in the trace), its own yes.
+    // Its out-of-memory record for the victim was answered no (it is not in the trace), its own yes, and its
+    // bridge record of an older shim's kind (13) yes: read as today's, in the trace.
     let answers: Vec<&str> = out.skip(1).collect();
-    assert_eq!(answers, ["no", "yes"], "{}", run.stdout);
+    assert_eq!(answers, ["no", "yes", "yes"], "{}", run.stdout);
     let t = read_trace(&path);
+    let legacy: Vec<_> = t.bridge.iter().filter(|(_, b)| b.what == "note").collect();
+    assert_eq!(legacy.len(), 1, "{:?}", t.bridge);
+    assert_eq!(legacy[0].1.pid, pid);
+    assert_eq!(
+        legacy[0].1.text("text").as_deref(),
+        Some("forger's legacy bridge note")
+    );
     // One hello, under the kernel's pid, saying what it claimed.
     assert_eq!(t.hellos.len(), 1, "{:?}", t.hellos);
     let h = &t.hellos[0];

@@ -79,6 +79,45 @@ fn note(pid: u32, text: &str) -> Record {
     }
 }
 
+/// bincode 2's standard varint, by hand (this program speaks the wire without the format's private encoder).
+fn varint(o: &mut Vec<u8>, v: u64) {
+    match v {
+        0..=250 => o.push(v as u8),
+        251..=0xffff => {
+            o.push(251);
+            o.extend_from_slice(&(v as u16).to_le_bytes());
+        }
+        0x1_0000..=0xffff_ffff => {
+            o.push(252);
+            o.extend_from_slice(&(v as u32).to_le_bytes());
+        }
+        _ => {
+            o.push(253);
+            o.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+fn string(o: &mut Vec<u8>, t: &str) {
+    varint(o, t.len() as u64);
+    o.extend_from_slice(t.as_bytes());
+}
+
+/// A kind-13 body: (pid, tid, ts_ns, what, device, ack, fields), acknowledged.
+fn legacy_bridge(o: &mut Vec<u8>, pid: u32, what: &str, fields: &[(&str, &str)]) {
+    varint(o, pid as u64);
+    varint(o, pid as u64);
+    varint(o, mono_ns());
+    string(o, what);
+    varint(o, vramtrace_format::NO_DEVICE as u64);
+    o.push(1);
+    varint(o, fields.len() as u64);
+    for (k, v) in fields {
+        string(o, k);
+        string(o, v);
+    }
+}
+
 /// A successful `cuMemAlloc_v2` of `size` bytes on device 0.
 fn alloc(size: u64) -> Event {
     Event {
@@ -206,10 +245,19 @@ fn speak(claimed: u32, victim: u32) {
     codec::put_record(&mut ooms, &oom(victim));
     forged += 1;
     codec::put_record(&mut ooms, &oom(claimed));
+    // A bridge record as an older shim sent it (kind 13, text pairs), waiting for its answer too.
+    codec::put_frame(&mut ooms, kind::BRIDGE_PAIRS, |o| {
+        legacy_bridge(
+            o,
+            claimed,
+            "note",
+            &[("text", "forger's legacy bridge note")],
+        )
+    });
     s.write_all(&ooms).unwrap();
     s.set_read_timeout(Some(std::time::Duration::from_secs(3)))
         .unwrap();
-    let mut answers = [0u8; 2];
+    let mut answers = [0u8; 3];
     let got = std::io::Read::read_exact(&mut s, &mut answers).is_ok();
     let said = |b: u8| match b {
         vramtrace_format::OOM_ACK => "yes",
@@ -226,10 +274,11 @@ fn speak(claimed: u32, victim: u32) {
     assert!(ring.try_blob(&blob));
     assert!(ring.try_event(&alloc(1 << 20)));
     println!(
-        "{} {forged} answers {} {}",
+        "{} {forged} answers {} {} {}",
         std::process::id(),
         if got { said(answers[0]) } else { "none" },
-        if got { said(answers[1]) } else { "none" }
+        if got { said(answers[1]) } else { "none" },
+        if got { said(answers[2]) } else { "none" }
     );
     std::io::stdout().flush().unwrap();
     // Time for the collector to take it all before the connection closes.
