@@ -17,7 +17,7 @@ use crate::model::{self, Analysis, Ended, OomSnapshot, Timeline};
 use crate::names::units::{bytes, bytes_exact, count, fit, printable, secs};
 use crate::reporters::prose;
 use crate::reporters::text::sparkline::sparkline;
-use crate::reporters::text::{device_name, fit_label, short_command, site_lines, WIDTH};
+use crate::reporters::text::{device_name, fit_label, oom_place, short_command, site_lines, WIDTH};
 
 /// Word-wraps to the report's width (the one wrapping rule of every text output: text::wrap).
 fn wrap(o: &mut String, text: &str, indent: &str) {
@@ -72,7 +72,7 @@ fn compose(a: &Analysis, file: Option<&Path>, full: bool) -> String {
             for (i, s) in a.ooms.iter().enumerate() {
                 event(&mut o, a, s, &diagnose(a, s), i + 1, true);
             }
-        } else if let Some(i) = main_error(a) {
+        } else if let Some(i) = a.main_error() {
             // One screen: the error that decides whole, the others a line for each kind.
             let s = &a.ooms[i];
             event(&mut o, a, s, &diagnose(a, s), i + 1, false);
@@ -196,19 +196,6 @@ fn other_errors(o: &mut String, a: &Analysis, shown: usize) {
     o.push('\n');
 }
 
-/// The error the one screen shows whole: the one the largest batch was drawn for (`vramtrace oom` attaches it
-/// to the last error whose replay fails where the run did), else the last error of a process that did not exit
-/// 0 (a process gets past earlier ones: cuDNN's smaller workspace, a caught exception; the last is what ended
-/// it), else the first (the program got past every one: where its trouble began).
-pub fn main_error(a: &Analysis) -> Option<usize> {
-    let died = |pid: u32| a.process(pid).is_some_and(|p| !p.ended_cleanly());
-    a.ooms
-        .iter()
-        .rposition(|s| s.framework.as_ref().is_some_and(|f| f.batch.is_some()))
-        .or_else(|| a.ooms.iter().rposition(|s| died(s.pid)))
-        .or(if a.ooms.is_empty() { None } else { Some(0) })
-}
-
 /// Kinds of further error listed on the one screen.
 const OTHER_KINDS: usize = 4;
 
@@ -267,15 +254,6 @@ pub fn api_label(api: Option<Api>, code: u8, ptsz: bool) -> String {
 }
 
 /// One out-of-memory event's part of the report (`n` its number), as `vramtrace oom` prints it.
-/// Where an out-of-memory event was: `GPU 0`, `GPU ?`, or `host memory` (a `cuMemCreate` on the host).
-pub fn oom_place(s: &OomSnapshot) -> String {
-    if s.on_host {
-        "host memory".to_string()
-    } else {
-        device_name(s.device)
-    }
-}
-
 pub fn event_text(a: &Analysis, s: &OomSnapshot, d: &Diagnosis, n: usize) -> String {
     let mut o = String::new();
     event(&mut o, a, s, d, n, true);

@@ -387,6 +387,15 @@ pub fn device_name(device: Option<u32>) -> String {
     }
 }
 
+/// Where an out-of-memory event was: `GPU 0`, `GPU ?`, or `host memory` (a `cuMemCreate` on the host).
+pub fn oom_place(s: &crate::model::OomSnapshot) -> String {
+    if s.on_host {
+        "host memory".to_string()
+    } else {
+        device_name(s.device)
+    }
+}
+
 /// A device's name where its figures are at hand: memory on no GPU (host `cuMemCreate`) is `host memory`.
 pub fn device_label(d: &DeviceStats) -> String {
     if d.on_host {
@@ -466,7 +475,7 @@ fn outcome(o: &mut String, a: &Analysis, file: Option<&Path>) {
     let trace = file.map_or_else(|| "TRACE".to_string(), units::shown_path);
     if a.oom_records > 0 {
         // The error `vramtrace oom` shows whole: the same choice on both screens.
-        let main = crate::reporters::oom_text::main_error(a);
+        let main = a.main_error();
         let more = match (a.oom_records, main) {
             (1, _) => String::new(),
             (n, Some(i)) => format!(" (error {} of {})", i + 1, count(n)),
@@ -478,7 +487,7 @@ fn outcome(o: &mut String, a: &Analysis, file: Option<&Path>) {
                 format!(
                     "OUT OF MEMORY on {} at {}{more}: pid {} asked {}; cause: {} ({}). Why, what held \
                      the memory and what to change:",
-                    crate::reporters::oom_text::oom_place(s),
+                    oom_place(s),
                     secs(s.time_ns),
                     s.pid,
                     bytes(s.requested_bytes),
@@ -969,7 +978,7 @@ fn warnings(o: &mut String, a: &Analysis) {
     // With an out-of-memory error the summary at the top says the cap refused; without one, the program got
     // past its refusals, and the figures hold none of the refused bytes.
     let refused: u64 = a.processes.iter().map(|p| p.cap_refusals).sum();
-    let told = crate::reporters::oom_text::main_error(a).is_some_and(|i| {
+    let told = a.main_error().is_some_and(|i| {
         crate::model::diagnose::diagnose(a, &a.ooms[i]).cause == crate::model::diagnose::Cause::Cap
     });
     if refused > 0 && !told {

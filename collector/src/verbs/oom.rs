@@ -93,7 +93,7 @@ pub fn summary(a: &Analysis) -> Option<String> {
     writeln!(
         o,
         "out of memory on {} at {}: pid {} asked {asked} for {}",
-        crate::reporters::oom_text::oom_place(s),
+        crate::reporters::text::oom_place(s),
         secs(s.time_ns),
         s.pid,
         bytes(s.requested_bytes)

@@ -576,6 +576,19 @@ impl OomSnapshot {
 }
 
 impl Analysis {
+    /// The error the one screen shows whole: the one the largest batch was drawn for (`vramtrace oom` attaches it
+    /// to the last error whose replay fails where the run did), else the last error of a process that did not exit
+    /// 0 (a process gets past earlier ones: cuDNN's smaller workspace, a caught exception; the last is what ended
+    /// it), else the first (the program got past every one: where its trouble began).
+    pub fn main_error(&self) -> Option<usize> {
+        let died = |pid: u32| self.process(pid).is_some_and(|p| !p.ended_cleanly());
+        self.ooms
+            .iter()
+            .rposition(|s| s.framework.as_ref().is_some_and(|f| f.batch.is_some()))
+            .or_else(|| self.ooms.iter().rposition(|s| died(s.pid)))
+            .or(if self.ooms.is_empty() { None } else { Some(0) })
+    }
+
     pub fn device(&self, device: u32) -> Option<&DeviceStats> {
         self.devices.iter().find(|d| d.device == Some(device))
     }

@@ -222,7 +222,7 @@ fn growth_explains(s: &OomSnapshot, d: &Diagnosis) -> bool {
     if d.work_grows {
         return false;
     }
-    if super::findings::step_need(s).is_none() {
+    if super::evidence::step_need(s).is_none() {
         return s.framework_leak.is_some() || s.driver_leak().is_some();
     }
     let rise = [s.framework_leak.as_ref(), s.driver_leak()]
@@ -551,7 +551,7 @@ fn first_by_evidence(
     // A step whose own need grows with its input: bounding the input comes before anything else, a setting
     // that gets past this error included (the next, longer input fails again).
     if matches!(d.cause, Cause::Cap | Cause::Pressure) {
-        if let Some(n) = super::findings::step_need(s) {
+        if let Some(n) = super::evidence::step_need(s) {
             v.insert(
                 0,
                 Advice::Pressure(PressureAdvice::BoundInput {

@@ -282,7 +282,7 @@ fn growth(
         // boundary growing step by step (sequences sorted by length), not memory kept.
         matches!(l.unit, GrowthUnit::Steps(_))
             && !matches!(of, GrowthOf::HeldGraph | GrowthOf::HeldContainer)
-            && super::findings::step_need(s).is_some()
+            && step_need(s).is_some()
             && held_by_the_step(s)
     });
     match grew.filter(|_| !work_grows) {
@@ -400,4 +400,21 @@ fn held(
         sites: Vec::new(),
         more_sites: 0,
     }
+}
+
+/// The steps' need rising by half again more than what they kept over the same steps (a leak lifts every step's
+/// peak by what it keeps: that is not the work growing; an input live at the boundary lifts both, the need by
+/// what the step makes of it besides).
+pub(super) fn step_need(s: &OomSnapshot) -> Option<crate::model::analysis::StepNeed> {
+    let n = s.step_need?;
+    let span = n.last_step.saturating_sub(n.first_step);
+    let kept_per_step = s
+        .framework_leak
+        .as_ref()
+        .filter(|l| matches!(l.unit, crate::model::GrowthUnit::Steps(_)))
+        .and_then(|l| l.steps.filter(|&k| k > 0).map(|k| l.rise_bytes / k))
+        .unwrap_or(0);
+    let rose = n.last_peak.saturating_sub(n.first_peak);
+    let kept = kept_per_step.saturating_mul(span);
+    (rose > kept.saturating_add(kept / 2)).then_some(n)
 }

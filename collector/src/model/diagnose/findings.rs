@@ -36,7 +36,7 @@ pub(super) fn findings(s: &OomSnapshot, e: &Evidence, rule: Rule) -> Vec<Finding
     if let Some(f) = rank_asymmetry(s) {
         v.push(f);
     }
-    if let Some(n) = step_need(s) {
+    if let Some(n) = super::evidence::step_need(s) {
         v.push(Finding::StepNeedRises(n));
     }
     if let Some(o) = fw.filter(|o| o.on_backward_thread()) {
@@ -59,7 +59,7 @@ pub(super) fn findings(s: &OomSnapshot, e: &Evidence, rule: Rule) -> Vec<Finding
     if let Some(l) = s
         .framework_leak
         .as_ref()
-        .filter(|_| !(e.work_grows && step_need(s).is_some()))
+        .filter(|_| !(e.work_grows && super::evidence::step_need(s).is_some()))
     {
         v.push(Finding::AllocatedLeakTrend(l.clone()));
     }
@@ -127,21 +127,4 @@ fn rank_asymmetry(s: &OomSnapshot) -> Option<Finding> {
         peers_median_bytes: median,
         peers_max_bytes: peers[peers.len() - 1],
     })
-}
-
-/// The steps' need rising by half again more than what they kept over the same steps (a leak lifts every step's
-/// peak by what it keeps: that is not the work growing; an input live at the boundary lifts both, the need by
-/// what the step makes of it besides).
-pub(super) fn step_need(s: &OomSnapshot) -> Option<crate::model::analysis::StepNeed> {
-    let n = s.step_need?;
-    let span = n.last_step.saturating_sub(n.first_step);
-    let kept_per_step = s
-        .framework_leak
-        .as_ref()
-        .filter(|l| matches!(l.unit, crate::model::GrowthUnit::Steps(_)))
-        .and_then(|l| l.steps.filter(|&k| k > 0).map(|k| l.rise_bytes / k))
-        .unwrap_or(0);
-    let rose = n.last_peak.saturating_sub(n.first_peak);
-    let kept = kept_per_step.saturating_mul(span);
-    (rose > kept.saturating_add(kept / 2)).then_some(n)
 }

@@ -10,8 +10,9 @@ use super::{NO_SITE_KEY, OTHER_SITES_KEY};
 use crate::callsites::{PeakRow, Site, TENSOR_LINES_NOTE};
 use crate::model::diagnose::diagnose;
 use crate::model::{Analysis, FOLD_NS};
-use crate::reporters::oom_text::{event_text, oom_place};
+use crate::reporters::oom_text::event_text;
 use crate::reporters::prose::{self, key_figures, short_findings};
+use crate::reporters::text::oom_place;
 use crate::reporters::text::{self, device_name, ending_label, short_command};
 
 /// One trace's part of the page. `host` and `host_offset_ns` only among several traces of one job.
