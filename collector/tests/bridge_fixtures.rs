@@ -304,3 +304,52 @@ fn jax_over_its_own_pool_is_its_limit_not_fragmentation() {
         d.findings
     );
 }
+
+/// PyTorch under torch.cuda.set_per_process_memory_fraction(0.03) on an H200 (PyTorch 2.11, 2026-11-29,
+/// scripts/gpu/fraction_case.py; docs/GPU-RESULTS.md, "session 58, final build"): its allocator refused 512 MiB
+/// past its 4.19 GiB share before asking the driver, with the device 97% free. The build before called it
+/// fragmentation (the driver's free memory was at least the request) with PyTorch's cache settings as advice.
+#[test]
+fn pytorch_over_its_memory_fraction_is_its_own_limit_on_the_gpu() {
+    let (a, d) = first_oom("fraction.vtrace");
+    let f = a.ooms[0].framework.as_ref().expect("PyTorch's OOM record");
+    // PyTorch's own figures: int(0.03 * 150,109,880,320) allowed, 8 tensors of 512 MiB kept, 512 MiB asked.
+    assert_eq!(f.allowed_or_total_bytes, Some(4_503_296_409));
+    assert_eq!(f.figures.allocated, 4 * GIB);
+    assert_eq!(a.ooms[0].requested_bytes, 512 * MIB);
+    assert_eq!(d.cause, Cause::FrameworkLimit, "{}", prose::reason(&d));
+    let reason = prose::reason(&d);
+    assert!(
+        reason.contains("set_per_process_memory_fraction"),
+        "{reason}"
+    );
+    let advice = prose::advice(&d);
+    assert!(advice[0].contains("0.04 of this GPU"), "{advice:?}");
+    assert!(
+        !advice.iter().any(|x| x.contains("expandable_segments")),
+        "{advice:?}"
+    );
+    // The device's room is not what refused it: no finding says how far the job was from fitting it.
+    assert!(
+        !d.findings.iter().any(|x| matches!(x, Finding::Fit { .. })),
+        "{:?}",
+        d.findings
+    );
+}
+
+/// `run --stop-after-steps 5` of a training loop on an H200 (scripts/gpu/whatif_case.py train, 2026-11-29,
+/// "session 58, final build"): the bridge counted five optimizer steps and stopped the program there, and the
+/// JSON says so (before: only the text report did).
+#[test]
+fn a_run_stopped_after_its_steps_says_so_in_the_json() {
+    let a = analyze(&fixture("stop_after_steps.vtrace")).expect("fixture reads");
+    assert!(a.ooms.is_empty());
+    assert_eq!(a.bridge.stopped.len(), 1);
+    assert_eq!(a.bridge.stopped[0].1, 5);
+    let j = vramtrace_collector::reporters::json::render(&a);
+    let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(
+        v["bridge"]["stopped_after_steps"],
+        serde_json::json!([{"pid": a.bridge.stopped[0].0, "steps": 5}])
+    );
+}

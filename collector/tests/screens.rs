@@ -103,7 +103,9 @@ fn the_report_says_first_what_happened() {
             assert!(head.contains("cause: "), "{}:\n{head}", t.display());
         } else {
             assert!(
-                head.contains("FINISHED") || head.contains("ENDED"),
+                head.contains("FINISHED")
+                    || head.contains("ENDED")
+                    || head.contains("STOPPED after"),
                 "{}:\n{head}",
                 t.display()
             );

@@ -143,9 +143,14 @@ def hooked():
     except Exception:
         h["optimizer_post_hooks"] = None
     try:
-        from vramtrace_bridge import _torch as vt
+        try:  # the step counters' home since 2026-11-29 (before: _torch._steps)
+            from vramtrace_bridge import _steps as vs
 
-        s = vt._steps
+            s = vs.counters
+        except ImportError:
+            from vramtrace_bridge import _torch as vt
+
+            s = vt._steps
         h["counts"] = [s.optimizer, s.batches, s.scopes, s.reads]
     except Exception:
         h["counts"] = None

@@ -44,7 +44,8 @@ pub(super) fn findings(s: &OomSnapshot, e: &Evidence, rule: Rule) -> Vec<Finding
             thread: o.thread.clone().unwrap_or_default(),
         });
     }
-    if let (Some(av), Some(sh)) = (e.available, e.short) {
+    // The device's or the cap's room says nothing where the framework's own limit refused it.
+    if let (Some(av), Some(sh), None) = (e.available, e.short, e.framework_limit) {
         v.push(Finding::Fit {
             needed_bytes: e.needed,
             available_bytes: av,

@@ -157,6 +157,14 @@ pub struct Bridge<'a> {
     samples: u64,
     cache_at_end_bytes: u64,
     cache_at_end_tensor_bytes: u64,
+    /// Processes that ended themselves at a step's boundary, as `run --stop-after-steps` asked.
+    stopped_after_steps: Vec<Stopped>,
+}
+
+#[derive(Serialize)]
+struct Stopped {
+    pid: u32,
+    steps: u64,
 }
 
 #[derive(Serialize)]
@@ -211,6 +219,11 @@ impl<'a> Bridge<'a> {
                     history_entries: p.history_entries,
                     problems: &p.problems,
                 })
+                .collect(),
+            stopped_after_steps: b
+                .stopped
+                .iter()
+                .map(|&(pid, steps)| Stopped { pid, steps })
                 .collect(),
             messages: b
                 .notes
