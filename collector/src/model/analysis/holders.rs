@@ -257,13 +257,9 @@ impl Holders {
                 .get()
                 .filter(|&x| x <= MAX_HOLDER_BYTES)
                 .unwrap_or(0),
-            partial: walk.partial.set().then(|| {
-                let why = clean(&walk.partial_reason);
-                if walk.partial_reason.0.is_none() {
-                    "its time bound".to_string()
-                } else {
-                    why
-                }
+            partial: walk.partial.set().then(|| match walk.partial_reason.0 {
+                Some(_) => clean(&walk.partial_reason),
+                None => "its time bound".to_string(),
             }),
             holders,
         })

@@ -73,8 +73,9 @@ pub(super) struct Evidence {
 pub(super) struct FrameworkLimit {
     pub framework: vramtrace_format::Framework,
     pub limit: u64,
-    /// Its bytes in tensors or arrays then.
+    /// Its bytes in tensors or arrays then, and what it held from the driver.
     pub in_use: u64,
+    pub reserved: u64,
     pub largest_free_block: Option<u64>,
 }
 
@@ -198,6 +199,7 @@ fn framework_limit(s: &OomSnapshot, device_total: Option<u64>) -> Option<Framewo
         framework: f.framework,
         limit: f.allowed_or_total_bytes.filter(|&l| own(l))?,
         in_use: f.figures.allocated,
+        reserved: f.figures.reserved,
         largest_free_block: f.largest_free_block,
     })
 }

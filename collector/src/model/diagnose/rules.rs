@@ -156,6 +156,11 @@ fn growth(e: &Evidence) -> Option<Reason> {
 /// driver-level figures say nothing of why (JAX's pool was taken whole at its start).
 fn framework_limit(e: &Evidence) -> Option<Reason> {
     let f = e.framework_limit?;
+    // Within its limit, the limit decided only if the framework held all of it: one that could still grow (JAX
+    // without preallocation, a fraction not yet reached) was refused growth by the driver, whose rules decide.
+    if f.in_use.saturating_add(e.req) <= f.limit && f.reserved < f.limit {
+        return None;
+    }
     Some(Reason::FrameworkLimit {
         framework: f.framework,
         limit: f.limit,

@@ -163,6 +163,7 @@ fn first_rule_that_holds_decides() {
                     framework: vramtrace_format::Framework::Jax,
                     limit: 6 * GIB,
                     in_use: 5 * GIB,
+                    reserved: 6 * GIB,
                     largest_free_block: Some(GIB / 2),
                 }),
                 ..Evidence {
@@ -272,5 +273,30 @@ fn only_the_pool_rules_read_the_pool_cache() {
     assert_eq!(
         pool,
         [Rule::PoolCachedAsyncFrees, Rule::NoDriverFiguresPool]
+    );
+}
+
+/// A framework that refused within its limit while it could still grow (JAX without preallocation): the driver
+/// refused it the growth, and the driver's rules decide; over its limit, or within a limit it held whole, its own.
+#[test]
+fn a_framework_limit_decides_only_where_it_bound() {
+    let at = |in_use: u64, reserved: u64| Evidence {
+        req: GIB,
+        job: reserved,
+        known_total: Some(80 * GIB),
+        framework_limit: Some(super::super::evidence::FrameworkLimit {
+            framework: vramtrace_format::Framework::Jax,
+            limit: 60 * GIB,
+            in_use,
+            reserved,
+            largest_free_block: Some(GIB / 2),
+        }),
+        ..Evidence::default()
+    };
+    assert_ne!(decide(&at(10 * GIB, 12 * GIB)).rule(), Rule::FrameworkLimit);
+    assert_eq!(decide(&at(10 * GIB, 60 * GIB)).rule(), Rule::FrameworkLimit);
+    assert_eq!(
+        decide(&at(59 * GIB + GIB / 2, 59 * GIB + GIB / 2)).rule(),
+        Rule::FrameworkLimit
     );
 }
