@@ -12,7 +12,7 @@ import unittest
 BRIDGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, BRIDGE)
 
-from vramtrace_bridge import _hook, _shim, _torch  # noqa: E402
+from vramtrace_bridge import _hook, _oom, _settings, _shim  # noqa: E402
 
 
 def run_python(code, pythonpath, extra_env=None, args=()):
@@ -111,18 +111,18 @@ class SegmentFigures(unittest.TestCase):
                 {"device": 0, "is_expandable": True, "blocks": [block(1, "active_pending_free"), block(1, "inactive")]},
             ]
         }
-        segments, largest, stuck, expandable = _torch.segment_figures(snap, 0)
+        segments, largest, stuck, expandable = _oom.segment_figures(snap, 0)
         self.assertEqual((segments, largest, stuck, expandable), (3, 5, 3 + 2 + 1, True))
-        self.assertEqual(_torch.segment_figures(snap, 1)[:3], (1, 100, 100))
-        self.assertEqual(_torch.segment_figures({}, 0), (0, 0, 0, False))
+        self.assertEqual(_oom.segment_figures(snap, 1)[:3], (1, 100, 100))
+        self.assertEqual(_oom.segment_figures({}, 0), (0, 0, 0, False))
 
     def test_allocator_settings_are_read_from_the_environment(self):
         old = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True, max_split_size_mb:128"
         try:
-            self.assertEqual(_torch._conf_value("expandable_segments"), "True")
-            self.assertEqual(_torch._conf_value("max_split_size_mb"), "128")
-            self.assertIsNone(_torch._conf_value("garbage_collection_threshold"))
+            self.assertEqual(_settings.conf_value("expandable_segments"), "True")
+            self.assertEqual(_settings.conf_value("max_split_size_mb"), "128")
+            self.assertIsNone(_settings.conf_value("garbage_collection_threshold"))
         finally:
             if old is None:
                 del os.environ["PYTORCH_CUDA_ALLOC_CONF"]

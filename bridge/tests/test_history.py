@@ -18,7 +18,7 @@ sys.path.insert(0, BRIDGE)
 sys.path.insert(0, FAKETORCH)
 
 import torch  # noqa: E402  (the stand-in)
-from vramtrace_bridge import _shim, _torch  # noqa: E402
+from vramtrace_bridge import _exit, _history, _sampler, _shim, _state, _torch  # noqa: E402
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -136,11 +136,11 @@ class WithTorch(unittest.TestCase):
         torch.cuda._reset()
         self.door = Door()
         self.patch(_shim, "_fns", (self.door.sample, self.door.record))
-        self.patch(_torch, "_start_sampler", lambda: None)
+        self.patch(_sampler, "start", lambda: None)
         self.patch(_torch, "atexit", _NoAtexit)
         fresh = dict(torch=None, attached=False, pid=None, thread=None, last={}, active=set(), ooms=0, history=0,
                      arming=None, exit_done=False, peaks={})
-        self.patch(_torch, "_state", fresh)
+        self.patch(_state, "state", fresh)
         self.tensors = []
 
     def patch(self, obj, name, value):
@@ -159,12 +159,12 @@ class WithTorch(unittest.TestCase):
     def attach(self):
         _torch.on_import(torch)
         torch.cuda.init()
-        self.assertTrue(_torch._state["attached"])
+        self.assertTrue(_state.state["attached"])
 
     def tick(self, t_s):
         """One pass of the sampler at t_s seconds."""
-        vals = _torch.sample_device(0)
-        _torch._watch(0, vals, int(t_s * 1e9))
+        vals = _sampler.sample_device(0)
+        _history.watch(0, vals, int(t_s * 1e9))
         return vals
 
     def hold(self, nbytes):
@@ -212,7 +212,7 @@ class Automatic(WithTorch):
             "reserved": 950 * MIB, "limit": GIB, "t_ns": 10 ** 9,
         })])
         self.assertEqual(self.calls(), [ARM])
-        self.assertEqual(_torch._state["history"], 20000)
+        self.assertEqual(_state.state["history"], 20000)
         self.drop(spike)  # 800 MiB: 78%, under 80%
         for t in (1.5, 5.0, 10.9):
             self.tick(t)
@@ -223,7 +223,7 @@ class Automatic(WithTorch):
                          (0, "disarmed", "pressure_gone", 800 * MIB))
         self.assertEqual(list(fields), ["state", "reason", "entries", "allocated", "reserved", "limit", "t_ns"])
         self.assertEqual(self.calls(), [ARM, DISARM])
-        self.assertEqual(_torch._state["history"], 0)
+        self.assertEqual(_state.state["history"], 0)
 
     def test_the_limit_is_read_once_and_follows_the_per_process_fraction(self):
         self.attach()
@@ -269,7 +269,7 @@ class Automatic(WithTorch):
         self.assertGreaterEqual(t, 60)
         for _ in range(10):  # tensors kept while armed carry their lines
             self.hold(4 * MIB)
-        _torch._exit_unsafe()
+        _exit.exit_unsafe()
         (dev, fields), = self.records("snapshot")
         path = dict(fields)["path"]
         self.assertEqual(path, "%s.torch-%d-exit.pickle" % (self.trace, os.getpid()))
@@ -317,7 +317,7 @@ class Automatic(WithTorch):
         self.attach()
         self.hold(100 * MIB)
         self.tick(0.0)
-        _torch._exit_unsafe()
+        _exit.exit_unsafe()
         self.assertEqual(self.records("snapshot"), [])
         self.assertEqual(os.listdir(self.tmp), [])
 
@@ -328,13 +328,13 @@ class Automatic(WithTorch):
         self.drop(spike)
         self.tick(10.0)
         self.assertEqual([dict(f)["state"] for _, f in self.records("history")], ["armed", "disarmed"])
-        _torch._exit_unsafe()
+        _exit.exit_unsafe()
         self.assertEqual(self.records("snapshot"), [])
 
     def test_nothing_moves_after_the_exit(self):
         self.attach()
         self.hold(1000 * MIB)
-        _torch._exit_unsafe()
+        _exit.exit_unsafe()
         self.tick(0.0)
         self.assertEqual(self.records("history"), [])
         self.assertEqual(self.calls(), [])
@@ -362,8 +362,8 @@ class Automatic(WithTorch):
         self.assertEqual(self.records("history"), [])
         (dev, fields), = self.records("note")
         self.assertIn("could not arm the allocation history", dict(fields)["text"])
-        self.assertEqual(_torch._state["arming"].mode, "off")
-        self.assertEqual(_torch._state["history"], 0)
+        self.assertEqual(_state.state["arming"].mode, "off")
+        self.assertEqual(_state.state["history"], 0)
 
 
 class AutomaticWithItsOwnRing(WithTorch):
@@ -396,7 +396,7 @@ class Requested(WithTorch):
             self.tick(float(t))
         self.assertEqual(len(self.records("history")), 1)
         self.assertEqual(self.calls(), [("all", {"context": "alloc", "stacks": "python", "max_entries": 1000})])
-        _torch._exit_unsafe()
+        _exit.exit_unsafe()
         self.assertEqual(len(self.records("snapshot")), 1)
 
 

@@ -20,7 +20,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402  (the stand-in)
 from torch._tensor import AccumulateGrad, AddBackward0, CatBackward0, MulBackward0, Parameter, Tensor  # noqa: E402
 from test_history import GIB, MIB, WithTorch, check_schema  # noqa: E402
-from vramtrace_bridge import _holders, _steps, _torch  # noqa: E402
+from vramtrace_bridge import _exit, _holders, _state, _steps, _walks  # noqa: E402
 
 SCOPE = "global of %s" % __name__
 
@@ -362,7 +362,7 @@ class Records(WithTorch):
         self.attach()
         self.hold(100 * MIB)
         self.tick(0.0)
-        _torch._exit_unsafe()
+        _exit.exit_unsafe()
         self.assertEqual(self.holders(), [])
         self.setUp()
         os.environ["FAKETORCH_TOTAL"] = str(80 * GIB)
@@ -375,28 +375,28 @@ class Records(WithTorch):
                 self.tick(t)
                 t += 0.02
             self.hold(64 * MIB)
-        _torch._exit_unsafe()
+        _exit.exit_unsafe()
         (dev, f, ack), = self.holders()
         self.assertEqual((dev, f["at"], ack), (None, "exit", 1))
         self.assertNotIn("oom", f)
 
     def test_on_request_once_and_the_request_is_taken_back(self):
         self.attach()
-        self.patch(_torch, "_state", dict(_torch._state, next_request_walk=0.0))
+        self.patch(_state, "state", dict(_state.state, next_request_walk=0.0))
         self.hold(100 * MIB)
         self.tick(0.0)
         path = "%s.holders-%d.request" % (self.trace, os.getpid())
-        _torch._holders_on_request()
+        _walks.holders_on_request()
         self.assertEqual(self.holders(), [])
         open(path, "w").close()
-        _torch._holders_on_request()
-        _torch._holders_on_request()
+        _walks.holders_on_request()
+        _walks.holders_on_request()
         (dev, f, ack), = self.holders()
         self.assertEqual((dev, f["at"]), (None, "request"))
         self.assertFalse(os.path.exists(path))
         # Another request within the minute: taken back, not answered (a walk costs the program up to 1 s).
         open(path, "w").close()
-        _torch._holders_on_request()
+        _walks.holders_on_request()
         self.assertEqual(len(self.holders()), 1)
         self.assertFalse(os.path.exists(path))
 
@@ -407,7 +407,7 @@ class Records(WithTorch):
         open(target, "w").close()
         self.addCleanup(lambda: os.path.exists(target) and os.unlink(target))
         os.symlink(target, path)
-        _torch._holders_on_request()
+        _walks.holders_on_request()
         self.assertEqual(self.holders(), [])
         self.assertFalse(os.path.lexists(path))
         self.assertTrue(os.path.exists(target))  # never followed
@@ -415,7 +415,7 @@ class Records(WithTorch):
         if os.getuid() == 0:
             open(path, "w").close()
             os.chown(path, 12345, 12345)
-            _torch._holders_on_request()
+            _walks.holders_on_request()
             self.assertEqual(self.holders(), [])
 
 
@@ -567,14 +567,14 @@ class WalkOnce(WithTorch):
         calls = []
         self.patch(_holders, "walk", lambda *a, **k: calls.append(1) or {
             "elapsed_ms": 0, "objects": 0, "tensors": 0, "tensor_bytes": 0, "partial": None, "holders": []})
-        self.patch(_torch, "_state", dict(_torch._state, walking=True, next_oom_walk=0.0))
-        _torch._send_holders("oom", 0, 0, oom=1)
+        self.patch(_state, "state", dict(_state.state, walking=True, next_oom_walk=0.0))
+        _walks.send_holders("oom", 0, 0, oom=1)
         self.assertEqual(calls, [])
-        _torch._state["walking"] = False
+        _state.state["walking"] = False
         for n in range(1, 10):
-            _torch._send_holders("oom", 0, 0, oom=n)
+            _walks.send_holders("oom", 0, 0, oom=n)
         # The first OOM_WALKS errors, then one a minute.
-        self.assertEqual(len(calls), _torch.OOM_WALKS)
+        self.assertEqual(len(calls), _walks.OOM_WALKS)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,8 @@ sys.path.insert(0, os.path.join(HERE, "faketorch"))
 sys.path.insert(0, HERE)
 
 import torch  # noqa: E402  (the stand-in)
-from test_history import WithTorch  # noqa: E402
-from vramtrace_bridge import _torch  # noqa: E402
-from vramtrace_bridge._torch import MIB  # noqa: E402
+from test_history import MIB, WithTorch  # noqa: E402
+from vramtrace_bridge import _exit, _sampler, _state, _torch  # noqa: E402
 
 
 class Peaks(WithTorch):
@@ -69,7 +68,7 @@ class Peaks(WithTorch):
         # One wrapper under both of PyTorch's names, wrapped once however often torch is seen.
         wrapper = torch.cuda.reset_peak_memory_stats
         self.assertIs(torch.cuda.memory.reset_peak_memory_stats, wrapper)
-        _torch._wrap_reset(torch)
+        _sampler.wrap_reset(torch)
         self.assertIs(torch.cuda.reset_peak_memory_stats, wrapper)
         self.assertFalse(getattr(wrapper.__wrapped__, "_vramtrace", False))
         self.assertEqual(wrapper.__name__, "reset_peak_memory_stats")
@@ -93,7 +92,7 @@ class Peaks(WithTorch):
         self.assertEqual(int(steps[-1]["reserved_peak"]), torch.cuda.max_memory_reserved(0))
         self.tick(0.0)
         self.spike(500 * MIB)
-        _torch._exit_unsafe()
+        _exit.exit_unsafe()
         (dev, f), = self.records("exit")
         f = dict(f)
         self.assertEqual((dev, int(f["allocated_peak"])), (0, 510 * MIB))
@@ -108,9 +107,9 @@ class Peaks(WithTorch):
         self.attach()
         self.hold(8 * MIB)
         self.tick(0.0)
-        self.patch(_torch, "_state", dict(_torch._state))
+        self.patch(_state, "state", dict(_state.state))
         _torch._after_fork()
-        self.assertEqual(_torch._state["peaks"], {})
+        self.assertEqual(_state.state["peaks"], {})
 
 
 class CachingOff(WithTorch):

@@ -17,7 +17,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402  (the stand-in)
 from test_arming import GIB, loop, samples  # noqa: E402
 from test_history import WithTorch  # noqa: E402
-from vramtrace_bridge import _arming, _steps, _torch  # noqa: E402
+from vramtrace_bridge import _arming, _exit, _sampler, _settings, _state, _steps, _torch  # noqa: E402
 from vramtrace_bridge._arming import MIB, Arming, StepFloors, steps_rising  # noqa: E402
 
 
@@ -241,7 +241,7 @@ class Counters(WithTorch):
         self.assertEqual([s["optimizer"] for s in got], [1, 3])
         self.assertEqual(int(got[1]["allocated"]) - int(got[0]["allocated"]), 32 * MIB)
         # The sampler does not send again what the boundary sent.
-        _torch._send_steps()
+        _sampler.send_steps()
         self.assertEqual(len(self.steps()), 2)
 
     def test_the_first_steps_are_read_at_every_boundary(self):
@@ -267,18 +267,18 @@ class Counters(WithTorch):
 
     def test_the_sampler_sends_steps_only_when_they_moved(self):
         self.attach()
-        _torch._send_steps()
+        _sampler.send_steps()
         self.assertEqual(self.steps(), [])
         opt = torch.optim.SGD([])
         _steps.counters.next_read_ns = 1 << 62  # no boundary readings: the sampler alone
         _steps.counters.reads = _torch.BOUNDARY_FREE
         opt.step()
-        _torch._send_steps()
-        _torch._send_steps()
+        _sampler.send_steps()
+        _sampler.send_steps()
         t1 = _steps.counters.t_ns
         self.assertEqual(self.steps(), [{"optimizer": 1, "batches": 0, "scopes": 0, "t_ns": t1}])
         opt.step()
-        _torch._send_steps()
+        _sampler.send_steps()
         self.assertEqual([s["optimizer"] for s in self.steps()], [1, 2])
 
     def test_steps_go_before_the_oom_and_the_exit_records_and_reset_in_a_fork(self):
@@ -292,11 +292,11 @@ class Counters(WithTorch):
         self.assertLess(whats.index("steps"), whats.index("oom"))
         opt.step()
         self.tick(0.0)
-        _torch._exit_unsafe()
+        _exit.exit_unsafe()
         whats = [r[0] for r in self.door.records]
         self.assertEqual(whats.count("steps"), 2)
         self.assertLess(len(whats) - 1 - whats[::-1].index("steps"), whats.index("exit"))
-        self.patch(_torch, "_state", dict(_torch._state))
+        self.patch(_state, "state", dict(_state.state))
         _torch._after_fork()
         self.assertEqual((_steps.counters.optimizer, _steps.counters.batches, _steps.counters.index()), (0, 0, None))
 
@@ -327,8 +327,8 @@ class SamplerPace(WithTorch):
     def test_a_costly_round_makes_the_sampler_wait_longer(self):
         # A round whose reads take 3 ms (a CPU-bound host) waits 1 s at a 0.3% share, not the 20 ms period.
         self.attach()
-        real = _torch._state["thread"]
-        _torch._state["thread"] = None  # the real sampler stops; this test drives one round by hand
+        real = _state.state["thread"]
+        _state.state["thread"] = None  # the real sampler stops; this test drives one round by hand
         if real is not None:
             real.join(5)
         waits = []
@@ -342,18 +342,18 @@ class SamplerPace(WithTorch):
 
         def fake_sleep(s):
             waits.append(s)
-            _torch._state["thread"] = None  # one round only
+            _state.state["thread"] = None  # one round only
 
-        self.patch(_torch, "sample_device", slow_sample)
-        self.patch(_torch.time, "sleep", fake_sleep)
-        _torch._state["thread"] = me
-        _torch._state["active"] = {0}
-        _torch._sampler()
+        self.patch(_sampler, "sample_device", slow_sample)
+        self.patch(_sampler.time, "sleep", fake_sleep)
+        _state.state["thread"] = me
+        _state.state["active"] = {0}
+        _sampler._loop()
         self.assertEqual(len(waits), 1)
-        period = _torch._interval_ms() / 1000.0
+        period = _settings.interval_ms() / 1000.0
         # 3 ms of its own CPU would ask 1 s; the wait is capped at SAMPLER_MAX_WAIT periods.
-        self.assertEqual(waits[0], period * _torch.SAMPLER_MAX_WAIT)
-        self.assertGreater(0.003 / _torch.SAMPLER_SHARE, period * _torch.SAMPLER_MAX_WAIT)
+        self.assertEqual(waits[0], period * _sampler.SAMPLER_MAX_WAIT)
+        self.assertGreater(0.003 / _sampler.SAMPLER_SHARE, period * _sampler.SAMPLER_MAX_WAIT)
 
 
 class SmallGrowth(unittest.TestCase):

@@ -1,0 +1,1 @@
+../../bridge/vramtrace_bridge/_snapshot.py
