@@ -1,5 +1,5 @@
-"""When the bridge keeps PyTorch's allocation history (the pure part of vramtrace_bridge/_torch.py: Arming,
-FloorSeries), driven by synthetic sample series: no torch, no clock. Run: python3 -m unittest discover -s
+"""When the bridge keeps PyTorch's allocation history (vramtrace_bridge/_arming.py, the pure part of _history.py:
+Arming, FloorSeries), driven by synthetic sample series: no torch, no clock. Run: python3 -m unittest discover -s
 bridge/tests"""
 
 import os

@@ -130,6 +130,77 @@ class SegmentFigures(unittest.TestCase):
                 os.environ["PYTORCH_CUDA_ALLOC_CONF"] = old
 
 
+class Layout(unittest.TestCase):
+    """The package's modules, one a concern: each says what it is for, they import one another downwards only, and
+    none takes another's state into a name of its own (a rebinding there, a fork's reset or a test's fresh dict,
+    would not be seen through it)."""
+
+    PACKAGE = os.path.join(BRIDGE, "vramtrace_bridge")
+
+    def modules(self):
+        import ast
+
+        out = {}
+        for n in sorted(os.listdir(self.PACKAGE)):
+            if n.endswith(".py"):
+                with open(os.path.join(self.PACKAGE, n)) as f:
+                    out[n[:-3]] = ast.parse(f.read())
+        return out
+
+    @staticmethod
+    def imports(tree):
+        """(module, names) of each `from . import m` and `from .m import names` at the module's top level."""
+        import ast
+
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module is None:
+                    for a in node.names:
+                        yield a.name, None
+                else:
+                    yield node.module, [a.name for a in node.names]
+
+    def test_each_module_says_what_it_is_for(self):
+        import ast
+
+        for name, tree in self.modules().items():
+            self.assertTrue(ast.get_docstring(tree), name)
+
+    def test_no_import_cycle(self):
+        mods = self.modules()
+        deps = {m: {d for d, _ in self.imports(t) if d in mods} for m, t in mods.items()}
+        done, path = set(), []
+
+        def visit(m):
+            if m in path:
+                self.fail("an import cycle: %s" % " -> ".join(path[path.index(m):] + [m]))
+            if m in done:
+                return
+            path.append(m)
+            for d in sorted(deps[m]):
+                visit(d)
+            path.pop()
+            done.add(m)
+
+        for m in sorted(mods):
+            visit(m)
+        self.assertIn("_state", deps["_sampler"])  # the check sees the package's own imports
+
+    def test_no_module_takes_another_modules_state_into_a_name_of_its_own(self):
+        import ast
+
+        mods = self.modules()
+        for m, tree in mods.items():
+            for src, names in self.imports(tree):
+                if names is None or src not in mods:
+                    continue
+                defined = {n.name for n in mods[src].body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+                rebound = {g for n in ast.walk(mods[src]) if isinstance(n, ast.Global) for g in n.names}
+                for name in names:
+                    ok = name in defined or (name.isupper() and name not in rebound)
+                    self.assertTrue(ok, "%s: from .%s import %s (use %s.%s)" % (m, src, name, src, name))
+
+
 class Injection(unittest.TestCase):
     """sitecustomize.py as `vramtrace run` puts it first on PYTHONPATH, in real Python processes."""
 
