@@ -27,6 +27,8 @@ pub struct ProcFigures {
     pub cur: u64,
     pub peak: u64,
     pub peak_t: Option<u64>,
+    /// Its largest allocation, host memory included.
+    pub largest: u64,
     /// Per device it used, in the order it first used them; `slot` finds a device's. Sparse: a process that
     /// used the 100,000th device holds one entry, not 100,000.
     devs: Vec<(usize, ProcDev)>,
@@ -61,6 +63,11 @@ impl ProcFigures {
     pub fn devs(&self) -> &[(usize, ProcDev)] {
         &self.devs
     }
+
+    /// Its allocations on every device, and on none.
+    pub fn allocations(&self) -> u64 {
+        self.devs.iter().map(|(_, pd)| pd.allocations).sum()
+    }
 }
 
 /// Every process's figures, by slot.
@@ -79,6 +86,7 @@ impl ProcessFigures {
     #[inline(always)]
     pub fn give(&mut self, s: usize, d: usize, size: u64, t: u64, on_host: bool) {
         let p = &mut self.procs[s];
+        p.largest = p.largest.max(size);
         if !on_host {
             p.cur = p.cur.saturating_add(size);
             if p.cur > p.peak {

@@ -69,7 +69,7 @@ impl Replay<'_> {
     #[inline(always)]
     pub(super) fn alloc(&mut self, s: usize, e: &Event, handle: bool, device: u32, t: u64) {
         if e.flags & flags::CAP_EXCEEDED != 0 {
-            self.procs[s].s.cap_exceeded += 1;
+            self.calls.cap_exceeded(s);
         }
         if self.procs[s].open_oom {
             self.recovered(s, e.tid, device, t);
@@ -97,8 +97,7 @@ impl Replay<'_> {
         };
         let p = &mut self.procs[s];
         if let Some(old) = p.book.alloc(handle, e.addr, live) {
-            p.s.lost_frees += 1;
-            self.lost += 1;
+            self.calls.lost(s);
             self.take(s, &old, t);
             self.tap_live(Change::Free, s, handle, e.addr, &old, t);
         }
@@ -130,17 +129,14 @@ impl Replay<'_> {
         let p = &mut self.procs[s];
         match p.book.free(e.tid, handle, e.addr) {
             Some(old) => {
-                p.s.frees += 1;
+                self.calls.freed(s);
                 self.take(s, &old, t);
                 self.tap_live(Change::Free, s, handle, e.addr, &old, t);
                 if e.api == Api::MemFreeAsync {
                     self.mem.recent_frees.freed(old.dev as usize, t, old.size);
                 }
             }
-            None => {
-                p.s.unmatched_frees += 1;
-                self.unmatched += 1;
-            }
+            None => self.calls.unmatched(s),
         }
     }
 
@@ -157,14 +153,8 @@ impl Replay<'_> {
             );
             self.procs[s].last_failed = Some((e.tid, e.size, site));
         }
-        let p = &mut self.procs[s].s;
-        p.failed_allocations += 1;
-        if e.result == CUDA_OOM {
-            p.oom_results += 1;
-        }
-        if e.flags & flags::CAP_REFUSED != 0 {
-            p.cap_refusals += 1;
-        }
+        self.calls
+            .refused(s, e.result == CUDA_OOM, e.flags & flags::CAP_REFUSED != 0);
         if let Some(tap) = self.tap.as_mut() {
             tap.refused(s, ordinal(device), e);
         }
@@ -173,39 +163,10 @@ impl Replay<'_> {
     /// Address reservations and mappings (`cuMemAddressReserve`, `cuMemMap`...): their own figures, no
     /// allocation.
     pub(super) fn address_space(&mut self, s: usize, e: &Event, t: u64) {
-        let p = &mut self.procs[s];
-        if e.result != 0 {
-            // A refused unmap or address free, published before the driver refused it: taken back.
-            if e.flags & flags::UNDONE != 0 {
-                match e.api {
-                    Api::MemUnmap => {
-                        p.mapped = p.mapped.saturating_add(e.size);
-                        p.s.mapped_peak_bytes = p.s.mapped_peak_bytes.max(p.mapped);
-                    }
-                    Api::MemAddressFree => {
-                        p.reserved = p.reserved.saturating_add(e.size);
-                        p.s.address_reserved_peak_bytes =
-                            p.s.address_reserved_peak_bytes.max(p.reserved);
-                    }
-                    _ => {}
-                }
-            }
-            return;
-        }
-        match e.api {
-            Api::MemAddressReserve => {
-                p.reserved = p.reserved.saturating_add(e.size);
-                p.s.address_reserved_peak_bytes = p.s.address_reserved_peak_bytes.max(p.reserved);
-            }
-            Api::MemAddressFree => p.reserved = p.reserved.saturating_sub(e.size),
-            Api::MemMap => {
-                p.mapped = p.mapped.saturating_add(e.size);
-                p.s.mapped_peak_bytes = p.s.mapped_peak_bytes.max(p.mapped);
-            }
-            Api::MemUnmap => p.mapped = p.mapped.saturating_sub(e.size),
-            _ => {}
-        }
-        if self.tap.is_some() && matches!(e.api, Api::MemMap | Api::MemUnmap) {
+        let done = e.result == 0;
+        self.calls
+            .address_space(s, e.api, e.size, done, e.flags & flags::UNDONE != 0);
+        if done && self.tap.is_some() && matches!(e.api, Api::MemMap | Api::MemUnmap) {
             self.tap_map(s, e, t);
         }
     }
@@ -233,9 +194,6 @@ impl Replay<'_> {
     /// `size` bytes allocated on device `d` by process `s`. Inlined (as `take`): once per event.
     #[inline(always)]
     pub(super) fn give(&mut self, s: usize, d: usize, size: u64, t: u64, site: u32) {
-        let p = &mut self.procs[s].s;
-        p.allocations += 1;
-        p.largest_allocation_bytes = p.largest_allocation_bytes.max(size);
         let c = self.change(s, d, size, t, site);
         self.mem.give(c);
     }
@@ -257,19 +215,16 @@ impl Replay<'_> {
             Undone::Back(l) => l,
             Undone::Nothing => {
                 // Nothing was live there (a double free, a wrong pointer): the unmatched free it counted was none.
-                p.s.unmatched_frees = p.s.unmatched_frees.saturating_sub(1);
-                self.unmatched = self.unmatched.saturating_sub(1);
+                self.calls.release_undone(s, false);
                 return;
             }
             Undone::Stale => return,
         };
-        p.s.frees = p.s.frees.saturating_sub(1);
+        self.calls.release_undone(s, true);
         self.give(s, l.dev as usize, l.size, t, l.site);
         // Back, not allocated anew: the counts of allocations stay as they were.
         let c = self.change(s, l.dev as usize, l.size, t, l.site);
         self.mem.uncount(c);
-        let p = &mut self.procs[s].s;
-        p.allocations = p.allocations.saturating_sub(1);
         let d = l.dev as usize;
         if self.tap.is_some() {
             // Live again, not a new allocation (the live metrics count allocations).

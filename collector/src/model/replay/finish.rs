@@ -84,10 +84,10 @@ impl Replay<'_> {
         // process or every allocation kept (a trace can name a million devices).
         let mut lossy = vec![false; self.devs.len()];
         let mut users: Vec<Vec<usize>> = vec![Vec::new(); self.devs.len()];
-        for (slot, p) in self.procs.iter().enumerate() {
+        for slot in 0..self.procs.len() {
             for (d, pd) in mem.procs.get(slot).devs() {
                 users[*d].push(slot);
-                if p.s.dropped_events > 0 && pd.allocations > 0 {
+                if self.calls.get(slot).dropped_events > 0 && pd.allocations > 0 {
                     lossy[*d] = true;
                 }
             }
@@ -136,6 +136,21 @@ impl Replay<'_> {
                 let figs = mem.procs.get(slot);
                 s.peak_bytes = figs.peak;
                 s.peak_time_ns = figs.peak_t;
+                s.allocations = figs.allocations();
+                s.largest_allocation_bytes = figs.largest;
+                let c = self.calls.get(slot);
+                s.frees = c.frees;
+                s.unmatched_frees = c.unmatched_frees;
+                s.lost_frees = c.lost_frees;
+                s.failed_allocations = c.failed_allocations;
+                s.oom_results = c.oom_results;
+                s.recovered_refusals = c.recovered_refusals;
+                s.cap_refusals = c.cap_refusals;
+                s.cap_exceeded = c.cap_exceeded;
+                s.dropped_events = c.dropped_events;
+                s.context_freed_bytes = c.context_freed_bytes;
+                s.address_reserved_peak_bytes = c.address_reserved_peak_bytes;
+                s.mapped_peak_bytes = c.mapped_peak_bytes;
                 s.per_device = figs
                     .devs()
                     .iter()
@@ -252,10 +267,10 @@ impl Replay<'_> {
             bad_frames: 0,
             first_bad_frame: None,
             events: self.events,
-            dropped_events: self.dropped,
-            unmatched_frees: self.unmatched,
+            dropped_events: self.calls.total(|c| c.dropped_events),
+            unmatched_frees: self.calls.total(|c| c.unmatched_frees),
             implausible_devices: self.implausible_devices + fw_implausible,
-            lost_frees: self.lost,
+            lost_frees: self.calls.total(|c| c.lost_frees),
             first_ns: first,
             end_ns: end,
             duration_ns: self.first_ts.map_or(0, |f| self.last_ts.saturating_sub(f)),

@@ -22,6 +22,7 @@ use crate::model::analysis::*;
 use crate::model::input::entry::Entry;
 use crate::model::input::merge::{Merge, Out};
 use crate::model::input::merge_link::{Chunk, MergeLink};
+use crate::model::observe::calls::CallCounts;
 use crate::model::observe::framework::FwReplay;
 use crate::model::observe::leak::{site_ref, LiveAtEnd};
 use crate::model::observe::memory::{self, Memory};
@@ -62,8 +63,6 @@ struct Proc {
     dev_hint: (u32, usize),
     /// Its live allocations, and each thread's last release (the core the live metrics share: `book.rs`).
     book: Book<Live>,
-    reserved: u64,
-    mapped: u64,
     /// Its promise: no later record of it is older than this (absolute time).
     wm: u64,
     /// The newest time of its latest record, which becomes the promise when the next record arrives.
@@ -132,8 +131,6 @@ impl Proc {
             },
             dev_hint: (0, usize::MAX),
             book: Book::default(),
-            reserved: 0,
-            mapped: 0,
             wm: ts,
             pending_wm: 0,
             open: true,
@@ -223,11 +220,8 @@ pub(in crate::model) struct Replay<'t> {
     /// Exit statuses the wrapper reaped, attached to their processes at the end.
     exits: Vec<vramtrace_format::Exit>,
     events: u64,
-    dropped: u64,
-    unmatched: u64,
     /// Events whose device ordinal no GPU has (counted on the unknown device).
     implausible_devices: u64,
-    lost: u64,
     first_ts: Option<u64>,
     last_ts: u64,
     /// What was live at each process's end (observe/leak.rs).
@@ -250,6 +244,8 @@ pub(in crate::model) struct Replay<'t> {
     fw: FwReplay,
     /// The figures every change to memory feeds (observe/memory.rs).
     mem: Memory,
+    /// Each process's calls, counted as they are decided (observe/calls.rs).
+    calls: CallCounts,
     /// The observers' tap (the exports, the live metrics): every change to memory and every decision, as it is
     /// applied.
     pub(in crate::model) tap: Option<Box<dyn Tap + 't>>,
@@ -280,10 +276,7 @@ impl<'t> Replay<'t> {
             min_wm: u64::MAX,
             wm_dirty: false,
             events: 0,
-            dropped: 0,
-            unmatched: 0,
             implausible_devices: 0,
-            lost: 0,
             first_ts: None,
             last_ts: 0,
             live_end: LiveAtEnd::default(),
@@ -298,6 +291,7 @@ impl<'t> Replay<'t> {
             cs: callsites::Store::default(),
             fw: FwReplay::default(),
             mem: Memory::default(),
+            calls: CallCounts::default(),
             tap: None,
             uuids: std::collections::BTreeMap::new(),
         }
@@ -334,6 +328,7 @@ impl<'t> Replay<'t> {
         let rel = self.rel(ts);
         self.procs.push(Proc::new(pid, ts, rel, prev));
         self.mem.add_process();
+        self.calls.add_process();
         self.by_pid.insert(pid, s);
         self.open.push(s);
         if !self.wm_dirty {
@@ -479,9 +474,7 @@ impl<'t> Replay<'t> {
             Entry::Bridge { slot, rec } => self.on_bridge(slot, &rec, ts),
             Entry::ContextGone { slot, device } => self.context_gone(slot, device, ts),
             Entry::Dropped { slot, count } => {
-                let p = &mut self.procs[slot].s;
-                p.dropped_events = p.dropped_events.saturating_add(count);
-                self.dropped = self.dropped.saturating_add(count);
+                self.calls.dropped(slot, count);
                 if let Some(tap) = self.tap.as_mut() {
                     tap.dropped(slot, count);
                 }
@@ -499,8 +492,7 @@ impl<'t> Replay<'t> {
         let gone = self.procs[s].book.context_gone(|l| l.dev as usize == d);
         for (addr, l) in gone {
             self.take(s, &l, t);
-            self.procs[s].s.context_freed_bytes =
-                self.procs[s].s.context_freed_bytes.saturating_add(l.size);
+            self.calls.context_freed(s, l.size);
             self.tap_live(Change::Released, s, false, addr, &l, t);
         }
     }

@@ -369,7 +369,7 @@ impl Replay<'_> {
             by_site,
             by_site_unlisted_bytes: site_total.saturating_sub(listed),
             no_site_bytes: job_live.saturating_sub(site_total),
-            dropped_events: self.dropped,
+            dropped_events: self.calls.total(|c| c.dropped_events),
             framework: None,
             framework_figures: (o.device != NO_DEVICE)
                 .then(|| self.fw.figures(s, o.device))

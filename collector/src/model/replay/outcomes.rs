@@ -53,8 +53,8 @@ impl Replay<'_> {
             self.refusals_recovered += 1;
             let stall = t.saturating_sub(o.t);
             self.refusal_stall_ns = self.refusal_stall_ns.saturating_add(stall);
-            let p = &mut self.procs[s].s;
-            p.recovered_refusals += 1;
+            self.calls.recovered(s);
+            let p = &self.procs[s].s;
             if self.refusals.len() < REFUSALS_LISTED {
                 self.refusals.push(Refusal {
                     time_ns: o.t,
