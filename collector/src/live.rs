@@ -7,8 +7,8 @@
 //! per write.
 //!
 //! The figures are the report's: the frames feed the report's own replay (`model::stream`), and
-//! [`figures::Figures`] is an observer on it, as the exports are. Bytes, peaks, allocations, refusals and errors
-//! follow one set of rules, in the replay's time order: what a scrape shows is what `vramtrace report` says of
+//! [`figures::Figures`] is what its observers say at the moment asked. Bytes, peaks, allocations, refusals and
+//! errors follow one set of rules, in the replay's time order: what a scrape shows is what `vramtrace report` says of
 //! the trace up to the moment every process had promised (the collector's ticks keep that within a few tens of
 //! milliseconds of now). The cap's check against the GPU reads its own count ([`counted`]), which must not
 //! wait for that promise.
@@ -87,12 +87,8 @@ fn feed(stream: &mut Stream, cap: &mut Option<counted::CapView>, frames: &[u8]) 
 }
 
 impl Inner {
-    fn figures(&self) -> &Figures {
-        static NONE: std::sync::OnceLock<Figures> = std::sync::OnceLock::new();
-        self.stream
-            .tap()
-            .and_then(|t| t.downcast_ref::<Figures>())
-            .unwrap_or_else(|| NONE.get_or_init(Figures::default))
+    fn figures(&self) -> Figures {
+        self.stream.now().into()
     }
 }
 
@@ -112,7 +108,7 @@ impl Live {
             labels,
             written,
             inner: Mutex::new(Inner {
-                stream: Stream::new(header, Box::new(Figures::default())),
+                stream: Stream::new(header),
                 cap: counts.then(counted::CapView::default),
                 file,
                 pos: start,
@@ -189,10 +185,7 @@ impl Live {
     /// The figures now, with everything written up to now (as far as every process has promised).
     pub fn figures(&self) -> Figures {
         self.catch_up();
-        self.inner
-            .lock()
-            .map(|g| g.figures().clone())
-            .unwrap_or_default()
+        self.inner.lock().map(|g| g.figures()).unwrap_or_default()
     }
 
     /// The OpenMetrics text, with everything written up to now.

@@ -11,6 +11,7 @@ use vramtrace_format::keys;
 use vramtrace_format::{Event, Record, NO_DEVICE};
 
 use crate::model::replay::book::{self, Act, Book, Undone, HOST_DEVICE};
+use crate::model::replay::name_gpu;
 use crate::model::stream::Frame;
 use crate::names::fasthash::FastMap;
 
@@ -33,7 +34,7 @@ struct Proc {
     argv: Vec<String>,
     cap: Option<(String, String, bool)>,
     lossy: bool,
-    uuids: BTreeMap<u32, String>,
+    uuids: BTreeMap<u32, [u8; 16]>,
     book: Book<(u32, u64)>,
     /// Bytes live now per GPU ordinal.
     bytes: BTreeMap<u32, u64>,
@@ -80,7 +81,7 @@ impl Proc {
 pub(super) struct CapView {
     procs: FastMap<u32, Proc>,
     /// Each ordinal's GPU for the job: `None` once two processes named different ones.
-    uuids: BTreeMap<u32, Option<String>>,
+    uuids: BTreeMap<u32, Option<[u8; 16]>>,
 }
 
 impl CapView {
@@ -132,7 +133,10 @@ impl CapView {
             }
             Record::Devices { pid, uuids, .. } => {
                 let p = self.procs.entry(*pid).or_default();
-                super::figures::name_gpus(&mut self.uuids, &mut p.uuids, uuids);
+                for &(ordinal, u) in uuids {
+                    name_gpu(&mut self.uuids, ordinal, u);
+                    p.uuids.insert(ordinal, u);
+                }
             }
             // Events come as frames of their own ([`CapView::look`]); the rest move no byte the cap counts.
             Record::Events { .. }
@@ -167,8 +171,8 @@ impl CapView {
                         let uuid = p
                             .uuids
                             .get(d)
-                            .cloned()
-                            .or_else(|| self.uuids.get(d).cloned().flatten());
+                            .or_else(|| self.uuids.get(d)?.as_ref())
+                            .map(vramtrace_format::gpu_uuid);
                         (uuid, *d, *b)
                     })
                     .collect(),

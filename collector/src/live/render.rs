@@ -51,7 +51,7 @@ impl Figures {
     /// The `uuid` label of the job's series on ordinal `d`: what the processes' drivers said, else what
     /// `CUDA_VISIBLE_DEVICES` named, else empty.
     fn uuid_of<'a>(&'a self, labels: &'a JobLabels, d: u32) -> &'a str {
-        match self.uuids.get(&d) {
+        match self.uuids().get(&d) {
             Some(Some(u)) => u,
             _ => labels.uuid(d),
         }
@@ -64,7 +64,7 @@ impl Figures {
         self.device_series(labels, &f);
         let mut reg = Registry::default();
         f.register(&mut reg);
-        let mut out = String::with_capacity(256 + 300 * self.procs.len());
+        let mut out = String::with_capacity(256 + 300 * self.processes());
         if encode(&mut out, &reg).is_err() {
             out.clear();
             let _ = writeln!(out, "# EOF");
@@ -74,14 +74,14 @@ impl Figures {
 
     /// Each process's series per GPU, summed where processes share their labels (no `pid` label).
     fn process_series(&self, labels: &JobLabels, f: &Families) {
-        let mut pids: Vec<(u32, &Proc)> = self.procs.values().map(|p| (p.pid, p)).collect();
+        let mut pids: Vec<(u32, &Proc)> = self.procs().iter().map(|p| (p.pid, p)).collect();
         pids.sort_by_key(|(pid, _)| *pid);
         // Without `pid` labels, processes of one rank (or of none) on one GPU share a series: their sums (a peak
         // is then the most each held, added: a bound, not a moment).
         let mut sums: BTreeMap<L, [u64; 2]> = BTreeMap::new();
         let mut fw_sums: BTreeMap<L, [u64; 2]> = BTreeMap::new();
         for (pid, p) in pids {
-            for (d, pd) in &p.dev {
+            for (d, pd) in &p.devices {
                 // A process's series name its own GPU: its ordinal may be another process's other GPU.
                 let uuid = p
                     .uuids
@@ -125,7 +125,7 @@ impl Figures {
                 ("uuid", self.uuid_of(labels, d).to_string()),
             ]
         };
-        for (d, dv) in &self.devs {
+        for (d, dv) in self.gpus() {
             let l = job(labels, &gpu(*d));
             f.dev_used.get_or_create(&l).set(gauge(dv.used));
             f.dev_peak.get_or_create(&l).set(gauge(dv.peak));
@@ -137,25 +137,26 @@ impl Figures {
             }
             f.allocs.get_or_create(&l).inc_by(dv.allocations);
             f.refusals.get_or_create(&l).inc_by(dv.cap_refusals);
-            f.ooms.get_or_create(&l).inc_by(dv.ooms);
+            f.ooms.get_or_create(&l).inc_by(dv.errors);
             f.oom_refusals.get_or_create(&l).inc_by(dv.refusals);
         }
         // Counts that name no device (an out-of-memory record without one) still count, under gpu="".
-        let on_devs = |of: fn(&Dev) -> u64| self.devs.values().map(of).sum::<u64>();
+        let on_devs = |of: fn(&Dev) -> u64| self.gpus().values().map(of).sum::<u64>();
         let unplaced = [
             (
                 &f.allocs,
-                self.allocations.saturating_sub(on_devs(|d| d.allocations)),
+                self.allocations()
+                    .saturating_sub(on_devs(|d| d.allocations)),
             ),
             (
                 &f.refusals,
-                self.cap_refusals
+                self.cap_refusals()
                     .saturating_sub(on_devs(|d| d.cap_refusals)),
             ),
-            (&f.ooms, self.ooms.saturating_sub(on_devs(|d| d.ooms))),
+            (&f.ooms, self.errors().saturating_sub(on_devs(|d| d.errors))),
             (
                 &f.oom_refusals,
-                self.refusals.saturating_sub(on_devs(|d| d.refusals)),
+                self.refusals().saturating_sub(on_devs(|d| d.refusals)),
             ),
         ];
         for (fam, n) in unplaced {
@@ -169,21 +170,22 @@ impl Figures {
         }
         f.dropped
             .get_or_create(&job(labels, &[]))
-            .inc_by(self.dropped);
+            .inc_by(self.dropped());
         f.procs
             .get_or_create(&job(labels, &[]))
-            .set(gauge(self.procs.len() as u64));
+            .set(gauge(self.processes() as u64));
     }
 
     pub fn status(&self, labels: &JobLabels) -> Status {
         let mut processes: Vec<ProcStatus> = self
-            .procs
-            .values()
+            .procs()
+            .iter()
             .flat_map(|p| {
-                p.dev.iter().map(move |(d, pd)| ProcStatus {
+                let command = super::command_line(&p.cmdline);
+                p.devices.iter().map(move |(d, pd)| ProcStatus {
                     pid: p.pid,
                     rank: p.rank,
-                    command: p.cmd.clone(),
+                    command: command.clone(),
                     gpu: *d,
                     used: pd.live,
                     peak: pd.peak,
@@ -195,7 +197,7 @@ impl Figures {
             job: labels.job.clone(),
             host: labels.host.clone(),
             gpus: self
-                .devs
+                .gpus()
                 .iter()
                 .map(|(d, dv)| GpuStatus {
                     gpu: *d,
@@ -208,7 +210,7 @@ impl Figures {
                 })
                 .collect(),
             processes,
-            dropped: self.dropped,
+            dropped: self.dropped(),
         }
     }
 }

@@ -19,10 +19,14 @@ struct Fed(Arc<Live>);
 
 impl Fed {
     fn new() -> Fed {
+        Fed::of(&header())
+    }
+
+    fn of(header: &TraceHeader) -> Fed {
         let written = Arc::new(AtomicU64::new(0));
         Fed(Live::new(
             JobLabels::default(),
-            &header(),
+            header,
             None,
             0,
             written,
@@ -252,9 +256,9 @@ fn the_live_metrics_and_the_report_agree() {
         let Some(g) = d.device else { continue };
         gpus += 1;
         assert_eq!(live.device_used(g), d.in_use_bytes_at_end, "GPU {g} in use");
-        assert_eq!(live.figures().devs[&g].peak, d.peak_bytes, "GPU {g} peak");
+        assert_eq!(live.figures().gpus()[&g].peak, d.peak_bytes, "GPU {g} peak");
         assert_eq!(
-            live.figures().devs[&g].allocations,
+            live.figures().gpus()[&g].allocations,
             d.allocations,
             "GPU {g} allocations"
         );
@@ -272,13 +276,75 @@ fn the_live_metrics_and_the_report_agree() {
     let counted = live.0.counted();
     let figures = live.figures();
     for p in &report.processes {
-        let lp = figures.procs.values().find(|lp| lp.pid == p.pid).unwrap();
-        let live_total: u64 = lp.dev.values().map(|pd| pd.live).sum();
+        let lp = figures.procs().iter().find(|lp| lp.pid == p.pid).unwrap();
+        let live_total: u64 = lp.devices.values().map(|pd| pd.live).sum();
         assert_eq!(live_total, p.live_bytes_at_end, "pid {}", p.pid);
         let c = counted.iter().find(|c| c.pid == p.pid).unwrap();
         let cap_total: u64 = c.bytes.iter().map(|b| b.2).sum();
         assert_eq!(cap_total, p.live_bytes_at_end, "pid {}", p.pid);
     }
+}
+
+/// A GPU's cap and size follow the report's rule, whatever told them: the run's header, an out-of-memory
+/// record, the driver's `cuMemGetInfo`; and a GPU the header names but no process used is served too.
+#[test]
+fn caps_and_totals_are_the_reports() {
+    let mut h = header();
+    for (k, v) in [
+        ("cap_bytes.0", "1000"),
+        ("device_total.0", "5000"),
+        ("device_total.1", "8000"),
+        ("cap_bytes.3", "77"),
+    ] {
+        h.extra.push((k.into(), v.into()));
+    }
+    let mut frames = Vec::new();
+    codec::put_record(&mut frames, &hello(10, Some(0)));
+    codec::put_events(
+        &mut frames,
+        10,
+        &[
+            ev(Api::MemAlloc, 0, 0x1000, 100),
+            Event {
+                ts_ns: 2,
+                addr: 7000,
+                size: 3000,
+                ..ev(Api::MemGetInfo, 1, 0, 0)
+            },
+        ],
+    );
+    let mut o = oom(10, 3);
+    if let Record::Oom(x) = &mut o {
+        x.cap_bytes = Some(900);
+        x.device_total_bytes = Some(6000);
+    }
+    codec::put_record(&mut frames, &o);
+    codec::put_record(
+        &mut frames,
+        &Record::Tick {
+            pid: 10,
+            ts_ns: 100,
+        },
+    );
+    let live = Fed::of(&h);
+    live.0.feed(&frames);
+    let mut trace = codec::encode_header(&h);
+    trace.extend_from_slice(&frames);
+    let report = crate::model::analyze_reader(&trace[..]).unwrap();
+    let figures = live.figures();
+    let gpus = figures.gpus();
+    for g in [0, 1] {
+        let d = report.device(g).unwrap();
+        assert_eq!(
+            (gpus[&g].cap, gpus[&g].total),
+            (d.cap_bytes, d.total_bytes),
+            "GPU {g}"
+        );
+    }
+    // The header's cap over the record's; the record's size over the header's; the driver's over both.
+    assert_eq!((gpus[&0].cap, gpus[&0].total), (Some(1000), Some(6000)));
+    assert_eq!(gpus[&1].total, Some(7000));
+    assert_eq!((gpus[&3].cap, gpus[&3].used), (Some(77), 0));
 }
 
 /// GPUs are named as their processes' drivers name them; an ordinal two processes see as different GPUs
@@ -415,7 +481,7 @@ fn live_bytes_follow_allocations_frees_and_ends() {
     s.feed(&b, 3);
     assert_eq!(s.device_used(0), 30 + 20 + 5);
     assert_eq!(s.device_used(1), 50);
-    assert_eq!(s.figures().devs[&0].peak, 130);
+    assert_eq!(s.figures().gpus()[&0].peak, 130);
     let text = s.render(&JobLabels {
         job: "j".into(),
         host: "h".into(),

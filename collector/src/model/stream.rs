@@ -1,19 +1,18 @@
 //! The replay fed as a trace grows: the live metrics' (`crate::live`). The same [`Replay`] as a report's, with
 //! the same merge (held back until every open process has promised, as the collector's ticks let it go on), so
-//! every figure the live metrics take from its tap follows the report's rules by construction. Only the
-//! feeding differs: whole frames as they are appended, instead of a file read to its end.
-
-use std::any::Any;
+//! every figure the live metrics read ([`Stream::now`]: the replay's own observers) follows the report's rules
+//! by construction. Only the feeding differs: whole frames as they are appended, instead of a file read to its
+//! end.
 
 use vramtrace_format::codec;
 use vramtrace_format::{Event, Record, TraceHeader};
 
 use crate::model::analysis::MERGE_BOUND;
 use crate::model::input::decode;
-use crate::model::observe::tap::Tap;
+pub use crate::model::replay::now::{DeviceNow, Now, ProcessDeviceNow, ProcessNow};
 use crate::model::replay::Replay;
 
-/// A replay fed frame by frame, its tap owned.
+/// A replay fed frame by frame.
 pub struct Stream {
     replay: Replay<'static>,
     /// Frames that did not decode (skipped, as the file's reader skips them).
@@ -28,10 +27,9 @@ pub enum Frame<'a> {
 }
 
 impl Stream {
-    /// A replay of the trace that `header` begins, telling `tap`.
-    pub fn new(header: &TraceHeader, tap: Box<dyn Tap>) -> Stream {
+    /// A replay of the trace that `header` begins.
+    pub fn new(header: &TraceHeader) -> Stream {
         let mut replay = Replay::new(header.start_mono_ns, MERGE_BOUND, false);
-        replay.tap = Some(tap);
         replay.configure(header);
         Stream {
             replay,
@@ -70,8 +68,8 @@ impl Stream {
         }
     }
 
-    /// The tap, for its maker to read back (its concrete type: `downcast_ref`).
-    pub fn tap(&self) -> Option<&dyn Any> {
-        self.replay.tap.as_ref()?.as_any()
+    /// The figures now, as far as the merge has gone.
+    pub fn now(&self) -> Now {
+        self.replay.now()
     }
 }

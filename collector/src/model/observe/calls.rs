@@ -40,10 +40,22 @@ impl Calls {
     }
 }
 
-/// Every process's counts, by slot.
+/// One GPU's refusals and errors, all processes.
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceCalls {
+    /// The driver's out-of-memory refusals (its records), recovered from or not.
+    pub refusals: u64,
+    pub cap_refusals: u64,
+    /// Out-of-memory errors: refusals never recovered from, and the frameworks' own.
+    pub errors: u64,
+}
+
+/// Every process's counts, by slot, and each GPU's refusals and errors.
 #[derive(Default)]
 pub struct CallCounts {
     procs: Vec<Calls>,
+    /// By GPU ordinal; `None`: on no GPU, or on one the shim could not tell.
+    devices: std::collections::BTreeMap<Option<u32>, DeviceCalls>,
 }
 
 impl CallCounts {
@@ -90,12 +102,31 @@ impl CallCounts {
         }
     }
 
-    /// An allocation refused (`oom`: with the driver's out-of-memory result; `by_cap`: by the cap).
-    pub fn refused(&mut self, s: usize, oom: bool, by_cap: bool) {
+    /// Each GPU's refusals and errors (`None`: on no GPU), in the order of their ordinals.
+    pub fn devices(&self) -> impl Iterator<Item = (Option<u32>, &DeviceCalls)> {
+        self.devices.iter().map(|(g, c)| (*g, c))
+    }
+
+    /// An allocation on GPU `device` refused (`oom`: with the driver's out-of-memory result; `by_cap`: by the
+    /// cap).
+    pub fn refused(&mut self, s: usize, device: Option<u32>, oom: bool, by_cap: bool) {
         let c = &mut self.procs[s];
         c.failed_allocations += 1;
         c.oom_results += oom as u64;
         c.cap_refusals += by_cap as u64;
+        if by_cap {
+            self.devices.entry(device).or_default().cap_refusals += 1;
+        }
+    }
+
+    /// The driver's (or the cap's) out-of-memory record of a refusal on GPU `device`.
+    pub fn refusal(&mut self, device: Option<u32>) {
+        self.devices.entry(device).or_default().refusals += 1;
+    }
+
+    /// An out-of-memory error on GPU `device`, decided.
+    pub fn error(&mut self, device: Option<u32>) {
+        self.devices.entry(device).or_default().errors += 1;
     }
 
     /// An out-of-memory refusal the program went on from.
@@ -163,9 +194,11 @@ mod tests {
     fn refusals_are_counted_by_kind() {
         let mut c = CallCounts::default();
         c.add_process();
-        c.refused(0, true, false);
-        c.refused(0, true, true);
-        c.refused(0, false, false);
+        c.refused(0, Some(1), true, false);
+        c.refused(0, Some(1), true, true);
+        c.refused(0, None, false, false);
+        c.refusal(Some(1));
+        c.error(None);
         c.recovered(0);
         let p = c.get(0);
         assert_eq!(
@@ -176,6 +209,27 @@ mod tests {
                 p.recovered_refusals
             ),
             (3, 2, 1, 1)
+        );
+        let by_device: Vec<_> = c.devices().map(|(g, d)| (g, *d)).collect();
+        assert_eq!(
+            by_device,
+            vec![
+                (
+                    None,
+                    DeviceCalls {
+                        errors: 1,
+                        ..DeviceCalls::default()
+                    }
+                ),
+                (
+                    Some(1),
+                    DeviceCalls {
+                        refusals: 1,
+                        cap_refusals: 1,
+                        errors: 0
+                    }
+                ),
+            ]
         );
     }
 

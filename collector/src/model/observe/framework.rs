@@ -185,6 +185,13 @@ impl FwReplay {
         d.peak_reserved = d.peak_reserved.max(d.reserved);
     }
 
+    /// Each (process slot, device)'s framework and its last figures, for those that sent a sample.
+    pub fn lasts(&self) -> impl Iterator<Item = (usize, u32, Framework, Figures)> + '_ {
+        self.procs
+            .iter()
+            .filter_map(|((s, d), p)| Some((*s, *d, p.framework?, p.last)))
+    }
+
     /// Process slot `slot` ended at `t`: its allocator's memory went with it.
     pub fn on_process_end(&mut self, slot: usize, t: u64) {
         let mut gone = Vec::new();

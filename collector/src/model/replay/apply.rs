@@ -54,11 +54,6 @@ impl Replay<'_> {
                     self.devs[d].info = Some((e.addr, e.size));
                     let held = self.mem.peaks.get(d).cur;
                     self.devs[d].room = Some(e.size.saturating_add(held).min(e.addr));
-                    if let (Some(tap), Some(g)) = (self.tap.as_mut(), ordinal(e.device)) {
-                        if e.addr > 0 {
-                            tap.device_total(g, e.addr);
-                        }
-                    }
                 }
                 _ => {}
             },
@@ -153,11 +148,12 @@ impl Replay<'_> {
             );
             self.procs[s].last_failed = Some((e.tid, e.size, site));
         }
-        self.calls
-            .refused(s, e.result == CUDA_OOM, e.flags & flags::CAP_REFUSED != 0);
-        if let Some(tap) = self.tap.as_mut() {
-            tap.refused(s, ordinal(device), e);
-        }
+        self.calls.refused(
+            s,
+            ordinal(device),
+            e.result == CUDA_OOM,
+            e.flags & flags::CAP_REFUSED != 0,
+        );
     }
 
     /// Address reservations and mappings (`cuMemAddressReserve`, `cuMemMap`...): their own figures, no

@@ -184,7 +184,7 @@ impl Replay<'_> {
                 driver_total_bytes: d.info.map(|i| i.0),
                 driver_free_bytes: d.info.map(|i| i.1),
                 room_bytes: d.room,
-                total_bytes: d.info.map(|i| i.0).or(d.oom_total),
+                total_bytes: d.total(),
                 cap_bytes: d.oom_cap,
                 timeline,
                 growth,
@@ -230,19 +230,13 @@ impl Replay<'_> {
             }
         }
         devices.sort_by_key(|d| d.device.unwrap_or(u32::MAX));
-        let from_header = |key: &str, dev: Option<u32>| -> Option<u64> {
-            let want = keys::header::per_device(key, dev?);
-            header
-                .extra
-                .iter()
-                .find(|(k, _)| *k == want)
-                .and_then(|(_, v)| v.trim().parse().ok())
-        };
         for d in &mut devices {
-            d.total_bytes = d
-                .total_bytes
-                .or(from_header(keys::header::DEVICE_TOTAL, d.device));
-            d.cap_bytes = from_header(keys::header::CAP_BYTES, d.device).or(d.cap_bytes);
+            let h = d
+                .device
+                .and_then(|g| self.header_devices.get(&g).copied())
+                .unwrap_or_default();
+            d.total_bytes = h.total(d.total_bytes);
+            d.cap_bytes = h.cap(d.cap_bytes);
         }
         let mut ooms = self.ooms;
         ooms.sort_by_key(|o| o.time_ns);
@@ -279,7 +273,7 @@ impl Replay<'_> {
             live_at_end: self.live_end.list,
             live_at_end_count: self.live_end.count,
             live_at_end_bytes: self.live_end.bytes,
-            oom_records: self.oom_records,
+            oom_records: self.calls.devices().map(|(_, c)| c.errors).sum(),
             refusals: self.refusals,
             refusals_recovered: self.refusals_recovered,
             refusal_stall_ns: self.refusal_stall_ns,

@@ -6,6 +6,7 @@
 mod apply;
 pub(crate) mod book;
 mod finish;
+pub(crate) mod now;
 pub(crate) mod oom_snapshot;
 mod outcomes;
 pub(crate) mod records;
@@ -26,7 +27,7 @@ use crate::model::observe::calls::CallCounts;
 use crate::model::observe::framework::FwReplay;
 use crate::model::observe::leak::{site_ref, LiveAtEnd};
 use crate::model::observe::memory::{self, Memory};
-use crate::model::observe::tap::{Change, ErrorStep, Step, Tap};
+use crate::model::observe::tap::{Change, Step, Tap};
 use crate::model::observe::timeline::Timeline;
 pub(crate) use crate::model::replay::book::HOST_DEVICE;
 use crate::model::replay::book::{Act, Book, Undone};
@@ -85,6 +86,8 @@ struct Proc {
     prev: Option<usize>,
     /// Its stacks, objects and call-site aggregates.
     cs: callsites::ProcSites,
+    /// Which GPU each of its ordinals is, by its own driver (`Record::Devices`).
+    uuids: std::collections::BTreeMap<u32, [u8; 16]>,
 }
 
 impl Proc {
@@ -143,6 +146,7 @@ impl Proc {
             start_abs: ts,
             prev,
             cs: callsites::ProcSites::default(),
+            uuids: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -157,6 +161,48 @@ struct Dev {
     /// The largest device total an out-of-memory record gave, and the cap one gave.
     oom_total: Option<u64>,
     oom_cap: Option<u64>,
+}
+
+impl Dev {
+    /// Its total as the records say: the driver's report, else the largest an out-of-memory record gave.
+    fn total(&self) -> Option<u64> {
+        self.info.map(|i| i.0).or(self.oom_total)
+    }
+}
+
+/// What the trace's header says of a GPU (`cap_bytes.N`, `device_total.N`): the run's cap there, and its size
+/// as the collector read it. The one rule of the report and the live metrics: the cap is the header's over an
+/// out-of-memory record's, the total the records' over the header's.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct HeaderDevice {
+    cap: Option<u64>,
+    total: Option<u64>,
+}
+
+impl HeaderDevice {
+    /// Each GPU the header names.
+    fn read(header: &TraceHeader) -> std::collections::BTreeMap<u32, HeaderDevice> {
+        let mut out = std::collections::BTreeMap::<u32, HeaderDevice>::new();
+        for (k, v) in &header.extra {
+            let Ok(v) = v.trim().parse::<u64>() else {
+                continue;
+            };
+            if let Some(d) = keys::header::device_of(keys::header::CAP_BYTES, k) {
+                out.entry(d).or_default().cap = Some(v);
+            } else if let Some(d) = keys::header::device_of(keys::header::DEVICE_TOTAL, k) {
+                out.entry(d).or_default().total = Some(v);
+            }
+        }
+        out
+    }
+
+    pub(crate) fn cap(&self, from_records: Option<u64>) -> Option<u64> {
+        self.cap.or(from_records)
+    }
+
+    pub(crate) fn total(&self, from_records: Option<u64>) -> Option<u64> {
+        from_records.or(self.total)
+    }
 }
 
 /// A replay device's ordinal for the reports: `None` for memory on no GPU or on a GPU the shim could not tell.
@@ -187,6 +233,20 @@ pub const OPEN_OOMS_BOUND: usize = 4096;
 /// this long before it (the allocator flushing its cache and retrying); its own thread's, however long before,
 /// while that thread allocated nothing since.
 pub const FOLD_NS: u64 = 5_000_000_000;
+
+/// A process's driver named ordinal `ordinal` GPU `uuid`: the job's name for the ordinal, which is none once two
+/// processes named it differently (their own `CUDA_VISIBLE_DEVICES`). The one rule of the replay and of the
+/// cap's count (`live/counted.rs`).
+pub fn name_gpu(
+    job: &mut std::collections::BTreeMap<u32, Option<[u8; 16]>>,
+    ordinal: u32,
+    uuid: [u8; 16],
+) {
+    let known = job.entry(ordinal).or_insert(Some(uuid));
+    if *known != Some(uuid) {
+        *known = None;
+    }
+}
 
 /// Whether an open refusal of thread `tid` at `t` is part of an error a framework raised on thread `error_tid` at
 /// `error_t` (same process and device): its own thread's, whatever their age (nothing was allocated there since,
@@ -226,7 +286,6 @@ pub(in crate::model) struct Replay<'t> {
     last_ts: u64,
     /// What was live at each process's end (observe/leak.rs).
     live_end: LiveAtEnd,
-    oom_records: u64,
     ooms: Vec<OomSnapshot>,
     /// Out-of-memory refusals whose outcome is not known yet: recovered when their thread next allocates on
     /// the device, raised when a framework's record of an error folds them, errors when neither comes.
@@ -251,6 +310,8 @@ pub(in crate::model) struct Replay<'t> {
     pub(in crate::model) tap: Option<Box<dyn Tap + 't>>,
     /// Each ordinal's GPU as the processes named it (`Record::Devices`): `None` once two named different ones.
     uuids: std::collections::BTreeMap<u32, Option<[u8; 16]>>,
+    /// What the trace's header says of each GPU.
+    header_devices: std::collections::BTreeMap<u32, HeaderDevice>,
 }
 
 impl<'t> Replay<'t> {
@@ -280,7 +341,6 @@ impl<'t> Replay<'t> {
             first_ts: None,
             last_ts: 0,
             live_end: LiveAtEnd::default(),
-            oom_records: 0,
             ooms: Vec::new(),
             growths: Vec::new(),
             open_ooms: Vec::new(),
@@ -294,6 +354,7 @@ impl<'t> Replay<'t> {
             calls: CallCounts::default(),
             tap: None,
             uuids: std::collections::BTreeMap::new(),
+            header_devices: std::collections::BTreeMap::new(),
         }
     }
 
@@ -309,6 +370,7 @@ impl<'t> Replay<'t> {
             self.newcomers = Some(header.start_mono_ns);
         }
         self.goodbye_last = on(keys::header::GOODBYE_LAST);
+        self.header_devices = HeaderDevice::read(header);
         on(keys::header::END_RECORD)
     }
 
@@ -425,8 +487,7 @@ impl<'t> Replay<'t> {
     /// open are errors (nothing can recover them now). Returns the merge's count of inexact entries.
     pub(in crate::model) fn drain(&mut self) -> u64 {
         let n = self.pump_to_end();
-        let end = self.rel(self.last_ts);
-        self.unrecovered(|_| true, end);
+        self.unrecovered(|_| true);
         n
     }
 
@@ -473,12 +534,7 @@ impl<'t> Replay<'t> {
             Entry::Sample { slot, sample } => self.on_sample(slot, &sample, ts),
             Entry::Bridge { slot, rec } => self.on_bridge(slot, &rec, ts),
             Entry::ContextGone { slot, device } => self.context_gone(slot, device, ts),
-            Entry::Dropped { slot, count } => {
-                self.calls.dropped(slot, count);
-                if let Some(tap) = self.tap.as_mut() {
-                    tap.dropped(slot, count);
-                }
-            }
+            Entry::Dropped { slot, count } => self.calls.dropped(slot, count),
         }
     }
 
@@ -505,10 +561,7 @@ impl<'t> Replay<'t> {
         self.fw.on_process_end(s, t);
         // Refusals it never recovered from, nor raised as a framework's error: each an error, decided now.
         if self.procs[s].open_oom {
-            self.unrecovered(|o| o.slot == s, t);
-        }
-        if let Some(tap) = self.tap.as_mut() {
-            tap.ended(s, t);
+            self.unrecovered(|o| o.slot == s);
         }
     }
 

@@ -10,7 +10,7 @@ use crate::model::observe::growth::{fill_what_grew, growth, judged as judged_gro
 use crate::model::observe::leak::site_ref;
 use crate::model::observe::timeline::{Bucket, Timeline};
 use crate::model::replay::site_store::NO_SITE;
-use crate::model::replay::Replay;
+use crate::model::replay::{ordinal, Replay};
 
 impl Replay<'_> {
     /// Tells the tap of out-of-memory record `o` of slot `s`, replayed at `ts`.
@@ -63,7 +63,7 @@ impl Replay<'_> {
     ) {
         let t = fo.time_ns;
         // One error, however many of the driver's requests failed behind it.
-        self.error(s, fo.device, t);
+        self.error(fo.device);
         // The error's refusals: those of its thread still open (not recovered from: the thread allocated
         // nothing on the device since), however long the framework took to say so (its snapshot of a large
         // cache takes seconds), and any of the process on the device within FOLD_NS.
@@ -142,6 +142,11 @@ impl Replay<'_> {
     /// then is applied. `refusal`: the driver's (or the cap's) refusal, open until it is told recovered, raised
     /// or an error; else a framework's own error, already counted.
     pub(in crate::model) fn snapshot(&mut self, s: usize, o: &Oom, ts: u64, refusal: bool) {
+        if refusal {
+            let on_host = o.api == Api::MemCreate as u8 && o.device == NO_DEVICE;
+            self.calls
+                .refusal((!on_host).then_some(o.device).and_then(ordinal));
+        }
         if self.tap.is_some() {
             self.tap_oom(s, o, ts, !refusal);
         }

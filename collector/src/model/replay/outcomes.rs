@@ -4,32 +4,24 @@
 use super::*;
 
 impl Replay<'_> {
-    /// The open refusals `which` picks are errors, decided at `t`.
-    pub(super) fn unrecovered(&mut self, which: impl Fn(&OpenOom) -> bool, t: u64) {
+    /// The open refusals `which` picks are errors.
+    pub(super) fn unrecovered(&mut self, which: impl Fn(&OpenOom) -> bool) {
         let mut i = 0;
         while i < self.open_ooms.len() {
             if which(&self.open_ooms[i]) {
                 let o = self.open_ooms.remove(i);
                 self.procs[o.slot].open_oom = self.open_ooms.iter().any(|x| x.slot == o.slot);
-                self.error(o.slot, Some(o.device), t);
+                self.error(Some(o.device));
             } else {
                 i += 1;
             }
         }
     }
 
-    /// One out-of-memory error of process `s` on raw device `device`, decided at `t`: the one place the
-    /// count moves, so every observer counts what the report counts.
-    pub(super) fn error(&mut self, s: usize, device: Option<u32>, t: u64) {
-        self.oom_records += 1;
-        if let Some(tap) = self.tap.as_mut() {
-            tap.error(&ErrorStep {
-                t_ns: t,
-                slot: s,
-                process: &self.procs[s].s,
-                device: device.and_then(ordinal),
-            });
-        }
+    /// One out-of-memory error on raw device `device`, decided: the one place the count moves, so every reader
+    /// (the report, the live metrics) counts the same.
+    pub(super) fn error(&mut self, device: Option<u32>) {
+        self.calls.error(device.and_then(ordinal));
     }
 
     /// Thread `tid` of process `s` allocated on `device` at `t`: its open refusals there were recovered from
@@ -100,7 +92,7 @@ impl Replay<'_> {
             // The oldest is an error: it is forgotten, not recovered.
             let old = self.open_ooms.remove(0);
             self.procs[old.slot].open_oom = self.open_ooms.iter().any(|x| x.slot == old.slot);
-            self.error(old.slot, Some(old.device), t);
+            self.error(Some(old.device));
         }
         self.open_ooms.push(OpenOom {
             slot: s,

@@ -10,6 +10,7 @@ use crate::model::analysis::holders::{Holders, WalkAt};
 use crate::model::analysis::Ended;
 use crate::model::input::entry::Entry;
 use crate::model::observe::framework::Told;
+use crate::model::replay::name_gpu;
 use crate::model::replay::Replay;
 
 impl Replay<'_> {
@@ -147,14 +148,11 @@ impl Replay<'_> {
             // (their own `CUDA_VISIBLE_DEVICES`) has no one UUID for the job.
             Record::Devices { pid, uuids, .. } => {
                 // The pid's current image (its hello made the slot at intake, before this).
-                if let (Some(tap), Some(&slot)) = (self.tap.as_mut(), self.by_pid.get(&pid)) {
-                    tap.devices(slot, pid, &uuids);
+                if let Some(&slot) = self.by_pid.get(&pid) {
+                    self.procs[slot].uuids.extend(uuids.iter().copied());
                 }
                 for (ordinal, u) in uuids {
-                    let known = self.uuids.entry(ordinal).or_insert(Some(u));
-                    if *known != Some(u) {
-                        *known = None;
-                    }
+                    name_gpu(&mut self.uuids, ordinal, u);
                 }
             }
             // Why: the counts themselves came in `Dropped`, merged in time.
@@ -213,9 +211,6 @@ impl Replay<'_> {
     pub(in crate::model) fn on_sample(&mut self, s: usize, f: &FrameworkSample, ts: u64) {
         let t = self.rel(ts);
         self.fw.on_sample(s, f, t);
-        if let Some(tap) = self.tap.as_mut() {
-            tap.framework(s, f);
-        }
     }
 
     /// Replays bridge record `b` of process `s` at `ts`; a kind this build does not know (a newer bridge's) is
@@ -271,9 +266,6 @@ impl Replay<'_> {
 
     /// The replay reached hello `h` of process `s`.
     pub(in crate::model) fn hello_applied(&mut self, s: usize, h: Hello) {
-        if let Some(tap) = self.tap.as_mut() {
-            tap.hello(s, &h);
-        }
         let rel = self.rel(h.ts_ns);
         let p = &mut self.procs[s];
         p.s.announced = true;
