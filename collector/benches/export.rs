@@ -15,8 +15,8 @@ mod ingest;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use vramtrace_collector::inputs::trace_file::analyze;
 use vramtrace_collector::verbs::export::{export, ExportArgs, Format};
+use vramtrace_collector::whatif::trace_file::analyze;
 
 /// Runs `f`, returning its time in seconds and the peak RSS above the RSS before it (MB), when readable.
 fn measure(f: impl FnOnce()) -> (f64, Option<f64>) {

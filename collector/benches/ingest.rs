@@ -20,8 +20,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use vramtrace_collector::inputs::trace_file::analyze;
 use vramtrace_collector::model::{analyze_reader, Analysis};
+use vramtrace_collector::whatif::trace_file::analyze;
 use vramtrace_format::codec::{encode_header, put_events, put_record};
 use vramtrace_format::{
     Api, EndKind, Event, Hello, Object, Objects, PyFrame, Record, Stack, TraceHeader, NO_DEVICE,

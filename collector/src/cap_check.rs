@@ -27,7 +27,7 @@ use crate::live::Counted;
 
 mod nvml;
 use crate::names::units;
-pub use nvml::Nvml;
+pub use nvml::{GpuProc, Nvml};
 
 /// What a process may hold on a GPU beyond what its shim counted, by default (`--cap-allowance`): its CUDA
 /// context, loaded modules and libraries' own memory (cuBLAS, cuDNN, NCCL). Measured: 676 MiB for a PyTorch
@@ -63,14 +63,6 @@ const GRACE: Duration = Duration::from_secs(5);
 pub struct CapOn {
     pub uuid: String,
     pub ordinal: u32,
-    pub bytes: u64,
-}
-
-/// One line of NVML's listing: a process holding memory on a GPU.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GpuProc {
-    pub uuid: String,
-    pub pid: u32,
     pub bytes: u64,
 }
 

@@ -1,5 +1,5 @@
-//! What is read back: a trace and what was kept beside it, PyTorch's snapshot pickles, the bounded pickle reader.
+//! What is read back beside a trace: PyTorch's snapshot pickles, and the bounded pickle reader under them (the
+//! trace file itself with them: `whatif/trace_file.rs`).
 
 pub mod pickle;
 pub mod torch_snapshot;
-pub mod trace_file;

@@ -7,8 +7,8 @@
 //! The utilities, grouped by what they serve:
 //! - `files`: files and folders (`out_file` written never through a link, `untrusted_file` opened only if
 //!   regular, `runtime_dir` the job's private folder, `bridge_files` the Python bridge carried in the binary);
-//! - `inputs`: what is read back (`trace_file` a trace and what was kept beside it, `torch_snapshot` PyTorch's
-//!   snapshot pickles, `pickle` the bounded reader under it);
+//! - `inputs`: what is read back beside a trace (`torch_snapshot` PyTorch's snapshot pickles, `pickle` the
+//!   bounded reader under it; the trace file with them is `whatif/trace_file.rs`);
 //! - `names`: names and units (`units` numbers for people, `symbols` and `frame_names` native frames, `ticks` the
 //!   clock, `fasthash`);
 //! - `process`: processes and signals (`exit` codes and one-line errors, `hangup`, `probe`, `fdlimit`).

@@ -16,11 +16,15 @@
 pub mod counted;
 pub mod figures;
 pub mod http;
+mod labels;
 mod render;
 
 pub use counted::Counted;
 pub use figures::Figures;
-pub use http::{serve, Server};
+pub use http::{serve, Metrics, Server};
+#[cfg(test)]
+use labels::command_line;
+pub use labels::{job_name, uuids_from_env, JobLabels};
 pub use render::{GpuStatus, ProcStatus, Status};
 
 use std::fs::File;
@@ -38,24 +42,6 @@ use crate::model::stream::Stream;
 pub const CATCH_UP: Duration = Duration::from_millis(100);
 /// The most trace bytes read at once.
 const CHUNK: usize = 4 << 20;
-
-/// Who the job is, for the `job` and `host` labels, and what is known of its devices.
-#[derive(Clone, Debug, Default)]
-pub struct JobLabels {
-    pub job: String,
-    pub host: String,
-    /// Device ordinal -> UUID, where known (`CUDA_VISIBLE_DEVICES` naming GPUs by UUID).
-    pub uuids: Vec<String>,
-    /// Per-process series carry a `pid` label (`--metrics-pids`). Off by default: whoever reaches the port (any
-    /// local user, on loopback) would learn the job's pids; without it a process's series are its rank's.
-    pub pids: bool,
-}
-
-impl JobLabels {
-    fn uuid(&self, device: u32) -> &str {
-        self.uuids.get(device as usize).map_or("", String::as_str)
-    }
-}
 
 /// The live figures of a running job, read from its trace file behind the receivers.
 pub struct Live {
@@ -271,48 +257,6 @@ fn whole_prefix(bytes: &[u8]) -> usize {
     pos
 }
 
-/// The job's name for the `job` label and the trace header: `--job-name`, else the launcher's job id
-/// (Slurm, torchrun, PBS, LSF, Grid Engine, Flux, Kubernetes Jobs), with where it came from.
-pub fn job_name(given: Option<&str>) -> Option<(String, &'static str)> {
-    if let Some(g) = given.map(str::trim).filter(|g| !g.is_empty()) {
-        return Some((g.to_string(), "--job-name"));
-    }
-    const VARS: [&str; 8] = [
-        "SLURM_JOB_ID",
-        "TORCHELASTIC_RUN_ID",
-        "PBS_JOBID",
-        "LSB_JOBID",
-        "FLUX_JOB_ID",
-        "JOB_ID",
-        "VRAMTRACE_JOB",
-        "JOB_NAME",
-    ];
-    VARS.iter().find_map(|v| {
-        std::env::var(v)
-            .ok()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .map(|s| (s, *v))
-    })
-}
-
-/// GPU UUIDs by CUDA ordinal, where `CUDA_VISIBLE_DEVICES` names the GPUs by UUID (`GPU-...`, `MIG-...`); empty
-/// otherwise (the trace does not record UUIDs).
-pub fn uuids_from_env() -> Vec<String> {
-    let Ok(v) = std::env::var("CUDA_VISIBLE_DEVICES") else {
-        return Vec::new();
-    };
-    let ids: Vec<String> = v.split(',').map(|s| s.trim().to_string()).collect();
-    if ids
-        .iter()
-        .all(|s| s.starts_with("GPU-") || s.starts_with("MIG-"))
-    {
-        ids
-    } else {
-        Vec::new()
-    }
-}
-
 /// `--metrics ADDR`: an address (`0.0.0.0:9400`, `[::]:9400`), or a port alone (loopback).
 pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     let s = s.trim();
@@ -484,25 +428,6 @@ fn private_dir(dir: std::path::PathBuf) -> std::io::Result<std::path::PathBuf> {
     Ok(dir)
 }
 
-/// What `top` and `/status.json` call a process: its program's name (a path's last part: the path's
-/// directories say nothing a reader needs, and a long one would hide the script) and its arguments, at most 256
-/// characters. The program's own words: printed through `units::printable`.
-fn command_line(argv: &[String]) -> String {
-    let mut words = argv.iter();
-    let Some(first) = words.next() else {
-        return String::new();
-    };
-    let mut out = first.rsplit('/').next().unwrap_or(first).to_string();
-    for w in words {
-        if out.chars().count() >= 256 {
-            break;
-        }
-        out.push(' ');
-        out.push_str(w);
-    }
-    out.chars().take(256).collect()
-}
-
 /// `<attach_dir>/<pid>.addr`: `addr=`, `job=`, `command=`, `trace=` lines, made afresh (never through a link
 /// or into a file someone else left), readable by us only.
 fn write_attach(
@@ -535,6 +460,12 @@ fn write_attach(
         .as_bytes(),
     )?;
     Ok(path)
+}
+
+impl Metrics for Live {
+    fn render(&self) -> String {
+        Live::render(self)
+    }
 }
 
 #[cfg(test)]

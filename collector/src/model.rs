@@ -63,7 +63,7 @@ pub enum ModelError {
 }
 
 /// Reads and replays a trace file, the trace alone; call sites are symbolised from the files the trace names
-/// ([`Symbolizer::new`]). `crate::inputs::trace_file::analyze` also reads the snapshots kept beside it.
+/// ([`Symbolizer::new`]). `crate::whatif::trace_file::analyze` also reads the snapshots kept beside it.
 pub fn analyze_trace(path: &Path) -> Result<Analysis, ModelError> {
     replay_file(path, None)
 }

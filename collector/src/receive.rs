@@ -7,16 +7,10 @@
 //! memory, so even a SIGKILL cannot take the count), told apart by cause (the collector stalled, or the
 //! program outran it), records a process died in the middle of writing, and frames the disk would not take.
 
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::net::UnixStream;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
-
 mod accept;
 mod budget;
 mod conn;
+mod connections;
 mod drain;
 mod fds;
 mod hello;
@@ -28,137 +22,25 @@ mod reaped;
 mod ring_map;
 mod writer;
 
-use accept::peer_identity;
-pub(crate) use accept::{
-    cmdline_of, descends_from, hostname, spawn_acceptor, Connections, STARVED_NOTE,
-};
-use hold::put_note;
-use limits::CLOCK_MARGIN_NS;
-use peer::{Conn, GonePeer};
-pub(crate) use reaped::write as write_reaped;
+pub(crate) use accept::{cmdline_of, descends_from, spawn_acceptor, STARVED_NOTE};
+pub(crate) use connections::Connections;
+pub(crate) use hello::hostname;
 pub use writer::TraceWriter;
-
-use crate::process::hangup::Hangups;
-
-/// Takes an accepted connection of the job: its hello into the trace if it is there already, then a receiver
-/// thread for the rest (the acceptor never waits on a connection: one that stays silent would hold every
-/// other). Whether its hello is in the trace.
-fn take(
-    stream: UnixStream,
-    trace: &Arc<Mutex<TraceWriter>>,
-    conns: &Arc<Connections>,
-    hangups: Option<&Hangups>,
-    gone: Option<GonePeer>,
-    reserve: Option<OwnedFd>,
-) -> bool {
-    let _ = stream.set_nonblocking(true);
-    let closed_at = hangups.map(|h| h.watch_fd(stream.as_raw_fd()));
-    let mut conn = Conn::new(stream);
-    conn.closed_at = closed_at;
-    conn.gone = gone;
-    conn.reserve = reserve;
-    conn.job_token = conns.job_token.clone();
-    conn.settings = conns.settings.clone();
-    conn.conns = Some(conns.clone());
-    // The receiver's thread first, waiting for its connection: one that cannot be had (a container's pids
-    // limit, which counts the job's threads too) marks the hello untraced, with why, rather than leave a
-    // process in the trace that seems to have allocated nothing.
-    conns.open.fetch_add(1, Ordering::AcqRel);
-    let receiver = receiver_thread(trace, conns);
-    if receiver.is_none() {
-        conn.bad_ring = Some("no thread could be started to receive it".into());
-    }
-    // Who it is, while /proc still knows: named from this if it hangs up without a hello. Its pid is the
-    // kernel's, whatever its hello says.
-    conn.peer = peer_identity(&conn.stream);
-    conn.kernel_pid = conn.peer.as_ref().map(|p| p.0);
-    conn.claim = Some(conns.unfinished.claim(conn.kernel_pid.unwrap_or(0)));
-    // One look for its hello (usually there already); waited for only when no receiver could be had, so that
-    // the process is still named.
-    let deadline = Instant::now()
-        + if receiver.is_some() {
-            Duration::ZERO
-        } else {
-            HELLO_WAIT
-        };
-    loop {
-        conn.pump(trace);
-        if conn.pid().is_some() || !conn.open || Instant::now() >= deadline {
-            break;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-    if conn.pid().is_none() && !conn.open && conn.gone.is_none() && conn.peer.is_some() {
-        // Hung up already: named and ended now, before any newcomer promise could pass them. Its receiver
-        // ends with nothing to do (its sender dropped).
-        conn.finish(trace);
-        if receiver.is_none() {
-            conns.open.fetch_sub(1, Ordering::AcqRel);
-        }
-        return true;
-    }
-    let announced = conn.pid().is_some();
-    if !announced {
-        conns.unannounced.fetch_add(1, Ordering::AcqRel);
-        conn.unannounced = Some(conns.clone());
-    }
-    match receiver {
-        Some(tx) => {
-            let _ = tx.send(conn);
-        }
-        None => {
-            conn.announced();
-            conns.open.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-    announced
-}
-
-/// Starts a connection's receiver, which waits for the connection to be handed to it: the sender, or `None`
-/// if no thread could be had (tried again for a while).
-fn receiver_thread(
-    trace: &Arc<Mutex<TraceWriter>>,
-    conns: &Arc<Connections>,
-) -> Option<std::sync::mpsc::Sender<Conn>> {
-    // A test hook: no receiver thread can be had.
-    static NO_THREADS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *NO_THREADS.get_or_init(|| std::env::var_os("VRAMTRACE_TEST_NO_CONN_THREADS").is_some()) {
-        return None;
-    }
-    for _ in 0..SPAWN_TRIES {
-        let (tx, rx) = std::sync::mpsc::channel::<Conn>();
-        let (trace, conns) = (trace.clone(), conns.clone());
-        let spawned = thread::Builder::new()
-            .name("vramtrace-conn".into())
-            .spawn(move || {
-                if let Ok(mut conn) = rx.recv() {
-                    conn.run(&trace);
-                    conn.finish(&trace);
-                }
-                conns.open.fetch_sub(1, Ordering::AcqRel);
-            });
-        if spawned.is_ok() {
-            return Some(tx);
-        }
-        thread::sleep(Duration::from_millis(2));
-    }
-    None
-}
-
-/// How many times, 2 ms apart, the acceptor tries to start a connection's receiver.
-const SPAWN_TRIES: usize = 50;
-
-/// How long the acceptor waits for a new connection's hello when no receiver thread could be had for it.
-const HELLO_WAIT: Duration = Duration::from_millis(100);
 
 #[cfg(test)]
 mod tests {
     use super::hold::{blob_into, Hold, SOCKET_HOLD_NS};
     use super::ingest::{Refused, Speaker};
+    use super::accept::take;
     use super::limits::RESERVE_WAIT;
+    use super::peer::Conn;
     use super::*;
     use std::fs::File;
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::unix::net::UnixStream;
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
     use vramtrace_format::codec::{self, kind};
     use vramtrace_format::{keys, Record};
 

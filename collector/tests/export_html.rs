@@ -15,8 +15,8 @@ use std::process::{Command, Output};
 
 use common::cli::{assert_usage_error, chromium, python_check, text, TempDir};
 use common::*;
-use vramtrace_collector::inputs::trace_file::analyze;
 use vramtrace_collector::model::Analysis;
+use vramtrace_collector::whatif::trace_file::analyze;
 
 fn export(trace: &Path, out: &Path, force: bool) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_vramtrace"));

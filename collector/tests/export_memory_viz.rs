@@ -10,8 +10,8 @@ use std::process::{Command, Output};
 
 use common::cli::{assert_usage_error, text, TempDir};
 use common::*;
-use vramtrace_collector::inputs::trace_file::analyze;
 use vramtrace_collector::model::Analysis;
+use vramtrace_collector::whatif::trace_file::analyze;
 
 fn export(trace: &Path, out: &Path, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_vramtrace"))

@@ -9,9 +9,9 @@ use std::process::{Command, Output};
 
 use common::cli::{assert_usage_error, python_check, text, TempDir};
 use common::*;
-use vramtrace_collector::inputs::trace_file::analyze;
 use vramtrace_collector::model::Analysis;
 use vramtrace_collector::reporters::perfetto::{device_track, process_device_track, process_track};
+use vramtrace_collector::whatif::trace_file::analyze;
 
 fn export(trace: &Path, out: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_vramtrace"))

@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use vramtrace_collector::inputs::trace_file::analyze;
 use vramtrace_collector::model::Analysis;
 use vramtrace_collector::reporters::{json as report_json, oom_json, oom_text};
 use vramtrace_collector::verbs::oom::diagnose;
+use vramtrace_collector::whatif::trace_file::analyze;
 
 fn trace(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -4,11 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use vramtrace_collector::inputs::trace_file::analyze;
 use vramtrace_collector::model::diagnose::{Advice, CapAdvice};
 use vramtrace_collector::model::Analysis;
 use vramtrace_collector::reporters::prose;
 use vramtrace_collector::verbs::oom::{diagnose, Cause, Diagnosis, Finding};
+use vramtrace_collector::whatif::trace_file::analyze;
 
 const MIB: u64 = 1 << 20;
 

@@ -52,7 +52,7 @@ fn repeated_run(t: &str, n: usize) -> Option<String> {
 fn the_oom_screen_is_one_screen_that_says_each_fact_once() {
     let mut checked = 0;
     for t in gpu_traces() {
-        let a = vramtrace_collector::inputs::trace_file::analyze(&t).unwrap();
+        let a = vramtrace_collector::whatif::trace_file::analyze(&t).unwrap();
         let out = vramtrace("oom", &t, false);
         assert!(out.status.success(), "{}", t.display());
         let s = text(&out.stdout);
@@ -86,7 +86,7 @@ fn the_oom_screen_is_one_screen_that_says_each_fact_once() {
 #[test]
 fn the_report_says_first_what_happened() {
     for t in gpu_traces() {
-        let a = vramtrace_collector::inputs::trace_file::analyze(&t).unwrap();
+        let a = vramtrace_collector::whatif::trace_file::analyze(&t).unwrap();
         let s = text(&vramtrace("report", &t, false).stdout);
         let head: String = s.lines().take(9).collect::<Vec<_>>().join("\n");
         if a.oom_records > 0 {
@@ -118,7 +118,7 @@ fn the_report_says_first_what_happened() {
 fn call_sites_are_one_row_per_line_and_the_legend_is_said_once() {
     let mut merged = 0;
     for t in gpu_traces() {
-        let a = vramtrace_collector::inputs::trace_file::analyze(&t).unwrap();
+        let a = vramtrace_collector::whatif::trace_file::analyze(&t).unwrap();
         let s = text(&vramtrace("report", &t, false).stdout);
         assert!(
             !s.contains("(grew PyTorch's cache"),
@@ -204,7 +204,7 @@ fn text_json_and_html_agree_on_every_figure_they_share() {
     let dir = common::cli::TempDir::new("screens-agree");
     let mut checked = 0;
     for t in gpu_traces() {
-        let a = vramtrace_collector::inputs::trace_file::analyze(&t).unwrap();
+        let a = vramtrace_collector::whatif::trace_file::analyze(&t).unwrap();
         let report = text(&vramtrace("report", &t, false).stdout);
         let json: serde_json::Value =
             serde_json::from_slice(&vramtrace("report", &t, true).stdout).unwrap();
@@ -339,7 +339,7 @@ fn a_cut_trace_says_what_it_saw_before_the_cut() {
     let mut checked = 0;
     for cut in [bytes.len() / 4, bytes.len() / 2] {
         let f = dir.file("cut.vtrace", &bytes[..cut]);
-        let a = vramtrace_collector::inputs::trace_file::analyze(&f).unwrap();
+        let a = vramtrace_collector::whatif::trace_file::analyze(&f).unwrap();
         let s = text(&vramtrace("report", &f, false).stdout);
         // The banner, the title and the summary.
         let head: String = s.split("\n\n").take(3).collect::<Vec<_>>().join("\n\n");

@@ -5,7 +5,8 @@
 
 use std::path::Path;
 
-use vramtrace_collector::inputs::torch_snapshot::{read, SnapshotReading};
+use vramtrace_collector::inputs::torch_snapshot::read;
+use vramtrace_collector::model::SnapshotReading;
 
 /// One line a reading: its totals, then each kept line's label, bytes, count and bytes during the rise.
 fn figures(r: &SnapshotReading) -> String {

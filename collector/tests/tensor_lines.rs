@@ -59,7 +59,7 @@ fn a_pytorch_process_with_its_history_is_shown_by_its_tensors_lines_at_the_peak(
     let dir = TempDir::new("tensor-lines");
     for (sub, run) in RUNS {
         let trace = unpack_run(&fixtures(sub), &dir, run);
-        let a = vramtrace_collector::inputs::trace_file::analyze(&trace).unwrap();
+        let a = vramtrace_collector::whatif::trace_file::analyze(&trace).unwrap();
         let json: Value =
             serde_json::from_slice(&vramtrace(&["report", "--json"], &trace)).unwrap();
         let report = text(&vramtrace(&["report"], &trace));

@@ -61,7 +61,7 @@ fn cli_outcomes(name: &str, traces: &[String], cwd: &Path) -> Vec<Outcome> {
 
 /// `vramtrace run`'s closing lines about the trace's out-of-memory error, when it has one.
 fn summary_outcome(name: &str, trace: &Path) -> Option<Outcome> {
-    let a = match vramtrace_collector::inputs::trace_file::analyze(trace) {
+    let a = match vramtrace_collector::whatif::trace_file::analyze(trace) {
         Ok(a) => a,
         Err(e) => {
             return Some(Outcome {

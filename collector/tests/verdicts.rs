@@ -293,7 +293,7 @@ fn report_names_the_line_whose_tensors_grew_from_the_snapshot_kept_at_exit() {
     recs.push(end(100, 2_200, EndKind::Goodbye));
     let t = dir.0.join("t.vtrace");
     std::fs::write(&t, trace(&recs)).unwrap();
-    let a = vramtrace_collector::inputs::trace_file::analyze(&t).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&t).unwrap();
     let f = a.device(0).unwrap().framework.as_ref().unwrap();
     let g = f.leak.as_ref().expect("allocated bytes grew");
     assert!(g.rise_bytes >= 30 * 64 * MIB, "{}", g.rise_bytes);
@@ -430,7 +430,7 @@ fn a_demo_whose_first_step_ran_slow_is_not_growth() {
     // 19 steps a fraction of it. By time windows its warm-up looked spread out; by its steps, it is made once.
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/demo_slow_first_step.vtrace");
-    let a = vramtrace_collector::inputs::trace_file::analyze(&p).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&p).unwrap();
     assert_eq!(a.dropped_events, 0);
     assert!(
         a.device(0).unwrap().growth.is_none(),
@@ -447,7 +447,7 @@ fn a_steady_demo_timed_unevenly_is_not_growth_when_its_cycles_say_so() {
     // floor is flat after the first steps. Its cycles are enough to judge, so they decide.
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/demo_steady_loaded.vtrace");
-    let a = vramtrace_collector::inputs::trace_file::analyze(&p).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&p).unwrap();
     assert_eq!((a.dropped_events, a.unmatched_frees), (0, 0));
     let d = a.device(0).unwrap();
     assert!(d.growth.is_none(), "{:?}", d.growth);
@@ -515,7 +515,7 @@ fn a_batch_that_doubles_until_the_cap_refuses_it_is_the_cap_not_growth() {
     // last: the work growing, not tensors kept. The cap refused the next step.
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/gpu/batch_doubling_cap.vtrace");
-    let a = vramtrace_collector::inputs::trace_file::analyze(&p).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&p).unwrap();
     let d = diagnose(&a, a.ooms.first().expect("its out-of-memory error"));
     assert_eq!(
         d.cause,

@@ -30,7 +30,7 @@ fn unpack(dir: &TempDir, case: &str) -> PathBuf {
 
 fn loaded(dir: &TempDir, case: &str) -> (PathBuf, Loaded) {
     let trace = unpack(dir, case);
-    let a = vramtrace_collector::inputs::trace_file::analyze(&trace).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&trace).unwrap();
     let l = load(&a, &trace);
     (trace, l)
 }
@@ -523,7 +523,7 @@ fn the_rows_agree_with_the_conclusion_on_every_trace() {
     }
     let mut judged = 0;
     for trace in &traces {
-        let a = vramtrace_collector::inputs::trace_file::analyze(trace).unwrap();
+        let a = vramtrace_collector::whatif::trace_file::analyze(trace).unwrap();
         // Under the run's own cap where it had one, else under a tight one, so that rows differ.
         let json = |args: &[&str]| -> Value {
             let out = Command::new(env!("CARGO_BIN_EXE_vramtrace"))

@@ -1,5 +1,9 @@
 //! A call stack's frames, and the two path helpers every part of the call sites uses.
 
+/// What a frame's note says when its object was replaced after the trace was recorded (the symboliser's word,
+/// `names/symbols.rs`): its label says so.
+pub const REBUILT: &str = "rebuilt since: not symbolised";
+
 /// Python or native.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameKind {
@@ -71,8 +75,10 @@ impl Frame {
         if self.inlined {
             s.push_str(" (inlined)");
         }
-        if self.note.as_deref() == Some(crate::names::symbols::REBUILT) {
-            s.push_str(" (rebuilt since: not symbolised)");
+        if self.note.as_deref() == Some(REBUILT) {
+            s.push_str(" (");
+            s.push_str(REBUILT);
+            s.push(')');
         }
         s
     }

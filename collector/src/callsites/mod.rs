@@ -108,7 +108,7 @@ pub struct DeviceSites {
     /// Each process's bytes at the peak over all its call sites (listed or not), by pid.
     pub by_process: Vec<(u32, u64)>,
     /// Processes whose PyTorch history reaches the peak: their tensors then, by the line that allocated them
-    /// (read from the snapshot kept beside the trace; `trace_file.rs`).
+    /// (read from the snapshot kept beside the trace; `whatif/trace_file.rs`).
     pub tensor_lines: Vec<TensorLines>,
 }
 

@@ -1,7 +1,13 @@
 //! NVML's per-process listing, loaded at run time: `nvmlDeviceGetComputeRunningProcesses` (v3, v2, else v1), what
 //! `nvidia-smi --query-compute-apps` reads, for the GPUs named by UUID.
 
-use super::GpuProc;
+/// One line of NVML's listing: a process holding memory on a GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuProc {
+    pub uuid: String,
+    pub pid: u32,
+    pub bytes: u64,
+}
 
 /// NVML, loaded at run time (the collector never links it): the calls the check needs.
 pub struct Nvml {

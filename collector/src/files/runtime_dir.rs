@@ -270,7 +270,7 @@ pub(crate) fn random_u64() -> u64 {
     let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
     if n != 8 {
         // No entropy source: still unlikely to be guessed by someone who cannot list the directory.
-        v = crate::names::ticks::mono_ns() ^ (std::process::id() as u64) << 32;
+        v = vramtrace_format::ticks::monotonic() ^ (std::process::id() as u64) << 32;
     }
     v
 }

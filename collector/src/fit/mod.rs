@@ -11,10 +11,10 @@ pub mod runs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::verbs::whatif_args::WhatifArgs;
-use crate::verbs::whatif_knob::{answered_searching, KnobAnswered, KnobFailure};
+use crate::whatif::args::WhatifArgs;
 use crate::whatif::batch::align::KnobError;
 use crate::whatif::batch::answer::Largest;
+use crate::whatif::batch::answered::{answered_searching, KnobAnswered, KnobFailure};
 use command::Template;
 use runs::{Ending, Progress, Ran, Spec};
 

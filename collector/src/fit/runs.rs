@@ -158,7 +158,7 @@ pub fn run(exe: &Path, spec: &Spec, progress: &mut dyn Progress) -> std::io::Res
         room: Default::default(),
         caught_ooms: 0,
     };
-    match crate::inputs::trace_file::analyze(&spec.out) {
+    match crate::whatif::trace_file::analyze(&spec.out) {
         Ok(a) => ran.ending = ending(&a, code, bound_hit, &mut ran),
         Err(e) => {
             ran.unreadable = Some(e.to_string());

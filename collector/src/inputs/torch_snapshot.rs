@@ -12,33 +12,7 @@ use std::path::{Path, PathBuf};
 
 use crate::callsites::{is_library_python, short_path};
 use crate::inputs::pickle::{Doc, V};
-
-/// A live tensor group of a PyTorch snapshot: the line that allocated them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeptLine {
-    /// `file:line in function`, the first frame that is the user's own.
-    pub label: String,
-    pub bytes: u64,
-    pub count: u64,
-    /// Of them, allocated during the leak's rise (between its first and last low point), when known.
-    pub during_rise_bytes: u64,
-}
-
-/// What a framework snapshot kept beside the trace says (`--torch-history`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SnapshotReading {
-    pub path: String,
-    /// Live tensors grouped by the line that allocated them, most bytes first.
-    pub kept: Vec<KeptLine>,
-    pub live_tensors: u64,
-    pub live_bytes: u64,
-    /// Live bytes whose blocks carried no Python frames.
-    pub no_frames_bytes: u64,
-    /// The history ring had wrapped: the oldest allocations' times are unknown.
-    pub overflowed: bool,
-    /// Why it could not be read, if it could not.
-    pub error: Option<String>,
-}
+use crate::model::{KeptLine, SnapshotReading};
 
 /// Snapshots larger than this are not read (a dump with a long history reaches gigabytes); memory_viz opens
 /// them.

@@ -10,7 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::figures::{Dev, Figures, Proc};
-use super::JobLabels;
+use super::labels::{command_line, JobLabels};
 
 /// A gauge's value: OpenMetrics gauges here are i64, and a figure past it (a trace's own nonsense) is shown at
 /// the most, never as a negative.
@@ -181,7 +181,7 @@ impl Figures {
             .procs()
             .iter()
             .flat_map(|p| {
-                let command = super::command_line(&p.cmdline);
+                let command = command_line(&p.cmdline);
                 p.devices.iter().map(move |(d, pd)| ProcStatus {
                     pid: p.pid,
                     rank: p.rank,

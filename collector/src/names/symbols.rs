@@ -29,8 +29,8 @@ type Reader = gimli::EndianRcSlice<gimli::RunTimeEndian>;
 
 /// The default debug directory (GDB's `debug-file-directory`).
 pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
-/// What a frame says when its object was replaced after the trace was recorded.
-pub const REBUILT: &str = "rebuilt since: not symbolised";
+/// What a frame says when its object was replaced after the trace was recorded (the frame's own word).
+pub use crate::callsites::frame::REBUILT;
 
 /// One function at an address; several when inlined (innermost first, each inlined into the next).
 #[derive(Debug, Clone, PartialEq, Eq)]

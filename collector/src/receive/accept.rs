@@ -7,7 +7,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -15,55 +15,13 @@ use std::time::{Duration, Instant};
 use vramtrace_format::codec;
 use vramtrace_format::Record;
 
-use super::{put_note, take, GonePeer, TraceWriter, CLOCK_MARGIN_NS};
+use super::connections::Connections;
+use super::hold::put_note;
+use super::limits::CLOCK_MARGIN_NS;
+use super::peer::{Conn, GonePeer};
+use super::writer::TraceWriter;
 use crate::names::ticks::mono_ns;
 use crate::process::hangup::Hangups;
-
-/// What the acceptor, the receivers and `run` share about the job's connections.
-#[derive(Default)]
-pub(crate) struct Connections {
-    /// Connections with a receiver still running (`run` waits for them at the end).
-    pub(crate) open: AtomicUsize,
-    /// Set when the job is over: the acceptor takes what waits in the backlog, then stops.
-    pub(crate) stop: AtomicBool,
-    /// Pids of the job that vramtrace reaped (their exits are its own, not a parent's report: `reaped`).
-    pub(crate) reaped: Mutex<std::collections::HashSet<u32>>,
-    /// Connections turned away: (pid, uid).
-    pub(crate) refused: Mutex<Vec<(u32, u32)>>,
-    /// The acceptor stopped with connections it could not take for lack of file descriptors still waiting.
-    pub(crate) starved: AtomicBool,
-    /// Connections taken whose hello has not come yet: no newcomer promise while any is (its hello, or the one
-    /// the collector writes for it, may be older).
-    pub(crate) unannounced: AtomicUsize,
-    /// One budget for every connection's unfinished frame.
-    pub(crate) unfinished: Arc<super::budget::Budget>,
-    /// The job's token (`VRAMTRACE_JOB_TOKEN` in the job's environment): vouches for a peer of another user
-    /// that was gone before the kernel could be asked where it came from.
-    pub(crate) job_token: Arc<str>,
-    /// Parents of the trace's processes, and the exits their parents reported (`reaped`).
-    pub(crate) reaps: super::reaped::Reaps,
-    /// The job's settings line, sent to each process that says hello (`format::settings`): its shim applies
-    /// them rather than what its environment says.
-    pub(crate) settings: Arc<[u8]>,
-}
-
-impl Connections {
-    pub(crate) fn new(job_token: &str) -> Connections {
-        Connections {
-            job_token: Arc::from(job_token),
-            ..Default::default()
-        }
-    }
-
-    /// With the job's settings for the shims (`format::settings::JobSettings`).
-    pub(crate) fn with_settings(
-        mut self,
-        s: &vramtrace_format::settings::JobSettings,
-    ) -> Connections {
-        self.settings = Arc::from(s.encode().into_bytes());
-        self
-    }
-}
 
 /// How long, once the job is over, the acceptor keeps trying to take what waits when it has no descriptor free
 /// and has taken nothing: the receivers of processes that ended close theirs as they finish.
@@ -413,16 +371,116 @@ fn read_parent(pid: u32) -> Result<Option<u32>, io::Error> {
         .and_then(|p| p.parse().ok()))
 }
 
-/// This host's name, as the shim puts it in a hello.
-pub(crate) fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: `buf` is a local buffer of `buf.len()` bytes, as the call is told.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return String::new();
+/// Takes an accepted connection of the job: its hello into the trace if it is there already, then a receiver
+/// thread for the rest (the acceptor never waits on a connection: one that stays silent would hold every
+/// other). Whether its hello is in the trace.
+pub(super) fn take(
+    stream: UnixStream,
+    trace: &Arc<Mutex<TraceWriter>>,
+    conns: &Arc<Connections>,
+    hangups: Option<&Hangups>,
+    gone: Option<GonePeer>,
+    reserve: Option<OwnedFd>,
+) -> bool {
+    let _ = stream.set_nonblocking(true);
+    let closed_at = hangups.map(|h| h.watch_fd(stream.as_raw_fd()));
+    let mut conn = Conn::new(stream);
+    conn.closed_at = closed_at;
+    conn.gone = gone;
+    conn.reserve = reserve;
+    conn.job_token = conns.job_token.clone();
+    conn.settings = conns.settings.clone();
+    conn.conns = Some(conns.clone());
+    // The receiver's thread first, waiting for its connection: one that cannot be had (a container's pids
+    // limit, which counts the job's threads too) marks the hello untraced, with why, rather than leave a
+    // process in the trace that seems to have allocated nothing.
+    conns.open.fetch_add(1, Ordering::AcqRel);
+    let receiver = receiver_thread(trace, conns);
+    if receiver.is_none() {
+        conn.bad_ring = Some("no thread could be started to receive it".into());
     }
-    let end = buf.iter().position(|c| *c == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    // Who it is, while /proc still knows: named from this if it hangs up without a hello. Its pid is the
+    // kernel's, whatever its hello says.
+    conn.peer = peer_identity(&conn.stream);
+    conn.kernel_pid = conn.peer.as_ref().map(|p| p.0);
+    conn.claim = Some(conns.unfinished.claim(conn.kernel_pid.unwrap_or(0)));
+    // One look for its hello (usually there already); waited for only when no receiver could be had, so that
+    // the process is still named.
+    let deadline = Instant::now()
+        + if receiver.is_some() {
+            Duration::ZERO
+        } else {
+            HELLO_WAIT
+        };
+    loop {
+        conn.pump(trace);
+        if conn.pid().is_some() || !conn.open || Instant::now() >= deadline {
+            break;
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    if conn.pid().is_none() && !conn.open && conn.gone.is_none() && conn.peer.is_some() {
+        // Hung up already: named and ended now, before any newcomer promise could pass them. Its receiver
+        // ends with nothing to do (its sender dropped).
+        conn.finish(trace);
+        if receiver.is_none() {
+            conns.open.fetch_sub(1, Ordering::AcqRel);
+        }
+        return true;
+    }
+    let announced = conn.pid().is_some();
+    if !announced {
+        conns.unannounced.fetch_add(1, Ordering::AcqRel);
+        conn.unannounced = Some(conns.clone());
+    }
+    match receiver {
+        Some(tx) => {
+            let _ = tx.send(conn);
+        }
+        None => {
+            conn.announced();
+            conns.open.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    announced
 }
+
+/// Starts a connection's receiver, which waits for the connection to be handed to it: the sender, or `None`
+/// if no thread could be had (tried again for a while).
+fn receiver_thread(
+    trace: &Arc<Mutex<TraceWriter>>,
+    conns: &Arc<Connections>,
+) -> Option<std::sync::mpsc::Sender<Conn>> {
+    // A test hook: no receiver thread can be had.
+    static NO_THREADS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *NO_THREADS.get_or_init(|| std::env::var_os("VRAMTRACE_TEST_NO_CONN_THREADS").is_some()) {
+        return None;
+    }
+    for _ in 0..SPAWN_TRIES {
+        let (tx, rx) = std::sync::mpsc::channel::<Conn>();
+        let (trace, conns) = (trace.clone(), conns.clone());
+        let spawned = thread::Builder::new()
+            .name("vramtrace-conn".into())
+            .spawn(move || {
+                if let Ok(mut conn) = rx.recv() {
+                    conn.run(&trace);
+                    conn.finish(&trace);
+                }
+                conns.open.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_ok() {
+            return Some(tx);
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
+/// How many times, 2 ms apart, the acceptor tries to start a connection's receiver.
+const SPAWN_TRIES: usize = 50;
+
+/// How long the acceptor waits for a new connection's hello when no receiver thread could be had for it.
+const HELLO_WAIT: Duration = Duration::from_millis(100);
 
 #[cfg(test)]
 mod tests {

@@ -17,9 +17,8 @@ use vramtrace_format::{EndKind, LossCause, Record, OOM_ACK, OOM_NAK};
 use super::budget::{self};
 use super::drain::{NAP_MAX, NAP_MIN};
 use super::fds::{recv_with_fds, take_hello};
-use super::hello::cap_from;
+use super::hello::{cap_from, hostname};
 use super::hold::{hold_frame, put_note, Hold, SOCKET_HOLD_NS};
-use super::hostname;
 use super::ingest::{self, Refusal, Refused, Speaker};
 use super::limits::{READ, RESERVE_WAIT};
 use super::peer::*;
@@ -384,13 +383,15 @@ impl Conn {
             return Some(false);
         };
         if k == kind::REAPED {
-            return Some(match reaped::admit(payload, who, self.conns.as_deref()) {
-                Ok(()) => true,
-                Err(why) => {
-                    self.refused.add(why);
-                    false
-                }
-            });
+            return Some(
+                match reaped::admit(payload, who, self.conns.as_deref().map(|c| &c.reaps)) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        self.refused.add(why);
+                        false
+                    }
+                },
+            );
         }
         if self.reporter() {
             // A report connection carries reports only.

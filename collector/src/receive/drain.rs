@@ -9,12 +9,12 @@ use vramtrace_format::codec;
 use vramtrace_format::ring::Item;
 use vramtrace_format::{Event, LossCause, Record};
 
+use super::connections::Connections;
 use super::hold::{blob_into, put_loss, put_note, Hold};
 use super::ingest::{Refused, Speaker};
 use super::limits::CLOCK_MARGIN_NS;
 use super::peer::*;
 use super::writer::TraceWriter;
-use super::Connections;
 use crate::names::ticks::mono_ns;
 use crate::process::hangup;
 

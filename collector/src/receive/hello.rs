@@ -88,6 +88,17 @@ impl Conn {
     }
 }
 
+/// This host's name, as the shim puts it in a hello.
+pub(crate) fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is a local buffer of `buf.len()` bytes, as the call is told.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|c| *c == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
 /// How soon after its hello a process's shim must have the job's settings to be taken as applying them: half
 /// the time it waits for them (`shim/src/record.rs` `SETTINGS_WAIT`), for the trip back.
 const SETTINGS_IN_TIME_NS: u64 = 125_000_000;

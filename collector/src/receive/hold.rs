@@ -4,10 +4,10 @@
 use vramtrace_format::codec::{self, kind, FrameSplitter};
 use vramtrace_format::{LossCause, Record};
 
+use super::connections::Connections;
 use super::ingest::{self, Refusal, Refused, Speaker};
 use super::limits::CLOCK_MARGIN_NS;
 use super::reaped;
-use super::Connections;
 
 /// Appends a blob from a ring to `out` if it is whole frames, each checked (`ingest`: refused ones are
 /// counted in `refused`); a goodbye is held back (its time kept).
@@ -32,7 +32,7 @@ pub(super) fn blob_into(
     let mut one = Vec::new();
     for (k, payload) in codec::frames(bytes) {
         if k == kind::REAPED {
-            if let Err(why) = reaped::admit(payload, who, conns) {
+            if let Err(why) = reaped::admit(payload, who, conns.map(|c| &c.reaps)) {
                 refused.add(why);
             }
             continue;

@@ -2,9 +2,9 @@
 //! The connection's doings are in `conn` (frames), `drain` (the ring) and `hello`; they all stand on this.
 
 use super::budget::Claim;
+use super::connections::Connections;
 use super::ingest::Refused;
 use super::ring_map::Mapping;
-use super::Connections;
 use crate::names::ticks::mono_ns;
 use crate::process::hangup::ClosedAt;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -15,7 +15,7 @@ use vramtrace_format::codec::{self, kind};
 use vramtrace_format::{Exit, ExitStatus, LossCause, Record};
 
 use super::ingest::{Refusal, Speaker};
-use super::{Connections, TraceWriter};
+use super::writer::TraceWriter;
 
 /// One report, from the reporter the kernel named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,11 +58,7 @@ impl Reaps {
 }
 
 /// Takes a `Reaped` frame from `who`: kept for the end of the job, or refused.
-pub(super) fn admit(
-    payload: &[u8],
-    who: Speaker,
-    conns: Option<&Connections>,
-) -> Result<(), Refusal> {
+pub(super) fn admit(payload: &[u8], who: Speaker, reaps: Option<&Reaps>) -> Result<(), Refusal> {
     let Ok(Some(Record::Reaped {
         pid,
         ts_ns,
@@ -82,15 +78,14 @@ pub(super) fn admit(
     if who.said != who.kernel {
         return Ok(());
     }
-    if let Some(c) = conns {
-        if let Ok(mut r) = c.reaps.reports.lock() {
+    if let Some(c) = reaps {
+        if let Ok(mut r) = c.reports.lock() {
             // Bounded, per reporter and in all: a process reaps at most as many children as it had; a flood
             // past this is not believed, and crowds out no other process's reports.
             let n = r.per_reporter.entry(who.kernel).or_default();
             *n += 1;
             if *n <= MAX_PER_REPORTER && r.kept.len() < MAX_REPORTS {
                 let parent_alive = c
-                    .reaps
                     .parents
                     .lock()
                     .ok()
@@ -205,31 +200,23 @@ pub(super) fn judge(
     (exits, refused)
 }
 
-/// Writes the kept reports as `Exit` records, and the refused ones as losses of their reporters. Called once,
-/// when every connection has ended.
-pub(crate) fn write(conns: &Connections, trace: &Mutex<TraceWriter>) {
-    let reports = std::mem::take(
-        &mut conns
-            .reaps
-            .reports
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .kept,
-    );
+/// Writes the kept reports as `Exit` records, and the refused ones as losses of their reporters (`reaped`: the
+/// job's processes vramtrace reaped itself). Called once, when every connection has ended.
+pub(crate) fn write(
+    reaps: &Reaps,
+    reaped: &Mutex<std::collections::HashSet<u32>>,
+    trace: &Mutex<TraceWriter>,
+) {
+    let reports = std::mem::take(&mut reaps.reports.lock().unwrap_or_else(|e| e.into_inner()).kept);
     if reports.is_empty() {
         return;
     }
-    let parents = conns
-        .reaps
+    let parents = reaps
         .parents
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    let reaped = conns
-        .reaped
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let reaped = reaped.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let (exits, refused) = judge(&reports, &parents, &reaped);
     let mut buf = Vec::new();
     for x in exits {
@@ -458,7 +445,7 @@ mod tests {
 
     #[test]
     fn one_reporter_cannot_crowd_out_another() {
-        let c = Connections::default();
+        let c = Reaps::default();
         let frame = |pid: u32, child: u32| {
             let mut b = Vec::new();
             codec::put_record(
@@ -482,17 +469,17 @@ mod tests {
         let b = frame(6, 77);
         let (_, p) = codec::frames(&b).next().unwrap();
         admit(p, honest, Some(&c)).unwrap();
-        let r = c.reaps.reports.lock().unwrap();
+        let r = c.reports.lock().unwrap();
         assert_eq!(r.kept.len(), MAX_PER_REPORTER + 1);
         assert_eq!(r.kept.last().map(|k| (k.reporter, k.child)), Some((6, 77)));
     }
 
     #[test]
     fn a_refused_report_from_a_process_without_a_hello_is_said_under_pid_0() {
-        let c = Connections::default();
-        c.reaps.parent(20, 1, 10);
-        c.reaps.parent(11, 1, 1);
-        if let Ok(mut r) = c.reaps.reports.lock() {
+        let c = Reaps::default();
+        c.parent(20, 1, 10);
+        c.parent(11, 1, 1);
+        if let Ok(mut r) = c.reports.lock() {
             // 11 said hello, 12 only reported: neither is 20's parent.
             for reporter in [11, 12] {
                 r.kept.push(Report {
@@ -508,7 +495,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t");
         let trace = Mutex::new(TraceWriter::new(std::fs::File::create(&path).unwrap(), 0));
-        write(&c, &trace);
+        write(&c, &Mutex::default(), &trace);
         let bytes = std::fs::read(&path).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         let recs: Vec<Record> = codec::frames(&bytes)

@@ -216,7 +216,7 @@ fn write_several_html(
         let mut tap = html::Html::new();
         let mut a = model::analyze_tapped(path, &mut tap)
             .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
-        crate::inputs::trace_file::read_snapshots(&mut a, path);
+        crate::whatif::trace_file::read_snapshots(&mut a, path);
         add_whatif(&mut tap, &a, path);
         if let Some(why) = &a.stopped {
             notes.push(format!(
@@ -357,7 +357,7 @@ fn write(args: &ExportArgs, w: BufWriter<File>) -> Result<(Analysis, Vec<String>
             let mut a = model::analyze_tapped(trace, &mut tap)
                 .map_err(|e| Failed(exit::USAGE, e.to_string()))?;
             // The post-mortems beside the timelines are `vramtrace oom`'s: with the snapshots kept beside it.
-            crate::inputs::trace_file::read_snapshots(&mut a, trace);
+            crate::whatif::trace_file::read_snapshots(&mut a, trace);
             add_whatif(&mut tap, &a, trace);
             let mut w = tap.write(&a, w).map_err(io_err)?;
             w.flush().map_err(io_err)?;

@@ -175,7 +175,7 @@ pub fn main(cli: FitCliArgs) -> Code {
         exe,
     };
     // Settings that do not parse are refused before anything runs.
-    if let Err(e) = crate::verbs::whatif_args::configs(&args.alloc_conf) {
+    if let Err(e) = crate::whatif::args::configs(&args.alloc_conf) {
         return exit::fail(exit::USAGE, e);
     }
     for (flag, spec) in [

@@ -85,7 +85,7 @@ pub fn check_together<'a>(
 pub fn load(files: &[PathBuf], force: bool) -> Result<Vec<Member>, (Code, String)> {
     let mut ms = Vec::new();
     for f in files {
-        let a = crate::inputs::trace_file::analyze(f).map_err(|e| (exit::USAGE, e.to_string()))?;
+        let a = crate::whatif::trace_file::analyze(f).map_err(|e| (exit::USAGE, e.to_string()))?;
         ms.push(Member {
             path: f.clone(),
             a,

@@ -25,7 +25,7 @@ use crate::reporters::{oom_json, oom_text, prose};
 pub use super::oom_batch::BesideArgs;
 
 pub fn main(file: &Path, json: bool, full: bool, beside: &BesideArgs) -> Code {
-    let mut a = match crate::inputs::trace_file::analyze(file) {
+    let mut a = match crate::whatif::trace_file::analyze(file) {
         Ok(a) => a,
         Err(e) => return exit::fail(exit::USAGE, e),
     };

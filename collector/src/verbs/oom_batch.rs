@@ -46,7 +46,8 @@ impl BesideArgs {
 /// exists.
 fn parse(arg: &Path) -> Result<(PathBuf, Option<u64>), String> {
     if arg.to_string_lossy().contains('=') && !arg.exists() {
-        let (file, v) = super::whatif_knob::parse_run(arg).map_err(|e| format!("--beside {e}"))?;
+        let (file, v) =
+            crate::whatif::batch::answered::parse_run(arg).map_err(|e| format!("--beside {e}"))?;
         return Ok((file, Some(v)));
     }
     Ok((arg.to_path_buf(), None))
@@ -247,7 +248,7 @@ fn read_beside(
     runs.iter()
         .map(|r| {
             let label = r.path.display().to_string();
-            let a = crate::inputs::trace_file::analyze(&r.path).map_err(|e| format!("{label}: {e}"))?;
+            let a = crate::whatif::trace_file::analyze(&r.path).map_err(|e| format!("{label}: {e}"))?;
             let l = load(&a, &r.path);
             let (h, _) = place(&l.histories, None, device, index).ok_or_else(|| {
                 format!("{label} has no PyTorch history on GPU {device} (trace it with --torch-history)")

@@ -15,7 +15,7 @@ use crate::reporters::json;
 use crate::reporters::text::{device_label, render_in, WIDTH};
 
 pub fn main(file: &Path, json: bool) -> Code {
-    let a = match crate::inputs::trace_file::analyze(file) {
+    let a = match crate::whatif::trace_file::analyze(file) {
         Ok(a) => a,
         Err(e) => return exit::fail(exit::USAGE, e),
     };

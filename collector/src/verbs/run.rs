@@ -364,7 +364,7 @@ impl Prepared {
             .map(|w| std::mem::take(&mut *w.breaches.lock().unwrap_or_else(|e| e.into_inner())))
             .unwrap_or_default();
         // How the processes their own parents reaped ended, where the kernel agrees the parent is theirs.
-        crate::receive::write_reaped(&conns, &self.trace);
+        conns.write_reaped(&self.trace);
         // The native frames' names, from the files the job loaded, while they are still here: the trace then
         // names its frames wherever it is read (crate::names::frame_names).
         self.name_frames();
@@ -529,7 +529,7 @@ impl Prepared {
     fn summary(&self, code: Code, breaches: &[crate::cap_check::Breach]) -> String {
         let summary = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut msg = String::new();
-            match crate::inputs::trace_file::analyze(&self.out) {
+            match crate::whatif::trace_file::analyze(&self.out) {
                 Ok(mut a) => {
                     // A run of the same command at another batch beside this one names the largest that fits
                     // (docs/OOM.md); nothing is read unless an error has a history to match.

@@ -11,11 +11,11 @@
 use std::io::{self, Write};
 use std::path::Path;
 
-pub use super::whatif_args::{configs, limit_for, WhatifArgs, CONTEXT_ALLOWANCE};
 use crate::process::exit::{self, Code};
 use crate::reporters::{whatif_json, whatif_text};
 use crate::whatif::answer::answer;
 use crate::whatif::answered::Answered;
+pub use crate::whatif::args::{configs, limit_for, WhatifArgs, CONTEXT_ALLOWANCE};
 use crate::whatif::from_trace::load;
 use crate::whatif::settings::Settings;
 
@@ -25,7 +25,7 @@ pub fn answer_file(
     args: &WhatifArgs,
     configs: &[Settings],
 ) -> Result<Answered, String> {
-    let a = crate::inputs::trace_file::analyze(file).map_err(|e| e.to_string())?;
+    let a = crate::whatif::trace_file::analyze(file).map_err(|e| e.to_string())?;
     let mut loaded = load(&a, file);
     if loaded.histories.is_empty() {
         return Ok(Answered {

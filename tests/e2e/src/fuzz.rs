@@ -733,7 +733,7 @@ fn read_everything(t: &[u8], export_to: Option<&Path>, dir: &Path) -> Option<u64
     let _ = oom_text::render(&a, None);
     let _ = oom_text::render_short(&a, None);
     let _ = oom_json::render(&a);
-    vramtrace_collector::inputs::trace_file::read_snapshots(
+    vramtrace_collector::whatif::trace_file::read_snapshots(
         &mut a,
         Path::new("/nonexistent.vtrace"),
     );

@@ -403,7 +403,7 @@ fn assert_thread_matches_log(log: &[LogLine], events: &[Event], ooms: usize) -> 
 /// The report of a trace against the reference replay (every event in time order): exact, nothing out of
 /// order, no free taken for lost or unmatched.
 pub fn assert_replays_exactly(path: &std::path::Path, events: u64, what: &str) {
-    let a = vramtrace_collector::inputs::trace_file::analyze(path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(path).unwrap();
     let reference =
         vramtrace_collector::model::analyze_reference(std::fs::File::open(path).unwrap()).unwrap();
     assert_eq!(a.dropped_events, 0, "{what}");

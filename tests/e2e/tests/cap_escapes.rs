@@ -69,7 +69,7 @@ fn stopped_and_named(escape: &str, how: &str) {
     assert!(line.contains("holds 3.29 GiB by the GPU's count"), "{line}");
     // Stopped, not left to sleep its 8 s: the well-behaved probe did not end on its own (SIGTERM, or SIGKILL once
     // its parent was gone).
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     let ended: Vec<_> = a
         .processes
         .iter()
@@ -93,7 +93,7 @@ fn held_to_the_jobs_cap(escape: &str, bad: u64) {
     assert!(!err.contains("past its cap"), "{err}");
     let peak = fc.state()[0].peak;
     assert!(peak <= 1 << 30, "the driver held {peak} bytes for the job");
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     let refused: u64 = a.processes.iter().map(|p| p.cap_refusals).sum();
     assert_eq!(refused, 1, "{err}");
     // Its hello says it applied the job's settings.
@@ -162,7 +162,7 @@ fn under_warn_the_job_is_flagged_and_goes_on() {
         line.starts_with("- pid ") && line.matches("pid ").count() == 1,
         "{line}"
     );
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     assert!(
         a.call_sites
             .notes
@@ -243,7 +243,7 @@ fn a_process_nvml_cannot_measure_is_said() {
         "{}",
         run.stderr
     );
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     assert!(
         a.call_sites
             .notes

@@ -218,7 +218,7 @@ fn demo_refuses_an_existing_out_before_running() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(vramtrace_collector::inputs::trace_file::analyze(&existing).is_ok());
+    assert!(vramtrace_collector::whatif::trace_file::analyze(&existing).is_ok());
 }
 
 #[test]

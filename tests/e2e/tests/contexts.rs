@@ -41,7 +41,7 @@ fn a_primary_context_reset_gives_its_allocations_back_to_the_cap_and_the_trace()
     p.finish();
     let t = read_trace(&path);
     assert_eq!(t.contexts_gone.len(), 1, "{:?}", t.contexts_gone);
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     let dev = a.device(0).unwrap();
     assert_eq!(dev.peak_bytes, 6 << 20, "never 12 MiB at once");
     let proc_ = &a.processes[0];
@@ -78,7 +78,7 @@ fn the_last_context_destroyed_frees_it_and_a_context_beside_another_is_said() {
         "{:?}",
         t.notes
     );
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     assert_eq!(a.device(0).unwrap().peak_bytes, 6 << 20);
     assert_eq!(a.processes[0].context_freed_bytes, 6 << 20);
 }
@@ -124,7 +124,7 @@ fn the_legacy_primary_context_functions_that_old_versions_get_are_seen_too() {
             r.stderr
         );
         assert_eq!(read_trace(&path).contexts_gone.len(), 1, "{cmd}");
-        let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+        let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
         assert_eq!(
             a.device(0).unwrap().peak_bytes,
             6 << 20,
@@ -200,7 +200,7 @@ fn a_process_that_sees_one_device_has_its_allocations_on_it_without_asking_the_d
         "{:?}",
         allocs.iter().map(|e| e.device).collect::<Vec<_>>()
     );
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     assert_eq!(a.device(0).unwrap().peak_bytes, (1 << 20) + 50 * (2 << 20));
 }
 

@@ -23,7 +23,7 @@ fn fifty_demo_runs_show_no_growth() {
             "{stdout}{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let a = vramtrace_collector::inputs::trace_file::analyze(&trace).unwrap();
+        let a = vramtrace_collector::whatif::trace_file::analyze(&trace).unwrap();
         if stdout.to_lowercase().contains("growth") {
             // Keep what a failure needs to be understood: the trace, and the device's shape.
             let keep = std::env::temp_dir().join(format!("vramtrace-demo-growth-{i}.vtrace"));

@@ -51,7 +51,7 @@ fn host_memory_is_apart_from_the_gpus_and_its_oom_is_the_hosts() {
         "a GPU's figures on a host memory failure"
     );
 
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     let gpu = a.device(0).unwrap();
     assert_eq!(gpu.peak_bytes, 4 << 20);
     let host: Vec<_> = a.devices.iter().filter(|d| d.on_host).collect();

@@ -193,7 +193,7 @@ fn a_drop_count_written_into_a_ring_never_full_is_not_called_lost_events() {
     assert!(!run.stderr.contains("faster than"), "{}", run.stderr);
     let t = read_trace(&path);
     assert_eq!(t.dropped, 0);
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     assert!(
         a.call_sites
             .notes
@@ -237,7 +237,7 @@ fn an_oversized_bridge_record_is_refused_and_said_not_taken_for_a_forged_drop() 
     run.assert_success("the program");
     // Refused (4) both ways; a small one still goes (0).
     assert_eq!(run.stdout.trim(), "4 4 0", "{}", run.stderr);
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     let notes: Vec<&str> = a.call_sites.notes.iter().map(|n| n.text.as_str()).collect();
     assert!(
         notes

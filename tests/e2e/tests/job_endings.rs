@@ -28,7 +28,7 @@ fn each_process_is_named_with_its_exit_code_or_signal() {
     );
     let (run, path) = fc.traced("endings", &[], "bash", &["-c", &script]);
     assert_eq!(run.status.code(), Some(3), "{}", run.stderr);
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     let by_size = |bytes: u64| {
         a.processes
             .iter()
@@ -180,7 +180,7 @@ fn a_process_that_drops_its_privileges_is_still_traced() {
         let child = job(&fc, &path, delay, &script).spawn().unwrap();
         let run = wait_with_timeout(child, Duration::from_secs(60), "privdrop");
         run.assert_success("privilege drop");
-        let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+        let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
         assert_eq!(a.processes.len(), 2, "delay {delay:?}: {}", run.stderr);
         let dropped = a.processes.iter().find(|p| p.allocations == 2).unwrap();
         assert_eq!(dropped.peak_bytes, 6 << 20);
@@ -259,7 +259,7 @@ fn a_trace_that_cannot_be_written_says_what_was_lost() {
     assert_eq!(t.all_events().len() as u64 + lost, 300, "{}", run.stderr);
     // What was written is whole frames, but not the end record: the report says the trace was cut.
     assert!(std::fs::metadata(&path).unwrap().len() <= 2000);
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     assert!(a.partial, "a trace cut by a full disk reported as whole");
     assert!(
         a.stopped.as_deref().unwrap_or("").contains("no end record"),
@@ -293,7 +293,7 @@ fn sixteen_processes_of_eight_racing_threads_give_the_time_ordered_peak() {
         ],
     );
     run.assert_success("hammer");
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     let reference = model::analyze_reference(std::fs::File::open(&path).unwrap()).unwrap();
     assert_eq!(a.dropped_events, 0, "{}", run.stderr);
     assert_eq!(a.events, 16 * 8 * 30 * 2);
@@ -318,7 +318,7 @@ fn a_program_whose_main_thread_ends_with_pthread_exit_ends_traced_whole() {
     let (run, path) = fc.traced("pexit", &[], c_program("main_thread_exits"), &[] as &[&str]);
     run.assert_success("main_thread_exits");
     assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     assert_eq!(a.processes.len(), 1, "{:?}", a.processes);
     let p = &a.processes[0];
     // Both allocations, the late thread's after the main thread ended, the exit handler's free (recorded:
@@ -398,7 +398,7 @@ fn events_stamped_with_the_counter_or_the_clock_come_out_in_the_runs_own_time_ex
         run.assert_success("hammer");
         assert_replays_exactly(&path, 3 * 3 * 5000 * 2, clock);
         // The analysis's times are from the trace's start (CLOCK_MONOTONIC, in its header).
-        let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+        let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
         let start = a.header.start_mono_ns;
         let (first, end) = (start + a.first_ns.unwrap(), start + a.end_ns);
         let peak = start + a.devices[0].peak_time_ns.unwrap();
@@ -476,7 +476,7 @@ fn a_sample_on_the_callers_own_clock_drags_nothing_along() {
             "{e:?} after now ({mono}): dragged by the sample"
         );
     }
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     let end = a.header.start_mono_ns + a.processes[0].end_ns.unwrap();
     assert!(end <= mono, "the process ends at {end}, after now ({mono})");
 }
@@ -533,7 +533,7 @@ fn a_process_of_another_user_outside_the_job_is_turned_away_even_once_gone() {
             String::from_utf8_lossy(&foreign.stderr)
         );
         run.assert_success("the job");
-        let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+        let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
         // Only the job's own process; nothing of the other user's 8 MiB.
         assert_eq!(
             a.processes.len(),
@@ -570,7 +570,7 @@ fn processes_reaped_by_their_own_parents_are_named_with_how_they_ended() {
         &["-c", &script],
     );
     run.assert_success("bash ends 0");
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     let probes: Vec<_> = a
         .processes
         .iter()
@@ -604,7 +604,7 @@ fn a_grandparent_cannot_report_its_grandchild_killed_before_the_parent_speaks() 
         &["grandparent", probe.to_str().unwrap()],
     );
     run.assert_success("the forger and its bash end 0");
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     let p = a
         .processes
         .iter()

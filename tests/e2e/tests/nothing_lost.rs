@@ -59,7 +59,7 @@ fn exit_and_kill_right_after_allocating_lose_nothing() {
     }
     assert_eq!(t.dropped, 0);
     // How each ended, from the wait statuses: 20 exited with 3 and 20 were killed.
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     let code3 = a
         .processes
         .iter()
@@ -455,7 +455,7 @@ fn a_process_that_connects_and_hangs_up_without_a_hello_is_named() {
         .says("hung up without saying hello");
     // Its hello and end, written by the collector, are in time with everything else.
     assert_eq!(
-        vramtrace_collector::inputs::trace_file::analyze(&path)
+        vramtrace_collector::whatif::trace_file::analyze(&path)
             .unwrap()
             .merge_inexact_events,
         0

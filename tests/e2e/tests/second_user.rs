@@ -114,7 +114,7 @@ fn processes_of_another_user_that_vanish_at_once_are_turned_away_whatever_their_
         .map(|p| p.parse().unwrap())
         .collect();
     assert_eq!(dashed.len(), 40);
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     assert!(
         a.processes.iter().all(|p| !dashed.contains(&p.pid)),
         "{:?}",

@@ -70,7 +70,7 @@ fn refuses_exactly_at_the_boundary_on_every_path() {
         .iter()
         .all(|o| o.cap_bytes == Some(CAP) && o.flags & flags::CAP_REFUSED != 0));
     assert_eq!(t.ooms[0].job_used_bytes, Some(CAP));
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     assert_eq!(a.device(0).unwrap().peak_bytes, CAP);
     assert_eq!(a.processes[0].cap_refusals, 4);
 }
@@ -158,7 +158,7 @@ fn many_processes_and_threads_never_pass_the_cap() {
         "peak {} is suspiciously low",
         state[0].peak
     );
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     assert!(a.device(0).unwrap().peak_bytes <= 64 * MIB);
     assert_eq!(a.processes.iter().map(|p| p.cap_refusals).sum::<u64>(), oom);
 }

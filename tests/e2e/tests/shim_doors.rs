@@ -64,7 +64,7 @@ fn door(name: &str, program: std::path::PathBuf, args: &[&str]) {
     assert!(oom.device_free_bytes.unwrap() <= DEFAULT_DEVICE_BYTES);
     assert_eq!(oom.cap_bytes, None);
     // The report's figures are the program's.
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     assert_eq!(a.device(0).unwrap().peak_bytes, PATTERN_PEAK_DEV0, "{name}");
     assert_eq!(a.device(1).unwrap().peak_bytes, PATTERN_PEAK_DEV1, "{name}");
     let p = a.process(pid).unwrap();
@@ -116,7 +116,7 @@ fn many_threads_every_call_recorded() {
         trace.events[&pid].len() + 1,
         vramtrace_e2e::traced::events_for(&log)
     );
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     assert_eq!(a.process(pid).unwrap().live_bytes_at_end, PATTERN_LEAK);
     assert_eq!(a.device(1).unwrap().live_bytes_at_end, 0);
 }
@@ -146,7 +146,7 @@ fn cudarc_workload_peak_is_exact() {
             trace.events[&pid].iter().any(|e| e.api == want_api),
             "{mode:?}"
         );
-        let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+        let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
         assert_eq!(a.device(0).unwrap().peak_bytes, expected, "{mode:?}");
         assert_eq!(a.device(0).unwrap().live_bytes_at_end, 0);
     }

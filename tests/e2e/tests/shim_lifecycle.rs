@@ -65,7 +65,7 @@ fn a_killed_program_leaves_a_readable_trace_and_its_signal_as_exit_code() {
     assert_eq!(run.status.code(), Some(137), "{}", run.stderr);
     let t = read_trace(&path);
     assert_eq!(t.pids().len(), 2);
-    let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
     assert_eq!(a.device(0).unwrap().peak_bytes, 8 << 20);
     let killed = t
         .events
@@ -96,7 +96,7 @@ fn a_process_ended_just_before_the_next_one_started_is_not_summed_with_it() {
             );
             let (run, path) = fc.traced(&format!("{name}{round}"), &[], "bash", &["-c", &script]);
             assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
-            let a = vramtrace_collector::inputs::trace_file::analyze(&path).unwrap();
+            let a = vramtrace_collector::whatif::trace_file::analyze(&path).unwrap();
             let d = a.device(0).unwrap();
             assert_eq!(d.peak_bytes, 8 << 20, "{name}: {:?}", a.processes);
             assert_eq!(a.processes.len(), 2);

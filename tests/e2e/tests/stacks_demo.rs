@@ -24,7 +24,7 @@ fn the_demo_names_the_workloads_own_functions() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let a = vramtrace_collector::inputs::trace_file::analyze(&trace).unwrap();
+    let a = vramtrace_collector::whatif::trace_file::analyze(&trace).unwrap();
     let sites = &a.call_sites.sites;
     // Above 1 MiB in its small sizes: the activations and the workspace, from two lines of `training`.
     assert!(sites.len() >= 2, "{sites:#?}");

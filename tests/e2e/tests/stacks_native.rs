@@ -337,7 +337,7 @@ fn each_allocation_names_its_call_site() {
     // sent on the socket) comes after its failed allocation (an event, its time converted from the counter).
     // The program went on allocating from that thread: a refusal it recovered from, not an error, still named
     // by its request's site.
-    let an = vramtrace_collector::inputs::trace_file::analyze(&r.path).unwrap();
+    let an = vramtrace_collector::whatif::trace_file::analyze(&r.path).unwrap();
     assert_eq!((an.oom_records, an.refusals_recovered), (0, 1));
     let site = an.refusals[0].site.expect("the request's site");
     let label = an.call_sites.sites[site].label();
@@ -422,7 +422,7 @@ fn callers_at_the_same_depth_are_told_apart() {
     }
     // The report: both sites are alloc_weights at one line, a wrapper its two callers tell apart, so each
     // label leads with its caller and says what it came through.
-    let an = vramtrace_collector::inputs::trace_file::analyze(&r.path).unwrap();
+    let an = vramtrace_collector::whatif::trace_file::analyze(&r.path).unwrap();
     let labels: Vec<String> = an.call_sites.sites.iter().map(|s| s.label()).collect();
     assert_eq!(labels.len(), 2, "{labels:?}");
     for (l, caller) in labels.iter().zip(["via_a", "via_b"]) {
@@ -470,7 +470,7 @@ fn stacks_none_records_no_call_sites() {
         assert_eq!(r.stderr, "");
         // The report says why there are no sites: the capture was off, not a threshold; with Python frames
         // alone, an allocation made outside Python (this program is C) has none whatever its size.
-        let an = vramtrace_collector::inputs::trace_file::analyze(&r.path).unwrap();
+        let an = vramtrace_collector::whatif::trace_file::analyze(&r.path).unwrap();
         let label = vramtrace_collector::reporters::text::no_site_label(&an);
         if mode == "none" {
             assert_eq!(label, "(no call sites: capture was off, --stacks none)");
@@ -507,7 +507,7 @@ fn the_threshold_skips_small_allocations() {
     r.trace.assert_stacks_precede_their_events();
     assert_eq!(r.trace.stacks.len(), 2);
     // The report names the job's own threshold (from the trace's header), not the default.
-    let an = vramtrace_collector::inputs::trace_file::analyze(&r.path).unwrap();
+    let an = vramtrace_collector::whatif::trace_file::analyze(&r.path).unwrap();
     let text = vramtrace_collector::reporters::text::render(&an, None);
     assert!(
         text.contains("(no call site: below the 32.00 MiB threshold of --stack-min-bytes)"),

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use super::bound::{Bound, Figures, MEMO_BYTES, VALUE_BYTES};
 
 const _: () = assert!(std::mem::size_of::<Option<Item>>() == 56);
-use super::{Doc, V};
+use super::doc::{Doc, V};
 
 /// A stack item: its value, its figures, and the memo keys it was stored under. The memo keeps objects, not
 /// copies: a list memoized empty and filled afterwards is read back full. So an item enters the memo when it

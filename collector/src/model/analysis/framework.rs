@@ -5,8 +5,8 @@ use vramtrace_format::keys;
 use vramtrace_format::{Bridge, Framework, FrameworkSample, NO_DEVICE};
 
 use crate::model::analysis::bridge::doc;
+use crate::model::analysis::timeline::Timeline;
 use crate::model::analysis::LeakTrend;
-use crate::model::observe::timeline::Timeline;
 
 /// Arming changes of the allocation history kept, all processes together.
 pub const MAX_HISTORY_CHANGES: usize = 64;
@@ -112,7 +112,32 @@ pub struct DeviceFramework {
     pub kept: Option<SnapshotReading>,
 }
 
-pub use crate::inputs::torch_snapshot::{KeptLine, SnapshotReading};
+/// A live tensor group of a PyTorch snapshot: the line that allocated them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptLine {
+    /// `file:line in function`, the first frame that is the user's own.
+    pub label: String,
+    pub bytes: u64,
+    pub count: u64,
+    /// Of them, allocated during the leak's rise (between its first and last low point), when known.
+    pub during_rise_bytes: u64,
+}
+
+/// What a framework snapshot kept beside the trace says (`--torch-history`; read by `inputs/torch_snapshot.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SnapshotReading {
+    pub path: String,
+    /// Live tensors grouped by the line that allocated them, most bytes first.
+    pub kept: Vec<KeptLine>,
+    pub live_tensors: u64,
+    pub live_bytes: u64,
+    /// Live bytes whose blocks carried no Python frames.
+    pub no_frames_bytes: u64,
+    /// The history ring had wrapped: the oldest allocations' times are unknown.
+    pub overflowed: bool,
+    /// Why it could not be read, if it could not.
+    pub error: Option<String>,
+}
 
 /// A framework's out-of-memory error, from its own observer.
 #[derive(Debug, Clone, PartialEq, Eq)]

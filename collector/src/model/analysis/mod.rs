@@ -4,10 +4,11 @@
 use vramtrace_format::{Api, ExitStatus, TraceHeader};
 
 use crate::callsites::{CallSites, SiteBytes};
-use crate::model::observe::timeline::Timeline;
+use crate::model::analysis::timeline::Timeline;
 pub mod bridge;
 pub mod framework;
 pub mod holders;
+pub mod timeline;
 
 use crate::model::analysis::framework::{
     BridgeSummary, DeviceFramework, Figures, FrameworkOom, ProcessFramework,

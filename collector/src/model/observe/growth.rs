@@ -24,8 +24,8 @@ use vramtrace_format::Api;
 use crate::callsites::SITES_LISTED;
 use crate::model::analysis::{LeakGroup, LeakSite, LeakTrend, Minimum};
 use crate::model::observe::leak::minima;
+use crate::model::observe::sites::NO_SITE;
 use crate::model::observe::timeline::{Bucket, Timeline};
-use crate::model::replay::site_store::NO_SITE;
 
 /// Windows the span is cut into.
 pub const GROWTH_WINDOWS: usize = 16;

@@ -2,8 +2,8 @@
 //! counts, and what each device kept (for telling what grew).
 
 use crate::model::analysis::*;
+use crate::model::observe::sites::NO_SITE;
 use crate::model::observe::timeline::Timeline;
-use crate::model::replay::site_store::NO_SITE;
 use vramtrace_format::Api;
 
 /// The low points between peaks of a timeline, in time order. Peaks and troughs are the turns of a zigzag that

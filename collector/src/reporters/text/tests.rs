@@ -63,7 +63,7 @@ fn wraps_at_width() {
 fn commands_take_the_room_a_terminal_has() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let a =
-        crate::inputs::trace_file::analyze(&dir.join("tests/fixtures/gpu/keep.vtrace")).unwrap();
+        crate::whatif::trace_file::analyze(&dir.join("tests/fixtures/gpu/keep.vtrace")).unwrap();
     let full = super::short_command(&a.processes[0].cmdline);
     assert!(
         full.chars().count() > 30,

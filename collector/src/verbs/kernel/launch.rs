@@ -71,7 +71,7 @@ pub fn prune(traces: &Path, keep: u32) -> usize {
     let excess = sessions.len().saturating_sub(keep as usize - 1);
     let mut gone = 0;
     for (stem, files) in sessions.into_iter().take(excess) {
-        if crate::inputs::trace_file::being_written(&traces.join(format!("{stem}.vtrace"))) {
+        if crate::whatif::trace_file::being_written(&traces.join(format!("{stem}.vtrace"))) {
             continue;
         }
         for f in files {

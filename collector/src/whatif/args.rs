@@ -1,5 +1,6 @@
-//! The what-if's command line, shared by `whatif` and `whatif --knob` (`whatif_knob.rs`): its arguments, the
-//! allocator configurations they name, and the limit they set (`--cap`, `--device-memory`, or the run's own cap).
+//! The what-if's command line, shared by `whatif`, `whatif --knob` (`verbs/whatif_knob.rs`) and `fit`, which
+//! builds one for each search: its arguments, the allocator configurations they name, and the limit they set
+//! (`--cap`, `--device-memory`, or the run's own cap).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

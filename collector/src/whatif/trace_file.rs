@@ -1,6 +1,7 @@
 //! A trace file and what was kept beside it: the replay's answer (`model`), then the framework snapshots its
-//! records name, read (`torch_snapshot`), and the allocator replayed from them up to each error (`whatif`).
-//! Above both the model and the what-if, so that neither reaches up for the other.
+//! records name, read (`inputs/torch_snapshot.rs`), and the allocator replayed from them up to each error (the
+//! what-if's `postmortem`). In the what-if's room, above the model and the readers it uses, so that neither
+//! reaches up for the other.
 
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
