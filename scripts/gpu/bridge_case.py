@@ -156,8 +156,22 @@ def step():
     result(case="step", median_ms="%.4f" % (times[len(times) // 2] * 1e3), steps=len(times))
 
 
+def _sampler_parts():
+    """The bridge's sampler, wherever its build keeps it (loaded by vramtrace run's sitecustomize): since the split
+    of 2026-11-29 (5e92c73) in _sampler.py, _state.py and _settings.py; before it, all in _torch.py. Returns
+    (sample_device, start, the state dict, interval_ms)."""
+    try:
+        from vramtrace_bridge import _sampler, _settings, _state
+
+        return _sampler.sample_device, _sampler.start, _state.state, _settings.interval_ms
+    except ImportError:
+        from vramtrace_bridge import _torch as bridge
+
+        return bridge.sample_device, bridge._start_sampler, bridge._state, bridge._interval_ms
+
+
 def sampler():
-    from vramtrace_bridge import _torch as bridge  # loaded by vramtrace run's sitecustomize
+    sample_device, start_sampler, state, interval_ms = _sampler_parts()
 
     model, opt, x = _model()
     for _ in range(20):
@@ -166,22 +180,22 @@ def sampler():
     n = 2000
     t = time.perf_counter()
     for _ in range(n):
-        bridge.sample_device(0, force=True)
+        sample_device(0, force=True)
     sample_us = (time.perf_counter() - t) / n * 1e6
     on, off = [], []
     for block in range(40):
         running = block % 2 == 0
         if running:
-            bridge._start_sampler()
+            start_sampler()
         else:
-            bridge._state["thread"] = None  # the sampler stops at its next wake-up
+            state["thread"] = None  # the sampler stops at its next wake-up
             time.sleep(0.05)
         for _ in range(12):
             (on if running else off).append(_one(model, opt, x))
     on.sort()
     off.sort()
     m_on, m_off = on[len(on) // 2], off[len(off) // 2]
-    result(case="sampler", sample_us="%.1f" % sample_us, interval_ms=bridge._interval_ms(),
+    result(case="sampler", sample_us="%.1f" % sample_us, interval_ms=interval_ms(),
            on_ms="%.4f" % (m_on * 1e3), off_ms="%.4f" % (m_off * 1e3),
            pct="%+.3f" % ((m_on / m_off - 1) * 100))
 
