@@ -22,6 +22,8 @@ import time
 
 import torch
 
+import bridge_parts  # scripts/gpu: the bridge's parts, wherever its build keeps them
+
 GiB = 1 << 30
 MiB = 1 << 20
 
@@ -156,22 +158,9 @@ def step():
     result(case="step", median_ms="%.4f" % (times[len(times) // 2] * 1e3), steps=len(times))
 
 
-def _sampler_parts():
-    """The bridge's sampler, wherever its build keeps it (loaded by vramtrace run's sitecustomize): since the split
-    of 2026-11-29 (5e92c73) in _sampler.py, _state.py and _settings.py; before it, all in _torch.py. Returns
-    (sample_device, start, the state dict, interval_ms)."""
-    try:
-        from vramtrace_bridge import _sampler, _settings, _state
-
-        return _sampler.sample_device, _sampler.start, _state.state, _settings.interval_ms
-    except ImportError:
-        from vramtrace_bridge import _torch as bridge
-
-        return bridge.sample_device, bridge._start_sampler, bridge._state, bridge._interval_ms
-
-
 def sampler():
-    sample_device, start_sampler, state, interval_ms = _sampler_parts()
+    sample_device, start_sampler = bridge_parts.get("sample_device"), bridge_parts.get("start_sampler")
+    state, interval_ms = bridge_parts.state(), bridge_parts.get("interval_ms")
 
     model, opt, x = _model()
     for _ in range(20):

@@ -459,9 +459,10 @@ def cycle():
 
 def _bridge_steps():
     """The bridge's own count of optimizer steps (proof its hook ran), or '-' without the bridge."""
-    b = sys.modules.get("vramtrace_bridge._torch")
+    import bridge_parts  # scripts/gpu: the bridge's parts, wherever its build keeps them
+
     try:
-        return b._steps.optimizer if b is not None else "-"
+        return bridge_parts.optimizer_steps()
     except Exception:
         return "?"
 
@@ -511,10 +512,12 @@ def cost_inproc():
     milliseconds apart in one process do not."""
     import torch
 
-    T = sys.modules.get("vramtrace_bridge._torch")
-    if T is None:
+    import bridge_parts
+
+    if bridge_parts.module("_torch") is None:
         result(case="cost_inproc", skipped=1, why="no_bridge")
         return
+    start_sampler, state = bridge_parts.get("start_sampler"), bridge_parts.state()
     from torch.optim import optimizer as O
 
     mine = {k: v for k, v in O._global_optimizer_post_hooks.items()
@@ -523,11 +526,11 @@ def cost_inproc():
     def bridge(on):
         if on:
             O._global_optimizer_post_hooks.update(mine)
-            T._start_sampler()
+            start_sampler()
         else:
             for k in mine:
                 O._global_optimizer_post_hooks.pop(k, None)
-            T._state["thread"] = None  # the sampler stops at its next look
+            state["thread"] = None  # the sampler stops at its next look
         time.sleep(0.05)
 
     step = _cpu_step(torch)
@@ -553,7 +556,7 @@ def cost_inproc():
     result(case="cost_inproc", rounds=rounds, on_ms="%.5f" % (statistics.median(on) * 1e3),
            off_ms="%.5f" % (statistics.median(off) * 1e3), median_pct="%.3f" % statistics.median(pairs),
            mean_pct="%.3f" % statistics.mean(pairs), se_pct="%.3f" % se, bridge_steps=_bridge_steps(),
-           readings=getattr(T._steps, "reads", "?"))
+           readings=bridge_parts.boundary_reads())
 
 
 def cost_gpu():

@@ -148,7 +148,8 @@ def _probe_bridge():
     import threading
 
     import torch
-    from vramtrace_bridge import _torch as B  # loaded by vramtrace run's sitecustomize
+
+    import bridge_parts  # the bridge's parts, wherever its build keeps them (loaded by vramtrace run)
 
     marks = []
     inside = {"on": False}
@@ -172,12 +173,16 @@ def _probe_bridge():
                     inside["on"] = False
         setattr(owner, name, w)
 
-    wrap(B, "_oom_unsafe", "observer", outer=True)
-    for name in ("sample_device", "segment_figures", "_dump", "_backend", "_thread_name", "_conf_value"):
-        wrap(B, name, name)
+    # Each part wrapped where it lives (a module's own calls look its names up there at each call). The marks
+    # keep their names of before the bridge's split, so runs of either build read alike.
+    wrap(*bridge_parts.owner("oom_unsafe"), "observer", outer=True)
+    for part, label in (("sample_device", "sample_device"), ("segment_figures", "segment_figures"),
+                        ("dump", "_dump"), ("backend", "_backend"), ("thread_name", "_thread_name"),
+                        ("conf_value", "_conf_value")):
+        wrap(*bridge_parts.owner(part), label)
     wrap(torch.cuda, "memory_stats", "memory_stats")
     wrap(torch.cuda.memory, "_snapshot", "snapshot")
-    wrap(B._shim, "record", "shim_record")
+    wrap(bridge_parts.module("_shim"), "record", "shim_record")
     return marks
 
 
@@ -185,8 +190,10 @@ def cpu_inproc():
     """The CPU-bound step in one process under vramtrace run: the bridge's sampler running (auto, not armed)
     against paused, and the history armed by hand, in interleaved blocks (no process-to-process noise)."""
     import torch
-    from vramtrace_bridge import _torch as B
 
+    import bridge_parts
+
+    start_sampler, state = bridge_parts.get("start_sampler"), bridge_parts.state()
     torch.manual_seed(0)
     d = 256
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.GELU())
@@ -210,10 +217,10 @@ def cpu_inproc():
     for block in range(nblocks):
         mode = ("on", "paused", "armed")[block % 3]
         if mode == "paused":
-            B._state["thread"] = None  # the sampler stops at its next wake-up
+            state["thread"] = None  # the sampler stops at its next wake-up
             time.sleep(0.05)
         else:
-            B._start_sampler()
+            start_sampler()
         if mode == "armed":
             hist(enabled="all", context="alloc", stacks="python", max_entries=20000)
         torch.cuda.synchronize()
@@ -224,7 +231,7 @@ def cpu_inproc():
         times[mode].append((time.perf_counter() - t) / per)
         if mode == "armed":
             hist(enabled=None)
-    B._start_sampler()
+    start_sampler()
     m = {k: statistics.median(v) * 1e6 for k, v in times.items()}
     # Each cycle's own ratios (on/paused, armed/on), then their median: drift between cycles cancels.
     pair = statistics.median(a / b for a, b in zip(times["on"], times["paused"]))
@@ -236,7 +243,7 @@ def cpu_inproc():
     result(case="cpu_inproc", on_us="%.2f" % m["on"], paused_us="%.2f" % m["paused"], armed_us="%.2f" % m["armed"],
            sampler_pct="%+.2f" % ((m["on"] / m["paused"] - 1) * 100),
            armed_pct="%+.2f" % ((m["armed"] / m["on"] - 1) * 100), blocks=len(times["on"]),
-           interval_ms=B._interval_ms(), auto_armed=B._state.get("history"))
+           interval_ms=bridge_parts.get("interval_ms")(), auto_armed=state.get("history"))
 
 
 def serve():
