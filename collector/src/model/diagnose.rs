@@ -8,225 +8,31 @@
 
 mod advice;
 pub mod batch_arg;
+mod cause;
 mod evidence;
 mod findings;
 mod growth_line;
 mod reason;
 mod rules;
+mod steps;
+mod verdict;
 
-pub use advice::{
-    Advice, CapAdvice, FragmentationAdvice, GrowthAdvice, OutsideAdvice, PressureAdvice,
-    RequestAdvice,
-};
+pub use cause::{Cause, Rule};
 pub use evidence::{CACHE_MARGIN_PCT, CACHE_SHARE_PCT, GRAPH_MIN_ITERATIONS};
 pub use findings::{LEDGER_SLACK_BYTES, RANK_EXCESS_BYTES, RANK_FACTOR_PCT};
 pub use growth_line::{GrowthKind, GrowthLine, LineSource};
 pub use reason::{CapReason, DriverReason, GrowthOf, Limit, NoFiguresReason, Outside, Reason};
-pub use rules::Rule;
+pub use steps::{
+    Advice, CapAdvice, FragmentationAdvice, GrowthAdvice, OutsideAdvice, PressureAdvice,
+    RequestAdvice,
+};
+pub use verdict::{
+    AllocatorSettings, Diagnosis, Finding, JobSource, View, CAP_STEP_BYTES, CONTEXT_ESTIMATE_BYTES,
+};
 
-use crate::model::analysis::holders::Holder;
-use crate::model::analysis::{Analysis, LeakTrend, OomSnapshot};
+use crate::model::analysis::{Analysis, OomSnapshot};
 use advice::advice;
 use evidence::Evidence;
-
-/// The estimate of one process's CUDA context, module and library memory on a device (never seen by the trace).
-pub const CONTEXT_ESTIMATE_BYTES: u64 = 500 << 20;
-/// A suggested cap is rounded up to a multiple of this (0.25 GiB).
-pub const CAP_STEP_BYTES: u64 = 1 << 28;
-
-/// Why the allocation failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
-    /// The vramtrace cap refused it, or the job's bytes plus the request were over the cap.
-    Cap,
-    /// The device had the bytes free (or the job's pools held them) but not as one block the allocation could get.
-    Fragmentation,
-    /// PyTorch's cache held enough free bytes to cover what was short, but in blocks smaller than the request
-    /// (inside segments it could not give back).
-    FragmentationCache,
-    /// The request alone was larger than the device or the cap.
-    RequestTooLarge,
-    /// Memory held outside the job filled the device.
-    External,
-    /// Pinned host memory (`cuMemCreate` with a host location) could not be had: not GPU memory.
-    HostMemory,
-    /// Bytes in use rose step after step up to the error, by at least what was missing: something is kept
-    /// across steps (or grows with the work, as a KV cache with its batch).
-    Growth,
-    /// The job's own allocations filled what the device could give.
-    Pressure,
-    /// The framework's own allocator refused it within the limit it keeps for itself, before asking the driver
-    /// (JAX's pool, `XLA_PYTHON_CLIENT_MEM_FRACTION`; PyTorch's `set_per_process_memory_fraction`).
-    FrameworkLimit,
-}
-
-impl Cause {
-    /// The JSON name.
-    pub fn key(self) -> &'static str {
-        match self {
-            Cause::Cap => "cap",
-            Cause::Fragmentation => "fragmentation",
-            Cause::FragmentationCache => "fragmentation_cache",
-            Cause::RequestTooLarge => "request_too_large",
-            Cause::External => "external",
-            Cause::Pressure => "pressure",
-            Cause::HostMemory => "host_memory",
-            Cause::Growth => "growth",
-            Cause::FrameworkLimit => "framework_limit",
-        }
-    }
-}
-
-/// Something worth knowing beside the cause.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Finding {
-    /// How far the job's peak was from fitting what the device or cap could give.
-    Fit {
-        needed_bytes: u64,
-        available_bytes: u64,
-        short_bytes: u64,
-        /// `"cap"` or `"device"`: which gave less.
-        limited_by: &'static str,
-    },
-    /// Bytes in use rising across cycles before the event.
-    LeakTrend(LeakTrend),
-    /// Stream-ordered frees shortly before the event whose pool may still have cached the memory.
-    PoolCache {
-        freed_bytes: u64,
-        shortfall_bytes: Option<u64>,
-    },
-    /// The cap's ledger counted the job's bytes differently from the trace.
-    LedgerDiffers { ledger_bytes: u64, trace_bytes: u64 },
-    /// The shim dropped events before the event: the trace's figures can be low.
-    DroppedEvents { count: u64 },
-    /// The driver could not say how much was free: the cause was decided without it.
-    NoDriverFigures,
-    /// The framework allocator's own figures at the event (the Python bridge).
-    FrameworkFigures {
-        allocated_bytes: u64,
-        reserved_bytes: u64,
-        inactive_split_bytes: u64,
-        largest_free_block_bytes: Option<u64>,
-        free_in_live_segments_bytes: Option<u64>,
-        alloc_retries: u64,
-        /// The allocator's settings, from the framework's out-of-memory record (`None`: it sent none).
-        settings: Option<AllocatorSettings>,
-    },
-    /// Allocated bytes (the framework's figure, which its cache hides from the driver) rising across cycles.
-    AllocatedLeakTrend(LeakTrend),
-    /// The allocator flushed its cache and retried before the error: the guides' danger zone.
-    AllocRetries { count: u64 },
-    /// The failing allocation was made on autograd's backward thread.
-    BackwardThread { thread: String },
-    /// Each of the latest steps needed more than the last (PyTorch's peak rising at their boundaries) by more
-    /// than what they kept: the work of a step grows with its input.
-    StepNeedRises(crate::model::analysis::StepNeed),
-    /// The failing process is one of several ranks running the same program, and held far more than its peers
-    /// at the error: what it keeps that they do not is the suspect.
-    RankAsymmetry {
-        pid: u32,
-        rank: u32,
-        bytes: u64,
-        peers: u64,
-        peers_median_bytes: u64,
-        peers_max_bytes: u64,
-    },
-}
-
-impl Finding {
-    /// The JSON name.
-    pub fn key(&self) -> &'static str {
-        match self {
-            Finding::Fit { .. } => "fit",
-            Finding::LeakTrend(_) => "leak_trend",
-            Finding::PoolCache { .. } => "pool_cache",
-            Finding::LedgerDiffers { .. } => "ledger_differs",
-            Finding::DroppedEvents { .. } => "dropped_events",
-            Finding::NoDriverFigures => "no_driver_figures",
-            Finding::FrameworkFigures { .. } => "framework_figures",
-            Finding::AllocatedLeakTrend(_) => "allocated_leak_trend",
-            Finding::AllocRetries { .. } => "alloc_retries",
-            Finding::BackwardThread { .. } => "backward_thread",
-            Finding::RankAsymmetry { .. } => "rank_asymmetry",
-            Finding::StepNeedRises(_) => "step_need_rises",
-        }
-    }
-}
-
-/// The allocator settings a framework's out-of-memory record carried (PyTorch's), as it gave them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllocatorSettings {
-    pub backend: Option<String>,
-    /// `None`: not said (off, PyTorch's default).
-    pub expandable_segments: Option<bool>,
-    /// Blocks larger than this are never split (`None`: unlimited).
-    pub max_split_size: Option<u64>,
-    pub garbage_collection_threshold: Option<String>,
-    /// `PYTORCH_CUDA_ALLOC_CONF` as set (`None` or empty: not set).
-    pub alloc_conf: Option<String>,
-}
-
-impl AllocatorSettings {
-    fn of(o: &crate::model::observe::framework::FrameworkOom) -> AllocatorSettings {
-        AllocatorSettings {
-            backend: o.backend.clone(),
-            expandable_segments: o.expandable_segments,
-            max_split_size: o.max_split_size,
-            garbage_collection_threshold: o.garbage_collection_threshold.clone(),
-            alloc_conf: o.alloc_conf.clone(),
-        }
-    }
-}
-
-/// The cause of one out-of-memory event, the figures that decided it, findings and advice.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Diagnosis {
-    /// `reason.cause()`.
-    pub cause: Cause,
-    /// What the diagnosis could see.
-    pub view: View,
-    /// Which rule decided (docs/OOM.md): `reason.rule()`.
-    pub rule: Rule,
-    /// The deciding figures, by rule.
-    pub reason: Reason,
-    /// The job's bytes in use on the device: the cap's ledger when the record has it, else the trace's.
-    pub job_live_bytes: u64,
-    /// Where `job_live_bytes` came from.
-    pub job_live_source: JobSource,
-    /// The cap on the device: the record's, else the trace header's.
-    pub cap_bytes: Option<u64>,
-    /// The device total used: the record's, else (only when the record has none) the trace's best figure.
-    pub total_bytes: Option<u64>,
-    /// `requested - device free`, when the driver said what was free.
-    pub shortfall_bytes: Option<u64>,
-    /// `total - free - job_live_bytes` (saturating): everything on the device the job's allocations were not.
-    pub outside_job_bytes: Option<u64>,
-    /// [`CONTEXT_ESTIMATE_BYTES`] x the job's processes on the device: an estimate.
-    pub context_estimate_bytes: u64,
-    /// `outside_job_bytes - context_estimate_bytes` (saturating): the estimate of other processes' memory.
-    pub outside_excess_bytes: Option<u64>,
-    /// `max(job peak on the device, job_live_bytes + requested)`.
-    pub needed_bytes: u64,
-    /// What the job's allocations could have reached: min(cap, free + job_live_bytes) of those known.
-    pub available_bytes: Option<u64>,
-    /// `needed - available` (saturating).
-    pub short_of_fitting_bytes: Option<u64>,
-    /// `needed_bytes` rounded up to [`CAP_STEP_BYTES`].
-    pub suggested_cap_bytes: u64,
-    /// With cause growth: the growth read (PyTorch's allocated bytes when the bridge gave them, else the
-    /// driver's), and the line it came from when one can be named.
-    pub growth: Option<LeakTrend>,
-    pub growth_line: Option<GrowthLine>,
-    /// What held the most of the process's tensors at the error, of what the program keeps by name, a graph or
-    /// a cycle (the bridge's walk; never its weights, optimizer state or cache): with a growth, what grew.
-    pub holder: Option<Holder>,
-    /// A rise read in wall-clock windows went to a KV cache: the work grew (a sequence, a batch), nothing was
-    /// kept; no advice says to fix what is kept.
-    pub work_grows: bool,
-    pub findings: Vec<Finding>,
-    /// What to do, first the step that fixes the cause.
-    pub advice: Vec<Advice>,
-}
 
 /// Decides the cause of out-of-memory snapshot `s` of analysis `a`.
 pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
@@ -265,57 +71,6 @@ pub fn diagnose(a: &Analysis, s: &OomSnapshot) -> Diagnosis {
     };
     d.advice = advice(a, s, &d);
     d
-}
-
-/// What a diagnosis could see.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
-    /// The driver's calls only.
-    Driver,
-    /// The driver's calls and PyTorch's allocator's own figures (the Python bridge).
-    DriverPytorch,
-    /// The driver's calls and JAX's.
-    DriverJax,
-}
-
-impl View {
-    /// The JSON name.
-    pub fn key(self) -> &'static str {
-        match self {
-            View::Driver => "driver",
-            View::DriverPytorch => "driver+pytorch",
-            View::DriverJax => "driver+jax",
-        }
-    }
-
-    /// The framework whose figures were seen, for people.
-    pub fn framework(self) -> Option<&'static str> {
-        match self {
-            View::Driver => None,
-            View::DriverPytorch => Some("PyTorch"),
-            View::DriverJax => Some("JAX"),
-        }
-    }
-}
-
-/// Where a diagnosis's job bytes came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum JobSource {
-    /// The cap's ledger, from the record.
-    Ledger,
-    /// The trace's replay.
-    #[default]
-    Trace,
-}
-
-impl JobSource {
-    /// The JSON name.
-    pub fn key(self) -> &'static str {
-        match self {
-            JobSource::Ledger => "ledger",
-            JobSource::Trace => "trace",
-        }
-    }
 }
 
 /// What the diagnosis could see: the driver's calls, and the framework's own figures when the bridge gave them.

@@ -1,8 +1,9 @@
 //! The figures a diagnosis decides on, gathered once from the snapshot: the rules (rules.rs) only read them, so
 //! each rule is a test of figures, and two rules cannot compute one figure two ways.
 
-use super::growth_line::{growth_line, kv_cache_holder};
-use super::{GrowthKind, GrowthLine, GrowthOf, Limit, CAP_STEP_BYTES, CONTEXT_ESTIMATE_BYTES};
+use super::growth_line::{growth_line, kv_cache_holder, GrowthKind, GrowthLine};
+use super::reason::{GrowthOf, Limit};
+use super::verdict::{JobSource, CAP_STEP_BYTES, CONTEXT_ESTIMATE_BYTES};
 use crate::model::analysis::{Analysis, GrowthUnit, LeakTrend, OomSnapshot};
 
 /// Fragmentation of PyTorch's cache is the cause only when the cache (reserved - allocated) is at least this
@@ -21,7 +22,7 @@ pub(super) struct Evidence {
     /// The job's bytes in use on the device: the cap's ledger when the record has it, else the trace's.
     pub job: u64,
     /// `"ledger"` or `"trace"`: where `job` came from.
-    pub job_source: super::JobSource,
+    pub job_source: JobSource,
     /// The record's cap, else the trace header's.
     pub cap: Option<u64>,
     /// The driver's free and total memory, as the record gave them.
@@ -103,8 +104,8 @@ impl Evidence {
         let dev = s.device.and_then(|d| a.device(d));
         let req = s.requested_bytes;
         let (job, job_source) = match s.ledger_job_bytes {
-            Some(b) => (b, super::JobSource::Ledger),
-            None => (s.job_live_trace_bytes, super::JobSource::Trace),
+            Some(b) => (b, JobSource::Ledger),
+            None => (s.job_live_trace_bytes, JobSource::Trace),
         };
         let cap = s.cap_bytes.or(dev.and_then(|d| d.cap_bytes));
         let free = s.device_free_bytes;

@@ -1,9 +1,9 @@
 //! The findings beside the cause (docs/OOM.md, "Findings beside the cause"): what is worth knowing whichever
 //! rule decided, in the order the reports list them.
 
+use super::cause::Rule;
 use super::evidence::Evidence;
-use super::rules::Rule;
-use super::{AllocatorSettings, Finding};
+use super::verdict::{AllocatorSettings, Finding};
 use crate::model::analysis::{OomProcess, OomSnapshot};
 
 /// The cap's ledger and the trace disagreeing by more than this is a finding.

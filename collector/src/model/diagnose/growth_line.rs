@@ -1,6 +1,6 @@
 //! Where a growth came from, as a post-mortem names it, and what kind of thing grows (for the advice).
 
-use super::*;
+use crate::model::analysis::{Analysis, LeakTrend, OomSnapshot};
 
 /// Where a growth came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

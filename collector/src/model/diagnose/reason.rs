@@ -1,7 +1,7 @@
 //! Why a rule decided: one variant per rule of docs/OOM.md, with the figures it decided on. The reporters say
 //! it (reporters/prose.rs); the rule and the cause are read from it, so the three cannot disagree.
 
-use super::{Cause, Rule};
+use super::cause::{Cause, Rule};
 
 /// Which limit a figure is: the vramtrace cap, or the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

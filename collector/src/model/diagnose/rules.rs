@@ -1,73 +1,9 @@
 //! The rules of docs/OOM.md, "The cause: exactly one, first rule that holds": each a function of the evidence
 //! that gives its reason when it holds, in a table in the documented order. The first that holds decides.
 
+use super::cause::Rule;
 use super::evidence::Evidence;
-use super::{CapReason, DriverReason, NoFiguresReason};
-use super::{Cause, Outside, Reason};
-
-/// A rule's identity. Its key is the `cause_rule` the JSON and the tests name it by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Rule {
-    HostMemory,
-    RequestExceedsLimit,
-    CacheFragmented,
-    Growth,
-    FrameworkLimit,
-    CapRefused,
-    OverCap,
-    FreeAtLeastRequest,
-    PoolCachedAsyncFrees,
-    OutsideExcess,
-    JobFillsDevice,
-    NoDriverFiguresPool,
-    NoDriverFiguresFitsTotal,
-    NoDriverFigures,
-}
-
-impl Rule {
-    /// The rule's JSON name (docs/OOM.md).
-    pub fn key(self) -> &'static str {
-        match self {
-            Rule::HostMemory => "host_memory",
-            Rule::RequestExceedsLimit => "request_exceeds_limit",
-            Rule::CacheFragmented => "cache_fragmented",
-            Rule::Growth => "growth",
-            Rule::FrameworkLimit => "framework_limit",
-            Rule::CapRefused => "cap_refused",
-            Rule::OverCap => "over_cap",
-            Rule::FreeAtLeastRequest => "free_at_least_request",
-            Rule::PoolCachedAsyncFrees => "pool_cached_async_frees",
-            Rule::OutsideExcess => "outside_excess",
-            Rule::JobFillsDevice => "job_fills_device",
-            Rule::NoDriverFiguresPool => "no_driver_figures_pool",
-            Rule::NoDriverFiguresFitsTotal => "no_driver_figures_fits_total",
-            Rule::NoDriverFigures => "no_driver_figures",
-        }
-    }
-
-    /// The cause the rule gives.
-    pub fn cause(self) -> Cause {
-        match self {
-            Rule::HostMemory => Cause::HostMemory,
-            Rule::RequestExceedsLimit => Cause::RequestTooLarge,
-            Rule::CacheFragmented => Cause::FragmentationCache,
-            Rule::Growth => Cause::Growth,
-            Rule::FrameworkLimit => Cause::FrameworkLimit,
-            Rule::CapRefused | Rule::OverCap => Cause::Cap,
-            Rule::FreeAtLeastRequest | Rule::PoolCachedAsyncFrees | Rule::NoDriverFiguresPool => {
-                Cause::Fragmentation
-            }
-            Rule::OutsideExcess | Rule::NoDriverFiguresFitsTotal => Cause::External,
-            Rule::JobFillsDevice | Rule::NoDriverFigures => Cause::Pressure,
-        }
-    }
-
-    /// The rule decided on the recent async frees a stream-ordered pool may still cache: the pool-cache finding
-    /// would only repeat it.
-    pub fn reads_pool_cache(self) -> bool {
-        matches!(self, Rule::PoolCachedAsyncFrees | Rule::NoDriverFiguresPool)
-    }
-}
+use super::reason::{CapReason, DriverReason, NoFiguresReason, Outside, Reason};
 
 /// One row of the table: the rule, and its test of the evidence.
 pub(super) struct Row {

@@ -5,13 +5,15 @@
 //! reader until it is handled.
 
 pub mod doc;
+mod holders;
+mod oom;
 
 use vramtrace_format::keys::bridge::{values, what, Kind};
 use vramtrace_format::{Bridge, Framework, NO_DEVICE};
 
 use crate::model::analysis::framework::{BridgeProcess, FrameworkOom, HistoryChange};
+use crate::model::analysis::growth::StepSource;
 use crate::model::analysis::holders::Holders;
-use crate::model::analysis::StepSource;
 
 /// Boundary readings name devices below this ordinal only: a forged record cannot make millions of devices.
 pub const MAX_READING_DEVICE: u64 = 256;
