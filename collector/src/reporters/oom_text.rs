@@ -4,8 +4,10 @@
 
 mod after;
 mod held;
+mod layout;
 use after::*;
 use held::*;
+use layout::{wrap, MAX_ROWS};
 
 use std::fmt::Write;
 use std::path::Path;
@@ -13,19 +15,12 @@ use std::path::Path;
 use vramtrace_format::Api;
 
 use crate::model::diagnose::{diagnose, Advice, CapAdvice, Diagnosis, CONTEXT_ESTIMATE_BYTES};
-use crate::model::{self, Analysis, Ended, OomSnapshot, Timeline};
+use crate::model::{self, Analysis, OomSnapshot, Timeline};
 use crate::names::units::{bytes, bytes_exact, count, fit, printable, secs};
 use crate::reporters::prose;
 use crate::reporters::text::sparkline::sparkline;
-use crate::reporters::text::{device_name, fit_label, oom_place, short_command, site_lines, WIDTH};
+use crate::reporters::text::{fit_label, oom_place, short_command, site_lines, WIDTH};
 
-/// Word-wraps to the report's width (the one wrapping rule of every text output: text::wrap).
-fn wrap(o: &mut String, text: &str, indent: &str) {
-    crate::reporters::text::wrap(o, text, indent, WIDTH);
-}
-
-/// Rows of a process table before the rest is summed up.
-const MAX_ROWS: usize = 32;
 /// Characters of the timeline before an event.
 const SPARK: usize = 60;
 

@@ -2,10 +2,13 @@
 //! the end, and warnings. Fits in 100 columns.
 
 pub mod framework;
+mod labels;
 mod layout;
 mod processes;
 pub mod sparkline;
-pub use layout::{fit_label, wrap};
+pub use labels::{device_label, device_name, ended_label, ending_label, oom_place, short_command};
+pub use layout::{fit_label, wrap, SPARK_COLUMNS, WIDTH};
+pub use processes::MAX_PROCESS_ROWS;
 
 use crate::names::units;
 
@@ -15,13 +18,6 @@ use std::path::Path;
 use crate::callsites::{PeakRow, TENSOR_LINES_NOTE};
 use crate::model::{Analysis, DeviceStats, Ended, LiveAlloc, ProcessStats};
 use units::{bytes, bytes_exact, count, fit, printable, secs, utc};
-
-/// Width of the report.
-pub const WIDTH: usize = 100;
-/// Characters of a device's sparkline.
-pub const SPARK_COLUMNS: usize = 60;
-/// Rows of the process table before the rest is summed up.
-pub const MAX_PROCESS_ROWS: usize = 64;
 
 /// The widest a table grows to where the terminal has the room ([`render_in`]).
 pub const MAX_TABLE_WIDTH: usize = 200;
@@ -377,68 +373,6 @@ pub fn notes(o: &mut String, a: &Analysis) {
         }
     }
     o.push('\n');
-}
-
-/// A device's name for people: `GPU 0`, or `GPU ?` when the shim could not tell.
-pub fn device_name(device: Option<u32>) -> String {
-    match device {
-        Some(d) => format!("GPU {d}"),
-        None => "GPU ?".to_string(),
-    }
-}
-
-/// Where an out-of-memory event was: `GPU 0`, `GPU ?`, or `host memory` (a `cuMemCreate` on the host).
-pub fn oom_place(s: &crate::model::OomSnapshot) -> String {
-    if s.on_host {
-        "host memory".to_string()
-    } else {
-        device_name(s.device)
-    }
-}
-
-/// A device's name where its figures are at hand: memory on no GPU (host `cuMemCreate`) is `host memory`.
-pub fn device_label(d: &DeviceStats) -> String {
-    if d.on_host {
-        "host memory".to_string()
-    } else {
-        device_name(d.device)
-    }
-}
-
-/// `python train.py --lr 3e-4`: argv[0] without its directory, the rest as given.
-pub fn short_command(argv: &[String]) -> String {
-    let mut it = argv.iter();
-    let Some(first) = it.next() else {
-        return String::new();
-    };
-    let base = first.rsplit('/').next().unwrap_or(first);
-    printable(
-        &std::iter::once(base)
-            .chain(it.map(String::as_str))
-            .collect::<Vec<_>>()
-            .join(" "),
-    )
-}
-
-/// How a process ended, in a few words: its exit code or signal when vramtrace reaped it, else what its
-/// connection showed.
-pub fn ending_label(p: &ProcessStats) -> String {
-    use vramtrace_format::ExitStatus;
-    match p.exit {
-        Some(ExitStatus::Code(c)) => format!("exit {c}"),
-        Some(ExitStatus::Signal { signal, .. }) => vramtrace_format::signal_name(signal),
-        None => ended_label(p.ended).to_string(),
-    }
-}
-
-/// How a process's connection ended, in a few words.
-pub fn ended_label(e: Ended) -> &'static str {
-    match e {
-        Ended::Goodbye => "exited",
-        Ended::Vanished => "vanished",
-        Ended::CutMidFrame { .. } => "cut mid-frame",
-        Ended::Running => "still running",
-    }
 }
 
 fn header(o: &mut String, a: &Analysis, file: Option<&Path>) {

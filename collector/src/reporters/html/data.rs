@@ -5,8 +5,9 @@ use std::borrow::Cow;
 
 use serde::Serialize;
 
-use super::{sum_parts, Dev, Html, DATA_VERSION, MAX_PROCESS_SERIES, MAX_SITE_SERIES};
-use super::{NO_SITE_KEY, OTHER_SITES_KEY};
+use super::stacked::Stacked;
+use super::tap::{Dev, Html, NO_SITE_KEY, OTHER_SITES_KEY};
+use super::whatif::WhatIfTable;
 use crate::callsites::{PeakRow, Site, TENSOR_LINES_NOTE};
 use crate::model::diagnose::diagnose;
 use crate::model::{Analysis, FOLD_NS};
@@ -14,6 +15,24 @@ use crate::reporters::oom_text::event_text;
 use crate::reporters::prose::{self, key_figures, short_findings};
 use crate::reporters::text::oom_place;
 use crate::reporters::text::{self, device_name, ending_label, short_command};
+
+/// The version of the page's JSON (docs/EXPORTS.md).
+pub const DATA_VERSION: u64 = 1;
+/// Processes drawn on their own in a device's stack (the largest by peak); the rest are one "other processes".
+pub const MAX_PROCESS_SERIES: usize = 24;
+/// Call sites drawn on their own in a device's stack (the largest); the rest are one "other call sites".
+pub const MAX_SITE_SERIES: usize = 10;
+
+/// The parts' values at each bucket's maximum, added up.
+fn sum_parts(s: &Stacked, parts: impl Iterator<Item = usize>) -> Vec<u64> {
+    let mut v = vec![0u64; s.job.len()];
+    for p in parts {
+        for (x, y) in v.iter_mut().zip(&s.parts[p].at) {
+            *x = x.saturating_add(*y);
+        }
+    }
+    v
+}
 
 /// One trace's part of the page. `host` and `host_offset_ns` only among several traces of one job.
 #[derive(Serialize)]
@@ -635,95 +654,4 @@ fn largest_live(a: &Analysis) -> Vec<Live> {
             call_site: l.site.and_then(|i| site_name(a, i)),
         })
         .collect()
-}
-
-/// `vramtrace whatif`'s answers as the page draws them.
-#[derive(Serialize, Debug)]
-pub struct WhatIfTable {
-    limit: Option<String>,
-    rows: Vec<WhatIfRow>,
-    best: Option<String>,
-    histories: Vec<String>,
-}
-
-#[derive(Serialize, Debug)]
-struct WhatIfRow {
-    settings: String,
-    peak_bytes: u64,
-    smallest_cap_bytes: u64,
-    fits: Option<bool>,
-    first_refused: Option<String>,
-}
-
-impl WhatIfTable {
-    pub fn of(w: &crate::whatif::answer::WhatIf, start_unix_us: u64) -> WhatIfTable {
-        let rows = w
-            .configs
-            .iter()
-            .enumerate()
-            .map(|(i, c)| WhatIfRow {
-                settings: if c.approximate {
-                    format!("{} (lower bound)", c.label)
-                } else {
-                    c.label.clone()
-                },
-                peak_bytes: w.peak(i),
-                smallest_cap_bytes: w.needs(i),
-                fits: c.fits,
-                first_refused: c.first_failure.as_ref().map(|f| {
-                    let h = &w.histories[f.history];
-                    format!(
-                        "{} at {:.1} s, pid {}: {}",
-                        crate::names::units::bytes(f.size),
-                        f.t_us.saturating_sub(start_unix_us) as f64 / 1e6,
-                        h.pid,
-                        h.site(f.site).unwrap_or(if f.the_runs_own {
-                            "the request the run failed"
-                        } else {
-                            "no Python line"
-                        })
-                    )
-                }),
-            })
-            .collect();
-        WhatIfTable {
-            limit: w.limit.as_ref().map(|l| {
-                let per: Vec<String> = l
-                    .bytes
-                    .iter()
-                    .map(|(d, b)| format!("{} on GPU {d}", crate::names::units::bytes(*b)))
-                    .collect();
-                format!("{} ({})", l.what, per.join(", "))
-            }),
-            rows,
-            best: w.best.map(|b| {
-                format!(
-                    "PYTORCH_CUDA_ALLOC_CONF={} needs {}, {} less than as run",
-                    w.configs[b].conf,
-                    crate::names::units::bytes(w.needs(b)),
-                    crate::names::units::bytes(w.needs(0).saturating_sub(w.needs(b)))
-                )
-            }),
-            histories: w
-                .histories
-                .iter()
-                .zip(&w.checks)
-                .map(|(h, c)| {
-                    format!(
-                        "pid {} GPU {}: {} entries{}; the model peaks at {}, PyTorch did at {}",
-                        h.pid,
-                        h.device,
-                        h.entries.len(),
-                        if h.complete() {
-                            ""
-                        } else {
-                            " (a late history)"
-                        },
-                        crate::names::units::bytes(c.modelled_peak),
-                        crate::names::units::bytes(c.recorded_peak)
-                    )
-                })
-                .collect(),
-        }
-    }
 }

@@ -1,6 +1,11 @@
 //! After the events: a run with no error, how each process ended, each device's peak and headroom.
 
-use super::*;
+use std::fmt::Write;
+
+use super::layout::{wrap, MAX_ROWS};
+use crate::model::{Analysis, Ended};
+use crate::names::units::{bytes, count, fit, secs};
+use crate::reporters::text::{device_name, short_command};
 
 pub(super) fn no_oom(o: &mut String, a: &Analysis) {
     writeln!(o, "No out-of-memory error was recorded.").ok();

@@ -1,6 +1,12 @@
 //! What held the memory at an error: the holders' walk, the lines of the live tensors, the live bytes by site.
 
-use super::*;
+use std::fmt::Write;
+
+use super::layout::wrap;
+use crate::model::{Analysis, OomSnapshot};
+use crate::names::units::{bytes, count, printable};
+use crate::reporters::prose;
+use crate::reporters::text::{fit_label, oom_place, site_lines, WIDTH};
 
 /// The one screen's view of what held the memory, the best the trace can say: what kept the tensors alive (the
 /// bridge's walk at the error), else the lines that allocated the live tensors (PyTorch's allocation history),

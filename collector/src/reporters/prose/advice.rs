@@ -6,6 +6,8 @@ use crate::model::diagnose::{
 };
 use crate::names::units::{bytes as b, count};
 
+use super::phrases::{cap_spec, holder_label, nouns};
+
 /// `GPU 3`, or `the GPU` when the device is not known.
 fn gpu(device: Option<u32>) -> String {
     device.map_or("the GPU".to_string(), |d| format!("GPU {d}"))
@@ -105,7 +107,7 @@ fn growth(a: &GrowthAdvice) -> String {
                     } else {
                         format!("a GPU of {}", b(*l))
                     };
-                    format!("{what} about {} more {}", count(*n), super::nouns(noun, *n))
+                    format!("{what} about {} more {}", count(*n), nouns(noun, *n))
                 })
                 .collect();
             if !said.is_empty() {
@@ -119,7 +121,7 @@ fn growth(a: &GrowthAdvice) -> String {
 /// What the bridge's walk found holding what grew, named as the program names it, and how to let go of it.
 fn held_by(h: &crate::model::holders::Holder) -> String {
     use crate::model::holders::HolderKind;
-    let what = super::holder_label(h);
+    let what = holder_label(h);
     let fix = match h.kind {
         HolderKind::Graph => {
             "it keeps the autograd graph, with every activation saved for backward, of each iteration it \
@@ -256,8 +258,8 @@ fn pressure(a: &PressureAdvice) -> String {
         } => {
             let cap = cap
                 .map(|c| match device {
-                    Some(d) => format!(" --cap {d}={}", super::cap_spec(c)),
-                    None => format!(" --cap {}", super::cap_spec(c)),
+                    Some(d) => format!(" --cap {d}={}", cap_spec(c)),
+                    None => format!(" --cap {}", cap_spec(c)),
                 })
                 .unwrap_or_default();
             let args: Vec<std::ffi::OsString> = command.iter().map(Into::into).collect();
@@ -327,8 +329,8 @@ fn cap(a: &CapAdvice) -> String {
             device,
         } => {
             let flag = match device {
-                Some(d) => format!("{d}={}", super::cap_spec(*cap)),
-                None => super::cap_spec(*cap),
+                Some(d) => format!("{d}={}", cap_spec(*cap)),
+                None => cap_spec(*cap),
             };
             format!(
                 "A cap of at least {} (--cap {flag}), as a floor: the job's peak so far, or its bytes plus this \
@@ -339,8 +341,8 @@ fn cap(a: &CapAdvice) -> String {
         }
         CapAdvice::CapFitsHistory { cap, device } => {
             let flag = match device {
-                Some(d) => format!("{d}={}", super::cap_spec(*cap)),
-                None => super::cap_spec(*cap),
+                Some(d) => format!("{d}={}", cap_spec(*cap)),
+                None => cap_spec(*cap),
             };
             format!(
                 "A cap of at least {} (--cap {flag}), as a floor: with it the settings it ran with serve the \

@@ -4,6 +4,8 @@ use crate::model::diagnose::{AllocatorSettings, Finding};
 use crate::model::LeakTrend;
 use crate::names::units::{bytes, count};
 
+use super::phrases::{growth_size, nouns};
+
 /// One sentence for people.
 pub fn finding(f: &Finding) -> String {
     match f {
@@ -139,7 +141,7 @@ fn step_need(n: &crate::model::StepNeed) -> String {
             crate::names::units::count(n.first_step),
             crate::names::units::bytes(n.last_peak),
             crate::names::units::count(n.last_step),
-            super::nouns(noun, 2),
+            nouns(noun, 2),
         )
     }
 }
@@ -171,7 +173,7 @@ fn fit(needed_bytes: u64, available_bytes: u64, short_bytes: u64, limited_by: &s
 
 /// One sentence on a growth finding: its size, then what grew and where.
 pub fn leak(l: &LeakTrend) -> String {
-    let mut s = format!("Growth: {}.", super::growth_size(l));
+    let mut s = format!("Growth: {}.", growth_size(l));
     if !l.groups.is_empty() {
         let g: Vec<String> = l
             .groups

@@ -4,10 +4,11 @@
 
 use std::fmt::Write as _;
 
+use super::labels::short_command;
+use super::layout::{wrap, SPARK_COLUMNS, WIDTH};
 use super::sparkline;
-use super::units::{bytes, count, printable, secs};
-use super::{short_command, wrap, SPARK_COLUMNS, WIDTH};
 use crate::model::{Analysis, DeviceFramework, DeviceStats};
+use crate::names::units::{bytes, count, printable, secs};
 
 /// A framework's name for people.
 pub fn title(name: &str) -> String {

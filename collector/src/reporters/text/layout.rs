@@ -1,6 +1,13 @@
 //! Fitting text to the terminal's columns: labels cut where they say least, units kept whole across lines.
 
-use super::*;
+use std::fmt::Write;
+
+use crate::names::units::fit;
+
+/// Width of the report.
+pub const WIDTH: usize = 100;
+/// Characters of a device's sparkline.
+pub const SPARK_COLUMNS: usize = 60;
 
 /// A label within `width` characters, cut where it keeps what tells labels apart: a native frame's
 /// `function at dir/file:line` keeps `file:line` (and `(inlined)`) whole and loses the start of the function's

@@ -2,7 +2,12 @@
 
 use std::fmt::Write;
 
-use super::*;
+use super::labels::{ending_label, short_command};
+use crate::model::{Analysis, Ended, ProcessStats};
+use crate::names::units::{bytes, count, fit};
+
+/// Rows of the process table before the rest is summed up.
+pub const MAX_PROCESS_ROWS: usize = 64;
 
 /// The process table's columns but the command and the ending, with their gaps.
 const PROCESS_COLUMNS: usize = 2 + 7 + 2 + 4 + 2 + 1 + 10 + 2 + 11 + 2 + 8 + 2 + 10 + 2;
