@@ -10,7 +10,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{paths, KernelError};
+use super::error::KernelError;
+use super::paths;
 
 /// This session's trace in `traces` (made private if it went missing).
 pub fn trace_for_session(traces: &Path) -> Result<PathBuf, KernelError> {

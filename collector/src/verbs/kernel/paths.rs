@@ -7,7 +7,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use super::KernelError;
+use super::error::KernelError;
 
 /// What a kernel's name may be: Jupyter's own rule (letters, digits, `.`, `_`, `-`), and never a path (`..`, a
 /// hidden name): it names two folders.

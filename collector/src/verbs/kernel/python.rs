@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::KernelError;
+use super::error::KernelError;
 
 /// What the Python said of itself.
 #[derive(Debug, serde::Deserialize)]

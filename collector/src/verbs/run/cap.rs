@@ -1,7 +1,18 @@
 //! The cap before the job starts (its spec checked against the devices) and while it runs (the GPU's own count
 //! through `cap_check`, writing into the trace).
 
-use super::*;
+use std::sync::{Arc, Mutex};
+
+use anyhow::bail;
+use vramtrace_format::cap::CapSpec;
+use vramtrace_format::{codec, env, keys, Record};
+
+use super::args::{CapMode, RunArgs};
+use crate::cap_check::CapOn;
+use crate::names::ticks::mono_ns;
+use crate::names::units;
+use crate::process::probe;
+use crate::receive::TraceWriter;
 
 /// Keys and values for the trace header's `extra`.
 pub(super) type HeaderKeys = Vec<(String, String)>;

@@ -1,6 +1,11 @@
 //! The files `run` makes or finds: the shim, the trace's default name, the post-mortems beside it.
 
-use super::*;
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
 
 /// Writes `text` to `<trace stem>.<kind>.txt`, never over an existing file (a numbered name instead).
 pub(super) fn write_beside(trace: &Path, kind: &str, text: &str) -> io::Result<PathBuf> {

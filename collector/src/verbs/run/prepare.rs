@@ -2,7 +2,19 @@
 //! runtime directory with its socket and the cap's ledger, the Python bridge, the readers that follow the trace
 //! while the job runs. Any of them may refuse the run; none starts the job.
 
-use super::*;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use vramtrace_format::{env, keys, TraceHeader};
+
+use super::args::{CapMode, OnOff, RunArgs, TorchHistory};
+use super::cap::{cap_mode, check_cap, HeaderKeys};
+use super::files::{default_out, set_mode};
+use crate::cap_check::CapOn;
+use crate::files::runtime_dir::{random_u64, RuntimeDir};
+use crate::names::ticks::mono_ns;
 
 /// A setting the job inherits from our environment (no flag given for it): unset when blank.
 pub(super) fn inherited(k: &str) -> Option<String> {

@@ -1,7 +1,17 @@
 //! Waiting on the job: its signals (blocked, read through a signalfd, passed on to the command), the reaping of
 //! every process of it (run is their subreaper), and its exit code as a shell would give it.
 
-use super::*;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use vramtrace_format::{codec, Record};
+
+use crate::names::ticks::mono_ns;
+use crate::process::exit::{self, Code};
+use crate::receive::{Connections, TraceWriter};
 
 pub(super) const FORWARDED: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 

@@ -1,6 +1,14 @@
 //! The job run as it is, without the shim, when no runtime directory can be made.
 
-use super::*;
+use std::io;
+use std::process::Command;
+
+use vramtrace_format::env;
+
+use super::args::{CapMode, RunArgs};
+use super::cap::cap_mode;
+use super::supervise::{as_started, wait_signal, Signals, FORWARDED};
+use crate::process::exit::{self, Code};
 
 /// Runs the command as it is, without the shim, when the job's runtime directory cannot be made: nothing of the
 /// job is traced, capped or bridged, and `run` says so in one line before the job starts. Signals sent to us
