@@ -317,6 +317,15 @@ fn pytorch_over_its_memory_fraction_is_its_own_limit_on_the_gpu() {
     assert_eq!(f.allowed_or_total_bytes, Some(4_503_296_409));
     assert_eq!(f.figures.allocated, 4 * GIB);
     assert_eq!(a.ooms[0].requested_bytes, 512 * MIB);
+    // PyTorch's record says only what was free: the device's size is what the driver reported of it (an H200's
+    // 150,109,880,320 bytes), so what was outside the job is known (the build before said "unknown").
+    let total = a.device(0).and_then(|g| g.driver_total_bytes);
+    assert_eq!(total, Some(150_109_880_320));
+    assert_eq!(a.ooms[0].device_total_bytes, total);
+    assert_eq!(
+        d.outside_job_bytes,
+        Some(150_109_880_320 - 145_166_041_088 - 4 * GIB)
+    );
     assert_eq!(d.cause, Cause::FrameworkLimit, "{}", prose::reason(&d));
     let reason = prose::reason(&d);
     assert!(

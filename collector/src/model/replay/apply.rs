@@ -55,7 +55,13 @@ impl Replay<'_> {
                     let held = self.mem.peaks.get(d).cur;
                     self.devs[d].room = Some(e.size.saturating_add(held).min(e.addr));
                 }
-                _ => {}
+                // A refused query says nothing; a release the driver refused with nothing published changes no
+                // allocation (`book::act`).
+                Effect::Info
+                | Effect::AllocPtr
+                | Effect::FreePtr
+                | Effect::CreateHandle
+                | Effect::ReleaseHandle => {}
             },
         }
     }

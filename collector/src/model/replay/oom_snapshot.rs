@@ -110,7 +110,13 @@ impl Replay<'_> {
                     requested_bytes: fo.requested_bytes,
                     result: CUDA_OOM,
                     device_free_bytes: fo.device_free_bytes,
-                    device_total_bytes: None,
+                    // The framework's record says only what was free: the device's size is the driver's, as
+                    // it last reported it (a device's size does not change), so that what was outside the job
+                    // is known.
+                    device_total_bytes: fo
+                        .device
+                        .and_then(|g| self.dev_ids.get(&g))
+                        .and_then(|&d| self.devs[d].total()),
                     cap_bytes: None,
                     job_used_bytes: None,
                     process_used_bytes: None,
