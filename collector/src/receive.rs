@@ -29,9 +29,9 @@ pub use writer::TraceWriter;
 
 #[cfg(test)]
 mod tests {
+    use super::accept::take;
     use super::hold::{blob_into, Hold, SOCKET_HOLD_NS};
     use super::ingest::{Refused, Speaker};
-    use super::accept::take;
     use super::limits::RESERVE_WAIT;
     use super::peer::Conn;
     use super::*;
