@@ -364,7 +364,10 @@ case_cap_torch() {
     peak_le $n $cap
     row $n "trace: cap refusals recorded" ">= 1" "${R[cap_refusals]:--}" "$(isnum "${R[cap_refusals]:-}" && yn "${R[cap_refusals]} >= 1" || echo NO)" \
         "flag-2 events in the trace file ${T[refused_events]:--}; OOM records (kind 7) ${T[oom_records]:--}"
-    oom_cause $n cap
+    # The case keeps every tensor in a list until the cap refuses: the bridge's walk names that list, and
+    # growth is decided before the cap's rules (docs/OOM.md), so the verdict is growth (since before c6bf344;
+    # GPU-RESULTS, session 59's final check). The cap's refusal itself is the rows above.
+    oom_cause $n growth
 }
 
 # ---------------------------------------------------------------------------------------------------------------
