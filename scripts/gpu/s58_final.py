@@ -242,7 +242,7 @@ def parse_ingest(text):
     return rows
 
 
-def ingest(w):
+def ingest(w, base="b433793"):
     d = os.path.join(w, "ingest")
     runs = {"base": [], "head": []}
     order = [os.path.basename(p) for p in sorted(glob.glob(os.path.join(d, "*-*.txt")),
@@ -254,22 +254,25 @@ def ingest(w):
     print("run order:", " ".join(order), "; seconds each:", rd(os.path.join(d, "seconds.txt")).split())
     scen = list(dict.fromkeys(s for b in runs.values() for r in b for s in r))
     print()
-    print("### Ingest benchmark (10 M events unless said), base b433793 against head, seconds, in run order")
+    print("### Ingest benchmark (10 M events a scenario), base %s against head, seconds, in run order" % base)
     print()
-    print("| scenario | figure | base | head | medians base / head |")
+    print("| scenario (10 M events) | figure | base | head | medians base / head |")
     print("|---|---|---|---|---|")
     for s in scen:
         for fig, label in (("mem", "replay from memory"), ("report", "`report` end to end")):
-            cols = []
-            meds = []
+            cols, meds = [], []
             for b in ("base", "head"):
                 v = [r[s][fig] for r in runs[b] if s in r]
-                cols.append(", ".join(f"{x:.3f}" for x in v) or "-")
+                cols.append(", ".join("%.3f" % x for x in v) or "-")
                 meds.append(statistics.median(v) if v else None)
-            m = " / ".join("-" if x is None else f"{x:.3f}" for x in meds)
+            m = " / ".join("-" if x is None else "%.3f" % x for x in meds)
             if None not in meds:
-                m += f" ({(meds[1] / meds[0] - 1) * 100:+.1f}%)"
-            print(f"| {s} | {label} | {cols[0]} | {cols[1]} | {m} |")
+                m += " (%+.1f%%)" % ((meds[1] / meds[0] - 1) * 100)
+            print("| %s | %s | %s | %s | %s |" % (s, label, cols[0], cols[1], m))
+    rss = {b: [r[s]["rss"] for r in runs[b] for s in r] for b in runs}
+    print()
+    print("peak RSS column, base: %s" % rss["base"][:12])
+    print("peak RSS column, head: %s" % rss["head"][:12])
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ only; the fraction and stop tables are scripts/gpu/s58_final.py's (the same layo
 import glob
 import json
 import os
-import re
 import statistics
 import sys
 
@@ -139,36 +138,7 @@ def records(w):
 
 
 def ingest(w):
-    d = os.path.join(w, "ingest")
-    runs = {"base": [], "head": []}
-    order = [os.path.basename(p) for p in sorted(glob.glob(os.path.join(d, "*-*.txt")),
-                                                 key=lambda p: int(re.findall(r"-(\d+)\.txt$", p)[0]))]
-    for name in order:
-        b = name.split("-")[0]
-        if b in runs:
-            runs[b].append(s58_final.parse_ingest(s58_final.rd(os.path.join(d, name))))
-    print("run order:", " ".join(order), "; seconds each:", s58_final.rd(os.path.join(d, "seconds.txt")).split())
-    scen = list(dict.fromkeys(s for b in runs.values() for r in b for s in r))
-    print()
-    print("### Ingest benchmark (10 M events a scenario), base %s against head, seconds, in run order" % BASE)
-    print()
-    print("| scenario (10 M events) | figure | base | head | medians base / head |")
-    print("|---|---|---|---|---|")
-    for s in scen:
-        for fig, label in (("mem", "replay from memory"), ("report", "`report` end to end")):
-            cols, meds = [], []
-            for b in ("base", "head"):
-                v = [r[s][fig] for r in runs[b] if s in r]
-                cols.append(", ".join("%.3f" % x for x in v) or "-")
-                meds.append(statistics.median(v) if v else None)
-            m = " / ".join("-" if x is None else "%.3f" % x for x in meds)
-            if None not in meds:
-                m += " (%+.1f%%)" % ((meds[1] / meds[0] - 1) * 100)
-            print("| %s | %s | %s | %s | %s |" % (s, label, cols[0], cols[1], m))
-    rss = {b: [r[s]["rss"] for r in runs[b] for s in r] for b in runs}
-    print()
-    print("peak RSS column, base: %s" % rss["base"][:12])
-    print("peak RSS column, head: %s" % rss["head"][:12])
+    s58_final.ingest(w, BASE)
 
 
 if __name__ == "__main__":

@@ -36,28 +36,7 @@ python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", 
 for b in base head; do echo "$b: $(ls -la "$ROOT/$b" | tail -n +2 | awk '{print $5, $9}' | tr '\n' ' ')"; "$ROOT/$b/vramtrace" --version; done
 
 # ---- 6. the ingest benchmark, in the background on cores 0 and 1 ----
-mkdir -p "$W/ingest"
-(
-    n=0
-    last=0
-    for pair in 1 2 3; do
-        if ((pair > 1 && SECONDS + 2 * last + 10 > END)); then
-            echo "[$SECONDS s] ingest: pair $pair not started (a run takes $last s)"
-            break
-        fi
-        for b in base head; do
-            n=$((n + 1))
-            t0=$SECONDS
-            (cd "$W/ingest" && taskset -c 0,1 timeout $((END - SECONDS + 5)) "$ROOT/$b/bench-ingest" --bench) \
-                >"$W/ingest/$b-$n.txt" 2>&1
-            rc=$?
-            d=$((SECONDS - t0))
-            ((d > last)) && last=$d
-            echo "$b-$n:$d:$rc" >>"$W/ingest/seconds.txt"
-            echo "[$SECONDS s] ingest $b-$n: exit $rc, $d s"
-        done
-    done
-) &
+bash "$HERE/ingest_ab.sh" "$ROOT" "$W/ingest" $((END - SECONDS)) &
 ipid=$!
 
 # ---- 1. the bridge's cost inside one process, round 1 ----
